@@ -1,0 +1,4 @@
+"""The host agent: a small HTTP daemon on every instance that runs job processes, captures their
+logs with timestamps and reports resources. Standard library only, shippable as a zipapp;
+``protocol.py`` holds the wire format (plain dataclasses) that the server imports too.
+"""

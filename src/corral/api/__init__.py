@@ -1,0 +1,4 @@
+"""Thin FastAPI routers: parse, authorize, call one service, map errors to dstack's error bodies.
+
+May import: corral.domain, corral.config, corral.schemas, corral.services, corral.settings. Never corral.store.
+"""
