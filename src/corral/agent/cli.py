@@ -1,0 +1,106 @@
+"""Command line of the agent.
+
+    python -m corral.agent serve --work-dir DIR --token-file FILE [--host 127.0.0.1] [--port 0]
+    python3 -I agent.pyz serve ...            (the same, from the zipapp)
+    python -m corral.agent info [--work-dir DIR]   (print HostInfo as JSON and exit)
+
+Once listening, ``serve`` writes ``DIR/agent.pid`` and then ``DIR/agent.port`` (atomically; the
+port file appearing means the agent is ready) and logs to stderr. SIGTERM or SIGINT do what
+``POST /shutdown`` does: stop all jobs (gracefully, bounded) and exit 0. Both files are removed
+on a clean exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from . import resources
+from .server import Agent
+
+log = logging.getLogger("corral.agent")
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    work_dir = os.path.abspath(args.work_dir)
+    os.makedirs(work_dir, exist_ok=True)
+    try:
+        with open(args.token_file) as f:
+            token = f.read().strip()
+    except OSError as e:
+        log.error("cannot read the token file: %s", e)
+        return 2
+    if not token:
+        log.error("the token file %s is empty", args.token_file)
+        return 2
+    try:
+        agent = Agent(work_dir, token, host=args.host, port=args.port)
+    except OSError as e:
+        log.error("cannot listen on %s:%s: %s", args.host, args.port, e)
+        return 1
+
+    def on_signal(signum: int, frame: Any) -> None:
+        log.info("received signal %d", signum)
+        agent.request_shutdown()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    pid_path = os.path.join(work_dir, "agent.pid")
+    port_path = os.path.join(work_dir, "agent.port")
+    _write_atomic(pid_path, f"{os.getpid()}\n")
+    _write_atomic(port_path, f"{agent.port}\n")
+    log.info("corral agent listening on %s:%d (work dir %s)", args.host, agent.port, work_dir)
+    try:
+        agent.serve_forever()
+    finally:
+        for path in (port_path, pid_path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    log.info("corral agent stopped")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    info = resources.detect_host_info(os.path.abspath(args.work_dir), resources.container_runtime())
+    json.dump(info.to_dict(), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="corral-agent", description="corral's host agent")
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve", help="run the agent's HTTP API")
+    serve.add_argument("--work-dir", required=True, help="where jobs, logs and state live")
+    serve.add_argument("--token-file", required=True, help="file holding the bearer token")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=0, help="port (0 = pick a free one)")
+    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    info = sub.add_parser("info", help="print this host's resources as JSON")
+    info.add_argument("--work-dir", default=".", help="the directory whose disk to measure")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(getattr(args, "log_level", "INFO")).upper(), logging.INFO),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "info":
+        return _info(args)
+    parser.print_help(sys.stderr)
+    return 2

@@ -1,0 +1,400 @@
+"""The job runner: start, watch, stop and forget job processes; persist their state.
+
+Layout under the agent's work dir: ``jobs/<job_id>/`` holds ``submission.json``, ``state.json``
+(rewritten atomically on every change) and the log files; the job's own files go to
+``jobs/<job_id>/workdir`` (the default cwd, and the base of a relative ``working_dir``).
+A job is ``[shell, "-c", " && ".join(commands)]`` in a session of its own; when its main process
+exits, whatever it left in its process group is killed. Stop = SIGTERM to the group, SIGKILL
+after ``stop_duration`` (at once on abort). On start, jobs left running by a previous agent
+process are killed and marked failed ("agent restarted").
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import procs
+from .logstore import LogStore, pump
+from .protocol import JobState, JobSubmission, LogEntry, LogsReply
+
+log = logging.getLogger("corral.agent")
+
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MAX_WAIT_S = 30.0
+READER_DRAIN_S = 2.0
+
+
+class JobNotFound(KeyError):
+    pass
+
+
+class JobConflict(Exception):
+    """The request does not fit the job's current state (e.g. forgetting a running job)."""
+
+
+class Job:
+    def __init__(self, job_dir: str, sub: JobSubmission, state: JobState) -> None:
+        self.dir = job_dir
+        self.sub = sub
+        self.state = state
+        self.cond = threading.Condition()
+        self.logs = LogStore(job_dir)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stop_reason: str | None = None
+        self.timers: list[threading.Timer] = []
+
+    def snapshot(self) -> JobState:
+        with self.cond:
+            return JobState.from_dict(self.state.to_dict())
+
+    def persist(self) -> None:
+        _write_json(os.path.join(self.dir, "state.json"), self.state.to_dict())
+
+    def notify(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+
+def _write_json(path: str, data: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def _exit_status(rc: int) -> int:
+    return rc if rc >= 0 else 128 - rc
+
+
+def resolve_shell(shell: str | None) -> str:
+    if shell is None:
+        return "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+    if shell in ("sh", "bash"):
+        path = "/bin/" + shell
+        return path if os.path.exists(path) else (shutil.which(shell) or path)
+    if os.path.isabs(shell):
+        return shell
+    raise ValueError(f"invalid shell {shell!r}: use sh, bash or an absolute path")
+
+
+class JobRunner:
+    def __init__(self, work_dir: str, container_runtime: Callable[[], str | None] = lambda: None) -> None:
+        self.work_dir = os.path.abspath(work_dir)
+        self.jobs_dir = os.path.join(self.work_dir, "jobs")
+        os.makedirs(self.jobs_dir, exist_ok=True)
+        self._container_runtime = container_runtime
+        self._lock = threading.Lock()
+        self._jobs: dict[str, Job] = {}
+        self._load()
+
+    # ---- restart recovery -------------------------------------------------------------------
+    def _load(self) -> None:
+        for name in sorted(os.listdir(self.jobs_dir)):
+            job_dir = os.path.join(self.jobs_dir, name)
+            try:
+                with open(os.path.join(job_dir, "submission.json")) as f:
+                    sub = JobSubmission.from_dict(json.load(f))
+                with open(os.path.join(job_dir, "state.json")) as f:
+                    state = JobState.from_dict(json.load(f))
+            except (OSError, ValueError):
+                continue  # half-created or foreign directory: leave it alone
+            job = Job(job_dir, sub, state)
+            if not state.finished:
+                if state.pid:
+                    procs.reap_group(state.pid, state.started_at)
+                state.state, state.message = "failed", "agent restarted"
+                state.termination_reason = "agent_restarted"
+                state.finished_at = time.time()
+                job.persist()
+            self._jobs[sub.job_id] = job
+
+    # ---- queries ----------------------------------------------------------------------------
+    def get(self, job_id: str) -> Job:
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    def list_jobs(self) -> list[JobState]:
+        with self._lock:
+            jobs = list(self._jobs.values())
+        return [j.snapshot() for j in jobs]
+
+    def logs(self, job_id: str, offset: int, limit: int, wait: float) -> LogsReply:
+        job = self.get(job_id)
+        deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT_S)
+        with job.cond:
+            while job.logs.count <= offset and not job.state.finished:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                job.cond.wait(remaining)
+        state = job.snapshot()  # taken before reading: a finished state implies all entries are there
+        entries: list[LogEntry] = job.logs.read(offset, limit)
+        return LogsReply(entries=entries, next_offset=offset + len(entries), state=state)
+
+    # ---- submit -----------------------------------------------------------------------------
+    def submit(self, sub: JobSubmission) -> JobState:
+        if not JOB_ID_RE.match(sub.job_id):
+            raise ValueError(
+                f"JobSubmission.job_id: {sub.job_id!r} is not a valid id ([A-Za-z0-9._-], max 128)"
+            )
+        with self._lock:
+            existing = self._jobs.get(sub.job_id)
+            if existing is None:
+                job_dir = os.path.join(self.jobs_dir, sub.job_id)
+                if os.path.exists(job_dir):
+                    shutil.rmtree(job_dir, ignore_errors=True)
+                os.makedirs(job_dir)
+                _write_json(os.path.join(job_dir, "submission.json"), sub.to_dict())
+                job = Job(job_dir, sub, JobState(job_id=sub.job_id, state="pending"))
+                job.persist()
+                self._jobs[sub.job_id] = job
+        if existing is not None:
+            return existing.snapshot()  # idempotent
+        self._start(job)
+        return job.snapshot()
+
+    def _fail(self, job: Job, message: str) -> None:
+        with job.cond:
+            job.state.state, job.state.message = "failed", message
+            job.state.finished_at = time.time()
+            job.persist()
+            job.cond.notify_all()
+
+    def _env(self, sub: JobSubmission, user: str) -> dict[str, str]:
+        env = {
+            "PATH": os.environ.get("PATH") or DEFAULT_PATH,
+            "HOME": os.environ.get("HOME") or os.path.expanduser("~"),
+            "LANG": os.environ.get("LANG") or "C.UTF-8",
+            "USER": user,
+            "TERM": os.environ.get("TERM") or "xterm-256color",
+        }
+        if user != _current_user():
+            import pwd
+
+            env["HOME"] = pwd.getpwnam(user).pw_dir
+        env.update(sub.env)
+        return env
+
+    def _start(self, job: Job) -> None:
+        sub = job.sub
+        if sub.image:
+            if self._container_runtime() is None:
+                self._fail(
+                    job,
+                    f"The job sets `image: {sub.image}`, but this host has no container runtime (Docker); "
+                    "remove `image` to run on the host, or add Docker to the host",
+                )
+                return
+            self._fail(
+                job,
+                f"The job sets `image: {sub.image}`, but this agent cannot run containers yet; "
+                "remove `image` to run on the host",
+            )
+            return
+        try:
+            shell = resolve_shell(sub.shell)
+            user = sub.user or _current_user()
+            kwargs: dict[str, Any] = {}
+            if user != _current_user():
+                if os.geteuid() != 0 or sys.version_info < (3, 9):
+                    raise ValueError(f"cannot run as user {user!r}: the agent runs as {_current_user()!r}")
+                import pwd
+
+                pw = pwd.getpwnam(user)
+                kwargs = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+            base = os.path.join(job.dir, "workdir")
+            cwd = os.path.join(base, sub.working_dir) if sub.working_dir else base
+            os.makedirs(cwd, exist_ok=True)
+            env = self._env(sub, user)
+        except (ValueError, KeyError, OSError) as e:
+            self._fail(job, f"cannot start the job: {e}")
+            return
+        with job.cond:
+            if job.stop_reason is not None:  # stopped before it started
+                job.state.state, job.state.termination_reason = "terminated", job.stop_reason
+                job.state.finished_at = time.time()
+                job.persist()
+                job.cond.notify_all()
+                return
+            try:
+                proc = subprocess.Popen(
+                    [shell, "-c", " && ".join(sub.commands)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=cwd,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                    **kwargs,
+                )
+            except (OSError, ValueError, subprocess.SubprocessError) as e:
+                job.state.state, job.state.message = "failed", f"cannot start {shell}: {e}"
+                job.state.finished_at = time.time()
+                job.persist()
+                job.cond.notify_all()
+                return
+            job.proc = proc
+            job.state.state, job.state.pid, job.state.started_at = "running", proc.pid, time.time()
+            job.persist()
+            job.cond.notify_all()
+        assert proc.stdout is not None and proc.stderr is not None
+        stop = threading.Event()
+        readers = []
+        for stream, source in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
+            fd = os.dup(stream.fileno())
+            stream.close()
+            t = threading.Thread(
+                target=pump, args=(fd, source, job.logs, job.notify, stop), name=f"log-{sub.job_id}-{source}"
+            )
+            t.daemon = True
+            t.start()
+            readers.append(t)
+        waiter = threading.Thread(target=self._wait, args=(job, readers, stop), name=f"wait-{sub.job_id}")
+        waiter.daemon = True
+        waiter.start()
+        if sub.max_duration is not None:
+            self._timer(job, sub.max_duration, self._expire, job)
+
+    def _timer(self, job: Job, delay: float, fn: Callable[..., None], *args: Any) -> None:
+        t = threading.Timer(delay, fn, args)
+        t.daemon = True
+        job.timers.append(t)
+        t.start()
+
+    def _wait(self, job: Job, readers: list[threading.Thread], stop: threading.Event) -> None:
+        try:
+            self._finish(job, readers, stop)
+        except Exception as e:  # never leave a job "running" forever
+            log.exception("job %s: error while finishing", job.sub.job_id)
+            with job.cond:
+                if not job.state.finished:
+                    job.state.state, job.state.message = "failed", f"agent error: {type(e).__name__}: {e}"
+                    job.state.finished_at = time.time()
+                    job.cond.notify_all()
+                job.persist()
+
+    def _finish(self, job: Job, readers: list[threading.Thread], stop: threading.Event) -> None:
+        assert job.proc is not None
+        rc = job.proc.wait()
+        procs.signal_group(job.proc.pid, signal.SIGKILL)  # leftovers of the job's group
+        deadline = time.monotonic() + READER_DRAIN_S
+        for t in readers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        stop.set()
+        for t in readers:
+            t.join(1.0)
+        for timer in job.timers:
+            timer.cancel()
+        with job.cond:
+            st = job.state
+            st.exit_status, st.finished_at = _exit_status(rc), time.time()
+            if job.stop_reason is not None:
+                st.state, st.termination_reason = "terminated", job.stop_reason
+                st.message = _stop_message(job.stop_reason, job.sub.max_duration)
+            elif rc == 0:
+                st.state = "done"
+            else:
+                st.state = "failed"
+                if rc < 0:
+                    st.message = f"killed by signal {_signame(-rc)}"
+                else:
+                    st.message = f"exited with status {rc}"
+            job.persist()
+            job.cond.notify_all()
+
+    # ---- stop / forget / shutdown ----------------------------------------------------------
+    def _expire(self, job: Job) -> None:
+        self._stop(job, abort=False, reason="max_duration_exceeded")
+
+    def stop(self, job_id: str, abort: bool = False) -> JobState:
+        job = self.get(job_id)
+        self._stop(job, abort=abort, reason="aborted" if abort else "stopped")
+        return job.snapshot()
+
+    def _stop(self, job: Job, abort: bool, reason: str) -> None:
+        with job.cond:
+            if job.state.finished:
+                return
+            if job.stop_reason is None or abort:
+                job.stop_reason = reason
+            proc = job.proc
+        if proc is None or proc.returncode is not None:
+            return
+        if abort:
+            procs.signal_group(proc.pid, signal.SIGKILL)
+            return
+        procs.signal_group(proc.pid, signal.SIGTERM)
+        self._timer(job, job.sub.stop_duration, self._kill, job)
+
+    def _kill(self, job: Job) -> None:
+        proc = job.proc
+        if proc is not None and proc.returncode is None:
+            procs.signal_group(proc.pid, signal.SIGKILL)
+
+    def forget(self, job_id: str) -> None:
+        job = self.get(job_id)
+        with job.cond:
+            if not job.state.finished:
+                raise JobConflict(f"job {job_id} is {job.state.state}; stop it before deleting it")
+        with self._lock:
+            self._jobs.pop(job_id, None)
+        job.logs.close()
+        shutil.rmtree(job.dir, ignore_errors=True)
+
+    def shutdown(self, max_grace: float = 30.0) -> None:
+        """Stop every job gracefully (their stop_duration, at most ``max_grace``), then kill."""
+        with self._lock:
+            jobs = [j for j in self._jobs.values() if not j.state.finished]
+        if not jobs:
+            return
+        grace = min(max_grace, max(j.sub.stop_duration for j in jobs))
+        for j in jobs:
+            self._stop(j, abort=False, reason="stopped")
+        self._await(jobs, time.monotonic() + grace + 0.5)
+        for j in jobs:
+            self._stop(j, abort=True, reason="aborted")
+        self._await(jobs, time.monotonic() + READER_DRAIN_S + 2.0)
+
+    @staticmethod
+    def _await(jobs: list[Job], deadline: float) -> None:
+        for j in jobs:
+            with j.cond:
+                while not j.state.finished and time.monotonic() < deadline:
+                    j.cond.wait(max(0.01, deadline - time.monotonic()))
+
+
+def _current_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def _stop_message(reason: str, max_duration: float | None) -> str:
+    if reason == "max_duration_exceeded":
+        return f"max_duration ({max_duration or 0:g}s) exceeded"
+    return {"stopped": "stopped by request", "aborted": "aborted by request"}.get(reason, reason)
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return str(sig)

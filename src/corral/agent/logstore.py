@@ -1,0 +1,169 @@
+"""A job's output on disk: an append-only data file plus a fixed-size-record index.
+
+``logs.dat`` holds the raw output bytes of every entry back to back; ``logs.idx`` holds one
+24-byte record per entry (timestamp, data offset, length, source). Entry *N* is found by seeking
+to ``N * 24`` in the index, so offset reads cost O(limit) and the agent's memory does not grow
+with the amount of output. :func:`pump` is the reader-thread body that turns a pipe into entries:
+one per line (the newline kept, bytes untouched), a partial line flushed after 0.5 s without a
+newline, and pieces of at most 64 KiB.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+from .protocol import LogEntry
+
+_REC = struct.Struct("<dQIB3x")
+SOURCES = ("stdout", "stderr")
+MAX_ENTRY = 64 * 1024
+PARTIAL_FLUSH_S = 0.5
+#: A reply carries at most this many message bytes (at least one entry).
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+
+
+class LogStore:
+    """Append from several threads, read from any; all under one lock."""
+
+    def __init__(self, job_dir: str) -> None:
+        self._lock = threading.Lock()
+        flags = os.O_CREAT | os.O_APPEND | os.O_WRONLY
+        idx_path = os.path.join(job_dir, "logs.idx")
+        dat_path = os.path.join(job_dir, "logs.dat")
+        self._idx_w = os.open(idx_path, flags, 0o600)
+        self._dat_w = os.open(dat_path, flags, 0o600)
+        self._idx_r = os.open(idx_path, os.O_RDONLY)
+        self._dat_r = os.open(dat_path, os.O_RDONLY)
+        idx_size = os.fstat(self._idx_w).st_size
+        self._count = idx_size // _REC.size
+        if idx_size % _REC.size:  # a torn record from a crash: drop it
+            os.ftruncate(self._idx_w, self._count * _REC.size)
+        self._data_size = os.fstat(self._dat_w).st_size
+        self._closed = False
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def append(self, source: str, pieces: list[bytes], timestamp: float) -> None:
+        if not pieces:
+            return
+        src = SOURCES.index(source)
+        with self._lock:
+            if self._closed:
+                return
+            off = self._data_size
+            recs = []
+            for p in pieces:
+                recs.append(_REC.pack(timestamp, off, len(p), src))
+                off += len(p)
+            _write_all(self._dat_w, b"".join(pieces))
+            _write_all(self._idx_w, b"".join(recs))
+            self._data_size = off
+            self._count += len(pieces)
+
+    def read(self, offset: int, limit: int) -> list[LogEntry]:
+        with self._lock:
+            if self._closed:
+                return []
+            end = min(self._count, offset + max(0, limit))
+            if end <= offset:
+                return []
+            raw = os.pread(self._idx_r, (end - offset) * _REC.size, offset * _REC.size)
+            recs = [_REC.unpack_from(raw, i * _REC.size) for i in range(len(raw) // _REC.size)]
+            total = 0
+            keep = 0
+            for _, _, length, _ in recs:
+                if keep and total + length > MAX_REPLY_BYTES:
+                    break
+                total += length
+                keep += 1
+            recs = recs[:keep]
+            start = recs[0][1]
+            data = os.pread(self._dat_r, recs[-1][1] + recs[-1][2] - start, start)
+        return [
+            LogEntry(timestamp=ts, source=SOURCES[src], message=data[o - start : o - start + ln])
+            for ts, o, ln, src in recs
+        ]
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                for fd in (self._idx_w, self._dat_w, self._idx_r, self._dat_r):
+                    os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def split_lines(buf: bytearray) -> list[bytes]:
+    """Remove and return the complete lines (and 64 KiB pieces) at the front of ``buf``."""
+    out: list[bytes] = []
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        nl = buf.find(b"\n", pos, min(n, pos + MAX_ENTRY))
+        if nl >= 0:
+            out.append(bytes(buf[pos : nl + 1]))
+            pos = nl + 1
+        elif n - pos >= MAX_ENTRY:
+            out.append(bytes(buf[pos : pos + MAX_ENTRY]))
+            pos += MAX_ENTRY
+        else:
+            break
+    del buf[:pos]
+    return out
+
+
+def pump(fd: int, source: str, store: LogStore, notify: Callable[[], None], stop: threading.Event) -> None:
+    """Read ``fd`` until EOF (or ``stop``), appending entries to ``store``; closes ``fd``."""
+    buf = bytearray()
+    partial_since = 0.0
+    try:
+        while True:
+            timeout = 0.5 if not buf else max(0.0, partial_since + PARTIAL_FLUSH_S - time.monotonic())
+            ready, _, _ = select.select([fd], [], [], timeout)
+            if not ready:
+                if buf and time.monotonic() - partial_since >= PARTIAL_FLUSH_S:
+                    store.append(source, [bytes(buf)], time.time())
+                    buf.clear()
+                    notify()
+                if stop.is_set():
+                    break
+                continue
+            if stop.is_set():
+                break
+            try:
+                chunk = os.read(fd, MAX_ENTRY)
+            except InterruptedError:
+                continue
+            if not chunk:
+                break
+            had_partial = bool(buf)
+            buf += chunk
+            lines = split_lines(buf)
+            if lines:
+                store.append(source, lines, time.time())
+                notify()
+            if buf and (lines or not had_partial):
+                partial_since = time.monotonic()
+    except OSError:
+        pass
+    finally:
+        if buf:
+            store.append(source, [bytes(buf)], time.time())
+            notify()
+        try:
+            os.close(fd)
+        except OSError:
+            pass

@@ -1,0 +1,344 @@
+"""The agent's wire format: plain dataclasses with ``to_dict()``/``from_dict()``.
+
+Standard library only (the server side imports this module too). ``from_dict`` validates every
+field and raises :class:`ProtocolError` naming the offending field, so a malformed request to the
+agent or a malformed reply from it fails loudly and clearly instead of deep inside a caller.
+Log messages are bytes; on the wire they travel base64-encoded (``message_b64``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Bumped on incompatible changes of this module; reported by ``GET /health``.
+AGENT_PROTOCOL_VERSION = 1
+#: The agent's own version (reported in ``HostInfo.agent_version`` and ``GET /health``).
+AGENT_VERSION = "0.1.0"
+
+JOB_STATES = ("pending", "running", "done", "failed", "terminated")
+FINISHED_STATES = ("done", "failed", "terminated")
+LOG_SOURCES = ("stdout", "stderr")
+CPU_ARCHS = ("x86", "arm")
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow the agent protocol; the text names the field."""
+
+
+def _obj(data: Any, what: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{what}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _str(d: dict[str, Any], key: str, what: str, optional: bool = False, nonempty: bool = False) -> Any:
+    v = d.get(key)
+    if v is None and optional:
+        return None
+    if not isinstance(v, str):
+        raise ProtocolError(f"{what}.{key}: expected a string, got {_tn(v)}")
+    if nonempty and not v:
+        raise ProtocolError(f"{what}.{key}: must not be empty")
+    return v
+
+
+def _int(d: dict[str, Any], key: str, what: str, optional: bool = False, minimum: int | None = None) -> Any:
+    v = d.get(key)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ProtocolError(f"{what}.{key}: expected an integer, got {_tn(v)}")
+    if minimum is not None and v < minimum:
+        raise ProtocolError(f"{what}.{key}: must be >= {minimum}, got {v}")
+    return v
+
+
+def _num(d: dict[str, Any], key: str, what: str, optional: bool = False, default: float | None = None) -> Any:
+    v = d.get(key, default)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ProtocolError(f"{what}.{key}: expected a finite number, got {_tn(v)}")
+    if v < 0:
+        raise ProtocolError(f"{what}.{key}: must not be negative, got {v}")
+    return float(v)
+
+
+def _choice(d: dict[str, Any], key: str, what: str, choices: Any) -> Any:
+    v = d.get(key)
+    if v not in choices:
+        raise ProtocolError("{}.{}: expected one of {}, got {!r}".format(what, key, ", ".join(choices), v))
+    return v
+
+
+def _str_list(d: dict[str, Any], key: str, what: str) -> list[str]:
+    v = d.get(key)
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ProtocolError(f"{what}.{key}: expected a list of strings")
+    return list(v)
+
+
+def _tn(v: Any) -> str:
+    return "null" if v is None else type(v).__name__
+
+
+@dataclass
+class JobSubmission:
+    """What the server asks the agent to run (``POST /jobs``)."""
+
+    job_id: str
+    run_name: str
+    commands: list[str]
+    shell: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    working_dir: str | None = None
+    image: str | None = None
+    user: str | None = None
+    stop_duration: float = 10.0
+    max_duration: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "run_name": self.run_name,
+            "commands": list(self.commands),
+            "shell": self.shell,
+            "env": dict(self.env),
+            "working_dir": self.working_dir,
+            "image": self.image,
+            "user": self.user,
+            "stop_duration": self.stop_duration,
+            "max_duration": self.max_duration,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> JobSubmission:
+        w = "JobSubmission"
+        d = _obj(data, w)
+        env = d.get("env", {})
+        if env is None:
+            env = {}
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ProtocolError("JobSubmission.env: expected an object of string values")
+        for k in env:
+            if not k or "=" in k or "\0" in k or "\0" in env[k]:
+                raise ProtocolError(f"JobSubmission.env: invalid variable name or value {k!r}")
+        commands = _str_list(d, "commands", w)
+        if not commands:
+            raise ProtocolError("JobSubmission.commands: must contain at least one command")
+        return cls(
+            job_id=_str(d, "job_id", w, nonempty=True),
+            run_name=_str(d, "run_name", w),
+            commands=commands,
+            shell=_str(d, "shell", w, optional=True, nonempty=True),
+            env=dict(env),
+            working_dir=_str(d, "working_dir", w, optional=True),
+            image=_str(d, "image", w, optional=True),
+            user=_str(d, "user", w, optional=True),
+            stop_duration=_num(d, "stop_duration", w, default=10.0),
+            max_duration=_num(d, "max_duration", w, optional=True),
+        )
+
+
+@dataclass
+class JobState:
+    """A job as the agent sees it. ``termination_reason`` (extra) is one of ``stopped``,
+    ``aborted``, ``max_duration_exceeded``, ``agent_restarted`` or null."""
+
+    job_id: str
+    state: str
+    exit_status: int | None = None
+    message: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    pid: int | None = None
+    termination_reason: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "state": self.state,
+            "exit_status": self.exit_status,
+            "message": self.message,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "pid": self.pid,
+            "termination_reason": self.termination_reason,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> JobState:
+        w = "JobState"
+        d = _obj(data, w)
+        exit_status = d.get("exit_status")
+        if exit_status is not None and (isinstance(exit_status, bool) or not isinstance(exit_status, int)):
+            raise ProtocolError("JobState.exit_status: expected an integer or null")
+        return cls(
+            job_id=_str(d, "job_id", w, nonempty=True),
+            state=_choice(d, "state", w, JOB_STATES),
+            exit_status=exit_status,
+            message=_str(d, "message", w, optional=True),
+            started_at=_num(d, "started_at", w, optional=True),
+            finished_at=_num(d, "finished_at", w, optional=True),
+            pid=_int(d, "pid", w, optional=True, minimum=1),
+            termination_reason=_str(d, "termination_reason", w, optional=True),
+        )
+
+
+@dataclass
+class LogEntry:
+    """One line (or partial line) of a job's output."""
+
+    timestamp: float
+    source: str
+    message: bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "timestamp": self.timestamp,
+            "source": self.source,
+            "message_b64": base64.b64encode(self.message).decode("ascii"),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> LogEntry:
+        w = "LogEntry"
+        d = _obj(data, w)
+        raw = _str(d, "message_b64", w)
+        try:
+            message = base64.b64decode(raw.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError):
+            raise ProtocolError("LogEntry.message_b64: not valid base64")
+        return cls(
+            timestamp=_num(d, "timestamp", w), source=_choice(d, "source", w, LOG_SOURCES), message=message
+        )
+
+
+@dataclass
+class LogsReply:
+    """``GET /jobs/{id}/logs``: entries from the requested offset, where to continue, job state."""
+
+    entries: list[LogEntry]
+    next_offset: int
+    state: JobState
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entries": [e.to_dict() for e in self.entries],
+            "next_offset": self.next_offset,
+            "state": self.state.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> LogsReply:
+        w = "LogsReply"
+        d = _obj(data, w)
+        entries = d.get("entries")
+        if not isinstance(entries, list):
+            raise ProtocolError("LogsReply.entries: expected a list")
+        return cls(
+            entries=[LogEntry.from_dict(e) for e in entries],
+            next_offset=_int(d, "next_offset", w, minimum=0),
+            state=JobState.from_dict(d.get("state")),
+        )
+
+
+@dataclass
+class GpuInfo:
+    """One accelerator; ``name`` is dstack's short name (``H200``, ``A100``, ``RTX4090``)."""
+
+    name: str
+    memory_mib: int
+    vendor: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "memory_mib": self.memory_mib, "vendor": self.vendor}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> GpuInfo:
+        w = "HostInfo.gpus[]"
+        d = _obj(data, w)
+        return cls(
+            name=_str(d, "name", w, nonempty=True),
+            memory_mib=_int(d, "memory_mib", w, minimum=0),
+            vendor=_str(d, "vendor", w, nonempty=True),
+        )
+
+
+@dataclass
+class GpuDriver:
+    vendor: str
+    version: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"vendor": self.vendor, "version": self.version}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> GpuDriver:
+        w = "HostInfo.gpu_driver"
+        d = _obj(data, w)
+        return cls(vendor=_str(d, "vendor", w), version=_str(d, "version", w))
+
+
+@dataclass
+class HostInfo:
+    """What the host offers (``GET /info``)."""
+
+    hostname: str
+    cpus: int
+    memory_mib: int
+    disk_size_mib: int
+    cpu_arch: str
+    gpus: list[GpuInfo] = field(default_factory=list)
+    gpu_driver: GpuDriver | None = None
+    container_runtime: str | None = None
+    agent_version: str = ""
+    python_version: str = ""
+    addresses: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hostname": self.hostname,
+            "cpus": self.cpus,
+            "memory_mib": self.memory_mib,
+            "disk_size_mib": self.disk_size_mib,
+            "cpu_arch": self.cpu_arch,
+            "gpus": [g.to_dict() for g in self.gpus],
+            "gpu_driver": self.gpu_driver.to_dict() if self.gpu_driver else None,
+            "container_runtime": self.container_runtime,
+            "agent_version": self.agent_version,
+            "python_version": self.python_version,
+            "addresses": list(self.addresses),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> HostInfo:
+        w = "HostInfo"
+        d = _obj(data, w)
+        gpus = d.get("gpus")
+        if not isinstance(gpus, list):
+            raise ProtocolError("HostInfo.gpus: expected a list")
+        driver = d.get("gpu_driver")
+        return cls(
+            hostname=_str(d, "hostname", w),
+            cpus=_int(d, "cpus", w, minimum=1),
+            memory_mib=_int(d, "memory_mib", w, minimum=0),
+            disk_size_mib=_int(d, "disk_size_mib", w, minimum=0),
+            cpu_arch=_choice(d, "cpu_arch", w, CPU_ARCHS),
+            gpus=[GpuInfo.from_dict(g) for g in gpus],
+            gpu_driver=GpuDriver.from_dict(driver) if driver is not None else None,
+            container_runtime=_str(d, "container_runtime", w, optional=True),
+            agent_version=_str(d, "agent_version", w),
+            python_version=_str(d, "python_version", w),
+            addresses=_str_list(d, "addresses", w),
+        )

@@ -1,0 +1,263 @@
+"""The agent's HTTP API (``http.server.ThreadingHTTPServer``, JSON in and out).
+
+Bound to 127.0.0.1 unless told otherwise. Every request except ``GET /health`` needs
+``Authorization: Bearer <token>`` (constant-time compare), else 403. Errors are JSON
+``{"error": "..."}`` with 400 (bad JSON or fields), 403, 404, 409; an unexpected exception is
+logged here and answered with a 500 that carries no traceback.
+
+    GET    /health                       {"status": "ok", "agent_version", "protocol_version", "pid"}
+    GET    /info                         HostInfo
+    POST   /jobs                         JobSubmission -> JobState (idempotent on job_id)
+    GET    /jobs                         [JobState]
+    GET    /jobs/{id}                    JobState
+    GET    /jobs/{id}/logs?offset&limit&wait   LogsReply (long-poll up to ``wait`` <= 30 s)
+    POST   /jobs/{id}/stop               {"abort": bool} -> JobState
+    DELETE /jobs/{id}                    {} (a finished job only; 409 otherwise)
+    POST   /shutdown                     {} ; stops all jobs, then the process exits
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from . import resources
+from .jobs import JobConflict, JobNotFound, JobRunner
+from .protocol import AGENT_PROTOCOL_VERSION, AGENT_VERSION, HostInfo, JobSubmission, ProtocolError
+
+log = logging.getLogger("corral.agent")
+
+MAX_BODY = 16 * 1024 * 1024
+_JOB_RE = re.compile(r"^/jobs/([^/]+)(/logs|/stop)?$")
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Agent:
+    """The job runner, host facts and lifecycle behind the HTTP server."""
+
+    def __init__(self, work_dir: str, token: str, host: str = "127.0.0.1", port: int = 0) -> None:
+        if not token:
+            raise ValueError("the token must not be empty")
+        self.work_dir = os.path.abspath(work_dir)
+        self.token = token.encode()
+        self._runtime: str | None = None
+        self._runtime_ready = threading.Event()
+        self._info: HostInfo | None = None
+        self._info_lock = threading.Lock()
+        self.runner = JobRunner(self.work_dir, self.container_runtime)
+        self.httpd = ThreadingHTTPServer((host, port), _Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.agent = self  # type: ignore[attr-defined]
+        self._shutting_down = threading.Lock()
+        self.started = time.time()
+        t = threading.Thread(target=self._detect_runtime, name="detect-runtime")
+        t.daemon = True
+        t.start()
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_address[1])
+
+    def _detect_runtime(self) -> None:
+        try:
+            self._runtime = resources.container_runtime()
+        finally:
+            self._runtime_ready.set()
+
+    def container_runtime(self) -> str | None:
+        self._runtime_ready.wait(10)
+        return self._runtime
+
+    def info(self) -> HostInfo:
+        with self._info_lock:
+            if self._info is None:
+                self._info = resources.detect_host_info(self.work_dir, self.container_runtime())
+            return self._info
+
+    def serve_forever(self) -> None:
+        try:
+            self.httpd.serve_forever(poll_interval=0.2)
+        finally:
+            self.httpd.server_close()
+
+    def request_shutdown(self) -> None:
+        """Stop all jobs and the server, from any thread (never blocks the caller)."""
+        if not self._shutting_down.acquire(blocking=False):
+            return
+
+        def run() -> None:
+            log.info("shutting down: stopping jobs")
+            try:
+                self.runner.shutdown()
+            finally:
+                self.httpd.shutdown()
+
+        t = threading.Thread(target=run, name="shutdown")
+        t.daemon = True
+        t.start()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "corral-agent/" + AGENT_VERSION
+
+    @property
+    def agent(self) -> Agent:
+        return self.server.agent  # type: ignore[attr-defined,no-any-return]
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def _dispatch(self, method: str) -> None:
+        try:
+            body = self._read_body()
+            url = urlsplit(self.path)
+            if not (method == "GET" and url.path == "/health"):
+                self._authorize()
+            status, payload = self._route(method, url.path, parse_qs(url.query), body)
+        except HttpError as e:
+            status, payload = e.status, {"error": e.message}
+        except ProtocolError as e:
+            status, payload = 400, {"error": str(e)}
+        except JobNotFound as e:
+            status, payload = 404, {"error": f"job {e.args[0]} not found"}
+        except JobConflict as e:
+            status, payload = 409, {"error": str(e)}
+        except ValueError as e:
+            status, payload = 400, {"error": str(e)}
+        except Exception as e:
+            log.exception("error handling %s %s", method, self.path)
+            status, payload = 500, {"error": f"internal error ({type(e).__name__})"}
+        self._send(status, payload)
+
+    def _read_body(self) -> bytes:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise HttpError(400, "invalid Content-Length")
+        if length < 0 or length > MAX_BODY:
+            self.close_connection = True
+            raise HttpError(413, "request body too large")
+        return self.rfile.read(length) if length else b""
+
+    def _authorize(self) -> None:
+        header = self.headers.get("Authorization") or ""
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.agent.token):
+            raise HttpError(403, "a valid 'Authorization: Bearer <token>' header is required")
+
+    def _send(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
+            self.close_connection = True
+
+    def _route(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> tuple[int, Any]:
+        agent = self.agent
+        if path == "/health" and method == "GET":
+            return 200, {
+                "status": "ok",
+                "agent_version": AGENT_VERSION,
+                "protocol_version": AGENT_PROTOCOL_VERSION,
+                "pid": os.getpid(),
+                "uptime": time.time() - agent.started,
+            }
+        if path == "/info" and method == "GET":
+            return 200, agent.info().to_dict()
+        if path == "/jobs" and method == "POST":
+            sub = JobSubmission.from_dict(_json(body))
+            return 200, agent.runner.submit(sub).to_dict()
+        if path == "/jobs" and method == "GET":
+            return 200, [s.to_dict() for s in agent.runner.list_jobs()]
+        if path == "/shutdown" and method == "POST":
+            agent.request_shutdown()
+            return 200, {}
+        m = _JOB_RE.match(path)
+        if m is None:
+            if path in ("/health", "/info", "/jobs", "/shutdown"):
+                raise HttpError(405, f"method {method} is not allowed on {path}")
+            raise HttpError(404, f"no such endpoint: {path}")
+        job_id, sub_path = m.group(1), m.group(2)
+        if sub_path is None and method == "GET":
+            return 200, agent.runner.get(job_id).snapshot().to_dict()
+        if sub_path is None and method == "DELETE":
+            agent.runner.forget(job_id)
+            return 200, {}
+        if sub_path == "/logs" and method == "GET":
+            offset = _int_param(query, "offset", 0, 0, 2**62)
+            limit = _int_param(query, "limit", 1000, 1, 10000)
+            wait = _float_param(query, "wait", 0.0, 0.0, 30.0)
+            return 200, agent.runner.logs(job_id, offset, limit, wait).to_dict()
+        if sub_path == "/stop" and method == "POST":
+            data = _json(body) if body.strip() else {}
+            if not isinstance(data, dict):
+                raise HttpError(400, "stop: expected a JSON object")
+            abort = data.get("abort", False)
+            if not isinstance(abort, bool):
+                raise HttpError(400, "stop.abort: expected true or false")
+            return 200, agent.runner.stop(job_id, abort=abort).to_dict()
+        raise HttpError(405, f"method {method} is not allowed on {path}")
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise HttpError(400, f"invalid JSON body: {e}")
+
+
+def _int_param(query: dict[str, list[str]], name: str, default: int, lo: int, hi: int) -> int:
+    values = query.get(name)
+    if not values:
+        return default
+    try:
+        v = int(values[-1])
+    except ValueError:
+        raise HttpError(400, f"query parameter {name}: expected an integer")
+    if v < lo:
+        raise HttpError(400, f"query parameter {name}: must be >= {lo}")
+    return min(v, hi)
+
+
+def _float_param(query: dict[str, list[str]], name: str, default: float, lo: float, hi: float) -> float:
+    values = query.get(name)
+    if not values:
+        return default
+    try:
+        v = float(values[-1])
+    except ValueError:
+        raise HttpError(400, f"query parameter {name}: expected a number")
+    if not lo <= v:  # also rejects NaN
+        raise HttpError(400, f"query parameter {name}: must be >= {lo}")
+    return min(v, hi)

@@ -1,0 +1,37 @@
+"""The FastAPI application: routers, error handlers, and the workers' lifetime."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from corral.api.deps import install_error_handlers
+from corral.api.routes_accounts import router as accounts_router
+from corral.api.routes_compute import router as compute_router
+from corral.workers.context import Context
+from corral.workers.runtime import Workers
+
+
+def create_app(ctx: Context) -> FastAPI:
+    workers = Workers(ctx)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if ctx.settings.background_processing:
+            await workers.start()
+        try:
+            yield
+        finally:
+            if ctx.settings.background_processing:
+                await workers.stop()
+
+    app = FastAPI(title="corral", docs_url="/api/docs", openapi_url="/api/openapi.json", redoc_url=None,
+                  lifespan=lifespan)
+    app.state.ctx = ctx
+    app.state.workers = workers
+    install_error_handlers(app)
+    app.include_router(accounts_router)
+    app.include_router(compute_router)
+    return app

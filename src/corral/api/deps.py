@@ -1,0 +1,140 @@
+"""Shared router plumbing: JSON responses, the caller's identity and role, the client-version check,
+and the mapping of service errors to dstack's error bodies."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from corral import DSTACK_API_VERSION
+from corral.domain.records import ProjectRec, UserRec
+from corral.services import accounts
+from corral.services.errors import Forbidden, InvalidConfiguration, ProjectNotFound, ServiceError
+from corral.workers.context import Context
+
+log = logging.getLogger("corral.api")
+
+
+class FastJSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class NotAuthenticated(Exception):
+    pass
+
+
+def ctx_of(request: Request) -> Context:
+    ctx: Context = request.app.state.ctx
+    return ctx
+
+
+async def current_user(request: Request) -> UserRec:
+    header = request.headers.get("authorization")
+    if not header:
+        raise NotAuthenticated
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise NotAuthenticated
+    return await accounts.authenticate(ctx_of(request).db, token.strip())
+
+
+async def member(request: Request, project_name: str, need: str = "user") -> tuple[UserRec, ProjectRec]:
+    user = await current_user(request)
+    project = await accounts.project_access(ctx_of(request).db, user, project_name, need)
+    return user, project
+
+
+async def body_json(request: Request) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise RequestValidationError(
+            [{"type": "json_invalid", "loc": ["body", 0], "msg": f"JSON decode error: {e}", "input": {}}]
+        ) from None
+
+
+_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
+
+
+def check_client_version(value: str | None) -> JSONResponse | None:
+    if value is None or value in ("", "0.0.0", "latest"):
+        return None
+    m = _VERSION.match(value)
+    if m is None:
+        return JSONResponse({"detail": [{"msg": f"Invalid version: {value}", "code": None}]}, status_code=400)
+    client = tuple(int(x) for x in m.groups())
+    server = tuple(int(x) for x in DSTACK_API_VERSION.split("."))
+    if client > server and client[:2] != server[:2]:
+        msg = f"The client/CLI version ({value}) is incompatible with the server version ({DSTACK_API_VERSION})."
+        return JSONResponse({"detail": [{"msg": msg, "code": "error"}]}, status_code=400)
+    return None
+
+
+def _jsonable_errors(errors: Any) -> list[dict[str, Any]]:
+    out = []
+    for e in errors:
+        item = {k: v for k, v in dict(e).items() if k in ("type", "loc", "msg", "input")}
+        try:
+            json.dumps(item.get("input"))
+        except (TypeError, ValueError):
+            item["input"] = str(item.get("input"))
+        out.append(item)
+    return out
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.middleware("http")
+    async def version_check(request: Request, call_next: Any) -> Response:
+        if request.url.path.startswith("/api/") and not request.url.path.startswith("/api/docs"):
+            bad = check_client_version(request.headers.get("x-api-version"))
+            if bad is not None:
+                return bad
+        try:
+            response: Response = await call_next(request)
+        except Exception:
+            log.exception("unhandled error on %s", request.url.path)
+            return JSONResponse({"detail": [{"msg": "Internal server error", "code": "error"}]}, status_code=500)
+        return response
+
+    @app.exception_handler(ServiceError)
+    async def _service(_r: Request, e: ServiceError) -> JSONResponse:
+        return JSONResponse({"detail": [{"msg": e.msg, "code": e.code}]}, status_code=400)
+
+    @app.exception_handler(Forbidden)
+    async def _forbidden(_r: Request, e: Forbidden) -> JSONResponse:
+        return JSONResponse({"detail": {"msg": e.msg, "code": None}}, status_code=403)
+
+    @app.exception_handler(NotAuthenticated)
+    async def _unauth(_r: Request, _e: NotAuthenticated) -> JSONResponse:
+        return JSONResponse({"detail": "Not authenticated"}, status_code=401)
+
+    @app.exception_handler(ProjectNotFound)
+    async def _no_project(_r: Request, _e: ProjectNotFound) -> JSONResponse:
+        return JSONResponse({"detail": {"msg": "Not found", "code": None}}, status_code=404)
+
+    @app.exception_handler(InvalidConfiguration)
+    async def _invalid(_r: Request, e: InvalidConfiguration) -> JSONResponse:
+        return JSONResponse({"detail": _jsonable_errors(e.errors)}, status_code=422)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_r: Request, e: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _jsonable_errors(e.errors())}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_r: Request, e: StarletteHTTPException) -> JSONResponse:
+        if e.status_code == 404:
+            return JSONResponse({"detail": {"msg": "Not found", "code": None}}, status_code=404)
+        return JSONResponse({"detail": {"msg": str(e.detail), "code": None}}, status_code=e.status_code)

@@ -1,0 +1,260 @@
+"""Routers: fleets, instances, runs, logs, repos; gateways and volumes (validated, not supported yet)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+
+from corral.api.deps import FastJSON, ctx_of, current_user, member
+from corral.api.routes_accounts import parse
+from corral.config import parse_gateway_configuration, parse_volume_configuration
+from corral.schemas import requests as rq
+from corral.services import accounts, fleets, logs, runs, serialize
+from corral.services.errors import ServiceError, validation_errors
+
+router = APIRouter()
+P = "/api/project/{project_name}"
+
+
+async def _member_project_ids(request: Request, project_name: str | None) -> list[str] | None:
+    user = await current_user(request)
+    db = ctx_of(request).db
+    if project_name:
+        _u, project = await member(request, project_name)
+        return [project.id]
+    if user.global_role == "admin":
+        return None
+    return [p.id for p in await accounts.list_projects(db, user)]
+
+
+# --- fleets -----------------------------------------------------------------------------------------
+
+
+@router.post("/api/fleets/list")
+async def list_all_fleets(request: Request) -> FastJSON:
+    b = await parse(rq.ListFleetsBody, request)
+    ids = await _member_project_ids(request, b.project_name)
+    after = (b.prev_created_at.timestamp(), str(b.prev_id or "")) if b.prev_created_at else None
+    found = await fleets.list_fleets(ctx_of(request), ids, limit=b.limit, ascending=b.ascending, after=after)
+    if b.only_active:
+        found = [f for f in found if f.status in ("submitted", "active")]
+    return FastJSON([serialize.fleet(f) for f in found])
+
+
+@router.post(P + "/fleets/list")
+async def list_fleets(request: Request, project_name: str) -> FastJSON:
+    _u, project = await member(request, project_name)
+    await parse(rq.ProjectFleetsBody, request)
+    return FastJSON([serialize.fleet(f) for f in await fleets.list_fleets(ctx_of(request), [project.id])])
+
+
+@router.post(P + "/fleets/get")
+async def get_fleet(request: Request, project_name: str) -> FastJSON:
+    _u, project = await member(request, project_name)
+    b = await parse(rq.GetByNameOrId, request)
+    return FastJSON(serialize.fleet(await fleets.get(ctx_of(request), project, b.name, str(b.id) if b.id else None)))
+
+
+@router.post(P + "/fleets/get_plan")
+async def fleet_plan(request: Request, project_name: str) -> FastJSON:
+    user, project = await member(request, project_name)
+    b = await parse(rq.FleetPlanBody, request)
+    return FastJSON(await fleets.get_plan(ctx_of(request), project, user, b.spec.model_dump()))
+
+
+@router.post(P + "/fleets/apply")
+async def fleet_apply(request: Request, project_name: str) -> FastJSON:
+    _u, project = await member(request, project_name)
+    b = await parse(rq.ApplyFleetBody, request)
+    return FastJSON(await fleets.apply(ctx_of(request), project, b.plan.model_dump(), b.force))
+
+
+@router.post(P + "/fleets/delete")
+async def fleet_delete(request: Request, project_name: str) -> FastJSON:
+    _u, project = await member(request, project_name)
+    b = await parse(rq.NamesBody, request)
+    await fleets.delete(ctx_of(request), project, b.names)
+    return FastJSON(None)
+
+
+@router.post(P + "/fleets/delete_instances")
+async def fleet_delete_instances(request: Request, project_name: str) -> FastJSON:
+    _u, project = await member(request, project_name)
+    b = await parse(rq.DeleteInstancesBody, request)
+    await fleets.delete_instances(ctx_of(request), project, b.name, b.instance_nums)
+    return FastJSON(None)
+
+
+@router.post("/api/instances/list")
+async def list_instances(request: Request) -> FastJSON:
+    b = await parse(rq.ListInstancesBody, request)
+    user = await current_user(request)
+    db = ctx_of(request).db
+    visible = await accounts.list_projects(db, user)
+    if b.project_names is not None:
+        visible = [p for p in visible if p.name in b.project_names]
+    fleet_ids = [str(f) for f in b.fleet_ids] if b.fleet_ids is not None else None
+    found = await fleets.list_instances(ctx_of(request), [p.id for p in visible], fleet_ids, b.only_active, b.limit)
+    return FastJSON([serialize.instance(i) for i in found])
+
+
+# --- runs -------------------------------------------------------------------------------------------
+
+
+@router.post("/api/runs/list")
+async def list_all_runs(request: Request) -> FastJSON:
+    b = await parse(rq.ListRunsBody, request)
+    ids = await _member_project_ids(request, b.project_name)
+    user_id = None
+    if b.username:
+        found = await accounts.get_user(ctx_of(request).db, await current_user(request), b.username)
+        user_id = found.id
+    body = b.model_dump()
+    body["prev_run_id"] = str(b.prev_run_id) if b.prev_run_id else None
+    body["prev_submitted_at"] = b.prev_submitted_at.isoformat() if b.prev_submitted_at else None
+    found_runs = await runs.list_runs(ctx_of(request), ids, body, user_id)
+    return FastJSON([serialize.run(r) for r in found_runs])
+
+
+@router.post(P + "/runs/list")
+async def list_runs(request: Request, project_name: str) -> FastJSON:
+    _u, project = await member(request, project_name)
+    b = await parse(rq.ListRunsBody, request)
+    body = b.model_dump()
+    body["prev_run_id"] = str(b.prev_run_id) if b.prev_run_id else None
+    body["prev_submitted_at"] = b.prev_submitted_at.isoformat() if b.prev_submitted_at else None
+    return FastJSON([serialize.run(r) for r in await runs.list_runs(ctx_of(request), [project.id], body, None)])
+
+
+@router.post(P + "/runs/get")
+async def get_run(request: Request, project_name: str) -> FastJSON:
+    _u, project = await member(request, project_name)
+    b = await parse(rq.GetRunBody, request)
+    return FastJSON(serialize.run(await runs.get(ctx_of(request), project, b.run_name, str(b.id) if b.id else None)))
+
+
+@router.post(P + "/runs/get_plan")
+async def run_plan(request: Request, project_name: str) -> FastJSON:
+    user, project = await member(request, project_name)
+    b = await parse(rq.RunPlanBody, request)
+    return FastJSON(await runs.get_plan(ctx_of(request), project, user, b.model_dump()))
+
+
+@router.post(P + "/runs/apply")
+async def run_apply(request: Request, project_name: str) -> FastJSON:
+    user, project = await member(request, project_name)
+    b = await parse(rq.ApplyRunBody, request)
+    return FastJSON(await runs.apply(ctx_of(request), project, user, b.plan.model_dump(), b.force))
+
+
+@router.post(P + "/runs/stop")
+async def run_stop(request: Request, project_name: str) -> FastJSON:
+    _u, project = await member(request, project_name)
+    b = await parse(rq.StopRunsBody, request)
+    await runs.stop(ctx_of(request), project, b.runs_names, b.abort)
+    return FastJSON(None)
+
+
+@router.post(P + "/runs/delete")
+async def run_delete(request: Request, project_name: str) -> FastJSON:
+    _u, project = await member(request, project_name)
+    b = await parse(rq.DeleteRunsBody, request)
+    await runs.delete(ctx_of(request), project, b.runs_names)
+    return FastJSON(None)
+
+
+@router.post(P + "/logs/poll")
+async def logs_poll(request: Request, project_name: str) -> FastJSON:
+    _u, project = await member(request, project_name)
+    b = await parse(rq.PollLogsBody, request)
+    body = b.model_dump()
+    body["job_submission_id"] = str(b.job_submission_id)
+    for key in ("start_time", "end_time"):
+        body[key] = body[key].isoformat() if body[key] else None
+    return FastJSON(await logs.poll(ctx_of(request), project, body))
+
+
+@router.post(P + "/repos/init")
+async def repos_init(request: Request, project_name: str) -> FastJSON:
+    await member(request, project_name)
+    b = await parse(rq.ReposInitBody, request)
+    if b.repo_info.get("repo_type") != "virtual":
+        raise ServiceError("Only the virtual repo is supported yet: run with `--no-repo` (code upload comes later)")
+    return FastJSON(None)
+
+
+# --- gateways and volumes: validated, then "not supported yet" ----------------------------------------
+
+
+def _not_supported(what: str) -> ServiceError:
+    return ServiceError(f"{what} are not supported yet by corral")
+
+
+def _validate(fn: Any, conf: dict[str, Any], loc: tuple[str, ...]) -> None:
+    try:
+        fn(conf)
+    except ValidationError as e:
+        raise validation_errors(e, loc) from None
+
+
+@router.post(P + "/gateways/get_plan")
+async def gateway_plan(request: Request, project_name: str) -> FastJSON:
+    await member(request, project_name)
+    b = await parse(rq.GatewayPlanBody, request)
+    _validate(parse_gateway_configuration, b.spec.configuration, ("spec", "configuration"))
+    raise _not_supported("Gateways")
+
+
+@router.post(P + "/gateways/apply")
+async def gateway_apply(request: Request, project_name: str) -> FastJSON:
+    await member(request, project_name)
+    b = await parse(rq.GatewayApplyBody, request)
+    _validate(parse_gateway_configuration, b.plan.spec.configuration, ("plan", "spec", "configuration"))
+    raise _not_supported("Gateways")
+
+
+@router.post(P + "/gateways/list")
+async def gateway_list(request: Request, project_name: str) -> FastJSON:
+    await member(request, project_name)
+    return FastJSON([])
+
+
+@router.post(P + "/gateways/get")
+async def gateway_get(request: Request, project_name: str) -> FastJSON:
+    await member(request, project_name)
+    raise ServiceError("Gateway not found", code="resource_not_exists")
+
+
+@router.post(P + "/gateways/delete")
+async def gateway_delete(request: Request, project_name: str) -> FastJSON:
+    await member(request, project_name)
+    return FastJSON(None)
+
+
+@router.post(P + "/volumes/create")
+async def volume_create(request: Request, project_name: str) -> FastJSON:
+    await member(request, project_name)
+    b = await parse(rq.VolumeCreateBody, request)
+    _validate(parse_volume_configuration, b.configuration, ("configuration",))
+    raise _not_supported("Volumes")
+
+
+@router.post(P + "/volumes/list")
+@router.post("/api/volumes/list")
+async def volume_list(request: Request) -> FastJSON:
+    await current_user(request)
+    return FastJSON([])
+
+
+@router.post(P + "/volumes/get")
+async def volume_get(request: Request, project_name: str) -> FastJSON:
+    await member(request, project_name)
+    raise ServiceError("Volume not found", code="resource_not_exists")
+
+
+@router.post(P + "/volumes/delete")
+async def volume_delete(request: Request, project_name: str) -> FastJSON:
+    await member(request, project_name)
+    return FastJSON(None)

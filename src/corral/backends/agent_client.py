@@ -1,0 +1,140 @@
+"""Async client of the host agent's HTTP API (see :mod:`corral.agent.server`).
+
+One ``httpx.AsyncClient`` per agent, reused. Failures come out as two exceptions:
+:class:`AgentUnreachable` (connection refused, timeouts, broken connections: retry later or
+declare the host lost) and :class:`AgentError` (the agent answered, but with a non-2xx status or a
+reply that fails protocol validation; the message says what was wrong). Long-poll calls
+(``logs(wait=...)``) use a read timeout of ``wait + timeout``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import httpx
+
+from corral.agent.protocol import HostInfo, JobState, JobSubmission, LogsReply, ProtocolError
+
+T = TypeVar("T")
+
+
+class AgentClientError(Exception):
+    """Base of the agent client's errors."""
+
+
+class AgentUnreachable(AgentClientError):
+    """The agent could not be reached or did not answer in time."""
+
+
+class AgentError(AgentClientError):
+    """The agent answered with an error status or an invalid reply."""
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class AgentClient:
+    def __init__(self, base_url: str, token: str, timeout: float = 5.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(timeout),
+        )
+
+    async def __aenter__(self) -> AgentClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        read_timeout: float | None = None,
+    ) -> Any:
+        timeout = httpx.Timeout(self.timeout, read=read_timeout) if read_timeout is not None else None
+        try:
+            if timeout is not None:
+                resp = await self._client.request(method, path, json=json, params=params, timeout=timeout)
+            else:
+                resp = await self._client.request(method, path, json=json, params=params)
+        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
+            raise AgentUnreachable(
+                f"agent at {self.base_url}: {method} {path}: {type(e).__name__}: {e}"
+            ) from e
+        except httpx.HTTPError as e:
+            raise AgentUnreachable(f"agent at {self.base_url}: {method} {path}: {e}") from e
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        if not resp.is_success:
+            detail = body.get("error") if isinstance(body, dict) else None
+            if not isinstance(detail, str):
+                detail = resp.text[:200]
+            raise AgentError(f"agent {method} {path}: HTTP {resp.status_code}: {detail}", resp.status_code)
+        if body is None and resp.content:
+            raise AgentError(f"agent {method} {path}: the reply is not JSON", resp.status_code)
+        return body
+
+    @staticmethod
+    def _parse(what: str, fn: Callable[[Any], T], data: Any) -> T:
+        try:
+            return fn(data)
+        except ProtocolError as e:
+            raise AgentError(f"invalid reply to {what}: {e}") from e
+
+    async def health(self) -> dict[str, Any]:
+        data = await self._request("GET", "/health")
+        if not isinstance(data, dict) or data.get("status") != "ok":
+            raise AgentError(f"unexpected /health reply: {data!r}"[:300])
+        return data
+
+    async def info(self) -> HostInfo:
+        # detection may run nvidia-smi and docker info on first call: allow more time
+        data = await self._request("GET", "/info", read_timeout=self.timeout + 30.0)
+        return self._parse("GET /info", HostInfo.from_dict, data)
+
+    async def submit(self, submission: JobSubmission) -> JobState:
+        data = await self._request(
+            "POST", "/jobs", json=submission.to_dict(), read_timeout=self.timeout + 10.0
+        )
+        return self._parse("POST /jobs", JobState.from_dict, data)
+
+    async def state(self, job_id: str) -> JobState:
+        data = await self._request("GET", f"/jobs/{job_id}")
+        return self._parse("GET /jobs/{id}", JobState.from_dict, data)
+
+    async def list_jobs(self) -> list[JobState]:
+        data = await self._request("GET", "/jobs")
+        if not isinstance(data, list):
+            raise AgentError("invalid reply to GET /jobs: expected a list")
+        return [self._parse("GET /jobs", JobState.from_dict, d) for d in data]
+
+    async def logs(self, job_id: str, offset: int, wait: float = 0, limit: int = 1000) -> LogsReply:
+        params = {"offset": offset, "limit": limit, "wait": wait}
+        data = await self._request(
+            "GET", f"/jobs/{job_id}/logs", params=params, read_timeout=max(0.0, wait) + self.timeout
+        )
+        return self._parse("GET /jobs/{id}/logs", LogsReply.from_dict, data)
+
+    async def stop(self, job_id: str, abort: bool = False) -> JobState:
+        data = await self._request("POST", f"/jobs/{job_id}/stop", json={"abort": abort})
+        return self._parse("POST /jobs/{id}/stop", JobState.from_dict, data)
+
+    async def forget(self, job_id: str) -> None:
+        await self._request("DELETE", f"/jobs/{job_id}")
+
+    async def shutdown(self) -> None:
+        await self._request("POST", "/shutdown")

@@ -1,0 +1,179 @@
+"""The ``local`` backend: instances are host-agent processes on this machine.
+
+Its one offer describes this machine as an SSH host's agent would (all CPUs, total memory, the size of
+the disk holding the work directory, the GPUs ``nvidia-smi``/``amd-smi`` report), price 0. Each
+instance is an agent started in its own session with its own work directory and secret token, so it
+and its jobs survive a server restart; the server finds it again from the instance row, and reaps
+agents it has no record of.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from corral.agent.protocol import HostInfo
+from corral.agent.resources import detect_host_info
+from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
+from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
+from corral.domain.resources import Gpu, InstanceResources
+from corral.scheduler.types import Offer
+
+
+def host_resources(info: HostInfo) -> InstanceResources:
+    return InstanceResources(
+        cpus=info.cpus,
+        memory_mib=info.memory_mib,
+        gpus=tuple(Gpu(name=g.name, memory_mib=g.memory_mib, vendor=g.vendor) for g in info.gpus),
+        spot=False,
+        disk_size_mib=info.disk_size_mib,
+        cpu_arch=info.cpu_arch,
+    )
+
+
+class LocalCompute:
+    name = "local"
+
+    def __init__(self, instances_dir: Path, provisioning_timeout: float, request_timeout: float = 5.0) -> None:
+        self.instances_dir = instances_dir
+        self.provisioning_timeout = provisioning_timeout
+        self.request_timeout = request_timeout
+        self._offer: Offer | None = None
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def host_info(self) -> HostInfo:
+        self.instances_dir.mkdir(parents=True, exist_ok=True)
+        return detect_host_info(str(self.instances_dir), None)
+
+    def offers(self) -> list[Offer]:
+        if self._offer is None:
+            res = host_resources(self.host_info())
+            self._offer = Offer(backend="local", instance_type="local", region="local", price=0.0, resources=res)
+        return [self._offer]
+
+    async def create_instance(self, instance_id: str, instance_name: str) -> Provisioned:
+        work_dir = self.instances_dir / instance_id
+        work_dir.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_hex(24)
+        token_file = work_dir / "agent.token"
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token)
+        port_file = work_dir / "agent.port"
+        port_file.unlink(missing_ok=True)
+        log = open(work_dir / "agent.log", "ab")  # noqa: SIM115 - handed to the child
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "corral.agent", "serve", "--work-dir", str(work_dir),
+                 "--token-file", str(token_file)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            log.close()
+        self._procs[instance_id] = proc
+        deadline = time.monotonic() + self.provisioning_timeout
+        while not port_file.exists():
+            if proc.poll() is not None:
+                tail = (work_dir / "agent.log").read_text(errors="replace")[-800:]
+                raise ProvisioningError(f"The local agent exited with code {proc.returncode}: {tail.strip()}")
+            if time.monotonic() > deadline:
+                _kill_group(proc.pid)
+                raise ProvisioningError(f"The local agent did not start within {self.provisioning_timeout:.0f}s")
+            await asyncio.sleep(0.01)
+        port = int(port_file.read_text().strip())
+        endpoint = AgentEndpoint(url=f"http://127.0.0.1:{port}", token=token, pid=proc.pid, work_dir=str(work_dir))
+        client = AgentClient(endpoint.url, token, timeout=self.request_timeout)
+        try:
+            info = await client.info()
+        except (AgentUnreachable, AgentError) as e:
+            _kill_group(proc.pid)
+            raise ProvisioningError(f"The local agent does not answer: {e}") from None
+        finally:
+            await client.aclose()
+        return Provisioned(agent=endpoint, hostname=info.hostname, resources=host_resources(info),
+                           internal_ip="127.0.0.1")
+
+    async def terminate_instance(self, instance_id: str, agent: AgentEndpoint | None) -> None:
+        if agent is not None:
+            client = AgentClient(agent.url, agent.token, timeout=self.request_timeout)
+            try:
+                await client.shutdown()
+            except (AgentUnreachable, AgentError):
+                pass
+            finally:
+                await client.aclose()
+            if agent.pid is not None:
+                await _wait_gone(agent.pid, 15.0)
+                _kill_group(agent.pid)
+        proc = self._procs.pop(instance_id, None)
+        if proc is not None:
+            try:
+                proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+        shutil.rmtree(self.instances_dir / instance_id, ignore_errors=True)
+
+    async def reap_unknown(self, known_instance_ids: set[str]) -> list[str]:
+        """Stop agents left in the instances directory that no live instance owns."""
+        reaped: list[str] = []
+        if not self.instances_dir.exists():
+            return reaped
+        for d in self.instances_dir.iterdir():
+            if not d.is_dir() or d.name in known_instance_ids:
+                continue
+            pid_file = d / "agent.pid"
+            if pid_file.exists():
+                try:
+                    _kill_group(int(pid_file.read_text().strip()))
+                except ValueError:
+                    pass
+            shutil.rmtree(d, ignore_errors=True)
+            reaped.append(d.name)
+        return reaped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+async def _wait_gone(pid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        await asyncio.sleep(0.05)
+
+
+def _kill_group(pid: int) -> None:
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass

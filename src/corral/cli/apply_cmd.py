@@ -1,0 +1,346 @@
+"""``corral apply``: submit a run or create/update a fleet from a ``.dstack.yml``.
+
+The file is validated locally with :func:`corral.config.load_configuration_file` and its raw
+YAML mapping is what goes on the wire, as the ``configuration`` of a FleetSpec or RunSpec:
+
+* fleet: ``fleets/get_plan`` -> show the plan -> confirm -> ``fleets/apply`` -> watch until the
+  instances are provisioned;
+* task/service/dev-environment: ``repos/init`` (virtual repo) -> ``runs/get_plan`` -> show the
+  plan -> confirm -> ``runs/apply`` -> follow it (see :mod:`corral.cli.apply_run`).
+"""
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from corral.cli.common import ProjectOption, YesOption
+
+JSON = dict[str, Any]
+DEFAULT_FILES = (".dstack.yml", ".dstack.yaml")
+RUN_TYPES = ("task", "service", "dev-environment")
+
+
+def apply(
+    file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "-f",
+            "--file",
+            help="The configuration file (default: .dstack.yml or .dstack.yaml in this directory).",
+            metavar="FILE",
+            show_default=False,
+        ),
+    ] = None,
+    yes: YesOption = False,
+    detach: Annotated[
+        bool, typer.Option("-d", "--detach", help="Exit once submitted; do not follow the run.")
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Apply even if nothing changed or the resource changed since the plan."),
+    ] = False,
+    name: Annotated[
+        Optional[str], typer.Option("-n", "--name", help="The run or fleet name (overrides `name`).")
+    ] = None,
+    env: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "-e",
+            "--env",
+            help="An environment variable, KEY=VALUE or KEY; repeatable.",
+            metavar="KEY[=VALUE]",
+        ),
+    ] = None,
+    max_offers: Annotated[
+        int, typer.Option("--max-offers", help="How many offers the run plan shows.", min=1)
+    ] = 3,
+    project: ProjectOption = None,
+) -> None:
+    """Apply a configuration: submit a run, or create or update a fleet."""
+    from corral.cli.errors import CLIError
+
+    path = _find_file(file)
+    conf_type, raw = load_raw_configuration(path)
+    if name:
+        raw["name"] = name
+    if env:
+        raw["env"] = _merge_env(raw.get("env"), env)
+    if raw.get("env") is not None:
+        raw["env"] = resolve_env(raw["env"])
+    configuration_path = str(file) if file is not None else path.name
+
+    from corral.cli.common import client_for
+
+    client, project_name = client_for(project)
+    with client:
+        if conf_type == "fleet":
+            apply_fleet(client, project_name, raw, configuration_path, yes, detach, force)
+        elif conf_type in RUN_TYPES:
+            from corral.cli.apply_run import apply_run
+
+            code = apply_run(client, project_name, raw, configuration_path, yes, detach, force, max_offers)
+            if code:
+                raise typer.Exit(code)
+        else:
+            raise CLIError(f"`corral apply` does not support configurations of type {conf_type} yet")
+
+
+def _find_file(file: Optional[Path]) -> Path:
+    from corral.cli.errors import CLIError
+
+    if file is not None:
+        if not file.is_file():
+            raise CLIError(f"Configuration file {file} does not exist")
+        return file
+    for candidate in DEFAULT_FILES:
+        path = Path.cwd() / candidate
+        if path.is_file():
+            return path
+    raise CLIError(f"No .dstack.yml in {Path.cwd()}; pass a configuration file with -f FILE")
+
+
+def load_raw_configuration(path: Path) -> tuple[str, JSON]:
+    """Validate ``path`` with corral's configuration models; return its type and raw mapping."""
+    import yaml
+
+    from corral.cli.errors import CLIError
+    from corral.config import ConfigError, load_configuration_file
+
+    try:
+        conf = load_configuration_file(path)
+    except ConfigError as e:
+        problems = [str(p) for p in getattr(e, "problems", None) or str(e).splitlines()]
+        message = "; ".join(problems)
+        raise CLIError(message if str(path) in message else f"{path}: {message}") from e
+    raw = yaml.safe_load(path.read_text())
+    return str(getattr(conf, "type", raw.get("type"))), raw
+
+
+def _merge_env(current: Any, extra: list[str]) -> JSON:
+    env: JSON = {}
+    if isinstance(current, dict):
+        env.update(current)
+    elif isinstance(current, list):
+        for item in current:
+            key, sep, value = str(item).partition("=")
+            env[key] = value if sep else None
+    for item in extra:
+        key, sep, value = item.partition("=")
+        env[key] = value if sep else None
+    return env
+
+
+def resolve_env(env: Any) -> Any:
+    """Fill variables listed without a value (``- HF_TOKEN``) from this process's environment."""
+    import os
+
+    from corral.cli.errors import CLIError
+
+    def value_of(key: str) -> str:
+        if key not in os.environ:
+            raise CLIError(f"Environment variable {key} is not set")
+        return os.environ[key]
+
+    if isinstance(env, list):
+        return [item if "=" in str(item) else f"{item}={value_of(str(item))}" for item in env]
+    if isinstance(env, dict):
+        return {k: value_of(k) if v is None else v for k, v in env.items()}
+    return env
+
+
+# ---- fleets -------------------------------------------------------------------------------
+
+
+def apply_fleet(
+    client: Any, project: str, raw: JSON, configuration_path: str, yes: bool, detach: bool, force: bool
+) -> None:
+    """Plan, confirm and apply a fleet configuration, then watch it provision."""
+    from corral.cli import render
+    from corral.cli.errors import CLIError
+    from corral.sdk.errors import ClientError, ResourceNotExistsError
+
+    _resolve_ssh_keys(raw)
+    spec: JSON = {
+        "configuration": raw,
+        "configuration_path": configuration_path,
+        "profile": {"name": "default"},
+    }
+    out = render.console()
+    with out.status("Getting apply plan..."):
+        plan = client.fleets_get_plan(project, spec)
+    print_fleet_plan(plan)
+
+    current = plan.get("current_resource")
+    fleet_name = raw.get("name") or (plan.get("spec") or {}).get("configuration", {}).get("name")
+    delete_first = False
+    if current is None:
+        if fleet_name:
+            out.print(f"Fleet [code]{fleet_name}[/] does not exist yet.")
+        question = "Create the fleet?"
+    else:
+        effective = plan.get("effective_spec") or plan.get("spec") or {}
+        same = _same_spec(current.get("spec") or {}, effective)
+        message = f"Found fleet [code]{current.get('name')}[/]."
+        if same:
+            if yes and not force:
+                out.print("No configuration changes detected. Use --force to apply anyway.")
+                return
+            message += " No configuration changes detected."
+            question, delete_first = "Re-create the fleet?", True
+        elif plan.get("action") == "update":
+            message += " Configuration changes detected."
+            question = "Update the fleet in-place?"
+        else:
+            message += " Configuration changes detected. Cannot update the fleet in-place."
+            question, delete_first = "Re-create the fleet?", True
+        out.print(message)
+    if not yes and not render.confirm(question):
+        out.print("\nExiting...")
+        return
+    if delete_first and current is not None:
+        import time
+
+        with out.status("Deleting existing fleet..."):
+            client.fleets_delete(project, [current["name"]])
+            while True:
+                try:
+                    client.fleets_get(project, current["name"])
+                except ResourceNotExistsError:
+                    break
+                time.sleep(1)
+        current = None
+    try:
+        with out.status("Applying plan..."):
+            fleet = client.fleets_apply(project, {"spec": spec, "current_resource": current}, force)
+    except ClientError as e:
+        raise CLIError(str(e))
+    if detach:
+        out.print("Fleet configuration submitted. Exiting...")
+        return
+    _watch_fleet(client, project, fleet)
+
+
+def _watch_fleet(client: Any, project: str, fleet: JSON) -> None:
+    import time
+
+    from rich.live import Live
+
+    from corral.cli import render
+    from corral.cli.errors import CLIError
+
+    out = render.console()
+    try:
+        with Live(console=out, refresh_per_second=1, transient=True) as live:
+            while any(
+                i.get("status") in ("pending", "provisioning", "terminating")
+                for i in fleet.get("instances") or []
+            ):
+                live.update(render.fleets_table([fleet], project))
+                time.sleep(1)
+                fleet = client.fleets_get(project, fleet["name"])
+    except KeyboardInterrupt:
+        out.print("Exiting... Fleet provisioning will continue in the background.")
+        return
+    failed = any(i.get("status") == "terminated" for i in fleet.get("instances") or [])
+    out.print(render.fleets_table([fleet], project, verbose=failed))
+    if failed:
+        raise CLIError("Some instances failed. Check the table above for errors.")
+
+
+def _same_spec(current: JSON, effective: JSON) -> bool:
+    def norm(spec: JSON) -> JSON:
+        return {
+            k: v for k, v in spec.items() if k not in ("merged_profile", "autocreated", "configuration_path")
+        }
+
+    return norm(current) == norm(effective)
+
+
+def print_fleet_plan(plan: JSON) -> None:
+    """Project, User, Configuration, Type, Fleet type, Nodes, ... then up to 3 offers."""
+    from corral.cli import formatting as f
+    from corral.cli import render
+
+    spec = plan.get("effective_spec") or plan.get("spec") or {}
+    conf = spec.get("configuration") or {}
+    rows = [
+        ("Project", str(plan.get("project_name") or "")),
+        ("User", str(plan.get("user") or "")),
+        ("Configuration", str(spec.get("configuration_path") or "?")),
+        ("Type", str(conf.get("type") or "fleet")),
+    ]
+    ssh = conf.get("ssh_config")
+    spot_policy = f.merged_profile(spec, fleet=True).get("spot_policy")
+    if ssh is not None:
+        rows += [("Fleet type", "ssh"), ("Nodes", str(len(ssh.get("hosts") or [])))]
+        spot_policy = None
+    else:
+        rows += [("Fleet type", "cloud"), ("Nodes", f.format_nodes_spec(conf.get("nodes")))]
+    rows.append(("Placement", str(conf.get("placement") or "any")))
+    if conf.get("backends") is not None:
+        rows.append(("Backends", ", ".join(map(str, conf["backends"]))))
+    if conf.get("regions") is not None:
+        rows.append(("Regions", ", ".join(map(str, conf["regions"]))))
+    if ssh is None and conf.get("resources") is not None:
+        rows.append(("Resources", f.format_resources_spec(conf["resources"])))
+    if spot_policy is not None:
+        rows.append(("Spot policy", str(spot_policy)))
+    if conf.get("reservation") is not None:
+        rows.append(("Reservation", str(conf["reservation"])))
+    out = render.console()
+    out.print(render.props_table(rows))
+    out.print()
+    offers = plan.get("offers") or []
+    if offers:
+        out.print(render.offers_table(offers[:3], len(offers)))
+        if len(offers) > 3:
+            out.print(
+                f"[secondary] Shown 3 of {plan.get('total_offers', len(offers))} offers, "
+                f"{f.format_max_price(plan.get('max_offer_price'))} max[/]"
+            )
+        out.print()
+    elif ssh is None:
+        out.print(render.NO_OFFERS_WARNING)
+
+
+def _resolve_ssh_keys(raw: JSON) -> None:
+    """Put the contents of each ``identity_file`` in ``ssh_key`` (as dstack's CLI does), so the
+    server never reads files on the client's machine."""
+    ssh = raw.get("ssh_config")
+    if not isinstance(ssh, dict):
+        return
+    targets = [ssh, ssh.get("proxy_jump")]
+    for host in ssh.get("hosts") or []:
+        if isinstance(host, dict):
+            targets += [host, host.get("proxy_jump")]
+    for target in targets:
+        if isinstance(target, dict) and target.get("identity_file") and not target.get("ssh_key"):
+            target["ssh_key"] = _read_ssh_key(str(target["identity_file"]))
+
+
+def _read_ssh_key(path_text: str) -> JSON:
+    import subprocess
+
+    from corral.cli.errors import CLIError
+
+    path = Path(path_text).expanduser()
+    try:
+        private = path.read_text()
+    except OSError as e:
+        raise CLIError(f"Unable to read the SSH key at {path_text}: {e.strerror or e}")
+    if "PRIVATE KEY" not in private:
+        raise CLIError(f"Expected a private key at {path_text}")
+    pub_path = path.with_name(path.name + ".pub")
+    public = ""
+    if pub_path.is_file():
+        public = pub_path.read_text().strip()
+    else:
+        try:
+            result = subprocess.run(
+                ["ssh-keygen", "-y", "-f", str(path)], capture_output=True, text=True, timeout=10, check=False
+            )
+            public = result.stdout.strip() if result.returncode == 0 else ""
+        except (OSError, subprocess.SubprocessError):
+            public = ""
+    return {"public": public, "private": private}

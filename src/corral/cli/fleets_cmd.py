@@ -1,0 +1,104 @@
+"""``corral fleet [list]`` and ``corral fleet delete NAME [-i NUM]``.
+
+``list`` is ``POST /api/project/{p}/fleets/list {"include_imported": true}``; ``delete`` checks
+the fleet with ``fleets/get`` and calls ``fleets/delete`` or ``fleets/delete_instances``.
+"""
+
+from typing import Annotated, Optional
+
+import typer
+
+from corral.cli.common import ProjectOption, YesOption
+
+VerboseOption = Annotated[
+    bool, typer.Option("-v", "--verbose", help="Show resources and errors of fleets and instances.")
+]
+WatchOption = Annotated[bool, typer.Option("-w", "--watch", help="Refresh the table until Ctrl-C.")]
+
+
+def fleet_list(
+    ctx: typer.Context,
+    project: ProjectOption = None,
+    verbose: VerboseOption = False,
+    watch: WatchOption = False,
+) -> None:
+    """List fleets and their instances (the default subcommand)."""
+    if ctx.invoked_subcommand is None:
+        _list(project, verbose, watch)
+
+
+def fleet_list_cmd(
+    project: ProjectOption = None,
+    verbose: VerboseOption = False,
+    watch: WatchOption = False,
+) -> None:
+    """List fleets and their instances."""
+    _list(project, verbose, watch)
+
+
+def _list(project: Optional[str], verbose: bool, watch: bool) -> None:
+    import time
+
+    from corral.cli import render
+    from corral.cli.common import client_for
+
+    client, project_name = client_for(project)
+    with client:
+        if not watch:
+            fleets = client.fleets_list(project_name)
+            render.console().print(render.fleets_table(fleets, project_name, verbose))
+            return
+        from rich.live import Live
+
+        try:
+            with Live(console=render.console(), refresh_per_second=1) as live:
+                while True:
+                    fleets = client.fleets_list(project_name)
+                    live.update(render.fleets_table(fleets, project_name, verbose))
+                    time.sleep(2)
+        except KeyboardInterrupt:
+            pass
+
+
+def fleet_delete(
+    name: Annotated[str, typer.Argument(help="The fleet to delete.")],
+    instances: Annotated[
+        Optional[list[int]],
+        typer.Option(
+            "-i",
+            "--instance",
+            help="Delete only this instance (its number in the fleet); repeatable.",
+            metavar="NUM",
+        ),
+    ] = None,
+    project: ProjectOption = None,
+    yes: YesOption = False,
+) -> None:
+    """Delete a fleet, or some of its instances."""
+    from corral.cli import render
+    from corral.cli.common import client_for
+    from corral.cli.errors import CLIError
+    from corral.sdk.errors import ResourceNotExistsError
+
+    client, project_name = client_for(project)
+    out = render.console()
+    with client:
+        try:
+            client.fleets_get(project_name, name)
+        except ResourceNotExistsError:
+            raise CLIError(f"Fleet {name} does not exist")
+        if not instances:
+            if not yes and not render.confirm(f"Delete the fleet [code]{name}[/]?"):
+                out.print("\nExiting...")
+                return
+            with out.status("Deleting fleet..."):
+                client.fleets_delete(project_name, [name])
+            out.print(f"Fleet [code]{name}[/] deleted")
+            return
+        nums = sorted(set(instances))
+        if not yes and not render.confirm(f"Delete the fleet [code]{name}[/] instances {nums}?"):
+            out.print("\nExiting...")
+            return
+        with out.status("Deleting fleet instances..."):
+            client.fleets_delete_instances(project_name, name, nums)
+        out.print(f"Fleet [code]{name}[/] instances deleted")

@@ -1,0 +1,191 @@
+"""The ``corral`` command: a Typer app whose commands follow dstack's CLI.
+
+Start-up is kept cheap: this module imports only Typer and the command modules, which import
+nothing heavy at module level; Rich, httpx, PyYAML and pydantic are imported inside the commands
+that need them. Errors reach the user as one red ``Error: ...`` line with exit code 1, never a
+traceback (set ``CORRAL_DEBUG=1`` to see one); Ctrl-C exits with 130.
+
+``main()`` is the console script; ``run(argv)`` runs the CLI in-process and returns the exit code.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from corral.cli import apply_cmd, fleets_cmd, offer_cmd, projects_cmd, runs_cmd
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+app = typer.Typer(
+    name="corral",
+    help="corral: an orchestrator for AI and GPU workloads that speaks dstack's API.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _guard(func: F) -> F:
+    """Turn Ctrl-C inside a command into a quiet exit 130 (Click would print "Aborted!")."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except KeyboardInterrupt:
+            sys.stderr.write("\n")
+            raise SystemExit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from corral import DSTACK_API_VERSION, __version__
+
+        typer.echo(f"corral {__version__} (dstack API {DSTACK_API_VERSION})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit."),
+    ] = False,
+) -> None:
+    """corral: an orchestrator for AI and GPU workloads that speaks dstack's API."""
+
+
+@app.command("server")
+@_guard
+def server(
+    host: Annotated[
+        str, typer.Option("--host", help="The address to listen on.", envvar="CORRAL_SERVER_HOST")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("-p", "--port", help="The port to listen on.", envvar="CORRAL_SERVER_PORT")
+    ] = 3000,
+    log_level: Annotated[
+        str,
+        typer.Option(
+            "-l", "--log-level", help="debug, info, warning or error.", envvar="CORRAL_SERVER_LOG_LEVEL"
+        ),
+    ] = "info",
+) -> None:
+    """Start the corral server (API, scheduler and the local backend) in this process."""
+    import importlib
+
+    from corral.cli.errors import CLIError
+
+    try:
+        serve = importlib.import_module("corral.server")
+    except ModuleNotFoundError as e:
+        if e.name and "corral.api" in e.name:
+            raise CLIError("The server is not part of this installation (corral.server is missing)")
+        raise
+    serve.main(host=host, port=port, log_level=log_level)
+
+
+_commands: list[tuple[str, Callable[..., Any]]] = [
+    ("apply", apply_cmd.apply),
+    ("ps", runs_cmd.ps),
+    ("logs", runs_cmd.logs),
+    ("stop", runs_cmd.stop),
+    ("delete", runs_cmd.delete),
+    ("offer", offer_cmd.offer),
+]
+for _name, _func in _commands:
+    app.command(_name)(_guard(_func))
+
+_fleet_app = typer.Typer(
+    help="List and delete fleets.",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+_fleet_app.callback()(_guard(fleets_cmd.fleet_list))
+_fleet_app.command("list")(_guard(fleets_cmd.fleet_list_cmd))
+_fleet_app.command("delete")(_guard(fleets_cmd.fleet_delete))
+app.add_typer(_fleet_app, name="fleet")
+
+_project_app = typer.Typer(
+    help="Manage the projects the CLI knows (~/.corral/config.yml).",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+_project_app.callback()(_guard(projects_cmd.project_default))
+_project_app.command("add")(_guard(projects_cmd.project_add))
+_project_app.command("list")(_guard(projects_cmd.project_list))
+_project_app.command("set-default")(_guard(projects_cmd.project_set_default))
+_project_app.command("delete")(_guard(projects_cmd.project_delete))
+app.add_typer(_project_app, name="project")
+
+
+def error_message(exc: BaseException) -> str:
+    """The one line shown for ``exc``."""
+    from corral.cli.errors import CLIError
+    from corral.sdk.errors import CorralError
+
+    config_mod = sys.modules.get("corral.config")
+    config_error = getattr(config_mod, "ConfigError", None)
+    if isinstance(exc, (CLIError, CorralError)) or (
+        isinstance(config_error, type) and isinstance(exc, config_error)
+    ):
+        text = str(exc)
+    elif isinstance(exc, OSError) and exc.strerror:
+        text = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    else:
+        text = f"{type(exc).__name__}: {exc} (set CORRAL_DEBUG=1 to see the traceback)"
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return "; ".join(lines) or type(exc).__name__
+
+
+def _print_error(message: str) -> None:
+    line = f"Error: {message}"
+    if sys.stderr.isatty() and not os.environ.get("NO_COLOR"):
+        line = f"\x1b[31m{line}\x1b[0m"
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    try:
+        app(args=argv, prog_name="corral", standalone_mode=True)
+    except SystemExit as e:
+        if e.code is None:
+            return 0
+        if isinstance(e.code, int):
+            return e.code
+        _print_error(str(e.code))
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        return 130
+    except Exception as e:
+        if os.environ.get("CORRAL_DEBUG"):
+            raise
+        from corral.cli.errors import CLIError
+
+        _print_error(error_message(e))
+        return e.exit_code if isinstance(e, CLIError) else 1
+    return 0
+
+
+def main() -> None:
+    """The ``corral`` console script."""
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

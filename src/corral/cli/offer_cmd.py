@@ -1,0 +1,116 @@
+"""``corral offer``: what the project's backends and fleets could offer for some resources.
+
+One ``runs/get_plan`` with a throw-away task (``image: scratch``, ``commands: [":"]``, dstack's
+"unconstrained" resources overridden by the options) and ``for_offers_only: true``.
+"""
+
+from typing import Annotated, Any, Optional
+
+import typer
+
+from corral.cli.common import ProjectOption
+
+
+def offer(
+    gpu: Annotated[
+        Optional[str], typer.Option("--gpu", help="GPU spec, e.g. A100:80GB:2 or 24GB..:1..", metavar="SPEC")
+    ] = None,
+    cpu: Annotated[
+        Optional[str], typer.Option("--cpu", help="CPU count or range, e.g. 4..", metavar="SPEC")
+    ] = None,
+    memory: Annotated[
+        Optional[str], typer.Option("--memory", help="Memory size or range, e.g. 16GB..", metavar="SIZE")
+    ] = None,
+    disk: Annotated[
+        Optional[str], typer.Option("--disk", help="Disk size or range, e.g. 100GB..", metavar="SIZE")
+    ] = None,
+    backend: Annotated[
+        Optional[list[str]], typer.Option("-b", "--backend", help="Only this backend; repeatable.")
+    ] = None,
+    fleet: Annotated[
+        Optional[list[str]], typer.Option("--fleet", help="Only offers of this fleet; repeatable.")
+    ] = None,
+    spot: Annotated[
+        Optional[bool], typer.Option("--spot/--on-demand", help="Only spot, or only on-demand, offers.")
+    ] = None,
+    max_price: Annotated[
+        Optional[float], typer.Option("--max-price", help="Only offers up to this hourly price.")
+    ] = None,
+    max_offers: Annotated[
+        int, typer.Option("--max-offers", help="Show at most this many offers.", min=1)
+    ] = 50,
+    json_: Annotated[bool, typer.Option("--json", help="Print the offers as JSON.")] = False,
+    project: ProjectOption = None,
+) -> None:
+    """List the instance offers matching the given resources."""
+    import json
+
+    from corral.cli import formatting, render
+    from corral.cli.common import client_for
+
+    resources: dict[str, Any] = {"cpu": "1..", "memory": "0GB..", "gpu": "0..", "disk": None}
+    for key, value in (("cpu", cpu), ("memory", memory), ("gpu", gpu)):
+        if value is not None:
+            resources[key] = value
+    if disk is not None:
+        resources["disk"] = disk
+    configuration: dict[str, Any] = {
+        "type": "task",
+        "image": "scratch",
+        "user": "root",
+        "commands": [":"],
+        "resources": resources,
+    }
+    if backend:
+        configuration["backends"] = backend
+    if fleet:
+        configuration["fleets"] = fleet
+    if spot is not None:
+        configuration["spot_policy"] = "spot" if spot else "on-demand"
+    if max_price is not None:
+        configuration["max_price"] = max_price
+    run_spec = {"configuration": configuration, "profile": {"name": "default"}}
+
+    client, project_name = client_for(project)
+    out = render.console()
+    with client:
+        plan = client.runs_get_plan(project_name, run_spec, max_offers=max_offers, for_offers_only=True)
+    job_plan = (plan.get("job_plans") or [{}])[0]
+    requirements = (job_plan.get("job_spec") or {}).get("requirements") or {}
+    offers = job_plan.get("offers") or []
+    total = int(job_plan.get("total_offers") or len(offers))
+    if json_:
+        conf = (plan.get("run_spec") or {}).get("configuration") or configuration
+        output = {
+            "project": plan.get("project_name", project_name),
+            "user": plan.get("user"),
+            "requirements": {
+                "resources": requirements.get("resources"),
+                "max_price": requirements.get("max_price"),
+                "spot": {"spot": True, "on-demand": False}.get(str(conf.get("spot_policy"))),
+                "reservation": conf.get("reservation"),
+            },
+            "offers": offers,
+            "total_offers": total,
+        }
+        print(json.dumps(output))
+        return
+    out.print(
+        render.props_table(
+            [
+                ("Project", str(plan.get("project_name", project_name))),
+                ("Resources", formatting.format_resources_spec(requirements.get("resources"))),
+                ("Spot policy", formatting.format_spot(requirements.get("spot"))),
+                ("Max price", formatting.format_max_price(requirements.get("max_price"))),
+            ]
+        )
+    )
+    out.print()
+    if offers:
+        out.print(render.offers_table(offers, total, mute_tail_rows=False))
+        out.print()
+        if total > len(offers):
+            price = f"${job_plan.get('max_price') or 0:3f}".rstrip("0").rstrip(".")
+            out.print(f"[secondary] Shown {len(offers)} of {total} offers, {price} max[/]")
+    else:
+        out.print(render.NO_OFFERS_WARNING)

@@ -1,0 +1,112 @@
+"""``corral project add|list|set-default|delete``: the projects in ``~/.corral/config.yml``.
+
+``add`` checks the URL and token with ``POST /api/projects/{name}/get`` (no body, as dstack's
+CLI sends it) before writing the file.
+"""
+
+from typing import Annotated
+
+import typer
+
+from corral.cli.common import YesOption
+
+
+def project_default(ctx: typer.Context) -> None:
+    """Manage the projects the CLI knows; without a subcommand, list them."""
+    if ctx.invoked_subcommand is None:
+        project_list(verbose=False)
+
+
+def project_add(
+    name: Annotated[str, typer.Option("--name", help="The project's name on the server.")],
+    url: Annotated[str, typer.Option("--url", help="The server's URL, e.g. http://127.0.0.1:3000.")],
+    token: Annotated[str, typer.Option("--token", help="Your user token on that server.")],
+    yes: YesOption = False,
+    no: Annotated[
+        bool, typer.Option("-n", "--no", help="Add the project without making it the default.")
+    ] = False,
+) -> None:
+    """Add a project (or update its URL and token) and make it the default."""
+    from corral.cli import render
+    from corral.cli.errors import CLIError
+    from corral.sdk import config_file
+    from corral.sdk.client import CorralClient
+    from corral.sdk.errors import AuthError, NotFoundError
+
+    url = url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        url = "http://" + url
+    with CorralClient(url, token) as client:
+        try:
+            client.projects_get(name)
+        except AuthError:
+            raise CLIError(f"Forbidden: the token is not valid at {url}")
+        except NotFoundError:
+            raise CLIError(f"Project {name} not found at {url}")
+    projects = config_file.list_projects()
+    current = next((p for p in projects if p["default"]), None)
+    if no:
+        default = False
+    elif yes or current is None or current["name"] == name:
+        default = True
+    else:
+        default = render.confirm(f"Set [code]{name}[/] as your default project?")
+    path = config_file.add_project(name, url, token, default=default)
+    render.console().print(f"Configuration updated at {path}")
+
+
+def project_list(
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Also ask each server who you are.")
+    ] = False,
+) -> None:
+    """List the configured projects."""
+    from rich.table import Table
+
+    from corral.cli import render
+    from corral.sdk import config_file
+    from corral.sdk.client import CorralClient
+    from corral.sdk.errors import CorralError
+
+    projects = config_file.list_projects()
+    table = Table(box=None)
+    table.add_column("PROJECT", style="bold", no_wrap=True)
+    table.add_column("URL", style="grey58")
+    if verbose:
+        table.add_column("USER", style="grey58")
+    table.add_column("DEFAULT", justify="center")
+    for p in projects:
+        row = [p["name"], p["url"]]
+        if verbose:
+            try:
+                with CorralClient(p["url"], p["token"], timeout=5) as client:
+                    row.append(str(client.get_my_user().get("username")))
+            except CorralError:
+                row.append("(unavailable)")
+        row.append("✓" if p["default"] else "")
+        table.add_row(*row, style="bold" if p["default"] else None)
+    render.console().print(table)
+
+
+def project_set_default(
+    name: Annotated[str, typer.Argument(help="The project to make the default.")],
+) -> None:
+    """Make a configured project the default."""
+    from corral.cli import render
+    from corral.sdk import config_file
+
+    config_file.set_default(name)
+    render.console().print("[grey58]OK[/]")
+
+
+def project_delete(
+    name: Annotated[str, typer.Option("--name", help="The project to forget.")],
+    yes: YesOption = False,
+) -> None:
+    """Remove a project from the CLI's configuration (the server keeps it)."""
+    from corral.cli import render
+    from corral.sdk import config_file
+
+    if yes or render.confirm(f"Are you sure you want to delete project [code]{name}[/]?"):
+        config_file.delete_project(name)
+        render.console().print("[grey58]OK[/]")

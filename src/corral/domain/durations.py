@@ -1,0 +1,64 @@
+"""dstack's duration grammar: an int number of seconds or `<n>[smhdw]` (`30m`, `1d`), plus the
+"offable" variants (`off`/`false`) used by profile parameters. Pure functions, standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 24 * 3600, "w": 7 * 24 * 3600}
+_DURATION_RE = re.compile(r"(?P<amount>\d+) *(?P<unit>[smhdw])$")
+
+OFF = "off"
+IDLE_OFF = -1
+
+
+def parse_duration(value: object) -> int:
+    """Seconds from `120`, `"120"`, `"30m"`, `"2h"`, `"1d"`, `"1w"`. Floats are truncated (as dstack)."""
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+        match = _DURATION_RE.match(value)
+        if match is None:
+            raise ValueError(
+                f"cannot parse the duration {value!r}: use seconds or <number><s|m|h|d|w>, e.g. 90, 30m, 2h"
+            )
+        return int(match.group("amount")) * _UNIT_SECONDS[match.group("unit")]
+    raise ValueError(f"cannot parse the duration {value!r}: use seconds or <number><s|m|h|d|w>")
+
+
+def parse_off_duration(value: object) -> Literal["off"] | int | None:
+    """An "offable" duration: `off`/`false` -> "off", `true`/None -> None (default), else seconds >= 0."""
+    if value is False or value == OFF:
+        return "off"
+    if value is True or value is None:
+        return None
+    seconds = parse_duration(value)
+    if seconds < 0:
+        raise ValueError("duration cannot be negative; use `off` to disable")
+    return seconds
+
+
+def parse_idle_duration(value: object) -> int | None:
+    """An idle duration: `off`/`false`/-1 -> -1; `true`/None -> None; else seconds (negatives kept)."""
+    if value is False or value == OFF or (not isinstance(value, bool) and value == IDLE_OFF):
+        return IDLE_OFF
+    if value is True or value is None:
+        return None
+    return parse_duration(value)
+
+
+def format_duration(seconds: int) -> str:
+    """The shortest exact `<n><unit>` text for `seconds` (`3600` -> `1h`, `90` -> `90s`)."""
+    if seconds <= 0:
+        return f"{seconds}s"
+    for unit in ("w", "d", "h", "m"):
+        size = _UNIT_SECONDS[unit]
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

@@ -1,0 +1,34 @@
+"""Rules over a fleet's normalised spec (the JSON that ``fleets/apply`` stores)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def nodes_bounds(spec: dict[str, Any]) -> tuple[int, int | None]:
+    """``(nodes.min, nodes.max)`` of a fleet spec; SSH fleets have exactly one node per host."""
+    conf = spec.get("configuration") or {}
+    ssh = conf.get("ssh_config")
+    if ssh:
+        n = len(ssh.get("hosts") or [])
+        return n, n
+    nodes = conf.get("nodes")
+    if nodes is None:
+        return 0, 0
+    if isinstance(nodes, int):
+        return nodes, nodes
+    lo = nodes.get("min")
+    hi = nodes.get("max")
+    return int(lo or 0), (None if hi is None else int(hi))
+
+
+def fleet_blocks(spec: dict[str, Any]) -> int | None:
+    """The fleet's ``blocks`` (None = ``auto``)."""
+    blocks = (spec.get("configuration") or {}).get("blocks", 1)
+    if blocks == "auto":
+        return None
+    return int(blocks or 1)
+
+
+def fleet_placement(spec: dict[str, Any]) -> str:
+    return str((spec.get("configuration") or {}).get("placement") or "any")

@@ -1,0 +1,143 @@
+"""Frozen records of the persistent entities, as the store hands them to the rest of corral.
+
+Documents (specs, provisioning data) stay as JSON-compatible dicts: their schema belongs to the
+configuration and wire models, not to the domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class UserRec:
+    id: str
+    name: str
+    token: str
+    global_role: str
+    email: str | None
+    active: bool
+    created_at: float
+    ssh_private_key: str | None
+    ssh_public_key: str | None
+
+
+@dataclass(frozen=True)
+class MemberRec:
+    user: UserRec
+    project_role: str
+
+
+@dataclass(frozen=True)
+class ProjectRec:
+    id: str
+    name: str
+    owner: UserRec
+    created_at: float
+    is_public: bool
+    backends: tuple[dict[str, Any], ...]
+    ssh_public_key: str | None
+    ssh_private_key: str | None
+
+
+@dataclass(frozen=True)
+class InstanceRec:
+    id: str
+    project_id: str
+    project_name: str
+    fleet_id: str | None
+    fleet_name: str | None
+    name: str
+    instance_num: int
+    status: str
+    unreachable: bool
+    backend: str
+    region: str | None
+    price: float | None
+    offer: dict[str, Any] | None
+    total_blocks: int | None
+    busy_blocks: int
+    hostname: str | None
+    agent: dict[str, Any] | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    last_job_finished_at: float | None
+    idle_duration: float | None
+    termination_reason: str | None
+    termination_reason_message: str | None
+    job_name: str | None = None
+
+
+@dataclass(frozen=True)
+class FleetRec:
+    id: str
+    project_id: str
+    project_name: str
+    name: str
+    created_at: float
+    status: str
+    status_message: str | None
+    spec: dict[str, Any]
+    deleted: bool
+    instances: tuple[InstanceRec, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobRec:
+    id: str
+    run_id: str
+    project_id: str
+    run_name: str
+    job_num: int
+    replica_num: int
+    job_name: str
+    submission_num: int
+    deployment_num: int
+    submitted_at: float
+    last_processed_at: float
+    finished_at: float | None
+    status: str
+    status_message: str | None
+    termination_reason: str | None
+    termination_reason_message: str | None
+    exit_status: int | None
+    job_spec: dict[str, Any]
+    priority: int
+    instance_id: str | None
+    job_provisioning_data: dict[str, Any] | None
+    job_runtime_data: dict[str, Any] | None
+    stop_requested: str | None
+    disconnected_at: float | None
+    log_offset: int
+    wait_deadline: float | None
+
+
+@dataclass(frozen=True)
+class RunRec:
+    id: str
+    project_id: str
+    project_name: str
+    user_name: str
+    run_name: str
+    submitted_at: float
+    last_processed_at: float
+    status: str
+    status_message: str | None
+    termination_reason: str | None
+    run_spec: dict[str, Any]
+    priority: int
+    fleet_id: str | None
+    fleet_name: str | None
+    deployment_num: int
+    deleted: bool
+    jobs: tuple[JobRec, ...] = ()
+
+
+@dataclass(frozen=True)
+class LogRec:
+    id: int
+    timestamp: float
+    source: int
+    message: bytes

@@ -1,0 +1,238 @@
+"""``schedule(snapshot, now) -> Plan``: the pure placement decision.
+
+Jobs are taken in queue order (priority, higher first; then submission time). The jobs of one run form
+a gang placed in a single fleet together or not at all. For each gang the scheduler prefers free blocks
+of existing instances (cheapest first), then new instances of a fleet under its ``nodes.max``; a gang
+that could run once capacity frees waits (if its retry policy lets it), and one that no fleet can
+ever hold fails at once with a message naming each fleet and why. Capacity taken by a gang earlier in
+the order is not offered to later ones, so a lower-priority job never takes what a higher one can use
+now, while a higher job that cannot fit anywhere does not block lower ones that fit elsewhere.
+
+The plan is optimistic: ``store.plan_apply`` recounts under locks and rejects what no longer fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from corral.domain.resources import InstanceResources, Requirements, match_requirements
+from corral.scheduler.blocks import blocks_needed, total_blocks_for
+from corral.scheduler.types import (
+    Assign,
+    Decision,
+    Fail,
+    FleetSlot,
+    Gang,
+    InstanceSlot,
+    Offer,
+    Plan,
+    QueuedJob,
+    Reserve,
+    Snapshot,
+    Wait,
+)
+
+NO_FLEETS_MESSAGE = (
+    "No matching fleet found. Possible reasons: https://dstack.ai/docs/guides/troubleshooting/#no-fleets"
+)
+SPECIFIED_FLEETS_MESSAGE = "Failed to use specified fleets"
+_USABLE_STATUSES = frozenset({"pending", "provisioning", "idle", "busy"})
+
+
+@dataclass
+class _Ledger:
+    """Capacity as this pass has used it so far."""
+
+    free_blocks: dict[str, int] = field(default_factory=dict)
+    fleet_count: dict[str, int] = field(default_factory=dict)
+    backend_used: dict[str, int] = field(default_factory=dict)
+
+    def copy(self) -> _Ledger:
+        return _Ledger(dict(self.free_blocks), dict(self.fleet_count), dict(self.backend_used))
+
+
+def _initial_ledger(snapshot: Snapshot) -> _Ledger:
+    ledger = _Ledger()
+    for fleet in snapshot.fleets:
+        ledger.fleet_count[fleet.id] = len(fleet.instances)
+        for inst in fleet.instances:
+            ledger.free_blocks[inst.id] = max(0, inst.total_blocks - inst.busy_blocks)
+    for key, (used, _limit) in snapshot.backend_limits.items():
+        ledger.backend_used[key] = used
+    return ledger
+
+
+def _candidate_fleets(job: QueuedJob, fleets: Iterable[FleetSlot]) -> list[FleetSlot]:
+    own = [f for f in fleets if f.project_id == job.project_id]
+    if job.fleet_names is None:
+        return own
+    names = set(job.fleet_names)
+    return [f for f in own if f.name in names]
+
+
+def _instance_usable(inst: InstanceSlot) -> bool:
+    return inst.status in _USABLE_STATUSES and not inst.unreachable and inst.resources is not None
+
+
+def _never_fits_reason(fleet: FleetSlot, job: QueuedJob, reuse_only: bool) -> str | None:
+    """Why ``job`` can never run in ``fleet`` (None if it could, once capacity frees)."""
+    if job.multinode and fleet.placement != "cluster":
+        return "multi-node tasks need a fleet with `placement: cluster`"
+    if fleet.nodes_max is not None and fleet.nodes_max < job.nodes:
+        return f"the run needs {job.nodes} nodes but nodes.max is {fleet.nodes_max}"
+    reasons: list[str] = []
+    for inst in fleet.instances:
+        if inst.resources is None or inst.status not in _USABLE_STATUSES:
+            continue
+        if blocks_needed(job.requirements, inst.resources, inst.total_blocks) is not None:
+            return None
+        reasons.append(_why(job.requirements, inst.resources, inst.total_blocks))
+    if not reuse_only and (fleet.nodes_max is None or fleet.nodes_max > 0):
+        for offer in fleet.offers:
+            total = total_blocks_for(fleet.blocks, offer.resources)
+            if blocks_needed(job.requirements, offer.resources, total) is not None:
+                return None
+            reasons.append(_why(job.requirements, offer.resources, total))
+    if reuse_only and not fleet.instances:
+        return "it has no instances and `creation_policy: reuse` allows no new ones"
+    if not reasons:
+        return "it has no instances and cannot create any"
+    return reasons[0]
+
+
+def _why(req: Requirements, res: InstanceResources, total_blocks: int) -> str:
+    reason = match_requirements(req, res)
+    if reason is None and total_blocks > 1:
+        return f"not even all {total_blocks} blocks of an instance are enough"
+    return reason or "does not match"
+
+
+def _try_place_in_fleet(
+    jobs: list[QueuedJob], fleet: FleetSlot, ledger: _Ledger, limits: dict[str, tuple[int, int]]
+) -> tuple[list[Decision], bool] | None:
+    """Place every job of the gang in ``fleet`` using ``ledger`` (mutated). Returns the decisions and
+    whether new instances were needed, or None if the gang does not fit now."""
+    decisions: list[Decision] = []
+    used_new = False
+    reuse_only = jobs[0].creation_policy == "reuse"
+    taken: set[str] = set()
+    for job in jobs:
+        placed = False
+        candidates = sorted(
+            (i for i in fleet.instances if _instance_usable(i) and i.id not in taken),
+            key=lambda i: (i.status != "idle", i.price, i.instance_num),
+        )
+        for inst in candidates:
+            assert inst.resources is not None
+            need = blocks_needed(job.requirements, inst.resources, inst.total_blocks)
+            if need is None or ledger.free_blocks.get(inst.id, 0) < need:
+                continue
+            ledger.free_blocks[inst.id] -= need
+            decisions.append(Assign(job.id, inst.id, need))
+            if job.multinode:
+                taken.add(inst.id)
+            placed = True
+            break
+        if placed:
+            continue
+        if reuse_only:
+            return None
+        count = ledger.fleet_count.get(fleet.id, 0)
+        if fleet.nodes_max is not None and count >= fleet.nodes_max:
+            return None
+        key = fleet.backend_limit_key
+        if key is not None and key in limits and ledger.backend_used.get(key, 0) >= limits[key][1]:
+            return None
+        for offer in sorted(fleet.offers, key=lambda o: o.price):
+            total = total_blocks_for(fleet.blocks, offer.resources)
+            need = blocks_needed(job.requirements, offer.resources, total)
+            if need is None:
+                continue
+            ledger.fleet_count[fleet.id] = count + 1
+            if key is not None:
+                ledger.backend_used[key] = ledger.backend_used.get(key, 0) + 1
+            decisions.append(Reserve(fleet.id, offer, need, total, job_id=job.id))
+            used_new = True
+            placed = True
+            break
+        if not placed:
+            return None
+    return decisions, used_new
+
+
+def _waiting_message(fleets: list[FleetSlot]) -> str:
+    parts = []
+    for f in fleets:
+        if f.nodes_max is not None:
+            parts.append(f"fleet '{f.name}' has {len(f.instances)} of at most {f.nodes_max} instances, none free")
+        else:
+            parts.append(f"fleet '{f.name}' has no free instance")
+    return "Waiting for capacity: " + "; ".join(parts)
+
+
+def _schedule_gang(
+    jobs: list[QueuedJob], snapshot: Snapshot, ledger: _Ledger, now: float
+) -> tuple[list[Decision], _Ledger]:
+    head = jobs[0]
+    candidates = _candidate_fleets(head, snapshot.fleets)
+    if not candidates:
+        message = SPECIFIED_FLEETS_MESSAGE if head.fleet_names is not None else NO_FLEETS_MESSAGE
+        return [Fail(j.id, message) for j in jobs], ledger
+    reuse_only = head.creation_policy == "reuse"
+    feasible: list[FleetSlot] = []
+    reasons: list[str] = []
+    for fleet in candidates:
+        reason = _never_fits_reason(fleet, head, reuse_only)
+        if reason is None:
+            feasible.append(fleet)
+        else:
+            reasons.append(f"fleet '{fleet.name}': {reason}")
+    if not feasible:
+        msg = "No fleet can ever run this job: " + "; ".join(reasons)
+        return [Fail(j.id, msg) for j in jobs], ledger
+
+    best: tuple[tuple[bool, float], list[Decision], _Ledger] | None = None
+    for fleet in feasible:
+        trial = ledger.copy()
+        placed = _try_place_in_fleet(jobs, fleet, trial, snapshot.backend_limits)
+        if placed is None:
+            continue
+        decisions, used_new = placed
+        price = min((o.price for o in fleet.offers), default=0.0) if used_new else 0.0
+        key = (used_new, price)
+        if best is None or key < best[0]:
+            best = (key, decisions, trial)
+    if best is not None:
+        return best[1], best[2]
+
+    if not head.wait.may_wait:
+        msg = "Could not reuse any instance for this job" if reuse_only else "Fleet is at capacity"
+        return [Fail(j.id, msg) for j in jobs], ledger
+    if head.wait.deadline is not None and now >= head.wait.deadline:
+        return [Fail(j.id, "Waited for capacity until the retry duration ran out") for j in jobs], ledger
+    message = _waiting_message(feasible)
+    return [Wait(j.id, message) for j in jobs if j.status_message != message], ledger
+
+
+def schedule(snapshot: Snapshot, now: float) -> Plan:
+    ledger = _initial_ledger(snapshot)
+    gangs: dict[str, list[QueuedJob]] = {}
+    for job in sorted(snapshot.queue, key=lambda j: (-j.priority, j.submitted_at, j.run_id, j.job_num)):
+        gangs.setdefault(job.run_id, []).append(job)
+    out: list[Gang] = []
+    for run_id, jobs in gangs.items():
+        decisions, ledger = _schedule_gang(jobs, snapshot, ledger, now)
+        if decisions:
+            out.append(Gang(run_id, tuple(decisions)))
+    return Plan(tuple(out))
+
+
+def upkeep(fleet: FleetSlot, ledger_limits: dict[str, tuple[int, int]]) -> list[Reserve]:
+    """Reservations that bring ``fleet`` up to ``nodes.min`` (through the same commit point)."""
+    missing = fleet.nodes_min - len(fleet.instances)
+    if missing <= 0 or not fleet.offers:
+        return []
+    offer: Offer = min(fleet.offers, key=lambda o: o.price)
+    total = total_blocks_for(fleet.blocks, offer.resources)
+    return [Reserve(fleet.id, offer, 0, total) for _ in range(missing)]

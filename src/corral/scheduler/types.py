@@ -1,0 +1,135 @@
+"""The scheduler's data types: a snapshot of fleets and instances, the queue, and the plan.
+
+These are the only scheduler names ``corral.store`` imports: the store builds a ``Snapshot`` and
+``plan_apply`` commits a ``Plan``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from corral.domain.resources import InstanceResources, Requirements
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What a new instance of a fleet would be."""
+
+    backend: str
+    instance_type: str
+    region: str
+    price: float
+    resources: InstanceResources
+
+
+@dataclass(frozen=True)
+class InstanceSlot:
+    id: str
+    fleet_id: str
+    name: str
+    instance_num: int
+    status: str
+    resources: InstanceResources | None
+    total_blocks: int
+    busy_blocks: int
+    unreachable: bool = False
+    price: float = 0.0
+    hostname: str | None = None
+
+
+@dataclass(frozen=True)
+class FleetSlot:
+    id: str
+    project_id: str
+    name: str
+    nodes_min: int
+    nodes_max: int | None
+    blocks: int | None  # None = "auto"
+    placement: str
+    offers: tuple[Offer, ...]
+    #: Every instance that counts against ``nodes.max``: all but terminated ones.
+    instances: tuple[InstanceSlot, ...]
+    backend_limit_key: str | None = None
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    """How long a job may wait for capacity (from its ``retry``; see DESIGN.md, queue semantics)."""
+
+    may_wait: bool
+    deadline: float | None = None
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    id: str
+    run_id: str
+    project_id: str
+    run_name: str
+    job_num: int
+    priority: int
+    submitted_at: float
+    requirements: Requirements
+    fleet_names: tuple[str, ...] | None
+    creation_policy: str
+    wait: WaitPolicy
+    nodes: int = 1
+    multinode: bool = False
+    status_message: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    fleets: tuple[FleetSlot, ...]
+    queue: tuple[QueuedJob, ...]
+    #: Backend-wide caps, e.g. the number of local instances: key -> (in use, maximum).
+    backend_limits: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Assign:
+    job_id: str
+    instance_id: str
+    blocks: int
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """Reserve a new instance in ``fleet_id`` (for ``job_id``, or for ``nodes.min`` upkeep when None)."""
+
+    fleet_id: str
+    offer: Offer
+    blocks: int
+    total_blocks: int
+    job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Fail:
+    job_id: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Wait:
+    job_id: str
+    message: str
+
+
+Decision = Assign | Reserve | Fail | Wait
+
+
+@dataclass(frozen=True)
+class Gang:
+    """Decisions that commit together or not at all (the jobs of one run placed in one pass)."""
+
+    run_id: str
+    decisions: tuple[Decision, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    gangs: tuple[Gang, ...]
+
+    def is_empty(self) -> bool:
+        return not self.gangs

@@ -1,0 +1,234 @@
+"""Request bodies of the REST API, with dstack's field names and defaults. Unknown fields are 422s.
+
+Configurations inside specs are kept as dicts here and validated by ``corral.config`` in the service,
+which reports errors with their full path from the request body.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class UsernameBody(Body):
+    username: str
+
+
+class ListUsersBody(Body):
+    return_total_count: bool = False
+    name_pattern: str | None = None
+    prev_created_at: datetime | None = None
+    prev_id: UUID | None = None
+    limit: int = Field(2000, ge=0, le=2000)
+    ascending: bool = False
+
+
+class CreateUserBody(Body):
+    username: str
+    global_role: Literal["admin", "user"]
+    email: str | None = None
+    active: bool = True
+
+
+class DeleteUsersBody(Body):
+    users: list[str]
+
+
+class ListProjectsBody(Body):
+    include_not_joined: bool = True
+    return_total_count: bool = False
+    name_pattern: str | None = None
+    prev_created_at: datetime | None = None
+    prev_id: UUID | None = None
+    limit: int = Field(2000, ge=0, le=2000)
+    ascending: bool = False
+
+
+class CreateProjectBody(Body):
+    project_name: str
+    is_public: bool = False
+    templates_repo: str | None = None
+
+
+class DeleteProjectsBody(Body):
+    projects_names: list[str]
+
+
+class MemberSetting(Body):
+    username: str
+    project_role: Literal["admin", "manager", "user"]
+
+
+class SetMembersBody(Body):
+    members: list[MemberSetting]
+
+
+class RemoveMembersBody(Body):
+    usernames: list[str]
+
+
+class FleetSpecIn(Body):
+    configuration: dict[str, Any]
+    configuration_path: str | None = None
+    profile: dict[str, Any]
+    autocreated: bool = False
+
+
+class FleetPlanBody(Body):
+    spec: FleetSpecIn
+
+
+class FleetPlanIn(Body):
+    spec: FleetSpecIn
+    current_resource: dict[str, Any] | None = None
+
+
+class ApplyFleetBody(Body):
+    plan: FleetPlanIn
+    force: bool
+
+
+class ListFleetsBody(Body):
+    project_name: str | None = None
+    only_active: bool = False
+    include_imported: bool = False
+    prev_created_at: datetime | None = None
+    prev_id: UUID | None = None
+    limit: int = Field(100, ge=0, le=100)
+    ascending: bool = False
+
+
+class ProjectFleetsBody(Body):
+    include_imported: bool = False
+
+
+class GetByNameOrId(Body):
+    name: str | None = None
+    id: UUID | None = None
+
+
+class NamesBody(Body):
+    names: list[str]
+
+
+class DeleteInstancesBody(Body):
+    name: str
+    instance_nums: list[int]
+
+
+class ListInstancesBody(Body):
+    project_names: list[str] | None = None
+    fleet_ids: list[UUID] | None = None
+    only_active: bool = False
+    include_imported: bool = False
+    prev_created_at: datetime | None = None
+    prev_id: UUID | None = None
+    limit: int = Field(1000, ge=0, le=1000)
+    ascending: bool = False
+
+
+class RunSpecIn(Body):
+    run_name: str | None = None
+    repo_id: str | None = None
+    repo_data: dict[str, Any] | None = None
+    repo_code_hash: str | None = None
+    repo_dir: str | None = None
+    file_archives: list[dict[str, Any]] = []
+    working_dir: str | None = None
+    configuration_path: str | None = None
+    configuration: dict[str, Any]
+    profile: dict[str, Any] | None = None
+    ssh_key_pub: str | None = None
+
+
+class RunPlanBody(Body):
+    run_spec: RunSpecIn
+    max_offers: int | None = Field(None, ge=1, le=10000)
+    reverse_offers: bool = False
+    full_offers: bool = False
+    unallocated_resources: bool = False
+    for_offers_only: bool = False
+
+
+class RunPlanIn(Body):
+    run_spec: RunSpecIn
+    current_resource: dict[str, Any] | None = None
+
+
+class ApplyRunBody(Body):
+    plan: RunPlanIn
+    force: bool
+
+
+class ListRunsBody(Body):
+    project_name: str | None = None
+    repo_id: str | None = None
+    username: str | None = None
+    only_active: bool = False
+    include_jobs: bool = True
+    job_submissions_limit: int | None = Field(None, ge=0, le=10)
+    prev_submitted_at: datetime | None = None
+    prev_run_id: UUID | None = None
+    limit: int = Field(100, ge=0, le=100)
+    ascending: bool = False
+
+
+class GetRunBody(Body):
+    run_name: str | None = None
+    id: UUID | None = None
+
+
+class StopRunsBody(Body):
+    runs_names: list[str]
+    abort: bool = False
+
+
+class DeleteRunsBody(Body):
+    runs_names: list[str]
+
+
+class PollLogsBody(Body):
+    run_name: str
+    job_submission_id: UUID
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    descending: bool = False
+    next_token: str | None = None
+    limit: int = Field(100, ge=0, le=1000)
+    diagnose: bool = False
+
+
+class ReposInitBody(Body):
+    repo_id: str
+    repo_info: dict[str, Any]
+    repo_creds: dict[str, Any] | None = None
+
+
+class GatewaySpecIn(Body):
+    configuration: dict[str, Any]
+    configuration_path: str | None = None
+
+
+class GatewayPlanBody(Body):
+    spec: GatewaySpecIn
+
+
+class GatewayPlanIn(Body):
+    spec: GatewaySpecIn
+    current_resource: dict[str, Any] | None = None
+
+
+class GatewayApplyBody(Body):
+    plan: GatewayPlanIn
+    force: bool = False
+
+
+class VolumeCreateBody(Body):
+    configuration: dict[str, Any]

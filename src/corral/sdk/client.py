@@ -1,0 +1,339 @@
+"""A synchronous client of corral's REST API, which is dstack's (0.22.5) REST API.
+
+Every call is a ``POST`` with a JSON body and a bearer token, and returns the parsed JSON
+(dicts and lists in dstack's field names). HTTP errors become the exceptions of
+:mod:`corral.sdk.errors`, each with a message fit to show a user as one line.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from corral.sdk.errors import (
+    AuthError,
+    ClientError,
+    NotFoundError,
+    ResourceNotExistsError,
+    ServerError,
+    ServerUnreachable,
+    ValidationError,
+)
+
+API_VERSION = "0.22.5"
+"""The dstack API version corral speaks; sent as ``X-API-VERSION``."""
+
+JSONObject = dict[str, Any]
+
+
+class CorralClient:
+    """Talks to one corral (or dstack) server as one user.
+
+    ``transport`` exists for tests (``httpx.MockTransport``); leave it unset otherwise.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        timeout: float = 30,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self._http = httpx.Client(
+            base_url=self.url,
+            timeout=timeout,
+            transport=transport,
+            headers={"Authorization": f"Bearer {token}", "X-API-VERSION": API_VERSION},
+        )
+
+    def close(self) -> None:
+        """Close the underlying connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> CorralClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ---- transport ----------------------------------------------------------------------
+
+    def _post(self, path: str, body: Any = None) -> Any:
+        try:
+            response = self._http.post(path) if body is None else self._http.post(path, json=body)
+        except httpx.TimeoutException as e:
+            raise ServerUnreachable(
+                f"The corral server at {self.url} did not answer {path} in time ({type(e).__name__})."
+            ) from e
+        except httpx.TransportError as e:
+            raise ServerUnreachable(
+                f"Cannot reach the corral server at {self.url}. Start it with `corral server`."
+            ) from e
+        if response.status_code >= 400:
+            raise _error_from_response(self.url, path, response)
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError as e:
+            raise ServerError(
+                f"The server at {self.url} answered {path} with something that is not JSON",
+                response.status_code,
+            ) from e
+
+    def _obj(self, path: str, body: Any = None) -> JSONObject:
+        data = self._post(path, body)
+        if not isinstance(data, dict):
+            raise ServerError(f"Expected a JSON object from {path}, got {type(data).__name__}")
+        return data
+
+    def _list(self, path: str, body: Any = None) -> list[JSONObject]:
+        data = self._post(path, body)
+        if not isinstance(data, list):
+            raise ServerError(f"Expected a JSON list from {path}, got {type(data).__name__}")
+        return data
+
+    # ---- server and users ---------------------------------------------------------------
+
+    def get_info(self) -> JSONObject:
+        """``server/get_info``: ``{"server_version": ...}`` (no token needed)."""
+        return self._obj("/api/server/get_info")
+
+    def get_my_user(self) -> JSONObject:
+        """``users/get_my_user``: the token's user, with ``creds``."""
+        return self._obj("/api/users/get_my_user")
+
+    # ---- projects -----------------------------------------------------------------------
+
+    def projects_list(self) -> list[JSONObject]:
+        """``projects/list``: the projects the user can see."""
+        return self._list("/api/projects/list", {})
+
+    def projects_get(self, project: str) -> JSONObject:
+        """``projects/{project}/get`` (sent with no body, as dstack's CLI does)."""
+        return self._obj(f"/api/projects/{project}/get")
+
+    def projects_create(self, project: str, is_public: bool = False) -> JSONObject:
+        """``projects/create``."""
+        return self._obj("/api/projects/create", {"project_name": project, "is_public": is_public})
+
+    def projects_delete(self, projects: list[str]) -> None:
+        """``projects/delete``."""
+        self._post("/api/projects/delete", {"projects_names": projects})
+
+    # ---- fleets -------------------------------------------------------------------------
+
+    def fleets_get_plan(self, project: str, spec: JSONObject) -> JSONObject:
+        """``fleets/get_plan`` for a FleetSpec ``{configuration, configuration_path, profile}``."""
+        return self._obj(f"/api/project/{project}/fleets/get_plan", {"spec": spec})
+
+    def fleets_apply(self, project: str, plan: JSONObject, force: bool = False) -> JSONObject:
+        """``fleets/apply`` with ``plan = {spec, current_resource}``; returns the Fleet."""
+        return self._obj(f"/api/project/{project}/fleets/apply", {"plan": plan, "force": force})
+
+    def fleets_list(self, project: str, include_imported: bool = True) -> list[JSONObject]:
+        """``project/{p}/fleets/list``."""
+        return self._list(f"/api/project/{project}/fleets/list", {"include_imported": include_imported})
+
+    def fleets_get(self, project: str, name: str) -> JSONObject:
+        """``fleets/get`` by name; raises :class:`ResourceNotExistsError` if there is none."""
+        return self._obj(f"/api/project/{project}/fleets/get", {"name": name})
+
+    def fleets_delete(self, project: str, names: list[str]) -> None:
+        """``fleets/delete`` (a missing name is not an error)."""
+        self._post(f"/api/project/{project}/fleets/delete", {"names": names})
+
+    def fleets_delete_instances(self, project: str, name: str, instance_nums: list[int]) -> None:
+        """``fleets/delete_instances``."""
+        self._post(
+            f"/api/project/{project}/fleets/delete_instances",
+            {"name": name, "instance_nums": instance_nums},
+        )
+
+    # ---- instances ----------------------------------------------------------------------
+
+    def instances_list(
+        self,
+        project_names: list[str] | None = None,
+        only_active: bool = False,
+        limit: int = 1000,
+    ) -> list[JSONObject]:
+        """``instances/list``."""
+        body: JSONObject = {"only_active": only_active, "limit": limit}
+        if project_names is not None:
+            body["project_names"] = project_names
+        return self._list("/api/instances/list", body)
+
+    # ---- repos --------------------------------------------------------------------------
+
+    def repos_init_virtual(self, project: str) -> None:
+        """``repos/init`` of the virtual repo ``none`` that runs without code use."""
+        self._post(
+            f"/api/project/{project}/repos/init",
+            {"repo_id": "none", "repo_info": {"repo_type": "virtual"}, "repo_creds": None},
+        )
+
+    # ---- runs ---------------------------------------------------------------------------
+
+    def runs_get_plan(
+        self,
+        project: str,
+        run_spec: JSONObject,
+        max_offers: int | None = None,
+        for_offers_only: bool = False,
+    ) -> JSONObject:
+        """``runs/get_plan``; returns a RunPlan."""
+        body: JSONObject = {"run_spec": run_spec}
+        if max_offers is not None:
+            body["max_offers"] = max_offers
+        if for_offers_only:
+            body["for_offers_only"] = True
+        return self._obj(f"/api/project/{project}/runs/get_plan", body)
+
+    def runs_apply(self, project: str, plan: JSONObject, force: bool = False) -> JSONObject:
+        """``runs/apply`` with ``plan = {run_spec, current_resource}``; returns the Run."""
+        return self._obj(f"/api/project/{project}/runs/apply", {"plan": plan, "force": force})
+
+    def runs_list(
+        self,
+        project: str | None,
+        only_active: bool = False,
+        limit: int = 100,
+        job_submissions_limit: int | None = 1,
+        prev_submitted_at: str | None = None,
+        prev_run_id: str | None = None,
+        repo_id: str | None = None,
+        username: str | None = None,
+        ascending: bool = False,
+    ) -> list[JSONObject]:
+        """``runs/list`` (newest first), with the body dstack's ``ps`` sends."""
+        return self._list(
+            "/api/runs/list",
+            {
+                "project_name": project,
+                "repo_id": repo_id,
+                "username": username,
+                "only_active": only_active,
+                "include_jobs": True,
+                "job_submissions_limit": job_submissions_limit,
+                "prev_submitted_at": prev_submitted_at,
+                "prev_run_id": prev_run_id,
+                "limit": limit,
+                "ascending": ascending,
+            },
+        )
+
+    def runs_get(self, project: str, run_name: str) -> JSONObject:
+        """``runs/get`` by name; raises :class:`ResourceNotExistsError` if there is none."""
+        return self._obj(f"/api/project/{project}/runs/get", {"run_name": run_name})
+
+    def runs_stop(self, project: str, names: list[str], abort: bool = False) -> None:
+        """``runs/stop``: graceful, or immediate with ``abort``."""
+        self._post(f"/api/project/{project}/runs/stop", {"runs_names": names, "abort": abort})
+
+    def runs_delete(self, project: str, names: list[str]) -> None:
+        """``runs/delete`` (the runs must be finished)."""
+        self._post(f"/api/project/{project}/runs/delete", {"runs_names": names})
+
+    # ---- logs ---------------------------------------------------------------------------
+
+    def logs_poll(
+        self,
+        project: str,
+        run_name: str,
+        job_submission_id: str,
+        start_time: str | None = None,
+        next_token: str | None = None,
+        limit: int = 1000,
+        descending: bool = False,
+        diagnose: bool = False,
+    ) -> JSONObject:
+        """``logs/poll``: ``{"logs": [{timestamp, log_source, message (base64)}], "next_token"}``.
+
+        ``start_time`` is exclusive: only events after it are returned.
+        """
+        body: JSONObject = {
+            "run_name": run_name,
+            "job_submission_id": job_submission_id,
+            "start_time": start_time,
+            "end_time": None,
+            "descending": descending,
+            "next_token": next_token,
+            "limit": limit,
+            "diagnose": diagnose,
+        }
+        return self._obj(f"/api/project/{project}/logs/poll", body)
+
+
+def _error_from_response(url: str, path: str, response: httpx.Response) -> Exception:
+    status = response.status_code
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    if status == 400:
+        items = detail if isinstance(detail, list) else [detail]
+        msgs = [_msg(item) for item in items if _msg(item)]
+        codes = [item.get("code") for item in items if isinstance(item, dict)]
+        code = codes[0] if codes else None
+        message = "; ".join(msgs) or f"The server rejected {path}"
+        if code == "resource_not_exists":
+            return ResourceNotExistsError(message, code)
+        return ClientError(message, code)
+    if status in (401, 403):
+        msg = _msg(detail)
+        if status == 403 and msg and msg != "Invalid token":
+            return AuthError(f"{msg} ({path} at {url})")
+        return AuthError(
+            f"Invalid token for {url}; run `corral project add --name NAME --url {url} --token TOKEN`"
+            " with a valid token"
+        )
+    if status == 404:
+        project = _project_of(path)
+        if project is not None:
+            return NotFoundError(f"Project {project} not found at {url}")
+        return NotFoundError(f"Not found: {path} at {url}")
+    if status == 422:
+        items = detail if isinstance(detail, list) else [detail]
+        return ValidationError([_validation_line(item) for item in items])
+    text = response.text.strip().replace("\n", " ")[:300]
+    return ServerError(f"Server error {status} on {path} at {url}: {text}", status)
+
+
+def _msg(item: Any) -> str:
+    if isinstance(item, dict):
+        return str(item.get("msg") or "")
+    if isinstance(item, str):
+        return item
+    return ""
+
+
+def _validation_line(item: Any) -> str:
+    if not isinstance(item, dict):
+        return str(item)
+    loc = [str(part) for part in item.get("loc") or []]
+    if loc and loc[0] == "body":
+        loc = loc[1:]
+    msg = str(item.get("msg") or "invalid")
+    return f"{'.'.join(loc)}: {msg}" if loc else msg
+
+
+def _project_of(path: str) -> str | None:
+    parts = path.strip("/").split("/")
+    if (
+        len(parts) >= 3
+        and parts[0] == "api"
+        and parts[1] in ("project", "projects")
+        and parts[2] not in ("list", "create", "delete")
+    ):
+        return parts[2]
+    return None

@@ -1,0 +1,130 @@
+"""The composition root of ``corral server``: settings, the state-directory lock, migrations, the
+first-start bootstrap, backends, the app and uvicorn. The only module that wires every package."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import IO, Any
+
+from corral.settings import Settings
+
+
+class StateDirLocked(RuntimeError):
+    pass
+
+
+def lock_state_dir(settings: Settings) -> IO[str]:
+    """Hold an exclusive lock on the state directory for the life of the process."""
+    settings.server_dir.mkdir(parents=True, exist_ok=True)
+    path = settings.server_dir / "server.lock"
+    f = open(path, "a+")  # noqa: SIM115 - held until exit
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
+        raise StateDirLocked(
+            f"Another corral server (pid {holder}) is already using the state directory {settings.server_dir}. "
+            "Stop it first, or point CORRAL_SERVER_DIR at another directory."
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
+@dataclass
+class Prepared:
+    app: Any
+    ctx: Any
+    admin_token: str
+    admin_created: bool
+
+
+async def prepare(settings: Settings) -> Prepared:
+    """Migrate, bootstrap and build the app (used by ``corral server`` and by tests)."""
+    from corral.api.app import create_app
+    from corral.backends.local import LocalCompute
+    from corral.services import accounts
+    from corral.store.db import Database
+    from corral.store.migrate import upgrade
+    from corral.workers.context import Context
+
+    db = Database(settings.database_url)
+    await upgrade(db)
+    boot = await accounts.bootstrap(db, settings.admin_token)
+    computes: dict[str, Any] = {
+        "local": LocalCompute(settings.instances_dir, settings.provisioning_timeout, settings.agent_request_timeout)
+    }
+    ctx = Context(settings=settings, db=db, computes=computes)
+    return Prepared(create_app(ctx), ctx, boot.admin.token, boot.created)
+
+
+def _write_cli_config(url: str, token: str) -> str | None:
+    try:
+        from corral.sdk import config_file
+
+        config_file.add_project("main", url, token, default=True)
+        return str(config_file.config_path())
+    except Exception as e:  # the server works without it; say why
+        print(f"Could not write the CLI configuration: {e}", file=sys.stderr)
+        return None
+
+
+def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", **_: Any) -> int:
+    import uvicorn
+
+    settings = Settings.from_env(host=host, port=port, log_level=log_level)
+    try:
+        lock = lock_state_dir(settings)
+    except StateDirLocked as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    async def run() -> None:
+        prepared = await prepare(settings)
+        url = f"http://{host}:{port}"
+        if prepared.admin_created:
+            print(f"The admin token is {prepared.admin_token}", flush=True)
+            if settings.write_cli_config:
+                path = _write_cli_config(url, prepared.admin_token)
+                if path:
+                    print(f"Configured the main project in {path}", flush=True)
+        config = uvicorn.Config(prepared.app, host=host, port=port, log_level="warning", lifespan="on",
+                                access_log=False)
+        server = uvicorn.Server(config)
+        print(f"The corral server {_version()} (dstack API {_api()}) is running at {url}", flush=True)
+        try:
+            await server.serve()
+        finally:
+            await prepared.ctx.db.dispose()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        lock.close()
+    return 0
+
+
+def _version() -> str:
+    from corral import __version__
+
+    return __version__
+
+
+def _api() -> str:
+    from corral import DSTACK_API_VERSION
+
+    return DSTACK_API_VERSION

@@ -1,0 +1,62 @@
+"""Errors the services raise; the API maps each to dstack's error body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ServiceError(Exception):
+    """400 ``{"detail": [{"msg", "code"}]}``."""
+
+    code = "error"
+
+    def __init__(self, msg: str, code: str | None = None) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        if code is not None:
+            self.code = code
+
+
+class ResourceNotExists(ServiceError):
+    code = "resource_not_exists"
+
+
+class ResourceExists(ServiceError):
+    code = "resource_exists"
+
+
+class Forbidden(Exception):
+    """403 ``{"detail": {"msg": "Access denied", "code": null}}``."""
+
+    def __init__(self, msg: str = "Access denied") -> None:
+        super().__init__(msg)
+        self.msg = msg
+
+
+class ProjectNotFound(Exception):
+    """404 ``{"detail": {"msg": "Not found", "code": null}}``."""
+
+
+class InvalidConfiguration(Exception):
+    """422 with pydantic-style errors whose ``loc`` starts at the request body."""
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        super().__init__("invalid configuration")
+        self.errors = errors
+
+
+def validation_errors(exc: Any, prefix: tuple[str | int, ...]) -> InvalidConfiguration:
+    """Turn a pydantic ``ValidationError`` raised while parsing a nested document into a 422."""
+    out = []
+    for err in exc.errors(include_url=False):
+        item = {"type": err.get("type"), "loc": ["body", *prefix, *err.get("loc", ())], "msg": err.get("msg")}
+        if "input" in err:
+            try:
+                import json
+
+                json.dumps(err["input"])
+                item["input"] = err["input"]
+            except (TypeError, ValueError):
+                item["input"] = str(err["input"])
+        out.append(item)
+    return InvalidConfiguration(out)

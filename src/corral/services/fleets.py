@@ -1,0 +1,204 @@
+"""Fleets: plan, apply (create or update in place), list, get, delete, delete instances."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from typing import Any
+
+import sqlalchemy.exc
+from pydantic import ValidationError
+
+from corral.config import parse_fleet_configuration, parse_profile
+from corral.domain.records import FleetRec, ProjectRec, UserRec
+from corral.domain.resources import match_requirements
+from corral.scheduler.types import Offer
+from corral.services import serialize
+from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError, validation_errors
+from corral.store import fleets as store
+from corral.store.fleets import dump
+from corral.workers.context import Context
+
+_ADJ = ("brave", "calm", "eager", "fancy", "gentle", "happy", "jolly", "kind", "lively", "nice", "proud", "quiet",
+        "shy", "silly", "witty", "zealous", "bold", "bright", "clever", "cool", "swift", "wise", "keen", "lucky")
+_NOUN = ("swan", "turkey", "otter", "panda", "lynx", "heron", "moose", "yak", "gecko", "koala", "bison", "crane",
+         "falcon", "badger", "beaver", "camel", "dingo", "eagle", "ferret", "gopher", "hare", "ibis", "jackal", "lemur")
+
+
+def random_name() -> str:
+    return f"{random.choice(_ADJ)}-{random.choice(_NOUN)}"
+
+
+def normalize_spec(spec: dict[str, Any], loc: tuple[str | int, ...]) -> dict[str, Any]:
+    """Validate a FleetSpec (422 naming the field) and return dstack's normalised form."""
+    if not isinstance(spec, dict):
+        raise validation_errors_from_msg(loc, "Input should be a valid dictionary")
+    try:
+        conf = parse_fleet_configuration(spec.get("configuration"))  # type: ignore[arg-type]
+    except ValidationError as e:
+        raise validation_errors(e, (*loc, "configuration")) from None
+    try:
+        profile = parse_profile(spec.get("profile"))
+    except ValidationError as e:
+        raise validation_errors(e, (*loc, "profile")) from None
+    return {
+        "configuration": conf.model_dump(mode="json"),
+        "configuration_path": spec.get("configuration_path"),
+        "profile": profile.model_dump(mode="json"),
+        "autocreated": bool(spec.get("autocreated", False)),
+    }
+
+
+def validation_errors_from_msg(loc: tuple[str | int, ...], msg: str) -> Exception:
+    from corral.services.errors import InvalidConfiguration
+
+    return InvalidConfiguration([{"type": "value_error", "loc": ["body", *loc], "msg": msg}])
+
+
+def offer_json(offer: Offer, blocks: int = 1) -> dict[str, Any]:
+    r = offer.resources
+    return {
+        "backend": serialize.WIRE_BACKEND.get(offer.backend, offer.backend),
+        "instance": {
+            "name": offer.instance_type,
+            "resources": {
+                "cpus": r.cpus, "memory_mib": r.memory_mib,
+                "gpus": [{"name": g.name, "memory_mib": g.memory_mib, "vendor": g.vendor} for g in r.gpus],
+                "spot": r.spot, "disk": {"size_mib": r.disk_size_mib}, "cpu_arch": r.cpu_arch, "description": "",
+            },
+        },
+        "region": offer.region,
+        "price": offer.price,
+        "backend_data": {},
+        "availability": "available",
+        "availability_zones": None,
+        "instance_runtime": "shim",
+        "blocks": blocks,
+        "total_blocks": blocks,
+    }
+
+
+def fleet_offers(ctx: Context, normalized: dict[str, Any]) -> list[Offer]:
+    from corral.config import ResourcesSpec
+
+    conf = normalized["configuration"]
+    if conf.get("ssh_config"):
+        return []
+    req = ResourcesSpec.model_validate(conf.get("resources") or {}).to_requirements()
+    return [o for c in ctx.computes.values() for o in c.offers() if match_requirements(req, o.resources) is None]
+
+
+async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[str, Any]) -> dict[str, Any]:
+    normalized = normalize_spec(spec, ("spec",))
+    name = normalized["configuration"].get("name")
+    current = None
+    if name:
+        async with ctx.db.read() as conn:
+            current = await store.get_fleet(conn, project.id, name=name)
+    offers = fleet_offers(ctx, normalized)
+    return {
+        "project_name": project.name,
+        "user": user.name,
+        "spec": normalized,
+        "effective_spec": normalized,
+        "current_resource": serialize.fleet(current) if current else None,
+        "offers": [offer_json(o) for o in offers],
+        "total_offers": len(offers),
+        "max_offer_price": max((o.price for o in offers), default=None),
+        "action": "update" if current else "create",
+    }
+
+
+def _spec_changed(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.get("configuration") != b.get("configuration")
+
+
+async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
+    normalized = normalize_spec(plan.get("spec"), ("plan", "spec"))  # type: ignore[arg-type]
+    conf = normalized["configuration"]
+    if conf.get("ssh_config"):
+        raise ServiceError("SSH fleets are not supported yet: corral runs fleets on the `local` backend for now")
+    name = conf.get("name") or random_name()
+    conf["name"] = name
+    current_resource = plan.get("current_resource")
+    now = time.time()
+    async with ctx.db.write() as conn:
+        existing = await store.get_fleet(conn, project.id, name=name)
+        if existing is not None:
+            if not force and (
+                current_resource is None
+                or current_resource.get("id") != existing.id
+                or _spec_changed((current_resource.get("spec") or {}), existing.spec)
+            ):
+                raise ServiceError("Failed to apply plan. Resource has been changed. Try again or use force apply.")
+            if existing.status != "active":
+                raise ServiceError(f"Fleet {name} is being deleted; wait until it is gone")
+            if _spec_changed(existing.spec, normalized):
+                await store.update_fleet(conn, existing.id, {"spec": dump(normalized), "last_processed_at": now})
+            fleet_id = existing.id
+        else:
+            fleet_id = str(uuid.uuid4())
+            try:
+                await store.insert_fleet(conn, {
+                    "id": fleet_id, "project_id": project.id, "name": name, "created_at": now,
+                    "last_processed_at": now, "status": "active", "status_message": None, "spec": dump(normalized),
+                })
+            except sqlalchemy.exc.IntegrityError:
+                raise ResourceExists(f"Fleet {name} already exists") from None
+        fleet = await store.get_fleet(conn, project.id, fleet_id=fleet_id)
+    ctx.wakeups.wake("scheduler")
+    assert fleet is not None
+    return serialize.fleet(fleet)
+
+
+async def list_fleets(ctx: Context, project_ids: list[str] | None, **kw: Any) -> list[FleetRec]:
+    async with ctx.db.read() as conn:
+        return await store.list_fleets(conn, project_ids, **kw)
+
+
+async def get(ctx: Context, project: ProjectRec, name: str | None, fleet_id: str | None) -> FleetRec:
+    async with ctx.db.read() as conn:
+        fleet = await store.get_fleet(conn, project.id, name=name, fleet_id=fleet_id)
+    if fleet is None:
+        raise ResourceNotExists("Fleet not found")
+    return fleet
+
+
+async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
+    async with ctx.db.write() as conn:
+        for name in names:
+            fleet = await store.get_fleet(conn, project.id, name=name)
+            if fleet is None or fleet.status in ("terminating", "terminated"):
+                continue
+            if await store.fleet_live_job_count(conn, fleet.id):
+                raise ServiceError(f"Failed to delete fleet {name}: it is used by active runs; stop them first")
+            await store.update_fleet(conn, fleet.id, {"status": "terminating"})
+            for inst in fleet.instances:
+                if inst.status not in ("terminating", "terminated"):
+                    await store.update_instance(conn, inst.id, {"status": "terminating",
+                                                                "termination_reason": "terminated_by_user"})
+    ctx.wakeups.wake("instances", "scheduler")
+
+
+async def delete_instances(ctx: Context, project: ProjectRec, name: str, nums: list[int]) -> None:
+    async with ctx.db.write() as conn:
+        fleet = await store.get_fleet(conn, project.id, name=name)
+        if fleet is None:
+            raise ResourceNotExists("Fleet not found")
+        for inst in fleet.instances:
+            if inst.instance_num not in nums or inst.status in ("terminating", "terminated"):
+                continue
+            if inst.status == "busy" or inst.busy_blocks:
+                raise ServiceError(f"Instance {inst.name} is busy; stop its runs first")
+            await store.update_instance(conn, inst.id, {"status": "terminating",
+                                                        "termination_reason": "terminated_by_user"})
+    ctx.wakeups.wake("instances", "scheduler")
+
+
+async def list_instances(
+    ctx: Context, project_ids: list[str], fleet_ids: list[str] | None, only_active: bool, limit: int
+) -> list[Any]:
+    async with ctx.db.read() as conn:
+        return await store.list_instances(conn, project_ids=project_ids, fleet_ids=fleet_ids,
+                                          only_active=only_active, limit=limit)

@@ -1,0 +1,42 @@
+"""``logs/poll``: a job's output, stored in the database by the jobs worker (any replica can serve it)."""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+from typing import Any
+
+from corral.domain.records import ProjectRec
+from corral.services.errors import ResourceNotExists
+from corral.services.serialize import iso
+from corral.store import runs as store
+from corral.workers.context import Context
+
+_SOURCES = {0: "stdout", 1: "stderr"}
+
+
+def _ts(value: Any) -> float | None:
+    if value is None:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+async def poll(ctx: Context, project: ProjectRec, body: dict[str, Any]) -> dict[str, Any]:
+    async with ctx.db.read() as conn:
+        run = await store.get_run(conn, project.id, run_name=body["run_name"])
+        if run is None:
+            raise ResourceNotExists("Run not found")
+        job_id = str(body["job_submission_id"])
+        if not any(j.id == job_id for j in run.jobs):
+            raise ResourceNotExists("Job submission not found")
+        if body.get("diagnose"):
+            return {"logs": [], "external_url": None, "next_token": None}
+        token = body.get("next_token")
+        after = int(token) if token not in (None, "") else None
+        limit = int(body.get("limit") or 100)
+        rows = await store.read_logs(conn, job_id, after, limit, descending=bool(body.get("descending")),
+                                     start_time=_ts(body.get("start_time")), end_time=_ts(body.get("end_time")))
+    logs = [{"timestamp": iso(r.timestamp), "log_source": _SOURCES.get(r.source, "stdout"),
+             "message": base64.b64encode(r.message).decode()} for r in rows]
+    return {"logs": logs, "external_url": None, "next_token": str(rows[-1].id) if len(rows) == limit else None,
+            "corral_cursor": str(rows[-1].id) if rows else token}

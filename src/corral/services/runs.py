@@ -1,0 +1,246 @@
+"""Runs: plan, apply (submit, or keep an unchanged run in place), list, get, stop, delete."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from typing import Any
+
+import sqlalchemy.exc
+from pydantic import ValidationError
+
+from corral.config import effective_profile, parse_profile, parse_run_configuration
+from corral.domain.records import ProjectRec, RunRec, UserRec
+from corral.domain.resources import match_requirements
+from corral.services import serialize
+from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
+from corral.services.fleets import _ADJ, _NOUN, offer_json
+from corral.store import runs as store
+from corral.store.fleets import dump
+from corral.workers.context import Context
+
+DEFAULT_IMAGE = "dstackai/base:0.16-base-ubuntu24.04"
+SUPPORTED_TYPES = ("task",)
+
+
+def normalize_run_spec(run_spec: Any, loc: tuple[str | int, ...], user: UserRec) -> tuple[dict[str, Any], Any, Any]:
+    if not isinstance(run_spec, dict):
+        from corral.services.errors import InvalidConfiguration
+
+        raise InvalidConfiguration([{"type": "dict_type", "loc": ["body", *loc], "msg": "Input should be a valid dictionary"}])
+    try:
+        conf = parse_run_configuration(run_spec.get("configuration"))  # type: ignore[arg-type]
+    except ValidationError as e:
+        raise validation_errors(e, (*loc, "configuration")) from None
+    try:
+        profile = parse_profile(run_spec.get("profile"))
+    except ValidationError as e:
+        raise validation_errors(e, (*loc, "profile")) from None
+    merged = effective_profile(profile, conf)
+    normalized = {
+        "run_name": run_spec.get("run_name") or conf.name,
+        "repo_id": run_spec.get("repo_id") or "none",
+        "repo_data": run_spec.get("repo_data") or {"repo_type": "virtual"},
+        "repo_code_hash": run_spec.get("repo_code_hash"),
+        "repo_dir": run_spec.get("repo_dir"),
+        "file_archives": run_spec.get("file_archives") or [],
+        "working_dir": run_spec.get("working_dir"),
+        "configuration_path": run_spec.get("configuration_path"),
+        "configuration": conf.model_dump(mode="json"),
+        "profile": profile.model_dump(mode="json"),
+        "ssh_key_pub": run_spec.get("ssh_key_pub") or user.ssh_public_key,
+    }
+    return normalized, conf, merged
+
+
+def _retry_json(retry: Any) -> dict[str, Any] | None:
+    if retry is None or retry is False:
+        return None
+    if retry is True:
+        return {"on_events": ["no-capacity", "interruption", "error"], "duration": 3600}
+    events = retry.on_events or ["no-capacity", "interruption", "error"]
+    return {"on_events": [getattr(e, "value", e) for e in events],
+            "duration": int(retry.duration) if retry.duration is not None else 3600}
+
+
+def _duration(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
+
+
+def job_specs(run_name: str, spec: dict[str, Any], conf: Any, merged: Any) -> list[dict[str, Any]]:
+    c = spec["configuration"]
+    nodes = int(c.get("nodes") or 1) if c.get("type") == "task" else 1
+    out = []
+    for i in range(nodes):
+        out.append({
+            "replica_num": 0, "job_num": i, "job_name": f"{run_name}-{i}-0", "jobs_per_replica": nodes,
+            "replica_group": "0", "app_specs": [], "user": None,
+            "commands": list(c.get("commands") or []), "env": dict(c.get("env") or {}), "home_dir": "/root",
+            "image_name": c.get("image") or DEFAULT_IMAGE, "privileged": bool(c.get("privileged")),
+            "single_branch": None, "max_duration": _duration(merged.max_duration),
+            "stop_duration": _duration(merged.stop_duration), "utilization_policy": None,
+            "registry_auth": None,
+            "requirements": {
+                "resources": c.get("resources"), "max_price": merged.max_price,
+                "spot": None if merged.spot_policy is None else getattr(merged.spot_policy, "value", None) == "spot",
+                "reservation": merged.reservation, "multinode": nodes > 1,
+            },
+            "retry": _retry_json(merged.retry), "volumes": [], "ssh_key": None,
+            "working_dir": c.get("working_dir"), "repo_data": spec["repo_data"], "repo_code_hash": spec["repo_code_hash"],
+            "repo_dir": spec.get("repo_dir") or "/workflow", "repo_exists_action": None, "file_archives": [],
+            "service_port": None, "probes": [], "node_group_index": 0, "node_group_name": "0",
+            "node_group_job_index": i,
+        })
+    return out
+
+
+def _offers(ctx: Context, conf: Any, merged: Any) -> list[dict[str, Any]]:
+    if merged.instances is not None or getattr(merged.creation_policy, "value", None) == "reuse":
+        return []
+    req = conf.resources.to_requirements()
+    return [offer_json(o) for c in ctx.computes.values() for o in c.offers() if match_requirements(req, o.resources) is None]
+
+
+async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
+    spec, conf, merged = normalize_run_spec(body.get("run_spec"), ("run_spec",), user)
+    current = None
+    if spec["run_name"]:
+        async with ctx.db.read() as conn:
+            current = await store.get_run(conn, project.id, run_name=spec["run_name"])
+    offers = _offers(ctx, conf, merged)
+    max_offers = body.get("max_offers") or 50
+    plans = [{"job_spec": js, "offers": offers[:max_offers], "total_offers": len(offers),
+              "max_price": max((o["price"] for o in offers), default=None)}
+             for js in job_specs(spec["run_name"] or "run", spec, conf, merged)]
+    return {
+        "project_name": project.name, "user": user.name, "run_spec": spec, "effective_run_spec": spec,
+        "job_plans": plans, "current_resource": serialize.run(current) if current and not current.status in store.FINISHED_RUN_STATUSES else None,
+        "action": "update" if current and current.status not in store.FINISHED_RUN_STATUSES else "create",
+    }
+
+
+async def _free_name(conn: Any, project_id: str) -> str:
+    for _ in range(20):
+        base = f"{random.choice(_ADJ)}-{random.choice(_NOUN)}"
+        taken = set(await store.run_names_like(conn, project_id, base))
+        for n in range(1, 100):
+            if f"{base}-{n}" not in taken:
+                return f"{base}-{n}"
+    return f"run-{uuid.uuid4().hex[:8]}"
+
+
+async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
+    spec, conf, merged = normalize_run_spec(plan.get("run_spec"), ("plan", "run_spec"), user)
+    if conf.type not in SUPPORTED_TYPES:
+        raise ServiceError(f"Runs of type `{conf.type}` are not supported yet: corral runs tasks for now")
+    if getattr(conf, "groups", None):
+        raise ServiceError("Tasks with `groups` are not supported yet")
+    now = time.time()
+    explicit = spec["run_name"]
+    for _attempt in range(5):
+        try:
+            async with ctx.db.write() as conn:
+                if explicit:
+                    existing = await store.get_run(conn, project.id, run_name=explicit)
+                    if existing is not None:
+                        if existing.status not in store.FINISHED_RUN_STATUSES:
+                            if existing.run_spec.get("configuration") == spec["configuration"]:
+                                await store.update_run(conn, existing.id, {"last_processed_at": now})
+                                updated = await store.get_run(conn, project.id, run_id=existing.id)
+                                assert updated is not None
+                                return serialize.run(updated)
+                            if not force:
+                                raise ServiceError("Failed to apply plan. Resource has been changed. Try again or use force apply.")
+                            raise ServiceError(f"Cannot override active run {explicit}. Stop the run first.")
+                        await store.mark_runs_deleted(conn, [existing.id])
+                    name = explicit
+                else:
+                    name = await _free_name(conn, project.id)
+                spec["run_name"] = name
+                run_id = str(uuid.uuid4())
+                priority = int(spec["configuration"].get("priority") or 0)
+                await store.insert_run(conn, {
+                    "id": run_id, "project_id": project.id, "user_id": user.id, "run_name": name,
+                    "submitted_at": now, "last_processed_at": now, "status": "submitted", "status_message": None,
+                    "termination_reason": None, "run_spec": dump(spec), "priority": priority, "fleet_id": None,
+                    "deployment_num": 0, "repo_id": spec["repo_id"],
+                })
+                for js in job_specs(name, spec, conf, merged):
+                    await store.insert_job(conn, {
+                        "id": str(uuid.uuid4()), "run_id": run_id, "project_id": project.id, "run_name": name,
+                        "job_num": js["job_num"], "replica_num": 0, "job_name": js["job_name"], "submission_num": 0,
+                        "deployment_num": 0, "submitted_at": now, "last_processed_at": now, "status": "submitted",
+                        "job_spec": dump(js), "priority": priority, "blocks": 1,
+                    })
+                run = await store.get_run(conn, project.id, run_id=run_id)
+            break
+        except sqlalchemy.exc.IntegrityError:
+            if explicit:
+                raise ServiceError(f"Run {explicit} already exists", code="resource_exists") from None
+            continue
+    else:
+        raise ServiceError("Could not pick a unique run name; try again")
+    ctx.wakeups.wake("scheduler")
+    assert run is not None
+    return serialize.run(run)
+
+
+async def list_runs(ctx: Context, project_ids: list[str] | None, body: dict[str, Any], user_id: str | None) -> list[RunRec]:
+    after = None
+    if body.get("prev_submitted_at") is not None:
+        from datetime import datetime
+
+        ts = datetime.fromisoformat(str(body["prev_submitted_at"]).replace("Z", "+00:00")).timestamp()
+        after = (ts, body.get("prev_run_id") or "")
+    async with ctx.db.read() as conn:
+        return await store.list_runs(
+            conn, project_ids, only_active=bool(body.get("only_active")), user_id=user_id,
+            repo_id=body.get("repo_id"), limit=int(body.get("limit", 100)), ascending=bool(body.get("ascending")),
+            after=after, include_jobs=body.get("include_jobs", True),
+            submissions_limit=body.get("job_submissions_limit"),
+        )
+
+
+async def get(ctx: Context, project: ProjectRec, run_name: str | None, run_id: str | None) -> RunRec:
+    async with ctx.db.read() as conn:
+        run = await store.get_run(conn, project.id, run_name=run_name, run_id=run_id)
+    if run is None:
+        raise ResourceNotExists("Run not found")
+    return run
+
+
+async def stop(ctx: Context, project: ProjectRec, names: list[str], abort: bool) -> None:
+    now = time.time()
+    how = "abort" if abort else "stop"
+    reason = "aborted_by_user" if abort else "stopped_by_user"
+    job_reason = "aborted_by_user" if abort else "terminated_by_user"
+    async with ctx.db.write() as conn:
+        for name in names:
+            run = await store.get_run(conn, project.id, run_name=name)
+            if run is None or run.status in store.FINISHED_RUN_STATUSES:
+                continue
+            await store.update_run(conn, run.id, {"status": "terminating", "termination_reason": reason,
+                                                  "last_processed_at": now})
+            for job in run.jobs:
+                if job.status == "submitted" and job.instance_id is None:
+                    await store.update_job(conn, job.id, {
+                        "status": "aborted" if abort else "terminated", "termination_reason": job_reason,
+                        "finished_at": now, "last_processed_at": now}, expect_status=("submitted",))
+                elif job.status not in store.FINISHED_JOB_STATUSES:
+                    await store.update_job(conn, job.id, {"stop_requested": how})
+    ctx.wakeups.wake("jobs", "runs", "scheduler")
+
+
+async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
+    async with ctx.db.write() as conn:
+        found = []
+        for name in names:
+            run = await store.get_run(conn, project.id, run_name=name)
+            if run is None:
+                raise ResourceNotExists(f"Run {name} not found")
+            found.append(run)
+        active = [r.run_name for r in found if r.status not in store.FINISHED_RUN_STATUSES]
+        if active:
+            raise ServiceError(f"Cannot delete active runs: {active}")
+        await store.mark_runs_deleted(conn, [r.id for r in found])

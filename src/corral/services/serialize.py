@@ -1,0 +1,200 @@
+"""Records -> dstack's wire objects (User, Project, Fleet, Instance, Run, Job, JobSubmission).
+
+Every enum value is one dstack's client knows: local instances go on the wire as backend ``remote``
+with corral's own name in the extra field ``corral_backend``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from corral.domain.records import FleetRec, InstanceRec, JobRec, MemberRec, ProjectRec, RunRec, UserRec
+
+WIRE_BACKEND = {"local": "remote"}
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def user(u: UserRec) -> dict[str, Any]:
+    return {
+        "id": u.id,
+        "username": u.name,
+        "created_at": iso(u.created_at),
+        "global_role": u.global_role,
+        "email": u.email,
+        "active": u.active,
+        "permissions": {"can_create_projects": True},
+        "ssh_public_key": u.ssh_public_key,
+    }
+
+
+def user_with_creds(u: UserRec) -> dict[str, Any]:
+    return {**user(u), "creds": {"token": u.token}, "ssh_private_key": u.ssh_private_key}
+
+
+def project(p: ProjectRec, members: list[MemberRec] | None = None) -> dict[str, Any]:
+    return {
+        "project_id": p.id,
+        "project_name": p.name,
+        "owner": user(p.owner),
+        "created_at": iso(p.created_at),
+        "backends": [
+            {"name": WIRE_BACKEND.get(b["type"], b["type"]), "config": {"type": WIRE_BACKEND.get(b["type"], b["type"])}}
+            for b in p.backends
+        ] if members is not None else [],
+        "members": [
+            {"user": user(m.user), "project_role": m.project_role,
+             "permissions": {"can_manage_ssh_fleets": True, "can_manage_secrets": m.project_role != "user"}}
+            for m in (members or [])
+        ],
+        "is_public": p.is_public,
+        "templates_repo": None,
+    }
+
+
+def instance_type(offer: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not offer:
+        return None
+    res = offer.get("resources") or {}
+    return {
+        "name": offer.get("instance_type", "local"),
+        "resources": {
+            "cpus": res.get("cpus", 0),
+            "memory_mib": res.get("memory_mib", 0),
+            "gpus": [{"name": g["name"], "memory_mib": g["memory_mib"], "vendor": g.get("vendor")}
+                     for g in res.get("gpus") or []],
+            "spot": bool(res.get("spot", False)),
+            "disk": {"size_mib": res.get("disk_size_mib", 0)},
+            "cpu_arch": res.get("cpu_arch"),
+            "description": "",
+        },
+    }
+
+
+def instance(i: InstanceRec) -> dict[str, Any]:
+    return {
+        "id": i.id,
+        "project_name": i.project_name,
+        "backend": WIRE_BACKEND.get(i.backend, i.backend),
+        "corral_backend": i.backend,
+        "instance_type": instance_type(i.offer),
+        "name": i.name,
+        "fleet_id": i.fleet_id,
+        "fleet_name": i.fleet_name,
+        "instance_num": i.instance_num,
+        "job_name": i.job_name,
+        "hostname": i.hostname,
+        "status": i.status,
+        "unreachable": i.unreachable,
+        "health_status": "healthy",
+        "termination_reason": i.termination_reason,
+        "termination_reason_message": i.termination_reason_message,
+        "created": iso(i.created_at),
+        "finished_at": iso(i.finished_at),
+        "region": i.region,
+        "availability_zone": None,
+        "price": i.price,
+        "total_blocks": i.total_blocks,
+        "busy_blocks": i.busy_blocks,
+        "gpu_driver": None,
+    }
+
+
+def fleet(f: FleetRec) -> dict[str, Any]:
+    return {
+        "id": f.id,
+        "name": f.name,
+        "project_name": f.project_name,
+        "spec": f.spec,
+        "created_at": iso(f.created_at),
+        "status": f.status,
+        "status_message": f.status_message,
+        "instances": [instance(i) for i in f.instances if i.status != "terminated" or f.status == "terminated"],
+    }
+
+
+def _job_status_message(j: JobRec) -> str:
+    if j.status == "failed" and j.termination_reason == "failed_to_start_due_to_no_capacity":
+        return "no capacity"
+    if j.status == "failed" and j.termination_reason == "container_exited_with_error":
+        return f"exited ({j.exit_status})" if j.exit_status is not None else "error"
+    if j.status == "done":
+        return "exited (0)"
+    return j.status_message or j.status
+
+
+def job_submission(j: JobRec) -> dict[str, Any]:
+    return {
+        "id": j.id,
+        "submission_num": j.submission_num,
+        "deployment_num": j.deployment_num,
+        "submitted_at": iso(j.submitted_at),
+        "last_processed_at": iso(j.last_processed_at),
+        "finished_at": iso(j.finished_at),
+        "inactivity_secs": None,
+        "status": j.status,
+        "status_message": _job_status_message(j),
+        "termination_reason": j.termination_reason,
+        "termination_reason_message": j.termination_reason_message,
+        "exit_status": j.exit_status,
+        "job_provisioning_data": j.job_provisioning_data,
+        "job_runtime_data": j.job_runtime_data,
+        "error": None,
+        "probes": [],
+        "image_pull_progress": None,
+        "corral_waiting": j.status_message if j.status == "submitted" else None,
+    }
+
+
+def jobs(r: RunRec) -> list[dict[str, Any]]:
+    grouped: dict[tuple[int, int], list[JobRec]] = {}
+    for j in r.jobs:
+        grouped.setdefault((j.replica_num, j.job_num), []).append(j)
+    out = []
+    for key in sorted(grouped):
+        subs = sorted(grouped[key], key=lambda j: j.submission_num)
+        out.append({"job_spec": subs[-1].job_spec, "job_submissions": [job_submission(s) for s in subs],
+                    "job_connection_info": None})
+    return out
+
+
+def run(r: RunRec, queue_position: int | None = None) -> dict[str, Any]:
+    js = jobs(r)
+    latest = None
+    if js:
+        latest = js[0]["job_submissions"][-1] if js[0]["job_submissions"] else None
+    status_message = r.status_message
+    if status_message is None:
+        status_message = latest["status_message"] if latest and r.status not in ("done",) else r.status
+        if r.status == "done":
+            status_message = "done"
+        if r.status == "submitted" and latest and latest.get("corral_waiting"):
+            status_message = "pending"
+    out = {
+        "id": r.id,
+        "project_name": r.project_name,
+        "user": r.user_name,
+        "fleet": {"id": r.fleet_id, "name": r.fleet_name} if r.fleet_id and r.fleet_name else None,
+        "submitted_at": iso(r.submitted_at),
+        "last_processed_at": iso(r.last_processed_at),
+        "status": r.status,
+        "status_message": status_message,
+        "termination_reason": r.termination_reason,
+        "run_spec": r.run_spec,
+        "jobs": js,
+        "latest_job_submission": latest,
+        "cost": 0.0,
+        "service": None,
+        "deployment_num": r.deployment_num,
+        "error": None,
+        "deleted": r.deleted,
+        "next_triggered_at": None,
+    }
+    if queue_position is not None:
+        out["corral_queue_position"] = queue_position
+    return out

@@ -1,0 +1,94 @@
+"""The one ``Settings`` object, built once at start-up and passed down.
+
+Nothing here reads the environment at import time: ``Settings.from_env()`` is called by the
+entry point (``corral server``) or by tests, which may also construct ``Settings`` directly with
+short timeouts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+
+def _float_env(env: dict[str, str], name: str, default: float | None) -> float | None:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("off", "none", "unlimited"):
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a number of seconds (or 'off')") from None
+
+
+class SettingsError(ValueError):
+    """A setting from the environment that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    server_dir: Path
+    database_url: str
+    host: str = "127.0.0.1"
+    port: int = 3000
+    admin_token: str | None = None
+    log_level: str = "info"
+    #: Seconds between safety-net passes of each worker (work normally starts on wake-ups).
+    safety_net_interval: float = 5.0
+    #: How long the agent of a new local instance may take to answer.
+    provisioning_timeout: float = 60.0
+    #: How long a job's agent may stay unreachable before the job fails ``instance_unreachable``.
+    agent_unreachable_timeout: float = 120.0
+    #: Timeout of one call to an agent.
+    agent_request_timeout: float = 5.0
+    #: Long-poll window for logs/status from an agent.
+    agent_poll_wait: float = 10.0
+    #: Default graceful stop window (dstack's ``stop_duration`` default is 5 minutes).
+    default_stop_duration: float = 300.0
+    #: Upper bound on how long a job may wait in the queue (None = unlimited).
+    max_queue_wait: float | None = None
+    #: Maximum number of local instances (default: the CPU count).
+    local_max_instances: int = field(default_factory=lambda: os.cpu_count() or 1)
+    #: Default idle duration of fleet instances (dstack: 3 days).
+    default_fleet_idle_duration: float = 3 * 24 * 3600.0
+    #: Whether to run the background workers (tests of the API alone may turn them off).
+    background_processing: bool = True
+    #: Whether ``corral server`` writes the ``main`` project into the CLI's config on first start.
+    write_cli_config: bool = True
+
+    @property
+    def data_dir(self) -> Path:
+        return self.server_dir / "data"
+
+    @property
+    def instances_dir(self) -> Path:
+        return self.server_dir / "instances"
+
+    @staticmethod
+    def from_env(env: dict[str, str] | None = None, **overrides: object) -> Settings:
+        e = dict(os.environ if env is None else env)
+        server_dir = Path(e.get("CORRAL_SERVER_DIR") or Path.home() / ".corral" / "server").expanduser()
+        db = e.get("CORRAL_DATABASE_URL") or f"sqlite+aiosqlite:///{server_dir / 'data' / 'corral.db'}"
+        s = Settings(
+            server_dir=server_dir,
+            database_url=db,
+            admin_token=e.get("CORRAL_SERVER_ADMIN_TOKEN") or None,
+            log_level=e.get("CORRAL_SERVER_LOG_LEVEL", "info"),
+            safety_net_interval=_float_env(e, "CORRAL_SAFETY_NET_INTERVAL", 5.0) or 5.0,
+            provisioning_timeout=_float_env(e, "CORRAL_PROVISIONING_TIMEOUT", 60.0) or 60.0,
+            agent_unreachable_timeout=_float_env(e, "CORRAL_AGENT_UNREACHABLE_TIMEOUT", 120.0) or 120.0,
+            default_stop_duration=_float_env(e, "CORRAL_DEFAULT_STOP_DURATION", 300.0) or 300.0,
+            max_queue_wait=_float_env(e, "CORRAL_MAX_QUEUE_WAIT", None),
+            background_processing=e.get("CORRAL_BACKGROUND_PROCESSING", "1") not in ("0", "false", "off"),
+        )
+        if "CORRAL_LOCAL_MAX_INSTANCES" in e:
+            try:
+                s = replace(s, local_max_instances=int(e["CORRAL_LOCAL_MAX_INSTANCES"]))
+            except ValueError:
+                raise SettingsError("CORRAL_LOCAL_MAX_INSTANCES must be an integer") from None
+        if overrides:
+            s = replace(s, **overrides)  # type: ignore[arg-type]
+        return s

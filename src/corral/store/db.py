@@ -1,0 +1,85 @@
+"""Engines and transactions.
+
+``Database.read()`` opens a plain (deferred) transaction; ``Database.write()`` opens a write
+transaction that is serialised where the database needs it: ``BEGIN IMMEDIATE`` on SQLite (one writer
+at a time, so a recount inside it sees every committed row) and ordinary transactions on Postgres,
+where ``plan_apply`` takes row locks with ``SELECT ... FOR UPDATE``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+
+def _sqlite_engine(url: str, immediate: bool) -> AsyncEngine:
+    engine = create_async_engine(url, connect_args={"timeout": 30}, pool_size=5 if immediate else 10)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let us issue BEGIN ourselves (pysqlite's implicit transactions are not IMMEDIATE).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class Database:
+    """The connection pools of one server process."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        if self.is_sqlite:
+            path = url.split("///", 1)[1] if "///" in url else ""
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._read = _sqlite_engine(url, immediate=False)
+            self._write = _sqlite_engine(url, immediate=True)
+        else:
+            self._read = create_async_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+            self._write = self._read
+        self._write_lock = asyncio.Lock() if self.is_sqlite else None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._write
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        async with self._read.connect() as conn, conn.begin():
+            yield conn
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncConnection]:
+        if self._write_lock is None:
+            async with self._write.connect() as conn, conn.begin():
+                yield conn
+            return
+        async with self._write_lock, self._write.connect() as conn, conn.begin():
+            yield conn
+
+    async def dispose(self) -> None:
+        await self._read.dispose()
+        if self._write is not self._read:
+            await self._write.dispose()
+
+    def for_update(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
+        """Row locks on Postgres; on SQLite the IMMEDIATE transaction already excludes writers."""
+        return stmt if self.is_sqlite else stmt.with_for_update()

@@ -1,0 +1,222 @@
+"""Fleets and instances: reads, and the writes that are not capacity decisions.
+
+Capacity (a job taking blocks of an instance, a new instance reserved under ``nodes.max``) is written
+only by ``plan_apply``; here are fleet creation/updates, instance lifecycle (provisioned, released,
+terminating, terminated) and reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.records import FleetRec, InstanceRec
+from corral.store.tables import fleets, instances, jobs, projects
+
+LIVE_JOB_STATUSES = ("submitted", "provisioning", "pulling", "running", "terminating")
+
+
+def _loads(text: str | None) -> Any:
+    return json.loads(text) if text else None
+
+
+def instance_from_row(row: Any, project_name: str, fleet_name: str | None) -> InstanceRec:
+    return InstanceRec(
+        id=row.id,
+        project_id=row.project_id,
+        project_name=project_name,
+        fleet_id=row.fleet_id,
+        fleet_name=fleet_name,
+        name=row.name,
+        instance_num=row.instance_num,
+        status=row.status,
+        unreachable=row.unreachable,
+        backend=row.backend,
+        region=row.region,
+        price=row.price,
+        offer=_loads(row.offer),
+        total_blocks=row.total_blocks,
+        busy_blocks=row.busy_blocks,
+        hostname=row.hostname,
+        agent=_loads(row.agent),
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        last_job_finished_at=row.last_job_finished_at,
+        idle_duration=row.idle_duration,
+        termination_reason=row.termination_reason,
+        termination_reason_message=row.termination_reason_message,
+    )
+
+
+def _fleet(row: Any, project_name: str, insts: Sequence[InstanceRec]) -> FleetRec:
+    return FleetRec(
+        id=row.id,
+        project_id=row.project_id,
+        project_name=project_name,
+        name=row.name,
+        created_at=row.created_at,
+        status=row.status,
+        status_message=row.status_message,
+        spec=json.loads(row.spec),
+        deleted=row.deleted,
+        instances=tuple(insts),
+    )
+
+
+async def _instances_of(
+    conn: AsyncConnection, fleet_rows: Sequence[Any], project_names: dict[str, str], only_active: bool
+) -> dict[str, list[InstanceRec]]:
+    ids = [r.id for r in fleet_rows]
+    out: dict[str, list[InstanceRec]] = {i: [] for i in ids}
+    if not ids:
+        return out
+    names = {r.id: r.name for r in fleet_rows}
+    q = sa.select(instances).where(instances.c.fleet_id.in_(ids), instances.c.deleted.is_(False))
+    if only_active:
+        q = q.where(instances.c.status != "terminated")
+    for r in await conn.execute(q.order_by(instances.c.instance_num)):
+        out[r.fleet_id].append(instance_from_row(r, project_names[r.project_id], names[r.fleet_id]))
+    return out
+
+
+async def list_fleets(
+    conn: AsyncConnection,
+    project_ids: Sequence[str] | None,
+    include_deleted: bool = False,
+    limit: int | None = None,
+    ascending: bool = False,
+    after: tuple[float, str] | None = None,
+) -> list[FleetRec]:
+    q = sa.select(fleets, projects.c.name.label("project_name")).join(projects, projects.c.id == fleets.c.project_id)
+    if project_ids is not None:
+        q = q.where(fleets.c.project_id.in_(project_ids))
+    if not include_deleted:
+        q = q.where(fleets.c.deleted.is_(False))
+    if after is not None:
+        cmp = sa.tuple_(fleets.c.created_at, fleets.c.id)
+        q = q.where(cmp > sa.tuple_(*after) if ascending else cmp < sa.tuple_(*after))
+    order = (fleets.c.created_at, fleets.c.id)
+    q = q.order_by(*(c.asc() if ascending else c.desc() for c in order))
+    if limit is not None:
+        q = q.limit(limit)
+    rows = (await conn.execute(q)).all()
+    pn = {r.project_id: r.project_name for r in rows}
+    insts = await _instances_of(conn, rows, pn, only_active=True)
+    return [_fleet(r, r.project_name, insts[r.id]) for r in rows]
+
+
+async def get_fleet(
+    conn: AsyncConnection, project_id: str, name: str | None = None, fleet_id: str | None = None
+) -> FleetRec | None:
+    q = sa.select(fleets, projects.c.name.label("project_name")).join(projects, projects.c.id == fleets.c.project_id)
+    q = q.where(fleets.c.project_id == project_id)
+    if fleet_id is not None:
+        q = q.where(fleets.c.id == fleet_id)
+    else:
+        q = q.where(fleets.c.name == name, fleets.c.deleted.is_(False))
+    row = (await conn.execute(q)).first()
+    if row is None:
+        return None
+    insts = await _instances_of(conn, [row], {row.project_id: row.project_name}, only_active=False)
+    return _fleet(row, row.project_name, insts[row.id])
+
+
+async def insert_fleet(conn: AsyncConnection, values: dict[str, Any]) -> None:
+    await conn.execute(sa.insert(fleets).values(deleted=False, **values))
+
+
+async def update_fleet(conn: AsyncConnection, fleet_id: str, values: dict[str, Any]) -> None:
+    await conn.execute(sa.update(fleets).where(fleets.c.id == fleet_id).values(**values))
+
+
+async def fleet_live_job_count(conn: AsyncConnection, fleet_id: str) -> int:
+    q = (
+        sa.select(sa.func.count())
+        .select_from(jobs.join(instances, instances.c.id == jobs.c.instance_id))
+        .where(instances.c.fleet_id == fleet_id, jobs.c.status.in_(LIVE_JOB_STATUSES))
+    )
+    return int((await conn.execute(q)).scalar_one())
+
+
+async def list_instances(
+    conn: AsyncConnection,
+    project_ids: Sequence[str] | None = None,
+    fleet_ids: Sequence[str] | None = None,
+    statuses: Sequence[str] | None = None,
+    only_active: bool = False,
+    limit: int | None = None,
+) -> list[InstanceRec]:
+    q = (
+        sa.select(instances, projects.c.name.label("project_name"), fleets.c.name.label("fleet_name"))
+        .join(projects, projects.c.id == instances.c.project_id)
+        .outerjoin(fleets, fleets.c.id == instances.c.fleet_id)
+        .where(instances.c.deleted.is_(False))
+    )
+    if project_ids is not None:
+        q = q.where(instances.c.project_id.in_(project_ids))
+    if fleet_ids is not None:
+        q = q.where(instances.c.fleet_id.in_(fleet_ids))
+    if statuses is not None:
+        q = q.where(instances.c.status.in_(statuses))
+    if only_active:
+        q = q.where(instances.c.status.notin_(("terminating", "terminated")))
+    q = q.order_by(instances.c.created_at.desc(), instances.c.id)
+    if limit is not None:
+        q = q.limit(limit)
+    return [instance_from_row(r, r.project_name, r.fleet_name) for r in await conn.execute(q)]
+
+
+async def get_instance(conn: AsyncConnection, instance_id: str) -> InstanceRec | None:
+    rows = await list_instances_by_ids(conn, [instance_id])
+    return rows[0] if rows else None
+
+
+async def list_instances_by_ids(conn: AsyncConnection, ids: Sequence[str]) -> list[InstanceRec]:
+    if not ids:
+        return []
+    q = (
+        sa.select(instances, projects.c.name.label("project_name"), fleets.c.name.label("fleet_name"))
+        .join(projects, projects.c.id == instances.c.project_id)
+        .outerjoin(fleets, fleets.c.id == instances.c.fleet_id)
+        .where(instances.c.id.in_(ids))
+    )
+    return [instance_from_row(r, r.project_name, r.fleet_name) for r in await conn.execute(q)]
+
+
+async def update_instance(
+    conn: AsyncConnection, instance_id: str, values: dict[str, Any], expect_status: Sequence[str] | None = None
+) -> bool:
+    q = sa.update(instances).where(instances.c.id == instance_id)
+    if expect_status is not None:
+        q = q.where(instances.c.status.in_(expect_status))
+    return (await conn.execute(q.values(**values))).rowcount > 0
+
+
+async def live_blocks_on(conn: AsyncConnection, instance_id: str) -> int:
+    """Blocks held by unfinished jobs on an instance, recounted from the job rows."""
+    q = sa.select(sa.func.coalesce(sa.func.sum(jobs.c.blocks), 0)).where(
+        jobs.c.instance_id == instance_id, jobs.c.status.in_(LIVE_JOB_STATUSES)
+    )
+    return int((await conn.execute(q)).scalar_one())
+
+
+async def release_instance(conn: AsyncConnection, instance_id: str, now: float) -> None:
+    """Recount an instance's busy blocks after a job let go of it; idle when none are left."""
+    busy = await live_blocks_on(conn, instance_id)
+    values: dict[str, Any] = {"busy_blocks": busy, "last_processed_at": now}
+    if busy == 0:
+        values["last_job_finished_at"] = now
+    await conn.execute(sa.update(instances).where(instances.c.id == instance_id).values(**values))
+    if busy == 0:
+        await conn.execute(
+            sa.update(instances).where(instances.c.id == instance_id, instances.c.status == "busy").values(status="idle")
+        )
+
+
+def dump(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))

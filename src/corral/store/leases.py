@@ -1,0 +1,43 @@
+"""Leases on rows that workers process: claim (owner, token, expiry), extend, release.
+
+A worker writes its result only while its token still matches (``guard``), so a stale worker --
+one whose lease expired and was taken over, e.g. after a replica was killed -- writes nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+async def claim(conn: AsyncConnection, table: sa.Table, row_id: str, owner: str, now: float, ttl: float) -> str | None:
+    token = str(uuid.uuid4())
+    res = await conn.execute(
+        sa.update(table)
+        .where(table.c.id == row_id)
+        .where(sa.or_(table.c.lock_expires_at.is_(None), table.c.lock_expires_at < now))
+        .values(lock_owner=owner, lock_token=token, lock_expires_at=now + ttl)
+    )
+    return token if res.rowcount > 0 else None
+
+
+async def extend(conn: AsyncConnection, table: sa.Table, row_id: str, token: str, now: float, ttl: float) -> bool:
+    res = await conn.execute(
+        sa.update(table).where(table.c.id == row_id, table.c.lock_token == token).values(lock_expires_at=now + ttl)
+    )
+    return res.rowcount > 0
+
+
+async def release(conn: AsyncConnection, table: sa.Table, row_id: str, token: str) -> bool:
+    res = await conn.execute(
+        sa.update(table)
+        .where(table.c.id == row_id, table.c.lock_token == token)
+        .values(lock_owner=None, lock_token=None, lock_expires_at=None)
+    )
+    return res.rowcount > 0
+
+
+def guard(table: sa.Table, row_id: str, token: str) -> sa.ColumnElement[bool]:
+    return sa.and_(table.c.id == row_id, table.c.lock_token == token)

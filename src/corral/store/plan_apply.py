@@ -1,0 +1,234 @@
+"""THE capacity commit point: the only writer of job->instance assignments and instance reservations.
+
+``apply_plan`` commits a scheduler ``Plan`` in one short write transaction. For each gang (the jobs of
+one run) it locks what the decisions touch -- the fleet row for a reservation, the instance row for an
+assignment (``SELECT ... FOR UPDATE`` on Postgres; SQLite's ``BEGIN IMMEDIATE`` already excludes every
+other writer) -- recounts from current rows, and commits the gang whole or not at all (a savepoint).
+
+What ``nodes.max`` caps is every instance of the fleet that is not yet confirmed terminated:
+reserved-but-not-provisioned, provisioning, idle, busy and terminating ones. Free blocks of an
+instance are recounted from the unfinished jobs assigned to it, never taken from a stale counter.
+No network call happens here.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.fleets import nodes_bounds
+from corral.scheduler.codec import offer_to_json
+from corral.scheduler.types import Assign, Fail, Gang, Plan, Reserve, Wait
+from corral.store.db import Database
+from corral.store.fleets import LIVE_JOB_STATUSES
+from corral.store.tables import fleets, instances, jobs
+
+_USABLE = ("pending", "provisioning", "idle", "busy")
+
+
+@dataclass
+class ApplyResult:
+    assigned: list[str] = field(default_factory=list)
+    reserved: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    rejected_runs: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.assigned or self.reserved or self.failed)
+
+
+class _Rejected(Exception):
+    pass
+
+
+async def _job_is_waiting(conn: AsyncConnection, job_id: str) -> bool:
+    row = (
+        await conn.execute(sa.select(jobs.c.status, jobs.c.instance_id).where(jobs.c.id == job_id))
+    ).first()
+    return row is not None and row.status == "submitted" and row.instance_id is None
+
+
+async def _busy_blocks(conn: AsyncConnection, instance_id: str) -> int:
+    q = sa.select(sa.func.coalesce(sa.func.sum(jobs.c.blocks), 0)).where(
+        jobs.c.instance_id == instance_id, jobs.c.status.in_(LIVE_JOB_STATUSES)
+    )
+    return int((await conn.execute(q)).scalar_one())
+
+
+async def _assign(db: Database, conn: AsyncConnection, d: Assign, now: float) -> None:
+    inst = (
+        await conn.execute(db.for_update(sa.select(instances).where(instances.c.id == d.instance_id)))
+    ).first()
+    if inst is None or inst.status not in _USABLE or inst.unreachable or inst.deleted:
+        raise _Rejected
+    if not await _job_is_waiting(conn, d.job_id):
+        raise _Rejected
+    busy = await _busy_blocks(conn, d.instance_id)
+    total = inst.total_blocks or 1
+    if busy + d.blocks > total:
+        raise _Rejected
+    await conn.execute(
+        sa.update(jobs)
+        .where(jobs.c.id == d.job_id)
+        .values(instance_id=d.instance_id, blocks=d.blocks, status="provisioning", status_message=None,
+                last_processed_at=now)
+    )
+    status = "busy" if inst.status == "idle" else inst.status
+    await conn.execute(
+        sa.update(instances).where(instances.c.id == d.instance_id)
+        .values(busy_blocks=busy + d.blocks, status=status, last_processed_at=now)
+    )
+
+
+async def _count_counted(conn: AsyncConnection, fleet_id: str) -> int:
+    q = sa.select(sa.func.count()).select_from(instances).where(
+        instances.c.fleet_id == fleet_id, instances.c.status != "terminated", instances.c.deleted.is_(False)
+    )
+    return int((await conn.execute(q)).scalar_one())
+
+
+async def _next_instance_num(conn: AsyncConnection, fleet_id: str) -> int:
+    q = sa.select(instances.c.instance_num).where(
+        instances.c.fleet_id == fleet_id, instances.c.status != "terminated", instances.c.deleted.is_(False)
+    )
+    used = {r.instance_num for r in await conn.execute(q)}
+    n = 0
+    while n in used:
+        n += 1
+    return n
+
+
+async def _count_backend(conn: AsyncConnection, backend: str) -> int:
+    q = sa.select(sa.func.count()).select_from(instances).where(
+        instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False)
+    )
+    return int((await conn.execute(q)).scalar_one())
+
+
+async def _reserve(
+    db: Database, conn: AsyncConnection, d: Reserve, now: float, backend_limits: dict[str, int]
+) -> str:
+    fleet = (
+        await conn.execute(db.for_update(sa.select(fleets).where(fleets.c.id == d.fleet_id)))
+    ).first()
+    if fleet is None or fleet.deleted or fleet.status != "active":
+        raise _Rejected
+    spec: dict[str, Any] = json.loads(fleet.spec)
+    nodes_min, nodes_max = nodes_bounds(spec)
+    count = await _count_counted(conn, d.fleet_id)
+    if nodes_max is not None and count >= nodes_max:
+        raise _Rejected
+    if d.job_id is None and count >= nodes_min:
+        raise _Rejected  # upkeep only fills up to nodes.min
+    limit = backend_limits.get(d.offer.backend)
+    if limit is not None and await _count_backend(conn, d.offer.backend) >= limit:
+        raise _Rejected
+    if d.job_id is not None and not await _job_is_waiting(conn, d.job_id):
+        raise _Rejected
+    num = await _next_instance_num(conn, d.fleet_id)
+    instance_id = str(uuid.uuid4())
+    conf = spec.get("configuration") or {}
+    idle = conf.get("idle_duration")
+    await conn.execute(
+        sa.insert(instances).values(
+            id=instance_id,
+            project_id=fleet.project_id,
+            fleet_id=fleet.id,
+            name=f"{fleet.name}-{num}",
+            instance_num=num,
+            status="pending",
+            unreachable=False,
+            backend=d.offer.backend,
+            region=d.offer.region,
+            price=d.offer.price,
+            offer=json.dumps(offer_to_json(d.offer)),
+            total_blocks=d.total_blocks,
+            busy_blocks=d.blocks if d.job_id else 0,
+            created_at=now,
+            last_processed_at=now,
+            idle_duration=float(idle) if isinstance(idle, (int, float)) else None,
+            deleted=False,
+        )
+    )
+    if d.job_id is not None:
+        await conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.id == d.job_id)
+            .values(instance_id=instance_id, blocks=d.blocks, status="provisioning", status_message=None,
+                    last_processed_at=now)
+        )
+    return instance_id
+
+
+async def _fail(conn: AsyncConnection, d: Fail, now: float) -> bool:
+    res = await conn.execute(
+        sa.update(jobs)
+        .where(jobs.c.id == d.job_id, jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
+        .values(
+            status="failed",
+            status_message="no capacity",
+            termination_reason="failed_to_start_due_to_no_capacity",
+            termination_reason_message=d.message,
+            finished_at=now,
+            last_processed_at=now,
+        )
+    )
+    return res.rowcount > 0
+
+
+async def _wait(conn: AsyncConnection, d: Wait) -> None:
+    await conn.execute(
+        sa.update(jobs)
+        .where(jobs.c.id == d.job_id, jobs.c.status == "submitted")
+        .where(sa.or_(jobs.c.status_message.is_(None), jobs.c.status_message != d.message))
+        .values(status_message=d.message)
+    )
+
+
+async def _apply_gang(
+    db: Database, conn: AsyncConnection, gang: Gang, now: float, limits: dict[str, int], result: ApplyResult
+) -> None:
+    assigned: list[str] = []
+    reserved: list[str] = []
+    failed: list[str] = []
+    savepoint = await conn.begin_nested()
+    try:
+        for d in gang.decisions:
+            if isinstance(d, Assign):
+                await _assign(db, conn, d, now)
+                assigned.append(d.job_id)
+            elif isinstance(d, Reserve):
+                reserved.append(await _reserve(db, conn, d, now, limits))
+                if d.job_id is not None:
+                    assigned.append(d.job_id)
+            elif isinstance(d, Fail):
+                if await _fail(conn, d, now):
+                    failed.append(d.job_id)
+            elif isinstance(d, Wait):
+                await _wait(conn, d)
+    except _Rejected:
+        await savepoint.rollback()
+        result.rejected_runs.append(gang.run_id)
+        return
+    await savepoint.commit()
+    result.assigned += assigned
+    result.reserved += reserved
+    result.failed += failed
+
+
+async def apply_plan(db: Database, plan: Plan, now: float, backend_limits: dict[str, int] | None = None) -> ApplyResult:
+    """Commit what still fits of ``plan``; gangs that no longer fit are listed in ``rejected_runs``."""
+    result = ApplyResult()
+    if plan.is_empty():
+        return result
+    limits = backend_limits or {}
+    async with db.write() as conn:
+        for gang in plan.gangs:
+            await _apply_gang(db, conn, gang, now, limits, result)
+    return result

@@ -1,0 +1,254 @@
+"""Runs, jobs and logs. Two queries per page of runs (runs, then their jobs): no N+1."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.records import JobRec, LogRec, RunRec
+from corral.store.tables import fleets, jobs, logs, projects, runs, users
+
+FINISHED_RUN_STATUSES = ("terminated", "failed", "done")
+FINISHED_JOB_STATUSES = ("terminated", "aborted", "failed", "done")
+
+
+def _loads(text: str | None) -> Any:
+    return json.loads(text) if text else None
+
+
+def job_from_row(r: Any) -> JobRec:
+    return JobRec(
+        id=r.id,
+        run_id=r.run_id,
+        project_id=r.project_id,
+        run_name=r.run_name,
+        job_num=r.job_num,
+        replica_num=r.replica_num,
+        job_name=r.job_name,
+        submission_num=r.submission_num,
+        deployment_num=r.deployment_num,
+        submitted_at=r.submitted_at,
+        last_processed_at=r.last_processed_at,
+        finished_at=r.finished_at,
+        status=r.status,
+        status_message=r.status_message,
+        termination_reason=r.termination_reason,
+        termination_reason_message=r.termination_reason_message,
+        exit_status=r.exit_status,
+        job_spec=json.loads(r.job_spec),
+        priority=r.priority,
+        instance_id=r.instance_id,
+        job_provisioning_data=_loads(r.job_provisioning_data),
+        job_runtime_data=_loads(r.job_runtime_data),
+        stop_requested=r.stop_requested,
+        disconnected_at=r.disconnected_at,
+        log_offset=r.log_offset,
+        wait_deadline=r.wait_deadline,
+    )
+
+
+def _run(r: Any, run_jobs: Sequence[JobRec]) -> RunRec:
+    return RunRec(
+        id=r.id,
+        project_id=r.project_id,
+        project_name=r.project_name,
+        user_name=r.user_name,
+        run_name=r.run_name,
+        submitted_at=r.submitted_at,
+        last_processed_at=r.last_processed_at,
+        status=r.status,
+        status_message=r.status_message,
+        termination_reason=r.termination_reason,
+        run_spec=json.loads(r.run_spec),
+        priority=r.priority,
+        fleet_id=r.fleet_id,
+        fleet_name=r.fleet_name,
+        deployment_num=r.deployment_num,
+        deleted=r.deleted,
+        jobs=tuple(run_jobs),
+    )
+
+
+def _run_select() -> sa.Select[Any]:
+    return (
+        sa.select(
+            runs,
+            projects.c.name.label("project_name"),
+            users.c.name.label("user_name"),
+            fleets.c.name.label("fleet_name"),
+        )
+        .join(projects, projects.c.id == runs.c.project_id)
+        .join(users, users.c.id == runs.c.user_id)
+        .outerjoin(fleets, fleets.c.id == runs.c.fleet_id)
+    )
+
+
+async def _jobs_for(
+    conn: AsyncConnection, run_ids: Sequence[str], submissions_limit: int | None
+) -> dict[str, list[JobRec]]:
+    out: dict[str, list[JobRec]] = {i: [] for i in run_ids}
+    if not run_ids or submissions_limit == 0:
+        return out
+    q = sa.select(jobs).where(jobs.c.run_id.in_(run_ids))
+    if submissions_limit is not None:
+        # Only the latest ``submissions_limit`` submissions of each (replica, job): a window over the index.
+        rank = (
+            sa.func.row_number()
+            .over(
+                partition_by=(jobs.c.run_id, jobs.c.replica_num, jobs.c.job_num),
+                order_by=jobs.c.submission_num.desc(),
+            )
+            .label("rnk")
+        )
+        sub = sa.select(jobs, rank).where(jobs.c.run_id.in_(run_ids)).subquery()
+        q = sa.select(*[sub.c[c.name] for c in jobs.c]).where(sub.c.rnk <= submissions_limit)
+        rows = await conn.execute(q)
+    else:
+        rows = await conn.execute(q)
+    for r in rows:
+        out[r.run_id].append(job_from_row(r))
+    for lst in out.values():
+        lst.sort(key=lambda j: (j.replica_num, j.job_num, j.submission_num))
+    return out
+
+
+async def list_runs(
+    conn: AsyncConnection,
+    project_ids: Sequence[str] | None,
+    only_active: bool = False,
+    user_id: str | None = None,
+    repo_id: str | None = None,
+    limit: int = 100,
+    ascending: bool = False,
+    after: tuple[float, str] | None = None,
+    include_jobs: bool = True,
+    submissions_limit: int | None = None,
+) -> list[RunRec]:
+    q = _run_select().where(runs.c.deleted.is_(False))
+    if project_ids is not None:
+        q = q.where(runs.c.project_id.in_(project_ids))
+    if only_active:
+        q = q.where(runs.c.status.notin_(FINISHED_RUN_STATUSES))
+    if user_id is not None:
+        q = q.where(runs.c.user_id == user_id)
+    if repo_id is not None:
+        q = q.where(runs.c.repo_id == repo_id)
+    if after is not None:
+        cmp = sa.tuple_(runs.c.submitted_at, runs.c.id)
+        q = q.where(cmp > sa.tuple_(*after) if ascending else cmp < sa.tuple_(*after))
+    order = (runs.c.submitted_at, runs.c.id)
+    q = q.order_by(*(c.asc() if ascending else c.desc() for c in order)).limit(limit)
+    rows = (await conn.execute(q)).all()
+    by_run = await _jobs_for(conn, [r.id for r in rows], submissions_limit) if include_jobs else {}
+    return [_run(r, by_run.get(r.id, [])) for r in rows]
+
+
+async def get_run(
+    conn: AsyncConnection, project_id: str, run_name: str | None = None, run_id: str | None = None
+) -> RunRec | None:
+    q = _run_select().where(runs.c.project_id == project_id)
+    if run_id is not None:
+        q = q.where(runs.c.id == run_id)
+    else:
+        q = q.where(runs.c.run_name == run_name, runs.c.deleted.is_(False))
+    row = (await conn.execute(q)).first()
+    if row is None:
+        return None
+    return _run(row, (await _jobs_for(conn, [row.id], None))[row.id])
+
+
+async def get_run_by_id(conn: AsyncConnection, run_id: str) -> RunRec | None:
+    row = (await conn.execute(_run_select().where(runs.c.id == run_id))).first()
+    if row is None:
+        return None
+    return _run(row, (await _jobs_for(conn, [row.id], None))[row.id])
+
+
+async def run_name_taken(conn: AsyncConnection, project_id: str, name: str) -> bool:
+    q = sa.select(runs.c.id).where(runs.c.project_id == project_id, runs.c.run_name == name, runs.c.deleted.is_(False))
+    return (await conn.execute(q)).first() is not None
+
+
+async def run_names_like(conn: AsyncConnection, project_id: str, prefix: str) -> list[str]:
+    q = sa.select(runs.c.run_name).where(
+        runs.c.project_id == project_id, runs.c.run_name.like(f"{prefix}-%"), runs.c.deleted.is_(False)
+    )
+    return [r.run_name for r in await conn.execute(q)]
+
+
+async def insert_run(conn: AsyncConnection, values: dict[str, Any]) -> None:
+    await conn.execute(sa.insert(runs).values(deleted=False, **values))
+
+
+async def update_run(conn: AsyncConnection, run_id: str, values: dict[str, Any], expect_status: Sequence[str] | None = None) -> bool:
+    q = sa.update(runs).where(runs.c.id == run_id)
+    if expect_status is not None:
+        q = q.where(runs.c.status.in_(expect_status))
+    return (await conn.execute(q.values(**values))).rowcount > 0
+
+
+async def insert_job(conn: AsyncConnection, values: dict[str, Any]) -> None:
+    await conn.execute(sa.insert(jobs).values(log_offset=0, **values))
+
+
+async def update_job(
+    conn: AsyncConnection, job_id: str, values: dict[str, Any], expect_status: Sequence[str] | None = None
+) -> bool:
+    q = sa.update(jobs).where(jobs.c.id == job_id)
+    if expect_status is not None:
+        q = q.where(jobs.c.status.in_(expect_status))
+    return (await conn.execute(q.values(**values))).rowcount > 0
+
+
+async def list_jobs(
+    conn: AsyncConnection, statuses: Sequence[str], run_id: str | None = None
+) -> list[JobRec]:
+    q = sa.select(jobs).where(jobs.c.status.in_(statuses))
+    if run_id is not None:
+        q = q.where(jobs.c.run_id == run_id)
+    return [job_from_row(r) for r in await conn.execute(q.order_by(jobs.c.submitted_at))]
+
+
+async def get_job(conn: AsyncConnection, job_id: str) -> JobRec | None:
+    row = (await conn.execute(sa.select(jobs).where(jobs.c.id == job_id))).first()
+    return job_from_row(row) if row is not None else None
+
+
+async def list_active_run_ids(conn: AsyncConnection) -> list[str]:
+    q = sa.select(runs.c.id).where(runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False))
+    return [r.id for r in await conn.execute(q)]
+
+
+async def mark_runs_deleted(conn: AsyncConnection, run_ids: Sequence[str]) -> None:
+    await conn.execute(sa.update(runs).where(runs.c.id.in_(run_ids)).values(deleted=True))
+
+
+async def append_logs(conn: AsyncConnection, job_id: str, entries: Sequence[tuple[float, int, bytes]]) -> None:
+    if entries:
+        await conn.execute(
+            sa.insert(logs), [{"job_id": job_id, "timestamp": t, "source": s, "message": m} for t, s, m in entries]
+        )
+
+
+async def read_logs(
+    conn: AsyncConnection,
+    job_id: str,
+    after_id: int | None,
+    limit: int,
+    descending: bool = False,
+    start_time: float | None = None,
+    end_time: float | None = None,
+) -> list[LogRec]:
+    q = sa.select(logs.c.id, logs.c.timestamp, logs.c.source, logs.c.message).where(logs.c.job_id == job_id)
+    if after_id is not None:
+        q = q.where(logs.c.id < after_id if descending else logs.c.id > after_id)
+    if start_time is not None:
+        q = q.where(logs.c.timestamp >= start_time)
+    if end_time is not None:
+        q = q.where(logs.c.timestamp <= end_time)
+    q = q.order_by(logs.c.id.desc() if descending else logs.c.id.asc()).limit(limit)
+    return [LogRec(r.id, r.timestamp, r.source, bytes(r.message)) for r in await conn.execute(q)]

@@ -1,0 +1,196 @@
+"""The schema (SQLAlchemy Core). Alembic migrations in ``migrations/`` create exactly this.
+
+Conventions: ids are UUID strings; times are UTC epoch seconds as double precision (cheap to compare
+and index on both SQLite and Postgres); documents (specs, provisioning data) are JSON text. Rows that
+workers process carry lease columns (``lock_owner``, ``lock_token``, ``lock_expires_at``) so that
+several server replicas on Postgres can claim work without a leader.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+Time = sa.Float(precision=53)
+
+
+def _lease_columns() -> list[sa.Column[object]]:
+    return [
+        sa.Column("lock_owner", sa.String(100), nullable=True),
+        sa.Column("lock_token", sa.String(36), nullable=True),
+        sa.Column("lock_expires_at", Time, nullable=True),
+    ]
+
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("name", sa.String(100), nullable=False, unique=True),
+    sa.Column("token", sa.String(200), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("global_role", sa.String(20), nullable=False),
+    sa.Column("email", sa.String(200), nullable=True),
+    sa.Column("active", sa.Boolean, nullable=False, default=True),
+    sa.Column("deleted", sa.Boolean, nullable=False, default=False),
+    sa.Column("created_at", Time, nullable=False),
+    sa.Column("ssh_private_key", sa.Text, nullable=True),
+    sa.Column("ssh_public_key", sa.Text, nullable=True),
+)
+
+projects = sa.Table(
+    "projects",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("name", sa.String(100), nullable=False),
+    sa.Column("owner_id", sa.String(36), sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("created_at", Time, nullable=False),
+    sa.Column("is_public", sa.Boolean, nullable=False, default=False),
+    sa.Column("deleted", sa.Boolean, nullable=False, default=False),
+    sa.Column("backends", sa.Text, nullable=False, default="[]"),
+    sa.Column("ssh_private_key", sa.Text, nullable=True),
+    sa.Column("ssh_public_key", sa.Text, nullable=True),
+    sa.Index("ux_projects_name_live", "name", unique=True, sqlite_where=sa.text("deleted = 0"),
+             postgresql_where=sa.text("deleted = false")),
+)
+
+members = sa.Table(
+    "members",
+    metadata,
+    sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), primary_key=True),
+    sa.Column("user_id", sa.String(36), sa.ForeignKey("users.id"), primary_key=True),
+    sa.Column("project_role", sa.String(20), nullable=False),
+    sa.Column("member_num", sa.Integer, nullable=False, default=0),
+)
+
+fleets = sa.Table(
+    "fleets",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), nullable=False),
+    sa.Column("name", sa.String(100), nullable=False),
+    sa.Column("created_at", Time, nullable=False),
+    sa.Column("last_processed_at", Time, nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("status_message", sa.Text, nullable=True),
+    sa.Column("spec", sa.Text, nullable=False),
+    sa.Column("deleted", sa.Boolean, nullable=False, default=False),
+    *_lease_columns(),
+    sa.Index("ux_fleets_project_name_live", "project_id", "name", unique=True,
+             sqlite_where=sa.text("deleted = 0"), postgresql_where=sa.text("deleted = false")),
+)
+
+instances = sa.Table(
+    "instances",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), nullable=False),
+    sa.Column("fleet_id", sa.String(36), sa.ForeignKey("fleets.id"), nullable=True),
+    sa.Column("name", sa.String(150), nullable=False),
+    sa.Column("instance_num", sa.Integer, nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("unreachable", sa.Boolean, nullable=False, default=False),
+    sa.Column("backend", sa.String(30), nullable=False),
+    sa.Column("region", sa.String(100), nullable=True),
+    sa.Column("price", sa.Float, nullable=True),
+    sa.Column("offer", sa.Text, nullable=True),
+    sa.Column("total_blocks", sa.Integer, nullable=True),
+    sa.Column("busy_blocks", sa.Integer, nullable=False, default=0),
+    sa.Column("hostname", sa.String(200), nullable=True),
+    sa.Column("agent", sa.Text, nullable=True),
+    sa.Column("created_at", Time, nullable=False),
+    sa.Column("started_at", Time, nullable=True),
+    sa.Column("finished_at", Time, nullable=True),
+    sa.Column("last_job_finished_at", Time, nullable=True),
+    sa.Column("idle_duration", sa.Float, nullable=True),
+    sa.Column("termination_reason", sa.String(50), nullable=True),
+    sa.Column("termination_reason_message", sa.Text, nullable=True),
+    sa.Column("deleted", sa.Boolean, nullable=False, default=False),
+    sa.Column("last_processed_at", Time, nullable=False),
+    *_lease_columns(),
+    sa.Index("ix_instances_fleet_status", "fleet_id", "status"),
+    sa.Index("ix_instances_status", "status"),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), nullable=False),
+    sa.Column("user_id", sa.String(36), sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("run_name", sa.String(150), nullable=False),
+    sa.Column("submitted_at", Time, nullable=False),
+    sa.Column("last_processed_at", Time, nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("status_message", sa.Text, nullable=True),
+    sa.Column("termination_reason", sa.String(50), nullable=True),
+    sa.Column("run_spec", sa.Text, nullable=False),
+    sa.Column("priority", sa.Integer, nullable=False, default=0),
+    sa.Column("fleet_id", sa.String(36), sa.ForeignKey("fleets.id"), nullable=True),
+    sa.Column("deployment_num", sa.Integer, nullable=False, default=0),
+    sa.Column("deleted", sa.Boolean, nullable=False, default=False),
+    sa.Column("repo_id", sa.String(200), nullable=True),
+    *_lease_columns(),
+    sa.Index("ux_runs_project_name_live", "project_id", "run_name", unique=True,
+             sqlite_where=sa.text("deleted = 0"), postgresql_where=sa.text("deleted = false")),
+    sa.Index("ix_runs_project_submitted", "project_id", "submitted_at", "id"),
+    sa.Index("ix_runs_submitted", "submitted_at", "id"),
+    sa.Index("ix_runs_status", "status"),
+)
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("run_id", sa.String(36), sa.ForeignKey("runs.id"), nullable=False),
+    sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), nullable=False),
+    sa.Column("run_name", sa.String(150), nullable=False),
+    sa.Column("job_num", sa.Integer, nullable=False),
+    sa.Column("replica_num", sa.Integer, nullable=False, default=0),
+    sa.Column("job_name", sa.String(200), nullable=False),
+    sa.Column("submission_num", sa.Integer, nullable=False, default=0),
+    sa.Column("deployment_num", sa.Integer, nullable=False, default=0),
+    sa.Column("submitted_at", Time, nullable=False),
+    sa.Column("last_processed_at", Time, nullable=False),
+    sa.Column("finished_at", Time, nullable=True),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("status_message", sa.Text, nullable=True),
+    sa.Column("termination_reason", sa.String(50), nullable=True),
+    sa.Column("termination_reason_message", sa.Text, nullable=True),
+    sa.Column("exit_status", sa.Integer, nullable=True),
+    sa.Column("job_spec", sa.Text, nullable=False),
+    sa.Column("priority", sa.Integer, nullable=False, default=0),
+    sa.Column("blocks", sa.Integer, nullable=False, default=1),
+    sa.Column("wait_deadline", Time, nullable=True),
+    sa.Column("instance_id", sa.String(36), sa.ForeignKey("instances.id"), nullable=True),
+    sa.Column("job_provisioning_data", sa.Text, nullable=True),
+    sa.Column("job_runtime_data", sa.Text, nullable=True),
+    sa.Column("stop_requested", sa.String(20), nullable=True),
+    sa.Column("disconnected_at", Time, nullable=True),
+    sa.Column("log_offset", sa.Integer, nullable=False, default=0),
+    *_lease_columns(),
+    sa.Index("ix_jobs_run", "run_id", "job_num", "submission_num"),
+    sa.Index("ix_jobs_status_queue", "status", "priority", "submitted_at"),
+    sa.Index("ix_jobs_instance_status", "instance_id", "status"),
+)
+
+logs = sa.Table(
+    "logs",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(36), nullable=False),
+    sa.Column("timestamp", Time, nullable=False),
+    sa.Column("source", sa.SmallInteger, nullable=False),
+    sa.Column("message", sa.LargeBinary, nullable=False),
+    sa.Index("ix_logs_job_id", "job_id", "id"),
+)
+
+repos = sa.Table(
+    "repos",
+    metadata,
+    sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), primary_key=True),
+    sa.Column("repo_id", sa.String(200), primary_key=True),
+    sa.Column("info", sa.Text, nullable=False),
+    sa.Column("creds", sa.Text, nullable=True),
+)

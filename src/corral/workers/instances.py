@@ -1,0 +1,199 @@
+"""The instances worker: provision reserved instances, terminate the ones going away, retire idle ones,
+and finish deleted fleets. Every backend call happens with no transaction open, under a lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import sqlalchemy as sa
+
+from corral.backends.base import AgentEndpoint, ProvisioningError
+from corral.domain.fleets import nodes_bounds
+from corral.domain.records import InstanceRec
+from corral.scheduler.codec import resources_to_json
+from corral.store import fleets as fleet_store
+from corral.store import leases
+from corral.store.fleets import dump
+from corral.store.tables import instances, jobs
+from corral.workers.context import Context
+
+log = logging.getLogger("corral.instances")
+OWNER = "instances"
+
+
+class Instances:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    async def pass_once(self) -> None:
+        async with self.ctx.db.read() as conn:
+            todo = await fleet_store.list_instances(conn, statuses=("pending", "terminating"))
+            idle = await fleet_store.list_instances(conn, statuses=("idle",))
+        for inst in todo:
+            if inst.id in self._tasks:
+                continue
+            work = self._provision(inst) if inst.status == "pending" else self._terminate(inst)
+            task = asyncio.create_task(work)
+            self._tasks[inst.id] = task
+            task.add_done_callback(lambda _t, i=inst.id: self._tasks.pop(i, None))
+        await self._retire_idle(idle)
+        await self._finish_fleets()
+
+    async def drain(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+    async def _claim(self, inst: InstanceRec) -> str | None:
+        ttl = self.ctx.settings.provisioning_timeout + 30
+        async with self.ctx.db.write() as conn:
+            return await leases.claim(conn, instances, inst.id, OWNER, time.time(), ttl)
+
+    async def _provision(self, inst: InstanceRec) -> None:
+        token = await self._claim(inst)
+        if token is None:
+            return
+        compute = self.ctx.computes.get(inst.backend)
+        try:
+            if compute is None:
+                raise ProvisioningError(f"backend {inst.backend!r} is not configured")
+            provisioned = await compute.create_instance(inst.id, inst.name)
+        except ProvisioningError as e:
+            await self._provisioning_failed(inst, token, str(e))
+            return
+        except Exception as e:  # never leave an instance stuck in pending
+            log.exception("provisioning %s failed", inst.name)
+            await self._provisioning_failed(inst, token, f"unexpected error: {e}")
+            return
+        now = time.time()
+        offer = dict(inst.offer or {})
+        offer["resources"] = resources_to_json(provisioned.resources)
+        async with self.ctx.db.write() as conn:
+            busy = await fleet_store.live_blocks_on(conn, inst.id)
+            res = await conn.execute(
+                sa.update(instances)
+                .where(leases.guard(instances, inst.id, token), instances.c.status == "pending")
+                .values(
+                    status="busy" if busy else "idle",
+                    busy_blocks=busy,
+                    agent=dump(provisioned.agent.to_json()),
+                    hostname=provisioned.hostname,
+                    offer=dump(offer),
+                    started_at=now,
+                    last_processed_at=now,
+                    last_job_finished_at=None if busy else now,
+                    lock_owner=None, lock_token=None, lock_expires_at=None,
+                )
+            )
+        if res.rowcount == 0:  # lost the lease or the instance was terminated meanwhile
+            await compute.terminate_instance(inst.id, provisioned.agent)  # type: ignore[union-attr]
+            return
+        self.ctx.wakeups.wake("jobs", "scheduler")
+
+    async def _provisioning_failed(self, inst: InstanceRec, token: str, message: str) -> None:
+        now = time.time()
+        async with self.ctx.db.write() as conn:
+            await conn.execute(
+                sa.update(instances)
+                .where(leases.guard(instances, inst.id, token))
+                .values(status="terminated", termination_reason="error", termination_reason_message=message,
+                        finished_at=now, last_processed_at=now, lock_owner=None, lock_token=None,
+                        lock_expires_at=None)
+            )
+            await conn.execute(
+                sa.update(jobs)
+                .where(jobs.c.instance_id == inst.id, jobs.c.status.in_(("provisioning", "submitted")))
+                .values(status="failed", termination_reason="failed_to_start_due_to_no_capacity",
+                        termination_reason_message=f"Failed to provision instance {inst.name}: {message}",
+                        status_message="no capacity", finished_at=now, last_processed_at=now)
+            )
+        self.ctx.wakeups.wake("runs", "scheduler")
+
+    async def _terminate(self, inst: InstanceRec) -> None:
+        token = await self._claim(inst)
+        if token is None:
+            return
+        compute = self.ctx.computes.get(inst.backend)
+        agent = AgentEndpoint.from_json(inst.agent) if inst.agent else None
+        try:
+            if compute is not None:
+                await compute.terminate_instance(inst.id, agent)
+        except Exception:
+            log.exception("terminating %s failed; will retry", inst.name)
+            async with self.ctx.db.write() as conn:
+                await leases.release(conn, instances, inst.id, token)
+            return
+        now = time.time()
+        async with self.ctx.db.write() as conn:
+            await conn.execute(
+                sa.update(instances)
+                .where(leases.guard(instances, inst.id, token))
+                .values(status="terminated", finished_at=now, last_processed_at=now, busy_blocks=0,
+                        lock_owner=None, lock_token=None, lock_expires_at=None)
+            )
+            # Jobs still bound to a terminated instance cannot go on.
+            await conn.execute(
+                sa.update(jobs)
+                .where(jobs.c.instance_id == inst.id, jobs.c.status.in_(fleet_store.LIVE_JOB_STATUSES))
+                .values(status="terminated", termination_reason="terminated_by_server",
+                        termination_reason_message=f"Instance {inst.name} was terminated", finished_at=now)
+            )
+        self.ctx.wakeups.wake("scheduler", "runs", "jobs")
+
+    async def _retire_idle(self, idle: list[InstanceRec]) -> None:
+        now = time.time()
+        due = []
+        for inst in idle:
+            limit = inst.idle_duration if inst.idle_duration is not None else self.ctx.settings.default_fleet_idle_duration
+            if limit < 0:
+                continue
+            since = inst.last_job_finished_at or inst.started_at or inst.created_at
+            if now - since >= limit:
+                due.append(inst)
+        if not due:
+            return
+        async with self.ctx.db.write() as conn:
+            for inst in due:
+                if inst.fleet_id is None:
+                    continue
+                fleet = await fleet_store.get_fleet(conn, inst.project_id, fleet_id=inst.fleet_id)
+                if fleet is None:
+                    continue
+                nodes_min, _ = nodes_bounds(fleet.spec)
+                live = [i for i in fleet.instances if i.status not in ("terminating", "terminated")]
+                if len(live) <= nodes_min:
+                    continue
+                await fleet_store.update_instance(
+                    conn, inst.id,
+                    {"status": "terminating", "termination_reason": "idle_timeout",
+                     "termination_reason_message": f"Idle for {int(now - (inst.last_job_finished_at or now))}s"},
+                    expect_status=("idle",),
+                )
+        self.ctx.wakeups.wake("instances")
+
+    async def _finish_fleets(self) -> None:
+        async with self.ctx.db.write() as conn:
+            for fleet in await fleet_store.list_fleets(conn, None):
+                if fleet.status != "terminating":
+                    continue
+                if all(i.status == "terminated" for i in fleet.instances):
+                    await fleet_store.update_fleet(conn, fleet.id, {"status": "terminated", "deleted": True})
+
+    async def recover(self) -> None:
+        """At start-up: find the agents of live instances again, and reap those nobody owns."""
+        async with self.ctx.db.read() as conn:
+            live = await fleet_store.list_instances(conn, statuses=("pending", "provisioning", "idle", "busy", "terminating"))
+        for name, compute in self.ctx.computes.items():
+            known = {i.id for i in live if i.backend == name}
+            reaped = await compute.reap_unknown(known)
+            if reaped:
+                log.info("reaped %d agent(s) with no instance record", len(reaped))
+        # Pending instances whose lease died with a previous server are re-provisioned by the normal pass
+        # (their lease has expired or is cleared here, since this process is the only server on SQLite).
+        async with self.ctx.db.write() as conn:
+            if self.ctx.db.is_sqlite:
+                await conn.execute(sa.update(instances).values(lock_owner=None, lock_token=None, lock_expires_at=None))
+                await conn.execute(sa.update(jobs).values(lock_owner=None, lock_token=None, lock_expires_at=None))

@@ -1,0 +1,283 @@
+"""The jobs worker: hand placed jobs to their instance's agent, follow them, stop them.
+
+Each running job has one follower task that long-polls its agent for output and state, stores the
+output in the database (every replica can serve it) and finishes the job when the agent says it ended.
+An agent that stays unreachable past ``agent_unreachable_timeout`` fails the job ``instance_unreachable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from corral.agent.protocol import JobState, JobSubmission
+from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
+from corral.backends.base import AgentEndpoint
+from corral.domain.records import InstanceRec, JobRec
+from corral.store import fleets as fleet_store
+from corral.store import runs as run_store
+from corral.store.fleets import dump
+from corral.workers.context import Context
+
+log = logging.getLogger("corral.jobs")
+_SOURCES = {"stdout": 0, "stderr": 1}
+
+
+def _env(job: JobRec, run: Any, inst: InstanceRec, master_ip: str, nodes_ips: list[str]) -> dict[str, str]:
+    spec = job.job_spec
+    resources = (inst.offer or {}).get("resources", {})
+    gpus = len(resources.get("gpus") or [])
+    total = inst.total_blocks or 1
+    gpus_here = gpus * (job_blocks(job) or total) // total if total > 1 else gpus
+    nodes = int(spec.get("jobs_per_replica") or 1)
+    env = dict(spec.get("env") or {})
+    env.update(
+        {
+            "DSTACK_RUN_NAME": job.run_name,
+            "DSTACK_RUN_ID": job.run_id,
+            "DSTACK_JOB_ID": job.id,
+            "DSTACK_PROJECT": run.project_name,
+            "DSTACK_NODE_RANK": str(job.job_num),
+            "DSTACK_NODES_NUM": str(nodes),
+            "DSTACK_MASTER_NODE_IP": master_ip,
+            "DSTACK_NODES_IPS": "\n".join(nodes_ips),
+            "DSTACK_GPUS_PER_NODE": str(gpus_here),
+            "DSTACK_GPUS_NUM": str(gpus_here * nodes),
+            "DSTACK_REPO_ID": str(run.run_spec.get("repo_id") or "none"),
+        }
+    )
+    if spec.get("working_dir"):
+        env["DSTACK_WORKING_DIR"] = str(spec["working_dir"])
+    return env
+
+
+def job_blocks(job: JobRec) -> int | None:
+    data = job.job_runtime_data or {}
+    blocks = data.get("blocks")
+    return int(blocks) if blocks else None
+
+
+def provisioning_data(inst: InstanceRec) -> dict[str, Any]:
+    offer = inst.offer or {}
+    res = offer.get("resources") or {}
+    return {
+        "backend": "remote",
+        "instance_type": {
+            "name": offer.get("instance_type", "local"),
+            "resources": {
+                "cpus": res.get("cpus", 0),
+                "memory_mib": res.get("memory_mib", 0),
+                "gpus": [{"name": g["name"], "memory_mib": g["memory_mib"], "vendor": g.get("vendor")}
+                         for g in res.get("gpus") or []],
+                "spot": bool(res.get("spot", False)),
+                "disk": {"size_mib": res.get("disk_size_mib", 0)},
+                "cpu_arch": res.get("cpu_arch"),
+            },
+        },
+        "instance_id": inst.id,
+        "hostname": inst.hostname or "127.0.0.1",
+        "internal_ip": "127.0.0.1",
+        "region": inst.region or "local",
+        "price": inst.price or 0.0,
+        "username": "root",
+        "ssh_port": None,
+        "dockerized": False,
+        "backend_data": None,
+    }
+
+
+class Jobs:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._followers: dict[str, asyncio.Task[None]] = {}
+        self._submitting: set[str] = set()
+
+    def _client(self, agent: dict[str, Any]) -> AgentClient:
+        ep = AgentEndpoint.from_json(agent)
+        return AgentClient(ep.url, ep.token, timeout=self.ctx.settings.agent_request_timeout)
+
+    async def pass_once(self) -> None:
+        async with self.ctx.db.read() as conn:
+            active = await run_store.list_jobs(conn, ("provisioning", "pulling", "running"))
+            inst_ids = list({j.instance_id for j in active if j.instance_id})
+            insts = {i.id: i for i in await fleet_store.list_instances_by_ids(conn, inst_ids)}
+        for job in active:
+            inst = insts.get(job.instance_id or "")
+            if job.status == "provisioning":
+                if job.stop_requested:
+                    await self._finish(job, JobState(job.id, "terminated"), stopped=job.stop_requested)
+                elif inst is not None and inst.status in ("idle", "busy") and inst.agent and job.id not in self._submitting:
+                    self._submitting.add(job.id)
+                    task = asyncio.create_task(self._submit(job, inst))
+                    task.add_done_callback(lambda _t, j=job.id: self._submitting.discard(j))
+            elif job.id not in self._followers and inst is not None and inst.agent:
+                self._follow(job, inst)
+
+    def _follow(self, job: JobRec, inst: InstanceRec) -> None:
+        task = asyncio.create_task(self._follower(job, inst))
+        self._followers[job.id] = task
+        task.add_done_callback(lambda _t, j=job.id: self._followers.pop(j, None))
+
+    async def stop_all(self) -> None:
+        for task in list(self._followers.values()):
+            task.cancel()
+        await asyncio.gather(*self._followers.values(), return_exceptions=True)
+
+    async def _submit(self, job: JobRec, inst: InstanceRec) -> None:
+        async with self.ctx.db.read() as conn:
+            run = await run_store.get_run_by_id(conn, job.run_id)
+            siblings = [j for j in (run.jobs if run else ()) if j.submission_num == job.submission_num]
+            sib_insts = await fleet_store.list_instances_by_ids(conn, [j.instance_id for j in siblings if j.instance_id])
+        if run is None:
+            return
+        ips = {i.id: "127.0.0.1" if i.backend == "local" else (i.hostname or "") for i in sib_insts}
+        ordered = sorted(siblings, key=lambda j: j.job_num)
+        nodes_ips = [ips.get(j.instance_id or "", "") for j in ordered]
+        master_ip = nodes_ips[0] if nodes_ips else "127.0.0.1"
+        conf = run.run_spec.get("configuration", {})
+        spec = job.job_spec
+        stop = spec.get("stop_duration")
+        submission = JobSubmission(
+            job_id=job.id,
+            run_name=job.run_name,
+            commands=list(spec.get("commands") or []),
+            shell=conf.get("shell"),
+            env=_env(job, run, inst, master_ip, nodes_ips),
+            working_dir=spec.get("working_dir"),
+            image=conf.get("image"),
+            user=None,
+            stop_duration=float(stop) if isinstance(stop, (int, float)) and stop >= 0 else self.ctx.settings.default_stop_duration,
+            max_duration=float(spec["max_duration"]) if isinstance(spec.get("max_duration"), (int, float)) else None,
+        )
+        client = self._client(inst.agent or {})
+        try:
+            state = await client.submit(submission)
+        except AgentUnreachable as e:
+            log.warning("agent of %s unreachable: %s", inst.name, e)
+            return  # retried on the next pass
+        except AgentError as e:
+            await self._finish(job, JobState(job.id, "failed", message=str(e)), stopped=None, executor_error=True)
+            return
+        finally:
+            await client.aclose()
+        now = time.time()
+        async with self.ctx.db.write() as conn:
+            ok = await run_store.update_job(
+                conn, job.id,
+                {"status": "running", "last_processed_at": now, "job_provisioning_data": dump(provisioning_data(inst)),
+                 "job_runtime_data": dump({"network_mode": "host", "working_dir": spec.get("working_dir"), "username": None,
+                                           "ports": None, "offer": None})},
+                expect_status=("provisioning",),
+            )
+        if ok:
+            self.ctx.wakeups.wake("runs")
+            job = await self._reload(job.id) or job
+            if state.finished or job.id not in self._followers:
+                self._follow(job, inst)
+
+    async def _reload(self, job_id: str) -> JobRec | None:
+        async with self.ctx.db.read() as conn:
+            return await run_store.get_job(conn, job_id)
+
+    async def _follower(self, job: JobRec, inst: InstanceRec) -> None:
+        client = self._client(inst.agent or {})
+        offset = job.log_offset
+        stop_sent: str | None = None
+        wait = self.ctx.settings.agent_poll_wait
+        try:
+            while True:
+                current = await self._reload(job.id)
+                if current is None or current.status not in ("running", "pulling", "provisioning"):
+                    return
+                if current.stop_requested and stop_sent != current.stop_requested:
+                    try:
+                        await client.stop(job.id, abort=current.stop_requested == "abort")
+                        stop_sent = current.stop_requested
+                    except (AgentUnreachable, AgentError) as e:
+                        log.warning("stopping %s: %s", job.job_name, e)
+                try:
+                    reply = await client.logs(job.id, offset, wait=0 if current.stop_requested and not stop_sent else wait)
+                except AgentUnreachable:
+                    if await self._unreachable(current):
+                        return
+                    await asyncio.sleep(1.0)
+                    continue
+                except AgentError as e:
+                    await self._finish(current, JobState(job.id, "failed", message=f"agent error: {e}"),
+                                       stopped=None, executor_error=True)
+                    return
+                if reply.entries or current.disconnected_at is not None:
+                    entries = [(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries]
+                    async with self.ctx.db.write() as conn:
+                        await run_store.append_logs(conn, job.id, entries)
+                        await run_store.update_job(conn, job.id, {"log_offset": reply.next_offset, "disconnected_at": None})
+                    offset = reply.next_offset
+                if reply.state.finished and not reply.entries:
+                    await self._finish(current, reply.state, stopped=current.stop_requested)
+                    try:
+                        await client.forget(job.id)
+                    except (AgentUnreachable, AgentError):
+                        pass
+                    return
+                if current.stop_requested and stop_sent is None:
+                    await asyncio.sleep(0.5)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("follower of %s failed", job.job_name)
+        finally:
+            await client.aclose()
+
+    async def _unreachable(self, job: JobRec) -> bool:
+        now = time.time()
+        if job.disconnected_at is None:
+            async with self.ctx.db.write() as conn:
+                await run_store.update_job(conn, job.id, {"disconnected_at": now})
+            return False
+        if now - job.disconnected_at < self.ctx.settings.agent_unreachable_timeout:
+            return False
+        async with self.ctx.db.write() as conn:
+            await run_store.update_job(
+                conn, job.id,
+                {"status": "failed", "termination_reason": "instance_unreachable",
+                 "termination_reason_message": "The instance's agent stopped answering", "finished_at": now,
+                 "last_processed_at": now},
+                expect_status=("running", "pulling", "provisioning"),
+            )
+            if job.instance_id:
+                await fleet_store.release_instance(conn, job.instance_id, now)
+        self.ctx.wakeups.wake("runs", "scheduler")
+        return True
+
+    async def _finish(self, job: JobRec, state: JobState, stopped: str | None, executor_error: bool = False) -> None:
+        now = time.time()
+        exit_status = state.exit_status
+        message = state.message
+        if stopped == "abort":
+            status, reason = "aborted", "aborted_by_user"
+        elif stopped:
+            status, reason = "terminated", "terminated_by_user"
+        elif state.state == "done" and (exit_status or 0) == 0:
+            status, reason = "done", "done_by_runner"
+        elif state.termination_reason == "max_duration_exceeded":
+            status, reason = "terminated", "max_duration_exceeded"
+        elif state.state == "failed" and exit_status is None:
+            # The agent could not start the job at all (no container runtime for `image`, agent restart).
+            status = "failed"
+            reason = "executor_error" if executor_error or state.termination_reason else "creating_container_error"
+        else:
+            status, reason = "failed", "container_exited_with_error"
+            if message is None and exit_status is not None:
+                message = f"The job exited with code {exit_status}"
+        async with self.ctx.db.write() as conn:
+            ok = await run_store.update_job(
+                conn, job.id,
+                {"status": status, "termination_reason": reason, "termination_reason_message": message,
+                 "exit_status": exit_status, "finished_at": now, "last_processed_at": now},
+                expect_status=("provisioning", "pulling", "running", "terminating"),
+            )
+            if ok and job.instance_id:
+                await fleet_store.release_instance(conn, job.instance_id, now)
+        self.ctx.wakeups.wake("runs", "scheduler")

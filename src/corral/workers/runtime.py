@@ -1,0 +1,62 @@
+"""Starts and stops the workers. Each loop runs when woken and on the safety-net interval."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from corral.workers.context import Context
+from corral.workers.instances import Instances
+from corral.workers.jobs import Jobs
+from corral.workers.runs import Runs
+from corral.workers.scheduling import Scheduling
+
+log = logging.getLogger("corral.workers")
+
+
+class Workers:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.scheduling = Scheduling(ctx)
+        self.instances = Instances(ctx)
+        self.jobs = Jobs(ctx)
+        self.runs = Runs(ctx)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    async def start(self) -> None:
+        await self.instances.recover()
+        loops: dict[str, Callable[[], Awaitable[object]]] = {
+            "scheduler": self.scheduling.pass_once,
+            "instances": self.instances.pass_once,
+            "jobs": self.jobs.pass_once,
+            "runs": self.runs.pass_once,
+        }
+        for name, fn in loops.items():
+            self._tasks.append(asyncio.create_task(self._loop(name, fn), name=f"corral-{name}"))
+        self.ctx.wakeups.wake()
+
+    async def _loop(self, name: str, fn: Callable[[], Awaitable[object]]) -> None:
+        event = self.ctx.wakeups.event(name)
+        interval = self.ctx.settings.safety_net_interval
+        while not self._stopping:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout=interval)
+            event.clear()
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s pass failed", name)
+                await asyncio.sleep(0.5)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.jobs.stop_all()
+        await self.instances.drain()

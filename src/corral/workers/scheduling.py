@@ -1,0 +1,163 @@
+"""The scheduling worker: load the queue and fleets, decide (pure ``schedule``), commit (``plan_apply``).
+
+Runs when woken (a job submitted, capacity freed, a fleet changed) and on the safety-net interval.
+A gang the commit point rejected (someone else took the capacity meanwhile) is re-planned at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from corral.config import ResourcesSpec, effective_profile, parse_profile, parse_run_configuration
+from corral.domain.fleets import fleet_blocks, fleet_placement, nodes_bounds
+from corral.domain.records import FleetRec, JobRec
+from corral.domain.resources import Requirements, match_requirements
+from corral.scheduler.codec import offer_from_json
+from corral.scheduler.schedule import schedule, upkeep
+from corral.scheduler.types import FleetSlot, Gang, InstanceSlot, Offer, Plan, QueuedJob, Snapshot, WaitPolicy
+from corral.store import snapshot as snap
+from corral.store.plan_apply import ApplyResult, apply_plan
+from corral.workers.context import Context
+
+log = logging.getLogger("corral.scheduler")
+
+DEFAULT_RETRY_DURATION = 3600.0
+_LOCAL_BACKENDS = {None, "local", "remote"}
+
+
+def wait_policy(retry: Any, submitted_at: float, server_max: float | None) -> WaitPolicy:
+    """How long a job may wait for capacity, from its ``retry`` (DESIGN.md, queue semantics)."""
+    if retry is None:
+        return WaitPolicy(True, None if server_max is None else submitted_at + server_max)
+    if retry is False:
+        return WaitPolicy(False)
+    if retry is True:
+        return WaitPolicy(True, submitted_at + DEFAULT_RETRY_DURATION)
+    events = getattr(retry, "on_events", None)
+    if events is not None and "no-capacity" not in {getattr(e, "value", e) for e in events}:
+        return WaitPolicy(False)
+    duration = getattr(retry, "duration", None)
+    return WaitPolicy(True, submitted_at + float(duration if duration is not None else DEFAULT_RETRY_DURATION))
+
+
+class Scheduling:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._queued: dict[str, QueuedJob] = {}
+        self._fleet_reqs: dict[tuple[str, str], Requirements | None] = {}
+
+    def _queued_job(self, job: JobRec, run_spec: dict[str, Any]) -> QueuedJob:
+        cached = self._queued.get(job.id)
+        if cached is None:
+            conf = parse_run_configuration(run_spec["configuration"])
+            profile = effective_profile(parse_profile(run_spec.get("profile")), conf)
+            resources = ResourcesSpec.model_validate(job.job_spec["requirements"]["resources"])
+            fleets = None
+            if profile.fleets is not None:
+                fleets = tuple(f.name if hasattr(f, "name") else str(f) for f in profile.fleets)
+            nodes = int(getattr(conf, "nodes", 1) or 1)
+            cached = QueuedJob(
+                id=job.id,
+                run_id=job.run_id,
+                project_id=job.project_id,
+                run_name=job.run_name,
+                job_num=job.job_num,
+                priority=job.priority,
+                submitted_at=job.submitted_at,
+                requirements=resources.to_requirements(),
+                fleet_names=fleets,
+                creation_policy=getattr(profile.creation_policy, "value", str(profile.creation_policy)),
+                wait=wait_policy(profile.retry, job.submitted_at, self.ctx.settings.max_queue_wait),
+                nodes=nodes,
+                multinode=nodes > 1,
+            )
+            self._queued[job.id] = cached
+        if cached.status_message != job.status_message:
+            cached = QueuedJob(**{**cached.__dict__, "status_message": job.status_message})
+            self._queued[job.id] = cached
+        return cached
+
+    def _fleet_requirements(self, fleet: FleetRec) -> Requirements | None:
+        key = (fleet.id, str(fleet.spec.get("configuration", {}).get("resources")))
+        if key not in self._fleet_reqs:
+            raw = fleet.spec.get("configuration", {}).get("resources")
+            self._fleet_reqs[key] = ResourcesSpec.model_validate(raw).to_requirements() if raw is not None else None
+        return self._fleet_reqs[key]
+
+    def fleet_offers(self, fleet: FleetRec) -> tuple[Offer, ...]:
+        conf = fleet.spec.get("configuration", {})
+        if conf.get("ssh_config"):
+            return ()
+        allowed = conf.get("backends")
+        offers: list[Offer] = []
+        for name, compute in self.ctx.computes.items():
+            if allowed and name not in allowed and not ({"local", "remote"} & set(allowed)):
+                continue
+            offers.extend(compute.offers())
+        req = self._fleet_requirements(fleet)
+        if req is not None:
+            offers = [o for o in offers if match_requirements(req, o.resources) is None]
+        return tuple(offers)
+
+    def fleet_slot(self, fleet: FleetRec) -> FleetSlot:
+        nodes_min, nodes_max = nodes_bounds(fleet.spec)
+        slots = []
+        for i in fleet.instances:
+            if i.status == "terminated":
+                continue
+            offer = offer_from_json(i.offer) if i.offer else None
+            slots.append(
+                InstanceSlot(
+                    id=i.id, fleet_id=fleet.id, name=i.name, instance_num=i.instance_num, status=i.status,
+                    resources=offer.resources if offer else None, total_blocks=i.total_blocks or 1,
+                    busy_blocks=i.busy_blocks, unreachable=i.unreachable, price=i.price or 0.0,
+                    hostname=i.hostname,
+                )
+            )
+        return FleetSlot(
+            id=fleet.id, project_id=fleet.project_id, name=fleet.name, nodes_min=nodes_min, nodes_max=nodes_max,
+            blocks=fleet_blocks(fleet.spec), placement=fleet_placement(fleet.spec),
+            offers=self.fleet_offers(fleet), instances=tuple(slots), backend_limit_key="local",
+        )
+
+    def backend_limits(self) -> dict[str, int]:
+        return {"local": self.ctx.settings.local_max_instances} if "local" in self.ctx.computes else {}
+
+    async def pass_once(self) -> ApplyResult:
+        """One load -> decide -> commit pass. Returns what was committed."""
+        now = time.time()
+        async with self.ctx.db.read() as conn:
+            queue = await snap.load_queue(conn)
+            fleets = await snap.load_fleets(conn)
+            local_used = await snap.backend_usage(conn, "local")
+        slots = tuple(self.fleet_slot(f) for f in fleets)
+        queued: list[QueuedJob] = []
+        failed_parse: list[str] = []
+        for job, run_spec in queue:
+            try:
+                queued.append(self._queued_job(job, run_spec))
+            except Exception as e:  # a stored spec we cannot read: fail the job, never the worker
+                log.exception("cannot schedule job %s", job.id)
+                failed_parse.append(job.id)
+                del e
+        live = {q.id for q in queued}
+        self._queued = {k: v for k, v in self._queued.items() if k in live}
+        limits = self.backend_limits()
+        snapshot = Snapshot(fleets=slots, queue=tuple(queued),
+                            backend_limits={"local": (local_used, limits["local"])} if "local" in limits else {})
+        plan = schedule(snapshot, now)
+        upkeep_gangs = [Gang(f"upkeep:{f.id}", (r,)) for f in slots for r in upkeep(f, {})]
+        if upkeep_gangs:
+            plan = Plan(plan.gangs + tuple(upkeep_gangs))
+        result = await apply_plan(self.ctx.db, plan, now, limits)
+        if result.reserved:
+            self.ctx.wakeups.wake("instances")
+        if result.assigned:
+            self.ctx.wakeups.wake("jobs")
+        if result.failed or result.assigned:
+            self.ctx.wakeups.wake("runs")
+        if result.rejected_runs:
+            self.ctx.wakeups.wake("scheduler")
+        return result

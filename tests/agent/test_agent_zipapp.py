@@ -1,0 +1,87 @@
+"""The agent ships as a stdlib-only zipapp that runs under ``python3 -I`` (and Python 3.8 syntax)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import corral.agent
+from corral.agent.zipapp import build_zipapp
+
+AGENT_DIR = Path(corral.agent.__file__).parent
+
+
+def _base_python() -> str:
+    """An interpreter outside the dev virtualenv (no pydantic/httpx/corral installed)."""
+    return str(getattr(sys, "_base_executable", None) or shutil.which("python3") or sys.executable)
+
+
+def test_build_is_cached_by_content(tmp_path: Path) -> None:
+    target = build_zipapp(tmp_path / "agent.pyz")
+    mtime = target.stat().st_mtime_ns
+    assert build_zipapp(target) == target and target.stat().st_mtime_ns == mtime
+    target.write_bytes(b"garbage")
+    build_zipapp(target)
+    assert target.read_bytes().startswith(b"#!/usr/bin/env python3\n")
+
+
+def test_zipapp_imports_only_the_standard_library(tmp_path: Path) -> None:
+    pyz = build_zipapp(tmp_path / "agent.pyz")
+    code = (
+        "import sys, json; sys.path.insert(0, sys.argv[1]);"
+        "import corral.agent.cli, corral.agent.server, corral.agent.jobs, corral.agent.resources,"
+        " corral.agent.protocol, corral.agent.logstore, corral.agent.zipapp;"
+        "std = sorted(getattr(sys, 'stdlib_module_names', []));"
+        "print(json.dumps({'mods': sorted(sys.modules), 'stdlib': std, 'file': corral.agent.__file__}))"
+    )
+    out = subprocess.run(
+        [_base_python(), "-I", "-S", "-c", code, str(pyz)], capture_output=True, check=True, timeout=30
+    )
+    data = json.loads(out.stdout)
+    assert str(pyz) in data["file"], "corral.agent must come from the zipapp"
+    mods = set(data["mods"])
+    assert not {"pydantic", "httpx", "sqlalchemy", "fastapi", "yaml"} & mods
+    assert {m for m in mods if m.startswith("corral")} <= {
+        "corral",
+        *(
+            f"corral.agent{s}"
+            for s in ("", ".cli", ".server", ".jobs", ".resources", ".protocol", ".logstore")
+        ),
+        "corral.agent.procs",
+        "corral.agent.zipapp",
+    }
+    if data["stdlib"]:
+        stdlib = set(data["stdlib"])
+        foreign = {m.split(".")[0] for m in mods} - stdlib - {"corral", "__main__"}
+        assert not foreign, foreign
+
+
+def test_agent_sources_parse_as_python_38() -> None:
+    for path in AGENT_DIR.glob("*.py"):
+        source = path.read_text()
+        ast.parse(source, filename=str(path), feature_version=(3, 8))
+        assert "from __future__ import annotations" in source or path.name == "__init__.py", path
+
+
+def test_zipapp_runs_a_job_under_isolated_python(agent_factory: Any, tmp_path: Path) -> None:
+    pyz = build_zipapp(tmp_path / "agent.pyz")
+    a = agent_factory("pyz", argv=[_base_python(), "-I", str(pyz)])
+    a.submit("z", ["echo from-zipapp"])
+    assert a.wait_finished("z")["state"] == "done"
+    assert a.output("z") == b"from-zipapp\n"
+
+
+@pytest.mark.skipif(not Path("/root/.pyenv/versions/3.8.18/bin/python").exists(), reason="no Python 3.8 here")
+def test_zipapp_runs_under_python_38(agent_factory: Any, tmp_path: Path) -> None:
+    pyz = build_zipapp(tmp_path / "agent.pyz")
+    a = agent_factory("pyz38", argv=["/root/.pyenv/versions/3.8.18/bin/python", "-I", str(pyz)])
+    assert a.http.get("/info").json()["python_version"].startswith("3.8")
+    a.submit("z", ["echo 38"])
+    assert a.wait_finished("z")["exit_status"] == 0
