@@ -22,14 +22,48 @@ GPU_TOKENS = {
 MEMORY = ["8GB", "8GB..", "..8GB", "8", 8, 8.5, "8GB..4GB", "..", "abc", "1TB..", "512MB..2TB", "8 GB", ""]
 MEMORY += [{"min": 4}, {"min": "4GB", "max": None}, {"max": "1TB"}, {}, None, True, [1], "8GB..16GB..32GB"]
 CPU = ["4", "2..8", "arm:8", "x86:4..", "ARM", "x86:arm", "4:8", ":4", "..", "8..2", 4, 0, 2.5, True]
-CPU += [{"min": 2}, {"arch": "arm", "count": 4}, {"arch": "arm"}, {}, {"count": "2.."}, {"min": 1, "arch": "x86"}]
+CPU += [
+    {"min": 2},
+    {"arch": "arm", "count": 4},
+    {"arch": "arm"},
+    {},
+    {"count": "2.."},
+    {"min": 1, "arch": "x86"},
+]
 CPU += ["amd64:4", "x86 : 4", None]
-GPU_EXTRA: list[Any] = [0, 2, "0", True, None, {}, {"name": "A100"}, {"name": ["A100", "H100"], "count": "1..2"}]
+GPU_EXTRA: list[Any] = [
+    0,
+    2,
+    "0",
+    True,
+    None,
+    {},
+    {"name": "A100"},
+    {"name": ["A100", "H100"], "count": "1..2"},
+]
 GPU_EXTRA += [{"vendor": "AMD"}, {"vendor": 1}, {"compute_capability": 7.5}, {"compute_capability": "8.0"}]
 GPU_EXTRA += [{"compute_capability": [9, 0]}, {"compute_capability": "8"}, {"total_memory": "160GB.."}]
 GPU_EXTRA += [{"name": 4090}, {"count": {"min": 1}}, {"memory": {"min": "24GB"}}, "nvidia:A100:80GB:2:extra"]
 DISK = ["100GB", "100GB..", "..1TB", 200, {"size": "50GB.."}, {"size": 10}, {"min": 100}, None, "x", ".."]
-DURATIONS = ["5m", "off", False, True, -1, "1h", "-5", "1.5h", 30, "30 m", "2x", "1d", "2w", 0, "0", None, 2.7]
+DURATIONS = [
+    "5m",
+    "off",
+    False,
+    True,
+    -1,
+    "1h",
+    "-5",
+    "1.5h",
+    30,
+    "30 m",
+    "2x",
+    "1d",
+    "2w",
+    0,
+    "0",
+    None,
+    2.7,
+]
 ENVS: list[Any] = [["A=1", "B"], {"A": 1}, ["A", "A"], ["1A=x"], {"A": True}, {"A": None}, [], "A=1"]
 ENVS += [["A=x=y", "B="], {"A": "1", "B": {"key": "B"}}, ["A-B=1"], [5], None, {}, ["A=line\nbreak"]]
 PORTS: list[Any] = [8080, "80:8080", "*:8080", "80:", "x", {"container_port": 80}, 70000, 0, "8080", ":80"]
@@ -41,9 +75,23 @@ INSTANCES: list[Any] = [["i1"], [{"hostname": "h"}], [{"fleet": "f", "instance":
 INSTANCES += [[{"fleet": "p/f", "instance": -1}], [{"name": ""}], [{"fleet": {"name": "f"}, "instance": 2}]]
 INSTANCES += [[{"name": "a", "hostname": "b"}], "i1", [{"fleet": "a/b/c", "instance": 1}]]
 CRONS: list[Any] = ["0 * * * *", "*/15 0-6 * * mon-fri", "* * *", "60 * * * *", "0 0 1 jan *", "0 0 * * 7"]
-CRONS += ["0 0 * * sun", ["0 1 * * *", "0 2 * * *"], [], "*/0 * * * *", "0 0 last * *", "5-1 * * * *", "a b c d e"]
+CRONS += [
+    "0 0 * * sun",
+    ["0 1 * * *", "0 2 * * *"],
+    [],
+    "*/0 * * * *",
+    "0 0 last * *",
+    "5-1 * * * *",
+    "a b c d e",
+]
 CRONS += ["0 0 * foo *", "1,2,3 * * * *", "0-59/5 * * * *", "*/100 * * * *"]
-VOLUMES: list[Any] = [["vol:/data"], ["/host:/data"], ["vol:data"], ["a:b:c"], [{"name": ["a", "b"], "path": "/x"}]]
+VOLUMES: list[Any] = [
+    ["vol:/data"],
+    ["/host:/data"],
+    ["vol:data"],
+    ["a:b:c"],
+    [{"name": ["a", "b"], "path": "/x"}],
+]
 VOLUMES += [[{"instance_path": "/a", "path": "/b", "optional": True}], [{"name": "v", "path": "/x/../y"}]]
 VOLUMES += [["./rel:/data"], [{"name": "v", "path": "/a/"}], ["vol:/data/"]]
 RETRY: list[Any] = [True, False, {}, {"on_events": []}, {"on_events": ["no-capacity"], "duration": "2h"}]
@@ -51,8 +99,21 @@ RETRY += [{"on_events": ["bad"]}, {"duration": "off"}, "true", "yes", None, 1]
 TAGS: list[Any] = [{"a": "b"}, {"a b": "c"}, {"k": 1}, {"k": "v!"}, None, {"x" * 61: "v"}, {"k": ""}]
 NODES: list[Any] = ["0..3", 3, "..", "..3", "3..", "3..1", {"min": 1, "target": 2, "max": 3}, {"target": 2}]
 NODES += [{"min": 2, "target": 1}, -1, "a", "2", 0, {"min": 1, "max": 0}, {}, "1..2..3", {"max": 2}]
-REPOS: list[Any] = [["."], ["https://github.com/a/b"], ["git@github.com:a/b.git"], ["git@github.com:a/b.git:/w"]]
-REPOS += [[".:/workflow"], ["a:b:c"], [{"url": "u", "local_path": "l"}], [{}], [".", ".."], ["C:\\x"], ["~x:/a"]]
+REPOS: list[Any] = [
+    ["."],
+    ["https://github.com/a/b"],
+    ["git@github.com:a/b.git"],
+    ["git@github.com:a/b.git:/w"],
+]
+REPOS += [
+    [".:/workflow"],
+    ["a:b:c"],
+    [{"url": "u", "local_path": "l"}],
+    [{}],
+    [".", ".."],
+    ["C:\\x"],
+    ["~x:/a"],
+]
 FILES: list[Any] = [["a"], ["a:/b"], ["a:b:c"], ["C:\\x:/y"], [{"local_path": "a", "path": "C:/b"}], ["c:/x"]]
 
 
@@ -80,12 +141,24 @@ def _cases() -> list[dict[str, Any]]:
     for name in ("idle_duration", "max_duration", "stop_duration"):
         cases += [{**task, name: v} for v in DURATIONS]
     cases += [{"type": "dev-environment", "ide": "vscode", "inactivity_duration": v} for v in DURATIONS]
-    cases += [{"type": "volume", "backend": "aws", "region": "r", "auto_cleanup_duration": v} for v in DURATIONS]
-    cases += [{**task, "utilization_policy": {"min_gpu_utilization": 10, "time_window": v}} for v in DURATIONS]
+    cases += [
+        {"type": "volume", "backend": "aws", "region": "r", "auto_cleanup_duration": v} for v in DURATIONS
+    ]
+    cases += [
+        {**task, "utilization_policy": {"min_gpu_utilization": 10, "time_window": v}} for v in DURATIONS
+    ]
     per_field = {
-        "env": ENVS, "ports": PORTS and [[p] for p in PORTS], "python": PYTHONS, "fleets": FLEETS,
-        "instances": INSTANCES, "schedule": [{"cron": c} for c in CRONS], "volumes": VOLUMES,
-        "retry": RETRY, "tags": TAGS, "repos": REPOS, "files": FILES,
+        "env": ENVS,
+        "ports": PORTS and [[p] for p in PORTS],
+        "python": PYTHONS,
+        "fleets": FLEETS,
+        "instances": INSTANCES,
+        "schedule": [{"cron": c} for c in CRONS],
+        "volumes": VOLUMES,
+        "retry": RETRY,
+        "tags": TAGS,
+        "repos": REPOS,
+        "files": FILES,
     }
     for name, values in per_field.items():
         cases += [{**task, name: v} for v in values]
@@ -93,27 +166,46 @@ def _cases() -> list[dict[str, Any]]:
     cases += [{**fleet, "nodes": v} for v in NODES]
     cases += [{**fleet, "nodes": 1, "resources": {"gpu": g}} for g in ["A100", 0, None]]
     cases += [{**fleet, "blocks": b} for b in ["auto", 0, 2, "2", "all"]]
-    cases += [{**fleet, "ssh_config": {"hosts": h}} for h in [["1.2.3.4"], [{"hostname": "h", "blocks": "auto"}], []]]
-    cases += [{**fleet, "ssh_config": {"hosts": ["h"], "network": n}} for n in ["10.0.0.0/8", "8.8.8.0/24", "x"]]
-    cases += [{**fleet, "ssh_config": {"hosts": [{"hostname": "h", "internal_ip": ip}]}} for ip in ["10.0.0.1", "8.8.8.8"]]
+    cases += [
+        {**fleet, "ssh_config": {"hosts": h}}
+        for h in [["1.2.3.4"], [{"hostname": "h", "blocks": "auto"}], []]
+    ]
+    cases += [
+        {**fleet, "ssh_config": {"hosts": ["h"], "network": n}} for n in ["10.0.0.0/8", "8.8.8.0/24", "x"]
+    ]
+    cases += [
+        {**fleet, "ssh_config": {"hosts": [{"hostname": "h", "internal_ip": ip}]}}
+        for ip in ["10.0.0.1", "8.8.8.8"]
+    ]
     svc: dict[str, Any] = {"type": "service", "commands": ["serve"], "port": 8000}
-    for key, values in {
+    service_values: dict[str, list[Any]] = {
         "port": [8000, "8000", "80:8000", {"container_port": 1}, 0, "x", "*:80"],
         "replicas": [2, "0..4", "1..", "..3", [{"count": 1, "commands": ["a"]}], "4..2"],
         "gateway": [True, False, "gw", "p/gw", "a/b/c", None, "true"],
-        "model": ["m", {"name": "m", "format": "tgi"}, {"name": "m"}, {"name": "m", "format": "openai", "prefix": "/x"}],
+        "model": [
+            "m",
+            {"name": "m", "format": "tgi"},
+            {"name": "m"},
+            {"name": "m", "format": "openai", "prefix": "/x"},
+        ],
         "https": [True, "auto", "yes", "no", "x"],
         "probes": [[{"type": "http"}], [{"type": "http", "url": "x"}], [{"type": "http"}, {"type": "http"}]],
         "rate_limits": [[{"rps": 1}], [{"rps": 1, "key": {"type": "header", "header": "X-A"}}], [{"rps": 0}]],
-    }.items():
+    }
+    for key, values in service_values.items():
         cases += [{**svc, key: v} for v in values]
-    cases += [{**svc, "replicas": "1..3", "scaling": {"metric": "rps", "target": t, "window": w}}
-              for t, w in [(1, "60s"), (0, None), (2, "45s"), (1, "5m")]]
+    cases += [
+        {**svc, "replicas": "1..3", "scaling": {"metric": "rps", "target": t, "window": w}}
+        for t, w in [(1, "60s"), (0, None), (2, "45s"), (1, "5m")]
+    ]
     gw = {"type": "gateway", "backend": "aws", "region": "r"}
     cases += [{**gw, "certificate": c} for c in [None, {"type": "acm", "arn": "a"}, {"type": "x"}]]
     cases += [{**gw, "replicas": r} for r in [0, 2]] + [{**gw, "backend": "AWS"}, {**gw, "instance_type": ""}]
-    cases += [{"type": "volume", "backend": b, "region": "r", "size": s}
-              for b in ["aws", "kubernetes", "runpod", "lium", "x"] for s in ["100GB", 10, "1TB", "x"]]
+    cases += [
+        {"type": "volume", "backend": b, "region": "r", "size": s}
+        for b in ["aws", "kubernetes", "runpod", "lium", "x"]
+        for s in ["100GB", 10, "1TB", "x"]
+    ]
     cases += [{"type": t} for t in ["preset", "nope", None]]
     cases += [{"type": "preset", "repo": "a/b", "dataset": d} for d in ["random", " sharegpt ", None]]
     return [copy.deepcopy(c) for c in cases]

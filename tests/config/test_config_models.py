@@ -70,7 +70,10 @@ def test_default_resources_are_dstacks_normalised_json() -> None:
 @pytest.mark.parametrize(
     ("gpu", "expected"),
     [
-        ("A100:80GB:2", {"name": ["A100"], "memory": {"min": 80.0, "max": 80.0}, "count": {"min": 2, "max": 2}}),
+        (
+            "A100:80GB:2",
+            {"name": ["A100"], "memory": {"min": 80.0, "max": 80.0}, "count": {"min": 2, "max": 2}},
+        ),
         ("24GB..", {"memory": {"min": 24.0, "max": None}, "count": {"min": 1, "max": None}}),
         ("nvidia:2..", {"vendor": "nvidia", "count": {"min": 2, "max": None}}),
         ("H100,H200:8", {"name": ["H100", "H200"], "count": {"min": 8, "max": 8}}),
@@ -129,7 +132,9 @@ def test_memory_and_disk_shorthands() -> None:
         ({"gpu": {"vendor": "acme"}}, ("resources", "gpu", "vendor"), "unknown GPU vendor"),
     ],
 )
-def test_resource_errors_carry_the_field_path(resources: dict[str, Any], loc: tuple[str, ...], text: str) -> None:
+def test_resource_errors_carry_the_field_path(
+    resources: dict[str, Any], loc: tuple[str, ...], text: str
+) -> None:
     with pytest.raises(ValidationError) as info:
         task(resources=resources)
     errors = info.value.errors()
@@ -179,7 +184,12 @@ def test_task_exposes_the_interface_attributes() -> None:
         spot_policy="auto",
     )
     assert (conf.type, conf.name, conf.image, conf.user, conf.nodes, conf.nodes_num) == (
-        "task", "train", "ubuntu:22.04", "1000:1000", 2, 2
+        "task",
+        "train",
+        "ubuntu:22.04",
+        "1000:1000",
+        2,
+        2,
     )
     assert conf.commands == ["python train.py"]
     assert conf.env == {"A": "1", "B": EnvSentinel(key="B")}
@@ -195,7 +205,10 @@ def test_task_exposes_the_interface_attributes() -> None:
     assert dumped["repos"][0]["local_path"] == "." and dumped["repos"][0]["if_exists"] == "error"
     assert dumped["files"] == [{"local_path": "cfg.yml", "path": "/etc/cfg.yml"}]
     assert (conf.idle_duration, conf.max_duration, conf.stop_duration) == (-1, 7200, "off")
-    assert dumped["fleets"] == [{"project": None, "name": "test-fleet"}, {"project": "other", "name": "shared"}]
+    assert dumped["fleets"] == [
+        {"project": None, "name": "test-fleet"},
+        {"project": "other", "name": "shared"},
+    ]
     assert conf.priority == 50 and conf.retry is True and conf.privileged is False and conf.docker is None
 
 
@@ -236,11 +249,17 @@ def test_fleet_nodes_normalisation_and_target() -> None:
 
 def test_fleet_defaults_and_ssh_form() -> None:
     cloud = parse_fleet_configuration({"type": "fleet", "name": "f", "nodes": 1})
-    assert cloud.model_dump(mode="json")["blocks"] == 1 and cloud.ssh_config is None and cloud.resources is None
+    assert (
+        cloud.model_dump(mode="json")["blocks"] == 1 and cloud.ssh_config is None and cloud.resources is None
+    )
     ssh = parse_configuration(
         {
             "type": "fleet",
-            "ssh_config": {"user": "ubuntu", "identity_file": "~/.ssh/id", "hosts": ["10.0.0.1", {"hostname": "h"}]},
+            "ssh_config": {
+                "user": "ubuntu",
+                "identity_file": "~/.ssh/id",
+                "hosts": ["10.0.0.1", {"hostname": "h"}],
+            },
             "placement": "cluster",
             "blocks": "auto",
         }
@@ -275,7 +294,9 @@ def test_dev_environment_and_other_types() -> None:
     assert isinstance(dev, DevEnvironmentConfiguration) and dev.inactivity_duration == 7200
     assert error_locs({"type": "dev-environment", "entrypoint": "x"}) == [("entrypoint",)]
     gw = parse_gateway_configuration({"type": "gateway", "backend": "aws", "region": "eu-west-1"})
-    assert isinstance(gw, GatewayConfiguration) and gw.model_dump(mode="json")["certificate"] == {"type": "lets-encrypt"}
+    assert isinstance(gw, GatewayConfiguration) and gw.model_dump(mode="json")["certificate"] == {
+        "type": "lets-encrypt"
+    }
     vol = parse_volume_configuration({"type": "volume", "backend": "aws", "region": "r", "size": "100GB"})
     assert isinstance(vol, AWSVolumeConfiguration) and vol.size == 100.0
 
@@ -288,7 +309,9 @@ def test_to_requirements() -> None:
         disk=Range(100.0, None),
         gpu=GpuSpec(count=Range(0, None)),
     )
-    req = task(resources={"gpu": "nvidia:A100:40GB..:2", "cpu": "arm:4..", "disk": None}).resources.to_requirements()
+    req = task(
+        resources={"gpu": "nvidia:A100:40GB..:2", "cpu": "arm:4..", "disk": None}
+    ).resources.to_requirements()
     assert req.cpu_arch == "arm" and req.cpu_count == Range(4, None) and req.disk is None
     assert req.gpu == GpuSpec(vendor="nvidia", names=("A100",), count=Range(2, 2), memory=Range(40.0, None))
     assert ResourcesSpec().describe() == "cpu=2.. mem=8GB.. disk=100GB.. gpu=0.."
@@ -315,9 +338,16 @@ def test_profile_parsing_and_selectors() -> None:
     assert dumped["retry"] == {"on_events": ["no-capacity"], "duration": 86400}
     assert dumped["schedule"] == {"cron": ["0 8 * * mon-fri"]}
     assert Profile.model_validate(dumped) == profile
-    selector: InstanceSelector = profile.instances[0] if profile.instances else None  # type: ignore[assignment]
-    assert selector is not None
-    for bad in ({"instances": []}, {"fleets": ["a/b/c"]}, {"schedule": {"cron": "* * *"}}, {"retry": {"on_events": []}}):
+    assert profile.instances is not None
+    selector: InstanceSelector = profile.instances[0]
+    assert selector.name == "node-1"  # type: ignore[union-attr]
+    bad: dict[str, Any]
+    for bad in (
+        {"instances": []},
+        {"fleets": ["a/b/c"]},
+        {"schedule": {"cron": "* * *"}},
+        {"retry": {"on_events": []}},
+    ):
         with pytest.raises(ValidationError):
             parse_profile(bad)
 

@@ -108,9 +108,19 @@ def test_duration_round_trip(seconds: int) -> None:
 
 def test_duration_grammar() -> None:
     assert [parse_duration(v) for v in (90, "90", "30m", "2h", "1d", "1w", "5 m")] == [
-        90, 90, 1800, 7200, 86400, 604800, 300
+        90,
+        90,
+        1800,
+        7200,
+        86400,
+        604800,
+        300,
     ]
-    assert (parse_off_duration("off"), parse_off_duration(False), parse_off_duration(True)) == ("off", "off", None)
+    assert (parse_off_duration("off"), parse_off_duration(False), parse_off_duration(True)) == (
+        "off",
+        "off",
+        None,
+    )
     assert (parse_idle_duration("off"), parse_idle_duration(-1), parse_idle_duration("1h")) == (-1, -1, 3600)
     for bad in ("1.5h", "2x", "", "m"):
         with pytest.raises(ValueError, match="cannot parse the duration"):
@@ -133,8 +143,12 @@ def test_bad_gpu_specs(text: str) -> None:
 
 # ---------------------------------------------------------------- matching
 
-gpus = st.builds(Gpu, name=st.sampled_from(["A100", "H100", "MI300X"]), memory_mib=st.integers(1024, 200 * 1024),
-                 vendor=st.sampled_from(["nvidia", "amd"]))
+gpus = st.builds(
+    Gpu,
+    name=st.sampled_from(["A100", "H100", "MI300X"]),
+    memory_mib=st.integers(1024, 200 * 1024),
+    vendor=st.sampled_from(["nvidia", "amd"]),
+)
 instances = st.builds(
     InstanceResources,
     cpus=st.integers(1, 256),
@@ -189,7 +203,9 @@ def widen(req: Requirements, data: st.DataObject) -> Requirements:
 
 
 @given(requirements, instances, st.data())
-def test_widening_requirements_never_breaks_a_fit(req: Requirements, res: InstanceResources, data: st.DataObject) -> None:
+def test_widening_requirements_never_breaks_a_fit(
+    req: Requirements, res: InstanceResources, data: st.DataObject
+) -> None:
     wider = widen(req, data)
     if match_requirements(req, res) is None:
         assert match_requirements(wider, res) is None
@@ -204,12 +220,22 @@ def test_reason_names_what_does_not_fit(req: Requirements, res: InstanceResource
 
 
 def test_match_examples() -> None:
-    box = InstanceResources(cpus=16, memory_mib=64 * 1024, gpus=(Gpu("A100", 80 * 1024),) * 2,
-                            disk_size_mib=500 * 1024, cpu_arch="x86")
+    box = InstanceResources(
+        cpus=16,
+        memory_mib=64 * 1024,
+        gpus=(Gpu("A100", 80 * 1024),) * 2,
+        disk_size_mib=500 * 1024,
+        cpu_arch="x86",
+    )
     assert match_requirements(Requirements(), box) is None
     assert match_requirements(Requirements(gpu=parse_gpu_spec("A100:80GB:2")), box) is None
-    assert match_requirements(Requirements(gpu=parse_gpu_spec("H100")), box) == "needs gpu H100, instance has A100"
-    assert match_requirements(Requirements(gpu=parse_gpu_spec("4")), box) == "needs gpu count 4, instance has 2"
+    assert (
+        match_requirements(Requirements(gpu=parse_gpu_spec("H100")), box)
+        == "needs gpu H100, instance has A100"
+    )
+    assert (
+        match_requirements(Requirements(gpu=parse_gpu_spec("4")), box) == "needs gpu count 4, instance has 2"
+    )
     small = dataclasses.replace(box, memory_mib=4 * 1024, gpus=())
     assert match_requirements(Requirements(), small) == "needs memory 8GB.., instance has 4.0GB"
     cpu_only = dataclasses.replace(box, gpus=())
@@ -220,5 +246,7 @@ def test_match_examples() -> None:
 
 def test_describe() -> None:
     assert describe(Requirements()) == "cpu=2.. mem=8GB.. disk=100GB.. gpu=0.."
-    req = Requirements(cpu_arch="arm", cpu_count=Range(4, 4), gpu=parse_gpu_spec("nvidia:A100:40GB..:2"), disk=None)
+    req = Requirements(
+        cpu_arch="arm", cpu_count=Range(4, 4), gpu=parse_gpu_spec("nvidia:A100:40GB..:2"), disk=None
+    )
     assert describe(req) == "cpu=arm:4 mem=8GB.. gpu=A100:40GB..:2"

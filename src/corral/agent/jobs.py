@@ -98,6 +98,7 @@ class JobRunner:
         self._container_runtime = container_runtime
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
+        self._closing = False
         self._load()
 
     # ---- restart recovery -------------------------------------------------------------------
@@ -155,6 +156,8 @@ class JobRunner:
             )
         with self._lock:
             existing = self._jobs.get(sub.job_id)
+            if existing is None and self._closing:
+                raise JobConflict("the agent is shutting down")
             if existing is None:
                 job_dir = os.path.join(self.jobs_dir, sub.job_id)
                 if os.path.exists(job_dir):
@@ -361,6 +364,7 @@ class JobRunner:
     def shutdown(self, max_grace: float = 30.0) -> None:
         """Stop every job gracefully (their stop_duration, at most ``max_grace``), then kill."""
         with self._lock:
+            self._closing = True
             jobs = [j for j in self._jobs.values() if not j.state.finished]
         if not jobs:
             return
@@ -369,7 +373,7 @@ class JobRunner:
             self._stop(j, abort=False, reason="stopped")
         self._await(jobs, time.monotonic() + grace + 0.5)
         for j in jobs:
-            self._stop(j, abort=True, reason="aborted")
+            self._stop(j, abort=True, reason="stopped")
         self._await(jobs, time.monotonic() + READER_DRAIN_S + 2.0)
 
     @staticmethod

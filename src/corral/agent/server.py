@@ -77,6 +77,10 @@ class Agent:
             self._runtime = resources.container_runtime()
         finally:
             self._runtime_ready.set()
+        try:
+            self.info()  # warm the cache so the first GET /info is fast
+        except Exception:
+            log.exception("host detection failed")
 
     def container_runtime(self) -> str | None:
         self._runtime_ready.wait(10)
@@ -136,10 +140,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         try:
-            body = self._read_body()
             url = urlsplit(self.path)
             if not (method == "GET" and url.path == "/health"):
                 self._authorize()
+            body = self._read_body()
             status, payload = self._route(method, url.path, parse_qs(url.query), body)
         except HttpError as e:
             status, payload = e.status, {"error": e.message}
@@ -170,6 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
         header = self.headers.get("Authorization") or ""
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.agent.token):
+            self.close_connection = True  # the body (if any) stays unread
             raise HttpError(403, "a valid 'Authorization: Bearer <token>' header is required")
 
     def _send(self, status: int, payload: Any) -> None:

@@ -41,7 +41,8 @@ def apply(
         typer.Option("--force", help="Apply even if nothing changed or the resource changed since the plan."),
     ] = False,
     name: Annotated[
-        Optional[str], typer.Option("-n", "--name", help="The run or fleet name (overrides `name`).")
+        Optional[str],
+        typer.Option("-n", "--name", help="The run or fleet name (overrides `name`).", metavar="NAME"),
     ] = None,
     env: Annotated[
         Optional[list[str]],
@@ -53,7 +54,7 @@ def apply(
         ),
     ] = None,
     max_offers: Annotated[
-        int, typer.Option("--max-offers", help="How many offers the run plan shows.", min=1)
+        int, typer.Option("--max-offers", help="How many offers the run plan shows.", min=1, metavar="N")
     ] = 3,
     project: ProjectOption = None,
 ) -> None:

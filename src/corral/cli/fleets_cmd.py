@@ -61,7 +61,7 @@ def _list(project: Optional[str], verbose: bool, watch: bool) -> None:
 
 
 def fleet_delete(
-    name: Annotated[str, typer.Argument(help="The fleet to delete.")],
+    name: Annotated[str, typer.Argument(help="The fleet to delete.", metavar="NAME")],
     instances: Annotated[
         Optional[list[int]],
         typer.Option(

@@ -69,15 +69,23 @@ def _root(
 @_guard
 def server(
     host: Annotated[
-        str, typer.Option("--host", help="The address to listen on.", envvar="CORRAL_SERVER_HOST")
+        str,
+        typer.Option("--host", help="The address to listen on.", envvar="CORRAL_SERVER_HOST", metavar="HOST"),
     ] = "127.0.0.1",
     port: Annotated[
-        int, typer.Option("-p", "--port", help="The port to listen on.", envvar="CORRAL_SERVER_PORT")
+        int,
+        typer.Option(
+            "-p", "--port", help="The port to listen on.", envvar="CORRAL_SERVER_PORT", metavar="PORT"
+        ),
     ] = 3000,
     log_level: Annotated[
         str,
         typer.Option(
-            "-l", "--log-level", help="debug, info, warning or error.", envvar="CORRAL_SERVER_LOG_LEVEL"
+            "-l",
+            "--log-level",
+            help="debug, info, warning or error.",
+            envvar="CORRAL_SERVER_LOG_LEVEL",
+            metavar="LEVEL",
         ),
     ] = "info",
 ) -> None:

@@ -25,19 +25,22 @@ def offer(
         Optional[str], typer.Option("--disk", help="Disk size or range, e.g. 100GB..", metavar="SIZE")
     ] = None,
     backend: Annotated[
-        Optional[list[str]], typer.Option("-b", "--backend", help="Only this backend; repeatable.")
+        Optional[list[str]],
+        typer.Option("-b", "--backend", help="Only this backend; repeatable.", metavar="BACKEND"),
     ] = None,
     fleet: Annotated[
-        Optional[list[str]], typer.Option("--fleet", help="Only offers of this fleet; repeatable.")
+        Optional[list[str]],
+        typer.Option("--fleet", help="Only offers of this fleet; repeatable.", metavar="NAME"),
     ] = None,
     spot: Annotated[
         Optional[bool], typer.Option("--spot/--on-demand", help="Only spot, or only on-demand, offers.")
     ] = None,
     max_price: Annotated[
-        Optional[float], typer.Option("--max-price", help="Only offers up to this hourly price.")
+        Optional[float],
+        typer.Option("--max-price", help="Only offers up to this hourly price.", metavar="PRICE"),
     ] = None,
     max_offers: Annotated[
-        int, typer.Option("--max-offers", help="Show at most this many offers.", min=1)
+        int, typer.Option("--max-offers", help="Show at most this many offers.", min=1, metavar="N")
     ] = 50,
     json_: Annotated[bool, typer.Option("--json", help="Print the offers as JSON.")] = False,
     project: ProjectOption = None,

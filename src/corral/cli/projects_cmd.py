@@ -18,9 +18,11 @@ def project_default(ctx: typer.Context) -> None:
 
 
 def project_add(
-    name: Annotated[str, typer.Option("--name", help="The project's name on the server.")],
-    url: Annotated[str, typer.Option("--url", help="The server's URL, e.g. http://127.0.0.1:3000.")],
-    token: Annotated[str, typer.Option("--token", help="Your user token on that server.")],
+    name: Annotated[str, typer.Option("--name", help="The project's name on the server.", metavar="NAME")],
+    url: Annotated[
+        str, typer.Option("--url", help="The server's URL, e.g. http://127.0.0.1:3000.", metavar="URL")
+    ],
+    token: Annotated[str, typer.Option("--token", help="Your user token on that server.", metavar="TOKEN")],
     yes: YesOption = False,
     no: Annotated[
         bool, typer.Option("-n", "--no", help="Add the project without making it the default.")
@@ -89,7 +91,7 @@ def project_list(
 
 
 def project_set_default(
-    name: Annotated[str, typer.Argument(help="The project to make the default.")],
+    name: Annotated[str, typer.Argument(help="The project to make the default.", metavar="NAME")],
 ) -> None:
     """Make a configured project the default."""
     from corral.cli import render
@@ -100,7 +102,7 @@ def project_set_default(
 
 
 def project_delete(
-    name: Annotated[str, typer.Option("--name", help="The project to forget.")],
+    name: Annotated[str, typer.Option("--name", help="The project to forget.", metavar="NAME")],
     yes: YesOption = False,
 ) -> None:
     """Remove a project from the CLI's configuration (the server keeps it)."""

@@ -25,7 +25,9 @@ def ps(
     watch: Annotated[bool, typer.Option("-w", "--watch", help="Refresh the table until Ctrl-C.")] = False,
     last: Annotated[
         Optional[int],
-        typer.Option("-n", "--last", help="Show only the last N runs; implies --all.", min=1, max=100),
+        typer.Option(
+            "-n", "--last", help="Show only the last N runs; implies --all.", min=1, max=100, metavar="N"
+        ),
     ] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
     project: ProjectOption = None,
@@ -90,8 +92,8 @@ def logs(
     diagnose: Annotated[
         bool, typer.Option("-d", "--diagnose", help="Show the agent's diagnostic logs instead.")
     ] = False,
-    replica: Annotated[int, typer.Option("--replica", help="The replica number.")] = 0,
-    job: Annotated[int, typer.Option("--job", help="The job number inside the replica.")] = 0,
+    replica: Annotated[int, typer.Option("--replica", help="The replica number.", metavar="N")] = 0,
+    job: Annotated[int, typer.Option("--job", help="The job number inside the replica.", metavar="N")] = 0,
     project: ProjectOption = None,
 ) -> None:
     """Print a run's logs (of replica 0, job 0 unless told otherwise)."""

@@ -173,9 +173,12 @@ def split_gpu_spec(text: str) -> dict[str, object]:
     """
     spec: dict[str, object] = {}
 
-    def put(key: str, value: object) -> None:
+    def put(key: str, value: object, token: str) -> None:
         if key in spec:
-            raise ValueError(f"invalid GPU spec {text!r}: more than one {key} given")
+            raise ValueError(
+                f"invalid GPU spec {text!r}: more than one {key} ({token!r}); "
+                "write [VENDOR:]NAME[,NAME...][:MEMORY][:COUNT] in any order, e.g. A100:80GB:2"
+            )
         spec[key] = value
 
     for token in text.replace(" ", "").split(":"):
@@ -186,16 +189,16 @@ def split_gpu_spec(text: str) -> dict[str, object]:
         except ValueError:
             vendor = None
         if vendor is not None:
-            put("vendor", vendor)
+            put("vendor", vendor, token)
         elif token[0].isalpha():
             names = token.split(",")
             if any(not name for name in names):
                 raise ValueError(f"invalid GPU spec {text!r}: empty GPU name in {token!r}")
-            put("name", names)
+            put("name", names, token)
         elif any(c.isalpha() for c in token):
-            put("memory", token)
+            put("memory", token, token)
         else:
-            put("count", token)
+            put("count", token, token)
     return spec
 
 

@@ -1,0 +1,15 @@
+"""A fresh corral server per test (SQLite in a temp dir, workers on, local backend)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from server_harness import RunningServer, running_server, test_settings
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[RunningServer]:
+    async with running_server(test_settings(tmp_path)) as s:
+        yield s
