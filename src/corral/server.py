@@ -56,6 +56,7 @@ async def prepare(settings: Settings) -> Prepared:
     from corral.store.db import Database
     from corral.store.migrate import upgrade
     from corral.workers.context import Context
+    from corral.workers.runtime import Workers
 
     db = Database(settings.database_url)
     await upgrade(db)
@@ -64,7 +65,7 @@ async def prepare(settings: Settings) -> Prepared:
         "local": LocalCompute(settings.instances_dir, settings.provisioning_timeout, settings.agent_request_timeout)
     }
     ctx = Context(settings=settings, db=db, computes=computes)
-    return Prepared(create_app(ctx), ctx, boot.admin.token, boot.created)
+    return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created)
 
 
 def _write_cli_config(url: str, token: str) -> str | None:

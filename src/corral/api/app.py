@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Protocol
 
 from fastapi import FastAPI
 
@@ -11,11 +12,16 @@ from corral.api.deps import install_error_handlers
 from corral.api.routes_accounts import router as accounts_router
 from corral.api.routes_compute import router as compute_router
 from corral.workers.context import Context
-from corral.workers.runtime import Workers
 
 
-def create_app(ctx: Context) -> FastAPI:
-    workers = Workers(ctx)
+class Background(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def create_app(ctx: Context, workers: Background) -> FastAPI:
+    """The app; ``workers`` (started and stopped with it) come from the composition root."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -1,0 +1,167 @@
+"""The pure scheduler: capacity is never over-committed within a plan, and queue semantics hold."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corral.domain.resources import Gpu, InstanceResources, Range, Requirements
+from corral.scheduler.schedule import NO_FLEETS_MESSAGE, SPECIFIED_FLEETS_MESSAGE, schedule, upkeep
+from corral.scheduler.types import (
+    Assign,
+    Fail,
+    FleetSlot,
+    InstanceSlot,
+    Offer,
+    QueuedJob,
+    Reserve,
+    Snapshot,
+    Wait,
+    WaitPolicy,
+)
+
+MACHINE = InstanceResources(cpus=8, memory_mib=32768, gpus=(), disk_size_mib=500_000, cpu_arch="x86")
+GPU_MACHINE = InstanceResources(cpus=16, memory_mib=65536, gpus=(Gpu("H200", 141_000),) * 2,
+                                disk_size_mib=500_000, cpu_arch="x86")
+SMALL = Requirements(cpu_count=Range(1, None), memory=Range(1.0, None), disk=Range(1.0, None))
+OFFER = Offer("local", "local", "local", 0.0, MACHINE)
+
+
+def job(i: int, priority: int = 0, req: Requirements = SMALL, may_wait: bool = True, run: str | None = None,
+        fleets: tuple[str, ...] | None = None, policy: str = "reuse-or-create", nodes: int = 1, num: int = 0) -> QueuedJob:
+    return QueuedJob(id=f"j{i}-{num}", run_id=run or f"r{i}", project_id="p", run_name=f"run-{i}", job_num=num,
+                     priority=priority, submitted_at=float(i), requirements=req, fleet_names=fleets,
+                     creation_policy=policy, wait=WaitPolicy(may_wait), nodes=nodes, multinode=nodes > 1)
+
+
+def inst(i: int, fleet: str = "f", status: str = "idle", busy: int = 0, total: int = 1,
+         res: InstanceResources = MACHINE) -> InstanceSlot:
+    return InstanceSlot(id=f"i{i}", fleet_id=fleet, name=f"{fleet}-{i}", instance_num=i, status=status,
+                        resources=res, total_blocks=total, busy_blocks=busy)
+
+
+def fleet(instances: tuple[InstanceSlot, ...] = (), nodes_max: int | None = 3, name: str = "f", fid: str = "f",
+          offers: tuple[Offer, ...] = (OFFER,), blocks: int | None = 1, nodes_min: int = 0,
+          placement: str = "any") -> FleetSlot:
+    return FleetSlot(id=fid, project_id="p", name=name, nodes_min=nodes_min, nodes_max=nodes_max, blocks=blocks,
+                     placement=placement, offers=offers, instances=instances)
+
+
+def decisions(snapshot: Snapshot) -> list[object]:
+    return [d for g in schedule(snapshot, now=100.0).gangs for d in g.decisions]
+
+
+def test_seed_scenario_ten_jobs_three_nodes() -> None:
+    ds = decisions(Snapshot(fleets=(fleet(),), queue=tuple(job(i) for i in range(10))))
+    reserves = [d for d in ds if isinstance(d, Reserve)]
+    waits = [d for d in ds if isinstance(d, Wait)]
+    assert len(reserves) == 3
+    assert len(waits) == 7
+    assert all("at most 3 instances" in w.message for w in waits)
+
+
+def test_idle_instance_is_reused_before_new_capacity() -> None:
+    ds = decisions(Snapshot(fleets=(fleet((inst(0),)),), queue=(job(1),)))
+    assert ds == [Assign("j1-0", "i0", 1)]
+
+
+def test_no_fleet_and_unknown_fleet_messages() -> None:
+    assert decisions(Snapshot(fleets=(), queue=(job(1),))) == [Fail("j1-0", NO_FLEETS_MESSAGE)]
+    ds = decisions(Snapshot(fleets=(fleet(),), queue=(job(1, fleets=("other",)),)))
+    assert ds == [Fail("j1-0", SPECIFIED_FLEETS_MESSAGE)]
+
+
+def test_job_that_can_never_fit_fails_at_once_naming_fleet() -> None:
+    gpu_req = Requirements(cpu_count=Range(1, None), memory=Range(1.0, None), disk=Range(1.0, None),
+                           gpu=SMALL.gpu.__class__(count=Range(1, None)) if SMALL.gpu else None)
+    (d,) = decisions(Snapshot(fleets=(fleet(),), queue=(job(1, req=gpu_req),)))
+    assert isinstance(d, Fail)
+    assert "fleet 'f'" in d.message
+
+
+def test_retry_false_fails_instead_of_waiting() -> None:
+    full = fleet((inst(0, status="busy", busy=1),), nodes_max=1)
+    (d,) = decisions(Snapshot(fleets=(full,), queue=(job(1, may_wait=False),)))
+    assert d == Fail("j1-0", "Fleet is at capacity")
+
+
+def test_higher_priority_takes_capacity_first_and_lower_backfills_elsewhere() -> None:
+    one_slot = fleet((inst(0),), nodes_max=1)
+    ds = decisions(Snapshot(fleets=(one_slot,), queue=(job(1, priority=0), job(2, priority=50))))
+    assert Assign("j2-0", "i0", 1) in ds
+    assert any(isinstance(d, Wait) and d.job_id == "j1-0" for d in ds)
+
+
+def test_blocks_pack_jobs_onto_one_instance() -> None:
+    f = fleet((inst(0, total=4, res=MACHINE),), nodes_max=1, blocks=4)
+    ds = decisions(Snapshot(fleets=(f,), queue=tuple(job(i) for i in range(6))))
+    assigns = [d for d in ds if isinstance(d, Assign)]
+    assert len(assigns) == 4 and all(a.instance_id == "i0" for a in assigns)
+
+
+def test_reuse_policy_never_reserves() -> None:
+    ds = decisions(Snapshot(fleets=(fleet(),), queue=(job(1, policy="reuse", may_wait=False),)))
+    assert ds and all(isinstance(d, Fail) for d in ds)
+
+
+def test_multinode_gang_is_all_or_nothing() -> None:
+    cluster = fleet(nodes_max=2, placement="cluster")
+    gang = tuple(job(1, run="r1", nodes=3, num=n) for n in range(3))
+    (d0, *_rest) = decisions(Snapshot(fleets=(cluster,), queue=gang))
+    assert isinstance(d0, Fail)  # 3 nodes can never fit nodes.max 2
+    cluster3 = fleet(nodes_max=3, placement="cluster")
+    ds = decisions(Snapshot(fleets=(cluster3,), queue=gang))
+    assert sum(isinstance(d, Reserve) for d in ds) == 3
+    not_cluster = fleet(nodes_max=3)
+    ds = decisions(Snapshot(fleets=(not_cluster,), queue=gang))
+    assert all(isinstance(d, Fail) and "cluster" in d.message for d in ds)
+
+
+def test_upkeep_fills_to_nodes_min() -> None:
+    f = fleet((inst(0),), nodes_min=3)
+    assert len(upkeep(f, {})) == 2
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> Snapshot:
+    fleets = []
+    for fi in range(draw(st.integers(1, 3))):
+        nodes_max = draw(st.one_of(st.none(), st.integers(0, 4)))
+        total = draw(st.sampled_from([1, 2, 4]))
+        n_inst = draw(st.integers(0, nodes_max if nodes_max is not None else 3))
+        insts = tuple(
+            inst(fi * 10 + k, fleet=f"f{fi}", status=draw(st.sampled_from(["idle", "busy", "pending", "terminating"])),
+                 busy=draw(st.integers(0, total)), total=total)
+            for k in range(n_inst)
+        )
+        fleets.append(fleet(insts, nodes_max=nodes_max, name=f"f{fi}", fid=f"f{fi}", blocks=total))
+    queue = tuple(job(i, priority=draw(st.integers(0, 3)), may_wait=draw(st.booleans()))
+                  for i in range(draw(st.integers(0, 12))))
+    return Snapshot(fleets=tuple(fleets), queue=queue)
+
+
+@settings(max_examples=300, deadline=None)
+@given(snapshots())
+def test_plan_never_overcommits(snapshot: Snapshot) -> None:
+    ds = decisions(snapshot)
+    by_fleet = {f.id: f for f in snapshot.fleets}
+    # Each job gets at most one decision.
+    assert max(Counter(getattr(d, "job_id", None) for d in ds).values(), default=0) <= 1
+    # nodes.max is never exceeded, counting every non-terminated instance.
+    reserves = Counter(d.fleet_id for d in ds if isinstance(d, Reserve))
+    for fid, n in reserves.items():
+        f = by_fleet[fid]
+        if f.nodes_max is not None:
+            assert len(f.instances) + n <= f.nodes_max
+    # Blocks of an instance are never over-committed.
+    used = Counter()
+    for d in ds:
+        if isinstance(d, Assign):
+            used[d.instance_id] += d.blocks
+    for f in snapshot.fleets:
+        for i in f.instances:
+            assert i.busy_blocks + used[i.id] <= max(i.total_blocks, i.busy_blocks)
+            if used[i.id]:
+                assert i.status in ("idle", "busy", "pending", "provisioning")

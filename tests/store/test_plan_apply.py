@@ -1,0 +1,102 @@
+"""The capacity commit point: stale or concurrent plans never push a fleet past nodes.max."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from corral.domain.resources import InstanceResources
+from corral.scheduler.types import Assign, Fail, Gang, Offer, Plan, Reserve
+from corral.store.db import Database
+from corral.store.migrate import upgrade
+from corral.store.plan_apply import apply_plan
+from corral.store.tables import fleets, instances, jobs, projects, runs, users
+
+OFFER = Offer("local", "local", "local", 0.0, InstanceResources(cpus=4, memory_mib=8192, disk_size_mib=100_000))
+
+
+async def _db(tmp_path: Path) -> Database:
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'c.db'}")
+    await upgrade(db)
+    now = time.time()
+    async with db.write() as conn:
+        await conn.execute(sa.insert(users).values(id="u", name="admin", token="t", token_hash="h", global_role="admin",
+                                                   active=True, deleted=False, created_at=now))
+        await conn.execute(sa.insert(projects).values(id="p", name="main", owner_id="u", created_at=now,
+                                                      is_public=False, deleted=False, backends="[]"))
+        spec = {"configuration": {"type": "fleet", "name": "f", "nodes": {"min": 0, "max": 3}}}
+        await conn.execute(sa.insert(fleets).values(id="f", project_id="p", name="f", created_at=now,
+                                                    last_processed_at=now, status="active", spec=json.dumps(spec),
+                                                    deleted=False))
+        await conn.execute(sa.insert(runs).values(id="r", project_id="p", user_id="u", run_name="r", submitted_at=now,
+                                                  last_processed_at=now, status="submitted", run_spec="{}",
+                                                  priority=0, deployment_num=0, deleted=False))
+    return db
+
+
+async def _job(db: Database, job_id: str) -> None:
+    now = time.time()
+    async with db.write() as conn:
+        await conn.execute(sa.insert(jobs).values(
+            id=job_id, run_id="r", project_id="p", run_name="r", job_num=0, replica_num=0, job_name=job_id,
+            submission_num=0, deployment_num=0, submitted_at=now, last_processed_at=now, status="submitted",
+            job_spec="{}", priority=0, blocks=1, log_offset=0))
+
+
+async def _count(db: Database) -> int:
+    async with db.read() as conn:
+        q = sa.select(sa.func.count()).select_from(instances).where(instances.c.status != "terminated")
+        return int((await conn.execute(q)).scalar_one())
+
+
+async def test_stale_concurrent_plans_never_exceed_nodes_max(tmp_path: Path) -> None:
+    db = await _db(tmp_path)
+    ids = [f"j{i}" for i in range(10)]
+    for j in ids:
+        await _job(db, j)
+    # Every planner saw an empty fleet, so each plans a new instance for its job: 10 stale plans.
+    plans = [Plan((Gang(f"g{j}", (Reserve("f", OFFER, 1, 1, job_id=j),)),)) for j in ids]
+    results = await asyncio.gather(*(apply_plan(db, p, time.time()) for p in plans))
+    assert await _count(db) == 3
+    assert sum(len(r.reserved) for r in results) == 3
+    assert sum(len(r.rejected_runs) for r in results) == 7
+    # Terminating instances still count: nothing more fits until the backend confirms termination.
+    async with db.write() as conn:
+        await conn.execute(sa.update(instances).values(status="terminating"))
+    await _job(db, "late")
+    r = await apply_plan(db, Plan((Gang("g", (Reserve("f", OFFER, 1, 1, job_id="late"),)),)), time.time())
+    assert r.rejected_runs == ["g"]
+    await db.dispose()
+
+
+async def test_gang_commits_whole_or_not_at_all(tmp_path: Path) -> None:
+    db = await _db(tmp_path)
+    for j in ("a", "b", "c", "d"):
+        await _job(db, j)
+    gang = Gang("r", tuple(Reserve("f", OFFER, 1, 1, job_id=j) for j in ("a", "b", "c", "d")))
+    r = await apply_plan(db, Plan((gang,)), time.time())
+    assert r.rejected_runs == ["r"] and r.reserved == []
+    assert await _count(db) == 0
+    await db.dispose()
+
+
+async def test_assignment_recounts_blocks(tmp_path: Path) -> None:
+    db = await _db(tmp_path)
+    now = time.time()
+    async with db.write() as conn:
+        await conn.execute(sa.insert(instances).values(
+            id="i", project_id="p", fleet_id="f", name="f-0", instance_num=0, status="idle", unreachable=False,
+            backend="local", total_blocks=2, busy_blocks=0, created_at=now, last_processed_at=now, deleted=False))
+    for j in ("a", "b", "c"):
+        await _job(db, j)
+    plans = [Plan((Gang(j, (Assign(j, "i", 1),)),)) for j in ("a", "b", "c")]
+    results = await asyncio.gather(*(apply_plan(db, p, time.time()) for p in plans))
+    assert sum(len(r.assigned) for r in results) == 2
+    # A job that is no longer waiting is never failed or re-assigned by a stale plan.
+    r = await apply_plan(db, Plan((Gang("x", (Fail("a", "late"),)),)), time.time())
+    assert r.failed == []
+    await db.dispose()

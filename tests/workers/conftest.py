@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from server_harness import RunningServer, running_server, test_settings
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[RunningServer]:
+    async with running_server(test_settings(tmp_path)) as s:
+        yield s
