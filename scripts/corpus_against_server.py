@@ -32,10 +32,19 @@ def main() -> int:
     port = free_port()
     token = "corpus-check-token"
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "CORRAL_SERVER_DIR": f"{tmp}/server", "CORRAL_CONFIG_DIR": f"{tmp}/cli",
-               "CORRAL_SERVER_ADMIN_TOKEN": token, "CORRAL_BACKGROUND_PROCESSING": "0"}
-        server = subprocess.Popen([sys.executable, "-m", "corral.cli.main", "server", "--port", str(port)],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        env = {
+            **os.environ,
+            "CORRAL_SERVER_DIR": f"{tmp}/server",
+            "CORRAL_CONFIG_DIR": f"{tmp}/cli",
+            "CORRAL_SERVER_ADMIN_TOKEN": token,
+            "CORRAL_BACKGROUND_PROCESSING": "0",
+        }
+        server = subprocess.Popen(
+            [sys.executable, "-m", "corral.cli.main", "server", "--port", str(port)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         try:
             deadline = time.monotonic() + 30
             while True:
@@ -48,8 +57,18 @@ def main() -> int:
                         print("the corral server did not start", file=sys.stderr)
                         return 1
                     time.sleep(0.1)
-            return subprocess.call([sys.executable, str(HERE / "check_yaml_corpus.py"), "--reference-dir",
-                                    args.reference_dir, "--url", f"http://127.0.0.1:{port}", "--token", token])
+            return subprocess.call(
+                [
+                    sys.executable,
+                    str(HERE / "check_yaml_corpus.py"),
+                    "--reference-dir",
+                    args.reference_dir,
+                    "--url",
+                    f"http://127.0.0.1:{port}",
+                    "--token",
+                    token,
+                ]
+            )
         finally:
             server.terminate()
             try:

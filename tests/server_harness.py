@@ -112,14 +112,21 @@ SEED_FLEET = {"type": "fleet", "name": "test-fleet", "nodes": "0..3", "resources
 
 
 def task_body(commands: list[str], **conf: Any) -> dict[str, Any]:
-    configuration = {"type": "task", "commands": commands, "resources": {"cpu": "1..", "memory": "0.1GB..",
-                                                                         "disk": "1GB.."}}
+    configuration = {
+        "type": "task",
+        "commands": commands,
+        "resources": {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."},
+    }
     configuration.update(conf)
     return {"force": False, "plan": {"run_spec": {"configuration": configuration}}}
 
 
 def fleet_body(**conf: Any) -> dict[str, Any]:
-    configuration = {"type": "fleet", "name": "f", "nodes": "0..2", "resources": {"cpu": "1..", "memory": "0.1GB..",
-                                                                                 "disk": "1GB.."}}
+    configuration = {
+        "type": "fleet",
+        "name": "f",
+        "nodes": "0..2",
+        "resources": {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."},
+    }
     configuration.update(conf)
     return {"force": False, "plan": {"spec": {"configuration": configuration, "profile": {}}}}

@@ -62,7 +62,9 @@ async def prepare(settings: Settings) -> Prepared:
     await upgrade(db)
     boot = await accounts.bootstrap(db, settings.admin_token)
     computes: dict[str, Any] = {
-        "local": LocalCompute(settings.instances_dir, settings.provisioning_timeout, settings.agent_request_timeout)
+        "local": LocalCompute(
+            settings.instances_dir, settings.provisioning_timeout, settings.agent_request_timeout
+        )
     }
     ctx = Context(settings=settings, db=db, computes=computes)
     return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created)
@@ -101,8 +103,9 @@ def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", **_
                 path = _write_cli_config(url, prepared.admin_token)
                 if path:
                     print(f"Configured the main project in {path}", flush=True)
-        config = uvicorn.Config(prepared.app, host=host, port=port, log_level="warning", lifespan="on",
-                                access_log=False)
+        config = uvicorn.Config(
+            prepared.app, host=host, port=port, log_level="warning", lifespan="on", access_log=False
+        )
         server = uvicorn.Server(config)
         print(f"The corral server {_version()} (dstack API {_api()}) is running at {url}", flush=True)
         try:

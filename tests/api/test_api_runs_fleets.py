@@ -6,6 +6,7 @@ import base64
 from typing import Any
 
 import httpx
+
 from server_harness import SEED_BODY, SEED_FLEET, RunningServer, fleet_body, task_body, wait_for
 
 
@@ -17,15 +18,21 @@ async def _run(c: httpx.AsyncClient, name: str) -> dict[str, Any]:
 
 async def _logs(c: httpx.AsyncClient, run: dict[str, Any]) -> bytes:
     sub = run["latest_job_submission"]["id"]
-    r = await c.post("/api/project/main/logs/poll", json={"run_name": run["run_spec"]["run_name"],
-                                                          "job_submission_id": sub, "limit": 1000})
+    r = await c.post(
+        "/api/project/main/logs/poll",
+        json={"run_name": run["run_spec"]["run_name"], "job_submission_id": sub, "limit": 1000},
+    )
     return b"".join(base64.b64decode(x["message"]) for x in r.json()["logs"])
 
 
 async def test_fleet_plan_apply_get_list_delete(server: RunningServer) -> None:
     async with server.client() as c:
-        plan = (await c.post("/api/project/main/fleets/get_plan",
-                             json={"spec": {"configuration": SEED_FLEET, "profile": {}}})).json()
+        plan = (
+            await c.post(
+                "/api/project/main/fleets/get_plan",
+                json={"spec": {"configuration": SEED_FLEET, "profile": {}}},
+            )
+        ).json()
         assert plan["action"] == "create"
         assert plan["spec"]["configuration"]["nodes"] == {"min": 0, "max": 3}
         assert plan["total_offers"] == 1 and plan["offers"][0]["backend"] == "remote"
@@ -37,11 +44,20 @@ async def test_fleet_plan_apply_get_list_delete(server: RunningServer) -> None:
         assert again.status_code == 400
         assert "Resource has been changed" in again.json()["detail"][0]["msg"]
         # With the current resource from a fresh plan it updates in place.
-        plan = (await c.post("/api/project/main/fleets/get_plan",
-                             json={"spec": {"configuration": {**SEED_FLEET, "nodes": "0..2"}, "profile": {}}})).json()
+        plan = (
+            await c.post(
+                "/api/project/main/fleets/get_plan",
+                json={"spec": {"configuration": {**SEED_FLEET, "nodes": "0..2"}, "profile": {}}},
+            )
+        ).json()
         assert plan["action"] == "update"
-        upd = {"force": False, "plan": {"spec": {"configuration": {**SEED_FLEET, "nodes": "0..2"}, "profile": {}},
-                                        "current_resource": plan["current_resource"]}}
+        upd = {
+            "force": False,
+            "plan": {
+                "spec": {"configuration": {**SEED_FLEET, "nodes": "0..2"}, "profile": {}},
+                "current_resource": plan["current_resource"],
+            },
+        }
         updated = (await c.post("/api/project/main/fleets/apply", json=upd)).json()
         assert updated["id"] == fleet["id"]
         assert updated["spec"]["configuration"]["nodes"]["max"] == 2
@@ -50,29 +66,43 @@ async def test_fleet_plan_apply_get_list_delete(server: RunningServer) -> None:
         assert len((await c.post("/api/fleets/list", json={})).json()) == 1
         assert len((await c.post("/api/project/main/fleets/list")).json()) == 1
         assert (await c.post("/api/project/main/fleets/delete", json={"names": ["nope"]})).json() is None
-        assert (await c.post("/api/project/main/fleets/delete", json={"names": ["test-fleet"]})).status_code == 200
+        assert (
+            await c.post("/api/project/main/fleets/delete", json={"names": ["test-fleet"]})
+        ).status_code == 200
 
 
 async def test_fleet_apply_requires_profile(server: RunningServer) -> None:
     async with server.client() as c:
-        r = await c.post("/api/project/main/fleets/apply",
-                         json={"force": True, "plan": {"spec": {"configuration": SEED_FLEET}}})
+        r = await c.post(
+            "/api/project/main/fleets/apply",
+            json={"force": True, "plan": {"spec": {"configuration": SEED_FLEET}}},
+        )
         assert r.status_code == 422
         assert r.json()["detail"][0]["loc"] == ["body", "plan", "spec", "profile"]
 
 
 async def test_bad_configuration_names_the_field(server: RunningServer) -> None:
     async with server.client() as c:
-        r = await c.post("/api/project/main/runs/apply",
-                         json={"force": False, "plan": {"run_spec": {"configuration": {"type": "task"}}}})
+        r = await c.post(
+            "/api/project/main/runs/apply",
+            json={"force": False, "plan": {"run_spec": {"configuration": {"type": "task"}}}},
+        )
         assert r.status_code == 422
         assert r.json()["detail"][0]["loc"][:4] == ["body", "plan", "run_spec", "configuration"]
-        r = await c.post("/api/project/main/runs/get_plan", json={"run_spec": {"configuration": {
-            "type": "task", "commands": ["x"], "resources": {"gpu": "A100:lots"}}}})
+        r = await c.post(
+            "/api/project/main/runs/get_plan",
+            json={
+                "run_spec": {
+                    "configuration": {"type": "task", "commands": ["x"], "resources": {"gpu": "A100:lots"}}
+                }
+            },
+        )
         assert r.status_code == 422
         assert "resources" in r.json()["detail"][0]["loc"]
-        r = await c.post("/api/project/main/fleets/get_plan", json={"spec": {"configuration": {
-            "type": "fleet", "name": "x", "nodes": "3..1"}, "profile": {}}})
+        r = await c.post(
+            "/api/project/main/fleets/get_plan",
+            json={"spec": {"configuration": {"type": "fleet", "name": "x", "nodes": "3..1"}, "profile": {}}},
+        )
         assert r.status_code == 422
 
 
@@ -105,7 +135,9 @@ async def test_no_fleet_at_all_fails_with_dstack_message(server: RunningServer) 
             return got if got["status"] == "failed" else None
 
         got = await wait_for(failed)
-        assert got["latest_job_submission"]["termination_reason_message"].startswith("No matching fleet found")
+        assert got["latest_job_submission"]["termination_reason_message"].startswith(
+            "No matching fleet found"
+        )
 
 
 async def test_task_runs_on_local_fleet_and_logs_come_back(server: RunningServer) -> None:
@@ -152,7 +184,9 @@ async def test_failing_task_reports_exit_status(server: RunningServer) -> None:
 async def test_image_without_container_runtime_fails_clearly(server: RunningServer) -> None:
     async with server.client() as c:
         await c.post("/api/project/main/fleets/apply", json=fleet_body())
-        run = (await c.post("/api/project/main/runs/apply", json=task_body(["true"], image="ubuntu:22.04"))).json()
+        run = (
+            await c.post("/api/project/main/runs/apply", json=task_body(["true"], image="ubuntu:22.04"))
+        ).json()
 
         async def finished() -> dict[str, Any] | None:
             got = await _run(c, run["run_spec"]["run_name"])
@@ -168,8 +202,11 @@ async def test_image_without_container_runtime_fails_clearly(server: RunningServ
 async def test_stop_running_task_then_delete(server: RunningServer) -> None:
     async with server.client() as c:
         await c.post("/api/project/main/fleets/apply", json=fleet_body())
-        run = (await c.post("/api/project/main/runs/apply", json=task_body(["echo started", "sleep 600"],
-                                                                             name="sleeper"))).json()
+        run = (
+            await c.post(
+                "/api/project/main/runs/apply", json=task_body(["echo started", "sleep 600"], name="sleeper")
+            )
+        ).json()
 
         async def running() -> bool:
             got = await _run(c, "sleeper")
@@ -179,7 +216,9 @@ async def test_stop_running_task_then_delete(server: RunningServer) -> None:
         r = await c.post("/api/project/main/runs/delete", json={"runs_names": ["sleeper"]})
         assert r.status_code == 400
         assert r.json()["detail"][0]["msg"] == "Cannot delete active runs: ['sleeper']"
-        assert (await c.post("/api/project/main/runs/stop", json={"runs_names": ["sleeper"], "abort": False})).json() is None
+        assert (
+            await c.post("/api/project/main/runs/stop", json={"runs_names": ["sleeper"], "abort": False})
+        ).json() is None
 
         async def terminated() -> dict[str, Any] | None:
             got = await _run(c, "sleeper")
@@ -188,7 +227,9 @@ async def test_stop_running_task_then_delete(server: RunningServer) -> None:
         got = await wait_for(terminated)
         assert got["termination_reason"] == "stopped_by_user"
         assert got["latest_job_submission"]["termination_reason"] == "terminated_by_user"
-        assert (await c.post("/api/project/main/runs/delete", json={"runs_names": ["sleeper"]})).status_code == 200
+        assert (
+            await c.post("/api/project/main/runs/delete", json={"runs_names": ["sleeper"]})
+        ).status_code == 200
         assert (await c.post("/api/project/main/runs/get", json={"run_name": "sleeper"})).status_code == 400
         del run
 
@@ -208,7 +249,9 @@ async def test_apply_same_name_unchanged_keeps_run_id(server: RunningServer) -> 
 
 async def test_run_plan_shape(server: RunningServer) -> None:
     async with server.client() as c:
-        plan = (await c.post("/api/project/main/runs/get_plan", json={"run_spec": SEED_BODY["plan"]["run_spec"]})).json()
+        plan = (
+            await c.post("/api/project/main/runs/get_plan", json={"run_spec": SEED_BODY["plan"]["run_spec"]})
+        ).json()
         assert plan["action"] == "create"
         assert plan["run_spec"]["repo_data"] == {"repo_type": "virtual"}
         assert plan["effective_run_spec"]["ssh_key_pub"].startswith("ssh-")
@@ -222,13 +265,24 @@ async def test_unsupported_types_validate_then_400(server: RunningServer) -> Non
         svc = {"type": "service", "port": 8000, "commands": ["python -m http.server"]}
         r = await c.post("/api/project/main/runs/get_plan", json={"run_spec": {"configuration": svc}})
         assert r.status_code == 200
-        r = await c.post("/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": svc}}})
+        r = await c.post(
+            "/api/project/main/runs/apply",
+            json={"force": False, "plan": {"run_spec": {"configuration": svc}}},
+        )
         assert r.status_code == 400 and "not supported yet" in r.json()["detail"][0]["msg"]
-        gw = {"type": "gateway", "name": "g", "backend": "aws", "region": "us-east-1", "domain": "example.com"}
+        gw = {
+            "type": "gateway",
+            "name": "g",
+            "backend": "aws",
+            "region": "us-east-1",
+            "domain": "example.com",
+        }
         r = await c.post("/api/project/main/gateways/get_plan", json={"spec": {"configuration": gw}})
         assert r.status_code == 400 and "not supported yet" in r.json()["detail"][0]["msg"]
         vol = {"type": "volume", "name": "v", "backend": "aws", "region": "us-east-1", "size": "100GB"}
         r = await c.post("/api/project/main/volumes/create", json={"configuration": vol})
         assert r.status_code == 400
-        r = await c.post("/api/project/main/volumes/create", json={"configuration": {"type": "volume", "bogus": 1}})
+        r = await c.post(
+            "/api/project/main/volumes/create", json={"configuration": {"type": "volume", "bogus": 1}}
+        )
         assert r.status_code == 422

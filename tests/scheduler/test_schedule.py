@@ -23,30 +23,82 @@ from corral.scheduler.types import (
 )
 
 MACHINE = InstanceResources(cpus=8, memory_mib=32768, gpus=(), disk_size_mib=500_000, cpu_arch="x86")
-GPU_MACHINE = InstanceResources(cpus=16, memory_mib=65536, gpus=(Gpu("H200", 141_000),) * 2,
-                                disk_size_mib=500_000, cpu_arch="x86")
+GPU_MACHINE = InstanceResources(
+    cpus=16, memory_mib=65536, gpus=(Gpu("H200", 141_000),) * 2, disk_size_mib=500_000, cpu_arch="x86"
+)
 SMALL = Requirements(cpu_count=Range(1, None), memory=Range(1.0, None), disk=Range(1.0, None))
 OFFER = Offer("local", "local", "local", 0.0, MACHINE)
 
 
-def job(i: int, priority: int = 0, req: Requirements = SMALL, may_wait: bool = True, run: str | None = None,
-        fleets: tuple[str, ...] | None = None, policy: str = "reuse-or-create", nodes: int = 1, num: int = 0) -> QueuedJob:
-    return QueuedJob(id=f"j{i}-{num}", run_id=run or f"r{i}", project_id="p", run_name=f"run-{i}", job_num=num,
-                     priority=priority, submitted_at=float(i), requirements=req, fleet_names=fleets,
-                     creation_policy=policy, wait=WaitPolicy(may_wait), nodes=nodes, multinode=nodes > 1)
+def job(
+    i: int,
+    priority: int = 0,
+    req: Requirements = SMALL,
+    may_wait: bool = True,
+    run: str | None = None,
+    fleets: tuple[str, ...] | None = None,
+    policy: str = "reuse-or-create",
+    nodes: int = 1,
+    num: int = 0,
+) -> QueuedJob:
+    return QueuedJob(
+        id=f"j{i}-{num}",
+        run_id=run or f"r{i}",
+        project_id="p",
+        run_name=f"run-{i}",
+        job_num=num,
+        priority=priority,
+        submitted_at=float(i),
+        requirements=req,
+        fleet_names=fleets,
+        creation_policy=policy,
+        wait=WaitPolicy(may_wait),
+        nodes=nodes,
+        multinode=nodes > 1,
+    )
 
 
-def inst(i: int, fleet: str = "f", status: str = "idle", busy: int = 0, total: int = 1,
-         res: InstanceResources = MACHINE) -> InstanceSlot:
-    return InstanceSlot(id=f"i{i}", fleet_id=fleet, name=f"{fleet}-{i}", instance_num=i, status=status,
-                        resources=res, total_blocks=total, busy_blocks=busy)
+def inst(
+    i: int,
+    fleet: str = "f",
+    status: str = "idle",
+    busy: int = 0,
+    total: int = 1,
+    res: InstanceResources = MACHINE,
+) -> InstanceSlot:
+    return InstanceSlot(
+        id=f"i{i}",
+        fleet_id=fleet,
+        name=f"{fleet}-{i}",
+        instance_num=i,
+        status=status,
+        resources=res,
+        total_blocks=total,
+        busy_blocks=busy,
+    )
 
 
-def fleet(instances: tuple[InstanceSlot, ...] = (), nodes_max: int | None = 3, name: str = "f", fid: str = "f",
-          offers: tuple[Offer, ...] = (OFFER,), blocks: int | None = 1, nodes_min: int = 0,
-          placement: str = "any") -> FleetSlot:
-    return FleetSlot(id=fid, project_id="p", name=name, nodes_min=nodes_min, nodes_max=nodes_max, blocks=blocks,
-                     placement=placement, offers=offers, instances=instances)
+def fleet(
+    instances: tuple[InstanceSlot, ...] = (),
+    nodes_max: int | None = 3,
+    name: str = "f",
+    fid: str = "f",
+    offers: tuple[Offer, ...] = (OFFER,),
+    blocks: int | None = 1,
+    nodes_min: int = 0,
+    placement: str = "any",
+) -> FleetSlot:
+    return FleetSlot(
+        id=fid,
+        project_id="p",
+        name=name,
+        nodes_min=nodes_min,
+        nodes_max=nodes_max,
+        blocks=blocks,
+        placement=placement,
+        offers=offers,
+        instances=instances,
+    )
 
 
 def decisions(snapshot: Snapshot) -> list[object]:
@@ -74,8 +126,12 @@ def test_no_fleet_and_unknown_fleet_messages() -> None:
 
 
 def test_job_that_can_never_fit_fails_at_once_naming_fleet() -> None:
-    gpu_req = Requirements(cpu_count=Range(1, None), memory=Range(1.0, None), disk=Range(1.0, None),
-                           gpu=SMALL.gpu.__class__(count=Range(1, None)) if SMALL.gpu else None)
+    gpu_req = Requirements(
+        cpu_count=Range(1, None),
+        memory=Range(1.0, None),
+        disk=Range(1.0, None),
+        gpu=SMALL.gpu.__class__(count=Range(1, None)) if SMALL.gpu else None,
+    )
     (d,) = decisions(Snapshot(fleets=(fleet(),), queue=(job(1, req=gpu_req),)))
     assert isinstance(d, Fail)
     assert "fleet 'f'" in d.message
@@ -132,13 +188,20 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         total = draw(st.sampled_from([1, 2, 4]))
         n_inst = draw(st.integers(0, nodes_max if nodes_max is not None else 3))
         insts = tuple(
-            inst(fi * 10 + k, fleet=f"f{fi}", status=draw(st.sampled_from(["idle", "busy", "pending", "terminating"])),
-                 busy=draw(st.integers(0, total)), total=total)
+            inst(
+                fi * 10 + k,
+                fleet=f"f{fi}",
+                status=draw(st.sampled_from(["idle", "busy", "pending", "terminating"])),
+                busy=draw(st.integers(0, total)),
+                total=total,
+            )
             for k in range(n_inst)
         )
         fleets.append(fleet(insts, nodes_max=nodes_max, name=f"f{fi}", fid=f"f{fi}", blocks=total))
-    queue = tuple(job(i, priority=draw(st.integers(0, 3)), may_wait=draw(st.booleans()))
-                  for i in range(draw(st.integers(0, 12))))
+    queue = tuple(
+        job(i, priority=draw(st.integers(0, 3)), may_wait=draw(st.booleans()))
+        for i in range(draw(st.integers(0, 12)))
+    )
     return Snapshot(fleets=tuple(fleets), queue=queue)
 
 

@@ -16,7 +16,9 @@ from corral.store.migrate import upgrade
 from corral.store.plan_apply import apply_plan
 from corral.store.tables import fleets, instances, jobs, projects, runs, users
 
-OFFER = Offer("local", "local", "local", 0.0, InstanceResources(cpus=4, memory_mib=8192, disk_size_mib=100_000))
+OFFER = Offer(
+    "local", "local", "local", 0.0, InstanceResources(cpus=4, memory_mib=8192, disk_size_mib=100_000)
+)
 
 
 async def _db(tmp_path: Path) -> Database:
@@ -24,27 +26,83 @@ async def _db(tmp_path: Path) -> Database:
     await upgrade(db)
     now = time.time()
     async with db.write() as conn:
-        await conn.execute(sa.insert(users).values(id="u", name="admin", token="t", token_hash="h", global_role="admin",
-                                                   active=True, deleted=False, created_at=now))
-        await conn.execute(sa.insert(projects).values(id="p", name="main", owner_id="u", created_at=now,
-                                                      is_public=False, deleted=False, backends="[]"))
+        await conn.execute(
+            sa.insert(users).values(
+                id="u",
+                name="admin",
+                token="t",
+                token_hash="h",
+                global_role="admin",
+                active=True,
+                deleted=False,
+                created_at=now,
+            )
+        )
+        await conn.execute(
+            sa.insert(projects).values(
+                id="p",
+                name="main",
+                owner_id="u",
+                created_at=now,
+                is_public=False,
+                deleted=False,
+                backends="[]",
+            )
+        )
         spec = {"configuration": {"type": "fleet", "name": "f", "nodes": {"min": 0, "max": 3}}}
-        await conn.execute(sa.insert(fleets).values(id="f", project_id="p", name="f", created_at=now,
-                                                    last_processed_at=now, status="active", spec=json.dumps(spec),
-                                                    deleted=False))
-        await conn.execute(sa.insert(runs).values(id="r", project_id="p", user_id="u", run_name="r", submitted_at=now,
-                                                  last_processed_at=now, status="submitted", run_spec="{}",
-                                                  priority=0, deployment_num=0, deleted=False))
+        await conn.execute(
+            sa.insert(fleets).values(
+                id="f",
+                project_id="p",
+                name="f",
+                created_at=now,
+                last_processed_at=now,
+                status="active",
+                spec=json.dumps(spec),
+                deleted=False,
+            )
+        )
+        await conn.execute(
+            sa.insert(runs).values(
+                id="r",
+                project_id="p",
+                user_id="u",
+                run_name="r",
+                submitted_at=now,
+                last_processed_at=now,
+                status="submitted",
+                run_spec="{}",
+                priority=0,
+                deployment_num=0,
+                deleted=False,
+            )
+        )
     return db
 
 
 async def _job(db: Database, job_id: str) -> None:
     now = time.time()
     async with db.write() as conn:
-        await conn.execute(sa.insert(jobs).values(
-            id=job_id, run_id="r", project_id="p", run_name="r", job_num=0, replica_num=0, job_name=job_id,
-            submission_num=0, deployment_num=0, submitted_at=now, last_processed_at=now, status="submitted",
-            job_spec="{}", priority=0, blocks=1, log_offset=0))
+        await conn.execute(
+            sa.insert(jobs).values(
+                id=job_id,
+                run_id="r",
+                project_id="p",
+                run_name="r",
+                job_num=0,
+                replica_num=0,
+                job_name=job_id,
+                submission_num=0,
+                deployment_num=0,
+                submitted_at=now,
+                last_processed_at=now,
+                status="submitted",
+                job_spec="{}",
+                priority=0,
+                blocks=1,
+                log_offset=0,
+            )
+        )
 
 
 async def _count(db: Database) -> int:
@@ -88,9 +146,23 @@ async def test_assignment_recounts_blocks(tmp_path: Path) -> None:
     db = await _db(tmp_path)
     now = time.time()
     async with db.write() as conn:
-        await conn.execute(sa.insert(instances).values(
-            id="i", project_id="p", fleet_id="f", name="f-0", instance_num=0, status="idle", unreachable=False,
-            backend="local", total_blocks=2, busy_blocks=0, created_at=now, last_processed_at=now, deleted=False))
+        await conn.execute(
+            sa.insert(instances).values(
+                id="i",
+                project_id="p",
+                fleet_id="f",
+                name="f-0",
+                instance_num=0,
+                status="idle",
+                unreachable=False,
+                backend="local",
+                total_blocks=2,
+                busy_blocks=0,
+                created_at=now,
+                last_processed_at=now,
+                deleted=False,
+            )
+        )
     for j in ("a", "b", "c"):
         await _job(db, j)
     plans = [Plan((Gang(j, (Assign(j, "i", 1),)),)) for j in ("a", "b", "c")]

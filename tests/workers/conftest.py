@@ -4,6 +4,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+
 from server_harness import RunningServer, running_server, test_settings
 
 

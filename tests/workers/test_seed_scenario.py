@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import httpx
+
 from server_harness import RunningServer, fleet_body, task_body, wait_for
 
 
@@ -25,10 +26,13 @@ async def test_ten_concurrent_applies_three_nodes(server: RunningServer) -> None
         r = await c.post("/api/project/main/fleets/apply", json=fleet_body(name="test-fleet", nodes="0..3"))
         assert r.status_code == 200
         sampling = asyncio.create_task(sampler(c))
-        body = task_body(["date", "sleep 1", "date"], fleets=["test-fleet"], creation_policy="reuse-or-create")
+        body = task_body(
+            ["date", "sleep 1", "date"], fleets=["test-fleet"], creation_policy="reuse-or-create"
+        )
         started = time.monotonic()
-        applied = await asyncio.gather(*(c.post("/api/project/main/runs/apply", json={**body, "force": True})
-                                         for _ in range(10)))
+        applied = await asyncio.gather(
+            *(c.post("/api/project/main/runs/apply", json={**body, "force": True}) for _ in range(10))
+        )
         assert all(a.status_code == 200 for a in applied)
         names = [a.json()["run_spec"]["run_name"] for a in applied]
         assert len(set(names)) == 10
@@ -42,7 +46,8 @@ async def test_ten_concurrent_applies_three_nodes(server: RunningServer) -> None
         stop.set()
         await sampling
         assert [r["status"] for r in finished] == ["done"] * 10, [
-            (r["status"], r["latest_job_submission"]["termination_reason_message"]) for r in finished]
+            (r["status"], r["latest_job_submission"]["termination_reason_message"]) for r in finished
+        ]
         assert samples and max(samples) <= 3, max(samples)
         insts = (await c.post("/api/instances/list", json={})).json()
         assert len({i["instance_num"] for i in insts}) <= 3

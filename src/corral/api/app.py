@@ -33,8 +33,13 @@ def create_app(ctx: Context, workers: Background) -> FastAPI:
             if ctx.settings.background_processing:
                 await workers.stop()
 
-    app = FastAPI(title="corral", docs_url="/api/docs", openapi_url="/api/openapi.json", redoc_url=None,
-                  lifespan=lifespan)
+    app = FastAPI(
+        title="corral",
+        docs_url="/api/docs",
+        openapi_url="/api/openapi.json",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
     app.state.ctx = ctx
     app.state.workers = workers
     install_error_handlers(app)

@@ -55,7 +55,9 @@ async def get_my_user(request: Request) -> FastJSON:
 async def get_user(request: Request) -> FastJSON:
     user = await current_user(request)
     body = await parse(rq.UsernameBody, request)
-    return FastJSON(serialize.user_with_creds(await accounts.get_user(ctx_of(request).db, user, body.username)))
+    return FastJSON(
+        serialize.user_with_creds(await accounts.get_user(ctx_of(request).db, user, body.username))
+    )
 
 
 @router.post("/api/users/list")
@@ -72,21 +74,31 @@ async def list_users(request: Request) -> FastJSON:
 async def create_user(request: Request) -> FastJSON:
     accounts.require_admin(await current_user(request))
     b = await parse(rq.CreateUserBody, request)
-    return FastJSON(serialize.user(await accounts.create_user(ctx_of(request).db, b.username, b.global_role, b.email, b.active)))
+    return FastJSON(
+        serialize.user(
+            await accounts.create_user(ctx_of(request).db, b.username, b.global_role, b.email, b.active)
+        )
+    )
 
 
 @router.post("/api/users/update")
 async def update_user(request: Request) -> FastJSON:
     accounts.require_admin(await current_user(request))
     b = await parse(rq.CreateUserBody, request)
-    return FastJSON(serialize.user(await accounts.update_user(ctx_of(request).db, b.username, b.global_role, b.email, b.active)))
+    return FastJSON(
+        serialize.user(
+            await accounts.update_user(ctx_of(request).db, b.username, b.global_role, b.email, b.active)
+        )
+    )
 
 
 @router.post("/api/users/refresh_token")
 async def refresh_token(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.UsernameBody, request)
-    return FastJSON(serialize.user_with_creds(await accounts.refresh_token(ctx_of(request).db, user, b.username)))
+    return FastJSON(
+        serialize.user_with_creds(await accounts.refresh_token(ctx_of(request).db, user, b.username))
+    )
 
 
 @router.post("/api/users/delete")

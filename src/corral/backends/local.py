@@ -41,7 +41,9 @@ def host_resources(info: HostInfo) -> InstanceResources:
 class LocalCompute:
     name = "local"
 
-    def __init__(self, instances_dir: Path, provisioning_timeout: float, request_timeout: float = 5.0) -> None:
+    def __init__(
+        self, instances_dir: Path, provisioning_timeout: float, request_timeout: float = 5.0
+    ) -> None:
         self.instances_dir = instances_dir
         self.provisioning_timeout = provisioning_timeout
         self.request_timeout = request_timeout
@@ -55,7 +57,9 @@ class LocalCompute:
     def offers(self) -> list[Offer]:
         if self._offer is None:
             res = host_resources(self.host_info())
-            self._offer = Offer(backend="local", instance_type="local", region="local", price=0.0, resources=res)
+            self._offer = Offer(
+                backend="local", instance_type="local", region="local", price=0.0, resources=res
+            )
         return [self._offer]
 
     async def create_instance(self, instance_id: str, instance_name: str) -> Provisioned:
@@ -71,8 +75,16 @@ class LocalCompute:
         log = open(work_dir / "agent.log", "ab")  # noqa: SIM115 - handed to the child
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "corral.agent", "serve", "--work-dir", str(work_dir),
-                 "--token-file", str(token_file)],
+                [
+                    sys.executable,
+                    "-m",
+                    "corral.agent",
+                    "serve",
+                    "--work-dir",
+                    str(work_dir),
+                    "--token-file",
+                    str(token_file),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -89,10 +101,14 @@ class LocalCompute:
                 raise ProvisioningError(f"The local agent exited with code {proc.returncode}: {tail.strip()}")
             if time.monotonic() > deadline:
                 _kill_group(proc.pid)
-                raise ProvisioningError(f"The local agent did not start within {self.provisioning_timeout:.0f}s")
+                raise ProvisioningError(
+                    f"The local agent did not start within {self.provisioning_timeout:.0f}s"
+                )
             await asyncio.sleep(0.01)
         port = int(port_file.read_text().strip())
-        endpoint = AgentEndpoint(url=f"http://127.0.0.1:{port}", token=token, pid=proc.pid, work_dir=str(work_dir))
+        endpoint = AgentEndpoint(
+            url=f"http://127.0.0.1:{port}", token=token, pid=proc.pid, work_dir=str(work_dir)
+        )
         client = AgentClient(endpoint.url, token, timeout=self.request_timeout)
         try:
             info = await client.info()
@@ -101,8 +117,9 @@ class LocalCompute:
             raise ProvisioningError(f"The local agent does not answer: {e}") from None
         finally:
             await client.aclose()
-        return Provisioned(agent=endpoint, hostname=info.hostname, resources=host_resources(info),
-                           internal_ip="127.0.0.1")
+        return Provisioned(
+            agent=endpoint, hostname=info.hostname, resources=host_resources(info), internal_ip="127.0.0.1"
+        )
 
     async def terminate_instance(self, instance_id: str, agent: AgentEndpoint | None) -> None:
         if agent is not None:
@@ -168,11 +185,14 @@ async def _wait_gone(pid: int, timeout: float) -> None:
 
 
 def _kill_group(pid: int) -> None:
-    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-        try:
-            target()
-        except (ProcessLookupError, PermissionError):
-            pass
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     try:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from corral.domain.records import ProjectRec, UserRec
+from corral.domain.records import MemberRec, ProjectRec, UserRec
 from corral.services.errors import Forbidden, ProjectNotFound, ResourceExists, ResourceNotExists, ServiceError
 from corral.store import accounts as store
 from corral.store.db import Database
@@ -26,8 +26,12 @@ def generate_ssh_keypair() -> tuple[str | None, str | None]:
     try:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "key")
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "corral", "-f", path],
-                           check=True, capture_output=True, timeout=10)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "corral", "-f", path],
+                check=True,
+                capture_output=True,
+                timeout=10,
+            )
             with open(path) as f1, open(path + ".pub") as f2:
                 return f1.read(), f2.read().strip()
     except (OSError, subprocess.SubprocessError):
@@ -40,7 +44,9 @@ class Bootstrap:
     created: bool
 
 
-async def bootstrap(db: Database, admin_token: str | None, backends: list[dict[str, Any]] | None = None) -> Bootstrap:
+async def bootstrap(
+    db: Database, admin_token: str | None, backends: list[dict[str, Any]] | None = None
+) -> Bootstrap:
     """Create ``admin`` and project ``main`` (local backend) on first start."""
     async with db.write() as conn:
         existing = await store.get_user(conn, "admin")
@@ -49,15 +55,32 @@ async def bootstrap(db: Database, admin_token: str | None, backends: list[dict[s
         now = time.time()
         priv, pub = generate_ssh_keypair()
         admin_id = str(uuid.uuid4())
-        await store.insert_user(conn, {
-            "id": admin_id, "name": "admin", "token": admin_token or str(uuid.uuid4()), "global_role": "admin",
-            "email": None, "active": True, "created_at": now, "ssh_private_key": priv, "ssh_public_key": pub,
-        })
+        await store.insert_user(
+            conn,
+            {
+                "id": admin_id,
+                "name": "admin",
+                "token": admin_token or str(uuid.uuid4()),
+                "global_role": "admin",
+                "email": None,
+                "active": True,
+                "created_at": now,
+                "ssh_private_key": priv,
+                "ssh_public_key": pub,
+            },
+        )
         project_id = str(uuid.uuid4())
-        await store.insert_project(conn, {
-            "id": project_id, "name": "main", "owner_id": admin_id, "created_at": now, "is_public": False,
-            "backends": json.dumps(backends if backends is not None else [{"type": "local"}]),
-        })
+        await store.insert_project(
+            conn,
+            {
+                "id": project_id,
+                "name": "main",
+                "owner_id": admin_id,
+                "created_at": now,
+                "is_public": False,
+                "backends": json.dumps(backends if backends is not None else [{"type": "local"}]),
+            },
+        )
         await store.upsert_member(conn, project_id, admin_id, "admin")
         admin = await store.get_user(conn, "admin")
     assert admin is not None
@@ -112,28 +135,46 @@ async def get_user(db: Database, user: UserRec, username: str) -> UserRec:
     return found
 
 
-async def create_user(db: Database, username: str, global_role: str, email: str | None, active: bool) -> UserRec:
+async def create_user(
+    db: Database, username: str, global_role: str, email: str | None, active: bool
+) -> UserRec:
     if not username or not username.replace("-", "").replace("_", "").replace(".", "").isalnum():
-        raise ServiceError("Username should contain only latin letters, digits, hyphens, underscores and dots")
+        raise ServiceError(
+            "Username should contain only latin letters, digits, hyphens, underscores and dots"
+        )
     priv, pub = generate_ssh_keypair()
     async with db.write() as conn:
         if await store.get_user(conn, username) is not None:
             raise ResourceExists("User already exists")
-        await store.insert_user(conn, {
-            "id": str(uuid.uuid4()), "name": username, "token": str(uuid.uuid4()), "global_role": global_role,
-            "email": email, "active": active, "created_at": time.time(), "ssh_private_key": priv, "ssh_public_key": pub,
-        })
+        await store.insert_user(
+            conn,
+            {
+                "id": str(uuid.uuid4()),
+                "name": username,
+                "token": str(uuid.uuid4()),
+                "global_role": global_role,
+                "email": email,
+                "active": active,
+                "created_at": time.time(),
+                "ssh_private_key": priv,
+                "ssh_public_key": pub,
+            },
+        )
         created = await store.get_user(conn, username)
     assert created is not None
     return created
 
 
-async def update_user(db: Database, username: str, global_role: str, email: str | None, active: bool) -> UserRec:
+async def update_user(
+    db: Database, username: str, global_role: str, email: str | None, active: bool
+) -> UserRec:
     async with db.write() as conn:
         found = await store.get_user(conn, username)
         if found is None:
             raise ResourceNotExists("User not found")
-        await store.update_user(conn, found.id, {"global_role": global_role, "email": email, "active": active})
+        await store.update_user(
+            conn, found.id, {"global_role": global_role, "email": email, "active": active}
+        )
         updated = await store.get_user(conn, username)
     assert updated is not None
     return updated
@@ -164,7 +205,7 @@ async def list_projects(db: Database, user: UserRec) -> list[ProjectRec]:
         return await store.list_projects(conn, None if user.global_role == "admin" else user.id)
 
 
-async def project_members(db: Database, project: ProjectRec) -> list[store.MemberRec]:
+async def project_members(db: Database, project: ProjectRec) -> list[MemberRec]:
     async with db.read() as conn:
         return await store.list_members(conn, project.id)
 
@@ -177,10 +218,19 @@ async def create_project(db: Database, user: UserRec, name: str, is_public: bool
             raise ResourceExists("Project already exists")
         priv, pub = generate_ssh_keypair()
         project_id = str(uuid.uuid4())
-        await store.insert_project(conn, {
-            "id": project_id, "name": name, "owner_id": user.id, "created_at": time.time(), "is_public": is_public,
-            "backends": json.dumps([{"type": "local"}]), "ssh_private_key": priv, "ssh_public_key": pub,
-        })
+        await store.insert_project(
+            conn,
+            {
+                "id": project_id,
+                "name": name,
+                "owner_id": user.id,
+                "created_at": time.time(),
+                "is_public": is_public,
+                "backends": json.dumps([{"type": "local"}]),
+                "ssh_private_key": priv,
+                "ssh_public_key": pub,
+            },
+        )
         await store.upsert_member(conn, project_id, user.id, "admin")
         project = await store.get_project(conn, name)
     assert project is not None

@@ -20,10 +20,58 @@ from corral.store import fleets as store
 from corral.store.fleets import dump
 from corral.workers.context import Context
 
-_ADJ = ("brave", "calm", "eager", "fancy", "gentle", "happy", "jolly", "kind", "lively", "nice", "proud", "quiet",
-        "shy", "silly", "witty", "zealous", "bold", "bright", "clever", "cool", "swift", "wise", "keen", "lucky")
-_NOUN = ("swan", "turkey", "otter", "panda", "lynx", "heron", "moose", "yak", "gecko", "koala", "bison", "crane",
-         "falcon", "badger", "beaver", "camel", "dingo", "eagle", "ferret", "gopher", "hare", "ibis", "jackal", "lemur")
+_ADJ = (
+    "brave",
+    "calm",
+    "eager",
+    "fancy",
+    "gentle",
+    "happy",
+    "jolly",
+    "kind",
+    "lively",
+    "nice",
+    "proud",
+    "quiet",
+    "shy",
+    "silly",
+    "witty",
+    "zealous",
+    "bold",
+    "bright",
+    "clever",
+    "cool",
+    "swift",
+    "wise",
+    "keen",
+    "lucky",
+)
+_NOUN = (
+    "swan",
+    "turkey",
+    "otter",
+    "panda",
+    "lynx",
+    "heron",
+    "moose",
+    "yak",
+    "gecko",
+    "koala",
+    "bison",
+    "crane",
+    "falcon",
+    "badger",
+    "beaver",
+    "camel",
+    "dingo",
+    "eagle",
+    "ferret",
+    "gopher",
+    "hare",
+    "ibis",
+    "jackal",
+    "lemur",
+)
 
 
 def random_name() -> str:
@@ -63,9 +111,13 @@ def offer_json(offer: Offer, blocks: int = 1) -> dict[str, Any]:
         "instance": {
             "name": offer.instance_type,
             "resources": {
-                "cpus": r.cpus, "memory_mib": r.memory_mib,
+                "cpus": r.cpus,
+                "memory_mib": r.memory_mib,
                 "gpus": [{"name": g.name, "memory_mib": g.memory_mib, "vendor": g.vendor} for g in r.gpus],
-                "spot": r.spot, "disk": {"size_mib": r.disk_size_mib}, "cpu_arch": r.cpu_arch, "description": "",
+                "spot": r.spot,
+                "disk": {"size_mib": r.disk_size_mib},
+                "cpu_arch": r.cpu_arch,
+                "description": "",
             },
         },
         "region": offer.region,
@@ -86,7 +138,9 @@ def fleet_offers(ctx: Context, normalized: dict[str, Any]) -> list[Offer]:
     if conf.get("ssh_config"):
         return []
     req = ResourcesSpec.model_validate(conf.get("resources") or {}).to_requirements()
-    return [o for c in ctx.computes.values() for o in c.offers() if match_requirements(req, o.resources) is None]
+    return [
+        o for c in ctx.computes.values() for o in c.offers() if match_requirements(req, o.resources) is None
+    ]
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[str, Any]) -> dict[str, Any]:
@@ -118,7 +172,9 @@ async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: 
     normalized = normalize_spec(plan.get("spec"), ("plan", "spec"))  # type: ignore[arg-type]
     conf = normalized["configuration"]
     if conf.get("ssh_config"):
-        raise ServiceError("SSH fleets are not supported yet: corral runs fleets on the `local` backend for now")
+        raise ServiceError(
+            "SSH fleets are not supported yet: corral runs fleets on the `local` backend for now"
+        )
     name = conf.get("name") or random_name()
     conf["name"] = name
     current_resource = plan.get("current_resource")
@@ -131,19 +187,32 @@ async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: 
                 or current_resource.get("id") != existing.id
                 or _spec_changed((current_resource.get("spec") or {}), existing.spec)
             ):
-                raise ServiceError("Failed to apply plan. Resource has been changed. Try again or use force apply.")
+                raise ServiceError(
+                    "Failed to apply plan. Resource has been changed. Try again or use force apply."
+                )
             if existing.status != "active":
                 raise ServiceError(f"Fleet {name} is being deleted; wait until it is gone")
             if _spec_changed(existing.spec, normalized):
-                await store.update_fleet(conn, existing.id, {"spec": dump(normalized), "last_processed_at": now})
+                await store.update_fleet(
+                    conn, existing.id, {"spec": dump(normalized), "last_processed_at": now}
+                )
             fleet_id = existing.id
         else:
             fleet_id = str(uuid.uuid4())
             try:
-                await store.insert_fleet(conn, {
-                    "id": fleet_id, "project_id": project.id, "name": name, "created_at": now,
-                    "last_processed_at": now, "status": "active", "status_message": None, "spec": dump(normalized),
-                })
+                await store.insert_fleet(
+                    conn,
+                    {
+                        "id": fleet_id,
+                        "project_id": project.id,
+                        "name": name,
+                        "created_at": now,
+                        "last_processed_at": now,
+                        "status": "active",
+                        "status_message": None,
+                        "spec": dump(normalized),
+                    },
+                )
             except sqlalchemy.exc.IntegrityError:
                 raise ResourceExists(f"Fleet {name} already exists") from None
         fleet = await store.get_fleet(conn, project.id, fleet_id=fleet_id)
@@ -172,12 +241,15 @@ async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
             if fleet is None or fleet.status in ("terminating", "terminated"):
                 continue
             if await store.fleet_live_job_count(conn, fleet.id):
-                raise ServiceError(f"Failed to delete fleet {name}: it is used by active runs; stop them first")
+                raise ServiceError(
+                    f"Failed to delete fleet {name}: it is used by active runs; stop them first"
+                )
             await store.update_fleet(conn, fleet.id, {"status": "terminating"})
             for inst in fleet.instances:
                 if inst.status not in ("terminating", "terminated"):
-                    await store.update_instance(conn, inst.id, {"status": "terminating",
-                                                                "termination_reason": "terminated_by_user"})
+                    await store.update_instance(
+                        conn, inst.id, {"status": "terminating", "termination_reason": "terminated_by_user"}
+                    )
     ctx.wakeups.wake("instances", "scheduler")
 
 
@@ -191,8 +263,9 @@ async def delete_instances(ctx: Context, project: ProjectRec, name: str, nums: l
                 continue
             if inst.status == "busy" or inst.busy_blocks:
                 raise ServiceError(f"Instance {inst.name} is busy; stop its runs first")
-            await store.update_instance(conn, inst.id, {"status": "terminating",
-                                                        "termination_reason": "terminated_by_user"})
+            await store.update_instance(
+                conn, inst.id, {"status": "terminating", "termination_reason": "terminated_by_user"}
+            )
     ctx.wakeups.wake("instances", "scheduler")
 
 
@@ -200,5 +273,6 @@ async def list_instances(
     ctx: Context, project_ids: list[str], fleet_ids: list[str] | None, only_active: bool, limit: int
 ) -> list[Any]:
     async with ctx.db.read() as conn:
-        return await store.list_instances(conn, project_ids=project_ids, fleet_ids=fleet_ids,
-                                          only_active=only_active, limit=limit)
+        return await store.list_instances(
+            conn, project_ids=project_ids, fleet_ids=fleet_ids, only_active=only_active, limit=limit
+        )

@@ -34,9 +34,26 @@ async def poll(ctx: Context, project: ProjectRec, body: dict[str, Any]) -> dict[
         token = body.get("next_token")
         after = int(token) if token not in (None, "") else None
         limit = int(body.get("limit") or 100)
-        rows = await store.read_logs(conn, job_id, after, limit, descending=bool(body.get("descending")),
-                                     start_time=_ts(body.get("start_time")), end_time=_ts(body.get("end_time")))
-    logs = [{"timestamp": iso(r.timestamp), "log_source": _SOURCES.get(r.source, "stdout"),
-             "message": base64.b64encode(r.message).decode()} for r in rows]
-    return {"logs": logs, "external_url": None, "next_token": str(rows[-1].id) if len(rows) == limit else None,
-            "corral_cursor": str(rows[-1].id) if rows else token}
+        rows = await store.read_logs(
+            conn,
+            job_id,
+            after,
+            limit,
+            descending=bool(body.get("descending")),
+            start_time=_ts(body.get("start_time")),
+            end_time=_ts(body.get("end_time")),
+        )
+    logs = [
+        {
+            "timestamp": iso(r.timestamp),
+            "log_source": _SOURCES.get(r.source, "stdout"),
+            "message": base64.b64encode(r.message).decode(),
+        }
+        for r in rows
+    ]
+    return {
+        "logs": logs,
+        "external_url": None,
+        "next_token": str(rows[-1].id) if len(rows) == limit else None,
+        "corral_cursor": str(rows[-1].id) if rows else token,
+    }

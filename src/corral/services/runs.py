@@ -24,11 +24,15 @@ DEFAULT_IMAGE = "dstackai/base:0.16-base-ubuntu24.04"
 SUPPORTED_TYPES = ("task",)
 
 
-def normalize_run_spec(run_spec: Any, loc: tuple[str | int, ...], user: UserRec) -> tuple[dict[str, Any], Any, Any]:
+def normalize_run_spec(
+    run_spec: Any, loc: tuple[str | int, ...], user: UserRec
+) -> tuple[dict[str, Any], Any, Any]:
     if not isinstance(run_spec, dict):
         from corral.services.errors import InvalidConfiguration
 
-        raise InvalidConfiguration([{"type": "dict_type", "loc": ["body", *loc], "msg": "Input should be a valid dictionary"}])
+        raise InvalidConfiguration(
+            [{"type": "dict_type", "loc": ["body", *loc], "msg": "Input should be a valid dictionary"}]
+        )
     try:
         conf = parse_run_configuration(run_spec.get("configuration"))  # type: ignore[arg-type]
     except ValidationError as e:
@@ -60,12 +64,16 @@ def _retry_json(retry: Any) -> dict[str, Any] | None:
     if retry is True:
         return {"on_events": ["no-capacity", "interruption", "error"], "duration": 3600}
     events = retry.on_events or ["no-capacity", "interruption", "error"]
-    return {"on_events": [getattr(e, "value", e) for e in events],
-            "duration": int(retry.duration) if retry.duration is not None else 3600}
+    return {
+        "on_events": [getattr(e, "value", e) for e in events],
+        "duration": int(retry.duration) if retry.duration is not None else 3600,
+    }
 
 
 def _duration(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
+    return (
+        int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
+    )
 
 
 def job_specs(run_name: str, spec: dict[str, Any], conf: Any, merged: Any) -> list[dict[str, Any]]:
@@ -73,25 +81,50 @@ def job_specs(run_name: str, spec: dict[str, Any], conf: Any, merged: Any) -> li
     nodes = int(c.get("nodes") or 1) if c.get("type") == "task" else 1
     out = []
     for i in range(nodes):
-        out.append({
-            "replica_num": 0, "job_num": i, "job_name": f"{run_name}-{i}-0", "jobs_per_replica": nodes,
-            "replica_group": "0", "app_specs": [], "user": None,
-            "commands": list(c.get("commands") or []), "env": dict(c.get("env") or {}), "home_dir": "/root",
-            "image_name": c.get("image") or DEFAULT_IMAGE, "privileged": bool(c.get("privileged")),
-            "single_branch": None, "max_duration": _duration(merged.max_duration),
-            "stop_duration": _duration(merged.stop_duration), "utilization_policy": None,
-            "registry_auth": None,
-            "requirements": {
-                "resources": c.get("resources"), "max_price": merged.max_price,
-                "spot": None if merged.spot_policy is None else getattr(merged.spot_policy, "value", None) == "spot",
-                "reservation": merged.reservation, "multinode": nodes > 1,
-            },
-            "retry": _retry_json(merged.retry), "volumes": [], "ssh_key": None,
-            "working_dir": c.get("working_dir"), "repo_data": spec["repo_data"], "repo_code_hash": spec["repo_code_hash"],
-            "repo_dir": spec.get("repo_dir") or "/workflow", "repo_exists_action": None, "file_archives": [],
-            "service_port": None, "probes": [], "node_group_index": 0, "node_group_name": "0",
-            "node_group_job_index": i,
-        })
+        out.append(
+            {
+                "replica_num": 0,
+                "job_num": i,
+                "job_name": f"{run_name}-{i}-0",
+                "jobs_per_replica": nodes,
+                "replica_group": "0",
+                "app_specs": [],
+                "user": None,
+                "commands": list(c.get("commands") or []),
+                "env": dict(c.get("env") or {}),
+                "home_dir": "/root",
+                "image_name": c.get("image") or DEFAULT_IMAGE,
+                "privileged": bool(c.get("privileged")),
+                "single_branch": None,
+                "max_duration": _duration(merged.max_duration),
+                "stop_duration": _duration(merged.stop_duration),
+                "utilization_policy": None,
+                "registry_auth": None,
+                "requirements": {
+                    "resources": c.get("resources"),
+                    "max_price": merged.max_price,
+                    "spot": None
+                    if merged.spot_policy is None
+                    else getattr(merged.spot_policy, "value", None) == "spot",
+                    "reservation": merged.reservation,
+                    "multinode": nodes > 1,
+                },
+                "retry": _retry_json(merged.retry),
+                "volumes": [],
+                "ssh_key": None,
+                "working_dir": c.get("working_dir"),
+                "repo_data": spec["repo_data"],
+                "repo_code_hash": spec["repo_code_hash"],
+                "repo_dir": spec.get("repo_dir") or "/workflow",
+                "repo_exists_action": None,
+                "file_archives": [],
+                "service_port": None,
+                "probes": [],
+                "node_group_index": 0,
+                "node_group_name": "0",
+                "node_group_job_index": i,
+            }
+        )
     return out
 
 
@@ -99,7 +132,12 @@ def _offers(ctx: Context, conf: Any, merged: Any) -> list[dict[str, Any]]:
     if merged.instances is not None or getattr(merged.creation_policy, "value", None) == "reuse":
         return []
     req = conf.resources.to_requirements()
-    return [offer_json(o) for c in ctx.computes.values() for o in c.offers() if match_requirements(req, o.resources) is None]
+    return [
+        offer_json(o)
+        for c in ctx.computes.values()
+        for o in c.offers()
+        if match_requirements(req, o.resources) is None
+    ]
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
@@ -110,12 +148,24 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             current = await store.get_run(conn, project.id, run_name=spec["run_name"])
     offers = _offers(ctx, conf, merged)
     max_offers = body.get("max_offers") or 50
-    plans = [{"job_spec": js, "offers": offers[:max_offers], "total_offers": len(offers),
-              "max_price": max((o["price"] for o in offers), default=None)}
-             for js in job_specs(spec["run_name"] or "run", spec, conf, merged)]
+    plans = [
+        {
+            "job_spec": js,
+            "offers": offers[:max_offers],
+            "total_offers": len(offers),
+            "max_price": max((o["price"] for o in offers), default=None),
+        }
+        for js in job_specs(spec["run_name"] or "run", spec, conf, merged)
+    ]
     return {
-        "project_name": project.name, "user": user.name, "run_spec": spec, "effective_run_spec": spec,
-        "job_plans": plans, "current_resource": serialize.run(current) if current and not current.status in store.FINISHED_RUN_STATUSES else None,
+        "project_name": project.name,
+        "user": user.name,
+        "run_spec": spec,
+        "effective_run_spec": spec,
+        "job_plans": plans,
+        "current_resource": serialize.run(current)
+        if current and current.status not in store.FINISHED_RUN_STATUSES
+        else None,
         "action": "update" if current and current.status not in store.FINISHED_RUN_STATUSES else "create",
     }
 
@@ -130,12 +180,20 @@ async def _free_name(conn: Any, project_id: str) -> str:
     return f"run-{uuid.uuid4().hex[:8]}"
 
 
-async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
+async def apply(
+    ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any], force: bool
+) -> dict[str, Any]:
     spec, conf, merged = normalize_run_spec(plan.get("run_spec"), ("plan", "run_spec"), user)
     if conf.type not in SUPPORTED_TYPES:
         raise ServiceError(f"Runs of type `{conf.type}` are not supported yet: corral runs tasks for now")
     if getattr(conf, "groups", None):
         raise ServiceError("Tasks with `groups` are not supported yet")
+    unset = [k for k, v in (spec["configuration"].get("env") or {}).items() if not isinstance(v, str)]
+    if unset:
+        raise ServiceError(
+            f"Environment variable(s) {', '.join(unset)} have no value: give one in `env` "
+            "(KEY=VALUE) or export it before `apply` so that the CLI fills it in"
+        )
     now = time.time()
     explicit = spec["run_name"]
     for _attempt in range(5):
@@ -151,7 +209,9 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                                 assert updated is not None
                                 return serialize.run(updated)
                             if not force:
-                                raise ServiceError("Failed to apply plan. Resource has been changed. Try again or use force apply.")
+                                raise ServiceError(
+                                    "Failed to apply plan. Resource has been changed. Try again or use force apply."
+                                )
                             raise ServiceError(f"Cannot override active run {explicit}. Stop the run first.")
                         await store.mark_runs_deleted(conn, [existing.id])
                     name = explicit
@@ -160,19 +220,46 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                 spec["run_name"] = name
                 run_id = str(uuid.uuid4())
                 priority = int(spec["configuration"].get("priority") or 0)
-                await store.insert_run(conn, {
-                    "id": run_id, "project_id": project.id, "user_id": user.id, "run_name": name,
-                    "submitted_at": now, "last_processed_at": now, "status": "submitted", "status_message": None,
-                    "termination_reason": None, "run_spec": dump(spec), "priority": priority, "fleet_id": None,
-                    "deployment_num": 0, "repo_id": spec["repo_id"],
-                })
+                await store.insert_run(
+                    conn,
+                    {
+                        "id": run_id,
+                        "project_id": project.id,
+                        "user_id": user.id,
+                        "run_name": name,
+                        "submitted_at": now,
+                        "last_processed_at": now,
+                        "status": "submitted",
+                        "status_message": None,
+                        "termination_reason": None,
+                        "run_spec": dump(spec),
+                        "priority": priority,
+                        "fleet_id": None,
+                        "deployment_num": 0,
+                        "repo_id": spec["repo_id"],
+                    },
+                )
                 for js in job_specs(name, spec, conf, merged):
-                    await store.insert_job(conn, {
-                        "id": str(uuid.uuid4()), "run_id": run_id, "project_id": project.id, "run_name": name,
-                        "job_num": js["job_num"], "replica_num": 0, "job_name": js["job_name"], "submission_num": 0,
-                        "deployment_num": 0, "submitted_at": now, "last_processed_at": now, "status": "submitted",
-                        "job_spec": dump(js), "priority": priority, "blocks": 1,
-                    })
+                    await store.insert_job(
+                        conn,
+                        {
+                            "id": str(uuid.uuid4()),
+                            "run_id": run_id,
+                            "project_id": project.id,
+                            "run_name": name,
+                            "job_num": js["job_num"],
+                            "replica_num": 0,
+                            "job_name": js["job_name"],
+                            "submission_num": 0,
+                            "deployment_num": 0,
+                            "submitted_at": now,
+                            "last_processed_at": now,
+                            "status": "submitted",
+                            "job_spec": dump(js),
+                            "priority": priority,
+                            "blocks": 1,
+                        },
+                    )
                 run = await store.get_run(conn, project.id, run_id=run_id)
             break
         except sqlalchemy.exc.IntegrityError:
@@ -186,7 +273,9 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
     return serialize.run(run)
 
 
-async def list_runs(ctx: Context, project_ids: list[str] | None, body: dict[str, Any], user_id: str | None) -> list[RunRec]:
+async def list_runs(
+    ctx: Context, project_ids: list[str] | None, body: dict[str, Any], user_id: str | None
+) -> list[RunRec]:
     after = None
     if body.get("prev_submitted_at") is not None:
         from datetime import datetime
@@ -195,9 +284,15 @@ async def list_runs(ctx: Context, project_ids: list[str] | None, body: dict[str,
         after = (ts, body.get("prev_run_id") or "")
     async with ctx.db.read() as conn:
         return await store.list_runs(
-            conn, project_ids, only_active=bool(body.get("only_active")), user_id=user_id,
-            repo_id=body.get("repo_id"), limit=int(body.get("limit", 100)), ascending=bool(body.get("ascending")),
-            after=after, include_jobs=body.get("include_jobs", True),
+            conn,
+            project_ids,
+            only_active=bool(body.get("only_active")),
+            user_id=user_id,
+            repo_id=body.get("repo_id"),
+            limit=int(body.get("limit", 100)),
+            ascending=bool(body.get("ascending")),
+            after=after,
+            include_jobs=body.get("include_jobs", True),
             submissions_limit=body.get("job_submissions_limit"),
         )
 
@@ -220,13 +315,24 @@ async def stop(ctx: Context, project: ProjectRec, names: list[str], abort: bool)
             run = await store.get_run(conn, project.id, run_name=name)
             if run is None or run.status in store.FINISHED_RUN_STATUSES:
                 continue
-            await store.update_run(conn, run.id, {"status": "terminating", "termination_reason": reason,
-                                                  "last_processed_at": now})
+            await store.update_run(
+                conn,
+                run.id,
+                {"status": "terminating", "termination_reason": reason, "last_processed_at": now},
+            )
             for job in run.jobs:
                 if job.status == "submitted" and job.instance_id is None:
-                    await store.update_job(conn, job.id, {
-                        "status": "aborted" if abort else "terminated", "termination_reason": job_reason,
-                        "finished_at": now, "last_processed_at": now}, expect_status=("submitted",))
+                    await store.update_job(
+                        conn,
+                        job.id,
+                        {
+                            "status": "aborted" if abort else "terminated",
+                            "termination_reason": job_reason,
+                            "finished_at": now,
+                            "last_processed_at": now,
+                        },
+                        expect_status=("submitted",),
+                    )
                 elif job.status not in store.FINISHED_JOB_STATUSES:
                     await store.update_job(conn, job.id, {"stop_requested": how})
     ctx.wakeups.wake("jobs", "runs", "scheduler")

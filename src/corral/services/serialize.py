@@ -44,12 +44,23 @@ def project(p: ProjectRec, members: list[MemberRec] | None = None) -> dict[str, 
         "owner": user(p.owner),
         "created_at": iso(p.created_at),
         "backends": [
-            {"name": WIRE_BACKEND.get(b["type"], b["type"]), "config": {"type": WIRE_BACKEND.get(b["type"], b["type"])}}
+            {
+                "name": WIRE_BACKEND.get(b["type"], b["type"]),
+                "config": {"type": WIRE_BACKEND.get(b["type"], b["type"])},
+            }
             for b in p.backends
-        ] if members is not None else [],
+        ]
+        if members is not None
+        else [],
         "members": [
-            {"user": user(m.user), "project_role": m.project_role,
-             "permissions": {"can_manage_ssh_fleets": True, "can_manage_secrets": m.project_role != "user"}}
+            {
+                "user": user(m.user),
+                "project_role": m.project_role,
+                "permissions": {
+                    "can_manage_ssh_fleets": True,
+                    "can_manage_secrets": m.project_role != "user",
+                },
+            }
             for m in (members or [])
         ],
         "is_public": p.is_public,
@@ -66,8 +77,10 @@ def instance_type(offer: dict[str, Any] | None) -> dict[str, Any] | None:
         "resources": {
             "cpus": res.get("cpus", 0),
             "memory_mib": res.get("memory_mib", 0),
-            "gpus": [{"name": g["name"], "memory_mib": g["memory_mib"], "vendor": g.get("vendor")}
-                     for g in res.get("gpus") or []],
+            "gpus": [
+                {"name": g["name"], "memory_mib": g["memory_mib"], "vendor": g.get("vendor")}
+                for g in res.get("gpus") or []
+            ],
             "spot": bool(res.get("spot", False)),
             "disk": {"size_mib": res.get("disk_size_mib", 0)},
             "cpu_arch": res.get("cpu_arch"),
@@ -114,7 +127,9 @@ def fleet(f: FleetRec) -> dict[str, Any]:
         "created_at": iso(f.created_at),
         "status": f.status,
         "status_message": f.status_message,
-        "instances": [instance(i) for i in f.instances if i.status != "terminated" or f.status == "terminated"],
+        "instances": [
+            instance(i) for i in f.instances if i.status != "terminated" or f.status == "terminated"
+        ],
     }
 
 
@@ -158,8 +173,13 @@ def jobs(r: RunRec) -> list[dict[str, Any]]:
     out = []
     for key in sorted(grouped):
         subs = sorted(grouped[key], key=lambda j: j.submission_num)
-        out.append({"job_spec": subs[-1].job_spec, "job_submissions": [job_submission(s) for s in subs],
-                    "job_connection_info": None})
+        out.append(
+            {
+                "job_spec": subs[-1].job_spec,
+                "job_submissions": [job_submission(s) for s in subs],
+                "job_connection_info": None,
+            }
+        )
     return out
 
 

@@ -61,7 +61,9 @@ async def list_users(conn: AsyncConnection) -> list[UserRec]:
 
 
 async def insert_user(conn: AsyncConnection, values: dict[str, Any]) -> None:
-    await conn.execute(sa.insert(users).values(token_hash=token_hash(values["token"]), deleted=False, **values))
+    await conn.execute(
+        sa.insert(users).values(token_hash=token_hash(values["token"]), deleted=False, **values)
+    )
 
 
 async def update_user(conn: AsyncConnection, user_id: str, values: dict[str, Any]) -> None:
@@ -76,7 +78,9 @@ async def delete_users(conn: AsyncConnection, names: Sequence[str]) -> None:
         await conn.execute(
             sa.update(users)
             .where(users.c.id == r.id)
-            .values(deleted=True, active=False, name=f"_deleted_{r.id}_{r.name}", token_hash=f"deleted-{r.id}")
+            .values(
+                deleted=True, active=False, name=f"_deleted_{r.id}_{r.name}", token_hash=f"deleted-{r.id}"
+            )
         )
         await conn.execute(sa.delete(members).where(members.c.user_id == r.id))
 
@@ -140,7 +144,9 @@ async def insert_project(conn: AsyncConnection, values: dict[str, Any]) -> None:
 
 async def delete_project(conn: AsyncConnection, project_id: str, name: str) -> None:
     await conn.execute(
-        sa.update(projects).where(projects.c.id == project_id).values(deleted=True, name=f"_deleted_{project_id}_{name}")
+        sa.update(projects)
+        .where(projects.c.id == project_id)
+        .values(deleted=True, name=f"_deleted_{project_id}_{name}")
     )
 
 
@@ -157,7 +163,9 @@ async def list_members(conn: AsyncConnection, project_id: str) -> list[MemberRec
 async def get_member_role(conn: AsyncConnection, project_id: str, user_id: str) -> str | None:
     row = (
         await conn.execute(
-            sa.select(members.c.project_role).where(members.c.project_id == project_id, members.c.user_id == user_id)
+            sa.select(members.c.project_role).where(
+                members.c.project_id == project_id, members.c.user_id == user_id
+            )
         )
     ).first()
     return row.project_role if row is not None else None
@@ -168,7 +176,9 @@ async def set_members(conn: AsyncConnection, project_id: str, entries: Sequence[
     await conn.execute(sa.delete(members).where(members.c.project_id == project_id))
     for num, (user_id, role) in enumerate(entries):
         await conn.execute(
-            sa.insert(members).values(project_id=project_id, user_id=user_id, project_role=role, member_num=num)
+            sa.insert(members).values(
+                project_id=project_id, user_id=user_id, project_role=role, member_num=num
+            )
         )
 
 
@@ -182,7 +192,9 @@ async def upsert_member(conn: AsyncConnection, project_id: str, user_id: str, ro
         )
         return
     num = (
-        await conn.execute(sa.select(sa.func.count()).select_from(members).where(members.c.project_id == project_id))
+        await conn.execute(
+            sa.select(sa.func.count()).select_from(members).where(members.c.project_id == project_id)
+        )
     ).scalar_one()
     await conn.execute(
         sa.insert(members).values(project_id=project_id, user_id=user_id, project_role=role, member_num=num)

@@ -92,7 +92,9 @@ async def list_fleets(
     ascending: bool = False,
     after: tuple[float, str] | None = None,
 ) -> list[FleetRec]:
-    q = sa.select(fleets, projects.c.name.label("project_name")).join(projects, projects.c.id == fleets.c.project_id)
+    q = sa.select(fleets, projects.c.name.label("project_name")).join(
+        projects, projects.c.id == fleets.c.project_id
+    )
     if project_ids is not None:
         q = q.where(fleets.c.project_id.in_(project_ids))
     if not include_deleted:
@@ -113,7 +115,9 @@ async def list_fleets(
 async def get_fleet(
     conn: AsyncConnection, project_id: str, name: str | None = None, fleet_id: str | None = None
 ) -> FleetRec | None:
-    q = sa.select(fleets, projects.c.name.label("project_name")).join(projects, projects.c.id == fleets.c.project_id)
+    q = sa.select(fleets, projects.c.name.label("project_name")).join(
+        projects, projects.c.id == fleets.c.project_id
+    )
     q = q.where(fleets.c.project_id == project_id)
     if fleet_id is not None:
         q = q.where(fleets.c.id == fleet_id)
@@ -189,7 +193,10 @@ async def list_instances_by_ids(conn: AsyncConnection, ids: Sequence[str]) -> li
 
 
 async def update_instance(
-    conn: AsyncConnection, instance_id: str, values: dict[str, Any], expect_status: Sequence[str] | None = None
+    conn: AsyncConnection,
+    instance_id: str,
+    values: dict[str, Any],
+    expect_status: Sequence[str] | None = None,
 ) -> bool:
     q = sa.update(instances).where(instances.c.id == instance_id)
     if expect_status is not None:
@@ -214,7 +221,9 @@ async def release_instance(conn: AsyncConnection, instance_id: str, now: float) 
     await conn.execute(sa.update(instances).where(instances.c.id == instance_id).values(**values))
     if busy == 0:
         await conn.execute(
-            sa.update(instances).where(instances.c.id == instance_id, instances.c.status == "busy").values(status="idle")
+            sa.update(instances)
+            .where(instances.c.id == instance_id, instances.c.status == "busy")
+            .values(status="idle")
         )
 
 

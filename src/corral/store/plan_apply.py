@@ -76,19 +76,31 @@ async def _assign(db: Database, conn: AsyncConnection, d: Assign, now: float) ->
     await conn.execute(
         sa.update(jobs)
         .where(jobs.c.id == d.job_id)
-        .values(instance_id=d.instance_id, blocks=d.blocks, status="provisioning", status_message=None,
-                last_processed_at=now)
+        .values(
+            instance_id=d.instance_id,
+            blocks=d.blocks,
+            status="provisioning",
+            status_message=None,
+            last_processed_at=now,
+        )
     )
     status = "busy" if inst.status == "idle" else inst.status
     await conn.execute(
-        sa.update(instances).where(instances.c.id == d.instance_id)
+        sa.update(instances)
+        .where(instances.c.id == d.instance_id)
         .values(busy_blocks=busy + d.blocks, status=status, last_processed_at=now)
     )
 
 
 async def _count_counted(conn: AsyncConnection, fleet_id: str) -> int:
-    q = sa.select(sa.func.count()).select_from(instances).where(
-        instances.c.fleet_id == fleet_id, instances.c.status != "terminated", instances.c.deleted.is_(False)
+    q = (
+        sa.select(sa.func.count())
+        .select_from(instances)
+        .where(
+            instances.c.fleet_id == fleet_id,
+            instances.c.status != "terminated",
+            instances.c.deleted.is_(False),
+        )
     )
     return int((await conn.execute(q)).scalar_one())
 
@@ -105,8 +117,12 @@ async def _next_instance_num(conn: AsyncConnection, fleet_id: str) -> int:
 
 
 async def _count_backend(conn: AsyncConnection, backend: str) -> int:
-    q = sa.select(sa.func.count()).select_from(instances).where(
-        instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False)
+    q = (
+        sa.select(sa.func.count())
+        .select_from(instances)
+        .where(
+            instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False)
+        )
     )
     return int((await conn.execute(q)).scalar_one())
 
@@ -114,9 +130,7 @@ async def _count_backend(conn: AsyncConnection, backend: str) -> int:
 async def _reserve(
     db: Database, conn: AsyncConnection, d: Reserve, now: float, backend_limits: dict[str, int]
 ) -> str:
-    fleet = (
-        await conn.execute(db.for_update(sa.select(fleets).where(fleets.c.id == d.fleet_id)))
-    ).first()
+    fleet = (await conn.execute(db.for_update(sa.select(fleets).where(fleets.c.id == d.fleet_id)))).first()
     if fleet is None or fleet.deleted or fleet.status != "active":
         raise _Rejected
     spec: dict[str, Any] = json.loads(fleet.spec)
@@ -160,8 +174,13 @@ async def _reserve(
         await conn.execute(
             sa.update(jobs)
             .where(jobs.c.id == d.job_id)
-            .values(instance_id=instance_id, blocks=d.blocks, status="provisioning", status_message=None,
-                    last_processed_at=now)
+            .values(
+                instance_id=instance_id,
+                blocks=d.blocks,
+                status="provisioning",
+                status_message=None,
+                last_processed_at=now,
+            )
         )
     return instance_id
 
@@ -222,7 +241,9 @@ async def _apply_gang(
     result.failed += failed
 
 
-async def apply_plan(db: Database, plan: Plan, now: float, backend_limits: dict[str, int] | None = None) -> ApplyResult:
+async def apply_plan(
+    db: Database, plan: Plan, now: float, backend_limits: dict[str, int] | None = None
+) -> ApplyResult:
     """Commit what still fits of ``plan``; gangs that no longer fit are listed in ``rejected_runs``."""
     result = ApplyResult()
     if plan.is_empty():

@@ -169,7 +169,9 @@ async def get_run_by_id(conn: AsyncConnection, run_id: str) -> RunRec | None:
 
 
 async def run_name_taken(conn: AsyncConnection, project_id: str, name: str) -> bool:
-    q = sa.select(runs.c.id).where(runs.c.project_id == project_id, runs.c.run_name == name, runs.c.deleted.is_(False))
+    q = sa.select(runs.c.id).where(
+        runs.c.project_id == project_id, runs.c.run_name == name, runs.c.deleted.is_(False)
+    )
     return (await conn.execute(q)).first() is not None
 
 
@@ -184,7 +186,9 @@ async def insert_run(conn: AsyncConnection, values: dict[str, Any]) -> None:
     await conn.execute(sa.insert(runs).values(deleted=False, **values))
 
 
-async def update_run(conn: AsyncConnection, run_id: str, values: dict[str, Any], expect_status: Sequence[str] | None = None) -> bool:
+async def update_run(
+    conn: AsyncConnection, run_id: str, values: dict[str, Any], expect_status: Sequence[str] | None = None
+) -> bool:
     q = sa.update(runs).where(runs.c.id == run_id)
     if expect_status is not None:
         q = q.where(runs.c.status.in_(expect_status))
@@ -227,10 +231,13 @@ async def mark_runs_deleted(conn: AsyncConnection, run_ids: Sequence[str]) -> No
     await conn.execute(sa.update(runs).where(runs.c.id.in_(run_ids)).values(deleted=True))
 
 
-async def append_logs(conn: AsyncConnection, job_id: str, entries: Sequence[tuple[float, int, bytes]]) -> None:
+async def append_logs(
+    conn: AsyncConnection, job_id: str, entries: Sequence[tuple[float, int, bytes]]
+) -> None:
     if entries:
         await conn.execute(
-            sa.insert(logs), [{"job_id": job_id, "timestamp": t, "source": s, "message": m} for t, s, m in entries]
+            sa.insert(logs),
+            [{"job_id": job_id, "timestamp": t, "source": s, "message": m} for t, s, m in entries],
         )
 
 

@@ -31,7 +31,11 @@ async def load_fleets(conn: AsyncConnection, project_ids: list[str] | None = Non
 
 
 async def backend_usage(conn: AsyncConnection, backend: str) -> int:
-    q = sa.select(sa.func.count()).select_from(instances).where(
-        instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False)
+    q = (
+        sa.select(sa.func.count())
+        .select_from(instances)
+        .where(
+            instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False)
+        )
     )
     return int((await conn.execute(q)).scalar_one())

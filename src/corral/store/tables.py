@@ -51,8 +51,13 @@ projects = sa.Table(
     sa.Column("backends", sa.Text, nullable=False, default="[]"),
     sa.Column("ssh_private_key", sa.Text, nullable=True),
     sa.Column("ssh_public_key", sa.Text, nullable=True),
-    sa.Index("ux_projects_name_live", "name", unique=True, sqlite_where=sa.text("deleted = 0"),
-             postgresql_where=sa.text("deleted = false")),
+    sa.Index(
+        "ux_projects_name_live",
+        "name",
+        unique=True,
+        sqlite_where=sa.text("deleted = 0"),
+        postgresql_where=sa.text("deleted = false"),
+    ),
 )
 
 members = sa.Table(
@@ -77,8 +82,14 @@ fleets = sa.Table(
     sa.Column("spec", sa.Text, nullable=False),
     sa.Column("deleted", sa.Boolean, nullable=False, default=False),
     *_lease_columns(),
-    sa.Index("ux_fleets_project_name_live", "project_id", "name", unique=True,
-             sqlite_where=sa.text("deleted = 0"), postgresql_where=sa.text("deleted = false")),
+    sa.Index(
+        "ux_fleets_project_name_live",
+        "project_id",
+        "name",
+        unique=True,
+        sqlite_where=sa.text("deleted = 0"),
+        postgresql_where=sa.text("deleted = false"),
+    ),
 )
 
 instances = sa.Table(
@@ -132,8 +143,14 @@ runs = sa.Table(
     sa.Column("deleted", sa.Boolean, nullable=False, default=False),
     sa.Column("repo_id", sa.String(200), nullable=True),
     *_lease_columns(),
-    sa.Index("ux_runs_project_name_live", "project_id", "run_name", unique=True,
-             sqlite_where=sa.text("deleted = 0"), postgresql_where=sa.text("deleted = false")),
+    sa.Index(
+        "ux_runs_project_name_live",
+        "project_id",
+        "run_name",
+        unique=True,
+        sqlite_where=sa.text("deleted = 0"),
+        postgresql_where=sa.text("deleted = false"),
+    ),
     sa.Index("ix_runs_project_submitted", "project_id", "submitted_at", "id"),
     sa.Index("ix_runs_submitted", "submitted_at", "id"),
     sa.Index("ix_runs_status", "status"),

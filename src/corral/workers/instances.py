@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 import sqlalchemy as sa
 
@@ -39,9 +40,15 @@ class Instances:
             work = self._provision(inst) if inst.status == "pending" else self._terminate(inst)
             task = asyncio.create_task(work)
             self._tasks[inst.id] = task
-            task.add_done_callback(lambda _t, i=inst.id: self._tasks.pop(i, None))
+            task.add_done_callback(self._untrack(inst.id))
         await self._retire_idle(idle)
         await self._finish_fleets()
+
+    def _untrack(self, key: str) -> Callable[[asyncio.Task[None]], None]:
+        def done(_task: asyncio.Task[None]) -> None:
+            self._tasks.pop(key, None)
+
+        return done
 
     async def drain(self) -> None:
         if self._tasks:
@@ -85,7 +92,9 @@ class Instances:
                     started_at=now,
                     last_processed_at=now,
                     last_job_finished_at=None if busy else now,
-                    lock_owner=None, lock_token=None, lock_expires_at=None,
+                    lock_owner=None,
+                    lock_token=None,
+                    lock_expires_at=None,
                 )
             )
         if res.rowcount == 0:  # lost the lease or the instance was terminated meanwhile
@@ -99,16 +108,28 @@ class Instances:
             await conn.execute(
                 sa.update(instances)
                 .where(leases.guard(instances, inst.id, token))
-                .values(status="terminated", termination_reason="error", termination_reason_message=message,
-                        finished_at=now, last_processed_at=now, lock_owner=None, lock_token=None,
-                        lock_expires_at=None)
+                .values(
+                    status="terminated",
+                    termination_reason="error",
+                    termination_reason_message=message,
+                    finished_at=now,
+                    last_processed_at=now,
+                    lock_owner=None,
+                    lock_token=None,
+                    lock_expires_at=None,
+                )
             )
             await conn.execute(
                 sa.update(jobs)
                 .where(jobs.c.instance_id == inst.id, jobs.c.status.in_(("provisioning", "submitted")))
-                .values(status="failed", termination_reason="failed_to_start_due_to_no_capacity",
-                        termination_reason_message=f"Failed to provision instance {inst.name}: {message}",
-                        status_message="no capacity", finished_at=now, last_processed_at=now)
+                .values(
+                    status="failed",
+                    termination_reason="failed_to_start_due_to_no_capacity",
+                    termination_reason_message=f"Failed to provision instance {inst.name}: {message}",
+                    status_message="no capacity",
+                    finished_at=now,
+                    last_processed_at=now,
+                )
             )
         self.ctx.wakeups.wake("runs", "scheduler")
 
@@ -131,15 +152,26 @@ class Instances:
             await conn.execute(
                 sa.update(instances)
                 .where(leases.guard(instances, inst.id, token))
-                .values(status="terminated", finished_at=now, last_processed_at=now, busy_blocks=0,
-                        lock_owner=None, lock_token=None, lock_expires_at=None)
+                .values(
+                    status="terminated",
+                    finished_at=now,
+                    last_processed_at=now,
+                    busy_blocks=0,
+                    lock_owner=None,
+                    lock_token=None,
+                    lock_expires_at=None,
+                )
             )
             # Jobs still bound to a terminated instance cannot go on.
             await conn.execute(
                 sa.update(jobs)
                 .where(jobs.c.instance_id == inst.id, jobs.c.status.in_(fleet_store.LIVE_JOB_STATUSES))
-                .values(status="terminated", termination_reason="terminated_by_server",
-                        termination_reason_message=f"Instance {inst.name} was terminated", finished_at=now)
+                .values(
+                    status="terminated",
+                    termination_reason="terminated_by_server",
+                    termination_reason_message=f"Instance {inst.name} was terminated",
+                    finished_at=now,
+                )
             )
         self.ctx.wakeups.wake("scheduler", "runs", "jobs")
 
@@ -147,7 +179,11 @@ class Instances:
         now = time.time()
         due = []
         for inst in idle:
-            limit = inst.idle_duration if inst.idle_duration is not None else self.ctx.settings.default_fleet_idle_duration
+            limit = (
+                inst.idle_duration
+                if inst.idle_duration is not None
+                else self.ctx.settings.default_fleet_idle_duration
+            )
             if limit < 0:
                 continue
             since = inst.last_job_finished_at or inst.started_at or inst.created_at
@@ -167,9 +203,13 @@ class Instances:
                 if len(live) <= nodes_min:
                     continue
                 await fleet_store.update_instance(
-                    conn, inst.id,
-                    {"status": "terminating", "termination_reason": "idle_timeout",
-                     "termination_reason_message": f"Idle for {int(now - (inst.last_job_finished_at or now))}s"},
+                    conn,
+                    inst.id,
+                    {
+                        "status": "terminating",
+                        "termination_reason": "idle_timeout",
+                        "termination_reason_message": f"Idle for {int(now - (inst.last_job_finished_at or now))}s",
+                    },
                     expect_status=("idle",),
                 )
         self.ctx.wakeups.wake("instances")
@@ -185,7 +225,9 @@ class Instances:
     async def recover(self) -> None:
         """At start-up: find the agents of live instances again, and reap those nobody owns."""
         async with self.ctx.db.read() as conn:
-            live = await fleet_store.list_instances(conn, statuses=("pending", "provisioning", "idle", "busy", "terminating"))
+            live = await fleet_store.list_instances(
+                conn, statuses=("pending", "provisioning", "idle", "busy", "terminating")
+            )
         for name, compute in self.ctx.computes.items():
             known = {i.id for i in live if i.backend == name}
             reaped = await compute.reap_unknown(known)
@@ -195,5 +237,9 @@ class Instances:
         # (their lease has expired or is cleared here, since this process is the only server on SQLite).
         async with self.ctx.db.write() as conn:
             if self.ctx.db.is_sqlite:
-                await conn.execute(sa.update(instances).values(lock_owner=None, lock_token=None, lock_expires_at=None))
-                await conn.execute(sa.update(jobs).values(lock_owner=None, lock_token=None, lock_expires_at=None))
+                await conn.execute(
+                    sa.update(instances).values(lock_owner=None, lock_token=None, lock_expires_at=None)
+                )
+                await conn.execute(
+                    sa.update(jobs).values(lock_owner=None, lock_token=None, lock_expires_at=None)
+                )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from corral.agent.protocol import JobState, JobSubmission
@@ -69,8 +70,10 @@ def provisioning_data(inst: InstanceRec) -> dict[str, Any]:
             "resources": {
                 "cpus": res.get("cpus", 0),
                 "memory_mib": res.get("memory_mib", 0),
-                "gpus": [{"name": g["name"], "memory_mib": g["memory_mib"], "vendor": g.get("vendor")}
-                         for g in res.get("gpus") or []],
+                "gpus": [
+                    {"name": g["name"], "memory_mib": g["memory_mib"], "vendor": g.get("vendor")}
+                    for g in res.get("gpus") or []
+                ],
                 "spot": bool(res.get("spot", False)),
                 "disk": {"size_mib": res.get("disk_size_mib", 0)},
                 "cpu_arch": res.get("cpu_arch"),
@@ -108,17 +111,34 @@ class Jobs:
             if job.status == "provisioning":
                 if job.stop_requested:
                     await self._finish(job, JobState(job.id, "terminated"), stopped=job.stop_requested)
-                elif inst is not None and inst.status in ("idle", "busy") and inst.agent and job.id not in self._submitting:
+                elif (
+                    inst is not None
+                    and inst.status in ("idle", "busy")
+                    and inst.agent
+                    and job.id not in self._submitting
+                ):
                     self._submitting.add(job.id)
                     task = asyncio.create_task(self._submit(job, inst))
-                    task.add_done_callback(lambda _t, j=job.id: self._submitting.discard(j))
+                    task.add_done_callback(self._done_submitting(job.id))
             elif job.id not in self._followers and inst is not None and inst.agent:
                 self._follow(job, inst)
 
     def _follow(self, job: JobRec, inst: InstanceRec) -> None:
         task = asyncio.create_task(self._follower(job, inst))
         self._followers[job.id] = task
-        task.add_done_callback(lambda _t, j=job.id: self._followers.pop(j, None))
+        task.add_done_callback(self._done_following(job.id))
+
+    def _done_submitting(self, job_id: str) -> Callable[[asyncio.Task[None]], None]:
+        def done(_task: asyncio.Task[None]) -> None:
+            self._submitting.discard(job_id)
+
+        return done
+
+    def _done_following(self, job_id: str) -> Callable[[asyncio.Task[None]], None]:
+        def done(_task: asyncio.Task[None]) -> None:
+            self._followers.pop(job_id, None)
+
+        return done
 
     async def stop_all(self) -> None:
         for task in list(self._followers.values()):
@@ -129,7 +149,9 @@ class Jobs:
         async with self.ctx.db.read() as conn:
             run = await run_store.get_run_by_id(conn, job.run_id)
             siblings = [j for j in (run.jobs if run else ()) if j.submission_num == job.submission_num]
-            sib_insts = await fleet_store.list_instances_by_ids(conn, [j.instance_id for j in siblings if j.instance_id])
+            sib_insts = await fleet_store.list_instances_by_ids(
+                conn, [j.instance_id for j in siblings if j.instance_id]
+            )
         if run is None:
             return
         ips = {i.id: "127.0.0.1" if i.backend == "local" else (i.hostname or "") for i in sib_insts}
@@ -148,8 +170,12 @@ class Jobs:
             working_dir=spec.get("working_dir"),
             image=conf.get("image"),
             user=None,
-            stop_duration=float(stop) if isinstance(stop, (int, float)) and stop >= 0 else self.ctx.settings.default_stop_duration,
-            max_duration=float(spec["max_duration"]) if isinstance(spec.get("max_duration"), (int, float)) else None,
+            stop_duration=float(stop)
+            if isinstance(stop, (int, float)) and stop >= 0
+            else self.ctx.settings.default_stop_duration,
+            max_duration=float(spec["max_duration"])
+            if isinstance(spec.get("max_duration"), (int, float))
+            else None,
         )
         client = self._client(inst.agent or {})
         try:
@@ -158,17 +184,31 @@ class Jobs:
             log.warning("agent of %s unreachable: %s", inst.name, e)
             return  # retried on the next pass
         except AgentError as e:
-            await self._finish(job, JobState(job.id, "failed", message=str(e)), stopped=None, executor_error=True)
+            await self._finish(
+                job, JobState(job.id, "failed", message=str(e)), stopped=None, executor_error=True
+            )
             return
         finally:
             await client.aclose()
         now = time.time()
         async with self.ctx.db.write() as conn:
             ok = await run_store.update_job(
-                conn, job.id,
-                {"status": "running", "last_processed_at": now, "job_provisioning_data": dump(provisioning_data(inst)),
-                 "job_runtime_data": dump({"network_mode": "host", "working_dir": spec.get("working_dir"), "username": None,
-                                           "ports": None, "offer": None})},
+                conn,
+                job.id,
+                {
+                    "status": "running",
+                    "last_processed_at": now,
+                    "job_provisioning_data": dump(provisioning_data(inst)),
+                    "job_runtime_data": dump(
+                        {
+                            "network_mode": "host",
+                            "working_dir": spec.get("working_dir"),
+                            "username": None,
+                            "ports": None,
+                            "offer": None,
+                        }
+                    ),
+                },
                 expect_status=("provisioning",),
             )
         if ok:
@@ -198,21 +238,29 @@ class Jobs:
                     except (AgentUnreachable, AgentError) as e:
                         log.warning("stopping %s: %s", job.job_name, e)
                 try:
-                    reply = await client.logs(job.id, offset, wait=0 if current.stop_requested and not stop_sent else wait)
+                    reply = await client.logs(
+                        job.id, offset, wait=0 if current.stop_requested and not stop_sent else wait
+                    )
                 except AgentUnreachable:
                     if await self._unreachable(current):
                         return
                     await asyncio.sleep(1.0)
                     continue
                 except AgentError as e:
-                    await self._finish(current, JobState(job.id, "failed", message=f"agent error: {e}"),
-                                       stopped=None, executor_error=True)
+                    await self._finish(
+                        current,
+                        JobState(job.id, "failed", message=f"agent error: {e}"),
+                        stopped=None,
+                        executor_error=True,
+                    )
                     return
                 if reply.entries or current.disconnected_at is not None:
                     entries = [(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries]
                     async with self.ctx.db.write() as conn:
                         await run_store.append_logs(conn, job.id, entries)
-                        await run_store.update_job(conn, job.id, {"log_offset": reply.next_offset, "disconnected_at": None})
+                        await run_store.update_job(
+                            conn, job.id, {"log_offset": reply.next_offset, "disconnected_at": None}
+                        )
                     offset = reply.next_offset
                 if reply.state.finished and not reply.entries:
                     await self._finish(current, reply.state, stopped=current.stop_requested)
@@ -240,10 +288,15 @@ class Jobs:
             return False
         async with self.ctx.db.write() as conn:
             await run_store.update_job(
-                conn, job.id,
-                {"status": "failed", "termination_reason": "instance_unreachable",
-                 "termination_reason_message": "The instance's agent stopped answering", "finished_at": now,
-                 "last_processed_at": now},
+                conn,
+                job.id,
+                {
+                    "status": "failed",
+                    "termination_reason": "instance_unreachable",
+                    "termination_reason_message": "The instance's agent stopped answering",
+                    "finished_at": now,
+                    "last_processed_at": now,
+                },
                 expect_status=("running", "pulling", "provisioning"),
             )
             if job.instance_id:
@@ -251,7 +304,9 @@ class Jobs:
         self.ctx.wakeups.wake("runs", "scheduler")
         return True
 
-    async def _finish(self, job: JobRec, state: JobState, stopped: str | None, executor_error: bool = False) -> None:
+    async def _finish(
+        self, job: JobRec, state: JobState, stopped: str | None, executor_error: bool = False
+    ) -> None:
         now = time.time()
         exit_status = state.exit_status
         message = state.message
@@ -266,16 +321,25 @@ class Jobs:
         elif state.state == "failed" and exit_status is None:
             # The agent could not start the job at all (no container runtime for `image`, agent restart).
             status = "failed"
-            reason = "executor_error" if executor_error or state.termination_reason else "creating_container_error"
+            reason = (
+                "executor_error" if executor_error or state.termination_reason else "creating_container_error"
+            )
         else:
             status, reason = "failed", "container_exited_with_error"
             if message is None and exit_status is not None:
                 message = f"The job exited with code {exit_status}"
         async with self.ctx.db.write() as conn:
             ok = await run_store.update_job(
-                conn, job.id,
-                {"status": status, "termination_reason": reason, "termination_reason_message": message,
-                 "exit_status": exit_status, "finished_at": now, "last_processed_at": now},
+                conn,
+                job.id,
+                {
+                    "status": status,
+                    "termination_reason": reason,
+                    "termination_reason_message": message,
+                    "exit_status": exit_status,
+                    "finished_at": now,
+                    "last_processed_at": now,
+                },
                 expect_status=("provisioning", "pulling", "running", "terminating"),
             )
             if ok and job.instance_id:

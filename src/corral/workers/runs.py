@@ -77,6 +77,8 @@ class Runs:
 
     async def _stop_jobs(self, run_id: str, how: str) -> None:
         async with self.ctx.db.write() as conn:
-            for job in await run_store.list_jobs(conn, ("submitted", "provisioning", "pulling", "running"), run_id=run_id):
+            for job in await run_store.list_jobs(
+                conn, ("submitted", "provisioning", "pulling", "running"), run_id=run_id
+            ):
                 await run_store.update_job(conn, job.id, {"stop_requested": how})
         self.ctx.wakeups.wake("jobs")

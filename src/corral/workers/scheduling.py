@@ -39,7 +39,9 @@ def wait_policy(retry: Any, submitted_at: float, server_max: float | None) -> Wa
     if events is not None and "no-capacity" not in {getattr(e, "value", e) for e in events}:
         return WaitPolicy(False)
     duration = getattr(retry, "duration", None)
-    return WaitPolicy(True, submitted_at + float(duration if duration is not None else DEFAULT_RETRY_DURATION))
+    return WaitPolicy(
+        True, submitted_at + float(duration if duration is not None else DEFAULT_RETRY_DURATION)
+    )
 
 
 class Scheduling:
@@ -83,7 +85,9 @@ class Scheduling:
         key = (fleet.id, str(fleet.spec.get("configuration", {}).get("resources")))
         if key not in self._fleet_reqs:
             raw = fleet.spec.get("configuration", {}).get("resources")
-            self._fleet_reqs[key] = ResourcesSpec.model_validate(raw).to_requirements() if raw is not None else None
+            self._fleet_reqs[key] = (
+                ResourcesSpec.model_validate(raw).to_requirements() if raw is not None else None
+            )
         return self._fleet_reqs[key]
 
     def fleet_offers(self, fleet: FleetRec) -> tuple[Offer, ...]:
@@ -110,16 +114,30 @@ class Scheduling:
             offer = offer_from_json(i.offer) if i.offer else None
             slots.append(
                 InstanceSlot(
-                    id=i.id, fleet_id=fleet.id, name=i.name, instance_num=i.instance_num, status=i.status,
-                    resources=offer.resources if offer else None, total_blocks=i.total_blocks or 1,
-                    busy_blocks=i.busy_blocks, unreachable=i.unreachable, price=i.price or 0.0,
+                    id=i.id,
+                    fleet_id=fleet.id,
+                    name=i.name,
+                    instance_num=i.instance_num,
+                    status=i.status,
+                    resources=offer.resources if offer else None,
+                    total_blocks=i.total_blocks or 1,
+                    busy_blocks=i.busy_blocks,
+                    unreachable=i.unreachable,
+                    price=i.price or 0.0,
                     hostname=i.hostname,
                 )
             )
         return FleetSlot(
-            id=fleet.id, project_id=fleet.project_id, name=fleet.name, nodes_min=nodes_min, nodes_max=nodes_max,
-            blocks=fleet_blocks(fleet.spec), placement=fleet_placement(fleet.spec),
-            offers=self.fleet_offers(fleet), instances=tuple(slots), backend_limit_key="local",
+            id=fleet.id,
+            project_id=fleet.project_id,
+            name=fleet.name,
+            nodes_min=nodes_min,
+            nodes_max=nodes_max,
+            blocks=fleet_blocks(fleet.spec),
+            placement=fleet_placement(fleet.spec),
+            offers=self.fleet_offers(fleet),
+            instances=tuple(slots),
+            backend_limit_key="local",
         )
 
     def backend_limits(self) -> dict[str, int]:
@@ -145,8 +163,11 @@ class Scheduling:
         live = {q.id for q in queued}
         self._queued = {k: v for k, v in self._queued.items() if k in live}
         limits = self.backend_limits()
-        snapshot = Snapshot(fleets=slots, queue=tuple(queued),
-                            backend_limits={"local": (local_used, limits["local"])} if "local" in limits else {})
+        snapshot = Snapshot(
+            fleets=slots,
+            queue=tuple(queued),
+            backend_limits={"local": (local_used, limits["local"])} if "local" in limits else {},
+        )
         plan = schedule(snapshot, now)
         upkeep_gangs = [Gang(f"upkeep:{f.id}", (r,)) for f in slots for r in upkeep(f, {})]
         if upkeep_gangs:
