@@ -482,8 +482,8 @@ def test_server_command_calls_serve(env: Path, cli: CLI, monkeypatch: pytest.Mon
     import types
 
     seen: dict[str, Any] = {}
-    module = types.ModuleType("corral.api.serve")
+    module = types.ModuleType("corral.server")
     module.main = lambda **kw: seen.update(kw)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "corral.api.serve", module)
+    monkeypatch.setitem(sys.modules, "corral.server", module)
     assert cli("server", "--port", "3005").code == 0
     assert seen == {"host": "127.0.0.1", "port": 3005, "log_level": "info"}

@@ -173,7 +173,8 @@ class Instances:
                     finished_at=now,
                 )
             )
-        self.ctx.wakeups.wake("scheduler", "runs", "jobs")
+        # "instances" too: a deleted fleet whose last instance this was is finished by the next pass.
+        self.ctx.wakeups.wake("scheduler", "runs", "jobs", "instances")
 
     async def _retire_idle(self, idle: list[InstanceRec]) -> None:
         now = time.time()
