@@ -29,7 +29,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_settings(tmp: Path, **overrides: Any) -> Settings:
+def make_settings(tmp: Path, **overrides: Any) -> Settings:
     base = Settings(
         server_dir=tmp / "server",
         database_url=f"sqlite+aiosqlite:///{tmp / 'server' / 'data' / 'corral.db'}",

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from server_harness import RunningServer, running_server, test_settings
+from server_harness import RunningServer, running_server, make_settings
 
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[RunningServer]:
-    async with running_server(test_settings(tmp_path)) as s:
+    async with running_server(make_settings(tmp_path)) as s:
         yield s

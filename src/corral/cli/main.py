@@ -100,7 +100,9 @@ def server(
         if e.name and "corral.api" in e.name:
             raise CLIError("The server is not part of this installation (corral.server is missing)")
         raise
-    serve.main(host=host, port=port, log_level=log_level)
+    code = serve.main(host=host, port=port, log_level=log_level)
+    if code:
+        raise SystemExit(code)
 
 
 _commands: list[tuple[str, Callable[..., Any]]] = [
