@@ -224,7 +224,7 @@ def _corral_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from corral.cli.main import main; sys.argv[0] = 'corral'; main()"]
 
 
-def _agent_pids_under(root: Path) -> list[int]:
+def agent_pids_under(root: Path) -> list[int]:
     """Processes of ``corral.agent`` whose command line names a path under ``root``."""
     pids = []
     needle = str(root)
@@ -294,6 +294,6 @@ def corral_server(tmp: Path, token: str, **env_overrides: str) -> Iterator[Corra
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
-        for pid in _agent_pids_under(tmp):
+        for pid in agent_pids_under(tmp):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

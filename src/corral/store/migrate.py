@@ -9,29 +9,62 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
+import re
+from typing import TYPE_CHECKING
+
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from corral.store.db import Database
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 _ADVISORY_KEY = 0x636F7272616C  # "corral"
 
 
+def head_revisions() -> set[str]:
+    """The head revision ids, read from the migration files (no Alembic import on the hot path)."""
+    revs: dict[str, str | None] = {}
+    for path in (_MIGRATIONS / "versions").glob("*.py"):
+        src = path.read_text()
+        rev = re.search(r"^revision\s*=\s*['\"]([^'\"]+)['\"]", src, re.M)
+        down = re.search(r"^down_revision\s*=\s*(?:['\"]([^'\"]+)['\"]|None)", src, re.M)
+        if rev:
+            revs[rev.group(1)] = down.group(1) if down else None
+    parents = {d for d in revs.values() if d}
+    return {r for r in revs if r not in parents}
+
+
+async def _current(db: Database) -> set[str]:
+    try:
+        async with db.read() as conn:
+            return {row[0] for row in await conn.execute(text("SELECT version_num FROM alembic_version"))}
+    except DBAPIError:
+        return set()
+
+
 def alembic_config() -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(_MIGRATIONS))
     return cfg
 
 
 def _upgrade(sync_conn: Any) -> None:
+    from alembic import command
+
     cfg = alembic_config()
     cfg.attributes["connection"] = sync_conn
     command.upgrade(cfg, "head")
 
 
 async def upgrade(db: Database) -> None:
+    """Bring the schema to head; a database already at head costs one query (Alembic stays unimported)."""
+    if await _current(db) == head_revisions():
+        return
     async with db.engine.connect() as conn:
         if not db.is_sqlite:
             await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_KEY})
