@@ -21,10 +21,18 @@ import time
 
 import httpx
 
-FLEET = {"type": "fleet", "name": "bench", "nodes": "0..1",
-         "resources": {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."}}
-TASK = {"type": "task", "commands": ["echo ok"], "fleets": ["bench"],
-        "resources": {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."}}
+FLEET = {
+    "type": "fleet",
+    "name": "bench",
+    "nodes": "0..1",
+    "resources": {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."},
+}
+TASK = {
+    "type": "task",
+    "commands": ["echo ok"],
+    "fleets": ["bench"],
+    "resources": {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."},
+}
 
 
 def free_port() -> int:
@@ -34,11 +42,19 @@ def free_port() -> int:
 
 
 def start_server(state: str, port: int) -> tuple[subprocess.Popen[bytes], float]:
-    env = {**os.environ, "CORRAL_SERVER_DIR": state, "CORRAL_CONFIG_DIR": f"{state}/cli",
-           "CORRAL_SERVER_ADMIN_TOKEN": "bench"}
+    env = {
+        **os.environ,
+        "CORRAL_SERVER_DIR": state,
+        "CORRAL_CONFIG_DIR": f"{state}/cli",
+        "CORRAL_SERVER_ADMIN_TOKEN": "bench",
+    }
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "corral.cli.main", "server", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral.cli.main", "server", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     while True:
         try:
             if httpx.post(f"http://127.0.0.1:{port}/api/server/get_info", timeout=1).status_code == 200:
@@ -89,10 +105,11 @@ def main() -> None:
         stop(proc)
         proc, warm = start_server(f"{tmp}/state", port)
         try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer bench"},
-                              timeout=30) as c:
-                c.post("/api/project/main/fleets/apply",
-                       json={"force": True, "plan": {"spec": {"configuration": FLEET, "profile": {}}}}).raise_for_status()
+            with httpx.Client(
+                base_url=f"http://127.0.0.1:{port}", headers={"Authorization": "Bearer bench"}, timeout=30
+            ) as c:
+                fleet = {"force": True, "plan": {"spec": {"configuration": FLEET, "profile": {}}}}
+                c.post("/api/project/main/fleets/apply", json=fleet).raise_for_status()
                 first_running, first_done = one_run(c, "warmup")
                 to_running, to_done = [], []
                 for i in range(args.runs):
@@ -103,9 +120,12 @@ def main() -> None:
             stop(proc)
     print(f"machine: {os.cpu_count()} CPUs; {args.runs} runs, sequential, one idle local instance")
     print(f"server start-up to first 200: cold {cold * 1000:.0f} ms, warm {warm * 1000:.0f} ms")
-    print(f"first run (provisions the instance): running {first_running * 1000:.0f} ms, done {first_done * 1000:.0f} ms")
-    print(f"apply-to-running: median {statistics.median(to_running) * 1000:.0f} ms, p90 {pct(to_running, 0.9) * 1000:.0f} ms")
-    print(f"apply-to-done:    median {statistics.median(to_done) * 1000:.0f} ms, p90 {pct(to_done, 0.9) * 1000:.0f} ms")
+    ms = 1000
+    print(f"first run (provisions the instance): running {first_running * ms:.0f} ms, done {first_done * ms:.0f} ms")
+    print(
+        f"apply-to-running: median {statistics.median(to_running) * ms:.0f} ms, p90 {pct(to_running, 0.9) * ms:.0f} ms"
+    )
+    print(f"apply-to-done:    median {statistics.median(to_done) * ms:.0f} ms, p90 {pct(to_done, 0.9) * ms:.0f} ms")
 
 
 if __name__ == "__main__":

@@ -62,9 +62,7 @@ async def prepare(settings: Settings) -> Prepared:
     await upgrade(db)
     boot = await accounts.bootstrap(db, settings.admin_token)
     computes: dict[str, Any] = {
-        "local": LocalCompute(
-            settings.instances_dir, settings.provisioning_timeout, settings.agent_request_timeout
-        )
+        "local": LocalCompute(settings.instances_dir, settings.provisioning_timeout, settings.agent_request_timeout)
     }
     ctx = Context(settings=settings, db=db, computes=computes)
     return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created)

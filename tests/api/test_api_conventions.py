@@ -76,9 +76,7 @@ async def test_unknown_fields_and_bad_json_are_422(server: RunningServer) -> Non
 
 async def test_users_and_roles(server: RunningServer) -> None:
     async with server.client() as admin:
-        created = (
-            await admin.post("/api/users/create", json={"username": "alice", "global_role": "user"})
-        ).json()
+        created = (await admin.post("/api/users/create", json={"username": "alice", "global_role": "user"})).json()
         assert created["username"] == "alice"
         dup = await admin.post("/api/users/create", json={"username": "alice", "global_role": "user"})
         assert dup.status_code == 400 and dup.json()["detail"][0]["code"] == "resource_exists"
@@ -87,9 +85,7 @@ async def test_users_and_roles(server: RunningServer) -> None:
     async with server.client(token=token) as c:
         assert (await c.post("/api/users/get_my_user")).json()["username"] == "alice"
         # A plain user cannot create users, and is not a member of `main`.
-        assert (
-            await c.post("/api/users/create", json={"username": "bob", "global_role": "user"})
-        ).status_code == 403
+        assert (await c.post("/api/users/create", json={"username": "bob", "global_role": "user"})).status_code == 403
         assert (await c.post("/api/project/main/runs/list", json={})).status_code == 403
         assert [u["username"] for u in (await c.post("/api/users/list")).json()] == ["alice"]
         assert (await c.post("/api/runs/list", json={})).json() == []
@@ -128,9 +124,7 @@ async def test_projects_create_list_get_delete(server: RunningServer) -> None:
         assert got["project_id"] == p["project_id"]
         bad = await c.post("/api/projects/create", json={"project_name": "no spaces"})
         assert bad.status_code == 400
-        assert (
-            await c.post("/api/projects/delete", json={"projects_names": ["research"]})
-        ).status_code == 200
+        assert (await c.post("/api/projects/delete", json={"projects_names": ["research"]})).status_code == 200
         assert (await c.post("/api/projects/research/get")).status_code == 404
 
 

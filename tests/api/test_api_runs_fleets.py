@@ -66,9 +66,7 @@ async def test_fleet_plan_apply_get_list_delete(server: RunningServer) -> None:
         assert len((await c.post("/api/fleets/list", json={})).json()) == 1
         assert len((await c.post("/api/project/main/fleets/list")).json()) == 1
         assert (await c.post("/api/project/main/fleets/delete", json={"names": ["nope"]})).json() is None
-        assert (
-            await c.post("/api/project/main/fleets/delete", json={"names": ["test-fleet"]})
-        ).status_code == 200
+        assert (await c.post("/api/project/main/fleets/delete", json={"names": ["test-fleet"]})).status_code == 200
 
 
 async def test_fleet_apply_requires_profile(server: RunningServer) -> None:
@@ -92,9 +90,7 @@ async def test_bad_configuration_names_the_field(server: RunningServer) -> None:
         r = await c.post(
             "/api/project/main/runs/get_plan",
             json={
-                "run_spec": {
-                    "configuration": {"type": "task", "commands": ["x"], "resources": {"gpu": "A100:lots"}}
-                }
+                "run_spec": {"configuration": {"type": "task", "commands": ["x"], "resources": {"gpu": "A100:lots"}}}
             },
         )
         assert r.status_code == 422
@@ -135,9 +131,7 @@ async def test_no_fleet_at_all_fails_with_dstack_message(server: RunningServer) 
             return got if got["status"] == "failed" else None
 
         got = await wait_for(failed)
-        assert got["latest_job_submission"]["termination_reason_message"].startswith(
-            "No matching fleet found"
-        )
+        assert got["latest_job_submission"]["termination_reason_message"].startswith("No matching fleet found")
 
 
 async def test_task_runs_on_local_fleet_and_logs_come_back(server: RunningServer) -> None:
@@ -184,9 +178,7 @@ async def test_failing_task_reports_exit_status(server: RunningServer) -> None:
 async def test_image_without_container_runtime_fails_clearly(server: RunningServer) -> None:
     async with server.client() as c:
         await c.post("/api/project/main/fleets/apply", json=fleet_body())
-        run = (
-            await c.post("/api/project/main/runs/apply", json=task_body(["true"], image="ubuntu:22.04"))
-        ).json()
+        run = (await c.post("/api/project/main/runs/apply", json=task_body(["true"], image="ubuntu:22.04"))).json()
 
         async def finished() -> dict[str, Any] | None:
             got = await _run(c, run["run_spec"]["run_name"])
@@ -203,9 +195,7 @@ async def test_stop_running_task_then_delete(server: RunningServer) -> None:
     async with server.client() as c:
         await c.post("/api/project/main/fleets/apply", json=fleet_body())
         run = (
-            await c.post(
-                "/api/project/main/runs/apply", json=task_body(["echo started", "sleep 600"], name="sleeper")
-            )
+            await c.post("/api/project/main/runs/apply", json=task_body(["echo started", "sleep 600"], name="sleeper"))
         ).json()
 
         async def running() -> bool:
@@ -227,9 +217,7 @@ async def test_stop_running_task_then_delete(server: RunningServer) -> None:
         got = await wait_for(terminated)
         assert got["termination_reason"] == "stopped_by_user"
         assert got["latest_job_submission"]["termination_reason"] == "terminated_by_user"
-        assert (
-            await c.post("/api/project/main/runs/delete", json={"runs_names": ["sleeper"]})
-        ).status_code == 200
+        assert (await c.post("/api/project/main/runs/delete", json={"runs_names": ["sleeper"]})).status_code == 200
         assert (await c.post("/api/project/main/runs/get", json={"run_name": "sleeper"})).status_code == 400
         del run
 
@@ -282,7 +270,5 @@ async def test_unsupported_types_validate_then_400(server: RunningServer) -> Non
         vol = {"type": "volume", "name": "v", "backend": "aws", "region": "us-east-1", "size": "100GB"}
         r = await c.post("/api/project/main/volumes/create", json={"configuration": vol})
         assert r.status_code == 400
-        r = await c.post(
-            "/api/project/main/volumes/create", json={"configuration": {"type": "volume", "bogus": 1}}
-        )
+        r = await c.post("/api/project/main/volumes/create", json={"configuration": {"type": "volume", "bogus": 1}})
         assert r.status_code == 422

@@ -199,8 +199,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         )
         fleets.append(fleet(insts, nodes_max=nodes_max, name=f"f{fi}", fid=f"f{fi}", blocks=total))
     queue = tuple(
-        job(i, priority=draw(st.integers(0, 3)), may_wait=draw(st.booleans()))
-        for i in range(draw(st.integers(0, 12)))
+        job(i, priority=draw(st.integers(0, 3)), may_wait=draw(st.booleans())) for i in range(draw(st.integers(0, 12)))
     )
     return Snapshot(fleets=tuple(fleets), queue=queue)
 

@@ -16,9 +16,7 @@ from corral.store.migrate import upgrade
 from corral.store.plan_apply import apply_plan
 from corral.store.tables import fleets, instances, jobs, projects, runs, users
 
-OFFER = Offer(
-    "local", "local", "local", 0.0, InstanceResources(cpus=4, memory_mib=8192, disk_size_mib=100_000)
-)
+OFFER = Offer("local", "local", "local", 0.0, InstanceResources(cpus=4, memory_mib=8192, disk_size_mib=100_000))
 
 
 async def _db(tmp_path: Path) -> Database:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from server_harness import RunningServer, running_server, make_settings
+from server_harness import RunningServer, make_settings, running_server
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_harness import fleet_body, running_server, task_body, make_settings, wait_for
 
 from corral.server import StateDirLocked, lock_state_dir
+from server_harness import fleet_body, make_settings, running_server, task_body, wait_for
 
 
 async def test_start_reaps_agents_no_instance_owns(tmp_path: Path) -> None:
@@ -31,8 +31,9 @@ async def test_server_restart_reattaches_to_live_agent(tmp_path: Path) -> None:
     prepared_state: dict[str, Any] = {}
     async with running_server(settings) as s, s.client() as c:
         await c.post("/api/project/main/fleets/apply", json=fleet_body())
-        await c.post("/api/project/main/runs/apply",
-                     json=task_body(["echo before", "sleep 3", "echo after"], name="reattach"))
+        await c.post(
+            "/api/project/main/runs/apply", json=task_body(["echo before", "sleep 3", "echo after"], name="reattach")
+        )
 
         async def running() -> bool:
             r = (await c.post("/api/project/main/runs/get", json={"run_name": "reattach"})).json()
@@ -53,8 +54,12 @@ async def test_server_restart_reattaches_to_live_agent(tmp_path: Path) -> None:
         r = await wait_for(done, timeout=30)
         assert r["status"] == "done", r
         sub = r["latest_job_submission"]
-        logs = (await c2.post("/api/project/main/logs/poll", json={
-            "run_name": "reattach", "job_submission_id": sub["id"], "limit": 100})).json()["logs"]
+        logs = (
+            await c2.post(
+                "/api/project/main/logs/poll",
+                json={"run_name": "reattach", "job_submission_id": sub["id"], "limit": 100},
+            )
+        ).json()["logs"]
         import base64
 
         text = b"".join(base64.b64decode(x["message"]) for x in logs)
@@ -74,8 +79,13 @@ def test_second_server_on_same_state_dir_refuses(tmp_path: Path) -> None:
         with pytest.raises(StateDirLocked, match="already using the state directory"):
             lock_state_dir(settings)
         env = {**os.environ, "CORRAL_SERVER_DIR": str(settings.server_dir)}
-        out = subprocess.run([sys.executable, "-m", "corral.cli.main", "server", "--port", "1"], env=env,
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            [sys.executable, "-m", "corral.cli.main", "server", "--port", "1"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert out.returncode != 0
         assert "already using the state directory" in out.stderr + out.stdout
         assert "Traceback" not in out.stderr

@@ -26,9 +26,7 @@ async def test_ten_concurrent_applies_three_nodes(server: RunningServer) -> None
         r = await c.post("/api/project/main/fleets/apply", json=fleet_body(name="test-fleet", nodes="0..3"))
         assert r.status_code == 200
         sampling = asyncio.create_task(sampler(c))
-        body = task_body(
-            ["date", "sleep 1", "date"], fleets=["test-fleet"], creation_policy="reuse-or-create"
-        )
+        body = task_body(["date", "sleep 1", "date"], fleets=["test-fleet"], creation_policy="reuse-or-create")
         started = time.monotonic()
         applied = await asyncio.gather(
             *(c.post("/api/project/main/runs/apply", json={**body, "force": True}) for _ in range(10))

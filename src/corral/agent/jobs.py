@@ -151,9 +151,7 @@ class JobRunner:
     # ---- submit -----------------------------------------------------------------------------
     def submit(self, sub: JobSubmission) -> JobState:
         if not JOB_ID_RE.match(sub.job_id):
-            raise ValueError(
-                f"JobSubmission.job_id: {sub.job_id!r} is not a valid id ([A-Za-z0-9._-], max 128)"
-            )
+            raise ValueError(f"JobSubmission.job_id: {sub.job_id!r} is not a valid id ([A-Za-z0-9._-], max 128)")
         with self._lock:
             existing = self._jobs.get(sub.job_id)
             if existing is None and self._closing:

@@ -122,9 +122,7 @@ class JobSubmission:
         env = d.get("env", {})
         if env is None:
             env = {}
-        if not isinstance(env, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-        ):
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise ProtocolError("JobSubmission.env: expected an object of string values")
         for k in env:
             if not k or "=" in k or "\0" in k or "\0" in env[k]:
@@ -219,9 +217,7 @@ class LogEntry:
             message = base64.b64decode(raw.encode("ascii"), validate=True)
         except (binascii.Error, UnicodeEncodeError):
             raise ProtocolError("LogEntry.message_b64: not valid base64")
-        return cls(
-            timestamp=_num(d, "timestamp", w), source=_choice(d, "source", w, LOG_SOURCES), message=message
-        )
+        return cls(timestamp=_num(d, "timestamp", w), source=_choice(d, "source", w, LOG_SOURCES), message=message)
 
 
 @dataclass

@@ -163,9 +163,7 @@ def amd_gpus() -> tuple[list[GpuInfo], GpuDriver | None]:
         name = asic.get("market_name") if isinstance(asic, dict) else None
         if not isinstance(name, str) or not name:
             continue
-        gpus.append(
-            GpuInfo(name=convert_amd_gpu_name(name), memory_mib=_amd_vram_mib(item.get("vram")), vendor="amd")
-        )
+        gpus.append(GpuInfo(name=convert_amd_gpu_name(name), memory_mib=_amd_vram_mib(item.get("vram")), vendor="amd"))
         drv = item.get("driver")
         if driver is None and isinstance(drv, dict) and drv.get("version"):
             driver = GpuDriver(vendor="amd", version=str(drv["version"]))

@@ -106,9 +106,7 @@ def install_error_handlers(app: FastAPI) -> None:
             response: Response = await call_next(request)
         except Exception:
             log.exception("unhandled error on %s", request.url.path)
-            return JSONResponse(
-                {"detail": [{"msg": "Internal server error", "code": "error"}]}, status_code=500
-            )
+            return JSONResponse({"detail": [{"msg": "Internal server error", "code": "error"}]}, status_code=500)
         return response
 
     @app.exception_handler(ServiceError)

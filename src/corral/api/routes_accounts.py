@@ -55,9 +55,7 @@ async def get_my_user(request: Request) -> FastJSON:
 async def get_user(request: Request) -> FastJSON:
     user = await current_user(request)
     body = await parse(rq.UsernameBody, request)
-    return FastJSON(
-        serialize.user_with_creds(await accounts.get_user(ctx_of(request).db, user, body.username))
-    )
+    return FastJSON(serialize.user_with_creds(await accounts.get_user(ctx_of(request).db, user, body.username)))
 
 
 @router.post("/api/users/list")
@@ -75,9 +73,7 @@ async def create_user(request: Request) -> FastJSON:
     accounts.require_admin(await current_user(request))
     b = await parse(rq.CreateUserBody, request)
     return FastJSON(
-        serialize.user(
-            await accounts.create_user(ctx_of(request).db, b.username, b.global_role, b.email, b.active)
-        )
+        serialize.user(await accounts.create_user(ctx_of(request).db, b.username, b.global_role, b.email, b.active))
     )
 
 
@@ -86,9 +82,7 @@ async def update_user(request: Request) -> FastJSON:
     accounts.require_admin(await current_user(request))
     b = await parse(rq.CreateUserBody, request)
     return FastJSON(
-        serialize.user(
-            await accounts.update_user(ctx_of(request).db, b.username, b.global_role, b.email, b.active)
-        )
+        serialize.user(await accounts.update_user(ctx_of(request).db, b.username, b.global_role, b.email, b.active))
     )
 
 
@@ -96,9 +90,7 @@ async def update_user(request: Request) -> FastJSON:
 async def refresh_token(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.UsernameBody, request)
-    return FastJSON(
-        serialize.user_with_creds(await accounts.refresh_token(ctx_of(request).db, user, b.username))
-    )
+    return FastJSON(serialize.user_with_creds(await accounts.refresh_token(ctx_of(request).db, user, b.username)))
 
 
 @router.post("/api/users/delete")

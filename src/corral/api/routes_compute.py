@@ -54,9 +54,7 @@ async def list_fleets(request: Request, project_name: str) -> FastJSON:
 async def get_fleet(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.GetByNameOrId, request)
-    return FastJSON(
-        serialize.fleet(await fleets.get(ctx_of(request), project, b.name, str(b.id) if b.id else None))
-    )
+    return FastJSON(serialize.fleet(await fleets.get(ctx_of(request), project, b.name, str(b.id) if b.id else None)))
 
 
 @router.post(P + "/fleets/get_plan")
@@ -98,9 +96,7 @@ async def list_instances(request: Request) -> FastJSON:
     if b.project_names is not None:
         visible = [p for p in visible if p.name in b.project_names]
     fleet_ids = [str(f) for f in b.fleet_ids] if b.fleet_ids is not None else None
-    found = await fleets.list_instances(
-        ctx_of(request), [p.id for p in visible], fleet_ids, b.only_active, b.limit
-    )
+    found = await fleets.list_instances(ctx_of(request), [p.id for p in visible], fleet_ids, b.only_active, b.limit)
     return FastJSON([serialize.instance(i) for i in found])
 
 
@@ -129,18 +125,14 @@ async def list_runs(request: Request, project_name: str) -> FastJSON:
     body = b.model_dump()
     body["prev_run_id"] = str(b.prev_run_id) if b.prev_run_id else None
     body["prev_submitted_at"] = b.prev_submitted_at.isoformat() if b.prev_submitted_at else None
-    return FastJSON(
-        [serialize.run(r) for r in await runs.list_runs(ctx_of(request), [project.id], body, None)]
-    )
+    return FastJSON([serialize.run(r) for r in await runs.list_runs(ctx_of(request), [project.id], body, None)])
 
 
 @router.post(P + "/runs/get")
 async def get_run(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.GetRunBody, request)
-    return FastJSON(
-        serialize.run(await runs.get(ctx_of(request), project, b.run_name, str(b.id) if b.id else None))
-    )
+    return FastJSON(serialize.run(await runs.get(ctx_of(request), project, b.run_name, str(b.id) if b.id else None)))
 
 
 @router.post(P + "/runs/get_plan")
@@ -189,9 +181,7 @@ async def repos_init(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name)
     b = await parse(rq.ReposInitBody, request)
     if b.repo_info.get("repo_type") != "virtual":
-        raise ServiceError(
-            "Only the virtual repo is supported yet: run with `--no-repo` (code upload comes later)"
-        )
+        raise ServiceError("Only the virtual repo is supported yet: run with `--no-repo` (code upload comes later)")
     return FastJSON(None)
 
 

@@ -70,9 +70,7 @@ class AgentClient:
             else:
                 resp = await self._client.request(method, path, json=json, params=params)
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
-            raise AgentUnreachable(
-                f"agent at {self.base_url}: {method} {path}: {type(e).__name__}: {e}"
-            ) from e
+            raise AgentUnreachable(f"agent at {self.base_url}: {method} {path}: {type(e).__name__}: {e}") from e
         except httpx.HTTPError as e:
             raise AgentUnreachable(f"agent at {self.base_url}: {method} {path}: {e}") from e
         try:
@@ -107,9 +105,7 @@ class AgentClient:
         return self._parse("GET /info", HostInfo.from_dict, data)
 
     async def submit(self, submission: JobSubmission) -> JobState:
-        data = await self._request(
-            "POST", "/jobs", json=submission.to_dict(), read_timeout=self.timeout + 10.0
-        )
+        data = await self._request("POST", "/jobs", json=submission.to_dict(), read_timeout=self.timeout + 10.0)
         return self._parse("POST /jobs", JobState.from_dict, data)
 
     async def state(self, job_id: str) -> JobState:

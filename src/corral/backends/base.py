@@ -27,9 +27,7 @@ class AgentEndpoint:
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> AgentEndpoint:
-        return AgentEndpoint(
-            url=data["url"], token=data["token"], pid=data.get("pid"), work_dir=data.get("work_dir")
-        )
+        return AgentEndpoint(url=data["url"], token=data["token"], pid=data.get("pid"), work_dir=data.get("work_dir"))
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,7 @@ def host_resources(info: HostInfo) -> InstanceResources:
 class LocalCompute:
     name = "local"
 
-    def __init__(
-        self, instances_dir: Path, provisioning_timeout: float, request_timeout: float = 5.0
-    ) -> None:
+    def __init__(self, instances_dir: Path, provisioning_timeout: float, request_timeout: float = 5.0) -> None:
         self.instances_dir = instances_dir
         self.provisioning_timeout = provisioning_timeout
         self.request_timeout = request_timeout
@@ -57,9 +55,7 @@ class LocalCompute:
     def offers(self) -> list[Offer]:
         if self._offer is None:
             res = host_resources(self.host_info())
-            self._offer = Offer(
-                backend="local", instance_type="local", region="local", price=0.0, resources=res
-            )
+            self._offer = Offer(backend="local", instance_type="local", region="local", price=0.0, resources=res)
         return [self._offer]
 
     async def create_instance(self, instance_id: str, instance_name: str) -> Provisioned:
@@ -101,14 +97,10 @@ class LocalCompute:
                 raise ProvisioningError(f"The local agent exited with code {proc.returncode}: {tail.strip()}")
             if time.monotonic() > deadline:
                 _kill_group(proc.pid)
-                raise ProvisioningError(
-                    f"The local agent did not start within {self.provisioning_timeout:.0f}s"
-                )
+                raise ProvisioningError(f"The local agent did not start within {self.provisioning_timeout:.0f}s")
             await asyncio.sleep(0.01)
         port = int(port_file.read_text().strip())
-        endpoint = AgentEndpoint(
-            url=f"http://127.0.0.1:{port}", token=token, pid=proc.pid, work_dir=str(work_dir)
-        )
+        endpoint = AgentEndpoint(url=f"http://127.0.0.1:{port}", token=token, pid=proc.pid, work_dir=str(work_dir))
         client = AgentClient(endpoint.url, token, timeout=self.request_timeout)
         try:
             info = await client.info()

@@ -33,9 +33,7 @@ def apply(
         ),
     ] = None,
     yes: YesOption = False,
-    detach: Annotated[
-        bool, typer.Option("-d", "--detach", help="Exit once submitted; do not follow the run.")
-    ] = False,
+    detach: Annotated[bool, typer.Option("-d", "--detach", help="Exit once submitted; do not follow the run.")] = False,
     force: Annotated[
         bool,
         typer.Option("--force", help="Apply even if nothing changed or the resource changed since the plan."),
@@ -234,8 +232,7 @@ def _watch_fleet(client: Any, project: str, fleet: JSON) -> None:
     try:
         with Live(console=out, refresh_per_second=1, transient=True) as live:
             while any(
-                i.get("status") in ("pending", "provisioning", "terminating")
-                for i in fleet.get("instances") or []
+                i.get("status") in ("pending", "provisioning", "terminating") for i in fleet.get("instances") or []
             ):
                 live.update(render.fleets_table([fleet], project))
                 time.sleep(1)
@@ -251,9 +248,7 @@ def _watch_fleet(client: Any, project: str, fleet: JSON) -> None:
 
 def _same_spec(current: JSON, effective: JSON) -> bool:
     def norm(spec: JSON) -> JSON:
-        return {
-            k: v for k, v in spec.items() if k not in ("merged_profile", "autocreated", "configuration_path")
-        }
+        return {k: v for k, v in spec.items() if k not in ("merged_profile", "autocreated", "configuration_path")}
 
     return norm(current) == norm(effective)
 

@@ -61,10 +61,7 @@ def apply_run(
         effective = plan.get("effective_run_spec") or plan.get("run_spec") or {}
         unchanged = (current.get("run_spec") or {}).get("configuration") == effective.get("configuration")
         if plan.get("action") == "update" and not unchanged:
-            out.print(
-                f"Active run [code]{run_name}[/] already exists."
-                " Detected changes that can be updated in-place."
-            )
+            out.print(f"Active run [code]{run_name}[/] already exists. Detected changes that can be updated in-place.")
             question = "Update the run?"
         elif current.get("status") not in f.FINISHED_RUN_STATUSES:
             if unchanged:
@@ -136,9 +133,7 @@ def print_run_plan(plan: JSON, no_fleets: bool = False) -> None:
     ]
     if conf.get("type") == "dev-environment":
         inactivity = f.parse_duration(conf.get("inactivity_duration"))
-        rows.append(
-            ("Inactivity duration", f.format_duration(inactivity) if inactivity and inactivity > 0 else "off")
-        )
+        rows.append(("Inactivity duration", f.format_duration(inactivity) if inactivity and inactivity > 0 else "off"))
     if conf.get("reservation"):
         rows.append(("Reservation", str(conf["reservation"])))
     out = render.console()
@@ -146,9 +141,7 @@ def print_run_plan(plan: JSON, no_fleets: bool = False) -> None:
     out.print()
     offers = job_plan.get("offers") or []
     if offers:
-        render.print_offers(
-            offers, int(job_plan.get("total_offers") or len(offers)), job_plan.get("max_price")
-        )
+        render.print_offers(offers, int(job_plan.get("total_offers") or len(offers)), job_plan.get("max_price"))
     else:
         out.print(render.NO_FLEETS_WARNING if no_fleets else render.NO_OFFERS_WARNING)
 
@@ -157,9 +150,7 @@ def _ready(run: JSON) -> bool:
     if run.get("status") in _WAITING_RUN:
         return False
     sub = latest_submission(run)
-    return not (
-        sub and sub.get("status") in _WAITING_JOB and run.get("status") not in f.FINISHED_RUN_STATUSES
-    )
+    return not (sub and sub.get("status") in _WAITING_JOB and run.get("status") not in f.FINISHED_RUN_STATUSES)
 
 
 def follow_run(client: CorralClient, project: str, run: JSON) -> int:

@@ -140,9 +140,7 @@ def format_resources_spec(resources: JSON | None) -> str:
     return pretty_resources(**kwargs)
 
 
-def format_instance_resources(
-    resources: JSON | None, include_spot: bool = False, gpu_only: bool = False
-) -> str:
+def format_instance_resources(resources: JSON | None, include_spot: bool = False, gpu_only: bool = False) -> str:
     """An instance's ``Resources`` as ``cpu=8 mem=32GB disk=100GB gpu=A100:80GB:2``."""
     if not resources:
         return "-" if gpu_only else ""

@@ -74,9 +74,7 @@ def server(
     ] = "127.0.0.1",
     port: Annotated[
         int,
-        typer.Option(
-            "-p", "--port", help="The port to listen on.", envvar="CORRAL_SERVER_PORT", metavar="PORT"
-        ),
+        typer.Option("-p", "--port", help="The port to listen on.", envvar="CORRAL_SERVER_PORT", metavar="PORT"),
     ] = 3000,
     log_level: Annotated[
         str,
@@ -148,9 +146,7 @@ def error_message(exc: BaseException) -> str:
 
     config_mod = sys.modules.get("corral.config")
     config_error = getattr(config_mod, "ConfigError", None)
-    if isinstance(exc, (CLIError, CorralError)) or (
-        isinstance(config_error, type) and isinstance(exc, config_error)
-    ):
+    if isinstance(exc, (CLIError, CorralError)) or (isinstance(config_error, type) and isinstance(exc, config_error)):
         text = str(exc)
     elif isinstance(exc, OSError) and exc.strerror:
         text = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror

@@ -15,9 +15,7 @@ def offer(
     gpu: Annotated[
         Optional[str], typer.Option("--gpu", help="GPU spec, e.g. A100:80GB:2 or 24GB..:1..", metavar="SPEC")
     ] = None,
-    cpu: Annotated[
-        Optional[str], typer.Option("--cpu", help="CPU count or range, e.g. 4..", metavar="SPEC")
-    ] = None,
+    cpu: Annotated[Optional[str], typer.Option("--cpu", help="CPU count or range, e.g. 4..", metavar="SPEC")] = None,
     memory: Annotated[
         Optional[str], typer.Option("--memory", help="Memory size or range, e.g. 16GB..", metavar="SIZE")
     ] = None,

@@ -19,14 +19,10 @@ def project_default(ctx: typer.Context) -> None:
 
 def project_add(
     name: Annotated[str, typer.Option("--name", help="The project's name on the server.", metavar="NAME")],
-    url: Annotated[
-        str, typer.Option("--url", help="The server's URL, e.g. http://127.0.0.1:3000.", metavar="URL")
-    ],
+    url: Annotated[str, typer.Option("--url", help="The server's URL, e.g. http://127.0.0.1:3000.", metavar="URL")],
     token: Annotated[str, typer.Option("--token", help="Your user token on that server.", metavar="TOKEN")],
     yes: YesOption = False,
-    no: Annotated[
-        bool, typer.Option("-n", "--no", help="Add the project without making it the default.")
-    ] = False,
+    no: Annotated[bool, typer.Option("-n", "--no", help="Add the project without making it the default.")] = False,
 ) -> None:
     """Add a project (or update its URL and token) and make it the default."""
     from corral.cli import render
@@ -58,9 +54,7 @@ def project_add(
 
 
 def project_list(
-    verbose: Annotated[
-        bool, typer.Option("-v", "--verbose", help="Also ask each server who you are.")
-    ] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also ask each server who you are.")] = False,
 ) -> None:
     """List the configured projects."""
     from rich.table import Table

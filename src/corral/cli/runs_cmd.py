@@ -16,18 +16,14 @@ RunNameArg = Annotated[str, typer.Argument(help="The run's name.", metavar="RUN"
 
 
 def ps(
-    all_: Annotated[
-        bool, typer.Option("-a", "--all", help="Show finished runs too (the latest 100).")
-    ] = False,
+    all_: Annotated[bool, typer.Option("-a", "--all", help="Show finished runs too (the latest 100).")] = False,
     verbose: Annotated[
         bool, typer.Option("-v", "--verbose", help="Show resources, instance types and errors.")
     ] = False,
     watch: Annotated[bool, typer.Option("-w", "--watch", help="Refresh the table until Ctrl-C.")] = False,
     last: Annotated[
         Optional[int],
-        typer.Option(
-            "-n", "--last", help="Show only the last N runs; implies --all.", min=1, max=100, metavar="N"
-        ),
+        typer.Option("-n", "--last", help="Show only the last N runs; implies --all.", min=1, max=100, metavar="N"),
     ] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
     project: ProjectOption = None,
@@ -121,9 +117,7 @@ def logs(
 
 def stop(
     run_name: RunNameArg,
-    abort: Annotated[
-        bool, typer.Option("-x", "--abort", help="Stop at once, without a graceful shutdown.")
-    ] = False,
+    abort: Annotated[bool, typer.Option("-x", "--abort", help="Stop at once, without a graceful shutdown.")] = False,
     yes: YesOption = False,
     project: ProjectOption = None,
 ) -> None:

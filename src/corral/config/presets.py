@@ -131,9 +131,7 @@ class PresetConfiguration(ProfileParams):
     def _shape(self) -> Self:
         if self.dataset is not None:
             set_fields = [
-                n
-                for n in ("input_tokens", "output_tokens", "shared_prefix_tokens")
-                if getattr(self, n) is not None
+                n for n in ("input_tokens", "output_tokens", "shared_prefix_tokens") if getattr(self, n) is not None
             ]
             if set_fields:
                 raise ValueError(

@@ -172,9 +172,7 @@ class _DevEnvironmentParams(CoreModel):
         if self.version and self.ide is None:
             raise ValueError("`version` requires `ide` to be set")
         if self.ide == "windsurf" and self.version and not re.match(r"^.+@[a-f0-9]+$", self.version):
-            raise ValueError(
-                f"Invalid Windsurf version format: `{self.version}`. Expected format: `version@commit`"
-            )
+            raise ValueError(f"Invalid Windsurf version format: `{self.version}`. Expected format: `version@commit`")
         return self
 
 

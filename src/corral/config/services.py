@@ -56,8 +56,8 @@ class HeaderPartitioningKey(CoreModel):
 
 class RateLimit(CoreModel):
     prefix: Annotated[str, Field(max_length=4094, pattern=r"^/[^\s\\{}]*$")] = "/"
-    key: Annotated[Union[IPAddressPartitioningKey, HeaderPartitioningKey], Field(discriminator="type")] = (
-        Field(default_factory=IPAddressPartitioningKey)
+    key: Annotated[Union[IPAddressPartitioningKey, HeaderPartitioningKey], Field(discriminator="type")] = Field(
+        default_factory=IPAddressPartitioningKey
     )
     rps: Annotated[float, Field(ge=1 / 60, le=MAX_INT64 // 60)]
     burst: Annotated[int, Field(ge=0, le=MAX_INT64)] = 0
@@ -276,8 +276,7 @@ class _ServiceParams(CoreModel):
         duplicates = [p for p, count in Counter(r.prefix for r in value).items() if count > 1]
         if duplicates:
             raise ValueError(
-                f"Prefixes {duplicates} are used more than once."
-                " Each rate limit should have a unique path prefix"
+                f"Prefixes {duplicates} are used more than once. Each rate limit should have a unique path prefix"
             )
         return value
 
@@ -314,8 +313,7 @@ _Pred = Callable[[ReplicaGroup], bool]
 def _check_groups(conf: Any, groups: list[ReplicaGroup]) -> None:
     if conf.scaling is not None:
         raise ValueError(
-            "Top-level `scaling` is not allowed when `groups` is set. "
-            "Specify `scaling` in each replica group instead."
+            "Top-level `scaling` is not allowed when `groups` is set. Specify `scaling` in each replica group instead."
         )
     if getattr(conf, "commands", None):
         raise ValueError(

@@ -214,9 +214,7 @@ def split_cpu_spec(text: str) -> dict[str, object]:
             try:
                 key, value = "arch", normalize_cpu_arch(token)
             except ValueError:
-                raise ValueError(
-                    f"invalid CPU spec {text!r}: {token!r} is neither a count nor x86/arm"
-                ) from None
+                raise ValueError(f"invalid CPU spec {text!r}: {token!r} is neither a count nor x86/arm") from None
         if key in spec:
             raise ValueError(f"invalid CPU spec {text!r}: more than one {key} given")
         spec[key] = value
@@ -354,14 +352,9 @@ def _match_gpu(spec: GpuSpec, gpus: tuple[Gpu, ...]) -> str | None:
         if spec.names and gpu.name.lower() not in {n.lower() for n in spec.names}:
             return f"needs gpu {','.join(spec.names)}, instance has {gpu.name}"
         if spec.memory is not None and not spec.memory.contains(_gb(gpu.memory_mib)):
-            return (
-                f"needs gpu memory {format_range(spec.memory, 'GB')}, "
-                f"instance has {_gb(gpu.memory_mib):.1f}GB"
-            )
+            return f"needs gpu memory {format_range(spec.memory, 'GB')}, instance has {_gb(gpu.memory_mib):.1f}GB"
     if spec.total_memory is not None:
         total = sum(_gb(g.memory_mib) for g in gpus)
         if not spec.total_memory.contains(total):
-            return (
-                f"needs total gpu memory {format_range(spec.total_memory, 'GB')}, instance has {total:.1f}GB"
-            )
+            return f"needs total gpu memory {format_range(spec.total_memory, 'GB')}, instance has {total:.1f}GB"
     return None

@@ -165,9 +165,7 @@ def _waiting_message(fleets: list[FleetSlot]) -> str:
     parts = []
     for f in fleets:
         if f.nodes_max is not None:
-            parts.append(
-                f"fleet '{f.name}' has {len(f.instances)} of at most {f.nodes_max} instances, none free"
-            )
+            parts.append(f"fleet '{f.name}' has {len(f.instances)} of at most {f.nodes_max} instances, none free")
         else:
             parts.append(f"fleet '{f.name}' has no free instance")
     return "Waiting for capacity: " + "; ".join(parts)

@@ -126,8 +126,7 @@ def set_default(name: str) -> Path:
     data = load()
     if not any(p["name"] == name for p in data["projects"]):
         raise ConfigFileError(
-            f"Project {name} is not configured; add it with "
-            f"`corral project add --name {name} --url URL --token TOKEN`"
+            f"Project {name} is not configured; add it with `corral project add --name {name} --url URL --token TOKEN`"
         )
     for p in data["projects"]:
         p["default"] = p["name"] == name
@@ -148,8 +147,7 @@ def get_project(name: str | None = None) -> ProjectEntry:
             if p["name"] == name:
                 return p
         raise ConfigFileError(
-            f"Project {name} is not configured; add it with "
-            f"`corral project add --name {name} --url URL --token TOKEN`"
+            f"Project {name} is not configured; add it with `corral project add --name {name} --url URL --token TOKEN`"
         )
     for p in projects:
         if p["default"]:

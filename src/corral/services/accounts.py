@@ -44,9 +44,7 @@ class Bootstrap:
     created: bool
 
 
-async def bootstrap(
-    db: Database, admin_token: str | None, backends: list[dict[str, Any]] | None = None
-) -> Bootstrap:
+async def bootstrap(db: Database, admin_token: str | None, backends: list[dict[str, Any]] | None = None) -> Bootstrap:
     """Create ``admin`` and project ``main`` (local backend) on first start."""
     async with db.write() as conn:
         existing = await store.get_user(conn, "admin")
@@ -135,13 +133,9 @@ async def get_user(db: Database, user: UserRec, username: str) -> UserRec:
     return found
 
 
-async def create_user(
-    db: Database, username: str, global_role: str, email: str | None, active: bool
-) -> UserRec:
+async def create_user(db: Database, username: str, global_role: str, email: str | None, active: bool) -> UserRec:
     if not username or not username.replace("-", "").replace("_", "").replace(".", "").isalnum():
-        raise ServiceError(
-            "Username should contain only latin letters, digits, hyphens, underscores and dots"
-        )
+        raise ServiceError("Username should contain only latin letters, digits, hyphens, underscores and dots")
     priv, pub = generate_ssh_keypair()
     async with db.write() as conn:
         if await store.get_user(conn, username) is not None:
@@ -165,16 +159,12 @@ async def create_user(
     return created
 
 
-async def update_user(
-    db: Database, username: str, global_role: str, email: str | None, active: bool
-) -> UserRec:
+async def update_user(db: Database, username: str, global_role: str, email: str | None, active: bool) -> UserRec:
     async with db.write() as conn:
         found = await store.get_user(conn, username)
         if found is None:
             raise ResourceNotExists("User not found")
-        await store.update_user(
-            conn, found.id, {"global_role": global_role, "email": email, "active": active}
-        )
+        await store.update_user(conn, found.id, {"global_role": global_role, "email": email, "active": active})
         updated = await store.get_user(conn, username)
     assert updated is not None
     return updated

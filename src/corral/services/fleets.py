@@ -138,9 +138,7 @@ def fleet_offers(ctx: Context, normalized: dict[str, Any]) -> list[Offer]:
     if conf.get("ssh_config"):
         return []
     req = ResourcesSpec.model_validate(conf.get("resources") or {}).to_requirements()
-    return [
-        o for c in ctx.computes.values() for o in c.offers() if match_requirements(req, o.resources) is None
-    ]
+    return [o for c in ctx.computes.values() for o in c.offers() if match_requirements(req, o.resources) is None]
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[str, Any]) -> dict[str, Any]:
@@ -172,9 +170,7 @@ async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: 
     normalized = normalize_spec(plan.get("spec"), ("plan", "spec"))  # type: ignore[arg-type]
     conf = normalized["configuration"]
     if conf.get("ssh_config"):
-        raise ServiceError(
-            "SSH fleets are not supported yet: corral runs fleets on the `local` backend for now"
-        )
+        raise ServiceError("SSH fleets are not supported yet: corral runs fleets on the `local` backend for now")
     name = conf.get("name") or random_name()
     conf["name"] = name
     current_resource = plan.get("current_resource")
@@ -187,15 +183,11 @@ async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: 
                 or current_resource.get("id") != existing.id
                 or _spec_changed((current_resource.get("spec") or {}), existing.spec)
             ):
-                raise ServiceError(
-                    "Failed to apply plan. Resource has been changed. Try again or use force apply."
-                )
+                raise ServiceError("Failed to apply plan. Resource has been changed. Try again or use force apply.")
             if existing.status != "active":
                 raise ServiceError(f"Fleet {name} is being deleted; wait until it is gone")
             if _spec_changed(existing.spec, normalized):
-                await store.update_fleet(
-                    conn, existing.id, {"spec": dump(normalized), "last_processed_at": now}
-                )
+                await store.update_fleet(conn, existing.id, {"spec": dump(normalized), "last_processed_at": now})
             fleet_id = existing.id
         else:
             fleet_id = str(uuid.uuid4())
@@ -241,9 +233,7 @@ async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
             if fleet is None or fleet.status in ("terminating", "terminated"):
                 continue
             if await store.fleet_live_job_count(conn, fleet.id):
-                raise ServiceError(
-                    f"Failed to delete fleet {name}: it is used by active runs; stop them first"
-                )
+                raise ServiceError(f"Failed to delete fleet {name}: it is used by active runs; stop them first")
             await store.update_fleet(conn, fleet.id, {"status": "terminating"})
             for inst in fleet.instances:
                 if inst.status not in ("terminating", "terminated"):

@@ -24,9 +24,7 @@ DEFAULT_IMAGE = "dstackai/base:0.16-base-ubuntu24.04"
 SUPPORTED_TYPES = ("task",)
 
 
-def normalize_run_spec(
-    run_spec: Any, loc: tuple[str | int, ...], user: UserRec
-) -> tuple[dict[str, Any], Any, Any]:
+def normalize_run_spec(run_spec: Any, loc: tuple[str | int, ...], user: UserRec) -> tuple[dict[str, Any], Any, Any]:
     if not isinstance(run_spec, dict):
         from corral.services.errors import InvalidConfiguration
 
@@ -71,9 +69,7 @@ def _retry_json(retry: Any) -> dict[str, Any] | None:
 
 
 def _duration(value: Any) -> int | None:
-    return (
-        int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
-    )
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
 
 
 def job_specs(run_name: str, spec: dict[str, Any], conf: Any, merged: Any) -> list[dict[str, Any]]:
@@ -133,10 +129,7 @@ def _offers(ctx: Context, conf: Any, merged: Any) -> list[dict[str, Any]]:
         return []
     req = conf.resources.to_requirements()
     return [
-        offer_json(o)
-        for c in ctx.computes.values()
-        for o in c.offers()
-        if match_requirements(req, o.resources) is None
+        offer_json(o) for c in ctx.computes.values() for o in c.offers() if match_requirements(req, o.resources) is None
     ]
 
 
@@ -180,9 +173,7 @@ async def _free_name(conn: Any, project_id: str) -> str:
     return f"run-{uuid.uuid4().hex[:8]}"
 
 
-async def apply(
-    ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any], force: bool
-) -> dict[str, Any]:
+async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
     spec, conf, merged = normalize_run_spec(plan.get("run_spec"), ("plan", "run_spec"), user)
     if conf.type not in SUPPORTED_TYPES:
         raise ServiceError(f"Runs of type `{conf.type}` are not supported yet: corral runs tasks for now")

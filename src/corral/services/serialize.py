@@ -127,9 +127,7 @@ def fleet(f: FleetRec) -> dict[str, Any]:
         "created_at": iso(f.created_at),
         "status": f.status,
         "status_message": f.status_message,
-        "instances": [
-            instance(i) for i in f.instances if i.status != "terminated" or f.status == "terminated"
-        ],
+        "instances": [instance(i) for i in f.instances if i.status != "terminated" or f.status == "terminated"],
     }
 
 

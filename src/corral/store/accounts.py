@@ -34,17 +34,13 @@ def _user(row: Any) -> UserRec:
 
 async def get_user_by_token(conn: AsyncConnection, token: str) -> UserRec | None:
     row = (
-        await conn.execute(
-            sa.select(users).where(users.c.token_hash == token_hash(token), users.c.deleted.is_(False))
-        )
+        await conn.execute(sa.select(users).where(users.c.token_hash == token_hash(token), users.c.deleted.is_(False)))
     ).first()
     return _user(row) if row is not None and row.token == token else None
 
 
 async def get_user(conn: AsyncConnection, name: str) -> UserRec | None:
-    row = (
-        await conn.execute(sa.select(users).where(users.c.name == name, users.c.deleted.is_(False)))
-    ).first()
+    row = (await conn.execute(sa.select(users).where(users.c.name == name, users.c.deleted.is_(False)))).first()
     return _user(row) if row is not None else None
 
 
@@ -54,16 +50,12 @@ async def get_user_by_id(conn: AsyncConnection, user_id: str) -> UserRec | None:
 
 
 async def list_users(conn: AsyncConnection) -> list[UserRec]:
-    rows = await conn.execute(
-        sa.select(users).where(users.c.deleted.is_(False)).order_by(users.c.created_at.desc())
-    )
+    rows = await conn.execute(sa.select(users).where(users.c.deleted.is_(False)).order_by(users.c.created_at.desc()))
     return [_user(r) for r in rows]
 
 
 async def insert_user(conn: AsyncConnection, values: dict[str, Any]) -> None:
-    await conn.execute(
-        sa.insert(users).values(token_hash=token_hash(values["token"]), deleted=False, **values)
-    )
+    await conn.execute(sa.insert(users).values(token_hash=token_hash(values["token"]), deleted=False, **values))
 
 
 async def update_user(conn: AsyncConnection, user_id: str, values: dict[str, Any]) -> None:
@@ -78,9 +70,7 @@ async def delete_users(conn: AsyncConnection, names: Sequence[str]) -> None:
         await conn.execute(
             sa.update(users)
             .where(users.c.id == r.id)
-            .values(
-                deleted=True, active=False, name=f"_deleted_{r.id}_{r.name}", token_hash=f"deleted-{r.id}"
-            )
+            .values(deleted=True, active=False, name=f"_deleted_{r.id}_{r.name}", token_hash=f"deleted-{r.id}")
         )
         await conn.execute(sa.delete(members).where(members.c.user_id == r.id))
 
@@ -123,9 +113,7 @@ def _owner_of(row: Any) -> UserRec:
 
 
 async def get_project(conn: AsyncConnection, name: str) -> ProjectRec | None:
-    row = (
-        await conn.execute(_project_select().where(projects.c.name == name, projects.c.deleted.is_(False)))
-    ).first()
+    row = (await conn.execute(_project_select().where(projects.c.name == name, projects.c.deleted.is_(False)))).first()
     return _project(row, _owner_of(row)) if row is not None else None
 
 
@@ -163,9 +151,7 @@ async def list_members(conn: AsyncConnection, project_id: str) -> list[MemberRec
 async def get_member_role(conn: AsyncConnection, project_id: str, user_id: str) -> str | None:
     row = (
         await conn.execute(
-            sa.select(members.c.project_role).where(
-                members.c.project_id == project_id, members.c.user_id == user_id
-            )
+            sa.select(members.c.project_role).where(members.c.project_id == project_id, members.c.user_id == user_id)
         )
     ).first()
     return row.project_role if row is not None else None
@@ -176,9 +162,7 @@ async def set_members(conn: AsyncConnection, project_id: str, entries: Sequence[
     await conn.execute(sa.delete(members).where(members.c.project_id == project_id))
     for num, (user_id, role) in enumerate(entries):
         await conn.execute(
-            sa.insert(members).values(
-                project_id=project_id, user_id=user_id, project_role=role, member_num=num
-            )
+            sa.insert(members).values(project_id=project_id, user_id=user_id, project_role=role, member_num=num)
         )
 
 
@@ -192,9 +176,7 @@ async def upsert_member(conn: AsyncConnection, project_id: str, user_id: str, ro
         )
         return
     num = (
-        await conn.execute(
-            sa.select(sa.func.count()).select_from(members).where(members.c.project_id == project_id)
-        )
+        await conn.execute(sa.select(sa.func.count()).select_from(members).where(members.c.project_id == project_id))
     ).scalar_one()
     await conn.execute(
         sa.insert(members).values(project_id=project_id, user_id=user_id, project_role=role, member_num=num)
@@ -202,9 +184,7 @@ async def upsert_member(conn: AsyncConnection, project_id: str, user_id: str, ro
 
 
 async def remove_members(conn: AsyncConnection, project_id: str, user_ids: Sequence[str]) -> None:
-    await conn.execute(
-        sa.delete(members).where(members.c.project_id == project_id, members.c.user_id.in_(user_ids))
-    )
+    await conn.execute(sa.delete(members).where(members.c.project_id == project_id, members.c.user_id.in_(user_ids)))
 
 
 async def count_users(conn: AsyncConnection) -> int:

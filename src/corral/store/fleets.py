@@ -92,9 +92,7 @@ async def list_fleets(
     ascending: bool = False,
     after: tuple[float, str] | None = None,
 ) -> list[FleetRec]:
-    q = sa.select(fleets, projects.c.name.label("project_name")).join(
-        projects, projects.c.id == fleets.c.project_id
-    )
+    q = sa.select(fleets, projects.c.name.label("project_name")).join(projects, projects.c.id == fleets.c.project_id)
     if project_ids is not None:
         q = q.where(fleets.c.project_id.in_(project_ids))
     if not include_deleted:
@@ -115,9 +113,7 @@ async def list_fleets(
 async def get_fleet(
     conn: AsyncConnection, project_id: str, name: str | None = None, fleet_id: str | None = None
 ) -> FleetRec | None:
-    q = sa.select(fleets, projects.c.name.label("project_name")).join(
-        projects, projects.c.id == fleets.c.project_id
-    )
+    q = sa.select(fleets, projects.c.name.label("project_name")).join(projects, projects.c.id == fleets.c.project_id)
     q = q.where(fleets.c.project_id == project_id)
     if fleet_id is not None:
         q = q.where(fleets.c.id == fleet_id)

@@ -12,9 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 
-async def claim(
-    conn: AsyncConnection, table: sa.Table, row_id: str, owner: str, now: float, ttl: float
-) -> str | None:
+async def claim(conn: AsyncConnection, table: sa.Table, row_id: str, owner: str, now: float, ttl: float) -> str | None:
     token = str(uuid.uuid4())
     res = await conn.execute(
         sa.update(table)
@@ -25,13 +23,9 @@ async def claim(
     return token if res.rowcount > 0 else None
 
 
-async def extend(
-    conn: AsyncConnection, table: sa.Table, row_id: str, token: str, now: float, ttl: float
-) -> bool:
+async def extend(conn: AsyncConnection, table: sa.Table, row_id: str, token: str, now: float, ttl: float) -> bool:
     res = await conn.execute(
-        sa.update(table)
-        .where(table.c.id == row_id, table.c.lock_token == token)
-        .values(lock_expires_at=now + ttl)
+        sa.update(table).where(table.c.id == row_id, table.c.lock_token == token).values(lock_expires_at=now + ttl)
     )
     return res.rowcount > 0
 

@@ -6,11 +6,9 @@ exactly once; on SQLite the state-directory lock already guarantees a single ser
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import re
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError

@@ -48,9 +48,7 @@ class _Rejected(Exception):
 
 
 async def _job_is_waiting(conn: AsyncConnection, job_id: str) -> bool:
-    row = (
-        await conn.execute(sa.select(jobs.c.status, jobs.c.instance_id).where(jobs.c.id == job_id))
-    ).first()
+    row = (await conn.execute(sa.select(jobs.c.status, jobs.c.instance_id).where(jobs.c.id == job_id))).first()
     return row is not None and row.status == "submitted" and row.instance_id is None
 
 
@@ -62,9 +60,7 @@ async def _busy_blocks(conn: AsyncConnection, instance_id: str) -> int:
 
 
 async def _assign(db: Database, conn: AsyncConnection, d: Assign, now: float) -> None:
-    inst = (
-        await conn.execute(db.for_update(sa.select(instances).where(instances.c.id == d.instance_id)))
-    ).first()
+    inst = (await conn.execute(db.for_update(sa.select(instances).where(instances.c.id == d.instance_id)))).first()
     if inst is None or inst.status not in _USABLE or inst.unreachable or inst.deleted:
         raise _Rejected
     if not await _job_is_waiting(conn, d.job_id):
@@ -120,16 +116,12 @@ async def _count_backend(conn: AsyncConnection, backend: str) -> int:
     q = (
         sa.select(sa.func.count())
         .select_from(instances)
-        .where(
-            instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False)
-        )
+        .where(instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False))
     )
     return int((await conn.execute(q)).scalar_one())
 
 
-async def _reserve(
-    db: Database, conn: AsyncConnection, d: Reserve, now: float, backend_limits: dict[str, int]
-) -> str:
+async def _reserve(db: Database, conn: AsyncConnection, d: Reserve, now: float, backend_limits: dict[str, int]) -> str:
     fleet = (await conn.execute(db.for_update(sa.select(fleets).where(fleets.c.id == d.fleet_id)))).first()
     if fleet is None or fleet.deleted or fleet.status != "active":
         raise _Rejected
@@ -241,9 +233,7 @@ async def _apply_gang(
     result.failed += failed
 
 
-async def apply_plan(
-    db: Database, plan: Plan, now: float, backend_limits: dict[str, int] | None = None
-) -> ApplyResult:
+async def apply_plan(db: Database, plan: Plan, now: float, backend_limits: dict[str, int] | None = None) -> ApplyResult:
     """Commit what still fits of ``plan``; gangs that no longer fit are listed in ``rejected_runs``."""
     result = ApplyResult()
     if plan.is_empty():

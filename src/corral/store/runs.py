@@ -169,9 +169,7 @@ async def get_run_by_id(conn: AsyncConnection, run_id: str) -> RunRec | None:
 
 
 async def run_name_taken(conn: AsyncConnection, project_id: str, name: str) -> bool:
-    q = sa.select(runs.c.id).where(
-        runs.c.project_id == project_id, runs.c.run_name == name, runs.c.deleted.is_(False)
-    )
+    q = sa.select(runs.c.id).where(runs.c.project_id == project_id, runs.c.run_name == name, runs.c.deleted.is_(False))
     return (await conn.execute(q)).first() is not None
 
 
@@ -208,9 +206,7 @@ async def update_job(
     return (await conn.execute(q.values(**values))).rowcount > 0
 
 
-async def list_jobs(
-    conn: AsyncConnection, statuses: Sequence[str], run_id: str | None = None
-) -> list[JobRec]:
+async def list_jobs(conn: AsyncConnection, statuses: Sequence[str], run_id: str | None = None) -> list[JobRec]:
     q = sa.select(jobs).where(jobs.c.status.in_(statuses))
     if run_id is not None:
         q = q.where(jobs.c.run_id == run_id)
@@ -231,9 +227,7 @@ async def mark_runs_deleted(conn: AsyncConnection, run_ids: Sequence[str]) -> No
     await conn.execute(sa.update(runs).where(runs.c.id.in_(run_ids)).values(deleted=True))
 
 
-async def append_logs(
-    conn: AsyncConnection, job_id: str, entries: Sequence[tuple[float, int, bytes]]
-) -> None:
+async def append_logs(conn: AsyncConnection, job_id: str, entries: Sequence[tuple[float, int, bytes]]) -> None:
     if entries:
         await conn.execute(
             sa.insert(logs),

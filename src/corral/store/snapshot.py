@@ -34,8 +34,6 @@ async def backend_usage(conn: AsyncConnection, backend: str) -> int:
     q = (
         sa.select(sa.func.count())
         .select_from(instances)
-        .where(
-            instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False)
-        )
+        .where(instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False))
     )
     return int((await conn.execute(q)).scalar_one())

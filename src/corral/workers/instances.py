@@ -181,9 +181,7 @@ class Instances:
         due = []
         for inst in idle:
             limit = (
-                inst.idle_duration
-                if inst.idle_duration is not None
-                else self.ctx.settings.default_fleet_idle_duration
+                inst.idle_duration if inst.idle_duration is not None else self.ctx.settings.default_fleet_idle_duration
             )
             if limit < 0:
                 continue
@@ -238,9 +236,5 @@ class Instances:
         # (their lease has expired or is cleared here, since this process is the only server on SQLite).
         async with self.ctx.db.write() as conn:
             if self.ctx.db.is_sqlite:
-                await conn.execute(
-                    sa.update(instances).values(lock_owner=None, lock_token=None, lock_expires_at=None)
-                )
-                await conn.execute(
-                    sa.update(jobs).values(lock_owner=None, lock_token=None, lock_expires_at=None)
-                )
+                await conn.execute(sa.update(instances).values(lock_owner=None, lock_token=None, lock_expires_at=None))
+                await conn.execute(sa.update(jobs).values(lock_owner=None, lock_token=None, lock_expires_at=None))

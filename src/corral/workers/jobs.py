@@ -173,9 +173,7 @@ class Jobs:
             stop_duration=float(stop)
             if isinstance(stop, (int, float)) and stop >= 0
             else self.ctx.settings.default_stop_duration,
-            max_duration=float(spec["max_duration"])
-            if isinstance(spec.get("max_duration"), (int, float))
-            else None,
+            max_duration=float(spec["max_duration"]) if isinstance(spec.get("max_duration"), (int, float)) else None,
         )
         client = self._client(inst.agent or {})
         try:
@@ -184,9 +182,7 @@ class Jobs:
             log.warning("agent of %s unreachable: %s", inst.name, e)
             return  # retried on the next pass
         except AgentError as e:
-            await self._finish(
-                job, JobState(job.id, "failed", message=str(e)), stopped=None, executor_error=True
-            )
+            await self._finish(job, JobState(job.id, "failed", message=str(e)), stopped=None, executor_error=True)
             return
         finally:
             await client.aclose()
@@ -304,9 +300,7 @@ class Jobs:
         self.ctx.wakeups.wake("runs", "scheduler")
         return True
 
-    async def _finish(
-        self, job: JobRec, state: JobState, stopped: str | None, executor_error: bool = False
-    ) -> None:
+    async def _finish(self, job: JobRec, state: JobState, stopped: str | None, executor_error: bool = False) -> None:
         now = time.time()
         exit_status = state.exit_status
         message = state.message
@@ -321,9 +315,7 @@ class Jobs:
         elif state.state == "failed" and exit_status is None:
             # The agent could not start the job at all (no container runtime for `image`, agent restart).
             status = "failed"
-            reason = (
-                "executor_error" if executor_error or state.termination_reason else "creating_container_error"
-            )
+            reason = "executor_error" if executor_error or state.termination_reason else "creating_container_error"
         else:
             status, reason = "failed", "container_exited_with_error"
             if message is None and exit_status is not None:

@@ -39,9 +39,7 @@ def wait_policy(retry: Any, submitted_at: float, server_max: float | None) -> Wa
     if events is not None and "no-capacity" not in {getattr(e, "value", e) for e in events}:
         return WaitPolicy(False)
     duration = getattr(retry, "duration", None)
-    return WaitPolicy(
-        True, submitted_at + float(duration if duration is not None else DEFAULT_RETRY_DURATION)
-    )
+    return WaitPolicy(True, submitted_at + float(duration if duration is not None else DEFAULT_RETRY_DURATION))
 
 
 class Scheduling:
@@ -85,9 +83,7 @@ class Scheduling:
         key = (fleet.id, str(fleet.spec.get("configuration", {}).get("resources")))
         if key not in self._fleet_reqs:
             raw = fleet.spec.get("configuration", {}).get("resources")
-            self._fleet_reqs[key] = (
-                ResourcesSpec.model_validate(raw).to_requirements() if raw is not None else None
-            )
+            self._fleet_reqs[key] = ResourcesSpec.model_validate(raw).to_requirements() if raw is not None else None
         return self._fleet_reqs[key]
 
     def fleet_offers(self, fleet: FleetRec) -> tuple[Offer, ...]:
