@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import IO, Any
 
+from corral.config.server_config import ServerConfigError
 from corral.settings import Settings
 
 
@@ -52,15 +53,21 @@ async def prepare(settings: Settings) -> Prepared:
     """Migrate, bootstrap and build the app (used by ``corral server`` and by tests)."""
     from corral.api.app import create_app
     from corral.backends.local import LocalCompute
+    from corral.config.server_config import load_server_config
     from corral.services import accounts
     from corral.store.db import Database
     from corral.store.migrate import upgrade
     from corral.workers.context import Context
     from corral.workers.runtime import Workers
 
+    server_config = load_server_config(settings.server_dir / "config.yml")
     db = Database(settings.database_url)
     await upgrade(db)
     boot = await accounts.bootstrap(db, settings.admin_token)
+    if server_config is not None:
+        await accounts.apply_server_config(
+            db, boot.admin, [(p.name, [b.model_dump() for b in p.backends]) for p in server_config.projects]
+        )
     computes: dict[str, Any] = {
         "local": LocalCompute(settings.instances_dir, settings.provisioning_timeout, settings.agent_request_timeout)
     }
@@ -93,7 +100,11 @@ def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", **_
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
     async def run() -> None:
-        prepared = await prepare(settings)
+        try:
+            prepared = await prepare(settings)
+        except ServerConfigError as e:
+            print(f"Error: {e}", file=sys.stderr)
+            raise SystemExit(1) from None
         url = f"http://{host}:{port}"
         if prepared.admin_created:
             print(f"The admin token is {prepared.admin_token}", flush=True)

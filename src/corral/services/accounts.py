@@ -275,3 +275,29 @@ async def remove_members(db: Database, project: ProjectRec, usernames: list[str]
 
 def new_token() -> str:
     return secrets.token_urlsafe(24)
+
+
+async def apply_server_config(db: Database, admin: UserRec, projects: list[tuple[str, list[dict[str, Any]]]]) -> None:
+    """Create the projects that the server's ``config.yml`` lists (owned by ``admin``) and set their backends."""
+    async with db.write() as conn:
+        for name, backends in projects:
+            existing = await store.get_project(conn, name)
+            if existing is None:
+                priv, pub = generate_ssh_keypair()
+                project_id = str(uuid.uuid4())
+                await store.insert_project(
+                    conn,
+                    {
+                        "id": project_id,
+                        "name": name,
+                        "owner_id": admin.id,
+                        "created_at": time.time(),
+                        "is_public": False,
+                        "backends": json.dumps(backends),
+                        "ssh_private_key": priv,
+                        "ssh_public_key": pub,
+                    },
+                )
+                await store.upsert_member(conn, project_id, admin.id, "admin")
+            else:
+                await store.set_project_backends(conn, existing.id, json.dumps(backends))

@@ -189,3 +189,7 @@ async def remove_members(conn: AsyncConnection, project_id: str, user_ids: Seque
 
 async def count_users(conn: AsyncConnection) -> int:
     return int((await conn.execute(sa.select(sa.func.count()).select_from(users))).scalar_one())
+
+
+async def set_project_backends(conn: AsyncConnection, project_id: str, backends_json: str) -> None:
+    await conn.execute(sa.update(projects).where(projects.c.id == project_id).values(backends=backends_json))

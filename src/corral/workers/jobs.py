@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from corral.agent.protocol import JobState, JobSubmission
+from corral.agent.protocol import JobState, JobSubmission, LogsReply
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
 from corral.backends.base import AgentEndpoint
 from corral.domain.records import InstanceRec, JobRec
@@ -95,6 +95,8 @@ class Jobs:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._followers: dict[str, asyncio.Task[None]] = {}
+        #: Set to cut a follower's long poll short (a stop to send now, not when the poll ends).
+        self._pokes: dict[str, asyncio.Event] = {}
         self._submitting: set[str] = set()
 
     def _client(self, agent: dict[str, Any]) -> AgentClient:
@@ -122,8 +124,11 @@ class Jobs:
                     task.add_done_callback(self._done_submitting(job.id))
             elif job.id not in self._followers and inst is not None and inst.agent:
                 self._follow(job, inst)
+            elif job.stop_requested and job.id in self._pokes:
+                self._pokes[job.id].set()
 
     def _follow(self, job: JobRec, inst: InstanceRec) -> None:
+        self._pokes[job.id] = asyncio.Event()
         task = asyncio.create_task(self._follower(job, inst))
         self._followers[job.id] = task
         task.add_done_callback(self._done_following(job.id))
@@ -137,6 +142,7 @@ class Jobs:
     def _done_following(self, job_id: str) -> Callable[[asyncio.Task[None]], None]:
         def done(_task: asyncio.Task[None]) -> None:
             self._followers.pop(job_id, None)
+            self._pokes.pop(job_id, None)
 
         return done
 
@@ -222,8 +228,11 @@ class Jobs:
         offset = job.log_offset
         stop_sent: str | None = None
         wait = self.ctx.settings.agent_poll_wait
+        poke = self._pokes.get(job.id)
         try:
             while True:
+                if poke is not None:
+                    poke.clear()  # whatever poked us is seen by the reload below
                 current = await self._reload(job.id)
                 if current is None or current.status not in ("running", "pulling", "provisioning"):
                     return
@@ -234,9 +243,11 @@ class Jobs:
                     except (AgentUnreachable, AgentError) as e:
                         log.warning("stopping %s: %s", job.job_name, e)
                 try:
-                    reply = await client.logs(
-                        job.id, offset, wait=0 if current.stop_requested and not stop_sent else wait
+                    reply = await _logs_unless_poked(
+                        client, job.id, offset, 0 if current.stop_requested and not stop_sent else wait, poke
                     )
+                    if reply is None:
+                        continue
                 except AgentUnreachable:
                     if await self._unreachable(current):
                         return
@@ -337,3 +348,20 @@ class Jobs:
             if ok and job.instance_id:
                 await fleet_store.release_instance(conn, job.instance_id, now)
         self.ctx.wakeups.wake("runs", "scheduler")
+
+
+async def _logs_unless_poked(
+    client: AgentClient, job_id: str, offset: int, wait: float, poke: asyncio.Event | None
+) -> LogsReply | None:
+    """The agent's long poll for new output, or None as soon as ``poke`` is set (the poll is dropped)."""
+    if poke is None or wait <= 0:
+        return await client.logs(job_id, offset, wait=wait)
+    poll = asyncio.ensure_future(client.logs(job_id, offset, wait=wait))
+    poked = asyncio.ensure_future(poke.wait())
+    try:
+        await asyncio.wait({poll, poked}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        poked.cancel()
+        if not poll.done():
+            poll.cancel()
+    return poll.result() if poll.done() and not poll.cancelled() else None

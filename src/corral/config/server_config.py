@@ -1,0 +1,53 @@
+"""The server's optional ``config.yml`` (in the state directory): projects and their backends.
+
+projects:
+  - name: main
+    backends:
+      - type: local
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BackendEntry(_Strict):
+    type: Literal["local"]
+
+
+class ProjectEntry(_Strict):
+    name: str = Field(pattern=r"^[a-zA-Z0-9-_]{1,50}$")
+    backends: list[BackendEntry] = Field(default_factory=lambda: [BackendEntry(type="local")])
+
+
+class ServerConfig(_Strict):
+    projects: list[ProjectEntry] = Field(default_factory=list)
+
+
+class ServerConfigError(ValueError):
+    pass
+
+
+def load_server_config(path: Path) -> ServerConfig | None:
+    """The parsed file, None when it does not exist; a readable error naming the field otherwise."""
+    if not path.exists():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ServerConfigError(f"{path}: not valid YAML: {e}") from None
+    try:
+        return ServerConfig.model_validate(data)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
+        )
+        raise ServerConfigError(f"{path}: {problems} (corral supports the `local` backend for now)") from None
