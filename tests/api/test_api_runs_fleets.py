@@ -272,3 +272,31 @@ async def test_unsupported_types_validate_then_400(server: RunningServer) -> Non
         assert r.status_code == 400
         r = await c.post("/api/project/main/volumes/create", json={"configuration": {"type": "volume", "bogus": 1}})
         assert r.status_code == 422
+
+
+async def test_logs_poll_start_time_is_exclusive_and_pages(server: RunningServer) -> None:
+    async with server.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body())
+        run = (
+            await c.post(
+                "/api/project/main/runs/apply",
+                json=task_body(["for i in 1 2 3 4 5; do echo line$i; sleep 0.05; done"], name="pager"),
+            )
+        ).json()
+
+        async def done() -> dict[str, Any] | None:
+            got = await _run(c, "pager")
+            return got if got["status"] == "done" else None
+
+        got = await wait_for(done)
+        sub = got["latest_job_submission"]["id"]
+        base = {"run_name": "pager", "job_submission_id": sub}
+        page = (await c.post("/api/project/main/logs/poll", json={**base, "limit": 2})).json()
+        assert len(page["logs"]) == 2 and page["next_token"]
+        rest = (await c.post("/api/project/main/logs/poll", json={**base, "next_token": page["next_token"]})).json()
+        assert len(rest["logs"]) == 3
+        last = page["logs"][-1]["timestamp"]
+        after = (await c.post("/api/project/main/logs/poll", json={**base, "start_time": last})).json()
+        texts = [base64.b64decode(x["message"]) for x in after["logs"]]
+        assert b"line2\n" not in texts and len(texts) == 3
+        del run

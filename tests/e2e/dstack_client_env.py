@@ -75,8 +75,17 @@ def _build(venv: Path) -> None:
 
     # --without-scm-ignore-files: not on every Python; plain venv is enough.
     step([sys.executable, "-m", "venv", str(venv)])
-    step([str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-          f"dstack=={DSTACK_VERSION}"])
+    step(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "-q",
+            f"dstack=={DSTACK_VERSION}",
+        ]
+    )
     version = _venv_version(venv)
     if version != DSTACK_VERSION:
         raise ClientInstallError(f"installed, but the venv reports dstack {version!r}\n" + "\n".join(log))
@@ -156,7 +165,10 @@ class CliResult:
         return self.stdout + self.stderr
 
     def describe(self) -> str:
-        return f"$ dstack {' '.join(self.args)}\nexit code {self.returncode}\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+        return (
+            f"$ dstack {' '.join(self.args)}\nexit code {self.returncode}\n"
+            f"--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+        )
 
 
 @dataclass
@@ -174,9 +186,7 @@ class CorralServer:
             return "(no server log)"
 
     def api(self, path: str, body: object = None) -> httpx.Response:
-        return httpx.post(
-            f"{self.url}{path}", json=body, headers={"Authorization": f"Bearer {self.token}"}, timeout=30
-        )
+        return httpx.post(f"{self.url}{path}", json=body, headers={"Authorization": f"Bearer {self.token}"}, timeout=30)
 
 
 @dataclass

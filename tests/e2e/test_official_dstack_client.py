@@ -92,9 +92,7 @@ def wait_run(cli: DstackCli, name: str, statuses: tuple[str, ...], timeout: floa
             return run
         time.sleep(0.5)
     status = run and (run["status"], run["latest_job_submission"])
-    raise AssertionError(
-        f"run {name} not in {statuses} within {timeout}s (last: {status})\n{cli.server.log_tail()}"
-    )
+    raise AssertionError(f"run {name} not in {statuses} within {timeout}s (last: {status})\n{cli.server.log_tail()}")
 
 
 @pytest.fixture(scope="module")

@@ -231,7 +231,7 @@ async def append_logs(conn: AsyncConnection, job_id: str, entries: Sequence[tupl
     if entries:
         await conn.execute(
             sa.insert(logs),
-            [{"job_id": job_id, "timestamp": t, "source": s, "message": m} for t, s, m in entries],
+            [{"job_id": job_id, "timestamp": round(t, 6), "source": s, "message": m} for t, s, m in entries],
         )
 
 
@@ -247,9 +247,10 @@ async def read_logs(
     q = sa.select(logs.c.id, logs.c.timestamp, logs.c.source, logs.c.message).where(logs.c.job_id == job_id)
     if after_id is not None:
         q = q.where(logs.c.id < after_id if descending else logs.c.id > after_id)
+    # Times have microsecond resolution on the wire; ``start_time`` is exclusive (as dstack's).
     if start_time is not None:
-        q = q.where(logs.c.timestamp >= start_time)
+        q = q.where(logs.c.timestamp > start_time + 5e-7)
     if end_time is not None:
-        q = q.where(logs.c.timestamp <= end_time)
+        q = q.where(logs.c.timestamp <= end_time + 5e-7)
     q = q.order_by(logs.c.id.desc() if descending else logs.c.id.asc()).limit(limit)
     return [LogRec(r.id, r.timestamp, r.source, bytes(r.message)) for r in await conn.execute(q)]
