@@ -116,6 +116,13 @@ def main() -> None:
                     r, d = one_run(c, f"bench-{i}")
                     to_running.append(r)
                     to_done.append(d)
+                c.post("/api/project/main/fleets/delete", json={"names": ["bench"]}).raise_for_status()
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    insts = c.post("/api/instances/list", json={}).json()
+                    if all(i["status"] == "terminated" for i in insts):
+                        break
+                    time.sleep(0.1)
         finally:
             stop(proc)
     print(f"machine: {os.cpu_count()} CPUs; {args.runs} runs, sequential, one idle local instance")

@@ -25,7 +25,17 @@ else
   done
   grep -E "admin token|Configured|running at" "$LOG" || true
 fi
-cleanup() { if [ "$started" = 1 ] && [ "$keep" = 0 ]; then kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null || true; fi; }
+cleanup() {
+  if [ "$started" = 1 ] && [ "$keep" = 0 ]; then
+    # Delete the example fleet so that its instance (an agent process) goes away with the server.
+    corral fleet delete local-fleet -y >/dev/null 2>&1 || true
+    for _ in $(seq 1 50); do
+      corral fleet 2>/dev/null | grep -q local-fleet || break
+      sleep 0.2
+    done
+    kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null || true
+  fi
+}
 trap cleanup EXIT
 
 corral apply -f examples/fleet.dstack.yml -y
