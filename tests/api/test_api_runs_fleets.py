@@ -300,3 +300,30 @@ async def test_logs_poll_start_time_is_exclusive_and_pages(server: RunningServer
         texts = [base64.b64decode(x["message"]) for x in after["logs"]]
         assert b"line2\n" not in texts and len(texts) == 3
         del run
+
+
+async def test_waiting_run_shows_queue_position_and_starts_when_capacity_frees(server: RunningServer) -> None:
+    async with server.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..1"))
+        await c.post("/api/project/main/runs/apply", json=task_body(["sleep 600"], name="holder"))
+        await c.post("/api/project/main/runs/apply", json=task_body(["echo second"], name="second"))
+        await c.post("/api/project/main/runs/apply", json=task_body(["echo urgent"], name="urgent", priority=50))
+
+        async def queued() -> dict[str, Any] | None:
+            got = await _run(c, "second")
+            return got if got.get("corral_queue_position") == 2 else None
+
+        second = await wait_for(queued)
+        assert second["status"] == "submitted"
+        assert "Waiting for capacity" in second["latest_job_submission"]["corral_waiting"]
+        assert (await _run(c, "urgent"))["corral_queue_position"] == 1
+        await c.post("/api/project/main/runs/stop", json={"runs_names": ["holder"], "abort": False})
+
+        async def both_done() -> bool:
+            statuses = [(await _run(c, n))["status"] for n in ("second", "urgent")]
+            return statuses == ["done", "done"]
+
+        await wait_for(both_done, timeout=30)
+        # The higher-priority run took the freed instance first.
+        urgent, second = await _run(c, "urgent"), await _run(c, "second")
+        assert urgent["latest_job_submission"]["finished_at"] <= second["latest_job_submission"]["finished_at"]

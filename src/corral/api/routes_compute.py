@@ -132,7 +132,7 @@ async def list_runs(request: Request, project_name: str) -> FastJSON:
 async def get_run(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.GetRunBody, request)
-    return FastJSON(serialize.run(await runs.get(ctx_of(request), project, b.run_name, str(b.id) if b.id else None)))
+    return FastJSON(await runs.get(ctx_of(request), project, b.run_name, str(b.id) if b.id else None))
 
 
 @router.post(P + "/runs/get_plan")

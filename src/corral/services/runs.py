@@ -288,12 +288,17 @@ async def list_runs(
         )
 
 
-async def get(ctx: Context, project: ProjectRec, run_name: str | None, run_id: str | None) -> RunRec:
+async def get(ctx: Context, project: ProjectRec, run_name: str | None, run_id: str | None) -> dict[str, Any]:
+    """The run as the API shows it; a waiting run also gets its queue position (computed now, never stored)."""
+    position = None
     async with ctx.db.read() as conn:
         run = await store.get_run(conn, project.id, run_name=run_name, run_id=run_id)
-    if run is None:
-        raise ResourceNotExists("Run not found")
-    return run
+        if run is None:
+            raise ResourceNotExists("Run not found")
+        waiting = [j for j in run.jobs if j.status == "submitted" and j.instance_id is None]
+        if waiting:
+            position = await store.queue_position(conn, min(waiting, key=lambda j: j.job_num))
+    return serialize.run(run, queue_position=position)
 
 
 async def stop(ctx: Context, project: ProjectRec, names: list[str], abort: bool) -> None:

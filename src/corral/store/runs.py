@@ -254,3 +254,19 @@ async def read_logs(
         q = q.where(logs.c.timestamp <= end_time + 5e-7)
     q = q.order_by(logs.c.id.desc() if descending else logs.c.id.asc()).limit(limit)
     return [LogRec(r.id, r.timestamp, r.source, bytes(r.message)) for r in await conn.execute(q)]
+
+
+async def queue_position(conn: AsyncConnection, job: JobRec) -> int:
+    """1-based place of a waiting job in its project's queue (priority, then age), computed on read."""
+    ahead = sa.or_(
+        jobs.c.priority > job.priority,
+        sa.and_(
+            jobs.c.priority == job.priority, sa.tuple_(jobs.c.submitted_at, jobs.c.id) < (job.submitted_at, job.id)
+        ),
+    )
+    q = (
+        sa.select(sa.func.count())
+        .select_from(jobs)
+        .where(jobs.c.project_id == job.project_id, jobs.c.status == "submitted", jobs.c.instance_id.is_(None), ahead)
+    )
+    return int((await conn.execute(q)).scalar_one()) + 1
