@@ -32,9 +32,7 @@ def test_bad_requests_are_clear_400s(agent: AgentProc) -> None:
     assert r.status_code == 400 and "invalid JSON" in r.json()["error"]
     r = agent.http.post("/jobs", json={"job_id": "x", "run_name": "r", "commands": "echo"})
     assert r.status_code == 400 and "JobSubmission.commands" in r.json()["error"]
-    r = agent.http.post(
-        "/jobs", json={"job_id": "x", "run_name": "r", "commands": ["true"], "stop_duration": -1}
-    )
+    r = agent.http.post("/jobs", json={"job_id": "x", "run_name": "r", "commands": ["true"], "stop_duration": -1})
     assert r.status_code == 400 and "stop_duration" in r.json()["error"]
     r = agent.http.post("/jobs", json={"job_id": "../evil", "run_name": "r", "commands": ["true"]})
     assert r.status_code == 400 and "job_id" in r.json()["error"]

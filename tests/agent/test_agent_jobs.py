@@ -113,9 +113,7 @@ def test_stop_sigterm(agent: AgentProc) -> None:
 
 
 def test_trapped_sigterm_gets_sigkill_after_stop_duration(agent: AgentProc) -> None:
-    agent.submit(
-        "trap", ["trap 'echo got-term' TERM", "echo ready", "while true; do sleep 0.1; done"], stop_duration=1
-    )
+    agent.submit("trap", ["trap 'echo got-term' TERM", "echo ready", "while true; do sleep 0.1; done"], stop_duration=1)
     agent.http.get("/jobs/trap/logs", params={"wait": 5})
     t0 = time.monotonic()
     agent.http.post("/jobs/trap/stop", json={})

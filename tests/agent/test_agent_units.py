@@ -29,9 +29,7 @@ def test_round_trips() -> None:
     st = JobState("j", "done", exit_status=0, started_at=1.0, finished_at=2.0, pid=7)
     reply = LogsReply([LogEntry(1.5, "stderr", b"\xff\x00bytes")], 1, st)
     assert LogsReply.from_dict(reply.to_dict()) == reply
-    info = HostInfo(
-        "h", 4, 1024, 2048, "arm", [GpuInfo("H100", 81559, "nvidia")], GpuDriver("nvidia", "550"), "docker"
-    )
+    info = HostInfo("h", 4, 1024, 2048, "arm", [GpuInfo("H100", 81559, "nvidia")], GpuDriver("nvidia", "550"), "docker")
     assert HostInfo.from_dict(info.to_dict()) == info
 
 

@@ -50,10 +50,7 @@ def test_zipapp_imports_only_the_standard_library(tmp_path: Path) -> None:
     assert not {"pydantic", "httpx", "sqlalchemy", "fastapi", "yaml"} & mods
     assert {m for m in mods if m.startswith("corral")} <= {
         "corral",
-        *(
-            f"corral.agent{s}"
-            for s in ("", ".cli", ".server", ".jobs", ".resources", ".protocol", ".logstore")
-        ),
+        *(f"corral.agent{s}" for s in ("", ".cli", ".server", ".jobs", ".resources", ".protocol", ".logstore")),
         "corral.agent.procs",
         "corral.agent.zipapp",
     }

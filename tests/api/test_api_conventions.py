@@ -131,3 +131,12 @@ async def test_projects_create_list_get_delete(server: RunningServer) -> None:
 async def test_backends_list_types(server: RunningServer) -> None:
     async with server.client() as c:
         assert (await c.post("/api/backends/list_types")).json() == ["remote"]
+
+
+async def test_minimal_endpoints_the_official_cli_calls(server: RunningServer) -> None:
+    async with server.client() as c:
+        assert (await c.post("/api/events/list", json={})).json() == []
+        assert (await c.post("/api/project/main/secrets/list", json={})).json() == []
+        assert "gpus" in (await c.post("/api/project/main/gpus/list", json={})).json()
+        r = await c.get("/api/project/main/metrics/job/nope")
+        assert r.status_code == 400 and r.json()["detail"][0]["code"] == "resource_not_exists"

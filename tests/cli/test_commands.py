@@ -122,10 +122,7 @@ def test_server_unreachable_is_one_line(env: Path, cli: CLI) -> None:
     config_file.add_project("main", "http://127.0.0.1:9", "tok")
     result = cli("ps")
     assert result.code == 1
-    assert (
-        result.err
-        == "Error: Cannot reach the corral server at http://127.0.0.1:9. Start it with `corral server`.\n"
-    )
+    assert result.err == "Error: Cannot reach the corral server at http://127.0.0.1:9. Start it with `corral server`.\n"
 
 
 def test_ctrl_c_exits_130(fake: FakeClient, cli: CLI, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -138,9 +135,7 @@ def test_ctrl_c_exits_130(fake: FakeClient, cli: CLI, monkeypatch: pytest.Monkey
     assert "Traceback" not in result.err and "Aborted" not in result.err
 
 
-def test_unexpected_exception_has_no_traceback(
-    fake: FakeClient, cli: CLI, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_unexpected_exception_has_no_traceback(fake: FakeClient, cli: CLI, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fake, "runs_list", lambda *a, **k: 1 / 0)
     result = cli("ps")
     assert result.code == 1
@@ -174,7 +169,7 @@ def test_ps_table_and_hint(fake: FakeClient, cli: CLI) -> None:
     ]
 
 
-def test_ps_shows_last_finished_when_nothing_active(fake: FakeClient, cli: CLI) -> None:
+def test_ps_shows_only_active_runs_with_hint(fake: FakeClient, cli: CLI) -> None:
     fake.finished_list = [
         make_run(
             "old",
@@ -184,8 +179,11 @@ def test_ps_shows_last_finished_when_nothing_active(fake: FakeClient, cli: CLI) 
         )
     ]
     result = cli("ps")
+    assert "old" not in result.out
+    assert result.out.splitlines()[0].split()[0] == "NAME"
+    assert "Shown only active runs. Use -a to show all." in result.out
+    result = cli("ps", "-a")
     assert "old" in result.out and "no capacity" in result.out
-    assert "Use -a to show all" in result.out
 
 
 def test_ps_all_and_json(fake: FakeClient, cli: CLI) -> None:

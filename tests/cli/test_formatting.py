@@ -89,10 +89,7 @@ SMALL = {"cpus": 2, "memory_mib": 512, "gpus": [], "spot": False, "disk": {"size
 
 def test_instance_resources() -> None:
     assert f.format_instance_resources(GPU_BOX) == "cpu=8 mem=32GB disk=100GB gpu=A100:80GB:2"
-    assert (
-        f.format_instance_resources(GPU_BOX, include_spot=True)
-        == "cpu=8 mem=32GB disk=100GB gpu=A100:80GB:2 (spot)"
-    )
+    assert f.format_instance_resources(GPU_BOX, include_spot=True) == "cpu=8 mem=32GB disk=100GB gpu=A100:80GB:2 (spot)"
     assert f.format_instance_resources(GPU_BOX, gpu_only=True) == "gpu=A100:80GB:2"
     assert f.format_instance_resources(SMALL) == "cpu=arm:2 mem=0.5GB"
     assert f.format_instance_resources(SMALL, gpu_only=True) == "-"
@@ -107,6 +104,9 @@ def test_prices_backends_nodes() -> None:
     assert f.format_backend("remote", None) == "ssh"
     assert f.format_backend("remote", None, "local") == "local"
     assert f.format_backend("aws", "us-east-1") == "aws (us-east-1)"
+    assert f.format_backend("remote", "local") == "local"
+    assert f.format_backend("remote", "local", "local") == "local"
+    assert f.format_backend("remote", "10.0.0.2") == "ssh (10.0.0.2)"
     assert f.format_backend(None) == "-"
     assert f.format_nodes({"min": 0, "max": 3}) == "0..3"
     assert f.format_nodes({"min": 2, "max": 2}) == "2"
@@ -121,9 +121,7 @@ def test_durations() -> None:
     assert f.parse_duration(600) == 600
     assert f.parse_duration("off") == -1
     assert f.parse_duration(None) is None
-    assert (
-        f.format_retry({"on_events": ["no-capacity", "error"], "duration": 3600}) == "1h[no-capacity, error]"
-    )
+    assert f.format_retry({"on_events": ["no-capacity", "error"], "duration": 3600}) == "1h[no-capacity, error]"
     assert f.format_retry(None) == "off"
 
 
@@ -178,9 +176,9 @@ def test_job_status_text(sub: dict[str, Any], expected: str) -> None:
 
 def test_run_status_text_uses_job_once_finished() -> None:
     sub = {"status": "failed", "termination_reason": "failed_to_start_due_to_no_capacity"}
-    assert f.run_status_text(
-        {"status": "failed", "status_message": "failed", "latest_job_submission": sub}
-    ) == ("no capacity")
+    assert f.run_status_text({"status": "failed", "status_message": "failed", "latest_job_submission": sub}) == (
+        "no capacity"
+    )
     assert f.run_status_text({"status": "running", "status_message": "pulling"}) == "pulling"
 
 

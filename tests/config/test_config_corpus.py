@@ -74,9 +74,7 @@ def test_dump_round_trips_through_our_models(accepted: list[dict[str, Any]]) -> 
 def test_dump_equals_dstack_normalised_json(accepted: list[dict[str, Any]]) -> None:
     ours = [parse_configuration(copy.deepcopy(e["config"])).model_dump(mode="json") for e in accepted]
     theirs = dstack_verdicts([e["config"] for e in accepted])
-    mismatches = [
-        e["source"] for e, mine, d in zip(accepted, ours, theirs, strict=True) if d.get("dump") != mine
-    ]
+    mismatches = [e["source"] for e, mine, d in zip(accepted, ours, theirs, strict=True) if d.get("dump") != mine]
     assert mismatches == []
     # And dstack reads our JSON back to the same JSON.
     reread = dstack_verdicts(ours)

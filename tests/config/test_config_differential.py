@@ -141,12 +141,8 @@ def _cases() -> list[dict[str, Any]]:
     for name in ("idle_duration", "max_duration", "stop_duration"):
         cases += [{**task, name: v} for v in DURATIONS]
     cases += [{"type": "dev-environment", "ide": "vscode", "inactivity_duration": v} for v in DURATIONS]
-    cases += [
-        {"type": "volume", "backend": "aws", "region": "r", "auto_cleanup_duration": v} for v in DURATIONS
-    ]
-    cases += [
-        {**task, "utilization_policy": {"min_gpu_utilization": 10, "time_window": v}} for v in DURATIONS
-    ]
+    cases += [{"type": "volume", "backend": "aws", "region": "r", "auto_cleanup_duration": v} for v in DURATIONS]
+    cases += [{**task, "utilization_policy": {"min_gpu_utilization": 10, "time_window": v}} for v in DURATIONS]
     per_field = {
         "env": ENVS,
         "ports": PORTS and [[p] for p in PORTS],
@@ -166,16 +162,10 @@ def _cases() -> list[dict[str, Any]]:
     cases += [{**fleet, "nodes": v} for v in NODES]
     cases += [{**fleet, "nodes": 1, "resources": {"gpu": g}} for g in ["A100", 0, None]]
     cases += [{**fleet, "blocks": b} for b in ["auto", 0, 2, "2", "all"]]
+    cases += [{**fleet, "ssh_config": {"hosts": h}} for h in [["1.2.3.4"], [{"hostname": "h", "blocks": "auto"}], []]]
+    cases += [{**fleet, "ssh_config": {"hosts": ["h"], "network": n}} for n in ["10.0.0.0/8", "8.8.8.0/24", "x"]]
     cases += [
-        {**fleet, "ssh_config": {"hosts": h}}
-        for h in [["1.2.3.4"], [{"hostname": "h", "blocks": "auto"}], []]
-    ]
-    cases += [
-        {**fleet, "ssh_config": {"hosts": ["h"], "network": n}} for n in ["10.0.0.0/8", "8.8.8.0/24", "x"]
-    ]
-    cases += [
-        {**fleet, "ssh_config": {"hosts": [{"hostname": "h", "internal_ip": ip}]}}
-        for ip in ["10.0.0.1", "8.8.8.8"]
+        {**fleet, "ssh_config": {"hosts": [{"hostname": "h", "internal_ip": ip}]}} for ip in ["10.0.0.1", "8.8.8.8"]
     ]
     svc: dict[str, Any] = {"type": "service", "commands": ["serve"], "port": 8000}
     service_values: dict[str, list[Any]] = {

@@ -132,9 +132,7 @@ def test_memory_and_disk_shorthands() -> None:
         ({"gpu": {"vendor": "acme"}}, ("resources", "gpu", "vendor"), "unknown GPU vendor"),
     ],
 )
-def test_resource_errors_carry_the_field_path(
-    resources: dict[str, Any], loc: tuple[str, ...], text: str
-) -> None:
+def test_resource_errors_carry_the_field_path(resources: dict[str, Any], loc: tuple[str, ...], text: str) -> None:
     with pytest.raises(ValidationError) as info:
         task(resources=resources)
     errors = info.value.errors()
@@ -145,9 +143,7 @@ def test_resource_errors_carry_the_field_path(
 
 def test_unknown_keys_are_rejected_everywhere() -> None:
     assert error_locs({**TASK, "comands": ["x"]}) == [("comands",)]
-    assert error_locs({"type": "fleet", "nodes": 1, "ssh_config": {"hosts": ["h"], "x": 1}}) == [
-        ("ssh_config", "x")
-    ]
+    assert error_locs({"type": "fleet", "nodes": 1, "ssh_config": {"hosts": ["h"], "x": 1}}) == [("ssh_config", "x")]
     assert error_locs({**TASK, "retry": {"on_event": ["error"]}})[0][:1] == ("retry",)
     assert error_locs({"type": "gateway", "backend": "aws", "region": "r", "router": {}}) == [("router",)]
 
@@ -249,9 +245,7 @@ def test_fleet_nodes_normalisation_and_target() -> None:
 
 def test_fleet_defaults_and_ssh_form() -> None:
     cloud = parse_fleet_configuration({"type": "fleet", "name": "f", "nodes": 1})
-    assert (
-        cloud.model_dump(mode="json")["blocks"] == 1 and cloud.ssh_config is None and cloud.resources is None
-    )
+    assert cloud.model_dump(mode="json")["blocks"] == 1 and cloud.ssh_config is None and cloud.resources is None
     ssh = parse_configuration(
         {
             "type": "fleet",
@@ -309,9 +303,7 @@ def test_to_requirements() -> None:
         disk=Range(100.0, None),
         gpu=GpuSpec(count=Range(0, None)),
     )
-    req = task(
-        resources={"gpu": "nvidia:A100:40GB..:2", "cpu": "arm:4..", "disk": None}
-    ).resources.to_requirements()
+    req = task(resources={"gpu": "nvidia:A100:40GB..:2", "cpu": "arm:4..", "disk": None}).resources.to_requirements()
     assert req.cpu_arch == "arm" and req.cpu_count == Range(4, None) and req.disk is None
     assert req.gpu == GpuSpec(vendor="nvidia", names=("A100",), count=Range(2, 2), memory=Range(40.0, None))
     assert ResourcesSpec().describe() == "cpu=2.. mem=8GB.. disk=100GB.. gpu=0.."

@@ -229,13 +229,8 @@ def test_match_examples() -> None:
     )
     assert match_requirements(Requirements(), box) is None
     assert match_requirements(Requirements(gpu=parse_gpu_spec("A100:80GB:2")), box) is None
-    assert (
-        match_requirements(Requirements(gpu=parse_gpu_spec("H100")), box)
-        == "needs gpu H100, instance has A100"
-    )
-    assert (
-        match_requirements(Requirements(gpu=parse_gpu_spec("4")), box) == "needs gpu count 4, instance has 2"
-    )
+    assert match_requirements(Requirements(gpu=parse_gpu_spec("H100")), box) == "needs gpu H100, instance has A100"
+    assert match_requirements(Requirements(gpu=parse_gpu_spec("4")), box) == "needs gpu count 4, instance has 2"
     small = dataclasses.replace(box, memory_mib=4 * 1024, gpus=())
     assert match_requirements(Requirements(), small) == "needs memory 8GB.., instance has 4.0GB"
     cpu_only = dataclasses.replace(box, gpus=())
@@ -246,7 +241,5 @@ def test_match_examples() -> None:
 
 def test_describe() -> None:
     assert describe(Requirements()) == "cpu=2.. mem=8GB.. disk=100GB.. gpu=0.."
-    req = Requirements(
-        cpu_arch="arm", cpu_count=Range(4, 4), gpu=parse_gpu_spec("nvidia:A100:40GB..:2"), disk=None
-    )
+    req = Requirements(cpu_arch="arm", cpu_count=Range(4, 4), gpu=parse_gpu_spec("nvidia:A100:40GB..:2"), disk=None)
     assert describe(req) == "cpu=arm:4 mem=8GB.. gpu=A100:40GB..:2"

@@ -258,3 +258,54 @@ async def volume_get(request: Request, project_name: str) -> FastJSON:
 async def volume_delete(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name)
     return FastJSON(None)
+
+
+# --- endpoints the official CLI calls that corral answers minimally for now -----------------------------
+
+
+@router.post("/api/events/list")
+async def events_list(request: Request) -> FastJSON:
+    await current_user(request)
+    return FastJSON([])
+
+
+@router.post(P + "/secrets/list")
+async def secrets_list(request: Request, project_name: str) -> FastJSON:
+    await member(request, project_name, "manager")
+    return FastJSON([])
+
+
+@router.get(P + "/metrics/job/{run_name}")
+async def job_metrics(request: Request, project_name: str, run_name: str) -> FastJSON:
+    _u, project = await member(request, project_name)
+    await runs.get(ctx_of(request), project, run_name, None)
+    return FastJSON({"metrics": []})
+
+
+@router.post(P + "/gpus/list")
+async def gpus_list(request: Request, project_name: str) -> FastJSON:
+    await member(request, project_name)
+    groups: dict[tuple[str, int, str], dict[str, Any]] = {}
+    for compute in ctx_of(request).computes.values():
+        for offer in compute.offers():
+            gpus = offer.resources.gpus
+            if not gpus:
+                continue
+            g = gpus[0]
+            key = (g.name, g.memory_mib, g.vendor)
+            entry = groups.setdefault(
+                key,
+                {
+                    "name": g.name,
+                    "memory_mib": g.memory_mib,
+                    "vendor": g.vendor,
+                    "availability": ["available"],
+                    "spot": ["on-demand"],
+                    "count": {"min": len(gpus), "max": len(gpus)},
+                    "price": {"min": offer.price, "max": offer.price},
+                    "backends": ["remote"],
+                    "regions": [offer.region],
+                },
+            )
+            entry["count"]["max"] = max(entry["count"]["max"], len(gpus))
+    return FastJSON({"gpus": list(groups.values())})

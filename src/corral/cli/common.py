@@ -30,9 +30,10 @@ YesOption = Annotated[bool, typer.Option("-y", "--yes", help="Do not ask for con
 def client_for(project: str | None) -> tuple[CorralClient, str]:
     """A client for ``project`` (or the default project) and the project's name."""
     from corral.sdk import config_file
-    from corral.sdk.client import CorralClient
 
     entry = config_file.get_project(project)
+    from corral.sdk.client import CorralClient  # httpx is imported only once a project is known
+
     return CorralClient(entry["url"], entry["token"]), entry["name"]
 
 

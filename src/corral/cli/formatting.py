@@ -177,8 +177,13 @@ def format_backend(backend: str | None, region: str | None = None, corral_backen
     """``aws (us-east-1)``; ``remote`` shows as ``ssh``, or as corral's own backend name if given."""
     if not backend:
         return "-"
-    name = str(corral_backend) if corral_backend else ("ssh" if backend == "remote" else backend)
-    return f"{name} ({region})" if region else name
+    if corral_backend:
+        name = str(corral_backend)
+    elif backend == "remote" and region == "local":
+        return "local"  # corral's local backend, when the object lacks `corral_backend`
+    else:
+        name = "ssh" if backend == "remote" else backend
+    return f"{name} ({region})" if region and region != name else name
 
 
 def format_nodes(nodes: Any) -> str:

@@ -66,6 +66,7 @@ def confirm(prompt: str) -> bool:
         try:
             answer = out.input(f"{prompt} [bold magenta]\\[y/n][/]: ")
         except EOFError:
+            out.print()
             raise CLIError(f"{_plain(prompt)} Cannot ask: stdin is closed. Pass -y to confirm.")
         answer = answer.strip().lower()
         if answer in ("y", "yes"):

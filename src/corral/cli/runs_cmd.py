@@ -1,7 +1,8 @@
 """``corral ps``, ``logs``, ``stop`` and ``delete``: looking at and managing runs.
 
 * ``ps``: ``POST /api/runs/list`` with ``only_active: true`` (unless ``-a``), then a second call
-  with ``only_active: false, limit: 1`` to learn whether finished runs exist (as dstack does).
+  with ``only_active: false, limit: 1`` to learn whether finished runs exist; if so, a hint says
+  that only active runs are shown (dstack would show the latest finished run instead).
 * ``logs``: ``runs/get`` for the job submission, then ``logs/poll`` page by page.
 * ``stop``: ``runs/get`` then ``runs/stop``; ``delete``: ``runs/get`` then ``runs/delete``.
 """
@@ -47,8 +48,6 @@ def ps(
             if show_all:
                 return runs, None
             latest = client.runs_list(project_name, only_active=False, limit=1)
-            if not runs and latest:
-                return latest, "No active runs; shown the latest finished one. Use -a to show all."
             if latest and latest[0].get("id") not in {r.get("id") for r in runs}:
                 return runs, "Shown only active runs. Use -a to show all."
             return runs, None

@@ -108,6 +108,7 @@ def offer_json(offer: Offer, blocks: int = 1) -> dict[str, Any]:
     r = offer.resources
     return {
         "backend": serialize.WIRE_BACKEND.get(offer.backend, offer.backend),
+        "corral_backend": offer.backend,
         "instance": {
             "name": offer.instance_type,
             "resources": {

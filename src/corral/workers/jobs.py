@@ -65,6 +65,7 @@ def provisioning_data(inst: InstanceRec) -> dict[str, Any]:
     res = offer.get("resources") or {}
     return {
         "backend": "remote",
+        "corral_backend": inst.backend,
         "instance_type": {
             "name": offer.get("instance_type", "local"),
             "resources": {
