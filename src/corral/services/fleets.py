@@ -13,7 +13,9 @@ from pydantic import ValidationError
 from corral.config import parse_fleet_configuration, parse_profile
 from corral.domain.records import FleetRec, ProjectRec, UserRec
 from corral.domain.resources import match_requirements
+from corral.scheduler.codec import offer_to_json
 from corral.scheduler.types import Offer
+from corral.schemas import wire
 from corral.services import serialize
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError, validation_errors
 from corral.store import fleets as store
@@ -105,22 +107,11 @@ def validation_errors_from_msg(loc: tuple[str | int, ...], msg: str) -> Exceptio
 
 
 def offer_json(offer: Offer, blocks: int = 1) -> dict[str, Any]:
-    r = offer.resources
+    """dstack's ``InstanceOfferWithAvailability`` for a backend offer."""
     return {
         "backend": serialize.WIRE_BACKEND.get(offer.backend, offer.backend),
         "corral_backend": offer.backend,
-        "instance": {
-            "name": offer.instance_type,
-            "resources": {
-                "cpus": r.cpus,
-                "memory_mib": r.memory_mib,
-                "gpus": [{"name": g.name, "memory_mib": g.memory_mib, "vendor": g.vendor} for g in r.gpus],
-                "spot": r.spot,
-                "disk": {"size_mib": r.disk_size_mib},
-                "cpu_arch": r.cpu_arch,
-                "description": "",
-            },
-        },
+        "instance": wire.instance_type(offer_to_json(offer)),
         "region": offer.region,
         "price": offer.price,
         "backend_data": {},

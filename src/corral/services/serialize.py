@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from corral.domain.records import FleetRec, InstanceRec, JobRec, MemberRec, ProjectRec, RunRec, UserRec
+from corral.schemas import wire
 
 WIRE_BACKEND = {"local": "remote"}
 
@@ -68,34 +69,13 @@ def project(p: ProjectRec, members: list[MemberRec] | None = None) -> dict[str, 
     }
 
 
-def instance_type(offer: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not offer:
-        return None
-    res = offer.get("resources") or {}
-    return {
-        "name": offer.get("instance_type", "local"),
-        "resources": {
-            "cpus": res.get("cpus", 0),
-            "memory_mib": res.get("memory_mib", 0),
-            "gpus": [
-                {"name": g["name"], "memory_mib": g["memory_mib"], "vendor": g.get("vendor")}
-                for g in res.get("gpus") or []
-            ],
-            "spot": bool(res.get("spot", False)),
-            "disk": {"size_mib": res.get("disk_size_mib", 0)},
-            "cpu_arch": res.get("cpu_arch"),
-            "description": "",
-        },
-    }
-
-
 def instance(i: InstanceRec) -> dict[str, Any]:
     return {
         "id": i.id,
         "project_name": i.project_name,
         "backend": WIRE_BACKEND.get(i.backend, i.backend),
         "corral_backend": i.backend,
-        "instance_type": instance_type(i.offer),
+        "instance_type": wire.instance_type(i.offer),
         "name": i.name,
         "fleet_id": i.fleet_id,
         "fleet_name": i.fleet_name,

@@ -17,6 +17,7 @@ from corral.agent.protocol import JobState, JobSubmission, LogsReply
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
 from corral.backends.base import AgentEndpoint
 from corral.domain.records import InstanceRec, JobRec
+from corral.schemas import wire
 from corral.store import fleets as fleet_store
 from corral.store import runs as run_store
 from corral.store.fleets import dump
@@ -61,25 +62,10 @@ def job_blocks(job: JobRec) -> int | None:
 
 
 def provisioning_data(inst: InstanceRec) -> dict[str, Any]:
-    offer = inst.offer or {}
-    res = offer.get("resources") or {}
     return {
         "backend": "remote",
         "corral_backend": inst.backend,
-        "instance_type": {
-            "name": offer.get("instance_type", "local"),
-            "resources": {
-                "cpus": res.get("cpus", 0),
-                "memory_mib": res.get("memory_mib", 0),
-                "gpus": [
-                    {"name": g["name"], "memory_mib": g["memory_mib"], "vendor": g.get("vendor")}
-                    for g in res.get("gpus") or []
-                ],
-                "spot": bool(res.get("spot", False)),
-                "disk": {"size_mib": res.get("disk_size_mib", 0)},
-                "cpu_arch": res.get("cpu_arch"),
-            },
-        },
+        "instance_type": wire.instance_type(inst.offer),
         "instance_id": inst.id,
         "hostname": inst.hostname or "127.0.0.1",
         "internal_ip": "127.0.0.1",
