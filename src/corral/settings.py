@@ -50,6 +50,8 @@ class Settings:
     default_stop_duration: float = 300.0
     #: Upper bound on how long a job may wait in the queue (None = unlimited).
     max_queue_wait: float | None = None
+    #: After waiting this long, a job holds the fleets it can use so smaller jobs cannot starve it.
+    starvation_guard: float | None = 300.0
     #: Maximum number of local instances (default: the CPU count).
     local_max_instances: int = field(default_factory=lambda: os.cpu_count() or 1)
     #: Default idle duration of fleet instances (dstack: 3 days).
@@ -82,6 +84,7 @@ class Settings:
             agent_unreachable_timeout=_float_env(e, "CORRAL_AGENT_UNREACHABLE_TIMEOUT", 120.0) or 120.0,
             default_stop_duration=_float_env(e, "CORRAL_DEFAULT_STOP_DURATION", 300.0) or 300.0,
             max_queue_wait=_float_env(e, "CORRAL_MAX_QUEUE_WAIT", None),
+            starvation_guard=_float_env(e, "CORRAL_STARVATION_GUARD", 300.0),
             background_processing=e.get("CORRAL_BACKGROUND_PROCESSING", "1") not in ("0", "false", "off"),
         )
         if "CORRAL_LOCAL_MAX_INSTANCES" in e:

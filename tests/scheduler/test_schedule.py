@@ -227,3 +227,24 @@ def test_plan_never_overcommits(snapshot: Snapshot) -> None:
             assert i.busy_blocks + used[i.id] <= max(i.total_blocks, i.busy_blocks)
             if used[i.id]:
                 assert i.status in ("idle", "busy", "pending", "provisioning")
+
+
+def test_large_job_at_head_holds_capacity_after_waiting() -> None:
+    # A 2-node gang waits for a cluster fleet with one free instance; small jobs keep arriving.
+    cluster = fleet((inst(0), inst(1, status="busy", busy=1)), nodes_max=2, placement="cluster")
+    gang = tuple(job(1, run="big", nodes=2, num=n) for n in range(2))
+    small = job(2)
+    young = Snapshot(fleets=(cluster,), queue=(*gang, small), hold_after=60.0)
+    ds = [d for g in schedule(young, now=10.0).gangs for d in g.decisions]
+    assert Assign("j2-0", "i0", 1) in ds  # not waited long yet: backfill is allowed
+    old = Snapshot(fleets=(cluster,), queue=(*gang, small), hold_after=60.0)
+    ds = [d for g in schedule(old, now=100.0).gangs for d in g.decisions]
+    assert not any(isinstance(d, Assign) for d in ds)  # the big job holds the fleet now
+    waits = {d.job_id: d.message for d in ds if isinstance(d, Wait)}
+    assert "holds the fleets" in waits["j2-0"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(snapshots())
+def test_same_input_same_plan(snapshot: Snapshot) -> None:
+    assert schedule(snapshot, now=100.0) == schedule(snapshot, now=100.0)

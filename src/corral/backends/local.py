@@ -58,9 +58,37 @@ class LocalCompute:
             self._offer = Offer(backend="local", instance_type="local", region="local", price=0.0, resources=res)
         return [self._offer]
 
+    async def _adopt(self, work_dir: Path) -> Provisioned | None:
+        """An agent already started for this reservation (a crash came between start and record)."""
+        try:
+            pid = int((work_dir / "agent.pid").read_text().strip())
+            port = int((work_dir / "agent.port").read_text().strip())
+            token = (work_dir / "agent.token").read_text().strip()
+        except (OSError, ValueError):
+            return None
+        if not _alive(pid):
+            return None
+        endpoint = AgentEndpoint(url=f"http://127.0.0.1:{port}", token=token, pid=pid, work_dir=str(work_dir))
+        client = AgentClient(endpoint.url, token, timeout=self.request_timeout)
+        try:
+            info = await client.info()
+        except (AgentUnreachable, AgentError):
+            _kill_group(pid)
+            return None
+        finally:
+            await client.aclose()
+        return Provisioned(
+            agent=endpoint, hostname=info.hostname, resources=host_resources(info), internal_ip="127.0.0.1"
+        )
+
     async def create_instance(self, instance_id: str, instance_name: str) -> Provisioned:
+        """Start the agent of reservation ``instance_id`` -- idempotently: the reservation id names the
+        work directory, so a retry after a crash adopts the agent it already started instead of a second one."""
         work_dir = self.instances_dir / instance_id
         work_dir.mkdir(parents=True, exist_ok=True)
+        adopted = await self._adopt(work_dir)
+        if adopted is not None:
+            return adopted
         token = secrets.token_hex(24)
         token_file = work_dir / "agent.token"
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

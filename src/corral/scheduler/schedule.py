@@ -172,7 +172,7 @@ def _waiting_message(fleets: list[FleetSlot]) -> str:
 
 
 def _schedule_gang(
-    jobs: list[QueuedJob], snapshot: Snapshot, ledger: _Ledger, now: float
+    jobs: list[QueuedJob], snapshot: Snapshot, ledger: _Ledger, now: float, held: set[str]
 ) -> tuple[list[Decision], _Ledger]:
     head = jobs[0]
     candidates = _candidate_fleets(head, snapshot.fleets)
@@ -194,6 +194,8 @@ def _schedule_gang(
 
     best: tuple[tuple[bool, float], list[Decision], _Ledger] | None = None
     for fleet in feasible:
+        if fleet.id in held:
+            continue
         trial = ledger.copy()
         placed = _try_place_in_fleet(jobs, fleet, trial, snapshot.backend_limits)
         if placed is None:
@@ -211,7 +213,12 @@ def _schedule_gang(
         return [Fail(j.id, msg) for j in jobs], ledger
     if head.wait.deadline is not None and now >= head.wait.deadline:
         return [Fail(j.id, "Waited for capacity until the retry duration ran out") for j in jobs], ledger
-    message = _waiting_message(feasible)
+    if all(f.id in held for f in feasible):
+        message = "Waiting for capacity: an earlier job that has waited long holds the fleets this job can use"
+    else:
+        message = _waiting_message(feasible)
+    if snapshot.hold_after is not None and now - head.submitted_at >= snapshot.hold_after:
+        held.update(f.id for f in feasible)
     return [Wait(j.id, message) for j in jobs if j.status_message != message], ledger
 
 
@@ -221,8 +228,9 @@ def schedule(snapshot: Snapshot, now: float) -> Plan:
     for job in sorted(snapshot.queue, key=lambda j: (-j.priority, j.submitted_at, j.run_id, j.job_num)):
         gangs.setdefault(job.run_id, []).append(job)
     out: list[Gang] = []
+    held: set[str] = set()
     for run_id, jobs in gangs.items():
-        decisions, ledger = _schedule_gang(jobs, snapshot, ledger, now)
+        decisions, ledger = _schedule_gang(jobs, snapshot, ledger, now, held)
         if decisions:
             out.append(Gang(run_id, tuple(decisions)))
     return Plan(tuple(out))

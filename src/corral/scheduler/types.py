@@ -84,6 +84,9 @@ class Snapshot:
     queue: tuple[QueuedJob, ...]
     #: Backend-wide caps, e.g. the number of local instances: key -> (in use, maximum).
     backend_limits: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: A job that has waited this long holds the fleets it could use: nothing queued behind it takes
+    #: capacity there until it fits (no starvation of large jobs). None disables holding.
+    hold_after: float | None = None
 
 
 @dataclass(frozen=True)

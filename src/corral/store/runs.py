@@ -122,7 +122,7 @@ async def list_runs(
     only_active: bool = False,
     user_id: str | None = None,
     repo_id: str | None = None,
-    limit: int = 100,
+    limit: int | None = 100,
     ascending: bool = False,
     after: tuple[float, str] | None = None,
     include_jobs: bool = True,
@@ -141,7 +141,9 @@ async def list_runs(
         cmp = sa.tuple_(runs.c.submitted_at, runs.c.id)
         q = q.where(cmp > sa.tuple_(*after) if ascending else cmp < sa.tuple_(*after))
     order = (runs.c.submitted_at, runs.c.id)
-    q = q.order_by(*(c.asc() if ascending else c.desc() for c in order)).limit(limit)
+    q = q.order_by(*(c.asc() if ascending else c.desc() for c in order))
+    if limit is not None:
+        q = q.limit(limit)
     rows = (await conn.execute(q)).all()
     by_run = await _jobs_for(conn, [r.id for r in rows], submissions_limit) if include_jobs else {}
     return [_run(r, by_run.get(r.id, [])) for r in rows]
@@ -216,11 +218,6 @@ async def list_jobs(conn: AsyncConnection, statuses: Sequence[str], run_id: str 
 async def get_job(conn: AsyncConnection, job_id: str) -> JobRec | None:
     row = (await conn.execute(sa.select(jobs).where(jobs.c.id == job_id))).first()
     return job_from_row(row) if row is not None else None
-
-
-async def list_active_run_ids(conn: AsyncConnection) -> list[str]:
-    q = sa.select(runs.c.id).where(runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False))
-    return [r.id for r in await conn.execute(q)]
 
 
 async def mark_runs_deleted(conn: AsyncConnection, run_ids: Sequence[str]) -> None:

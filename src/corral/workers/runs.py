@@ -44,8 +44,7 @@ class Runs:
 
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
-            ids = await run_store.list_active_run_ids(conn)
-            runs = [r for r in [await run_store.get_run_by_id(conn, i) for i in ids] if r is not None]
+            runs = await run_store.list_runs(conn, None, only_active=True, limit=None)
         now = time.time()
         for run in runs:
             latest: dict[tuple[int, int], str] = {}

@@ -163,6 +163,7 @@ class Scheduling:
             fleets=slots,
             queue=tuple(queued),
             backend_limits={"local": (local_used, limits["local"])} if "local" in limits else {},
+            hold_after=self.ctx.settings.starvation_guard,
         )
         plan = schedule(snapshot, now)
         upkeep_gangs = [Gang(f"upkeep:{f.id}", (r,)) for f in slots for r in upkeep(f, {})]
