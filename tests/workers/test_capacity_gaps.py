@@ -190,7 +190,7 @@ async def test_retry_rules(tmp_path: Path) -> None:
         await wait_for(_status_is(c, "no-capacity-2s", "failed"))
         msg = (await _run(c, "no-capacity-2s"))["latest_job_submission"]["termination_reason_message"]
         assert "retry duration" in msg
-        await c.post("/api/project/main/runs/stop", json={"runs_names": list(cases) + ["holder"], "abort": True})
+        await c.post("/api/project/main/runs/stop", json={"runs_names": [*cases, "holder"], "abort": True})
 
 
 async def test_waiting_writes_nothing(tmp_path: Path) -> None:
