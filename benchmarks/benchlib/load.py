@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -24,7 +25,7 @@ def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     if not s:
         return float("nan")
-    return s[min(len(s) - 1, max(0, int(round(q * len(s) + 0.5)) - 1))]
+    return s[min(len(s), max(1, math.ceil(q * len(s)))) - 1]
 
 
 @dataclass
