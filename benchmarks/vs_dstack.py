@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib.servers import DEFAULT_DSTACK_VENV, DSTACK_VERSION, BenchError, Flavour, ensure_dstack_venv  # noqa: E402
-from benchlib.workloads import WORKLOADS, Options, Results, bench  # noqa: E402
+from benchlib.servers import DEFAULT_DSTACK_VENV, DSTACK_VERSION, BenchError, Flavour, ensure_dstack_venv
+from benchlib.workloads import WORKLOADS, Bench, Options, Results, interleave
 
 # key, label, unit, better ("lo"/"hi"), target advantage (None = no target)
 ROWS: list[tuple[str, str, str, str, float | None]] = [
@@ -38,31 +38,32 @@ ROWS: list[tuple[str, str, str, str, float | None]] = [
     ("start_warm_s", "start-up, existing state", "s", "lo", 4),
     ("stop_s", "shutdown (SIGTERM to exit)", "s", "lo", None),
     ("rss_idle_mb", "idle RSS, server process", "MB", "lo", 2),
+    ("idle_cpu_pct", "idle CPU, server process (% of a core)", "%", "lo", None),
     ("rss_peak_mb", "peak RSS during the workloads (sampled)", "MB", "lo", None),
     ("rss_hwm_mb", "peak RSS, kernel high-water mark", "MB", "lo", None),
-    ("apply_rps", "runs/apply, 8 clients", "req/s", "hi", 10),
+    ("apply_rps", "runs/apply, {requests} requests, {concurrency} clients", "req/s", "hi", 10),
     ("apply_p50", "runs/apply p50", "ms", "lo", None),
     ("apply_p99", "runs/apply p99", "ms", "lo", 10),
     ("apply_drain_s", "runs/apply: all runs failed (no fleet), after the last apply", "s", "lo", None),
-    ("list_rps", "runs/list, 100 of 500 runs", "req/s", "hi", 10),
+    ("list_rps", "runs/list, 100 of {requests} runs", "req/s", "hi", 10),
     ("list_p50", "runs/list p50", "ms", "lo", None),
     ("list_p99", "runs/list p99", "ms", "lo", None),
     ("ps_rps", "runs/list, `dstack ps` body (only_active)", "req/s", "hi", None),
     ("ps_p50", "runs/list `ps` body p50", "ms", "lo", None),
     ("ps_p99", "runs/list `ps` body p99", "ms", "lo", None),
-    ("fleet_apply_rps", "fleets/apply, 8 clients", "req/s", "hi", None),
+    ("fleet_apply_rps", "fleets/apply, {fleets} requests, {concurrency} clients", "req/s", "hi", None),
     ("fleet_apply_p50", "fleets/apply p50", "ms", "lo", None),
     ("fleet_apply_p99", "fleets/apply p99", "ms", "lo", None),
-    ("fleet_list_rps", "fleets/list, 100 fleets", "req/s", "hi", None),
+    ("fleet_list_rps", "fleets/list, {fleets} fleets", "req/s", "hi", None),
     ("fleet_list_p50", "fleets/list p50", "ms", "lo", None),
     ("fleet_list_p99", "fleets/list p99", "ms", "lo", None),
     ("cli_help_s", "CLI `--help`", "s", "lo", 5),
-    ("cli_ps_s", "CLI `ps` (500 finished runs)", "s", "lo", None),
-    ("cli_ps_all_s", "CLI `ps -a` (100 shown)", "s", "lo", None),
-    ("local_apply_rps", "[local fleet] runs/apply, 8 clients", "req/s", "hi", None),
+    ("cli_ps_s", "CLI `ps` ({requests} finished runs)", "s", "lo", None),
+    ("cli_ps_all_s", "CLI `ps -a` (up to 100 shown)", "s", "lo", None),
+    ("local_apply_rps", "[local fleet] runs/apply, {requests} requests, {concurrency} clients", "req/s", "hi", None),
     ("local_apply_p50", "[local fleet] runs/apply p50", "ms", "lo", None),
     ("local_apply_p99", "[local fleet] runs/apply p99", "ms", "lo", None),
-    ("local_list_rps", "[local fleet] runs/list, 100 of 500 queued runs", "req/s", "hi", None),
+    ("local_list_rps", "[local fleet] runs/list, 100 of {requests} queued runs", "req/s", "hi", None),
     ("local_list_p99", "[local fleet] runs/list p99", "ms", "lo", None),
     ("local_ps_rps", "[local fleet] runs/list `ps` body (100 active)", "req/s", "hi", None),
     ("local_ps_p99", "[local fleet] runs/list `ps` body p99", "ms", "lo", None),
@@ -81,6 +82,8 @@ def fmt(v: float | None, unit: str) -> str:
         return f"{v:.1f} ms" if v < 10 else f"{v:.0f} ms"
     if unit == "req/s":
         return f"{v:.1f}" if v < 100 else f"{v:.0f}"
+    if unit == "%":
+        return f"{v:.1f} %"
     if unit == "MB":
         return f"{v:.0f} MB"
     return f"{v:g}"
@@ -109,10 +112,11 @@ def machine() -> dict[str, str]:
         "memory": f"{mem_kib / 1024 / 1024:.1f} GiB",
         "cpu": model,
         "python": platform.python_version(),
+        "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
 
 
-def table(corral: Results, dstack: Results | None, markdown: bool) -> str:
+def table(corral: Results, dstack: Results | None, opts: Options, markdown: bool) -> str:
     head = ["figure", "corral", f"dstack {DSTACK_VERSION}", "ratio", "target"]
     rows: list[list[str]] = []
     for key, label, unit, better, target in ROWS:
@@ -129,13 +133,13 @@ def table(corral: Results, dstack: Results | None, markdown: bool) -> str:
         elif target is not None:
             verdict = f"{'≥' if better == 'hi' else '≤1/'}{target:g}{'×' if better == 'hi' else ''}"
         unit_label = f" ({unit})" if unit in ("req/s",) else ""
-        rows.append([label + unit_label, fmt(c, unit), fmt(d, unit), ratio, verdict])
+        rows.append([label.format(**vars(opts)) + unit_label, fmt(c, unit), fmt(d, unit), ratio, verdict])
     if markdown:
         out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         out += ["| " + " | ".join(r) + " |" for r in rows]
         return "\n".join(out)
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    line = "  ".join("{:<%d}" % w for w in widths)
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join([line.format(*head), line.format(*("-" * w for w in widths)), *(line.format(*r) for r in rows)])
 
 
@@ -160,15 +164,16 @@ def main() -> int:
         p.error(f"corral is not importable from {sys.executable}; run this with corral's virtualenv")
     opts = Options(args.repeats, args.requests, args.list_requests, args.fleets, args.concurrency)
     t0 = time.perf_counter()
+    load0 = " ".join(f"{x:.2f}" for x in os.getloadavg())
     try:
         venv = None if args.no_dstack else ensure_dstack_venv(args.dstack_venv.expanduser())
         tmp = Path(tempfile.mkdtemp(prefix="corral-bench-"))
-        corral = Results()
-        bench(Flavour("corral", tmp / "corral"), corral, opts, only)
-        dstack: Results | None = None
+        benches = [Bench(Flavour("corral", tmp / "corral"), opts, only)]
         if venv is not None:
-            dstack = Results()
-            bench(Flavour("dstack", tmp / "dstack", venv), dstack, opts, only)
+            benches.append(Bench(Flavour("dstack", tmp / "dstack", venv), opts, only))
+        interleave(benches)
+        corral = benches[0].res
+        dstack: Results | None = benches[1].res if venv is not None else None
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -176,9 +181,10 @@ def main() -> int:
     m = machine()
     print(
         f"\nmachine: {m['cores']} cores ({m['cpu']}), {m['memory']}; Python {m['python']}; {m['date']}; "
-        f"medians of {opts.repeats} repeats; {opts.concurrency} concurrent clients; took {took:.0f} s"
+        f"medians of {opts.repeats} repeats; {opts.concurrency} concurrent clients; took {took:.0f} s; "
+        f"load average {load0} at the start, {m['load']} at the end"
     )
-    print(table(corral, dstack, args.markdown))
+    print(table(corral, dstack, opts, args.markdown))
     if args.json:
         data = {"machine": m, "options": vars(opts), "took_s": took, "corral": corral, "dstack": dstack}
         args.json.write_text(json.dumps(data, indent=1))

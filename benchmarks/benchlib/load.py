@@ -57,9 +57,7 @@ class LoadResult:
         return self.client_cpu_s / self.wall_s if self.wall_s else float("nan")
 
 
-async def _run(
-    url: str, token: str, path: str, bodies: list[bytes], concurrency: int, timeout: float
-) -> LoadResult:
+async def _run(url: str, token: str, path: str, bodies: list[bytes], concurrency: int, timeout: float) -> LoadResult:
     latencies: list[float] = []
     errors = 0
     first_error: str | None = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,11 @@ RUN_CONF: dict[str, Any] = {
     "commands": ["date", "sleep 6", "date"],
 }
 APPLY_RUN = {"force": True, "plan": {"run_spec": {"configuration": RUN_CONF}}}
+
+
+def const(body: dict[str, Any]) -> Callable[[int], dict[str, Any]]:
+    """The same body for every request."""
+    return lambda _i: body
 
 
 def ps_body(project: str) -> dict[str, Any]:
@@ -59,7 +64,7 @@ class Options:
     list_requests: int = 200  # requests per repeat of each list workload
     fleets: int = 100  # fleets/apply requests per repeat
     concurrency: int = 8
-    settle: float = 3.0  # idle seconds before reading idle RSS
+    settle: float = 5.0  # idle seconds over which idle CPU and then idle RSS are read
     drain_timeout: float = 300.0  # how long to wait for applied runs to finish
 
 
@@ -81,18 +86,18 @@ def _say(kind: str, msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {kind}: {msg}", file=sys.stderr, flush=True)
 
 
-def _load(res: Results, prefix: str, srv: Running, path: str, body: Callable[[int], Any], n: int, o: Options) -> None:
-    r = run_load(srv.url, srv.token, path, body, n, o.concurrency)
-    res.add_load(prefix, r)
-    _say(
-        srv.flavour.kind,
-        f"{prefix}: {r.rps:.1f} req/s, p50 {r.p50_ms:.0f} ms, p99 {r.p99_ms:.0f} ms, "
-        f"{r.response_bytes / r.requests / 1024:.0f} KiB/resp, client CPU {r.client_cpu_share:.2f} cores",
-    )
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _idle_rss(res: Results, srv: Running, o: Options) -> None:
+def _idle(res: Results, srv: Running, o: Options) -> None:
+    """Idle RSS and idle CPU over ``o.settle`` seconds right after start-up."""
+    cpu0 = _cpu_s(srv.proc.pid)
     time.sleep(o.settle)
+    res.add("idle_cpu_pct", (_cpu_s(srv.proc.pid) - cpu0) / o.settle * 100)
     t = tree_rss(srv.proc.pid)
     res.add("rss_idle_mb", t.server_kib / 1024)
     res.add("rss_idle_tree_mb", t.total_kib / 1024)
@@ -108,134 +113,190 @@ def _drain(api: Api, project: str, timeout: float) -> float | None:
     return None
 
 
-def bench_starts(fl: Flavour, res: Results, o: Options) -> Running:
-    """Cold starts (fresh state each), warm starts (existing state); leaves the last one running."""
-    for _ in range(o.repeats):
-        fl.fresh()
-        srv = start(fl)
-        res.add("start_cold_s", srv.startup_s)
-        res.add("stop_s", stop(srv))
-        _say(fl.kind, f"cold start {srv.startup_s:.2f} s")
-    for i in range(o.repeats):
-        srv = start(fl)
-        res.add("start_warm_s", srv.startup_s)
-        _say(fl.kind, f"warm start {srv.startup_s:.2f} s")
-        _idle_rss(res, srv, o)
-        if i < o.repeats - 1:
-            res.add("stop_s", stop(srv))
-    return srv
+Steps = Generator[None, None, None]
 
 
-def bench_runs(srv: Running, api: Api, res: Results, o: Options, only: set[str]) -> None:
-    kind = srv.flavour.kind
-    for r in range(o.repeats):
-        project = f"apply{r}"
-        api.post("/api/projects/create", {"project_name": project})
-        _load(res, "apply", srv, f"/api/project/{project}/runs/apply", lambda i: APPLY_RUN, o.requests, o)
-        drained = _drain(api, project, o.drain_timeout)
-        if drained is None:
-            _say(kind, f"runs of {project} still active after {o.drain_timeout:.0f} s")
-        else:
-            res.add("apply_drain_s", drained)
-            _say(kind, f"all runs of {project} finished {drained:.1f} s after the last apply")
-        if "list" in only and r == 0:
-            for _ in range(o.repeats):
-                body = {"project_name": project, "limit": 100}
-                _load(res, "list", srv, "/api/runs/list", lambda i, b=body: b, o.list_requests, o)  # type: ignore[misc]
-            for _ in range(o.repeats):
-                body = ps_body(project)
-                _load(res, "ps", srv, "/api/runs/list", lambda i, b=body: b, o.list_requests, o)  # type: ignore[misc]
+class Bench:
+    """Every selected workload against one server; ``steps()`` yields between measured steps so that
+    ``main`` can interleave the two servers' steps (a change in the machine's background load then
+    hits both alike). Only one step runs at a time; the other server idles meanwhile."""
 
+    def __init__(self, fl: Flavour, o: Options, only: set[str]) -> None:
+        self.fl, self.o, self.only = fl, o, only
+        self.res = Results()
+        self.srv: Running | None = None
 
-def bench_fleets(srv: Running, api: Api, res: Results, o: Options) -> None:
-    for r in range(o.repeats):
-        project = f"fleets{r}"
-        api.post("/api/projects/create", {"project_name": project})
-        path = f"/api/project/{project}/fleets/apply"
-        _load(res, "fleet_apply", srv, path, lambda i: fleet_body(f"f{i}"), o.fleets, o)
-    path = "/api/project/fleets0/fleets/list"
-    for _ in range(o.repeats):
-        _load(res, "fleet_list", srv, path, lambda i: {"include_imported": True}, o.list_requests, o)
+    def say(self, msg: str) -> None:
+        _say(self.fl.kind, msg)
 
+    def load(self, prefix: str, path: str, body: Callable[[int], Any], n: int) -> None:
+        assert self.srv is not None
+        r = run_load(self.srv.url, self.srv.token, path, body, n, self.o.concurrency)
+        self.res.add_load(prefix, r)
+        self.say(
+            f"{prefix}: {r.rps:.1f} req/s, p50 {r.p50_ms:.0f} ms, p99 {r.p99_ms:.0f} ms, "
+            f"{r.response_bytes / r.requests / 1024:.0f} KiB/resp, client CPU {r.client_cpu_share:.2f} cores"
+        )
 
-def bench_cli(fl: Flavour, srv: Running, res: Results, o: Options, only: set[str]) -> None:
-    for _ in range(max(o.repeats, 5)):
-        took, _out = run_cli(fl, "--help")
-        res.add("cli_help_s", took)
-    _say(fl.kind, f"--help {min(res['cli_help_s']):.2f}..{max(res['cli_help_s']):.2f} s")
-    project = "apply0" if only & {"apply", "list"} else "main"
-    run_cli(fl, "project", "add", "--name", project, "--url", srv.url, "--token", srv.token, "-y")
-    for args, key in ((("ps",), "cli_ps_s"), (("ps", "-a"), "cli_ps_all_s")):
-        for _ in range(max(o.repeats, 5)):
-            took, out = run_cli(fl, *args)
-            res.add(key, took)
-        lines = len(out.stdout.splitlines())
-        _say(fl.kind, f"{' '.join(args)}: {min(res[key]):.2f}..{max(res[key]):.2f} s ({lines} lines)")
-
-
-def bench_local(srv: Running, api: Api, res: Results, o: Options, sampler: PeakSampler) -> None:
-    """corral only: the run workload in a project whose local fleet runs the jobs."""
-    kind = srv.flavour.kind
-    for r in range(o.repeats):
-        project = f"local{r}"
-        api.post("/api/projects/create", {"project_name": project})
-        api.post(f"/api/project/{project}/fleets/apply", fleet_body("local", f"0..{os.cpu_count() or 1}"))
-        sampler.reset()
-        t0 = time.perf_counter()
-        _load(res, "local_apply", srv, f"/api/project/{project}/runs/apply", lambda i: APPLY_RUN, o.requests, o)
-        _load(res, "local_list", srv, "/api/runs/list", lambda i: {"project_name": project}, o.list_requests, o)
-        _load(res, "local_ps", srv, "/api/runs/list", lambda i: ps_body(project), o.list_requests, o)
-        done_at = None
-        while time.perf_counter() - t0 < 60 and done_at is None:
-            runs = api.post("/api/runs/list", {"project_name": project, "limit": 100, "job_submissions_limit": 1})
-            if any(run["status"] == "done" for run in runs):
-                done_at = time.perf_counter() - t0
+    def steps(self) -> Steps:
+        t_all = time.perf_counter()
+        try:
+            if "start" in self.only:
+                yield from self.starts()
             else:
-                time.sleep(0.5)
-        t = tree_rss(srv.proc.pid)
-        server_peak, agents_peak, _ = sampler.peak()
-        res.add("local_server_peak_mb", server_peak / 1024)
-        res.add("local_agents_mb", t.agents_kib / 1024)
-        res.add("local_agents_peak_mb", agents_peak / 1024)
-        res.add("local_agents", t.agents)
-        _say(kind, f"{project}: first run done {done_at or -1:.1f} s after the first apply; {t.agents} agents")
-        if done_at is None:
-            _say(kind, f"no run of {project} finished within 60 s: the local fleet did not run jobs")
-        # clean up: stop every active run, delete the fleet, wait for its instances to go
-        while active := api.post("/api/runs/list", {"project_name": project, "only_active": True}):
-            names = [run["run_spec"]["run_name"] for run in active]
-            api.post(f"/api/project/{project}/runs/stop", {"runs_names": names, "abort": True})
-            time.sleep(0.2)
-        api.post(f"/api/project/{project}/fleets/delete", {"names": ["local"]})
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            insts = api.post("/api/instances/list", {"project_names": [project]})
-            if all(i["status"] == "terminated" for i in insts):
-                break
-            time.sleep(0.25)
+                self.fl.fresh()
+                self.srv = start(self.fl)
+                _idle(self.res, self.srv, self.o)
+            srv = self.srv
+            assert srv is not None
+            with Api(srv.url, srv.token) as api, PeakSampler(srv.proc.pid) as sampler:
+                if self.only & {"apply", "list"}:
+                    yield from self.runs(api)
+                if "fleets" in self.only:
+                    yield from self.fleets(api)
+                if "cli" in self.only:
+                    yield from self.cli()
+                self.res.add("rss_peak_mb", max(sampler.peak()[0], tree_rss(srv.proc.pid).server_kib) / 1024)
+                self.res.add("rss_hwm_mb", hwm_kib(srv.proc.pid) / 1024)
+                if "local" in self.only and self.fl.kind == "corral":
+                    yield from self.local(api, sampler)
+        finally:
+            if self.srv is not None:
+                self.res.add("stop_s", stop(self.srv))
+                self.srv = None
+        self.say(f"done in {time.perf_counter() - t_all:.0f} s")
+
+    def starts(self) -> Steps:
+        """Cold starts (fresh state each), warm starts (existing state); leaves the last one running."""
+        for _ in range(self.o.repeats):
+            self.fl.fresh()
+            self.srv = start(self.fl)
+            self.say(f"cold start {self.srv.startup_s:.2f} s")
+            self.res.add("start_cold_s", self.srv.startup_s)
+            self.res.add("stop_s", stop(self.srv))
+            self.srv = None
+            yield
+        for i in range(self.o.repeats):
+            self.srv = start(self.fl)
+            self.say(f"warm start {self.srv.startup_s:.2f} s")
+            self.res.add("start_warm_s", self.srv.startup_s)
+            _idle(self.res, self.srv, self.o)
+            if i < self.o.repeats - 1:
+                self.res.add("stop_s", stop(self.srv))
+                self.srv = None
+            yield
+
+    def runs(self, api: Api) -> Steps:
+        o = self.o
+        for r in range(o.repeats):
+            project = f"apply{r}"
+            api.post("/api/projects/create", {"project_name": project})
+            self.load("apply", f"/api/project/{project}/runs/apply", const(APPLY_RUN), o.requests)
+            drained = _drain(api, project, o.drain_timeout)
+            if drained is None:
+                self.say(f"runs of {project} still active after {o.drain_timeout:.0f} s")
+            else:
+                self.res.add("apply_drain_s", drained)
+                self.say(f"all runs of {project} finished {drained:.1f} s after the last apply")
+            yield
+        if "list" in self.only:
+            body = {"project_name": "apply0", "limit": 100}
+            ps = ps_body("apply0")
+            for _ in range(o.repeats):
+                self.load("list", "/api/runs/list", const(body), o.list_requests)
+                yield
+                self.load("ps", "/api/runs/list", const(ps), o.list_requests)
+                yield
+
+    def fleets(self, api: Api) -> Steps:
+        o = self.o
+        for r in range(o.repeats):
+            project = f"fleets{r}"
+            api.post("/api/projects/create", {"project_name": project})
+            path = f"/api/project/{project}/fleets/apply"
+            self.load("fleet_apply", path, lambda i: fleet_body(f"f{i}"), o.fleets)
+            yield
+        for _ in range(o.repeats):
+            body = {"include_imported": True}
+            self.load("fleet_list", "/api/project/fleets0/fleets/list", const(body), o.list_requests)
+            yield
+
+    def cli(self) -> Steps:
+        fl, res, srv = self.fl, self.res, self.srv
+        assert srv is not None
+        n = max(self.o.repeats, 5)
+        for _ in range(n):
+            res.add("cli_help_s", run_cli(fl, "--help")[0])
+        self.say(f"--help {min(res['cli_help_s']):.2f}..{max(res['cli_help_s']):.2f} s")
+        yield
+        project = "apply0" if self.only & {"apply", "list"} else "main"
+        run_cli(fl, "project", "add", "--name", project, "--url", srv.url, "--token", srv.token, "-y")
+        for args, key in ((("ps",), "cli_ps_s"), (("ps", "-a"), "cli_ps_all_s")):
+            for _ in range(n):
+                took, out = run_cli(fl, *args)
+                res.add(key, took)
+            lines = len(out.stdout.splitlines())
+            self.say(f"{' '.join(args)}: {min(res[key]):.2f}..{max(res[key]):.2f} s ({lines} lines)")
+            yield
+
+    def local(self, api: Api, sampler: PeakSampler) -> Steps:
+        """corral only: the run workload in a project whose local fleet runs the jobs."""
+        o, res, srv = self.o, self.res, self.srv
+        assert srv is not None
+        for r in range(o.repeats):
+            project = f"local{r}"
+            api.post("/api/projects/create", {"project_name": project})
+            api.post(f"/api/project/{project}/fleets/apply", fleet_body("local", f"0..{os.cpu_count() or 1}"))
+            sampler.reset()
+            t0 = time.perf_counter()
+            self.load("local_apply", f"/api/project/{project}/runs/apply", const(APPLY_RUN), o.requests)
+            body = {"project_name": project, "limit": 100}
+            self.load("local_list", "/api/runs/list", const(body), o.list_requests)
+            ps = ps_body(project)
+            self.load("local_ps", "/api/runs/list", const(ps), o.list_requests)
+            done_at = None
+            while time.perf_counter() - t0 < 60 and done_at is None:
+                runs = api.post("/api/runs/list", {"project_name": project, "limit": 100, "job_submissions_limit": 1})
+                if any(run["status"] == "done" for run in runs):
+                    done_at = time.perf_counter() - t0
+                else:
+                    time.sleep(0.5)
+            t = tree_rss(srv.proc.pid)
+            server_peak, agents_peak, _ = sampler.peak()
+            res.add("local_server_peak_mb", server_peak / 1024)
+            res.add("local_agents_mb", t.agents_kib / 1024)
+            res.add("local_agents_peak_mb", agents_peak / 1024)
+            res.add("local_agents", t.agents)
+            if done_at is None:
+                self.say(f"no run of {project} finished within 60 s: the local fleet did not run jobs")
+            else:
+                self.say(f"{project}: a run was done {done_at:.1f} s after the first apply; {t.agents} agents")
+            # clean up: stop every active run, delete the fleet, wait for its instances to go
+            while active := api.post("/api/runs/list", {"project_name": project, "only_active": True}):
+                names = [run["run_spec"]["run_name"] for run in active]
+                api.post(f"/api/project/{project}/runs/stop", {"runs_names": names, "abort": True})
+                time.sleep(0.2)
+            api.post(f"/api/project/{project}/fleets/delete", {"names": ["local"]})
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                insts = api.post("/api/instances/list", {"project_names": [project]})
+                if all(i["status"] == "terminated" for i in insts):
+                    break
+                time.sleep(0.25)
+            yield
 
 
-def bench(fl: Flavour, res: Results, o: Options, only: set[str]) -> None:
-    """Every selected workload against one server (``fl``), which is stopped at the end."""
-    t_all = time.perf_counter()
-    if "start" in only:
-        srv = bench_starts(fl, res, o)
-    else:
-        fl.fresh()
-        srv = start(fl)
-        _idle_rss(res, srv, o)
+def interleave(benches: list[Bench]) -> None:
+    """Run the benches' steps alternately until all are done; on an error every server is stopped."""
+    gens = [b.steps() for b in benches]
+    active = list(gens)
     try:
-        with Api(srv.url, srv.token) as api, PeakSampler(srv.proc.pid) as sampler:
-            if "apply" in only or "list" in only:
-                bench_runs(srv, api, res, o, only | {"apply"})
-            if "fleets" in only:
-                bench_fleets(srv, api, res, o)
-            if "cli" in only:
-                bench_cli(fl, srv, res, o, only)
-            res.add("rss_peak_mb", sampler.peak()[0] / 1024)
-            res.add("rss_hwm_mb", hwm_kib(srv.proc.pid) / 1024)
-            if "local" in only and fl.kind == "corral":
-                bench_local(srv, api, res, o, sampler)
+        while active:
+            for g in list(active):
+                try:
+                    next(g)
+                except StopIteration:
+                    active.remove(g)
     finally:
-        res.add("stop_s", stop(srv))
-    _say(fl.kind, f"done in {time.perf_counter() - t_all:.0f} s")
+        for g in gens:
+            g.close()

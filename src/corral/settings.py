@@ -42,6 +42,10 @@ class Settings:
     provisioning_timeout: float = 60.0
     #: How long a job's agent may stay unreachable before the job fails ``instance_unreachable``.
     agent_unreachable_timeout: float = 120.0
+    #: How long one SSH handshake with a fleet host may take (a slow host is retried, not given up on).
+    ssh_connect_timeout: float = 20.0
+    #: Seconds between health checks of every instance's agent (two failures in a row flag it unreachable).
+    instance_check_interval: float = 10.0
     #: Timeout of one call to an agent.
     agent_request_timeout: float = 5.0
     #: Long-poll window for logs/status from an agent.
@@ -60,6 +64,10 @@ class Settings:
     background_processing: bool = True
     #: Whether ``corral server`` writes the ``main`` project into the CLI's config on first start.
     write_cli_config: bool = True
+    #: Largest accepted ``repos/upload_code`` and ``files/upload_archive`` request, in bytes (dstack: 2 MiB).
+    code_upload_limit: int = 2 * 2**20
+    #: Key that encrypts repo credentials at rest (base64 of 32 bytes); None = a key file in the state dir.
+    encryption_key: str | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -68,6 +76,10 @@ class Settings:
     @property
     def instances_dir(self) -> Path:
         return self.server_dir / "instances"
+
+    @property
+    def encryption_key_file(self) -> Path:
+        return self.server_dir / "data" / "encryption.key"
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -82,11 +94,19 @@ class Settings:
             safety_net_interval=_float_env(e, "CORRAL_SAFETY_NET_INTERVAL", 5.0) or 5.0,
             provisioning_timeout=_float_env(e, "CORRAL_PROVISIONING_TIMEOUT", 60.0) or 60.0,
             agent_unreachable_timeout=_float_env(e, "CORRAL_AGENT_UNREACHABLE_TIMEOUT", 120.0) or 120.0,
+            ssh_connect_timeout=_float_env(e, "CORRAL_SSH_CONNECT_TIMEOUT", 20.0) or 20.0,
+            instance_check_interval=_float_env(e, "CORRAL_INSTANCE_CHECK_INTERVAL", 10.0) or 10.0,
             default_stop_duration=_float_env(e, "CORRAL_DEFAULT_STOP_DURATION", 300.0) or 300.0,
             max_queue_wait=_float_env(e, "CORRAL_MAX_QUEUE_WAIT", None),
             starvation_guard=_float_env(e, "CORRAL_STARVATION_GUARD", 300.0),
             background_processing=e.get("CORRAL_BACKGROUND_PROCESSING", "1") not in ("0", "false", "off"),
+            encryption_key=e.get("CORRAL_SERVER_ENCRYPTION_KEY") or None,
         )
+        if e.get("CORRAL_SERVER_CODE_UPLOAD_LIMIT"):
+            try:
+                s = replace(s, code_upload_limit=int(e["CORRAL_SERVER_CODE_UPLOAD_LIMIT"]))
+            except ValueError:
+                raise SettingsError("CORRAL_SERVER_CODE_UPLOAD_LIMIT must be a number of bytes") from None
         if "CORRAL_LOCAL_MAX_INSTANCES" in e:
             try:
                 s = replace(s, local_max_instances=int(e["CORRAL_LOCAL_MAX_INSTANCES"]))

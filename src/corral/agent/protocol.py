@@ -86,6 +86,105 @@ def _tn(v: Any) -> str:
     return "null" if v is None else type(v).__name__
 
 
+REPO_TYPES = ("remote", "local", "virtual")
+REPO_EXISTS_ACTIONS = ("error", "skip")
+BLOB_HASH_LEN = 64
+
+
+def _blob_hash(d: dict[str, Any], key: str, what: str, optional: bool = False) -> Any:
+    v = _str(d, key, what, optional=optional)
+    if v is not None and (len(v) != BLOB_HASH_LEN or any(c not in "0123456789abcdef" for c in v)):
+        raise ProtocolError(f"{what}.{key}: expected a SHA-256 hex digest (64 lowercase hex digits)")
+    return v
+
+
+@dataclass
+class RepoCheckout:
+    """The job's repo, prepared before its commands run (``JobSubmission.repo``).
+
+    ``remote``: clone ``clone_url`` (``branch``, then ``commit``) into ``repo_dir`` and apply the diff in
+    blob ``code_hash`` if any; ``local``/``virtual``: unpack the tar archive in blob ``code_hash``.
+    ``repo_dir`` is the path the job spec gives (relative to the working dir, absolute, or ``~``).
+    ``oauth_token``/``private_key`` are used for the clone only and never written to the job's files.
+    """
+
+    repo_type: str
+    repo_dir: str = "."
+    code_hash: str | None = None
+    clone_url: str | None = None
+    branch: str | None = None
+    commit: str | None = None
+    oauth_token: str | None = None
+    private_key: str | None = None
+    git_user_name: str | None = None
+    git_user_email: str | None = None
+    single_branch: bool = True
+    if_exists: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "repo_type": self.repo_type,
+            "repo_dir": self.repo_dir,
+            "code_hash": self.code_hash,
+            "clone_url": self.clone_url,
+            "branch": self.branch,
+            "commit": self.commit,
+            "oauth_token": self.oauth_token,
+            "private_key": self.private_key,
+            "git_user_name": self.git_user_name,
+            "git_user_email": self.git_user_email,
+            "single_branch": self.single_branch,
+            "if_exists": self.if_exists,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RepoCheckout:
+        w = "JobSubmission.repo"
+        d = _obj(data, w)
+        repo_type = _choice(d, "repo_type", w, REPO_TYPES)
+        single_branch = d.get("single_branch", True)
+        if not isinstance(single_branch, bool):
+            raise ProtocolError(f"{w}.single_branch: expected true or false")
+        if_exists = d.get("if_exists")
+        if if_exists is not None and if_exists not in REPO_EXISTS_ACTIONS:
+            raise ProtocolError(f"{w}.if_exists: expected one of error, skip or null, got {if_exists!r}")
+        out = cls(
+            repo_type=repo_type,
+            repo_dir=_str(d, "repo_dir", w, nonempty=True),
+            code_hash=_blob_hash(d, "code_hash", w, optional=True),
+            clone_url=_str(d, "clone_url", w, optional=True, nonempty=True),
+            branch=_str(d, "branch", w, optional=True, nonempty=True),
+            commit=_str(d, "commit", w, optional=True, nonempty=True),
+            oauth_token=_str(d, "oauth_token", w, optional=True),
+            private_key=_str(d, "private_key", w, optional=True),
+            git_user_name=_str(d, "git_user_name", w, optional=True),
+            git_user_email=_str(d, "git_user_email", w, optional=True),
+            single_branch=single_branch,
+            if_exists=if_exists,
+        )
+        if repo_type == "remote" and out.clone_url is None:
+            raise ProtocolError(f"{w}.clone_url: a remote repo needs a clone URL")
+        return out
+
+
+@dataclass
+class FileArchiveRef:
+    """A ``files:`` entry: the tar archive in blob ``hash``, unpacked at ``path`` (its top-level name
+    becomes the last component of ``path``)."""
+
+    hash: str
+    path: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hash": self.hash, "path": self.path}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> FileArchiveRef:
+        w = "JobSubmission.file_archives[]"
+        d = _obj(data, w)
+        return cls(hash=_blob_hash(d, "hash", w), path=_str(d, "path", w, nonempty=True))
+
+
 @dataclass
 class JobSubmission:
     """What the server asks the agent to run (``POST /jobs``)."""
@@ -100,6 +199,11 @@ class JobSubmission:
     user: str | None = None
     stop_duration: float = 10.0
     max_duration: float | None = None
+    #: The repo to prepare before the commands run (None: no repo), and the ``files:`` archives.
+    repo: RepoCheckout | None = None
+    file_archives: list[FileArchiveRef] = field(default_factory=list)
+    #: The home dir of the job spec; ``~`` in ``repo_dir`` and archive paths means this.
+    home_dir: str = "/root"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -113,7 +217,17 @@ class JobSubmission:
             "user": self.user,
             "stop_duration": self.stop_duration,
             "max_duration": self.max_duration,
+            "repo": self.repo.to_dict() if self.repo is not None else None,
+            "file_archives": [a.to_dict() for a in self.file_archives],
+            "home_dir": self.home_dir,
         }
+
+    def redacted(self) -> JobSubmission:
+        """A copy without the repo credentials (what the agent writes to disk)."""
+        if self.repo is None or (self.repo.oauth_token is None and self.repo.private_key is None):
+            return self
+        repo = RepoCheckout.from_dict({**self.repo.to_dict(), "oauth_token": None, "private_key": None})
+        return JobSubmission.from_dict({**self.to_dict(), "repo": repo.to_dict()})
 
     @classmethod
     def from_dict(cls, data: Any) -> JobSubmission:
@@ -130,6 +244,10 @@ class JobSubmission:
         commands = _str_list(d, "commands", w)
         if not commands:
             raise ProtocolError("JobSubmission.commands: must contain at least one command")
+        archives = d.get("file_archives") or []
+        if not isinstance(archives, list):
+            raise ProtocolError("JobSubmission.file_archives: expected a list")
+        repo = d.get("repo")
         return cls(
             job_id=_str(d, "job_id", w, nonempty=True),
             run_name=_str(d, "run_name", w),
@@ -141,6 +259,9 @@ class JobSubmission:
             user=_str(d, "user", w, optional=True),
             stop_duration=_num(d, "stop_duration", w, default=10.0),
             max_duration=_num(d, "max_duration", w, optional=True),
+            repo=RepoCheckout.from_dict(repo) if repo is not None else None,
+            file_archives=[FileArchiveRef.from_dict(a) for a in archives],
+            home_dir=_str(d, "home_dir", w, optional=True, nonempty=True) or "/root",
         )
 
 

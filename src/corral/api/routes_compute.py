@@ -1,4 +1,4 @@
-"""Routers: fleets, instances, runs, logs, repos; gateways and volumes (validated, not supported yet)."""
+"""Routers: fleets, instances, runs, logs; gateways and volumes (validated, not supported yet)."""
 
 from __future__ import annotations
 
@@ -174,15 +174,6 @@ async def logs_poll(request: Request, project_name: str) -> FastJSON:
     for key in ("start_time", "end_time"):
         body[key] = body[key].isoformat() if body[key] else None
     return FastJSON(await logs.poll(ctx_of(request), project, body))
-
-
-@router.post(P + "/repos/init")
-async def repos_init(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name)
-    b = await parse(rq.ReposInitBody, request)
-    if b.repo_info.get("repo_type") != "virtual":
-        raise ServiceError("Only the virtual repo is supported yet: run with `--no-repo` (code upload comes later)")
-    return FastJSON(None)
 
 
 # --- gateways and volumes: validated, then "not supported yet" ----------------------------------------

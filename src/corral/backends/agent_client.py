@@ -39,10 +39,14 @@ class AgentClient:
     def __init__(self, base_url: str, token: str, timeout: float = 5.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        # Agents speak plain HTTP (on localhost or through an SSH tunnel): no TLS context to build,
+        # which keeps a client cheap to create (certificate loading dominated job start-up otherwise).
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             headers={"Authorization": f"Bearer {token}"},
             timeout=httpx.Timeout(timeout),
+            verify=False,
+            trust_env=False,
         )
 
     async def __aenter__(self) -> AgentClient:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from corral.domain.records import InstanceRec
 from corral.domain.resources import InstanceResources
 from corral.scheduler.types import Offer
 
@@ -21,13 +22,25 @@ class AgentEndpoint:
     token: str
     pid: int | None = None
     work_dir: str | None = None
+    #: Backend-specific facts needed to reach the host again (the SSH backend: host, port, user, key,
+    #: proxy jump), kept from the instance's creation on; None for agents on this machine.
+    connection: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"url": self.url, "token": self.token, "pid": self.pid, "work_dir": self.work_dir}
+        data: dict[str, Any] = {"url": self.url, "token": self.token, "pid": self.pid, "work_dir": self.work_dir}
+        if self.connection is not None:
+            data["connection"] = self.connection
+        return data
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> AgentEndpoint:
-        return AgentEndpoint(url=data["url"], token=data["token"], pid=data.get("pid"), work_dir=data.get("work_dir"))
+        return AgentEndpoint(
+            url=data.get("url") or "",
+            token=data["token"],
+            pid=data.get("pid"),
+            work_dir=data.get("work_dir"),
+            connection=data.get("connection"),
+        )
 
 
 @dataclass(frozen=True)
@@ -36,6 +49,8 @@ class Provisioned:
     hostname: str
     resources: InstanceResources
     internal_ip: str | None = None
+    #: The instance's blocks when only the host's resources decide them (``blocks: auto``).
+    total_blocks: int | None = None
 
 
 class Compute(Protocol):
@@ -43,8 +58,22 @@ class Compute(Protocol):
 
     def offers(self) -> list[Offer]: ...
 
-    async def create_instance(self, instance_id: str, instance_name: str) -> Provisioned: ...
+    async def create_instance(self, instance: InstanceRec) -> Provisioned: ...
 
     async def terminate_instance(self, instance_id: str, agent: AgentEndpoint | None) -> None: ...
 
     async def reap_unknown(self, known_instance_ids: set[str]) -> list[str]: ...
+
+    def agent_url(self, instance: InstanceRec) -> str:
+        """Where this process reaches the agent of a provisioned ``instance`` now (for SSH hosts: a local
+        end of a tunnel, set up again after a server restart)."""
+        ...
+
+    async def recover(self, instance: InstanceRec) -> None:
+        """The agent of ``instance`` does not answer: bring it back if the host is there (a rebooted
+        host without systemd, a killed agent). Raises when it cannot; a no-op where nothing can be done."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections and listeners at server shutdown (agents keep running)."""
+        ...

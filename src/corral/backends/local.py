@@ -23,6 +23,7 @@ from corral.agent.protocol import HostInfo
 from corral.agent.resources import detect_host_info
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
+from corral.domain.records import InstanceRec
 from corral.domain.resources import Gpu, InstanceResources
 from corral.scheduler.types import Offer
 
@@ -81,9 +82,10 @@ class LocalCompute:
             agent=endpoint, hostname=info.hostname, resources=host_resources(info), internal_ip="127.0.0.1"
         )
 
-    async def create_instance(self, instance_id: str, instance_name: str) -> Provisioned:
-        """Start the agent of reservation ``instance_id`` -- idempotently: the reservation id names the
+    async def create_instance(self, instance: InstanceRec) -> Provisioned:
+        """Start the agent of reservation ``instance`` -- idempotently: the reservation id names the
         work directory, so a retry after a crash adopts the agent it already started instead of a second one."""
+        instance_id = instance.id
         work_dir = self.instances_dir / instance_id
         work_dir.mkdir(parents=True, exist_ok=True)
         adopted = await self._adopt(work_dir)
@@ -160,6 +162,15 @@ class LocalCompute:
             except subprocess.TimeoutExpired:
                 pass
         shutil.rmtree(self.instances_dir / instance_id, ignore_errors=True)
+
+    def agent_url(self, instance: InstanceRec) -> str:
+        return AgentEndpoint.from_json(instance.agent or {"token": ""}).url
+
+    async def recover(self, instance: InstanceRec) -> None:
+        """A local agent that died is not restarted: its instance stays flagged unreachable."""
+
+    async def aclose(self) -> None:
+        """Nothing to release: local agents are separate processes that outlive the server."""
 
     async def reap_unknown(self, known_instance_ids: set[str]) -> list[str]:
         """Stop agents left in the instances directory that no live instance owns."""

@@ -7,7 +7,7 @@ which reports errors with their full path from the request body.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -205,10 +205,51 @@ class PollLogsBody(Body):
     diagnose: bool = False
 
 
+class _RepoInfoBase(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # older clients sent more fields here
+
+
+class RemoteRepoInfo(_RepoInfoBase):
+    repo_type: Literal["remote"]
+    repo_name: str
+
+
+class LocalRepoInfo(_RepoInfoBase):
+    repo_type: Literal["local"]
+    repo_dir: str
+
+
+class VirtualRepoInfo(_RepoInfoBase):
+    repo_type: Literal["virtual"]
+
+
+RepoInfo = Annotated[Union[RemoteRepoInfo, LocalRepoInfo, VirtualRepoInfo], Field(discriminator="repo_type")]
+RepoId = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class RepoCreds(Body):
+    clone_url: str = Field(min_length=1)
+    private_key: str | None = None
+    oauth_token: str | None = None
+
+
 class ReposInitBody(Body):
+    repo_id: RepoId
+    repo_info: RepoInfo
+    repo_creds: RepoCreds | None = None
+
+
+class GetRepoBody(Body):
     repo_id: str
-    repo_info: dict[str, Any]
-    repo_creds: dict[str, Any] | None = None
+    include_creds: bool = False
+
+
+class DeleteReposBody(Body):
+    repos_ids: list[str]
+
+
+class ArchiveByHashBody(Body):
+    hash: str
 
 
 class GatewaySpecIn(Body):

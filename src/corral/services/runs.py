@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import random
 import time
 import uuid
@@ -13,7 +14,7 @@ from pydantic import ValidationError
 from corral.config import effective_profile, parse_profile, parse_run_configuration
 from corral.domain.records import ProjectRec, RunRec, UserRec
 from corral.domain.resources import match_requirements
-from corral.services import serialize
+from corral.services import repos, serialize
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
 from corral.store import runs as store
@@ -21,6 +22,7 @@ from corral.store.fleets import dump
 from corral.workers.context import Context
 
 DEFAULT_IMAGE = "dstackai/base:0.16-base-ubuntu24.04"
+LEGACY_REPO_DIR = "/workflow"
 SUPPORTED_TYPES = ("task",)
 
 
@@ -72,9 +74,18 @@ def _duration(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
 
 
+def _working_dir(working_dir: str | None) -> str | None:
+    """dstack's JobSpec ``working_dir``: absolute or None; a relative one (pre-0.20) is under ``/workflow``.
+    (The agent runs a relative ``working_dir`` relative to the repo dir; see ``corral.agent.workdir``.)"""
+    if working_dir is None or working_dir.startswith("/"):
+        return working_dir
+    return posixpath.join(LEGACY_REPO_DIR, working_dir)
+
+
 def job_specs(run_name: str, spec: dict[str, Any], conf: Any, merged: Any) -> list[dict[str, Any]]:
     c = spec["configuration"]
     nodes = int(c.get("nodes") or 1) if c.get("type") == "task" else 1
+    repo_specs = c.get("repos") or []
     out = []
     for i in range(nodes):
         out.append(
@@ -91,7 +102,9 @@ def job_specs(run_name: str, spec: dict[str, Any], conf: Any, merged: Any) -> li
                 "home_dir": "/root",
                 "image_name": c.get("image") or DEFAULT_IMAGE,
                 "privileged": bool(c.get("privileged")),
-                "single_branch": None,
+                "single_branch": c.get("single_branch")
+                if c.get("single_branch") is not None
+                else c.get("type") != "dev-environment",
                 "max_duration": _duration(merged.max_duration),
                 "stop_duration": _duration(merged.stop_duration),
                 "utilization_policy": None,
@@ -108,12 +121,12 @@ def job_specs(run_name: str, spec: dict[str, Any], conf: Any, merged: Any) -> li
                 "retry": _retry_json(merged.retry),
                 "volumes": [],
                 "ssh_key": None,
-                "working_dir": c.get("working_dir"),
+                "working_dir": _working_dir(c.get("working_dir")),
                 "repo_data": spec["repo_data"],
                 "repo_code_hash": spec["repo_code_hash"],
-                "repo_dir": spec.get("repo_dir") or "/workflow",
-                "repo_exists_action": None,
-                "file_archives": [],
+                "repo_dir": repo_specs[0]["path"] if repo_specs else spec.get("repo_dir") or LEGACY_REPO_DIR,
+                "repo_exists_action": repo_specs[0]["if_exists"] if repo_specs else None,
+                "file_archives": list(spec.get("file_archives") or []),
                 "service_port": None,
                 "probes": [],
                 "node_group_index": 0,
@@ -185,6 +198,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
             f"Environment variable(s) {', '.join(unset)} have no value: give one in `env` "
             "(KEY=VALUE) or export it before `apply` so that the CLI fills it in"
         )
+    await repos.check_run_code(ctx, project, user, spec)
     now = time.time()
     explicit = spec["run_name"]
     for _attempt in range(5):

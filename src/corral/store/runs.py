@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.records import JobRec, LogRec, RunRec
-from corral.store.tables import fleets, jobs, logs, projects, runs, users
+from corral.store.tables import fleets, instances, jobs, logs, projects, runs, users
 
 FINISHED_RUN_STATUSES = ("terminated", "failed", "done")
 FINISHED_JOB_STATUSES = ("terminated", "aborted", "failed", "done")
@@ -267,3 +268,59 @@ async def queue_position(conn: AsyncConnection, job: JobRec) -> int:
         .where(jobs.c.project_id == job.project_id, jobs.c.status == "submitted", jobs.c.instance_id.is_(None), ahead)
     )
     return int((await conn.execute(q)).scalar_one()) + 1
+
+
+@dataclass(frozen=True)
+class JobState:
+    replica_num: int
+    job_num: int
+    submission_num: int
+    status: str
+    status_message: str | None
+    instance_fleet_id: str | None
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What the runs worker needs of an active run: statuses only, no documents to parse."""
+
+    id: str
+    status: str
+    termination_reason: str | None
+    fleet_id: str | None
+    jobs: tuple[JobState, ...]
+
+
+async def active_run_states(conn: AsyncConnection) -> list[RunState]:
+    """Every active run with its jobs' statuses, in two narrow queries."""
+    run_rows = (
+        await conn.execute(
+            sa.select(runs.c.id, runs.c.status, runs.c.termination_reason, runs.c.fleet_id).where(
+                runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False)
+            )
+        )
+    ).all()
+    if not run_rows:
+        return []
+    ids = [r.id for r in run_rows]
+    by_run: dict[str, list[JobState]] = {i: [] for i in ids}
+    for chunk_start in range(0, len(ids), 500):
+        chunk = ids[chunk_start : chunk_start + 500]
+        q = (
+            sa.select(
+                jobs.c.run_id,
+                jobs.c.replica_num,
+                jobs.c.job_num,
+                jobs.c.submission_num,
+                jobs.c.status,
+                jobs.c.status_message,
+                instances.c.fleet_id,
+            )
+            .outerjoin(instances, instances.c.id == jobs.c.instance_id)
+            .where(jobs.c.run_id.in_(chunk))
+        )
+        for r in await conn.execute(q):
+            by_run[r.run_id].append(
+                JobState(r.replica_num, r.job_num, r.submission_num, r.status, r.status_message, r.fleet_id)
+            )
+    return [RunState(r.id, r.status, r.termination_reason, r.fleet_id, tuple(by_run[r.id])) for r in run_rows]

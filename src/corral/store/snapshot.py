@@ -3,26 +3,77 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.domain.records import FleetRec, JobRec
+from corral.domain.records import FleetRec
 from corral.store.fleets import list_fleets
-from corral.store.runs import job_from_row
 from corral.store.tables import instances, jobs, runs
 
 
-async def load_queue(conn: AsyncConnection) -> list[tuple[JobRec, dict[str, Any]]]:
-    """Submitted jobs without an instance, in queue order, each with its run's spec."""
+@dataclass(frozen=True)
+class QueueRow:
+    """A submitted job without an instance. The documents are loaded only for jobs the caller has not
+    seen yet (``known``), so a long queue costs one narrow query per pass, not a JSON parse per job."""
+
+    id: str
+    run_id: str
+    project_id: str
+    run_name: str
+    job_num: int
+    priority: int
+    submitted_at: float
+    status_message: str | None
+    job_spec: dict[str, Any] | None
+    run_spec: dict[str, Any] | None
+
+
+async def load_queue(conn: AsyncConnection, known: Collection[str] = ()) -> list[QueueRow]:
+    """The queue in order: priority (higher first), then submission time."""
     q = (
-        sa.select(jobs, runs.c.run_spec.label("run_spec_text"))
-        .join(runs, runs.c.id == jobs.c.run_id)
+        sa.select(
+            jobs.c.id,
+            jobs.c.run_id,
+            jobs.c.project_id,
+            jobs.c.run_name,
+            jobs.c.job_num,
+            jobs.c.priority,
+            jobs.c.submitted_at,
+            jobs.c.status_message,
+        )
         .where(jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
         .order_by(jobs.c.priority.desc(), jobs.c.submitted_at, jobs.c.id)
     )
-    return [(job_from_row(r), json.loads(r.run_spec_text)) for r in await conn.execute(q)]
+    rows = (await conn.execute(q)).all()
+    unknown = [r.id for r in rows if r.id not in known]
+    docs: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for start in range(0, len(unknown), 500):
+        chunk = unknown[start : start + 500]
+        dq = sa.select(jobs.c.id, jobs.c.job_spec, runs.c.run_spec).join(runs, runs.c.id == jobs.c.run_id)
+        for d in await conn.execute(dq.where(jobs.c.id.in_(chunk))):
+            docs[d.id] = (json.loads(d.job_spec), json.loads(d.run_spec))
+    out = []
+    for r in rows:
+        job_spec, run_spec = docs.get(r.id, (None, None))
+        out.append(
+            QueueRow(
+                r.id,
+                r.run_id,
+                r.project_id,
+                r.run_name,
+                r.job_num,
+                r.priority,
+                r.submitted_at,
+                r.status_message,
+                job_spec,
+                run_spec,
+            )
+        )
+    return out
 
 
 async def load_fleets(conn: AsyncConnection, project_ids: list[str] | None = None) -> list[FleetRec]:

@@ -209,5 +209,38 @@ repos = sa.Table(
     sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), primary_key=True),
     sa.Column("repo_id", sa.String(200), primary_key=True),
     sa.Column("info", sa.Text, nullable=False),
-    sa.Column("creds", sa.Text, nullable=True),
+)
+
+#: Each user's credentials for a remote repo (``{clone_url, private_key, oauth_token}``), encrypted.
+repo_creds = sa.Table(
+    "repo_creds",
+    metadata,
+    sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), primary_key=True),
+    sa.Column("repo_id", sa.String(200), primary_key=True),
+    sa.Column("user_id", sa.String(36), sa.ForeignKey("users.id"), primary_key=True),
+    sa.Column("creds", sa.Text, nullable=False),
+)
+
+#: Uploaded code (a diff against the remote commit, or a tar archive), content-addressed per project.
+codes = sa.Table(
+    "codes",
+    metadata,
+    sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), primary_key=True),
+    sa.Column("blob_hash", sa.String(64), primary_key=True),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("blob", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", Time, nullable=False),
+)
+
+#: Tar archives of the ``files`` a user's runs mount, content-addressed per user.
+file_archives = sa.Table(
+    "file_archives",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("user_id", sa.String(36), sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("blob_hash", sa.String(64), nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("blob", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", Time, nullable=False),
+    sa.UniqueConstraint("user_id", "blob_hash", name="uq_file_archives_user_hash"),
 )

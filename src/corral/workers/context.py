@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from corral.backends.base import Compute
+from corral.domain.records import InstanceRec
 from corral.settings import Settings
 from corral.store.db import Database
 
@@ -38,3 +39,10 @@ class Context:
 
     def compute(self, backend: str) -> Compute:
         return self.computes[backend]
+
+    def agent_url(self, inst: InstanceRec) -> str:
+        """Where ``inst``'s agent answers now, as its backend says (an SSH host: the local end of a tunnel)."""
+        compute = self.computes.get(inst.backend)
+        if compute is None:
+            return str((inst.agent or {}).get("url") or "")
+        return compute.agent_url(inst)

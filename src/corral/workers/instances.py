@@ -67,7 +67,7 @@ class Instances:
         try:
             if compute is None:
                 raise ProvisioningError(f"backend {inst.backend!r} is not configured")
-            provisioned = await compute.create_instance(inst.id, inst.name)
+            provisioned = await compute.create_instance(inst)
         except ProvisioningError as e:
             await self._provisioning_failed(inst, token, str(e))
             return
@@ -76,7 +76,9 @@ class Instances:
             await self._provisioning_failed(inst, token, f"unexpected error: {e}")
             return
         now = time.time()
-        offer = dict(inst.offer or {})
+        # An instance reserved without an offer (an SSH host) gets one from what was found there.
+        offer = dict(inst.offer or {"backend": inst.backend, "instance_type": inst.backend, "region": inst.region})
+        offer.setdefault("price", inst.price or 0.0)
         offer["resources"] = resources_to_json(provisioned.resources)
         async with self.ctx.db.write() as conn:
             busy = await fleet_store.live_blocks_on(conn, inst.id)
@@ -92,6 +94,7 @@ class Instances:
                     started_at=now,
                     last_processed_at=now,
                     last_job_finished_at=None if busy else now,
+                    total_blocks=provisioned.total_blocks or inst.total_blocks,
                     lock_owner=None,
                     lock_token=None,
                     lock_expires_at=None,

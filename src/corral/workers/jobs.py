@@ -85,10 +85,17 @@ class Jobs:
         #: Set to cut a follower's long poll short (a stop to send now, not when the poll ends).
         self._pokes: dict[str, asyncio.Event] = {}
         self._submitting: set[str] = set()
+        self._clients: dict[tuple[str, str], AgentClient] = {}
 
-    def _client(self, agent: dict[str, Any]) -> AgentClient:
-        ep = AgentEndpoint.from_json(agent)
-        return AgentClient(ep.url, ep.token, timeout=self.ctx.settings.agent_request_timeout)
+    def _client(self, inst: InstanceRec) -> AgentClient:
+        """One pooled client per agent, shared by submissions and followers."""
+        ep = AgentEndpoint.from_json(inst.agent or {})
+        url = self.ctx.agent_url(inst)
+        key = (url, ep.token)
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = AgentClient(url, ep.token, timeout=self.ctx.settings.agent_request_timeout)
+        return client
 
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
@@ -137,6 +144,9 @@ class Jobs:
         for task in list(self._followers.values()):
             task.cancel()
         await asyncio.gather(*self._followers.values(), return_exceptions=True)
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
 
     async def _submit(self, job: JobRec, inst: InstanceRec) -> None:
         async with self.ctx.db.read() as conn:
@@ -168,7 +178,7 @@ class Jobs:
             else self.ctx.settings.default_stop_duration,
             max_duration=float(spec["max_duration"]) if isinstance(spec.get("max_duration"), (int, float)) else None,
         )
-        client = self._client(inst.agent or {})
+        client = self._client(inst)
         try:
             state = await client.submit(submission)
         except AgentUnreachable as e:
@@ -177,8 +187,6 @@ class Jobs:
         except AgentError as e:
             await self._finish(job, JobState(job.id, "failed", message=str(e)), stopped=None, executor_error=True)
             return
-        finally:
-            await client.aclose()
         now = time.time()
         async with self.ctx.db.write() as conn:
             ok = await run_store.update_job(
@@ -211,7 +219,7 @@ class Jobs:
             return await run_store.get_job(conn, job_id)
 
     async def _follower(self, job: JobRec, inst: InstanceRec) -> None:
-        client = self._client(inst.agent or {})
+        client = self._client(inst)
         offset = job.log_offset
         stop_sent: str | None = None
         wait = self.ctx.settings.agent_poll_wait
@@ -269,8 +277,6 @@ class Jobs:
             raise
         except Exception:
             log.exception("follower of %s failed", job.job_name)
-        finally:
-            await client.aclose()
 
     async def _unreachable(self, job: JobRec) -> bool:
         now = time.time()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 from corral.domain.statuses import JobStatus, RunStatus, RunTerminationReason, run_status_from_jobs
-from corral.store import fleets as fleet_store
 from corral.store import runs as run_store
 from corral.workers.context import Context
 
@@ -44,22 +43,15 @@ class Runs:
 
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
-            runs = await run_store.list_runs(conn, None, only_active=True, limit=None)
+            states = await run_store.active_run_states(conn)
         now = time.time()
-        for run in runs:
-            latest: dict[tuple[int, int], str] = {}
-            jobs_by_key = {}
-            for j in run.jobs:
-                latest[(j.replica_num, j.job_num)] = j.status
-                jobs_by_key[(j.replica_num, j.job_num)] = j
-            decision = decide_run(run.status, run.termination_reason, list(latest.values()))
-            fleet_id = run.fleet_id
-            if fleet_id is None:
-                master = jobs_by_key.get((0, 0))
-                if master is not None and master.instance_id:
-                    async with self.ctx.db.read() as conn:
-                        inst = await fleet_store.get_instance(conn, master.instance_id)
-                    fleet_id = inst.fleet_id if inst else None
+        for run in states:
+            latest: dict[tuple[int, int], run_store.JobState] = {}
+            for j in sorted(run.jobs, key=lambda j: j.submission_num):
+                latest[(j.replica_num, j.job_num)] = j
+            decision = decide_run(run.status, run.termination_reason, [j.status for j in latest.values()])
+            master = latest.get((0, 0))
+            fleet_id = run.fleet_id or (master.instance_fleet_id if master else None)
             if decision is None and fleet_id == run.fleet_id:
                 continue
             values: dict[str, object] = {"last_processed_at": now, "fleet_id": fleet_id}
@@ -69,7 +61,7 @@ class Runs:
                 if status in ("terminating",) and reason == RunTerminationReason.JOB_FAILED.value:
                     await self._stop_jobs(run.id, "stop")
                 if status in ("failed", "done", "terminated"):
-                    failed = next((j for j in run.jobs if j.status == "failed"), None)
+                    failed = next((j for j in latest.values() if j.status == "failed"), None)
                     values["status_message"] = failed.status_message if failed else None
             async with self.ctx.db.write() as conn:
                 await run_store.update_run(conn, run.id, values, expect_status=(run.status,))

@@ -12,13 +12,14 @@ from typing import Any
 
 from corral.config import ResourcesSpec, effective_profile, parse_profile, parse_run_configuration
 from corral.domain.fleets import fleet_blocks, fleet_placement, nodes_bounds
-from corral.domain.records import FleetRec, JobRec
+from corral.domain.records import FleetRec
 from corral.domain.resources import Requirements, match_requirements
 from corral.scheduler.codec import offer_from_json
 from corral.scheduler.schedule import schedule, upkeep
-from corral.scheduler.types import FleetSlot, Gang, InstanceSlot, Offer, Plan, QueuedJob, Snapshot, WaitPolicy
+from corral.scheduler.types import Fail, FleetSlot, Gang, InstanceSlot, Offer, Plan, QueuedJob, Snapshot, WaitPolicy
 from corral.store import snapshot as snap
 from corral.store.plan_apply import ApplyResult, apply_plan
+from corral.store.snapshot import QueueRow
 from corral.workers.context import Context
 
 log = logging.getLogger("corral.scheduler")
@@ -48,9 +49,12 @@ class Scheduling:
         self._queued: dict[str, QueuedJob] = {}
         self._fleet_reqs: dict[tuple[str, str], Requirements | None] = {}
 
-    def _queued_job(self, job: JobRec, run_spec: dict[str, Any]) -> QueuedJob:
+    def _queued_job(self, job: QueueRow) -> QueuedJob:
         cached = self._queued.get(job.id)
         if cached is None:
+            if job.job_spec is None or job.run_spec is None:
+                raise ValueError("the job's documents were not loaded")
+            run_spec = job.run_spec
             conf = parse_run_configuration(run_spec["configuration"])
             profile = effective_profile(parse_profile(run_spec.get("profile")), conf)
             resources = ResourcesSpec.model_validate(job.job_spec["requirements"]["resources"])
@@ -143,19 +147,20 @@ class Scheduling:
         """One load -> decide -> commit pass. Returns what was committed."""
         now = time.time()
         async with self.ctx.db.read() as conn:
-            queue = await snap.load_queue(conn)
+            queue = await snap.load_queue(conn, known=self._queued.keys())
             fleets = await snap.load_fleets(conn)
             local_used = await snap.backend_usage(conn, "local")
         slots = tuple(self.fleet_slot(f) for f in fleets)
         queued: list[QueuedJob] = []
-        failed_parse: list[str] = []
-        for job, run_spec in queue:
+        failed_parse: list[Gang] = []
+        for row in queue:
             try:
-                queued.append(self._queued_job(job, run_spec))
+                queued.append(self._queued_job(row))
             except Exception as e:  # a stored spec we cannot read: fail the job, never the worker
-                log.exception("cannot schedule job %s", job.id)
-                failed_parse.append(job.id)
-                del e
+                log.exception("cannot schedule job %s", row.id)
+                failed_parse.append(
+                    Gang(row.run_id, (Fail(row.id, f"corral cannot read this job's stored spec: {e}"),))
+                )
         live = {q.id for q in queued}
         self._queued = {k: v for k, v in self._queued.items() if k in live}
         limits = self.backend_limits()
@@ -167,8 +172,8 @@ class Scheduling:
         )
         plan = schedule(snapshot, now)
         upkeep_gangs = [Gang(f"upkeep:{f.id}", (r,)) for f in slots for r in upkeep(f, {})]
-        if upkeep_gangs:
-            plan = Plan(plan.gangs + tuple(upkeep_gangs))
+        if upkeep_gangs or failed_parse:
+            plan = Plan(plan.gangs + tuple(upkeep_gangs) + tuple(failed_parse))
         result = await apply_plan(self.ctx.db, plan, now, limits)
         if result.reserved:
             self.ctx.wakeups.wake("instances")

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Queue drain: N trivial jobs submitted at once to a local fleet of 4 instances.
+
+Starts `corral server` as a process with fresh state, creates a fleet with `nodes: 4` (its instances come
+up through nodes.min upkeep), submits N runs (`echo ok`) from 8 concurrent clients, and measures:
+- placements per second (jobs that left `submitted`, from the runs list over time) and the total drain time;
+- the API's latency while the queue drains (`runs/get` and the `dstack ps` list body, sampled).
+Figures, not assertions.
+
+    python benchmarks/queue_drain.py [--jobs 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import httpx
+
+RES = {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."}
+PS_BODY = {"project_name": "main", "only_active": True, "include_jobs": True, "job_submissions_limit": 1, "limit": 100}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+async def main_async(n_jobs: int) -> None:
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {
+            **os.environ,
+            "CORRAL_SERVER_DIR": f"{tmp}/state",
+            "CORRAL_CONFIG_DIR": f"{tmp}/cli",
+            "CORRAL_SERVER_ADMIN_TOKEN": "bench",
+            "CORRAL_LOCAL_MAX_INSTANCES": "8",
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "corral.cli.main", "server", "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            async with httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer bench"}, timeout=60) as c:
+                while True:
+                    try:
+                        await c.get("/healthcheck")
+                        break
+                    except httpx.HTTPError:
+                        await asyncio.sleep(0.05)
+                fleet = {"type": "fleet", "name": "drain", "nodes": 4, "resources": RES}
+                await c.post(
+                    "/api/project/main/fleets/apply",
+                    json={"force": True, "plan": {"spec": {"configuration": fleet, "profile": {}}}},
+                )
+                while sum(i["status"] == "idle" for i in (await c.post("/api/instances/list", json={})).json()) < 4:
+                    await asyncio.sleep(0.1)
+                body = {
+                    "force": False,
+                    "plan": {
+                        "run_spec": {
+                            "configuration": {
+                                "type": "task",
+                                "commands": ["echo ok"],
+                                "resources": RES,
+                                "fleets": ["drain"],
+                            }
+                        }
+                    },
+                }
+                queue: asyncio.Queue[int] = asyncio.Queue()
+                for i in range(n_jobs):
+                    queue.put_nowait(i)
+                apply_lat: list[float] = []
+
+                async def submitter() -> None:
+                    while not queue.empty():
+                        queue.get_nowait()
+                        t = time.perf_counter()
+                        r = await c.post("/api/project/main/runs/apply", json=body)
+                        r.raise_for_status()
+                        apply_lat.append(time.perf_counter() - t)
+
+                t0 = time.perf_counter()
+                await asyncio.gather(*(submitter() for _ in range(8)))
+                submitted_in = time.perf_counter() - t0
+                get_lat: list[float] = []
+                ps_lat: list[float] = []
+                progress: list[tuple[float, int]] = []
+                while True:
+                    t = time.perf_counter()
+                    page = (await c.post("/api/runs/list", json=PS_BODY)).json()
+                    ps_lat.append(time.perf_counter() - t)
+                    if page:
+                        t = time.perf_counter()
+                        await c.post("/api/project/main/runs/get", json={"run_name": page[-1]["run_spec"]["run_name"]})
+                        get_lat.append(time.perf_counter() - t)
+                    active = len(page)
+                    progress.append((time.perf_counter() - t0, active))
+                    if active == 0:
+                        break
+                    await asyncio.sleep(0.25)
+                total = time.perf_counter() - t0
+                runs: list[dict[str, Any]] = []
+                prev: tuple[float, str] | None = None
+                while True:
+                    req: dict[str, Any] = {"limit": 100, "job_submissions_limit": 1}
+                    if prev:
+                        req.update(prev_submitted_at=prev[0], prev_run_id=prev[1])
+                    batch = (await c.post("/api/runs/list", json=req)).json()
+                    if not batch:
+                        break
+                    runs += batch
+                    prev = (batch[-1]["submitted_at"], batch[-1]["id"])  # type: ignore[assignment]
+                statuses = statistics.multimode([r["status"] for r in runs])
+                done = sum(r["status"] == "done" for r in runs)
+                await c.post("/api/project/main/fleets/delete", json={"names": ["drain"]})
+                for _ in range(100):
+                    if all(i["status"] == "terminated" for i in (await c.post("/api/instances/list", json={})).json()):
+                        break
+                    await asyncio.sleep(0.2)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    ms = 1000
+    print(f"machine: {os.cpu_count()} CPUs; {n_jobs} jobs, fleet of 4 local instances, 8 submitting clients")
+    print(
+        f"submitted all in {submitted_in:.1f} s ({n_jobs / submitted_in:.0f} applies/s; "
+        f"apply p50 {statistics.median(apply_lat) * ms:.0f} ms, p99 {pct(apply_lat, 0.99) * ms:.0f} ms)"
+    )
+    print(
+        f"queue drained in {total:.1f} s: {n_jobs / total:.1f} jobs placed and run per second; "
+        f"{done}/{len(runs)} done (most common status: {statuses})"
+    )
+    print(
+        f"while draining: ps body p50 {statistics.median(ps_lat) * ms:.0f} ms, p99 {pct(ps_lat, 0.99) * ms:.0f} ms; "
+        f"runs/get p50 {statistics.median(get_lat) * ms:.0f} ms, p99 {pct(get_lat, 0.99) * ms:.0f} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=1000)
+    asyncio.run(main_async(parser.parse_args().jobs))
+
+
+if __name__ == "__main__":
+    main()

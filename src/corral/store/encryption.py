@@ -1,0 +1,99 @@
+"""Encryption at rest of what must not sit in the database in clear (repo credentials).
+
+AES-256-GCM with the server key. The key is ``CORRAL_SERVER_ENCRYPTION_KEY`` (base64 of 32 bytes; every
+replica of a Postgres deployment must be given the same one) or, when that is unset, a key generated on
+first use and kept in ``<state dir>/data/encryption.key`` (mode 0600). A stored value reads
+``enc:v1:<key id>:<base64(nonce | ciphertext)>``; the key id (a hash prefix of the key) lets a value
+encrypted under another key fail with a message that says so instead of a bare decryption error.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from corral.settings import Settings
+
+_PREFIX = "enc:v1:"
+
+
+class EncryptionError(RuntimeError):
+    """A stored value cannot be decrypted with this server's key; the message says why."""
+
+
+class Cipher:
+    def __init__(self, key: bytes) -> None:
+        if len(key) != 32:
+            raise EncryptionError("the encryption key must be 32 bytes")
+        self._aead = AESGCM(key)
+        self.key_id = hashlib.sha256(key).hexdigest()[:8]
+
+    def encrypt(self, plaintext: str) -> str:
+        nonce = os.urandom(12)
+        sealed = self._aead.encrypt(nonce, plaintext.encode(), None)
+        return f"{_PREFIX}{self.key_id}:{base64.b64encode(nonce + sealed).decode()}"
+
+    def decrypt(self, stored: str) -> str:
+        if not stored.startswith(_PREFIX):
+            raise EncryptionError("the stored value is not encrypted by corral")
+        key_id, _, payload = stored[len(_PREFIX) :].partition(":")
+        if key_id != self.key_id:
+            raise EncryptionError(
+                f"the value was encrypted with another server key (id {key_id}, this server's is {self.key_id})"
+            )
+        try:
+            raw = base64.b64decode(payload, validate=True)
+            return self._aead.decrypt(raw[:12], raw[12:], None).decode()
+        except (binascii.Error, InvalidTag, UnicodeDecodeError, ValueError):
+            raise EncryptionError("the stored value is corrupt") from None
+
+
+_lock = threading.Lock()
+_cache: dict[tuple[str | None, str], Cipher] = {}
+
+
+def _load_or_create(path: Path) -> bytes:
+    try:
+        raw = path.read_text().strip()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        raw = base64.b64encode(os.urandom(32)).decode()
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process made it first: use theirs
+            raw = path.read_text().strip()
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(raw + "\n")
+    return _decode_key(raw, str(path))
+
+
+def _decode_key(raw: str, where: str) -> bytes:
+    try:
+        key = base64.b64decode(raw, validate=True)
+    except binascii.Error:
+        key = b""
+    if len(key) != 32:
+        raise EncryptionError(f"{where} must hold a base64-encoded 32-byte key")
+    return key
+
+
+def cipher_for(settings: Settings) -> Cipher:
+    """The server's cipher (built once per key)."""
+    cache_key = (settings.encryption_key, str(settings.encryption_key_file))
+    with _lock:
+        found = _cache.get(cache_key)
+        if found is None:
+            if settings.encryption_key:
+                key = _decode_key(settings.encryption_key, "CORRAL_SERVER_ENCRYPTION_KEY")
+            else:
+                key = _load_or_create(settings.encryption_key_file)
+            found = _cache[cache_key] = Cipher(key)
+        return found

@@ -1,0 +1,289 @@
+"""Fake SSH hosts for the SSH-fleet tests (recipe 1B of ``shared/recipes/environment.md``).
+
+Each host is a network namespace on a private /24 that this module creates (and only there), with
+its own mount, UTS and PID namespaces and a chroot into a copy-on-write overlay of ``/`` (upper dir on
+/dev/shm): its own hostname, its own processes, its own writes, its own sshd on port 22 (key auth as
+root). Needs root, iproute2, util-linux (``unshare``) and openssh-server.
+
+Parallel runs on one machine cannot collide: each ``FakeHosts`` claims a free /24 by creating its
+bridge (``cfh<N>br``, 10.213.N.0/24) -- creating the bridge is the atomic claim -- and records its pid
+under /run/corral-fakehosts; leftovers of a crashed run (its pid is gone) are removed at the next start.
+
+A host can be killed (every process of it dies at once, like a power cut: the address then refuses
+connections) and revived (a new sshd on the same address and the same disk, i.e. a reboot).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+OWNERS = pathlib.Path("/run/corral-fakehosts")
+FIRST_NET, LAST_NET = 40, 250
+
+NVIDIA_SMI = """#!/bin/sh
+# fake nvidia-smi: {count} x {name} ({memory_mib} MiB)
+for i in $(seq {count}); do echo "{name}, {memory_mib}, 535.104.05"; done
+"""
+
+
+def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, check=check, capture_output=True, text=True)
+
+
+@dataclass
+class HostSpec:
+    """What is special about one fake host."""
+
+    gpus: int = 0
+    gpu_name: str = "NVIDIA A100-SXM4-80GB"
+    gpu_memory_mib: int = 81920
+    #: No ``python3`` anywhere on the login PATH (an overlay whiteout hides /usr/bin/python3).
+    no_python: bool = False
+    #: Extra sshd_config lines (e.g. ``AllowUsers root@10.213.N.11``).
+    sshd_extra: str = ""
+    #: An account ``nologin`` with the test key authorised and /usr/sbin/nologin as its shell.
+    nologin_user: bool = False
+
+
+@dataclass
+class Host:
+    name: str
+    ip: str
+    spec: HostSpec
+    upper_root: pathlib.Path
+    proc: subprocess.Popen[bytes] | None = None
+    alive: bool = field(default=False)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_net(n: int) -> None:
+    """Tear down everything of net ``n``: its namespaces (and their processes), its bridge, its disks."""
+    prefix = f"cfh{n}h"
+    for line in sh("ip", "netns", "list", check=False).stdout.splitlines():
+        ns = line.split()[0] if line.split() else ""
+        if ns.startswith(prefix):
+            for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            sh("ip", "netns", "del", ns, check=False)
+    sh("ip", "link", "del", f"cfh{n}br", check=False)
+    shutil.rmtree(f"/dev/shm/corral-fakehosts-{n}", ignore_errors=True)
+    (OWNERS / str(n)).unlink(missing_ok=True)
+
+
+def reap_stale() -> None:
+    """Remove the nets of runs that died without cleaning up (their owner pid is gone)."""
+    for line in sh("ip", "-o", "link", "show", "type", "bridge", check=False).stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if not (name.startswith("cfh") and name.endswith("br") and name[3:-2].isdigit()):
+            continue
+        n = int(name[3:-2])
+        try:
+            owner = int((OWNERS / str(n)).read_text())
+        except (OSError, ValueError):
+            owner = -1
+        if owner <= 0 or not _pid_alive(owner):
+            _remove_net(n)
+
+
+def _subnet_in_use(subnet: str) -> bool:
+    routes = sh("ip", "-4", "route", "show", check=False).stdout
+    return any(line.startswith(subnet + ".") for line in routes.splitlines())
+
+
+class FakeHosts:
+    def __init__(self, specs: dict[str, HostSpec], base: pathlib.Path) -> None:
+        self.specs = specs
+        self.base = pathlib.Path(base)
+        self.key = self.base / "id_ed25519"
+        self.wrong_key = self.base / "wrong_ed25519"
+        self.hosts: dict[str, Host] = {}
+        self.n = -1
+
+    # -- addresses ------------------------------------------------------------------------------
+    @property
+    def subnet(self) -> str:
+        return f"10.213.{self.n}"
+
+    @property
+    def gateway(self) -> str:
+        return f"{self.subnet}.1"
+
+    def ip(self, name: str) -> str:
+        return self.hosts[name].ip
+
+    def unused_ip(self) -> str:
+        """An address inside our /24 where no host lives (connections time out or find no route)."""
+        return f"{self.subnet}.250"
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def _claim_net(self) -> None:
+        OWNERS.mkdir(parents=True, exist_ok=True)
+        for n in range(FIRST_NET, LAST_NET):
+            if _subnet_in_use(f"10.213.{n}"):
+                continue
+            if sh("ip", "link", "add", f"cfh{n}br", "type", "bridge", check=False).returncode != 0:
+                continue  # another run holds it
+            self.n = n
+            (OWNERS / str(n)).write_text(str(os.getpid()))
+            return
+        raise RuntimeError("no free 10.213.N.0/24 for fake hosts")
+
+    def start(self) -> FakeHosts:
+        reap_stale()
+        self.base.mkdir(parents=True, exist_ok=True)
+        for key in (self.key, self.wrong_key):
+            if not key.exists():
+                sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "corral-test", "-f", str(key))
+        self._claim_net()
+        bridge = f"cfh{self.n}br"
+        sh("ip", "addr", "add", f"{self.gateway}/24", "dev", bridge)
+        sh("ip", "link", "set", bridge, "up")
+        up = pathlib.Path(f"/dev/shm/corral-fakehosts-{self.n}")  # not on the '/' file system
+        for i, (name, spec) in enumerate(self.specs.items(), start=1):
+            host = Host(name=name, ip=f"{self.subnet}.{10 + i}", spec=spec, upper_root=up / name)
+            self.hosts[name] = host
+            self._prepare_disk(host)
+            ns = self._ns(host)
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "add", f"cfh{self.n}v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+            sh("ip", "link", "set", f"cfh{self.n}v{i}", "master", bridge, "up")
+            sh("ip", "-n", ns, "addr", "add", f"{host.ip}/24", "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            self._boot(host)
+        for host in self.hosts.values():
+            self._wait_sshd(host)
+        return self
+
+    def _ns(self, host: Host) -> str:
+        return f"cfh{self.n}h{host.name}"
+
+    def _prepare_disk(self, host: Host) -> None:
+        """The host's private writes: its name, sshd config and keys, root's authorised key."""
+        upper = host.upper_root / "upper"
+        for d in ("work", "merged", "upper/root/.ssh", "upper/etc/ssh/fakehost", "upper/run/sshd", "upper/usr/local/bin"):
+            (host.upper_root / d).mkdir(parents=True, exist_ok=True)
+        pub = (self.base / "id_ed25519.pub").read_text()
+        os.chmod(upper / "root/.ssh", 0o700)
+        (upper / "root/.ssh/authorized_keys").write_text(pub)
+        # A fresh machine's shell: no pyenv or cargo from the build machine's root account.
+        (upper / "root/.bashrc").write_text("# fake host\n")
+        (upper / "root/.profile").write_text("# fake host\n")
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(upper / "etc/ssh/fakehost/host_key"))
+        (upper / "etc/hostname").write_text(host.name + "\n")
+        (upper / "etc/ssh/fakehost/sshd_config").write_text(
+            "Port 22\nHostKey /etc/ssh/fakehost/host_key\nPidFile /run/sshd.pid\n"
+            "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+            "UsePAM no\nAuthorizedKeysFile %h/.ssh/authorized_keys\nSubsystem sftp internal-sftp\n"
+            + host.spec.sshd_extra
+            + "\n"
+        )
+        python_on_path = any(os.path.exists(f"{d}/python3") for d in ("/usr/local/bin", "/usr/bin", "/bin"))
+        if host.spec.no_python:
+            for d in ("usr/bin", "usr/local/bin"):
+                if os.path.exists(f"/{d}/python3"):
+                    (upper / d).mkdir(parents=True, exist_ok=True)
+                    os.mknod(upper / d / "python3", 0o600 | 0o020000, os.makedev(0, 0))  # overlay whiteout
+        elif not python_on_path:  # a build machine without a system python3: lend it ours
+            (upper / "usr/local/bin/python3").symlink_to(os.path.realpath(sys.executable))
+        if host.spec.gpus:
+            smi = upper / "usr/local/bin/nvidia-smi"
+            smi.write_text(
+                NVIDIA_SMI.format(count=host.spec.gpus, name=host.spec.gpu_name, memory_mib=host.spec.gpu_memory_mib)
+            )
+            smi.chmod(0o755)
+        if host.spec.nologin_user:
+            home = upper / "home/nologin"
+            (home / ".ssh").mkdir(parents=True, exist_ok=True)
+            (home / ".ssh/authorized_keys").write_text(pub)
+            shutil.chown(home, 4242, 4242)
+            for name, line in (
+                ("passwd", "nologin:x:4242:4242::/home/nologin:/usr/sbin/nologin\n"),
+                ("shadow", "nologin:*:19000:0:99999:7:::\n"),
+                ("group", "nologin:x:4242:\n"),
+            ):
+                target = upper / "etc" / name
+                shutil.copy(f"/etc/{name}", target)
+                with open(target, "a") as f:
+                    f.write(line)
+
+    def _boot(self, host: Host) -> None:
+        u = host.upper_root
+        m = u / "merged"
+        script = (
+            f"mount -t overlay overlay -o lowerdir=/,upperdir={u / 'upper'},workdir={u / 'work'} {m} && "
+            f"mount --rbind /dev {m}/dev && mount -t proc proc {m}/proc && mount -t sysfs sysfs {m}/sys && "
+            f"mount -t tmpfs tmpfs {m}/tmp && hostname {host.name} && "
+            f"exec chroot {m} /usr/sbin/sshd -D -f /etc/ssh/fakehost/sshd_config -E /var/log/sshd.log"
+        )
+        err = open(self.base / f"{host.name}.err", "a")  # noqa: SIM115 - handed to the child
+        try:
+            host.proc = subprocess.Popen(
+                ["ip", "netns", "exec", self._ns(host), "unshare", "--mount", "--uts", "--pid", "--fork",
+                 "--kill-child", "--propagation", "private", "sh", "-c", script],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
+        finally:
+            err.close()
+        host.alive = True
+
+    def _wait_sshd(self, host: Host, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection((host.ip, 22), timeout=0.5).close()
+                return
+            except OSError:
+                if host.proc is not None and host.proc.poll() is not None:
+                    raise RuntimeError(f"fake host {host.name} exited: {(self.base / f'{host.name}.err').read_text()}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sshd on {host.name} ({host.ip}) did not come up") from None
+                time.sleep(0.02)
+
+    def kill(self, name: str) -> None:
+        """Power cut: every process of the host dies at once; its address now refuses connections."""
+        host = self.hosts[name]
+        if host.proc is not None:
+            host.proc.kill()  # unshare --kill-child: the namespace's init dies, and with it everything
+            host.proc.wait(timeout=10)
+        host.alive = False
+
+    def revive(self, name: str) -> None:
+        """Boot the host again: same address, same disk (its overlay upper), nothing running."""
+        host = self.hosts[name]
+        assert not host.alive
+        self._boot(host)
+        self._wait_sshd(host)
+
+    def stop(self) -> None:
+        for host in self.hosts.values():
+            if host.proc is not None and host.proc.poll() is None:
+                host.proc.kill()
+        for host in self.hosts.values():
+            if host.proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    host.proc.wait(timeout=10)
+        if self.n >= 0:
+            _remove_net(self.n)
