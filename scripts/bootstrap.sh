@@ -11,6 +11,11 @@ if [ "${1:-}" = "--dev" ]; then extra="[dev]"; fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -e ".${extra}" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import corral" || { echo "corral failed to install" >&2; exit 1; }
-if ! command -v ssh-keygen >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  (apt-get update -qq && apt-get install -y -qq openssh-client) >/dev/null
+# ssh-keygen (users' SSH keys) and git (repos: the CLI computes diffs, agents clone) when missing
+missing=""
+command -v ssh-keygen >/dev/null 2>&1 || missing="$missing openssh-client"
+command -v git >/dev/null 2>&1 || missing="$missing git"
+if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  # shellcheck disable=SC2086
+  (apt-get update -qq && apt-get install -y -qq $missing) >/dev/null
 fi

@@ -53,6 +53,7 @@ async def prepare(settings: Settings) -> Prepared:
     """Migrate, bootstrap and build the app (used by ``corral server`` and by tests)."""
     from corral.api.app import create_app
     from corral.backends.local import LocalCompute
+    from corral.backends.ssh import SSHCompute
     from corral.config.server_config import load_server_config
     from corral.services import accounts
     from corral.store.db import Database
@@ -69,7 +70,18 @@ async def prepare(settings: Settings) -> Prepared:
             db, boot.admin, [(p.name, [b.model_dump() for b in p.backends]) for p in server_config.projects]
         )
     computes: dict[str, Any] = {
-        "local": LocalCompute(settings.instances_dir, settings.provisioning_timeout, settings.agent_request_timeout)
+        "local": LocalCompute(
+            settings.instances_dir,
+            settings.provisioning_timeout,
+            settings.agent_request_timeout,
+            docker_host=settings.docker_host,
+        ),
+        "ssh": SSHCompute(
+            settings.server_dir,
+            settings.provisioning_timeout,
+            settings.ssh_connect_timeout,
+            settings.agent_request_timeout,
+        ),
     }
     ctx = Context(settings=settings, db=db, computes=computes)
     return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created)

@@ -68,6 +68,10 @@ class Settings:
     code_upload_limit: int = 2 * 2**20
     #: Key that encrypts repo credentials at rest (base64 of 32 bytes); None = a key file in the state dir.
     encryption_key: str | None = None
+    #: Image for jobs whose configuration sets none (None: such jobs run as host processes).
+    default_image: str | None = None
+    #: The Docker engine local agents use for jobs with an image (None: ``DOCKER_HOST`` or the default socket).
+    docker_host: str | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -101,6 +105,8 @@ class Settings:
             starvation_guard=_float_env(e, "CORRAL_STARVATION_GUARD", 300.0),
             background_processing=e.get("CORRAL_BACKGROUND_PROCESSING", "1") not in ("0", "false", "off"),
             encryption_key=e.get("CORRAL_SERVER_ENCRYPTION_KEY") or None,
+            default_image=e.get("CORRAL_DEFAULT_IMAGE") or None,
+            docker_host=e.get("CORRAL_DOCKER_HOST") or None,
         )
         if e.get("CORRAL_SERVER_CODE_UPLOAD_LIMIT"):
             try:

@@ -85,10 +85,12 @@ def test_env_and_working_dir(agent: AgentProc, tmp_path: Path) -> None:
     workdir = agent.job_dir("env") / "workdir" / "sub" / "dir"
     assert Path(lines[1]).resolve() == workdir.resolve()
     assert (workdir / "here").exists()
-    absolute = tmp_path / "abs-wd"
-    agent.submit("env-abs", ["pwd"], working_dir=str(absolute))
+    # An absolute working_dir (a container path) lives inside the job's own directory, never on the host's /.
+    agent.submit("env-abs", ["pwd", 'echo "$DSTACK_WORKING_DIR"'], working_dir="/abs-wd")
     agent.wait_finished("env-abs")
-    assert agent.output("env-abs").decode().strip() == str(absolute)
+    inside = (agent.job_dir("env-abs") / "workdir" / "abs-wd").resolve()
+    assert [Path(line).resolve() for line in agent.output("env-abs").decode().split()] == [inside, inside]
+    assert not Path("/abs-wd").exists()
 
 
 def test_shell_choice(agent: AgentProc) -> None:
@@ -204,16 +206,12 @@ def test_long_poll_wakes_on_finish_without_output(agent: AgentProc) -> None:
     assert r["entries"] == [] and r["state"]["state"] == "failed" and r["state"]["exit_status"] == 3
 
 
-def test_image_without_container_runtime(agent_factory: object) -> None:
-    a = agent_factory("no-docker", env={"PATH": "/usr/bin:/bin"})  # type: ignore[operator]
+def test_image_without_container_runtime(agent_factory: object, tmp_path: Path) -> None:
+    a = agent_factory("no-docker", env={"DOCKER_HOST": f"unix://{tmp_path}/no-such.sock"})  # type: ignore[operator]
     st = a.submit("img", ["true"], image="ubuntu:22.04")
     assert st["state"] == "failed"
-    assert "`image: ubuntu:22.04`" in st["message"]
-    import shutil
-
-    if shutil.which("docker", path="/usr/bin:/bin") is None:
-        assert "no container runtime (Docker)" in st["message"]
-        assert a.http.get("/info").json()["container_runtime"] is None
+    assert "`image: ubuntu:22.04`" in st["message"] and "no container runtime (Docker)" in st["message"]
+    assert a.http.get("/info").json()["container_runtime"] is None
 
 
 def test_idempotent_submit_and_forget(agent: AgentProc) -> None:

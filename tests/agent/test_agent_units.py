@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -102,12 +104,31 @@ def test_nvidia_smi_missing_or_failing_means_no_gpus(tmp_path: Path, monkeypatch
     assert gpus == [GpuInfo("A100", 40960, "nvidia")] and driver == GpuDriver("nvidia", "535.1")
 
 
-def test_docker_without_engine_is_no_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake(tmp_path / "bin", "docker", "echo 'Cannot connect to the Docker daemon' >&2; exit 1\n")
-    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    assert resources.container_runtime() is None
-    _fake(tmp_path / "bin", "docker", 'echo "27.0.1"\n')
-    assert resources.container_runtime() == "docker"
+def test_docker_engine_detection(tmp_path: Path) -> None:
+    """A socket nobody listens on, or something that is not a Docker engine, is no container runtime."""
+    assert resources.container_runtime(f"unix://{tmp_path}/none.sock") is None
+    assert resources.container_runtime("ssh://example") is None  # an endpoint kind the agent cannot use
+    path = str(tmp_path / "fake.sock")
+    with socket.socket(socket.AF_UNIX) as srv:
+        srv.bind(path)
+        srv.listen(1)
+        t = threading.Thread(target=_answer_once, args=(srv, b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n"))
+        t.start()
+        assert resources.container_runtime(f"unix://{path}") is None
+        t.join()
+        body = b'{"Version": "27.0.1", "ApiVersion": "1.46"}'
+        reply = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        t = threading.Thread(target=_answer_once, args=(srv, reply))
+        t.start()
+        assert resources.container_runtime(path) == "docker"  # a bare socket path works too
+        t.join()
+
+
+def _answer_once(srv: socket.socket, reply: bytes) -> None:
+    conn, _ = srv.accept()
+    with conn:
+        conn.recv(65536)
+        conn.sendall(reply)
 
 
 def test_split_lines() -> None:

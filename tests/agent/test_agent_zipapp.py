@@ -52,7 +52,9 @@ def test_zipapp_imports_only_the_standard_library(tmp_path: Path) -> None:
         "corral",
         *(f"corral.agent{s}" for s in ("", ".cli", ".server", ".jobs", ".resources", ".protocol", ".logstore")),
         "corral.agent.procs",
+        "corral.agent.workdir",
         "corral.agent.zipapp",
+        *(f"corral.agent.{m}" for m in ("containers", "docker", "fields", "protocol_containers")),
     }
     if data["stdlib"]:
         stdlib = set(data["stdlib"])

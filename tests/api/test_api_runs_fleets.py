@@ -311,7 +311,8 @@ async def test_waiting_run_shows_queue_position_and_starts_when_capacity_frees(s
 
         async def queued() -> dict[str, Any] | None:
             got = await _run(c, "second")
-            return got if got.get("corral_queue_position") == 2 else None
+            waiting = got["latest_job_submission"]["corral_waiting"]
+            return got if got.get("corral_queue_position") == 2 and waiting else None
 
         second = await wait_for(queued)
         assert second["status"] == "submitted"
@@ -327,3 +328,18 @@ async def test_waiting_run_shows_queue_position_and_starts_when_capacity_frees(s
         # The higher-priority run took the freed instance first.
         urgent, second = await _run(c, "urgent"), await _run(c, "second")
         assert urgent["latest_job_submission"]["finished_at"] <= second["latest_job_submission"]["finished_at"]
+
+
+async def test_runs_list_keyset_pages_are_exact(server: RunningServer) -> None:
+    async with server.client() as c:
+        for i in range(7):
+            await c.post("/api/project/main/runs/apply", json=task_body(["true"], name=f"page{i}"))
+        seen: list[str] = []
+        prev: dict[str, Any] = {}
+        while True:
+            page = (await c.post("/api/runs/list", json={"limit": 3, **prev})).json()
+            if not page:
+                break
+            seen += [r["run_spec"]["run_name"] for r in page]
+            prev = {"prev_submitted_at": page[-1]["submitted_at"], "prev_run_id": page[-1]["id"]}
+        assert seen == [f"page{i}" for i in reversed(range(7))]

@@ -198,12 +198,14 @@ class DstackCli:
     workdir: Path
     server: CorralServer
     calls: list[CliResult] = field(default_factory=list)
+    #: Extra environment of every call (e.g. git configuration).
+    env: dict[str, str] = field(default_factory=dict)
 
     def run(self, *args: str, timeout: float = 120) -> CliResult:
         out = subprocess.run(
             [str(self.venv / "bin" / "dstack"), *args],
             cwd=self.workdir,
-            env=cli_env(self.home),
+            env={**cli_env(self.home), **self.env},
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -48,7 +48,7 @@ class HostSpec:
     gpu_memory_mib: int = 81920
     #: No ``python3`` anywhere on the login PATH (an overlay whiteout hides /usr/bin/python3).
     no_python: bool = False
-    #: Extra sshd_config lines (e.g. ``AllowUsers root@10.213.N.11``).
+    #: Extra sshd_config lines; ``{subnet}`` is the /24's prefix (``AllowUsers root@{subnet}.11``).
     sshd_extra: str = ""
     #: An account ``nologin`` with the test key authorised and /usr/sbin/nologin as its shell.
     nologin_user: bool = False
@@ -180,7 +180,14 @@ class FakeHosts:
     def _prepare_disk(self, host: Host) -> None:
         """The host's private writes: its name, sshd config and keys, root's authorised key."""
         upper = host.upper_root / "upper"
-        for d in ("work", "merged", "upper/root/.ssh", "upper/etc/ssh/fakehost", "upper/run/sshd", "upper/usr/local/bin"):
+        for d in (
+            "work",
+            "merged",
+            "upper/root/.ssh",
+            "upper/etc/ssh/fakehost",
+            "upper/run/sshd",
+            "upper/usr/local/bin",
+        ):
             (host.upper_root / d).mkdir(parents=True, exist_ok=True)
         pub = (self.base / "id_ed25519.pub").read_text()
         os.chmod(upper / "root/.ssh", 0o700)
@@ -194,7 +201,7 @@ class FakeHosts:
             "Port 22\nHostKey /etc/ssh/fakehost/host_key\nPidFile /run/sshd.pid\n"
             "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
             "UsePAM no\nAuthorizedKeysFile %h/.ssh/authorized_keys\nSubsystem sftp internal-sftp\n"
-            + host.spec.sshd_extra
+            + host.spec.sshd_extra.format(subnet=self.subnet)
             + "\n"
         )
         python_on_path = any(os.path.exists(f"{d}/python3") for d in ("/usr/local/bin", "/usr/bin", "/bin"))
@@ -238,8 +245,23 @@ class FakeHosts:
         err = open(self.base / f"{host.name}.err", "a")  # noqa: SIM115 - handed to the child
         try:
             host.proc = subprocess.Popen(
-                ["ip", "netns", "exec", self._ns(host), "unshare", "--mount", "--uts", "--pid", "--fork",
-                 "--kill-child", "--propagation", "private", "sh", "-c", script],
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    self._ns(host),
+                    "unshare",
+                    "--mount",
+                    "--uts",
+                    "--pid",
+                    "--fork",
+                    "--kill-child",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    script,
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,

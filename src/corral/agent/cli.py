@@ -1,8 +1,9 @@
 """Command line of the agent.
 
     python -m corral.agent serve --work-dir DIR --token-file FILE [--host 127.0.0.1] [--port 0]
+                                 [--docker-host unix:///var/run/docker.sock]
     python3 -I agent.pyz serve ...            (the same, from the zipapp)
-    python -m corral.agent info [--work-dir DIR]   (print HostInfo as JSON and exit)
+    python -m corral.agent info [--work-dir DIR] [--docker-host ...]   (print HostInfo as JSON and exit)
 
 Once listening, ``serve`` writes ``DIR/agent.pid`` and then ``DIR/agent.port`` (atomically; the
 port file appearing means the agent is ready) and logs to stderr. SIGTERM or SIGINT do what
@@ -46,7 +47,7 @@ def _serve(args: argparse.Namespace) -> int:
         log.error("the token file %s is empty", args.token_file)
         return 2
     try:
-        agent = Agent(work_dir, token, host=args.host, port=args.port)
+        agent = Agent(work_dir, token, host=args.host, port=args.port, docker_host=args.docker_host)
     except OSError as e:
         log.error("cannot listen on %s:%s: %s", args.host, args.port, e)
         return 1
@@ -75,7 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    info = resources.detect_host_info(os.path.abspath(args.work_dir), resources.container_runtime())
+    info = resources.detect_host_info(os.path.abspath(args.work_dir), resources.container_runtime(args.docker_host))
     json.dump(info.to_dict(), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
@@ -90,8 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=0, help="port (0 = pick a free one)")
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
+    serve.add_argument(
+        "--docker-host",
+        default=None,
+        help="the Docker engine for jobs with an image (default: $DOCKER_HOST or the socket)",
+    )
     info = sub.add_parser("info", help="print this host's resources as JSON")
     info.add_argument("--work-dir", default=".", help="the directory whose disk to measure")
+    info.add_argument("--docker-host", default=None, help="the Docker engine to look for (default: $DOCKER_HOST)")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, str(getattr(args, "log_level", "INFO")).upper(), logging.INFO),

@@ -1,12 +1,15 @@
 """The job runner: start, watch, stop and forget job processes; persist their state.
 
-Layout under the agent's work dir: ``jobs/<job_id>/`` holds ``submission.json``, ``state.json``
-(rewritten atomically on every change) and the log files; the job's own files go to
-``jobs/<job_id>/workdir`` (the default cwd, and the base of a relative ``working_dir``).
+Layout under the agent's work dir: ``jobs/<job_id>/`` holds ``submission.json`` (without repo
+credentials), ``state.json`` (rewritten atomically on every change) and the log files; the job's own
+files go to ``jobs/<job_id>/workdir``, which stands in for a container's filesystem: the repo, the
+``files:`` archives and the working dir are placed in it by :mod:`corral.agent.workdir` (in a thread of
+the job's own when there is a repo or archives to prepare, so ``POST /jobs`` answers at once).
 A job is ``[shell, "-c", " && ".join(commands)]`` in a session of its own; when its main process
 exits, whatever it left in its process group is killed. Stop = SIGTERM to the group, SIGKILL
 after ``stop_duration`` (at once on abort). On start, jobs left running by a previous agent
-process are killed and marked failed ("agent restarted").
+process are killed and marked failed ("agent restarted"). A job with an ``image`` runs in a container
+instead (:mod:`corral.agent.containers`); its container outlives an agent restart and is followed again.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import procs
+from . import procs, workdir
+from .containers import ContainerRunner
+from .docker import Docker
 from .logstore import LogStore, pump
 from .protocol import JobState, JobSubmission, LogEntry, LogsReply
 
@@ -53,6 +58,8 @@ class Job:
         self.cond = threading.Condition()
         self.logs = LogStore(job_dir)
         self.proc: subprocess.Popen[bytes] | None = None
+        #: The git command the setup is running now (killed by a stop).
+        self.setup_proc: subprocess.Popen[bytes] | None = None
         self.stop_reason: str | None = None
         self.timers: list[threading.Timer] = []
 
@@ -91,15 +98,29 @@ def resolve_shell(shell: str | None) -> str:
 
 
 class JobRunner:
-    def __init__(self, work_dir: str, container_runtime: Callable[[], str | None] = lambda: None) -> None:
+    def __init__(
+        self,
+        work_dir: str,
+        container_runtime: Callable[[], str | None] = lambda: None,
+        docker_host: str | None = None,
+        host_gpus: Callable[[], list[str]] = list,
+    ) -> None:
         self.work_dir = os.path.abspath(work_dir)
         self.jobs_dir = os.path.join(self.work_dir, "jobs")
         os.makedirs(self.jobs_dir, exist_ok=True)
+        self.blobs = workdir.BlobStore(self.work_dir)
         self._container_runtime = container_runtime
+        self.containers = ContainerRunner(
+            self.work_dir, Docker(docker_host), host_gpus, self._settle, self._fail, self._arm_max_duration
+        )
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
         self._closing = False
         self._load()
+        if any(j.sub.image for j in self._jobs.values()):
+            t = threading.Thread(target=self.containers.sweep, args=(self._is_live,), name="container-sweep")
+            t.daemon = True
+            t.start()
 
     # ---- restart recovery -------------------------------------------------------------------
     def _load(self) -> None:
@@ -113,7 +134,7 @@ class JobRunner:
             except (OSError, ValueError):
                 continue  # half-created or foreign directory: leave it alone
             job = Job(job_dir, sub, state)
-            if not state.finished:
+            if not state.finished and not (sub.image and self.containers.recover(job)):
                 if state.pid:
                     procs.reap_group(state.pid, state.started_at)
                 state.state, state.message = "failed", "agent restarted"
@@ -121,6 +142,11 @@ class JobRunner:
                 state.finished_at = time.time()
                 job.persist()
             self._jobs[sub.job_id] = job
+
+    def _is_live(self, job_id: str) -> bool:
+        with self._lock:
+            job = self._jobs.get(job_id)
+        return job is not None and not job.snapshot().finished
 
     # ---- queries ----------------------------------------------------------------------------
     def get(self, job_id: str) -> Job:
@@ -135,11 +161,16 @@ class JobRunner:
             jobs = list(self._jobs.values())
         return [j.snapshot() for j in jobs]
 
-    def logs(self, job_id: str, offset: int, limit: int, wait: float) -> LogsReply:
+    def logs(self, job_id: str, offset: int, limit: int, wait: float, known_state: str | None = None) -> LogsReply:
+        """Entries from ``offset``, waiting up to ``wait`` for one, for the job to finish or for its state
+        to change (at once if it is no longer ``known_state``, the state the caller last saw)."""
         job = self.get(job_id)
         deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT_S)
         with job.cond:
-            while job.logs.count <= offset and not job.state.finished:
+            seen = job.state.to_dict()
+            while job.logs.count <= offset and not job.state.finished and job.state.to_dict() == seen:
+                if known_state is not None and job.state.state != known_state:
+                    break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -161,18 +192,25 @@ class JobRunner:
                 if os.path.exists(job_dir):
                     shutil.rmtree(job_dir, ignore_errors=True)
                 os.makedirs(job_dir)
-                _write_json(os.path.join(job_dir, "submission.json"), sub.to_dict())
+                _write_json(os.path.join(job_dir, "submission.json"), sub.redacted().to_dict())
                 job = Job(job_dir, sub, JobState(job_id=sub.job_id, state="pending"))
                 job.persist()
                 self._jobs[sub.job_id] = job
         if existing is not None:
             return existing.snapshot()  # idempotent
-        self._start(job)
+        if sub.repo is not None or sub.file_archives:
+            self.blobs.prune()
+            t = threading.Thread(target=self._start, args=(job,), name=f"setup-{sub.job_id}")
+            t.daemon = True
+            t.start()
+        else:
+            self._start(job)
         return job.snapshot()
 
-    def _fail(self, job: Job, message: str) -> None:
+    def _fail(self, job: Job, message: str, reason: str | None = None) -> None:
         with job.cond:
             job.state.state, job.state.message = "failed", message
+            job.state.termination_reason = reason
             job.state.finished_at = time.time()
             job.persist()
             job.cond.notify_all()
@@ -202,11 +240,7 @@ class JobRunner:
                     "remove `image` to run on the host, or add Docker to the host",
                 )
                 return
-            self._fail(
-                job,
-                f"The job sets `image: {sub.image}`, but this agent cannot run containers yet; "
-                "remove `image` to run on the host",
-            )
+            self.containers.start(job)
             return
         try:
             shell = resolve_shell(sub.shell)
@@ -219,23 +253,26 @@ class JobRunner:
 
                 pw = pwd.getpwnam(user)
                 kwargs = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
-            base = os.path.join(job.dir, "workdir")
-            cwd = os.path.join(base, sub.working_dir) if sub.working_dir else base
-            os.makedirs(cwd, exist_ok=True)
+            lay = workdir.prepare(os.path.join(job.dir, "workdir"), job.dir, sub, self.blobs, self._registrar(job))
+            cwd = lay.working_dir
             env = self._env(sub, user)
+            env.update(DSTACK_REPO_DIR=lay.repo_dir, DSTACK_WORKING_DIR=lay.working_dir)
+        except workdir.SetupStopped:
+            self._stopped_before_start(job)
+            return
+        except workdir.SetupError as e:
+            self._fail(job, f"Failed to set up the job's files: {e}", reason="setup_failed")
+            return
         except (ValueError, KeyError, OSError) as e:
             self._fail(job, f"cannot start the job: {e}")
             return
         with job.cond:
-            if job.stop_reason is not None:  # stopped before it started
-                job.state.state, job.state.termination_reason = "terminated", job.stop_reason
-                job.state.finished_at = time.time()
-                job.persist()
-                job.cond.notify_all()
+            if job.stop_reason is not None:
+                self._stopped_before_start(job)
                 return
             try:
                 proc = subprocess.Popen(
-                    [shell, "-c", " && ".join(sub.commands)],
+                    [*sub.entrypoint, *sub.commands] if sub.entrypoint else [shell, "-c", " && ".join(sub.commands)],
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
@@ -270,8 +307,35 @@ class JobRunner:
         waiter = threading.Thread(target=self._wait, args=(job, readers, stop), name=f"wait-{sub.job_id}")
         waiter.daemon = True
         waiter.start()
-        if sub.max_duration is not None:
-            self._timer(job, sub.max_duration, self._expire, job)
+        self._arm_max_duration(job)
+
+    def _arm_max_duration(self, job: Job) -> None:
+        if job.sub.max_duration is not None:
+            ran = time.time() - (job.state.started_at or time.time())
+            self._timer(job, max(0.0, job.sub.max_duration - ran), self._expire, job)
+
+    @staticmethod
+    def _stopped_before_start(job: Job) -> None:
+        with job.cond:
+            job.state.state, job.state.termination_reason = "terminated", job.stop_reason
+            job.state.finished_at = time.time()
+            job.persist()
+            job.cond.notify_all()
+
+    @staticmethod
+    def _registrar(job: Job) -> workdir.Register:
+        """Lets a stop kill the setup's git commands; refuses to go on once the job is stopped."""
+
+        def register(proc: subprocess.Popen[bytes] | None) -> None:
+            with job.cond:
+                job.setup_proc = proc
+                stopped = job.stop_reason is not None
+            if stopped:
+                if proc is not None:
+                    procs.signal_group(proc.pid, signal.SIGKILL)
+                raise workdir.SetupStopped
+
+        return register
 
     def _timer(self, job: Job, delay: float, fn: Callable[..., None], *args: Any) -> None:
         t = threading.Timer(delay, fn, args)
@@ -301,22 +365,25 @@ class JobRunner:
         stop.set()
         for t in readers:
             t.join(1.0)
+        self._settle(job, _exit_status(rc), f"killed by signal {_signame(-rc)}" if rc < 0 else None)
+
+    def _settle(self, job: Job, exit_status: int | None, failure: str | None = None) -> None:
+        """The job ended: terminated if it was stopped, done on status 0, else failed with ``failure``."""
         for timer in job.timers:
             timer.cancel()
         with job.cond:
             st = job.state
-            st.exit_status, st.finished_at = _exit_status(rc), time.time()
+            if st.finished:
+                return
+            st.exit_status, st.finished_at = exit_status, time.time()
             if job.stop_reason is not None:
                 st.state, st.termination_reason = "terminated", job.stop_reason
                 st.message = _stop_message(job.stop_reason, job.sub.max_duration)
-            elif rc == 0:
+            elif exit_status == 0 and failure is None:
                 st.state = "done"
             else:
                 st.state = "failed"
-                if rc < 0:
-                    st.message = f"killed by signal {_signame(-rc)}"
-                else:
-                    st.message = f"exited with status {rc}"
+                st.message = failure or (f"exited with status {exit_status}" if exit_status is not None else None)
             job.persist()
             job.cond.notify_all()
 
@@ -336,6 +403,14 @@ class JobRunner:
             if job.stop_reason is None or abort:
                 job.stop_reason = reason
             proc = job.proc
+            setup = job.setup_proc
+        if setup is not None:
+            procs.signal_group(setup.pid, signal.SIGKILL)
+        if job.sub.image:
+            self.containers.signal(job, signal.SIGKILL if abort else signal.SIGTERM)
+            if not abort:
+                self._timer(job, job.sub.stop_duration, self.containers.signal, job, signal.SIGKILL)
+            return
         if proc is None or proc.returncode is not None:
             return
         if abort:

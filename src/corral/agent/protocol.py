@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from .fields import ProtocolError as ProtocolError
+from .fields import _choice, _int, _num, _obj, _str, _str_list
+from .protocol_containers import ContainerInfo, ContainerSpec, ImagePullProgress
 
 #: Bumped on incompatible changes of this module; reported by ``GET /health``.
 AGENT_PROTOCOL_VERSION = 1
@@ -23,67 +26,6 @@ JOB_STATES = ("pending", "running", "done", "failed", "terminated")
 FINISHED_STATES = ("done", "failed", "terminated")
 LOG_SOURCES = ("stdout", "stderr")
 CPU_ARCHS = ("x86", "arm")
-
-
-class ProtocolError(ValueError):
-    """A message that does not follow the agent protocol; the text names the field."""
-
-
-def _obj(data: Any, what: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise ProtocolError(f"{what}: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
-def _str(d: dict[str, Any], key: str, what: str, optional: bool = False, nonempty: bool = False) -> Any:
-    v = d.get(key)
-    if v is None and optional:
-        return None
-    if not isinstance(v, str):
-        raise ProtocolError(f"{what}.{key}: expected a string, got {_tn(v)}")
-    if nonempty and not v:
-        raise ProtocolError(f"{what}.{key}: must not be empty")
-    return v
-
-
-def _int(d: dict[str, Any], key: str, what: str, optional: bool = False, minimum: int | None = None) -> Any:
-    v = d.get(key)
-    if v is None and optional:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ProtocolError(f"{what}.{key}: expected an integer, got {_tn(v)}")
-    if minimum is not None and v < minimum:
-        raise ProtocolError(f"{what}.{key}: must be >= {minimum}, got {v}")
-    return v
-
-
-def _num(d: dict[str, Any], key: str, what: str, optional: bool = False, default: float | None = None) -> Any:
-    v = d.get(key, default)
-    if v is None and optional:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ProtocolError(f"{what}.{key}: expected a finite number, got {_tn(v)}")
-    if v < 0:
-        raise ProtocolError(f"{what}.{key}: must not be negative, got {v}")
-    return float(v)
-
-
-def _choice(d: dict[str, Any], key: str, what: str, choices: Any) -> Any:
-    v = d.get(key)
-    if v not in choices:
-        raise ProtocolError("{}.{}: expected one of {}, got {!r}".format(what, key, ", ".join(choices), v))
-    return v
-
-
-def _str_list(d: dict[str, Any], key: str, what: str) -> list[str]:
-    v = d.get(key)
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise ProtocolError(f"{what}.{key}: expected a list of strings")
-    return list(v)
-
-
-def _tn(v: Any) -> str:
-    return "null" if v is None else type(v).__name__
 
 
 REPO_TYPES = ("remote", "local", "virtual")
@@ -204,6 +146,10 @@ class JobSubmission:
     file_archives: list[FileArchiveRef] = field(default_factory=list)
     #: The home dir of the job spec; ``~`` in ``repo_dir`` and archive paths means this.
     home_dir: str = "/root"
+    #: dstack's ``entrypoint`` (split): the job runs ``entrypoint + commands`` as is, without a shell.
+    entrypoint: list[str] | None = None
+    #: Container options of a job with an ``image`` (None: defaults).
+    container: ContainerSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -220,14 +166,18 @@ class JobSubmission:
             "repo": self.repo.to_dict() if self.repo is not None else None,
             "file_archives": [a.to_dict() for a in self.file_archives],
             "home_dir": self.home_dir,
+            "entrypoint": list(self.entrypoint) if self.entrypoint is not None else None,
+            "container": self.container.to_dict() if self.container is not None else None,
         }
 
     def redacted(self) -> JobSubmission:
-        """A copy without the repo credentials (what the agent writes to disk)."""
-        if self.repo is None or (self.repo.oauth_token is None and self.repo.private_key is None):
-            return self
-        repo = RepoCheckout.from_dict({**self.repo.to_dict(), "oauth_token": None, "private_key": None})
-        return JobSubmission.from_dict({**self.to_dict(), "repo": repo.to_dict()})
+        """A copy without the repo and registry credentials (what the agent writes to disk)."""
+        data = self.to_dict()
+        if self.repo is not None and (self.repo.oauth_token is not None or self.repo.private_key is not None):
+            data["repo"] = {**data["repo"], "oauth_token": None, "private_key": None}
+        if self.container is not None and self.container.registry_password is not None:
+            data["container"] = {**data["container"], "registry_password": None}
+        return self if data == self.to_dict() else JobSubmission.from_dict(data)
 
     @classmethod
     def from_dict(cls, data: Any) -> JobSubmission:
@@ -242,8 +192,11 @@ class JobSubmission:
             if not k or "=" in k or "\0" in k or "\0" in env[k]:
                 raise ProtocolError(f"JobSubmission.env: invalid variable name or value {k!r}")
         commands = _str_list(d, "commands", w)
-        if not commands:
-            raise ProtocolError("JobSubmission.commands: must contain at least one command")
+        image = _str(d, "image", w, optional=True, nonempty=True)
+        entrypoint = _str_list(d, "entrypoint", w) if d.get("entrypoint") is not None else None
+        if not commands and not entrypoint and image is None:
+            raise ProtocolError("JobSubmission.commands: must contain at least one command (or set image)")
+        container = d.get("container")
         archives = d.get("file_archives") or []
         if not isinstance(archives, list):
             raise ProtocolError("JobSubmission.file_archives: expected a list")
@@ -255,20 +208,23 @@ class JobSubmission:
             shell=_str(d, "shell", w, optional=True, nonempty=True),
             env=dict(env),
             working_dir=_str(d, "working_dir", w, optional=True),
-            image=_str(d, "image", w, optional=True),
+            image=image,
             user=_str(d, "user", w, optional=True),
             stop_duration=_num(d, "stop_duration", w, default=10.0),
             max_duration=_num(d, "max_duration", w, optional=True),
             repo=RepoCheckout.from_dict(repo) if repo is not None else None,
             file_archives=[FileArchiveRef.from_dict(a) for a in archives],
             home_dir=_str(d, "home_dir", w, optional=True, nonempty=True) or "/root",
+            entrypoint=entrypoint,
+            container=ContainerSpec.from_dict(container) if container is not None else None,
         )
 
 
 @dataclass
 class JobState:
     """A job as the agent sees it. ``termination_reason`` (extra) is one of ``stopped``,
-    ``aborted``, ``max_duration_exceeded``, ``agent_restarted`` or null."""
+    ``aborted``, ``max_duration_exceeded``, ``agent_restarted`` or null. A job with an ``image`` is
+    ``pending`` while its image is pulled (``image_pull_progress``) and its container created."""
 
     job_id: str
     state: str
@@ -278,6 +234,8 @@ class JobState:
     finished_at: float | None = None
     pid: int | None = None
     termination_reason: str | None = None
+    container: ContainerInfo | None = None
+    image_pull_progress: ImagePullProgress | None = None
 
     @property
     def finished(self) -> bool:
@@ -293,6 +251,8 @@ class JobState:
             "finished_at": self.finished_at,
             "pid": self.pid,
             "termination_reason": self.termination_reason,
+            "container": self.container.to_dict() if self.container is not None else None,
+            "image_pull_progress": self.image_pull_progress.to_dict() if self.image_pull_progress else None,
         }
 
     @classmethod
@@ -311,6 +271,10 @@ class JobState:
             finished_at=_num(d, "finished_at", w, optional=True),
             pid=_int(d, "pid", w, optional=True, minimum=1),
             termination_reason=_str(d, "termination_reason", w, optional=True),
+            container=ContainerInfo.from_dict(d["container"]) if d.get("container") is not None else None,
+            image_pull_progress=ImagePullProgress.from_dict(d["image_pull_progress"])
+            if d.get("image_pull_progress") is not None
+            else None,
         )
 
 

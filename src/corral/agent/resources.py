@@ -1,10 +1,10 @@
 """Host resource detection: CPUs, memory, the work dir's disk size, GPUs, arch, Docker, addresses.
 
 Everything is best effort and never raises: a missing or failing ``nvidia-smi`` means zero NVIDIA
-GPUs, a ``docker`` binary whose engine does not answer ``docker info`` within 3 s means no
-container runtime. GPU names are normalised to dstack's short names (``NVIDIA H200`` -> ``H200``,
-``NVIDIA GeForce RTX 4090`` -> ``RTX4090``, ``NVIDIA RTX A6000`` -> ``A6000``), the same
-conversion dstack applies to what its shim reports for SSH fleets.
+GPUs, a Docker engine that does not answer on its socket within 3 s means no container runtime.
+GPU names are normalised to dstack's short names (``NVIDIA H200`` -> ``H200``, ``NVIDIA GeForce
+RTX 4090`` -> ``RTX4090``, ``NVIDIA RTX A6000`` -> ``A6000``), the same conversion dstack applies to
+what its shim reports for SSH fleets.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import subprocess
 import sys
 from typing import Any
 
+from .docker import Docker, DockerError
 from .protocol import AGENT_VERSION, GpuDriver, GpuInfo, HostInfo
 
 NVIDIA_SMI_QUERY = [
@@ -170,9 +171,12 @@ def amd_gpus() -> tuple[list[GpuInfo], GpuDriver | None]:
     return gpus, driver
 
 
-def container_runtime() -> str | None:
-    """``"docker"`` if a docker binary exists and its engine answers within 3 s."""
-    if _run(["docker", "info", "--format", "{{.ServerVersion}}"], timeout=3) is None:
+def container_runtime(docker_host: str | None = None) -> str | None:
+    """``"docker"`` if the Docker engine at ``docker_host`` (else ``DOCKER_HOST``, else the default
+    socket) answers within 3 s."""
+    try:
+        Docker(docker_host).version(timeout=3.0)
+    except (DockerError, ValueError):
         return None
     return "docker"
 

@@ -10,9 +10,12 @@ logged here and answered with a 500 that carries no traceback.
     POST   /jobs                         JobSubmission -> JobState (idempotent on job_id)
     GET    /jobs                         [JobState]
     GET    /jobs/{id}                    JobState
-    GET    /jobs/{id}/logs?offset&limit&wait   LogsReply (long-poll up to ``wait`` <= 30 s)
+    GET    /jobs/{id}/logs?offset&limit&wait&state   LogsReply (long-poll up to ``wait`` <= 30 s; ends
+                                         early on a state change, at once if the job is no longer ``state``)
     POST   /jobs/{id}/stop               {"abort": bool} -> JobState
     DELETE /jobs/{id}                    {} (a finished job only; 409 otherwise)
+    GET    /blobs/{sha256}               {"hash", "size"} or 404
+    PUT    /blobs/{sha256}               raw body (Content-Length required; must hash to sha256) -> {"hash", "size"}
     POST   /shutdown                     {} ; stops all jobs, then the process exits
 """
 
@@ -36,7 +39,10 @@ from .protocol import AGENT_PROTOCOL_VERSION, AGENT_VERSION, HostInfo, JobSubmis
 log = logging.getLogger("corral.agent")
 
 MAX_BODY = 16 * 1024 * 1024
+#: A blob is streamed to disk, never held in memory; this only bounds a runaway upload.
+MAX_BLOB = 16 * 1024**3
 _JOB_RE = re.compile(r"^/jobs/([^/]+)(/logs|/stop)?$")
+_BLOB_RE = re.compile(r"^/blobs/([^/]+)$")
 
 
 class HttpError(Exception):
@@ -49,16 +55,19 @@ class HttpError(Exception):
 class Agent:
     """The job runner, host facts and lifecycle behind the HTTP server."""
 
-    def __init__(self, work_dir: str, token: str, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, work_dir: str, token: str, host: str = "127.0.0.1", port: int = 0, docker_host: str | None = None
+    ) -> None:
         if not token:
             raise ValueError("the token must not be empty")
         self.work_dir = os.path.abspath(work_dir)
         self.token = token.encode()
+        self.docker_host = docker_host
         self._runtime: str | None = None
         self._runtime_ready = threading.Event()
         self._info: HostInfo | None = None
         self._info_lock = threading.Lock()
-        self.runner = JobRunner(self.work_dir, self.container_runtime)
+        self.runner = JobRunner(self.work_dir, self.container_runtime, docker_host, self.nvidia_gpu_ids)
         self.httpd = ThreadingHTTPServer((host, port), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.agent = self  # type: ignore[attr-defined]
@@ -74,7 +83,7 @@ class Agent:
 
     def _detect_runtime(self) -> None:
         try:
-            self._runtime = resources.container_runtime()
+            self._runtime = resources.container_runtime(self.docker_host)
         finally:
             self._runtime_ready.set()
         try:
@@ -85,6 +94,10 @@ class Agent:
     def container_runtime(self) -> str | None:
         self._runtime_ready.wait(10)
         return self._runtime
+
+    def nvidia_gpu_ids(self) -> list[str]:
+        """Device ids (``nvidia-smi`` indexes) of this host's NVIDIA GPUs, for containers' device requests."""
+        return [str(i) for i, g in enumerate(self.info().gpus) if g.vendor == "nvidia"]
 
     def info(self) -> HostInfo:
         with self._info_lock:
@@ -143,8 +156,12 @@ class _Handler(BaseHTTPRequestHandler):
             url = urlsplit(self.path)
             if not (method == "GET" and url.path == "/health"):
                 self._authorize()
-            body = self._read_body()
-            status, payload = self._route(method, url.path, parse_qs(url.query), body)
+            blob = _BLOB_RE.match(url.path)
+            if blob is not None and method == "PUT":
+                status, payload = 200, self._put_blob(blob.group(1))
+            else:
+                body = self._read_body()
+                status, payload = self._route(method, url.path, parse_qs(url.query), body)
         except HttpError as e:
             status, payload = e.status, {"error": e.message}
         except ProtocolError as e:
@@ -169,6 +186,24 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise HttpError(413, "request body too large")
         return self.rfile.read(length) if length else b""
+
+    def _put_blob(self, blob_hash: str) -> dict[str, Any]:
+        blobs = self.agent.runner.blobs
+        keep_alive = not self.close_connection
+        self.close_connection = True  # until the whole body has been read
+        blobs.path(blob_hash)  # ValueError (400) for a malformed hash, before reading anything
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            raise HttpError(411, "PUT /blobs needs a Content-Length header")
+        try:
+            length = int(raw)
+        except ValueError:
+            raise HttpError(400, "invalid Content-Length")
+        if length < 0 or length > MAX_BLOB:
+            raise HttpError(413, "blob too large")
+        size = blobs.put(blob_hash, self.rfile, length)
+        self.close_connection = not keep_alive
+        return {"hash": blob_hash, "size": size}
 
     def _authorize(self) -> None:
         header = self.headers.get("Authorization") or ""
@@ -208,6 +243,12 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/shutdown" and method == "POST":
             agent.request_shutdown()
             return 200, {}
+        blob = _BLOB_RE.match(path)
+        if blob is not None and method == "GET":
+            size = agent.runner.blobs.size(blob.group(1))
+            if size is None:
+                raise HttpError(404, f"blob {blob.group(1)} not found")
+            return 200, {"hash": blob.group(1), "size": size}
         m = _JOB_RE.match(path)
         if m is None:
             if path in ("/health", "/info", "/jobs", "/shutdown"):
@@ -223,7 +264,8 @@ class _Handler(BaseHTTPRequestHandler):
             offset = _int_param(query, "offset", 0, 0, 2**62)
             limit = _int_param(query, "limit", 1000, 1, 10000)
             wait = _float_param(query, "wait", 0.0, 0.0, 30.0)
-            return 200, agent.runner.logs(job_id, offset, limit, wait).to_dict()
+            known = query.get("state", [None])[-1]
+            return 200, agent.runner.logs(job_id, offset, limit, wait, known).to_dict()
         if sub_path == "/stop" and method == "POST":
             data = _json(body) if body.strip() else {}
             if not isinstance(data, dict):

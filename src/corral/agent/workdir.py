@@ -31,9 +31,9 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any, Callable, Optional, Protocol  # noqa: UP035 - evaluated at run time on Python 3.8
 
 from .protocol import FileArchiveRef, JobSubmission, RepoCheckout
 
@@ -53,7 +53,11 @@ class SetupStopped(Exception):
 
 #: Called with each subprocess the setup starts (None once it ended) so that a stop can kill it;
 #: raises :class:`SetupStopped` when the job has been stopped meanwhile.
-Register = Callable[["subprocess.Popen[bytes] | None"], None]
+Register = Callable[[Optional["subprocess.Popen[bytes]"]], None]
+
+
+class _Readable(Protocol):
+    def read(self, n: int, /) -> bytes: ...
 
 
 class BlobStore:
@@ -77,7 +81,7 @@ class BlobStore:
         except FileNotFoundError:
             return None
 
-    def put(self, blob_hash: str, stream: IO[bytes], length: int) -> int:
+    def put(self, blob_hash: str, stream: _Readable, length: int) -> int:
         """Store ``length`` bytes from ``stream``; ValueError if they do not hash to ``blob_hash``."""
         path = self.path(blob_hash)
         digest = hashlib.sha256()
@@ -183,7 +187,7 @@ def _prepare_repo(repo: RepoCheckout, dest: str, scratch: str, blobs: BlobStore,
     elif repo.code_hash is not None:
         os.makedirs(dest, exist_ok=True)
         with _open_tar(_blob(blobs, repo.code_hash, "repo archive"), "repo archive") as tar:
-            _extract(tar, dest, list(tar), "repo archive")
+            _extract(tar, dest, list(_members(tar, "repo archive")), "repo archive")
 
 
 # ---- git ------------------------------------------------------------------------------------------------
@@ -199,11 +203,17 @@ def _git() -> str:
     return git
 
 
-def _git_env(repo: RepoCheckout, scratch: str) -> tuple[dict[str, str], list[str]]:
-    """The environment of git commands (never prompts; credentials through env config, not argv), and
-    the secrets to mask in anything shown to the user."""
+def _plain_env() -> dict[str, str]:
+    """git that never prompts and speaks English (its messages go to the user)."""
     env = dict(os.environ)
     env.update(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="", SSH_ASKPASS="", LC_ALL="C")
+    return env
+
+
+def _git_env(repo: RepoCheckout, scratch: str) -> tuple[dict[str, str], list[str]]:
+    """The environment of the clone (credentials through env config, not argv), and the secrets to mask
+    in anything shown to the user."""
+    env = _plain_env()
     secrets: list[str] = []
     extra: list[tuple[str, str]] = []
     url = repo.clone_url or ""
@@ -314,9 +324,8 @@ def _apply_diff(repo: RepoCheckout, dest: str, diff_path: str, register: Registe
     if os.path.getsize(diff_path) == 0:
         return
     git = _git()
-    env, secrets = _git_env(RepoCheckout(repo_type="remote", clone_url=repo.clone_url), dest)
     try:
-        _run_git([git, "apply", "--whitespace=nowarn", diff_path], dest, env, register, secrets)
+        _run_git([git, "apply", "--whitespace=nowarn", diff_path], dest, _plain_env(), register, [])
     except _GitFailed as e:
         at = f"commit {repo.commit}" if repo.commit else f"the head of {repo.branch or 'the default branch'}"
         raise SetupError(
@@ -351,7 +360,9 @@ def _check_member(m: tarfile.TarInfo, dest: str, what: str) -> None:
 
     if m.name.startswith("/") or not inside(m.name, dest):
         raise SetupError(f"The {what} holds {m.name!r}, a path outside its directory")
-    if m.issym() and (m.linkname.startswith("/") or not inside(m.linkname, os.path.join(dest, posixpath.dirname(m.name)))):
+    if m.issym() and (
+        m.linkname.startswith("/") or not inside(m.linkname, os.path.join(dest, posixpath.dirname(m.name)))
+    ):
         raise SetupError(f"The {what} holds a symlink {m.name!r} -> {m.linkname!r} that leads outside its directory")
     if m.islnk() and (m.linkname.startswith("/") or not inside(m.linkname, dest)):
         raise SetupError(f"The {what} holds a hard link {m.name!r} -> {m.linkname!r} that leads outside it")

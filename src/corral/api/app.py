@@ -8,7 +8,7 @@ from typing import Protocol
 
 from fastapi import FastAPI
 
-from corral.api.deps import install_error_handlers
+from corral.api.deps import AccessCache, install_error_handlers
 from corral.api.routes_accounts import router as accounts_router
 from corral.api.routes_compute import router as compute_router
 from corral.api.routes_repos import router as repos_router
@@ -42,6 +42,7 @@ def create_app(ctx: Context, workers: Background) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.ctx = ctx
+    app.state.access_cache = AccessCache()
     app.state.workers = workers
     install_error_handlers(app)
     app.include_router(accounts_router)

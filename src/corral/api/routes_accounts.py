@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 
 from corral import DSTACK_API_VERSION, __version__
-from corral.api.deps import FastJSON, body_json, ctx_of, current_user, member
+from corral.api.deps import FastJSON, body_json, ctx_of, current_user, forget_access, member
 from corral.schemas import requests as rq
 from corral.services import accounts, serialize
 
@@ -81,6 +81,7 @@ async def create_user(request: Request) -> FastJSON:
 async def update_user(request: Request) -> FastJSON:
     accounts.require_admin(await current_user(request))
     b = await parse(rq.CreateUserBody, request)
+    forget_access(request)
     return FastJSON(
         serialize.user(await accounts.update_user(ctx_of(request).db, b.username, b.global_role, b.email, b.active))
     )
@@ -90,6 +91,7 @@ async def update_user(request: Request) -> FastJSON:
 async def refresh_token(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.UsernameBody, request)
+    forget_access(request)
     return FastJSON(serialize.user_with_creds(await accounts.refresh_token(ctx_of(request).db, user, b.username)))
 
 
@@ -98,6 +100,7 @@ async def delete_users(request: Request) -> FastJSON:
     accounts.require_admin(await current_user(request))
     b = await parse(rq.DeleteUsersBody, request)
     await accounts.delete_users(ctx_of(request).db, b.users)
+    forget_access(request)
     return FastJSON(None)
 
 
@@ -128,6 +131,7 @@ async def delete_projects(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.DeleteProjectsBody, request)
     await accounts.delete_projects(ctx_of(request).db, user, b.projects_names)
+    forget_access(request)
     return FastJSON(None)
 
 
@@ -146,6 +150,7 @@ async def set_members(request: Request, project_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "manager")
     b = await parse(rq.SetMembersBody, request)
     await accounts.set_members(ctx_of(request).db, project, [m.model_dump() for m in b.members])
+    forget_access(request)
     return await _project_out(request, project)
 
 
@@ -154,6 +159,7 @@ async def add_members(request: Request, project_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "manager")
     b = await parse(rq.SetMembersBody, request)
     await accounts.add_members(ctx_of(request).db, project, [m.model_dump() for m in b.members])
+    forget_access(request)
     return await _project_out(request, project)
 
 
@@ -164,4 +170,5 @@ async def remove_members(request: Request, project_name: str) -> FastJSON:
     need = "user" if b.usernames == [user.name] else "manager"
     _user, project = await member(request, project_name, need)
     await accounts.remove_members(ctx_of(request).db, project, b.usernames)
+    forget_access(request)
     return await _project_out(request, project)

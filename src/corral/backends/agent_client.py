@@ -66,13 +66,15 @@ class AgentClient:
         json: Any = None,
         params: dict[str, Any] | None = None,
         read_timeout: float | None = None,
+        content: bytes | None = None,
     ) -> Any:
-        timeout = httpx.Timeout(self.timeout, read=read_timeout) if read_timeout is not None else None
+        kwargs: dict[str, Any] = {"json": json, "params": params}
+        if content is not None:
+            kwargs["content"] = content
+        if read_timeout is not None:
+            kwargs["timeout"] = httpx.Timeout(self.timeout, read=read_timeout, write=read_timeout)
         try:
-            if timeout is not None:
-                resp = await self._client.request(method, path, json=json, params=params, timeout=timeout)
-            else:
-                resp = await self._client.request(method, path, json=json, params=params)
+            resp = await self._client.request(method, path, **kwargs)
         except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
             raise AgentUnreachable(f"agent at {self.base_url}: {method} {path}: {type(e).__name__}: {e}") from e
         except httpx.HTTPError as e:
@@ -122,8 +124,14 @@ class AgentClient:
             raise AgentError("invalid reply to GET /jobs: expected a list")
         return [self._parse("GET /jobs", JobState.from_dict, d) for d in data]
 
-    async def logs(self, job_id: str, offset: int, wait: float = 0, limit: int = 1000) -> LogsReply:
-        params = {"offset": offset, "limit": limit, "wait": wait}
+    async def logs(
+        self, job_id: str, offset: int, wait: float = 0, limit: int = 1000, state: str | None = None
+    ) -> LogsReply:
+        """Entries from ``offset``; with ``wait``, a long poll that also ends when the job's state changes
+        (at once if it is no longer ``state``)."""
+        params: dict[str, Any] = {"offset": offset, "limit": limit, "wait": wait}
+        if state is not None:
+            params["state"] = state
         data = await self._request(
             "GET", f"/jobs/{job_id}/logs", params=params, read_timeout=max(0.0, wait) + self.timeout
         )
@@ -132,6 +140,21 @@ class AgentClient:
     async def stop(self, job_id: str, abort: bool = False) -> JobState:
         data = await self._request("POST", f"/jobs/{job_id}/stop", json={"abort": abort})
         return self._parse("POST /jobs/{id}/stop", JobState.from_dict, data)
+
+    async def has_blob(self, blob_hash: str) -> bool:
+        """Whether the agent already holds the blob (so it need not be sent again)."""
+        try:
+            await self._request("GET", f"/blobs/{blob_hash}")
+        except AgentError as e:
+            if e.status_code == 404 and "not found" in str(e):
+                return False
+            raise
+        return True
+
+    async def put_blob(self, blob_hash: str, data: bytes) -> None:
+        """Send a blob; the agent checks that ``data`` hashes to ``blob_hash``."""
+        slack = self.timeout + 60.0 + len(data) / 2**20  # a second per MiB on top
+        await self._request("PUT", f"/blobs/{blob_hash}", content=data, read_timeout=slack)
 
     async def forget(self, job_id: str) -> None:
         await self._request("DELETE", f"/jobs/{job_id}")

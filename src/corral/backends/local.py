@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from corral.agent.containers import remove_agent_containers
 from corral.agent.protocol import HostInfo
 from corral.agent.resources import detect_host_info
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
@@ -42,10 +43,18 @@ def host_resources(info: HostInfo) -> InstanceResources:
 class LocalCompute:
     name = "local"
 
-    def __init__(self, instances_dir: Path, provisioning_timeout: float, request_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        instances_dir: Path,
+        provisioning_timeout: float,
+        request_timeout: float = 5.0,
+        docker_host: str | None = None,
+    ) -> None:
         self.instances_dir = instances_dir
         self.provisioning_timeout = provisioning_timeout
         self.request_timeout = request_timeout
+        #: The Docker engine the agents run jobs with an image on (None: their DOCKER_HOST or the socket).
+        self.docker_host = docker_host
         self._offer: Offer | None = None
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -110,6 +119,7 @@ class LocalCompute:
                     str(work_dir),
                     "--token-file",
                     str(token_file),
+                    *(["--docker-host", self.docker_host] if self.docker_host else []),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -161,7 +171,12 @@ class LocalCompute:
                 proc.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 pass
-        shutil.rmtree(self.instances_dir / instance_id, ignore_errors=True)
+        await self._forget_work_dir(self.instances_dir / instance_id)
+
+    async def _forget_work_dir(self, work_dir: Path) -> None:
+        """Remove an agent's work dir, and the containers of its jobs if the agent could not."""
+        await asyncio.to_thread(remove_agent_containers, self.docker_host, str(work_dir))
+        shutil.rmtree(work_dir, ignore_errors=True)
 
     def agent_url(self, instance: InstanceRec) -> str:
         return AgentEndpoint.from_json(instance.agent or {"token": ""}).url
@@ -186,7 +201,7 @@ class LocalCompute:
                     _kill_group(int(pid_file.read_text().strip()))
                 except ValueError:
                     pass
-            shutil.rmtree(d, ignore_errors=True)
+            await self._forget_work_dir(d)
             reaped.append(d.name)
         return reaped
 

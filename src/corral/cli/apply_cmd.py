@@ -5,8 +5,10 @@ YAML mapping is what goes on the wire, as the ``configuration`` of a FleetSpec o
 
 * fleet: ``fleets/get_plan`` -> show the plan -> confirm -> ``fleets/apply`` -> watch until the
   instances are provisioned;
-* task/service/dev-environment: ``repos/init`` (virtual repo) -> ``runs/get_plan`` -> show the
-  plan -> confirm -> ``runs/apply`` -> follow it (see :mod:`corral.cli.apply_run`).
+* task/service/dev-environment: ``repos/init`` (the ``repos`` repo or ``--repo``, else the virtual
+  repo) -> ``files/upload_archive`` per ``files:`` entry -> ``runs/get_plan`` -> show the plan ->
+  confirm -> ``repos/upload_code`` (the diff or archive) -> ``runs/apply`` -> follow it (see
+  :mod:`corral.cli.apply_run` and :mod:`corral.cli.repo_code`).
 """
 
 from pathlib import Path
@@ -54,6 +56,27 @@ def apply(
     max_offers: Annotated[
         int, typer.Option("--max-offers", help="How many offers the run plan shows.", min=1, metavar="N")
     ] = 3,
+    repo: Annotated[
+        Optional[str],
+        typer.Option(
+            "--repo", help="The repo of the run: a local path or a git URL (overrides `repos`).", metavar="REPO"
+        ),
+    ] = None,
+    repo_branch: Annotated[
+        Optional[str], typer.Option("--repo-branch", help="The branch of a --repo URL.", metavar="BRANCH")
+    ] = None,
+    repo_hash: Annotated[
+        Optional[str], typer.Option("--repo-hash", help="The commit of a --repo URL.", metavar="HASH")
+    ] = None,
+    no_repo: Annotated[bool, typer.Option("--no-repo", help="Run without any repo (ignore `repos`).")] = False,
+    token: Annotated[
+        Optional[str],
+        typer.Option("-t", "--token", help="An OAuth token to clone a private git repo.", metavar="OAUTH_TOKEN"),
+    ] = None,
+    git_identity: Annotated[
+        Optional[str],
+        typer.Option("--git-identity", help="A private SSH key to clone a private git repo.", metavar="KEY_FILE"),
+    ] = None,
     project: ProjectOption = None,
 ) -> None:
     """Apply a configuration: submit a run, or create or update a fleet."""
@@ -77,8 +100,12 @@ def apply(
             apply_fleet(client, project_name, raw, configuration_path, yes, detach, force)
         elif conf_type in RUN_TYPES:
             from corral.cli.apply_run import apply_run
+            from corral.cli.repo_code import RepoOptions
 
-            code = apply_run(client, project_name, raw, configuration_path, yes, detach, force, max_offers)
+            repo_options = RepoOptions(repo, repo_branch, repo_hash, no_repo, token, git_identity)
+            code = apply_run(
+                client, project_name, raw, configuration_path, yes, detach, force, max_offers, repo_options
+            )
             if code:
                 raise typer.Exit(code)
         else:

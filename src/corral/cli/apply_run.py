@@ -1,5 +1,8 @@
 """``corral apply`` for runs: plan, confirm, submit, then follow the run to its end.
 
+The run's code goes as dstack's CLI sends it (see :mod:`corral.cli.repo_code`): ``repos/init``, the
+``files:`` archives, the plan, then -- once confirmed -- ``repos/upload_code`` and ``runs/apply``.
+
 Following means: poll ``runs/get`` while the run is submitted or provisioning (printing each
 status change), then stream the job's logs with ``logs/poll`` until the run finishes, and exit
 with the job's exit status. Ctrl-C detaches and leaves the run going.
@@ -15,6 +18,7 @@ from corral.cli.common import LogCursor, latest_submission
 from corral.cli.errors import CLIError
 
 if TYPE_CHECKING:
+    from corral.cli.repo_code import RepoOptions
     from corral.sdk.client import CorralClient
 
 JSON = dict[str, Any]
@@ -31,23 +35,38 @@ def apply_run(
     detach: bool,
     force: bool,
     max_offers: int = 3,
+    repo_options: RepoOptions | None = None,
 ) -> int:
     """Plan, confirm, submit and (unless ``detach``) follow a run; returns the exit code."""
-    from corral.cli import render
+    from pathlib import Path
+
+    from corral.cli import render, repo_code
     from corral.sdk.errors import ClientError
 
     out = render.console()
+    config_dir = Path(configuration_path).expanduser().resolve().parent
+    repo = repo_code.for_run(raw, config_dir, repo_options or repo_code.RepoOptions())
     run_spec: JSON = {
         "run_name": raw.get("name"),
-        "repo_id": "none",
-        "repo_data": {"repo_type": "virtual"},
+        "repo_id": repo.repo_id,
+        "repo_data": repo.repo_data,
+        "repo_code_hash": repo.code_hash,
+        "repo_dir": repo_code.repo_dir_of(raw),
+        "file_archives": [],
         "configuration_path": configuration_path,
         "configuration": raw,
         "profile": {"name": "default"},
     }
-    with out.status("Getting apply plan..."):
-        client.repos_init_virtual(project)
-        plan = client.runs_get_plan(project, run_spec, max_offers=max_offers)
+    try:
+        with out.status("Getting apply plan..."):
+            if repo.repo_id == repo_code.VIRTUAL:
+                client.repos_init_virtual(project)
+            else:
+                client.repos_init(project, repo.repo_id, repo.repo_info, repo.repo_creds)
+            run_spec["file_archives"] = repo_code.upload_files(client, raw, config_dir)
+            plan = client.runs_get_plan(project, run_spec, max_offers=max_offers)
+    except ClientError as e:
+        raise CLIError(str(e))
     job_plans = plan.get("job_plans") or [{}]
     no_fleets = not job_plans[0].get("offers") and not client.fleets_list(project)
     print_run_plan(plan, no_fleets)
@@ -85,6 +104,8 @@ def apply_run(
                 time.sleep(1)
     try:
         with out.status("Applying plan..."):
+            if repo.code_hash is not None:
+                client.repos_upload_code(project, repo.repo_id, repo.code_hash, repo.code)
             run = client.runs_apply(project, {"run_spec": run_spec, "current_resource": current}, force)
     except ClientError as e:
         raise CLIError(str(e))

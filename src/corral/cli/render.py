@@ -270,8 +270,16 @@ def _instance_status(instance: JSON) -> str:
     return text
 
 
+def _instance_error(inst: JSON) -> str:
+    if inst.get("status") != "terminated" or not inst.get("termination_reason"):
+        return ""
+    return str(inst.get("termination_reason_message") or inst["termination_reason"])
+
+
 def fleets_table(fleets: Sequence[JSON], project: str, verbose: bool = False) -> Table:
-    """``NAME NODES GPU SPOT BACKEND PRICE STATUS CREATED``, a row per fleet then per instance."""
+    """``NAME NODES GPU SPOT BACKEND PRICE STATUS CREATED``, a row per fleet then per instance; ``ERROR``
+    too when verbose or when an instance failed (an SSH host that could not be set up says why)."""
+    show_errors = verbose or any(_instance_error(i) for fl in fleets for i in fl.get("instances") or [])
     table = Table(box=None)
     table.add_column("NAME", no_wrap=True)
     table.add_column("NODES", style="grey58")
@@ -284,7 +292,7 @@ def fleets_table(fleets: Sequence[JSON], project: str, verbose: bool = False) ->
     table.add_column("PRICE")
     table.add_column("STATUS", no_wrap=True)
     table.add_column("CREATED", style="grey58", no_wrap=True)
-    if verbose:
+    if show_errors:
         table.add_column("ERROR")
 
     def add(row: dict[str, str]) -> None:
@@ -322,7 +330,7 @@ def fleets_table(fleets: Sequence[JSON], project: str, verbose: bool = False) ->
                 "SPOT": escape(spot),
                 "STATUS": _status_cell(status, status),
                 "CREATED": f.pretty_date(fleet.get("created_at")),
-                "ERROR": escape(str(fleet.get("status_message") or "")),
+                "ERROR": escape(str(fleet.get("status_message") or "")) if verbose else "",
             }
         )
         for inst in fleet.get("instances") or []:
@@ -349,6 +357,6 @@ def _instance_row(inst: JSON) -> dict[str, str]:
         "STATUS": _instance_status(inst),
         "CREATED": f.pretty_date(inst.get("created")),
     }
-    if inst.get("status") == "terminated" and inst.get("termination_reason"):
-        row["ERROR"] = escape(str(inst["termination_reason"]))
+    if _instance_error(inst):
+        row["ERROR"] = escape(_instance_error(inst))
     return row

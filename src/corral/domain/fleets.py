@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 
@@ -32,3 +33,17 @@ def fleet_blocks(spec: dict[str, Any]) -> int | None:
 
 def fleet_placement(spec: dict[str, Any]) -> str:
     return str((spec.get("configuration") or {}).get("placement") or "any")
+
+
+def without_ssh_keys(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec as clients see it: an SSH fleet's private keys (``ssh_key``) removed, as dstack does."""
+    ssh = (spec.get("configuration") or {}).get("ssh_config")
+    if not ssh:
+        return spec
+    out = copy.deepcopy(spec)
+    ssh = out["configuration"]["ssh_config"]
+    ssh["ssh_key"] = None
+    for host in ssh.get("hosts") or []:
+        if isinstance(host, dict):
+            host["ssh_key"] = None
+    return out

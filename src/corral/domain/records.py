@@ -112,6 +112,8 @@ class JobRec:
     disconnected_at: float | None
     log_offset: int
     wait_deadline: float | None
+    #: The job's blocks of its instance (1 until it is placed).
+    blocks: int = 1
 
 
 @dataclass(frozen=True)

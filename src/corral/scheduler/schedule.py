@@ -83,8 +83,10 @@ def _never_fits_reason(fleet: FleetSlot, job: QueuedJob, reuse_only: bool) -> st
         return f"the run needs {job.nodes} nodes but nodes.max is {fleet.nodes_max}"
     reasons: list[str] = []
     for inst in fleet.instances:
-        if inst.resources is None or inst.status not in _USABLE_STATUSES:
+        if inst.status not in _USABLE_STATUSES:
             continue
+        if inst.resources is None:  # a host being set up (SSH fleets): what it has is not known yet
+            return None
         if blocks_needed(job.requirements, inst.resources, inst.total_blocks) is not None:
             return None
         reasons.append(_why(job.requirements, inst.resources, inst.total_blocks))

@@ -67,9 +67,16 @@ class CorralClient:
 
     # ---- transport ----------------------------------------------------------------------
 
-    def _post(self, path: str, body: Any = None) -> Any:
+    def _post(
+        self, path: str, body: Any = None, files: dict[str, Any] | None = None, params: dict[str, str] | None = None
+    ) -> Any:
         try:
-            response = self._http.post(path) if body is None else self._http.post(path, json=body)
+            if files is not None:
+                response = self._http.post(path, files=files, params=params)
+            elif body is None:
+                response = self._http.post(path)
+            else:
+                response = self._http.post(path, json=body)
         except httpx.TimeoutException as e:
             raise ServerUnreachable(
                 f"The corral server at {self.url} did not answer {path} in time ({type(e).__name__})."
@@ -90,8 +97,8 @@ class CorralClient:
                 response.status_code,
             ) from e
 
-    def _obj(self, path: str, body: Any = None) -> JSONObject:
-        data = self._post(path, body)
+    def _obj(self, path: str, body: Any = None, files: dict[str, Any] | None = None) -> JSONObject:
+        data = self._post(path, body, files=files)
         if not isinstance(data, dict):
             raise ServerError(f"Expected a JSON object from {path}, got {type(data).__name__}")
         return data
@@ -177,10 +184,45 @@ class CorralClient:
 
     def repos_init_virtual(self, project: str) -> None:
         """``repos/init`` of the virtual repo ``none`` that runs without code use."""
+        self.repos_init(project, "none", {"repo_type": "virtual"})
+
+    def repos_init(
+        self, project: str, repo_id: str, repo_info: JSONObject, repo_creds: JSONObject | None = None
+    ) -> None:
+        """``repos/init``: record the repo and (remote repos) this user's ``{clone_url, oauth_token?,
+        private_key?}``."""
+        body = {"repo_id": repo_id, "repo_info": repo_info, "repo_creds": repo_creds}
+        self._post(f"/api/project/{project}/repos/init", body)
+
+    def repos_list(self, project: str) -> list[JSONObject]:
+        """``repos/list``: ``[{repo_id, repo_info}]``."""
+        return self._list(f"/api/project/{project}/repos/list")
+
+    def repos_get(self, project: str, repo_id: str, include_creds: bool = False) -> JSONObject:
+        """``repos/get``; raises :class:`ResourceNotExistsError` if there is none."""
+        return self._obj(f"/api/project/{project}/repos/get", {"repo_id": repo_id, "include_creds": include_creds})
+
+    def repos_delete(self, project: str, repo_ids: list[str]) -> None:
+        """``repos/delete``."""
+        self._post(f"/api/project/{project}/repos/delete", {"repos_ids": repo_ids})
+
+    def repos_upload_code(self, project: str, repo_id: str, code_hash: str, data: bytes) -> None:
+        """``repos/upload_code``: the diff or archive, named by its SHA-256."""
         self._post(
-            f"/api/project/{project}/repos/init",
-            {"repo_id": "none", "repo_info": {"repo_type": "virtual"}, "repo_creds": None},
+            f"/api/project/{project}/repos/upload_code",
+            files={"file": (code_hash, data)},
+            params={"repo_id": repo_id},
         )
+
+    # ---- files --------------------------------------------------------------------------
+
+    def files_get_archive_by_hash(self, archive_hash: str) -> JSONObject:
+        """``files/get_archive_by_hash``: ``{id, hash}``; :class:`ResourceNotExistsError` if not uploaded."""
+        return self._obj("/api/files/get_archive_by_hash", {"hash": archive_hash})
+
+    def files_upload_archive(self, archive_hash: str, data: bytes) -> JSONObject:
+        """``files/upload_archive``: ``{id, hash}``."""
+        return self._obj("/api/files/upload_archive", files={"file": (archive_hash, data)})
 
     # ---- runs ---------------------------------------------------------------------------
 

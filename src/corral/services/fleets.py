@@ -11,12 +11,13 @@ import sqlalchemy.exc
 from pydantic import ValidationError
 
 from corral.config import parse_fleet_configuration, parse_profile
+from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.types import Offer
 from corral.schemas import wire
-from corral.services import serialize
+from corral.services import serialize, ssh_fleets
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError, validation_errors
 from corral.store import fleets as store
 from corral.store.fleets import dump
@@ -136,21 +137,20 @@ def fleet_offers(ctx: Context, normalized: dict[str, Any]) -> list[Offer]:
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[str, Any]) -> dict[str, Any]:
     normalized = normalize_spec(spec, ("spec",))
     name = normalized["configuration"].get("name")
-    current = None
-    if name:
-        async with ctx.db.read() as conn:
-            current = await store.get_fleet(conn, project.id, name=name)
+    async with ctx.db.read() as conn:
+        current = await store.get_fleet(conn, project.id, name=name) if name else None
+        await ssh_fleets.prepare(conn, normalized, current)
     offers = fleet_offers(ctx, normalized)
     return {
         "project_name": project.name,
         "user": user.name,
         "spec": normalized,
-        "effective_spec": normalized,
+        "effective_spec": without_ssh_keys(normalized),
         "current_resource": serialize.fleet(current) if current else None,
         "offers": [offer_json(o) for o in offers],
         "total_offers": len(offers),
         "max_offer_price": max((o.price for o in offers), default=None),
-        "action": "update" if current else "create",
+        "action": ssh_fleets.plan_action(current, normalized),
     }
 
 
@@ -161,23 +161,25 @@ def _spec_changed(a: dict[str, Any], b: dict[str, Any]) -> bool:
 async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
     normalized = normalize_spec(plan.get("spec"), ("plan", "spec"))  # type: ignore[arg-type]
     conf = normalized["configuration"]
-    if conf.get("ssh_config"):
-        raise ServiceError("SSH fleets are not supported yet: corral runs fleets on the `local` backend for now")
     name = conf.get("name") or random_name()
     conf["name"] = name
     current_resource = plan.get("current_resource")
-    now = time.time()
+    now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
     async with ctx.db.write() as conn:
         existing = await store.get_fleet(conn, project.id, name=name)
+        ssh_hosts = await ssh_fleets.prepare(conn, normalized, existing)
         if existing is not None:
             if not force and (
                 current_resource is None
                 or current_resource.get("id") != existing.id
-                or _spec_changed((current_resource.get("spec") or {}), existing.spec)
+                or _spec_changed((current_resource.get("spec") or {}), without_ssh_keys(existing.spec))
             ):
                 raise ServiceError("Failed to apply plan. Resource has been changed. Try again or use force apply.")
             if existing.status != "active":
                 raise ServiceError(f"Fleet {name} is being deleted; wait until it is gone")
+            ssh_change = ssh_hosts is not None or ssh_fleets.is_ssh(existing.spec)
+            if ssh_change and (problem := ssh_fleets.update_problem(existing.spec, normalized)):
+                raise ServiceError(problem)
             if _spec_changed(existing.spec, normalized):
                 await store.update_fleet(conn, existing.id, {"spec": dump(normalized), "last_processed_at": now})
             fleet_id = existing.id
@@ -200,7 +202,9 @@ async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: 
             except sqlalchemy.exc.IntegrityError:
                 raise ResourceExists(f"Fleet {name} already exists") from None
         fleet = await store.get_fleet(conn, project.id, fleet_id=fleet_id)
-    ctx.wakeups.wake("scheduler")
+        if fleet is not None and ssh_hosts is not None and await ssh_fleets.sync_hosts(conn, fleet, ssh_hosts, now):
+            fleet = await store.get_fleet(conn, project.id, fleet_id=fleet_id)
+    ctx.wakeups.wake("scheduler", "instances")
     assert fleet is not None
     return serialize.fleet(fleet)
 

@@ -82,7 +82,21 @@ def _working_dir(working_dir: str | None) -> str | None:
     return posixpath.join(LEGACY_REPO_DIR, working_dir)
 
 
-def job_specs(run_name: str, spec: dict[str, Any], conf: Any, merged: Any) -> list[dict[str, Any]]:
+def _unix_user(user: str | None) -> dict[str, Any] | None:
+    """dstack's ``UnixUser`` of a ``user[:group]`` (names or ids) configuration value."""
+    if not user:
+        return None
+    name, _, group = user.partition(":")
+    out: dict[str, Any] = {"uid": None, "gid": None, "username": None, "groupname": None}
+    out.update({"uid": int(name)} if name.isdigit() else {"username": name})
+    if group:
+        out.update({"gid": int(group)} if group.isdigit() else {"groupname": group})
+    return out
+
+
+def job_specs(
+    run_name: str, spec: dict[str, Any], conf: Any, merged: Any, default_image: str | None = None
+) -> list[dict[str, Any]]:
     c = spec["configuration"]
     nodes = int(c.get("nodes") or 1) if c.get("type") == "task" else 1
     repo_specs = c.get("repos") or []
@@ -96,19 +110,19 @@ def job_specs(run_name: str, spec: dict[str, Any], conf: Any, merged: Any) -> li
                 "jobs_per_replica": nodes,
                 "replica_group": "0",
                 "app_specs": [],
-                "user": None,
+                "user": _unix_user(c.get("user")),
                 "commands": list(c.get("commands") or []),
                 "env": dict(c.get("env") or {}),
                 "home_dir": "/root",
-                "image_name": c.get("image") or DEFAULT_IMAGE,
-                "privileged": bool(c.get("privileged")),
+                "image_name": c.get("image") or default_image or DEFAULT_IMAGE,
+                "privileged": bool(c.get("privileged")) or c.get("docker") is True,
                 "single_branch": c.get("single_branch")
                 if c.get("single_branch") is not None
                 else c.get("type") != "dev-environment",
                 "max_duration": _duration(merged.max_duration),
                 "stop_duration": _duration(merged.stop_duration),
                 "utilization_policy": None,
-                "registry_auth": None,
+                "registry_auth": c.get("registry_auth"),
                 "requirements": {
                     "resources": c.get("resources"),
                     "max_price": merged.max_price,
@@ -161,7 +175,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             "total_offers": len(offers),
             "max_price": max((o["price"] for o in offers), default=None),
         }
-        for js in job_specs(spec["run_name"] or "run", spec, conf, merged)
+        for js in job_specs(spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image)
     ]
     return {
         "project_name": project.name,
@@ -199,7 +213,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
             "(KEY=VALUE) or export it before `apply` so that the CLI fills it in"
         )
     await repos.check_run_code(ctx, project, user, spec)
-    now = time.time()
+    now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
     explicit = spec["run_name"]
     for _attempt in range(5):
         try:
@@ -244,7 +258,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                         "repo_id": spec["repo_id"],
                     },
                 )
-                for js in job_specs(name, spec, conf, merged):
+                for js in job_specs(name, spec, conf, merged, ctx.settings.default_image):
                     await store.insert_job(
                         conn,
                         {

@@ -9,10 +9,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, JobRec, MemberRec, ProjectRec, RunRec, UserRec
 from corral.schemas import wire
 
-WIRE_BACKEND = {"local": "remote"}
+WIRE_BACKEND = {"local": "remote", "ssh": "remote"}
 
 
 def iso(ts: float | None) -> str | None:
@@ -98,16 +99,29 @@ def instance(i: InstanceRec) -> dict[str, Any]:
     }
 
 
+def _failed_host(i: InstanceRec) -> bool:
+    """An SSH fleet's host whose bootstrap failed: it stays listed, with its error, until applied again."""
+    return i.backend == "ssh" and i.status == "terminated" and i.termination_reason == "error"
+
+
 def fleet(f: FleetRec) -> dict[str, Any]:
+    shown = [i for i in f.instances if i.status != "terminated" or f.status == "terminated" or _failed_host(i)]
+    failed = [i for i in shown if _failed_host(i)]
+    status_message = f.status_message
+    if status_message is None and failed and f.status == "active":
+        hosts = len(((f.spec.get("configuration") or {}).get("ssh_config") or {}).get("hosts") or [])
+        status_message = f"{len(failed)} of {hosts} hosts failed: " + "; ".join(
+            str(i.termination_reason_message or i.hostname) for i in failed
+        )
     return {
         "id": f.id,
         "name": f.name,
         "project_name": f.project_name,
-        "spec": f.spec,
+        "spec": without_ssh_keys(f.spec),
         "created_at": iso(f.created_at),
         "status": f.status,
-        "status_message": f.status_message,
-        "instances": [instance(i) for i in f.instances if i.status != "terminated" or f.status == "terminated"],
+        "status_message": status_message,
+        "instances": [instance(i) for i in shown],
     }
 
 
@@ -129,6 +143,9 @@ def _job_status_message(j: JobRec) -> str:
 
 
 def job_submission(j: JobRec) -> dict[str, Any]:
+    runtime = dict(j.job_runtime_data) if j.job_runtime_data is not None else None
+    # the pull's progress rides in the runtime data (workers/job_container.py); dstack has it alongside
+    pull_progress = runtime.pop("image_pull_progress", None) if runtime is not None else None
     return {
         "id": j.id,
         "submission_num": j.submission_num,
@@ -143,10 +160,10 @@ def job_submission(j: JobRec) -> dict[str, Any]:
         "termination_reason_message": j.termination_reason_message,
         "exit_status": j.exit_status,
         "job_provisioning_data": j.job_provisioning_data,
-        "job_runtime_data": j.job_runtime_data,
+        "job_runtime_data": runtime,
         "error": None,
         "probes": [],
-        "image_pull_progress": None,
+        "image_pull_progress": pull_progress if j.status == "pulling" else None,
         "corral_waiting": j.status_message if j.status == "submitted" else None,
     }
 

@@ -7,10 +7,10 @@ terminating, terminated) and reads.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -21,7 +21,7 @@ LIVE_JOB_STATUSES = ("submitted", "provisioning", "pulling", "running", "termina
 
 
 def _loads(text: str | None) -> Any:
-    return json.loads(text) if text else None
+    return orjson.loads(text) if text else None
 
 
 def instance_from_row(row: Any, project_name: str, fleet_name: str | None) -> InstanceRec:
@@ -62,7 +62,7 @@ def _fleet(row: Any, project_name: str, insts: Sequence[InstanceRec]) -> FleetRe
         created_at=row.created_at,
         status=row.status,
         status_message=row.status_message,
-        spec=json.loads(row.spec),
+        spec=orjson.loads(row.spec),
         deleted=row.deleted,
         instances=tuple(insts),
     )
@@ -77,8 +77,9 @@ async def _instances_of(
         return out
     names = {r.id: r.name for r in fleet_rows}
     q = sa.select(instances).where(instances.c.fleet_id.in_(ids), instances.c.deleted.is_(False))
-    if only_active:
-        q = q.where(instances.c.status != "terminated")
+    if only_active:  # and an SSH fleet's failed hosts, listed with their errors until the fleet is applied again
+        failed_host = sa.and_(instances.c.backend == "ssh", instances.c.termination_reason == "error")
+        q = q.where(sa.or_(instances.c.status != "terminated", failed_host))
     for r in await conn.execute(q.order_by(instances.c.instance_num)):
         out[r.fleet_id].append(instance_from_row(r, project_names[r.project_id], names[r.fleet_id]))
     return out
@@ -171,6 +172,12 @@ async def list_instances(
     return [instance_from_row(r, r.project_name, r.fleet_name) for r in await conn.execute(q)]
 
 
+async def insert_instance(conn: AsyncConnection, values: dict[str, Any]) -> None:
+    """Insert an instance that is no capacity reservation: an SSH fleet's host (reservations: ``plan_apply``)."""
+    defaults = {"unreachable": False, "busy_blocks": 0, "deleted": False}
+    await conn.execute(sa.insert(instances).values(**{**defaults, **values}))
+
+
 async def get_instance(conn: AsyncConnection, instance_id: str) -> InstanceRec | None:
     rows = await list_instances_by_ids(conn, [instance_id])
     return rows[0] if rows else None
@@ -224,4 +231,4 @@ async def release_instance(conn: AsyncConnection, instance_id: str, now: float) 
 
 
 def dump(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+    return orjson.dumps(value).decode()

@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -62,6 +63,8 @@ async def _busy_blocks(conn: AsyncConnection, instance_id: str) -> int:
 async def _assign(db: Database, conn: AsyncConnection, d: Assign, now: float) -> None:
     inst = (await conn.execute(db.for_update(sa.select(instances).where(instances.c.id == d.instance_id)))).first()
     if inst is None or inst.status not in _USABLE or inst.unreachable or inst.deleted:
+        raise _Rejected
+    if inst.termination_reason is not None:  # on its way out (a host removed from its SSH fleet while busy)
         raise _Rejected
     if not await _job_is_waiting(conn, d.job_id):
         raise _Rejected
@@ -125,7 +128,7 @@ async def _reserve(db: Database, conn: AsyncConnection, d: Reserve, now: float, 
     fleet = (await conn.execute(db.for_update(sa.select(fleets).where(fleets.c.id == d.fleet_id)))).first()
     if fleet is None or fleet.deleted or fleet.status != "active":
         raise _Rejected
-    spec: dict[str, Any] = json.loads(fleet.spec)
+    spec: dict[str, Any] = orjson.loads(fleet.spec)
     nodes_min, nodes_max = nodes_bounds(spec)
     count = await _count_counted(conn, d.fleet_id)
     if nodes_max is not None and count >= nodes_max:

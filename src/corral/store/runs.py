@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -18,7 +18,7 @@ FINISHED_JOB_STATUSES = ("terminated", "aborted", "failed", "done")
 
 
 def _loads(text: str | None) -> Any:
-    return json.loads(text) if text else None
+    return orjson.loads(text) if text else None
 
 
 def job_from_row(r: Any) -> JobRec:
@@ -40,7 +40,7 @@ def job_from_row(r: Any) -> JobRec:
         termination_reason=r.termination_reason,
         termination_reason_message=r.termination_reason_message,
         exit_status=r.exit_status,
-        job_spec=json.loads(r.job_spec),
+        job_spec=orjson.loads(r.job_spec),
         priority=r.priority,
         instance_id=r.instance_id,
         job_provisioning_data=_loads(r.job_provisioning_data),
@@ -49,6 +49,7 @@ def job_from_row(r: Any) -> JobRec:
         disconnected_at=r.disconnected_at,
         log_offset=r.log_offset,
         wait_deadline=r.wait_deadline,
+        blocks=r.blocks,
     )
 
 
@@ -64,7 +65,7 @@ def _run(r: Any, run_jobs: Sequence[JobRec]) -> RunRec:
         status=r.status,
         status_message=r.status_message,
         termination_reason=r.termination_reason,
-        run_spec=json.loads(r.run_spec),
+        run_spec=orjson.loads(r.run_spec),
         priority=r.priority,
         fleet_id=r.fleet_id,
         fleet_name=r.fleet_name,

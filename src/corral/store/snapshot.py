@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -55,7 +55,7 @@ async def load_queue(conn: AsyncConnection, known: Collection[str] = ()) -> list
         chunk = unknown[start : start + 500]
         dq = sa.select(jobs.c.id, jobs.c.job_spec, runs.c.run_spec).join(runs, runs.c.id == jobs.c.run_id)
         for d in await conn.execute(dq.where(jobs.c.id.in_(chunk))):
-            docs[d.id] = (json.loads(d.job_spec), json.loads(d.run_spec))
+            docs[d.id] = (orjson.loads(d.job_spec), orjson.loads(d.run_spec))
     out = []
     for r in rows:
         job_spec, run_spec = docs.get(r.id, (None, None))

@@ -22,6 +22,8 @@ from corral.store import fleets as fleet_store
 from corral.store import runs as run_store
 from corral.store.fleets import dump
 from corral.workers.context import Context
+from corral.workers.job_code import JobCodeError, job_code, push_blobs
+from corral.workers.job_container import apply_container, runtime_data, with_agent_state
 
 log = logging.getLogger("corral.jobs")
 _SOURCES = {"stdout": 0, "stderr": 1}
@@ -50,9 +52,7 @@ def _env(job: JobRec, run: Any, inst: InstanceRec, master_ip: str, nodes_ips: li
             "DSTACK_REPO_ID": str(run.run_spec.get("repo_id") or "none"),
         }
     )
-    if spec.get("working_dir"):
-        env["DSTACK_WORKING_DIR"] = str(spec["working_dir"])
-    return env
+    return env  # the agent adds DSTACK_REPO_DIR and DSTACK_WORKING_DIR (it knows where they are)
 
 
 def job_blocks(job: JobRec) -> int | None:
@@ -170,7 +170,7 @@ class Jobs:
             commands=list(spec.get("commands") or []),
             shell=conf.get("shell"),
             env=_env(job, run, inst, master_ip, nodes_ips),
-            working_dir=spec.get("working_dir"),
+            working_dir=conf.get("working_dir"),  # as written: a relative one is relative to the repo dir
             image=conf.get("image"),
             user=None,
             stop_duration=float(stop)
@@ -178,9 +178,17 @@ class Jobs:
             else self.ctx.settings.default_stop_duration,
             max_duration=float(spec["max_duration"]) if isinstance(spec.get("max_duration"), (int, float)) else None,
         )
+        apply_container(submission, job, conf, inst, self.ctx.settings.default_image)
         client = self._client(inst)
         try:
+            code = await job_code(self.ctx, run, job)
+            submission.repo, submission.file_archives = code.repo, code.file_archives
+            submission.home_dir = str(spec.get("home_dir") or "/root")
+            await push_blobs(self.ctx, client, code)
             state = await client.submit(submission)
+        except JobCodeError as e:
+            await self._finish(job, JobState(job.id, "failed", message=str(e), termination_reason="setup_failed"), None)
+            return
         except AgentUnreachable as e:
             log.warning("agent of %s unreachable: %s", inst.name, e)
             return  # retried on the next pass
@@ -193,18 +201,10 @@ class Jobs:
                 conn,
                 job.id,
                 {
-                    "status": "running",
+                    "status": "pulling" if state.state == "pending" and submission.image else "running",
                     "last_processed_at": now,
                     "job_provisioning_data": dump(provisioning_data(inst)),
-                    "job_runtime_data": dump(
-                        {
-                            "network_mode": "host",
-                            "working_dir": spec.get("working_dir"),
-                            "username": None,
-                            "ports": None,
-                            "offer": None,
-                        }
-                    ),
+                    "job_runtime_data": dump(runtime_data(submission, spec.get("working_dir"))),
                 },
                 expect_status=("provisioning",),
             )
@@ -239,7 +239,12 @@ class Jobs:
                         log.warning("stopping %s: %s", job.job_name, e)
                 try:
                     reply = await _logs_unless_poked(
-                        client, job.id, offset, 0 if current.stop_requested and not stop_sent else wait, poke
+                        client,
+                        job.id,
+                        offset,
+                        0 if current.stop_requested and not stop_sent else wait,
+                        poke,
+                        "pending" if current.status == "pulling" else None,
                     )
                     if reply is None:
                         continue
@@ -264,6 +269,8 @@ class Jobs:
                             conn, job.id, {"log_offset": reply.next_offset, "disconnected_at": None}
                         )
                     offset = reply.next_offset
+                if current.status == "pulling" and not reply.state.finished:
+                    await self._pulling(current, reply.state)
                 if reply.state.finished and not reply.entries:
                     await self._finish(current, reply.state, stopped=current.stop_requested)
                     try:
@@ -277,6 +284,20 @@ class Jobs:
             raise
         except Exception:
             log.exception("follower of %s failed", job.job_name)
+
+    async def _pulling(self, job: JobRec, state: JobState) -> None:
+        """A job whose agent is pulling its image or starting its container: record the pull's progress,
+        and move the job to ``running`` (with its container's ports) once the container runs."""
+        data = with_agent_state(job.job_runtime_data, state)
+        values: dict[str, Any] = {"job_runtime_data": dump(data)}
+        if state.state == "running":
+            values.update(status="running", last_processed_at=time.time())
+        elif data == job.job_runtime_data:
+            return
+        async with self.ctx.db.write() as conn:
+            ok = await run_store.update_job(conn, job.id, values, expect_status=("pulling",))
+        if ok and state.state == "running":
+            self.ctx.wakeups.wake("runs")
 
     async def _unreachable(self, job: JobRec) -> bool:
         now = time.time()
@@ -316,6 +337,9 @@ class Jobs:
             status, reason = "done", "done_by_runner"
         elif state.termination_reason == "max_duration_exceeded":
             status, reason = "terminated", "max_duration_exceeded"
+        elif state.termination_reason == "setup_failed":
+            # The repo or `files` could not be set up (dstack's runner reports this the same way).
+            status, reason = "failed", "container_exited_with_error"
         elif state.state == "failed" and exit_status is None:
             # The agent could not start the job at all (no container runtime for `image`, agent restart).
             status = "failed"
@@ -344,12 +368,18 @@ class Jobs:
 
 
 async def _logs_unless_poked(
-    client: AgentClient, job_id: str, offset: int, wait: float, poke: asyncio.Event | None
+    client: AgentClient,
+    job_id: str,
+    offset: int,
+    wait: float,
+    poke: asyncio.Event | None,
+    known_state: str | None = None,
 ) -> LogsReply | None:
-    """The agent's long poll for new output, or None as soon as ``poke`` is set (the poll is dropped)."""
+    """The agent's long poll for new output (or a change of the job's state from ``known_state``), or
+    None as soon as ``poke`` is set (the poll is dropped)."""
     if poke is None or wait <= 0:
-        return await client.logs(job_id, offset, wait=wait)
-    poll = asyncio.ensure_future(client.logs(job_id, offset, wait=wait))
+        return await client.logs(job_id, offset, wait=wait, state=known_state)
+    poll = asyncio.ensure_future(client.logs(job_id, offset, wait=wait, state=known_state))
     poked = asyncio.ensure_future(poke.wait())
     try:
         await asyncio.wait({poll, poked}, return_when=asyncio.FIRST_COMPLETED)

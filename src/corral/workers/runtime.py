@@ -8,6 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from corral.workers.context import Context
+from corral.workers.hosts import Hosts
 from corral.workers.instances import Instances
 from corral.workers.jobs import Jobs
 from corral.workers.runs import Runs
@@ -23,6 +24,7 @@ class Workers:
         self.instances = Instances(ctx)
         self.jobs = Jobs(ctx)
         self.runs = Runs(ctx)
+        self.hosts = Hosts(ctx)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -36,6 +38,7 @@ class Workers:
         }
         for name, fn in loops.items():
             self._tasks.append(asyncio.create_task(self._loop(name, fn), name=f"corral-{name}"))
+        self._tasks.append(asyncio.create_task(self.hosts.run(), name="corral-hosts"))  # on its own interval
         self.ctx.wakeups.wake()
 
     async def _loop(self, name: str, fn: Callable[[], Awaitable[object]]) -> None:
@@ -59,4 +62,7 @@ class Workers:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.jobs.stop_all()
+        await self.hosts.stop()
         await self.instances.drain()
+        for compute in self.ctx.computes.values():
+            await compute.aclose()

@@ -118,7 +118,8 @@ class Scheduling:
                     fleet_id=fleet.id,
                     name=i.name,
                     instance_num=i.instance_num,
-                    status=i.status,
+                    # a host removed from its fleet while busy takes no new work: it leaves once free
+                    status="terminating" if i.termination_reason and i.status in ("idle", "busy") else i.status,
                     resources=offer.resources if offer else None,
                     total_blocks=i.total_blocks or 1,
                     busy_blocks=i.busy_blocks,

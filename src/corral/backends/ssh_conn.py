@@ -1,0 +1,289 @@
+"""SSH connections to the hosts of SSH fleets (asyncssh).
+
+A :class:`HostLink` owns one host's SSH connection -- made through the host's ``proxy_jump`` when it
+has one, reused by every command and tunnel, and made again on demand after it drops -- and a local
+TCP listener on 127.0.0.1 whose every connection is forwarded over that SSH connection to the agent's
+port on the host's loopback. The agent never listens on a public address; the server reaches it only
+through this tunnel, at a local URL that stays the same for the life of the server process.
+
+A handshake slower than a health check's patience is not abandoned: one connection attempt at a time
+runs up to ``connect_timeout`` and every caller shares its outcome, so a slow host is reached by the
+next check instead of being declared dead by the first.
+
+Failures come out as :class:`SshError`, ``permanent`` when trying again cannot help (the key was
+refused, the key cannot be read) and transient otherwise (no route, refused, timed out, dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import asyncssh
+
+log = logging.getLogger("corral.ssh")
+
+KEEPALIVE_INTERVAL = 15.0
+
+
+class SshError(Exception):
+    """Reaching a host over SSH failed; the message names the host and says why."""
+
+    def __init__(self, message: str, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """Where and as whom to log in (``proxy``: the jump host to go through first)."""
+
+    host: str
+    port: int
+    user: str
+    private_key: str
+    proxy: SshTarget | None = None
+
+    def label(self) -> str:
+        text = f"{self.user}@{self.host}:{self.port}"
+        return f"{text} (via {self.proxy.label()})" if self.proxy else text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "private_key": self.private_key,
+            "proxy_jump": self.proxy.to_json() if self.proxy else None,
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> SshTarget:
+        proxy = data.get("proxy_jump")
+        return SshTarget(
+            host=str(data["host"]),
+            port=int(data.get("port") or 22),
+            user=str(data["user"]),
+            private_key=str(data["private_key"]),
+            proxy=SshTarget.from_json(proxy) if proxy else None,
+        )
+
+
+def private_key_problem(text: str) -> str | None:
+    """Why ``text`` cannot be used as an SSH private key (None when it can)."""
+    try:
+        asyncssh.import_private_key(text)
+    except asyncssh.KeyImportError as e:
+        if "passphrase" in str(e).lower():
+            return "the private key is protected by a passphrase; corral needs a key without one"
+        return f"the private key cannot be read ({e})"
+    return None
+
+
+async def _open(
+    target: SshTarget, timeout: float, tunnel: asyncssh.SSHClientConnection | None
+) -> asyncssh.SSHClientConnection:
+    try:
+        key = asyncssh.import_private_key(target.private_key)
+    except asyncssh.KeyImportError as e:
+        raise SshError(f"{target.label()}: the private key cannot be read ({e})", permanent=True) from None
+    try:
+        return await asyncio.wait_for(
+            asyncssh.connect(
+                target.host,
+                target.port,
+                tunnel=tunnel if tunnel is not None else (),
+                username=target.user,
+                client_keys=[key],
+                known_hosts=None,  # hosts are named by the fleet's owner, as with dstack (no known_hosts)
+                agent_path=None,
+                config=None,
+                preferred_auth="publickey",
+                connect_timeout=timeout,
+                keepalive_interval=KEEPALIVE_INTERVAL,
+                keepalive_count_max=3,
+            ),
+            timeout + 1.0,
+        )
+    except asyncssh.PermissionDenied:
+        raise SshError(
+            f"{target.label()}: the login was refused: the host did not accept the key for user {target.user!r} "
+            "(check `user` and `identity_file`)",
+            permanent=True,
+        ) from None
+    except (asyncio.TimeoutError, TimeoutError):
+        raise SshError(f"{target.label()}: no SSH answer within {timeout:.0f}s") from None
+    except ConnectionRefusedError:
+        raise SshError(
+            f"{target.label()}: the connection was refused (is sshd listening on port {target.port}?)"
+        ) from None
+    except OSError as e:
+        raise SshError(f"{target.label()}: cannot connect: {e.strerror or e}") from None
+    except asyncssh.Error as e:
+        raise SshError(f"{target.label()}: SSH failed: {e}") from None
+
+
+async def _pipe(reader: Any, writer: Any) -> None:
+    try:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                break
+            writer.write(data)
+            await writer.drain()
+    except (OSError, asyncssh.Error, asyncio.IncompleteReadError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            if writer.can_write_eof():
+                writer.write_eof()
+            else:
+                writer.close()
+
+
+class HostLink:
+    """One host: a reused SSH connection and the local end of the tunnel to its agent."""
+
+    def __init__(
+        self,
+        target: SshTarget,
+        connect_timeout: float,
+        agent_port: Callable[[HostLink], Awaitable[int]],
+    ) -> None:
+        self.target = target
+        self.connect_timeout = connect_timeout
+        self._read_agent_port = agent_port
+        #: The agent's port on the host's loopback (read from its port file when unknown).
+        self.remote_port: int | None = None
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._jump: asyncssh.SSHClientConnection | None = None
+        self._connecting: asyncio.Future[asyncssh.SSHClientConnection] | None = None
+        self._sock: socket.socket | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._starting: asyncio.Task[None] | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    # ---- the SSH connection ------------------------------------------------------------------
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.is_closed()
+
+    async def connection(self) -> asyncssh.SSHClientConnection:
+        """The open connection, or one made now (every caller shares one attempt in flight)."""
+        if self._conn is not None and not self._conn.is_closed():
+            return self._conn
+        if self._closed:
+            raise SshError(f"{self.target.label()}: the link was closed")
+        if self._connecting is None or self._connecting.done():
+            self._connecting = asyncio.ensure_future(self._connect())
+            self._connecting.add_done_callback(_retrieve)
+        return await asyncio.shield(self._connecting)
+
+    async def _connect(self) -> asyncssh.SSHClientConnection:
+        self._drop()
+        jump = None
+        if self.target.proxy is not None:
+            try:
+                jump = await _open(self.target.proxy, self.connect_timeout, None)
+            except SshError as e:
+                raise SshError(f"proxy jump {e}", e.permanent) from None
+        try:
+            conn = await _open(self.target, self.connect_timeout, jump)
+        except BaseException:
+            if jump is not None:
+                jump.close()
+            raise
+        self._jump, self._conn = jump, conn
+        log.debug("connected to %s", self.target.label())
+        return conn
+
+    def _drop(self) -> None:
+        for conn in (self._conn, self._jump):
+            if conn is not None:
+                conn.close()
+        self._conn = self._jump = None
+
+    async def run(self, command: str, input: bytes | str | None = None, timeout: float = 60.0) -> Any:
+        """Run ``command`` on the host (through its login shell); returns asyncssh's completed process."""
+        conn = await self.connection()
+        data = input.encode() if isinstance(input, str) else input
+        try:
+            return await conn.run(command, input=data, check=False, timeout=timeout, encoding=None)
+        except asyncssh.TimeoutError:
+            raise SshError(f"{self.target.label()}: a command did not finish within {timeout:.0f}s") from None
+        except (asyncssh.Error, OSError) as e:
+            self._drop()
+            raise SshError(f"{self.target.label()}: the connection broke: {e}") from None
+
+    # ---- the tunnel to the agent -------------------------------------------------------------
+    def local_url(self) -> str:
+        """``http://127.0.0.1:PORT``: a local port forwarded to the agent (listening from now on)."""
+        if self._sock is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(64)
+            sock.setblocking(False)
+            self._sock = sock
+            self._starting = asyncio.get_running_loop().create_task(self._serve(sock))
+        return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+
+    async def _serve(self, sock: socket.socket) -> None:
+        self._server = await asyncio.start_server(self._forward, sock=sock)
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._pipes.add(task)
+        try:
+            try:
+                conn = await self.connection()
+                if self.remote_port is None:
+                    self.remote_port = await self._read_agent_port(self)
+                remote_reader, remote_writer = await conn.open_connection("127.0.0.1", self.remote_port)
+            except asyncssh.ChannelOpenError as e:
+                self.remote_port = None  # the agent moved or is down: read its port file again next time
+                log.debug("%s: agent port not open: %s", self.target.label(), e)
+                writer.close()
+                return
+            except Exception as e:  # unreachable host, no port file: the client sees a closed connection
+                log.debug("%s: no tunnel: %s", self.target.label(), e)
+                writer.close()
+                return
+            await asyncio.gather(_pipe(reader, remote_writer), _pipe(remote_reader, writer))
+        except asyncio.CancelledError:
+            pass  # the link is closing; ending quietly keeps asyncio's server callback from logging it
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+            if task is not None:
+                self._pipes.discard(task)
+
+    async def close(self) -> None:
+        """Stop listening, end open tunnels and close the SSH connection."""
+        self._closed = True
+        if self._starting is not None:
+            with contextlib.suppress(Exception):
+                await self._starting
+        if self._server is not None:
+            self._server.close()
+        elif self._sock is not None:
+            self._sock.close()
+        for task in list(self._pipes):
+            task.cancel()
+        if self._pipes:
+            await asyncio.gather(*self._pipes, return_exceptions=True)
+        if self._connecting is not None and not self._connecting.done():
+            self._connecting.cancel()
+        self._drop()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a shared connection attempt's failure as seen (its callers may all have gone)."""
+    if not future.cancelled():
+        future.exception()

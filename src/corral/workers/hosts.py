@@ -1,0 +1,154 @@
+"""Host upkeep on its own interval (``instance_check_interval``), apart from the wake-up driven workers.
+
+Every provisioned instance's agent is asked for ``/health``. A failed check asks the instance's backend
+to bring the agent back (an SSH host that rebooted without systemd gets its agent started again); two
+failures in a row set the instance's ``unreachable`` flag -- a flag beside its status, as in dstack:
+the scheduler gives it no work and nothing terminates it (jobs on it fail ``instance_unreachable``
+through the jobs worker's own timeout). The first answer afterwards clears the flag, stops jobs the
+agent still runs that the server no longer runs there, and wakes the scheduler: the host is used again.
+
+Each instance is checked by its own task, so a host whose SSH handshake is slow delays only itself.
+Hosts removed from an SSH fleet while busy leave here once they are free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from corral.backends.agent_client import AgentClient, AgentClientError
+from corral.backends.base import AgentEndpoint
+from corral.domain.records import InstanceRec
+from corral.store import fleets as fleet_store
+from corral.store import runs as run_store
+from corral.workers.context import Context
+
+log = logging.getLogger("corral.hosts")
+
+#: Failed checks in a row that flag an instance unreachable.
+FAILURES_TO_FLAG = 2
+_RUNNING_HERE = ("provisioning", "pulling", "running", "terminating")
+
+
+class Hosts:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._failures: dict[str, int] = {}
+        self._checks: dict[str, asyncio.Task[None]] = {}
+        self._clients: dict[tuple[str, str], AgentClient] = {}
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.pass_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("host checks failed")
+            await asyncio.sleep(self.ctx.settings.instance_check_interval)
+
+    async def pass_once(self) -> None:
+        async with self.ctx.db.read() as conn:
+            live = [i for i in await fleet_store.list_instances(conn, statuses=("idle", "busy")) if i.agent]
+        ids = {i.id for i in live}
+        removed = [i.id for i in live if i.status == "idle" and i.backend == "ssh" and i.termination_reason]
+        if removed:
+            await self._retire_removed(removed)
+        self._failures = {k: v for k, v in self._failures.items() if k in ids}
+        for inst in live:
+            if inst.id not in self._checks:
+                task = asyncio.create_task(self._check(inst))
+                self._checks[inst.id] = task
+                task.add_done_callback(self._forget_check(inst.id))
+
+    def _forget_check(self, instance_id: str) -> Callable[[asyncio.Task[None]], None]:
+        def done(_task: asyncio.Task[None]) -> None:
+            self._checks.pop(instance_id, None)
+
+        return done
+
+    async def stop(self) -> None:
+        for task in list(self._checks.values()):
+            task.cancel()
+        await asyncio.gather(*self._checks.values(), return_exceptions=True)
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
+
+    def _client(self, inst: InstanceRec) -> AgentClient:
+        token = AgentEndpoint.from_json(inst.agent or {}).token
+        key = (self.ctx.agent_url(inst), token)
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = AgentClient(key[0], token, timeout=self.ctx.settings.agent_request_timeout)
+        return client
+
+    async def _answers(self, inst: InstanceRec) -> bool:
+        try:
+            await self._client(inst).health()
+            return True
+        except AgentClientError:
+            return False
+
+    async def _check(self, inst: InstanceRec) -> None:
+        ok = await self._answers(inst)
+        if not ok:
+            compute = self.ctx.computes.get(inst.backend)
+            try:
+                if compute is not None:
+                    await compute.recover(inst)
+                    ok = await self._answers(inst)
+            except Exception as e:  # the host itself is not there (or refuses us): counted below
+                log.debug("recovering %s: %s", inst.name, e)
+        if ok:
+            self._failures.pop(inst.id, None)
+            if inst.unreachable:
+                await self._reachable_again(inst)
+            return
+        failures = self._failures[inst.id] = self._failures.get(inst.id, 0) + 1
+        if failures >= FAILURES_TO_FLAG and not inst.unreachable:
+            log.warning("instance %s is unreachable", inst.name)
+            async with self.ctx.db.write() as conn:
+                await fleet_store.update_instance(
+                    conn, inst.id, {"unreachable": True, "last_processed_at": time.time()}
+                )
+            self.ctx.wakeups.wake("scheduler")
+
+    async def _reachable_again(self, inst: InstanceRec) -> None:
+        log.info("instance %s is reachable again", inst.name)
+        await self._stop_strays(inst)
+        async with self.ctx.db.write() as conn:
+            await fleet_store.update_instance(conn, inst.id, {"unreachable": False, "last_processed_at": time.time()})
+        self.ctx.wakeups.wake("scheduler", "jobs")
+
+    async def _stop_strays(self, inst: InstanceRec) -> None:
+        """Jobs the agent kept running while the server, not hearing from it, failed them."""
+        client = self._client(inst)
+        try:
+            states = await client.list_jobs()
+        except AgentClientError:
+            return
+        for state in states:
+            if state.finished:
+                continue
+            async with self.ctx.db.read() as conn:
+                job = await run_store.get_job(conn, state.job_id)
+            if job is None or job.instance_id != inst.id or job.status not in _RUNNING_HERE:
+                log.warning("stopping job %s left running on %s", state.job_id, inst.name)
+                try:
+                    await client.stop(state.job_id, abort=True)
+                except AgentClientError:
+                    pass
+
+    async def _retire_removed(self, instance_ids: list[str]) -> None:
+        """A host taken out of its SSH fleet while busy was marked; now that it is idle, it leaves."""
+        retired = False
+        async with self.ctx.db.write() as conn:
+            for instance_id in instance_ids:
+                retired |= await fleet_store.update_instance(
+                    conn, instance_id, {"status": "terminating"}, expect_status=("idle",)
+                )
+        if retired:
+            self.ctx.wakeups.wake("instances")

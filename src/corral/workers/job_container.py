@@ -1,0 +1,103 @@
+"""The container side of a job submission, and what the job's ``JobRuntimeData`` says about it.
+
+A job runs in a container when its configuration sets ``image``, or when the server has a default
+image (``CORRAL_DEFAULT_IMAGE``); otherwise it runs as a host process, as before. For a container
+this module decides what dstack decides for the shim: the user, ``entrypoint + commands``, the shell
+(``/bin/bash`` with the default image, as dstack does with its own), privileged mode, the shm size,
+instance volumes, the registry credentials, and from the job's blocks of the instance the network
+(host for the whole instance, a bridge with published ports for a share), the GPUs (all of them, or
+the share's count) and the CPU and memory limits (a share only).
+
+``image_pull_progress`` has no column of its own: it rides in the job's runtime data and the API
+serializer moves it to dstack's ``JobSubmission.image_pull_progress``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from corral.agent.protocol import JobState, JobSubmission
+from corral.agent.protocol_containers import ContainerSpec, InstanceMount
+from corral.domain.records import InstanceRec, JobRec
+from corral.domain.resources import InstanceResources
+from corral.scheduler.blocks import share
+from corral.scheduler.codec import resources_from_json
+
+PULL_PROGRESS_KEY = "image_pull_progress"
+
+
+def job_share(job: JobRec, inst: InstanceRec) -> tuple[InstanceResources | None, bool]:
+    """The resources of the job's blocks of the instance, and whether that is the whole instance."""
+    total = inst.total_blocks or 1
+    whole = job.blocks >= total
+    resources = (inst.offer or {}).get("resources")
+    if not resources:
+        return None, whole
+    res = resources_from_json(resources)
+    return (res if whole else share(res, job.blocks, total)), whole
+
+
+def apply_container(
+    sub: JobSubmission, job: JobRec, conf: dict[str, Any], inst: InstanceRec, default_image: str | None
+) -> None:
+    """Fill in the submission's entrypoint, image, user, shell and container options (a host process
+    keeps the agent's user: ``user`` names a user of the image)."""
+    if conf.get("entrypoint"):
+        sub.entrypoint = shlex.split(str(conf["entrypoint"]))
+    sub.image = conf.get("image") or default_image
+    if not sub.image:
+        return
+    sub.user = conf.get("user")
+    if not conf.get("image") and sub.shell is None:
+        sub.shell = "bash"  # dstack: /bin/bash in its default image, /bin/sh in the user's own
+    res, whole = job_share(job, inst)
+    nvidia = [g for g in (res.gpus if res else ()) if g.vendor == "nvidia"]
+    auth = conf.get("registry_auth") or {}
+    shm = (conf.get("resources") or {}).get("shm_size")
+    sub.container = ContainerSpec(
+        privileged=bool(conf.get("privileged")) or conf.get("docker") is True,
+        shm_size_mib=int(float(shm) * 1024) if shm else None,
+        network_mode="host" if whole else "bridge",
+        ports=[int(p["container_port"]) for p in conf.get("ports") or [] if isinstance(p, dict)],
+        volumes=[
+            InstanceMount(str(v["instance_path"]), str(v["path"]), bool(v.get("optional")))
+            for v in conf.get("volumes") or []
+            if isinstance(v, dict) and v.get("instance_path")
+        ],
+        gpus=(-1 if whole else len(nvidia)) if nvidia else 0,
+        cpus=float(res.cpus) if res and not whole and res.cpus > 0 else None,
+        memory_mib=res.memory_mib if res and not whole and res.memory_mib >= 4 else None,
+        registry_username=auth.get("username"),
+        registry_password=auth.get("password"),
+    )
+
+
+def runtime_data(sub: JobSubmission, working_dir: str | None) -> dict[str, Any]:
+    """dstack's ``JobRuntimeData`` of a job just handed to its agent."""
+    spec = sub.container
+    data: dict[str, Any] = {
+        "network_mode": spec.network_mode if spec else "host",
+        "working_dir": working_dir,
+        "username": None,
+        "ports": None,
+        "offer": None,
+    }
+    if spec is not None and spec.memory_mib is not None:  # a share of the instance: dstack records it
+        data.update(cpu=spec.cpus, gpu=max(spec.gpus, 0), memory=round(spec.memory_mib / 1024, 3))
+    return data
+
+
+def with_agent_state(data: dict[str, Any] | None, state: JobState) -> dict[str, Any]:
+    """The runtime data updated from what the agent reports: the container's network and ports once
+    it runs, the image pull progress while it is pulled."""
+    out = dict(data or {"network_mode": "host", "ports": None})
+    info = state.container
+    if info is not None and state.state != "pending":
+        out["network_mode"] = info.network_mode
+        out["ports"] = {} if info.network_mode == "host" else {str(c): h for c, h in info.ports.items()}
+    if state.state == "pending" and state.image_pull_progress is not None:
+        out[PULL_PROGRESS_KEY] = state.image_pull_progress.to_dict()
+    else:
+        out.pop(PULL_PROGRESS_KEY, None)
+    return out

@@ -1,0 +1,51 @@
+"""Session-wide fixtures shared by several test directories: a real Docker engine with test images, and
+image registries on loopback (see ``docker_harness``). They start only when a test asks for them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from docker_harness import (
+    CMD_IMAGE,
+    DEFAULT_IMAGE,
+    REGISTRY_USER,
+    UBUNTU,
+    DockerEngine,
+    Registries,
+    Registry,
+    busybox_rootfs,
+)
+
+
+@pytest.fixture(scope="session")
+def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEngine]:
+    engine = DockerEngine(tmp_path_factory.mktemp("docker")).start()
+    try:
+        engine.import_image(UBUNTU, busybox_rootfs())
+        engine.import_image(
+            CMD_IMAGE, busybox_rootfs(), "WORKDIR /srv", 'CMD ["sh", "-c", "echo from the image in $(pwd)"]'
+        )
+        engine.import_image(
+            DEFAULT_IMAGE,
+            busybox_rootfs(
+                {"bin/bash": b'#!/bin/sh\nexport SHELL_NAME=bash\nexec /bin/sh "$@"\n', "etc/corral-image": b"default\n"},
+                executable=("bin/bash",),
+            ),
+        )
+        yield engine
+    finally:
+        engine.stop()
+
+
+@pytest.fixture(scope="session")
+def registries(docker_engine: DockerEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registries]:
+    base = tmp_path_factory.mktemp("registries")
+    open_reg = Registry(base / "open").start()
+    private = Registry(base / "private", auth=REGISTRY_USER).start()
+    try:
+        yield Registries(open_reg, private, docker_engine)
+    finally:
+        open_reg.stop()
+        private.stop()

@@ -1,0 +1,94 @@
+"""The SSH link to a host: one handshake shared by every caller (a slow host is reached, not given up on),
+a dropped connection made again, and agents that outlive the server's SSH connections (a restarted
+server reaches them again through new tunnels, from what the instance row stores)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import pytest
+from fakehosts import FakeHosts
+
+from conftest import (
+    SSH_SETTINGS,
+    apply_fleet,
+    fleet_settled,
+    host_run,
+    run_logs,
+    run_status,
+    ssh_fleet,
+    submit,
+)
+from corral.backends import ssh_bootstrap
+from corral.backends.ssh_conn import HostLink, SshError, SshTarget
+from server_harness import make_settings, running_server, wait_for
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(OSError):
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    writer.close()
+
+
+async def test_slow_handshake_is_shared_and_dropped_connection_remade(hosts: FakeHosts) -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def slow_relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        up_reader, up_writer = await asyncio.open_connection(hosts.ip("cpu1"), 22)
+        await asyncio.sleep(2.0)  # a host slow to answer
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+
+    relay = await asyncio.start_server(slow_relay, "127.0.0.1", 0)
+    port = relay.sockets[0].getsockname()[1]
+    link = HostLink(SshTarget("127.0.0.1", port, "root", hosts.key.read_text()), 10.0, ssh_bootstrap.read_agent_port)
+    try:
+        with pytest.raises(asyncio.TimeoutError):  # an impatient caller (a health check) gives up...
+            await asyncio.wait_for(link.connection(), 0.5)
+        result = await link.run("hostname")  # ...but the handshake goes on, and the next caller gets it
+        assert result.stdout.strip() == b"cpu1"
+        assert len(accepted) == 1
+        accepted[0].transport.abort()  # the connection drops
+        await asyncio.sleep(0.2)
+        with contextlib.suppress(SshError):
+            await link.run("true")
+        assert (await link.run("hostname")).stdout.strip() == b"cpu1"
+        assert len(accepted) == 2
+    finally:
+        await link.close()
+        relay.close()
+
+
+async def test_agent_outlives_the_server_and_is_reached_again(hosts: FakeHosts, tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, **SSH_SETTINGS)
+    async with running_server(settings) as s, s.client() as c:
+        await apply_fleet(c, ssh_fleet(hosts, "kept", [hosts.ip("cpu1")]))
+        await wait_for(lambda: fleet_settled(c, "kept", 1), timeout=30)
+        await submit(c, "across", ["echo before", "sleep 4", "echo after"])
+        await run_status(c, "across", "running")
+
+        async def started() -> bool:
+            return "before" in await run_logs(c, await run_status(c, "across", "running", "done"))
+
+        await wait_for(started)
+    # The server and all its SSH connections are gone; the agent and its job are not.
+    ps = await host_run(hosts, "cpu1", "ps -eo args=")
+    assert "agent.pyz serve" in ps.stdout and "sleep 4" in ps.stdout, ps.stdout
+    async with running_server(settings) as s, s.client() as c:
+        run = await run_status(c, "across", "done", "failed", timeout=30)
+        assert run["status"] == "done", run["latest_job_submission"]
+        assert (await run_logs(c, run)).split() == ["before", "after"]
+        await submit(c, "next", ["hostname"])
+        run = await run_status(c, "next", "done", "failed")
+        assert (await run_logs(c, run)).strip() == "cpu1"
+        await c.post("/api/project/main/fleets/delete", json={"names": ["kept"]})
+
+        async def gone() -> bool:
+            return not (await c.post("/api/project/main/fleets/list", json={})).json()
+
+        await wait_for(gone, timeout=30)
+    assert (await host_run(hosts, "cpu1", "ls -d ~/.corral-agent")).exit_status != 0
