@@ -2,6 +2,25 @@
 # The whole test suite: lint, types, import rules, the dstack YAML corpus, and pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Debian packages the tests use, installed only when missing (CI runs this as root on a fresh machine).
+# SSH fleet tests: sshd for the fake hosts; iproute2 (netns, veth, bridge) and util-linux (unshare).
+install_test_packages() {
+  local missing=()
+  [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+  command -v ssh-keygen >/dev/null || missing+=(openssh-client)
+  command -v ip >/dev/null || missing+=(iproute2)
+  command -v unshare >/dev/null || missing+=(util-linux)
+  # Container tests: Docker's engine and CLI, a private registry, a static busybox to import as images.
+  [ -x /usr/sbin/dockerd ] && command -v docker >/dev/null || missing+=(docker.io)
+  command -v docker-registry >/dev/null || missing+=(docker-registry)
+  dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" || missing+=(busybox-static)
+  if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== apt-get install ${missing[*]}"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+install_test_packages
 scripts/bootstrap.sh --dev
 export PATH="$PWD/.venv/bin:$PATH"
 SHARED=${CORRAL_SHARED_DIR:-../shared}

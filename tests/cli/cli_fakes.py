@@ -61,6 +61,7 @@ def make_run(name: str, status: str, sub: JSON | None = None, **extra: Any) -> J
 JPD = {
     "backend": "remote",
     "corral_backend": "local",
+    "corral_instance": "gpu-fleet-0",
     "region": None,
     "price": 0.0,
     "instance_type": {

@@ -160,7 +160,8 @@ def test_ps_table_and_hint(fake: FakeClient, cli: CLI) -> None:
     result = cli("ps")
     assert result.code == 0, result.err
     header = result.out.splitlines()[0].split()
-    assert header == ["NAME", "BACKEND", "GPU", "PRICE", "STATUS", "SUBMITTED"]
+    assert header == ["NAME", "BACKEND", "INSTANCE", "GPU", "PRICE", "STATUS", "SUBMITTED"]
+    assert "gpu-fleet-0" in result.out  # which instance each job runs on (beyond dstack)
     assert "train" in result.out and "local" in result.out and "gpu=H200:140.4GB:1" in result.out
     assert "$0" in result.out
     assert [c[2] for c in fake.calls if c[0] == "runs_list"] == [
@@ -253,6 +254,15 @@ def test_apply_task_detached(fake: FakeClient, cli: CLI) -> None:
     assert "Run hello submitted, detaching..." in result.out
     assert "cpu=x86:2.. mem=8GB.. disk=100GB.. gpu=nvidia:0.." in result.out
     assert "The project has no fleets" in result.out
+
+
+def test_apply_instance_option_adds_selectors(fake: FakeClient, cli: CLI) -> None:
+    Path(".dstack.yml").write_text(TASK_YML + "instances: [a-0]\n")
+    fake.run_plan = run_plan()
+    fake.runs["hello"] = [make_run("hello", "submitted")]
+    result = cli("apply", "-y", "-d", "--instance", "f-1", "--instance", "f-2")
+    assert result.code == 0, result.err
+    assert fake.calls[1][1][1]["configuration"]["instances"] == ["a-0", "f-1", "f-2"]
 
 
 def test_apply_task_follows_logs_and_exit_status(fake: FakeClient, cli: CLI) -> None:

@@ -71,7 +71,8 @@ PORTS += [{"local_port": 1, "container_port": 2}, {"local_port": None, "containe
 PYTHONS: list[Any] = [3.10, "3.10", 3.9, 3.1, "3.8", 3, "3.12", 3.12, "3.15", None]
 FLEETS: list[Any] = [["a"], ["p/a"], ["p/a/b"], [""], [{"name": "x"}], [{"project": "p", "name": "x"}], "a"]
 FLEETS += [["/a"], ["a/"], [], [{"name": "x", "extra": 1}]]
-INSTANCES: list[Any] = [["i1"], [{"hostname": "h"}], [{"fleet": "f", "instance": 0}], []]
+# `instances: []` is left out on purpose: corral accepts it ("existing instances only"), dstack rejects it.
+INSTANCES: list[Any] = [["i1"], [{"hostname": "h"}], [{"fleet": "f", "instance": 0}]]
 INSTANCES += [[{"fleet": "p/f", "instance": -1}], [{"name": ""}], [{"fleet": {"name": "f"}, "instance": 2}]]
 INSTANCES += [[{"name": "a", "hostname": "b"}], "i1", [{"fleet": "a/b/c", "instance": 1}]]
 CRONS: list[Any] = ["0 * * * *", "*/15 0-6 * * mon-fri", "* * *", "60 * * * *", "0 0 1 jan *", "0 0 * * 7"]

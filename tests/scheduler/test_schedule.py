@@ -248,3 +248,27 @@ def test_large_job_at_head_holds_capacity_after_waiting() -> None:
 @given(snapshots())
 def test_same_input_same_plan(snapshot: Snapshot) -> None:
     assert schedule(snapshot, now=100.0) == schedule(snapshot, now=100.0)
+
+
+def test_selectors_pin_to_existing_instances_only() -> None:
+    from corral.domain.selectors import FleetRef, Selector
+
+    f = fleet((inst(0), inst(1)), nodes_max=5)
+    pinned = QueuedJob(**{**job(1).__dict__, "selectors": (Selector(name="f-1"),), "project_name": "p"})
+    assert decisions(Snapshot(fleets=(f,), queue=(pinned,))) == [Assign("j1-0", "i1", 1)]
+    by_fleet = QueuedJob(**{**job(2).__dict__, "project_name": "p",
+                            "selectors": (Selector(fleet=FleetRef("F"), instance_num=0),)})
+    assert decisions(Snapshot(fleets=(replace_project(f, "p"),), queue=(by_fleet,))) == [Assign("j2-0", "i0", 1)]
+    busy = fleet((inst(0, status="busy", busy=1),), nodes_max=5)
+    existing_only = QueuedJob(**{**job(3).__dict__, "selectors": ()})
+    (d,) = decisions(Snapshot(fleets=(busy,), queue=(existing_only,)))
+    assert isinstance(d, Wait)  # room for 4 more instances, but an `instances` run never gets a new one
+    nothing = QueuedJob(**{**job(4).__dict__, "selectors": (Selector(hostname="nowhere"),)})
+    (d,) = decisions(Snapshot(fleets=(f,), queue=(nothing,)))
+    assert isinstance(d, Fail) and "hostname: nowhere" in d.message
+
+
+def replace_project(f: FleetSlot, name: str) -> FleetSlot:
+    from dataclasses import replace
+
+    return replace(f, project_name=name)

@@ -108,7 +108,11 @@ async def test_default_image_for_jobs_without_one(tmp_path: Path, docker_engine:
         await c.post("/api/project/main/fleets/apply", json=fleet_body())
         plan = (await c.post("/api/project/main/runs/get_plan", json=_task(["true"])["plan"])).json()
         assert plan["job_plans"][0]["job_spec"]["image_name"] == DEFAULT_IMAGE
-        run = (await c.post("/api/project/main/runs/apply", json=_task(["cat /etc/corral-image", "echo ${SHELL_NAME:-sh}"]))).json()
+        run = (
+            await c.post(
+                "/api/project/main/runs/apply", json=_task(["cat /etc/corral-image", "echo ${SHELL_NAME:-sh}"])
+            )
+        ).json()
         got = await _finished(c, run["run_spec"]["run_name"])
         assert got["status"] == "done", got["latest_job_submission"]
         assert await _logs(c, got) == "default\nbash\n"  # in the default image, under bash as in dstack's

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from corral.api.deps import AccessCache, install_error_handlers
 from corral.api.routes_accounts import router as accounts_router
 from corral.api.routes_compute import router as compute_router
+from corral.api.routes_exports import router as exports_router
 from corral.api.routes_repos import router as repos_router
 from corral.workers.context import Context
 
@@ -47,5 +48,6 @@ def create_app(ctx: Context, workers: Background) -> FastAPI:
     install_error_handlers(app)
     app.include_router(accounts_router)
     app.include_router(compute_router)
+    app.include_router(exports_router)
     app.include_router(repos_router)
     return app

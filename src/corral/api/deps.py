@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import re
+import time
 from typing import Any
 
 import orjson

@@ -46,8 +46,11 @@ async def list_all_fleets(request: Request) -> FastJSON:
 @router.post(P + "/fleets/list")
 async def list_fleets(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
-    await parse(rq.ProjectFleetsBody, request)
-    return FastJSON([serialize.fleet(f) for f in await fleets.list_fleets(ctx_of(request), [project.id])])
+    b = await parse(rq.ProjectFleetsBody, request)
+    found = await fleets.list_fleets(ctx_of(request), [project.id])
+    if b.include_imported:
+        found += await fleets.imported_fleets(ctx_of(request), project)
+    return FastJSON([serialize.fleet(f) for f in found])
 
 
 @router.post(P + "/fleets/get")

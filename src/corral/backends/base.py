@@ -51,6 +51,8 @@ class Provisioned:
     internal_ip: str | None = None
     #: The instance's blocks when only the host's resources decide them (``blocks: auto``).
     total_blocks: int | None = None
+    #: Hostnames and IPs the host answers to (for ``instances`` hostname selectors).
+    addresses: tuple[str, ...] = ()
 
 
 class Compute(Protocol):

@@ -88,7 +88,11 @@ class LocalCompute:
         finally:
             await client.aclose()
         return Provisioned(
-            agent=endpoint, hostname=info.hostname, resources=host_resources(info), internal_ip="127.0.0.1"
+            agent=endpoint,
+            hostname=info.hostname,
+            resources=host_resources(info),
+            internal_ip="127.0.0.1",
+            addresses=tuple(info.addresses),
         )
 
     async def create_instance(self, instance: InstanceRec) -> Provisioned:
@@ -150,7 +154,11 @@ class LocalCompute:
         finally:
             await client.aclose()
         return Provisioned(
-            agent=endpoint, hostname=info.hostname, resources=host_resources(info), internal_ip="127.0.0.1"
+            agent=endpoint,
+            hostname=info.hostname,
+            resources=host_resources(info),
+            internal_ip="127.0.0.1",
+            addresses=tuple(info.addresses),
         )
 
     async def terminate_instance(self, instance_id: str, agent: AgentEndpoint | None) -> None:

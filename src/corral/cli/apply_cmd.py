@@ -56,6 +56,14 @@ def apply(
     max_offers: Annotated[
         int, typer.Option("--max-offers", help="How many offers the run plan shows.", min=1, metavar="N")
     ] = 3,
+    instance: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--instance",
+            help="Run only on this existing instance (its name, e.g. my-fleet-0); repeatable. Adds to `instances`.",
+            metavar="NAME",
+        ),
+    ] = None,
     repo: Annotated[
         Optional[str],
         typer.Option(
@@ -90,6 +98,10 @@ def apply(
         raw["env"] = _merge_env(raw.get("env"), env)
     if raw.get("env") is not None:
         raw["env"] = resolve_env(raw["env"])
+    if instance:
+        if conf_type not in RUN_TYPES:
+            raise typer.BadParameter("--instance applies to runs (task, service, dev-environment), not fleets")
+        raw["instances"] = [*(raw.get("instances") or []), *instance]
     configuration_path = str(file) if file is not None else path.name
 
     from corral.cli.common import client_for

@@ -150,7 +150,7 @@ def _status_cell(text: str, status: str) -> str:
 
 
 def _job_cells(submission: JSON) -> dict[str, str]:
-    cells = {"RESOURCES": "-", "GPU": "-", "PRICE": "-", "BACKEND": "-", "INSTANCE TYPE": ""}
+    cells = {"RESOURCES": "-", "GPU": "-", "PRICE": "-", "BACKEND": "-", "INSTANCE TYPE": "", "INSTANCE": "-"}
     jpd = submission.get("job_provisioning_data")
     if not jpd:
         return cells
@@ -169,6 +169,7 @@ def _job_cells(submission: JSON) -> dict[str, str]:
         GPU=f.format_instance_resources(resources, gpu_only=True),
         PRICE=f.format_price(price, bool(resources.get("spot"))),
         **{"INSTANCE TYPE": escape(type_name)},
+        INSTANCE=escape(str(jpd.get("corral_instance") or "-")),
     )
     return cells
 
@@ -178,6 +179,7 @@ def runs_table(runs: Sequence[JSON], verbose: bool = False) -> Table:
     table = Table(box=None, expand=_expand())
     table.add_column("NAME", style="bold", no_wrap=True, ratio=2)
     table.add_column("BACKEND", style="grey58", ratio=2)
+    table.add_column("INSTANCE", style="grey58", no_wrap=True, ratio=2)
     if verbose:
         table.add_column("RESOURCES", style="grey58", ratio=3)
         table.add_column("INSTANCE TYPE", style="grey58", no_wrap=True, ratio=1)
@@ -203,6 +205,7 @@ def runs_table(runs: Sequence[JSON], verbose: bool = False) -> Table:
             "GPU": "-",
             "PRICE": "-",
             "BACKEND": "-",
+            "INSTANCE": "-",
             "ERROR": escape(str(run.get("error") or "")),
         }
         if len(jobs) != 1:

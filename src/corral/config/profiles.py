@@ -182,7 +182,9 @@ class ProfileParams(CoreModel):
     stop_criteria: Optional[StopCriteria] = None
     schedule: Optional[Schedule] = None
     fleets: Optional[list[FleetReference]] = None
-    instances: Annotated[Optional[list[InstanceSelectorOrShorthand]], Field(min_length=1)] = None
+    #: An explicit empty list means "existing instances only" (as the seed PR settled; dstack 0.22.5
+    #: rejects it -- a deliberate divergence).
+    instances: Optional[list[InstanceSelectorOrShorthand]] = None
     tags: Tags = None
     backend_options: Optional[list[BackendProfileOptions]] = None
 

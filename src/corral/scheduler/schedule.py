@@ -14,9 +14,10 @@ The plan is optimistic: ``store.plan_apply`` recounts under locks and rejects wh
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from corral.domain.resources import InstanceResources, Requirements, match_requirements
+from corral.domain.selectors import FleetRef, InstanceIdentity, Selector, matches
 from corral.scheduler.blocks import blocks_needed, total_blocks_for
 from corral.scheduler.types import (
     Assign,
@@ -63,12 +64,44 @@ def _initial_ledger(snapshot: Snapshot) -> _Ledger:
     return ledger
 
 
+def _fleet_ref(text: str) -> FleetRef:
+    project, _, name = text.rpartition("/")
+    return FleetRef(name, project or None)
+
+
 def _candidate_fleets(job: QueuedJob, fleets: Iterable[FleetSlot]) -> list[FleetSlot]:
-    own = [f for f in fleets if f.project_id == job.project_id]
+    """The job's project's fleets and those exported to it, narrowed by the ``fleets`` option."""
+    visible = [f for f in fleets if f.project_id == job.project_id or job.project_id in f.importer_project_ids]
     if job.fleet_names is None:
-        return own
-    names = set(job.fleet_names)
-    return [f for f in own if f.name in names]
+        return visible
+    refs = [_fleet_ref(n) for n in job.fleet_names]
+    return [f for f in visible if any(r.matches(f.name, f.project_name, job.project_name) for r in refs)]
+
+
+def _apply_selectors(job: QueuedJob, fleets: list[FleetSlot]) -> tuple[list[FleetSlot], list[Selector]]:
+    """Fleets reduced to the instances the ``instances`` option allows (and no offers: nothing new is
+    ever provisioned for such a job), and the selectors that match no instance at all."""
+    assert job.selectors is not None
+    unmatched: list[Selector] = []
+    allowed: set[str] = set()
+    for sel in job.selectors:
+        hits = {
+            i.id
+            for f in fleets
+            for i in f.instances
+            if i.status != "terminated"
+            and matches(
+                sel, InstanceIdentity(i.name, i.instance_num, f.name, f.project_name, i.addresses), job.project_name
+            )
+        }
+        if not hits:
+            unmatched.append(sel)
+        allowed |= hits
+    reduced = []
+    for f in fleets:
+        insts = f.instances if not job.selectors else tuple(i for i in f.instances if i.id in allowed)
+        reduced.append(replace(f, instances=insts, offers=()))
+    return reduced, unmatched
 
 
 def _instance_usable(inst: InstanceSlot) -> bool:
@@ -117,7 +150,7 @@ def _try_place_in_fleet(
     whether new instances were needed, or None if the gang does not fit now."""
     decisions: list[Decision] = []
     used_new = False
-    reuse_only = jobs[0].creation_policy == "reuse"
+    reuse_only = jobs[0].creation_policy == "reuse" or jobs[0].selectors is not None
     taken: set[str] = set()
     for job in jobs:
         placed = False
@@ -178,10 +211,18 @@ def _schedule_gang(
 ) -> tuple[list[Decision], _Ledger]:
     head = jobs[0]
     candidates = _candidate_fleets(head, snapshot.fleets)
+    if not candidates and head.selectors:
+        msg = "Failed to use specified instances: no instance matches " + "; ".join(str(x) for x in head.selectors)
+        return [Fail(j.id, msg) for j in jobs], ledger
     if not candidates:
         message = SPECIFIED_FLEETS_MESSAGE if head.fleet_names is not None else NO_FLEETS_MESSAGE
         return [Fail(j.id, message) for j in jobs], ledger
-    reuse_only = head.creation_policy == "reuse"
+    reuse_only = head.creation_policy == "reuse" or head.selectors is not None
+    if head.selectors is not None:
+        candidates, unmatched = _apply_selectors(head, candidates)
+        if unmatched:
+            msg = "Failed to use specified instances: no instance matches " + "; ".join(str(u) for u in unmatched)
+            return [Fail(j.id, msg) for j in jobs], ledger
     feasible: list[FleetSlot] = []
     reasons: list[str] = []
     for fleet in candidates:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from corral.domain.resources import InstanceResources, Requirements
+from corral.domain.selectors import Selector
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class InstanceSlot:
     unreachable: bool = False
     price: float = 0.0
     hostname: str | None = None
+    #: Hostnames and IPs an ``instances`` hostname selector may name.
+    addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,9 @@ class FleetSlot:
     #: Every instance that counts against ``nodes.max``: all but terminated ones.
     instances: tuple[InstanceSlot, ...]
     backend_limit_key: str | None = None
+    project_name: str = ""
+    #: Projects this fleet is exported to (they may run on it too).
+    importer_project_ids: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,9 @@ class QueuedJob:
     nodes: int = 1
     multinode: bool = False
     status_message: str | None = None
+    project_name: str = ""
+    #: The ``instances`` allow-list (None = no restriction; empty = existing instances only).
+    selectors: tuple[Selector, ...] | None = None
 
 
 @dataclass(frozen=True)

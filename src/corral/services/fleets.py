@@ -262,3 +262,16 @@ async def list_instances(
         return await store.list_instances(
             conn, project_ids=project_ids, fleet_ids=fleet_ids, only_active=only_active, limit=limit
         )
+
+
+async def imported_fleets(ctx: Context, project: ProjectRec) -> list[FleetRec]:
+    """Fleets other projects export to ``project`` (listed with ``include_imported``)."""
+    from corral.services.exports import imported_fleet_ids
+
+    out = []
+    async with ctx.db.read() as conn:
+        for owner_id, fleet_id in await imported_fleet_ids(ctx, project):
+            fleet = await store.get_fleet(conn, owner_id, fleet_id=fleet_id)
+            if fleet is not None and not fleet.deleted:
+                out.append(fleet)
+    return out

@@ -55,6 +55,11 @@ def normalize_run_spec(run_spec: Any, loc: tuple[str | int, ...], user: UserRec)
         "profile": profile.model_dump(mode="json"),
         "ssh_key_pub": run_spec.get("ssh_key_pub") or user.ssh_public_key,
     }
+    nodes = int(getattr(conf, "nodes", None) or 1) if conf.type == "task" else 1
+    if merged.instances and len(merged.instances) < nodes:
+        raise ServiceError(
+            f"`instances` specifies {len(merged.instances)} instance(s) but the run requires {nodes} nodes"
+        )
     return normalized, conf, merged
 
 
@@ -92,6 +97,18 @@ def _unix_user(user: str | None) -> dict[str, Any] | None:
     if group:
         out.update({"gid": int(group)} if group.isdigit() else {"groupname": group})
     return out
+
+
+def _check_volumes(c: dict[str, Any], default_image: str | None) -> None:
+    volumes = [v for v in c.get("volumes") or [] if isinstance(v, dict)]
+    network = [f"{v.get('name')}:{v.get('path')}" for v in volumes if not v.get("instance_path")]
+    if network:
+        raise ServiceError(
+            f"Network volumes are not supported yet ({', '.join(network)}); "
+            "instance volumes (/host/path:/container/path) are"
+        )
+    if volumes and not (c.get("image") or default_image):
+        raise ServiceError("`volumes` are mounted into the job's container: set `image` to run the job in one")
 
 
 def job_specs(
@@ -212,6 +229,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
             f"Environment variable(s) {', '.join(unset)} have no value: give one in `env` "
             "(KEY=VALUE) or export it before `apply` so that the CLI fills it in"
         )
+    _check_volumes(spec["configuration"], ctx.settings.default_image)
     await repos.check_run_code(ctx, project, user, spec)
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
     explicit = spec["run_name"]

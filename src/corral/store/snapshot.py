@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.records import FleetRec
 from corral.store.fleets import list_fleets
-from corral.store.tables import instances, jobs, runs
+from corral.store.tables import instances, jobs, projects, runs
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class QueueRow:
     id: str
     run_id: str
     project_id: str
+    project_name: str
     run_name: str
     job_num: int
     priority: int
@@ -44,7 +45,9 @@ async def load_queue(conn: AsyncConnection, known: Collection[str] = ()) -> list
             jobs.c.priority,
             jobs.c.submitted_at,
             jobs.c.status_message,
+            projects.c.name.label("project_name"),
         )
+        .join(projects, projects.c.id == jobs.c.project_id)
         .where(jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
         .order_by(jobs.c.priority.desc(), jobs.c.submitted_at, jobs.c.id)
     )
@@ -64,6 +67,7 @@ async def load_queue(conn: AsyncConnection, known: Collection[str] = ()) -> list
                 r.id,
                 r.run_id,
                 r.project_id,
+                r.project_name,
                 r.run_name,
                 r.job_num,
                 r.priority,

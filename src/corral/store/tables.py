@@ -244,3 +244,31 @@ file_archives = sa.Table(
     sa.Column("created_at", Time, nullable=False),
     sa.UniqueConstraint("user_id", "blob_hash", name="uq_file_archives_user_hash"),
 )
+
+#: Cross-project sharing of fleets (dstack's exports/imports): an export of a project lists fleets and
+#: the projects that import them (or every project when global).
+exports = sa.Table(
+    "exports",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), nullable=False),
+    sa.Column("name", sa.String(100), nullable=False),
+    sa.Column("is_global", sa.Boolean, nullable=False, default=False),
+    sa.Column("created_at", Time, nullable=False),
+    sa.UniqueConstraint("project_id", "name", name="uq_exports_project_name"),
+)
+
+export_importers = sa.Table(
+    "export_importers",
+    metadata,
+    sa.Column("id", sa.String(36), nullable=False, unique=True),
+    sa.Column("export_id", sa.String(36), sa.ForeignKey("exports.id"), primary_key=True),
+    sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), primary_key=True),
+)
+
+exported_fleets = sa.Table(
+    "exported_fleets",
+    metadata,
+    sa.Column("export_id", sa.String(36), sa.ForeignKey("exports.id"), primary_key=True),
+    sa.Column("fleet_id", sa.String(36), sa.ForeignKey("fleets.id"), primary_key=True),
+)

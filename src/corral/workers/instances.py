@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from corral.backends.base import AgentEndpoint, ProvisioningError
+from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
 from corral.domain.fleets import nodes_bounds
 from corral.domain.records import InstanceRec
 from corral.scheduler.codec import resources_to_json
@@ -88,7 +88,7 @@ class Instances:
                 .values(
                     status="busy" if busy else "idle",
                     busy_blocks=busy,
-                    agent=dump(provisioned.agent.to_json()),
+                    agent=dump({**provisioned.agent.to_json(), "addresses": _addresses(provisioned)}),
                     hostname=provisioned.hostname,
                     offer=dump(offer),
                     started_at=now,
@@ -241,3 +241,12 @@ class Instances:
             if self.ctx.db.is_sqlite:
                 await conn.execute(sa.update(instances).values(lock_owner=None, lock_token=None, lock_expires_at=None))
                 await conn.execute(sa.update(jobs).values(lock_owner=None, lock_token=None, lock_expires_at=None))
+
+
+def _addresses(p: Provisioned) -> list[str]:
+    """Everything an ``instances`` hostname selector may name: hostname, internal IP, host addresses."""
+    seen: list[str] = []
+    for a in (p.hostname, p.internal_ip, *p.addresses):
+        if a and a not in seen:
+            seen.append(a)
+    return seen

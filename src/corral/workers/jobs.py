@@ -65,6 +65,7 @@ def provisioning_data(inst: InstanceRec) -> dict[str, Any]:
     return {
         "backend": "remote",
         "corral_backend": inst.backend,
+        "corral_instance": inst.name,
         "instance_type": wire.instance_type(inst.offer),
         "instance_id": inst.id,
         "hostname": inst.hostname or "127.0.0.1",

@@ -14,9 +14,11 @@ from corral.config import ResourcesSpec, effective_profile, parse_profile, parse
 from corral.domain.fleets import fleet_blocks, fleet_placement, nodes_bounds
 from corral.domain.records import FleetRec
 from corral.domain.resources import Requirements, match_requirements
+from corral.domain.selectors import FleetRef, Selector
 from corral.scheduler.codec import offer_from_json
 from corral.scheduler.schedule import schedule, upkeep
 from corral.scheduler.types import Fail, FleetSlot, Gang, InstanceSlot, Offer, Plan, QueuedJob, Snapshot, WaitPolicy
+from corral.store import exports as export_store
 from corral.store import snapshot as snap
 from corral.store.plan_apply import ApplyResult, apply_plan
 from corral.store.snapshot import QueueRow
@@ -48,6 +50,8 @@ class Scheduling:
         self.ctx = ctx
         self._queued: dict[str, QueuedJob] = {}
         self._fleet_reqs: dict[tuple[str, str], Requirements | None] = {}
+        #: fleet id -> ids of the projects it is exported to (refreshed every pass).
+        self.importers: dict[str, frozenset[str]] = {}
 
     def _queued_job(self, job: QueueRow) -> QueuedJob:
         cached = self._queued.get(job.id)
@@ -60,8 +64,9 @@ class Scheduling:
             resources = ResourcesSpec.model_validate(job.job_spec["requirements"]["resources"])
             fleets = None
             if profile.fleets is not None:
-                fleets = tuple(f.name if hasattr(f, "name") else str(f) for f in profile.fleets)
+                fleets = tuple(f.format() if hasattr(f, "format") else str(f) for f in profile.fleets)
             nodes = int(getattr(conf, "nodes", 1) or 1)
+            selectors = None if profile.instances is None else tuple(to_selector(x) for x in profile.instances)
             cached = QueuedJob(
                 id=job.id,
                 run_id=job.run_id,
@@ -76,6 +81,8 @@ class Scheduling:
                 wait=wait_policy(profile.retry, job.submitted_at, self.ctx.settings.max_queue_wait),
                 nodes=nodes,
                 multinode=nodes > 1,
+                project_name=job.project_name,
+                selectors=selectors,
             )
             self._queued[job.id] = cached
         if cached.status_message != job.status_message:
@@ -126,6 +133,7 @@ class Scheduling:
                     unreachable=i.unreachable,
                     price=i.price or 0.0,
                     hostname=i.hostname,
+                    addresses=tuple((i.agent or {}).get("addresses") or ([i.hostname] if i.hostname else [])),
                 )
             )
         return FleetSlot(
@@ -139,6 +147,8 @@ class Scheduling:
             offers=self.fleet_offers(fleet),
             instances=tuple(slots),
             backend_limit_key="local",
+            project_name=fleet.project_name,
+            importer_project_ids=self.importers.get(fleet.id, frozenset()),
         )
 
     def backend_limits(self) -> dict[str, int]:
@@ -151,6 +161,7 @@ class Scheduling:
             queue = await snap.load_queue(conn, known=self._queued.keys())
             fleets = await snap.load_fleets(conn)
             local_used = await snap.backend_usage(conn, "local")
+            self.importers = await export_store.fleet_importers(conn)
         slots = tuple(self.fleet_slot(f) for f in fleets)
         queued: list[QueuedJob] = []
         failed_parse: list[Gang] = []
@@ -185,3 +196,13 @@ class Scheduling:
         if result.rejected_runs:
             self.ctx.wakeups.wake("scheduler")
         return result
+
+
+def to_selector(sel: Any) -> Selector:
+    """A configuration selector (``config.profiles``) as the scheduler's pure value."""
+    if getattr(sel, "name", None) is not None and not hasattr(sel, "instance"):
+        return Selector(name=sel.name)
+    if getattr(sel, "hostname", None) is not None:
+        return Selector(hostname=sel.hostname)
+    fleet = sel.fleet
+    return Selector(fleet=FleetRef(fleet.name, fleet.project), instance_num=int(sel.instance))

@@ -1,0 +1,24 @@
+"""`runs/apply` checks of container options that need no Docker engine: volumes a job cannot get."""
+
+from __future__ import annotations
+
+from server_harness import RunningServer, task_body
+
+
+async def test_network_volumes_are_refused_clearly(server: RunningServer) -> None:
+    async with server.client() as c:
+        body = task_body(["true"], image="ubuntu:22.04", volumes=["my-vol:/data", "/host:/mnt"])
+        r = await c.post("/api/project/main/runs/apply", json=body)
+        assert r.status_code == 400
+        assert r.json()["detail"][0]["msg"] == (
+            "Network volumes are not supported yet (my-vol:/data); instance volumes (/host/path:/container/path) are"
+        )
+
+
+async def test_instance_volumes_need_a_container(server: RunningServer) -> None:
+    async with server.client() as c:
+        r = await c.post("/api/project/main/runs/apply", json=task_body(["true"], volumes=["/host:/mnt"]))
+        assert r.status_code == 400
+        assert "set `image`" in r.json()["detail"][0]["msg"]
+        listed = (await c.post("/api/runs/list", json={})).json()
+        assert listed == []  # nothing half-written
