@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import httpx
+
 from server_harness import RunningServer, fleet_body, task_body, wait_for
 
 
