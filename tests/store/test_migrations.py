@@ -3,8 +3,6 @@ with Alembic."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -19,8 +17,8 @@ def test_fast_head_check_matches_alembic() -> None:
     assert head_revisions() == set(ScriptDirectory.from_config(alembic_config()).get_heads())
 
 
-async def test_upgrade_builds_the_metadata_and_is_idempotent(tmp_path: Path) -> None:
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'm.db'}")
+async def test_upgrade_builds_the_metadata_and_is_idempotent(db_url: str) -> None:
+    db = Database(db_url)
     await upgrade(db)
     await upgrade(db)
     assert await _current(db) == head_revisions()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -19,8 +18,8 @@ from corral.store.tables import fleets, instances, jobs, projects, runs, users
 OFFER = Offer("local", "local", "local", 0.0, InstanceResources(cpus=4, memory_mib=8192, disk_size_mib=100_000))
 
 
-async def _db(tmp_path: Path) -> Database:
-    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'c.db'}")
+async def _db(url: str) -> Database:
+    db = Database(url)
     await upgrade(db)
     now = time.time()
     async with db.write() as conn:
@@ -109,8 +108,8 @@ async def _count(db: Database) -> int:
         return int((await conn.execute(q)).scalar_one())
 
 
-async def test_stale_concurrent_plans_never_exceed_nodes_max(tmp_path: Path) -> None:
-    db = await _db(tmp_path)
+async def test_stale_concurrent_plans_never_exceed_nodes_max(db_url: str) -> None:
+    db = await _db(db_url)
     ids = [f"j{i}" for i in range(10)]
     for j in ids:
         await _job(db, j)
@@ -129,8 +128,8 @@ async def test_stale_concurrent_plans_never_exceed_nodes_max(tmp_path: Path) -> 
     await db.dispose()
 
 
-async def test_gang_commits_whole_or_not_at_all(tmp_path: Path) -> None:
-    db = await _db(tmp_path)
+async def test_gang_commits_whole_or_not_at_all(db_url: str) -> None:
+    db = await _db(db_url)
     for j in ("a", "b", "c", "d"):
         await _job(db, j)
     gang = Gang("r", tuple(Reserve("f", OFFER, 1, 1, job_id=j) for j in ("a", "b", "c", "d")))
@@ -140,8 +139,8 @@ async def test_gang_commits_whole_or_not_at_all(tmp_path: Path) -> None:
     await db.dispose()
 
 
-async def test_assignment_recounts_blocks(tmp_path: Path) -> None:
-    db = await _db(tmp_path)
+async def test_assignment_recounts_blocks(db_url: str) -> None:
+    db = await _db(db_url)
     now = time.time()
     async with db.write() as conn:
         await conn.execute(

@@ -72,9 +72,9 @@ async def _assign(db: Database, conn: AsyncConnection, d: Assign, now: float) ->
     total = inst.total_blocks or 1
     if busy + d.blocks > total:
         raise _Rejected
-    await conn.execute(
+    taken = await conn.execute(
         sa.update(jobs)
-        .where(jobs.c.id == d.job_id)
+        .where(jobs.c.id == d.job_id, jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
         .values(
             instance_id=d.instance_id,
             blocks=d.blocks,
@@ -83,6 +83,8 @@ async def _assign(db: Database, conn: AsyncConnection, d: Assign, now: float) ->
             last_processed_at=now,
         )
     )
+    if taken.rowcount != 1:  # another replica placed (or failed) this job meanwhile
+        raise _Rejected
     status = "busy" if inst.status == "idle" else inst.status
     await conn.execute(
         sa.update(instances)
@@ -166,9 +168,9 @@ async def _reserve(db: Database, conn: AsyncConnection, d: Reserve, now: float, 
         )
     )
     if d.job_id is not None:
-        await conn.execute(
+        taken = await conn.execute(
             sa.update(jobs)
-            .where(jobs.c.id == d.job_id)
+            .where(jobs.c.id == d.job_id, jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
             .values(
                 instance_id=instance_id,
                 blocks=d.blocks,
@@ -177,6 +179,8 @@ async def _reserve(db: Database, conn: AsyncConnection, d: Reserve, now: float, 
                 last_processed_at=now,
             )
         )
+        if taken.rowcount != 1:  # another replica placed (or failed) this job meanwhile
+            raise _Rejected
     return instance_id
 
 
