@@ -60,6 +60,8 @@ class Settings:
     local_max_instances: int = field(default_factory=lambda: os.cpu_count() or 1)
     #: Default idle duration of fleet instances (dstack: 3 days).
     default_fleet_idle_duration: float = 3 * 24 * 3600.0
+    #: Where local instances keep their work directories (replicas on one machine share it).
+    local_instances_dir: Path | None = None
     #: Whether to run the background workers (tests of the API alone may turn them off).
     background_processing: bool = True
     #: Whether ``corral server`` writes the ``main`` project into the CLI's config on first start.
@@ -79,7 +81,7 @@ class Settings:
 
     @property
     def instances_dir(self) -> Path:
-        return self.server_dir / "instances"
+        return self.local_instances_dir or self.server_dir / "instances"
 
     @property
     def encryption_key_file(self) -> Path:
@@ -113,6 +115,8 @@ class Settings:
                 s = replace(s, code_upload_limit=int(e["CORRAL_SERVER_CODE_UPLOAD_LIMIT"]))
             except ValueError:
                 raise SettingsError("CORRAL_SERVER_CODE_UPLOAD_LIMIT must be a number of bytes") from None
+        if e.get("CORRAL_LOCAL_INSTANCES_DIR"):
+            s = replace(s, local_instances_dir=Path(e["CORRAL_LOCAL_INSTANCES_DIR"]).expanduser())
         if "CORRAL_LOCAL_MAX_INSTANCES" in e:
             try:
                 s = replace(s, local_max_instances=int(e["CORRAL_LOCAL_MAX_INSTANCES"]))

@@ -49,8 +49,11 @@ class LocalCompute:
         provisioning_timeout: float,
         request_timeout: float = 5.0,
         docker_host: str | None = None,
+        reap_grace: float = 0.0,
     ) -> None:
         self.instances_dir = instances_dir
+        #: Leave work dirs younger than this alone when reaping (replicas sharing the dir on Postgres).
+        self.reap_grace = reap_grace
         self.provisioning_timeout = provisioning_timeout
         self.request_timeout = request_timeout
         #: The Docker engine the agents run jobs with an image on (None: their DOCKER_HOST or the socket).
@@ -202,6 +205,9 @@ class LocalCompute:
             return reaped
         for d in self.instances_dir.iterdir():
             if not d.is_dir() or d.name in known_instance_ids:
+                continue
+            # Another replica may have reserved and started it a moment ago: leave young ones alone.
+            if self.reap_grace and time.time() - d.stat().st_mtime < self.reap_grace:
                 continue
             pid_file = d / "agent.pid"
             if pid_file.exists():

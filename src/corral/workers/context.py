@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from corral.backends.base import Compute
@@ -14,17 +18,23 @@ WORKERS = ("scheduler", "instances", "jobs", "runs")
 
 
 class Wakeups:
-    """In-process wake-ups: a service or worker that changed something wakes whoever acts on it.
-
-    (Across Postgres replicas the same calls will also NOTIFY; on SQLite there is one process.)
-    """
+    """Wake-ups: a service or worker that changed something wakes whoever acts on it -- in this process
+    at once, and on Postgres in every other replica too (``remote``, a LISTEN/NOTIFY channel)."""
 
     def __init__(self) -> None:
         self._events = {name: asyncio.Event() for name in WORKERS}
+        self.remote: Callable[[tuple[str, ...]], None] | None = None
 
     def wake(self, *names: str) -> None:
+        chosen = names or WORKERS
+        self.wake_local(*chosen)
+        if self.remote is not None:
+            self.remote(tuple(chosen))
+
+    def wake_local(self, *names: str) -> None:
         for name in names or WORKERS:
-            self._events[name].set()
+            if name in self._events:
+                self._events[name].set()
 
     def event(self, name: str) -> asyncio.Event:
         return self._events[name]
@@ -36,6 +46,8 @@ class Context:
     db: Database
     computes: dict[str, Compute]
     wakeups: Wakeups = field(default_factory=Wakeups)
+    #: Who this server process is, as the owner of the leases it takes.
+    replica_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
 
     def compute(self, backend: str) -> Compute:
         return self.computes[backend]

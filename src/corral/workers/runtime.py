@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from corral.store.notify import PgNotifier
 from corral.workers.context import Context
 from corral.workers.hosts import Hosts
 from corral.workers.instances import Instances
@@ -26,9 +27,18 @@ class Workers:
         self.runs = Runs(ctx)
         self.hosts = Hosts(ctx)
         self._tasks: list[asyncio.Task[None]] = []
+        self._notifier: PgNotifier | None = None
         self._stopping = False
 
     async def start(self) -> None:
+        if not self.ctx.db.is_sqlite:
+            from corral.store.notify import PgNotifier
+
+            self._notifier = PgNotifier(
+                self.ctx.db.url, self.ctx.replica_id, lambda names: self.ctx.wakeups.wake_local(*names)
+            )
+            await self._notifier.start()
+            self.ctx.wakeups.remote = self._notifier.notify
         await self.instances.recover()
         loops: dict[str, Callable[[], Awaitable[object]]] = {
             "scheduler": self.scheduling.pass_once,
@@ -58,6 +68,9 @@ class Workers:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._notifier is not None:
+            self.ctx.wakeups.remote = None
+            await self._notifier.close()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
