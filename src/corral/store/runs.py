@@ -325,3 +325,29 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                 JobState(r.replica_num, r.job_num, r.submission_num, r.status, r.status_message, r.fleet_id)
             )
     return [RunState(r.id, r.status, r.termination_reason, r.fleet_id, tuple(by_run[r.id])) for r in run_rows]
+
+
+async def leased_elsewhere(conn: AsyncConnection, job_ids: Sequence[str], owner: str, now: float) -> set[str]:
+    """The jobs among ``job_ids`` whose live lease belongs to another replica."""
+    if not job_ids:
+        return set()
+    q = sa.select(jobs.c.id).where(
+        jobs.c.id.in_(job_ids), jobs.c.lock_owner.is_not(None), jobs.c.lock_owner != owner, jobs.c.lock_expires_at > now
+    )
+    return {r.id for r in await conn.execute(q)}
+
+
+async def append_logs_guarded(
+    conn: AsyncConnection, job_id: str, token: str, entries: Sequence[tuple[float, int, bytes]], next_offset: int
+) -> bool:
+    """Store output and the agent offset after it -- only while ``token`` still holds the job's lease,
+    so a replica that lost the lease never duplicates lines."""
+    res = await conn.execute(
+        sa.update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.lock_token == token)
+        .values(log_offset=next_offset, disconnected_at=None)
+    )
+    if res.rowcount == 0:
+        return False
+    await append_logs(conn, job_id, entries)
+    return True

@@ -19,14 +19,18 @@ from corral.backends.base import AgentEndpoint
 from corral.domain.records import InstanceRec, JobRec
 from corral.schemas import wire
 from corral.store import fleets as fleet_store
+from corral.store import leases
 from corral.store import runs as run_store
 from corral.store.fleets import dump
+from corral.store.tables import jobs as jobs_table
 from corral.workers.context import Context
 from corral.workers.job_code import JobCodeError, job_code, push_blobs
 from corral.workers.job_container import apply_container, runtime_data, with_agent_state
 
 log = logging.getLogger("corral.jobs")
 _SOURCES = {"stdout": 0, "stderr": 1}
+#: How long a replica's claim on a job lasts without a heartbeat (followers extend it while they run).
+LEASE_TTL = 30.0
 
 
 def _env(job: JobRec, run: Any, inst: InstanceRec, master_ip: str, nodes_ips: list[str]) -> dict[str, str]:
@@ -87,6 +91,8 @@ class Jobs:
         self._pokes: dict[str, asyncio.Event] = {}
         self._submitting: set[str] = set()
         self._clients: dict[tuple[str, str], AgentClient] = {}
+        self._leases: dict[str, str] = {}
+        self._lease_until: dict[str, float] = {}
 
     def _client(self, inst: InstanceRec) -> AgentClient:
         """One pooled client per agent, shared by submissions and followers."""
@@ -103,7 +109,10 @@ class Jobs:
             active = await run_store.list_jobs(conn, ("provisioning", "pulling", "running"))
             inst_ids = list({j.instance_id for j in active if j.instance_id})
             insts = {i.id: i for i in await fleet_store.list_instances_by_ids(conn, inst_ids)}
+            elsewhere = await run_store.leased_elsewhere(conn, [j.id for j in active], self.ctx.replica_id, time.time())
         for job in active:
+            if job.id in elsewhere:
+                continue  # another replica drives it; its lease expires if that replica dies
             inst = insts.get(job.instance_id or "")
             if job.status == "provisioning":
                 if job.stop_requested:
@@ -115,7 +124,7 @@ class Jobs:
                     and job.id not in self._submitting
                 ):
                     self._submitting.add(job.id)
-                    task = asyncio.create_task(self._submit(job, inst))
+                    task = asyncio.create_task(self._submit_once(job, inst))
                     task.add_done_callback(self._done_submitting(job.id))
             elif job.id not in self._followers and inst is not None and inst.agent:
                 self._follow(job, inst)
@@ -149,7 +158,56 @@ class Jobs:
             await client.aclose()
         self._clients.clear()
 
+    async def _claim(self, job_id: str) -> str | None:
+        """This replica's lease on a job (taken once, then kept by ``_keep``)."""
+        token = self._leases.get(job_id)
+        if token is not None:
+            return token
+        now = time.time()
+        async with self.ctx.db.write() as conn:
+            token = await leases.claim(conn, jobs_table, job_id, self.ctx.replica_id, now, LEASE_TTL)
+        if token is not None:
+            self._leases[job_id] = token
+            self._lease_until[job_id] = now + LEASE_TTL
+        return token
+
+    async def _keep(self, job_id: str) -> bool:
+        """Extend the lease when half of it has run out; False once another replica has taken the job."""
+        token = self._leases.get(job_id)
+        if token is None:
+            return False
+        now = time.time()
+        if self._lease_until.get(job_id, 0) - now > LEASE_TTL / 2:
+            return True
+        async with self.ctx.db.write() as conn:
+            ok = await leases.extend(conn, jobs_table, job_id, token, now, LEASE_TTL)
+        if ok:
+            self._lease_until[job_id] = now + LEASE_TTL
+        else:
+            self._drop_lease(job_id)
+        return ok
+
+    def _drop_lease(self, job_id: str) -> None:
+        self._leases.pop(job_id, None)
+        self._lease_until.pop(job_id, None)
+
+    async def _release(self, job_id: str) -> None:
+        token = self._leases.get(job_id)
+        self._drop_lease(job_id)
+        if token is not None:
+            async with self.ctx.db.write() as conn:
+                await leases.release(conn, jobs_table, job_id, token)
+
+    async def _submit_once(self, job: JobRec, inst: InstanceRec) -> None:
+        try:
+            await self._submit(job, inst)
+        finally:
+            if job.id not in self._followers:
+                await self._release(job.id)
+
     async def _submit(self, job: JobRec, inst: InstanceRec) -> None:
+        if await self._claim(job.id) is None:
+            return
         async with self.ctx.db.read() as conn:
             run = await run_store.get_run_by_id(conn, job.run_id)
             siblings = [j for j in (run.jobs if run else ()) if j.submission_num == job.submission_num]
@@ -220,6 +278,15 @@ class Jobs:
             return await run_store.get_job(conn, job_id)
 
     async def _follower(self, job: JobRec, inst: InstanceRec) -> None:
+        token = await self._claim(job.id)
+        if token is None:
+            return
+        try:
+            await self._follow_with_lease(job, inst, token)
+        finally:
+            await self._release(job.id)
+
+    async def _follow_with_lease(self, job: JobRec, inst: InstanceRec, token: str) -> None:
         client = self._client(inst)
         offset = job.log_offset
         stop_sent: str | None = None
@@ -232,6 +299,8 @@ class Jobs:
                 current = await self._reload(job.id)
                 if current is None or current.status not in ("running", "pulling", "provisioning"):
                     return
+                if not await self._keep(job.id):
+                    return  # another replica took the job over
                 if current.stop_requested and stop_sent != current.stop_requested:
                     try:
                         await client.stop(job.id, abort=current.stop_requested == "abort")
@@ -265,10 +334,10 @@ class Jobs:
                 if reply.entries or current.disconnected_at is not None:
                     entries = [(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries]
                     async with self.ctx.db.write() as conn:
-                        await run_store.append_logs(conn, job.id, entries)
-                        await run_store.update_job(
-                            conn, job.id, {"log_offset": reply.next_offset, "disconnected_at": None}
-                        )
+                        kept = await run_store.append_logs_guarded(conn, job.id, token, entries, reply.next_offset)
+                    if not kept:
+                        self._drop_lease(job.id)
+                        return
                     offset = reply.next_offset
                 if current.status == "pulling" and not reply.state.finished:
                     await self._pulling(current, reply.state)
