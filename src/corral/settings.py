@@ -46,6 +46,8 @@ class Settings:
     ssh_connect_timeout: float = 20.0
     #: Seconds between health checks of every instance's agent (two failures in a row flag it unreachable).
     instance_check_interval: float = 10.0
+    #: How long a replica's claim on a job lasts without a heartbeat (another replica takes over after it).
+    job_lease_ttl: float = 30.0
     #: Timeout of one call to an agent.
     agent_request_timeout: float = 5.0
     #: Long-poll window for logs/status from an agent.
@@ -99,6 +101,8 @@ class Settings:
             log_level=e.get("CORRAL_SERVER_LOG_LEVEL", "info"),
             safety_net_interval=_float_env(e, "CORRAL_SAFETY_NET_INTERVAL", 5.0) or 5.0,
             provisioning_timeout=_float_env(e, "CORRAL_PROVISIONING_TIMEOUT", 60.0) or 60.0,
+            job_lease_ttl=_float_env(e, "CORRAL_JOB_LEASE_TTL", 30.0) or 30.0,
+            agent_poll_wait=_float_env(e, "CORRAL_AGENT_POLL_WAIT", 10.0) or 10.0,
             agent_unreachable_timeout=_float_env(e, "CORRAL_AGENT_UNREACHABLE_TIMEOUT", 120.0) or 120.0,
             ssh_connect_timeout=_float_env(e, "CORRAL_SSH_CONNECT_TIMEOUT", 20.0) or 20.0,
             instance_check_interval=_float_env(e, "CORRAL_INSTANCE_CHECK_INTERVAL", 10.0) or 10.0,

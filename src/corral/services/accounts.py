@@ -18,6 +18,7 @@ from corral.store import accounts as store
 from corral.store.db import Database
 
 GLOBAL_ROLES = ("admin", "user")
+BOOTSTRAP_LOCK = 0x626F6F74  # "boot": replicas starting together create admin and main once
 PROJECT_ROLES = ("admin", "manager", "user")
 
 
@@ -47,6 +48,7 @@ class Bootstrap:
 async def bootstrap(db: Database, admin_token: str | None, backends: list[dict[str, Any]] | None = None) -> Bootstrap:
     """Create ``admin`` and project ``main`` (local backend) on first start."""
     async with db.write() as conn:
+        await db.serialize(conn, BOOTSTRAP_LOCK)
         existing = await store.get_user(conn, "admin")
         if existing is not None:
             return Bootstrap(existing, False)
@@ -280,6 +282,7 @@ def new_token() -> str:
 async def apply_server_config(db: Database, admin: UserRec, projects: list[tuple[str, list[dict[str, Any]]]]) -> None:
     """Create the projects that the server's ``config.yml`` lists (owned by ``admin``) and set their backends."""
     async with db.write() as conn:
+        await db.serialize(conn, BOOTSTRAP_LOCK)
         for name, backends in projects:
             existing = await store.get_project(conn, name)
             if existing is None:

@@ -80,6 +80,12 @@ class Database:
         if self._write is not self._read:
             await self._write.dispose()
 
+    async def serialize(self, conn: AsyncConnection, key: int) -> None:
+        """Hold a transaction-scoped lock on ``key`` (Postgres advisory lock; SQLite's write transaction
+        is already exclusive), e.g. so that replicas starting together bootstrap once."""
+        if not self.is_sqlite:
+            await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+
     def for_update(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
         """Row locks on Postgres; on SQLite the IMMEDIATE transaction already excludes writers."""
         return stmt if self.is_sqlite else stmt.with_for_update()

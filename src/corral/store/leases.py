@@ -12,14 +12,26 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 
-async def claim(conn: AsyncConnection, table: sa.Table, row_id: str, owner: str, now: float, ttl: float) -> str | None:
+async def claim(
+    conn: AsyncConnection,
+    table: sa.Table,
+    row_id: str,
+    owner: str,
+    now: float,
+    ttl: float,
+    expect_status: tuple[str, ...] | None = None,
+) -> str | None:
+    """A lease on the row, if nobody holds a live one -- and, with ``expect_status``, only while the row
+    is still in the state the caller's (possibly stale) read saw; otherwise the work was already done."""
     token = str(uuid.uuid4())
-    res = await conn.execute(
+    q = (
         sa.update(table)
         .where(table.c.id == row_id)
         .where(sa.or_(table.c.lock_expires_at.is_(None), table.c.lock_expires_at < now))
-        .values(lock_owner=owner, lock_token=token, lock_expires_at=now + ttl)
     )
+    if expect_status is not None:
+        q = q.where(table.c.status.in_(expect_status))
+    res = await conn.execute(q.values(lock_owner=owner, lock_token=token, lock_expires_at=now + ttl))
     return token if res.rowcount > 0 else None
 
 

@@ -22,7 +22,6 @@ from corral.store.tables import instances, jobs
 from corral.workers.context import Context
 
 log = logging.getLogger("corral.instances")
-OWNER = "instances"
 
 
 class Instances:
@@ -55,9 +54,11 @@ class Instances:
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
 
     async def _claim(self, inst: InstanceRec) -> str | None:
-        ttl = self.ctx.settings.provisioning_timeout + 30
+        ttl = self.ctx.settings.provisioning_timeout + 5
         async with self.ctx.db.write() as conn:
-            return await leases.claim(conn, instances, inst.id, OWNER, time.time(), ttl)
+            return await leases.claim(
+                conn, instances, inst.id, self.ctx.replica_id, time.time(), ttl, expect_status=(inst.status,)
+            )
 
     async def _provision(self, inst: InstanceRec) -> None:
         token = await self._claim(inst)
@@ -100,8 +101,12 @@ class Instances:
                     lock_expires_at=None,
                 )
             )
-        if res.rowcount == 0:  # lost the lease or the instance was terminated meanwhile
-            await compute.terminate_instance(inst.id, provisioned.agent)  # type: ignore[union-attr]
+        if res.rowcount == 0:  # lost the lease, or the instance is being terminated meanwhile
+            async with self.ctx.db.read() as conn:
+                now_rec = await fleet_store.get_instance(conn, inst.id)
+            recorded = (now_rec.agent or {}).get("url") if now_rec is not None else None
+            if recorded != provisioned.agent.url:  # never kill an agent another replica recorded (adopted)
+                await compute.terminate_instance(inst.id, provisioned.agent)  # type: ignore[union-attr]
             return
         self.ctx.wakeups.wake("jobs", "scheduler")
 

@@ -29,8 +29,6 @@ from corral.workers.job_container import apply_container, runtime_data, with_age
 
 log = logging.getLogger("corral.jobs")
 _SOURCES = {"stdout": 0, "stderr": 1}
-#: How long a replica's claim on a job lasts without a heartbeat (followers extend it while they run).
-LEASE_TTL = 30.0
 
 
 def _env(job: JobRec, run: Any, inst: InstanceRec, master_ip: str, nodes_ips: list[str]) -> dict[str, str]:
@@ -165,10 +163,12 @@ class Jobs:
             return token
         now = time.time()
         async with self.ctx.db.write() as conn:
-            token = await leases.claim(conn, jobs_table, job_id, self.ctx.replica_id, now, LEASE_TTL)
+            token = await leases.claim(
+                conn, jobs_table, job_id, self.ctx.replica_id, now, self.ctx.settings.job_lease_ttl
+            )
         if token is not None:
             self._leases[job_id] = token
-            self._lease_until[job_id] = now + LEASE_TTL
+            self._lease_until[job_id] = now + self.ctx.settings.job_lease_ttl
         return token
 
     async def _keep(self, job_id: str) -> bool:
@@ -177,12 +177,12 @@ class Jobs:
         if token is None:
             return False
         now = time.time()
-        if self._lease_until.get(job_id, 0) - now > LEASE_TTL / 2:
+        if self._lease_until.get(job_id, 0) - now > self.ctx.settings.job_lease_ttl / 2:
             return True
         async with self.ctx.db.write() as conn:
-            ok = await leases.extend(conn, jobs_table, job_id, token, now, LEASE_TTL)
+            ok = await leases.extend(conn, jobs_table, job_id, token, now, self.ctx.settings.job_lease_ttl)
         if ok:
-            self._lease_until[job_id] = now + LEASE_TTL
+            self._lease_until[job_id] = now + self.ctx.settings.job_lease_ttl
         else:
             self._drop_lease(job_id)
         return ok
