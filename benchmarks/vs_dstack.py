@@ -67,6 +67,7 @@ ROWS: list[tuple[str, str, str, str, float | None]] = [
     ("local_list_p99", "[local fleet] runs/list p99", "ms", "lo", None),
     ("local_ps_rps", "[local fleet] runs/list `ps` body (100 active)", "req/s", "hi", None),
     ("local_ps_p99", "[local fleet] runs/list `ps` body p99", "ms", "lo", None),
+    ("local_first_done_s", "[local fleet] first run done (job sleeps 6 s), after the first apply", "s", "lo", None),
     ("local_server_peak_mb", "[local fleet] peak RSS, server process", "MB", "lo", None),
     ("local_agents_mb", "[local fleet] RSS of the agents (+ their jobs)", "MB", "lo", None),
     ("local_agents", "[local fleet] agent processes", "", "lo", None),

@@ -30,7 +30,10 @@ def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEn
         engine.import_image(
             DEFAULT_IMAGE,
             busybox_rootfs(
-                {"bin/bash": b'#!/bin/sh\nexport SHELL_NAME=bash\nexec /bin/sh "$@"\n', "etc/corral-image": b"default\n"},
+                {
+                    "bin/bash": b'#!/bin/sh\nexport SHELL_NAME=bash\nexec /bin/sh "$@"\n',
+                    "etc/corral-image": b"default\n",
+                },
                 executable=("bin/bash",),
             ),
         )

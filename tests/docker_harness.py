@@ -7,7 +7,8 @@ list: containers, the nsfs mount, the bridge, cgroup dirs). No image registry ca
 so images are made with ``docker import`` from a busybox root filesystem (:func:`busybox_rootfs`).
 :class:`Registry` is Debian's ``docker-registry`` on loopback (optionally with htpasswd auth) and
 :class:`SlowProxy` sits in front of one to make pulls take a while (so ``pulling`` can be observed).
-Everything needs root; a missing binary fails loudly with what to install.
+Everything needs root; a missing binary fails loudly with what to install. The daemons die with the
+test process even when it is killed, and a session cleans up what a killed one left (:func:`cleanup_stale`).
 """
 
 from __future__ import annotations
@@ -88,6 +89,56 @@ def busybox_rootfs(extra: dict[str, bytes] | None = None, executable: tuple[str,
     return buf.getvalue()
 
 
+BRIDGE_PREFIX = "crldk"
+CGROUP_PREFIX = "corral-test-"
+
+
+def _die_with_parent(sig: int) -> Any:
+    """``preexec_fn``: the child gets ``sig`` when the test process dies (even killed), so no daemon
+    outlives an interrupted session."""
+
+    def set_pdeathsig() -> None:
+        ctypes.CDLL(None).prctl(1, sig)  # PR_SET_PDEATHSIG
+
+    return set_pdeathsig
+
+
+def cleanup_stale() -> None:
+    """Remove the bridges and cgroup dirs of earlier sessions that died without cleaning up (their
+    test process is gone and no dockerd uses them any more)."""
+    in_use = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if args and args[0].endswith(b"dockerd") and b"--bridge" in args:
+            in_use.add(args[args.index(b"--bridge") + 1].decode(errors="replace"))
+
+    def stale(name: str, prefix: str) -> bool:
+        pid = name[len(prefix) :]
+        return pid.isdigit() and not Path(f"/proc/{pid}").exists() and f"{BRIDGE_PREFIX}{pid}" not in in_use
+
+    links = subprocess.run(["ip", "-o", "link", "show", "type", "bridge"], capture_output=True, text=True).stdout
+    for line in links.splitlines():
+        name = line.split(":")[1].strip() if ":" in line else ""
+        if name.startswith(BRIDGE_PREFIX) and stale(name, BRIDGE_PREFIX):
+            subprocess.run(["ip", "link", "del", name], capture_output=True)
+    for ctrl in Path("/sys/fs/cgroup").iterdir():
+        for d in ctrl.glob(f"{CGROUP_PREFIX}*"):
+            if d.is_dir() and stale(d.name, CGROUP_PREFIX):
+                _rmdir_tree(d)
+
+
+def _rmdir_tree(d: Path) -> None:
+    for sub in [*sorted(d.rglob("*"), key=lambda p: -len(p.parts)), d]:
+        if sub.is_dir():
+            try:
+                sub.rmdir()
+            except OSError:
+                pass
+
+
 def _subnet_in_use(prefix: str) -> bool:
     out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
     return f" {prefix}." in out
@@ -98,9 +149,8 @@ class DockerEngine:
         self.base = base
         self.sock = base / "docker.sock"
         self.host = f"unix://{self.sock}"
-        tag = os.getpid() % 100000
-        self.bridge = f"crldk{tag}"  # <= 15 characters
-        self.cgroup_parent = f"corral-test-{tag}"
+        self.bridge = f"{BRIDGE_PREFIX}{os.getpid()}"  # <= 15 characters
+        self.cgroup_parent = f"{CGROUP_PREFIX}{os.getpid()}"
         self.subnet = ""
         self.proc: subprocess.Popen[bytes] | None = None
         self._key_json_existed = Path("/etc/docker/key.json").exists()
@@ -108,6 +158,7 @@ class DockerEngine:
     # ---- lifecycle --------------------------------------------------------------------------
     def start(self) -> DockerEngine:
         require_tools()
+        cleanup_stale()
         self.base.mkdir(parents=True, exist_ok=True)
         for third in [os.getpid() % 200 + 20, *range(20, 250)]:
             if not _subnet_in_use(f"10.91.{third}"):
@@ -144,6 +195,7 @@ class DockerEngine:
             stdout=log,
             stderr=log,
             start_new_session=True,
+            preexec_fn=_die_with_parent(signal.SIGTERM),  # dockerd then stops its containers
         )
         log.close()
         deadline = time.monotonic() + 30
@@ -171,14 +223,8 @@ class DockerEngine:
                 subprocess.run(["umount", str(ns)], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         for ctrl in Path("/sys/fs/cgroup").iterdir():
-            d = ctrl / self.cgroup_parent
-            if d.is_dir():
-                for sub in [*sorted(d.rglob("*"), key=lambda p: -len(p.parts)), d]:
-                    if sub.is_dir():
-                        try:
-                            sub.rmdir()
-                        except OSError:
-                            pass
+            if (ctrl / self.cgroup_parent).is_dir():
+                _rmdir_tree(ctrl / self.cgroup_parent)
         if not self._key_json_existed:
             Path("/etc/docker/key.json").unlink(missing_ok=True)
         subprocess.run(["umount", "-R", str(self.base / "data")], capture_output=True)  # overlay leftovers
@@ -265,6 +311,7 @@ class Registry:
             stdout=log,
             stderr=log,
             start_new_session=True,
+            preexec_fn=_die_with_parent(signal.SIGKILL),
         )
         log.close()
         deadline = time.monotonic() + 10

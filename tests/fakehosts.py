@@ -35,6 +35,14 @@ for i in $(seq {count}); do echo "{name}, {memory_mib}, 535.104.05"; done
 """
 
 
+AMD_SMI = """#!/bin/sh
+# fake amd-smi: answers `amd-smi static --asic --vram --driver --json` with {count} x MI300X (192 GB)
+gpu='{{"gpu": 0, "asic": {{"market_name": "AMD Instinct MI300X"}}, '\
+'"vram": {{"size": {{"value": 196592, "unit": "MB"}}}}, "driver": {{"version": "6.8.5"}}}}'
+printf '['; i=1; while [ $i -le {count} ]; do [ $i -gt 1 ] && printf ','; printf '%s' "$gpu"; i=$((i+1)); done; echo ']'
+"""
+
+
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, check=check, capture_output=True, text=True)
 
@@ -46,6 +54,8 @@ class HostSpec:
     gpus: int = 0
     gpu_name: str = "NVIDIA A100-SXM4-80GB"
     gpu_memory_mib: int = 81920
+    #: AMD GPUs a fake ``amd-smi`` reports (MI300X, 192 GB each).
+    amd_gpus: int = 0
     #: No ``python3`` anywhere on the login PATH (an overlay whiteout hides /usr/bin/python3).
     no_python: bool = False
     #: Extra sshd_config lines; ``{subnet}`` is the /24's prefix (``AllowUsers root@{subnet}.11``).
@@ -217,6 +227,10 @@ class FakeHosts:
             smi.write_text(
                 NVIDIA_SMI.format(count=host.spec.gpus, name=host.spec.gpu_name, memory_mib=host.spec.gpu_memory_mib)
             )
+            smi.chmod(0o755)
+        if host.spec.amd_gpus:
+            smi = upper / "usr/local/bin/amd-smi"
+            smi.write_text(AMD_SMI.format(count=host.spec.amd_gpus))
             smi.chmod(0o755)
         if host.spec.nologin_user:
             home = upper / "home/nologin"

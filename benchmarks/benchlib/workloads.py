@@ -5,7 +5,8 @@ Runs use the seed's body (/work/shared/seeds/000_*) without ``image`` and ``flee
 project with no fleet, so both servers take the same path: accept the run, then fail it for lack of a
 fleet. Every repeat of a write workload gets a project of its own, so each starts from the same state
 and the list workloads see exactly ``--requests`` runs (or fleets) in their project. corral's
-``local`` workload repeats the run workload in a project whose local fleet really runs the jobs.
+``local`` workload repeats the run workload, on a fresh server of its own, in a project whose local fleet
+really runs the jobs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from benchlib.load import Api, LoadResult, run_load
@@ -140,25 +142,33 @@ class Bench:
 
     def steps(self) -> Steps:
         t_all = time.perf_counter()
+        main_work = self.only - {"local"}
         try:
             if "start" in self.only:
                 yield from self.starts()
-            else:
+            elif main_work:
                 self.fl.fresh()
                 self.srv = start(self.fl)
                 _idle(self.res, self.srv, self.o)
             srv = self.srv
-            assert srv is not None
-            with Api(srv.url, srv.token) as api, PeakSampler(srv.proc.pid) as sampler:
-                if self.only & {"apply", "list"}:
-                    yield from self.runs(api)
-                if "fleets" in self.only:
-                    yield from self.fleets(api)
-                if "cli" in self.only:
-                    yield from self.cli()
-                self.res.add("rss_peak_mb", max(sampler.peak()[0], tree_rss(srv.proc.pid).server_kib) / 1024)
-                self.res.add("rss_hwm_mb", hwm_kib(srv.proc.pid) / 1024)
-                if "local" in self.only and self.fl.kind == "corral":
+            if srv is not None:
+                with Api(srv.url, srv.token) as api, PeakSampler(srv.proc.pid) as sampler:
+                    if self.only & {"apply", "list"}:
+                        yield from self.runs(api)
+                    if "fleets" in self.only:
+                        yield from self.fleets(api)
+                    if "cli" in self.only:
+                        yield from self.cli()
+                    self.res.add("rss_peak_mb", max(sampler.peak()[0], tree_rss(srv.proc.pid).server_kib) / 1024)
+                    self.res.add("rss_hwm_mb", hwm_kib(srv.proc.pid) / 1024)
+                self.res.add("stop_s", stop(srv))
+                self.srv = None
+            if "local" in self.only and self.fl.kind == "corral":
+                # a server of its own, so that the other workloads' fleets and runs do not weigh on it
+                local = Flavour(self.fl.kind, self.fl.root / "local-fleet", self.fl.dstack_venv)
+                local.fresh()
+                self.srv = start(local)
+                with Api(self.srv.url, self.srv.token) as api, PeakSampler(self.srv.proc.pid) as sampler:
                     yield from self.local(api, sampler)
         finally:
             if self.srv is not None:
@@ -240,7 +250,8 @@ class Bench:
             yield
 
     def local(self, api: Api, sampler: PeakSampler) -> Steps:
-        """corral only: the run workload in a project whose local fleet runs the jobs."""
+        """corral only: the run workload in a project whose local fleet runs the jobs (one project and
+        fleet per repeat; the list workloads run in the first, with ``--requests`` runs queued)."""
         o, res, srv = self.o, self.res, self.srv
         assert srv is not None
         for r in range(o.repeats):
@@ -248,17 +259,23 @@ class Bench:
             api.post("/api/projects/create", {"project_name": project})
             api.post(f"/api/project/{project}/fleets/apply", fleet_body("local", f"0..{os.cpu_count() or 1}"))
             sampler.reset()
-            t0 = time.perf_counter()
+            t0_wall = time.time()
             self.load("local_apply", f"/api/project/{project}/runs/apply", const(APPLY_RUN), o.requests)
-            body = {"project_name": project, "limit": 100}
-            self.load("local_list", "/api/runs/list", const(body), o.list_requests)
-            ps = ps_body(project)
-            self.load("local_ps", "/api/runs/list", const(ps), o.list_requests)
-            done_at = None
-            while time.perf_counter() - t0 < 60 and done_at is None:
-                runs = api.post("/api/runs/list", {"project_name": project, "limit": 100, "job_submissions_limit": 1})
-                if any(run["status"] == "done" for run in runs):
-                    done_at = time.perf_counter() - t0
+            if r == 0:
+                body = {"project_name": project, "limit": 100}
+                self.load("local_list", "/api/runs/list", const(body), o.list_requests)
+                self.load("local_ps", "/api/runs/list", const(ps_body(project)), o.list_requests)
+            # evidence that the fleet really runs the jobs: the oldest runs finish (`date; sleep 6; date`)
+            done_at, deadline = None, time.perf_counter() + 60
+            oldest = {"project_name": project, "limit": 10, "ascending": True, "job_submissions_limit": 1}
+            while time.perf_counter() < deadline and done_at is None:
+                finished = [
+                    _epoch(run["latest_job_submission"]["finished_at"])
+                    for run in api.post("/api/runs/list", oldest)
+                    if run["status"] == "done" and run.get("latest_job_submission")
+                ]
+                if finished:
+                    done_at = min(finished) - t0_wall
                 else:
                     time.sleep(0.5)
             t = tree_rss(srv.proc.pid)
@@ -269,21 +286,37 @@ class Bench:
             res.add("local_agents", t.agents)
             if done_at is None:
                 self.say(f"no run of {project} finished within 60 s: the local fleet did not run jobs")
+                res.add("local_no_run_done", 1)
             else:
-                self.say(f"{project}: a run was done {done_at:.1f} s after the first apply; {t.agents} agents")
-            # clean up: stop every active run, delete the fleet, wait for its instances to go
-            while active := api.post("/api/runs/list", {"project_name": project, "only_active": True}):
-                names = [run["run_spec"]["run_name"] for run in active]
-                api.post(f"/api/project/{project}/runs/stop", {"runs_names": names, "abort": True})
-                time.sleep(0.2)
+                res.add("local_first_done_s", done_at)
+                self.say(f"{project}: the first run was done {done_at:.1f} s after the first apply; {t.agents} agents")
+            t_clean = time.perf_counter()
+            _stop_all(api, project)
             api.post(f"/api/project/{project}/fleets/delete", {"names": ["local"]})
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
+            deadline = time.perf_counter() + 60
+            while time.perf_counter() < deadline:
                 insts = api.post("/api/instances/list", {"project_names": [project]})
                 if all(i["status"] == "terminated" for i in insts):
                     break
                 time.sleep(0.25)
+            self.say(f"{project}: runs stopped and fleet gone in {time.perf_counter() - t_clean:.1f} s")
             yield
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _stop_all(api: Api, project: str, timeout: float = 120.0) -> None:
+    """Abort every run of ``project`` (all pages), then wait until none is active."""
+    names: list[str] = []
+    page: dict[str, Any] = {"project_name": project, "limit": 100, "job_submissions_limit": 0}
+    while batch := api.post("/api/runs/list", page):
+        names += [run["run_spec"]["run_name"] for run in batch]
+        page = {**page, "prev_submitted_at": batch[-1]["submitted_at"], "prev_run_id": batch[-1]["id"]}
+    for i in range(0, len(names), 100):
+        api.post(f"/api/project/{project}/runs/stop", {"runs_names": names[i : i + 100], "abort": True})
+    _drain(api, project, timeout)
 
 
 def interleave(benches: list[Bench]) -> None:

@@ -7,9 +7,12 @@ an agent restart with a container running, and the GPU device request on a host 
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import signal
 import socket
+import tarfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -93,13 +96,37 @@ def test_entrypoint_relative_working_dir_and_the_images_own_command(dagent: Agen
     a = dagent()
     a.submit("ep", ["hello", "world"], image=UBUNTU, entrypoint=["/bin/echo", "from"], working_dir="sub")
     a.submit("own", [], image=CMD_IMAGE)
-    a.submit("shell", ["echo $0", "pwd"], image=CMD_IMAGE, shell="sh", working_dir="rel/dir")
+    legacy = {"repo_type": "virtual", "repo_dir": "/workflow"}  # what the server sends without `repos`
+    a.submit("shell", ["echo $0", "pwd"], image=CMD_IMAGE, shell="sh", working_dir="rel/dir", repo=legacy)
     assert a.wait_finished("ep")["exit_status"] == 0
     assert a.output("ep") == b"from hello world\n"
     assert a.wait_finished("own")["exit_status"] == 0
     assert a.output("own") == b"from the image in /srv\n"
     assert a.wait_finished("shell")["exit_status"] == 0
     assert a.output("shell") == b"/bin/sh\n/workflow/rel/dir\n"  # dstack: relative = under the legacy repo dir
+
+
+def test_repo_code_and_files_are_copied_into_the_container(dagent: AgentFactory, tmp_path: Path) -> None:
+    a = dagent()
+    code = _blob(a, _tar({"main.sh": b"echo from the repo\n"}))
+    files = _blob(a, _tar({"cfg/settings.toml": b"x = 1\n"}))
+    a.submit(
+        "code",
+        ["sh main.sh", "cat ~/conf/settings.toml", "echo $DSTACK_REPO_DIR $DSTACK_WORKING_DIR", "pwd", "touch mine"],
+        image=CMD_IMAGE,  # WORKDIR /srv: the repo dir "." is there
+        user="1000:1000",
+        repo={"repo_type": "local", "repo_dir": ".", "code_hash": code},
+        file_archives=[{"hash": files, "path": "~/conf"}],
+        home_dir="/home/alice",
+    )
+    st = a.wait_finished("code")
+    assert st["state"] == "done", (st, a.output("code"))
+    assert a.output("code") == b"from the repo\nx = 1\n/srv /srv\n/srv\n"  # owned by the job's user: writable
+    missing = "c" * 64
+    a.submit("no-code", ["true"], image=UBUNTU, repo={"repo_type": "local", "repo_dir": ".", "code_hash": missing})
+    st = a.wait_finished("no-code")
+    assert (st["state"], st["termination_reason"]) == ("failed", "setup_failed")
+    assert st["message"].startswith("Failed to set up the job's files:") and missing in st["message"]
 
 
 def test_exit_status_and_stderr_with_docker_timestamps(dagent: AgentFactory) -> None:
@@ -346,6 +373,22 @@ def test_gpu_request_on_a_host_without_nvidia_runtime(
     st = a.wait_finished("too-many")
     assert st["message"] == "The job needs 3 GPU(s), but only 2 of this host's 2 are free"
     assert _mine(docker_engine, a) == []
+
+
+def _tar(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _blob(a: AgentProc, data: bytes) -> str:
+    digest = hashlib.sha256(data).hexdigest()
+    assert a.http.put(f"/blobs/{digest}", content=data).status_code == 200
+    return digest
 
 
 def _wait_output(a: AgentProc, job_id: str, expected: bytes, timeout: float = 20.0) -> None:

@@ -3,11 +3,11 @@ agent process and the host's git, and the failures a user must understand."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import os
 import stat
-import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -15,29 +15,15 @@ from typing import Any
 import pytest
 from agent_harness import AgentProc
 
+from code_fixtures import UNCOMMITTED, git, remote_and_checkout, tar_of
 from corral.agent import workdir
 from corral.agent.protocol import FileArchiveRef, JobSubmission, ProtocolError, RepoCheckout
-from git_fixtures import UNCOMMITTED, git, remote_and_checkout
 
 ROOT = "/jobs/j/workdir"
 
 
 def _sub(**kw: Any) -> JobSubmission:
     return JobSubmission("j", "r", ["true"], **kw)
-
-
-def _tar(files: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        for name, target in (links or {}).items():
-            info = tarfile.TarInfo(name)
-            info.type, info.linkname = tarfile.SYMTYPE, target
-            tar.addfile(info)
-    return buf.getvalue()
 
 
 def _put(agent: AgentProc, data: bytes) -> str:
@@ -148,11 +134,11 @@ def test_missing_blob_and_unsafe_archives_fail_clearly(agent: AgentProc) -> None
     assert st["state"] == "failed" and st["termination_reason"] == "setup_failed"
     assert f"blob {missing}) is missing on this host" in st["message"]
     assert agent.output("code-missing") == b""
-    evil = _put(agent, _tar({"../../escape.txt": b"x"}))
+    evil = _put(agent, tar_of({"../../escape.txt": b"x"}))
     agent.submit("code-evil", ["true"], repo={"repo_type": "local", "repo_dir": ".", "code_hash": evil})
     st = agent.wait_finished("code-evil")
     assert st["state"] == "failed" and "a path outside its directory" in st["message"], st
-    link = _put(agent, _tar({}, links={"data/passwd": "/etc/passwd"}))
+    link = _put(agent, tar_of({}, links={"data/passwd": "/etc/passwd"}))
     agent.submit("code-link", ["true"], file_archives=[{"hash": link, "path": "data"}])
     st = agent.wait_finished("code-link")
     assert st["state"] == "failed" and "symlink" in st["message"], st
@@ -160,7 +146,7 @@ def test_missing_blob_and_unsafe_archives_fail_clearly(agent: AgentProc) -> None
 
 def test_repo_dir_if_exists(tmp_path: Path) -> None:
     blobs = workdir.BlobStore(str(tmp_path))
-    data = _tar({"a.txt": b"from the repo"})
+    data = tar_of({"a.txt": b"from the repo"})
     digest = hashlib.sha256(data).hexdigest()
     blobs.put(digest, io.BytesIO(data), len(data))
     root = tmp_path / "root"
@@ -221,3 +207,43 @@ def test_checkout_of_a_branch_head_without_commit(agent: AgentProc, tmp_path: Pa
     agent.submit("branch-head", ["cat feature.txt", "git rev-parse --abbrev-ref HEAD"], repo=repo)
     st = agent.wait_finished("branch-head")
     assert st["state"] == "done" and agent.output("branch-head") == b"feature\nfeature\n", st
+
+
+def test_clone_credentials_travel_in_the_environment_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OAuth token goes to git as an extra HTTP header through env config (after any the host sets),
+    the SSH key as a private file for GIT_SSH_COMMAND that is gone afterwards; neither is in git's argv."""
+    log = tmp_path / "log"
+    log.mkdir()
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    script = fake / "git"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'LOG={log}; n=$(ls "$LOG" | wc -l)\n'
+        'printf "%s\\n" "$@" > "$LOG/args.$n"; env | grep "^GIT_" > "$LOG/env.$n"\n'
+        'key=$(echo "$GIT_SSH_COMMAND" | sed -n "s/.*-i \'\\([^\']*\\)\'.*/\\1/p")\n'
+        '[ -n "$key" ] && cp "$key" "$LOG/key"\n'
+        'if [ "$1" = clone ]; then for a in "$@"; do last="$a"; done; mkdir -p "$last"; fi\n'
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "url./srv/x.git.insteadOf")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "https://git.example/x.git")
+    repo = RepoCheckout(
+        "remote", clone_url="https://git.example/x.git", branch="main", oauth_token="tok-123", private_key="KEYDATA"
+    )
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    workdir.prepare(
+        str(tmp_path / "root"), str(scratch), _sub(repo=repo), workdir.BlobStore(str(tmp_path)), lambda p: None
+    )
+    args = (log / "args.0").read_text()
+    env = dict(line.split("=", 1) for line in (log / "env.0").read_text().splitlines())
+    assert "tok-123" not in args and args.splitlines()[:4] == ["clone", "--quiet", "--branch", "main"]
+    assert env["GIT_CONFIG_COUNT"] == "2" and env["GIT_CONFIG_KEY_0"] == "url./srv/x.git.insteadOf"
+    assert env["GIT_CONFIG_KEY_1"] == "http.extraHeader"
+    basic = base64.b64encode(b"anything:tok-123").decode()
+    assert env["GIT_CONFIG_VALUE_1"] == f"Authorization: Basic {basic}"
+    assert env["GIT_TERMINAL_PROMPT"] == "0"
+    assert (log / "key").read_text() == "KEYDATA\n" and not list(scratch.iterdir())

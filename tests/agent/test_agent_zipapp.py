@@ -54,7 +54,7 @@ def test_zipapp_imports_only_the_standard_library(tmp_path: Path) -> None:
         "corral.agent.procs",
         "corral.agent.workdir",
         "corral.agent.zipapp",
-        *(f"corral.agent.{m}" for m in ("containers", "docker", "fields", "protocol_containers")),
+        *(f"corral.agent.{m}" for m in ("containers", "docker", "fields", "images", "protocol_containers")),
     }
     if data["stdlib"]:
         stdlib = set(data["stdlib"])

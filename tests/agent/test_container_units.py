@@ -8,16 +8,9 @@ from typing import Any
 
 import pytest
 
-from corral.agent.containers import (
-    PullTracker,
-    container_config,
-    device_requests,
-    published_ports,
-    pull_failure_message,
-    registry_of,
-    split_image,
-)
-from corral.agent.docker import Docker, parse_timestamp, registry_auth_header
+from corral.agent.containers import container_config, device_requests, published_ports
+from corral.agent.docker import Docker, DockerUnavailable, parse_timestamp, registry_auth_header
+from corral.agent.images import PullTracker, pull_failure_message, registry_of, split_image
 from corral.agent.protocol import JobState, JobSubmission, ProtocolError
 from corral.agent.protocol_containers import ContainerInfo, ContainerSpec, ImagePullProgress, InstanceMount
 
@@ -91,7 +84,6 @@ def test_create_body_commands_entrypoint_and_working_dir() -> None:
     assert (ep["Entrypoint"], ep["Cmd"]) == (["python"], ["-m", "x", "--flag"])
     own = container_config(_sub(commands=[]), {}, "host", [])
     assert "Entrypoint" not in own and "Cmd" not in own  # the image's ENTRYPOINT and CMD
-    assert container_config(_sub(working_dir="app"), {}, "host", [])["WorkingDir"] == "/workflow/app"
     assert container_config(_sub(shell="/usr/bin/zsh"), {}, "host", [])["Entrypoint"] == ["/usr/bin/zsh"]
 
 
@@ -168,8 +160,8 @@ def test_docker_helpers() -> None:
     header = registry_auth_header("u", "p", "reg:5000")
     assert "+" not in header and "/" not in header  # base64url
     assert Docker("unix:///x.sock").host == "unix:///x.sock"
-    with pytest.raises(ValueError, match="unsupported Docker host"):
-        Docker("ssh://host")
+    with pytest.raises(DockerUnavailable, match="unsupported Docker host 'ssh://host'"):
+        Docker("ssh://host").version()
 
 
 def test_container_wire_round_trips_and_old_messages() -> None:

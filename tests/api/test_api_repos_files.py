@@ -8,31 +8,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import httpx
 import sqlalchemy as sa
 
+from code_fixtures import COMMITTED, UNCOMMITTED, UNTRACKED, remote_and_checkout, tar_of
 from corral.cli.repo_code import RepoOptions, file_archive, from_dir, local_repo
 from corral.store.tables import codes, file_archives, repo_creds
-from git_fixtures import COMMITTED, UNCOMMITTED, UNTRACKED, remote_and_checkout
 from server_harness import RunningServer, fleet_body, make_settings, running_server, task_body, wait_for
 
 P = "/api/project/main"
 FINISHED = ("done", "failed", "terminated", "aborted")
-
-
-def _tar(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def _sha(data: bytes) -> str:
@@ -116,7 +104,7 @@ async def test_repos_init_list_get_delete_with_encrypted_per_user_creds(server: 
         assert [x["repo_id"] for x in listed] == ["dir-xyz", "none", "project-abc"]
         assert listed[2]["repo_info"] == {"repo_type": "remote", "repo_name": "project"}
         head = (await c.post(f"{P}/repos/get", json={"repo_id": "project-abc", "include_creds": False})).json()
-        assert head == {"repo_id": "project-abc", "repo_info": {"repo_type": "remote", "repo_name": "project"}}
+        assert head == {"repo_id": "project-abc", "repo_info": listed[2]["repo_info"], "repo_creds": None}
         full = (await c.post(f"{P}/repos/get", json={"repo_id": "project-abc", "include_creds": True})).json()
         assert full["repo_creds"] == creds
         bad = await c.post(f"{P}/repos/init", json={"repo_id": "x", "repo_info": {"repo_type": "svn"}})
@@ -143,7 +131,7 @@ async def test_repos_init_list_get_delete_with_encrypted_per_user_creds(server: 
 
 
 async def test_upload_code_is_content_addressed_and_checked(server: RunningServer) -> None:
-    code = _tar({"main.py": b"print('hi')\n"})
+    code = tar_of({"main.py": b"print('hi')\n"})
     async with server.client() as c:
         r = await _upload_code(c, "nope", code)
         assert r.status_code == 400 and r.json()["detail"][0]["code"] == "repo_does_not_exist"
@@ -166,13 +154,13 @@ async def test_upload_code_is_content_addressed_and_checked(server: RunningServe
 async def test_oversize_uploads_are_a_clear_400(tmp_path: Path) -> None:
     async with running_server(make_settings(tmp_path, code_upload_limit=16384)) as server, server.client() as c:
         await c.post(f"{P}/repos/init", json={"repo_id": "d", "repo_info": {"repo_type": "local", "repo_dir": "/d"}})
-        big = _tar({"big.bin": bytes(range(256)) * 256})
+        big = tar_of({"big.bin": bytes(range(256)) * 256})
         for r in (await _upload_code(c, "d", big), await _upload_archive(c, big)):
             assert r.status_code == 400, r.text
             msg = r.json()["detail"][0]["msg"]
             assert "exceeds the server's limit of 16.0KiB (16384 bytes)" in msg, msg
             assert "CORRAL_SERVER_CODE_UPLOAD_LIMIT" in msg
-        small = _tar({"small.txt": b"ok"})
+        small = tar_of({"small.txt": b"ok"})
         assert (await _upload_code(c, "d", small)).status_code == 200
         async with server.ctx.db.read() as conn:
             assert (await conn.execute(sa.select(sa.func.count()).select_from(file_archives))).scalar() == 0
@@ -181,7 +169,7 @@ async def test_oversize_uploads_are_a_clear_400(tmp_path: Path) -> None:
 
 async def test_file_archives_are_per_user_and_stored_once(server: RunningServer) -> None:
     bob = await _second_user(server)
-    data = _tar({"data/a.txt": b"a"})
+    data = tar_of({"data/a.txt": b"a"})
     async with server.client() as c:
         first = (await _upload_archive(c, data)).json()
         second = (await _upload_archive(c, data)).json()
@@ -221,7 +209,7 @@ async def test_apply_refuses_what_the_server_does_not_have(server: RunningServer
         r = await c.post(f"{P}/runs/apply", json=body)
         assert r.status_code == 400 and "files/upload_archive" in r.json()["detail"][0]["msg"]
     async with server.client(token=bob) as c:
-        theirs = (await _upload_archive(c, _tar({"x": b"x"}))).json()
+        theirs = (await _upload_archive(c, tar_of({"x": b"x"}))).json()
     async with server.client() as c:
         body["plan"]["run_spec"]["file_archives"] = [{"id": theirs["id"], "path": "x"}]
         r = await c.post(f"{P}/runs/apply", json=body)
@@ -274,6 +262,9 @@ async def test_run_sees_committed_and_uncommitted_work_and_files(server: Running
         assert job_spec["repo_dir"] == "." and job_spec["repo_exists_action"] == "error"
         assert job_spec["repo_code_hash"] == upload.code_hash and job_spec["file_archives"] == archives
 
+        (blob,) = server.settings.instances_dir.glob(f"*/blobs/{upload.code_hash}")
+        inode = blob.stat().st_ino
+
         # `repos[].path` relative to the working dir; a relative `working_dir` is relative to the repo dir.
         conf = {"repos": [{"local_path": ".", "path": "src"}], "working_dir": "docs"}
         run = await _run_to_end(c, _run_body(['pwd; cat readme.md; echo "repo=$DSTACK_REPO_DIR"'], upload, **conf))
@@ -281,6 +272,7 @@ async def test_run_sees_committed_and_uncommitted_work_and_files(server: Running
         assert run["status"] == "done", (run["latest_job_submission"], out)
         pwd, readme, repo_line = out.splitlines()
         assert readme == "# docs" and pwd == repo_line.removeprefix("repo=") + "/docs" and pwd.endswith("/src/docs")
+        assert blob.stat().st_ino == inode  # the instance had the code already: it was not sent again
 
 
 async def test_a_diff_that_no_longer_applies_fails_the_job_clearly(server: RunningServer, tmp_path: Path) -> None:

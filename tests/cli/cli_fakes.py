@@ -90,6 +90,7 @@ class FakeClient:
         self.logs: list[bytes] = []
         self.run_plan: JSON = {}
         self.fleet_plan: JSON = {}
+        self.archives: dict[str, str] = {}  # hash -> id of the archives "on the server"
 
     def __enter__(self) -> FakeClient:
         return self
@@ -105,6 +106,23 @@ class FakeClient:
 
     def repos_init_virtual(self, project: str) -> None:
         self._record("repos_init_virtual", project)
+
+    def repos_init(self, project: str, repo_id: str, repo_info: JSON, repo_creds: JSON | None = None) -> None:
+        self._record("repos_init", project, repo_id, repo_info, repo_creds)
+
+    def repos_upload_code(self, project: str, repo_id: str, code_hash: str, data: bytes) -> None:
+        self._record("repos_upload_code", project, repo_id, code_hash, data)
+
+    def files_get_archive_by_hash(self, archive_hash: str) -> JSON:
+        self._record("files_get_archive_by_hash", archive_hash)
+        if archive_hash not in self.archives:
+            raise ResourceNotExistsError("No such archive", "resource_not_exists")
+        return {"id": self.archives[archive_hash], "hash": archive_hash}
+
+    def files_upload_archive(self, archive_hash: str, data: bytes) -> JSON:
+        self._record("files_upload_archive", archive_hash, data)
+        self.archives[archive_hash] = f"archive-{len(self.archives) + 1}"
+        return {"id": self.archives[archive_hash], "hash": archive_hash}
 
     def runs_get_plan(self, project: str, run_spec: JSON, **kw: Any) -> JSON:
         self._record("runs_get_plan", project, run_spec, **kw)

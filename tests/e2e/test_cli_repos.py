@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dstack_client_env import CorralServer, corral_server
 
-from git_fixtures import COMMITTED, UNCOMMITTED, UNTRACKED, remote_and_checkout
+from code_fixtures import COMMITTED, UNCOMMITTED, UNTRACKED, remote_and_checkout
 
 TOKEN = "cli-repos-token"
 RESOURCES = "resources: {cpu: 1.., memory: 0.1GB.., disk: 1GB..}\n"
@@ -78,6 +78,19 @@ def test_apply_in_a_git_working_copy(fleet: str, tmp: Path) -> None:
     (checkout.work / "norepo.dstack.yml").write_text(TASK.format(name="cli-norepo", resources=RESOURCES))
     out = corral(tmp, checkout.work, "apply", "-f", "norepo.dstack.yml", "-y", "--no-repo").stdout
     assert "NO-REPO" in out and "input x" in out and "id=none" in out, out
+
+
+def test_repo_by_url_clones_the_branch_head(fleet: str, tmp: Path) -> None:
+    remote = tmp / "project.git"  # pushed by the previous test
+    d = tmp / "by-url"
+    d.mkdir()
+    (d / ".dstack.yml").write_text(
+        f"type: task\nname: cli-url\nrepos:\n  - url: file://{remote}\n    branch: main\n    path: code\n"
+        "commands:\n  - cat code/committed.txt code/second.txt\n  - test ! -e code/untracked.txt && echo clean\n"
+        + RESOURCES
+    )
+    out = corral(tmp, d, "apply", "-y").stdout
+    assert COMMITTED in out and "second" in out and "clean" in out and UNCOMMITTED not in out, out
 
 
 def test_apply_in_a_plain_directory_sends_it_as_an_archive(fleet: str, tmp: Path) -> None:

@@ -21,12 +21,9 @@ from typing import Any
 import pytest
 import yaml
 from dstack_client_env import (
-    DSTACK_VERSION,
-    ClientInstallError,
     CorralServer,
     DstackCli,
     agent_pids_under,
-    client_venv,
     corral_server,
 )
 
@@ -34,14 +31,6 @@ TOKEN = "e2e-admin-token-0123456789"
 MARKER = "CORRAL-E2E-MARKER-7f3a"
 RESOURCES = "resources:\n  cpu: 1..\n  memory: 0.1GB..\n  disk: 1GB..\n"
 FINISHED = ("done", "failed", "terminated")
-
-
-@pytest.fixture(scope="session")
-def dstack_venv() -> Path:
-    try:
-        return client_venv()
-    except ClientInstallError as e:
-        pytest.fail(f"could not install dstack=={DSTACK_VERSION}:\n{e}", pytrace=False)
 
 
 @pytest.fixture(scope="module")

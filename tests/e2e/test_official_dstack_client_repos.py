@@ -13,6 +13,7 @@ same rewrite, so the agent's clone reaches the repository by path too.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -20,22 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dstack_client_env import DSTACK_VERSION, ClientInstallError, CorralServer, DstackCli, client_venv, corral_server
+from dstack_client_env import CorralServer, DstackCli, corral_server
 
-from git_fixtures import COMMITTED, UNCOMMITTED, UNTRACKED, git, remote_and_checkout
+from code_fixtures import COMMITTED, UNCOMMITTED, UNTRACKED, git, remote_and_checkout
+from corral.cli.repo_code import RepoOptions, file_archive, from_dir
 
 TOKEN = "e2e-repos-token-0123456789"
 URL = "https://git.corral.test/team/project.git"
 RESOURCES = "resources:\n  cpu: 1..\n  memory: 0.1GB..\n  disk: 1GB..\n"
 FINISHED = ("done", "failed", "terminated")
-
-
-@pytest.fixture(scope="session")
-def dstack_venv() -> Path:
-    try:
-        return client_venv()
-    except ClientInstallError as e:
-        pytest.fail(f"could not install dstack=={DSTACK_VERSION}:\n{e}", pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +100,12 @@ def test_git_working_copy_with_uncommitted_change_and_files(plain: DstackCli, tm
     assert run["run_spec"]["repo_data"]["repo_type"] == "remote"
     assert run["run_spec"]["repo_data"]["repo_hash"] == checkout.head
     assert run["run_spec"]["repo_code_hash"] and run["run_spec"]["file_archives"]
+    # corral's CLI computes the same repo id, diff and archive as dstack's (so the server stores them once).
+    ours = from_dir(checkout.work, RepoOptions())
+    assert (ours.repo_id, ours.code_hash) == (run["run_spec"]["repo_id"], run["run_spec"]["repo_code_hash"])
+    digest = hashlib.sha256(file_archive(shared)).hexdigest()
+    found = plain.server.api("/api/files/get_archive_by_hash", {"hash": digest}).json()
+    assert [found["id"]] == [a["id"] for a in run["run_spec"]["file_archives"]], found
     out = cli.ok("logs", "repo-task").stdout
     for text in (COMMITTED, UNCOMMITTED, UNTRACKED, "a,b", checkout.head, f"repo_id={run['run_spec']['repo_id']}"):
         assert text in out, cli.explain(cli.calls[-1])

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from pg_harness import new_database_url
 
 TOKEN = "replica-token"
@@ -48,6 +49,7 @@ class Replicas:
                 "CORRAL_LOCAL_INSTANCES_DIR": str(tmp / "instances"),
                 "CORRAL_SERVER_ADMIN_TOKEN": TOKEN,
                 "CORRAL_SAFETY_NET_INTERVAL": "60",
+                "CORRAL_LOCAL_MAX_INSTANCES": "8",
                 "CORRAL_JOB_LEASE_TTL": "5",
                 "CORRAL_AGENT_POLL_WAIT": "1",
                 "CORRAL_PROVISIONING_TIMEOUT": "10",

@@ -47,6 +47,7 @@ async def test_seed_scenario_against_server_process(tmp_path: Path) -> None:
         "CORRAL_CONFIG_DIR": str(tmp_path / "cli"),
         "CORRAL_SERVER_ADMIN_TOKEN": TOKEN,
         "CORRAL_SAFETY_NET_INTERVAL": "60",
+        "CORRAL_LOCAL_MAX_INSTANCES": "8",  # the fleet's nodes.max, not the machine, is the limit under test
     }
     server = subprocess.Popen(
         [sys.executable, "-m", "corral.cli.main", "server", "--port", str(port)],
@@ -113,6 +114,7 @@ async def test_seed_scenario_against_server_process(tmp_path: Path) -> None:
             ]
             assert not bad, bad
             assert samples and max(samples) <= 3, max(samples)
+            assert max(samples) == 3  # the fleet did grow to its limit (the limit, not the machine, held it)
             assert len(seen) <= 3  # the 60 runs reused the same instances
     finally:
         async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:

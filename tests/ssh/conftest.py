@@ -1,6 +1,7 @@
 """Fake SSH hosts for the whole session (see ``fakehosts``), and helpers to drive a server against them.
 
-The hosts: ``gpu`` (a fake ``nvidia-smi`` with 2 x A100 80GB), ``cpu1`` and ``cpu2`` (plain),
+The hosts: ``gpu`` (a fake ``nvidia-smi`` with 2 x A100 80GB), ``amd`` (a fake ``amd-smi`` with
+2 x MI300X 192GB), ``cpu1`` and ``cpu2`` (plain),
 ``hidden`` (sshd accepts root only from ``gpu``'s address: reachable only through a proxy jump) and
 ``bare`` (no ``python3``); ``cpu2`` and ``bare`` also have an account ``nologin`` whose shell refuses
 every command. Each test starts with
@@ -12,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,9 @@ from typing import Any
 import asyncssh
 import httpx
 import pytest
-from fakehosts import FakeHosts, HostSpec
 
 from corral.sdk import config_file
+from fakehosts import FakeHosts, HostSpec
 from server_harness import RunningServer, make_settings, running_server, wait_for
 
 HOSTS = {
@@ -31,6 +31,7 @@ HOSTS = {
     "cpu2": HostSpec(nologin_user=True),
     "hidden": HostSpec(sshd_extra="AllowUsers root@{subnet}.11"),
     "bare": HostSpec(no_python=True, nologin_user=True),
+    "amd": HostSpec(amd_gpus=2),
 }
 #: Kill everything but sshd and this shell (agents and their jobs), remove what corral installed.
 CLEAN_HOST = (
@@ -74,8 +75,7 @@ async def hosts(fakehosts: FakeHosts) -> AsyncIterator[FakeHosts]:
     for name, host in fakehosts.hosts.items():
         if not host.alive:
             fakehosts.revive(name)
-        if name != "bare":
-            await host_run(fakehosts, name, CLEAN_HOST)
+    await asyncio.gather(*(host_run(fakehosts, name, CLEAN_HOST) for name in fakehosts.hosts))
 
 
 SSH_SETTINGS: dict[str, Any] = {
@@ -235,7 +235,3 @@ async def corral_cli(server: RunningServer, tmp_path: Path, *args: str) -> tuple
     text = out.decode()
     assert "Traceback" not in text, text
     return proc.returncode or 0, text
-
-
-def monotonic() -> float:
-    return time.monotonic()

@@ -8,8 +8,6 @@ import asyncio
 import time
 from pathlib import Path
 
-from fakehosts import FakeHosts
-
 from conftest import (
     apply_fleet,
     by_host,
@@ -24,6 +22,7 @@ from conftest import (
     ssh_fleet,
     submit,
 )
+from fakehosts import FakeHosts
 from server_harness import RunningServer, wait_for
 
 AGENT_PS = "ps -eo args= | grep -c '[a]gent.pyz serve' || true"
@@ -88,6 +87,13 @@ async def test_three_hosts_bootstrap_gpu_placement_spread_and_delete(
         assert placed == {hosts.ip(n) for n in names}
         assert {(await run_logs(c, r)).split()[0] for r in runs} == set(names)
 
+        # `instances` selectors by hostname: the address in the fleet, or the name the host gives itself.
+        await submit(c, "by-address", ["hostname"], instances=[{"hostname": hosts.ip("cpu2")}])
+        await submit(c, "by-name", ["hostname"], instances=[{"hostname": "cpu1"}])
+        for name, host in (("by-address", "cpu2"), ("by-name", "cpu1")):
+            run = await run_status(c, name, "done", "failed")
+            assert (await run_logs(c, run)).strip() == host, run["latest_job_submission"]
+
         # Delete: the agents stop and what corral put on the hosts is gone.
         r = await c.post("/api/project/main/fleets/delete", json={"names": ["trio"]})
         assert r.status_code == 200, r.text
@@ -101,6 +107,17 @@ async def test_three_hosts_bootstrap_gpu_placement_spread_and_delete(
             left = await host_run(hosts, name, "ls -d ~/.corral-agent /etc/systemd/system/corral-agent.service")
             assert left.exit_status != 0 and not left.stdout, left.stdout
     print(f"bootstrap of 3 hosts: {bootstrap_s:.2f}s")
+
+
+async def test_amd_gpus_found_by_amd_smi(server: RunningServer, hosts: FakeHosts) -> None:
+    async with server.client() as c:
+        await apply_fleet(c, ssh_fleet(hosts, "red", [hosts.ip("amd")]))
+        fleet = await wait_for(lambda: fleet_settled(c, "red", 1), timeout=30)
+        gpus = fleet["instances"][0]["instance_type"]["resources"]["gpus"]
+        assert [(g["name"], g["memory_mib"], g["vendor"]) for g in gpus] == [("MI300X", 196592, "amd")] * 2
+        await submit(c, "on-amd", ["hostname"], resources={"gpu": "MI300X:1.."})
+        run = await run_status(c, "on-amd", "done", "failed")
+        assert (await run_logs(c, run)).strip() == "amd"
 
 
 async def test_blocks(server: RunningServer, hosts: FakeHosts) -> None:

@@ -221,5 +221,15 @@ def test_private_key_problems(tmp_path: Path) -> None:
 
     assert private_key_problem(KEY["private"]) is None
     assert "cannot be read" in str(private_key_problem("nope"))
-    subprocess.run(["ssh-keygen", "-q", "-t", "rsa", "-N", "pw", "-f", str(tmp_path / "k")], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "pw", "-f", str(tmp_path / "k")], check=True)
     assert "passphrase" in str(private_key_problem((tmp_path / "k").read_text()))
+
+
+def test_the_example_ssh_fleet_parses() -> None:
+    import yaml
+
+    from corral.config import parse_fleet_configuration
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "ssh-fleet.dstack.yml"
+    conf = parse_fleet_configuration(yaml.safe_load(path.read_text()))
+    assert conf.ssh_config is not None and len(conf.ssh_config.hosts) == 2

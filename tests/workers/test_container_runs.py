@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import copy
+import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -187,3 +189,24 @@ async def test_stop_removes_the_container(server: RunningServer, docker_engine: 
             "terminated_by_user",
         )
         assert docker_engine.containers(f"{LABEL_RUN}={name}") == []
+
+
+async def test_containers_of_a_dead_agent_are_removed_with_its_instance(
+    tmp_path: Path, docker_engine: DockerEngine
+) -> None:
+    settings = make_settings(tmp_path, docker_host=docker_engine.host)
+    async with running_server(settings) as s, s.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body())
+        run = (await c.post("/api/project/main/runs/apply", json=_task(["echo up", "sleep 600"], image=UBUNTU))).json()
+        name = run["run_spec"]["run_name"]
+
+        async def up() -> bool:
+            got = await _run(c, name)
+            return got["status"] == "running" and "up" in await _logs(c, got)
+
+        await wait_for(up, timeout=30)
+        (work_dir,) = [d for d in settings.instances_dir.iterdir() if (d / "agent.pid").exists()]
+        os.killpg(int((work_dir / "agent.pid").read_text()), signal.SIGKILL)  # the agent cannot clean up
+        assert len(docker_engine.containers(f"{LABEL_RUN}={name}")) == 1
+    # The server's shutdown reaps the instance it no longer follows; its containers go with it.
+    assert docker_engine.containers(f"{LABEL_RUN}={name}") == []

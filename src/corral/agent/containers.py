@@ -4,6 +4,9 @@ Owns what happens between ``POST /jobs`` and the container's removal:
 
 - **image**: used as is when the engine has it, else pulled (with the job's registry credentials);
   progress goes to ``JobState.image_pull_progress`` while the job is ``pending``;
+- **files**: the repo and ``files:`` archives are prepared on the host by :mod:`corral.agent.workdir`
+  (its layout mirrors the container's filesystem; the working dir defaults to the image's) and copied
+  into the container before it starts; ``DSTACK_REPO_DIR``/``DSTACK_WORKING_DIR`` are the container paths;
 - **container** (:func:`container_config`): the commands under the job's shell (or ``entrypoint +
   commands``; neither: the image's own command), env with dstack's variables, user, working dir,
   privileged, shm size, NVIDIA GPUs by device request (all of them, or free ones picked here for a
@@ -19,19 +22,24 @@ Owns what happens between ``POST /jobs`` and the container's removal:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import posixpath
 import signal
+import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from . import workdir
 from .docker import Docker, DockerError, DockerUnavailable, registry_auth_header
+from .images import PullTracker, pull_failure_message, registry_of, split_image
 from .protocol import JobSubmission
-from .protocol_containers import ContainerInfo, ContainerSpec, ImagePullProgress
+from .protocol_containers import ContainerInfo, ContainerSpec
 
 if TYPE_CHECKING:
     from .jobs import Job
@@ -41,8 +49,6 @@ log = logging.getLogger("corral.agent")
 LABEL_AGENT = "corral.agent"  # the agent's work dir
 LABEL_JOB = "corral.job_id"
 LABEL_RUN = "corral.run_name"
-#: dstack's repo dir before 0.20: a relative ``working_dir`` is under it.
-LEGACY_REPO_DIR = "/workflow"
 PROGRESS_EVERY_S = 0.5
 READER_DRAIN_S = 2.0
 _NVIDIA_HINT = " (does the host have the NVIDIA Container Toolkit and `nvidia` runtime configured?)"
@@ -53,51 +59,6 @@ class ContainerError(Exception):
 
 
 # ---- pure parts ---------------------------------------------------------------------------------
-def split_image(ref: str) -> tuple[str, str]:
-    """``name[:tag][@digest]`` -> (name, tag or digest); no tag means ``latest``."""
-    if "@" in ref:
-        name, digest = ref.split("@", 1)
-        return name, digest
-    last = ref.rsplit("/", 1)[-1]
-    if ":" in last:
-        name, tag = ref.rsplit(":", 1)
-        return name, tag
-    return ref, "latest"
-
-
-def registry_of(name: str) -> str:
-    first, sep, _ = name.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return "docker.io"
-
-
-def pull_failure_message(ref: str, engine_message: str) -> str:
-    """Tell "not found", "access denied" and "registry unreachable" apart, in the user's terms."""
-    registry = registry_of(split_image(ref)[0])
-    low = engine_message.lower()
-    if any(s in low for s in ("not found", "manifest unknown", "repository does not exist", "no such image")):
-        return f"Image `{ref}` was not found in its registry ({registry}): {engine_message}"
-    if any(s in low for s in ("unauthorized", "no basic auth credentials", "authentication required", "denied")):
-        return (
-            f"The registry {registry} refused to serve image `{ref}`: {engine_message}. "
-            "Check `registry_auth` (username and password or token)"
-        )
-    unreachable = (
-        "dial tcp",
-        "connection refused",
-        "no such host",
-        "i/o timeout",
-        "network is unreachable",
-        "tls handshake timeout",
-        "server gave http response to https client",
-        "cannot reach the docker engine",
-    )
-    if any(s in low for s in unreachable):
-        return f"Cannot pull image `{ref}`: the registry {registry} is unreachable: {engine_message}"
-    return f"Failed to pull image `{ref}`: {engine_message}"
-
-
 def container_shell(shell: str | None) -> str:
     """dstack's shell for a container: ``/bin/sh`` unless ``sh``, ``bash`` or an absolute path is given."""
     if shell is None:
@@ -152,7 +113,7 @@ def container_config(
     if sub.user:
         config["User"] = sub.user
     if sub.working_dir:
-        config["WorkingDir"] = posixpath.join(LEGACY_REPO_DIR, sub.working_dir)  # an absolute one stays as is
+        config["WorkingDir"] = sub.working_dir
     if spec.shm_size_mib:
         host["ShmSize"] = spec.shm_size_mib * 2**20
     if spec.memory_mib:
@@ -183,57 +144,26 @@ def published_ports(inspected: dict[str, Any], spec: ContainerSpec, network_mode
     return out
 
 
-class PullTracker:
-    """Sums the engine's per-layer pull messages into dstack's ``ImagePullProgress``."""
-
-    def __init__(self) -> None:
-        self.layers: dict[str, dict[str, Any]] = {}
-
-    def add(self, event: dict[str, Any]) -> bool:
-        lid, status = event.get("id"), str(event.get("status") or "")
-        if not lid or status.startswith(("Pulling from", "Digest:", "Status:")):
-            return False
-        layer = self.layers.setdefault(str(lid), {"total": None, "down": 0, "ext": 0, "cached": False})
-        detail = event.get("progressDetail") or {}
-        total = detail.get("total") if isinstance(detail.get("total"), int) else None
-        current = detail.get("current") if isinstance(detail.get("current"), int) else 0
-        if status == "Already exists":
-            layer["cached"] = True
-        elif status == "Downloading":
-            layer["total"] = total or layer["total"]
-            layer["down"] = current
-        elif status in ("Verifying Checksum", "Download complete"):
-            layer["down"] = layer["total"] or layer["down"]
-        elif status == "Extracting":
-            layer["total"] = layer["total"] or total
-            layer["down"], layer["ext"] = layer["total"] or layer["down"], current
-        elif status == "Pull complete":
-            layer["down"] = layer["ext"] = layer["total"] or layer["down"]
-        return True
-
-    def snapshot(self) -> ImagePullProgress:
-        live = [la for la in self.layers.values() if not la["cached"]]
-        return ImagePullProgress(
-            downloaded_bytes=sum(int(la["down"]) for la in live),
-            extracted_bytes=sum(int(la["ext"]) for la in live),
-            total_bytes=sum(int(la["total"] or 0) for la in live),
-            is_total_bytes_final=bool(live) and all(la["total"] is not None for la in live),
-        )
-
-
 def remove_agent_containers(docker_host: str | None, work_dir: str) -> int:
     """Remove every container an agent with this work dir made (for agents that are gone); best effort.
     Docker is not asked at all when none of the agent's jobs has an image."""
     if not _has_image_jobs(work_dir):
         return 0
-    docker = Docker(docker_host, timeout=5.0)
+    return _remove_containers(Docker(docker_host, timeout=5.0), os.path.abspath(work_dir), lambda job_id: False)
+
+
+def _remove_containers(docker: Docker, work_dir: str, keep: Callable[[str], bool]) -> int:
+    """Remove the containers labelled with the agent's ``work_dir`` whose job ``keep`` does not want."""
     removed = 0
     try:
-        for c in docker.containers(f"{LABEL_AGENT}={os.path.abspath(work_dir)}"):
-            docker.remove(str(c.get("Id")))
-            removed += 1
-    except DockerError:
-        pass
+        for c in docker.containers(f"{LABEL_AGENT}={work_dir}"):
+            job_id = str((c.get("Labels") or {}).get(LABEL_JOB) or "")
+            if not keep(job_id):
+                log.info("removing container %s of job %s (no live job owns it)", str(c.get("Id"))[:12], job_id)
+                docker.remove(str(c.get("Id")))
+                removed += 1
+    except DockerError as e:
+        log.debug("removing the containers of %s: %s", work_dir, e.message)
     return removed
 
 
@@ -253,7 +183,8 @@ def _has_image_jobs(work_dir: str) -> bool:
 class ContainerRunner:
     """Runs jobs with an ``image``. The job runner hands it jobs and gets them back through callbacks:
     ``settle(job, exit_status, failure)`` (finished: terminated if stopped, done on 0, else failed with
-    ``failure`` or the exit status), ``fail(job, message)`` (could not start) and ``started(job)``."""
+    ``failure`` or the exit status), ``fail(job, message, reason)`` (could not start), ``started(job)``,
+    and ``prepare_files(job, sub)`` (build the repo and archives of ``sub`` under ``jobs/<id>/workdir``)."""
 
     def __init__(
         self,
@@ -261,13 +192,15 @@ class ContainerRunner:
         docker: Docker,
         host_gpus: Callable[[], list[str]],
         settle: Callable[[Job, int | None, str | None], None],
-        fail: Callable[[Job, str], None],
+        fail: Callable[[Job, str, str | None], None],
         started: Callable[[Job], None],
+        prepare_files: Callable[[Job, JobSubmission], workdir.Layout],
     ) -> None:
         self.work_dir = work_dir
         self.docker = docker
         self._host_gpus = host_gpus
         self._settle, self._fail, self._started = settle, fail, started
+        self._prepare_files = prepare_files
         self._gpu_lock = threading.Lock()
         self._gpus: dict[str, list[str]] = {}
         self._bridge: bool | None = None
@@ -304,22 +237,13 @@ class ContainerRunner:
             with self._gpu_lock:
                 self._gpus[job.sub.job_id] = list(info.gpu_ids)
         last = job.logs.read(job.logs.count - 1, 1) if job.logs.count else []
+        self._started(job)  # max_duration counts from the container's start, not from this agent's
         self._follow(job, info.id, last[0].timestamp if last else None)
         return True
 
     def sweep(self, is_live: Callable[[str], bool]) -> int:
         """Remove this agent's containers whose job is gone or finished."""
-        removed = 0
-        try:
-            for c in self.docker.containers(f"{LABEL_AGENT}={self.work_dir}"):
-                job_id = str((c.get("Labels") or {}).get(LABEL_JOB) or "")
-                if not is_live(job_id):
-                    log.info("removing container %s of job %s (no live job owns it)", str(c.get("Id"))[:12], job_id)
-                    self.docker.remove(str(c.get("Id")))
-                    removed += 1
-        except DockerError as e:
-            log.debug("container sweep: %s", e.message)
-        return removed
+        return _remove_containers(self.docker, self.work_dir, is_live)
 
     # ---- launch -----------------------------------------------------------------------------
     def _launch(self, job: Job) -> None:
@@ -327,35 +251,46 @@ class ContainerRunner:
         spec = sub.container or ContainerSpec()
         cid: str | None = None
         try:
-            self._ensure_image(job)
+            image = self._ensure_image(job)
             if self._stop_requested(job):
                 self._settle(job, None, None)
                 return
+            sub, files = self._lay_out(job, image)
             gpu_ids = self._take_gpus(job, spec.gpus)
             network = self._network_mode(spec.network_mode)
             labels = {LABEL_AGENT: self.work_dir, LABEL_JOB: sub.job_id, LABEL_RUN: sub.run_name}
             name = f"corral-{sub.job_id}"
             cid = self._create(name, container_config(sub, labels, network, gpu_ids))
             self._update(job, container=ContainerInfo(id=cid, name=name, network_mode=network, gpu_ids=gpu_ids))
+            if files is not None:
+                self._copy_files(cid, files, sub.user)
             if self._stop_requested(job):
                 self._cleanup(job, cid)
                 self._settle(job, None, None)
                 return
             self.docker.start(cid)
             ports = published_ports(self.docker.inspect(cid) or {}, spec, network)
+        except workdir.SetupStopped:
+            self._cleanup(job, cid)
+            self._settle(job, None, None)
+            return
+        except workdir.SetupError as e:
+            self._cleanup(job, cid)
+            self._fail(job, f"Failed to set up the job's files: {e}", "setup_failed")
+            return
         except ContainerError as e:
             self._cleanup(job, cid)
-            self._fail(job, str(e))
+            self._fail(job, str(e), None)
             return
         except DockerError as e:
             self._cleanup(job, cid)
             hint = _NVIDIA_HINT if "device driver" in e.message and "nvidia" in e.message else ""
-            self._fail(job, f"Cannot start a container of image `{sub.image}`: {e.message}{hint}")
+            self._fail(job, f"Cannot start a container of image `{job.sub.image}`: {e.message}{hint}", None)
             return
         except Exception as e:  # never leave a job pending forever
-            log.exception("job %s: error while starting its container", sub.job_id)
+            log.exception("job %s: error while starting its container", job.sub.job_id)
             self._cleanup(job, cid)
-            self._fail(job, f"agent error while starting the container: {type(e).__name__}: {e}")
+            self._fail(job, f"agent error while starting the container: {type(e).__name__}: {e}", None)
             return
         with job.cond:
             assert job.state.container is not None
@@ -369,10 +304,12 @@ class ContainerRunner:
             self.signal(job, signal.SIGKILL if stop == "aborted" else signal.SIGTERM)
         self._follow(job, cid, None)
 
-    def _ensure_image(self, job: Job) -> None:
+    def _ensure_image(self, job: Job) -> dict[str, Any]:
+        """The image's inspect document, after pulling it if the engine lacks it ({} if stopped meanwhile)."""
         ref = str(job.sub.image)
-        if self.docker.image_exists(ref):
-            return
+        found = self.docker.image(ref)
+        if found is not None:
+            return found
         spec = job.sub.container or ContainerSpec()
         name, tag = split_image(ref)
         auth = None
@@ -385,7 +322,7 @@ class ContainerRunner:
         try:
             for event in events:
                 if self._stop_requested(job):
-                    return  # closing the stream cancels the pull
+                    return {}  # closing the stream cancels the pull
                 if tracker.add(event) and time.monotonic() - last >= PROGRESS_EVERY_S:
                     last = time.monotonic()
                     self._update(job, image_pull_progress=tracker.snapshot())
@@ -396,6 +333,43 @@ class ContainerRunner:
         done = tracker.snapshot()
         done.is_total_bytes_final = True
         self._update(job, image_pull_progress=done)
+        return self.docker.image(ref) or {}
+
+    def _lay_out(self, job: Job, image: dict[str, Any]) -> tuple[JobSubmission, str | None]:
+        """The submission with the container's working dir and ``DSTACK_REPO_DIR``/``DSTACK_WORKING_DIR``
+        resolved, and the host dir to copy into the container (None: nothing to copy)."""
+        sub = job.sub
+        image_wd = (image.get("Config") or {}).get("WorkingDir") or "/"
+        laid = dataclasses.replace(sub, working_dir=sub.working_dir or image_wd)
+        has_files = bool(sub.file_archives) or (
+            sub.repo is not None and (sub.repo.repo_type == "remote" or sub.repo.code_hash is not None)
+        )
+        root = os.path.join(job.dir, "workdir")
+        lay = self._prepare_files(job, laid) if has_files else workdir.layout(root, laid)
+
+        def inside(path: str) -> str:
+            return posixpath.normpath("/" + os.path.relpath(path, lay.root).replace(os.sep, "/"))
+
+        env = {**sub.env, "DSTACK_REPO_DIR": inside(lay.repo_dir), "DSTACK_WORKING_DIR": inside(lay.working_dir)}
+        return dataclasses.replace(sub, working_dir=inside(lay.working_dir), env=env), lay.root if has_files else None
+
+    def _copy_files(self, cid: str, root: str, user: str | None) -> None:
+        """Copy the prepared files into the (created, not started) container, owned by a numeric ``user``."""
+        uid, _, gid = (user or "").partition(":")
+
+        def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            if uid.isdigit():
+                info.uid, info.uname = int(uid), ""
+                info.gid, info.gname = int(gid) if gid.isdigit() else int(uid), ""
+            return info
+
+        with tempfile.TemporaryFile() as f:
+            with tarfile.open(fileobj=f, mode="w") as tar:
+                for name in sorted(os.listdir(root)):
+                    tar.add(os.path.join(root, name), arcname=name, filter=owned)
+            size = f.tell()
+            f.seek(0)
+            self.docker.put_archive(cid, "/", f, size)
 
     def _create(self, name: str, config: dict[str, Any]) -> str:
         try:

@@ -76,13 +76,15 @@ class Docker:
         self.host = resolve_host(host)
         self.timeout = timeout
         url = urlsplit(self.host)
+        self._unix: str | None = None
+        self._netloc = ""
+        self._unsupported = False
         if url.scheme == "unix" or (not url.scheme and self.host.startswith("/")):
-            self._unix: str | None = url.path if url.scheme else self.host
-            self._netloc = ""
+            self._unix = url.path if url.scheme else self.host
         elif url.scheme in ("tcp", "http") and url.netloc:
-            self._unix, self._netloc = None, url.netloc
+            self._netloc = url.netloc
         else:
-            raise ValueError(f"unsupported Docker host {self.host!r}: use unix:///path or tcp://host:port")
+            self._unsupported = True  # every call says so (an agent must start even with an odd DOCKER_HOST)
 
     # ---- transport --------------------------------------------------------------------------
     def _open(
@@ -93,13 +95,18 @@ class Docker:
         body: Any = None,
         headers: dict[str, str] | None = None,
         timeout: float | None = -1.0,
+        raw: Any = None,
     ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Send a request (``body``: JSON; ``raw``: bytes or a file, with its Content-Length in
+        ``headers``) and return the open response; an error status raises :class:`DockerError`."""
+        if self._unsupported:
+            raise DockerUnavailable(f"unsupported Docker host {self.host!r}: use unix:///path or tcp://host:port")
         t = self.timeout if timeout == -1.0 else timeout
         conn: http.client.HTTPConnection
         conn = _UnixConnection(self._unix, t) if self._unix else http.client.HTTPConnection(self._netloc, timeout=t)
         url = path + ("?" + urlencode(query) if query else "")
         hdrs = dict(headers or {})
-        data = None
+        data = raw
         if body is not None:
             data = json.dumps(body).encode()
             hdrs["Content-Type"] = "application/json"
@@ -140,14 +147,15 @@ class Docker:
         data = self.call("GET", "/version", timeout=timeout)
         return str(data.get("Version") or "?") if isinstance(data, dict) else "?"
 
-    def image_exists(self, ref: str) -> bool:
+    def image(self, ref: str) -> dict[str, Any] | None:
+        """The image's inspect document, or None if the engine does not have it."""
         try:
-            self.call("GET", f"/images/{_q(ref)}/json")
+            data = self.call("GET", f"/images/{_q(ref)}/json")
         except DockerError as e:
             if e.status == 404:
-                return False
+                return None
             raise
-        return True
+        return data if isinstance(data, dict) else {}
 
     def pull(self, name: str, tag: str, auth: str | None = None) -> Generator[dict[str, Any], None, None]:
         """The engine's progress messages; an error in the stream raises :class:`DockerError`."""
@@ -180,6 +188,11 @@ class Docker:
     def create(self, name: str, config: dict[str, Any]) -> str:
         data = self.call("POST", "/containers/create", query={"name": name}, body=config)
         return str(data["Id"])
+
+    def put_archive(self, cid: str, path: str, tar: Any, size: int) -> None:
+        """Unpack a tar archive (a file object of ``size`` bytes) at ``path`` in a container."""
+        headers = {"Content-Type": "application/x-tar", "Content-Length": str(size)}
+        self.call("PUT", f"/containers/{_q(cid)}/archive", query={"path": path}, raw=tar, headers=headers)
 
     def start(self, cid: str) -> None:
         self.call("POST", f"/containers/{_q(cid)}/start")

@@ -111,7 +111,13 @@ class JobRunner:
         self.blobs = workdir.BlobStore(self.work_dir)
         self._container_runtime = container_runtime
         self.containers = ContainerRunner(
-            self.work_dir, Docker(docker_host), host_gpus, self._settle, self._fail, self._arm_max_duration
+            self.work_dir,
+            Docker(docker_host),
+            host_gpus,
+            self._settle,
+            self._fail,
+            self._arm_max_duration,
+            self._prepare_files,
         )
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
@@ -253,7 +259,7 @@ class JobRunner:
 
                 pw = pwd.getpwnam(user)
                 kwargs = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
-            lay = workdir.prepare(os.path.join(job.dir, "workdir"), job.dir, sub, self.blobs, self._registrar(job))
+            lay = self._prepare_files(job, sub)
             cwd = lay.working_dir
             env = self._env(sub, user)
             env.update(DSTACK_REPO_DIR=lay.repo_dir, DSTACK_WORKING_DIR=lay.working_dir)
@@ -321,6 +327,9 @@ class JobRunner:
             job.state.finished_at = time.time()
             job.persist()
             job.cond.notify_all()
+
+    def _prepare_files(self, job: Job, sub: JobSubmission) -> workdir.Layout:
+        return workdir.prepare(os.path.join(job.dir, "workdir"), job.dir, sub, self.blobs, self._registrar(job))
 
     @staticmethod
     def _registrar(job: Job) -> workdir.Register:

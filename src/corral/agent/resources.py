@@ -176,7 +176,7 @@ def container_runtime(docker_host: str | None = None) -> str | None:
     socket) answers within 3 s."""
     try:
         Docker(docker_host).version(timeout=3.0)
-    except (DockerError, ValueError):
+    except DockerError:
         return None
     return "docker"
 

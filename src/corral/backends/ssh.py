@@ -151,16 +151,19 @@ class SSHCompute:
             raise SshError(f"{label}: {e}", permanent=True) from None
         return Provisioned(
             agent=AgentEndpoint(
-                url=url,
+                # the host's identity, the same for every server replica: the tunnel's local end (``url``
+                # above) belongs to this process only and is looked up through ``agent_url``
+                url=f"ssh://{link.target.user}@{link.target.host}:{link.target.port}",
                 token=endpoint.token,
                 pid=started.pid,
                 work_dir=facts.work_dir,
-                connection={**connection, "internal_ip": ip},
+                connection=connection,
             ),
             hostname=link.target.host,
             resources=resources,
             internal_ip=ip,
             total_blocks=blocks,
+            addresses=(info.hostname, *info.addresses),  # `instances` selectors may name any of them
         )
 
     async def create_instance(self, instance: InstanceRec) -> Provisioned:
@@ -168,16 +171,24 @@ class SSHCompute:
         endpoint = self._endpoint(instance)
         started = time.monotonic()
         deadline = started + self.provisioning_timeout
+        last: SshError | None = None
         while True:
+            remaining = deadline - time.monotonic()
             try:
-                return await self._bootstrap(instance, endpoint, deadline)
+                if remaining <= 0:
+                    raise asyncio.TimeoutError
+                return await asyncio.wait_for(self._bootstrap(instance, endpoint, deadline), remaining)
             except SshError as e:
                 if e.permanent:
                     raise ProvisioningError(str(e)) from None
-                if time.monotonic() + RETRY_PAUSE >= deadline:
-                    waited = time.monotonic() - started
-                    raise ProvisioningError(f"{e} (gave up after {waited:.0f}s of trying)") from None
+                last = e
                 log.info("bootstrap of %s: %s; trying again", instance.name, e)
+            except asyncio.TimeoutError:
+                pass
+            if time.monotonic() + RETRY_PAUSE >= deadline:
+                waited = time.monotonic() - started
+                reason = str(last) if last is not None else f"{instance.hostname}: setting the host up took too long"
+                raise ProvisioningError(f"{reason} (gave up after {waited:.0f}s of trying)") from None
             await asyncio.sleep(RETRY_PAUSE)
 
     async def recover(self, instance: InstanceRec) -> None:

@@ -350,8 +350,11 @@ def _instance_row(inst: JSON) -> dict[str, str]:
     if not is_ssh:
         spot = "spot" if (resources or {}).get("spot") else "on-demand"
         price = f.format_price(inst.get("price"))
+    name = f"   instance={inst.get('instance_num', 0)}"
+    if inst.get("corral_backend") == "ssh" and inst.get("hostname"):
+        name += f" ({inst['hostname']})"  # an SSH fleet's host, by its address
     row = {
-        "NAME": f"   instance={inst.get('instance_num', 0)}",
+        "NAME": escape(name),
         "RESOURCES": "" if hide else f.format_instance_resources(resources),
         "GPU": "" if hide else f.format_instance_resources(resources, gpu_only=True),
         "BACKEND": f.format_backend(backend, inst.get("region"), inst.get("corral_backend")),

@@ -91,12 +91,17 @@ def _is_local(url: str) -> bool:
     )
 
 
-def repo_location(url: str) -> tuple[str, str]:
-    """``(repo name, unique location)`` of a git URL: https/ssh/scp-like as dstack parses them, or a path."""
+def _local_path(url: str, base: Path) -> Path:
+    """The repository a local URL (a path, relative to ``base``, or ``file://``) names."""
+    path = Path(url.removeprefix("file://")).expanduser()
+    return (path if path.is_absolute() else base / path).resolve()
+
+
+def repo_location(url: str, base: Path | None = None) -> tuple[str, str]:
+    """``(repo name, unique location)`` of a git URL: https/ssh/scp-like as dstack parses them, or a path
+    (relative to ``base``, default: the current directory)."""
     if _is_local(url):
-        path = url[len("file://") :] if url.startswith("file://") else url
-        full = str(Path(path).expanduser().resolve())
-        clean = full.rstrip("/").removesuffix(".git")
+        clean = str(_local_path(url, base or Path.cwd())).rstrip("/").removesuffix(".git")
         return clean.rsplit("/", 1)[-1] or "unknown", f"file://{clean}"
     if "://" in url:
         parts = urlsplit(url)
@@ -112,23 +117,21 @@ def repo_location(url: str) -> tuple[str, str]:
     return clean.rsplit("/", 1)[-1] or "unknown", host + clean
 
 
-def _creds(url: str, opts: RepoOptions) -> JSON:
+def _creds(url: str, opts: RepoOptions, base: Path) -> JSON:
     key = None
     if opts.git_identity:
         try:
             key = Path(opts.git_identity).expanduser().read_text()
         except OSError as e:
             raise CLIError(f"Cannot read the git identity {opts.git_identity}: {e.strerror or e}") from None
-    clone_url = (
-        str(Path(url[7:] if url.startswith("file://") else url).expanduser().resolve()) if _is_local(url) else url
-    )
+    clone_url = str(_local_path(url, base)) if _is_local(url) else url
     return {"clone_url": clone_url, "private_key": key, "oauth_token": opts.oauth_token}
 
 
 # ---- git ------------------------------------------------------------------------------------------------
 
 
-def _git(cwd: Path, *args: str, ok_codes: tuple[int, ...] = (0,)) -> tuple[int, bytes]:
+def _git(cwd: Path, *args: str, ok_codes: tuple[int, ...] = (0,)) -> bytes:
     try:
         out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=300, check=False)
     except FileNotFoundError:
@@ -137,7 +140,7 @@ def _git(cwd: Path, *args: str, ok_codes: tuple[int, ...] = (0,)) -> tuple[int, 
         raise CLIError(f"`git {' '.join(args)}` did not finish within 5 minutes in {cwd}") from None
     if out.returncode not in ok_codes:
         raise _GitError(out.stderr.decode(errors="replace").strip())
-    return out.returncode, out.stdout
+    return out.stdout
 
 
 class _GitError(Exception):
@@ -146,7 +149,7 @@ class _GitError(Exception):
 
 def _git_text(cwd: Path, *args: str) -> str | None:
     try:
-        return _git(cwd, *args)[1].decode().strip() or None
+        return _git(cwd, *args).decode().strip() or None
     except _GitError:
         return None
 
@@ -154,10 +157,10 @@ def _git_text(cwd: Path, *args: str) -> str | None:
 def _diff(top: Path, commit: str) -> bytes:
     """dstack's diff: tracked changes against ``commit``, then each untracked (not ignored) file as new."""
     try:
-        chunks = [_git(top, "diff", "--binary", commit)[1]]
-        untracked = _git(top, "ls-files", "--others", "--exclude-standard", "-z")[1].split(b"\0")
+        chunks = [_git(top, "diff", "--binary", commit)]
+        untracked = _git(top, "ls-files", "--others", "--exclude-standard", "-z").split(b"\0")
         for name in sorted(n.decode() for n in untracked if n):
-            chunks.append(_git(top, "diff", "--no-index", "--binary", "/dev/null", name, ok_codes=(0, 1))[1])
+            chunks.append(_git(top, "diff", "--no-index", "--binary", "/dev/null", name, ok_codes=(0, 1)))
     except _GitError as e:
         raise CLIError(f"Cannot compute the diff of the repo at {top}: {e}") from None
     return b"".join(chunks)
@@ -181,7 +184,7 @@ def from_dir(path: Path, opts: RepoOptions) -> RepoUpload:
     commit = _git_text(top, "rev-parse", "--verify", "-q", "@{upstream}") if url else None
     if url is None or merge is None or commit is None:
         return local_repo(top)
-    name, location = repo_location(url)
+    name, location = repo_location(url, top)
     data: JSON = {
         "repo_type": "remote",
         "repo_name": name,
@@ -190,14 +193,15 @@ def from_dir(path: Path, opts: RepoOptions) -> RepoUpload:
         "repo_config_name": _git_text(top, "config", "user.name"),
         "repo_config_email": _git_text(top, "config", "user.email"),
     }
-    upload = RepoUpload(slugify(name, location), {"repo_type": "remote", "repo_name": name}, data, _creds(url, opts))
-    return upload.with_code(_diff(top, commit))
+    info = {"repo_type": "remote", "repo_name": name}
+    return RepoUpload(slugify(name, location), info, data, _creds(url, opts, top)).with_code(_diff(top, commit))
 
 
 def from_url(url: str, opts: RepoOptions) -> RepoUpload:
     name, location = repo_location(url)
     data: JSON = {"repo_type": "remote", "repo_name": name, "repo_branch": opts.branch, "repo_hash": opts.commit}
-    return RepoUpload(slugify(name, location), {"repo_type": "remote", "repo_name": name}, data, _creds(url, opts))
+    info = {"repo_type": "remote", "repo_name": name}
+    return RepoUpload(slugify(name, location), info, data, _creds(url, opts, Path.cwd()))
 
 
 def local_repo(path: Path) -> RepoUpload:

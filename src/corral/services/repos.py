@@ -66,16 +66,14 @@ async def list_repos(ctx: Context, project: ProjectRec) -> list[dict[str, Any]]:
 
 
 async def get(ctx: Context, project: ProjectRec, user: UserRec, repo_id: str, include_creds: bool) -> dict[str, Any]:
-    """``RepoHead`` (or ``RepoHeadWithCreds``: the caller's own credentials, never another user's)."""
+    """``RepoHeadWithCreds``; ``repo_creds`` (the caller's own, never another user's) only if asked for."""
     async with ctx.db.read() as conn:
         info = await store.get_repo(conn, project.id, repo_id)
         stored = await store.get_creds(conn, project.id, repo_id, user.id) if include_creds else None
     if info is None:
         raise ResourceNotExists(f"Repo {repo_id} does not exist")
-    out: dict[str, Any] = {"repo_id": repo_id, "repo_info": info}
-    if include_creds:
-        out["repo_creds"] = decrypt_creds(ctx, stored) if stored is not None else None
-    return out
+    creds = decrypt_creds(ctx, stored) if stored is not None else None
+    return {"repo_id": repo_id, "repo_info": info, "repo_creds": creds}  # dstack always sends the key
 
 
 async def delete(ctx: Context, project: ProjectRec, repo_ids: list[str]) -> None:
@@ -166,6 +164,8 @@ async def check_run_code(ctx: Context, project: ProjectRec, user: UserRec, spec:
     for i, a in enumerate(archives):
         if not isinstance(a, dict) or not isinstance(a.get("id"), str) or not isinstance(a.get("path"), str):
             raise ServiceError(f"run_spec.file_archives[{i}] must be an object with `id` and `path`")
+    if repo_type == "virtual" and code_hash is None and not archives:
+        return  # a run without code: nothing to look up
     async with ctx.db.read() as conn:
         info = await store.get_repo(conn, project.id, repo_id)
         if info is None and (repo_type != "virtual" or code_hash is not None):

@@ -29,7 +29,8 @@ class JobCodeError(Exception):
 
 @dataclass
 class JobCode:
-    repo: RepoCheckout
+    #: None when there is nothing to check out (the virtual repo without code): the repo dir is the working dir.
+    repo: RepoCheckout | None
     file_archives: list[FileArchiveRef] = field(default_factory=list)
     #: hash -> where the blob is: ("code", project id) or ("archive", archive id)
     blobs: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -59,8 +60,9 @@ async def job_code(ctx: Context, run: RunRec, job: JobRec) -> JobCode:
             creds = json.loads(cipher_for(ctx.settings).decrypt(stored))
         except EncryptionError as e:
             raise JobCodeError(f"Cannot read the credentials of repo {repo_id}: {e}") from None
-    code = JobCode(
-        repo=RepoCheckout(
+    code = JobCode(repo=None)
+    if repo_type != "virtual" or code_hash:
+        code.repo = RepoCheckout(
             repo_type=repo_type,
             repo_dir=str(js.get("repo_dir") or "."),
             code_hash=code_hash,
@@ -74,7 +76,6 @@ async def job_code(ctx: Context, run: RunRec, job: JobRec) -> JobCode:
             single_branch=js.get("single_branch") is not False,
             if_exists=js.get("repo_exists_action"),
         )
-    )
     if code_hash:
         code.blobs[code_hash] = ("code", run.project_id)
     for a in wanted:

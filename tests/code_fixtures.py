@@ -1,10 +1,13 @@
-"""Real git repositories on disk for the repo tests: a bare repository as the "remote" and a working copy
-with a pushed commit, an uncommitted change to a tracked file and an untracked file."""
+"""Code for the repo and `files` tests: real git repositories on disk (a bare repository as the "remote"
+and a working copy with a pushed commit, an uncommitted change to a tracked file and an untracked file),
+and tar archives built in memory."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,3 +62,18 @@ def remote_and_checkout(tmp: Path, name: str = "project") -> Checkout:
     (work / ".gitignore").write_text("*.log\n")
     (work / "noise.log").write_text("ignored\n")
     return Checkout(remote=remote, work=work, first=first, head=head)
+
+
+def tar_of(files: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
+    """A tar archive of ``files`` (name -> content) and symlinks (name -> target)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    return buf.getvalue()
