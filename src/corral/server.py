@@ -49,6 +49,16 @@ class Prepared:
     admin_created: bool
 
 
+def _check_encryption_key(settings: Settings) -> None:
+    """A bad key is a start-up error, not a 500 on the first ``repos/init``."""
+    from corral.store.encryption import EncryptionError, cipher_for
+
+    try:
+        cipher_for(settings)
+    except EncryptionError as e:
+        raise ServerConfigError(f"Cannot use the encryption key of repo credentials: {e}") from None
+
+
 async def prepare(settings: Settings) -> Prepared:
     """Migrate, bootstrap and build the app (used by ``corral server`` and by tests)."""
     from corral.api.app import create_app
@@ -62,6 +72,7 @@ async def prepare(settings: Settings) -> Prepared:
     from corral.workers.runtime import Workers
 
     server_config = load_server_config(settings.server_dir / "config.yml")
+    _check_encryption_key(settings)
     db = Database(settings.database_url)
     await upgrade(db)
     boot = await accounts.bootstrap(db, settings.admin_token)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from conftest import by_host, corral_cli, fleet_settled
+from ssh_harness import by_host, corral_cli, fleet_settled
+
 from fakehosts import FakeHosts
 from server_harness import RunningServer, wait_for
 

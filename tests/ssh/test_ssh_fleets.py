@@ -8,7 +8,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from conftest import (
+from ssh_harness import (
     apply_fleet,
     by_host,
     corral_cli,
@@ -22,6 +22,7 @@ from conftest import (
     ssh_fleet,
     submit,
 )
+
 from fakehosts import FakeHosts
 from server_harness import RunningServer, wait_for
 

@@ -9,9 +9,7 @@ import contextlib
 from pathlib import Path
 
 import pytest
-from fakehosts import FakeHosts
-
-from conftest import (
+from ssh_harness import (
     SSH_SETTINGS,
     apply_fleet,
     fleet_settled,
@@ -21,8 +19,10 @@ from conftest import (
     ssh_fleet,
     submit,
 )
+
 from corral.backends import ssh_bootstrap
 from corral.backends.ssh_conn import HostLink, SshError, SshTarget
+from fakehosts import FakeHosts
 from server_harness import make_settings, running_server, wait_for
 
 
