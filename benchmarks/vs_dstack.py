@@ -58,8 +58,8 @@ ROWS: list[tuple[str, str, str, str, float | None]] = [
     ("fleet_list_p50", "fleets/list p50", "ms", "lo", None),
     ("fleet_list_p99", "fleets/list p99", "ms", "lo", None),
     ("cli_help_s", "CLI `--help`", "s", "lo", 5),
-    ("cli_ps_s", "CLI `ps` ({requests} finished runs)", "s", "lo", None),
-    ("cli_ps_all_s", "CLI `ps -a` (up to 100 shown)", "s", "lo", None),
+    ("cli_ps_s", "CLI `ps` ({cli_runs} finished runs in the project)", "s", "lo", None),
+    ("cli_ps_all_s", "CLI `ps -a` (up to 100 of them shown)", "s", "lo", None),
     ("local_apply_rps", "[local fleet] runs/apply, {requests} requests, {concurrency} clients", "req/s", "hi", None),
     ("local_apply_p50", "[local fleet] runs/apply p50", "ms", "lo", None),
     ("local_apply_p99", "[local fleet] runs/apply p99", "ms", "lo", None),
@@ -117,9 +117,10 @@ def machine() -> dict[str, str]:
     }
 
 
-def table(corral: Results, dstack: Results | None, opts: Options, markdown: bool) -> str:
+def table(corral: Results, dstack: Results | None, opts: Options, only: set[str], markdown: bool) -> str:
     head = ["figure", "corral", f"dstack {DSTACK_VERSION}", "ratio", "target"]
     rows: list[list[str]] = []
+    labels = {**vars(opts), "cli_runs": opts.requests if only & {"apply", "list"} else 0}
     for key, label, unit, better, target in ROWS:
         c, d = med(corral, key), (med(dstack, key) if dstack is not None else None)
         if c is None and d is None:
@@ -134,7 +135,7 @@ def table(corral: Results, dstack: Results | None, opts: Options, markdown: bool
         elif target is not None:
             verdict = f"{'≥' if better == 'hi' else '≤1/'}{target:g}{'×' if better == 'hi' else ''}"
         unit_label = f" ({unit})" if unit in ("req/s",) else ""
-        rows.append([label.format(**vars(opts)) + unit_label, fmt(c, unit), fmt(d, unit), ratio, verdict])
+        rows.append([label.format(**labels) + unit_label, fmt(c, unit), fmt(d, unit), ratio, verdict])
     if markdown:
         out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         out += ["| " + " | ".join(r) + " |" for r in rows]
@@ -185,7 +186,7 @@ def main() -> int:
         f"medians of {opts.repeats} repeats; {opts.concurrency} concurrent clients; took {took:.0f} s; "
         f"load average {load0} at the start, {m['load']} at the end"
     )
-    print(table(corral, dstack, opts, args.markdown))
+    print(table(corral, dstack, opts, only, args.markdown))
     if args.json:
         data = {"machine": m, "options": vars(opts), "took_s": took, "corral": corral, "dstack": dstack}
         args.json.write_text(json.dumps(data, indent=1))

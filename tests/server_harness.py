@@ -78,6 +78,8 @@ async def running_server(settings: Settings) -> AsyncIterator[RunningServer]:
         await asyncio.wait_for(task, 30)
         # Terminate every local instance the test left behind (agents are detached processes).
         for compute in prepared.ctx.computes.values():
+            if hasattr(compute, "reap_grace"):
+                compute.reap_grace = 0.0  # the test owns every agent under its own directory
             await compute.reap_unknown(set())
         await prepared.ctx.db.dispose()
 

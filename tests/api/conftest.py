@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from server_harness import RunningServer, make_settings, running_server
 
 
