@@ -87,6 +87,7 @@ async def test_job_on_blocks_gets_limits_ports_and_its_gpu_share(
         "echo mem=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes)",
         "echo quota=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us)",
         "echo gpus=$DSTACK_GPUS_PER_NODE",
+        "sleep 1",  # published ports exist only while the container runs: let the agent see them
     ]
     async with server.client() as c:
         await c.post("/api/project/main/fleets/apply", json=fleet_body(blocks=2))

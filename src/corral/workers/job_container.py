@@ -95,7 +95,10 @@ def with_agent_state(data: dict[str, Any] | None, state: JobState) -> dict[str, 
     info = state.container
     if info is not None and state.state != "pending":
         out["network_mode"] = info.network_mode
-        out["ports"] = {} if info.network_mode == "host" else {str(c): h for c, h in info.ports.items()}
+        ports = {} if info.network_mode == "host" else {str(c): h for c, h in info.ports.items()}
+        # An exited container publishes nothing any more: keep the ports it had while it ran.
+        if ports or state.state == "running" or not out.get("ports"):
+            out["ports"] = ports
     if state.state == "pending" and state.image_pull_progress is not None:
         out[PULL_PROGRESS_KEY] = state.image_pull_progress.to_dict()
     else:
