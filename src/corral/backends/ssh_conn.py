@@ -22,13 +22,21 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import asyncssh
+if TYPE_CHECKING:
+    import asyncssh
 
 log = logging.getLogger("corral.ssh")
 
 KEEPALIVE_INTERVAL = 15.0
+
+
+def _asyncssh() -> Any:
+    """asyncssh, imported on first use: a server without SSH fleets never pays for it (16 MB, 0.16 s)."""
+    import asyncssh
+
+    return asyncssh
 
 
 class SshError(Exception):
@@ -77,8 +85,8 @@ class SshTarget:
 def private_key_problem(text: str) -> str | None:
     """Why ``text`` cannot be used as an SSH private key (None when it can)."""
     try:
-        asyncssh.import_private_key(text)
-    except asyncssh.KeyImportError as e:
+        _asyncssh().import_private_key(text)
+    except _asyncssh().KeyImportError as e:
         if "passphrase" in str(e).lower():
             return "the private key is protected by a passphrase; corral needs a key without one"
         return f"the private key cannot be read ({e})"
@@ -89,12 +97,12 @@ async def _open(
     target: SshTarget, timeout: float, tunnel: asyncssh.SSHClientConnection | None
 ) -> asyncssh.SSHClientConnection:
     try:
-        key = asyncssh.import_private_key(target.private_key)
-    except asyncssh.KeyImportError as e:
+        key = _asyncssh().import_private_key(target.private_key)
+    except _asyncssh().KeyImportError as e:
         raise SshError(f"{target.label()}: the private key cannot be read ({e})", permanent=True) from None
     try:
         return await asyncio.wait_for(
-            asyncssh.connect(
+            _asyncssh().connect(
                 target.host,
                 target.port,
                 tunnel=tunnel if tunnel is not None else (),
@@ -110,7 +118,7 @@ async def _open(
             ),
             timeout + 1.0,
         )
-    except asyncssh.PermissionDenied:
+    except _asyncssh().PermissionDenied:
         raise SshError(
             f"{target.label()}: the login was refused: the host did not accept the key for user {target.user!r} "
             "(check `user` and `identity_file`)",
@@ -124,7 +132,7 @@ async def _open(
         ) from None
     except OSError as e:
         raise SshError(f"{target.label()}: cannot connect: {e.strerror or e}") from None
-    except asyncssh.Error as e:
+    except _asyncssh().Error as e:
         raise SshError(f"{target.label()}: SSH failed: {e}") from None
 
 
@@ -136,7 +144,7 @@ async def _pipe(reader: Any, writer: Any) -> None:
                 break
             writer.write(data)
             await writer.drain()
-    except (OSError, asyncssh.Error, asyncio.IncompleteReadError):
+    except (OSError, _asyncssh().Error, asyncio.IncompleteReadError):
         pass
     finally:
         with contextlib.suppress(Exception):
@@ -214,9 +222,9 @@ class HostLink:
         data = input.encode() if isinstance(input, str) else input
         try:
             return await conn.run(command, input=data, check=False, timeout=timeout, encoding=None)
-        except asyncssh.TimeoutError:
+        except _asyncssh().TimeoutError:
             raise SshError(f"{self.target.label()}: a command did not finish within {timeout:.0f}s") from None
-        except (asyncssh.Error, OSError) as e:
+        except (_asyncssh().Error, OSError) as e:
             self._drop()
             raise SshError(f"{self.target.label()}: the connection broke: {e}") from None
 
@@ -246,7 +254,7 @@ class HostLink:
                 if self.remote_port is None:
                     self.remote_port = await self._read_agent_port(self)
                 remote_reader, remote_writer = await conn.open_connection("127.0.0.1", self.remote_port)
-            except asyncssh.ChannelOpenError as e:
+            except _asyncssh().ChannelOpenError as e:
                 self.remote_port = None  # the agent moved or is down: read its port file again next time
                 log.debug("%s: agent port not open: %s", self.target.label(), e)
                 writer.close()
