@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral import DSTACK_API_VERSION
+from corral.domain.documents import json_default
 from corral.domain.records import ProjectRec, UserRec
 from corral.services import accounts
 from corral.services.errors import Forbidden, InvalidConfiguration, ProjectNotFound, ServiceError
@@ -28,7 +29,7 @@ class FastJSON(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
+        return orjson.dumps(content, default=json_default)
 
 
 class NotAuthenticated(Exception):

@@ -6,6 +6,7 @@ configuration and wire models, not to the domain.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,7 +104,7 @@ class JobRec:
     termination_reason: str | None
     termination_reason_message: str | None
     exit_status: int | None
-    job_spec: dict[str, Any]
+    job_spec: Mapping[str, Any]
     priority: int
     instance_id: str | None
     job_provisioning_data: dict[str, Any] | None
@@ -128,7 +129,7 @@ class RunRec:
     status: str
     status_message: str | None
     termination_reason: str | None
-    run_spec: dict[str, Any]
+    run_spec: Mapping[str, Any]
     priority: int
     fleet_id: str | None
     fleet_name: str | None

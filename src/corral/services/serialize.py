@@ -6,6 +6,7 @@ with corral's own name in the extra field ``corral_backend``.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timezone
 from typing import Any
 
@@ -19,6 +20,12 @@ WIRE_BACKEND = {"local": "remote", "ssh": "remote"}
 def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
+    return _iso(ts)
+
+
+@functools.lru_cache(maxsize=65536)
+def _iso(ts: float) -> str:
+    """Stored times repeat on every read of a run: format each once."""
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

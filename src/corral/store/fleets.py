@@ -14,6 +14,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.documents import json_default
 from corral.domain.records import FleetRec, InstanceRec
 from corral.store.tables import fleets, instances, jobs, projects
 
@@ -231,4 +232,4 @@ async def release_instance(conn: AsyncConnection, instance_id: str, now: float) 
 
 
 def dump(value: Any) -> str:
-    return orjson.dumps(value).decode()
+    return orjson.dumps(value, default=json_default).decode()

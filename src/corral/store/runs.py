@@ -10,6 +10,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.documents import LazyJSON
 from corral.domain.records import JobRec, LogRec, RunRec
 from corral.store.tables import fleets, instances, jobs, logs, projects, runs, users
 
@@ -40,7 +41,7 @@ def job_from_row(r: Any) -> JobRec:
         termination_reason=r.termination_reason,
         termination_reason_message=r.termination_reason_message,
         exit_status=r.exit_status,
-        job_spec=orjson.loads(r.job_spec),
+        job_spec=LazyJSON(r.job_spec),
         priority=r.priority,
         instance_id=r.instance_id,
         job_provisioning_data=_loads(r.job_provisioning_data),
@@ -65,7 +66,7 @@ def _run(r: Any, run_jobs: Sequence[JobRec]) -> RunRec:
         status=r.status,
         status_message=r.status_message,
         termination_reason=r.termination_reason,
-        run_spec=orjson.loads(r.run_spec),
+        run_spec=LazyJSON(r.run_spec),
         priority=r.priority,
         fleet_id=r.fleet_id,
         fleet_name=r.fleet_name,
