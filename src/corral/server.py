@@ -4,8 +4,8 @@ first-start bootstrap, backends, the app and uvicorn. The only module that wires
 from __future__ import annotations
 
 import asyncio
-import gc
 import fcntl
+import gc
 import logging
 import os
 import sys

@@ -207,14 +207,9 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
     }
 
 
-async def _free_name(conn: Any, project_id: str) -> str:
-    for _ in range(20):
-        base = f"{random.choice(_ADJ)}-{random.choice(_NOUN)}"
-        taken = set(await store.run_names_like(conn, project_id, base))
-        for n in range(1, 100):
-            if f"{base}-{n}" not in taken:
-                return f"{base}-{n}"
-    return f"run-{uuid.uuid4().hex[:8]}"
+def _random_name() -> str:
+    """``adjective-animal-N``; a collision with a live run is caught by the unique index and retried."""
+    return f"{random.choice(_ADJ)}-{random.choice(_NOUN)}-{random.randint(1, 999)}"
 
 
 async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
@@ -233,7 +228,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
     await repos.check_run_code(ctx, project, user, spec)
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
     explicit = spec["run_name"]
-    for _attempt in range(5):
+    for _attempt in range(8):
         try:
             async with ctx.db.write() as conn:
                 if explicit:
@@ -253,7 +248,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                         await store.mark_runs_deleted(conn, [existing.id])
                     name = explicit
                 else:
-                    name = await _free_name(conn, project.id)
+                    name = _random_name()
                 spec["run_name"] = name
                 run_id = str(uuid.uuid4())
                 priority = int(spec["configuration"].get("priority") or 0)

@@ -178,13 +178,6 @@ async def run_name_taken(conn: AsyncConnection, project_id: str, name: str) -> b
     return (await conn.execute(q)).first() is not None
 
 
-async def run_names_like(conn: AsyncConnection, project_id: str, prefix: str) -> list[str]:
-    q = sa.select(runs.c.run_name).where(
-        runs.c.project_id == project_id, runs.c.run_name.like(f"{prefix}-%"), runs.c.deleted.is_(False)
-    )
-    return [r.run_name for r in await conn.execute(q)]
-
-
 async def insert_run(conn: AsyncConnection, values: dict[str, Any]) -> None:
     await conn.execute(sa.insert(runs).values(deleted=False, **values))
 
