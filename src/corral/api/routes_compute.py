@@ -117,8 +117,7 @@ async def list_all_runs(request: Request) -> FastJSON:
     body = b.model_dump()
     body["prev_run_id"] = str(b.prev_run_id) if b.prev_run_id else None
     body["prev_submitted_at"] = b.prev_submitted_at.isoformat() if b.prev_submitted_at else None
-    found_runs = await runs.list_runs(ctx_of(request), ids, body, user_id)
-    return FastJSON([serialize.run(r) for r in found_runs])
+    return FastJSON(await runs.list_runs(ctx_of(request), ids, body, user_id))
 
 
 @router.post(P + "/runs/list")
@@ -128,7 +127,7 @@ async def list_runs(request: Request, project_name: str) -> FastJSON:
     body = b.model_dump()
     body["prev_run_id"] = str(b.prev_run_id) if b.prev_run_id else None
     body["prev_submitted_at"] = b.prev_submitted_at.isoformat() if b.prev_submitted_at else None
-    return FastJSON([serialize.run(r) for r in await runs.list_runs(ctx_of(request), [project.id], body, None)])
+    return FastJSON(await runs.list_runs(ctx_of(request), [project.id], body, None))
 
 
 @router.post(P + "/runs/get")

@@ -6,13 +6,16 @@ import posixpath
 import random
 import time
 import uuid
+from collections import OrderedDict
 from typing import Any
 
+import orjson
 import sqlalchemy.exc
 from pydantic import ValidationError
 
 from corral.config import effective_profile, parse_profile, parse_run_configuration
-from corral.domain.records import ProjectRec, RunRec, UserRec
+from corral.domain.documents import json_default
+from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.services import repos, serialize
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
@@ -307,15 +310,21 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
 
 async def list_runs(
     ctx: Context, project_ids: list[str] | None, body: dict[str, Any], user_id: str | None
-) -> list[RunRec]:
+) -> list[Any]:
+    """A page of runs as rendered JSON (``orjson.Fragment``s). Finished runs never change, so their
+    rendering is cached by (id, status, last change, shape); the page costs one narrow query plus the
+    full rows of only the runs not cached yet."""
     after = None
     if body.get("prev_submitted_at") is not None:
         from datetime import datetime
 
         ts = datetime.fromisoformat(str(body["prev_submitted_at"]).replace("Z", "+00:00")).timestamp()
         after = (ts, body.get("prev_run_id") or "")
+    include_jobs = bool(body.get("include_jobs", True))
+    limit_subs = body.get("job_submissions_limit")
+    cache = _rendered_runs(ctx)
     async with ctx.db.read() as conn:
-        return await store.list_runs(
+        keys = await store.list_run_keys(
             conn,
             project_ids,
             only_active=bool(body.get("only_active")),
@@ -324,9 +333,51 @@ async def list_runs(
             limit=int(body.get("limit", 100)),
             ascending=bool(body.get("ascending")),
             after=after,
-            include_jobs=body.get("include_jobs", True),
-            submissions_limit=body.get("job_submissions_limit"),
         )
+        shape = (include_jobs, limit_subs)
+        missing = [k.id for k in keys if (k.id, k.status, k.last_processed_at, shape) not in cache]
+        fresh = await store.runs_by_ids(conn, missing, include_jobs, limit_subs)
+    out = []
+    for k in keys:
+        ck = (k.id, k.status, k.last_processed_at, shape)
+        rendered = cache.get(ck)
+        if rendered is None:
+            rec = fresh.get(k.id)
+            if rec is None:  # deleted between the two queries
+                continue
+            rendered = orjson.Fragment(orjson.dumps(serialize.run(rec), default=json_default))
+            if k.status in store.FINISHED_RUN_STATUSES:
+                cache.put(ck, rendered)
+        out.append(rendered)
+    return out
+
+
+class _LRU:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: OrderedDict[Any, Any] = OrderedDict()
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._d
+
+    def get(self, key: Any) -> Any:
+        value = self._d.get(key)
+        if value is not None:
+            self._d.move_to_end(key)
+        return value
+
+    def put(self, key: Any, value: Any) -> None:
+        self._d[key] = value
+        if len(self._d) > self.size:
+            self._d.popitem(last=False)
+
+
+def _rendered_runs(ctx: Context) -> _LRU:
+    cache = getattr(ctx, "_rendered_runs", None)
+    if cache is None:
+        cache = _LRU(5000)
+        ctx._rendered_runs = cache  # type: ignore[attr-defined]
+    return cache
 
 
 async def get(ctx: Context, project: ProjectRec, run_name: str | None, run_id: str | None) -> dict[str, Any]:

@@ -119,19 +119,17 @@ async def _jobs_for(
     return out
 
 
-async def list_runs(
-    conn: AsyncConnection,
+def _run_filters(
+    q: sa.Select[Any],
     project_ids: Sequence[str] | None,
-    only_active: bool = False,
-    user_id: str | None = None,
-    repo_id: str | None = None,
-    limit: int | None = 100,
-    ascending: bool = False,
-    after: tuple[float, str] | None = None,
-    include_jobs: bool = True,
-    submissions_limit: int | None = None,
-) -> list[RunRec]:
-    q = _run_select().where(runs.c.deleted.is_(False))
+    only_active: bool,
+    user_id: str | None,
+    repo_id: str | None,
+    limit: int | None,
+    ascending: bool,
+    after: tuple[float, str] | None,
+) -> sa.Select[Any]:
+    q = q.where(runs.c.deleted.is_(False))
     if project_ids is not None:
         q = q.where(runs.c.project_id.in_(project_ids))
     if only_active:
@@ -145,11 +143,60 @@ async def list_runs(
         q = q.where(cmp > sa.tuple_(*after) if ascending else cmp < sa.tuple_(*after))
     order = (runs.c.submitted_at, runs.c.id)
     q = q.order_by(*(c.asc() if ascending else c.desc() for c in order))
-    if limit is not None:
-        q = q.limit(limit)
+    return q.limit(limit) if limit is not None else q
+
+
+async def list_runs(
+    conn: AsyncConnection,
+    project_ids: Sequence[str] | None,
+    only_active: bool = False,
+    user_id: str | None = None,
+    repo_id: str | None = None,
+    limit: int | None = 100,
+    ascending: bool = False,
+    after: tuple[float, str] | None = None,
+    include_jobs: bool = True,
+    submissions_limit: int | None = None,
+) -> list[RunRec]:
+    q = _run_filters(_run_select(), project_ids, only_active, user_id, repo_id, limit, ascending, after)
     rows = (await conn.execute(q)).all()
     by_run = await _jobs_for(conn, [r.id for r in rows], submissions_limit) if include_jobs else {}
     return [_run(r, by_run.get(r.id, [])) for r in rows]
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """Enough of a run to tell whether a cached rendering of it is still current."""
+
+    id: str
+    status: str
+    last_processed_at: float
+
+
+async def list_run_keys(
+    conn: AsyncConnection,
+    project_ids: Sequence[str] | None,
+    only_active: bool = False,
+    user_id: str | None = None,
+    repo_id: str | None = None,
+    limit: int | None = 100,
+    ascending: bool = False,
+    after: tuple[float, str] | None = None,
+) -> list[RunKey]:
+    """The page ``list_runs`` would return, as keys only (one narrow indexed query)."""
+    q = sa.select(runs.c.id, runs.c.status, runs.c.last_processed_at)
+    q = _run_filters(q, project_ids, only_active, user_id, repo_id, limit, ascending, after)
+    return [RunKey(r.id, r.status, r.last_processed_at) for r in await conn.execute(q)]
+
+
+async def runs_by_ids(
+    conn: AsyncConnection, ids: Sequence[str], include_jobs: bool = True, submissions_limit: int | None = None
+) -> dict[str, RunRec]:
+    if not ids:
+        return {}
+    rows = (await conn.execute(_run_select().where(runs.c.id.in_(ids)))).all()
+    by_run = await _jobs_for(conn, [r.id for r in rows], submissions_limit) if include_jobs else {}
+    return {r.id: _run(r, by_run.get(r.id, [])) for r in rows}
 
 
 async def get_run(
