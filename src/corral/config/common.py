@@ -17,7 +17,7 @@ from corral.domain.resources import parse_memory
 class CoreModel(BaseModel):
     """Strict like dstack: unknown keys are errors; YAML numbers are accepted where text is expected."""
 
-    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, defer_build=True)
 
 
 class BackendType(str, Enum):

@@ -162,3 +162,22 @@ def load_configuration_file(path: Union[str, Path]) -> AnyConfiguration:
         return parse_configuration(data)
     except ValidationError as e:
         raise ConfigError(format_validation_error(e), path) from e
+
+
+_WARM_SAMPLES: tuple[dict[str, Any], ...] = (
+    {"type": "task", "commands": ["true"], "resources": {"gpu": "1..", "cpu": "1.."}, "retry": True},
+    {"type": "service", "port": 8000, "commands": ["true"]},
+    {"type": "dev-environment", "ide": "vscode"},
+    {"type": "fleet", "name": "f", "nodes": "0..1"},
+    {"type": "fleet", "name": "s", "ssh_config": {"user": "u", "hosts": ["h"]}},
+    {"type": "gateway", "name": "g", "backend": "aws", "region": "r", "domain": "example.com"},
+    {"type": "volume", "name": "v", "backend": "aws", "region": "r", "size": "1GB"},
+)
+
+
+def warm_up() -> None:
+    """Build the models now (they are built lazily so that start-up stays short): called off the event
+    loop right after the server starts, so the first request does not pay for it."""
+    for sample in _WARM_SAMPLES:
+        parse_configuration(sample)
+    parse_profile({})

@@ -40,6 +40,9 @@ class Workers:
             await self._notifier.start()
             self.ctx.wakeups.remote = self._notifier.notify
         await self.instances.recover()
+        from corral.config.parsing import warm_up
+
+        self._tasks.append(asyncio.create_task(asyncio.to_thread(warm_up), name="corral-warm-up"))
         loops: dict[str, Callable[[], Awaitable[object]]] = {
             "scheduler": self.scheduling.pass_once,
             "instances": self.instances.pass_once,
