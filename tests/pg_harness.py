@@ -44,12 +44,29 @@ class PgCluster:
         if self._as_postgres:
             shutil.chown(self.dir, "postgres", "postgres")
             os.chmod(self.dir, 0o755)
-        self._run([_bin("initdb"), "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres", "-E", "UTF8",
-                   "--locale=C.UTF-8", "--no-sync", "--no-instructions"])
-        opts = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off "
-                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300")
-        self._run([_bin("pg_ctl"), "-D", str(self.dir / "data"), "-l", str(self.dir / "log"), "-w", "-o", opts,
-                   "start"])
+        self._run(
+            [
+                _bin("initdb"),
+                "-D",
+                str(self.dir / "data"),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+                "--no-sync",
+                "--no-instructions",
+            ]
+        )
+        opts = (
+            f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+        )
+        self._run(
+            [_bin("pg_ctl"), "-D", str(self.dir / "data"), "-l", str(self.dir / "log"), "-w", "-o", opts, "start"]
+        )
 
     def _run(self, argv: list[str]) -> None:
         if self._as_postgres:
@@ -61,8 +78,12 @@ class PgCluster:
     def create_database(self) -> str:
         """A fresh database; returns its SQLAlchemy URL (asyncpg)."""
         name = f"t_{uuid.uuid4().hex[:12]}"
-        subprocess.run([_bin("psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-qc",
-                        f"CREATE DATABASE {name}"], check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [_bin("psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-qc", f"CREATE DATABASE {name}"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/{name}"
 
     def stop(self) -> None:

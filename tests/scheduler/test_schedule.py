@@ -177,7 +177,7 @@ def test_multinode_gang_is_all_or_nothing() -> None:
 
 def test_upkeep_fills_to_nodes_min() -> None:
     f = fleet((inst(0),), nodes_min=3)
-    assert len(upkeep(f, {})) == 2
+    assert len(upkeep(f)) == 2
 
 
 @st.composite
@@ -256,8 +256,9 @@ def test_selectors_pin_to_existing_instances_only() -> None:
     f = fleet((inst(0), inst(1)), nodes_max=5)
     pinned = QueuedJob(**{**job(1).__dict__, "selectors": (Selector(name="f-1"),), "project_name": "p"})
     assert decisions(Snapshot(fleets=(f,), queue=(pinned,))) == [Assign("j1-0", "i1", 1)]
-    by_fleet = QueuedJob(**{**job(2).__dict__, "project_name": "p",
-                            "selectors": (Selector(fleet=FleetRef("F"), instance_num=0),)})
+    by_fleet = QueuedJob(
+        **{**job(2).__dict__, "project_name": "p", "selectors": (Selector(fleet=FleetRef("F"), instance_num=0),)}
+    )
     assert decisions(Snapshot(fleets=(replace_project(f, "p"),), queue=(by_fleet,))) == [Assign("j2-0", "i0", 1)]
     busy = fleet((inst(0, status="busy", busy=1),), nodes_max=5)
     existing_only = QueuedJob(**{**job(3).__dict__, "selectors": ()})

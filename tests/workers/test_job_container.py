@@ -135,3 +135,15 @@ def test_api_shows_pull_progress_only_while_pulling() -> None:
     assert shown["image_pull_progress"] == {"downloaded_bytes": 1}
     assert "image_pull_progress" not in shown["job_runtime_data"]
     assert job_submission(_job(status="running", runtime=runtime))["image_pull_progress"] is None
+
+
+def test_dstack_gpu_variables_give_a_blocks_job_its_share() -> None:
+    from types import SimpleNamespace
+
+    from corral.workers.jobs import _env
+
+    run = SimpleNamespace(project_name="main", run_spec={"repo_id": "none"})
+    whole = _env(_job(blocks=1), run, _inst(total_blocks=1), "127.0.0.1", ["127.0.0.1"])
+    assert whole["DSTACK_GPUS_PER_NODE"] == "4"
+    half = _env(_job(blocks=2), run, _inst(total_blocks=4), "127.0.0.1", ["127.0.0.1"])
+    assert half["DSTACK_GPUS_PER_NODE"] == "2" and half["DSTACK_GPUS_NUM"] == "2"

@@ -279,7 +279,7 @@ def schedule(snapshot: Snapshot, now: float) -> Plan:
     return Plan(tuple(out))
 
 
-def upkeep(fleet: FleetSlot, ledger_limits: dict[str, tuple[int, int]]) -> list[Reserve]:
+def upkeep(fleet: FleetSlot) -> list[Reserve]:
     """Reservations that bring ``fleet`` up to ``nodes.min`` (through the same commit point)."""
     missing = fleet.nodes_min - len(fleet.instances)
     if missing <= 0 or not fleet.offers:

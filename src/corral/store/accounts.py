@@ -187,9 +187,5 @@ async def remove_members(conn: AsyncConnection, project_id: str, user_ids: Seque
     await conn.execute(sa.delete(members).where(members.c.project_id == project_id, members.c.user_id.in_(user_ids)))
 
 
-async def count_users(conn: AsyncConnection) -> int:
-    return int((await conn.execute(sa.select(sa.func.count()).select_from(users))).scalar_one())
-
-
 async def set_project_backends(conn: AsyncConnection, project_id: str, backends_json: str) -> None:
     await conn.execute(sa.update(projects).where(projects.c.id == project_id).values(backends=backends_json))

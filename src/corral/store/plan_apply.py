@@ -48,11 +48,6 @@ class _Rejected(Exception):
     pass
 
 
-async def _job_is_waiting(conn: AsyncConnection, job_id: str) -> bool:
-    row = (await conn.execute(sa.select(jobs.c.status, jobs.c.instance_id).where(jobs.c.id == job_id))).first()
-    return row is not None and row.status == "submitted" and row.instance_id is None
-
-
 async def _busy_blocks(conn: AsyncConnection, instance_id: str) -> int:
     q = sa.select(sa.func.coalesce(sa.func.sum(jobs.c.blocks), 0)).where(
         jobs.c.instance_id == instance_id, jobs.c.status.in_(LIVE_JOB_STATUSES)
@@ -65,8 +60,6 @@ async def _assign(db: Database, conn: AsyncConnection, d: Assign, now: float) ->
     if inst is None or inst.status not in _USABLE or inst.unreachable or inst.deleted:
         raise _Rejected
     if inst.termination_reason is not None:  # on its way out (a host removed from its SSH fleet while busy)
-        raise _Rejected
-    if not await _job_is_waiting(conn, d.job_id):
         raise _Rejected
     busy = await _busy_blocks(conn, d.instance_id)
     total = inst.total_blocks or 1
@@ -139,8 +132,6 @@ async def _reserve(db: Database, conn: AsyncConnection, d: Reserve, now: float, 
         raise _Rejected  # upkeep only fills up to nodes.min
     limit = backend_limits.get(d.offer.backend)
     if limit is not None and await _count_backend(conn, d.offer.backend) >= limit:
-        raise _Rejected
-    if d.job_id is not None and not await _job_is_waiting(conn, d.job_id):
         raise _Rejected
     num = await _next_instance_num(conn, d.fleet_id)
     instance_id = str(uuid.uuid4())

@@ -146,24 +146,6 @@ def _run_filters(
     return q.limit(limit) if limit is not None else q
 
 
-async def list_runs(
-    conn: AsyncConnection,
-    project_ids: Sequence[str] | None,
-    only_active: bool = False,
-    user_id: str | None = None,
-    repo_id: str | None = None,
-    limit: int | None = 100,
-    ascending: bool = False,
-    after: tuple[float, str] | None = None,
-    include_jobs: bool = True,
-    submissions_limit: int | None = None,
-) -> list[RunRec]:
-    q = _run_filters(_run_select(), project_ids, only_active, user_id, repo_id, limit, ascending, after)
-    rows = (await conn.execute(q)).all()
-    by_run = await _jobs_for(conn, [r.id for r in rows], submissions_limit) if include_jobs else {}
-    return [_run(r, by_run.get(r.id, [])) for r in rows]
-
-
 @dataclass(frozen=True)
 class RunKey:
     """Enough of a run to tell whether a cached rendering of it is still current."""
@@ -183,7 +165,7 @@ async def list_run_keys(
     ascending: bool = False,
     after: tuple[float, str] | None = None,
 ) -> list[RunKey]:
-    """The page ``list_runs`` would return, as keys only (one narrow indexed query)."""
+    """A page of runs (filters and keyset order as dstack's runs/list), as keys only (one narrow indexed query)."""
     q = sa.select(runs.c.id, runs.c.status, runs.c.last_processed_at)
     q = _run_filters(q, project_ids, only_active, user_id, repo_id, limit, ascending, after)
     return [RunKey(r.id, r.status, r.last_processed_at) for r in await conn.execute(q)]
@@ -218,11 +200,6 @@ async def get_run_by_id(conn: AsyncConnection, run_id: str) -> RunRec | None:
     if row is None:
         return None
     return _run(row, (await _jobs_for(conn, [row.id], None))[row.id])
-
-
-async def run_name_taken(conn: AsyncConnection, project_id: str, name: str) -> bool:
-    q = sa.select(runs.c.id).where(runs.c.project_id == project_id, runs.c.run_name == name, runs.c.deleted.is_(False))
-    return (await conn.execute(q)).first() is not None
 
 
 async def insert_run(conn: AsyncConnection, values: dict[str, Any]) -> None:

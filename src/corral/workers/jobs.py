@@ -36,7 +36,7 @@ def _env(job: JobRec, run: Any, inst: InstanceRec, master_ip: str, nodes_ips: li
     resources = (inst.offer or {}).get("resources", {})
     gpus = len(resources.get("gpus") or [])
     total = inst.total_blocks or 1
-    gpus_here = gpus * (job_blocks(job) or total) // total if total > 1 else gpus
+    gpus_here = gpus // total * job.blocks if total > 1 else gpus  # the job's share, as blocks split GPUs
     nodes = int(spec.get("jobs_per_replica") or 1)
     env = dict(spec.get("env") or {})
     env.update(
@@ -55,12 +55,6 @@ def _env(job: JobRec, run: Any, inst: InstanceRec, master_ip: str, nodes_ips: li
         }
     )
     return env  # the agent adds DSTACK_REPO_DIR and DSTACK_WORKING_DIR (it knows where they are)
-
-
-def job_blocks(job: JobRec) -> int | None:
-    data = job.job_runtime_data or {}
-    blocks = data.get("blocks")
-    return int(blocks) if blocks else None
 
 
 def provisioning_data(inst: InstanceRec) -> dict[str, Any]:

@@ -183,7 +183,7 @@ class Scheduling:
             hold_after=self.ctx.settings.starvation_guard,
         )
         plan = schedule(snapshot, now)
-        upkeep_gangs = [Gang(f"upkeep:{f.id}", (r,)) for f in slots for r in upkeep(f, {})]
+        upkeep_gangs = [Gang(f"upkeep:{f.id}", (r,)) for f in slots for r in upkeep(f)]
         if upkeep_gangs or failed_parse:
             plan = Plan(plan.gangs + tuple(upkeep_gangs) + tuple(failed_parse))
         result = await apply_plan(self.ctx.db, plan, now, limits)
