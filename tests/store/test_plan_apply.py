@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 
@@ -77,7 +78,11 @@ async def _db(url: str) -> Database:
     return db
 
 
+_JOB_NUMS = itertools.count()
+
+
 async def _job(db: Database, job_id: str) -> None:
+    """A job of run ``r`` (each its own job number: one row per submission of a job)."""
     now = time.time()
     async with db.write() as conn:
         await conn.execute(
@@ -86,7 +91,7 @@ async def _job(db: Database, job_id: str) -> None:
                 run_id="r",
                 project_id="p",
                 run_name="r",
-                job_num=0,
+                job_num=next(_JOB_NUMS),
                 replica_num=0,
                 job_name=job_id,
                 submission_num=0,

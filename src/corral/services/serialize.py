@@ -204,6 +204,8 @@ def run(r: RunRec, queue_position: int | None = None) -> dict[str, Any]:
             status_message = "done"
         if r.status == "submitted" and latest and latest.get("corral_waiting"):
             status_message = "pending"
+        if r.status == "submitted" and latest and latest["submission_num"] > 0:
+            status_message = "retrying"  # as dstack words a run submitted again by its `retry`
     out = {
         "id": r.id,
         "project_name": r.project_name,

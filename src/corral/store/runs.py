@@ -297,6 +297,12 @@ class JobState:
     status: str
     status_message: str | None
     instance_fleet_id: str | None
+    id: str = ""
+    termination_reason: str | None = None
+    #: When this submission last held an instance (its end, or its last update); None if it never did.
+    provisioned_at: float | None = None
+    submitted_at: float = 0.0
+    finished_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -334,13 +340,36 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                 jobs.c.status,
                 jobs.c.status_message,
                 instances.c.fleet_id,
+                jobs.c.id,
+                jobs.c.termination_reason,
+                sa.case(
+                    (
+                        jobs.c.job_provisioning_data.is_not(None),
+                        sa.func.coalesce(jobs.c.finished_at, jobs.c.last_processed_at),
+                    ),
+                    else_=None,
+                ).label("provisioned_at"),
+                jobs.c.submitted_at,
+                jobs.c.finished_at,
             )
             .outerjoin(instances, instances.c.id == jobs.c.instance_id)
             .where(jobs.c.run_id.in_(chunk))
         )
         for r in await conn.execute(q):
             by_run[r.run_id].append(
-                JobState(r.replica_num, r.job_num, r.submission_num, r.status, r.status_message, r.fleet_id)
+                JobState(
+                    r.replica_num,
+                    r.job_num,
+                    r.submission_num,
+                    r.status,
+                    r.status_message,
+                    r.fleet_id,
+                    r.id,
+                    r.termination_reason,
+                    r.provisioned_at,
+                    r.submitted_at,
+                    r.finished_at,
+                )
             )
     return [RunState(r.id, r.status, r.termination_reason, r.fleet_id, tuple(by_run[r.id])) for r in run_rows]
 

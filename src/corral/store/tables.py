@@ -187,7 +187,7 @@ jobs = sa.Table(
     sa.Column("disconnected_at", Time, nullable=True),
     sa.Column("log_offset", sa.Integer, nullable=False, default=0),
     *_lease_columns(),
-    sa.Index("ix_jobs_run", "run_id", "job_num", "submission_num"),
+    sa.Index("uq_jobs_submission", "run_id", "replica_num", "job_num", "submission_num", unique=True),
     sa.Index("ix_jobs_status_queue", "status", "priority", "submitted_at"),
     sa.Index("ix_jobs_instance_status", "instance_id", "status"),
 )

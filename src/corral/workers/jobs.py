@@ -395,6 +395,8 @@ class Jobs:
         message = state.message
         if stopped == "abort":
             status, reason = "aborted", "aborted_by_user"
+        elif stopped == "resubmit":  # its replica is submitted again (workers/runs.py)
+            status, reason, message = "terminated", "terminated_by_server", "Run is to be resubmitted"
         elif stopped:
             status, reason = "terminated", "terminated_by_user"
         elif state.state == "done" and (exit_status or 0) == 0:

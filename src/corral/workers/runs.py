@@ -1,17 +1,33 @@
 """The runs worker: a run's status follows its jobs (``run_status_from_jobs``); a finished or stopped
-run gets its final status and termination reason."""
+run gets its final status and termination reason; a replica whose job failed after it ran is submitted
+again when the job's ``retry`` says so (``corral.domain.retry``)."""
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Mapping
 
+import sqlalchemy.exc
+
+from corral.domain.retry import Submission, Verdict, needs_retry_evaluation, verdict
 from corral.domain.statuses import JobStatus, RunStatus, RunTerminationReason, run_status_from_jobs
+from corral.store import resubmit as resubmit_store
 from corral.store import runs as run_store
 from corral.workers.context import Context
 
+log = logging.getLogger("corral.runs")
 
-def decide_run(status: str, termination_reason: str | None, jobs: list[str]) -> tuple[str, str | None] | None:
-    """The run's next (status, termination_reason), or None if nothing changes. Pure."""
+
+def decide_run(
+    status: str,
+    termination_reason: str | None,
+    jobs: list[str],
+    failure: RunTerminationReason = RunTerminationReason.JOB_FAILED,
+) -> tuple[str, str | None] | None:
+    """The run's next (status, termination_reason), or None if nothing changes. Pure.
+
+    ``failure`` is the reason a failed job gives the run (``retry_limit_exceeded`` when its retry ran out)."""
     job_statuses = [JobStatus(j) for j in jobs]
     if not job_statuses:
         return None
@@ -19,7 +35,7 @@ def decide_run(status: str, termination_reason: str | None, jobs: list[str]) -> 
         if termination_reason is not None:
             reason = RunTerminationReason(termination_reason)
         elif any(j in (JobStatus.FAILED,) for j in job_statuses):
-            reason = RunTerminationReason.JOB_FAILED
+            reason = failure
         elif all(j == JobStatus.DONE for j in job_statuses):
             reason = RunTerminationReason.ALL_JOBS_DONE
         elif any(j == JobStatus.ABORTED for j in job_statuses):
@@ -30,11 +46,28 @@ def decide_run(status: str, termination_reason: str | None, jobs: list[str]) -> 
     if status == RunStatus.TERMINATING.value:
         return None
     if any(j == JobStatus.FAILED for j in job_statuses):
-        return RunStatus.TERMINATING.value, RunTerminationReason.JOB_FAILED.value
+        return RunStatus.TERMINATING.value, failure.value
     new = run_status_from_jobs(job_statuses)
     if new is None or new.value == status:
         return None
     return new.value, termination_reason
+
+
+def replica_verdicts(latest: list[run_store.JobState], verdicts: Mapping[str, Verdict]) -> dict[int, Verdict]:
+    """Each replica's verdict from its jobs' (dstack: any job failing for good fails the replica, then any
+    whose retry ran out, else it is resubmitted if any job asks for it). Pure."""
+    out: dict[int, Verdict] = {}
+    for j in latest:
+        v = verdicts.get(j.id)
+        if v is None:
+            continue
+        seen = out.get(j.replica_num)
+        if seen is None or _RANK[v] > _RANK[seen]:
+            out[j.replica_num] = v
+    return out
+
+
+_RANK = {Verdict.RESUBMIT: 0, Verdict.LIMIT_EXCEEDED: 1, Verdict.FAIL: 2}
 
 
 class Runs:
@@ -44,12 +77,33 @@ class Runs:
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
             states = await run_store.active_run_states(conn)
+            latest_by_run = {run.id: _latest(run) for run in states}
+            to_evaluate = [
+                j.id
+                for run in states
+                if run.status != RunStatus.TERMINATING.value
+                for j in latest_by_run[run.id].values()
+                if needs_retry_evaluation(j.status, j.termination_reason)
+                and any(s.provisioned for s in _history(run, j))
+            ]
+            retries = await resubmit_store.retry_specs(conn, to_evaluate)
         now = time.time()
         for run in states:
-            latest: dict[tuple[int, int], run_store.JobState] = {}
-            for j in sorted(run.jobs, key=lambda j: j.submission_num):
-                latest[(j.replica_num, j.job_num)] = j
-            decision = decide_run(run.status, run.termination_reason, [j.status for j in latest.values()])
+            latest = latest_by_run[run.id]
+            failure = RunTerminationReason.JOB_FAILED
+            if run.status != RunStatus.TERMINATING.value:
+                verdicts = {
+                    j.id: verdict(j.termination_reason, retries.get(j.id), _history(run, j), now)
+                    for j in latest.values()
+                    if needs_retry_evaluation(j.status, j.termination_reason)
+                }
+                by_replica = replica_verdicts(list(latest.values()), verdicts)
+                if Verdict.FAIL not in by_replica.values() and Verdict.LIMIT_EXCEEDED in by_replica.values():
+                    failure = RunTerminationReason.RETRY_LIMIT_EXCEEDED
+                elif by_replica and set(by_replica.values()) == {Verdict.RESUBMIT}:
+                    await self._resubmit(run, latest, by_replica, now)
+                    continue
+            decision = decide_run(run.status, run.termination_reason, [j.status for j in latest.values()], failure)
             master = latest.get((0, 0))
             fleet_id = run.fleet_id or (master.instance_fleet_id if master else None)
             if decision is None and fleet_id == run.fleet_id:
@@ -58,13 +112,41 @@ class Runs:
             if decision is not None:
                 status, reason = decision
                 values.update(status=status, termination_reason=reason)
-                if status in ("terminating",) and reason == RunTerminationReason.JOB_FAILED.value:
+                if status == "terminating" and reason == failure.value:
                     await self._stop_jobs(run.id, "stop")
                 if status in ("failed", "done", "terminated"):
                     failed = next((j for j in latest.values() if j.status == "failed"), None)
                     values["status_message"] = failed.status_message if failed else None
             async with self.ctx.db.write() as conn:
                 await run_store.update_run(conn, run.id, values, expect_status=(run.status,))
+
+    async def _resubmit(
+        self,
+        run: run_store.RunState,
+        latest: dict[tuple[int, int], run_store.JobState],
+        by_replica: dict[int, Verdict],
+        now: float,
+    ) -> None:
+        submitted = []
+        try:
+            async with self.ctx.db.write() as conn:
+                for replica in sorted(by_replica):
+                    ids = [j.id for j in latest.values() if j.replica_num == replica]
+                    if await resubmit_store.resubmit_replica(conn, run.id, replica, ids, now):
+                        submitted.append(replica)
+        except sqlalchemy.exc.IntegrityError:
+            return  # another server replica resubmitted it first
+        if not submitted:  # its other jobs are asked to stop first; their end wakes this worker again
+            self.ctx.wakeups.wake("jobs")
+            return
+        failed = [j for j in latest.values() if j.replica_num in by_replica and j.status == "failed"]
+        log.info(
+            "run %s: resubmitting replica(s) %s after %s",
+            run.id,
+            submitted,
+            ", ".join(sorted({j.termination_reason or j.status for j in failed})) or "a failure",
+        )
+        self.ctx.wakeups.wake("scheduler", "jobs", "runs")
 
     async def _stop_jobs(self, run_id: str, how: str) -> None:
         async with self.ctx.db.write() as conn:
@@ -73,3 +155,19 @@ class Runs:
             ):
                 await run_store.update_job(conn, job.id, {"stop_requested": how})
         self.ctx.wakeups.wake("jobs")
+
+
+def _latest(run: run_store.RunState) -> dict[tuple[int, int], run_store.JobState]:
+    latest: dict[tuple[int, int], run_store.JobState] = {}
+    for j in sorted(run.jobs, key=lambda j: j.submission_num):
+        latest[(j.replica_num, j.job_num)] = j
+    return latest
+
+
+def _history(run: run_store.RunState, job: run_store.JobState) -> list[Submission]:
+    """Every submission of ``job`` (same replica and job number), oldest first."""
+    subs = sorted(
+        (j for j in run.jobs if j.replica_num == job.replica_num and j.job_num == job.job_num),
+        key=lambda j: j.submission_num,
+    )
+    return [Submission(j.submitted_at, j.finished_at, j.provisioned_at is not None) for j in subs]

@@ -1,0 +1,71 @@
+"""Job resubmission: a new submission (``submission_num + 1``) of every job of a replica whose run is
+retried, in one transaction. The unique index on (run, replica, job, submission) makes it happen once
+even when several replicas decide it at the same moment."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.store.runs import FINISHED_JOB_STATUSES
+from corral.store.tables import jobs, runs
+
+
+async def retry_specs(conn: AsyncConnection, job_ids: Sequence[str]) -> dict[str, Mapping[str, Any] | None]:
+    """The ``retry`` of each job's spec (only the jobs that need a retry decision are read)."""
+    if not job_ids:
+        return {}
+    rows = await conn.execute(sa.select(jobs.c.id, jobs.c.job_spec).where(jobs.c.id.in_(job_ids)))
+    return {r.id: (orjson.loads(r.job_spec) or {}).get("retry") for r in rows}
+
+
+async def resubmit_replica(
+    conn: AsyncConnection, run_id: str, replica_num: int, latest: Sequence[str], now: float
+) -> bool:
+    """Submit again the jobs whose latest submissions are ``latest`` (ids), once all of them have finished:
+    while some still run, ask them to stop (they hold the capacity the new submissions need) and return
+    False. Raises ``IntegrityError`` (the caller's transaction rolls back) if another replica did it first."""
+    rows = (await conn.execute(sa.select(jobs).where(jobs.c.id.in_(list(latest))))).all()
+    if len(rows) != len(latest):
+        return False
+    still_active = [r.id for r in rows if r.status not in FINISHED_JOB_STATUSES]
+    if still_active:
+        await conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.id.in_(still_active), jobs.c.stop_requested.is_(None))
+            .values(stop_requested="resubmit")
+        )
+        return False
+    number = max(r.submission_num for r in rows) + 1
+    await conn.execute(
+        sa.insert(jobs),
+        [
+            {
+                "id": str(uuid.uuid4()),
+                "run_id": run_id,
+                "project_id": r.project_id,
+                "run_name": r.run_name,
+                "job_num": r.job_num,
+                "replica_num": replica_num,
+                "job_name": r.job_name,
+                "submission_num": number,
+                "deployment_num": r.deployment_num,
+                "submitted_at": now,
+                "last_processed_at": now,
+                "status": "submitted",
+                "job_spec": r.job_spec,
+                "priority": r.priority,
+                "blocks": 1,
+                "log_offset": 0,
+            }
+            for r in rows
+        ],
+    )
+    # the new submissions may go to another fleet, as in dstack
+    await conn.execute(sa.update(runs).where(runs.c.id == run_id).values(fleet_id=None, last_processed_at=now))
+    return True
