@@ -60,3 +60,34 @@ async def test_run_fails_when_its_retry_does_not_cover_the_event(server: Running
 
 async def _logs_contain(c: httpx.AsyncClient, name: str, text: str) -> bool:
     return text in await run_logs(c, await run_get(c, name))
+
+
+async def test_job_placed_on_a_host_that_just_died_fails_and_is_retried(
+    server: RunningServer, hosts: FakeHosts
+) -> None:
+    """The host dies between placement and its agent taking the job: the job must not stay
+    ``provisioning`` for ever; it fails ``instance_unreachable`` and its retry places it elsewhere."""
+    async with server.client() as c:
+        await apply_fleet(c, ssh_fleet(hosts, "pair", [hosts.ip("cpu1"), hosts.ip("cpu2")]))
+        await wait_for(lambda: fleet_settled(c, "pair", 2), timeout=30)
+        await submit(c, "blocker", ["sleep 600"], instances=[{"hostname": "cpu2"}])
+        await run_status(c, "blocker", "running")
+        hosts.kill("cpu1")  # not yet noticed by the health checks: the scheduler may still pick it
+        await submit(c, "late", ["hostname"], retry={"on_events": ["error", "no-capacity"], "duration": "1h"})
+
+        async def first_failed() -> dict[str, Any] | None:
+            run = await run_get(c, "late")
+            first = run["jobs"][0]["job_submissions"][0]
+            return run if first["status"] == "failed" or run["status"] == "done" else None
+
+        run = await wait_for(first_failed, timeout=30)
+        first = run["jobs"][0]["job_submissions"][0]
+        if first["status"] == "failed":  # it went to the dead host (the usual case)
+            assert first["termination_reason"] == "instance_unreachable", first
+        await c.post("/api/project/main/runs/stop", json={"runs_names": ["blocker"], "abort": True})
+        run = await run_status(c, "late", "done", "failed", timeout=30)
+        assert run["status"] == "done", [
+            (s["status"], s["termination_reason"], s["termination_reason_message"])
+            for s in run["jobs"][0]["job_submissions"]
+        ]
+        assert (await run_logs(c, run)).strip() == "cpu2"

@@ -299,7 +299,8 @@ class JobState:
     instance_fleet_id: str | None
     id: str = ""
     termination_reason: str | None = None
-    #: When this submission last held an instance (its end, or its last update); None if it never did.
+    #: When this submission last held an instance (its end, or its last update); None if it was never
+    #: placed on one.
     provisioned_at: float | None = None
     submitted_at: float = 0.0
     finished_at: float | None = None
@@ -344,7 +345,7 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                 jobs.c.termination_reason,
                 sa.case(
                     (
-                        jobs.c.job_provisioning_data.is_not(None),
+                        sa.or_(jobs.c.instance_id.is_not(None), jobs.c.job_provisioning_data.is_not(None)),
                         sa.func.coalesce(jobs.c.finished_at, jobs.c.last_processed_at),
                     ),
                     else_=None,

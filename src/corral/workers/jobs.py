@@ -244,7 +244,10 @@ class Jobs:
             return
         except AgentUnreachable as e:
             log.warning("agent of %s unreachable: %s", inst.name, e)
-            return  # retried on the next pass
+            # tried again shortly; a host lost for good fails the job as it would a running one
+            if not await self._unreachable(job):
+                asyncio.get_running_loop().call_later(1.0, self.ctx.wakeups.wake_local, "jobs")
+            return
         except AgentError as e:
             await self._finish(job, JobState(job.id, "failed", message=str(e)), stopped=None, executor_error=True)
             return
