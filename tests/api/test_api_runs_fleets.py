@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from server_harness import SEED_BODY, SEED_FLEET, RunningServer, fleet_body, task_body, wait_for
+from server_harness import (
+    SEED_BODY,
+    SEED_FLEET,
+    RunningServer,
+    fleet_body,
+    make_settings,
+    running_server,
+    task_body,
+    wait_for,
+)
 
 
 async def _run(c: httpx.AsyncClient, name: str) -> dict[str, Any]:
@@ -343,3 +353,15 @@ async def test_runs_list_keyset_pages_are_exact(server: RunningServer) -> None:
             seen += [r["run_spec"]["run_name"] for r in page]
             prev = {"prev_submitted_at": page[-1]["submitted_at"], "prev_run_id": page[-1]["id"]}
         assert seen == [f"page{i}" for i in reversed(range(7))]
+
+
+async def test_apply_response_is_what_a_read_gives(tmp_path: Path) -> None:
+    """``runs/apply`` answers from what it wrote (no read-back): the same document ``runs/get`` reads."""
+    async with running_server(make_settings(tmp_path, background_processing=False)) as s, s.client() as c:
+        for name, extra in (("single", {}), ("multi", {"nodes": 2, "env": {"A": "1"}, "priority": 7})):
+            applied = (
+                await c.post("/api/project/main/runs/apply", json=task_body(["true"], name=name, **extra))
+            ).json()
+            read = await _run(c, name)
+            read.pop("corral_queue_position", None)
+            assert applied == read

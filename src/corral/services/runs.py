@@ -253,49 +253,46 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                 else:
                     name = _random_name()
                 spec["run_name"] = name
-                run_id = str(uuid.uuid4())
-                priority = int(spec["configuration"].get("priority") or 0)
-                await store.insert_run(
-                    conn,
+                run_values = {
+                    "id": str(uuid.uuid4()),
+                    "project_id": project.id,
+                    "user_id": user.id,
+                    "run_name": name,
+                    "submitted_at": now,
+                    "last_processed_at": now,
+                    "status": "submitted",
+                    "status_message": None,
+                    "termination_reason": None,
+                    "run_spec": dump(spec),
+                    "priority": int(spec["configuration"].get("priority") or 0),
+                    "fleet_id": None,
+                    "deployment_num": 0,
+                    "repo_id": spec["repo_id"],
+                }
+                job_values = [
                     {
-                        "id": run_id,
+                        "id": str(uuid.uuid4()),
+                        "run_id": run_values["id"],
                         "project_id": project.id,
-                        "user_id": user.id,
                         "run_name": name,
+                        "job_num": js["job_num"],
+                        "replica_num": 0,
+                        "job_name": js["job_name"],
+                        "submission_num": 0,
+                        "deployment_num": 0,
                         "submitted_at": now,
                         "last_processed_at": now,
                         "status": "submitted",
-                        "status_message": None,
-                        "termination_reason": None,
-                        "run_spec": dump(spec),
-                        "priority": priority,
-                        "fleet_id": None,
-                        "deployment_num": 0,
-                        "repo_id": spec["repo_id"],
-                    },
-                )
-                for js in job_specs(name, spec, conf, merged, ctx.settings.default_image):
-                    await store.insert_job(
-                        conn,
-                        {
-                            "id": str(uuid.uuid4()),
-                            "run_id": run_id,
-                            "project_id": project.id,
-                            "run_name": name,
-                            "job_num": js["job_num"],
-                            "replica_num": 0,
-                            "job_name": js["job_name"],
-                            "submission_num": 0,
-                            "deployment_num": 0,
-                            "submitted_at": now,
-                            "last_processed_at": now,
-                            "status": "submitted",
-                            "job_spec": dump(js),
-                            "priority": priority,
-                            "blocks": 1,
-                        },
-                    )
-                run = await store.get_run(conn, project.id, run_id=run_id)
+                        "job_spec": dump(js),
+                        "priority": run_values["priority"],
+                        "blocks": 1,
+                    }
+                    for js in job_specs(name, spec, conf, merged, ctx.settings.default_image)
+                ]
+                await store.insert_run(conn, run_values)
+                await store.insert_jobs(conn, job_values)
+            # the response is built from what was written: no read-back inside the write lock
+            run = store.new_run_rec(run_values, job_values, project.name, user.name)
             break
         except sqlalchemy.exc.IntegrityError:
             if explicit:

@@ -219,6 +219,43 @@ async def insert_job(conn: AsyncConnection, values: dict[str, Any]) -> None:
     await conn.execute(sa.insert(jobs).values(log_offset=0, **values))
 
 
+async def insert_jobs(conn: AsyncConnection, values: Sequence[dict[str, Any]]) -> None:
+    """Several jobs in one statement (a multi-node run's)."""
+    await conn.execute(sa.insert(jobs), [{"log_offset": 0, **v} for v in values])
+
+
+def new_run_rec(
+    run_values: dict[str, Any], job_values: Sequence[dict[str, Any]], project_name: str, user_name: str
+) -> RunRec:
+    """The record of a run just inserted with ``run_values`` and ``job_values`` (as a read would give it)."""
+    defaults = {
+        "finished_at": None,
+        "status_message": None,
+        "termination_reason": None,
+        "termination_reason_message": None,
+        "exit_status": None,
+        "instance_id": None,
+        "job_provisioning_data": None,
+        "job_runtime_data": None,
+        "stop_requested": None,
+        "disconnected_at": None,
+        "log_offset": 0,
+        "wait_deadline": None,
+    }
+    run_jobs = [job_from_row(_Row({**defaults, **v})) for v in job_values]
+    row = _Row(
+        {**run_values, "project_name": project_name, "user_name": user_name, "fleet_name": None, "deleted": False}
+    )
+    return _run(row, run_jobs)
+
+
+class _Row:
+    """Attribute access to a dict, as a result row gives it."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
+
+
 async def update_job(
     conn: AsyncConnection, job_id: str, values: dict[str, Any], expect_status: Sequence[str] | None = None
 ) -> bool:
