@@ -29,7 +29,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib.servers import DEFAULT_DSTACK_VENV, DSTACK_VERSION, BenchError, Flavour, ensure_dstack_venv
+from benchlib.servers import (
+    DEFAULT_DSTACK_VENV,
+    DSTACK_VERSION,
+    BenchError,
+    Flavour,
+    ensure_dstack_venv,
+    prime_bytecode,
+)
 from benchlib.workloads import WORKLOADS, Bench, Options, Results, interleave
 
 # key, label, unit, better ("lo"/"hi"), target advantage (None = no target)
@@ -44,10 +51,12 @@ ROWS: list[tuple[str, str, str, str, float | None]] = [
     ("apply_rps", "runs/apply, {requests} requests, {concurrency} clients", "req/s", "hi", 10),
     ("apply_p50", "runs/apply p50", "ms", "lo", None),
     ("apply_p99", "runs/apply p99", "ms", "lo", 10),
+    ("apply_cpu_ms", "runs/apply: server CPU per request (incl. its background work)", "ms", "lo", None),
     ("apply_drain_s", "runs/apply: all runs failed (no fleet), after the last apply", "s", "lo", None),
     ("list_rps", "runs/list, 100 of {requests} runs", "req/s", "hi", 10),
     ("list_p50", "runs/list p50", "ms", "lo", None),
     ("list_p99", "runs/list p99", "ms", "lo", None),
+    ("list_cpu_ms", "runs/list: server CPU per request", "ms", "lo", None),
     ("ps_rps", "runs/list, `dstack ps` body (only_active)", "req/s", "hi", None),
     ("ps_p50", "runs/list `ps` body p50", "ms", "lo", None),
     ("ps_p99", "runs/list `ps` body p99", "ms", "lo", None),
@@ -170,6 +179,13 @@ def main() -> int:
     try:
         venv = None if args.no_dstack else ensure_dstack_venv(args.dstack_venv.expanduser())
         tmp = Path(tempfile.mkdtemp(prefix="corral-bench-"))
+        primed = prime_bytecode(tmp / "corral-prime")
+        if primed:
+            print(
+                "corral: PYTHONDONTWRITEBYTECODE is set here; corral's processes use a bytecode cache of their own "
+                "(an installed corral has its bytecode, as dstack's virtualenv has)",
+                file=sys.stderr,
+            )
         benches = [Bench(Flavour("corral", tmp / "corral"), opts, only)]
         if venv is not None:
             benches.append(Bench(Flavour("dstack", tmp / "dstack", venv), opts, only))
@@ -185,6 +201,7 @@ def main() -> int:
         f"\nmachine: {m['cores']} cores ({m['cpu']}), {m['memory']}; Python {m['python']}; {m['date']}; "
         f"medians of {opts.repeats} repeats; {opts.concurrency} concurrent clients; took {took:.0f} s; "
         f"load average {load0} at the start, {m['load']} at the end"
+        + ("; corral with a bytecode cache of its own (PYTHONDONTWRITEBYTECODE is set here)" if primed else "")
     )
     print(table(corral, dstack, opts, only, args.markdown))
     if args.json:

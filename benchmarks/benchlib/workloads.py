@@ -133,11 +133,16 @@ class Bench:
 
     def load(self, prefix: str, path: str, body: Callable[[int], Any], n: int) -> None:
         assert self.srv is not None
+        cpu0 = _cpu_s(self.srv.proc.pid)
         r = run_load(self.srv.url, self.srv.token, path, body, n, self.o.concurrency)
+        # the server's CPU per request: steadier than req/s on a machine shared with other work
+        server_cpu_ms = (_cpu_s(self.srv.proc.pid) - cpu0) * 1000 / max(1, r.requests)
         self.res.add_load(prefix, r)
+        self.res.add(f"{prefix}_cpu_ms", server_cpu_ms)
         self.say(
             f"{prefix}: {r.rps:.1f} req/s, p50 {r.p50_ms:.0f} ms, p99 {r.p99_ms:.0f} ms, "
-            f"{r.response_bytes / r.requests / 1024:.0f} KiB/resp, client CPU {r.client_cpu_share:.2f} cores"
+            f"{r.response_bytes / r.requests / 1024:.0f} KiB/resp, client CPU {r.client_cpu_share:.2f} cores, "
+            f"server CPU {server_cpu_ms:.1f} ms/request"
         )
 
     def steps(self) -> Steps:

@@ -20,7 +20,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 
 def _sqlite_engine(url: str, immediate: bool) -> AsyncEngine:
-    engine = create_async_engine(url, connect_args={"timeout": 30}, pool_size=5 if immediate else 10)
+    # Every use ends its transaction explicitly (``conn.begin()``), so the pool's rollback on return is
+    # only a wasted round trip to the driver's thread.
+    engine = create_async_engine(
+        url, connect_args={"timeout": 30}, pool_size=5 if immediate else 10, pool_reset_on_return=None
+    )
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -72,7 +76,9 @@ class Database:
             async with self._write.connect() as conn, conn.begin():
                 yield conn
             return
-        async with self._write_lock, self._write.connect() as conn, conn.begin():
+        # the connection is taken before the lock and given back after it: the lock covers only the
+        # transaction, since every round trip under it makes the other writers wait
+        async with self._write.connect() as conn, self._write_lock, conn.begin():
             yield conn
 
     async def dispose(self) -> None:

@@ -202,8 +202,11 @@ async def get_run_by_id(conn: AsyncConnection, run_id: str) -> RunRec | None:
     return _run(row, (await _jobs_for(conn, [row.id], None))[row.id])
 
 
+_INSERT_RUN = sa.insert(runs)  # parameters at execute time: one cached compiled statement
+
+
 async def insert_run(conn: AsyncConnection, values: dict[str, Any]) -> None:
-    await conn.execute(sa.insert(runs).values(deleted=False, **values))
+    await conn.execute(_INSERT_RUN, {"deleted": False, **values})
 
 
 async def update_run(

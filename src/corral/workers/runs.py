@@ -88,6 +88,7 @@ class Runs:
             ]
             retries = await resubmit_store.retry_specs(conn, to_evaluate)
         now = time.time()
+        updates: list[tuple[str, dict[str, object], str]] = []
         for run in states:
             latest = latest_by_run[run.id]
             failure = RunTerminationReason.JOB_FAILED
@@ -117,8 +118,11 @@ class Runs:
                 if status in ("failed", "done", "terminated"):
                     failed = next((j for j in latest.values() if j.status == "failed"), None)
                     values["status_message"] = failed.status_message if failed else None
+            updates.append((run.id, values, run.status))
+        if updates:  # one transaction for the whole pass: a burst of finished runs is one write
             async with self.ctx.db.write() as conn:
-                await run_store.update_run(conn, run.id, values, expect_status=(run.status,))
+                for run_id, values, status in updates:
+                    await run_store.update_run(conn, run_id, values, expect_status=(status,))
 
     async def _resubmit(
         self,
