@@ -10,6 +10,12 @@
 * corral: ``sys.executable -m corral.cli.main server`` with ``CORRAL_SERVER_DIR``,
   ``CORRAL_CONFIG_DIR`` and ``CORRAL_SERVER_ADMIN_TOKEN``; the CLI is the same interpreter's
   ``-m corral.cli.main``.
+* Bytecode: dstack runs from a pip-installed virtualenv, compiled at install. corral runs from its source
+  tree (an editable install), which Python compiles on first import and caches in ``__pycache__``, unless
+  ``PYTHONDONTWRITEBYTECODE`` is set (as in some sandboxes): then every corral process would compile all
+  of corral's modules again, which no installed corral does. So where it is set, corral's processes get
+  a bytecode cache of their own (``PYTHONPYCACHEPREFIX``, next to the dstack virtualenv), primed once
+  before measuring (:func:`prime_bytecode`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import httpx
 
 DSTACK_VERSION = "0.22.5"
 DEFAULT_DSTACK_VENV = Path("~/.cache/corral-bench").expanduser() / f"dstack-server-{DSTACK_VERSION}"
+CORRAL_PYCACHE = DEFAULT_DSTACK_VENV.parent / "corral-pycache"
 MARKER = ".corral-bench-complete"
 TOKEN = "bench-0123456789abcdef"
 
@@ -90,6 +97,13 @@ def _clean_env(home: Path) -> dict[str, str]:
     return env
 
 
+def _corral_env(env: dict[str, str]) -> dict[str, str]:
+    """corral's processes: a bytecode cache of their own where the environment forbids ``__pycache__``."""
+    if env.pop("PYTHONDONTWRITEBYTECODE", None):
+        env["PYTHONPYCACHEPREFIX"] = str(CORRAL_PYCACHE)
+    return env
+
+
 @dataclass
 class Flavour:
     """How to start one kind of server and its CLI, given a working directory of its own."""
@@ -109,6 +123,7 @@ class Flavour:
     def server_cmd(self, port: int) -> tuple[list[str], dict[str, str]]:
         env = _clean_env(self.home)
         if self.kind == "corral":
+            _corral_env(env)
             env.update(
                 CORRAL_SERVER_DIR=str(self.state),
                 CORRAL_CONFIG_DIR=str(self.home / ".corral"),
@@ -124,6 +139,7 @@ class Flavour:
         cli_home = self.root / "cli-home"
         env = _clean_env(cli_home)
         if self.kind == "corral":
+            _corral_env(env)
             env["CORRAL_CONFIG_DIR"] = str(cli_home / ".corral")
             return [sys.executable, "-m", "corral.cli.main", *args], env
         assert self.dstack_venv is not None
@@ -209,6 +225,18 @@ def stop(running: Running, timeout: float = 60.0) -> float:
         except ProcessLookupError:
             pass
     return took
+
+
+def prime_bytecode(root: Path) -> bool:
+    """Compile what corral's server and CLI import into their bytecode cache (a start, a stop, ``--help``),
+    as installing corral would have; False when the environment lets Python cache bytecode anyway."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return False
+    flavour = Flavour("corral", root)
+    stop(start(flavour))
+    run_cli(flavour, "--help")
+    shutil.rmtree(root, ignore_errors=True)
+    return True
 
 
 def run_cli(flavour: Flavour, *args: str, timeout: float = 120.0) -> tuple[float, subprocess.CompletedProcess[str]]:
