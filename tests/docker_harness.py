@@ -283,12 +283,14 @@ def bcrypt_htpasswd(user: str, password: str) -> str:
 
 
 class Registry:
-    """``docker-registry`` on 127.0.0.1:<free port>; with ``auth`` ((user, password)), htpasswd basic auth."""
+    """``docker-registry`` on <host>:<free port> (loopback by default); with ``auth`` ((user, password)),
+    htpasswd basic auth."""
 
-    def __init__(self, base: Path, auth: tuple[str, str] | None = None) -> None:
+    def __init__(self, base: Path, auth: tuple[str, str] | None = None, host: str = "127.0.0.1") -> None:
         self.base = base
         self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self.host = host
+        self.address = f"{host}:{self.port}"
         self.auth = auth
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -317,7 +319,7 @@ class Registry:
         deadline = time.monotonic() + 10
         while True:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                socket.create_connection((self.host, self.port), timeout=0.5).close()
                 return self
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:

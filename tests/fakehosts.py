@@ -11,6 +11,11 @@ under /run/corral-fakehosts; leftovers of a crashed run (its pid is gone) are re
 
 A host can be killed (every process of it dies at once, like a power cut: the address then refuses
 connections) and revived (a new sshd on the same address and the same disk, i.e. a reboot).
+
+A host with ``HostSpec(docker=True)`` also runs its own ``dockerd``, started at each boot inside the
+host's namespaces, with its socket at the default /var/run/docker.sock, so that whatever logs in finds
+it the normal way (see ``fakehost_docker``); registries on the host's /24 speak plain HTTP to it.
+:meth:`FakeHosts.stop` removes its containers, stops it, and removes its cgroups and data root.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import shlex
 import shutil
 import signal
 import socket
@@ -26,7 +32,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+import fakehost_docker
+
 OWNERS = pathlib.Path("/run/corral-fakehosts")
+SSHD = "/usr/sbin/sshd -D -f /etc/ssh/fakehost/sshd_config -E /var/log/sshd.log"
 FIRST_NET, LAST_NET = 40, 250
 
 NVIDIA_SMI = """#!/bin/sh
@@ -62,6 +71,8 @@ class HostSpec:
     sshd_extra: str = ""
     #: An account ``nologin`` with the test key authorised and /usr/sbin/nologin as its shell.
     nologin_user: bool = False
+    #: Its own ``dockerd`` at /var/run/docker.sock (see the module's docstring).
+    docker: bool = False
 
 
 @dataclass
@@ -95,6 +106,7 @@ def _remove_net(n: int) -> None:
                     os.kill(int(pid), signal.SIGKILL)
             sh("ip", "netns", "del", ns, check=False)
     sh("ip", "link", "del", f"cfh{n}br", check=False)
+    fakehost_docker.remove_cgroups(f"cfh{n}-")
     shutil.rmtree(f"/dev/shm/corral-fakehosts-{n}", ignore_errors=True)
     (OWNERS / str(n)).unlink(missing_ok=True)
 
@@ -182,6 +194,7 @@ class FakeHosts:
             self._boot(host)
         for host in self.hosts.values():
             self._wait_sshd(host)
+            self._wait_docker(host)
         return self
 
     def _ns(self, host: Host) -> str:
@@ -254,7 +267,12 @@ class FakeHosts:
             f"mount -t overlay overlay -o lowerdir=/,upperdir={u / 'upper'},workdir={u / 'work'} {m} && "
             f"mount --rbind /dev {m}/dev && mount -t proc proc {m}/proc && mount -t sysfs sysfs {m}/sys && "
             f"mount -t tmpfs tmpfs {m}/tmp && hostname {host.name} && "
-            f"exec chroot {m} /usr/sbin/sshd -D -f /etc/ssh/fakehost/sshd_config -E /var/log/sshd.log"
+        ) + (
+            fakehost_docker.boot_script(
+                m, self.docker_data(host.name), f"/cfh{self.n}-{host.name}", f"{self.subnet}.0/24", SSHD
+            )
+            if host.spec.docker
+            else f"exec chroot {m} {SSHD}"
         )
         err = open(self.base / f"{host.name}.err", "a")  # noqa: SIM115 - handed to the child
         try:
@@ -298,6 +316,50 @@ class FakeHosts:
                     raise RuntimeError(f"sshd on {host.name} ({host.ip}) did not come up") from None
                 time.sleep(0.02)
 
+    # -- inside a host ------------------------------------------------------------------------
+    def exec(
+        self, name: str, command: str, input: bytes | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[bytes]:
+        """``sh -c command`` inside the host (its namespaces and root), without SSH."""
+        host = self.hosts[name]
+        assert host.proc is not None and host.alive, f"fake host {name} is not running"
+        children = pathlib.Path(f"/proc/{host.proc.pid}/task/{host.proc.pid}/children").read_text().split()
+        init = children[0]  # unshare's child: the PID namespace's init (sshd)
+        argv = ["nsenter", "-t", init, "-m", "-u", "-n", "-p", "-r", "-w", "sh", "-c", command]
+        return subprocess.run(argv, input=input, capture_output=True, timeout=timeout, check=False)
+
+    def docker_data(self, name: str) -> pathlib.Path:
+        return self.base / f"{name}-docker"
+
+    def docker(self, name: str, *args: str, input: bytes | None = None) -> str:
+        """The host's ``docker`` CLI against its own engine; raises with its stderr on failure."""
+        out = self.exec(name, " ".join(["docker", *(shlex.quote(a) for a in args)]), input=input, timeout=120)
+        if out.returncode != 0:
+            raise RuntimeError(f"docker {' '.join(args)} on {name}: {out.stderr.decode(errors='replace').strip()}")
+        return out.stdout.decode()
+
+    def _wait_docker(self, host: Host, timeout: float = 30.0) -> None:
+        if not host.spec.docker:
+            return
+        deadline = time.monotonic() + timeout
+        while self.exec(host.name, "docker version", timeout=10).returncode != 0:
+            if time.monotonic() > deadline:
+                log = self.exec(host.name, "tail -n 20 /var/log/dockerd.log").stdout.decode(errors="replace")
+                raise RuntimeError(f"dockerd on fake host {host.name} did not come up: {log}")
+            time.sleep(0.1)
+
+    def _stop_docker(self, host: Host) -> None:
+        """Remove the host's containers and stop its dockerd cleanly (it then removes their cgroups)."""
+        if not (host.spec.docker and host.alive and host.proc is not None and host.proc.poll() is None):
+            return
+        self.exec(host.name, "docker ps -aq | xargs -r docker rm -f", timeout=60)
+        self.exec(
+            host.name,
+            "pid=$(cat /var/run/docker.pid 2>/dev/null) && kill $pid && "
+            "n=0; while kill -0 $pid 2>/dev/null && [ $n -lt 200 ]; do n=$((n+1)); sleep 0.05; done",
+            timeout=30,
+        )
+
     def kill(self, name: str) -> None:
         """Power cut: every process of the host dies at once; its address now refuses connections."""
         host = self.hosts[name]
@@ -312,8 +374,12 @@ class FakeHosts:
         assert not host.alive
         self._boot(host)
         self._wait_sshd(host)
+        self._wait_docker(host)
 
     def stop(self) -> None:
+        for host in self.hosts.values():
+            with contextlib.suppress(Exception):  # best effort: what is left dies with the host below
+                self._stop_docker(host)
         for host in self.hosts.values():
             if host.proc is not None and host.proc.poll() is None:
                 host.proc.kill()
@@ -323,3 +389,6 @@ class FakeHosts:
                     host.proc.wait(timeout=10)
         if self.n >= 0:
             _remove_net(self.n)
+        for host in self.hosts.values():
+            if host.spec.docker:
+                shutil.rmtree(self.docker_data(host.name), ignore_errors=True)
