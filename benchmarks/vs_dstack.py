@@ -6,6 +6,7 @@ over the repeats.
     python benchmarks/vs_dstack.py                      # everything (~10 min on 2 cores)
     python benchmarks/vs_dstack.py --no-dstack          # corral only
     python benchmarks/vs_dstack.py --only start,cli     # a subset: start apply list fleets cli local
+    python benchmarks/vs_dstack.py --postgres           # both servers on a throwaway PostgreSQL cluster
 
 Run it with the interpreter corral is installed in (the dev venv or .venv): the corral server and CLI
 are started as ``sys.executable -m corral.cli.main``. dstack[server]==0.22.5 is installed once into
@@ -167,6 +168,11 @@ def main() -> int:
     p.add_argument("--json", type=Path, help="also write all raw figures and medians to this file")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (server logs)")
+    p.add_argument(
+        "--postgres",
+        action="store_true",
+        help="both servers on PostgreSQL (a throwaway cluster, one database each) instead of SQLite",
+    )
     args = p.parse_args()
     only = {w.strip() for w in args.only.split(",") if w.strip()}
     if unknown := only - set(WORKLOADS):
@@ -176,6 +182,7 @@ def main() -> int:
     opts = Options(args.repeats, args.requests, args.list_requests, args.fleets, args.concurrency)
     t0 = time.perf_counter()
     load0 = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    cluster = None
     try:
         venv = None if args.no_dstack else ensure_dstack_venv(args.dstack_venv.expanduser())
         tmp = Path(tempfile.mkdtemp(prefix="corral-bench-"))
@@ -186,10 +193,18 @@ def main() -> int:
                 "(an installed corral has its bytecode, as dstack's virtualenv has)",
                 file=sys.stderr,
             )
-        benches = [Bench(Flavour("corral", tmp / "corral"), opts, only)]
+        if args.postgres:
+            from benchlib.postgres import Cluster
+
+            cluster = Cluster()
+        benches = [Bench(Flavour("corral", tmp / "corral", postgres=cluster), opts, only)]
         if venv is not None:
-            benches.append(Bench(Flavour("dstack", tmp / "dstack", venv), opts, only))
-        interleave(benches)
+            benches.append(Bench(Flavour("dstack", tmp / "dstack", venv, postgres=cluster), opts, only))
+        try:
+            interleave(benches)
+        finally:
+            if cluster is not None:
+                cluster.stop()
         corral = benches[0].res
         dstack: Results | None = benches[1].res if venv is not None else None
     except BenchError as e:
@@ -202,6 +217,7 @@ def main() -> int:
         f"medians of {opts.repeats} repeats; {opts.concurrency} concurrent clients; took {took:.0f} s; "
         f"load average {load0} at the start, {m['load']} at the end"
         + ("; corral with a bytecode cache of its own (PYTHONDONTWRITEBYTECODE is set here)" if primed else "")
+        + ("; both servers on PostgreSQL" if args.postgres else "; both servers on SQLite")
     )
     print(table(corral, dstack, opts, only, args.markdown))
     if args.json:

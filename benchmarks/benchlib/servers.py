@@ -30,6 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -111,6 +112,10 @@ class Flavour:
     kind: str  # "corral" or "dstack"
     root: Path  # everything of this server lives under it
     dstack_venv: Path | None = None
+    #: A Postgres cluster (``benchlib.postgres.Cluster``) whose database ``bench_<kind>`` this server uses
+    #: instead of SQLite.
+    postgres: Any = None
+    database_url: str | None = None
 
     @property
     def home(self) -> Path:
@@ -129,9 +134,13 @@ class Flavour:
                 CORRAL_CONFIG_DIR=str(self.home / ".corral"),
                 CORRAL_SERVER_ADMIN_TOKEN=TOKEN,
             )
+            if self.database_url:
+                env["CORRAL_DATABASE_URL"] = self.database_url
             return [sys.executable, "-m", "corral.cli.main", "server", "--port", str(port)], env
         assert self.dstack_venv is not None
         env.update(DSTACK_SERVER_DIR=str(self.state), DSTACK_SERVER_LOG_FORMAT="standard")
+        if self.database_url:
+            env["DSTACK_DATABASE_URL"] = self.database_url
         cmd = [str(self.dstack_venv / "bin" / "dstack"), "server", "--host", "127.0.0.1", "--port", str(port)]
         return [*cmd, "--token", TOKEN, "-y"], env
 
@@ -150,6 +159,8 @@ class Flavour:
         shutil.rmtree(self.state, ignore_errors=True)
         shutil.rmtree(self.home, ignore_errors=True)
         self.home.mkdir(parents=True)
+        if self.postgres is not None:
+            self.database_url = self.postgres.fresh_database(f"bench_{self.kind}")
 
 
 @dataclass
