@@ -70,7 +70,8 @@ class Settings:
     write_cli_config: bool = True
     #: Largest accepted ``repos/upload_code`` and ``files/upload_archive`` request, in bytes (dstack: 2 MiB).
     code_upload_limit: int = 2 * 2**20
-    #: Key that encrypts repo credentials at rest (base64 of 32 bytes); None = a key file in the state dir.
+    #: Key that encrypts repo credentials and SSH fleets' private keys at rest (base64 of 32 bytes); None = a key
+    #: file in the state dir.
     encryption_key: str | None = None
     #: Image for jobs whose configuration sets none (None: such jobs run as host processes).
     default_image: str | None = None

@@ -12,6 +12,8 @@ import io
 import os
 import signal
 import socket
+import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Callable, Iterator
@@ -352,6 +354,32 @@ def test_shutdown_stops_and_removes_containers(dagent: AgentFactory, docker_engi
     a.http.post("/shutdown")
     assert a.proc.wait(15) == 0
     assert _mine(docker_engine, a) == []
+
+
+def test_cleanup_removes_the_containers_a_killed_agent_left(
+    dagent: AgentFactory, docker_engine: DockerEngine, tmp_path: Path
+) -> None:
+    """``agent cleanup`` (what the server runs on an SSH host before removing the agent): the containers
+    of the stopped agent with this work dir go, another agent's stay."""
+    a = dagent("dead")
+    a.submit("orphan", ["echo up", "sleep 600"], image=UBUNTU)
+    _wait_output(a, "orphan", b"up\n")
+    os.killpg(a.proc.pid, signal.SIGKILL)  # the agent dies; its container does not
+    a.proc.wait(5)
+    assert len(_mine(docker_engine, a)) == 1
+    other = str(tmp_path / "another-agent")
+    kept = docker_engine.cli("create", "--label", f"{LABEL_AGENT}={other}", UBUNTU, "true").stdout.strip()
+    try:
+        argv = [sys.executable, "-m", "corral.agent", "cleanup", "--work-dir", str(a.work_dir)]
+        env = {**os.environ, "DOCKER_HOST": docker_engine.host}
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert (out.returncode, out.stdout) == (0, "containers=1\n"), out.stderr
+        assert _mine(docker_engine, a) == []
+        assert docker_engine.containers(f"{LABEL_AGENT}={other}") == [kept]
+        again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert (again.returncode, again.stdout) == (0, "containers=0\n"), again.stderr
+    finally:
+        docker_engine.cli("rm", "-f", kept, check=False)
 
 
 def test_gpu_request_on_a_host_without_nvidia_runtime(

@@ -235,3 +235,32 @@ async def test_killed_agent_is_restarted_and_finds_its_container_again(server: R
         assert run["status"] == "done", run["latest_job_submission"]  # ...followed by the new agent
         assert await run_logs(c, run) == "started\nafter the restart\n"
         assert _containers(dock) == []
+
+
+async def test_fleet_delete_removes_the_containers_of_a_killed_agent(dock: FakeHosts, tmp_path: Path) -> None:
+    """An agent killed with its job's container running cannot remove it; deleting the fleet does (the
+    server runs ``agent.pyz cleanup`` on the host before it removes the agent's files)."""
+    # No host checks: they would start the agent again, and a new agent sweeps what no job owns itself.
+    settings = make_settings(tmp_path, **{**SSH_SETTINGS, "instance_check_interval": 3600.0})
+    try:
+        async with running_server(settings) as s, s.client() as c:
+            await _fleet(c, dock)
+            await submit(c, "orphan", ["echo started", "sleep 600"], image=UBUNTU)
+            await wait_for(lambda: _logs_contain(c, "orphan", "started"), timeout=30)
+            (container,) = _containers(dock, f"{LABEL_RUN}=orphan")
+            await _on_host(dock, 'kill -9 "$(cat ~/.corral-agent/work/agent.pid)"')
+            run = await run_status(c, "orphan", "failed", "terminated", "done", timeout=30)
+            assert run["latest_job_submission"]["termination_reason"] == "instance_unreachable", run
+            assert _containers(dock, f"{LABEL_RUN}=orphan") == [container]  # nobody was left to remove it
+
+            await c.post("/api/project/main/fleets/delete", json={"names": ["docked"]})
+
+            async def no_fleets() -> bool:
+                return not (await c.post("/api/project/main/fleets/list", json={})).json()
+
+            await wait_for(no_fleets, timeout=30)
+        assert _containers(dock) == []
+        assert await _on_host(dock, "ls -d ~/.corral-agent 2>/dev/null || echo gone") == "gone"
+    finally:
+        await host_run(dock, HOST, CLEAN_AGENT)
+        dock.exec(HOST, "docker ps -aq --filter label=corral.agent | xargs -r docker rm -f")

@@ -4,6 +4,8 @@
                                  [--docker-host unix:///var/run/docker.sock]
     python3 -I agent.pyz serve ...            (the same, from the zipapp)
     python -m corral.agent info [--work-dir DIR] [--docker-host ...]   (print HostInfo as JSON and exit)
+    python -m corral.agent cleanup --work-dir DIR [--docker-host ...]  (remove the containers of a
+                                 stopped agent with this work dir; prints ``containers=N``)
 
 Once listening, ``serve`` writes ``DIR/agent.pid`` and then ``DIR/agent.port`` (atomically; the
 port file appearing means the agent is ready) and logs to stderr. SIGTERM or SIGINT do what
@@ -82,6 +84,17 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cleanup(args: argparse.Namespace) -> int:
+    """Remove every container the agent with this work dir started (run once that agent is stopped:
+    it is what the server does before it removes the agent from a host, since an agent that died
+    could not remove its jobs' containers itself)."""
+    from .containers import remove_agent_containers
+
+    removed = remove_agent_containers(args.docker_host, args.work_dir)
+    sys.stdout.write(f"containers={removed}\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="corral-agent", description="corral's host agent")
     sub = parser.add_subparsers(dest="command")
@@ -99,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     info = sub.add_parser("info", help="print this host's resources as JSON")
     info.add_argument("--work-dir", default=".", help="the directory whose disk to measure")
     info.add_argument("--docker-host", default=None, help="the Docker engine to look for (default: $DOCKER_HOST)")
+    cleanup = sub.add_parser("cleanup", help="remove the containers of a stopped agent with this work dir")
+    cleanup.add_argument("--work-dir", required=True, help="the stopped agent's work dir")
+    cleanup.add_argument("--docker-host", default=None, help="its Docker engine (default: $DOCKER_HOST or the socket)")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, str(getattr(args, "log_level", "INFO")).upper(), logging.INFO),
@@ -109,5 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args)
     if args.command == "info":
         return _info(args)
+    if args.command == "cleanup":
+        return _cleanup(args)
     parser.print_help(sys.stderr)
     return 2

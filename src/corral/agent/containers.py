@@ -17,7 +17,8 @@ Owns what happens between ``POST /jobs`` and the container's removal:
 - **cleanup**: the container is removed before the job is reported finished. After an agent restart
   :meth:`ContainerRunner.recover` finds a job's container again (running: followed as before; exited:
   settled and removed) and :meth:`ContainerRunner.sweep` removes every container labelled with this
-  agent's work dir that no live job owns; :func:`remove_agent_containers` does the same for a gone agent.
+  agent's work dir that no live job owns; :func:`remove_agent_containers` does the same for a gone agent
+  (the local backend calls it; on an SSH host the server runs it as ``agent.pyz cleanup``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 Each host is one instance, created by ``fleets/apply`` with everything needed to reach it in its
 ``agent`` JSON (``AgentEndpoint.connection``: host, port, user, private key, proxy jump, plus the
-fleet's ``internal_ip``/``network``, ``blocks`` and ``env``) and a token chosen there. Provisioning
+fleet's ``internal_ip``/``network``, ``blocks`` and ``env``) and a token chosen there; the private keys
+in it are sealed (:mod:`corral.backends.ssh_secrets`) and opened by the :class:`HostLink` only to log
+in, so the connection this backend hands back to be stored stays sealed. Provisioning
 logs in (through the proxy jump when there is one), checks for ``python3``, uploads the agent zipapp
 when the host lacks this build, starts it (see :mod:`corral.backends.ssh_bootstrap`) and asks it what
 the host has: CPUs, memory, disk and GPUs become the instance's resources. Failures that trying again
@@ -12,7 +14,8 @@ provisioning timeout, then reported the same way.
 
 The server reaches an agent only through its :class:`HostLink` (one reused SSH connection and a local
 port forwarded to the agent's loopback port), made again from the stored connection facts after a
-server restart. Terminating stops the agent and removes what corral put on the host.
+server restart. Terminating stops the agent, removes the containers its jobs left (an agent that died
+could not) and removes what corral put on the host.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachab
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
 from corral.backends.local import host_resources
 from corral.backends.ssh_conn import HostLink, SshError, SshTarget
+from corral.backends.ssh_secrets import KeyOpener
 from corral.domain.records import InstanceRec
 from corral.domain.resources import InstanceResources
 from corral.scheduler.types import Offer
@@ -86,6 +90,11 @@ class SSHCompute:
         self.request_timeout = request_timeout
         self._links: dict[str, HostLink] = {}
         self._zipapp: tuple[bytes, str] | None = None
+        self._open_key = KeyOpener()  # keys in clear only, until the server's cipher is handed over
+
+    def use_key_opener(self, opener: KeyOpener) -> None:
+        """Open the stored (sealed) private keys with ``opener`` (``ssh_secrets.OpensKeys``)."""
+        self._open_key = opener
 
     def offers(self) -> list[Offer]:
         return []  # an SSH fleet has exactly its hosts
@@ -95,7 +104,7 @@ class SSHCompute:
         link = self._links.get(instance_id)
         if link is None:
             target = SshTarget.from_json(connection)
-            link = HostLink(target, self.connect_timeout, boot.read_agent_port)
+            link = HostLink(target, self.connect_timeout, boot.read_agent_port, self._open_key)
             self._links[instance_id] = link
         return link
 
@@ -202,8 +211,8 @@ class SSHCompute:
 
     # ---- termination -------------------------------------------------------------------------
     async def terminate_instance(self, instance_id: str, agent: AgentEndpoint | None) -> None:
-        """Stop the agent and remove what corral put on the host. A host that cannot be reached keeps
-        its leftovers (logged): the instance is gone either way."""
+        """Stop the agent, remove its jobs' containers and what corral put on the host. A host that
+        cannot be reached keeps its leftovers (logged): the instance is gone either way."""
         if agent is None or not agent.connection:
             await self._forget(instance_id)
             return

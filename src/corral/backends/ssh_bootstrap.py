@@ -8,15 +8,22 @@ the SSH session, and the server starts it again when it finds the host back with
 
 The agent listens on the host's loopback only, on a port it picks (``work/agent.port``); the server
 reaches it through the SSH connection. Each step is one command over the connection.
+
+Removal stops the agent (its shutdown stops its jobs and their containers), then runs ``agent.pyz
+cleanup``, which removes every container labelled with the agent's work dir -- those of an agent that
+died before it could -- and then removes the files.
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 import shlex
 from dataclasses import dataclass
 
 from corral.backends.ssh_conn import HostLink, SshError
+
+log = logging.getLogger("corral.ssh")
 
 AGENT_DIR = ".corral-agent"
 UNIT_NAME = "corral-agent.service"
@@ -269,13 +276,30 @@ if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
   n=0; while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 100 ]; do n=$((n+1)); sleep 0.1; done
   kill -9 "$pid" 2>/dev/null
 fi
+py=$(command -v python3 2>/dev/null || true)
+if [ -f "$D/agent.pyz" ] && [ -n "$py" ]; then
+  ( cd "$D" && {{ [ ! -f agent.env ] || {{ set -a; . ./agent.env; set +a; }}; }} &&
+    exec "$py" -I agent.pyz cleanup --work-dir "$D/work" ) || echo "containers=failed"
+fi
 rm -rf "$D"
 echo removed=1
 """
 
 
-async def remove_agent(link: HostLink) -> None:
-    """Stop the agent and remove everything corral put on the host."""
+async def remove_agent(link: HostLink) -> int | None:
+    """Stop the agent, remove the containers it started (an agent that died could not), and remove
+    everything corral put on the host. Returns how many containers were left and removed (None when
+    that step failed: logged, the rest goes on)."""
     result = await link.run("sh -s", input=REMOVE, timeout=60)
-    if "removed=1" not in _text(result.stdout):
+    out = _text(result.stdout)
+    if "removed=1" not in out.splitlines():
         raise SshError(f"{link.target.label()}: cleaning up failed: {_tail(_text(result.stderr))}")
+    values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    containers = values.get("containers", "0").strip()
+    if not containers.isdigit():
+        said = _tail(_text(result.stderr)) or "no output"
+        log.warning("%s: removing the containers the agent left failed: %s", link.target.label(), said)
+        return None
+    if int(containers):
+        log.info("%s: removed %s container(s) the agent left", link.target.label(), containers)
+    return int(containers)

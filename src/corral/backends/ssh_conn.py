@@ -10,8 +10,11 @@ A handshake slower than a health check's patience is not abandoned: one connecti
 runs up to ``connect_timeout`` and every caller shares its outcome, so a slow host is reached by the
 next check instead of being declared dead by the first.
 
+A target's ``private_key`` is the key as stored (sealed at rest, see :mod:`corral.backends.ssh_secrets`):
+the link's ``open_key`` turns it into the key itself right before each login, and nothing else does.
+
 Failures come out as :class:`SshError`, ``permanent`` when trying again cannot help (the key was
-refused, the key cannot be read) and transient otherwise (no route, refused, timed out, dropped).
+refused, the key cannot be read or opened) and transient otherwise (no route, refused, timed out, dropped).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from corral.backends.ssh_secrets import KeyOpener
 
 if TYPE_CHECKING:
     import asyncssh
@@ -49,7 +54,8 @@ class SshError(Exception):
 
 @dataclass(frozen=True)
 class SshTarget:
-    """Where and as whom to log in (``proxy``: the jump host to go through first)."""
+    """Where and as whom to log in (``proxy``: the jump host to go through first). ``private_key`` is
+    the key as stored (possibly sealed): :class:`HostLink` opens it only to log in."""
 
     host: str
     port: int
@@ -94,10 +100,17 @@ def private_key_problem(text: str) -> str | None:
 
 
 async def _open(
-    target: SshTarget, timeout: float, tunnel: asyncssh.SSHClientConnection | None
+    target: SshTarget,
+    timeout: float,
+    tunnel: asyncssh.SSHClientConnection | None,
+    open_key: Callable[[str], str],
 ) -> asyncssh.SSHClientConnection:
     try:
-        key = _asyncssh().import_private_key(target.private_key)
+        text = open_key(target.private_key)
+    except ValueError as e:  # the stored key cannot be opened (ssh_secrets.KeyUnreadable)
+        raise SshError(f"{target.label()}: {e}", permanent=True) from None
+    try:
+        key = _asyncssh().import_private_key(text)
     except _asyncssh().KeyImportError as e:
         raise SshError(f"{target.label()}: the private key cannot be read ({e})", permanent=True) from None
     try:
@@ -162,8 +175,12 @@ class HostLink:
         target: SshTarget,
         connect_timeout: float,
         agent_port: Callable[[HostLink], Awaitable[int]],
+        open_key: Callable[[str], str] = KeyOpener(),
     ) -> None:
         self.target = target
+        #: Turns a stored private key into the key (raises ``ValueError`` saying why it cannot); the
+        #: default opens keys stored in clear only.
+        self._open_key = open_key
         self.connect_timeout = connect_timeout
         self._read_agent_port = agent_port
         #: The agent's port on the host's loopback (read from its port file when unknown).
@@ -197,11 +214,11 @@ class HostLink:
         jump = None
         if self.target.proxy is not None:
             try:
-                jump = await _open(self.target.proxy, self.connect_timeout, None)
+                jump = await _open(self.target.proxy, self.connect_timeout, None, self._open_key)
             except SshError as e:
                 raise SshError(f"proxy jump {e}", e.permanent) from None
         try:
-            conn = await _open(self.target, self.connect_timeout, jump)
+            conn = await _open(self.target, self.connect_timeout, jump, self._open_key)
         except BaseException:
             if jump is not None:
                 jump.close()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
+
+from corral.domain.ssh_keys import without_keys
 
 
 def nodes_bounds(spec: dict[str, Any]) -> tuple[int, int | None]:
@@ -36,14 +37,7 @@ def fleet_placement(spec: dict[str, Any]) -> str:
 
 
 def without_ssh_keys(spec: dict[str, Any]) -> dict[str, Any]:
-    """The spec as clients see it: an SSH fleet's private keys (``ssh_key``) removed, as dstack does."""
-    ssh = (spec.get("configuration") or {}).get("ssh_config")
-    if not ssh:
-        return spec
-    out = copy.deepcopy(spec)
-    ssh = out["configuration"]["ssh_config"]
-    ssh["ssh_key"] = None
-    for host in ssh.get("hosts") or []:
-        if isinstance(host, dict):
-            host["ssh_key"] = None
-    return out
+    """The spec as clients see it: an SSH fleet's private keys (every ``ssh_key``: of ``ssh_config``, of
+    each host, and of their proxy jumps) removed. dstack removes the first two; a proxy jump's key is
+    as secret."""
+    return without_keys(spec)

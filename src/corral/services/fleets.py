@@ -20,6 +20,7 @@ from corral.schemas import wire
 from corral.services import serialize, ssh_fleets
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError, validation_errors
 from corral.store import fleets as store
+from corral.store.encryption import cipher_for
 from corral.store.fleets import dump
 from corral.workers.context import Context
 
@@ -165,6 +166,8 @@ async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: 
     conf["name"] = name
     current_resource = plan.get("current_resource")
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
+    cipher = cipher_for(ctx.settings)
+    stored = dump(ssh_fleets.stored_spec(cipher, normalized))  # private keys sealed, before the write lock
     async with ctx.db.write() as conn:
         existing = await store.get_fleet(conn, project.id, name=name)
         ssh_hosts = await ssh_fleets.prepare(conn, normalized, existing)
@@ -180,8 +183,8 @@ async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: 
             ssh_change = ssh_hosts is not None or ssh_fleets.is_ssh(existing.spec)
             if ssh_change and (problem := ssh_fleets.update_problem(existing.spec, normalized)):
                 raise ServiceError(problem)
-            if _spec_changed(existing.spec, normalized):
-                await store.update_fleet(conn, existing.id, {"spec": dump(normalized), "last_processed_at": now})
+            if not ssh_fleets.same_spec(existing.spec, normalized):
+                await store.update_fleet(conn, existing.id, {"spec": stored, "last_processed_at": now})
             fleet_id = existing.id
         else:
             fleet_id = str(uuid.uuid4())
@@ -196,13 +199,17 @@ async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: 
                         "last_processed_at": now,
                         "status": "active",
                         "status_message": None,
-                        "spec": dump(normalized),
+                        "spec": stored,
                     },
                 )
             except sqlalchemy.exc.IntegrityError:
                 raise ResourceExists(f"Fleet {name} already exists") from None
         fleet = await store.get_fleet(conn, project.id, fleet_id=fleet_id)
-        if fleet is not None and ssh_hosts is not None and await ssh_fleets.sync_hosts(conn, fleet, ssh_hosts, now):
+        if (
+            fleet is not None
+            and ssh_hosts is not None
+            and await ssh_fleets.sync_hosts(conn, fleet, ssh_hosts, now, cipher)
+        ):
             fleet = await store.get_fleet(conn, project.id, fleet_id=fleet_id)
     ctx.wakeups.wake("scheduler", "instances")
     assert fleet is not None

@@ -7,7 +7,9 @@ some hosts only, a host listed twice or already in another fleet). ``sync_hosts`
 host, or one whose last try failed: applying again retries it), and takes the removed hosts out --
 at once when free, once their jobs finish when busy (they are marked and no longer receive work).
 A host's instance carries everything needed to reach it in its ``agent`` JSON (see
-:mod:`corral.backends.ssh`), and a fresh agent token.
+:mod:`corral.backends.ssh`), its private keys sealed (:mod:`corral.backends.ssh_secrets`), and a fresh
+agent token. The fleet's spec is stored with its keys sealed too (:func:`stored_spec`); specs are
+compared key pair by key pair through the keys' public halves, never by opening the stored ones.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.backends.base import AgentEndpoint
 from corral.backends.ssh_conn import private_key_problem
+from corral.backends.ssh_secrets import seal_connection, seal_spec
 from corral.domain.records import FleetRec, InstanceRec
+from corral.domain.ssh_keys import public_halves
 from corral.services.errors import ServiceError
 from corral.store import fleets as store
+from corral.store.encryption import Cipher
 
 #: Fleet fields that only choose cloud offers (dstack's ``BackendFleetConfiguraionProps``).
 CLOUD_ONLY = (
@@ -171,8 +176,9 @@ def _comparable_host(host: Any) -> Any:
 
 def update_problem(current: dict[str, Any], new: dict[str, Any]) -> str | None:
     """Why ``new`` cannot replace ``current`` in place (dstack's rule: only hosts may be added or
-    removed), or None when it can."""
-    a, b = current.get("configuration") or {}, new.get("configuration") or {}
+    removed), or None when it can. Keys are compared by their public halves (the stored private ones
+    are sealed)."""
+    a, b = public_halves(current).get("configuration") or {}, public_halves(new).get("configuration") or {}
     if bool(a.get("ssh_config")) != bool(b.get("ssh_config")):
         return "Fleet type changed between cloud and SSH, cannot update"
     changed = [k for k in sorted(set(a) | set(b)) if k not in ("ssh_config", "name") and a.get(k) != b.get(k)]
@@ -188,8 +194,21 @@ def update_problem(current: dict[str, Any], new: dict[str, Any]) -> str | None:
     return None
 
 
-async def sync_hosts(conn: AsyncConnection, fleet: FleetRec, connections: list[dict[str, Any]], now: float) -> bool:
-    """Make the fleet's instances match its hosts; returns whether anything changed."""
+def stored_spec(cipher: Cipher, spec: dict[str, Any]) -> dict[str, Any]:
+    """A fleet spec as the database keeps it: an SSH fleet's private keys sealed."""
+    return seal_spec(cipher, spec)
+
+
+def same_spec(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two fleet specs configure the same fleet (sealed or open, keys compare by public half)."""
+    return public_halves(a).get("configuration") == public_halves(b).get("configuration")
+
+
+async def sync_hosts(
+    conn: AsyncConnection, fleet: FleetRec, connections: list[dict[str, Any]], now: float, cipher: Cipher
+) -> bool:
+    """Make the fleet's instances match its hosts (a new host's connection stored with its keys
+    sealed by ``cipher``); returns whether anything changed."""
     wanted = {host_id(c): c for c in connections}
     current = {host_id(_connection(i)): i for i in fleet.instances if i.status != "terminated" and _connection(i)}
     changed = False
@@ -226,7 +245,7 @@ async def sync_hosts(conn: AsyncConnection, fleet: FleetRec, connections: list[d
         num = next(n for n in range(len(used) + 1) if n not in used)
         used.add(num)
         blocks = c["blocks"]
-        agent = AgentEndpoint(url="", token=secrets.token_hex(24), connection=c)
+        agent = AgentEndpoint(url="", token=secrets.token_hex(24), connection=seal_connection(cipher, c))
         await store.insert_instance(
             conn,
             {

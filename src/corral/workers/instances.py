@@ -20,6 +20,7 @@ from corral.store import leases
 from corral.store.fleets import dump
 from corral.store.tables import instances, jobs
 from corral.workers.context import Context
+from corral.workers.ssh_keys import seal_stored_keys
 
 log = logging.getLogger("corral.instances")
 
@@ -230,7 +231,9 @@ class Instances:
                     await fleet_store.update_fleet(conn, fleet.id, {"status": "terminated", "deleted": True})
 
     async def recover(self) -> None:
-        """At start-up: find the agents of live instances again, and reap those nobody owns."""
+        """At start-up: seal SSH keys that rows from before hold in clear, find the agents of live instances
+        again, and reap those nobody owns."""
+        await seal_stored_keys(self.ctx)
         async with self.ctx.db.read() as conn:
             live = await fleet_store.list_instances(
                 conn, statuses=("pending", "provisioning", "idle", "busy", "terminating")
