@@ -1,4 +1,5 @@
-"""Thin FastAPI routers: parse, authorize, call one service, map errors to dstack's error bodies.
+"""Thin routers (Starlette routes from `routing.RouteTable`s): parse, authorize, call one service, map errors to
+dstack's error bodies.
 
 May import: corral.domain, corral.config, corral.schemas, corral.services, corral.settings. Never corral.store.
 """

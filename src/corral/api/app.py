@@ -1,4 +1,4 @@
-"""The FastAPI application: routers, error handlers, and the workers' lifetime."""
+"""The ASGI application (Starlette): the route tables, error handlers, the docs, and the workers' lifetime."""
 
 from __future__ import annotations
 
@@ -6,14 +6,23 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Protocol
 
-from fastapi import FastAPI
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
-from corral.api.deps import AccessCache, install_error_handlers
+from corral.api.deps import AccessCache, VersionCheck, error_handlers
 from corral.api.routes_accounts import router as accounts_router
 from corral.api.routes_compute import router as compute_router
 from corral.api.routes_exports import router as exports_router
 from corral.api.routes_repos import router as repos_router
+from corral.api.routing import RouteTable, starlette_routes
 from corral.workers.context import Context
+
+TABLES: tuple[RouteTable, ...] = (accounts_router, compute_router, exports_router, repos_router)
+OPENAPI_URL = "/api/openapi.json"
+DOCS_URL = "/api/docs"
 
 
 class Background(Protocol):
@@ -22,11 +31,23 @@ class Background(Protocol):
     async def stop(self) -> None: ...
 
 
-def create_app(ctx: Context, workers: Background) -> FastAPI:
+async def _openapi(request: Request) -> Response:
+    from corral.api import openapi  # the schema machinery is imported on the first request to the docs
+
+    return openapi.openapi_response(request.app.state, TABLES)
+
+
+async def _docs(_request: Request) -> Response:
+    from corral.api import openapi
+
+    return openapi.swagger_ui(OPENAPI_URL)
+
+
+def create_app(ctx: Context, workers: Background) -> Starlette:
     """The app; ``workers`` (started and stopped with it) come from the composition root."""
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         if ctx.settings.background_processing:
             await workers.start()
         try:
@@ -35,19 +56,17 @@ def create_app(ctx: Context, workers: Background) -> FastAPI:
             if ctx.settings.background_processing:
                 await workers.stop()
 
-    app = FastAPI(
-        title="corral",
-        docs_url="/api/docs",
-        openapi_url="/api/openapi.json",
-        redoc_url=None,
+    docs = [
+        Route(OPENAPI_URL, _openapi, include_in_schema=False),
+        Route(DOCS_URL, _docs, include_in_schema=False),
+    ]
+    app = Starlette(
+        routes=[*starlette_routes(*TABLES), *docs],
+        middleware=[Middleware(VersionCheck)],
+        exception_handlers=error_handlers(),
         lifespan=lifespan,
     )
     app.state.ctx = ctx
     app.state.access_cache = AccessCache()
     app.state.workers = workers
-    install_error_handlers(app)
-    app.include_router(accounts_router)
-    app.include_router(compute_router)
-    app.include_router(exports_router)
-    app.include_router(repos_router)
     return app

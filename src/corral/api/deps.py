@@ -7,15 +7,17 @@ import json
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral import DSTACK_API_VERSION
+from corral.api.routing import RequestValidationError
 from corral.domain.documents import json_default
 from corral.domain.records import ProjectRec, UserRec
 from corral.services import accounts
@@ -147,46 +149,89 @@ def _jsonable_errors(errors: Any) -> list[dict[str, Any]]:
     return out
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    @app.middleware("http")
-    async def version_check(request: Request, call_next: Any) -> Response:
-        if request.url.path.startswith("/api/") and not request.url.path.startswith("/api/docs"):
-            bad = check_client_version(request.headers.get("x-api-version"))
+class VersionCheck:
+    """ASGI middleware, outermost: refuses API calls from an incompatible client (``X-API-Version``)
+    before routing, and answers dstack's 500 body (logging the traceback) for any unhandled error."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        if path.startswith("/api/") and not path.startswith("/api/docs"):
+            value = None
+            for key, raw in scope["headers"]:
+                if key == b"x-api-version":
+                    value = raw.decode("latin-1")
+                    break
+            bad = check_client_version(value)
             if bad is not None:
-                return bad
+                await bad(scope, receive, send)
+                return
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
         try:
-            response: Response = await call_next(request)
+            await self.app(scope, receive, send_tracked)
         except Exception:
-            log.exception("unhandled error on %s", request.url.path)
-            return JSONResponse({"detail": [{"msg": "Internal server error", "code": "error"}]}, status_code=500)
-        return response
+            log.exception("unhandled error on %s", path)
+            if started:
+                raise
+            error = JSONResponse({"detail": [{"msg": "Internal server error", "code": "error"}]}, status_code=500)
+            await error(scope, receive, send)
 
-    @app.exception_handler(ServiceError)
-    async def _service(_r: Request, e: ServiceError) -> JSONResponse:
-        return JSONResponse({"detail": [{"msg": e.msg, "code": e.code}]}, status_code=400)
 
-    @app.exception_handler(Forbidden)
-    async def _forbidden(_r: Request, e: Forbidden) -> JSONResponse:
-        return JSONResponse({"detail": {"msg": e.msg, "code": None}}, status_code=403)
+async def _service(_r: Request, e: Exception) -> JSONResponse:
+    assert isinstance(e, ServiceError)
+    return JSONResponse({"detail": [{"msg": e.msg, "code": e.code}]}, status_code=400)
 
-    @app.exception_handler(NotAuthenticated)
-    async def _unauth(_r: Request, _e: NotAuthenticated) -> JSONResponse:
-        return JSONResponse({"detail": "Not authenticated"}, status_code=401)
 
-    @app.exception_handler(ProjectNotFound)
-    async def _no_project(_r: Request, _e: ProjectNotFound) -> JSONResponse:
+async def _forbidden(_r: Request, e: Exception) -> JSONResponse:
+    assert isinstance(e, Forbidden)
+    return JSONResponse({"detail": {"msg": e.msg, "code": None}}, status_code=403)
+
+
+async def _unauth(_r: Request, _e: Exception) -> JSONResponse:
+    return JSONResponse({"detail": "Not authenticated"}, status_code=401)
+
+
+async def _no_project(_r: Request, _e: Exception) -> JSONResponse:
+    return JSONResponse({"detail": {"msg": "Not found", "code": None}}, status_code=404)
+
+
+async def _invalid(_r: Request, e: Exception) -> JSONResponse:
+    assert isinstance(e, InvalidConfiguration)
+    return JSONResponse({"detail": _jsonable_errors(e.errors)}, status_code=422)
+
+
+async def _validation(_r: Request, e: Exception) -> JSONResponse:
+    assert isinstance(e, RequestValidationError)
+    return JSONResponse({"detail": _jsonable_errors(e.errors())}, status_code=422)
+
+
+async def _http(_r: Request, e: Exception) -> JSONResponse:
+    assert isinstance(e, StarletteHTTPException)
+    if e.status_code == 404:
         return JSONResponse({"detail": {"msg": "Not found", "code": None}}, status_code=404)
+    return JSONResponse({"detail": {"msg": str(e.detail), "code": None}}, status_code=e.status_code)
 
-    @app.exception_handler(InvalidConfiguration)
-    async def _invalid(_r: Request, e: InvalidConfiguration) -> JSONResponse:
-        return JSONResponse({"detail": _jsonable_errors(e.errors)}, status_code=422)
 
-    @app.exception_handler(RequestValidationError)
-    async def _validation(_r: Request, e: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": _jsonable_errors(e.errors())}, status_code=422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_r: Request, e: StarletteHTTPException) -> JSONResponse:
-        if e.status_code == 404:
-            return JSONResponse({"detail": {"msg": "Not found", "code": None}}, status_code=404)
-        return JSONResponse({"detail": {"msg": str(e.detail), "code": None}}, status_code=e.status_code)
+def error_handlers() -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
+    """Service errors and request errors as dstack's error bodies (the most specific class wins)."""
+    return {
+        ServiceError: _service,
+        Forbidden: _forbidden,
+        NotAuthenticated: _unauth,
+        ProjectNotFound: _no_project,
+        InvalidConfiguration: _invalid,
+        RequestValidationError: _validation,
+        StarletteHTTPException: _http,
+    }

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from fastapi import APIRouter, Request
-from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
 
 from corral import DSTACK_API_VERSION, __version__
 from corral.api.deps import FastJSON, body_json, ctx_of, current_user, forget_access, member
+from corral.api.routing import RequestValidationError, RouteTable
 from corral.schemas import requests as rq
 from corral.services import accounts, serialize
 
-router = APIRouter()
+router = RouteTable()
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -51,14 +51,14 @@ async def get_my_user(request: Request) -> FastJSON:
     return FastJSON(serialize.user_with_creds(user))
 
 
-@router.post("/api/users/get_user")
+@router.post("/api/users/get_user", body=rq.UsernameBody)
 async def get_user(request: Request) -> FastJSON:
     user = await current_user(request)
     body = await parse(rq.UsernameBody, request)
     return FastJSON(serialize.user_with_creds(await accounts.get_user(ctx_of(request).db, user, body.username)))
 
 
-@router.post("/api/users/list")
+@router.post("/api/users/list", body=rq.ListUsersBody)
 async def list_users(request: Request) -> FastJSON:
     user = await current_user(request)
     body = await parse(rq.ListUsersBody, request)
@@ -68,7 +68,7 @@ async def list_users(request: Request) -> FastJSON:
     return FastJSON(users[: body.limit])
 
 
-@router.post("/api/users/create")
+@router.post("/api/users/create", body=rq.CreateUserBody)
 async def create_user(request: Request) -> FastJSON:
     accounts.require_admin(await current_user(request))
     b = await parse(rq.CreateUserBody, request)
@@ -77,7 +77,7 @@ async def create_user(request: Request) -> FastJSON:
     )
 
 
-@router.post("/api/users/update")
+@router.post("/api/users/update", body=rq.CreateUserBody)
 async def update_user(request: Request) -> FastJSON:
     accounts.require_admin(await current_user(request))
     b = await parse(rq.CreateUserBody, request)
@@ -87,7 +87,7 @@ async def update_user(request: Request) -> FastJSON:
     )
 
 
-@router.post("/api/users/refresh_token")
+@router.post("/api/users/refresh_token", body=rq.UsernameBody)
 async def refresh_token(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.UsernameBody, request)
@@ -95,7 +95,7 @@ async def refresh_token(request: Request) -> FastJSON:
     return FastJSON(serialize.user_with_creds(await accounts.refresh_token(ctx_of(request).db, user, b.username)))
 
 
-@router.post("/api/users/delete")
+@router.post("/api/users/delete", body=rq.DeleteUsersBody)
 async def delete_users(request: Request) -> FastJSON:
     accounts.require_admin(await current_user(request))
     b = await parse(rq.DeleteUsersBody, request)
@@ -107,7 +107,7 @@ async def delete_users(request: Request) -> FastJSON:
 # --- projects ---------------------------------------------------------------------------------------
 
 
-@router.post("/api/projects/list")
+@router.post("/api/projects/list", body=rq.ListProjectsBody)
 async def list_projects(request: Request) -> FastJSON:
     user = await current_user(request)
     body = await parse(rq.ListProjectsBody, request)
@@ -117,7 +117,7 @@ async def list_projects(request: Request) -> FastJSON:
     return FastJSON(projects[: body.limit])
 
 
-@router.post("/api/projects/create")
+@router.post("/api/projects/create", body=rq.CreateProjectBody)
 async def create_project(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.CreateProjectBody, request)
@@ -126,7 +126,7 @@ async def create_project(request: Request) -> FastJSON:
     return FastJSON(serialize.project(project, await accounts.project_members(db, project)))
 
 
-@router.post("/api/projects/delete")
+@router.post("/api/projects/delete", body=rq.DeleteProjectsBody)
 async def delete_projects(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.DeleteProjectsBody, request)
@@ -145,7 +145,7 @@ async def get_project(request: Request, project_name: str) -> FastJSON:
     return await _project_out(request, project)
 
 
-@router.post("/api/projects/{project_name}/set_members")
+@router.post("/api/projects/{project_name}/set_members", body=rq.SetMembersBody)
 async def set_members(request: Request, project_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "manager")
     b = await parse(rq.SetMembersBody, request)
@@ -154,7 +154,7 @@ async def set_members(request: Request, project_name: str) -> FastJSON:
     return await _project_out(request, project)
 
 
-@router.post("/api/projects/{project_name}/add_members")
+@router.post("/api/projects/{project_name}/add_members", body=rq.SetMembersBody)
 async def add_members(request: Request, project_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "manager")
     b = await parse(rq.SetMembersBody, request)
@@ -163,7 +163,7 @@ async def add_members(request: Request, project_name: str) -> FastJSON:
     return await _project_out(request, project)
 
 
-@router.post("/api/projects/{project_name}/remove_members")
+@router.post("/api/projects/{project_name}/remove_members", body=rq.RemoveMembersBody)
 async def remove_members(request: Request, project_name: str) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.RemoveMembersBody, request)

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
 from pydantic import ValidationError
+from starlette.requests import Request
 
 from corral.api.deps import FastJSON, ctx_of, current_user, member
 from corral.api.routes_accounts import parse
+from corral.api.routing import RouteTable
 from corral.config import parse_gateway_configuration, parse_volume_configuration
 from corral.schemas import requests as rq
 from corral.services import accounts, fleets, logs, runs, serialize
 from corral.services.errors import ServiceError, validation_errors
 
-router = APIRouter()
+router = RouteTable()
 P = "/api/project/{project_name}"
 
 
@@ -32,7 +33,7 @@ async def _member_project_ids(request: Request, project_name: str | None) -> lis
 # --- fleets -----------------------------------------------------------------------------------------
 
 
-@router.post("/api/fleets/list")
+@router.post("/api/fleets/list", body=rq.ListFleetsBody)
 async def list_all_fleets(request: Request) -> FastJSON:
     b = await parse(rq.ListFleetsBody, request)
     ids = await _member_project_ids(request, b.project_name)
@@ -43,7 +44,7 @@ async def list_all_fleets(request: Request) -> FastJSON:
     return FastJSON([serialize.fleet(f) for f in found])
 
 
-@router.post(P + "/fleets/list")
+@router.post(P + "/fleets/list", body=rq.ProjectFleetsBody)
 async def list_fleets(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.ProjectFleetsBody, request)
@@ -53,28 +54,28 @@ async def list_fleets(request: Request, project_name: str) -> FastJSON:
     return FastJSON([serialize.fleet(f) for f in found])
 
 
-@router.post(P + "/fleets/get")
+@router.post(P + "/fleets/get", body=rq.GetByNameOrId)
 async def get_fleet(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.GetByNameOrId, request)
     return FastJSON(serialize.fleet(await fleets.get(ctx_of(request), project, b.name, str(b.id) if b.id else None)))
 
 
-@router.post(P + "/fleets/get_plan")
+@router.post(P + "/fleets/get_plan", body=rq.FleetPlanBody)
 async def fleet_plan(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.FleetPlanBody, request)
     return FastJSON(await fleets.get_plan(ctx_of(request), project, user, b.spec.model_dump()))
 
 
-@router.post(P + "/fleets/apply")
+@router.post(P + "/fleets/apply", body=rq.ApplyFleetBody)
 async def fleet_apply(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.ApplyFleetBody, request)
     return FastJSON(await fleets.apply(ctx_of(request), project, b.plan.model_dump(), b.force))
 
 
-@router.post(P + "/fleets/delete")
+@router.post(P + "/fleets/delete", body=rq.NamesBody)
 async def fleet_delete(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.NamesBody, request)
@@ -82,7 +83,7 @@ async def fleet_delete(request: Request, project_name: str) -> FastJSON:
     return FastJSON(None)
 
 
-@router.post(P + "/fleets/delete_instances")
+@router.post(P + "/fleets/delete_instances", body=rq.DeleteInstancesBody)
 async def fleet_delete_instances(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.DeleteInstancesBody, request)
@@ -90,7 +91,7 @@ async def fleet_delete_instances(request: Request, project_name: str) -> FastJSO
     return FastJSON(None)
 
 
-@router.post("/api/instances/list")
+@router.post("/api/instances/list", body=rq.ListInstancesBody)
 async def list_instances(request: Request) -> FastJSON:
     b = await parse(rq.ListInstancesBody, request)
     user = await current_user(request)
@@ -106,7 +107,7 @@ async def list_instances(request: Request) -> FastJSON:
 # --- runs -------------------------------------------------------------------------------------------
 
 
-@router.post("/api/runs/list")
+@router.post("/api/runs/list", body=rq.ListRunsBody)
 async def list_all_runs(request: Request) -> FastJSON:
     b = await parse(rq.ListRunsBody, request)
     ids = await _member_project_ids(request, b.project_name)
@@ -120,7 +121,7 @@ async def list_all_runs(request: Request) -> FastJSON:
     return FastJSON(await runs.list_runs(ctx_of(request), ids, body, user_id))
 
 
-@router.post(P + "/runs/list")
+@router.post(P + "/runs/list", body=rq.ListRunsBody)
 async def list_runs(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.ListRunsBody, request)
@@ -130,28 +131,28 @@ async def list_runs(request: Request, project_name: str) -> FastJSON:
     return FastJSON(await runs.list_runs(ctx_of(request), [project.id], body, None))
 
 
-@router.post(P + "/runs/get")
+@router.post(P + "/runs/get", body=rq.GetRunBody)
 async def get_run(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.GetRunBody, request)
     return FastJSON(await runs.get(ctx_of(request), project, b.run_name, str(b.id) if b.id else None))
 
 
-@router.post(P + "/runs/get_plan")
+@router.post(P + "/runs/get_plan", body=rq.RunPlanBody)
 async def run_plan(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.RunPlanBody, request)
     return FastJSON(await runs.get_plan(ctx_of(request), project, user, b.model_dump()))
 
 
-@router.post(P + "/runs/apply")
+@router.post(P + "/runs/apply", body=rq.ApplyRunBody)
 async def run_apply(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.ApplyRunBody, request)
     return FastJSON(await runs.apply(ctx_of(request), project, user, b.plan.model_dump(), b.force))
 
 
-@router.post(P + "/runs/stop")
+@router.post(P + "/runs/stop", body=rq.StopRunsBody)
 async def run_stop(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.StopRunsBody, request)
@@ -159,7 +160,7 @@ async def run_stop(request: Request, project_name: str) -> FastJSON:
     return FastJSON(None)
 
 
-@router.post(P + "/runs/delete")
+@router.post(P + "/runs/delete", body=rq.DeleteRunsBody)
 async def run_delete(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.DeleteRunsBody, request)
@@ -167,7 +168,7 @@ async def run_delete(request: Request, project_name: str) -> FastJSON:
     return FastJSON(None)
 
 
-@router.post(P + "/logs/poll")
+@router.post(P + "/logs/poll", body=rq.PollLogsBody)
 async def logs_poll(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.PollLogsBody, request)
@@ -192,7 +193,7 @@ def _validate(fn: Any, conf: dict[str, Any], loc: tuple[str, ...]) -> None:
         raise validation_errors(e, loc) from None
 
 
-@router.post(P + "/gateways/get_plan")
+@router.post(P + "/gateways/get_plan", body=rq.GatewayPlanBody)
 async def gateway_plan(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name)
     b = await parse(rq.GatewayPlanBody, request)
@@ -200,7 +201,7 @@ async def gateway_plan(request: Request, project_name: str) -> FastJSON:
     raise _not_supported("Gateways")
 
 
-@router.post(P + "/gateways/apply")
+@router.post(P + "/gateways/apply", body=rq.GatewayApplyBody)
 async def gateway_apply(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name)
     b = await parse(rq.GatewayApplyBody, request)
@@ -226,7 +227,7 @@ async def gateway_delete(request: Request, project_name: str) -> FastJSON:
     return FastJSON(None)
 
 
-@router.post(P + "/volumes/create")
+@router.post(P + "/volumes/create", body=rq.VolumeCreateBody)
 async def volume_create(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name)
     b = await parse(rq.VolumeCreateBody, request)

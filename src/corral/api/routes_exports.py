@@ -2,32 +2,33 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from starlette.requests import Request
 
 from corral.api.deps import FastJSON, ctx_of, member
 from corral.api.routes_accounts import parse
+from corral.api.routing import RouteTable
 from corral.schemas import exports as rq
 from corral.services import exports
 
-router = APIRouter()
+router = RouteTable()
 P = "/api/project/{project_name}"
 
 
-@router.post(P + "/exports/create")
+@router.post(P + "/exports/create", body=rq.CreateExportBody)
 async def create(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name, "admin")
     b = await parse(rq.CreateExportBody, request)
     return FastJSON(await exports.create(ctx_of(request), project, b.model_dump()))
 
 
-@router.post(P + "/exports/update")
+@router.post(P + "/exports/update", body=rq.UpdateExportBody)
 async def update(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name, "admin")
     b = await parse(rq.UpdateExportBody, request)
     return FastJSON(await exports.update(ctx_of(request), project, b.model_dump()))
 
 
-@router.post(P + "/exports/delete")
+@router.post(P + "/exports/delete", body=rq.ExportNameBody)
 async def delete(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name, "admin")
     b = await parse(rq.ExportNameBody, request)
@@ -47,7 +48,7 @@ async def list_imports(request: Request, project_name: str) -> FastJSON:
     return FastJSON(await exports.list_imports(ctx_of(request), project))
 
 
-@router.post(P + "/imports/delete")
+@router.post(P + "/imports/delete", body=rq.DeleteImportBody)
 async def delete_import(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name, "admin")
     b = await parse(rq.DeleteImportBody, request)

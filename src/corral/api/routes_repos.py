@@ -7,17 +7,17 @@ parsed.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
-from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import UploadFile
+from starlette.requests import Request
 
 from corral.api.deps import FastJSON, ctx_of, current_user, member
 from corral.api.routes_accounts import parse
+from corral.api.routing import RequestValidationError, RouteTable
 from corral.schemas import requests as rq
 from corral.services import repos
 from corral.services.errors import ServiceError
 
-router = APIRouter()
+router = RouteTable()
 P = "/api/project/{project_name}/repos"
 
 
@@ -41,7 +41,7 @@ async def _uploaded(request: Request, what: str) -> tuple[str | None, bytes]:
         await form.close()
 
 
-@router.post(P + "/init")
+@router.post(P + "/init", body=rq.ReposInitBody)
 async def repos_init(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.ReposInitBody, request)
@@ -55,14 +55,14 @@ async def repos_list(request: Request, project_name: str) -> FastJSON:
     return FastJSON(await repos.list_repos(ctx_of(request), project))
 
 
-@router.post(P + "/get")
+@router.post(P + "/get", body=rq.GetRepoBody)
 async def repos_get(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.GetRepoBody, request)
     return FastJSON(await repos.get(ctx_of(request), project, user, b.repo_id, b.include_creds))
 
 
-@router.post(P + "/delete")
+@router.post(P + "/delete", body=rq.DeleteReposBody)
 async def repos_delete(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.DeleteReposBody, request)
@@ -85,7 +85,7 @@ async def files_upload_archive(request: Request) -> FastJSON:
     return FastJSON(await repos.upload_archive(ctx_of(request), user, filename, data))
 
 
-@router.post("/api/files/get_archive_by_hash")
+@router.post("/api/files/get_archive_by_hash", body=rq.ArchiveByHashBody)
 async def files_get_archive_by_hash(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.ArchiveByHashBody, request)

@@ -5,6 +5,9 @@ One ``httpx.AsyncClient`` per agent, reused. Failures come out as two exceptions
 declare the host lost) and :class:`AgentError` (the agent answered, but with a non-2xx status or a
 reply that fails protocol validation; the message says what was wrong). Long-poll calls
 (``logs(wait=...)``) use a read timeout of ``wait + timeout``.
+
+httpx is imported when the first client is made (or by :func:`warm_up`, off the event loop, right after
+the server starts), not with this module: the server's start-up does not wait for it.
 """
 
 from __future__ import annotations
@@ -12,11 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import httpx
-
 from corral.agent.protocol import HostInfo, JobState, JobSubmission, LogsReply, ProtocolError
 
 T = TypeVar("T")
+
+
+def warm_up() -> None:
+    """Import httpx now (called in a thread after start-up, so that the first agent call does not)."""
+    import httpx  # noqa: F401
 
 
 class AgentClientError(Exception):
@@ -39,6 +45,8 @@ class AgentClient:
     def __init__(self, base_url: str, token: str, timeout: float = 5.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        import httpx
+
         # Agents speak plain HTTP (on localhost or through an SSH tunnel): no TLS context to build,
         # which keeps a client cheap to create (certificate loading dominated job start-up otherwise).
         self._client = httpx.AsyncClient(
@@ -68,6 +76,8 @@ class AgentClient:
         read_timeout: float | None = None,
         content: bytes | None = None,
     ) -> Any:
+        import httpx
+
         kwargs: dict[str, Any] = {"json": json, "params": params}
         if content is not None:
             kwargs["content"] = content

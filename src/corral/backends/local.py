@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-from corral.agent.containers import remove_agent_containers
 from corral.agent.protocol import HostInfo
 from corral.agent.resources import detect_host_info
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
@@ -186,6 +185,8 @@ class LocalCompute:
 
     async def _forget_work_dir(self, work_dir: Path) -> None:
         """Remove an agent's work dir, and the containers of its jobs if the agent could not."""
+        from corral.agent.containers import remove_agent_containers  # only when an instance goes away
+
         await asyncio.to_thread(remove_agent_containers, self.docker_host, str(work_dir))
         shutil.rmtree(work_dir, ignore_errors=True)
 

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-import yaml
 from pydantic import ValidationError
 
 from corral.config.common import CoreModel
@@ -149,6 +148,8 @@ def load_configuration_file(path: Union[str, Path]) -> AnyConfiguration:
         text = path.read_text()
     except OSError as e:
         raise ConfigError([f"cannot read {path}: {e.strerror or e}"], path) from e
+    import yaml  # here, not at module level: the server never reads a `.dstack.yml` file
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
@@ -40,6 +39,8 @@ def load_server_config(path: Path) -> ServerConfig | None:
     """The parsed file, None when it does not exist; a readable error naming the field otherwise."""
     if not path.exists():
         return None
+    import yaml  # only when there is a file to read
+
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:

@@ -2,6 +2,9 @@
 
 Configurations inside specs are kept as dicts here and validated by ``corral.config`` in the service,
 which reports errors with their full path from the request body.
+
+The models build on first use (``defer_build``), or all at once in :func:`warm_up` (called in a thread
+right after the server starts), so that importing them costs start-up little.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class UsernameBody(Body):
@@ -206,7 +209,7 @@ class PollLogsBody(Body):
 
 
 class _RepoInfoBase(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # older clients sent more fields here
+    model_config = ConfigDict(extra="ignore", defer_build=True)  # older clients sent more fields here
 
 
 class RemoteRepoInfo(_RepoInfoBase):
@@ -273,3 +276,12 @@ class GatewayApplyBody(Body):
 
 class VolumeCreateBody(Body):
     configuration: dict[str, Any]
+
+
+def warm_up() -> None:
+    """Build every request model now (of this module and of the modules that extend ``Body``)."""
+    todo: list[type[BaseModel]] = [Body, _RepoInfoBase]
+    while todo:
+        model = todo.pop()
+        todo.extend(model.__subclasses__())
+        model.model_rebuild()

@@ -57,6 +57,9 @@ class Database:
             self._read = _sqlite_engine(url, immediate=False)
             self._write = _sqlite_engine(url, immediate=True)
         else:
+            from corral.store.tables import add_postgres_options
+
+            add_postgres_options()
             self._read = create_async_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
             self._write = self._read
         self._write_lock = asyncio.Lock() if self.is_sqlite else None

@@ -5,6 +5,9 @@ replica of a Postgres deployment must be given the same one) or, when that is un
 first use and kept in ``<state dir>/data/encryption.key`` (mode 0600). A stored value reads
 ``enc:v1:<key id>:<base64(nonce | ciphertext)>``; the key id (a hash prefix of the key) lets a value
 encrypted under another key fail with a message that says so instead of a bare decryption error.
+
+``cryptography`` is imported on the first encryption or decryption (or by :func:`warm_up`, in a thread
+after start-up), not at start-up: checking the key at start needs only its length.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ import hashlib
 import os
 import threading
 from pathlib import Path
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from typing import TYPE_CHECKING
 
 from corral.settings import Settings
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 _PREFIX = "enc:v1:"
 
@@ -28,12 +32,26 @@ class EncryptionError(RuntimeError):
     """A stored value cannot be decrypted with this server's key; the message says why."""
 
 
+def warm_up() -> None:
+    """Import ``cryptography``'s AES-GCM now (called in a thread after start-up)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: F401
+
+
 class Cipher:
     def __init__(self, key: bytes) -> None:
         if len(key) != 32:
             raise EncryptionError("the encryption key must be 32 bytes")
-        self._aead = AESGCM(key)
+        self._key = key
+        self._aead_: AESGCM | None = None
         self.key_id = hashlib.sha256(key).hexdigest()[:8]
+
+    @property
+    def _aead(self) -> AESGCM:
+        if self._aead_ is None:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            self._aead_ = AESGCM(self._key)
+        return self._aead_
 
     def encrypt(self, plaintext: str) -> str:
         nonce = os.urandom(12)
@@ -48,6 +66,8 @@ class Cipher:
             raise EncryptionError(
                 f"the value was encrypted with another server key (id {key_id}, this server's is {self.key_id})"
             )
+        from cryptography.exceptions import InvalidTag
+
         try:
             raw = base64.b64decode(payload, validate=True)
             return self._aead.decrypt(raw[:12], raw[12:], None).decode()

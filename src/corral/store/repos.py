@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store.tables import codes, file_archives, repo_creds, repos, runs
@@ -30,7 +29,15 @@ class ArchiveRec:
 
 
 def _insert(conn: AsyncConnection, table: sa.Table) -> Any:
-    return (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)
+    """An INSERT with ON CONFLICT, in the connection's dialect (imported here: a SQLite server never loads
+    SQLAlchemy's Postgres dialect)."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert(table)
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert(table)
 
 
 async def _upsert(conn: AsyncConnection, table: sa.Table, values: dict[str, Any], keys: Sequence[str]) -> None:

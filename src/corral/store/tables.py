@@ -15,6 +15,25 @@ metadata = sa.MetaData()
 Time = sa.Float(precision=53)
 
 
+def _live_unique(name: str, *columns: str) -> sa.Index:
+    """Unique among the rows not soft-deleted (a partial index; ``deleted = false`` on Postgres, added by
+    :func:`add_postgres_options` when a Postgres database is opened: given here, it would make SQLAlchemy
+    import its Postgres dialect, ~50 ms, in every SQLite server's start-up just to check the argument)."""
+    index = sa.Index(name, *columns, unique=True, sqlite_where=sa.text("deleted = 0"))
+    _LIVE_UNIQUE.append(index)
+    return index
+
+
+_LIVE_UNIQUE: list[sa.Index] = []
+
+
+def add_postgres_options() -> None:
+    """Give the partial indexes their Postgres predicate (idempotent)."""
+    for index in _LIVE_UNIQUE:
+        if index.dialect_options["postgresql"]["where"] is None:
+            index.dialect_options["postgresql"]["where"] = sa.text("deleted = false")
+
+
 def _lease_columns() -> list[sa.Column[object]]:
     return [
         sa.Column("lock_owner", sa.String(100), nullable=True),
@@ -51,13 +70,7 @@ projects = sa.Table(
     sa.Column("backends", sa.Text, nullable=False, default="[]"),
     sa.Column("ssh_private_key", sa.Text, nullable=True),
     sa.Column("ssh_public_key", sa.Text, nullable=True),
-    sa.Index(
-        "ux_projects_name_live",
-        "name",
-        unique=True,
-        sqlite_where=sa.text("deleted = 0"),
-        postgresql_where=sa.text("deleted = false"),
-    ),
+    _live_unique("ux_projects_name_live", "name"),
 )
 
 members = sa.Table(
@@ -82,14 +95,7 @@ fleets = sa.Table(
     sa.Column("spec", sa.Text, nullable=False),
     sa.Column("deleted", sa.Boolean, nullable=False, default=False),
     *_lease_columns(),
-    sa.Index(
-        "ux_fleets_project_name_live",
-        "project_id",
-        "name",
-        unique=True,
-        sqlite_where=sa.text("deleted = 0"),
-        postgresql_where=sa.text("deleted = false"),
-    ),
+    _live_unique("ux_fleets_project_name_live", "project_id", "name"),
 )
 
 instances = sa.Table(
@@ -143,14 +149,7 @@ runs = sa.Table(
     sa.Column("deleted", sa.Boolean, nullable=False, default=False),
     sa.Column("repo_id", sa.String(200), nullable=True),
     *_lease_columns(),
-    sa.Index(
-        "ux_runs_project_name_live",
-        "project_id",
-        "run_name",
-        unique=True,
-        sqlite_where=sa.text("deleted = 0"),
-        postgresql_where=sa.text("deleted = false"),
-    ),
+    _live_unique("ux_runs_project_name_live", "project_id", "run_name"),
     sa.Index("ix_runs_project_submitted", "project_id", "submitted_at", "id"),
     sa.Index("ix_runs_submitted", "submitted_at", "id"),
     sa.Index("ix_runs_status", "status"),

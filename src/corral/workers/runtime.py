@@ -18,6 +18,20 @@ from corral.workers.scheduling import Scheduling
 log = logging.getLogger("corral.workers")
 
 
+def warm_up() -> None:
+    """What start-up leaves for later, done now in a thread so that no request waits for it: build the
+    configuration and request models, import httpx (agent calls) and cryptography (repo credentials)."""
+    from corral.backends.agent_client import warm_up as agent_client
+    from corral.config.parsing import warm_up as configuration
+    from corral.schemas.requests import warm_up as requests
+    from corral.store.encryption import warm_up as encryption
+
+    configuration()
+    requests()
+    agent_client()
+    encryption()
+
+
 class Workers:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -40,8 +54,6 @@ class Workers:
             await self._notifier.start()
             self.ctx.wakeups.remote = self._notifier.notify
         await self.instances.recover()
-        from corral.config.parsing import warm_up
-
         self._tasks.append(asyncio.create_task(asyncio.to_thread(warm_up), name="corral-warm-up"))
         loops: dict[str, Callable[[], Awaitable[object]]] = {
             "scheduler": self.scheduling.pass_once,

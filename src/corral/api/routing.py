@@ -1,0 +1,133 @@
+"""The route table of the API: which handler answers which method and path, built into Starlette routes.
+
+A handler is ``async def name(request, <path params>..., <query params>...) -> Response``; its argument
+names say where each value comes from: ``request`` is the request, a name in the path's ``{...}`` is that
+path parameter, any other name is a required query parameter (missing: 422 before the handler runs, as
+FastAPI did). Handlers parse their own bodies (``parse(Model, request)``, so that authentication comes
+first where it should); ``body=`` only records that model for the OpenAPI document
+(:mod:`corral.api.openapi`, built on the first request to the docs, never at start-up).
+
+Plain Starlette routes instead of FastAPI's: FastAPI analysed every handler's signature at import and
+imported its OpenAPI models, which was a quarter of the server's start-up.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+Handler = Callable[..., Awaitable[Response]]
+H = TypeVar("H", bound=Handler)
+
+_PATH_PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)}")
+
+
+class RequestValidationError(Exception):
+    """A request that does not validate: answered 422 with ``{"detail": errors}`` (FastAPI's shape)."""
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        super().__init__(errors)
+        self._errors = errors
+
+    def errors(self) -> list[dict[str, Any]]:
+        return self._errors
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    method: str
+    path: str
+    handler: Handler
+    body: type[Any] | None  # the request body's pydantic model, for the docs only
+    path_params: tuple[str, ...]
+    query_params: tuple[str, ...]
+    takes_request: bool
+
+    @property
+    def name(self) -> str:
+        return self.handler.__name__
+
+
+class RouteTable:
+    """Routes recorded by decorators, in order; :func:`starlette_routes` turns tables into routes."""
+
+    def __init__(self) -> None:
+        self.routes: list[RouteSpec] = []
+
+    def get(self, path: str, *, body: type[Any] | None = None) -> Callable[[H], H]:
+        return self._add("GET", path, body)
+
+    def post(self, path: str, *, body: type[Any] | None = None) -> Callable[[H], H]:
+        return self._add("POST", path, body)
+
+    def _add(self, method: str, path: str, body: type[Any] | None) -> Callable[[H], H]:
+        def decorator(handler: H) -> H:
+            code = getattr(handler, "__code__")  # noqa: B009 - a plain function's arguments, cheaply
+            args = code.co_varnames[: code.co_argcount]
+            in_path = set(_PATH_PARAM.findall(path))
+            self.routes.append(
+                RouteSpec(
+                    method=method,
+                    path=path,
+                    handler=handler,
+                    body=body,
+                    path_params=tuple(a for a in args if a in in_path),
+                    query_params=tuple(a for a in args if a != "request" and a not in in_path),
+                    takes_request="request" in args,
+                )
+            )
+            return handler
+
+        return decorator
+
+
+def _endpoint(spec: RouteSpec) -> Callable[[Request], Awaitable[Response]]:
+    handler, path_params, query_params, takes_request = (
+        spec.handler,
+        spec.path_params,
+        spec.query_params,
+        spec.takes_request,
+    )
+    if not path_params and not query_params:
+        if takes_request:
+            return handler
+
+        async def no_arguments(_request: Request) -> Response:
+            return await handler()
+
+        return no_arguments
+
+    async def endpoint(request: Request) -> Response:
+        kwargs: dict[str, Any] = {name: request.path_params[name] for name in path_params}
+        if query_params:
+            missing = []
+            for name in query_params:
+                value = request.query_params.get(name)
+                if value is None:
+                    missing.append({"type": "missing", "loc": ["query", name], "msg": "Field required", "input": None})
+                kwargs[name] = value
+            if missing:
+                raise RequestValidationError(missing)
+        if takes_request:
+            kwargs["request"] = request
+        return await handler(**kwargs)
+
+    return endpoint
+
+
+def starlette_routes(*tables: RouteTable) -> list[Route]:
+    """One Starlette route per recorded route, answering exactly its method (no implicit HEAD: a HEAD
+    or any other method is a 405, as before)."""
+    out = []
+    for table in tables:
+        for spec in table.routes:
+            route = Route(spec.path, _endpoint(spec), methods=[spec.method], name=spec.name)
+            route.methods = {spec.method}
+            out.append(route)
+    return out

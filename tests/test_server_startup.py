@@ -1,0 +1,87 @@
+"""Start-up stays cheap: preparing a server over existing state imports none of what only later work needs
+(the docs' schema machinery, httpx, cryptography, Alembic, asyncssh, FastAPI, the Postgres dialect) and
+builds no request model, and the warm-up after start-up does what the first requests would otherwise."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from pathlib import Path
+    from corral.server import prepare
+    from corral.settings import Settings
+
+    tmp = Path(sys.argv[1])
+    settings = Settings(
+        server_dir=tmp / "server",
+        database_url=f"sqlite+aiosqlite:///{tmp / 'server' / 'data' / 'corral.db'}",
+        admin_token="t",
+        write_cli_config=False,
+    )
+
+    async def main():
+        prepared = await prepare(settings)
+        await prepared.ctx.db.dispose()
+
+    def unbuilt():
+        from corral.schemas.requests import Body
+        todo, out = [Body], []
+        while todo:
+            model = todo.pop()
+            todo.extend(model.__subclasses__())
+            if not model.__pydantic_complete__:
+                out.append(model.__name__)
+        return sorted(out)
+
+    asyncio.run(main())
+    after_start, unbuilt_at_start = sorted(sys.modules), unbuilt()
+    if sys.argv[2] == "warm":
+        from corral.workers.runtime import warm_up
+        warm_up()
+    print(json.dumps({"start": after_start, "warm": sorted(sys.modules), "unbuilt": [unbuilt_at_start, unbuilt()]}))
+    """
+)
+
+LATER = [
+    "fastapi",
+    "httpx",
+    "cryptography",
+    "alembic",
+    "asyncssh",
+    "websockets",
+    "corral.api.openapi",
+    "sqlalchemy.dialects.postgresql",  # a SQLite server needs only the SQLite dialect
+]
+
+
+def _modules(tmp: Path, mode: str) -> dict[str, list[Any]]:
+    out = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, str(tmp), mode], capture_output=True, text=True, timeout=120, check=True
+    )
+    result: dict[str, list[Any]] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _loaded(modules: list[str], name: str) -> bool:
+    return any(m == name or m.startswith(name + ".") for m in modules)
+
+
+def test_start_over_existing_state_imports_only_what_start_up_needs(tmp_path: Path) -> None:
+    first = _modules(tmp_path, "cold")
+    assert _loaded(first["start"], "alembic")  # fresh state: migrations ran
+    warm = _modules(tmp_path, "warm")
+    for name in LATER:
+        assert not _loaded(warm["start"], name), f"{name} is imported at start-up"
+    assert _loaded(warm["start"], "starlette")
+    assert _loaded(warm["warm"], "httpx")
+    assert _loaded(warm["warm"], "cryptography")
+    at_start, after_warm_up = warm["unbuilt"]
+    assert {"ApplyRunBody", "ListRunsBody", "CreateExportBody"} <= set(at_start)  # built lazily...
+    assert after_warm_up == []  # ...or all at once by the warm-up
