@@ -57,7 +57,7 @@ def _check_encryption_key(settings: Settings) -> None:
     try:
         cipher_for(settings)
     except EncryptionError as e:
-        raise ServerConfigError(f"Cannot use the encryption key of repo credentials: {e}") from None
+        raise ServerConfigError(f"Cannot use the encryption key (repo credentials, SSH fleet keys): {e}") from None
 
 
 async def prepare(settings: Settings) -> Prepared:
@@ -65,9 +65,11 @@ async def prepare(settings: Settings) -> Prepared:
     from corral.api.app import create_app
     from corral.backends.local import LocalCompute
     from corral.backends.ssh import SSHCompute
+    from corral.backends.ssh_secrets import KeyOpener
     from corral.config.server_config import load_server_config
     from corral.services import accounts
     from corral.store.db import Database
+    from corral.store.encryption import cipher_for
     from corral.store.migrate import upgrade
     from corral.workers.context import Context
     from corral.workers.runtime import Workers
@@ -94,6 +96,7 @@ async def prepare(settings: Settings) -> Prepared:
             settings.provisioning_timeout,
             settings.ssh_connect_timeout,
             settings.agent_request_timeout,
+            key_opener=KeyOpener(lambda: cipher_for(settings)),
         ),
     }
     ctx = Context(settings=settings, db=db, computes=computes)

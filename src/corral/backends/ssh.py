@@ -83,6 +83,7 @@ class SSHCompute:
         provisioning_timeout: float,
         connect_timeout: float,
         request_timeout: float = 5.0,
+        key_opener: KeyOpener | None = None,
     ) -> None:
         self.cache_dir = cache_dir
         self.provisioning_timeout = provisioning_timeout
@@ -90,11 +91,8 @@ class SSHCompute:
         self.request_timeout = request_timeout
         self._links: dict[str, HostLink] = {}
         self._zipapp: tuple[bytes, str] | None = None
-        self._open_key = KeyOpener()  # keys in clear only, until the server's cipher is handed over
-
-    def use_key_opener(self, opener: KeyOpener) -> None:
-        """Open the stored (sealed) private keys with ``opener`` (``ssh_secrets.OpensKeys``)."""
-        self._open_key = opener
+        #: Opens the stored (sealed) private keys; without one, only keys in clear can be used.
+        self._open_key = key_opener or KeyOpener()
 
     def offers(self) -> list[Offer]:
         return []  # an SSH fleet has exactly its hosts

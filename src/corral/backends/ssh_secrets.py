@@ -13,7 +13,7 @@ used as it is, and :func:`corral.workers.ssh_keys.seal_stored_keys` seals such r
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from corral.domain.ssh_keys import map_connection_keys, map_spec_keys
 from corral.store.encryption import Cipher, EncryptionError
@@ -64,10 +64,3 @@ class KeyOpener:
                 f"the stored private key cannot be decrypted: {e} (was CORRAL_SERVER_ENCRYPTION_KEY or the "
                 "server's encryption.key changed? Restore it, or delete the fleet and apply it again)"
             ) from None
-
-
-@runtime_checkable
-class OpensKeys(Protocol):
-    """A backend that keeps private keys sealed in the database and must be told how to open them."""
-
-    def use_key_opener(self, opener: KeyOpener) -> None: ...

@@ -10,11 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from corral.backends.base import Compute
-from corral.backends.ssh_secrets import KeyOpener, OpensKeys
 from corral.domain.records import InstanceRec
 from corral.settings import Settings
 from corral.store.db import Database
-from corral.store.encryption import cipher_for
 
 WORKERS = ("scheduler", "instances", "jobs", "runs")
 
@@ -50,12 +48,6 @@ class Context:
     wakeups: Wakeups = field(default_factory=Wakeups)
     #: Who this server process is, as the owner of the leases it takes.
     replica_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
-
-    def __post_init__(self) -> None:
-        # A backend that stores private keys sealed (SSH fleets) opens them with the server's cipher.
-        for compute in self.computes.values():
-            if isinstance(compute, OpensKeys):
-                compute.use_key_opener(KeyOpener(lambda: cipher_for(self.settings)))
 
     def compute(self, backend: str) -> Compute:
         return self.computes[backend]

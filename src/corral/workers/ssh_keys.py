@@ -28,6 +28,9 @@ from corral.workers.context import Context
 
 log = logging.getLogger("corral.ssh")
 
+#: What a private key in clear contains: PEM and OpenSSH keys, PuTTY's.
+_IN_CLEAR = ("PRIVATE KEY", "PuTTY-User-Key-File")
+
 
 def _in_clear(keys: list[str]) -> bool:
     return any(not is_sealed(k) for k in keys)
@@ -60,14 +63,17 @@ async def seal_stored_keys(ctx: Context) -> int:
 
 async def _seal_stored_keys(ctx: Context) -> int:
     async with ctx.db.read() as conn:
-        # A fleet spec with a key holds `"private":"` (orjson writes no spaces); instances: the SSH ones.
+        # Only rows with a key in clear are read (a sealed key is base64 after `enc:v1:`): the database
+        # filters, so a start costs no more as fleets and instances accumulate.
         specs = (
-            await conn.execute(sa.select(fleets.c.id, fleets.c.spec).where(fleets.c.spec.contains('"private":"')))
+            await conn.execute(
+                sa.select(fleets.c.id, fleets.c.spec).where(sa.or_(*(fleets.c.spec.contains(m) for m in _IN_CLEAR)))
+            )
         ).all()
         agents = (
             await conn.execute(
                 sa.select(instances.c.id, instances.c.agent).where(
-                    instances.c.backend == "ssh", instances.c.agent.is_not(None)
+                    instances.c.backend == "ssh", sa.or_(*(instances.c.agent.contains(m) for m in _IN_CLEAR))
                 )
             )
         ).all()
