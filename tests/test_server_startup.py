@@ -58,6 +58,9 @@ LATER = [
     "websockets",
     "corral.api.openapi",
     "sqlalchemy.dialects.postgresql",  # a SQLite server needs only the SQLite dialect
+    "corral.config.runs",  # the configuration models: on first use, or in the warm-up thread
+    "corral.config.fleets",
+    "corral.config.parsing",
 ]
 
 

@@ -7,10 +7,10 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.requests import Request
 
+from corral import config  # lazy: the models load on first use, not at start-up
 from corral.api.deps import FastJSON, ctx_of, current_user, member
 from corral.api.routes_accounts import parse
 from corral.api.routing import RouteTable
-from corral.config import parse_gateway_configuration, parse_volume_configuration
 from corral.schemas import requests as rq
 from corral.services import accounts, fleets, logs, runs, serialize
 from corral.services.errors import ServiceError, validation_errors
@@ -197,7 +197,7 @@ def _validate(fn: Any, conf: dict[str, Any], loc: tuple[str, ...]) -> None:
 async def gateway_plan(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name)
     b = await parse(rq.GatewayPlanBody, request)
-    _validate(parse_gateway_configuration, b.spec.configuration, ("spec", "configuration"))
+    _validate(config.parse_gateway_configuration, b.spec.configuration, ("spec", "configuration"))
     raise _not_supported("Gateways")
 
 
@@ -205,7 +205,7 @@ async def gateway_plan(request: Request, project_name: str) -> FastJSON:
 async def gateway_apply(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name)
     b = await parse(rq.GatewayApplyBody, request)
-    _validate(parse_gateway_configuration, b.plan.spec.configuration, ("plan", "spec", "configuration"))
+    _validate(config.parse_gateway_configuration, b.plan.spec.configuration, ("plan", "spec", "configuration"))
     raise _not_supported("Gateways")
 
 
@@ -231,7 +231,7 @@ async def gateway_delete(request: Request, project_name: str) -> FastJSON:
 async def volume_create(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name)
     b = await parse(rq.VolumeCreateBody, request)
-    _validate(parse_volume_configuration, b.configuration, ("configuration",))
+    _validate(config.parse_volume_configuration, b.configuration, ("configuration",))
     raise _not_supported("Volumes")
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy.exc
 from pydantic import ValidationError
 
-from corral.config import parse_fleet_configuration, parse_profile
+from corral import config  # lazy: the models load on first use, not at start-up
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, ProjectRec, UserRec
 from corral.domain.resources import match_requirements
@@ -87,11 +87,11 @@ def normalize_spec(spec: dict[str, Any], loc: tuple[str | int, ...]) -> dict[str
     if not isinstance(spec, dict):
         raise validation_errors_from_msg(loc, "Input should be a valid dictionary")
     try:
-        conf = parse_fleet_configuration(spec.get("configuration"))  # type: ignore[arg-type]
+        conf = config.parse_fleet_configuration(spec.get("configuration"))  # type: ignore[arg-type]
     except ValidationError as e:
         raise validation_errors(e, (*loc, "configuration")) from None
     try:
-        profile = parse_profile(spec.get("profile"))
+        profile = config.parse_profile(spec.get("profile"))
     except ValidationError as e:
         raise validation_errors(e, (*loc, "profile")) from None
     return {

@@ -13,7 +13,7 @@ import orjson
 import sqlalchemy.exc
 from pydantic import ValidationError
 
-from corral.config import effective_profile, parse_profile, parse_run_configuration
+from corral import config  # lazy: the models load on first use, not at start-up
 from corral.domain.documents import json_default
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
@@ -37,14 +37,14 @@ def normalize_run_spec(run_spec: Any, loc: tuple[str | int, ...], user: UserRec)
             [{"type": "dict_type", "loc": ["body", *loc], "msg": "Input should be a valid dictionary"}]
         )
     try:
-        conf = parse_run_configuration(run_spec.get("configuration"))  # type: ignore[arg-type]
+        conf = config.parse_run_configuration(run_spec.get("configuration"))  # type: ignore[arg-type]
     except ValidationError as e:
         raise validation_errors(e, (*loc, "configuration")) from None
     try:
-        profile = parse_profile(run_spec.get("profile"))
+        profile = config.parse_profile(run_spec.get("profile"))
     except ValidationError as e:
         raise validation_errors(e, (*loc, "profile")) from None
-    merged = effective_profile(profile, conf)
+    merged = config.effective_profile(profile, conf)
     normalized = {
         "run_name": run_spec.get("run_name") or conf.name,
         "repo_id": run_spec.get("repo_id") or "none",

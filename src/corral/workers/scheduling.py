@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Any
 
-from corral.config import ResourcesSpec, effective_profile, parse_profile, parse_run_configuration
+from corral import config  # lazy: the models load on first use, not at start-up
 from corral.domain.fleets import fleet_blocks, fleet_placement, nodes_bounds
 from corral.domain.records import FleetRec
 from corral.domain.resources import Requirements, match_requirements
@@ -59,9 +59,9 @@ class Scheduling:
             if job.job_spec is None or job.run_spec is None:
                 raise ValueError("the job's documents were not loaded")
             run_spec = job.run_spec
-            conf = parse_run_configuration(run_spec["configuration"])
-            profile = effective_profile(parse_profile(run_spec.get("profile")), conf)
-            resources = ResourcesSpec.model_validate(job.job_spec["requirements"]["resources"])
+            conf = config.parse_run_configuration(run_spec["configuration"])
+            profile = config.effective_profile(config.parse_profile(run_spec.get("profile")), conf)
+            resources = config.ResourcesSpec.model_validate(job.job_spec["requirements"]["resources"])
             fleets = None
             if profile.fleets is not None:
                 fleets = tuple(f.format() if hasattr(f, "format") else str(f) for f in profile.fleets)
@@ -94,7 +94,9 @@ class Scheduling:
         key = (fleet.id, str(fleet.spec.get("configuration", {}).get("resources")))
         if key not in self._fleet_reqs:
             raw = fleet.spec.get("configuration", {}).get("resources")
-            self._fleet_reqs[key] = ResourcesSpec.model_validate(raw).to_requirements() if raw is not None else None
+            self._fleet_reqs[key] = (
+                config.ResourcesSpec.model_validate(raw).to_requirements() if raw is not None else None
+            )
         return self._fleet_reqs[key]
 
     def fleet_offers(self, fleet: FleetRec) -> tuple[Offer, ...]:
