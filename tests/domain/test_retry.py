@@ -5,7 +5,17 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.domain.retry import Submission, Verdict, needs_retry_evaluation, retry_event, retry_window_start, verdict
+from corral.domain.retry import (
+    MAX_BACKOFF,
+    Submission,
+    Verdict,
+    needs_retry_evaluation,
+    resubmit_at,
+    retry_duration,
+    retry_event,
+    retry_window_start,
+    verdict,
+)
 
 ON_ERROR = {"on_events": ["error"], "duration": 60}
 
@@ -90,3 +100,27 @@ def test_quick_failures_are_retried_for_at_most_the_duration(n: int, run_time: f
     retry = {"on_events": ["error"], "duration": duration}
     late = first_failure + duration + 1
     assert verdict("container_exited_with_error", retry, history, now=max(late, t)) == Verdict.LIMIT_EXCEEDED
+
+
+def test_backoff_after_the_first_failure_of_a_streak() -> None:
+    one = [Submission(0.0, 10.0, True)]
+    assert resubmit_at(one, 60) == 10.0  # a lost host: go elsewhere at once
+    quick = [Submission(t, t + 1, True) for t in range(0, 8, 2)]  # four quick failures
+    assert resubmit_at(quick, 60) == 7.0 + 4.0  # then 1, 2, 4 … seconds
+    many = [Submission(t, t + 1, True) for t in range(0, 200, 2)]
+    assert resubmit_at(many, 3600) == 199.0 + MAX_BACKOFF
+    # a long run resets the streak: the next failure is the first of a new one
+    reset = [*quick, Submission(8.0, 8.0 + 500, True)]
+    assert resubmit_at(reset, 60) == 508.0
+    assert retry_duration({"on_events": ["error"]}) == 3600.0 and retry_duration({"duration": 5}) == 5.0
+
+
+@given(submissions, st.floats(1, 1e4))
+def test_a_resubmission_never_starts_before_the_failure_nor_waits_past_the_cap(
+    history: list[Submission], duration: float
+) -> None:
+    last = history[-1].finished_at
+    assert last is not None
+    due = resubmit_at(history, duration)
+    if any(s.provisioned for s in history):
+        assert last <= due <= last + MAX_BACKOFF

@@ -71,6 +71,20 @@ class Submission:
     provisioned: bool
 
 
+def _streak(history: Sequence[Submission], duration: float) -> tuple[float, int] | None:
+    """(when the current streak of failures began, how many failures it has) -- see ``retry_window_start``."""
+    if not any(s.provisioned for s in history) or history[-1].finished_at is None:
+        return None
+    start, count = history[-1].finished_at, 1
+    for earlier, later in zip(reversed(history[:-1]), reversed(history[1:]), strict=True):
+        if earlier.finished_at is None or later.finished_at is None:
+            break
+        if later.finished_at - later.submitted_at > duration:
+            break
+        start, count = earlier.finished_at, count + 1
+    return start, count
+
+
 def retry_window_start(history: Sequence[Submission], duration: float) -> float | None:
     """When the current run of failures began: the retry window opens at it and lasts ``duration``.
 
@@ -80,16 +94,30 @@ def retry_window_start(history: Sequence[Submission], duration: float) -> float 
     A job that crash-loops stops after ``duration``; a long job failing after hours is retried, as in
     dstack. None if no submission was ever placed on an instance.
     """
-    if not any(s.provisioned for s in history) or history[-1].finished_at is None:
-        return None
-    start = history[-1].finished_at
-    for earlier, later in zip(reversed(history[:-1]), reversed(history[1:]), strict=True):
-        if earlier.finished_at is None or later.finished_at is None:
-            break
-        if later.finished_at - later.submitted_at > duration:
-            break
-        start = earlier.finished_at
-    return start
+    streak = _streak(history, duration)
+    return None if streak is None else streak[0]
+
+
+def retry_duration(retry: Mapping[str, Any] | None) -> float:
+    """``retry.duration`` in seconds (dstack's default: one hour)."""
+    raw = (retry or {}).get("duration")
+    return float(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else 3600.0
+
+
+#: The longest wait between two resubmissions of a job that keeps failing.
+MAX_BACKOFF = 60.0
+
+
+def resubmit_at(history: Sequence[Submission], duration: float) -> float:
+    """When the next submission of a job whose latest one failed may start: at once after the first failure
+    of a streak (a lost host: go elsewhere now), then 1, 2, 4 … seconds after the latest failure, up to
+    ``MAX_BACKOFF`` (a crash loop does not spin through submissions as fast as it can fail)."""
+    streak = _streak(history, duration)
+    last = history[-1].finished_at if history else None
+    if streak is None or last is None:
+        return 0.0
+    failures = streak[1]
+    return last if failures <= 1 else last + min(MAX_BACKOFF, 2.0 ** (failures - 2))
 
 
 def verdict(
@@ -104,8 +132,7 @@ def verdict(
     event = retry_event(termination_reason)
     if retry is None or event is None or event == "no-capacity" or event not in (retry.get("on_events") or ()):
         return Verdict.FAIL
-    raw = retry.get("duration")
-    duration = float(raw) if isinstance(raw, (int, float)) else 3600.0
+    duration = retry_duration(retry)
     start = retry_window_start(history, duration)
     if start is None:
         return Verdict.FAIL

@@ -4,13 +4,14 @@ again when the job's ``retry`` says so (``corral.domain.retry``)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping
 
 import sqlalchemy.exc
 
-from corral.domain.retry import Submission, Verdict, needs_retry_evaluation, verdict
+from corral.domain.retry import Submission, Verdict, needs_retry_evaluation, resubmit_at, retry_duration, verdict
 from corral.domain.statuses import JobStatus, RunStatus, RunTerminationReason, run_status_from_jobs
 from corral.store import resubmit as resubmit_store
 from corral.store import runs as run_store
@@ -102,7 +103,15 @@ class Runs:
                 if Verdict.FAIL not in by_replica.values() and Verdict.LIMIT_EXCEEDED in by_replica.values():
                     failure = RunTerminationReason.RETRY_LIMIT_EXCEEDED
                 elif by_replica and set(by_replica.values()) == {Verdict.RESUBMIT}:
-                    await self._resubmit(run, latest, by_replica, now)
+                    due = max(
+                        resubmit_at(_history(run, j), retry_duration(retries.get(j.id)))
+                        for j in latest.values()
+                        if verdicts.get(j.id) == Verdict.RESUBMIT
+                    )
+                    if due > now:  # backing off a job that keeps failing: come back then
+                        asyncio.get_running_loop().call_later(due - now, self.ctx.wakeups.wake_local, "runs")
+                    else:
+                        await self._resubmit(run, latest, by_replica, now)
                     continue
             decision = decide_run(run.status, run.termination_reason, [j.status for j in latest.values()], failure)
             master = latest.get((0, 0))
