@@ -85,3 +85,17 @@ async def test_multi_node_replica_is_resubmitted_whole(tmp_path: Path) -> None:
         assert rank0[0]["termination_reason"] == "terminated_by_server"
         assert rank0[0]["termination_reason_message"] == "Run is to be resubmitted"
         assert rank0[1]["submission_num"] == rank1[1]["submission_num"] == 1
+
+
+async def test_without_retry_a_failed_node_fails_the_run_and_the_server_stops_the_others(tmp_path: Path) -> None:
+    script = 'if [ "$DSTACK_NODE_RANK" = 1 ]; then sleep 1; exit 5; fi; sleep 600'
+    async with running_server(make_settings(tmp_path)) as s, s.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..2", placement="cluster"))
+        await c.post("/api/project/main/runs/apply", json=task_body([script], name="pair", nodes=2))
+        run = await _finished(c, "pair")
+        assert run["status"] == "failed" and run["termination_reason"] == "job_failed", run
+        rank0, rank1 = (j["job_submissions"] for j in run["jobs"])
+        assert len(rank0) == len(rank1) == 1
+        assert rank1[0]["status"] == "failed" and rank1[0]["exit_status"] == 5
+        assert (rank0[0]["status"], rank0[0]["termination_reason"]) == ("terminated", "terminated_by_server")
+        assert rank0[0]["termination_reason_message"] == "Stopped: another job of the run failed"

@@ -400,6 +400,8 @@ class Jobs:
             status, reason = "aborted", "aborted_by_user"
         elif stopped == "resubmit":  # its replica is submitted again (workers/runs.py)
             status, reason, message = "terminated", "terminated_by_server", "Run is to be resubmitted"
+        elif stopped == "server":  # another job of its run failed for good (workers/runs.py)
+            status, reason, message = "terminated", "terminated_by_server", "Stopped: another job of the run failed"
         elif stopped:
             status, reason = "terminated", "terminated_by_user"
         elif state.state == "done" and (exit_status or 0) == 0:

@@ -123,7 +123,7 @@ class Runs:
                 status, reason = decision
                 values.update(status=status, termination_reason=reason)
                 if status == "terminating" and reason == failure.value:
-                    await self._stop_jobs(run.id, "stop")
+                    await self._stop_jobs(run.id, "server")
                 if status in ("failed", "done", "terminated"):
                     failed = next((j for j in latest.values() if j.status == "failed"), None)
                     values["status_message"] = failed.status_message if failed else None
