@@ -180,6 +180,15 @@ async def replicas(tmp_path: Path) -> Any:
         await r.shutdown()
 
 
+def _assert_all_done(finished: dict[str, Any]) -> None:
+    bad = [
+        (n, r["status"], r["latest_job_submission"]["termination_reason_message"])
+        for n, r in finished.items()
+        if r["status"] != "done"
+    ]
+    assert not bad, bad[:5]
+
+
 async def test_seed_scenario_across_three_replicas(replicas: Replicas) -> None:
     async with replicas.client(0) as c:
         r = await c.post(
@@ -206,12 +215,7 @@ async def test_seed_scenario_across_three_replicas(replicas: Replicas) -> None:
     finished = await _all_finished(replicas, names, timeout=240)
     sampler.stop()
     await sampling
-    bad = [
-        (n, r["status"], r["latest_job_submission"]["termination_reason_message"])
-        for n, r in finished.items()
-        if r["status"] != "done"
-    ]
-    assert not bad, bad[:5]
+    _assert_all_done(finished)
     assert sampler.max_seen <= 3
     assert len(sampler.ids) <= 3
     # Logs are served by every replica, whichever collected them.
@@ -259,12 +263,7 @@ async def test_sigkill_one_replica_mid_work(replicas: Replicas) -> None:
     finished = await _all_finished(replicas, names, timeout=240)
     sampler.stop()
     await sampling
-    bad = [
-        (n, r["status"], r["latest_job_submission"]["termination_reason_message"])
-        for n, r in finished.items()
-        if r["status"] != "done"
-    ]
-    assert not bad, bad[:5]
+    _assert_all_done(finished)
     assert sampler.max_seen <= 3
     async with replicas.client(0) as c:
         insts = (await c.post("/api/instances/list", json={})).json()

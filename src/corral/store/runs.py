@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -218,10 +219,6 @@ async def update_run(
     return (await conn.execute(q.values(**values))).rowcount > 0
 
 
-async def insert_job(conn: AsyncConnection, values: dict[str, Any]) -> None:
-    await conn.execute(sa.insert(jobs).values(log_offset=0, **values))
-
-
 async def insert_jobs(conn: AsyncConnection, values: Sequence[dict[str, Any]]) -> None:
     """Several jobs in one statement (a multi-node run's)."""
     await conn.execute(sa.insert(jobs), [{"log_offset": 0, **v} for v in values])
@@ -245,18 +242,9 @@ def new_run_rec(
         "log_offset": 0,
         "wait_deadline": None,
     }
-    run_jobs = [job_from_row(_Row({**defaults, **v})) for v in job_values]
-    row = _Row(
-        {**run_values, "project_name": project_name, "user_name": user_name, "fleet_name": None, "deleted": False}
-    )
+    run_jobs = [job_from_row(SimpleNamespace(**{**defaults, **v})) for v in job_values]
+    row = SimpleNamespace(**run_values, project_name=project_name, user_name=user_name, fleet_name=None, deleted=False)
     return _run(row, run_jobs)
-
-
-class _Row:
-    """Attribute access to a dict, as a result row gives it."""
-
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.__dict__.update(values)
 
 
 async def update_job(
@@ -337,13 +325,12 @@ class JobState:
     status: str
     status_message: str | None
     instance_fleet_id: str | None
-    id: str = ""
-    termination_reason: str | None = None
-    #: When this submission last held an instance (its end, or its last update); None if it was never
-    #: placed on one.
-    provisioned_at: float | None = None
-    submitted_at: float = 0.0
-    finished_at: float | None = None
+    id: str
+    termination_reason: str | None
+    #: It was placed on an instance (dstack: it has provisioning data; the job keeps its instance id).
+    provisioned: bool
+    submitted_at: float
+    finished_at: float | None
 
 
 @dataclass(frozen=True)
@@ -383,13 +370,7 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                 instances.c.fleet_id,
                 jobs.c.id,
                 jobs.c.termination_reason,
-                sa.case(
-                    (
-                        sa.or_(jobs.c.instance_id.is_not(None), jobs.c.job_provisioning_data.is_not(None)),
-                        sa.func.coalesce(jobs.c.finished_at, jobs.c.last_processed_at),
-                    ),
-                    else_=None,
-                ).label("provisioned_at"),
+                jobs.c.instance_id.is_not(None).label("provisioned"),
                 jobs.c.submitted_at,
                 jobs.c.finished_at,
             )
@@ -407,7 +388,7 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                     r.fleet_id,
                     r.id,
                     r.termination_reason,
-                    r.provisioned_at,
+                    bool(r.provisioned),
                     r.submitted_at,
                     r.finished_at,
                 )

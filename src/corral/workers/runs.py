@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import sqlalchemy.exc
 
@@ -70,49 +71,78 @@ def replica_verdicts(latest: list[run_store.JobState], verdicts: Mapping[str, Ve
 
 _RANK = {Verdict.RESUBMIT: 0, Verdict.LIMIT_EXCEEDED: 1, Verdict.FAIL: 2}
 
+History = dict[tuple[int, int], list[Submission]]
+
+
+@dataclass(frozen=True)
+class RetryPlan:
+    """What the run's ``retry`` makes of its failed jobs."""
+
+    #: The reason a failed job gives the run if it is not resubmitted.
+    failure: RunTerminationReason = RunTerminationReason.JOB_FAILED
+    #: The replicas to submit again (none: the run follows its jobs as usual) ...
+    resubmit: tuple[int, ...] = ()
+    #: ... not before this time (backing off a job that keeps failing).
+    due: float = 0.0
+
+
+def plan_retry(
+    latest: Mapping[tuple[int, int], run_store.JobState],
+    histories: History,
+    retries: Mapping[str, Mapping[str, object] | None],
+    now: float,
+) -> RetryPlan:
+    """Resubmit, fail for good, or fail because the retry ran out (dstack's rules, ``domain.retry``). Pure."""
+    verdicts = {
+        j.id: verdict(j.termination_reason, retries.get(j.id), histories[key], now)
+        for key, j in latest.items()
+        if needs_retry_evaluation(j.status, j.termination_reason)
+    }
+    by_replica = replica_verdicts(list(latest.values()), verdicts)
+    if Verdict.FAIL not in by_replica.values() and Verdict.LIMIT_EXCEEDED in by_replica.values():
+        return RetryPlan(failure=RunTerminationReason.RETRY_LIMIT_EXCEEDED)
+    if not by_replica or set(by_replica.values()) != {Verdict.RESUBMIT}:
+        return RetryPlan()
+    due = max(
+        resubmit_at(histories[key], retry_duration(retries.get(j.id)))
+        for key, j in latest.items()
+        if verdicts.get(j.id) == Verdict.RESUBMIT
+    )
+    return RetryPlan(resubmit=tuple(sorted(by_replica)), due=due)
+
 
 class Runs:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self._timer: asyncio.TimerHandle | None = None
 
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
             states = await run_store.active_run_states(conn)
+            active = [run for run in states if run.status != RunStatus.TERMINATING.value]
             latest_by_run = {run.id: _latest(run) for run in states}
+            histories = {run.id: _histories(run) for run in active}
+            # only the specs of failed jobs that ran are read (a job never placed is not resubmitted)
             to_evaluate = [
                 j.id
-                for run in states
-                if run.status != RunStatus.TERMINATING.value
-                for j in latest_by_run[run.id].values()
+                for run in active
+                for key, j in latest_by_run[run.id].items()
                 if needs_retry_evaluation(j.status, j.termination_reason)
-                and any(s.provisioned for s in _history(run, j))
+                and any(s.provisioned for s in histories[run.id][key])
             ]
             retries = await resubmit_store.retry_specs(conn, to_evaluate)
         now = time.time()
         updates: list[tuple[str, dict[str, object], str]] = []
         for run in states:
             latest = latest_by_run[run.id]
-            failure = RunTerminationReason.JOB_FAILED
-            if run.status != RunStatus.TERMINATING.value:
-                verdicts = {
-                    j.id: verdict(j.termination_reason, retries.get(j.id), _history(run, j), now)
-                    for j in latest.values()
-                    if needs_retry_evaluation(j.status, j.termination_reason)
-                }
-                by_replica = replica_verdicts(list(latest.values()), verdicts)
-                if Verdict.FAIL not in by_replica.values() and Verdict.LIMIT_EXCEEDED in by_replica.values():
-                    failure = RunTerminationReason.RETRY_LIMIT_EXCEEDED
-                elif by_replica and set(by_replica.values()) == {Verdict.RESUBMIT}:
-                    due = max(
-                        resubmit_at(_history(run, j), retry_duration(retries.get(j.id)))
-                        for j in latest.values()
-                        if verdicts.get(j.id) == Verdict.RESUBMIT
-                    )
-                    if due > now:  # backing off a job that keeps failing: come back then
-                        asyncio.get_running_loop().call_later(due - now, self.ctx.wakeups.wake_local, "runs")
-                    else:
-                        await self._resubmit(run, latest, by_replica, now)
-                    continue
+            plan = plan_retry(latest, histories[run.id], retries, now) if run.id in histories else RetryPlan()
+            if plan.resubmit:
+                if plan.due > now:
+                    self._wake_at(plan.due)
+                else:
+                    await self._resubmit(run, latest, plan.resubmit, now)
+                continue
+            failure = plan.failure
             decision = decide_run(run.status, run.termination_reason, [j.status for j in latest.values()], failure)
             master = latest.get((0, 0))
             fleet_id = run.fleet_id or (master.instance_fleet_id if master else None)
@@ -133,17 +163,27 @@ class Runs:
                 for run_id, values, status in updates:
                     await run_store.update_run(conn, run_id, values, expect_status=(status,))
 
+    def _wake_at(self, when: float) -> None:
+        """Run a pass at ``when`` (wall clock): one timer, the earliest asked for."""
+        loop = asyncio.get_running_loop()
+        at = loop.time() + max(0.0, when - time.time())
+        if self._timer is not None and loop.time() < self._timer.when() <= at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(at, self.ctx.wakeups.wake_local, "runs")
+
     async def _resubmit(
         self,
         run: run_store.RunState,
         latest: dict[tuple[int, int], run_store.JobState],
-        by_replica: dict[int, Verdict],
+        replicas: tuple[int, ...],
         now: float,
     ) -> None:
         submitted = []
         try:
             async with self.ctx.db.write() as conn:
-                for replica in sorted(by_replica):
+                for replica in replicas:
                     ids = [j.id for j in latest.values() if j.replica_num == replica]
                     if await resubmit_store.resubmit_replica(conn, run.id, replica, ids, now):
                         submitted.append(replica)
@@ -152,7 +192,7 @@ class Runs:
         if not submitted:  # its other jobs are asked to stop first; their end wakes this worker again
             self.ctx.wakeups.wake("jobs")
             return
-        failed = [j for j in latest.values() if j.replica_num in by_replica and j.status == "failed"]
+        failed = [j for j in latest.values() if j.replica_num in replicas and j.status == "failed"]
         log.info(
             "run %s: resubmitting replica(s) %s after %s",
             run.id,
@@ -177,10 +217,9 @@ def _latest(run: run_store.RunState) -> dict[tuple[int, int], run_store.JobState
     return latest
 
 
-def _history(run: run_store.RunState, job: run_store.JobState) -> list[Submission]:
-    """Every submission of ``job`` (same replica and job number), oldest first."""
-    subs = sorted(
-        (j for j in run.jobs if j.replica_num == job.replica_num and j.job_num == job.job_num),
-        key=lambda j: j.submission_num,
-    )
-    return [Submission(j.submitted_at, j.finished_at, j.provisioned_at is not None) for j in subs]
+def _histories(run: run_store.RunState) -> History:
+    """Every submission of each job of the run (by replica and job number), oldest first."""
+    out: History = {}
+    for j in sorted(run.jobs, key=lambda j: j.submission_num):
+        out.setdefault((j.replica_num, j.job_num), []).append(Submission(j.submitted_at, j.finished_at, j.provisioned))
+    return out

@@ -1,0 +1,45 @@
+"""The runs worker's pure decisions: a run's next status from its jobs, and what ``retry`` makes of
+failed jobs (resubmit a replica, with backoff; fail; retry limit exceeded)."""
+
+from __future__ import annotations
+
+from corral.domain.retry import Submission
+from corral.domain.statuses import RunTerminationReason
+from corral.store.runs import JobState
+from corral.workers.runs import RetryPlan, decide_run, plan_retry
+
+ON_ERROR = {"on_events": ["error"], "duration": 60}
+
+
+def _job(job_num: int, status: str, reason: str | None = None, replica: int = 0) -> JobState:
+    return JobState(replica, job_num, 0, status, None, None, f"j{replica}-{job_num}", reason, True, 0.0, 10.0)
+
+
+def test_decide_run() -> None:
+    assert decide_run("running", None, ["done", "done"]) == ("done", "all_jobs_done")
+    assert decide_run("running", None, ["failed", "running"]) == ("terminating", "job_failed")
+    assert decide_run("terminating", "job_failed", ["failed", "terminated"]) == ("failed", "job_failed")
+    assert decide_run("submitted", None, ["running"]) == ("running", None)
+    limit = RunTerminationReason.RETRY_LIMIT_EXCEEDED
+    assert decide_run("running", None, ["failed"], failure=limit) == ("failed", "retry_limit_exceeded")
+
+
+def test_a_failed_node_resubmits_its_replica_even_while_another_runs() -> None:
+    latest = {(0, 0): _job(0, "running"), (0, 1): _job(1, "failed", "instance_unreachable")}
+    histories = {(0, 0): [Submission(0.0, None, True)], (0, 1): [Submission(0.0, 10.0, True)]}
+    plan = plan_retry(latest, histories, {"j0-1": ON_ERROR}, now=11.0)
+    assert plan == RetryPlan(resubmit=(0,), due=10.0)  # first failure: at once
+
+
+def test_no_retry_or_a_spent_one() -> None:
+    latest = {(0, 0): _job(0, "failed", "container_exited_with_error")}
+    histories = {(0, 0): [Submission(0.0, 10.0, True)]}
+    assert plan_retry(latest, histories, {"j0-0": None}, now=11.0) == RetryPlan()
+    assert plan_retry(latest, histories, {"j0-0": ON_ERROR}, now=100.0).failure.value == "retry_limit_exceeded"
+
+
+def test_a_crash_loop_backs_off() -> None:
+    latest = {(0, 0): _job(0, "failed", "container_exited_with_error")}
+    history = [Submission(t, t + 1, True) for t in (0.0, 2.0, 4.0)]  # three quick failures
+    plan = plan_retry(latest, {(0, 0): history}, {"j0-0": ON_ERROR}, now=5.5)
+    assert plan.resubmit == (0,) and plan.due == 5.0 + 2.0
