@@ -21,7 +21,7 @@ from corral.api.routing import RequestValidationError
 from corral.domain.documents import json_default
 from corral.domain.records import ProjectRec, UserRec
 from corral.services import accounts
-from corral.services.errors import Forbidden, InvalidConfiguration, ProjectNotFound, ServiceError
+from corral.services.errors import AccessDenied, Forbidden, InvalidConfiguration, ProjectNotFound, ServiceError
 from corral.workers.context import Context
 
 log = logging.getLogger("corral.api")
@@ -102,7 +102,10 @@ async def current_user(request: Request) -> UserRec:
     return await _cache(request).user(request, token.strip())
 
 
-async def member(request: Request, project_name: str, need: str = "user") -> tuple[UserRec, ProjectRec]:
+async def member(request: Request, project_name: str, need: str = "member") -> tuple[UserRec, ProjectRec]:
+    """The caller and the project, if the caller passes the route rule ``need`` (dstack's permission
+    dependency for the route, :mod:`corral.domain.access`): ``member`` (ProjectMember, the default),
+    ``member_or_public``, ``manager``, ``manager_or_public`` or ``admin``."""
     user = await current_user(request)
     project = await _cache(request).project(request, user, project_name, need)
     return user, project
@@ -199,6 +202,11 @@ async def _forbidden(_r: Request, e: Exception) -> JSONResponse:
     return JSONResponse({"detail": {"msg": e.msg, "code": None}}, status_code=403)
 
 
+async def _access_denied(_r: Request, e: Exception) -> JSONResponse:
+    assert isinstance(e, AccessDenied)
+    return JSONResponse({"msg": e.msg, "code": None}, status_code=403)
+
+
 async def _unauth(_r: Request, _e: Exception) -> JSONResponse:
     return JSONResponse({"detail": "Not authenticated"}, status_code=401)
 
@@ -229,6 +237,7 @@ def error_handlers() -> dict[Any, Callable[[Request, Exception], Awaitable[Respo
     return {
         ServiceError: _service,
         Forbidden: _forbidden,
+        AccessDenied: _access_denied,
         NotAuthenticated: _unauth,
         ProjectNotFound: _no_project,
         InvalidConfiguration: _invalid,

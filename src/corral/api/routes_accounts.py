@@ -11,7 +11,8 @@ from corral import DSTACK_API_VERSION, __version__
 from corral.api.deps import FastJSON, body_json, ctx_of, current_user, forget_access, member
 from corral.api.routing import RequestValidationError, RouteTable
 from corral.schemas import requests as rq
-from corral.services import accounts, serialize
+from corral.services import accounts, members, public_keys, serialize
+from corral.services.errors import ServiceError
 
 router = RouteTable()
 M = TypeVar("M", bound=BaseModel)
@@ -95,6 +96,36 @@ async def refresh_token(request: Request) -> FastJSON:
     return FastJSON(serialize.user_with_creds(await accounts.refresh_token(ctx_of(request).db, user, b.username)))
 
 
+@router.post("/api/users/refresh_ssh_key", body=rq.UsernameBody)
+async def refresh_ssh_key(request: Request) -> FastJSON:
+    user = await current_user(request)
+    b = await parse(rq.UsernameBody, request)
+    updated = await accounts.refresh_ssh_key(ctx_of(request).db, user, b.username)
+    forget_access(request)
+    return FastJSON(serialize.user_with_creds(updated))
+
+
+@router.post("/api/users/public_keys/list")
+async def list_public_keys(request: Request) -> FastJSON:
+    user = await current_user(request)
+    return FastJSON(await public_keys.list_keys(ctx_of(request).db, user))
+
+
+@router.post("/api/users/public_keys/add", body=rq.AddPublicKeyBody)
+async def add_public_key(request: Request) -> FastJSON:
+    user = await current_user(request)
+    b = await parse(rq.AddPublicKeyBody, request)
+    return FastJSON(await public_keys.add_key(ctx_of(request).db, user, b.key, b.name))
+
+
+@router.post("/api/users/public_keys/delete", body=rq.DeletePublicKeysBody)
+async def delete_public_keys(request: Request) -> FastJSON:
+    user = await current_user(request)
+    b = await parse(rq.DeletePublicKeysBody, request)
+    await public_keys.delete_keys(ctx_of(request).db, user, [str(i) for i in b.ids])
+    return FastJSON(None)
+
+
 @router.post("/api/users/delete", body=rq.DeleteUsersBody)
 async def delete_users(request: Request) -> FastJSON:
     accounts.require_admin(await current_user(request))
@@ -111,18 +142,28 @@ async def delete_users(request: Request) -> FastJSON:
 async def list_projects(request: Request) -> FastJSON:
     user = await current_user(request)
     body = await parse(rq.ListProjectsBody, request)
-    projects = [serialize.project(p) for p in await accounts.list_projects(ctx_of(request).db, user)]
+    found = await accounts.list_projects(ctx_of(request).db, user, body.include_not_joined)
+    projects = [serialize.project(p) for p in found]
     if body.return_total_count:
         return FastJSON({"total_count": len(projects), "projects": projects[: body.limit]})
     return FastJSON(projects[: body.limit])
+
+
+@router.post("/api/projects/list_only_no_fleets")
+async def list_only_no_fleets(request: Request) -> FastJSON:
+    user = await current_user(request)
+    return FastJSON([serialize.project(p) for p in await accounts.projects_without_fleets(ctx_of(request).db, user)])
 
 
 @router.post("/api/projects/create", body=rq.CreateProjectBody)
 async def create_project(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.CreateProjectBody, request)
+    if b.templates_repo:
+        raise ServiceError("Templates repos are not supported yet by corral")
     db = ctx_of(request).db
     project = await accounts.create_project(db, user, b.project_name, b.is_public)
+    forget_access(request)
     return FastJSON(serialize.project(project, await accounts.project_members(db, project)))
 
 
@@ -139,36 +180,49 @@ async def _project_out(request: Request, project: Any) -> FastJSON:
     return FastJSON(serialize.project(project, await accounts.project_members(ctx_of(request).db, project)))
 
 
+# Each route admits callers by dstack's dependency for it (corral.domain.access names them); the member
+# routes then apply dstack's rules on admins (corral.services.members).
+
+
 @router.post("/api/projects/{project_name}/get")
 async def get_project(request: Request, project_name: str) -> FastJSON:
-    _user, project = await member(request, project_name)
+    _user, project = await member(request, project_name, "member_or_public")
     return await _project_out(request, project)
+
+
+@router.post("/api/projects/{project_name}/update", body=rq.UpdateProjectBody)
+async def update_project(request: Request, project_name: str) -> FastJSON:
+    _user, project = await member(request, project_name, "admin")
+    b = await parse(rq.UpdateProjectBody, request)
+    if b.templates_repo and not b.reset_templates_repo:
+        raise ServiceError("Templates repos are not supported yet by corral")
+    updated = await accounts.update_project(ctx_of(request).db, project, b.is_public)
+    forget_access(request)
+    return await _project_out(request, updated)
 
 
 @router.post("/api/projects/{project_name}/set_members", body=rq.SetMembersBody)
 async def set_members(request: Request, project_name: str) -> FastJSON:
-    _user, project = await member(request, project_name, "manager")
+    user, project = await member(request, project_name, "manager")
     b = await parse(rq.SetMembersBody, request)
-    await accounts.set_members(ctx_of(request).db, project, [m.model_dump() for m in b.members])
+    await members.set_members(ctx_of(request).db, user, project, [m.model_dump() for m in b.members])
     forget_access(request)
     return await _project_out(request, project)
 
 
 @router.post("/api/projects/{project_name}/add_members", body=rq.SetMembersBody)
 async def add_members(request: Request, project_name: str) -> FastJSON:
-    _user, project = await member(request, project_name, "manager")
+    user, project = await member(request, project_name, "manager_or_public")
     b = await parse(rq.SetMembersBody, request)
-    await accounts.add_members(ctx_of(request).db, project, [m.model_dump() for m in b.members])
+    await members.add_members(ctx_of(request).db, user, project, [m.model_dump() for m in b.members])
     forget_access(request)
     return await _project_out(request, project)
 
 
 @router.post("/api/projects/{project_name}/remove_members", body=rq.RemoveMembersBody)
 async def remove_members(request: Request, project_name: str) -> FastJSON:
-    user = await current_user(request)
+    user, project = await member(request, project_name, "member")
     b = await parse(rq.RemoveMembersBody, request)
-    need = "user" if b.usernames == [user.name] else "manager"
-    _user, project = await member(request, project_name, need)
-    await accounts.remove_members(ctx_of(request).db, project, b.usernames)
+    await members.remove_members(ctx_of(request).db, user, project, b.usernames)
     forget_access(request)
     return await _project_out(request, project)

@@ -11,23 +11,20 @@ from corral import config  # lazy: the models load on first use, not at start-up
 from corral.api.deps import FastJSON, ctx_of, current_user, member
 from corral.api.routes_accounts import parse
 from corral.api.routing import RouteTable
+from corral.domain.access import backend_types
 from corral.schemas import requests as rq
-from corral.services import accounts, fleets, logs, runs, serialize
-from corral.services.errors import ServiceError, validation_errors
+from corral.services import accounts, exports, fleets, logs, runs, serialize
+from corral.services.errors import Forbidden, ResourceNotExists, ServiceError, validation_errors
 
 router = RouteTable()
 P = "/api/project/{project_name}"
 
 
-async def _member_project_ids(request: Request, project_name: str | None) -> list[str] | None:
+async def _member_project_ids(request: Request, names: list[str] | None) -> list[str] | None:
+    """The projects a global list (``/api/runs/list``, fleets, instances) covers: member projects only (all
+    for a global admin: None), narrowed to ``names``; a project the caller may not see just lists nothing."""
     user = await current_user(request)
-    db = ctx_of(request).db
-    if project_name:
-        _u, project = await member(request, project_name)
-        return [project.id]
-    if user.global_role == "admin":
-        return None
-    return [p.id for p in await accounts.list_projects(db, user)]
+    return await accounts.member_project_ids(ctx_of(request).db, user, names)
 
 
 # --- fleets -----------------------------------------------------------------------------------------
@@ -36,7 +33,7 @@ async def _member_project_ids(request: Request, project_name: str | None) -> lis
 @router.post("/api/fleets/list", body=rq.ListFleetsBody)
 async def list_all_fleets(request: Request) -> FastJSON:
     b = await parse(rq.ListFleetsBody, request)
-    ids = await _member_project_ids(request, b.project_name)
+    ids = await _member_project_ids(request, [b.project_name] if b.project_name else None)
     after = (b.prev_created_at.timestamp(), str(b.prev_id or "")) if b.prev_created_at else None
     found = await fleets.list_fleets(ctx_of(request), ids, limit=b.limit, ascending=b.ascending, after=after)
     if b.only_active:
@@ -56,9 +53,24 @@ async def list_fleets(request: Request, project_name: str) -> FastJSON:
 
 @router.post(P + "/fleets/get", body=rq.GetByNameOrId)
 async def get_fleet(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name)
+    user = await current_user(request)
+    ctx = ctx_of(request)
+    try:
+        _u, project = await member(request, project_name)
+        own = True
+    except Forbidden:
+        project, own = await accounts.find_project(ctx.db, project_name), False
     b = await parse(rq.GetByNameOrId, request)
-    return FastJSON(serialize.fleet(await fleets.get(ctx_of(request), project, b.name, str(b.id) if b.id else None)))
+    if own:
+        return FastJSON(serialize.fleet(await fleets.get(ctx, project, b.name, str(b.id) if b.id else None)))
+    # dstack's check_can_access_fleet: members of a project the fleet is exported to may read it too
+    try:
+        found = await fleets.get(ctx, project, b.name, str(b.id) if b.id else None)
+    except ResourceNotExists:
+        raise Forbidden() from None
+    if not await exports.imported_by_member_project(ctx, user, project, found.id):
+        raise Forbidden()
+    return FastJSON(serialize.fleet(found))
 
 
 @router.post(P + "/fleets/get_plan", body=rq.FleetPlanBody)
@@ -94,13 +106,9 @@ async def fleet_delete_instances(request: Request, project_name: str) -> FastJSO
 @router.post("/api/instances/list", body=rq.ListInstancesBody)
 async def list_instances(request: Request) -> FastJSON:
     b = await parse(rq.ListInstancesBody, request)
-    user = await current_user(request)
-    db = ctx_of(request).db
-    visible = await accounts.list_projects(db, user)
-    if b.project_names is not None:
-        visible = [p for p in visible if p.name in b.project_names]
+    ids = await _member_project_ids(request, b.project_names)
     fleet_ids = [str(f) for f in b.fleet_ids] if b.fleet_ids is not None else None
-    found = await fleets.list_instances(ctx_of(request), [p.id for p in visible], fleet_ids, b.only_active, b.limit)
+    found = await fleets.list_instances(ctx_of(request), ids, fleet_ids, b.only_active, b.limit)
     return FastJSON([serialize.instance(i) for i in found])
 
 
@@ -110,11 +118,12 @@ async def list_instances(request: Request) -> FastJSON:
 @router.post("/api/runs/list", body=rq.ListRunsBody)
 async def list_all_runs(request: Request) -> FastJSON:
     b = await parse(rq.ListRunsBody, request)
-    ids = await _member_project_ids(request, b.project_name)
+    if b.project_name is None and b.repo_id is not None:
+        return FastJSON([])  # dstack: a repo id without a project lists nothing
+    ids = await _member_project_ids(request, [b.project_name] if b.project_name else None)
     user_id = None
     if b.username:
-        found = await accounts.get_user(ctx_of(request).db, await current_user(request), b.username)
-        user_id = found.id
+        user_id = (await accounts.find_user(ctx_of(request).db, b.username)).id
     body = b.model_dump()
     body["prev_run_id"] = str(b.prev_run_id) if b.prev_run_id else None
     body["prev_submitted_at"] = b.prev_submitted_at.isoformat() if b.prev_submitted_at else None
@@ -193,9 +202,13 @@ def _validate(fn: Any, conf: dict[str, Any], loc: tuple[str, ...]) -> None:
         raise validation_errors(e, loc) from None
 
 
+# gateways: reads admit public access (ProjectMemberOrPublicAccess, check_can_access_gateway); changes are
+# for project admins (ProjectAdmin), as in dstack's routers/gateways.py.
+
+
 @router.post(P + "/gateways/get_plan", body=rq.GatewayPlanBody)
 async def gateway_plan(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name)
+    await member(request, project_name, "admin")
     b = await parse(rq.GatewayPlanBody, request)
     _validate(config.parse_gateway_configuration, b.spec.configuration, ("spec", "configuration"))
     raise _not_supported("Gateways")
@@ -203,7 +216,7 @@ async def gateway_plan(request: Request, project_name: str) -> FastJSON:
 
 @router.post(P + "/gateways/apply", body=rq.GatewayApplyBody)
 async def gateway_apply(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name)
+    await member(request, project_name, "admin")
     b = await parse(rq.GatewayApplyBody, request)
     _validate(config.parse_gateway_configuration, b.plan.spec.configuration, ("plan", "spec", "configuration"))
     raise _not_supported("Gateways")
@@ -211,19 +224,19 @@ async def gateway_apply(request: Request, project_name: str) -> FastJSON:
 
 @router.post(P + "/gateways/list")
 async def gateway_list(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name)
+    await member(request, project_name, "member_or_public")
     return FastJSON([])
 
 
 @router.post(P + "/gateways/get")
 async def gateway_get(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name)
+    await member(request, project_name, "member_or_public")
     raise ServiceError("Gateway not found", code="resource_not_exists")
 
 
 @router.post(P + "/gateways/delete")
 async def gateway_delete(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name)
+    await member(request, project_name, "admin")
     return FastJSON(None)
 
 
@@ -236,6 +249,11 @@ async def volume_create(request: Request, project_name: str) -> FastJSON:
 
 
 @router.post(P + "/volumes/list")
+async def project_volume_list(request: Request, project_name: str) -> FastJSON:
+    await member(request, project_name)
+    return FastJSON([])
+
+
 @router.post("/api/volumes/list")
 async def volume_list(request: Request) -> FastJSON:
     await current_user(request)
@@ -265,7 +283,8 @@ async def events_list(request: Request) -> FastJSON:
 
 @router.post(P + "/secrets/list")
 async def secrets_list(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name, "manager")
+    user, project = await member(request, project_name, "manager")
+    await accounts.require_secrets_manager(ctx_of(request).db, user, project)
     return FastJSON([])
 
 
@@ -278,9 +297,9 @@ async def job_metrics(request: Request, project_name: str, run_name: str) -> Fas
 
 @router.post(P + "/gpus/list")
 async def gpus_list(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name)
+    _u, project = await member(request, project_name)
     groups: dict[tuple[str, int, str], dict[str, Any]] = {}
-    for compute in ctx_of(request).computes.values():
+    for compute in ctx_of(request).project_computes(backend_types(project.backends)):
         for offer in compute.offers():
             gpus = offer.resources.gpus
             if not gpus:

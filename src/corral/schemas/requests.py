@@ -60,6 +60,21 @@ class CreateProjectBody(Body):
     templates_repo: str | None = None
 
 
+class UpdateProjectBody(Body):
+    is_public: bool | None = None
+    templates_repo: str | None = None
+    reset_templates_repo: bool = False
+
+
+class AddPublicKeyBody(Body):
+    key: str
+    name: str | None = None
+
+
+class DeletePublicKeysBody(Body):
+    ids: list[UUID]
+
+
 class DeleteProjectsBody(Body):
     projects_names: list[str]
 

@@ -12,14 +12,23 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from corral.domain import access
 from corral.domain.records import MemberRec, ProjectRec, UserRec
-from corral.services.errors import Forbidden, ProjectNotFound, ResourceExists, ResourceNotExists, ServiceError
+from corral.services.errors import (
+    AccessDenied,
+    Forbidden,
+    ProjectNotFound,
+    ResourceExists,
+    ResourceNotExists,
+    ServiceError,
+)
 from corral.store import accounts as store
+from corral.store import project_state
 from corral.store.db import Database
 
 GLOBAL_ROLES = ("admin", "user")
 BOOTSTRAP_LOCK = 0x626F6F74  # "boot": replicas starting together create admin and main once
-PROJECT_ROLES = ("admin", "manager", "user")
+PROJECT_ROLES = access.PROJECT_ROLES
 
 
 def generate_ssh_keypair() -> tuple[str | None, str | None]:
@@ -95,22 +104,40 @@ async def authenticate(db: Database, token: str) -> UserRec:
     return user
 
 
-async def project_access(db: Database, user: UserRec, project_name: str, need: str = "user") -> ProjectRec:
-    """The project if ``user`` holds at least role ``need`` in it (global admins hold every role)."""
+async def project_access(db: Database, user: UserRec, project_name: str, need: str = "member") -> ProjectRec:
+    """The project if ``user`` passes the route rule ``need`` for it (:mod:`corral.domain.access`: dstack's
+    permission dependencies); 404 for a project that does not exist, 403 otherwise."""
     async with db.read() as conn:
         project = await store.get_project(conn, project_name)
         if project is None:
             raise ProjectNotFound
         role = await store.get_member_role(conn, project.id, user.id)
-    if user.global_role == "admin":
-        return project
-    if role is None:
-        if need == "user" and project.is_public:
-            return project
-        raise Forbidden()
-    if PROJECT_ROLES.index(role) > PROJECT_ROLES.index(need):
+    if not access.may_reach(_rule(need), user.global_role, role, project.is_public):
         raise Forbidden()
     return project
+
+
+async def find_project(db: Database, project_name: str) -> ProjectRec:
+    """The project by name, whoever asks (404 when there is none): for routes whose check is on the object."""
+    async with db.read() as conn:
+        project = await store.get_project(conn, project_name)
+    if project is None:
+        raise ProjectNotFound
+    return project
+
+
+async def require_secrets_manager(db: Database, user: UserRec, project: ProjectRec) -> None:
+    """dstack's ``_check_can_manage_secrets``: global and project admins (managers are not, by default)."""
+    async with db.read() as conn:
+        role = await store.get_member_role(conn, project.id, user.id)
+    if not access.can_manage_secrets(user.global_role, role):
+        raise AccessDenied()
+
+
+def _rule(need: str) -> access.Rule:
+    if need in access.RULES:
+        return need  # type: ignore[return-value]
+    raise ValueError(f"unknown access rule {need!r}")
 
 
 def require_admin(user: UserRec) -> None:
@@ -126,8 +153,17 @@ async def list_users(db: Database, user: UserRec) -> list[UserRec]:
 
 
 async def get_user(db: Database, user: UserRec, username: str) -> UserRec:
-    if user.global_role != "admin" and username != user.name:
-        raise Forbidden()
+    """A user with credentials: oneself, or anyone for a global admin; someone else's name is answered as
+    dstack does, as if the user did not exist."""
+    async with db.read() as conn:
+        found = await store.get_user(conn, username)
+    if found is None or (user.global_role != "admin" and found.id != user.id):
+        raise ResourceNotExists("Resource not found")
+    return found
+
+
+async def find_user(db: Database, username: str) -> UserRec:
+    """Any user by name (``runs/list``'s ``username`` filter: dstack looks it up for every caller)."""
     async with db.read() as conn:
         found = await store.get_user(conn, username)
     if found is None:
@@ -192,9 +228,27 @@ async def delete_users(db: Database, names: list[str]) -> None:
         await store.delete_users(conn, names)
 
 
-async def list_projects(db: Database, user: UserRec) -> list[ProjectRec]:
+async def list_projects(db: Database, user: UserRec, include_not_joined: bool = True) -> list[ProjectRec]:
+    """The projects ``user`` sees: every project for a global admin, else member projects, plus public ones
+    when ``include_not_joined`` (dstack's ``list_user_accessible_projects``)."""
     async with db.read() as conn:
-        return await store.list_projects(conn, None if user.global_role == "admin" else user.id)
+        if user.global_role == "admin":
+            return await store.list_projects(conn, None)
+        found = await store.list_projects(conn, user.id)
+        if include_not_joined:
+            return found
+        ids = set(await project_state.member_project_ids(conn, user.id))
+    return [p for p in found if p.id in ids]
+
+
+async def member_project_ids(db: Database, user: UserRec, names: list[str] | None = None) -> list[str] | None:
+    """Ids of the projects global lists (runs, fleets, instances, volumes) cover for ``user``: every project
+    for a global admin (None when no ``names`` narrow it), else only member projects, public or not
+    (dstack's ``list_user_project_models``)."""
+    async with db.read() as conn:
+        if user.global_role == "admin":
+            return None if names is None else await project_state.all_project_ids(conn, names)
+        return await project_state.member_project_ids(conn, user.id, names)
 
 
 async def project_members(db: Database, project: ProjectRec) -> list[MemberRec]:
@@ -203,6 +257,8 @@ async def project_members(db: Database, project: ProjectRec) -> list[MemberRec]:
 
 
 async def create_project(db: Database, user: UserRec, name: str, is_public: bool) -> ProjectRec:
+    """A project made through the API: its creator is its admin, and it has no backend (as in dstack: only
+    the server's ``config.yml`` gives a project one; an SSH fleet brings its own hosts)."""
     if not name or not all(c.isalnum() or c in "-_" for c in name) or len(name) > 50:
         raise ServiceError("Project name should match regex '^[a-zA-Z0-9-_]{1,50}$'")
     async with db.write() as conn:
@@ -218,7 +274,7 @@ async def create_project(db: Database, user: UserRec, name: str, is_public: bool
                 "owner_id": user.id,
                 "created_at": time.time(),
                 "is_public": is_public,
-                "backends": json.dumps([{"type": "local"}]),
+                "backends": "[]",
                 "ssh_private_key": priv,
                 "ssh_public_key": pub,
             },
@@ -229,50 +285,66 @@ async def create_project(db: Database, user: UserRec, name: str, is_public: bool
     return project
 
 
-async def delete_projects(db: Database, user: UserRec, names: list[str]) -> None:
+async def update_project(db: Database, project: ProjectRec, is_public: bool | None) -> ProjectRec:
+    """``projects/{p}/update`` (the route admits project admins): visibility; corral has no templates repo."""
     async with db.write() as conn:
+        if is_public is not None and is_public != project.is_public:
+            await project_state.set_public(conn, project.id, is_public)
+        updated = await store.get_project(conn, project.name)
+    assert updated is not None
+    return updated
+
+
+async def projects_without_fleets(db: Database, user: UserRec) -> list[ProjectRec]:
+    """``projects/list_only_no_fleets``: member projects (admins too need membership) with no active fleet."""
+    async with db.read() as conn:
+        ids = await project_state.member_projects_without_fleets(conn, user.id)
+        by_id = {p.id: p for p in await store.list_projects(conn, user.id)}
+    return [by_id[i] for i in ids if i in by_id]
+
+
+async def delete_projects(db: Database, user: UserRec, names: list[str]) -> None:
+    """dstack's ``delete_projects``: a non-admin deletes only member projects they administer (or own); every
+    name must exist; a project with unfinished runs or live fleets is not deleted."""
+    async with db.write() as conn:
+        found = []
         for name in names:
             project = await store.get_project(conn, name)
-            if project is None:
-                raise ResourceNotExists(f"Project {name} not found")
-            role = await store.get_member_role(conn, project.id, user.id)
-            if user.global_role != "admin" and role != "admin":
-                raise Forbidden()
+            if user.global_role != "admin":
+                role = None if project is None else await store.get_member_role(conn, project.id, user.id)
+                if project is None or role is None:
+                    raise AccessDenied()
+                if role != "admin" and project.owner.id != user.id:
+                    raise AccessDenied()
+            if project is not None:
+                found.append(project)
+        if len(found) != len(names):
+            raise ServiceError("Failed to delete non-existent projects")
+        for project in found:
+            run_names, fleet_names = await project_state.active_resources(conn, project.id)
+            if run_names:
+                raise ServiceError(f"Failed to delete project with active runs: {run_names}")
+            if fleet_names:
+                raise ServiceError(f"Failed to delete project with active fleets: {fleet_names}")
+        for project in found:
             await store.delete_project(conn, project.id, project.name)
 
 
-async def _resolve_members(conn: Any, members: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    out = []
-    for m in members:
-        found = await store.get_user(conn, m["username"])
+async def refresh_ssh_key(db: Database, user: UserRec, username: str | None) -> UserRec:
+    """A new SSH key pair for a user (oneself, or anyone for a global admin); the old one is gone at once:
+    nothing corral hands out or authorizes afterwards carries it."""
+    username = username or user.name
+    if user.global_role != "admin" and username != user.name:
+        raise Forbidden()
+    priv, pub = generate_ssh_keypair()
+    async with db.write() as conn:
+        found = await store.get_user(conn, username)
         if found is None:
-            raise ResourceNotExists(f"User {m['username']} not found")
-        if m["project_role"] not in PROJECT_ROLES:
-            raise ServiceError(f"Unknown project role {m['project_role']!r}")
-        out.append((found.id, m["project_role"]))
-    return out
-
-
-async def set_members(db: Database, project: ProjectRec, members: list[dict[str, Any]]) -> None:
-    async with db.write() as conn:
-        await store.set_members(conn, project.id, await _resolve_members(conn, members))
-
-
-async def add_members(db: Database, project: ProjectRec, members: list[dict[str, Any]]) -> None:
-    async with db.write() as conn:
-        for user_id, role in await _resolve_members(conn, members):
-            await store.upsert_member(conn, project.id, user_id, role)
-
-
-async def remove_members(db: Database, project: ProjectRec, usernames: list[str]) -> None:
-    async with db.write() as conn:
-        ids = []
-        for name in usernames:
-            found = await store.get_user(conn, name)
-            if found is None:
-                raise ResourceNotExists(f"User {name} not found")
-            ids.append(found.id)
-        await store.remove_members(conn, project.id, ids)
+            raise ResourceNotExists("Resource not found")
+        await store.update_user(conn, found.id, {"ssh_private_key": priv, "ssh_public_key": pub})
+        updated = await store.get_user(conn, username)
+    assert updated is not None
+    return updated
 
 
 def new_token() -> str:

@@ -33,6 +33,11 @@ class Forbidden(Exception):
         self.msg = msg
 
 
+class AccessDenied(Forbidden):
+    """dstack's ``ForbiddenError`` raised by a service (not by a route's permission dependency): 403 with the
+    bare body ``{"msg": "Access denied: ...", "code": null}``, as dstack's handler answers it."""
+
+
 class ProjectNotFound(Exception):
     """404 ``{"detail": {"msg": "Not found", "code": null}}``."""
 

@@ -8,11 +8,12 @@ from typing import Any
 
 import sqlalchemy.exc
 
-from corral.domain.records import ProjectRec
+from corral.domain.records import ProjectRec, UserRec
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError
 from corral.store import accounts as account_store
 from corral.store import exports as store
 from corral.store import fleets as fleet_store
+from corral.store import project_state
 from corral.store.exports import ExportRec
 from corral.workers.context import Context
 
@@ -159,3 +160,16 @@ async def imported_fleet_ids(ctx: Context, project: ProjectRec) -> list[tuple[st
     """(project id, fleet id) of every fleet exported to ``project``."""
     async with ctx.db.read() as conn:
         return [(e.project_id, fid) for e in await store.exports_imported_by(conn, project.id) for fid, _n in e.fleets]
+
+
+async def imported_by_member_project(ctx: Context, user: UserRec, project: ProjectRec, fleet_id: str | None) -> bool:
+    """Whether fleet ``fleet_id`` of ``project`` is exported to a project ``user`` is a member of (dstack's
+    ``check_can_access_fleet`` for a caller who is not a member of the fleet's own project)."""
+    if fleet_id is None:
+        return False
+    async with ctx.db.read() as conn:
+        importers = (await store.fleet_importers(conn)).get(fleet_id, frozenset())
+        if not importers:
+            return False
+        mine = await project_state.member_project_ids(conn, user.id)
+    return bool(importers & set(mine))

@@ -11,6 +11,7 @@ import sqlalchemy.exc
 from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
+from corral.domain.access import backend_types
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, ProjectRec, UserRec
 from corral.domain.resources import match_requirements
@@ -125,14 +126,15 @@ def offer_json(offer: Offer, blocks: int = 1) -> dict[str, Any]:
     }
 
 
-def fleet_offers(ctx: Context, normalized: dict[str, Any]) -> list[Offer]:
+def fleet_offers(ctx: Context, normalized: dict[str, Any], project: ProjectRec) -> list[Offer]:
     from corral.config import ResourcesSpec
 
     conf = normalized["configuration"]
     if conf.get("ssh_config"):
         return []
     req = ResourcesSpec.model_validate(conf.get("resources") or {}).to_requirements()
-    return [o for c in ctx.computes.values() for o in c.offers() if match_requirements(req, o.resources) is None]
+    computes = ctx.project_computes(backend_types(project.backends))
+    return [o for c in computes for o in c.offers() if match_requirements(req, o.resources) is None]
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[str, Any]) -> dict[str, Any]:
@@ -141,7 +143,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[
     async with ctx.db.read() as conn:
         current = await store.get_fleet(conn, project.id, name=name) if name else None
         await ssh_fleets.prepare(conn, normalized, current)
-    offers = fleet_offers(ctx, normalized)
+    offers = fleet_offers(ctx, normalized, project)
     return {
         "project_name": project.name,
         "user": user.name,
@@ -263,7 +265,7 @@ async def delete_instances(ctx: Context, project: ProjectRec, name: str, nums: l
 
 
 async def list_instances(
-    ctx: Context, project_ids: list[str], fleet_ids: list[str] | None, only_active: bool, limit: int
+    ctx: Context, project_ids: list[str] | None, fleet_ids: list[str] | None, only_active: bool, limit: int
 ) -> list[Any]:
     async with ctx.db.read() as conn:
         return await store.list_instances(

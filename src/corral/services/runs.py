@@ -14,6 +14,7 @@ import sqlalchemy.exc
 from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
+from corral.domain.access import backend_types
 from corral.domain.documents import json_default
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
@@ -171,12 +172,15 @@ def job_specs(
     return out
 
 
-def _offers(ctx: Context, conf: Any, merged: Any) -> list[dict[str, Any]]:
+def _offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[dict[str, Any]]:
     if merged.instances is not None or getattr(merged.creation_policy, "value", None) == "reuse":
         return []
     req = conf.resources.to_requirements()
     return [
-        offer_json(o) for c in ctx.computes.values() for o in c.offers() if match_requirements(req, o.resources) is None
+        offer_json(o)
+        for c in ctx.project_computes(backend_types(project.backends))
+        for o in c.offers()
+        if match_requirements(req, o.resources) is None
     ]
 
 
@@ -186,7 +190,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
     if spec["run_name"]:
         async with ctx.db.read() as conn:
             current = await store.get_run(conn, project.id, run_name=spec["run_name"])
-    offers = _offers(ctx, conf, merged)
+    offers = _offers(ctx, conf, merged, project)
     max_offers = body.get("max_offers") or 50
     plans = [
         {

@@ -10,6 +10,7 @@ import functools
 from datetime import datetime, timezone
 from typing import Any
 
+from corral.domain.access import can_manage_secrets
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, JobRec, MemberRec, ProjectRec, RunRec, UserRec
 from corral.schemas import wire
@@ -67,7 +68,7 @@ def project(p: ProjectRec, members: list[MemberRec] | None = None) -> dict[str, 
                 "project_role": m.project_role,
                 "permissions": {
                     "can_manage_ssh_fleets": True,
-                    "can_manage_secrets": m.project_role != "user",
+                    "can_manage_secrets": can_manage_secrets(m.user.global_role, m.project_role),
                 },
             }
             for m in (members or [])

@@ -189,3 +189,9 @@ async def remove_members(conn: AsyncConnection, project_id: str, user_ids: Seque
 
 async def set_project_backends(conn: AsyncConnection, project_id: str, backends_json: str) -> None:
     await conn.execute(sa.update(projects).where(projects.c.id == project_id).values(backends=backends_json))
+
+
+async def get_user_by_email(conn: AsyncConnection, email: str) -> UserRec | None:
+    """dstack matches member names against emails too (``set_members``, ``add_members``, ...)."""
+    row = (await conn.execute(sa.select(users).where(users.c.email == email, users.c.deleted.is_(False)))).first()
+    return _user(row) if row is not None else None

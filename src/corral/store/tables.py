@@ -271,3 +271,17 @@ exported_fleets = sa.Table(
     sa.Column("export_id", sa.String(36), sa.ForeignKey("exports.id"), primary_key=True),
     sa.Column("fleet_id", sa.String(36), sa.ForeignKey("fleets.id"), primary_key=True),
 )
+
+#: Public SSH keys a user adds (dstack's ``users/public_keys/*``): one per (user, fingerprint).
+user_public_keys = sa.Table(
+    "user_public_keys",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("user_id", sa.String(36), sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("created_at", Time, nullable=False),
+    sa.Column("name", sa.String(100), nullable=False),
+    sa.Column("type", sa.String(100), nullable=False),
+    sa.Column("fingerprint", sa.String(100), nullable=False),
+    sa.Column("key", sa.Text, nullable=False),
+    sa.UniqueConstraint("user_id", "fingerprint", name="uq_user_public_keys_user_id_fingerprint"),
+)

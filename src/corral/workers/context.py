@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from corral.backends.base import Compute
+from corral.domain.access import usable_computes
 from corral.domain.records import InstanceRec
 from corral.settings import Settings
 from corral.store.db import Database
@@ -51,6 +52,11 @@ class Context:
 
     def compute(self, backend: str) -> Compute:
         return self.computes[backend]
+
+    def project_computes(self, project_backends: frozenset[str]) -> list[Compute]:
+        """The computes whose offers a project's fleets and runs may use: only those its backends name (the
+        local backend belongs to the projects the server's ``config.yml`` names, ``main`` by default)."""
+        return [self.computes[name] for name in usable_computes(self.computes, project_backends)]
 
     def agent_url(self, inst: InstanceRec) -> str:
         """Where ``inst``'s agent answers now, as its backend says (an SSH host: the local end of a tunnel)."""

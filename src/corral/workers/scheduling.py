@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from corral import config  # lazy: the models load on first use, not at start-up
+from corral.domain.access import usable_computes
 from corral.domain.fleets import fleet_blocks, fleet_placement, nodes_bounds
 from corral.domain.records import FleetRec
 from corral.domain.resources import Requirements, match_requirements
@@ -19,6 +20,7 @@ from corral.scheduler.codec import offer_from_json
 from corral.scheduler.schedule import schedule, upkeep
 from corral.scheduler.types import Fail, FleetSlot, Gang, InstanceSlot, Offer, Plan, QueuedJob, Snapshot, WaitPolicy
 from corral.store import exports as export_store
+from corral.store import project_state
 from corral.store import snapshot as snap
 from corral.store.plan_apply import ApplyResult, apply_plan
 from corral.store.snapshot import QueueRow
@@ -52,6 +54,8 @@ class Scheduling:
         self._fleet_reqs: dict[tuple[str, str], Requirements | None] = {}
         #: fleet id -> ids of the projects it is exported to (refreshed every pass).
         self.importers: dict[str, frozenset[str]] = {}
+        #: project id -> the backend types it has (refreshed every pass): a fleet gets offers only from those.
+        self.project_backends: dict[str, frozenset[str]] = {}
 
     def _queued_job(self, job: QueueRow) -> QueuedJob:
         cached = self._queued.get(job.id)
@@ -105,10 +109,10 @@ class Scheduling:
             return ()
         allowed = conf.get("backends")
         offers: list[Offer] = []
-        for name, compute in self.ctx.computes.items():
+        for name in usable_computes(self.ctx.computes, self.project_backends.get(fleet.project_id, frozenset())):
             if allowed and name not in allowed and not ({"local", "remote"} & set(allowed)):
                 continue
-            offers.extend(compute.offers())
+            offers.extend(self.ctx.computes[name].offers())
         req = self._fleet_requirements(fleet)
         if req is not None:
             offers = [o for o in offers if match_requirements(req, o.resources) is None]
@@ -164,6 +168,7 @@ class Scheduling:
             fleets = await snap.load_fleets(conn)
             local_used = await snap.backend_usage(conn, "local")
             self.importers = await export_store.fleet_importers(conn)
+            self.project_backends = await project_state.backends_by_project(conn)
         slots = tuple(self.fleet_slot(f) for f in fleets)
         queued: list[QueuedJob] = []
         failed_parse: list[Gang] = []

@@ -1,0 +1,106 @@
+"""Project members as dstack 0.22.5 changes them: ``set_members``, ``add_members``, ``remove_members``.
+
+The routes admit the caller (:mod:`corral.api.routes_accounts`); the rules on admins are dstack's
+(:mod:`corral.domain.access`), answered with dstack's bodies: 403 ``"Access denied: ..."``, 400
+``"Cannot remove all project admins"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.domain import access
+from corral.domain.records import ProjectRec, UserRec
+from corral.services.errors import AccessDenied, ServiceError
+from corral.store import accounts as store
+from corral.store.db import Database
+
+
+def _denied(d: access.Denied | None) -> None:
+    if d is None:
+        return
+    if d.status == 403:
+        raise AccessDenied(d.msg)
+    raise ServiceError(d.msg)
+
+
+async def _resolve_members(conn: Any, members: list[dict[str, Any]], strict: bool) -> list[tuple[str, str]]:
+    """``(user_id, role)`` for each entry, matched by name or email; unknown users are skipped (``set_members``,
+    as dstack) or an error (``add_members``)."""
+    out = []
+    for m in members:
+        found = await _user(conn, m["username"])
+        if found is None:
+            if strict:
+                raise ServiceError(f"User not found: {m['username']}")
+            continue
+        if m["project_role"] not in access.PROJECT_ROLES:
+            raise ServiceError(f"Unknown project role {m['project_role']!r}")
+        out.append((found.id, m["project_role"]))
+    return out
+
+
+async def _user(conn: Any, name_or_email: str) -> UserRec | None:
+    return await store.get_user(conn, name_or_email) or await store.get_user_by_email(conn, name_or_email)
+
+
+async def set_members(db: Database, user: UserRec, project: ProjectRec, members: list[dict[str, Any]]) -> None:
+    """``set_members`` (the route admits managers): a manager may not change who the admins are."""
+    async with db.write() as conn:
+        current = await store.list_members(conn, project.id)
+        role = next((m.project_role for m in current if m.user.id == user.id), None)
+        _denied(
+            access.check_set_members(
+                user.global_role,
+                role,
+                [(m["username"], m["project_role"]) for m in members],
+                [(m.user.name, m.project_role) for m in current],
+            )
+        )
+        await store.set_members(conn, project.id, await _resolve_members(conn, members, strict=False))
+
+
+async def add_members(db: Database, user: UserRec, project: ProjectRec, members: list[dict[str, Any]]) -> None:
+    """``add_members`` (the route admits managers, and anyone to a public project): managers add users and
+    managers, admins add anyone, anyone joins a public project alone as ``user``."""
+    async with db.write() as conn:
+        role = await store.get_member_role(conn, project.id, user.id)
+        _denied(
+            access.check_add_members(
+                user.global_role,
+                user.name,
+                user.email,
+                role,
+                project.is_public,
+                [(m["username"], m["project_role"]) for m in members],
+            )
+        )
+        for user_id, new_role in await _resolve_members(conn, members, strict=True):
+            await store.upsert_member(conn, project.id, user_id, new_role)
+
+
+async def remove_members(db: Database, user: UserRec, project: ProjectRec, usernames: list[str]) -> None:
+    """``remove_members`` (the route admits any member): see :func:`corral.domain.access.check_remove_members`."""
+    async with db.write() as conn:
+        current = await store.list_members(conn, project.id)
+        role_of = {m.user.id: m.project_role for m in current}
+        removing: list[tuple[str, str | None]] = []
+        ids = []
+        for name in usernames:
+            found = await _user(conn, name)
+            if found is None:
+                removing.append((name, "?"))
+                continue
+            removing.append((name, role_of.get(found.id)))
+            ids.append(found.id)
+        _denied(
+            access.check_remove_members(
+                user.global_role,
+                user.name,
+                user.email,
+                role_of.get(user.id),
+                removing,
+                sum(1 for m in current if m.project_role == "admin"),
+            )
+        )
+        await store.remove_members(conn, project.id, ids)

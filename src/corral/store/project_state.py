@@ -1,0 +1,82 @@
+"""What a project holds and shows, beyond its members: its backends as the scheduler sees them, its active
+runs and fleets (a project that has any is not deleted), the member projects with no active fleet (owned or
+imported), and its visibility."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.access import backend_types
+from corral.domain.statuses import RunStatus
+from corral.store.tables import export_importers, exported_fleets, fleets, members, projects, runs
+
+_FINISHED_RUNS = [s.value for s in RunStatus if s.is_finished()]
+
+
+async def backends_by_project(conn: AsyncConnection) -> dict[str, frozenset[str]]:
+    """Project id -> the backend types its stored backends name (every live project)."""
+    rows = await conn.execute(sa.select(projects.c.id, projects.c.backends).where(projects.c.deleted.is_(False)))
+    return {r.id: backend_types(json.loads(r.backends or "[]")) for r in rows}
+
+
+async def active_resources(conn: AsyncConnection, project_id: str) -> tuple[list[str], list[str]]:
+    """(names of the project's runs that have not finished, names of its fleets not deleted)."""
+    run_names = (
+        await conn.execute(
+            sa.select(runs.c.run_name).where(
+                runs.c.project_id == project_id, runs.c.deleted.is_(False), runs.c.status.not_in(_FINISHED_RUNS)
+            )
+        )
+    ).scalars()
+    fleet_names = (
+        await conn.execute(
+            sa.select(fleets.c.name).where(fleets.c.project_id == project_id, fleets.c.deleted.is_(False))
+        )
+    ).scalars()
+    return list(run_names), list(fleet_names)
+
+
+async def member_projects_without_fleets(conn: AsyncConnection, user_id: str) -> list[str]:
+    """Ids of the live projects ``user_id`` is a member of that have no fleet not deleted, neither their own
+    nor imported; oldest first (dstack's ``list_projects_with_no_active_fleets``)."""
+    own = sa.select(fleets.c.id).where(fleets.c.project_id == projects.c.id, fleets.c.deleted.is_(False))
+    imported = (
+        sa.select(fleets.c.id)
+        .join(exported_fleets, exported_fleets.c.fleet_id == fleets.c.id)
+        .join(export_importers, export_importers.c.export_id == exported_fleets.c.export_id)
+        .where(export_importers.c.project_id == projects.c.id, fleets.c.deleted.is_(False))
+    )
+    q = (
+        sa.select(projects.c.id)
+        .join(members, sa.and_(members.c.project_id == projects.c.id, members.c.user_id == user_id))
+        .where(projects.c.deleted.is_(False), ~sa.exists(own), ~sa.exists(imported))
+        .order_by(projects.c.created_at, projects.c.id)
+    )
+    return list((await conn.execute(q)).scalars())
+
+
+async def set_public(conn: AsyncConnection, project_id: str, is_public: bool) -> None:
+    await conn.execute(sa.update(projects).where(projects.c.id == project_id).values(is_public=is_public))
+
+
+async def member_project_ids(conn: AsyncConnection, user_id: str, names: Sequence[str] | None = None) -> list[str]:
+    """Ids of the live projects ``user_id`` is a member of (optionally only those named)."""
+    q = (
+        sa.select(projects.c.id)
+        .join(members, sa.and_(members.c.project_id == projects.c.id, members.c.user_id == user_id))
+        .where(projects.c.deleted.is_(False))
+    )
+    if names is not None:
+        q = q.where(projects.c.name.in_(list(names)))
+    return list((await conn.execute(q)).scalars())
+
+
+async def all_project_ids(conn: AsyncConnection, names: Sequence[str] | None = None) -> list[str]:
+    q = sa.select(projects.c.id).where(projects.c.deleted.is_(False))
+    if names is not None:
+        q = q.where(projects.c.name.in_(list(names)))
+    return list((await conn.execute(q)).scalars())
