@@ -3,6 +3,8 @@ with Alembic."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -28,4 +30,43 @@ async def test_upgrade_builds_the_metadata_and_is_idempotent(db_url: str) -> Non
 
     async with db.engine.connect() as conn:
         assert await conn.run_sync(diff) == []
+    await db.dispose()
+
+
+async def test_0008_leaves_the_local_backend_to_main_only(db_url: str) -> None:
+    """Projects made through the API used to get the local backend; after the upgrade only ``main`` keeps
+    its backends (the server re-applies ``config.yml``'s at start)."""
+    from alembic import command
+
+    db = Database(db_url)
+
+    def to(rev: str) -> Any:
+        def run(sync_conn: sa.Connection) -> None:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = sync_conn
+            command.upgrade(cfg, rev)
+
+        return run
+
+    async with db.engine.connect() as conn:
+        await conn.run_sync(to("0006"))
+        await conn.execute(
+            sa.text(
+                "INSERT INTO users (id, name, token, token_hash, global_role, active, deleted, created_at) "
+                "VALUES ('u', 'admin', 't', 'h', 'admin', true, false, 0)"
+            )
+        )
+        for pid, name in (("p1", "main"), ("p2", "made-by-api")):
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO projects (id, name, owner_id, created_at, is_public, deleted, backends) "
+                    "VALUES (:id, :name, 'u', 0, false, false, :b)"
+                ),
+                {"id": pid, "name": name, "b": '[{"type": "local"}]'},
+            )
+        await conn.commit()
+        await conn.run_sync(to("head"))
+        await conn.commit()
+        rows = dict((await conn.execute(sa.text("SELECT name, backends FROM projects"))).all())
+    assert rows == {"main": '[{"type": "local"}]', "made-by-api": "[]"}
     await db.dispose()
