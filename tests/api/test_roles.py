@@ -239,3 +239,30 @@ async def test_projects_delete_follows_dstack(server: RunningServer) -> None:
         assert (await c.post("/api/projects/delete", json={"projects_names": ["mine"]})).status_code == 200
     async with server.client() as admin:
         await admin.post("/api/project/scratch/fleets/delete", json={"names": ["f"]})
+
+
+async def test_an_exported_fleet_is_readable_by_members_of_the_importing_project(server: RunningServer) -> None:
+    """dstack's ``check_can_access_fleet``: ``fleets/get`` of another project's fleet works for a member of a
+    project the fleet is exported to, and for nobody else who is not a member."""
+    async with server.client() as admin:
+        dev = await _user(admin, "dev")
+        stranger = await _user(admin, "stranger")
+        await admin.post("/api/projects/create", json={"project_name": "consumer"})
+        await admin.post("/api/projects/consumer/add_members", json=_members(("dev", "user")))
+        await admin.post("/api/project/main/fleets/apply", json=fleet_body(name="shared", nodes="0..1"))
+        await admin.post("/api/project/main/fleets/apply", json=fleet_body(name="private", nodes="0..1"))
+        body = {"name": "share", "importer_projects": ["consumer"], "exported_fleets": ["shared"]}
+        assert (await admin.post("/api/project/main/exports/create", json=body)).status_code == 200
+    async with server.client(dev) as c:
+        r = await c.post("/api/project/main/fleets/get", json={"name": "shared"})
+        assert r.status_code == 200 and r.json()["name"] == "shared"
+        for name in ("private", "nope"):
+            r = await c.post("/api/project/main/fleets/get", json={"name": name})
+            assert (r.status_code, r.json()) == (403, {"detail": {"msg": "Access denied", "code": None}})
+        assert (await c.post("/api/project/main/fleets/list", json={})).status_code == 403
+        assert (await c.post("/api/project/nope/fleets/get", json={"name": "shared"})).status_code == 404
+    async with server.client(stranger) as c:
+        assert (await c.post("/api/project/main/fleets/get", json={"name": "shared"})).status_code == 403
+    async with server.client() as admin:
+        await admin.post("/api/project/main/exports/delete", json={"name": "share"})
+        await admin.post("/api/project/main/fleets/delete", json={"names": ["shared", "private"]})
