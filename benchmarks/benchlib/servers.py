@@ -105,6 +105,14 @@ def _corral_env(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def write_local_projects(state: Path, projects: tuple[str, ...]) -> None:
+    """The server's ``config.yml``: ``main`` and ``projects`` with the local backend (which belongs only to the
+    projects config.yml names)."""
+    state.mkdir(parents=True, exist_ok=True)
+    lines = ["projects:", "  - name: main", *(f"  - name: {p}\n    backends: [{{type: local}}]" for p in projects)]
+    (state / "config.yml").write_text("\n".join(lines) + "\n")
+
+
 @dataclass
 class Flavour:
     """How to start one kind of server and its CLI, given a working directory of its own."""
@@ -116,6 +124,8 @@ class Flavour:
     #: instead of SQLite.
     postgres: Any = None
     database_url: str | None = None
+    #: corral: projects the server's config.yml gives the local backend (the ``local`` workload's).
+    local_projects: tuple[str, ...] = ()
 
     @property
     def home(self) -> Path:
@@ -129,6 +139,8 @@ class Flavour:
         env = _clean_env(self.home)
         if self.kind == "corral":
             _corral_env(env)
+            if self.local_projects:
+                write_local_projects(self.state, self.local_projects)
             env.update(
                 CORRAL_SERVER_DIR=str(self.state),
                 CORRAL_CONFIG_DIR=str(self.home / ".corral"),

@@ -170,7 +170,10 @@ class Bench:
                 self.srv = None
             if "local" in self.only and self.fl.kind == "corral":
                 # a server of its own, so that the other workloads' fleets and runs do not weigh on it
-                local = Flavour(self.fl.kind, self.fl.root / "local-fleet", self.fl.dstack_venv)
+                projects = tuple(f"local{r}" for r in range(self.o.repeats))
+                local = Flavour(
+                    self.fl.kind, self.fl.root / "local-fleet", self.fl.dstack_venv, local_projects=projects
+                )
                 local.fresh()
                 self.srv = start(local)
                 with Api(self.srv.url, self.srv.token) as api, PeakSampler(self.srv.proc.pid) as sampler:
@@ -260,8 +263,7 @@ class Bench:
         o, res, srv = self.o, self.res, self.srv
         assert srv is not None
         for r in range(o.repeats):
-            project = f"local{r}"
-            api.post("/api/projects/create", {"project_name": project})
+            project = f"local{r}"  # made at start, with the local backend, by the server's config.yml
             api.post(f"/api/project/{project}/fleets/apply", fleet_body("local", f"0..{os.cpu_count() or 1}"))
             sampler.reset()
             t0_wall = time.time()
