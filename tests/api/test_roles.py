@@ -237,6 +237,11 @@ async def test_projects_delete_follows_dstack(server: RunningServer) -> None:
         mine = await c.post("/api/projects/create", json={"project_name": "mine"})
         assert mine.status_code == 200 and mine.json()["backends"] == []
         assert (await c.post("/api/projects/delete", json={"projects_names": ["mine"]})).status_code == 200
+        # dstack's quota: a user who is not a global admin owns at most 10 projects
+        for i in range(10):
+            assert (await c.post("/api/projects/create", json={"project_name": f"p{i}"})).status_code == 200
+        r = await c.post("/api/projects/create", json={"project_name": "one-too-many"})
+        assert (r.status_code, r.json()["detail"][0]["msg"]) == (400, "User project quota exceeded")
     async with server.client() as admin:
         await admin.post("/api/project/scratch/fleets/delete", json={"names": ["f"]})
 

@@ -29,6 +29,8 @@ from corral.store.db import Database
 GLOBAL_ROLES = ("admin", "user")
 BOOTSTRAP_LOCK = 0x626F6F74  # "boot": replicas starting together create admin and main once
 PROJECT_ROLES = access.PROJECT_ROLES
+#: How many projects a user who is not a global admin may own (dstack's ``USER_PROJECT_DEFAULT_QUOTA``).
+USER_PROJECTS_QUOTA = 10
 
 
 def generate_ssh_keypair() -> tuple[str | None, str | None]:
@@ -261,10 +263,15 @@ async def create_project(db: Database, user: UserRec, name: str, is_public: bool
     the server's ``config.yml`` gives a project one; an SSH fleet brings its own hosts)."""
     if not name or not all(c.isalnum() or c in "-_" for c in name) or len(name) > 50:
         raise ServiceError("Project name should match regex '^[a-zA-Z0-9-_]{1,50}$'")
+    priv, pub = generate_ssh_keypair()  # before the write lock
     async with db.write() as conn:
         if await store.get_project(conn, name) is not None:
             raise ResourceExists("Project already exists")
-        priv, pub = generate_ssh_keypair()
+        if (
+            user.global_role != "admin"
+            and await project_state.owned_project_count(conn, user.id) >= USER_PROJECTS_QUOTA
+        ):
+            raise ServiceError("User project quota exceeded")
         project_id = str(uuid.uuid4())
         await store.insert_project(
             conn,

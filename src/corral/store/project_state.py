@@ -80,3 +80,12 @@ async def all_project_ids(conn: AsyncConnection, names: Sequence[str] | None = N
     if names is not None:
         q = q.where(projects.c.name.in_(list(names)))
     return list((await conn.execute(q)).scalars())
+
+
+async def owned_project_count(conn: AsyncConnection, user_id: str) -> int:
+    q = (
+        sa.select(sa.func.count())
+        .select_from(projects)
+        .where(projects.c.owner_id == user_id, projects.c.deleted.is_(False))
+    )
+    return int((await conn.execute(q)).scalar_one())
