@@ -20,9 +20,24 @@ class StateDirLocked(RuntimeError):
     pass
 
 
+def private_state_dir(settings: Settings) -> None:
+    """The state directory and its ``data`` directory for this OS user alone (0700), tightened where an
+    older corral made them looser; the key file (where it exists) 0600."""
+    for d in (settings.server_dir, settings.data_dir):
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if d.stat().st_mode & 0o077:
+            d.chmod(0o700)
+    key_file = settings.encryption_key_file
+    try:
+        if key_file.stat().st_mode & 0o077:
+            key_file.chmod(0o600)
+    except FileNotFoundError:
+        pass
+
+
 def lock_state_dir(settings: Settings) -> IO[str]:
     """Hold an exclusive lock on the state directory for the life of the process."""
-    settings.server_dir.mkdir(parents=True, exist_ok=True)
+    private_state_dir(settings)
     path = settings.server_dir / "server.lock"
     f = open(path, "a+")  # noqa: SIM115 - held until exit
     try:
@@ -46,8 +61,16 @@ def lock_state_dir(settings: Settings) -> IO[str]:
 class Prepared:
     app: Any
     ctx: Any
-    admin_token: str
+    #: The admin's token as stored (sealed): opened on demand, so that a start with nothing to print
+    #: decrypts nothing (and imports no cryptography).
+    admin_stored_token: str
     admin_created: bool
+
+    @property
+    def admin_token(self) -> str:
+        from corral.store.encryption import open_sealed
+
+        return open_sealed(self.ctx.cipher, self.admin_stored_token)
 
 
 def _check_encryption_key(settings: Settings) -> None:
@@ -57,7 +80,7 @@ def _check_encryption_key(settings: Settings) -> None:
     try:
         cipher_for(settings)
     except EncryptionError as e:
-        raise ServerConfigError(f"Cannot use the encryption key (repo credentials, SSH fleet keys): {e}") from None
+        raise ServerConfigError(f"Cannot use the encryption key (tokens, private keys, credentials): {e}") from None
 
 
 async def prepare(settings: Settings) -> Prepared:
@@ -75,13 +98,18 @@ async def prepare(settings: Settings) -> Prepared:
     from corral.workers.runtime import Workers
 
     server_config = load_server_config(settings.server_dir / "config.yml")
+    private_state_dir(settings)
     _check_encryption_key(settings)
     db = Database(settings.database_url)
     await upgrade(db)
-    boot = await accounts.bootstrap(db, settings.admin_token)
+    cipher = cipher_for(settings)
+    boot = await accounts.bootstrap(db, settings.admin_token, cipher=cipher)
     if server_config is not None:
         await accounts.apply_server_config(
-            db, boot.admin, [(p.name, [b.model_dump() for b in p.backends]) for p in server_config.projects]
+            db,
+            boot.admin,
+            [(p.name, [b.model_dump() for b in p.backends]) for p in server_config.projects],
+            cipher=cipher,
         )
     computes: dict[str, Any] = {
         "local": LocalCompute(

@@ -24,6 +24,10 @@ def _float_env(env: dict[str, str], name: str, default: float | None) -> float |
         raise SettingsError(f"{name}={raw!r} is not a number of seconds (or 'off')") from None
 
 
+#: The longest admin token accepted: sealed (``store/encryption.py``) it must fit the 200-character column.
+MAX_ADMIN_TOKEN = 100
+
+
 class SettingsError(ValueError):
     """A setting from the environment that cannot be used."""
 
@@ -70,9 +74,10 @@ class Settings:
     write_cli_config: bool = True
     #: Largest accepted ``repos/upload_code`` and ``files/upload_archive`` request, in bytes (dstack: 2 MiB).
     code_upload_limit: int = 2 * 2**20
-    #: Key that encrypts repo credentials and SSH fleets' private keys at rest (base64 of 32 bytes); None = a key
-    #: file in the state dir.
+    #: Key that encrypts tokens, private keys and credentials at rest (base64 of 32 bytes); None = a key file.
     encryption_key: str | None = None
+    #: The key file when ``encryption_key`` is None (made on first use, mode 0600); None = in the state dir.
+    encryption_key_path: Path | None = None
     #: Image for jobs whose configuration sets none (None: such jobs run as host processes).
     default_image: str | None = None
     #: The Docker engine local agents use for jobs with an image (None: ``DOCKER_HOST`` or the default socket).
@@ -88,7 +93,7 @@ class Settings:
 
     @property
     def encryption_key_file(self) -> Path:
-        return self.server_dir / "data" / "encryption.key"
+        return self.encryption_key_path or self.server_dir / "data" / "encryption.key"
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -115,11 +120,18 @@ class Settings:
             default_image=e.get("CORRAL_DEFAULT_IMAGE") or None,
             docker_host=e.get("CORRAL_DOCKER_HOST") or None,
         )
+        if s.admin_token is not None and len(s.admin_token) > MAX_ADMIN_TOKEN:
+            raise SettingsError(
+                f"CORRAL_SERVER_ADMIN_TOKEN is {len(s.admin_token)} characters long; at most {MAX_ADMIN_TOKEN} are "
+                "accepted (tokens are stored encrypted, in dstack's column size)"
+            )
         if e.get("CORRAL_SERVER_CODE_UPLOAD_LIMIT"):
             try:
                 s = replace(s, code_upload_limit=int(e["CORRAL_SERVER_CODE_UPLOAD_LIMIT"]))
             except ValueError:
                 raise SettingsError("CORRAL_SERVER_CODE_UPLOAD_LIMIT must be a number of bytes") from None
+        if e.get("CORRAL_SERVER_ENCRYPTION_KEY_FILE"):
+            s = replace(s, encryption_key_path=Path(e["CORRAL_SERVER_ENCRYPTION_KEY_FILE"]).expanduser())
         if e.get("CORRAL_LOCAL_INSTANCES_DIR"):
             s = replace(s, local_instances_dir=Path(e["CORRAL_LOCAL_INSTANCES_DIR"]).expanduser())
         if "CORRAL_LOCAL_MAX_INSTANCES" in e:

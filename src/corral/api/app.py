@@ -67,6 +67,7 @@ def create_app(ctx: Context, workers: Background) -> Starlette:
         lifespan=lifespan,
     )
     app.state.ctx = ctx
-    app.state.access_cache = AccessCache()
+    app.state.access_cache = cache = AccessCache()
+    ctx.wakeups.listen("access", cache.clear)  # another replica changed users, tokens or members
     app.state.workers = workers
     return app

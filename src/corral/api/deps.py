@@ -46,10 +46,13 @@ def ctx_of(request: Request) -> Context:
 class AccessCache:
     """Who a token is and which projects they may use, remembered for ``ttl`` seconds.
 
-    Saves two to three queries on every request; a revoked token or role stays valid for at most ``ttl``.
+    Saves two to three queries on every request. A change to users, tokens, projects or members clears
+    the cache of every replica at once (:func:`forget_access`: in process, and on Postgres through the
+    replicas' ``NOTIFY`` channel); should a notification be lost, a revoked token or role stays valid for
+    at most ``ttl`` (1 s) all the same.
     """
 
-    def __init__(self, ttl: float = 2.0) -> None:
+    def __init__(self, ttl: float = 1.0) -> None:
         self.ttl = ttl
         self._users: dict[str, tuple[float, UserRec]] = {}
         self._projects: dict[tuple[str, str, str], tuple[float, ProjectRec]] = {}
@@ -84,7 +87,10 @@ class AccessCache:
 
 
 def forget_access(request: Request) -> None:
+    """Users, tokens, projects or members changed: every replica forgets what it cached (the cache listens
+    to the ``access`` wake-up, see ``create_app``)."""
     _cache(request).clear()
+    ctx_of(request).wakeups.wake("access")
 
 
 def _cache(request: Request) -> AccessCache:

@@ -49,14 +49,15 @@ async def list_backend_types() -> FastJSON:
 @router.post("/api/users/get_my_user")
 async def get_my_user(request: Request) -> FastJSON:
     user = await current_user(request)
-    return FastJSON(serialize.user_with_creds(user))
+    return FastJSON(serialize.user_with_creds(user, ctx_of(request).cipher))
 
 
 @router.post("/api/users/get_user", body=rq.UsernameBody)
 async def get_user(request: Request) -> FastJSON:
     user = await current_user(request)
     body = await parse(rq.UsernameBody, request)
-    return FastJSON(serialize.user_with_creds(await accounts.get_user(ctx_of(request).db, user, body.username)))
+    ctx = ctx_of(request)
+    return FastJSON(serialize.user_with_creds(await accounts.get_user(ctx.db, user, body.username), ctx.cipher))
 
 
 @router.post("/api/users/list", body=rq.ListUsersBody)
@@ -73,8 +74,11 @@ async def list_users(request: Request) -> FastJSON:
 async def create_user(request: Request) -> FastJSON:
     accounts.require_admin(await current_user(request))
     b = await parse(rq.CreateUserBody, request)
+    ctx = ctx_of(request)
     return FastJSON(
-        serialize.user(await accounts.create_user(ctx_of(request).db, b.username, b.global_role, b.email, b.active))
+        serialize.user(
+            await accounts.create_user(ctx.db, b.username, b.global_role, b.email, b.active, cipher=ctx.cipher())
+        )
     )
 
 
@@ -92,17 +96,20 @@ async def update_user(request: Request) -> FastJSON:
 async def refresh_token(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.UsernameBody, request)
+    ctx = ctx_of(request)
+    refreshed = await accounts.refresh_token(ctx.db, user, b.username, cipher=ctx.cipher())
     forget_access(request)
-    return FastJSON(serialize.user_with_creds(await accounts.refresh_token(ctx_of(request).db, user, b.username)))
+    return FastJSON(serialize.user_with_creds(refreshed, ctx.cipher))
 
 
 @router.post("/api/users/refresh_ssh_key", body=rq.UsernameBody)
 async def refresh_ssh_key(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.UsernameBody, request)
-    updated = await accounts.refresh_ssh_key(ctx_of(request).db, user, b.username)
+    ctx = ctx_of(request)
+    updated = await accounts.refresh_ssh_key(ctx.db, user, b.username, cipher=ctx.cipher())
     forget_access(request)
-    return FastJSON(serialize.user_with_creds(updated))
+    return FastJSON(serialize.user_with_creds(updated, ctx.cipher))
 
 
 @router.post("/api/users/public_keys/list")
@@ -162,7 +169,7 @@ async def create_project(request: Request) -> FastJSON:
     if b.templates_repo:
         raise ServiceError("Templates repos are not supported yet by corral")
     db = ctx_of(request).db
-    project = await accounts.create_project(db, user, b.project_name, b.is_public)
+    project = await accounts.create_project(db, user, b.project_name, b.is_public, cipher=ctx_of(request).cipher())
     forget_access(request)
     return FastJSON(serialize.project(project, await accounts.project_members(db, project)))
 

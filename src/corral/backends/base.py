@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from corral.domain.records import InstanceRec
@@ -32,8 +33,13 @@ class AgentEndpoint:
             data["connection"] = self.connection
         return data
 
+    def opened(self, open_token: Callable[[str], str]) -> AgentEndpoint:
+        """This endpoint with its token in clear (an instance row stores it sealed)."""
+        return replace(self, token=open_token(self.token))
+
     @staticmethod
     def from_json(data: dict[str, Any]) -> AgentEndpoint:
+        """The endpoint as an instance row stores it (the token sealed: see :meth:`opened`)."""
         return AgentEndpoint(
             url=data.get("url") or "",
             token=data["token"],

@@ -34,7 +34,7 @@ from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachab
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
 from corral.backends.local import host_resources
 from corral.backends.ssh_conn import HostLink, SshError, SshTarget
-from corral.backends.ssh_secrets import KeyOpener
+from corral.backends.ssh_secrets import KeyOpener, KeyUnreadable
 from corral.domain.records import InstanceRec
 from corral.domain.resources import InstanceResources
 from corral.scheduler.types import Offer
@@ -93,6 +93,7 @@ class SSHCompute:
         self._zipapp: tuple[bytes, str] | None = None
         #: Opens the stored (sealed) private keys; without one, only keys in clear can be used.
         self._open_key = key_opener or KeyOpener()
+        self._open_token = self._open_key.named("agent token")
 
     def offers(self) -> list[Offer]:
         return []  # an SSH fleet has exactly its hosts
@@ -106,9 +107,12 @@ class SSHCompute:
             self._links[instance_id] = link
         return link
 
-    @staticmethod
-    def _endpoint(instance: InstanceRec) -> AgentEndpoint:
-        endpoint = AgentEndpoint.from_json(instance.agent or {"token": ""})
+    def _endpoint(self, instance: InstanceRec) -> AgentEndpoint:
+        """The instance's endpoint with its agent token opened (its private keys stay sealed until a login)."""
+        try:
+            endpoint = AgentEndpoint.from_json(instance.agent or {"token": ""}).opened(self._open_token)
+        except KeyUnreadable as e:
+            raise ProvisioningError(f"instance {instance.name}: {e}") from None
         if not endpoint.connection:
             raise ProvisioningError(f"instance {instance.name} has no SSH connection details")
         return endpoint

@@ -49,18 +49,23 @@ class KeyOpener:
     """Opens stored private keys with the server's cipher, resolved on first need (a key in clear --
     a row from before keys were sealed -- needs none). Without a cipher, a sealed key cannot be opened."""
 
-    def __init__(self, cipher: Callable[[], Cipher] | None = None) -> None:
+    def __init__(self, cipher: Callable[[], Cipher] | None = None, what: str = "private key") -> None:
         self._cipher = cipher
+        self._what = what
+
+    def named(self, what: str) -> KeyOpener:
+        """The same opener for another kind of stored secret (named so in its errors)."""
+        return KeyOpener(self._cipher, what)
 
     def __call__(self, stored: str) -> str:
         if not is_sealed(stored):
             return stored
         if self._cipher is None:
-            raise KeyUnreadable("the stored private key is encrypted and this server was given no key to open it")
+            raise KeyUnreadable(f"the stored {self._what} is encrypted and this server was given no key to open it")
         try:
             return self._cipher().decrypt(stored)
         except EncryptionError as e:
             raise KeyUnreadable(
-                f"the stored private key cannot be decrypted: {e} (was CORRAL_SERVER_ENCRYPTION_KEY or the "
+                f"the stored {self._what} cannot be decrypted: {e} (was CORRAL_SERVER_ENCRYPTION_KEY or the "
                 "server's encryption.key changed? Restore it, or delete the fleet and apply it again)"
             ) from None

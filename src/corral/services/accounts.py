@@ -14,6 +14,7 @@ from typing import Any
 
 from corral.domain import access
 from corral.domain.records import MemberRec, ProjectRec, UserRec
+from corral.services.credentials import sealed_key, token_values
 from corral.services.errors import (
     AccessDenied,
     Forbidden,
@@ -25,6 +26,7 @@ from corral.services.errors import (
 from corral.store import accounts as store
 from corral.store import project_state
 from corral.store.db import Database
+from corral.store.encryption import Cipher
 
 GLOBAL_ROLES = ("admin", "user")
 BOOTSTRAP_LOCK = 0x626F6F74  # "boot": replicas starting together create admin and main once
@@ -56,8 +58,10 @@ class Bootstrap:
     created: bool
 
 
-async def bootstrap(db: Database, admin_token: str | None, backends: list[dict[str, Any]] | None = None) -> Bootstrap:
-    """Create ``admin`` and project ``main`` (local backend) on first start."""
+async def bootstrap(
+    db: Database, admin_token: str | None, backends: list[dict[str, Any]] | None = None, *, cipher: Cipher
+) -> Bootstrap:
+    """Create ``admin`` and project ``main`` (local backend) on first start (the token and key sealed)."""
     async with db.write() as conn:
         await db.serialize(conn, BOOTSTRAP_LOCK)
         existing = await store.get_user(conn, "admin")
@@ -71,12 +75,12 @@ async def bootstrap(db: Database, admin_token: str | None, backends: list[dict[s
             {
                 "id": admin_id,
                 "name": "admin",
-                "token": admin_token or str(uuid.uuid4()),
+                **token_values(cipher, admin_token or str(uuid.uuid4())),
                 "global_role": "admin",
                 "email": None,
                 "active": True,
                 "created_at": now,
-                "ssh_private_key": priv,
+                "ssh_private_key": sealed_key(cipher, priv),
                 "ssh_public_key": pub,
             },
         )
@@ -173,7 +177,9 @@ async def find_user(db: Database, username: str) -> UserRec:
     return found
 
 
-async def create_user(db: Database, username: str, global_role: str, email: str | None, active: bool) -> UserRec:
+async def create_user(
+    db: Database, username: str, global_role: str, email: str | None, active: bool, *, cipher: Cipher
+) -> UserRec:
     if not username or not username.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise ServiceError("Username should contain only latin letters, digits, hyphens, underscores and dots")
     priv, pub = generate_ssh_keypair()
@@ -185,12 +191,12 @@ async def create_user(db: Database, username: str, global_role: str, email: str 
             {
                 "id": str(uuid.uuid4()),
                 "name": username,
-                "token": str(uuid.uuid4()),
+                **token_values(cipher, str(uuid.uuid4())),
                 "global_role": global_role,
                 "email": email,
                 "active": active,
                 "created_at": time.time(),
-                "ssh_private_key": priv,
+                "ssh_private_key": sealed_key(cipher, priv),
                 "ssh_public_key": pub,
             },
         )
@@ -210,14 +216,14 @@ async def update_user(db: Database, username: str, global_role: str, email: str 
     return updated
 
 
-async def refresh_token(db: Database, user: UserRec, username: str) -> UserRec:
+async def refresh_token(db: Database, user: UserRec, username: str, *, cipher: Cipher) -> UserRec:
     if user.global_role != "admin" and username != user.name:
         raise Forbidden()
     async with db.write() as conn:
         found = await store.get_user(conn, username)
         if found is None:
             raise ResourceNotExists("User not found")
-        await store.update_user(conn, found.id, {"token": str(uuid.uuid4())})
+        await store.update_user(conn, found.id, token_values(cipher, str(uuid.uuid4())))
         updated = await store.get_user(conn, username)
     assert updated is not None
     return updated
@@ -258,7 +264,7 @@ async def project_members(db: Database, project: ProjectRec) -> list[MemberRec]:
         return await store.list_members(conn, project.id)
 
 
-async def create_project(db: Database, user: UserRec, name: str, is_public: bool) -> ProjectRec:
+async def create_project(db: Database, user: UserRec, name: str, is_public: bool, *, cipher: Cipher) -> ProjectRec:
     """A project made through the API: its creator is its admin, and it has no backend (as in dstack: only
     the server's ``config.yml`` gives a project one; an SSH fleet brings its own hosts)."""
     if not name or not all(c.isalnum() or c in "-_" for c in name) or len(name) > 50:
@@ -282,7 +288,7 @@ async def create_project(db: Database, user: UserRec, name: str, is_public: bool
                 "created_at": time.time(),
                 "is_public": is_public,
                 "backends": "[]",
-                "ssh_private_key": priv,
+                "ssh_private_key": sealed_key(cipher, priv),
                 "ssh_public_key": pub,
             },
         )
@@ -337,18 +343,19 @@ async def delete_projects(db: Database, user: UserRec, names: list[str]) -> None
             await store.delete_project(conn, project.id, project.name)
 
 
-async def refresh_ssh_key(db: Database, user: UserRec, username: str | None) -> UserRec:
+async def refresh_ssh_key(db: Database, user: UserRec, username: str | None, *, cipher: Cipher) -> UserRec:
     """A new SSH key pair for a user (oneself, or anyone for a global admin); the old one is gone at once:
     nothing corral hands out or authorizes afterwards carries it."""
     username = username or user.name
     if user.global_role != "admin" and username != user.name:
         raise Forbidden()
     priv, pub = generate_ssh_keypair()
+    sealed = sealed_key(cipher, priv)  # the private key is stored sealed
     async with db.write() as conn:
         found = await store.get_user(conn, username)
         if found is None:
             raise ResourceNotExists("Resource not found")
-        await store.update_user(conn, found.id, {"ssh_private_key": priv, "ssh_public_key": pub})
+        await store.update_user(conn, found.id, {"ssh_private_key": sealed, "ssh_public_key": pub})
         updated = await store.get_user(conn, username)
     assert updated is not None
     return updated
@@ -358,7 +365,9 @@ def new_token() -> str:
     return secrets.token_urlsafe(24)
 
 
-async def apply_server_config(db: Database, admin: UserRec, projects: list[tuple[str, list[dict[str, Any]]]]) -> None:
+async def apply_server_config(
+    db: Database, admin: UserRec, projects: list[tuple[str, list[dict[str, Any]]]], *, cipher: Cipher
+) -> None:
     """Create the projects that the server's ``config.yml`` lists (owned by ``admin``) and set their backends."""
     async with db.write() as conn:
         await db.serialize(conn, BOOTSTRAP_LOCK)
@@ -376,7 +385,7 @@ async def apply_server_config(db: Database, admin: UserRec, projects: list[tuple
                         "created_at": time.time(),
                         "is_public": False,
                         "backends": json.dumps(backends),
-                        "ssh_private_key": priv,
+                        "ssh_private_key": sealed_key(cipher, priv),
                         "ssh_public_key": pub,
                     },
                 )

@@ -7,6 +7,7 @@ with corral's own name in the extra field ``corral_backend``.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -14,6 +15,8 @@ from corral.domain.access import can_manage_secrets
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, JobRec, MemberRec, ProjectRec, RunRec, UserRec
 from corral.schemas import wire
+from corral.services.credentials import revealed
+from corral.store.encryption import Cipher
 
 WIRE_BACKEND = {"local": "remote", "ssh": "remote"}
 
@@ -43,8 +46,10 @@ def user(u: UserRec) -> dict[str, Any]:
     }
 
 
-def user_with_creds(u: UserRec) -> dict[str, Any]:
-    return {**user(u), "creds": {"token": u.token}, "ssh_private_key": u.ssh_private_key}
+def user_with_creds(u: UserRec, cipher: Callable[[], Cipher]) -> dict[str, Any]:
+    """dstack's ``UserWithCreds``: the token and private key opened (they are stored sealed)."""
+    shown = revealed(cipher, u)
+    return {**user(shown), "creds": {"token": shown.token}, "ssh_private_key": shown.ssh_private_key}
 
 
 def project(p: ProjectRec, members: list[MemberRec] | None = None) -> dict[str, Any]:

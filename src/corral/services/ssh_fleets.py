@@ -27,7 +27,7 @@ from corral.domain.records import FleetRec, InstanceRec
 from corral.domain.ssh_keys import public_halves
 from corral.services.errors import ServiceError
 from corral.store import fleets as store
-from corral.store.encryption import Cipher
+from corral.store.encryption import Cipher, seal
 
 #: Fleet fields that only choose cloud offers (dstack's ``BackendFleetConfiguraionProps``).
 CLOUD_ONLY = (
@@ -245,7 +245,7 @@ async def sync_hosts(
         num = next(n for n in range(len(used) + 1) if n not in used)
         used.add(num)
         blocks = c["blocks"]
-        agent = AgentEndpoint(url="", token=secrets.token_hex(24), connection=seal_connection(cipher, c))
+        agent = AgentEndpoint(url="", token=seal(cipher, secrets.token_hex(24)), connection=seal_connection(cipher, c))
         await store.insert_instance(
             conn,
             {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -15,6 +16,7 @@ from corral.store.tables import members, projects, users
 
 
 def token_hash(token: str) -> str:
+    """The lookup key of a token (the ``token`` column holds its sealed copy, ``services/credentials.py``)."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
@@ -33,10 +35,9 @@ def _user(row: Any) -> UserRec:
 
 
 async def get_user_by_token(conn: AsyncConnection, token: str) -> UserRec | None:
-    row = (
-        await conn.execute(sa.select(users).where(users.c.token_hash == token_hash(token), users.c.deleted.is_(False)))
-    ).first()
-    return _user(row) if row is not None and row.token == token else None
+    wanted = token_hash(token)
+    row = (await conn.execute(sa.select(users).where(users.c.token_hash == wanted, users.c.deleted.is_(False)))).first()
+    return _user(row) if row is not None and hmac.compare_digest(row.token_hash, wanted) else None
 
 
 async def get_user(conn: AsyncConnection, name: str) -> UserRec | None:
@@ -55,12 +56,11 @@ async def list_users(conn: AsyncConnection) -> list[UserRec]:
 
 
 async def insert_user(conn: AsyncConnection, values: dict[str, Any]) -> None:
-    await conn.execute(sa.insert(users).values(token_hash=token_hash(values["token"]), deleted=False, **values))
+    """``values`` carry the token as stored: ``token`` (sealed) and ``token_hash``."""
+    await conn.execute(sa.insert(users).values(deleted=False, **values))
 
 
 async def update_user(conn: AsyncConnection, user_id: str, values: dict[str, Any]) -> None:
-    if "token" in values:
-        values = {**values, "token_hash": token_hash(values["token"])}
     await conn.execute(sa.update(users).where(users.c.id == user_id).values(**values))
 
 

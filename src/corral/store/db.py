@@ -9,6 +9,7 @@ where ``plan_apply`` takes row locks with ``SELECT ... FOR UPDATE``.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -44,6 +45,23 @@ def _sqlite_engine(url: str, immediate: bool) -> AsyncEngine:
     return engine
 
 
+def private_sqlite_file(path: Path) -> None:
+    """The database file readable by this OS user alone (0600), made so before SQLite opens it: SQLite
+    gives its ``-wal`` and ``-shm`` files the database file's mode. A file made by an older corral with a
+    looser mode (and its ``-wal``/``-shm``) is tightened."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            if p.stat().st_mode & 0o077:
+                p.chmod(0o600)
+        except FileNotFoundError:
+            pass
+
+
 class Database:
     """The connection pools of one server process."""
 
@@ -52,8 +70,8 @@ class Database:
         self.is_sqlite = url.startswith("sqlite")
         if self.is_sqlite:
             path = url.split("///", 1)[1] if "///" in url else ""
-            if path and path != ":memory:":
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            if path and path != ":memory:" and not path.startswith("file:"):
+                private_sqlite_file(Path(path))
             self._read = _sqlite_engine(url, immediate=False)
             self._write = _sqlite_engine(url, immediate=True)
         else:

@@ -1,10 +1,14 @@
-"""Encryption at rest of what must not sit in the database in clear (repo credentials).
+"""Encryption at rest of what must not sit in the database in clear: users' tokens and generated SSH
+private keys, projects' SSH private keys, agents' tokens, SSH fleets' keys, repo credentials.
 
 AES-256-GCM with the server key. The key is ``CORRAL_SERVER_ENCRYPTION_KEY`` (base64 of 32 bytes; every
-replica of a Postgres deployment must be given the same one) or, when that is unset, a key generated on
-first use and kept in ``<state dir>/data/encryption.key`` (mode 0600). A stored value reads
-``enc:v1:<key id>:<base64(nonce | ciphertext)>``; the key id (a hash prefix of the key) lets a value
-encrypted under another key fail with a message that says so instead of a bare decryption error.
+replica of a Postgres deployment must be given the same one), or the file that
+``CORRAL_SERVER_ENCRYPTION_KEY_FILE`` names (made on first use when missing), or, when neither is set, a
+key generated on first use and kept in ``<state dir>/data/encryption.key``. A key file is written with
+mode 0600. A stored value reads ``enc:v1:<key id>:<base64(nonce | ciphertext)>``; the key id (a hash
+prefix of the key) lets a value encrypted under another key fail with a message that says so instead of
+a bare decryption error. A stored value without the prefix is a row written before the value was sealed
+(:func:`open_sealed` returns it as it is; the start-up pass of ``workers/seal_at_rest.py`` seals it).
 
 ``cryptography`` is imported on the first encryption or decryption (or by :func:`warm_up`, in a thread
 after start-up), not at start-up: checking the key at start needs only its length.
@@ -17,6 +21,7 @@ import binascii
 import hashlib
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +31,8 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 _PREFIX = "enc:v1:"
+#: What :meth:`Cipher.encrypt` writes first.
+SEALED_PREFIX = _PREFIX
 
 
 class EncryptionError(RuntimeError):
@@ -75,6 +82,21 @@ class Cipher:
             raise EncryptionError("the stored value is corrupt") from None
 
 
+def is_sealed(stored: str) -> bool:
+    return stored.startswith(_PREFIX)
+
+
+def seal(cipher: Cipher, value: str) -> str:
+    """``value`` sealed for storage (a value already sealed is kept as it is)."""
+    return value if is_sealed(value) else cipher.encrypt(value)
+
+
+def open_sealed(cipher: Callable[[], Cipher], stored: str) -> str:
+    """A stored value in clear: decrypted when sealed, as it is when a row from before holds it in clear
+    (the cipher is resolved only when needed)."""
+    return cipher().decrypt(stored) if is_sealed(stored) else stored
+
+
 _lock = threading.Lock()
 _cache: dict[tuple[str | None, str], Cipher] = {}
 
@@ -83,7 +105,7 @@ def _load_or_create(path: Path) -> bytes:
     try:
         raw = path.read_text().strip()
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         raw = base64.b64encode(os.urandom(32)).decode()
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

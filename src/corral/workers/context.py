@@ -14,6 +14,7 @@ from corral.domain.access import usable_computes
 from corral.domain.records import InstanceRec
 from corral.settings import Settings
 from corral.store.db import Database
+from corral.store.encryption import Cipher, cipher_for, open_sealed
 
 WORKERS = ("scheduler", "instances", "jobs", "runs")
 
@@ -24,7 +25,13 @@ class Wakeups:
 
     def __init__(self) -> None:
         self._events = {name: asyncio.Event() for name in WORKERS}
+        self._listeners: dict[str, list[Callable[[], None]]] = {}
         self.remote: Callable[[tuple[str, ...]], None] | None = None
+
+    def listen(self, name: str, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever ``name`` is woken, here or in another replica (e.g. ``access``: users,
+        tokens, projects or members changed, so cached authorisations must go)."""
+        self._listeners.setdefault(name, []).append(callback)
 
     def wake(self, *names: str) -> None:
         chosen = names or WORKERS
@@ -36,6 +43,8 @@ class Wakeups:
         for name in names or WORKERS:
             if name in self._events:
                 self._events[name].set()
+            for callback in self._listeners.get(name, ()):
+                callback()
 
     def event(self, name: str) -> asyncio.Event:
         return self._events[name]
@@ -49,6 +58,14 @@ class Context:
     wakeups: Wakeups = field(default_factory=Wakeups)
     #: Who this server process is, as the owner of the leases it takes.
     replica_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
+
+    def cipher(self) -> Cipher:
+        """The server's cipher (tokens, private keys and credentials at rest)."""
+        return cipher_for(self.settings)
+
+    def reveal(self, stored: str) -> str:
+        """A value as stored (sealed, or in clear in a row from before) in clear."""
+        return open_sealed(self.cipher, stored)
 
     def compute(self, backend: str) -> Compute:
         return self.computes[backend]

@@ -78,10 +78,11 @@ class Hosts:
         self._clients.clear()
 
     def _client(self, inst: InstanceRec) -> AgentClient:
-        token = AgentEndpoint.from_json(inst.agent or {}).token
-        key = (self.ctx.agent_url(inst), token)
+        stored = AgentEndpoint.from_json(inst.agent or {"token": ""}).token  # sealed: opened once per client
+        key = (self.ctx.agent_url(inst), stored)
         client = self._clients.get(key)
         if client is None:
+            token = self.ctx.reveal(stored)
             client = self._clients[key] = AgentClient(key[0], token, timeout=self.ctx.settings.agent_request_timeout)
         return client
 

@@ -17,10 +17,11 @@ from corral.domain.records import InstanceRec
 from corral.scheduler.codec import resources_to_json
 from corral.store import fleets as fleet_store
 from corral.store import leases
+from corral.store.encryption import seal
 from corral.store.fleets import dump
 from corral.store.tables import instances, jobs
 from corral.workers.context import Context
-from corral.workers.ssh_keys import seal_stored_keys
+from corral.workers.seal_at_rest import seal_stored_secrets
 
 log = logging.getLogger("corral.instances")
 
@@ -82,6 +83,12 @@ class Instances:
         offer = dict(inst.offer or {"backend": inst.backend, "instance_type": inst.backend, "region": inst.region})
         offer.setdefault("price", inst.price or 0.0)
         offer["resources"] = resources_to_json(provisioned.resources)
+        # the agent's token is stored sealed (opened by whoever calls the agent: ``Context.reveal``)
+        stored_agent = {
+            **provisioned.agent.to_json(),
+            "token": seal(self.ctx.cipher(), provisioned.agent.token),
+            "addresses": _addresses(provisioned),
+        }
         async with self.ctx.db.write() as conn:
             busy = await fleet_store.live_blocks_on(conn, inst.id)
             res = await conn.execute(
@@ -90,7 +97,7 @@ class Instances:
                 .values(
                     status="busy" if busy else "idle",
                     busy_blocks=busy,
-                    agent=dump({**provisioned.agent.to_json(), "addresses": _addresses(provisioned)}),
+                    agent=dump(stored_agent),
                     hostname=provisioned.hostname,
                     offer=dump(offer),
                     started_at=now,
@@ -147,7 +154,7 @@ class Instances:
         if token is None:
             return
         compute = self.ctx.computes.get(inst.backend)
-        agent = AgentEndpoint.from_json(inst.agent) if inst.agent else None
+        agent = AgentEndpoint.from_json(inst.agent).opened(self.ctx.reveal) if inst.agent else None
         try:
             if compute is not None:
                 await compute.terminate_instance(inst.id, agent)
@@ -231,9 +238,9 @@ class Instances:
                     await fleet_store.update_fleet(conn, fleet.id, {"status": "terminated", "deleted": True})
 
     async def recover(self) -> None:
-        """At start-up: seal SSH keys that rows from before hold in clear, find the agents of live instances
+        """At start-up: seal the secrets that rows from before hold in clear, find the agents of live instances
         again, and reap those nobody owns."""
-        await seal_stored_keys(self.ctx)
+        await seal_stored_secrets(self.ctx)
         async with self.ctx.db.read() as conn:
             live = await fleet_store.list_instances(
                 conn, statuses=("pending", "provisioning", "idle", "busy", "terminating")

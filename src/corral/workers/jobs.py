@@ -88,12 +88,13 @@ class Jobs:
 
     def _client(self, inst: InstanceRec) -> AgentClient:
         """One pooled client per agent, shared by submissions and followers."""
-        ep = AgentEndpoint.from_json(inst.agent or {})
+        stored = AgentEndpoint.from_json(inst.agent or {"token": ""}).token  # sealed: opened once per client
         url = self.ctx.agent_url(inst)
-        key = (url, ep.token)
+        key = (url, stored)
         client = self._clients.get(key)
         if client is None:
-            client = self._clients[key] = AgentClient(url, ep.token, timeout=self.ctx.settings.agent_request_timeout)
+            token = self.ctx.reveal(stored)
+            client = self._clients[key] = AgentClient(url, token, timeout=self.ctx.settings.agent_request_timeout)
         return client
 
     async def pass_once(self) -> None:
