@@ -15,6 +15,8 @@ from typing import Any
 class UserRec:
     id: str
     name: str
+    #: As stored: sealed (``enc:v1:...``; in clear only in a row from before tokens were sealed). So is
+    #: ``ssh_private_key``, here and in ``ProjectRec``: ``services/credentials.py`` opens them for an answer.
     token: str
     global_role: str
     email: str | None
