@@ -83,6 +83,20 @@ def _check_encryption_key(settings: Settings) -> None:
         raise ServerConfigError(f"Cannot use the encryption key (tokens, private keys, credentials): {e}") from None
 
 
+def _check_same_key(settings: Settings, stored_admin_token: str) -> None:
+    """A server given another key than the one the database's values were sealed with (e.g. a Postgres
+    replica without the others' key) could read no token, key or credential: it does not start."""
+    from corral.store.encryption import cipher_for, key_id_of
+
+    sealed_with, ours = key_id_of(stored_admin_token), cipher_for(settings).key_id
+    if sealed_with is not None and sealed_with != ours:
+        raise ServerConfigError(
+            f"The database's tokens and keys are encrypted with another key (id {sealed_with}) than this server's "
+            f"(id {ours}): give every server of this database the same CORRAL_SERVER_ENCRYPTION_KEY (or the same "
+            "key file, CORRAL_SERVER_ENCRYPTION_KEY_FILE)"
+        )
+
+
 async def prepare(settings: Settings) -> Prepared:
     """Migrate, bootstrap and build the app (used by ``corral server`` and by tests)."""
     from corral.api.app import create_app
@@ -104,6 +118,11 @@ async def prepare(settings: Settings) -> Prepared:
     await upgrade(db)
     cipher = cipher_for(settings)
     boot = await accounts.bootstrap(db, settings.admin_token, cipher=cipher)
+    try:
+        _check_same_key(settings, boot.admin.token)
+    except ServerConfigError:
+        await db.dispose()
+        raise
     if server_config is not None:
         await accounts.apply_server_config(
             db,

@@ -1,5 +1,6 @@
-"""``users/refresh_token`` on one replica invalidates the old token on every other replica within 1 s
-(two servers on one Postgres, each with its access cache warm with the old token)."""
+"""Replicas on one Postgres: ``users/refresh_token`` on one invalidates the old token on every other within
+1 s (each with its access cache warm with the old token); a replica given another encryption key than
+the one the database's values are sealed with does not start."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
+from corral.config.server_config import ServerConfigError
+from corral.server import prepare
 from pg_harness import new_database_url
 from server_harness import make_settings, running_server
 
@@ -40,3 +45,14 @@ async def test_refresh_token_invalidates_the_old_token_on_every_replica_within_a
         async with b.client(token=new) as c:
             me = (await c.post("/api/users/get_my_user")).json()
             assert me["username"] == "dana" and me["creds"]["token"] == new
+
+
+async def test_a_replica_given_another_encryption_key_does_not_start(tmp_path: Path) -> None:
+    """It could open no agent's token, private key or credential the others sealed: a clear start-up error."""
+    url = new_database_url()
+    first = make_settings(tmp_path / "a", database_url=url, background_processing=False)
+    async with running_server(first):
+        pass
+    other = make_settings(tmp_path / "b", database_url=url, encryption_key=base64.b64encode(os.urandom(32)).decode())
+    with pytest.raises(ServerConfigError, match=r"encrypted with another key .* give every server of this database"):
+        await prepare(other)

@@ -4,6 +4,7 @@ replicas, and a replica killed with SIGKILL mid-work loses nothing and duplicate
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import socket
@@ -39,6 +40,7 @@ class Replicas:
         self.tmp = tmp
         self.procs: list[subprocess.Popen[bytes] | None] = []
         self.urls: list[str] = []
+        key = base64.b64encode(os.urandom(32)).decode()  # every replica of a database has the same key
         for i in range(count):
             port = _free_port()
             env = {
@@ -48,6 +50,7 @@ class Replicas:
                 "CORRAL_CONFIG_DIR": str(tmp / f"cli{i}"),
                 "CORRAL_LOCAL_INSTANCES_DIR": str(tmp / "instances"),
                 "CORRAL_SERVER_ADMIN_TOKEN": TOKEN,
+                "CORRAL_SERVER_ENCRYPTION_KEY": key,
                 "CORRAL_SAFETY_NET_INTERVAL": "60",
                 "CORRAL_LOCAL_MAX_INSTANCES": "8",
                 "CORRAL_JOB_LEASE_TTL": "5",

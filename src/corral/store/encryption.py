@@ -86,6 +86,11 @@ def is_sealed(stored: str) -> bool:
     return stored.startswith(_PREFIX)
 
 
+def key_id_of(stored: str) -> str | None:
+    """The id of the key a stored value was sealed with (None: it is in clear)."""
+    return stored[len(_PREFIX) :].partition(":")[0] if is_sealed(stored) else None
+
+
 def seal(cipher: Cipher, value: str) -> str:
     """``value`` sealed for storage (a value already sealed is kept as it is)."""
     return value if is_sealed(value) else cipher.encrypt(value)

@@ -2,15 +2,19 @@
 
 Every new value is written sealed (users' tokens and generated SSH private keys, projects' SSH private
 keys: ``services/credentials.py``; agents' tokens: ``workers/instances.py``, ``services/ssh_fleets.py``;
-SSH fleets' keys: ``workers/ssh_keys.py``), and a value found in clear is still read as it is. This pass
+SSH fleets' keys have a pass of their own, ``workers/ssh_keys.py``, run first), and a value found in
+clear is still read as it is. This pass
 closes the gap for rows from before: it reads only the rows that still hold a value in clear (the
 database filters, so a start with nothing to seal costs a few indexed-table scans and no decryption)
 and rewrites each one if it still holds what was read (a concurrent write wins and is sealed on its
-own). Users' token hashes (the lookup key) were always written, so old tokens keep working throughout.
+own). Agents' tokens are sealed in the rows of instances not yet terminated (a terminated instance's
+agent, and so its token, is gone). Users' token hashes (the lookup key) were always written, so old
+tokens keep working throughout.
 
 On SQLite, rewriting a row leaves its old version in the file's free pages and in the WAL: after the
 pass has rewritten anything, the database is vacuumed and its WAL truncated, once, so that a copy of
-the files holds no value in clear. (On Postgres the old row versions go with the next ``VACUUM``.)
+the files holds no value in clear. (On Postgres nothing SQL can read holds one; the dead row versions
+stay in the table files until vacuuming and later writes reuse their space.)
 
 It runs in the application, not in an Alembic migration, because sealing needs the server's key, which
 migrations do not have, and because rows an older replica writes during a rolling upgrade are sealed at
@@ -36,6 +40,7 @@ log = logging.getLogger("corral.secrets")
 _CLEAR_KEY = ("PRIVATE KEY", "PuTTY-User-Key-File")
 #: How an agent's token sealed in an instance's ``agent`` JSON reads (``store.fleets.dump``: no spaces).
 _SEALED_AGENT_TOKEN = f'"token":"{SEALED_PREFIX}'
+_LIVE = ("pending", "provisioning", "idle", "busy", "terminating")
 
 
 def _key_in_clear(column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
@@ -81,7 +86,11 @@ async def _seal_accounts_and_agents(ctx: Context) -> int:
         agent_rows = (
             await conn.execute(
                 sa.select(instances.c.id, instances.c.agent).where(
-                    instances.c.agent.is_not(None), sa.not_(instances.c.agent.contains(_SEALED_AGENT_TOKEN))
+                    # a terminated instance's agent is gone, and its token with it: only live rows are read
+                    # (by the status index), so a start does not scan every instance ever made
+                    instances.c.status.in_(_LIVE),
+                    instances.c.agent.is_not(None),
+                    sa.not_(instances.c.agent.contains(_SEALED_AGENT_TOKEN)),
                 )
             )
         ).all()
