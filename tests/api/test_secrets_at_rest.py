@@ -10,6 +10,7 @@ import base64
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -237,8 +238,18 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+@pytest.fixture
+def usual_umask() -> Iterator[None]:
+    """The umask most installs have (files 0644, directories 0755 unless corral says otherwise)."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.usefixtures("usual_umask")
 async def test_the_state_directory_is_private_and_the_key_may_live_outside_it(tmp_path: Path) -> None:
-    os.umask(0o022)
     settings = make_settings(tmp_path)
     async with running_server(settings) as s, s.client() as c:
         assert (await c.post("/api/users/get_my_user")).status_code == 200
@@ -274,8 +285,8 @@ async def test_the_state_directory_is_private_and_the_key_may_live_outside_it(tm
     assert not given.encryption_key_file.exists()
 
 
+@pytest.mark.usefixtures("usual_umask")
 def test_private_state_dir_makes_the_directories_0700(tmp_path: Path) -> None:
-    os.umask(0o022)
     settings = make_settings(tmp_path / "fresh")
     private_state_dir(settings)
     assert _mode(settings.server_dir) == 0o700 and _mode(settings.data_dir) == 0o700

@@ -183,6 +183,7 @@ async def create_user(
     if not username or not username.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise ServiceError("Username should contain only latin letters, digits, hyphens, underscores and dots")
     priv, pub = generate_ssh_keypair()
+    sealed = {**token_values(cipher, str(uuid.uuid4())), "ssh_private_key": sealed_key(cipher, priv)}
     async with db.write() as conn:
         if await store.get_user(conn, username) is not None:
             raise ResourceExists("User already exists")
@@ -191,12 +192,11 @@ async def create_user(
             {
                 "id": str(uuid.uuid4()),
                 "name": username,
-                **token_values(cipher, str(uuid.uuid4())),
+                **sealed,
                 "global_role": global_role,
                 "email": email,
                 "active": active,
                 "created_at": time.time(),
-                "ssh_private_key": sealed_key(cipher, priv),
                 "ssh_public_key": pub,
             },
         )
@@ -219,11 +219,12 @@ async def update_user(db: Database, username: str, global_role: str, email: str 
 async def refresh_token(db: Database, user: UserRec, username: str, *, cipher: Cipher) -> UserRec:
     if user.global_role != "admin" and username != user.name:
         raise Forbidden()
+    new_token = token_values(cipher, str(uuid.uuid4()))  # sealed before the transaction: no work under its lock
     async with db.write() as conn:
         found = await store.get_user(conn, username)
         if found is None:
             raise ResourceNotExists("User not found")
-        await store.update_user(conn, found.id, token_values(cipher, str(uuid.uuid4())))
+        await store.update_user(conn, found.id, new_token)
         updated = await store.get_user(conn, username)
     assert updated is not None
     return updated
