@@ -134,6 +134,10 @@ async def test_a_copy_of_the_database_holds_no_token_key_or_credential_in_clear(
         assert me["ssh_private_key"] == secrets["alice's private key"]
         r = await c.post("/api/projects/create", json={"project_name": "alices", "is_public": False})
         assert r.status_code == 200, r.text
+        rekeyed = (await c.post("/api/users/refresh_ssh_key", json={"username": "alice"})).json()
+        assert rekeyed["ssh_private_key"] != secrets["alice's private key"]
+        secrets["alice's new private key"] = rekeyed["ssh_private_key"]
+        assert (await c.post("/api/users/get_my_user")).json()["ssh_private_key"] == rekeyed["ssh_private_key"]
     secrets["agent token"] = await _local_instance_token(server)
     # projects' generated keys are in no answer: read them back through the server's cipher
     stored_project_keys = [k for k in await _stored(server, projects.c.ssh_private_key) if k]
