@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 from dstack_client_env import _corral_command, agent_pids_under, free_port
+
 from server_harness import fleet_body, task_body
 
 
