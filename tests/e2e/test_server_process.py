@@ -64,6 +64,7 @@ def test_json_logs_name_each_event_then_a_clean_shutdown(tmp_path: Path) -> None
         CORRAL_SERVER_ADMIN_TOKEN="tok",
         CORRAL_PROVISIONING_TIMEOUT="30",
         CORRAL_DEFAULT_STOP_DURATION="5",
+        CORRAL_INSTANCE_CHECK_INTERVAL="0.3",
     )
     err_path = tmp_path / "server.err"
     with open(err_path, "wb") as err, open(tmp_path / "server.out", "wb") as out:
@@ -100,7 +101,12 @@ def test_json_logs_name_each_event_then_a_clean_shutdown(tmp_path: Path) -> None
             assert time.monotonic() < deadline, run
             time.sleep(0.2)
         assert run["status"] == "done", run
-        time.sleep(0.5)
+        for pid in agent_pids_under(tmp_path):  # the instance's agent dies: the server says it lost it
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while '"instance_lost"' not in err_path.read_text():
+            assert time.monotonic() < deadline, err_path.read_text()
+            time.sleep(0.2)
         _post(url, "tok", "/api/project/main/fleets/delete", {"names": ["logs-fleet"]})
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, err_path.read_text()
@@ -120,6 +126,8 @@ def test_json_logs_name_each_event_then_a_clean_shutdown(tmp_path: Path) -> None
     placed = events["job_placed"][0]
     assert placed["run_name"] == "logged" and placed["fleet"] == "logs-fleet", placed
     assert any(r["fleet"] == "logs-fleet" for r in events["instance_provisioned"])
+    lost = events["instance_lost"][0]
+    assert lost["level"] == "warning" and lost["fleet"] == "logs-fleet" and "unreachable" in lost["message"]
     finished = [r for r in events["run_finished"] if r["run_name"] == "logged"]
     assert finished and finished[0]["status"] == "done" and finished[0]["message"].startswith("run logged finished")
     refused = {(r["path"], r["status"]) for r in events["request_rejected"]}
