@@ -210,7 +210,7 @@ def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", acc
         return 1
     import uvicorn
 
-    url = f"http://{host}:{port}"
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     async def run() -> None:
         try:
