@@ -35,3 +35,27 @@ def test_an_address_not_of_this_machine_names_the_host_option(host: str) -> None
     with pytest.raises(PortUnavailable) as e:
         bind_socket(host, 0)
     assert f"{host} is not an address of this machine. Choose another with --host." in str(e.value)
+
+
+async def test_accepted_connections_get_tcp_nodelay() -> None:
+    """As with a socket uvicorn binds itself: without it every response waits on Nagle's algorithm."""
+    import asyncio
+
+    seen: list[int] = []
+
+    class Probe(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            seen.append(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+    sock = bind_socket("127.0.0.1", 0)
+    server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
+    try:
+        _reader, writer = await asyncio.open_connection("127.0.0.1", sock.getsockname()[1])
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        writer.close()
+    finally:
+        server.close()
+    assert seen and seen[0] != 0

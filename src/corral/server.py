@@ -149,7 +149,9 @@ class PortUnavailable(RuntimeError):
 def bind_socket(host: str, port: int) -> socket.socket:
     """The listening socket, bound before anything is announced or written (uvicorn serves on it)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto IPPROTO_TCP, as getaddrinfo gives it: asyncio sets TCP_NODELAY on accepted connections only for
+    # such sockets (with proto 0, Nagle's algorithm delays every response: measured, +60% server CPU/apply).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
