@@ -264,7 +264,12 @@ def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", acc
     finally:
         sock.close()
         lock.close()
-    return 0
+    # Stopped cleanly: the database is closed and the last line written. The interpreter's own teardown
+    # (every module and object, ~0.1 s measured) would only delay the exit a supervisor waits for.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _version() -> str:
