@@ -15,7 +15,12 @@ if [ "${1:-}" = "--dev" ]; then extra="[dev]"; fi
 missing=""
 command -v ssh-keygen >/dev/null 2>&1 || missing="$missing openssh-client"
 command -v git >/dev/null 2>&1 || missing="$missing git"
-if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  # shellcheck disable=SC2086
-  (apt-get update -qq && apt-get install -y -qq $missing) >/dev/null
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "== apt-get install$missing"
+    # shellcheck disable=SC2086
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing) >/dev/null
+  else
+    echo "Missing:$missing (install them, e.g. with apt-get as root)" >&2
+  fi
 fi

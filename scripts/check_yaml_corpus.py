@@ -2,7 +2,9 @@
 """Check corral's configuration parser (or a running server) against dstack's YAML corpus.
 
 The corpus is `dstack-yaml-corpus.json` (configurations dstack 0.22.5 accepts) and
-`dstack-yaml-rejected.json` (ones it rejects with 422), each a list of `{"source", "config"}`.
+`dstack-yaml-rejected.json` (ones it rejects with 422), each a list of `{"source", "config"}`, in
+`tests/data/dstack-yaml/` (taken from dstack's documentation; MPL-2.0, see the NOTICE there) unless
+`--reference-dir` names another directory.
 
 Default mode parses every configuration with `corral.config.parse_configuration` and reports
 counts and each failure. HTTP mode (`--url URL --token TOKEN [--project main]`) posts each one to
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_REFERENCE_DIR = REPO_ROOT.parent / "shared" / "reference"
+DEFAULT_REFERENCE_DIR = REPO_ROOT / "tests" / "data" / "dstack-yaml"
 RUN_TYPES = ("task", "service", "dev-environment")
 
 

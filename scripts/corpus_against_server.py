@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+DEFAULT_REFERENCE_DIR = HERE.parent / "tests" / "data" / "dstack-yaml"
 
 
 def free_port() -> int:
@@ -27,7 +28,7 @@ def free_port() -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--reference-dir", required=True)
+    parser.add_argument("--reference-dir", default=str(DEFAULT_REFERENCE_DIR))
     args = parser.parse_args()
     port = free_port()
     token = "corpus-check-token"

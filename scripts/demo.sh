@@ -6,12 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
-PORT=${CORRAL_PORT:-3000}
+PORT=${CORRAL_SERVER_PORT:-3000}
 LOG=${TMPDIR:-/tmp}/corral-demo-server.log
 keep=0; [ "${1:-}" = "--keep" ] && keep=1
 
 if curl -fsS "http://127.0.0.1:$PORT/healthcheck" >/dev/null 2>&1; then
-  echo "A server already answers on port $PORT; using it."
+  echo "A server this script did not start already answers on port $PORT: using it, and leaving it running."
+  echo "The CLI talks to the default project in ${CORRAL_CONFIG_DIR:-~/.corral}/config.yml; to use a server of"
+  echo "the demo's own instead, stop that one or pick a free port: CORRAL_SERVER_PORT=3001 scripts/demo.sh"
   started=0
 else
   echo "Starting corral server on 127.0.0.1:$PORT (log: $LOG)"
@@ -20,7 +22,7 @@ else
   started=1
   for _ in $(seq 1 100); do
     curl -fsS "http://127.0.0.1:$PORT/healthcheck" >/dev/null 2>&1 && break
-    kill -0 "$server_pid" 2>/dev/null || { cat "$LOG"; exit 1; }
+    kill -0 "$server_pid" 2>/dev/null || { echo "The corral server did not start:"; cat "$LOG"; exit 1; }
     sleep 0.1
   done
   grep -E "admin token|Configured|running at" "$LOG" || true

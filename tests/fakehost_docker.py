@@ -1,7 +1,7 @@
 """The Docker engine of a fake SSH host (``HostSpec(docker=True)`` in ``fakehosts``): how the host boots
 with its own ``dockerd``, and removing the cgroups its containers leave in the machine's hierarchies.
 
-Recipe "Docker inside a fake host" of ``shared/recipes/environment.md``: ``ip netns exec`` remounts
+How: ``ip netns exec`` remounts
 /sys, so the cgroup v1 hierarchies are mounted again inside; the data root cannot be on the host's
 overlay root, so a real directory is bind-mounted at /var/lib/docker; /run/docker and /run/containerd
 start empty at each boot (the machine's own may hold a stale state). The host's root is then made the

@@ -1,4 +1,4 @@
-"""Fake SSH hosts for the SSH-fleet tests (recipe 1B of ``shared/recipes/environment.md``).
+"""Fake SSH hosts for the SSH-fleet tests: real sshd servers in network namespaces on this machine.
 
 Each host is a network namespace on a private /24 that this module creates (and only there), with
 its own mount, UTS and PID namespaces and a chroot into a copy-on-write overlay of ``/`` (upper dir on

@@ -1,7 +1,7 @@
 """The workloads, run the same way against either server; each appends one value per repeat to
 ``Results`` under a figure key (``main`` turns them into medians and the table).
 
-Runs use the seed's body (/work/shared/seeds/000_*) without ``image`` and ``fleets``, applied in a
+Runs use the seed scenario's task body without ``image`` and ``fleets``, applied in a
 project with no fleet, so both servers take the same path: accept the run, then fail it for lack of a
 fleet. Every repeat of a write workload gets a project of its own, so each starts from the same state
 and the list workloads see exactly ``--requests`` runs (or fleets) in their project. corral's

@@ -4,16 +4,21 @@ first-start bootstrap, backends, the app and uvicorn. The only module that wires
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import gc
 import logging
 import os
+import signal
+import socket
 import sys
 from dataclasses import dataclass
 from typing import IO, Any
 
 from corral.config.server_config import ServerConfigError
 from corral.settings import Settings
+
+log = logging.getLogger("corral.server")
 
 
 class StateDirLocked(RuntimeError):
@@ -150,6 +155,29 @@ async def prepare(settings: Settings) -> Prepared:
     return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created)
 
 
+def _repoint_cli_config(url: str, token: str) -> str | None:
+    """The CLI's projects that hold this server's admin token but another URL (it was started on another
+    port before) are pointed here; returns the file's path if it changed. Costs one file read when nothing
+    needs doing (the YAML parser is loaded only when the token is there and the URL is not)."""
+    try:
+        from corral.sdk import config_file
+
+        path = config_file.config_path()
+        try:
+            text = path.read_text()
+        except OSError:
+            return None
+        if token not in text or f"url: {url}\n" in text:
+            return None
+        stale = [p for p in config_file.list_projects() if p["token"] == token and p["url"] != url]
+        for p in stale:
+            config_file.add_project(p["name"], url, token, default=p["default"])
+        return str(path) if stale else None
+    except Exception as e:  # the server works without it; say why
+        print(f"Could not update the CLI configuration: {e}", file=sys.stderr)
+        return None
+
+
 def _write_cli_config(url: str, token: str) -> str | None:
     try:
         from corral.sdk import config_file
@@ -161,22 +189,77 @@ def _write_cli_config(url: str, token: str) -> str | None:
         return None
 
 
-def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", **_: Any) -> int:
+class PortUnavailable(RuntimeError):
+    """The address and port cannot be listened on; the message says why and what to do."""
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything is announced or written (uvicorn serves on it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto IPPROTO_TCP, as getaddrinfo gives it: asyncio sets TCP_NODELAY on accepted connections only for
+    # such sockets (with proto 0, Nagle's algorithm delays every response: measured, +60% server CPU/apply).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        where = f"{host}:{port}"
+        if e.errno == errno.EADDRINUSE:
+            raise PortUnavailable(
+                f"Port {port} is already in use on {host} (another corral server, or another program). "
+                "Stop it, or start on a free port, e.g. "
+                f"corral server --port {port + 1} (or CORRAL_SERVER_PORT={port + 1})."
+            ) from None
+        if e.errno == errno.EACCES:
+            raise PortUnavailable(
+                f"Not allowed to listen on {where}: ports below 1024 need root. Choose another with --port."
+            ) from None
+        if e.errno == errno.EADDRNOTAVAIL or isinstance(e, socket.gaierror):
+            raise PortUnavailable(
+                f"Cannot listen on {where}: {host} is not an address of this machine. Choose another with --host."
+            ) from None
+        raise PortUnavailable(f"Cannot listen on {where}: {e.strerror or e}") from None
+    sock.listen(2048)
+    return sock
+
+
+def _stop_quietly_on_signals() -> None:
+    """After a signal-driven shutdown uvicorn re-raises the signal: let that end ``serve`` normally (so the
+    database is closed and the shutdown line is logged) instead of killing the process mid-way."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
+
+
+def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", access_log: bool = False, **_: Any) -> int:
     # No cyclic collection while start-up imports and builds long-lived objects (modules, models, routes):
     # the collector would walk them again and again for nothing (measured: ~800 unreachable objects of
     # ~95,000 after start-up's imports, and 50-100 ms of collections). Frozen and re-enabled below.
     gc.disable()
-    import uvicorn
+    from corral import server_logs
 
-    settings = Settings.from_env(host=host, port=port, log_level=log_level)
+    settings = Settings.from_env(host=host, port=port, log_level=log_level, access_log=access_log)
+    try:
+        server_logs.configure(settings.log_level, settings.log_format)
+    except server_logs.LogSetupError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    # Bind first: a port that cannot be used is said at once, before anything is announced or written.
+    try:
+        sock = bind_socket(host, port)
+    except PortUnavailable as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    port = sock.getsockname()[1]
     try:
         lock = lock_state_dir(settings)
     except StateDirLocked as e:
+        sock.close()
         print(f"Error: {e}", file=sys.stderr)
         return 1
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    import uvicorn
+
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     async def run() -> None:
         try:
@@ -184,13 +267,16 @@ def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", **_
         except ServerConfigError as e:
             print(f"Error: {e}", file=sys.stderr)
             raise SystemExit(1) from None
-        url = f"http://{host}:{port}"
         if prepared.admin_created:
             print(f"The admin token is {prepared.admin_token}", flush=True)
             if settings.write_cli_config:
                 path = _write_cli_config(url, prepared.admin_token)
                 if path:
                     print(f"Configured the main project in {path}", flush=True)
+        elif settings.write_cli_config:
+            path = _repoint_cli_config(url, prepared.admin_token)
+            if path:
+                print(f"Pointed the CLI's projects of this server at {url} in {path}", flush=True)
         # Start-up made many long-lived objects (modules, models): keep them out of every collection (no
         # collection first: the little garbage start-up leaves is not worth a full pass), and collect less
         # often -- request handling makes many short-lived containers (measured: +15-20% runs/list
@@ -199,23 +285,38 @@ def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", **_
         gc.set_threshold(20_000, 20, 50)
         gc.enable()
         # ws="none": the API has no WebSocket endpoint, so uvicorn need not import a WebSocket library.
+        # log_config=None: our handler (server_logs) formats uvicorn's lines too; its access log stays off
+        # (the app logs requests itself with --access-log).
         config = uvicorn.Config(
-            prepared.app, host=host, port=port, log_level="warning", lifespan="on", access_log=False, ws="none"
+            prepared.app,
+            log_config=None,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
+            ws="none",
         )
         server = uvicorn.Server(config)
         print(f"The corral server {_version()} (dstack API {_api()}) is running at {url}", flush=True)
+        _stop_quietly_on_signals()
         try:
-            await server.serve()
+            await server.serve(sockets=[sock])
         finally:
             await prepared.ctx.db.dispose()
+        log.info("The corral server at %s stopped", url, extra={"event": "server_stopped", "url": url})
 
     try:
         asyncio.run(run())
     except KeyboardInterrupt:
         pass
     finally:
+        sock.close()
         lock.close()
-    return 0
+    # Stopped cleanly: the database is closed and the last line written. The interpreter's own teardown
+    # (every module and object, ~0.1 s measured) would only delay the exit a supervisor waits for.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _version() -> str:

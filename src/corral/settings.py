@@ -40,6 +40,10 @@ class Settings:
     port: int = 3000
     admin_token: str | None = None
     log_level: str = "info"
+    #: How log lines look: ``text`` or ``json`` (one object a line).
+    log_format: str = "text"
+    #: Whether the server logs one line per HTTP request (method, path, status, duration).
+    access_log: bool = False
     #: Seconds between safety-net passes of each worker (work normally starts on wake-ups).
     safety_net_interval: float = 5.0
     #: How long the agent of a new local instance may take to answer.
@@ -105,6 +109,7 @@ class Settings:
             database_url=db,
             admin_token=e.get("CORRAL_SERVER_ADMIN_TOKEN") or None,
             log_level=e.get("CORRAL_SERVER_LOG_LEVEL", "info"),
+            log_format=(e.get("CORRAL_LOG_FORMAT") or "text").lower(),
             safety_net_interval=_float_env(e, "CORRAL_SAFETY_NET_INTERVAL", 5.0) or 5.0,
             provisioning_timeout=_float_env(e, "CORRAL_PROVISIONING_TIMEOUT", 60.0) or 60.0,
             job_lease_ttl=_float_env(e, "CORRAL_JOB_LEASE_TTL", 30.0) or 30.0,

@@ -141,7 +141,12 @@ async def test_no_fleet_at_all_fails_with_dstack_message(server: RunningServer) 
             return got if got["status"] == "failed" else None
 
         got = await wait_for(failed)
-        assert got["latest_job_submission"]["termination_reason_message"].startswith("No matching fleet found")
+        sub = got["latest_job_submission"]
+        assert sub["termination_reason_message"].startswith("No matching fleet found")
+        # what to do here, not a page elsewhere; the status word dstack's server gives such a job
+        assert "corral apply -f examples/fleet.dstack.yml" in sub["termination_reason_message"]
+        assert "dstack.ai" not in sub["termination_reason_message"]
+        assert sub["status_message"] == "no fleets"
 
 
 async def test_task_runs_on_local_fleet_and_logs_come_back(server: RunningServer) -> None:

@@ -497,4 +497,6 @@ def test_server_command_calls_serve(env: Path, cli: CLI, monkeypatch: pytest.Mon
     module.main = lambda **kw: seen.update(kw)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "corral.server", module)
     assert cli("server", "--port", "3005").code == 0
-    assert seen == {"host": "127.0.0.1", "port": 3005, "log_level": "info"}
+    assert seen == {"host": "127.0.0.1", "port": 3005, "log_level": "info", "access_log": False}
+    assert cli("server", "--access-log").code == 0
+    assert seen == {"host": "127.0.0.1", "port": 3000, "log_level": "info", "access_log": True}

@@ -2,19 +2,22 @@
 
 `dstack_verdicts(configs)` runs dstack's `parse_apply_configuration` on each config in one
 subprocess and returns, per config, `{"ok": True, "dump": <model_dump(mode="json")>}` or
-`{"ok": False, "error": "..."}`. Tests that use it skip only when that virtualenv is absent.
+`{"ok": False, "error": "..."}`. The virtualenv is the end-to-end tests' (``tests/e2e/dstack_client_env.py``:
+``$CORRAL_DSTACK_CLIENT_VENV``, else built once in a cache); a test that cannot get it fails saying why.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-DSTACK_PYTHON = Path("/work/.cache/dstack-client/bin/python")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from dstack_client_env import DSTACK_VERSION, ClientInstallError, client_venv
 
 _SCRIPT = r"""
 import json, sys
@@ -29,15 +32,16 @@ json.dump(out, sys.stdout)
 """
 
 
-def dstack_available() -> bool:
-    return DSTACK_PYTHON.exists()
+def dstack_python() -> Path:
+    try:
+        return client_venv() / "bin" / "python"
+    except ClientInstallError as e:
+        pytest.fail(f"could not install dstack=={DSTACK_VERSION} to compare with:\n{e}", pytrace=False)
 
 
 def dstack_verdicts(configs: list[Any]) -> list[dict[str, Any]]:
-    if not dstack_available():
-        pytest.skip(f"the dstack client virtualenv is absent ({DSTACK_PYTHON})")
     proc = subprocess.run(
-        [str(DSTACK_PYTHON), "-c", _SCRIPT],
+        [str(dstack_python()), "-c", _SCRIPT],
         input=json.dumps(configs),
         capture_output=True,
         text=True,

@@ -14,11 +14,9 @@ from pydantic import ValidationError
 
 from corral.config import parse_configuration
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
+REFERENCE = Path(__file__).resolve().parents[1] / "data" / "dstack-yaml"
 ACCEPTED = REFERENCE / "dstack-yaml-corpus.json"
 REJECTED = REFERENCE / "dstack-yaml-rejected.json"
-
-pytestmark = pytest.mark.skipif(not ACCEPTED.exists(), reason="shared reference corpus is absent")
 
 
 def _load(path: Path) -> list[dict[str, Any]]:

@@ -79,13 +79,13 @@ def _finished(cli: DstackCli, name: str, timeout: float = 90) -> dict[str, Any]:
 def test_git_working_copy_with_uncommitted_change_and_files(plain: DstackCli, tmp: Path) -> None:
     checkout = remote_and_checkout(tmp)
     git(checkout.work, "remote", "set-url", "origin", URL)
-    shared = tmp / "shared-inputs"
+    shared = tmp / "table-inputs"
     shared.mkdir()
     (shared / "table.csv").write_text("a,b\n1,2\n")
     cli = DstackCli(plain.venv, plain.home, checkout.work, plain.server, env=plain.env)
     cli.write(
         ".dstack.yml",
-        "type: task\nname: repo-task\nrepos:\n  - .\nfiles:\n  - ../shared-inputs:inputs\ncommands:\n"
+        "type: task\nname: repo-task\nrepos:\n  - .\nfiles:\n  - ../table-inputs:inputs\ncommands:\n"
         "  - cat committed.txt second.txt untracked.txt\n"
         "  - cat inputs/table.csv\n"
         "  - git rev-parse HEAD\n"

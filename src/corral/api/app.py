@@ -62,7 +62,7 @@ def create_app(ctx: Context, workers: Background) -> Starlette:
     ]
     app = Starlette(
         routes=[*starlette_routes(*TABLES), *docs],
-        middleware=[Middleware(VersionCheck)],
+        middleware=[Middleware(VersionCheck, access_log=ctx.settings.access_log)],
         exception_handlers=error_handlers(),
         lifespan=lifespan,
     )

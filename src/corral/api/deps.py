@@ -25,6 +25,7 @@ from corral.services.errors import AccessDenied, Forbidden, InvalidConfiguration
 from corral.workers.context import Context
 
 log = logging.getLogger("corral.api")
+access = logging.getLogger("corral.access")
 
 
 class FastJSON(Response):
@@ -158,17 +159,61 @@ def _jsonable_errors(errors: Any) -> list[dict[str, Any]]:
     return out
 
 
+def log_rejected(method: str, path: str, status: int, msg: str) -> None:
+    """One INFO line for a request the API refused (4xx), with the message the caller got."""
+    log.info(
+        "%s %s refused: %d %s",
+        method,
+        path,
+        status,
+        msg,
+        extra={"event": "request_rejected", "method": method, "path": path, "status": status},
+    )
+
+
 class VersionCheck:
     """ASGI middleware, outermost: refuses API calls from an incompatible client (``X-API-Version``)
-    before routing, and answers dstack's 500 body (logging the traceback) for any unhandled error."""
+    before routing, answers dstack's 500 body (logging the traceback) for any unhandled error, and with
+    ``access_log`` logs one line per request (``corral.access``: client, method, path, status, duration)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, access_log: bool = False) -> None:
         self.app = app
+        self.access_log = access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if not self.access_log:
+            await self._handle(scope, receive, send)
+            return
+        started_at = time.perf_counter()
+        status = 0
+
+        async def send_noted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self._handle(scope, receive, send_noted)
+        finally:
+            client = scope.get("client")
+            query = scope.get("query_string") or b""
+            target = scope["path"] + ("?" + query.decode("latin-1") if query else "")
+            ms = (time.perf_counter() - started_at) * 1000
+            access.info(
+                '%s "%s %s" %d %.1fms',
+                f"{client[0]}:{client[1]}" if client else "-",
+                scope["method"],
+                target,
+                status,
+                ms,
+                extra={"event": "request", "method": scope["method"], "path": scope["path"], "status": status},
+            )
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         if path.startswith("/api/") and not path.startswith("/api/docs"):
             value = None
@@ -178,6 +223,7 @@ class VersionCheck:
                     break
             bad = check_client_version(value)
             if bad is not None:
+                log_rejected(scope["method"], path, 400, f"client version {value}")
                 await bad(scope, receive, send)
                 return
         started = False
@@ -198,41 +244,64 @@ class VersionCheck:
             await error(scope, receive, send)
 
 
-async def _service(_r: Request, e: Exception) -> JSONResponse:
+def _refused(request: Request, status: int, msg: str) -> None:
+    log_rejected(request.method, request.url.path, status, msg)
+
+
+def _first_error(errors: list[dict[str, Any]]) -> str:
+    if not errors:
+        return "invalid request"
+    first = errors[0]
+    loc = ".".join(str(p) for p in first.get("loc") or ())
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{loc}: {first.get('msg')}{more}" if loc else f"{first.get('msg')}{more}"
+
+
+async def _service(r: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, ServiceError)
+    _refused(r, 400, f"{e.code}: {e.msg}")
     return JSONResponse({"detail": [{"msg": e.msg, "code": e.code}]}, status_code=400)
 
 
-async def _forbidden(_r: Request, e: Exception) -> JSONResponse:
+async def _forbidden(r: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, Forbidden)
+    _refused(r, 403, e.msg)
     return JSONResponse({"detail": {"msg": e.msg, "code": None}}, status_code=403)
 
 
-async def _access_denied(_r: Request, e: Exception) -> JSONResponse:
+async def _access_denied(r: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, AccessDenied)
+    _refused(r, 403, e.msg)
     return JSONResponse({"msg": e.msg, "code": None}, status_code=403)
 
 
-async def _unauth(_r: Request, _e: Exception) -> JSONResponse:
+async def _unauth(r: Request, _e: Exception) -> JSONResponse:
+    _refused(r, 401, "not authenticated")
     return JSONResponse({"detail": "Not authenticated"}, status_code=401)
 
 
-async def _no_project(_r: Request, _e: Exception) -> JSONResponse:
+async def _no_project(r: Request, _e: Exception) -> JSONResponse:
+    _refused(r, 404, "no such project")
     return JSONResponse({"detail": {"msg": "Not found", "code": None}}, status_code=404)
 
 
-async def _invalid(_r: Request, e: Exception) -> JSONResponse:
+async def _invalid(r: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, InvalidConfiguration)
-    return JSONResponse({"detail": _jsonable_errors(e.errors)}, status_code=422)
+    detail = _jsonable_errors(e.errors)
+    _refused(r, 422, _first_error(detail))
+    return JSONResponse({"detail": detail}, status_code=422)
 
 
-async def _validation(_r: Request, e: Exception) -> JSONResponse:
+async def _validation(r: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, RequestValidationError)
-    return JSONResponse({"detail": _jsonable_errors(e.errors())}, status_code=422)
+    detail = _jsonable_errors(e.errors())
+    _refused(r, 422, _first_error(detail))
+    return JSONResponse({"detail": detail}, status_code=422)
 
 
-async def _http(_r: Request, e: Exception) -> JSONResponse:
+async def _http(r: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, StarletteHTTPException)
+    _refused(r, e.status_code, str(e.detail))
     if e.status_code == 404:
         return JSONResponse({"detail": {"msg": "Not found", "code": None}}, status_code=404)
     return JSONResponse({"detail": {"msg": str(e.detail), "code": None}}, status_code=e.status_code)

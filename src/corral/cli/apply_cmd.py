@@ -336,7 +336,7 @@ def print_fleet_plan(plan: JSON) -> None:
             )
         out.print()
     elif ssh is None:
-        out.print(render.NO_OFFERS_WARNING)
+        out.print(render.NO_FLEET_OFFERS_WARNING)
 
 
 def _resolve_ssh_keys(raw: JSON) -> None:

@@ -14,6 +14,7 @@ VerboseOption = Annotated[
     bool, typer.Option("-v", "--verbose", help="Show resources and errors of fleets and instances.")
 ]
 WatchOption = Annotated[bool, typer.Option("-w", "--watch", help="Refresh the table until Ctrl-C.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the fleets as JSON.")]
 
 
 def fleet_list(
@@ -21,29 +22,39 @@ def fleet_list(
     project: ProjectOption = None,
     verbose: VerboseOption = False,
     watch: WatchOption = False,
+    json_: JsonOption = False,
 ) -> None:
     """List fleets and their instances (the default subcommand)."""
     if ctx.invoked_subcommand is None:
-        _list(project, verbose, watch)
+        _list(project, verbose, watch, json_)
 
 
 def fleet_list_cmd(
     project: ProjectOption = None,
     verbose: VerboseOption = False,
     watch: WatchOption = False,
+    json_: JsonOption = False,
 ) -> None:
     """List fleets and their instances."""
-    _list(project, verbose, watch)
+    _list(project, verbose, watch, json_)
 
 
-def _list(project: Optional[str], verbose: bool, watch: bool) -> None:
+def _list(project: Optional[str], verbose: bool, watch: bool, json_: bool = False) -> None:
     import time
 
     from corral.cli import render
     from corral.cli.common import client_for
+    from corral.cli.errors import CLIError
 
+    if watch and json_:
+        raise CLIError("--json cannot be used with --watch")
     client, project_name = client_for(project)
     with client:
+        if json_:
+            import json
+
+            print(json.dumps({"project": project_name, "fleets": client.fleets_list(project_name)}))
+            return
         if not watch:
             fleets = client.fleets_list(project_name)
             render.console().print(render.fleets_table(fleets, project_name, verbose))

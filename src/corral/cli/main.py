@@ -86,8 +86,18 @@ def server(
             metavar="LEVEL",
         ),
     ] = "info",
+    access_log: Annotated[
+        bool,
+        typer.Option(
+            "--access-log",
+            help="Log every HTTP request (method, path, status, duration).",
+            envvar="CORRAL_SERVER_ACCESS_LOG",
+        ),
+    ] = False,
 ) -> None:
-    """Start the corral server (API, scheduler and the local backend) in this process."""
+    """Start the corral server (API, scheduler and the local backend) in this process.
+
+    Logs go to stderr, one line per event (CORRAL_LOG_FORMAT=json: one JSON object a line)."""
     import importlib
 
     from corral.cli.errors import CLIError
@@ -98,7 +108,7 @@ def server(
         if e.name and "corral.api" in e.name:
             raise CLIError("The server is not part of this installation (corral.server is missing)")
         raise
-    code = serve.main(host=host, port=port, log_level=log_level)
+    code = serve.main(host=host, port=port, log_level=log_level, access_log=access_log)
     if code:
         raise SystemExit(code)
 

@@ -14,7 +14,7 @@ from corral.cli.common import YesOption
 def project_default(ctx: typer.Context) -> None:
     """Manage the projects the CLI knows; without a subcommand, list them."""
     if ctx.invoked_subcommand is None:
-        project_list(verbose=False)
+        project_list(verbose=False, json_=False)
 
 
 def project_add(
@@ -55,32 +55,44 @@ def project_add(
 
 def project_list(
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also ask each server who you are.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Print the projects as JSON (without tokens).")] = False,
 ) -> None:
     """List the configured projects."""
-    from rich.table import Table
-
-    from corral.cli import render
     from corral.sdk import config_file
     from corral.sdk.client import CorralClient
     from corral.sdk.errors import CorralError
 
-    projects = config_file.list_projects()
+    listed: list[dict[str, object]] = []
+    for p in config_file.list_projects():
+        entry: dict[str, object] = {"name": p["name"], "url": p["url"], "default": p["default"]}
+        if verbose:
+            try:
+                with CorralClient(p["url"], p["token"], timeout=5) as client:
+                    entry["user"] = client.get_my_user().get("username")
+            except CorralError:
+                entry["user"] = None
+        listed.append(entry)
+    if json_:
+        import json
+
+        print(json.dumps({"projects": listed}))
+        return
+    from rich.table import Table
+
+    from corral.cli import render
+
     table = Table(box=None)
     table.add_column("PROJECT", style="bold", no_wrap=True)
     table.add_column("URL", style="grey58")
     if verbose:
         table.add_column("USER", style="grey58")
     table.add_column("DEFAULT", justify="center")
-    for p in projects:
-        row = [p["name"], p["url"]]
+    for e in listed:
+        row = [str(e["name"]), str(e["url"])]
         if verbose:
-            try:
-                with CorralClient(p["url"], p["token"], timeout=5) as client:
-                    row.append(str(client.get_my_user().get("username")))
-            except CorralError:
-                row.append("(unavailable)")
-        row.append("✓" if p["default"] else "")
-        table.add_row(*row, style="bold" if p["default"] else None)
+            row.append("(unavailable)" if e["user"] is None else str(e["user"]))
+        row.append("✓" if e["default"] else "")
+        table.add_row(*row, style="bold" if e["default"] else None)
     render.console().print(table)
 
 

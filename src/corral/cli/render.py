@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.theme import Theme
 
 from corral.cli import formatting as f
+from corral.cli import table_fit as tf
 from corral.cli.errors import CLIError
 
 JSON = dict[str, Any]
@@ -29,12 +30,21 @@ _THEME = Theme(
 )
 
 NO_OFFERS_WARNING = (
-    "[warning]No matching instance offers available. Possible reasons: "
-    "https://dstack.ai/docs/guides/troubleshooting/#no-offers[/]\n"
+    "[warning]No matching instance offers available: no fleet of this project has, or may create, an "
+    "instance with the resources asked for.\n"
+    "See what the fleets have with [code]corral fleet -v[/] and what they could offer with [code]corral offer[/]; "
+    "or apply a fleet that fits, e.g. [code]corral apply -f examples/fleet.dstack.yml[/].[/]\n"
 )
 NO_FLEETS_WARNING = (
-    "[error]The project has no fleets. Create one before submitting a run.\n"
-    "See https://dstack.ai/docs/guides/troubleshooting/#no-fleets[/]\n"
+    "[error]The project has no fleets: a run needs one to run on.\n"
+    "Apply a fleet first, e.g. [code]corral apply -f examples/fleet.dstack.yml[/] (one on this machine), "
+    "then apply the run again.[/]\n"
+)
+NO_FLEET_OFFERS_WARNING = (
+    "[warning]No matching instance offers available: no backend of this project can create an instance "
+    "with these resources.\n"
+    "See what they offer with [code]corral offer[/] (e.g. [code]corral offer --gpu 1[/]); ask for less, "
+    "or list hosts you have in an SSH fleet (examples/ssh-fleet.dstack.yml).[/]\n"
 )
 
 _console: Console | None = None
@@ -174,26 +184,35 @@ def _job_cells(submission: JSON) -> dict[str, str]:
     return cells
 
 
-def runs_table(runs: Sequence[JSON], verbose: bool = False) -> Table:
-    """``NAME BACKEND GPU PRICE STATUS SUBMITTED`` (``-v``: RESOURCES, INSTANCE TYPE, ERROR)."""
-    table = Table(box=None, expand=_expand())
-    table.add_column("NAME", style="bold", no_wrap=True, ratio=2)
-    table.add_column("BACKEND", style="grey58", ratio=2)
-    table.add_column("INSTANCE", style="grey58", no_wrap=True, ratio=2)
-    if verbose:
-        table.add_column("RESOURCES", style="grey58", ratio=3)
-        table.add_column("INSTANCE TYPE", style="grey58", no_wrap=True, ratio=1)
-    else:
-        table.add_column("GPU", ratio=2)
-    table.add_column("PRICE", style="grey58", ratio=1)
-    table.add_column("STATUS", ratio=1)
-    table.add_column("SUBMITTED", style="grey58", no_wrap=True, ratio=1)
-    if verbose:
-        table.add_column("ERROR", no_wrap=True, ratio=2)
+_RUN_COLUMNS = {
+    False: (
+        tf.Column("NAME", style="bold"),
+        tf.Column("BACKEND", style="grey58", drop_rank=3),
+        tf.Column("INSTANCE", style="grey58", drop_rank=4),
+        tf.Column("GPU", drop_rank=5),
+        tf.Column("PRICE", style="grey58", drop_rank=2),
+        tf.Column("STATUS"),
+        tf.Column("SUBMITTED", style="grey58", drop_rank=1),
+    ),
+    True: (
+        tf.Column("NAME", style="bold"),
+        tf.Column("BACKEND", style="grey58", drop_rank=3),
+        tf.Column("INSTANCE", style="grey58", drop_rank=4),
+        tf.Column("RESOURCES", style="grey58", drop_rank=5, wraps=True, min_width=16),
+        tf.Column("INSTANCE TYPE", style="grey58", drop_rank=1),
+        tf.Column("PRICE", style="grey58", drop_rank=2),
+        tf.Column("STATUS"),
+        tf.Column("SUBMITTED", style="grey58", drop_rank=6),
+        tf.Column("ERROR", wraps=True, min_width=24),
+    ),
+}
 
-    def add(row: dict[str, str], style: str | None = None) -> None:
-        table.add_row(*(row.get(str(c.header), "") for c in table.columns), style=style)
 
+def runs_table(runs: Sequence[JSON], verbose: bool = False, width: int | None = None) -> Table:
+    """``NAME BACKEND INSTANCE GPU PRICE STATUS SUBMITTED`` (``-v``: RESOURCES, INSTANCE TYPE, ERROR), fitted
+    to ``width`` (default: the console's): the least useful columns are dropped first, resources and
+    errors wrap; nothing is cut short."""
+    rows: list[tuple[dict[str, str], str | None]] = []
     for run in runs:
         spec = run.get("run_spec") or {}
         jobs = [j for j in run.get("jobs") or [] if j.get("job_submissions")]
@@ -209,7 +228,7 @@ def runs_table(runs: Sequence[JSON], verbose: bool = False) -> Table:
             "ERROR": escape(str(run.get("error") or "")),
         }
         if len(jobs) != 1:
-            add(run_row)
+            rows.append((run_row, None))
         replicas = {(j.get("job_spec") or {}).get("replica_num", 0) for j in jobs}
         for job in jobs:
             job_spec = job.get("job_spec") or {}
@@ -227,8 +246,8 @@ def runs_table(runs: Sequence[JSON], verbose: bool = False) -> Table:
                 row["SUBMITTED"] = f.pretty_date(sub.get("submitted_at"))
                 row["ERROR"] = escape(str(sub.get("error") or ""))
             row["STATUS"] = _status_cell(f.job_status_text(sub), str(sub.get("status")))
-            add(row, style="secondary" if len(jobs) != 1 else None)
-    return table
+            rows.append((row, "secondary" if len(jobs) != 1 else None))
+    return tf.fitted_table(_RUN_COLUMNS[verbose], rows, width or console().width)
 
 
 # ---- fleets -------------------------------------------------------------------------------
@@ -279,27 +298,27 @@ def _instance_error(inst: JSON) -> str:
     return str(inst.get("termination_reason_message") or inst["termination_reason"])
 
 
-def fleets_table(fleets: Sequence[JSON], project: str, verbose: bool = False) -> Table:
+def fleets_table(fleets: Sequence[JSON], project: str, verbose: bool = False, width: int | None = None) -> Table:
     """``NAME NODES GPU SPOT BACKEND PRICE STATUS CREATED``, a row per fleet then per instance; ``ERROR``
-    too when verbose or when an instance failed (an SSH host that could not be set up says why)."""
+    too when verbose or when an instance failed (an SSH host that could not be set up says why). Fitted to
+    ``width`` (default: the console's) as ``runs_table`` is."""
     show_errors = verbose or any(_instance_error(i) for fl in fleets for i in fl.get("instances") or [])
-    table = Table(box=None)
-    table.add_column("NAME", no_wrap=True)
-    table.add_column("NODES", style="grey58")
-    if verbose:
-        table.add_column("RESOURCES")
-    else:
-        table.add_column("GPU")
-    table.add_column("SPOT", style="grey58")
-    table.add_column("BACKEND")
-    table.add_column("PRICE")
-    table.add_column("STATUS", no_wrap=True)
-    table.add_column("CREATED", style="grey58", no_wrap=True)
+    columns = [
+        tf.Column("NAME"),
+        tf.Column("NODES", style="grey58", drop_rank=4),
+        tf.Column("RESOURCES", wraps=True, drop_rank=5) if verbose else tf.Column("GPU", drop_rank=5),
+        tf.Column("SPOT", style="grey58", drop_rank=1),
+        tf.Column("BACKEND", drop_rank=3),
+        tf.Column("PRICE", drop_rank=2),
+        tf.Column("STATUS"),
+        tf.Column("CREATED", style="grey58", drop_rank=6),
+    ]
     if show_errors:
-        table.add_column("ERROR")
+        columns.append(tf.Column("ERROR", wraps=True, min_width=24))
+    rows: list[tuple[dict[str, str], str | None]] = []
 
     def add(row: dict[str, str]) -> None:
-        table.add_row(*(row.get(str(c.header), "") for c in table.columns))
+        rows.append((row, None))
 
     for fleet in sorted(fleets, key=lambda x: str(x.get("created_at") or ""), reverse=True):
         spec = fleet.get("spec") or {}
@@ -338,7 +357,7 @@ def fleets_table(fleets: Sequence[JSON], project: str, verbose: bool = False) ->
         )
         for inst in fleet.get("instances") or []:
             add(_instance_row(inst))
-    return table
+    return tf.fitted_table(columns, rows, width or console().width)
 
 
 def _instance_row(inst: JSON) -> dict[str, str]:

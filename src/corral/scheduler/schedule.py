@@ -34,8 +34,11 @@ from corral.scheduler.types import (
     Wait,
 )
 
+# Starts as dstack's does: its clients (and dstack's server) show such a job's status as "no fleets".
 NO_FLEETS_MESSAGE = (
-    "No matching fleet found. Possible reasons: https://dstack.ai/docs/guides/troubleshooting/#no-fleets"
+    "No matching fleet found: no fleet of this project can run this job (there is none, or none has the "
+    "resources it asks for). Apply a fleet first, e.g. `corral apply -f examples/fleet.dstack.yml` (one on "
+    "this machine), then submit the run again; `corral fleet -v` shows the fleets there are."
 )
 SPECIFIED_FLEETS_MESSAGE = "Failed to use specified fleets"
 _USABLE_STATUSES = frozenset({"pending", "provisioning", "idle", "busy"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import posixpath
 import random
 import time
@@ -25,6 +26,7 @@ from corral.store import runs as store
 from corral.store.fleets import dump
 from corral.workers.context import Context
 
+log = logging.getLogger("corral.runs")
 DEFAULT_IMAGE = "dstackai/base:0.16-base-ubuntu24.04"
 LEGACY_REPO_DIR = "/workflow"
 SUPPORTED_TYPES = ("task",)
@@ -306,6 +308,14 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
         raise ServiceError("Could not pick a unique run name; try again")
     ctx.wakeups.wake("scheduler")
     assert run is not None
+    log.info(
+        "run %s submitted to project %s by %s (%d job(s))",
+        name,
+        project.name,
+        user.name,
+        len(job_values),
+        extra={"event": "run_submitted", "run_name": name, "project": project.name, "user": user.name},
+    )
     return serialize.run(run)
 
 

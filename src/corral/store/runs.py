@@ -342,13 +342,15 @@ class RunState:
     termination_reason: str | None
     fleet_id: str | None
     jobs: tuple[JobState, ...]
+    #: The run's name (for log lines).
+    name: str = ""
 
 
 async def active_run_states(conn: AsyncConnection) -> list[RunState]:
     """Every active run with its jobs' statuses, in two narrow queries."""
     run_rows = (
         await conn.execute(
-            sa.select(runs.c.id, runs.c.status, runs.c.termination_reason, runs.c.fleet_id).where(
+            sa.select(runs.c.id, runs.c.status, runs.c.termination_reason, runs.c.fleet_id, runs.c.run_name).where(
                 runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False)
             )
         )
@@ -393,7 +395,9 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                     r.finished_at,
                 )
             )
-    return [RunState(r.id, r.status, r.termination_reason, r.fleet_id, tuple(by_run[r.id])) for r in run_rows]
+    return [
+        RunState(r.id, r.status, r.termination_reason, r.fleet_id, tuple(by_run[r.id]), r.run_name) for r in run_rows
+    ]
 
 
 async def leased_elsewhere(conn: AsyncConnection, job_ids: Sequence[str], owner: str, now: float) -> set[str]:

@@ -110,7 +110,13 @@ class Hosts:
             return
         failures = self._failures[inst.id] = self._failures.get(inst.id, 0) + 1
         if failures >= FAILURES_TO_FLAG and not inst.unreachable:
-            log.warning("instance %s is unreachable", inst.name)
+            log.warning(
+                "instance %s of fleet %s is unreachable (lost: no answer to %d health checks); it takes no new work",
+                inst.name,
+                inst.fleet_name,
+                failures,
+                extra={"event": "instance_lost", "instance": inst.name, "fleet": inst.fleet_name},
+            )
             async with self.ctx.db.write() as conn:
                 await fleet_store.update_instance(
                     conn, inst.id, {"unreachable": True, "last_processed_at": time.time()}

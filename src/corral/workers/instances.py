@@ -116,9 +116,28 @@ class Instances:
             if recorded != provisioned.agent.url:  # never kill an agent another replica recorded (adopted)
                 await compute.terminate_instance(inst.id, provisioned.agent)  # type: ignore[union-attr]
             return
+        res_json = offer["resources"]
+        log.info(
+            "instance %s of fleet %s provisioned on %s (%s cpus, %s MiB memory, %d gpus)%s",
+            inst.name,
+            inst.fleet_name,
+            inst.backend,
+            res_json.get("cpus"),
+            res_json.get("memory_mib"),
+            len(res_json.get("gpus") or []),
+            f" at {provisioned.hostname}" if provisioned.hostname else "",
+            extra={"event": "instance_provisioned", "instance": inst.name, "fleet": inst.fleet_name},
+        )
         self.ctx.wakeups.wake("jobs", "scheduler")
 
     async def _provisioning_failed(self, inst: InstanceRec, token: str, message: str) -> None:
+        log.info(
+            "instance %s of fleet %s could not be provisioned: %s",
+            inst.name,
+            inst.fleet_name,
+            message,
+            extra={"event": "instance_failed", "instance": inst.name, "fleet": inst.fleet_name},
+        )
         now = time.time()
         async with self.ctx.db.write() as conn:
             await conn.execute(
@@ -189,6 +208,13 @@ class Instances:
                     finished_at=now,
                 )
             )
+        log.info(
+            "instance %s of fleet %s terminated%s",
+            inst.name,
+            inst.fleet_name,
+            f" ({inst.termination_reason})" if inst.termination_reason else "",
+            extra={"event": "instance_terminated", "instance": inst.name, "fleet": inst.fleet_name},
+        )
         # "instances" too: a deleted fleet whose last instance this was is finished by the next pass.
         self.ctx.wakeups.wake("scheduler", "runs", "jobs", "instances")
 

@@ -159,9 +159,15 @@ class Runs:
                     values["status_message"] = failed.status_message if failed else None
             updates.append((run.id, values, run.status))
         if updates:  # one transaction for the whole pass: a burst of finished runs is one write
+            names = {run.id: run.name for run in states}
+            finished = []
             async with self.ctx.db.write() as conn:
                 for run_id, values, status in updates:
-                    await run_store.update_run(conn, run_id, values, expect_status=(status,))
+                    updated = await run_store.update_run(conn, run_id, values, expect_status=(status,))
+                    if updated and values.get("status") in ("failed", "done", "terminated"):
+                        finished.append((run_id, values))
+            for run_id, values in finished:
+                _log_finished(names.get(run_id) or run_id, values)
 
     def _wake_at(self, when: float) -> None:
         """Run a pass at ``when`` (wall clock): one timer, the earliest asked for."""
@@ -208,6 +214,18 @@ class Runs:
             ):
                 await run_store.update_job(conn, job.id, {"stop_requested": how})
         self.ctx.wakeups.wake("jobs")
+
+
+def _log_finished(name: str, values: Mapping[str, object]) -> None:
+    status, reason, message = values.get("status"), values.get("termination_reason"), values.get("status_message")
+    log.info(
+        "run %s finished: %s (%s)%s",
+        name,
+        status,
+        reason,
+        f": {message}" if message else "",
+        extra={"event": "run_finished", "run_name": name, "status": status, "termination_reason": reason},
+    )
 
 
 def _latest(run: run_store.RunState) -> dict[tuple[int, int], run_store.JobState]:

@@ -18,7 +18,19 @@ from corral.domain.resources import Requirements, match_requirements
 from corral.domain.selectors import FleetRef, Selector
 from corral.scheduler.codec import offer_from_json
 from corral.scheduler.schedule import schedule, upkeep
-from corral.scheduler.types import Fail, FleetSlot, Gang, InstanceSlot, Offer, Plan, QueuedJob, Snapshot, WaitPolicy
+from corral.scheduler.types import (
+    Assign,
+    Fail,
+    FleetSlot,
+    Gang,
+    InstanceSlot,
+    Offer,
+    Plan,
+    QueuedJob,
+    Reserve,
+    Snapshot,
+    WaitPolicy,
+)
 from corral.store import exports as export_store
 from corral.store import project_state
 from corral.store import snapshot as snap
@@ -194,6 +206,8 @@ class Scheduling:
         if upkeep_gangs or failed_parse:
             plan = Plan(plan.gangs + tuple(upkeep_gangs) + tuple(failed_parse))
         result = await apply_plan(self.ctx.db, plan, now, limits)
+        if result.assigned or result.failed:
+            log_outcomes(plan, result, queued, slots)
         if result.reserved:
             self.ctx.wakeups.wake("instances")
         if result.assigned:
@@ -213,3 +227,38 @@ def to_selector(sel: Any) -> Selector:
         return Selector(hostname=sel.hostname)
     fleet = sel.fleet
     return Selector(fleet=FleetRef(fleet.name, fleet.project), instance_num=int(sel.instance))
+
+
+def log_outcomes(plan: Plan, result: ApplyResult, queued: list[QueuedJob], fleets: tuple[FleetSlot, ...]) -> None:
+    """One INFO line per job this pass placed (on which instance, or a new one in which fleet) or failed."""
+    jobs = {q.id: q for q in queued}
+    instances = {i.id: (i.name, f.name) for f in fleets for i in f.instances}
+    fleet_names = {f.id: f.name for f in fleets}
+    assigned, failed = set(result.assigned), set(result.failed)
+    for gang in plan.gangs:
+        for d in gang.decisions:
+            job = jobs.get(d.job_id) if d.job_id else None
+            if job is None:
+                continue
+            what = f"run {job.run_name} job {job.job_num}"
+            fields = {"run_name": job.run_name, "job_num": job.job_num, "project": job.project_name}
+            if isinstance(d, Assign) and d.job_id in assigned:
+                name, fleet = instances.get(d.instance_id, (d.instance_id, "?"))
+                log.info(
+                    "%s placed on instance %s of fleet %s",
+                    what,
+                    name,
+                    fleet,
+                    extra={"event": "job_placed", "instance": name, "fleet": fleet, **fields},
+                )
+            elif isinstance(d, Reserve) and d.job_id in assigned:
+                fleet = fleet_names.get(d.fleet_id, d.fleet_id)
+                log.info(
+                    "%s placed on a new %s instance of fleet %s",
+                    what,
+                    d.offer.backend,
+                    fleet,
+                    extra={"event": "job_placed", "fleet": fleet, "backend": d.offer.backend, **fields},
+                )
+            elif isinstance(d, Fail) and d.job_id in failed:
+                log.info("%s failed: %s", what, d.message, extra={"event": "job_failed", **fields})

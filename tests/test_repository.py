@@ -1,0 +1,46 @@
+"""The repository is self-contained: its tests and scripts read their data from the repository (a fresh
+clone passes), and the third-party data it carries keeps its notice and licence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO / "tests" / "data" / "dstack-yaml"
+# Spelled in pieces so that this file does not match itself.
+OUTSIDE_REFERENCES = (".." + "/shared", "CORRAL_" + "SHARED_DIR", '.parent / "' + 'shared"', '[3] / "' + 'shared"')
+
+
+def test_no_test_or_script_reads_a_folder_outside_the_repository() -> None:
+    offenders = []
+    for top in ("scripts", "tests", "benchmarks"):
+        for path in sorted((REPO / top).rglob("*")):
+            if not path.is_file() or path.suffix not in (".py", ".sh", ".md", ".toml", ".yml", ".yaml", ""):
+                continue
+            text = path.read_text(errors="replace")
+            offenders += [f"{path.relative_to(REPO)}: {ref}" for ref in OUTSIDE_REFERENCES if ref in text]
+    assert offenders == []
+
+
+def test_the_dstack_corpus_is_in_the_repository_with_its_notice() -> None:
+    accepted = json.loads((CORPUS / "dstack-yaml-corpus.json").read_text())
+    rejected = json.loads((CORPUS / "dstack-yaml-rejected.json").read_text())
+    assert (len(accepted), len(rejected)) == (261, 13)
+    assert all(set(e) == {"source", "config"} for e in accepted + rejected)
+    notice = (CORPUS / "NOTICE").read_text()
+    assert "https://github.com/dstackai/dstack" in notice and "MPL-2.0" in notice
+    assert "Mozilla Public License Version 2.0" in (CORPUS / "LICENSE-MPL-2.0").read_text()
+
+
+def test_every_apt_get_install_in_the_scripts_is_announced_first() -> None:
+    """Whoever runs scripts/test.sh or scripts/bootstrap.sh sees what apt-get is about to install."""
+    unannounced = []
+    for script in sorted((REPO / "scripts").glob("*.sh")):
+        lines = script.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if "apt-get install" in line and not line.lstrip().startswith(("#", "echo")):
+                before = lines[max(0, i - 3) : i]
+                if not any(b.lstrip().startswith("echo") and "apt-get install" in b for b in before):
+                    unannounced.append(f"{script.name}:{i + 1}")
+    assert unannounced == []
