@@ -16,6 +16,7 @@ from typing import Any
 from .fields import ProtocolError as ProtocolError
 from .fields import _choice, _int, _num, _obj, _str, _str_list
 from .protocol_containers import ContainerInfo, ContainerSpec, ImagePullProgress
+from .protocol_sandbox import SandboxInfo
 
 #: Bumped on incompatible changes of this module; reported by ``GET /health``.
 AGENT_PROTOCOL_VERSION = 1
@@ -150,6 +151,8 @@ class JobSubmission:
     entrypoint: list[str] | None = None
     #: Container options of a job with an ``image`` (None: defaults).
     container: ContainerSpec | None = None
+    #: The ports a host-process job listens on; in a sandbox each is reached through a host port.
+    ports: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -168,6 +171,7 @@ class JobSubmission:
             "home_dir": self.home_dir,
             "entrypoint": list(self.entrypoint) if self.entrypoint is not None else None,
             "container": self.container.to_dict() if self.container is not None else None,
+            "ports": list(self.ports),
         }
 
     def redacted(self) -> JobSubmission:
@@ -201,6 +205,11 @@ class JobSubmission:
         if not isinstance(archives, list):
             raise ProtocolError("JobSubmission.file_archives: expected a list")
         repo = d.get("repo")
+        ports = d.get("ports") or []
+        if not isinstance(ports, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536 for p in ports
+        ):
+            raise ProtocolError("JobSubmission.ports: expected a list of port numbers (1-65535)")
         return cls(
             job_id=_str(d, "job_id", w, nonempty=True),
             run_name=_str(d, "run_name", w),
@@ -217,6 +226,7 @@ class JobSubmission:
             home_dir=_str(d, "home_dir", w, optional=True, nonempty=True) or "/root",
             entrypoint=entrypoint,
             container=ContainerSpec.from_dict(container) if container is not None else None,
+            ports=list(ports),
         )
 
 
@@ -236,6 +246,8 @@ class JobState:
     termination_reason: str | None = None
     container: ContainerInfo | None = None
     image_pull_progress: ImagePullProgress | None = None
+    #: How a host-process job runs: in its sandbox (address, uid, ports) or without one (why).
+    sandbox: SandboxInfo | None = None
 
     @property
     def finished(self) -> bool:
@@ -253,6 +265,7 @@ class JobState:
             "termination_reason": self.termination_reason,
             "container": self.container.to_dict() if self.container is not None else None,
             "image_pull_progress": self.image_pull_progress.to_dict() if self.image_pull_progress else None,
+            "sandbox": self.sandbox.to_dict() if self.sandbox is not None else None,
         }
 
     @classmethod
@@ -275,6 +288,7 @@ class JobState:
             image_pull_progress=ImagePullProgress.from_dict(d["image_pull_progress"])
             if d.get("image_pull_progress") is not None
             else None,
+            sandbox=SandboxInfo.from_dict(d["sandbox"]) if d.get("sandbox") is not None else None,
         )
 
 

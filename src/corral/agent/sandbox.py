@@ -1,0 +1,311 @@
+"""The job sandbox: every host-process job (no ``image``) in network, mount and uid isolation of its own.
+
+Owns, per host, the *slots* (one per sandboxed job; slot ``n`` gives the job the address ``n + 2`` of
+the sandbox subnet and the uid ``n`` of ``CORRAL_JOB_UID_RANGE``), shared by every agent on the host
+through records in a state directory (``/run/corral-sandbox``: gone at reboot, like what it describes)
+under an ``flock``; and, per job, its :class:`JobSandbox`: the network namespace and veth
+(:mod:`corral.agent.sandbox_net`), the port relays (:mod:`corral.agent.portfwd`) and the command line
+that starts the job through the launcher (:mod:`corral.agent.sandbox_exec`: mount namespace, read-only
+host, the job's own paths at the absolute places the configuration names, its uid).
+
+Why subprocesses and ctypes rather than ``os.unshare``: the agent runs on Python 3.9 (3.12 added it), and
+the namespaces must be entered by a single-threaded process that then ``exec``s the job, never by a fork
+of the threaded agent. ``ip`` and ``iptables``/``nft`` set up the network; a fresh ``python3 -I -S``
+runs the launcher, which needs only ``ctypes`` for ``setns``/``unshare``/``mount``.
+
+Without root, or with a tool missing, :attr:`Sandboxes.reason` says why, the agent logs it at start,
+every job's ``JobState.sandbox.message`` repeats it, and jobs run as plain host processes as before.
+
+Nothing is left behind: a job's namespace and veth go when it ends (its mounts with its last process),
+the bridge and its rules when the last slot of the host is released, and an agent that starts again
+(after a crash or ``kill -9``) releases every slot recorded for its work dir whose job no longer runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import sandbox_exec, sandbox_net
+from .portfwd import Forwarder
+
+log = logging.getLogger("corral.agent")
+
+DEFAULT_UID_RANGE = (200000, 265535)
+DEFAULT_SUBNET = "10.247.0.0/16"
+DEFAULT_BRIDGE = "corral0"
+DEFAULT_STATE_DIR = "/run/corral-sandbox"
+#: dstack's working dir in a container, and so in a sandbox when the configuration names none
+DEFAULT_WORKING_DIR = "/workflow"
+MODES = ("auto", "on", "off")
+
+
+class SandboxError(Exception):
+    """The sandbox could not be set up; the message is meant for the user."""
+
+
+def parse_uid_range(text: str) -> tuple[int, int]:
+    try:
+        lo_s, hi_s = text.split("-")
+        lo, hi = int(lo_s), int(hi_s)
+    except ValueError:
+        raise ValueError(f"CORRAL_JOB_UID_RANGE: {text!r} is not a range like 200000-265535") from None
+    if not 0 < lo <= hi < 2**32 - 1:
+        raise ValueError(f"CORRAL_JOB_UID_RANGE: {text!r}: expected 0 < first <= last < 4294967295")
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    mode: str = "auto"
+    uid_range: tuple[int, int] = DEFAULT_UID_RANGE
+    subnet: str = DEFAULT_SUBNET
+    bridge: str = DEFAULT_BRIDGE
+    state_dir: str = DEFAULT_STATE_DIR
+    #: host paths no job may see (besides the agent's work dir): the server's state directory
+    hide: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str], mode: str = "auto", hide: tuple[str, ...] = ()) -> SandboxConfig:
+        """``CORRAL_JOB_UID_RANGE``, ``CORRAL_SANDBOX_SUBNET``, ``CORRAL_SANDBOX_BRIDGE``,
+        ``CORRAL_SANDBOX_STATE_DIR``, ``CORRAL_SANDBOX_HIDE`` (``:``-separated); ValueError names the bad one."""
+        if mode not in MODES:
+            raise ValueError(f"--sandbox: {mode!r} is not one of auto, on, off")
+        uids = parse_uid_range(environ["CORRAL_JOB_UID_RANGE"]) if environ.get("CORRAL_JOB_UID_RANGE") else None
+        subnet = environ.get("CORRAL_SANDBOX_SUBNET") or DEFAULT_SUBNET
+        try:
+            net = ipaddress.IPv4Network(subnet)
+        except ValueError as e:
+            raise ValueError(f"CORRAL_SANDBOX_SUBNET: {subnet!r}: {e}") from None
+        if net.num_addresses < 8:
+            raise ValueError(f"CORRAL_SANDBOX_SUBNET: {subnet!r} is too small (at least a /29)")
+        extra = tuple(p for p in (environ.get("CORRAL_SANDBOX_HIDE") or "").split(":") if p)
+        return cls(
+            mode=mode,
+            uid_range=uids or DEFAULT_UID_RANGE,
+            subnet=str(net),
+            bridge=environ.get("CORRAL_SANDBOX_BRIDGE") or DEFAULT_BRIDGE,
+            state_dir=environ.get("CORRAL_SANDBOX_STATE_DIR") or DEFAULT_STATE_DIR,
+            hide=tuple(os.path.abspath(p) for p in (*hide, *extra)),
+        )
+
+
+def probe(config: SandboxConfig) -> str | None:
+    """Why jobs cannot get a sandbox on this host, or None when they can."""
+    if config.mode == "off":
+        return "the sandbox is turned off (--sandbox off)"
+    if not sys.platform.startswith("linux"):
+        return f"the sandbox needs Linux (this host runs {sys.platform})"
+    if os.geteuid() != 0:
+        return "the agent does not run as root, so it cannot create namespaces or give jobs uids of their own"
+    missing = sandbox_net.missing_tools()
+    if missing:
+        return "missing on this host: " + ", ".join(missing) + " (install iproute2 and iptables)"
+    if not os.path.exists("/proc/self/ns/net"):
+        return "this kernel has no network namespaces"
+    return None
+
+
+@dataclass
+class JobSandbox:
+    slot: int
+    address: str
+    uid: int
+    netns: str
+    forwarders: dict[int, Forwarder] = field(default_factory=dict)
+
+    def ports(self) -> dict[int, int]:
+        return {p: f.port for p, f in self.forwarders.items()}
+
+
+class Sandboxes:
+    """The slots of this host and the sandboxes of this agent's jobs."""
+
+    def __init__(self, work_dir: str, config: SandboxConfig) -> None:
+        self.work_dir = os.path.abspath(work_dir)
+        self.config = config
+        self.network = ipaddress.IPv4Network(config.subnet)
+        lo, hi = config.uid_range
+        self.size = min(hi - lo + 1, self.network.num_addresses - 3)
+        self.reason = probe(config)
+        self._helper: str | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.reason is None
+
+    # ---- slots (host-wide, under the lock) ------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[str]:
+        slots = os.path.join(self.config.state_dir, "slots")
+        os.makedirs(slots, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(self.config.state_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield slots
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _records(slots: str) -> dict[int, dict[str, Any]]:
+        out = {}
+        for name in os.listdir(slots):
+            if name.endswith(".json") and name[:-5].isdigit():
+                try:
+                    with open(os.path.join(slots, name)) as f:
+                        out[int(name[:-5])] = json.load(f)
+                except (OSError, ValueError):
+                    out[int(name[:-5])] = {}
+        return out
+
+    def address(self, slot: int) -> str:
+        return str(self.network.network_address + 2 + slot)
+
+    def uid(self, slot: int) -> int:
+        return self.config.uid_range[0] + slot
+
+    def reserve(self, job_id: str) -> int:
+        """The job's slot: the one already recorded for it, else the lowest free one."""
+        with self._locked() as slots:
+            return self._reserve(slots, job_id)
+
+    def _reserve(self, slots: str, job_id: str) -> int:
+        records = self._records(slots)
+        for n, rec in records.items():
+            if rec.get("work_dir") == self.work_dir and rec.get("job_id") == job_id:
+                return n
+        for n in range(self.size):
+            if n not in records:
+                with open(os.path.join(slots, f"{n}.json"), "x") as f:
+                    json.dump({"work_dir": self.work_dir, "job_id": job_id, "since": time.time()}, f)
+                return n
+        raise SandboxError(f"all {self.size} sandbox slots of this host are taken (CORRAL_JOB_UID_RANGE)")
+
+    def _release(self, slots: str, slot: int) -> None:
+        sandbox_net.job_net_down(slot)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(slots, f"{slot}.json"))
+        if not self._records(slots):
+            sandbox_net.bridge_down(self.config.bridge, self.network)
+
+    def release(self, job_id: str) -> None:
+        """Give back the slot reserved for a job that never ran in it (it is forgotten)."""
+        if not self.available:
+            return
+        with self._locked() as slots:
+            for n, rec in self._records(slots).items():
+                if rec.get("work_dir") == self.work_dir and rec.get("job_id") == job_id:
+                    self._release(slots, n)
+
+    def reap(self, live: set[str]) -> int:
+        """After a start: release this agent's slots whose job is not ``live``, slots of agents whose
+        work dir is gone, and namespaces no record claims. Returns how many were released."""
+        if not self.available:
+            return 0
+        released = 0
+        with self._locked() as slots:
+            records = self._records(slots)
+            for n, rec in records.items():
+                mine = rec.get("work_dir") == self.work_dir
+                gone = not rec.get("work_dir") or not os.path.isdir(str(rec.get("work_dir")))
+                if (mine and rec.get("job_id") not in live) or gone:
+                    self._release(slots, n)
+                    released += 1
+            for n in sandbox_net.leftover_slots():
+                if n not in records:
+                    sandbox_net.job_net_down(n)
+                    released += 1
+            if not self._records(slots):
+                sandbox_net.bridge_down(self.config.bridge, self.network)
+        return released
+
+    # ---- one job's sandbox ----------------------------------------------------------------------
+    def open(self, job_id: str, ports: list[int]) -> JobSandbox:
+        """The job's network (its slot's address, the bridge up if it is the first) and port relays."""
+        try:
+            with self._locked() as slots:
+                slot = self._reserve(slots, job_id)
+                try:
+                    sandbox_net.bridge_up(self.config.bridge, self.network)
+                    netns = sandbox_net.job_net_up(slot, self.address(slot), self.config.bridge, self.network)
+                except sandbox_net.NetError:
+                    self._release(slots, slot)
+                    raise
+        except (sandbox_net.NetError, OSError) as e:
+            raise SandboxError(f"cannot set up the job's network: {e}") from None
+        sb = JobSandbox(slot=slot, address=self.address(slot), uid=self.uid(slot), netns=netns)
+        try:
+            for port in ports:
+                sb.forwarders[port] = Forwarder(sb.address, port)
+        except OSError as e:
+            self.close(sb)
+            raise SandboxError(f"cannot listen for the job's port: {e}") from None
+        return sb
+
+    def close(self, sb: JobSandbox) -> None:
+        for fwd in sb.forwarders.values():
+            fwd.close()
+        sb.forwarders.clear()
+        with self._locked() as slots:
+            self._release(slots, sb.slot)
+
+    def command(
+        self, sb: JobSandbox, argv: list[str], cwd: str, binds: dict[str, str], root: str, status_fd: int
+    ) -> list[str]:
+        """The command line that starts ``argv`` in the sandbox (see :mod:`corral.agent.sandbox_exec`)."""
+        if self._helper is None:
+            path = sandbox_exec.__file__
+            loader = getattr(sandbox_exec, "__loader__", None)
+            source = loader.get_source(sandbox_exec.__name__) if loader is not None else None  # zipapp too
+            if source is None:
+                with open(path) as f:
+                    source = f.read()
+            self._helper = source
+        spec = {
+            "netns": sb.netns,
+            "root": root,
+            "binds": binds,
+            "hide": sorted({self.work_dir, *self.config.hide}),
+            "cwd": cwd,
+            "uid": sb.uid,
+            "gid": sb.uid,
+            "status_fd": status_fd,
+            "argv": argv,
+        }
+        return [sys.executable or "python3", "-I", "-S", "-c", self._helper, json.dumps(spec)]
+
+
+def chown_tree(path: str, uid: int) -> None:
+    """Give the job's own files to its uid (its directory was written by the agent, as root)."""
+    os.lchown(path, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, uid)
+
+
+def start(cmd: list[str], status_r: int, status_w: int, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start the launcher and wait until the job runs (the status pipe closes) or fails (a line on it)."""
+    try:
+        proc = subprocess.Popen(cmd, pass_fds=(status_w,), **popen)
+    finally:
+        os.close(status_w)
+    try:
+        with os.fdopen(status_r, "rb") as f:
+            words = f.read(4096).decode(errors="replace").strip()
+    except OSError as e:
+        words = str(e)
+    if words:
+        proc.kill()
+        proc.wait()
+        raise SandboxError(words)
+    return proc
