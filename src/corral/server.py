@@ -137,6 +137,7 @@ async def prepare(settings: Settings) -> Prepared:
             settings.agent_request_timeout,
             docker_host=settings.docker_host,
             reap_grace=0.0 if db.is_sqlite else 60.0,
+            hide=(settings.server_dir,),
         ),
         "ssh": SSHCompute(
             settings.server_dir,

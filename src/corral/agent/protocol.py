@@ -153,6 +153,9 @@ class JobSubmission:
     container: ContainerSpec | None = None
     #: The ports a host-process job listens on; in a sandbox each is reached through a host port.
     ports: list[int] = field(default_factory=list)
+    #: A sandboxed job keeps the host's network (a multi-node job across hosts: its nodes must reach
+    #: each other at the hosts' addresses); it still gets its own filesystem view and uid.
+    host_network: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -172,6 +175,7 @@ class JobSubmission:
             "entrypoint": list(self.entrypoint) if self.entrypoint is not None else None,
             "container": self.container.to_dict() if self.container is not None else None,
             "ports": list(self.ports),
+            "host_network": self.host_network,
         }
 
     def redacted(self) -> JobSubmission:
@@ -227,6 +231,7 @@ class JobSubmission:
             entrypoint=entrypoint,
             container=ContainerSpec.from_dict(container) if container is not None else None,
             ports=list(ports),
+            host_network=d.get("host_network") is True,
         )
 
 

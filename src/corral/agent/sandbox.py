@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import sandbox_exec, sandbox_net
+from . import sandbox_net
 from .portfwd import Forwarder
 
 log = logging.getLogger("corral.agent")
@@ -264,6 +264,8 @@ class Sandboxes:
     ) -> list[str]:
         """The command line that starts ``argv`` in the sandbox (see :mod:`corral.agent.sandbox_exec`)."""
         if self._helper is None:
+            from . import sandbox_exec  # loads libc: only once a job needs it
+
             path = sandbox_exec.__file__
             loader = getattr(sandbox_exec, "__loader__", None)
             source = loader.get_source(sandbox_exec.__name__) if loader is not None else None  # zipapp too

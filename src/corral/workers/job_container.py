@@ -47,6 +47,7 @@ def apply_container(
         sub.entrypoint = shlex.split(str(conf["entrypoint"]))
     sub.image = conf.get("image") or default_image
     if not sub.image:
+        sub.ports = _ports(conf)  # a sandboxed host process: reached through the agent's relays
         return
     sub.user = conf.get("user")
     if not conf.get("image") and sub.shell is None:
@@ -59,7 +60,7 @@ def apply_container(
         privileged=bool(conf.get("privileged")) or conf.get("docker") is True,
         shm_size_mib=int(float(shm) * 1024) if shm else None,
         network_mode="host" if whole else "bridge",
-        ports=[int(p["container_port"]) for p in conf.get("ports") or [] if isinstance(p, dict)],
+        ports=_ports(conf),
         volumes=[
             InstanceMount(str(v["instance_path"]), str(v["path"]), bool(v.get("optional")))
             for v in conf.get("volumes") or []
@@ -71,6 +72,10 @@ def apply_container(
         registry_username=auth.get("username"),
         registry_password=auth.get("password"),
     )
+
+
+def _ports(conf: dict[str, Any]) -> list[int]:
+    return [int(p["container_port"]) for p in conf.get("ports") or [] if isinstance(p, dict)]
 
 
 def runtime_data(sub: JobSubmission, working_dir: str | None) -> dict[str, Any]:
@@ -90,7 +95,8 @@ def runtime_data(sub: JobSubmission, working_dir: str | None) -> dict[str, Any]:
 
 def with_agent_state(data: dict[str, Any] | None, state: JobState) -> dict[str, Any]:
     """The runtime data updated from what the agent reports: the container's network and ports once
-    it runs, the image pull progress while it is pulled."""
+    it runs, a sandboxed host process's ports (its relays on the agent's host), the image pull progress
+    while it is pulled."""
     out = dict(data or {"network_mode": "host", "ports": None})
     info = state.container
     if info is not None and state.state != "pending":
@@ -99,6 +105,9 @@ def with_agent_state(data: dict[str, Any] | None, state: JobState) -> dict[str, 
         # An exited container publishes nothing any more: keep the ports it had while it ran.
         if ports or state.state == "running" or not out.get("ports"):
             out["ports"] = ports
+    sandbox = state.sandbox
+    if sandbox is not None and sandbox.address is not None:
+        out["network_mode"], out["ports"] = "bridge", {str(c): h for c, h in sandbox.ports.items()}
     if state.state == "pending" and state.image_pull_progress is not None:
         out[PULL_PROGRESS_KEY] = state.image_pull_progress.to_dict()
     else:
