@@ -190,7 +190,7 @@ class JobRunner:
                 job.persist()
             return True
         try:
-            sb = job.sandbox = sbs.open(job.sub.job_id, job.sub.ports)
+            sb = job.sandbox = sbs.open(job.sub.job_id, job.sub.ports, job.sub.host_network)
         except sandbox.SandboxError as e:
             self._fail(job, f"Cannot set up the job's sandbox: {e}")
             return False

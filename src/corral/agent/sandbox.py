@@ -29,6 +29,7 @@ import ipaddress
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -119,9 +120,10 @@ def probe(config: SandboxConfig) -> str | None:
 @dataclass
 class JobSandbox:
     slot: int
-    address: str
+    #: None when the job keeps the host's network
+    address: str | None
     uid: int
-    netns: str
+    netns: str | None
     forwarders: dict[int, Forwarder] = field(default_factory=dict)
 
     def ports(self) -> dict[int, int]:
@@ -192,6 +194,7 @@ class Sandboxes:
         raise SandboxError(f"all {self.size} sandbox slots of this host are taken (CORRAL_JOB_UID_RANGE)")
 
     def _release(self, slots: str, slot: int) -> None:
+        kill_uid(self.uid(slot))  # what the job left running outside its process group
         sandbox_net.job_net_down(slot)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(slots, f"{slot}.json"))
@@ -230,11 +233,14 @@ class Sandboxes:
         return released
 
     # ---- one job's sandbox ----------------------------------------------------------------------
-    def open(self, job_id: str, ports: list[int]) -> JobSandbox:
-        """The job's network (its slot's address, the bridge up if it is the first) and port relays."""
+    def open(self, job_id: str, ports: list[int], host_network: bool = False) -> JobSandbox:
+        """The job's slot, network (its slot's address, the bridge up if it is the first) and port relays;
+        with ``host_network`` only the slot (its uid)."""
         try:
             with self._locked() as slots:
                 slot = self._reserve(slots, job_id)
+                if host_network:
+                    return JobSandbox(slot=slot, address=None, uid=self.uid(slot), netns=None)
                 try:
                     sandbox_net.bridge_up(self.config.bridge, self.network)
                     netns = sandbox_net.job_net_up(slot, self.address(slot), self.config.bridge, self.network)
@@ -243,10 +249,11 @@ class Sandboxes:
                     raise
         except (sandbox_net.NetError, OSError) as e:
             raise SandboxError(f"cannot set up the job's network: {e}") from None
-        sb = JobSandbox(slot=slot, address=self.address(slot), uid=self.uid(slot), netns=netns)
+        address = self.address(slot)
+        sb = JobSandbox(slot=slot, address=address, uid=self.uid(slot), netns=netns)
         try:
             for port in ports:
-                sb.forwarders[port] = Forwarder(sb.address, port)
+                sb.forwarders[port] = Forwarder(address, port)
         except OSError as e:
             self.close(sb)
             raise SandboxError(f"cannot listen for the job's port: {e}") from None
@@ -285,6 +292,28 @@ class Sandboxes:
             "argv": argv,
         }
         return [sys.executable or "python3", "-I", "-S", "-c", self._helper, json.dumps(spec)]
+
+
+def kill_uid(uid: int) -> int:
+    """SIGKILL every process of ``uid`` (a slot's uid is the job's alone); returns how many."""
+    killed = 0
+    for _ in range(3):
+        found = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    if os.stat("/proc/" + name).st_uid == uid:
+                        found.append(int(name))
+                except OSError:
+                    continue
+        if not found:
+            break
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        killed += len(found)
+        time.sleep(0.02)
+    return killed
 
 
 def chown_tree(path: str, uid: int) -> None:
