@@ -138,6 +138,8 @@ async def prepare(settings: Settings) -> Prepared:
             docker_host=settings.docker_host,
             reap_grace=0.0 if db.is_sqlite else 60.0,
             hide=(settings.server_dir,),
+            sandbox_mode=settings.sandbox,
+            uid_range=settings.job_uid_range,
         ),
         "ssh": SSHCompute(
             settings.server_dir,

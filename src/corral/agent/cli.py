@@ -2,7 +2,7 @@
 
     python -m corral.agent serve --work-dir DIR --token-file FILE [--host 127.0.0.1] [--port 0]
                                  [--docker-host unix:///var/run/docker.sock]
-                                 [--sandbox auto|on|off] [--hide PATH ...]
+                                 [--sandbox auto|on|off] [--uid-range FIRST-LAST] [--hide PATH ...]
     python3 -I agent.pyz serve ...            (the same, from the zipapp)
     python -m corral.agent info [--work-dir DIR] [--docker-host ...]   (print HostInfo as JSON and exit)
     python -m corral.agent cleanup --work-dir DIR [--docker-host ...]  (remove the containers of a
@@ -50,7 +50,10 @@ def _serve(args: argparse.Namespace) -> int:
         log.error("the token file %s is empty", args.token_file)
         return 2
     try:
-        config = sandbox.SandboxConfig.from_env(dict(os.environ), args.sandbox, tuple(args.hide))
+        environ = dict(os.environ)
+        if args.uid_range:
+            environ["CORRAL_JOB_UID_RANGE"] = args.uid_range
+        config = sandbox.SandboxConfig.from_env(environ, args.sandbox, tuple(args.hide))
     except ValueError as e:
         log.error("%s", e)
         return 2
@@ -133,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=sandbox.MODES,
         help="host-process jobs in a sandbox: auto (when the agent is root), on (required), off",
     )
+    serve.add_argument("--uid-range", default=None, help="uids of sandboxed jobs, FIRST-LAST (default 200000-265535)")
     serve.add_argument(
         "--hide", action="append", default=[], help="a host path no job may see (repeatable; e.g. the server's state)"
     )

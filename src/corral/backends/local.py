@@ -55,12 +55,16 @@ class LocalCompute:
         docker_host: str | None = None,
         reap_grace: float = 0.0,
         hide: tuple[Path, ...] = (),
+        sandbox_mode: str = "auto",
+        uid_range: str | None = None,
     ) -> None:
         self.instances_dir = instances_dir
         #: Paths no job may see (the server's state), besides each agent's own work dir.
         self.hide = (instances_dir, *hide)
         #: Why the agents cannot sandbox host-process jobs here (None: they can).
-        self.sandbox_reason = sandbox.probe(sandbox.SandboxConfig())
+        self.sandbox_mode = sandbox_mode
+        self.uid_range = uid_range
+        self.sandbox_reason = sandbox.probe(sandbox.SandboxConfig(mode=sandbox_mode))
         if self.sandbox_reason is not None:
             log.warning(
                 "local jobs without an image run WITHOUT a sandbox (only global admins' runs are admitted): %s",
@@ -142,6 +146,9 @@ class LocalCompute:
                     str(token_file),
                     *(["--docker-host", self.docker_host] if self.docker_host else []),
                     *(a for p in self.hide for a in ("--hide", str(p))),
+                    "--sandbox",
+                    self.sandbox_mode,
+                    *(["--uid-range", self.uid_range] if self.uid_range else []),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,

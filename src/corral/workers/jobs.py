@@ -222,6 +222,15 @@ class Jobs:
         # Nodes on one host (the local backend) meet at their sandboxes' addresses; across hosts they keep
         # the hosts' network, where they reach each other.
         one_host = len(ordered) > 1 and all(i.backend == "local" for i in sib_insts)
+        by_id = {i.id: i for i in sib_insts}
+        ready = all(
+            (x := by_id.get(j.instance_id or "")) is not None and x.agent and x.status in ("idle", "busy")
+            for j in ordered
+        )
+        if one_host and not ready:
+            # a node's instance is still starting: its address is not known yet; try again shortly
+            asyncio.get_running_loop().call_later(0.5, self.ctx.wakeups.wake_local, "jobs")
+            return
         if one_host:
             nodes_ips = await self._sandbox_addresses(ordered, {i.id: i for i in sib_insts}, nodes_ips)
         master_ip = nodes_ips[0] if nodes_ips else "127.0.0.1"
