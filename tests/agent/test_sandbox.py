@@ -125,12 +125,25 @@ def test_paths_at_their_absolute_places_over_a_read_only_host(sandboxed: Any, tm
     assert lines[0] == "/workflow"
     assert lines[1] == "/root /workflow /workflow"
     assert lines[2] == lines[3] == "payload"
-    assert int(lines[4]) == st["sandbox"]["uid"]
+    assert lines[4] == "0"  # root in its user namespace, as in a container; its uid of its own outside
     assert "Read-only file system" in lines[5]
     assert "ok-writes" in out
     assert lines[-2:] == ["t.txt", "x"]  # the job's own /tmp
     assert not Path("/opt/corral-test").exists() and not Path("/usr/corral-test").exists()
-    assert (agent.job_dir("paths") / "workdir" / "workflow" / "out.txt").read_text() == "w\n"
+    out_file = agent.job_dir("paths") / "workdir" / "workflow" / "out.txt"
+    assert out_file.read_text() == "w\n" and out_file.stat().st_uid == st["sandbox"]["uid"]
+
+
+def test_user_maps_inside_the_namespace(sandboxed: Any) -> None:
+    agent = sandboxed()
+    agent.submit("as-nobody", ["id -un", "id -u", "cat /proc/self/uid_map"], user="nobody")
+    agent.submit("no-such-user", ["true"], user="no-such-user-xyz")
+    st = agent.wait_finished("as-nobody")
+    out = agent.output("as-nobody").decode().split()
+    assert st["state"] == "done" and out[:2] == ["nobody", "65534"], (st, out)
+    assert out[2:] == ["65534", str(st["sandbox"]["uid"]), "1"]  # nobody inside, the job's own uid outside
+    bad = agent.wait_finished("no-such-user")
+    assert bad["state"] == "failed" and "there is no user 'no-such-user-xyz' on this host" in bad["message"]
 
 
 def test_secrets_of_the_server_the_agent_and_other_jobs_are_refused(sandboxed: Any, tmp_path: Path) -> None:

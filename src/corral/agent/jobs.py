@@ -253,7 +253,10 @@ class JobRunner:
             return
         try:
             shell = resolve_shell(sub.shell)
-            user = sub.user or _current_user()
+            sb = job.sandbox
+            inside = sandbox.inside_ids(sub.user) if sb is not None and sb.userns else None
+            # `user` names a user inside the sandbox; a plain host process runs as the agent unless it is root
+            user = sub.user if sub.user and sb is None and os.geteuid() == 0 else _current_user()
             kwargs: dict[str, Any] = {}
             if user != _current_user():
                 if os.geteuid() != 0 or sys.version_info < (3, 9):
@@ -262,7 +265,6 @@ class JobRunner:
 
                 pw = pwd.getpwnam(user)
                 kwargs = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
-            sb = job.sandbox
             lay = self._prepare_files(job, sandbox_layout.submission(sub) if sb else sub)
             cwd = lay.working_dir
             env = self._env(sub, user)
@@ -281,6 +283,9 @@ class JobRunner:
         except workdir.SetupError as e:
             self._fail(job, f"Failed to set up the job's files: {e}", reason="setup_failed")
             return
+        except sandbox.SandboxError as e:
+            self._fail(job, f"Cannot start the job: {e}")
+            return
         except (ValueError, KeyError, OSError) as e:
             self._fail(job, f"cannot start the job: {e}")
             return
@@ -292,9 +297,10 @@ class JobRunner:
             io: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
             try:
                 if sb is not None:
-                    r, w = os.pipe()
-                    cmd = self.sandboxes.command(sb, argv, cwd, binds, os.path.join(job.dir, "root"), w)
-                    proc = sandbox.start(cmd, r, w, cwd=job.dir, env=env, start_new_session=True, **io)
+                    pipes = sandbox.Pipes.open()
+                    root = os.path.join(job.dir, "root")
+                    cmd = self.sandboxes.command(sb, argv, cwd, binds, root, pipes, inside)
+                    proc = sandbox.start(cmd, pipes, inside, sb.uid, cwd=job.dir, env=env, start_new_session=True, **io)
                 else:
                     proc = subprocess.Popen(
                         argv, cwd=cwd, env=env, start_new_session=True, close_fds=True, **io, **kwargs

@@ -124,6 +124,8 @@ class JobSandbox:
     address: str | None
     uid: int
     netns: str | None
+    #: whether the job gets a user namespace (where it is root, or its ``user``)
+    userns: bool = False
     forwarders: dict[int, Forwarder] = field(default_factory=dict)
 
     def ports(self) -> dict[int, int]:
@@ -140,6 +142,7 @@ class Sandboxes:
         lo, hi = config.uid_range
         self.size = min(hi - lo + 1, self.network.num_addresses - 3)
         self.reason = probe(config)
+        self.userns = _user_namespaces()
         self._helper: str | None = None
 
     @property
@@ -189,7 +192,9 @@ class Sandboxes:
         for n in range(self.size):
             if n not in records:
                 with open(os.path.join(slots, f"{n}.json"), "x") as f:
-                    json.dump({"work_dir": self.work_dir, "job_id": job_id, "since": time.time()}, f)
+                    json.dump(
+                        {"work_dir": self.work_dir, "job_id": job_id, "mnt": _mount_ns(), "since": time.time()}, f
+                    )
                 return n
         raise SandboxError(f"all {self.size} sandbox slots of this host are taken (CORRAL_JOB_UID_RANGE)")
 
@@ -220,7 +225,9 @@ class Sandboxes:
             records = self._records(slots)
             for n, rec in records.items():
                 mine = rec.get("work_dir") == self.work_dir
-                gone = not rec.get("work_dir") or not os.path.isdir(str(rec.get("work_dir")))
+                # an agent whose work dir is gone (seen from the same mount namespace: a host's agents, not
+                # those of a container or chroot that shares the state dir)
+                gone = rec.get("mnt") == _mount_ns() and not os.path.isdir(str(rec.get("work_dir")))
                 if (mine and rec.get("job_id") not in live) or gone:
                     self._release(slots, n)
                     released += 1
@@ -240,7 +247,7 @@ class Sandboxes:
             with self._locked() as slots:
                 slot = self._reserve(slots, job_id)
                 if host_network:
-                    return JobSandbox(slot=slot, address=None, uid=self.uid(slot), netns=None)
+                    return JobSandbox(slot=slot, address=None, uid=self.uid(slot), netns=None, userns=self.userns)
                 try:
                     sandbox_net.bridge_up(self.config.bridge, self.network)
                     netns = sandbox_net.job_net_up(slot, self.address(slot), self.config.bridge, self.network)
@@ -250,7 +257,7 @@ class Sandboxes:
         except (sandbox_net.NetError, OSError) as e:
             raise SandboxError(f"cannot set up the job's network: {e}") from None
         address = self.address(slot)
-        sb = JobSandbox(slot=slot, address=address, uid=self.uid(slot), netns=netns)
+        sb = JobSandbox(slot=slot, address=address, uid=self.uid(slot), netns=netns, userns=self.userns)
         try:
             for port in ports:
                 sb.forwarders[port] = Forwarder(address, port)
@@ -267,7 +274,14 @@ class Sandboxes:
             self._release(slots, sb.slot)
 
     def command(
-        self, sb: JobSandbox, argv: list[str], cwd: str, binds: dict[str, str], root: str, status_fd: int
+        self,
+        sb: JobSandbox,
+        argv: list[str],
+        cwd: str,
+        binds: dict[str, str],
+        root: str,
+        pipes: Pipes,
+        inside: tuple[int, int] | None,
     ) -> list[str]:
         """The command line that starts ``argv`` in the sandbox (see :mod:`corral.agent.sandbox_exec`)."""
         if self._helper is None:
@@ -288,10 +302,28 @@ class Sandboxes:
             "cwd": cwd,
             "uid": sb.uid,
             "gid": sb.uid,
-            "status_fd": status_fd,
+            "status_fd": pipes.status_w,
+            "go_fd": pipes.go_r,
+            "inside": list(inside) if inside is not None else None,
             "argv": argv,
         }
         return [sys.executable or "python3", "-I", "-S", "-c", self._helper, json.dumps(spec)]
+
+
+def _user_namespaces() -> bool:
+    """Whether this kernel lets the agent give jobs user namespaces (else a job runs as its uid only)."""
+    try:
+        with open("/proc/sys/user/max_user_namespaces") as f:
+            return int(f.read().strip() or 0) > 0
+    except (OSError, ValueError):
+        return os.path.exists("/proc/self/ns/user")
+
+
+def _mount_ns() -> str:
+    try:
+        return os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return ""
 
 
 def kill_uid(uid: int) -> int:
@@ -324,19 +356,74 @@ def chown_tree(path: str, uid: int) -> None:
             os.lchown(os.path.join(dirpath, name), uid, uid)
 
 
-def start(cmd: list[str], status_r: int, status_w: int, **popen: Any) -> subprocess.Popen[bytes]:
-    """Start the launcher and wait until the job runs (the status pipe closes) or fails (a line on it)."""
+@dataclass(frozen=True)
+class Pipes:
+    """The launcher's status pipe (it writes) and go pipe (the agent writes)."""
+
+    status_r: int
+    status_w: int
+    go_r: int
+    go_w: int
+
+    @classmethod
+    def open(cls) -> Pipes:
+        status_r, status_w = os.pipe()
+        go_r, go_w = os.pipe()
+        return cls(status_r, status_w, go_r, go_w)
+
+
+def start(
+    cmd: list[str], pipes: Pipes, inside: tuple[int, int] | None, uid: int, **popen: Any
+) -> subprocess.Popen[bytes]:
+    """Start the launcher and wait until the job runs (the status pipe closes) or fails (a line on it);
+    on its ``map`` line, map ``inside`` (uid, gid) of its user namespace to ``uid`` outside."""
+    status_r, status_w, go_r, go_w = pipes.status_r, pipes.status_w, pipes.go_r, pipes.go_w
     try:
-        proc = subprocess.Popen(cmd, pass_fds=(status_w,), **popen)
+        proc = subprocess.Popen(cmd, pass_fds=(status_w, go_r), **popen)
     finally:
         os.close(status_w)
+        os.close(go_r)
+    words = ""
     try:
         with os.fdopen(status_r, "rb") as f:
-            words = f.read(4096).decode(errors="replace").strip()
+            line = f.readline()
+            if line == b"map\n" and inside is not None:
+                for name, value in (("uid_map", inside[0]), ("gid_map", inside[1])):
+                    with open(f"/proc/{proc.pid}/{name}", "w") as m:
+                        m.write(f"{value} {uid} 1\n")
+                os.write(go_w, b"g")
+                line = b""
+            words = (line + f.read(4096)).decode(errors="replace").strip()
     except OSError as e:
-        words = str(e)
+        words = f"cannot map the job's user: {e}"
+    finally:
+        os.close(go_w)
     if words:
         proc.kill()
         proc.wait()
         raise SandboxError(words)
     return proc
+
+
+def inside_ids(user: str | None) -> tuple[int, int]:
+    """The uid and gid a job sees itself as: root, or its ``user`` (``name``, ``uid``, ``name:group``,
+    ``uid:gid``; names as this host's ``/etc/passwd`` and ``/etc/group`` give them, which the job sees)."""
+    if not user:
+        return 0, 0
+    import grp
+    import pwd
+
+    name, _, group = user.partition(":")
+    try:
+        pw = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+        uid, gid = pw.pw_uid, pw.pw_gid
+    except KeyError:
+        if not name.isdigit():
+            raise SandboxError(f"`user: {user}`: there is no user {name!r} on this host") from None
+        uid = gid = int(name)
+    if group:
+        try:
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+        except KeyError:
+            raise SandboxError(f"`user: {user}`: there is no group {group!r} on this host") from None
+    return uid, gid

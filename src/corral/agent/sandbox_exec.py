@@ -11,11 +11,14 @@ single-threaded interpreter: no fork of the threaded agent runs Python code). In
    its home), which are its own directories bound read-write, and the ``hide`` paths (the server's
    state, the agent's work dir), which are left out. Only the directories on the way to a job or
    hidden path are rebuilt level by level; ``/dev`` stays writable with a ``/dev/shm`` of the job's own;
-4. ``chroot``s into it, drops to the job's uid and gid (no supplementary groups, ``no_new_privs``) and
-   ``exec``s the job's command in its working dir.
+4. makes it the root (``pivot_root``), drops to the job's uid and gid (no supplementary groups, ``no_new_privs``) --
+   inside a user namespace of its own where that uid is root, or the configuration's ``user`` (the agent
+   writes the one-uid mapping when asked on the status pipe) -- and ``exec``s the job's command in its
+   working dir.
 
-It reports on file descriptor ``status_fd``: nothing (the descriptor closes on ``exec``) when the job
-started, else one line saying what failed. Only the standard library, ``ctypes`` for the system calls
+It reports on file descriptor ``status_fd``: ``map`` when it waits for its user mapping (the agent
+answers ``g`` on ``go_fd``), then nothing (the descriptor closes on ``exec``) when the job started, else
+one line saying what failed. Only the standard library, ``ctypes`` for the system calls
 that Python 3.9 lacks (``setns``, ``unshare``, ``mount``, ``mount_setattr``); Linux only.
 """
 
@@ -30,6 +33,7 @@ from typing import Any
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
@@ -43,6 +47,8 @@ AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
 SYS_MOUNT_SETATTR = 442  # the same number on x86_64 and arm64
 PR_SET_NO_NEW_PRIVS = 38
+MNT_DETACH = 2
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}.get(os.uname().machine)
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -157,11 +163,31 @@ def _build(root: str, path: str, binds: dict[str, str], hide: list[str]) -> None
                 # an entry that cannot be bound (a dead mount point, a socket): the job does not see it
 
 
+def _enter(root: str) -> None:
+    """Make ``root`` the root of the mount namespace (``pivot_root``, the old root detached: nothing of
+    the host outside it stays reachable, not even for a job that is root in its user namespace and could
+    leave a mere ``chroot``); ``chroot`` on an architecture whose call number is not known here."""
+    os.chdir(root)
+    if _PIVOT_ROOT is None:
+        os.chroot(".")
+        return
+    _check(_libc.syscall(_PIVOT_ROOT, b".", b"."), "pivot_root into the job's root")
+    _check(_libc.umount2(b".", MNT_DETACH), "detach the host's root")
+    os.chdir("/")
+
+
 def setup(spec: dict[str, Any]) -> None:
     if spec.get("netns"):
         fd = os.open(spec["netns"], os.O_RDONLY)
         _check(_libc.setns(fd, CLONE_NEWNET), "join the job's network namespace")
         os.close(fd)
+        # the namespace is the job's alone: any port and ping are its own (as in a container)
+        for key, value in (("ip_unprivileged_port_start", "0"), ("ping_group_range", "0 2147483647")):
+            try:
+                with open("/proc/sys/net/ipv4/" + key, "w") as f:
+                    f.write(value)
+            except OSError:
+                pass  # an older kernel: ports below 1024 stay root's
     _check(_libc.unshare(CLONE_NEWNS), "create the job's mount namespace")
     _mount("none", "/", "", MS_REC | MS_PRIVATE)
     root = spec["root"].rstrip("/")
@@ -173,10 +199,20 @@ def setup(spec: dict[str, Any]) -> None:
         os.makedirs(root + "/dev/shm", exist_ok=True)
         _mount("shm", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     _mount("none", root, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
-    os.chroot(root)
-    os.chdir(spec["cwd"])
+    _enter(root)
     uid, gid = int(spec["uid"]), int(spec["gid"])
     os.setgroups([])
+    inside = spec.get("inside")
+    if inside is not None:
+        # a user namespace where the job's uid is ``inside`` (root by default, as in a container): the
+        # agent, root outside, writes the mapping once this process is in it
+        _check(_libc.unshare(CLONE_NEWUSER), "create the job's user namespace")
+        os.write(int(spec["status_fd"]), b"map\n")
+        go = int(spec["go_fd"])
+        if os.read(go, 1) != b"g":
+            raise SandboxError("the agent did not map the job's user")
+        os.close(go)
+        uid, gid = int(inside[0]), int(inside[1])
     os.setgid(gid)
     os.setuid(uid)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "set no_new_privs")

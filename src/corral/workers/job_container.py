@@ -41,15 +41,15 @@ def job_share(job: JobRec, inst: InstanceRec) -> tuple[InstanceResources | None,
 def apply_container(
     sub: JobSubmission, job: JobRec, conf: dict[str, Any], inst: InstanceRec, default_image: str | None
 ) -> None:
-    """Fill in the submission's entrypoint, image, user, shell and container options (a host process
-    keeps the agent's user: ``user`` names a user of the image)."""
+    """Fill in the submission's entrypoint, image, user, shell and container options (``user`` names a
+    user of the image, or for a host process the user it is inside its sandbox)."""
     if conf.get("entrypoint"):
         sub.entrypoint = shlex.split(str(conf["entrypoint"]))
     sub.image = conf.get("image") or default_image
+    sub.user = conf.get("user")  # a host process: the user it is inside its sandbox
     if not sub.image:
         sub.ports = _ports(conf)  # a sandboxed host process: reached through the agent's relays
         return
-    sub.user = conf.get("user")
     if not conf.get("image") and sub.shell is None:
         sub.shell = "bash"  # dstack: /bin/bash in its default image, /bin/sh in the user's own
     res, whole = job_share(job, inst)
