@@ -28,6 +28,7 @@ import fcntl
 import ipaddress
 import json
 import logging
+import marshal
 import os
 import signal
 import subprocess
@@ -249,7 +250,8 @@ class Sandboxes:
                 if host_network:
                     return JobSandbox(slot=slot, address=None, uid=self.uid(slot), netns=None, userns=self.userns)
                 try:
-                    sandbox_net.bridge_up(self.config.bridge, self.network)
+                    if not sandbox_net.bridge_exists(self.config.bridge) or len(self._records(slots)) == 1:
+                        sandbox_net.bridge_up(self.config.bridge, self.network)  # the host's first job
                     netns = sandbox_net.job_net_up(slot, self.address(slot), self.config.bridge, self.network)
                 except sandbox_net.NetError:
                     self._release(slots, slot)
@@ -307,7 +309,8 @@ class Sandboxes:
             "inside": list(inside) if inside is not None else None,
             "argv": argv,
         }
-        return [sys.executable or "python3", "-I", "-S", "-c", self._helper, json.dumps(spec)]
+        # marshal (of plain values only): the launcher reads it without importing json
+        return [sys.executable or "python3", "-I", "-S", "-c", self._helper, marshal.dumps(spec).hex()]
 
 
 def _user_namespaces() -> bool:

@@ -1,6 +1,6 @@
 """The sandbox launcher: the first process of a sandboxed job, run as root, that becomes the job.
 
-Started by :mod:`corral.agent.sandbox` as ``python3 -I -S -c <this file's source> <spec JSON>`` (a fresh,
+Started by :mod:`corral.agent.sandbox` as ``python3 -I -S -c <this file's source> <spec>`` (a fresh,
 single-threaded interpreter: no fork of the threaded agent runs Python code). In this order it
 
 1. joins the job's network namespace (``setns`` on ``/run/netns/<name>``);
@@ -25,11 +25,13 @@ that Python 3.9 lacks (``setns``, ``unshare``, ``mount``, ``mount_setattr``); Li
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import json
+import marshal
 import os
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # no `typing` import: it would cost the launcher more than all its mounts
+if TYPE_CHECKING:
+    from typing import Any
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
@@ -50,7 +52,21 @@ PR_SET_NO_NEW_PRIVS = 38
 MNT_DETACH = 2
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}.get(os.uname().machine)
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+def _load_libc() -> ctypes.CDLL:
+    """The C library: the interpreter's own symbols (no search: ``find_library`` would run ``ldconfig``)."""
+    for name in (None, "libc.so.6"):
+        try:
+            lib = ctypes.CDLL(name, use_errno=True)
+            lib.mount  # noqa: B018 - the symbol must be there
+            return lib
+        except (OSError, AttributeError):
+            continue
+    from ctypes.util import find_library
+
+    return ctypes.CDLL(find_library("c") or "libc.so.6", use_errno=True)
+
+
+_libc = _load_libc()
 
 
 class SandboxError(Exception):
@@ -220,7 +236,7 @@ def setup(spec: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    spec = json.loads(sys.argv[1])
+    spec = marshal.loads(bytes.fromhex(sys.argv[1]))  # built by the agent; marshal needs no import
     status = int(spec["status_fd"])
     try:
         setup(spec)

@@ -102,7 +102,7 @@ def bridge_up(bridge: str, network: ipaddress.IPv4Network) -> None:
 def bridge_down(bridge: str, network: ipaddress.IPv4Network) -> None:
     if shutil.which("iptables-restore"):
         _run(["iptables-restore", "-w", "--noflush"], _iptables_rules(bridge, str(network), "-D"), check=False)
-    if shutil.which("nft"):
+    elif shutil.which("nft"):
         _run(["nft", "delete", "table", "ip", "corral_sandbox"], check=False)
     if bridge_exists(bridge):
         _run(["ip", "link", "del", bridge], check=False)
