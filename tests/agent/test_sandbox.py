@@ -328,3 +328,23 @@ def test_without_root_the_agent_says_so_and_runs_jobs_as_before() -> None:
             cleanup(agent)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_missing_tool_degrades_clearly(tmp_path: Path, agent_factory: Any) -> None:
+    bare = tmp_path / "bare-path"  # a host without iproute2 or iptables on the agent's PATH
+    bare.mkdir()
+    agent = agent_factory("no-tools", env={"PATH": str(bare)}, sandbox="auto")
+    agent.submit("plain", ["echo ran"])
+    st = agent.wait_finished("plain")
+    assert st["state"] == "done" and agent.output("plain") == b"ran\n", st
+    assert st["sandbox"]["message"].startswith("Runs without a sandbox: missing on this host: ip (iproute2)")
+    assert "WITHOUT a sandbox" in agent.log_path.read_text()
+    work = tmp_path / "required"
+    work.mkdir()
+    (tmp_path / "required.token").write_text("t\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "corral.agent", "serve", "--work-dir", str(work), "--token-file",
+         str(tmp_path / "required.token"), "--sandbox", "on"],
+        env={**os.environ, "PATH": str(bare)}, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "--sandbox on, but jobs cannot get a sandbox here: missing" in proc.stderr

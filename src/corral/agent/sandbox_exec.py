@@ -52,6 +52,7 @@ PR_SET_NO_NEW_PRIVS = 38
 MNT_DETACH = 2
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}.get(os.uname().machine)
 
+
 def _load_libc() -> ctypes.CDLL:
     """The C library: the interpreter's own symbols (no search: ``find_library`` would run ``ldconfig``)."""
     for name in (None, "libc.so.6"):

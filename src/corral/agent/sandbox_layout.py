@@ -25,7 +25,7 @@ def submission(sub: JobSubmission) -> JobSubmission:
     wd = sub.working_dir
     if wd is not None and wd.startswith(("/", "~")):
         return sub
-    return dataclasses.replace(sub, working_dir=posixpath.join(DEFAULT_WORKING_DIR, wd or ""))
+    return dataclasses.replace(sub, working_dir=posixpath.join(DEFAULT_WORKING_DIR, wd) if wd else DEFAULT_WORKING_DIR)
 
 
 def inside(lay: workdir.Layout, host: str) -> str:
