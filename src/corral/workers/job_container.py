@@ -39,7 +39,12 @@ def job_share(job: JobRec, inst: InstanceRec) -> tuple[InstanceResources | None,
 
 
 def apply_container(
-    sub: JobSubmission, job: JobRec, conf: dict[str, Any], inst: InstanceRec, default_image: str | None
+    sub: JobSubmission,
+    job: JobRec,
+    conf: dict[str, Any],
+    inst: InstanceRec,
+    default_image: str | None,
+    nodes: int = 1,
 ) -> None:
     """Fill in the submission's entrypoint, image, user, shell and container options (``user`` names a
     user of the image, or for a host process the user it is inside its sandbox)."""
@@ -59,7 +64,10 @@ def apply_container(
     sub.container = ContainerSpec(
         privileged=bool(conf.get("privileged")) or conf.get("docker") is True,
         shm_size_mib=int(float(shm) * 1024) if shm else None,
-        network_mode="host" if whole else "bridge",
+        # the host's network only where it is needed: a whole host of an SSH fleet, or the nodes of a
+        # multi-node run (they meet at the hosts' addresses); on the local backend a job's ports would
+        # collide with the CLI's local forwards of the same numbers, so it gets a bridge and published ports
+        network_mode="host" if whole and (inst.backend != "local" or nodes > 1) else "bridge",
         ports=_ports(conf),
         volumes=[
             InstanceMount(str(v["instance_path"]), str(v["path"]), bool(v.get("optional")))

@@ -251,7 +251,7 @@ class Jobs:
             else self.ctx.settings.default_stop_duration,
             max_duration=float(spec["max_duration"]) if isinstance(spec.get("max_duration"), (int, float)) else None,
         )
-        apply_container(submission, job, conf, inst, self.ctx.settings.default_image)
+        apply_container(submission, job, conf, inst, self.ctx.settings.default_image, nodes=len(ordered))
         submission.host_network = len(ordered) > 1 and not one_host
         client = self._client(inst)
         try:
