@@ -134,6 +134,26 @@ def test_paths_at_their_absolute_places_over_a_read_only_host(sandboxed: Any, tm
     assert out_file.read_text() == "w\n" and out_file.stat().st_uid == st["sandbox"]["uid"]
 
 
+def test_instance_volumes_are_bind_mounted(sandboxed: Any, tmp_path: Path) -> None:
+    agent = sandboxed()
+    shared = tmp_path / "shared-volume"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / "in.txt").write_text("from the host\n")
+    missing = tmp_path / "created-volume"
+    volumes = [
+        {"instance_path": str(shared), "path": "/data"},
+        {"instance_path": str(missing), "path": "/workflow/cache"},
+        {"instance_path": str(tmp_path / "absent"), "path": "/opt/absent", "optional": True},
+    ]
+    agent.submit("vol", ["cat /data/in.txt", "echo out > /data/out.txt", "ls -d /workflow/cache"], volumes=volumes)
+    st = agent.wait_finished("vol")
+    assert st["state"] == "done", (st, agent.output("vol"))
+    assert agent.output("vol") == b"from the host\n/workflow/cache\n"
+    assert (shared / "out.txt").read_text() == "out\n" and missing.is_dir()
+    assert not (tmp_path / "absent").exists()
+
+
 def test_user_maps_inside_the_namespace(sandboxed: Any) -> None:
     agent = sandboxed()
     agent.submit("as-nobody", ["id -un", "id -u", "cat /proc/self/uid_map"], user="nobody")

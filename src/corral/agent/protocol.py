@@ -15,7 +15,7 @@ from typing import Any
 
 from .fields import ProtocolError as ProtocolError
 from .fields import _choice, _int, _num, _obj, _str, _str_list
-from .protocol_containers import ContainerInfo, ContainerSpec, ImagePullProgress
+from .protocol_containers import ContainerInfo, ContainerSpec, ImagePullProgress, InstanceMount
 from .protocol_sandbox import SandboxInfo
 
 #: Bumped on incompatible changes of this module; reported by ``GET /health``.
@@ -32,6 +32,13 @@ CPU_ARCHS = ("x86", "arm")
 REPO_TYPES = ("remote", "local", "virtual")
 REPO_EXISTS_ACTIONS = ("error", "skip")
 BLOB_HASH_LEN = 64
+
+
+def _list(d: dict[str, Any], key: str, what: str) -> list[Any]:
+    v = d.get(key) or []
+    if not isinstance(v, list):
+        raise ProtocolError(f"{what}.{key}: expected a list")
+    return v
 
 
 def _blob_hash(d: dict[str, Any], key: str, what: str, optional: bool = False) -> Any:
@@ -156,6 +163,8 @@ class JobSubmission:
     #: A sandboxed job keeps the host's network (a multi-node job across hosts: its nodes must reach
     #: each other at the hosts' addresses); it still gets its own filesystem view and uid.
     host_network: bool = False
+    #: Instance volumes of a host-process job (``/host/path:/path``), bind-mounted in its sandbox.
+    volumes: list[InstanceMount] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,6 +185,7 @@ class JobSubmission:
             "container": self.container.to_dict() if self.container is not None else None,
             "ports": list(self.ports),
             "host_network": self.host_network,
+            "volumes": [v.to_dict() for v in self.volumes],
         }
 
     def redacted(self) -> JobSubmission:
@@ -232,6 +242,7 @@ class JobSubmission:
             container=ContainerSpec.from_dict(container) if container is not None else None,
             ports=list(ports),
             host_network=d.get("host_network") is True,
+            volumes=[InstanceMount.from_dict(v) for v in _list(d, "volumes", w)],
         )
 
 

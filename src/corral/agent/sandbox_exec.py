@@ -211,7 +211,10 @@ def setup(spec: dict[str, Any]) -> None:
     _mount("corral-root", root, "tmpfs", MS_NOSUID, "mode=0755")
     binds = {k.rstrip("/") or "/": v for k, v in spec["binds"].items()}
     hide = [h.rstrip("/") for h in spec.get("hide", []) if h.rstrip("/")]
-    _build(root, "/", binds, hide)
+    outer = {p: h for p, h in binds.items() if not any(q != p and _under(p, q) for q in binds)}
+    _build(root, "/", outer, hide)
+    for path in sorted(set(binds) - set(outer), key=len):  # an instance volume inside the job's own paths
+        _bind(binds[path], root + path, True)
     if os.path.isdir(root + "/dev"):
         os.makedirs(root + "/dev/shm", exist_ok=True)
         _mount("shm", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")

@@ -54,4 +54,10 @@ def binds(lay: workdir.Layout, sub: JobSubmission) -> dict[str, str]:
         if not os.path.lexists(host):
             os.makedirs(host, exist_ok=True)
     os.chmod(out["/tmp"], 0o1777)
+    for vol in sub.volumes:  # instance volumes: the host's directory, at its path (over the job's own)
+        if not os.path.isdir(vol.instance_path):
+            if vol.optional:
+                continue
+            os.makedirs(vol.instance_path)  # as Docker does for a bind mount's missing source
+        out[posixpath.normpath(vol.path)] = vol.instance_path
     return out

@@ -54,6 +54,7 @@ def apply_container(
     sub.user = conf.get("user")  # a host process: the user it is inside its sandbox
     if not sub.image:
         sub.ports = _ports(conf)  # a sandboxed host process: reached through the agent's relays
+        sub.volumes = _volumes(conf)
         return
     if not conf.get("image") and sub.shell is None:
         sub.shell = "bash"  # dstack: /bin/bash in its default image, /bin/sh in the user's own
@@ -69,17 +70,21 @@ def apply_container(
         # collide with the CLI's local forwards of the same numbers, so it gets a bridge and published ports
         network_mode="host" if whole and (inst.backend != "local" or nodes > 1) else "bridge",
         ports=_ports(conf),
-        volumes=[
-            InstanceMount(str(v["instance_path"]), str(v["path"]), bool(v.get("optional")))
-            for v in conf.get("volumes") or []
-            if isinstance(v, dict) and v.get("instance_path")
-        ],
+        volumes=_volumes(conf),
         gpus=(-1 if whole else len(nvidia)) if nvidia else 0,
         cpus=float(res.cpus) if res and not whole and res.cpus > 0 else None,
         memory_mib=res.memory_mib if res and not whole and res.memory_mib >= 4 else None,
         registry_username=auth.get("username"),
         registry_password=auth.get("password"),
     )
+
+
+def _volumes(conf: dict[str, Any]) -> list[InstanceMount]:
+    return [
+        InstanceMount(str(v["instance_path"]), str(v["path"]), bool(v.get("optional")))
+        for v in conf.get("volumes") or []
+        if isinstance(v, dict) and v.get("instance_path")
+    ]
 
 
 def _ports(conf: dict[str, Any]) -> list[int]:
