@@ -190,6 +190,9 @@ def _enter(root: str) -> None:
         return
     _check(_libc.syscall(_PIVOT_ROOT, b".", b"."), "pivot_root into the job's root")
     _check(_libc.umount2(b".", MNT_DETACH), "detach the host's root")
+    # pivot_root moves only the processes whose root was the namespace's; an agent in a chroot (a
+    # container's) keeps its own until this
+    os.chroot(".")
     os.chdir("/")
 
 
@@ -226,13 +229,17 @@ def setup(spec: dict[str, Any]) -> None:
     if inside is not None:
         # a user namespace where the job's uid is ``inside`` (root by default, as in a container): the
         # agent, root outside, writes the mapping once this process is in it
-        _check(_libc.unshare(CLONE_NEWUSER), "create the job's user namespace")
-        os.write(int(spec["status_fd"]), b"map\n")
-        go = int(spec["go_fd"])
-        if os.read(go, 1) != b"g":
-            raise SandboxError("the agent did not map the job's user")
-        os.close(go)
-        uid, gid = int(inside[0]), int(inside[1])
+        if _libc.unshare(CLONE_NEWUSER) == 0:
+            os.write(int(spec["status_fd"]), b"map\n")
+            go = int(spec["go_fd"])
+            if os.read(go, 1) != b"g":
+                raise SandboxError("the agent did not map the job's user")
+            os.close(go)
+            uid, gid = int(inside[0]), int(inside[1])
+        elif list(inside) != [0, 0]:
+            # the kernel refuses user namespaces to an agent that itself runs in a chroot
+            raise SandboxError(f"cannot create the user namespace for `user`: {os.strerror(ctypes.get_errno())}")
+        # else: the job runs as its own uid, not as root inside
     os.setgid(gid)
     os.setuid(uid)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "set no_new_privs")
