@@ -282,6 +282,20 @@ def _fetch(url: str) -> str:
     )
 
 
+def test_a_clean_shutdown_releases_running_jobs_and_unused_reservations(tmp_path: Path) -> None:
+    agent = start_agent(tmp_path / "clean", sandbox="on")
+    try:
+        agent.submit("running", ["sleep 300"], ports=[9000], stop_duration=1)
+        agent.wait_running("running")
+        assert agent.http.post("/jobs/never-submitted/address", json={}).json()["address"]
+        assert len(_sandbox_netns()) == 1
+        agent.proc.send_signal(signal.SIGTERM)
+        assert agent.proc.wait(15) == 0
+    finally:
+        cleanup(agent)
+    _nothing_left()
+
+
 def test_kill_9_of_the_agent_then_the_next_start_reaps(tmp_path: Path) -> None:
     agent = start_agent(tmp_path / "crash", sandbox="on")
     try:

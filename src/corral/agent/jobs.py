@@ -213,6 +213,9 @@ class JobRunner:
             raise ValueError(f"job id {job_id!r} is not a valid id ([A-Za-z0-9._-], max 128)")
         if not self.sandboxes.available:
             return None
+        with self._lock:
+            known = set(self._jobs)
+        self.sandboxes.release_stale(known)
         return self.sandboxes.address(self.sandboxes.reserve(job_id))
 
     def _fail(self, job: Job, message: str, reason: str | None = None) -> None:
@@ -475,15 +478,15 @@ class JobRunner:
         with self._lock:
             self._closing = True
             jobs = [j for j in self._jobs.values() if not j.state.finished]
-        if not jobs:
-            return
-        grace = min(max_grace, max(j.sub.stop_duration for j in jobs))
-        for j in jobs:
-            self._stop(j, abort=False, reason="stopped")
-        self._await(jobs, time.monotonic() + grace + 0.5)
-        for j in jobs:
-            self._stop(j, abort=True, reason="stopped")
-        self._await(jobs, time.monotonic() + READER_DRAIN_S + 2.0)
+        if jobs:
+            grace = min(max_grace, max(j.sub.stop_duration for j in jobs))
+            for j in jobs:
+                self._stop(j, abort=False, reason="stopped")
+            self._await(jobs, time.monotonic() + grace + 0.5)
+            for j in jobs:
+                self._stop(j, abort=True, reason="stopped")
+            self._await(jobs, time.monotonic() + READER_DRAIN_S + 2.0)
+        self.sandboxes.reap({j.sub.job_id for j in jobs if not j.state.finished})  # and unused reservations
 
     @staticmethod
     def _await(jobs: list[Job], deadline: float) -> None:

@@ -216,6 +216,18 @@ class Sandboxes:
                 if rec.get("work_dir") == self.work_dir and rec.get("job_id") == job_id:
                     self._release(slots, n)
 
+    def release_stale(self, known: set[str], max_age: float = 600.0) -> None:
+        """Give back this agent's slots reserved over ``max_age`` ago for jobs it never got (a run stopped
+        between the reservation of its nodes' addresses and their submission)."""
+        if not self.available:
+            return
+        cutoff = time.time() - max_age
+        with self._locked() as slots:
+            for n, rec in self._records(slots).items():
+                mine = rec.get("work_dir") == self.work_dir
+                if mine and rec.get("job_id") not in known and float(rec.get("since") or 0) < cutoff:
+                    self._release(slots, n)
+
     def reap(self, live: set[str]) -> int:
         """After a start: release this agent's slots whose job is not ``live``, slots of agents whose
         work dir is gone, and namespaces no record claims. Returns how many were released."""
