@@ -4,7 +4,10 @@ Layout under the agent's work dir: ``jobs/<job_id>/`` holds ``submission.json`` 
 credentials), ``state.json`` (rewritten atomically on every change) and the log files; the job's own
 files go to ``jobs/<job_id>/workdir``, which stands in for a container's filesystem: the repo, the
 ``files:`` archives and the working dir are placed in it by :mod:`corral.agent.workdir` (in a thread of
-the job's own when there is a repo or archives to prepare, so ``POST /jobs`` answers at once).
+the job's own when there is a repo or archives to prepare, so ``POST /jobs`` answers at once). When the
+agent can (root), the job runs in its sandbox (:mod:`corral.agent.sandbox`): its network and port relays
+are opened by ``POST /jobs`` (which answers with its ports), its tree is its ``/`` over the read-only
+host, its uid is its own; without one it runs as the agent's user and its state says why.
 A job is ``[shell, "-c", " && ".join(commands)]`` in a session of its own; when its main process
 exits, whatever it left in its process group is killed. Stop = SIGTERM to the group, SIGKILL
 after ``stop_duration`` (at once on abort). On start, jobs left running by a previous agent
