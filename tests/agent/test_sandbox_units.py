@@ -71,3 +71,12 @@ def test_the_job_sees_its_paths_where_the_configuration_puts_them(tmp_path: Path
     }
     assert (tmp_path / "tmp").stat().st_mode & 0o1777 == 0o1777
     assert sandbox_layout.inside(lay, str(tmp_path / "workflow" / "a")) == "/workflow/a"
+
+
+def test_the_server_hides_its_state_and_its_sqlite_database(tmp_path: Path) -> None:
+    from corral.server import _state_paths
+
+    settings = Settings(server_dir=tmp_path / "srv", database_url=f"sqlite+aiosqlite:///{tmp_path}/db/c.db")
+    assert _state_paths(settings) == (tmp_path / "srv", tmp_path / "db")
+    pg = Settings(server_dir=tmp_path / "srv", database_url="postgresql+asyncpg://u:p@h/db")
+    assert _state_paths(pg) == (tmp_path / "srv",)
