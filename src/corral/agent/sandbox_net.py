@@ -127,10 +127,26 @@ def job_net_up(slot: int, address: str, bridge: str, network: ipaddress.IPv4Netw
 
 def job_net_down(slot: int) -> None:
     ns = netns_name(slot)
-    if os.path.exists(os.path.join(NETNS_DIR, ns)):
+    path = os.path.join(NETNS_DIR, ns)
+    if os.path.exists(path) and not _unmount_netns(path):
         _run(["ip", "netns", "del", ns], check=False)
     if os.path.exists(f"/sys/class/net/{veth_name(slot)}"):
         _run(["ip", "link", "del", veth_name(slot)], check=False)
+
+
+def _unmount_netns(path: str) -> bool:
+    """What ``ip netns del`` does, without starting it: detach the namespace's bind mount and remove the
+    file (the kernel frees the namespace, and its veth pair, once no process is left in it)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.umount2(path.encode(), 2) != 0:  # MNT_DETACH
+            return False
+        os.unlink(path)
+        return True
+    except (OSError, AttributeError):
+        return False
 
 
 def leftover_slots() -> list[int]:
