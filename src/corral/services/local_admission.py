@@ -21,6 +21,8 @@ async def check(ctx: Context, project: ProjectRec, user: UserRec, conf: dict[str
     reason = getattr(ctx.computes.get("local"), "sandbox_reason", None)
     if reason is None or user.global_role == "admin":
         return
+    if not any(b.get("type") == "local" for b in project.backends):
+        return  # the project cannot reach the local backend at all
     if conf.get("image") or ctx.settings.default_image:
         return  # a container, not a host process
     backends = conf.get("backends")
