@@ -11,6 +11,8 @@ install_test_packages() {
   command -v ssh-keygen >/dev/null || missing+=(openssh-client)
   command -v ip >/dev/null || missing+=(iproute2)
   command -v unshare >/dev/null || missing+=(util-linux)
+  # The job sandbox: NAT for jobs' outbound traffic (setpriv, for the non-root fallback, is util-linux).
+  command -v iptables-restore >/dev/null || missing+=(iptables)
   # Container tests: Docker's engine and CLI, a private registry, a static busybox to import as images.
   [ -x /usr/sbin/dockerd ] && command -v docker >/dev/null || missing+=(docker.io)
   command -v docker-registry >/dev/null || missing+=(docker-registry)

@@ -41,6 +41,9 @@ def make_settings(tmp: Path, **overrides: Any) -> Settings:
         default_stop_duration=5.0,
         local_max_instances=8,
         write_cli_config=False,
+        # Tests of the queue, retries, code etc. share files with their jobs through the host; the
+        # sandbox (on by default as root) has tests of its own that turn it on.
+        sandbox="off",
     )
     return replace(base, **overrides)
 

@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from corral.config.server_config import ServerConfigError
@@ -102,6 +103,15 @@ def _check_same_key(settings: Settings, stored_admin_token: str) -> None:
         )
 
 
+def _state_paths(settings: Settings) -> tuple[Path, ...]:
+    """What no sandboxed job may see: the state dir, and the SQLite database's dir wherever it is."""
+    paths = [settings.server_dir]
+    scheme, sep, rest = settings.database_url.partition(":///")
+    if sep and scheme.startswith("sqlite") and rest and not rest.startswith(":memory:"):
+        paths.append(Path(rest.split("?", 1)[0]).parent)
+    return tuple(paths)
+
+
 async def prepare(settings: Settings) -> Prepared:
     """Migrate, bootstrap and build the app (used by ``corral server`` and by tests)."""
     from corral.api.app import create_app
@@ -142,6 +152,9 @@ async def prepare(settings: Settings) -> Prepared:
             settings.agent_request_timeout,
             docker_host=settings.docker_host,
             reap_grace=0.0 if db.is_sqlite else 60.0,
+            hide=_state_paths(settings),
+            sandbox_mode=settings.sandbox,
+            uid_range=settings.job_uid_range,
         ),
         "ssh": SSHCompute(
             settings.server_dir,

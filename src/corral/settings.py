@@ -86,6 +86,10 @@ class Settings:
     default_image: str | None = None
     #: The Docker engine local agents use for jobs with an image (None: ``DOCKER_HOST`` or the default socket).
     docker_host: str | None = None
+    #: Host-process jobs of local agents in a sandbox: ``auto`` (when the server runs as root), ``on``, ``off``.
+    sandbox: str = "auto"
+    #: The uids sandboxed jobs get, one each (``first-last``; None: 200000-265535).
+    job_uid_range: str | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -137,6 +141,15 @@ class Settings:
                 raise SettingsError("CORRAL_SERVER_CODE_UPLOAD_LIMIT must be a number of bytes") from None
         if e.get("CORRAL_SERVER_ENCRYPTION_KEY_FILE"):
             s = replace(s, encryption_key_path=Path(e["CORRAL_SERVER_ENCRYPTION_KEY_FILE"]).expanduser())
+        if e.get("CORRAL_SANDBOX"):
+            if e["CORRAL_SANDBOX"] not in ("auto", "on", "off"):
+                raise SettingsError("CORRAL_SANDBOX must be auto, on or off")
+            s = replace(s, sandbox=e["CORRAL_SANDBOX"])
+        if e.get("CORRAL_JOB_UID_RANGE"):
+            lo, _, hi = e["CORRAL_JOB_UID_RANGE"].partition("-")
+            if not (lo.isdigit() and hi.isdigit() and 0 < int(lo) <= int(hi) < 2**32 - 1):
+                raise SettingsError("CORRAL_JOB_UID_RANGE must be a range of uids like 200000-265535")
+            s = replace(s, job_uid_range=e["CORRAL_JOB_UID_RANGE"])
         if e.get("CORRAL_LOCAL_INSTANCES_DIR"):
             s = replace(s, local_instances_dir=Path(e["CORRAL_LOCAL_INSTANCES_DIR"]).expanduser())
         if "CORRAL_LOCAL_MAX_INSTANCES" in e:

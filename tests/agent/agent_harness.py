@@ -92,8 +92,16 @@ class AgentProc:
 
 
 def start_agent(
-    work_dir: Path, env: dict[str, str] | None = None, argv: list[str] | None = None, timeout: float = 10.0
+    work_dir: Path,
+    env: dict[str, str] | None = None,
+    argv: list[str] | None = None,
+    timeout: float = 10.0,
+    sandbox: str = "off",
+    extra: list[str] | None = None,
+    preexec: list[str] | None = None,
 ) -> AgentProc:
+    """An agent on ``work_dir``; ``sandbox`` is its ``--sandbox`` mode (the plain host-process runner by
+    default: the sandbox has tests of its own), ``preexec`` a command prefix (e.g. ``setpriv ...``)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     token_file = work_dir.parent / f"{work_dir.name}.token"
     token_file.write_text(TOKEN + "\n")
@@ -106,7 +114,18 @@ def start_agent(
     full_env.update(env or {})
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [*cmd, "serve", "--work-dir", str(work_dir), "--token-file", str(token_file)],
+            [
+                *(preexec or []),
+                *cmd,
+                "serve",
+                "--work-dir",
+                str(work_dir),
+                "--token-file",
+                str(token_file),
+                "--sandbox",
+                sandbox,
+                *(extra or []),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,

@@ -58,7 +58,7 @@ files:
   - ../single.txt:/etc/single.txt
 commands:
   - cat committed.txt second.txt untracked.txt || echo NO-REPO
-  - cat inputs/x.txt "$DSTACK_WORKING_DIR/etc/single.txt"
+  - cat inputs/x.txt /etc/single.txt
   - echo "id=$DSTACK_REPO_ID"
 {resources}"""
 

@@ -74,7 +74,7 @@ async def test_seed_body_runs_in_a_container(server: RunningServer, docker_engin
         assert got["status"] == "done", got["latest_job_submission"]
         sub = got["latest_job_submission"]
         assert (sub["termination_reason"], sub["exit_status"]) == ("done_by_runner", 0)
-        assert sub["job_runtime_data"]["network_mode"] == "host"
+        assert sub["job_runtime_data"]["network_mode"] == "bridge"  # a whole local instance: no port clash
         dates = (await _logs(c, got)).splitlines()
         assert len(dates) == 2 and all(" UTC " in d for d in dates), dates  # `date`, `sleep 6`, `date`
         assert docker_engine.containers(f"{LABEL_RUN}={name}") == []

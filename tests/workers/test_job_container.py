@@ -3,6 +3,7 @@ and the server's default image turn into for the agent, and the runtime data the
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from corral.agent.protocol import JobState, JobSubmission
@@ -38,10 +39,20 @@ def _job(blocks: int = 1, status: str = "running", runtime: dict[str, Any] | Non
     )  # fmt: skip
 
 
-def _apply(conf: dict[str, Any], blocks: int = 1, total: int = 1, default: str | None = None) -> JobSubmission:
+def _apply(
+    conf: dict[str, Any], blocks: int = 1, total: int = 1, default: str | None = None, backend: str = "ssh"
+) -> JobSubmission:
     sub = JobSubmission("j", "run", list(conf.get("commands") or []), shell=conf.get("shell"))
-    apply_container(sub, _job(blocks), conf, _inst(total), default)
+    apply_container(sub, _job(blocks), conf, dataclasses.replace(_inst(total), backend=backend), default)
     return sub
+
+
+def test_whole_local_instance_gets_a_bridge_unless_multi_node() -> None:
+    local = _apply({"image": "x", "commands": ["a"]}, backend="local").container
+    assert local is not None and (local.network_mode, local.gpus) == ("bridge", -1)
+    sub = JobSubmission("j", "run", ["a"])
+    apply_container(sub, _job(), {"image": "x"}, _inst(1), None, nodes=2)
+    assert sub.container is not None and sub.container.network_mode == "host"
 
 
 def test_whole_instance_job() -> None:
@@ -98,7 +109,7 @@ def test_no_gpus_no_device_request_and_no_image_is_a_host_process() -> None:
     assert sub.container is not None and sub.container.gpus == 0
     host = _apply({"commands": ["a"], "user": "alice", "entrypoint": "echo hi"})
     assert host.image is None and host.container is None
-    assert host.user is None  # `user` names a user of an image; a host process keeps the agent's
+    assert host.user == "alice"  # who a host process is inside its sandbox
     assert host.entrypoint == ["echo", "hi"]
 
 

@@ -2,6 +2,7 @@
 
     python -m corral.agent serve --work-dir DIR --token-file FILE [--host 127.0.0.1] [--port 0]
                                  [--docker-host unix:///var/run/docker.sock]
+                                 [--sandbox auto|on|off] [--uid-range FIRST-LAST] [--hide PATH ...]
     python3 -I agent.pyz serve ...            (the same, from the zipapp)
     python -m corral.agent info [--work-dir DIR] [--docker-host ...]   (print HostInfo as JSON and exit)
     python -m corral.agent cleanup --work-dir DIR [--docker-host ...]  (remove the containers of a
@@ -23,7 +24,7 @@ import signal
 import sys
 from typing import Any
 
-from . import resources
+from . import resources, sandbox
 from .server import Agent
 
 log = logging.getLogger("corral.agent")
@@ -49,7 +50,27 @@ def _serve(args: argparse.Namespace) -> int:
         log.error("the token file %s is empty", args.token_file)
         return 2
     try:
-        agent = Agent(work_dir, token, host=args.host, port=args.port, docker_host=args.docker_host)
+        environ = dict(os.environ)
+        if args.uid_range:
+            environ["CORRAL_JOB_UID_RANGE"] = args.uid_range
+        config = sandbox.SandboxConfig.from_env(environ, args.sandbox, tuple(args.hide))
+    except ValueError as e:
+        log.error("%s", e)
+        return 2
+    reason = sandbox.probe(config)
+    if reason is not None and config.mode == "on":
+        log.error("--sandbox on, but jobs cannot get a sandbox here: %s", reason)
+        return 2
+    if reason is not None:
+        log.warning(
+            "jobs without an image run WITHOUT a sandbox (as the agent's user, in the host's network "
+            "and filesystem): %s",
+            reason,
+        )
+    try:
+        agent = Agent(
+            work_dir, token, host=args.host, port=args.port, docker_host=args.docker_host, sandbox_config=config
+        )
     except OSError as e:
         log.error("cannot listen on %s:%s: %s", args.host, args.port, e)
         return 1
@@ -108,6 +129,16 @@ def main(argv: list[str] | None = None) -> int:
         "--docker-host",
         default=None,
         help="the Docker engine for jobs with an image (default: $DOCKER_HOST or the socket)",
+    )
+    serve.add_argument(
+        "--sandbox",
+        default="auto",
+        choices=sandbox.MODES,
+        help="host-process jobs in a sandbox: auto (when the agent is root), on (required), off",
+    )
+    serve.add_argument("--uid-range", default=None, help="uids of sandboxed jobs, FIRST-LAST (default 200000-265535)")
+    serve.add_argument(
+        "--hide", action="append", default=[], help="a host path no job may see (repeatable; e.g. the server's state)"
     )
     info = sub.add_parser("info", help="print this host's resources as JSON")
     info.add_argument("--work-dir", default=".", help="the directory whose disk to measure")

@@ -34,16 +34,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import workdir
 from .docker import Docker, DockerError, DockerUnavailable, registry_auth_header
 from .images import PullTracker, pull_failure_message, registry_of, split_image
+from .job import Job
 from .protocol import JobSubmission
 from .protocol_containers import ContainerInfo, ContainerSpec
-
-if TYPE_CHECKING:
-    from .jobs import Job
 
 log = logging.getLogger("corral.agent")
 

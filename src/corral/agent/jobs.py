@@ -4,7 +4,10 @@ Layout under the agent's work dir: ``jobs/<job_id>/`` holds ``submission.json`` 
 credentials), ``state.json`` (rewritten atomically on every change) and the log files; the job's own
 files go to ``jobs/<job_id>/workdir``, which stands in for a container's filesystem: the repo, the
 ``files:`` archives and the working dir are placed in it by :mod:`corral.agent.workdir` (in a thread of
-the job's own when there is a repo or archives to prepare, so ``POST /jobs`` answers at once).
+the job's own when there is a repo or archives to prepare, so ``POST /jobs`` answers at once). When the
+agent can (root), the job runs in its sandbox (:mod:`corral.agent.sandbox`): its network and port relays
+are opened by ``POST /jobs`` (which answers with its ports), its tree is its ``/`` over the read-only
+host, its uid is its own; without one it runs as the agent's user and its state says why.
 A job is ``[shell, "-c", " && ".join(commands)]`` in a session of its own; when its main process
 exits, whatever it left in its process group is killed. Stop = SIGTERM to the group, SIGKILL
 after ``stop_duration`` (at once on abort). On start, jobs left running by a previous agent
@@ -28,11 +31,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import procs, workdir
+from . import procs, sandbox, sandbox_layout, workdir
 from .containers import ContainerRunner
 from .docker import Docker
-from .logstore import LogStore, pump
+from .job import Job, JobConflict, JobNotFound, write_json
+from .logstore import pump
 from .protocol import JobState, JobSubmission, LogEntry, LogsReply
+from .protocol_sandbox import SandboxInfo
 
 log = logging.getLogger("corral.agent")
 
@@ -40,46 +45,6 @@ JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_WAIT_S = 30.0
 READER_DRAIN_S = 2.0
-
-
-class JobNotFound(KeyError):
-    pass
-
-
-class JobConflict(Exception):
-    """The request does not fit the job's current state (e.g. forgetting a running job)."""
-
-
-class Job:
-    def __init__(self, job_dir: str, sub: JobSubmission, state: JobState) -> None:
-        self.dir = job_dir
-        self.sub = sub
-        self.state = state
-        self.cond = threading.Condition()
-        self.logs = LogStore(job_dir)
-        self.proc: subprocess.Popen[bytes] | None = None
-        #: The git command the setup is running now (killed by a stop).
-        self.setup_proc: subprocess.Popen[bytes] | None = None
-        self.stop_reason: str | None = None
-        self.timers: list[threading.Timer] = []
-
-    def snapshot(self) -> JobState:
-        with self.cond:
-            return JobState.from_dict(self.state.to_dict())
-
-    def persist(self) -> None:
-        _write_json(os.path.join(self.dir, "state.json"), self.state.to_dict())
-
-    def notify(self) -> None:
-        with self.cond:
-            self.cond.notify_all()
-
-
-def _write_json(path: str, data: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
 
 
 def _exit_status(rc: int) -> int:
@@ -104,8 +69,10 @@ class JobRunner:
         container_runtime: Callable[[], str | None] = lambda: None,
         docker_host: str | None = None,
         host_gpus: Callable[[], list[str]] = list,
+        sandboxes: sandbox.Sandboxes | None = None,
     ) -> None:
         self.work_dir = os.path.abspath(work_dir)
+        self.sandboxes = sandboxes or sandbox.Sandboxes(work_dir, sandbox.SandboxConfig(mode="off"))
         self.jobs_dir = os.path.join(self.work_dir, "jobs")
         os.makedirs(self.jobs_dir, exist_ok=True)
         self.blobs = workdir.BlobStore(self.work_dir)
@@ -123,6 +90,7 @@ class JobRunner:
         self._jobs: dict[str, Job] = {}
         self._closing = False
         self._load()
+        self.sandboxes.reap({j.sub.job_id for j in self._jobs.values() if not j.state.finished})
         if any(j.sub.image for j in self._jobs.values()):
             t = threading.Thread(target=self.containers.sweep, args=(self._is_live,), name="container-sweep")
             t.daemon = True
@@ -198,12 +166,14 @@ class JobRunner:
                 if os.path.exists(job_dir):
                     shutil.rmtree(job_dir, ignore_errors=True)
                 os.makedirs(job_dir)
-                _write_json(os.path.join(job_dir, "submission.json"), sub.redacted().to_dict())
+                write_json(os.path.join(job_dir, "submission.json"), sub.redacted().to_dict())
                 job = Job(job_dir, sub, JobState(job_id=sub.job_id, state="pending"))
                 job.persist()
                 self._jobs[sub.job_id] = job
         if existing is not None:
             return existing.snapshot()  # idempotent
+        if not sub.image and not self._open_sandbox(job):
+            return job.snapshot()
         if sub.repo is not None or sub.file_archives:
             self.blobs.prune()
             t = threading.Thread(target=self._start, args=(job,), name=f"setup-{sub.job_id}")
@@ -213,7 +183,46 @@ class JobRunner:
             self._start(job)
         return job.snapshot()
 
+    def _open_sandbox(self, job: Job) -> bool:
+        """The job's network and port relays (so that ``POST /jobs`` answers with its ports), or what
+        ``JobState.sandbox`` says about running without one. False if the job failed."""
+        sbs = self.sandboxes
+        if not sbs.available:
+            with job.cond:
+                job.state.sandbox = SandboxInfo(message=f"Runs without a sandbox: {sbs.reason}")
+                job.persist()
+            return True
+        try:
+            sb = job.sandbox = sbs.open(job.sub.job_id, job.sub.ports, job.sub.host_network)
+        except sandbox.SandboxError as e:
+            self._fail(job, f"Cannot set up the job's sandbox: {e}")
+            return False
+        with job.cond:
+            job.state.sandbox = SandboxInfo(address=sb.address, uid=sb.uid, ports=sb.ports())
+            job.persist()
+        return True
+
+    def _drop_sandbox(self, job: Job) -> None:
+        sb, job.sandbox = job.sandbox, None
+        if sb is not None:
+            try:
+                self.sandboxes.close(sb)
+            except OSError:
+                log.exception("job %s: cannot release its sandbox", job.sub.job_id)
+
+    def reserve_address(self, job_id: str) -> str | None:
+        """The address the job will have in its sandbox (None without one), reserved from now on."""
+        if not JOB_ID_RE.match(job_id):
+            raise ValueError(f"job id {job_id!r} is not a valid id ([A-Za-z0-9._-], max 128)")
+        if not self.sandboxes.available:
+            return None
+        with self._lock:
+            known = set(self._jobs)
+        self.sandboxes.release_stale(known)
+        return self.sandboxes.address(self.sandboxes.reserve(job_id))
+
     def _fail(self, job: Job, message: str, reason: str | None = None) -> None:
+        self._drop_sandbox(job)
         with job.cond:
             job.state.state, job.state.message = "failed", message
             job.state.termination_reason = reason
@@ -250,7 +259,10 @@ class JobRunner:
             return
         try:
             shell = resolve_shell(sub.shell)
-            user = sub.user or _current_user()
+            sb = job.sandbox
+            inside = sandbox.inside_ids(sub.user) if sb is not None and sb.userns else None
+            # `user` names a user inside the sandbox; a plain host process runs as the agent unless it is root
+            user = sub.user if sub.user and sb is None and os.geteuid() == 0 else _current_user()
             kwargs: dict[str, Any] = {}
             if user != _current_user():
                 if os.geteuid() != 0 or sys.version_info < (3, 9):
@@ -259,15 +271,26 @@ class JobRunner:
 
                 pw = pwd.getpwnam(user)
                 kwargs = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
-            lay = self._prepare_files(job, sub)
+            lay = self._prepare_files(job, sandbox_layout.submission(sub) if sb else sub)
             cwd = lay.working_dir
             env = self._env(sub, user)
             env.update(DSTACK_REPO_DIR=lay.repo_dir, DSTACK_WORKING_DIR=lay.working_dir)
+            if sb is not None:
+                binds = sandbox_layout.binds(lay, sandbox_layout.submission(sub))
+                cwd = sandbox_layout.inside(lay, lay.working_dir)
+                env.update(DSTACK_REPO_DIR=sandbox_layout.inside(lay, lay.repo_dir), DSTACK_WORKING_DIR=cwd)
+                if "HOME" not in sub.env:
+                    env["HOME"] = sub.home_dir
+                sandbox.chown_tree(lay.root, sb.uid)
+                os.makedirs(os.path.join(job.dir, "root"), exist_ok=True)
         except workdir.SetupStopped:
             self._stopped_before_start(job)
             return
         except workdir.SetupError as e:
             self._fail(job, f"Failed to set up the job's files: {e}", reason="setup_failed")
+            return
+        except sandbox.SandboxError as e:
+            self._fail(job, f"Cannot start the job: {e}")
             return
         except (ValueError, KeyError, OSError) as e:
             self._fail(job, f"cannot start the job: {e}")
@@ -276,19 +299,27 @@ class JobRunner:
             if job.stop_reason is not None:
                 self._stopped_before_start(job)
                 return
+            argv = [*sub.entrypoint, *sub.commands] if sub.entrypoint else [shell, "-c", " && ".join(sub.commands)]
+            io: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
             try:
-                proc = subprocess.Popen(
-                    [*sub.entrypoint, *sub.commands] if sub.entrypoint else [shell, "-c", " && ".join(sub.commands)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    cwd=cwd,
-                    env=env,
-                    start_new_session=True,
-                    close_fds=True,
-                    **kwargs,
-                )
+                if sb is not None:
+                    pipes = sandbox.Pipes.open()
+                    root = os.path.join(job.dir, "root")
+                    cmd = self.sandboxes.command(sb, argv, cwd, binds, root, pipes, inside)
+                    proc = sandbox.start(cmd, pipes, inside, sb.uid, cwd=job.dir, env=env, start_new_session=True, **io)
+                else:
+                    proc = subprocess.Popen(
+                        argv, cwd=cwd, env=env, start_new_session=True, close_fds=True, **io, **kwargs
+                    )
+            except sandbox.SandboxError as e:
+                self._drop_sandbox(job)
+                job.state.state, job.state.message = "failed", f"Cannot start the job in its sandbox: {e}"
+                job.state.finished_at = time.time()
+                job.persist()
+                job.cond.notify_all()
+                return
             except (OSError, ValueError, subprocess.SubprocessError) as e:
+                self._drop_sandbox(job)
                 job.state.state, job.state.message = "failed", f"cannot start {shell}: {e}"
                 job.state.finished_at = time.time()
                 job.persist()
@@ -320,8 +351,8 @@ class JobRunner:
             ran = time.time() - (job.state.started_at or time.time())
             self._timer(job, max(0.0, job.sub.max_duration - ran), self._expire, job)
 
-    @staticmethod
-    def _stopped_before_start(job: Job) -> None:
+    def _stopped_before_start(self, job: Job) -> None:
+        self._drop_sandbox(job)
         with job.cond:
             job.state.state, job.state.termination_reason = "terminated", job.stop_reason
             job.state.finished_at = time.time()
@@ -368,6 +399,7 @@ class JobRunner:
         assert job.proc is not None
         rc = job.proc.wait()
         procs.signal_group(job.proc.pid, signal.SIGKILL)  # leftovers of the job's group
+        self._drop_sandbox(job)
         deadline = time.monotonic() + READER_DRAIN_S
         for t in readers:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -440,6 +472,7 @@ class JobRunner:
                 raise JobConflict(f"job {job_id} is {job.state.state}; stop it before deleting it")
         with self._lock:
             self._jobs.pop(job_id, None)
+        self.sandboxes.release(job_id)
         job.logs.close()
         shutil.rmtree(job.dir, ignore_errors=True)
 
@@ -448,15 +481,15 @@ class JobRunner:
         with self._lock:
             self._closing = True
             jobs = [j for j in self._jobs.values() if not j.state.finished]
-        if not jobs:
-            return
-        grace = min(max_grace, max(j.sub.stop_duration for j in jobs))
-        for j in jobs:
-            self._stop(j, abort=False, reason="stopped")
-        self._await(jobs, time.monotonic() + grace + 0.5)
-        for j in jobs:
-            self._stop(j, abort=True, reason="stopped")
-        self._await(jobs, time.monotonic() + READER_DRAIN_S + 2.0)
+        if jobs:
+            grace = min(max_grace, max(j.sub.stop_duration for j in jobs))
+            for j in jobs:
+                self._stop(j, abort=False, reason="stopped")
+            self._await(jobs, time.monotonic() + grace + 0.5)
+            for j in jobs:
+                self._stop(j, abort=True, reason="stopped")
+            self._await(jobs, time.monotonic() + READER_DRAIN_S + 2.0)
+        self.sandboxes.reap({j.sub.job_id for j in jobs if not j.state.finished})  # and unused reservations
 
     @staticmethod
     def _await(jobs: list[Job], deadline: float) -> None:

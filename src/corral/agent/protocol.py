@@ -15,7 +15,8 @@ from typing import Any
 
 from .fields import ProtocolError as ProtocolError
 from .fields import _choice, _int, _num, _obj, _str, _str_list
-from .protocol_containers import ContainerInfo, ContainerSpec, ImagePullProgress
+from .protocol_containers import ContainerInfo, ContainerSpec, ImagePullProgress, InstanceMount
+from .protocol_sandbox import SandboxInfo
 
 #: Bumped on incompatible changes of this module; reported by ``GET /health``.
 AGENT_PROTOCOL_VERSION = 1
@@ -31,6 +32,13 @@ CPU_ARCHS = ("x86", "arm")
 REPO_TYPES = ("remote", "local", "virtual")
 REPO_EXISTS_ACTIONS = ("error", "skip")
 BLOB_HASH_LEN = 64
+
+
+def _list(d: dict[str, Any], key: str, what: str) -> list[Any]:
+    v = d.get(key) or []
+    if not isinstance(v, list):
+        raise ProtocolError(f"{what}.{key}: expected a list")
+    return v
 
 
 def _blob_hash(d: dict[str, Any], key: str, what: str, optional: bool = False) -> Any:
@@ -150,6 +158,13 @@ class JobSubmission:
     entrypoint: list[str] | None = None
     #: Container options of a job with an ``image`` (None: defaults).
     container: ContainerSpec | None = None
+    #: The ports a host-process job listens on; in a sandbox each is reached through a host port.
+    ports: list[int] = field(default_factory=list)
+    #: A sandboxed job keeps the host's network (a multi-node job across hosts: its nodes must reach
+    #: each other at the hosts' addresses); it still gets its own filesystem view and uid.
+    host_network: bool = False
+    #: Instance volumes of a host-process job (``/host/path:/path``), bind-mounted in its sandbox.
+    volumes: list[InstanceMount] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -168,6 +183,9 @@ class JobSubmission:
             "home_dir": self.home_dir,
             "entrypoint": list(self.entrypoint) if self.entrypoint is not None else None,
             "container": self.container.to_dict() if self.container is not None else None,
+            "ports": list(self.ports),
+            "host_network": self.host_network,
+            "volumes": [v.to_dict() for v in self.volumes],
         }
 
     def redacted(self) -> JobSubmission:
@@ -201,6 +219,11 @@ class JobSubmission:
         if not isinstance(archives, list):
             raise ProtocolError("JobSubmission.file_archives: expected a list")
         repo = d.get("repo")
+        ports = d.get("ports") or []
+        if not isinstance(ports, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536 for p in ports
+        ):
+            raise ProtocolError("JobSubmission.ports: expected a list of port numbers (1-65535)")
         return cls(
             job_id=_str(d, "job_id", w, nonempty=True),
             run_name=_str(d, "run_name", w),
@@ -217,6 +240,9 @@ class JobSubmission:
             home_dir=_str(d, "home_dir", w, optional=True, nonempty=True) or "/root",
             entrypoint=entrypoint,
             container=ContainerSpec.from_dict(container) if container is not None else None,
+            ports=list(ports),
+            host_network=d.get("host_network") is True,
+            volumes=[InstanceMount.from_dict(v) for v in _list(d, "volumes", w)],
         )
 
 
@@ -236,6 +262,8 @@ class JobState:
     termination_reason: str | None = None
     container: ContainerInfo | None = None
     image_pull_progress: ImagePullProgress | None = None
+    #: How a host-process job runs: in its sandbox (address, uid, ports) or without one (why).
+    sandbox: SandboxInfo | None = None
 
     @property
     def finished(self) -> bool:
@@ -253,6 +281,7 @@ class JobState:
             "termination_reason": self.termination_reason,
             "container": self.container.to_dict() if self.container is not None else None,
             "image_pull_progress": self.image_pull_progress.to_dict() if self.image_pull_progress else None,
+            "sandbox": self.sandbox.to_dict() if self.sandbox is not None else None,
         }
 
     @classmethod
@@ -275,6 +304,7 @@ class JobState:
             image_pull_progress=ImagePullProgress.from_dict(d["image_pull_progress"])
             if d.get("image_pull_progress") is not None
             else None,
+            sandbox=SandboxInfo.from_dict(d["sandbox"]) if d.get("sandbox") is not None else None,
         )
 
 

@@ -13,6 +13,8 @@ logged here and answered with a 500 that carries no traceback.
     GET    /jobs/{id}/logs?offset&limit&wait&state   LogsReply (long-poll up to ``wait`` <= 30 s; ends
                                          early on a state change, at once if the job is no longer ``state``)
     POST   /jobs/{id}/stop               {"abort": bool} -> JobState
+    POST   /jobs/{id}/address            {} -> AddressReply (the job's sandbox address, reserved before
+                                         it is submitted so that every node of a run knows every other's)
     DELETE /jobs/{id}                    {} (a finished job only; 409 otherwise)
     GET    /blobs/{sha256}               {"hash", "size"} or 404
     PUT    /blobs/{sha256}               raw body (Content-Length required; must hash to sha256) -> {"hash", "size"}
@@ -32,16 +34,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from . import resources
-from .jobs import JobConflict, JobNotFound, JobRunner
+from . import resources, sandbox
+from .job import JobConflict, JobNotFound
+from .jobs import JobRunner
 from .protocol import AGENT_PROTOCOL_VERSION, AGENT_VERSION, HostInfo, JobSubmission, ProtocolError
+from .protocol_sandbox import AddressReply
 
 log = logging.getLogger("corral.agent")
 
 MAX_BODY = 16 * 1024 * 1024
 #: A blob is streamed to disk, never held in memory; this only bounds a runaway upload.
 MAX_BLOB = 16 * 1024**3
-_JOB_RE = re.compile(r"^/jobs/([^/]+)(/logs|/stop)?$")
+_JOB_RE = re.compile(r"^/jobs/([^/]+)(/logs|/stop|/address)?$")
 _BLOB_RE = re.compile(r"^/blobs/([^/]+)$")
 
 
@@ -56,7 +60,13 @@ class Agent:
     """The job runner, host facts and lifecycle behind the HTTP server."""
 
     def __init__(
-        self, work_dir: str, token: str, host: str = "127.0.0.1", port: int = 0, docker_host: str | None = None
+        self,
+        work_dir: str,
+        token: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        docker_host: str | None = None,
+        sandbox_config: sandbox.SandboxConfig | None = None,
     ) -> None:
         if not token:
             raise ValueError("the token must not be empty")
@@ -67,7 +77,8 @@ class Agent:
         self._runtime_ready = threading.Event()
         self._info: HostInfo | None = None
         self._info_lock = threading.Lock()
-        self.runner = JobRunner(self.work_dir, self.container_runtime, docker_host, self.nvidia_gpu_ids)
+        self.sandboxes = sandbox.Sandboxes(self.work_dir, sandbox_config or sandbox.SandboxConfig(mode="off"))
+        self.runner = JobRunner(self.work_dir, self.container_runtime, docker_host, self.nvidia_gpu_ids, self.sandboxes)
         self.httpd = ThreadingHTTPServer((host, port), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.agent = self  # type: ignore[attr-defined]
@@ -266,6 +277,8 @@ class _Handler(BaseHTTPRequestHandler):
             wait = _float_param(query, "wait", 0.0, 0.0, 30.0)
             known = query.get("state", [None])[-1]
             return 200, agent.runner.logs(job_id, offset, limit, wait, known).to_dict()
+        if sub_path == "/address" and method == "POST":
+            return 200, AddressReply(agent.runner.reserve_address(job_id)).to_dict()
         if sub_path == "/stop" and method == "POST":
             data = _json(body) if body.strip() else {}
             if not isinstance(data, dict):

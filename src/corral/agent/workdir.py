@@ -12,7 +12,9 @@ filesystem root: an absolute path ``/a/b`` becomes ``root/a/b``, ``~`` becomes `
 relative path is relative to the working dir. Without ``working_dir`` the working dir is ``root`` itself
 (a container's default working dir); ``repo_dir`` (``repos[].path``, default ``.``) is relative to the
 working dir; a relative ``working_dir`` (dstack before 0.20) is relative to the repo dir. Nothing is ever
-written outside ``root``. The job learns the real paths from ``DSTACK_REPO_DIR`` and ``DSTACK_WORKING_DIR``.
+written outside ``root``. A sandboxed job sees ``root`` as its ``/`` (:mod:`corral.agent.sandbox_layout`),
+so the paths are the configuration's own; a plain host process learns the real ones from
+``DSTACK_REPO_DIR`` and ``DSTACK_WORKING_DIR``.
 
 **Order** (as dstack's runner): the repo (remote: ``git clone`` at the branch, checkout of the commit, then
 ``git apply`` of the diff; local/virtual: unpack the tar archive), then each ``files:`` archive. Any

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from corral.agent.protocol import HostInfo, JobState, JobSubmission, LogsReply, ProtocolError
+from corral.agent.protocol_sandbox import AddressReply
 
 T = TypeVar("T")
 
@@ -123,6 +124,11 @@ class AgentClient:
     async def submit(self, submission: JobSubmission) -> JobState:
         data = await self._request("POST", "/jobs", json=submission.to_dict(), read_timeout=self.timeout + 10.0)
         return self._parse("POST /jobs", JobState.from_dict, data)
+
+    async def reserve_address(self, job_id: str) -> str | None:
+        """The job's address in its sandbox, reserved before it is submitted (None: no sandbox there)."""
+        data = await self._request("POST", f"/jobs/{job_id}/address", json={})
+        return self._parse(f"POST /jobs/{job_id}/address", AddressReply.from_dict, data).address
 
     async def state(self, job_id: str) -> JobState:
         data = await self._request("GET", f"/jobs/{job_id}")

@@ -10,6 +10,7 @@ agents it has no record of.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 import shutil
@@ -19,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from corral.agent import sandbox
 from corral.agent.protocol import HostInfo
 from corral.agent.resources import detect_host_info
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
@@ -39,6 +41,9 @@ def host_resources(info: HostInfo) -> InstanceResources:
     )
 
 
+log = logging.getLogger("corral.local")
+
+
 class LocalCompute:
     name = "local"
 
@@ -49,8 +54,22 @@ class LocalCompute:
         request_timeout: float = 5.0,
         docker_host: str | None = None,
         reap_grace: float = 0.0,
+        hide: tuple[Path, ...] = (),
+        sandbox_mode: str = "auto",
+        uid_range: str | None = None,
     ) -> None:
         self.instances_dir = instances_dir
+        #: Paths no job may see (the server's state), besides each agent's own work dir.
+        self.hide = (instances_dir, *hide)
+        #: Why the agents cannot sandbox host-process jobs here (None: they can).
+        self.sandbox_mode = sandbox_mode
+        self.uid_range = uid_range
+        self.sandbox_reason = sandbox.probe(sandbox.SandboxConfig(mode=sandbox_mode))
+        if self.sandbox_reason is not None:
+            log.warning(
+                "local jobs without an image run WITHOUT a sandbox (only global admins' runs are admitted): %s",
+                self.sandbox_reason,
+            )
         #: Leave work dirs younger than this alone when reaping (replicas sharing the dir on Postgres).
         self.reap_grace = reap_grace
         self.provisioning_timeout = provisioning_timeout
@@ -126,6 +145,10 @@ class LocalCompute:
                     "--token-file",
                     str(token_file),
                     *(["--docker-host", self.docker_host] if self.docker_host else []),
+                    *(a for p in self.hide for a in ("--hide", str(p))),
+                    "--sandbox",
+                    self.sandbox_mode,
+                    *(["--uid-range", self.uid_range] if self.uid_range else []),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,

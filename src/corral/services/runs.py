@@ -19,7 +19,7 @@ from corral.domain.access import backend_types
 from corral.domain.documents import json_default
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
-from corral.services import repos, serialize
+from corral.services import local_admission, repos, serialize
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
 from corral.store import runs as store
@@ -234,6 +234,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
             "(KEY=VALUE) or export it before `apply` so that the CLI fills it in"
         )
     _check_volumes(spec["configuration"], ctx.settings.default_image)
+    await local_admission.check(ctx, project, user, spec["configuration"])
     await repos.check_run_code(ctx, project, user, spec)
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
     explicit = spec["run_name"]

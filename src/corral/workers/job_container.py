@@ -39,16 +39,23 @@ def job_share(job: JobRec, inst: InstanceRec) -> tuple[InstanceResources | None,
 
 
 def apply_container(
-    sub: JobSubmission, job: JobRec, conf: dict[str, Any], inst: InstanceRec, default_image: str | None
+    sub: JobSubmission,
+    job: JobRec,
+    conf: dict[str, Any],
+    inst: InstanceRec,
+    default_image: str | None,
+    nodes: int = 1,
 ) -> None:
-    """Fill in the submission's entrypoint, image, user, shell and container options (a host process
-    keeps the agent's user: ``user`` names a user of the image)."""
+    """Fill in the submission's entrypoint, image, user, shell and container options (``user`` names a
+    user of the image, or for a host process the user it is inside its sandbox)."""
     if conf.get("entrypoint"):
         sub.entrypoint = shlex.split(str(conf["entrypoint"]))
     sub.image = conf.get("image") or default_image
+    sub.user = conf.get("user")  # a host process: the user it is inside its sandbox
     if not sub.image:
+        sub.ports = _ports(conf)  # a sandboxed host process: reached through the agent's relays
+        sub.volumes = _volumes(conf)
         return
-    sub.user = conf.get("user")
     if not conf.get("image") and sub.shell is None:
         sub.shell = "bash"  # dstack: /bin/bash in its default image, /bin/sh in the user's own
     res, whole = job_share(job, inst)
@@ -58,19 +65,30 @@ def apply_container(
     sub.container = ContainerSpec(
         privileged=bool(conf.get("privileged")) or conf.get("docker") is True,
         shm_size_mib=int(float(shm) * 1024) if shm else None,
-        network_mode="host" if whole else "bridge",
-        ports=[int(p["container_port"]) for p in conf.get("ports") or [] if isinstance(p, dict)],
-        volumes=[
-            InstanceMount(str(v["instance_path"]), str(v["path"]), bool(v.get("optional")))
-            for v in conf.get("volumes") or []
-            if isinstance(v, dict) and v.get("instance_path")
-        ],
+        # the host's network only where it is needed: a whole host of an SSH fleet, or the nodes of a
+        # multi-node run (they meet at the hosts' addresses); on the local backend a job's ports would
+        # collide with the CLI's local forwards of the same numbers, so it gets a bridge and published ports
+        network_mode="host" if whole and (inst.backend != "local" or nodes > 1) else "bridge",
+        ports=_ports(conf),
+        volumes=_volumes(conf),
         gpus=(-1 if whole else len(nvidia)) if nvidia else 0,
         cpus=float(res.cpus) if res and not whole and res.cpus > 0 else None,
         memory_mib=res.memory_mib if res and not whole and res.memory_mib >= 4 else None,
         registry_username=auth.get("username"),
         registry_password=auth.get("password"),
     )
+
+
+def _volumes(conf: dict[str, Any]) -> list[InstanceMount]:
+    return [
+        InstanceMount(str(v["instance_path"]), str(v["path"]), bool(v.get("optional")))
+        for v in conf.get("volumes") or []
+        if isinstance(v, dict) and v.get("instance_path")
+    ]
+
+
+def _ports(conf: dict[str, Any]) -> list[int]:
+    return [int(p["container_port"]) for p in conf.get("ports") or [] if isinstance(p, dict)]
 
 
 def runtime_data(sub: JobSubmission, working_dir: str | None) -> dict[str, Any]:
@@ -90,7 +108,8 @@ def runtime_data(sub: JobSubmission, working_dir: str | None) -> dict[str, Any]:
 
 def with_agent_state(data: dict[str, Any] | None, state: JobState) -> dict[str, Any]:
     """The runtime data updated from what the agent reports: the container's network and ports once
-    it runs, the image pull progress while it is pulled."""
+    it runs, a sandboxed host process's ports (its relays on the agent's host), the image pull progress
+    while it is pulled."""
     out = dict(data or {"network_mode": "host", "ports": None})
     info = state.container
     if info is not None and state.state != "pending":
@@ -99,6 +118,9 @@ def with_agent_state(data: dict[str, Any] | None, state: JobState) -> dict[str, 
         # An exited container publishes nothing any more: keep the ports it had while it ran.
         if ports or state.state == "running" or not out.get("ports"):
             out["ports"] = ports
+    sandbox = state.sandbox
+    if sandbox is not None and sandbox.address is not None:
+        out["network_mode"], out["ports"] = "bridge", {str(c): h for c, h in sandbox.ports.items()}
     if state.state == "pending" and state.image_pull_progress is not None:
         out[PULL_PROGRESS_KEY] = state.image_pull_progress.to_dict()
     else:

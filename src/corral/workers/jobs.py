@@ -57,6 +57,11 @@ def _env(job: JobRec, run: Any, inst: InstanceRec, master_ip: str, nodes_ips: li
     return env  # the agent adds DSTACK_REPO_DIR and DSTACK_WORKING_DIR (it knows where they are)
 
 
+def _sandbox_message(state: JobState) -> str | None:
+    """The job's status message when its agent runs it without a sandbox (saying why)."""
+    return state.sandbox.message if state.sandbox is not None else None
+
+
 def provisioning_data(inst: InstanceRec) -> dict[str, Any]:
     return {
         "backend": "remote",
@@ -214,6 +219,20 @@ class Jobs:
         ips = {i.id: "127.0.0.1" if i.backend == "local" else (i.hostname or "") for i in sib_insts}
         ordered = sorted(siblings, key=lambda j: j.job_num)
         nodes_ips = [ips.get(j.instance_id or "", "") for j in ordered]
+        # Nodes on one host (the local backend) meet at their sandboxes' addresses; across hosts they keep
+        # the hosts' network, where they reach each other.
+        one_host = len(ordered) > 1 and all(i.backend == "local" for i in sib_insts)
+        by_id = {i.id: i for i in sib_insts}
+        ready = all(
+            (x := by_id.get(j.instance_id or "")) is not None and x.agent and x.status in ("idle", "busy")
+            for j in ordered
+        )
+        if one_host and not ready:
+            # a node's instance is still starting: its address is not known yet; try again shortly
+            asyncio.get_running_loop().call_later(0.5, self.ctx.wakeups.wake_local, "jobs")
+            return
+        if one_host:
+            nodes_ips = await self._sandbox_addresses(ordered, {i.id: i for i in sib_insts}, nodes_ips)
         master_ip = nodes_ips[0] if nodes_ips else "127.0.0.1"
         conf = run.run_spec.get("configuration", {})
         spec = job.job_spec
@@ -232,7 +251,8 @@ class Jobs:
             else self.ctx.settings.default_stop_duration,
             max_duration=float(spec["max_duration"]) if isinstance(spec.get("max_duration"), (int, float)) else None,
         )
-        apply_container(submission, job, conf, inst, self.ctx.settings.default_image)
+        apply_container(submission, job, conf, inst, self.ctx.settings.default_image, nodes=len(ordered))
+        submission.host_network = len(ordered) > 1 and not one_host
         client = self._client(inst)
         try:
             code = await job_code(self.ctx, run, job)
@@ -261,7 +281,10 @@ class Jobs:
                     "status": "pulling" if state.state == "pending" and submission.image else "running",
                     "last_processed_at": now,
                     "job_provisioning_data": dump(provisioning_data(inst)),
-                    "job_runtime_data": dump(runtime_data(submission, spec.get("working_dir"))),
+                    "job_runtime_data": dump(
+                        with_agent_state(runtime_data(submission, spec.get("working_dir")), state)
+                    ),
+                    "status_message": _sandbox_message(state),
                 },
                 expect_status=("provisioning",),
             )
@@ -270,6 +293,25 @@ class Jobs:
             job = await self._reload(job.id) or job
             if state.finished or job.id not in self._followers:
                 self._follow(job, inst)
+
+    async def _sandbox_addresses(
+        self, ordered: list[JobRec], insts: dict[str, InstanceRec], fallback: list[str]
+    ) -> list[str]:
+        """Each node's address in its sandbox, reserved on its agent (idempotent: every node's submission
+        asks for all of them and gets the same); a node whose agent has no sandbox keeps ``fallback``."""
+        out = list(fallback)
+        for k, sib in enumerate(ordered):
+            inst = insts.get(sib.instance_id or "")
+            if inst is None or not inst.agent:
+                continue
+            try:
+                address = await self._client(inst).reserve_address(sib.id)
+            except (AgentUnreachable, AgentError) as e:
+                log.warning("no sandbox address for %s: %s", sib.job_name, e)
+                continue
+            if address:
+                out[k] = address
+        return out
 
     async def _reload(self, job_id: str) -> JobRec | None:
         async with self.ctx.db.read() as conn:
@@ -428,6 +470,7 @@ class Jobs:
                     "status": status,
                     "termination_reason": reason,
                     "termination_reason_message": message,
+                    "status_message": None,
                     "exit_status": exit_status,
                     "finished_at": now,
                     "last_processed_at": now,

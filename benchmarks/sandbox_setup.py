@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""What a job's sandbox costs: set-up (network namespace, veth, port relay, the launcher's mounts, user
+namespace, exec) and teardown (namespace, veth, slot), per job, beside starting the same command as a
+plain host process. Uses the agent's own code (``corral.agent.sandbox``) on this machine; needs root.
+
+Each round starts ``/bin/true`` in a fresh sandbox with one port and a small job tree, waits for it and
+tears the sandbox down. ``steady`` keeps one other sandbox open, so the bridge exists (the usual case on
+a busy host); ``first`` is a lone job, which also creates and removes the bridge and its NAT rules.
+Figures, not assertions:
+
+    sudo python benchmarks/sandbox_setup.py [--rounds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from corral.agent import sandbox
+
+
+def _tree(base: str) -> tuple[dict[str, str], str]:
+    root = os.path.join(base, "workdir")
+    for d in ("workflow", "tmp", "root"):
+        os.makedirs(os.path.join(root, d), exist_ok=True)
+    os.chmod(os.path.join(root, "tmp"), 0o1777)
+    mount = os.path.join(base, "root")
+    os.makedirs(mount, exist_ok=True)
+    binds = {"/workflow": os.path.join(root, "workflow"), "/tmp": os.path.join(root, "tmp")}
+    binds["/root"] = os.path.join(root, "root")
+    return binds, mount
+
+
+def one(sbs: sandbox.Sandboxes, base: str, n: int) -> tuple[float, float, float, float]:
+    """(network + relay, launcher up to exec, teardown, total) in ms."""
+    job_dir = os.path.join(base, f"job{n}")
+    binds, mount = _tree(job_dir)
+    t0 = time.perf_counter()
+    sb = sbs.open(f"bench-{n}", [8000])
+    t1 = time.perf_counter()
+    sandbox.chown_tree(os.path.join(job_dir, "workdir"), sb.uid)
+    pipes = sandbox.Pipes.open()
+    inside = (0, 0) if sb.userns else None
+    cmd = sbs.command(sb, ["/bin/true"], "/workflow", binds, mount, pipes, inside)
+    proc = sandbox.start(cmd, pipes, inside, sb.uid, cwd=job_dir, env={"PATH": "/usr/bin:/bin"})
+    t2 = time.perf_counter()
+    proc.wait()
+    t3 = time.perf_counter()
+    sbs.close(sb)
+    t4 = time.perf_counter()
+    shutil.rmtree(job_dir, ignore_errors=True)
+    return (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t4 - t3) * 1e3, (t2 - t0 + t4 - t3) * 1e3
+
+
+def plain(rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(["/bin/true"])
+        times.append((time.perf_counter() - t0) * 1e3)
+        proc.wait()
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args()
+    base = tempfile.mkdtemp(prefix="corral-bench-sandbox-")
+    sbs = sandbox.Sandboxes(os.path.join(base, "agent"), sandbox.SandboxConfig(mode="on"))
+    if not sbs.available:
+        print(f"no sandbox here: {sbs.reason}", file=sys.stderr)
+        return 2
+    try:
+        one(sbs, base, 0)  # warm the page cache and the launcher's source
+        first = [one(sbs, base, 1000 + i) for i in range(max(3, args.rounds // 3))]
+        anchor = sbs.open("bench-anchor", [])
+        try:
+            steady = [one(sbs, base, i) for i in range(args.rounds)]
+        finally:
+            sbs.close(anchor)
+        base_ms = plain(args.rounds)
+    finally:
+        sbs.reap(set())  # whatever a failed round left
+        shutil.rmtree(base, ignore_errors=True)
+    print(f"sandbox set-up and teardown per job (medians of {args.rounds} rounds, ms)")
+    print(f"{'case':<8} {'network':>9} {'launcher':>9} {'teardown':>9} {'total':>9}")
+    for name, rows in (("steady", steady), ("first", first)):
+        cols = [statistics.median(r[i] for r in rows) for i in range(4)]
+        print(f"{name:<8} " + " ".join(f"{c:9.1f}" for c in cols))
+    print(f"plain host process start (Popen of /bin/true): {base_ms:.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""The job as the agent holds it: its directory, submission, state and the locks around them.
+
+The one type that the host-process runner (:mod:`corral.agent.jobs`), the container runner
+(:mod:`corral.agent.containers`) and the sandbox (:mod:`corral.agent.sandbox`) share. Imports only the
+standard library and the agent's own protocol and log store, so none of those modules import each other
+to name it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from typing import TYPE_CHECKING, Any
+
+from .logstore import LogStore
+from .protocol import JobState, JobSubmission
+
+if TYPE_CHECKING:
+    from .sandbox import JobSandbox
+
+
+class JobNotFound(KeyError):
+    pass
+
+
+class JobConflict(Exception):
+    """The request does not fit the job's current state (e.g. forgetting a running job)."""
+
+
+class Job:
+    def __init__(self, job_dir: str, sub: JobSubmission, state: JobState) -> None:
+        self.dir = job_dir
+        self.sub = sub
+        self.state = state
+        self.cond = threading.Condition()
+        self.logs = LogStore(job_dir)
+        self.proc: subprocess.Popen[bytes] | None = None
+        #: The git command the setup is running now (killed by a stop).
+        self.setup_proc: subprocess.Popen[bytes] | None = None
+        self.stop_reason: str | None = None
+        self.timers: list[threading.Timer] = []
+        #: The job's sandbox while it runs in one (None: a plain host process or a container).
+        self.sandbox: JobSandbox | None = None
+
+    def snapshot(self) -> JobState:
+        with self.cond:
+            return JobState.from_dict(self.state.to_dict())
+
+    def persist(self) -> None:
+        write_json(os.path.join(self.dir, "state.json"), self.state.to_dict())
+
+    def notify(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+
+def write_json(path: str, data: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)

@@ -1,0 +1,444 @@
+"""The job sandbox: every host-process job (no ``image``) in network, mount and uid isolation of its own.
+
+Owns, per host, the *slots* (one per sandboxed job; slot ``n`` gives the job the address ``n + 2`` of
+the sandbox subnet and the uid ``n`` of ``CORRAL_JOB_UID_RANGE``), shared by every agent on the host
+through records in a state directory (``/run/corral-sandbox``: gone at reboot, like what it describes)
+under an ``flock``; and, per job, its :class:`JobSandbox`: the network namespace and veth
+(:mod:`corral.agent.sandbox_net`), the port relays (:mod:`corral.agent.portfwd`) and the command line
+that starts the job through the launcher (:mod:`corral.agent.sandbox_exec`: mount namespace, read-only
+host, the job's own paths at the absolute places the configuration names, its uid).
+
+Why subprocesses and ctypes rather than ``os.unshare``: the agent runs on Python 3.9 (3.12 added it), and
+the namespaces must be entered by a single-threaded process that then ``exec``s the job, never by a fork
+of the threaded agent. ``ip`` and ``iptables``/``nft`` set up the network; a fresh ``python3 -I -S``
+runs the launcher, which needs only ``ctypes`` for ``setns``/``unshare``/``mount``.
+
+Without root, or with a tool missing, :attr:`Sandboxes.reason` says why, the agent logs it at start,
+every job's ``JobState.sandbox.message`` repeats it, and jobs run as plain host processes as before.
+
+Nothing is left behind: a job's namespace and veth go when it ends (its mounts with its last process),
+the bridge and its rules when the last slot of the host is released, and an agent that starts again
+(after a crash or ``kill -9``) releases every slot recorded for its work dir whose job no longer runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import json
+import logging
+import marshal
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import sandbox_net
+from .portfwd import Forwarder
+
+log = logging.getLogger("corral.agent")
+
+DEFAULT_UID_RANGE = (200000, 265535)
+DEFAULT_SUBNET = "10.247.0.0/16"
+DEFAULT_BRIDGE = "corral0"
+DEFAULT_STATE_DIR = "/run/corral-sandbox"
+#: dstack's working dir in a container, and so in a sandbox when the configuration names none
+DEFAULT_WORKING_DIR = "/workflow"
+MODES = ("auto", "on", "off")
+
+
+class SandboxError(Exception):
+    """The sandbox could not be set up; the message is meant for the user."""
+
+
+def parse_uid_range(text: str) -> tuple[int, int]:
+    try:
+        lo_s, hi_s = text.split("-")
+        lo, hi = int(lo_s), int(hi_s)
+    except ValueError:
+        raise ValueError(f"CORRAL_JOB_UID_RANGE: {text!r} is not a range like 200000-265535") from None
+    if not 0 < lo <= hi < 2**32 - 1:
+        raise ValueError(f"CORRAL_JOB_UID_RANGE: {text!r}: expected 0 < first <= last < 4294967295")
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    mode: str = "auto"
+    uid_range: tuple[int, int] = DEFAULT_UID_RANGE
+    subnet: str = DEFAULT_SUBNET
+    bridge: str = DEFAULT_BRIDGE
+    state_dir: str = DEFAULT_STATE_DIR
+    #: host paths no job may see (besides the agent's work dir): the server's state directory
+    hide: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str], mode: str = "auto", hide: tuple[str, ...] = ()) -> SandboxConfig:
+        """``CORRAL_JOB_UID_RANGE``, ``CORRAL_SANDBOX_SUBNET``, ``CORRAL_SANDBOX_BRIDGE``,
+        ``CORRAL_SANDBOX_STATE_DIR``, ``CORRAL_SANDBOX_HIDE`` (``:``-separated); ValueError names the bad one."""
+        if mode not in MODES:
+            raise ValueError(f"--sandbox: {mode!r} is not one of auto, on, off")
+        uids = parse_uid_range(environ["CORRAL_JOB_UID_RANGE"]) if environ.get("CORRAL_JOB_UID_RANGE") else None
+        subnet = environ.get("CORRAL_SANDBOX_SUBNET") or DEFAULT_SUBNET
+        try:
+            net = ipaddress.IPv4Network(subnet)
+        except ValueError as e:
+            raise ValueError(f"CORRAL_SANDBOX_SUBNET: {subnet!r}: {e}") from None
+        if net.num_addresses < 8:
+            raise ValueError(f"CORRAL_SANDBOX_SUBNET: {subnet!r} is too small (at least a /29)")
+        extra = tuple(p for p in (environ.get("CORRAL_SANDBOX_HIDE") or "").split(":") if p)
+        return cls(
+            mode=mode,
+            uid_range=uids or DEFAULT_UID_RANGE,
+            subnet=str(net),
+            bridge=environ.get("CORRAL_SANDBOX_BRIDGE") or DEFAULT_BRIDGE,
+            state_dir=environ.get("CORRAL_SANDBOX_STATE_DIR") or DEFAULT_STATE_DIR,
+            hide=tuple(os.path.abspath(p) for p in (*hide, *extra)),
+        )
+
+
+def probe(config: SandboxConfig) -> str | None:
+    """Why jobs cannot get a sandbox on this host, or None when they can."""
+    if config.mode == "off":
+        return "the sandbox is turned off (--sandbox off)"
+    if not sys.platform.startswith("linux"):
+        return f"the sandbox needs Linux (this host runs {sys.platform})"
+    if os.geteuid() != 0:
+        return "the agent does not run as root, so it cannot create namespaces or give jobs uids of their own"
+    missing = sandbox_net.missing_tools()
+    if missing:
+        return "missing on this host: " + ", ".join(missing) + " (install iproute2 and iptables)"
+    if not os.path.exists("/proc/self/ns/net"):
+        return "this kernel has no network namespaces"
+    return None
+
+
+@dataclass
+class JobSandbox:
+    slot: int
+    #: None when the job keeps the host's network
+    address: str | None
+    uid: int
+    netns: str | None
+    #: whether the job gets a user namespace (where it is root, or its ``user``)
+    userns: bool = False
+    forwarders: dict[int, Forwarder] = field(default_factory=dict)
+
+    def ports(self) -> dict[int, int]:
+        return {p: f.port for p, f in self.forwarders.items()}
+
+
+class Sandboxes:
+    """The slots of this host and the sandboxes of this agent's jobs."""
+
+    def __init__(self, work_dir: str, config: SandboxConfig) -> None:
+        self.work_dir = os.path.abspath(work_dir)
+        self.config = config
+        self.network = ipaddress.IPv4Network(config.subnet)
+        lo, hi = config.uid_range
+        self.size = min(hi - lo + 1, self.network.num_addresses - 3)
+        self.reason = probe(config)
+        self.userns = _user_namespaces()
+        self._helper: str | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.reason is None
+
+    # ---- slots (host-wide, under the lock) ------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[str]:
+        slots = os.path.join(self.config.state_dir, "slots")
+        os.makedirs(slots, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(self.config.state_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield slots
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _records(slots: str) -> dict[int, dict[str, Any]]:
+        out = {}
+        for name in os.listdir(slots):
+            if name.endswith(".json") and name[:-5].isdigit():
+                try:
+                    with open(os.path.join(slots, name)) as f:
+                        out[int(name[:-5])] = json.load(f)
+                except (OSError, ValueError):
+                    out[int(name[:-5])] = {}
+        return out
+
+    def address(self, slot: int) -> str:
+        return str(self.network.network_address + 2 + slot)
+
+    def uid(self, slot: int) -> int:
+        return self.config.uid_range[0] + slot
+
+    def reserve(self, job_id: str) -> int:
+        """The job's slot: the one already recorded for it, else the lowest free one."""
+        with self._locked() as slots:
+            return self._reserve(slots, job_id)
+
+    def _reserve(self, slots: str, job_id: str) -> int:
+        records = self._records(slots)
+        for n, rec in records.items():
+            if rec.get("work_dir") == self.work_dir and rec.get("job_id") == job_id:
+                return n
+        for n in range(self.size):
+            if n not in records:
+                with open(os.path.join(slots, f"{n}.json"), "x") as f:
+                    json.dump(
+                        {"work_dir": self.work_dir, "job_id": job_id, "mnt": _mount_ns(), "since": time.time()}, f
+                    )
+                return n
+        raise SandboxError(f"all {self.size} sandbox slots of this host are taken (CORRAL_JOB_UID_RANGE)")
+
+    def _release(self, slots: str, slot: int) -> None:
+        kill_uid(self.uid(slot))  # what the job left running outside its process group
+        sandbox_net.job_net_down(slot)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(slots, f"{slot}.json"))
+        if not self._records(slots):
+            sandbox_net.bridge_down(self.config.bridge, self.network)
+
+    def release(self, job_id: str) -> None:
+        """Give back the slot reserved for a job that never ran in it (it is forgotten)."""
+        if not self.available:
+            return
+        with self._locked() as slots:
+            for n, rec in self._records(slots).items():
+                if rec.get("work_dir") == self.work_dir and rec.get("job_id") == job_id:
+                    self._release(slots, n)
+
+    def release_stale(self, known: set[str], max_age: float = 600.0) -> None:
+        """Give back this agent's slots reserved over ``max_age`` ago for jobs it never got (a run stopped
+        between the reservation of its nodes' addresses and their submission)."""
+        if not self.available:
+            return
+        cutoff = time.time() - max_age
+        with self._locked() as slots:
+            for n, rec in self._records(slots).items():
+                mine = rec.get("work_dir") == self.work_dir
+                if mine and rec.get("job_id") not in known and float(rec.get("since") or 0) < cutoff:
+                    self._release(slots, n)
+
+    def reap(self, live: set[str]) -> int:
+        """After a start: release this agent's slots whose job is not ``live``, slots of agents whose
+        work dir is gone, and namespaces no record claims. Returns how many were released."""
+        if not self.available:
+            return 0
+        released = 0
+        with self._locked() as slots:
+            records = self._records(slots)
+            for n, rec in records.items():
+                mine = rec.get("work_dir") == self.work_dir
+                # an agent whose work dir is gone (seen from the same mount namespace: a host's agents, not
+                # those of a container or chroot that shares the state dir)
+                gone = rec.get("mnt") == _mount_ns() and not os.path.isdir(str(rec.get("work_dir")))
+                if (mine and rec.get("job_id") not in live) or gone:
+                    self._release(slots, n)
+                    released += 1
+            for n in sandbox_net.leftover_slots():
+                if n not in records:
+                    sandbox_net.job_net_down(n)
+                    released += 1
+            if not self._records(slots):
+                sandbox_net.bridge_down(self.config.bridge, self.network)
+        return released
+
+    # ---- one job's sandbox ----------------------------------------------------------------------
+    def open(self, job_id: str, ports: list[int], host_network: bool = False) -> JobSandbox:
+        """The job's slot, network (its slot's address, the bridge up if it is the first) and port relays;
+        with ``host_network`` only the slot (its uid)."""
+        try:
+            with self._locked() as slots:
+                slot = self._reserve(slots, job_id)
+                if host_network:
+                    return JobSandbox(slot=slot, address=None, uid=self.uid(slot), netns=None, userns=self.userns)
+                try:
+                    if not sandbox_net.bridge_exists(self.config.bridge) or len(self._records(slots)) == 1:
+                        sandbox_net.bridge_up(self.config.bridge, self.network)  # the host's first job
+                    netns = sandbox_net.job_net_up(slot, self.address(slot), self.config.bridge, self.network)
+                except sandbox_net.NetError:
+                    self._release(slots, slot)
+                    raise
+        except (sandbox_net.NetError, OSError) as e:
+            raise SandboxError(f"cannot set up the job's network: {e}") from None
+        address = self.address(slot)
+        sb = JobSandbox(slot=slot, address=address, uid=self.uid(slot), netns=netns, userns=self.userns)
+        try:
+            for port in ports:
+                sb.forwarders[port] = Forwarder(address, port)
+        except OSError as e:
+            self.close(sb)
+            raise SandboxError(f"cannot listen for the job's port: {e}") from None
+        return sb
+
+    def close(self, sb: JobSandbox) -> None:
+        for fwd in sb.forwarders.values():
+            fwd.close()
+        sb.forwarders.clear()
+        with self._locked() as slots:
+            self._release(slots, sb.slot)
+
+    def command(
+        self,
+        sb: JobSandbox,
+        argv: list[str],
+        cwd: str,
+        binds: dict[str, str],
+        root: str,
+        pipes: Pipes,
+        inside: tuple[int, int] | None,
+    ) -> list[str]:
+        """The command line that starts ``argv`` in the sandbox (see :mod:`corral.agent.sandbox_exec`)."""
+        if self._helper is None:
+            from . import sandbox_exec  # loads libc: only once a job needs it
+
+            path = sandbox_exec.__file__
+            loader = getattr(sandbox_exec, "__loader__", None)
+            source = loader.get_source(sandbox_exec.__name__) if loader is not None else None  # zipapp too
+            if source is None:
+                with open(path) as f:
+                    source = f.read()
+            self._helper = source
+        spec = {
+            "netns": sb.netns,
+            "root": root,
+            "binds": binds,
+            "hide": sorted({self.work_dir, *self.config.hide}),
+            "cwd": cwd,
+            "uid": sb.uid,
+            "gid": sb.uid,
+            "status_fd": pipes.status_w,
+            "go_fd": pipes.go_r,
+            "inside": list(inside) if inside is not None else None,
+            "argv": argv,
+        }
+        # marshal (of plain values only): the launcher reads it without importing json
+        return [sys.executable or "python3", "-I", "-S", "-c", self._helper, marshal.dumps(spec).hex()]
+
+
+def _user_namespaces() -> bool:
+    """Whether this kernel lets the agent give jobs user namespaces (else a job runs as its uid only)."""
+    try:
+        with open("/proc/sys/user/max_user_namespaces") as f:
+            return int(f.read().strip() or 0) > 0
+    except (OSError, ValueError):
+        return os.path.exists("/proc/self/ns/user")
+
+
+def _mount_ns() -> str:
+    try:
+        return os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return ""
+
+
+def kill_uid(uid: int) -> int:
+    """SIGKILL every process of ``uid`` (a slot's uid is the job's alone); returns how many."""
+    killed = 0
+    for _ in range(3):
+        found = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    if os.stat("/proc/" + name).st_uid == uid:
+                        found.append(int(name))
+                except OSError:
+                    continue
+        if not found:
+            break
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        killed += len(found)
+        time.sleep(0.02)
+    return killed
+
+
+def chown_tree(path: str, uid: int) -> None:
+    """Give the job's own files to its uid (its directory was written by the agent, as root)."""
+    os.lchown(path, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, uid)
+
+
+@dataclass(frozen=True)
+class Pipes:
+    """The launcher's status pipe (it writes) and go pipe (the agent writes)."""
+
+    status_r: int
+    status_w: int
+    go_r: int
+    go_w: int
+
+    @classmethod
+    def open(cls) -> Pipes:
+        status_r, status_w = os.pipe()
+        go_r, go_w = os.pipe()
+        return cls(status_r, status_w, go_r, go_w)
+
+
+def start(
+    cmd: list[str], pipes: Pipes, inside: tuple[int, int] | None, uid: int, **popen: Any
+) -> subprocess.Popen[bytes]:
+    """Start the launcher and wait until the job runs (the status pipe closes) or fails (a line on it);
+    on its ``map`` line, map ``inside`` (uid, gid) of its user namespace to ``uid`` outside."""
+    status_r, status_w, go_r, go_w = pipes.status_r, pipes.status_w, pipes.go_r, pipes.go_w
+    try:
+        proc = subprocess.Popen(cmd, pass_fds=(status_w, go_r), **popen)
+    finally:
+        os.close(status_w)
+        os.close(go_r)
+    words = ""
+    try:
+        with os.fdopen(status_r, "rb") as f:
+            line = f.readline()
+            if line == b"map\n" and inside is not None:
+                for name, value in (("uid_map", inside[0]), ("gid_map", inside[1])):
+                    with open(f"/proc/{proc.pid}/{name}", "w") as m:
+                        m.write(f"{value} {uid} 1\n")
+                os.write(go_w, b"g")
+                line = b""
+            words = (line + f.read(4096)).decode(errors="replace").strip()
+    except OSError as e:
+        words = f"cannot map the job's user: {e}"
+    finally:
+        os.close(go_w)
+    if words:
+        proc.kill()
+        proc.wait()
+        raise SandboxError(words)
+    return proc
+
+
+def inside_ids(user: str | None) -> tuple[int, int]:
+    """The uid and gid a job sees itself as: root, or its ``user`` (``name``, ``uid``, ``name:group``,
+    ``uid:gid``; names as this host's ``/etc/passwd`` and ``/etc/group`` give them, which the job sees)."""
+    if not user:
+        return 0, 0
+    import grp
+    import pwd
+
+    name, _, group = user.partition(":")
+    try:
+        pw = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+        uid, gid = pw.pw_uid, pw.pw_gid
+    except KeyError:
+        if not name.isdigit():
+            raise SandboxError(f"`user: {user}`: there is no user {name!r} on this host") from None
+        uid = gid = int(name)
+    if group:
+        try:
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+        except KeyError:
+            raise SandboxError(f"`user: {user}`: there is no group {group!r} on this host") from None
+    return uid, gid

@@ -1,0 +1,158 @@
+"""The sandbox's network plumbing: corral's bridge with NAT, and one network namespace per job.
+
+Driven through iproute2's ``ip`` (in batch mode: one process per step) and ``iptables-restore`` (or
+``nft`` where iptables is missing), so it works on any Linux host with Python 3.9 and those tools.
+
+- **bridge** (:func:`bridge_up`, :func:`bridge_down`): ``corral0`` (configurable) holding the subnet's
+  first address as every job's gateway, IPv4 forwarding on, and three rules tagged ``corral-sandbox``:
+  masquerade of the subnet's traffic leaving through any other interface, and forwarding accepted from
+  the bridge and back to it for established connections (so a host whose FORWARD policy is DROP, as
+  Docker leaves it, still lets jobs out). It exists while at least one job holds an address.
+- **job network** (:func:`job_net_up`, :func:`job_net_down`): a named namespace ``corral-s<slot>`` with
+  ``lo`` and ``eth0`` (one end of a veth pair whose host end ``crv<slot>`` is on the bridge), the job's
+  address and a default route through the gateway. Deleting the namespace removes the pair.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import subprocess
+
+NETNS_DIR = "/run/netns"
+RULE_TAG = "corral-sandbox"
+
+
+class NetError(Exception):
+    """A network step failed; the message names the tool and its words."""
+
+
+def netns_name(slot: int) -> str:
+    return f"corral-s{slot}"
+
+
+def veth_name(slot: int) -> str:
+    return f"crv{slot}"
+
+
+def missing_tools() -> list[str]:
+    missing = [] if shutil.which("ip") else ["ip (iproute2)"]
+    if not shutil.which("iptables-restore") and not shutil.which("nft"):
+        missing.append("iptables or nft")
+    return missing
+
+
+def _run(args: list[str], stdin: str = "", check: bool = True) -> str:
+    try:
+        proc = subprocess.run(args, input=stdin.encode(), capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise NetError(f"{args[0]}: {e}") from None
+    if check and proc.returncode != 0:
+        words = (proc.stderr or proc.stdout).decode(errors="replace").strip()
+        raise NetError(f"{' '.join(args[:3])} failed: {words}")
+    return proc.stdout.decode(errors="replace")
+
+
+def bridge_exists(bridge: str) -> bool:
+    return os.path.exists(f"/sys/class/net/{bridge}")
+
+
+def _iptables_rules(bridge: str, subnet: str, op: str) -> str:
+    tag = f'-m comment --comment "{RULE_TAG}"'
+    return (
+        "*nat\n"
+        f"{op} POSTROUTING -s {subnet} ! -o {bridge} {tag} -j MASQUERADE\n"
+        "COMMIT\n*filter\n"
+        f"{op} FORWARD -i {bridge} {tag} -j ACCEPT\n"
+        f"{op} FORWARD -o {bridge} -m conntrack --ctstate RELATED,ESTABLISHED {tag} -j ACCEPT\n"
+        "COMMIT\n"
+    )
+
+
+def _nft_table(bridge: str, subnet: str) -> str:
+    return (
+        "table ip corral_sandbox {\n"
+        "  chain post { type nat hook postrouting priority 100; "
+        f'ip saddr {subnet} oifname != "{bridge}" masquerade; }}\n'
+        "  chain fwd { type filter hook forward priority -1; "
+        f'iifname "{bridge}" accept; oifname "{bridge}" ct state established,related accept; }}\n'
+        "}\n"
+    )
+
+
+def bridge_up(bridge: str, network: ipaddress.IPv4Network) -> None:
+    gateway = f"{network.network_address + 1}/{network.prefixlen}"
+    if not bridge_exists(bridge):
+        _run(["ip", "-batch", "-"], f"link add {bridge} type bridge\naddr add {gateway} dev {bridge}\n")
+    _run(["ip", "link", "set", bridge, "up"])
+    try:
+        with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
+            f.write("1\n")
+    except OSError as e:
+        raise NetError(f"cannot turn on IPv4 forwarding: {e}") from None
+    if shutil.which("iptables-restore"):
+        _run(["iptables-restore", "-w", "--noflush"], _iptables_rules(bridge, str(network), "-D"), check=False)
+        _run(["iptables-restore", "-w", "--noflush"], _iptables_rules(bridge, str(network), "-I"))
+    else:
+        _run(["nft", "delete", "table", "ip", "corral_sandbox"], check=False)
+        _run(["nft", "-f", "-"], _nft_table(bridge, str(network)))
+
+
+def bridge_down(bridge: str, network: ipaddress.IPv4Network) -> None:
+    if shutil.which("iptables-restore"):
+        _run(["iptables-restore", "-w", "--noflush"], _iptables_rules(bridge, str(network), "-D"), check=False)
+    elif shutil.which("nft"):
+        _run(["nft", "delete", "table", "ip", "corral_sandbox"], check=False)
+    if bridge_exists(bridge):
+        _run(["ip", "link", "del", bridge], check=False)
+
+
+def job_net_up(slot: int, address: str, bridge: str, network: ipaddress.IPv4Network) -> str:
+    """Create the job's namespace; returns its path (for ``setns``)."""
+    ns, veth = netns_name(slot), veth_name(slot)
+    job_net_down(slot)  # a leftover of the same slot (a crash between steps)
+    _run(
+        ["ip", "-batch", "-"],
+        f"netns add {ns}\nlink add {veth} type veth peer name eth0 netns {ns}\nlink set {veth} master {bridge} up\n",
+    )
+    gateway = network.network_address + 1
+    _run(
+        ["ip", "-n", ns, "-batch", "-"],
+        f"addr add {address}/{network.prefixlen} dev eth0\nlink set eth0 up\nlink set lo up\n"
+        f"route add default via {gateway}\n",
+    )
+    return os.path.join(NETNS_DIR, ns)
+
+
+def job_net_down(slot: int) -> None:
+    ns = netns_name(slot)
+    path = os.path.join(NETNS_DIR, ns)
+    if os.path.exists(path) and not _unmount_netns(path):
+        _run(["ip", "netns", "del", ns], check=False)
+    if os.path.exists(f"/sys/class/net/{veth_name(slot)}"):
+        _run(["ip", "link", "del", veth_name(slot)], check=False)
+
+
+def _unmount_netns(path: str) -> bool:
+    """What ``ip netns del`` does, without starting it: detach the namespace's bind mount and remove the
+    file (the kernel frees the namespace, and its veth pair, once no process is left in it)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.umount2(path.encode(), 2) != 0:  # MNT_DETACH
+            return False
+        os.unlink(path)
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+def leftover_slots() -> list[int]:
+    """Slots whose namespace exists (to reap those no record claims)."""
+    out = []
+    for name in os.listdir(NETNS_DIR) if os.path.isdir(NETNS_DIR) else []:
+        if name.startswith("corral-s") and name[8:].isdigit():
+            out.append(int(name[8:]))
+    return out
