@@ -137,6 +137,9 @@ async def prepare(settings: Settings) -> Prepared:
             settings.agent_request_timeout,
             docker_host=settings.docker_host,
             reap_grace=0.0 if db.is_sqlite else 60.0,
+            host_cpus=settings.local_cpus,
+            host_memory_mib=settings.local_memory_mib,
+            host_blocks=settings.local_blocks,
         ),
         "ssh": SSHCompute(
             settings.server_dir,

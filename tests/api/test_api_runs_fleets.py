@@ -128,7 +128,8 @@ async def test_seed_body_is_accepted_and_fails_without_fleet(server: RunningServ
         got = await wait_for(failed)
         sub = got["latest_job_submission"]
         assert sub["termination_reason"] == "failed_to_start_due_to_no_capacity"
-        assert sub["termination_reason_message"] == "Failed to use specified fleets"
+        message = sub["termination_reason_message"]
+        assert message.startswith("Failed to use specified fleets: no fleet named 'test-fleet'"), message
         assert got["termination_reason"] == "job_failed"
 
 

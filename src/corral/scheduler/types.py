@@ -21,6 +21,11 @@ class Offer:
     region: str
     price: float
     resources: InstanceResources
+    #: Blocks of a shared host this instance would be carved out of (the ``local`` backend: this machine,
+    #: split as an SSH host is split into blocks); 0 = it takes nothing from a host pool.
+    host_blocks: int = 0
+    #: ... of how many blocks that host has (an instance with fewer is a share of the host, not all of it).
+    host_total_blocks: int = 0
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,9 @@ class Snapshot:
     queue: tuple[QueuedJob, ...]
     #: Backend-wide caps, e.g. the number of local instances: key -> (in use, maximum).
     backend_limits: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Hosts that new instances are carved out of, by backend: backend -> (blocks in use, blocks in all).
+    #: An offer with ``host_blocks`` is reserved only while that many blocks of its backend's host are free.
+    host_pools: dict[str, tuple[int, int]] = field(default_factory=dict)
     #: A job that has waited this long holds the fleets it could use: nothing queued behind it takes
     #: capacity there until it fits (no starvation of large jobs). None disables holding.
     hold_after: float | None = None

@@ -15,6 +15,7 @@ from corral.domain.access import backend_types
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, ProjectRec, UserRec
 from corral.domain.resources import match_requirements
+from corral.scheduler.blocks import smallest_carves
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.types import Offer
 from corral.schemas import wire
@@ -134,7 +135,7 @@ def fleet_offers(ctx: Context, normalized: dict[str, Any], project: ProjectRec) 
         return []
     req = ResourcesSpec.model_validate(conf.get("resources") or {}).to_requirements()
     computes = ctx.project_computes(backend_types(project.backends))
-    return [o for c in computes for o in c.offers() if match_requirements(req, o.resources) is None]
+    return smallest_carves(o for c in computes for o in c.offers() if match_requirements(req, o.resources) is None)
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[str, Any]) -> dict[str, Any]:

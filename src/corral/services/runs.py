@@ -18,6 +18,7 @@ from corral.domain.access import backend_types
 from corral.domain.documents import json_default
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
+from corral.scheduler.blocks import smallest_carves
 from corral.services import repos, serialize
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
@@ -176,12 +177,13 @@ def _offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[d
     if merged.instances is not None or getattr(merged.creation_policy, "value", None) == "reuse":
         return []
     req = conf.resources.to_requirements()
-    return [
-        offer_json(o)
+    fitting = (
+        o
         for c in ctx.project_computes(backend_types(project.backends))
         for o in c.offers()
         if match_requirements(req, o.resources) is None
-    ]
+    )
+    return [offer_json(o) for o in smallest_carves(fitting)]
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,18 @@ from corral.domain.resources import Requirements, match_requirements
 from corral.domain.selectors import FleetRef, Selector
 from corral.scheduler.codec import offer_from_json
 from corral.scheduler.schedule import schedule, upkeep
-from corral.scheduler.types import Fail, FleetSlot, Gang, InstanceSlot, Offer, Plan, QueuedJob, Snapshot, WaitPolicy
+from corral.scheduler.types import (
+    Fail,
+    FleetSlot,
+    Gang,
+    InstanceSlot,
+    Offer,
+    Plan,
+    QueuedJob,
+    Reserve,
+    Snapshot,
+    WaitPolicy,
+)
 from corral.store import exports as export_store
 from corral.store import project_state
 from corral.store import snapshot as snap
@@ -160,6 +171,12 @@ class Scheduling:
     def backend_limits(self) -> dict[str, int]:
         return {"local": self.ctx.settings.local_max_instances} if "local" in self.ctx.computes else {}
 
+    def host_pools(self) -> dict[str, int]:
+        """Backends whose instances are carved out of one host: backend -> the host's blocks."""
+        local = self.ctx.computes.get("local")
+        host_blocks = getattr(local, "host_blocks", None)
+        return {"local": int(host_blocks())} if callable(host_blocks) else {}
+
     async def pass_once(self) -> ApplyResult:
         """One load -> decide -> commit pass. Returns what was committed."""
         now = time.time()
@@ -167,6 +184,8 @@ class Scheduling:
             queue = await snap.load_queue(conn, known=self._queued.keys())
             fleets = await snap.load_fleets(conn)
             local_used = await snap.backend_usage(conn, "local")
+            pools = self.host_pools()
+            pool_used = {b: await snap.host_blocks_used(conn, b) for b in pools}
             self.importers = await export_store.fleet_importers(conn)
             self.project_backends = await project_state.backends_by_project(conn)
         slots = tuple(self.fleet_slot(f) for f in fleets)
@@ -187,13 +206,19 @@ class Scheduling:
             fleets=slots,
             queue=tuple(queued),
             backend_limits={"local": (local_used, limits["local"])} if "local" in limits else {},
+            host_pools={b: (pool_used[b], total) for b, total in pools.items()},
             hold_after=self.ctx.settings.starvation_guard,
         )
         plan = schedule(snapshot, now)
-        upkeep_gangs = [Gang(f"upkeep:{f.id}", (r,)) for f in slots for r in upkeep(f)]
+        # what the plan leaves of each host, for nodes.min upkeep (never a reservation plan_apply must refuse)
+        host_free = {b: total - used for b, (used, total) in snapshot.host_pools.items()}
+        for d in (d for g in plan.gangs for d in g.decisions):
+            if isinstance(d, Reserve) and d.offer.host_blocks and d.offer.backend in host_free:
+                host_free[d.offer.backend] -= d.offer.host_blocks
+        upkeep_gangs = [Gang(f"upkeep:{f.id}", (r,)) for f in slots for r in upkeep(f, host_free)]
         if upkeep_gangs or failed_parse:
             plan = Plan(plan.gangs + tuple(upkeep_gangs) + tuple(failed_parse))
-        result = await apply_plan(self.ctx.db, plan, now, limits)
+        result = await apply_plan(self.ctx.db, plan, now, limits, pools)
         if result.reserved:
             self.ctx.wakeups.wake("instances")
         if result.assigned:
