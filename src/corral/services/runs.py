@@ -22,6 +22,7 @@ from corral.scheduler.blocks import smallest_carves
 from corral.services import repos, serialize
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
+from corral.services.plan_verdict import plan_verdict
 from corral.store import runs as store
 from corral.store.fleets import dump
 from corral.workers.context import Context
@@ -194,6 +195,10 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             current = await store.get_run(conn, project.id, run_name=spec["run_name"])
     offers = _offers(ctx, conf, merged, project)
     max_offers = body.get("max_offers") or 50
+    specs = job_specs(spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image)
+    verdict = await plan_verdict(ctx, project, spec, specs[0]) if specs else None
+    if verdict is not None and not body.get("for_offers_only"):
+        offers = []  # what apply would refuse gets no offers: the official CLI warns before submitting
     plans = [
         {
             "job_spec": js,
@@ -201,7 +206,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             "total_offers": len(offers),
             "max_price": max((o["price"] for o in offers), default=None),
         }
-        for js in job_specs(spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image)
+        for js in specs
     ]
     return {
         "project_name": project.name,
@@ -213,6 +218,9 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
         if current and current.status not in store.FINISHED_RUN_STATUSES
         else None,
         "action": "update" if current and current.status not in store.FINISHED_RUN_STATUSES else "create",
+        # corral: why the scheduler would fail this run at once if it were submitted now (None: it can run
+        # now, or waits for capacity); ``corral apply`` shows it before asking
+        "corral_plan_error": verdict,
     }
 
 

@@ -58,6 +58,48 @@ def wait_policy(retry: Any, submitted_at: float, server_max: float | None) -> Wa
     return WaitPolicy(True, submitted_at + float(duration if duration is not None else DEFAULT_RETRY_DURATION))
 
 
+def queued_job(
+    run_spec: dict[str, Any],
+    job_spec: dict[str, Any],
+    *,
+    id: str,
+    run_id: str,
+    project_id: str,
+    project_name: str,
+    run_name: str,
+    job_num: int,
+    priority: int,
+    submitted_at: float,
+    max_queue_wait: float | None,
+) -> QueuedJob:
+    """A job as the scheduler sees it, from its run's and its own stored documents."""
+    conf = config.parse_run_configuration(run_spec["configuration"])
+    profile = config.effective_profile(config.parse_profile(run_spec.get("profile")), conf)
+    resources = config.ResourcesSpec.model_validate(job_spec["requirements"]["resources"])
+    fleets = None
+    if profile.fleets is not None:
+        fleets = tuple(f.format() if hasattr(f, "format") else str(f) for f in profile.fleets)
+    nodes = int(getattr(conf, "nodes", 1) or 1)
+    selectors = None if profile.instances is None else tuple(to_selector(x) for x in profile.instances)
+    return QueuedJob(
+        id=id,
+        run_id=run_id,
+        project_id=project_id,
+        run_name=run_name,
+        job_num=job_num,
+        priority=priority,
+        submitted_at=submitted_at,
+        requirements=resources.to_requirements(),
+        fleet_names=fleets,
+        creation_policy=getattr(profile.creation_policy, "value", str(profile.creation_policy)),
+        wait=wait_policy(profile.retry, submitted_at, max_queue_wait),
+        nodes=nodes,
+        multinode=nodes > 1,
+        project_name=project_name,
+        selectors=selectors,
+    )
+
+
 class Scheduling:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -73,37 +115,30 @@ class Scheduling:
         if cached is None:
             if job.job_spec is None or job.run_spec is None:
                 raise ValueError("the job's documents were not loaded")
-            run_spec = job.run_spec
-            conf = config.parse_run_configuration(run_spec["configuration"])
-            profile = config.effective_profile(config.parse_profile(run_spec.get("profile")), conf)
-            resources = config.ResourcesSpec.model_validate(job.job_spec["requirements"]["resources"])
-            fleets = None
-            if profile.fleets is not None:
-                fleets = tuple(f.format() if hasattr(f, "format") else str(f) for f in profile.fleets)
-            nodes = int(getattr(conf, "nodes", 1) or 1)
-            selectors = None if profile.instances is None else tuple(to_selector(x) for x in profile.instances)
-            cached = QueuedJob(
+            cached = queued_job(
+                job.run_spec,
+                job.job_spec,
                 id=job.id,
                 run_id=job.run_id,
                 project_id=job.project_id,
+                project_name=job.project_name,
                 run_name=job.run_name,
                 job_num=job.job_num,
                 priority=job.priority,
                 submitted_at=job.submitted_at,
-                requirements=resources.to_requirements(),
-                fleet_names=fleets,
-                creation_policy=getattr(profile.creation_policy, "value", str(profile.creation_policy)),
-                wait=wait_policy(profile.retry, job.submitted_at, self.ctx.settings.max_queue_wait),
-                nodes=nodes,
-                multinode=nodes > 1,
-                project_name=job.project_name,
-                selectors=selectors,
+                max_queue_wait=self.ctx.settings.max_queue_wait,
             )
             self._queued[job.id] = cached
         if cached.status_message != job.status_message:
             cached = QueuedJob(**{**cached.__dict__, "status_message": job.status_message})
             self._queued[job.id] = cached
         return cached
+
+    async def snapshot_for(self, conn: Any, queue: tuple[QueuedJob, ...]) -> Snapshot:
+        """The fleets as the next pass would see them, with ``queue`` (for a plan's verdict)."""
+        fleets = await snap.load_fleets(conn)
+        self.importers = await export_store.fleet_importers(conn)
+        return Snapshot(fleets=tuple(self.fleet_slot(f) for f in fleets), queue=queue)
 
     def _fleet_requirements(self, fleet: FleetRec) -> Requirements | None:
         key = (fleet.id, str(fleet.spec.get("configuration", {}).get("resources")))
