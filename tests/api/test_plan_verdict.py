@@ -69,3 +69,12 @@ async def test_a_fleet_on_backends_the_server_lacks_is_refused_at_plan_time(tmp_
             "/api/project/main/fleets/get_plan", json={"spec": fleet_body(backends=["remote"])["plan"]["spec"]}
         )
         assert ok.status_code == 200 and ok.json()["offers"]
+
+
+async def test_deleting_an_active_run_says_so_plainly(tmp_path: Path) -> None:
+    # no workers: the run stays submitted (active)
+    async with running_server(make_settings(tmp_path, background_processing=False)) as s, s.client() as c:
+        await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="busy"))
+        r = await c.post("/api/project/main/runs/delete", json={"runs_names": ["busy"]})
+        assert r.status_code == 400
+        assert r.json()["detail"][0]["msg"] == "Cannot delete active run busy: stop it first"

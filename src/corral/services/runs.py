@@ -447,5 +447,8 @@ async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
             found.append(run)
         active = [r.run_name for r in found if r.status not in store.FINISHED_RUN_STATUSES]
         if active:
-            raise ServiceError(f"Cannot delete active runs: {active}")
+            raise ServiceError(
+                f"Cannot delete active run{'s' if len(active) > 1 else ''} {', '.join(active)}: stop "
+                f"{'them' if len(active) > 1 else 'it'} first"
+            )
         await store.mark_runs_deleted(conn, [r.id for r in found])
