@@ -14,7 +14,7 @@ from corral.domain.resources import Gpu, GpuSpec, InstanceResources, Range
 from corral.domain.selectors import Selector
 from corral.scheduler.blocks import carved_offers
 from corral.scheduler.schedule import refusal, schedule
-from corral.scheduler.types import Fail, FleetSlot, QueuedJob, Reserve, Snapshot, Wait
+from corral.scheduler.types import Assign, Fail, FleetSlot, QueuedJob, Reclaim, Reserve, Snapshot, Wait
 
 HOST = InstanceResources(cpus=2, memory_mib=8192, gpus=(), disk_size_mib=100_000, cpu_arch="x86")
 GPU_HOST = InstanceResources(cpus=4, memory_mib=16384, gpus=(Gpu("T4", 16384),), disk_size_mib=100_000)
@@ -108,3 +108,43 @@ def test_the_plan_verdict_is_what_schedule_does(snapshot: Snapshot, fleet_names:
         decided = [d for g in schedule(alone, 100.0).gangs for d in g.decisions]
         failed = [d.message for d in decided if isinstance(d, Fail)]
         assert refusal(probe, alone) == (failed[0] if failed else None)
+
+
+def _carved_inst(i: int, blocks: int, status: str = "idle", busy: int = 0) -> object:
+    return replace(
+        inst(i, status=status, busy=busy, res=carved_offers("local", HOST, 2)[blocks - 1].resources),
+        backend="local",
+        host_blocks=blocks,
+    )
+
+
+def test_idle_instances_holding_the_machine_are_reclaimed_for_a_bigger_job() -> None:
+    two_cpus = replace(SMALL, cpu_count=Range(2, None))
+    idle = local_fleet(HOST, 2, nodes_max=None)
+    idle = replace(idle, instances=(_carved_inst(0, 1),))
+    snap = Snapshot(fleets=(idle,), queue=(job(1, req=two_cpus),), host_pools={"local": (1, 2)})
+    ds = [d for g in schedule(snap, 100.0).gangs for d in g.decisions]
+    assert [type(d) for d in ds] == [Reclaim, Wait]
+    assert ds[0] == Reclaim("i0", "Terminated to free this machine for run run-1")
+    # a busy one is never reclaimed: the job just waits
+    busy = replace(idle, instances=(_carved_inst(0, 1, status="busy", busy=1),))
+    ds = [d for g in schedule(replace(snap, fleets=(busy,)), 100.0).gangs for d in g.decisions]
+    assert [type(d) for d in ds] == [Wait]
+
+
+@settings(max_examples=200, deadline=None)
+@given(pooled(), st.lists(st.tuples(st.sampled_from(["idle", "busy"]), st.integers(1, 2)), max_size=3))
+def test_only_idle_instances_are_reclaimed_and_nothing_is_placed_on_them(
+    snapshot: Snapshot, carved: list[tuple[str, int]]
+) -> None:
+    insts = tuple(
+        _carved_inst(10 + k, b, status=st_, busy=1 if st_ == "busy" else 0) for k, (st_, b) in enumerate(carved)
+    )
+    first = replace(snapshot.fleets[0], instances=insts)  # type: ignore[arg-type]
+    used = sum(b for _, b in carved)
+    snap = replace(snapshot, fleets=(first, *snapshot.fleets[1:]), host_pools={"local": (used, max(used, 2))})
+    ds = [d for g in schedule(snap, 100.0).gangs for d in g.decisions]
+    reclaimed = {d.instance_id for d in ds if isinstance(d, Reclaim)}
+    by_id = {i.id: i for i in insts}
+    assert all(by_id[r].status == "idle" for r in reclaimed)
+    assert not reclaimed & {d.instance_id for d in ds if isinstance(d, Assign)}

@@ -117,3 +117,18 @@ async def test_a_job_whose_port_is_taken_fails_naming_it(tmp_path: Path) -> None
             sub = run["latest_job_submission"]
             assert sub["termination_reason"] == "ports_binding_failed", sub
             assert f"Port {port} of the job's `ports` is already in use" in sub["termination_reason_message"]
+
+
+async def test_an_idle_instance_holding_the_machine_is_reclaimed_for_a_bigger_job(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, local_cpus=2, local_memory_mib=4 * GIB)
+    async with running_server(settings) as s, s.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..3"))
+        await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="small"))
+        assert (await _status(c, "small", "done", "failed"))["status"] == "done"
+        both = {"cpu": "2..", "memory": "0.1GB..", "disk": "1GB.."}
+        await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="big", resources=both))
+        assert (await _status(c, "big", "done", "failed"))["status"] == "done"
+        instances = (await c.post("/api/instances/list", json={})).json()
+        by_cpus = {i["instance_type"]["resources"]["cpus"]: i for i in instances}
+        assert by_cpus[1]["status"] == "terminated" and by_cpus[1]["termination_reason"] == "idle_timeout"
+        assert by_cpus[2]["status"] == "idle"

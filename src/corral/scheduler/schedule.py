@@ -29,6 +29,7 @@ from corral.scheduler.types import (
     Offer,
     Plan,
     QueuedJob,
+    Reclaim,
     Reserve,
     Snapshot,
     Wait,
@@ -307,7 +308,55 @@ def _schedule_gang(
         message = "Waiting for capacity: " + "; ".join(blockers)
     if snapshot.hold_after is not None and now - head.submitted_at >= snapshot.hold_after:
         held.update(f.id for f in feasible)
-    return [Wait(j.id, message) for j in jobs if j.status_message != message], ledger
+    reclaims = _reclaim_for(jobs, feasible, snapshot, ledger)
+    if reclaims:
+        message = "Waiting for capacity: freeing idle instances of this machine for this job"
+    waits: list[Decision] = [Wait(j.id, message) for j in jobs if j.status_message != message]
+    return [*reclaims, *waits], ledger
+
+
+def _reclaim_for(jobs: list[QueuedJob], fleets: list[FleetSlot], snapshot: Snapshot, ledger: _Ledger) -> list[Decision]:
+    """Idle instances to terminate so that the host they were carved out of can hold the gang's new
+    instances (the local machine), when that is what stops it -- and when they are enough. Their blocks
+    are taken from the ledger: nothing later in this pass is placed on them."""
+    if jobs[0].creation_policy == "reuse" or jobs[0].selectors is not None:
+        return []
+    for fleet in fleets:
+        if fleet.nodes_max is not None and ledger.fleet_count.get(fleet.id, 0) + len(jobs) > fleet.nodes_max:
+            continue
+        for offer in sorted(fleet.offers, key=lambda o: (o.price, o.host_blocks)):
+            pool = snapshot.host_pools.get(offer.backend) if offer.host_blocks else None
+            if pool is None:
+                continue
+            total = total_blocks_for(fleet.blocks, offer.resources)
+            if any(blocks_needed(j.requirements, offer.resources, total) is None for j in jobs):
+                continue
+            need = offer.host_blocks * len(jobs) - (pool[1] - ledger.host_used.get(offer.backend, 0))
+            idle = sorted(
+                (
+                    i
+                    for f in snapshot.fleets
+                    if len(f.instances) > f.nodes_min
+                    for i in f.instances
+                    if i.backend == offer.backend
+                    and i.host_blocks
+                    and i.status == "idle"
+                    and i.busy_blocks == 0
+                    and ledger.free_blocks.get(i.id, 0) >= i.total_blocks
+                ),
+                key=lambda i: -i.host_blocks,
+            )
+            if need <= 0 or sum(i.host_blocks for i in idle) < need:
+                continue
+            out: list[Decision] = []
+            for inst in idle:
+                if need <= 0:
+                    break
+                ledger.free_blocks[inst.id] = 0
+                need -= inst.host_blocks
+                out.append(Reclaim(inst.id, f"Terminated to free this machine for run {jobs[0].run_name}"))
+            return out
+    return []
 
 
 def schedule(snapshot: Snapshot, now: float) -> Plan:

@@ -43,6 +43,9 @@ class InstanceSlot:
     hostname: str | None = None
     #: Hostnames and IPs an ``instances`` hostname selector may name.
     addresses: tuple[str, ...] = ()
+    #: Its backend, and the blocks of that backend's host it was carved out of (0: none).
+    backend: str = ""
+    host_blocks: int = 0
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,15 @@ class Reserve:
 
 
 @dataclass(frozen=True)
+class Reclaim:
+    """Terminate an idle instance so that the blocks of the host it was carved out of can be carved anew
+    for a waiting job (the local machine: idle instances must not hold it for ever)."""
+
+    instance_id: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Fail:
     job_id: str
     message: str
@@ -136,7 +148,7 @@ class Wait:
     message: str
 
 
-Decision = Assign | Reserve | Fail | Wait
+Decision = Assign | Reserve | Fail | Wait | Reclaim
 
 
 @dataclass(frozen=True)

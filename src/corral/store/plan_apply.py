@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.fleets import nodes_bounds
 from corral.scheduler.codec import offer_to_json
-from corral.scheduler.types import Assign, Fail, Gang, Plan, Reserve, Wait
+from corral.scheduler.types import Assign, Fail, Gang, Plan, Reclaim, Reserve, Wait
 from corral.store.db import Database
 from corral.store.fleets import LIVE_JOB_STATUSES
 from corral.store.snapshot import host_blocks_used
@@ -42,10 +42,12 @@ class ApplyResult:
     reserved: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     rejected_runs: list[str] = field(default_factory=list)
+    #: Idle instances set terminating to free the host they were carved out of.
+    reclaimed: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
-        return bool(self.assigned or self.reserved or self.failed)
+        return bool(self.assigned or self.reserved or self.failed or self.reclaimed)
 
 
 class _Rejected(Exception):
@@ -200,6 +202,24 @@ async def _fail(conn: AsyncConnection, d: Fail, now: float) -> bool:
     return res.rowcount > 0
 
 
+async def _reclaim(db: Database, conn: AsyncConnection, d: Reclaim, now: float) -> bool:
+    """Set an instance that is still idle, with no job on it, terminating (``idle_timeout``)."""
+    inst = (await conn.execute(db.for_update(sa.select(instances).where(instances.c.id == d.instance_id)))).first()
+    if inst is None or inst.status != "idle" or inst.deleted or await _busy_blocks(conn, d.instance_id):
+        return False
+    res = await conn.execute(
+        sa.update(instances)
+        .where(instances.c.id == d.instance_id, instances.c.status == "idle")
+        .values(
+            status="terminating",
+            termination_reason="idle_timeout",
+            termination_reason_message=d.message,
+            last_processed_at=now,
+        )
+    )
+    return res.rowcount > 0
+
+
 async def _wait(conn: AsyncConnection, d: Wait) -> None:
     await conn.execute(
         sa.update(jobs)
@@ -221,7 +241,7 @@ async def _apply_gang(
     assigned: list[str] = []
     reserved: list[str] = []
     failed: list[str] = []
-    if all(isinstance(d, (Fail, Wait)) for d in gang.decisions):
+    if all(isinstance(d, (Fail, Wait, Reclaim)) for d in gang.decisions):
         # takes no capacity and cannot be rejected: no savepoint (two round trips saved per gang)
         for d in gang.decisions:
             if isinstance(d, Fail):
@@ -229,6 +249,8 @@ async def _apply_gang(
                     result.failed.append(d.job_id)
             elif isinstance(d, Wait):
                 await _wait(conn, d)
+            elif isinstance(d, Reclaim) and await _reclaim(db, conn, d, now):
+                result.reclaimed.append(d.instance_id)
         return
     savepoint = await conn.begin_nested()
     try:

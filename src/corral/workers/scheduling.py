@@ -186,6 +186,8 @@ class Scheduling:
                     price=i.price or 0.0,
                     hostname=i.hostname,
                     addresses=tuple((i.agent or {}).get("addresses") or ([i.hostname] if i.hostname else [])),
+                    backend=i.backend,
+                    host_blocks=offer.host_blocks if offer else 0,
                 )
             )
         return FleetSlot(
@@ -254,7 +256,7 @@ class Scheduling:
         if upkeep_gangs or failed_parse:
             plan = Plan(plan.gangs + tuple(upkeep_gangs) + tuple(failed_parse))
         result = await apply_plan(self.ctx.db, plan, now, limits, pools)
-        if result.reserved:
+        if result.reserved or result.reclaimed:
             self.ctx.wakeups.wake("instances")
         if result.assigned:
             self.ctx.wakeups.wake("jobs")
