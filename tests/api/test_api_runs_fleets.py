@@ -216,7 +216,7 @@ async def test_stop_running_task_then_delete(server: RunningServer) -> None:
         await wait_for(running)
         r = await c.post("/api/project/main/runs/delete", json={"runs_names": ["sleeper"]})
         assert r.status_code == 400
-        assert r.json()["detail"][0]["msg"] == "Cannot delete active runs: ['sleeper']"
+        assert r.json()["detail"][0]["msg"] == "Cannot delete active run sleeper: stop it first"
         assert (
             await c.post("/api/project/main/runs/stop", json={"runs_names": ["sleeper"], "abort": False})
         ).json() is None

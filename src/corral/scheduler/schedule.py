@@ -8,6 +8,13 @@ ever hold fails at once with a message naming each fleet and why. Capacity taken
 the order is not offered to later ones, so a lower-priority job never takes what a higher one can use
 now, while a higher job that cannot fit anywhere does not block lower ones that fit elsewhere.
 
+A new instance carved out of a shared host (the local machine, ``Snapshot.host_pools``) is reserved only
+while that host has the blocks free; idle instances holding blocks a waiting gang needs are reclaimed
+(``Reclaim``) when that is enough. A waiting gang's message names, fleet by fleet, what stops it now:
+busy instances, ``nodes.max``, the backend's instance cap, the host's free blocks, a fleet held for an
+earlier job. ``refusal`` is the verdict ``runs/get_plan`` shows: exactly the failures ``schedule`` makes at
+once whatever the capacity.
+
 The plan is optimistic: ``store.plan_apply`` recounts under locks and rejects what no longer fits.
 """
 
