@@ -78,3 +78,19 @@ async def test_deleting_an_active_run_says_so_plainly(tmp_path: Path) -> None:
         r = await c.post("/api/project/main/runs/delete", json={"runs_names": ["busy"]})
         assert r.status_code == 400
         assert r.json()["detail"][0]["msg"] == "Cannot delete active run busy: stop it first"
+
+
+async def test_a_fleet_exported_to_the_project_counts_in_the_verdict(tmp_path: Path) -> None:
+    async with running_server(make_settings(tmp_path, background_processing=False)) as s, s.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(name="f"))
+        await c.post("/api/projects/create", json={"project_name": "team-b"})
+        body = {"run_spec": task_body(["true"], fleets=["main/f"])["plan"]["run_spec"]}
+        before = (await c.post("/api/project/team-b/runs/get_plan", json=body)).json()
+        assert "no fleet named 'main/f' in project 'team-b'" in before["corral_plan_error"]
+        r = await c.post(
+            "/api/project/main/exports/create",
+            json={"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["f"]},
+        )
+        assert r.status_code == 200, r.text
+        after = (await c.post("/api/project/team-b/runs/get_plan", json=body)).json()
+        assert after["corral_plan_error"] is None and after["job_plans"][0]["offers"]

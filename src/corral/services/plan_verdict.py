@@ -34,6 +34,14 @@ async def plan_verdict(ctx: Context, project: ProjectRec, spec: dict[str, Any], 
         submitted_at=time.time(),
         max_queue_wait=None,
     )
+    planner = getattr(ctx, "_plan_scheduling", None)
+    if planner is None:  # one per server: it caches each fleet's parsed requirements
+        planner = Scheduling(ctx)
+        ctx._plan_scheduling = planner  # type: ignore[attr-defined]
+    from corral.store import exports as export_store
+
     async with ctx.db.read() as conn:
-        snapshot = await Scheduling(ctx).snapshot_for(conn, (head,))
+        # the project's own fleets and those other projects export to it: all the run may use
+        owners = {project.id, *(e.project_id for e in await export_store.exports_imported_by(conn, project.id))}
+        snapshot = await planner.snapshot_for(conn, (head,), sorted(owners))
     return refusal(head, snapshot)

@@ -105,6 +105,7 @@ class Scheduling:
         self.ctx = ctx
         self._queued: dict[str, QueuedJob] = {}
         self._fleet_reqs: dict[tuple[str, str], Requirements | None] = {}
+        self._fleet_offers: dict[tuple[str, str, str], tuple[Offer, ...]] = {}
         #: fleet id -> ids of the projects it is exported to (refreshed every pass).
         self.importers: dict[str, frozenset[str]] = {}
         #: project id -> the backend types it has (refreshed every pass): a fleet gets offers only from those.
@@ -134,9 +135,12 @@ class Scheduling:
             self._queued[job.id] = cached
         return cached
 
-    async def snapshot_for(self, conn: Any, queue: tuple[QueuedJob, ...]) -> Snapshot:
-        """The fleets as the next pass would see them, with ``queue`` (for a plan's verdict)."""
-        fleets = await snap.load_fleets(conn)
+    async def snapshot_for(
+        self, conn: Any, queue: tuple[QueuedJob, ...], project_ids: list[str] | None = None
+    ) -> Snapshot:
+        """The fleets (of ``project_ids``; None: all) as the next pass would see them, with ``queue`` (for a
+        plan's verdict)."""
+        fleets = await snap.load_fleets(conn, project_ids)
         self.importers = await export_store.fleet_importers(conn)
         return Snapshot(fleets=tuple(self.fleet_slot(f) for f in fleets), queue=queue)
 
@@ -150,9 +154,18 @@ class Scheduling:
         return self._fleet_reqs[key]
 
     def fleet_offers(self, fleet: FleetRec) -> tuple[Offer, ...]:
+        """The backends' offers the fleet's ``backends`` and ``resources`` allow (cached per fleet spec:
+        backends' offers do not change while the server runs)."""
         conf = fleet.spec.get("configuration", {})
         if conf.get("ssh_config"):
             return ()
+        key = (fleet.id, repr(conf.get("backends")), repr(conf.get("resources")))
+        cached = self._fleet_offers.get(key)
+        if cached is None:
+            cached = self._fleet_offers[key] = self._match_offers(fleet, conf)
+        return cached
+
+    def _match_offers(self, fleet: FleetRec, conf: dict[str, Any]) -> tuple[Offer, ...]:
         allowed = conf.get("backends")
         offers: list[Offer] = []
         for name in usable_computes(self.ctx.computes, self.project_backends.get(fleet.project_id, frozenset())):
