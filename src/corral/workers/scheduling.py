@@ -239,6 +239,9 @@ class Scheduling:
             self.importers = await export_store.fleet_importers(conn)
             self.project_backends = await project_state.backends_by_project(conn)
         slots = tuple(self.fleet_slot(f) for f in fleets)
+        live_fleets = {f.id for f in fleets}  # caches keep only fleets that still exist
+        self._fleet_offers = {k: v for k, v in self._fleet_offers.items() if k[0] in live_fleets}
+        self._fleet_reqs = {k: v for k, v in self._fleet_reqs.items() if k[0] in live_fleets}
         queued: list[QueuedJob] = []
         failed_parse: list[Gang] = []
         for row in queue:
