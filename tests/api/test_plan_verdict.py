@@ -61,7 +61,7 @@ async def test_a_fleet_on_backends_the_server_lacks_is_refused_at_plan_time(tmp_
         r = await c.post("/api/project/main/fleets/get_plan", json={"spec": conf})
         assert r.status_code == 400, r.text
         msg = r.json()["detail"][0]["msg"]
-        assert "`backends` (aws) is not configured" in msg and "`remote` (this machine)" in msg, msg
+        assert "`backends` (aws) is not configured for project main" in msg and "`remote` (this machine)" in msg, msg
         applied = await c.post("/api/project/main/fleets/apply", json=fleet_body(name="cloudy", backends=["aws"]))
         assert applied.status_code == 400
         assert (await c.post("/api/project/main/fleets/list", json={})).json() == []
@@ -93,4 +93,4 @@ async def test_a_fleet_exported_to_the_project_counts_in_the_verdict(tmp_path: P
         )
         assert r.status_code == 200, r.text
         after = (await c.post("/api/project/team-b/runs/get_plan", json=body)).json()
-        assert after["corral_plan_error"] is None and after["job_plans"][0]["offers"]
+        assert after["corral_plan_error"] is None

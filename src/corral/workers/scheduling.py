@@ -142,6 +142,7 @@ class Scheduling:
         plan's verdict)."""
         fleets = await snap.load_fleets(conn, project_ids)
         self.importers = await export_store.fleet_importers(conn)
+        self.project_backends = await project_state.backends_by_project(conn)
         return Snapshot(fleets=tuple(self.fleet_slot(f) for f in fleets), queue=queue)
 
     def _fleet_requirements(self, fleet: FleetRec) -> Requirements | None:
@@ -159,7 +160,8 @@ class Scheduling:
         conf = fleet.spec.get("configuration", {})
         if conf.get("ssh_config"):
             return ()
-        key = (fleet.id, repr(conf.get("backends")), repr(conf.get("resources")))
+        backends = self.project_backends.get(fleet.project_id, frozenset())
+        key = (fleet.id, repr((sorted(backends), conf.get("backends"))), repr(conf.get("resources")))
         cached = self._fleet_offers.get(key)
         if cached is None:
             cached = self._fleet_offers[key] = self._match_offers(fleet, conf)
