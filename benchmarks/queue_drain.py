@@ -49,6 +49,8 @@ async def main_async(n_jobs: int) -> None:
             "CORRAL_CONFIG_DIR": f"{tmp}/cli",
             "CORRAL_SERVER_ADMIN_TOKEN": "bench",
             "CORRAL_LOCAL_MAX_INSTANCES": "8",
+            "CORRAL_LOCAL_CPUS": "16",  # the machine the local backend divides: room for the 4 instances anywhere
+            "CORRAL_LOCAL_MEMORY": "128GB",
         }
         proc = subprocess.Popen(
             [sys.executable, "-m", "corral.cli.main", "server", "--port", str(port)],

@@ -40,6 +40,10 @@ def make_settings(tmp: Path, **overrides: Any) -> Settings:
         agent_poll_wait=5.0,
         default_stop_duration=5.0,
         local_max_instances=8,
+        # the local backend divides this machine among its instances: give the tests a machine of 16 blocks
+        # (1 CPU, 8 GB each) whatever the machine running them has, so that 8 instances fit
+        local_cpus=16,
+        local_memory_mib=128 * 1024,
         write_cli_config=False,
         # Tests of the queue, retries, code etc. share files with their jobs through the host; the
         # sandbox (on by default as root) has tests of its own that turn it on.

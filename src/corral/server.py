@@ -155,6 +155,9 @@ async def prepare(settings: Settings) -> Prepared:
             hide=_state_paths(settings),
             sandbox_mode=settings.sandbox,
             uid_range=settings.job_uid_range,
+            host_cpus=settings.local_cpus,
+            host_memory_mib=settings.local_memory_mib,
+            host_blocks=settings.local_blocks,
         ),
         "ssh": SSHCompute(
             settings.server_dir,

@@ -68,6 +68,12 @@ class Settings:
     starvation_guard: float | None = 300.0
     #: Maximum number of local instances (default: the CPU count).
     local_max_instances: int = field(default_factory=lambda: os.cpu_count() or 1)
+    #: CPUs and memory (MiB) of this machine the local backend divides among its instances (None: what the
+    #: machine has; more than it has oversubscribes it).
+    local_cpus: int | None = None
+    local_memory_mib: int | None = None
+    #: Blocks the machine is split into for local instances (None: ``auto``, one per GPU, else one per CPU).
+    local_blocks: int | None = None
     #: Default idle duration of fleet instances (dstack: 3 days).
     default_fleet_idle_duration: float = 3 * 24 * 3600.0
     #: Where local instances keep their work directories (replicas on one machine share it).
@@ -157,6 +163,29 @@ class Settings:
                 s = replace(s, local_max_instances=int(e["CORRAL_LOCAL_MAX_INSTANCES"]))
             except ValueError:
                 raise SettingsError("CORRAL_LOCAL_MAX_INSTANCES must be an integer") from None
+        s = _local_host(s, e)
         if overrides:
             s = replace(s, **overrides)  # type: ignore[arg-type]
         return s
+
+
+def _local_host(s: Settings, e: dict[str, str]) -> Settings:
+    """``CORRAL_LOCAL_CPUS``, ``CORRAL_LOCAL_MEMORY`` (e.g. ``16GB``) and ``CORRAL_LOCAL_BLOCKS``."""
+    for var, attr in (("CORRAL_LOCAL_CPUS", "local_cpus"), ("CORRAL_LOCAL_BLOCKS", "local_blocks")):
+        raw = e.get(var)
+        if raw:
+            if not raw.isdigit() or int(raw) < 1:
+                raise SettingsError(f"{var}={raw!r} must be a whole number of at least 1")
+            s = replace(s, **{attr: int(raw)})  # type: ignore[arg-type]
+    raw = e.get("CORRAL_LOCAL_MEMORY")
+    if raw:
+        from corral.domain.resources import parse_memory
+
+        try:
+            gb = parse_memory(raw)
+        except ValueError:
+            gb = 0.0
+        if gb <= 0:
+            raise SettingsError(f"CORRAL_LOCAL_MEMORY={raw!r} must be a size such as 16GB or 512MB")
+        s = replace(s, local_memory_mib=int(gb * 1024))
+    return s

@@ -128,7 +128,8 @@ async def test_seed_body_is_accepted_and_fails_without_fleet(server: RunningServ
         got = await wait_for(failed)
         sub = got["latest_job_submission"]
         assert sub["termination_reason"] == "failed_to_start_due_to_no_capacity"
-        assert sub["termination_reason_message"] == "Failed to use specified fleets"
+        message = sub["termination_reason_message"]
+        assert message.startswith("Failed to use specified fleets: no fleet named 'test-fleet'"), message
         assert got["termination_reason"] == "job_failed"
 
 
@@ -220,7 +221,7 @@ async def test_stop_running_task_then_delete(server: RunningServer) -> None:
         await wait_for(running)
         r = await c.post("/api/project/main/runs/delete", json={"runs_names": ["sleeper"]})
         assert r.status_code == 400
-        assert r.json()["detail"][0]["msg"] == "Cannot delete active runs: ['sleeper']"
+        assert r.json()["detail"][0]["msg"] == "Cannot delete active run sleeper: stop it first"
         assert (
             await c.post("/api/project/main/runs/stop", json={"runs_names": ["sleeper"], "abort": False})
         ).json() is None

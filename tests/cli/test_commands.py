@@ -215,6 +215,7 @@ def test_stop_and_delete(fake: FakeClient, cli: CLI) -> None:
     assert cli("stop", "hello", "-y").out.strip() == "Stopped"
     assert cli("stop", "hello", "-y", "--abort").out.strip() == "Aborted"
     assert ("runs_stop", ("main", ["hello"]), {"abort": True}) in fake.calls
+    fake.runs["hello"] = [make_run("hello", "done", submission("done"))]
     result = cli("delete", "hello", "-y")
     assert result.out.strip() == "Run hello deleted"
     assert fake.calls[-1][:2] == ("runs_delete", ("main", ["hello"]))
@@ -500,3 +501,65 @@ def test_server_command_calls_serve(env: Path, cli: CLI, monkeypatch: pytest.Mon
     assert seen == {"host": "127.0.0.1", "port": 3005, "log_level": "info", "access_log": False}
     assert cli("server", "--access-log").code == 0
     assert seen == {"host": "127.0.0.1", "port": 3000, "log_level": "info", "access_log": True}
+
+
+# ---- unknown names and nothing done: a non-zero exit naming what was not found ------------------------
+
+
+def test_logs_of_a_job_or_replica_the_run_does_not_have(fake: FakeClient, cli: CLI) -> None:
+    fake.runs["hello"] = [make_run("hello", "done", submission("done"))]
+    fake.logs = [b"job zero\n"]
+    result = cli("logs", "hello", "--job", "5")
+    assert (result.code, result.err) == (1, "Error: Run hello has no job 5 in replica 0 (jobs: 0)\n")
+    result = cli("logs", "hello", "--replica", "5")
+    assert (result.code, result.err) == (1, "Error: Run hello has no replica 5 (replicas: 0)\n")
+    assert "logs_poll" not in fake.names() and "job zero" not in result.out
+
+
+def test_stop_of_a_finished_run_and_delete_of_an_active_one_do_nothing(fake: FakeClient, cli: CLI) -> None:
+    fake.runs["old"] = [make_run("old", "done", submission("done"))]
+    result = cli("stop", "old", "-y")
+    assert (result.code, result.err) == (1, "Error: Run old has already finished (done): nothing to stop\n")
+    fake.runs["busy"] = [make_run("busy", "running")]
+    result = cli("delete", "busy", "-y")
+    assert result.code == 1
+    assert result.err == (
+        "Error: Run busy is still active (running): stop it first with `corral stop busy`, then delete it\n"
+    )
+    assert "runs_stop" not in fake.names() and "runs_delete" not in fake.names()
+
+
+def test_offer_for_an_unknown_fleet_refuses(fake: FakeClient, cli: CLI) -> None:
+    fake.fleets = [{"name": "local-fleet", "project_name": "main"}]
+    result = cli("offer", "--fleet", "nope")
+    assert (result.code, result.err) == (1, "Error: Fleet nope not found in project main (its fleets: local-fleet)\n")
+    assert "runs_get_plan" not in fake.names()
+    fake.run_plan = run_plan([OFFER])
+    assert cli("offer", "--fleet", "local-fleet").code == 0
+
+
+def test_ps_and_apply_show_what_a_run_waits_for(fake: FakeClient, cli: CLI) -> None:
+    reason = "Waiting for capacity: fleet 'f' has 1 of at most 1 instances, none free"
+    waiting = make_run("hello", "submitted", submission("submitted", corral_waiting=reason), status_message="pending")
+    fake.run_list = [waiting]
+    result = cli("ps")
+    assert f"hello: {reason}" in result.out, result.out
+    Path(".dstack.yml").write_text(TASK_YML)
+    fake.run_plan = run_plan([OFFER])
+    fake.runs["hello"] = [waiting, make_run("hello", "done", submission("done", exit_status=0))]
+    result = cli("apply", "-y")
+    assert result.code == 0, result.err
+    assert f"hello pending ({reason})" in result.out, result.out
+
+
+def test_apply_shows_the_plan_verdict_before_asking(
+    fake: FakeClient, cli: CLI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Path(".dstack.yml").write_text(TASK_YML)
+    fake.fleets = [{"name": "f", "project_name": "main"}]
+    fake.run_plan = {**run_plan(), "corral_plan_error": "Failed to use specified fleets: no fleet named 'nope'"}
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("n\n"))
+    result = cli("apply")
+    assert "The run cannot be placed: Failed to use specified fleets: no fleet named 'nope'" in result.out
+    assert result.out.index("cannot be placed") < result.out.index("Exiting")
+    assert "runs_apply" not in fake.names()

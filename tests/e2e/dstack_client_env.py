@@ -268,6 +268,9 @@ def corral_server(tmp: Path, token: str, **env_overrides: str) -> Iterator[Corra
         CORRAL_PROVISIONING_TIMEOUT="30",
         CORRAL_DEFAULT_STOP_DURATION="5",
         CORRAL_LOCAL_MAX_INSTANCES="4",
+        # the local backend divides the machine among its instances: a machine of 8 blocks whatever runs the tests
+        CORRAL_LOCAL_CPUS="8",
+        CORRAL_LOCAL_MEMORY="64GB",
         PYTHONUNBUFFERED="1",
     )
     env.update(env_overrides)

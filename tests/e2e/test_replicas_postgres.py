@@ -53,6 +53,8 @@ class Replicas:
                 "CORRAL_SERVER_ENCRYPTION_KEY": key,
                 "CORRAL_SAFETY_NET_INTERVAL": "60",
                 "CORRAL_LOCAL_MAX_INSTANCES": "8",
+                "CORRAL_LOCAL_CPUS": "16",  # room for 8 local instances, whatever machine runs the test
+                "CORRAL_LOCAL_MEMORY": "128GB",
                 "CORRAL_JOB_LEASE_TTL": "5",
                 "CORRAL_AGENT_POLL_WAIT": "1",
                 "CORRAL_PROVISIONING_TIMEOUT": "10",

@@ -48,6 +48,8 @@ async def test_seed_scenario_against_server_process(tmp_path: Path) -> None:
         "CORRAL_SERVER_ADMIN_TOKEN": TOKEN,
         "CORRAL_SAFETY_NET_INTERVAL": "60",
         "CORRAL_LOCAL_MAX_INSTANCES": "8",  # the fleet's nodes.max, not the machine, is the limit under test
+        "CORRAL_LOCAL_CPUS": "16",
+        "CORRAL_LOCAL_MEMORY": "128GB",
     }
     server = subprocess.Popen(
         [sys.executable, "-m", "corral.cli.main", "server", "--port", str(port)],

@@ -122,7 +122,7 @@ def test_idle_instance_is_reused_before_new_capacity() -> None:
 def test_no_fleet_and_unknown_fleet_messages() -> None:
     assert decisions(Snapshot(fleets=(), queue=(job(1),))) == [Fail("j1-0", NO_FLEETS_MESSAGE)]
     ds = decisions(Snapshot(fleets=(fleet(),), queue=(job(1, fleets=("other",)),)))
-    assert ds == [Fail("j1-0", SPECIFIED_FLEETS_MESSAGE)]
+    assert ds == [Fail("j1-0", f"{SPECIFIED_FLEETS_MESSAGE}: no fleet named 'other' (its fleets: f)")]
 
 
 def test_job_that_can_never_fit_fails_at_once_naming_fleet() -> None:
@@ -140,7 +140,7 @@ def test_job_that_can_never_fit_fails_at_once_naming_fleet() -> None:
 def test_retry_false_fails_instead_of_waiting() -> None:
     full = fleet((inst(0, status="busy", busy=1),), nodes_max=1)
     (d,) = decisions(Snapshot(fleets=(full,), queue=(job(1, may_wait=False),)))
-    assert d == Fail("j1-0", "Fleet is at capacity")
+    assert d == Fail("j1-0", "Fleet is at capacity: fleet 'f' has 1 of at most 1 instances, none free")
 
 
 def test_higher_priority_takes_capacity_first_and_lower_backfills_elsewhere() -> None:

@@ -50,10 +50,10 @@ def test_sends_bearer_token_and_api_version() -> None:
 
 
 def test_400_becomes_client_error_with_code() -> None:
-    body = {"detail": [{"msg": "Cannot delete active runs: ['r']", "code": "error"}]}
+    body = {"detail": [{"msg": "Cannot delete active run r: stop it first", "code": "error"}]}
     with pytest.raises(ClientError) as info:
         client(respond(400, body)).runs_delete("main", ["r"])
-    assert str(info.value) == "Cannot delete active runs: ['r']"
+    assert str(info.value) == "Cannot delete active run r: stop it first"
     assert info.value.code == "error"
     assert not isinstance(info.value, ResourceNotExistsError)
 

@@ -158,7 +158,9 @@ async def test_fleet_deleted_while_jobs_wait_fails_them(tmp_path: Path) -> None:
         await wait_for(_status_is(c, "waiter", "failed"))
         sub = (await _run(c, "waiter"))["latest_job_submission"]
         assert sub["termination_reason"] == "failed_to_start_due_to_no_capacity"
-        assert sub["termination_reason_message"] == "Failed to use specified fleets"
+        assert sub["termination_reason_message"] == (
+            "Failed to use specified fleets: no fleet named 'empty-fleet' in project 'main' (its fleets: busy-fleet)"
+        )
         await c.post("/api/project/main/runs/stop", json={"runs_names": ["holder"], "abort": True})
 
 
@@ -181,7 +183,7 @@ async def test_retry_rules(tmp_path: Path) -> None:
             if expected == "failed":
                 await wait_for(_status_is(c, name, "failed"))
                 sub = (await _run(c, name))["latest_job_submission"]
-                assert sub["termination_reason_message"] == "Fleet is at capacity", name
+                assert sub["termination_reason_message"].startswith("Fleet is at capacity: "), name
             else:
                 assert (await _run(c, name))["status"] == "submitted", name
         # The bounded wait runs out (a safety-net pass notices; the test's interval is 60 s, so wake it).

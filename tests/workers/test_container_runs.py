@@ -74,7 +74,11 @@ async def test_seed_body_runs_in_a_container(server: RunningServer, docker_engin
         assert got["status"] == "done", got["latest_job_submission"]
         sub = got["latest_job_submission"]
         assert (sub["termination_reason"], sub["exit_status"]) == ("done_by_runner", 0)
-        assert sub["job_runtime_data"]["network_mode"] == "bridge"  # a whole local instance: no port clash
+        # its instance is carved out of the machine (2 of its 16 blocks): the container is held to that share
+        inst = (await c.post("/api/instances/list", json={})).json()[0]
+        assert inst["instance_type"]["resources"]["cpus"] == 2
+        assert sub["job_runtime_data"]["network_mode"] == "bridge"  # a share of the machine: no port clash
+        assert sub["job_runtime_data"]["memory"] == round(inst["instance_type"]["resources"]["memory_mib"] / 1024, 3)
         dates = (await _logs(c, got)).splitlines()
         assert len(dates) == 2 and all(" UTC " in d for d in dates), dates  # `date`, `sleep 6`, `date`
         assert docker_engine.containers(f"{LABEL_RUN}={name}") == []
@@ -90,7 +94,9 @@ async def test_job_on_blocks_gets_limits_ports_and_its_gpu_share(
         "sleep 1",  # published ports exist only while the container runs: let the agent see them
     ]
     async with server.client() as c:
-        await c.post("/api/project/main/fleets/apply", json=fleet_body(blocks=2))
+        # an instance of 2 CPUs carved out of the machine, split into 2 blocks: the job gets one
+        resources = {"cpu": "2..", "memory": "0.1GB..", "disk": "1GB.."}
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(blocks=2, resources=resources))
         run = (await c.post("/api/project/main/runs/apply", json=_task(probe, image=UBUNTU, ports=[8080]))).json()
         got = await _finished(c, run["run_spec"]["run_name"])
         assert got["status"] == "done", got["latest_job_submission"]

@@ -99,3 +99,17 @@ async def test_without_retry_a_failed_node_fails_the_run_and_the_server_stops_th
         assert rank1[0]["status"] == "failed" and rank1[0]["exit_status"] == 5
         assert (rank0[0]["status"], rank0[0]["termination_reason"]) == ("terminated", "terminated_by_server")
         assert rank0[0]["termination_reason_message"] == "Stopped: another job of the run failed"
+
+
+async def test_max_duration_ends_the_job_terminated_and_the_run_failed(tmp_path: Path) -> None:
+    """dstack 0.22.5: the job ``terminated``/``max_duration_exceeded``; without a retry that applies (``error``
+    does not cover it) the run ``failed``/``job_failed``."""
+    async with running_server(make_settings(tmp_path)) as s, s.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..1"))
+        body = task_body(["sleep 60"], name="too-long", max_duration="1s", stop_duration="1s", retry=ON_ERROR)
+        assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
+        run = await _finished(c, "too-long")
+        assert (run["status"], run["termination_reason"]) == ("failed", "job_failed"), run
+        subs = run["jobs"][0]["job_submissions"]
+        assert len(subs) == 1, subs
+        assert (subs[0]["status"], subs[0]["termination_reason"]) == ("terminated", "max_duration_exceeded")

@@ -15,13 +15,34 @@ def _job(job_num: int, status: str, reason: str | None = None, replica: int = 0)
     return JobState(replica, job_num, 0, status, None, None, f"j{replica}-{job_num}", reason, True, 0.0, 10.0)
 
 
+def _st(*statuses: str) -> list[tuple[str, str | None]]:
+    return [(x, None) for x in statuses]
+
+
 def test_decide_run() -> None:
-    assert decide_run("running", None, ["done", "done"]) == ("done", "all_jobs_done")
-    assert decide_run("running", None, ["failed", "running"]) == ("terminating", "job_failed")
-    assert decide_run("terminating", "job_failed", ["failed", "terminated"]) == ("failed", "job_failed")
-    assert decide_run("submitted", None, ["running"]) == ("running", None)
+    assert decide_run("running", None, _st("done", "done")) == ("done", "all_jobs_done")
+    assert decide_run("running", None, _st("failed", "running")) == ("terminating", "job_failed")
+    assert decide_run("terminating", "job_failed", _st("failed", "terminated")) == ("failed", "job_failed")
+    assert decide_run("submitted", None, _st("running")) == ("running", None)
     limit = RunTerminationReason.RETRY_LIMIT_EXCEEDED
-    assert decide_run("running", None, ["failed"], failure=limit) == ("failed", "retry_limit_exceeded")
+    assert decide_run("running", None, _st("failed"), failure=limit) == ("failed", "retry_limit_exceeded")
+
+
+def test_a_job_ended_by_its_own_limit_fails_the_run_as_in_dstack() -> None:
+    for reason in ("max_duration_exceeded", "inactivity_duration_exceeded", "terminated_due_to_utilization_policy"):
+        # the only job: the run fails (not terminated/stopped_by_user)
+        assert decide_run("running", None, [("terminated", reason)]) == ("failed", "job_failed")
+        # a multi-node run: terminating first (the other nodes are stopped), then failed
+        assert decide_run("running", None, [("terminated", reason), ("running", None)]) == (
+            "terminating",
+            "job_failed",
+        )
+    # a user's stop still ends the run terminated/stopped_by_user; the server's stop of a sibling is not judged
+    assert decide_run("running", None, [("terminated", "terminated_by_user")]) == ("terminated", "stopped_by_user")
+    assert decide_run("terminating", "stopped_by_user", [("terminated", "max_duration_exceeded")]) == (
+        "terminated",
+        "stopped_by_user",
+    )
 
 
 def test_a_failed_node_resubmits_its_replica_even_while_another_runs() -> None:

@@ -1,10 +1,13 @@
 """The ``local`` backend: instances are host-agent processes on this machine.
 
-Its one offer describes this machine as an SSH host's agent would (all CPUs, total memory, the size of
-the disk holding the work directory, the GPUs ``nvidia-smi``/``amd-smi`` report), price 0. Each
-instance is an agent started in its own session with its own work directory and secret token, so it
-and its jobs survive a server restart; the server finds it again from the instance row, and reaps
-agents it has no record of.
+This machine is one host, split as dstack splits an SSH host into blocks: its CPUs, memory and GPUs
+(as an SSH host's agent reports them: all CPUs, total memory, the GPUs ``nvidia-smi``/``amd-smi``
+report) are divided into equal blocks -- one per GPU, else one per CPU, unless told -- and the disk
+holding the work directory is shared. Each local instance is carved out of 1 to all of those blocks
+(one offer per size, price 0), and a new one is reserved only while that many are free
+(``store.plan_apply`` recounts the blocks live instances hold). Each instance is an agent started in
+its own session with its own work directory and secret token, so it and its jobs survive a server
+restart; the server finds it again from the instance row, and reaps agents it has no record of.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from corral.agent import sandbox
@@ -27,6 +31,8 @@ from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachab
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
 from corral.domain.records import InstanceRec
 from corral.domain.resources import Gpu, InstanceResources
+from corral.scheduler.blocks import carved_offers, total_blocks_for
+from corral.scheduler.codec import resources_from_json
 from corral.scheduler.types import Offer
 
 
@@ -57,6 +63,9 @@ class LocalCompute:
         hide: tuple[Path, ...] = (),
         sandbox_mode: str = "auto",
         uid_range: str | None = None,
+        host_cpus: int | None = None,
+        host_memory_mib: int | None = None,
+        host_blocks: int | None = None,
     ) -> None:
         self.instances_dir = instances_dir
         #: Paths no job may see (the server's state), besides each agent's own work dir.
@@ -76,20 +85,45 @@ class LocalCompute:
         self.request_timeout = request_timeout
         #: The Docker engine the agents run jobs with an image on (None: their DOCKER_HOST or the socket).
         self.docker_host = docker_host
-        self._offer: Offer | None = None
+        #: What the machine is taken to have, where the operator says (None: what it reports).
+        self.host_cpus = host_cpus
+        self.host_memory_mib = host_memory_mib
+        self._host_blocks = host_blocks
+        self._offers: list[Offer] | None = None
+        self._host: InstanceResources | None = None
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def host_info(self) -> HostInfo:
         self.instances_dir.mkdir(parents=True, exist_ok=True)
         return detect_host_info(str(self.instances_dir), None)
 
-    def offers(self) -> list[Offer]:
-        if self._offer is None:
+    def host(self) -> InstanceResources:
+        """This machine as the local backend divides it."""
+        if self._host is None:
             res = host_resources(self.host_info())
-            self._offer = Offer(backend="local", instance_type="local", region="local", price=0.0, resources=res)
-        return [self._offer]
+            if self.host_cpus is not None:
+                res = replace(res, cpus=self.host_cpus)
+            if self.host_memory_mib is not None:
+                res = replace(res, memory_mib=self.host_memory_mib)
+            self._host = res
+        return self._host
 
-    async def _adopt(self, work_dir: Path) -> Provisioned | None:
+    def host_blocks(self) -> int:
+        """How many blocks the machine is split into (``blocks: auto``: one per GPU, else one per CPU)."""
+        return max(1, self._host_blocks or total_blocks_for(None, self.host()))
+
+    def offers(self) -> list[Offer]:
+        if self._offers is None:
+            self._offers = list(carved_offers("local", self.host(), self.host_blocks()))
+        return self._offers
+
+    @staticmethod
+    def _carved(instance: InstanceRec | None, info: HostInfo) -> InstanceResources:
+        """The instance's share of the machine (its reservation's offer), not the whole machine its agent sees."""
+        data = (instance.offer or {}).get("resources") if instance is not None else None
+        return resources_from_json(data) if isinstance(data, dict) else host_resources(info)
+
+    async def _adopt(self, work_dir: Path, instance: InstanceRec) -> Provisioned | None:
         """An agent already started for this reservation (a crash came between start and record)."""
         try:
             pid = int((work_dir / "agent.pid").read_text().strip())
@@ -111,7 +145,7 @@ class LocalCompute:
         return Provisioned(
             agent=endpoint,
             hostname=info.hostname,
-            resources=host_resources(info),
+            resources=self._carved(instance, info),
             internal_ip="127.0.0.1",
             addresses=tuple(info.addresses),
         )
@@ -122,7 +156,7 @@ class LocalCompute:
         instance_id = instance.id
         work_dir = self.instances_dir / instance_id
         work_dir.mkdir(parents=True, exist_ok=True)
-        adopted = await self._adopt(work_dir)
+        adopted = await self._adopt(work_dir, instance)
         if adopted is not None:
             return adopted
         token = secrets.token_hex(24)
@@ -181,7 +215,7 @@ class LocalCompute:
         return Provisioned(
             agent=endpoint,
             hostname=info.hostname,
-            resources=host_resources(info),
+            resources=self._carved(instance, info),
             internal_ip="127.0.0.1",
             addresses=tuple(info.addresses),
         )

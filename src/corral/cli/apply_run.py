@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from corral.cli import formatting as f
-from corral.cli.common import LogCursor, latest_submission
+from corral.cli.common import LogCursor, latest_submission, waiting_reason
 from corral.cli.errors import CLIError
 
 if TYPE_CHECKING:
@@ -165,6 +165,11 @@ def print_run_plan(plan: JSON, no_fleets: bool = False) -> None:
         render.print_offers(offers, int(job_plan.get("total_offers") or len(offers)), job_plan.get("max_price"))
     else:
         out.print(render.NO_FLEETS_WARNING if no_fleets else render.NO_OFFERS_WARNING)
+    if plan.get("corral_plan_error"):  # the scheduler's verdict: this run would fail at once
+        out.print(
+            f"The run cannot be placed: {plan['corral_plan_error']}", style="error", markup=False, highlight=False
+        )
+        out.print()
 
 
 def _ready(run: JSON) -> bool:
@@ -176,6 +181,8 @@ def _ready(run: JSON) -> bool:
 
 def follow_run(client: CorralClient, project: str, run: JSON) -> int:
     """Show status changes until the run runs, stream its logs, return its exit code."""
+    from rich.markup import escape
+
     from corral.cli import render
 
     out = render.console()
@@ -185,6 +192,9 @@ def follow_run(client: CorralClient, project: str, run: JSON) -> int:
     with out.status(f"Launching [code]{name}[/]...") as spinner:
         while not _ready(run):
             text = f.run_status_text(run)
+            reason = waiting_reason(run)
+            if reason:
+                text = escape(f"{text} ({reason})")
             if text != shown:
                 shown = text
                 if out.is_terminal:

@@ -61,6 +61,37 @@ def latest_submission(run: JSON, job_num: int = 0, replica_num: int = 0) -> JSON
     return dict(sub) if sub else None
 
 
+def waiting_reason(run: JSON) -> str | None:
+    """What a run that waits in the queue waits for (the scheduler's message on its waiting job)."""
+    if run.get("status") not in ("submitted", "pending"):
+        return None
+    for job in run.get("jobs") or []:
+        subs = job.get("job_submissions") or []
+        if subs and subs[-1].get("corral_waiting"):
+            return str(subs[-1]["corral_waiting"])
+    sub = run.get("latest_job_submission") or {}
+    return str(sub["corral_waiting"]) if sub.get("corral_waiting") else None
+
+
+def job_or_fail(run: JSON, job_num: int, replica_num: int) -> JSON:
+    """The latest submission of the run's job ``job_num`` of replica ``replica_num``, or a CLI error
+    naming what the run has."""
+    from corral.cli.errors import CLIError
+
+    name = (run.get("run_spec") or {}).get("run_name")
+    specs = [j.get("job_spec") or {} for j in run.get("jobs") or []]
+    replicas = sorted({s.get("replica_num", 0) for s in specs})
+    if replica_num not in replicas:
+        raise CLIError(f"Run {name} has no replica {replica_num} (replicas: {', '.join(map(str, replicas))})")
+    jobs = sorted(s.get("job_num", 0) for s in specs if s.get("replica_num", 0) == replica_num)
+    if job_num not in jobs:
+        raise CLIError(f"Run {name} has no job {job_num} in replica {replica_num} (jobs: {', '.join(map(str, jobs))})")
+    sub = latest_submission(run, job_num=job_num, replica_num=replica_num)
+    if sub is None:
+        raise CLIError(f"Job {job_num} of run {name} has not been submitted yet")
+    return sub
+
+
 class LogCursor:
     """Reads a job submission's logs page by page and writes the raw bytes to stdout.
 

@@ -75,6 +75,8 @@ def offer(
     client, project_name = client_for(project)
     out = render.console()
     with client:
+        if fleet:
+            _check_fleets(client, project_name, fleet)
         plan = client.runs_get_plan(project_name, run_spec, max_offers=max_offers, for_offers_only=True)
     job_plan = (plan.get("job_plans") or [{}])[0]
     requirements = (job_plan.get("job_spec") or {}).get("requirements") or {}
@@ -115,3 +117,15 @@ def offer(
             out.print(f"[secondary] Shown {len(offers)} of {total} offers, {price} max[/]")
     else:
         out.print(render.NO_OFFERS_WARNING)
+
+
+def _check_fleets(client: Any, project: str, names: list[str]) -> None:
+    """``--fleet`` names a fleet the project has (or imports as ``project/name``), else a CLI error."""
+    from corral.cli.errors import CLIError
+
+    fleets = client.fleets_list(project)
+    known = {str(f.get("name")) for f in fleets} | {f"{f.get('project_name')}/{f.get('name')}" for f in fleets}
+    missing = [n for n in names if n not in known]
+    if missing:
+        have = ", ".join(sorted(str(f.get("name")) for f in fleets)) or "none"
+        raise CLIError(f"Fleet {', '.join(missing)} not found in project {project} (its fleets: {have})")

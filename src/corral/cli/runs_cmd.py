@@ -61,6 +61,8 @@ def ps(
         if not watch:
             runs, hint = fetch()
             out.print(render.runs_table(runs, verbose))
+            for line in _waiting_lines(runs):
+                out.print(line, style="secondary", markup=False, highlight=False)
             if hint:
                 out.print(f"[secondary]{hint}[/]")
             return
@@ -73,10 +75,23 @@ def ps(
                 while True:
                     runs, hint = fetch()
                     table = render.runs_table(runs, verbose)
-                    live.update(Group(table, Text(hint or "", style="grey58")))
+                    waits = [Text(line, style="grey58") for line in _waiting_lines(runs)]
+                    live.update(Group(table, *waits, Text(hint or "", style="grey58")))
                     time.sleep(2)
         except KeyboardInterrupt:
             pass
+
+
+def _waiting_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """One line per waiting run: what it waits for (the scheduler's message)."""
+    from corral.cli.common import waiting_reason
+
+    out = []
+    for run in runs:
+        reason = waiting_reason(run)
+        if reason:
+            out.append(f"{(run.get('run_spec') or {}).get('run_name')}: {reason}")
+    return out
 
 
 def logs(
@@ -95,17 +110,17 @@ def logs(
     import time
 
     from corral.cli import formatting
-    from corral.cli.common import LogCursor, client_for, get_run_or_fail, latest_submission
+    from corral.cli.common import LogCursor, client_for, get_run_or_fail, job_or_fail
 
     client, project_name = client_for(project)
     with client:
         run = get_run_or_fail(client, project_name, run_name)
+        job_or_fail(run, job, replica)  # a job the run does not have is an error, not job 0's logs
         cursor = LogCursor(client, project_name, run_name, diagnose=diagnose)
         try:
             while True:
-                sub = latest_submission(run, job_num=job, replica_num=replica)
-                if sub is not None:
-                    cursor.drain(str(sub["id"]))
+                sub = job_or_fail(run, job, replica)
+                cursor.drain(str(sub["id"]))
                 if not follow or run.get("status") in formatting.FINISHED_RUN_STATUSES:
                     return
                 time.sleep(1)
@@ -121,12 +136,15 @@ def stop(
     project: ProjectOption = None,
 ) -> None:
     """Stop a run."""
-    from corral.cli import render
+    from corral.cli import formatting, render
     from corral.cli.common import client_for, get_run_or_fail
+    from corral.cli.errors import CLIError
 
     client, project_name = client_for(project)
     with client:
-        get_run_or_fail(client, project_name, run_name)
+        run = get_run_or_fail(client, project_name, run_name)
+        if run.get("status") in formatting.FINISHED_RUN_STATUSES:
+            raise CLIError(f"Run {run_name} has already finished ({run.get('status')}): nothing to stop")
         if not yes and not render.confirm("Are you sure you want to stop the run?"):
             render.console().print("\nExiting...")
             return
@@ -140,12 +158,18 @@ def delete(
     project: ProjectOption = None,
 ) -> None:
     """Delete a finished run."""
-    from corral.cli import render
+    from corral.cli import formatting, render
     from corral.cli.common import client_for, get_run_or_fail
+    from corral.cli.errors import CLIError
 
     client, project_name = client_for(project)
     with client:
-        get_run_or_fail(client, project_name, run_name)
+        run = get_run_or_fail(client, project_name, run_name)
+        if run.get("status") not in formatting.FINISHED_RUN_STATUSES:
+            raise CLIError(
+                f"Run {run_name} is still active ({formatting.run_status_text(run)}): "
+                f"stop it first with `corral stop {run_name}`, then delete it"
+            )
         if not yes and not render.confirm(f"Delete the run [code]{run_name}[/]?"):
             render.console().print("\nExiting...")
             return

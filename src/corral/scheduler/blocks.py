@@ -1,10 +1,13 @@
-"""Blocks: an instance split into equal shares of its CPUs, memory and GPUs (the disk is shared)."""
+"""Blocks: an instance split into equal shares of its CPUs, memory and GPUs (the disk is shared), and a
+host split the same way into the instances carved out of it (the ``local`` backend's machine)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from corral.domain.resources import InstanceResources, Requirements, match_requirements
+from corral.scheduler.types import Offer
 
 
 def total_blocks_for(blocks: int | None, resources: InstanceResources) -> int:
@@ -37,3 +40,36 @@ def blocks_needed(req: Requirements, resources: InstanceResources, total_blocks:
         if match_requirements(req, share(resources, k, total_blocks)) is None:
             return k
     return None
+
+
+def carved_offers(backend: str, host: InstanceResources, host_blocks: int) -> tuple[Offer, ...]:
+    """The instances a host split into ``host_blocks`` equal blocks can be carved into: one offer per size,
+    1 block up to the whole host, smallest first (the scheduler takes the first that fits the job), each
+    with that share of the CPUs, memory and GPUs and the whole disk (shared), price 0."""
+    n = max(1, host_blocks)
+    return tuple(
+        Offer(
+            backend=backend,
+            instance_type=backend if k == n else f"{backend}-{k}of{n}",
+            region=backend,
+            price=0.0,
+            resources=share(host, k, n),
+            host_blocks=k,
+            host_total_blocks=n,
+        )
+        for k in range(1, n + 1)
+    )
+
+
+def smallest_carves(offers: Iterable[Offer]) -> list[Offer]:
+    """``offers`` with each carved host shown once: its smallest share among them (what a plan shows:
+    the instance a job or fleet would get), other offers as they are."""
+    seen: set[str] = set()
+    out: list[Offer] = []
+    for offer in offers:
+        if offer.host_blocks:
+            if offer.backend in seen:
+                continue
+            seen.add(offer.backend)
+        out.append(offer)
+    return out

@@ -27,6 +27,8 @@ def offer_to_json(offer: Offer) -> dict[str, Any]:
         "region": offer.region,
         "price": offer.price,
         "resources": resources_to_json(offer.resources),
+        "host_blocks": offer.host_blocks,
+        "host_total_blocks": offer.host_total_blocks,
     }
 
 
@@ -37,4 +39,6 @@ def offer_from_json(data: dict[str, Any]) -> Offer:
         region=data["region"],
         price=float(data["price"]),
         resources=resources_from_json(data["resources"]),
+        host_blocks=int(data.get("host_blocks") or 0),
+        host_total_blocks=int(data.get("host_total_blocks") or 0),
     )

@@ -8,6 +8,13 @@ ever hold fails at once with a message naming each fleet and why. Capacity taken
 the order is not offered to later ones, so a lower-priority job never takes what a higher one can use
 now, while a higher job that cannot fit anywhere does not block lower ones that fit elsewhere.
 
+A new instance carved out of a shared host (the local machine, ``Snapshot.host_pools``) is reserved only
+while that host has the blocks free; idle instances holding blocks a waiting gang needs are reclaimed
+(``Reclaim``) when that is enough. A waiting gang's message names, fleet by fleet, what stops it now:
+busy instances, ``nodes.max``, the backend's instance cap, the host's free blocks, a fleet held for an
+earlier job. ``refusal`` is the verdict ``runs/get_plan`` shows: exactly the failures ``schedule`` makes at
+once whatever the capacity.
+
 The plan is optimistic: ``store.plan_apply`` recounts under locks and rejects what no longer fits.
 """
 
@@ -29,6 +36,7 @@ from corral.scheduler.types import (
     Offer,
     Plan,
     QueuedJob,
+    Reclaim,
     Reserve,
     Snapshot,
     Wait,
@@ -51,9 +59,10 @@ class _Ledger:
     free_blocks: dict[str, int] = field(default_factory=dict)
     fleet_count: dict[str, int] = field(default_factory=dict)
     backend_used: dict[str, int] = field(default_factory=dict)
+    host_used: dict[str, int] = field(default_factory=dict)
 
     def copy(self) -> _Ledger:
-        return _Ledger(dict(self.free_blocks), dict(self.fleet_count), dict(self.backend_used))
+        return _Ledger(dict(self.free_blocks), dict(self.fleet_count), dict(self.backend_used), dict(self.host_used))
 
 
 def _initial_ledger(snapshot: Snapshot) -> _Ledger:
@@ -64,6 +73,8 @@ def _initial_ledger(snapshot: Snapshot) -> _Ledger:
             ledger.free_blocks[inst.id] = max(0, inst.total_blocks - inst.busy_blocks)
     for key, (used, _limit) in snapshot.backend_limits.items():
         ledger.backend_used[key] = used
+    for backend, (used, _total) in snapshot.host_pools.items():
+        ledger.host_used[backend] = used
     return ledger
 
 
@@ -127,11 +138,14 @@ def _never_fits_reason(fleet: FleetSlot, job: QueuedJob, reuse_only: bool) -> st
             return None
         reasons.append(_why(job.requirements, inst.resources, inst.total_blocks))
     if not reuse_only and (fleet.nodes_max is None or fleet.nodes_max > 0):
+        offer_reasons = []
         for offer in fleet.offers:
             total = total_blocks_for(fleet.blocks, offer.resources)
             if blocks_needed(job.requirements, offer.resources, total) is not None:
                 return None
-            reasons.append(_why(job.requirements, offer.resources, total))
+            offer_reasons.append(_why(job.requirements, offer.resources, total))
+        # offers of a host carved into blocks come smallest first: the largest one says what is missing
+        reasons.extend(reversed(offer_reasons))
     if reuse_only and not fleet.instances:
         return "it has no instances and `creation_policy: reuse` allows no new ones"
     if not reasons:
@@ -147,14 +161,17 @@ def _why(req: Requirements, res: InstanceResources, total_blocks: int) -> str:
 
 
 def _try_place_in_fleet(
-    jobs: list[QueuedJob], fleet: FleetSlot, ledger: _Ledger, limits: dict[str, tuple[int, int]]
-) -> tuple[list[Decision], bool] | None:
+    jobs: list[QueuedJob], fleet: FleetSlot, ledger: _Ledger, snapshot: Snapshot
+) -> tuple[list[Decision], bool] | str:
     """Place every job of the gang in ``fleet`` using ``ledger`` (mutated). Returns the decisions and
-    whether new instances were needed, or None if the gang does not fit now."""
+    whether new instances were needed, or what stops the gang from fitting now (the real constraint:
+    busy instances, ``nodes.max``, the backend's instance cap, the host's free blocks)."""
     decisions: list[Decision] = []
     used_new = False
     reuse_only = jobs[0].creation_policy == "reuse" or jobs[0].selectors is not None
     taken: set[str] = set()
+    gang = f" (the run needs {len(jobs)} nodes at once)" if len(jobs) > 1 else ""
+    limits = snapshot.backend_limits
     for job in jobs:
         placed = False
         candidates = sorted(
@@ -175,18 +192,35 @@ def _try_place_in_fleet(
         if placed:
             continue
         if reuse_only:
-            return None
+            if job.selectors is not None:
+                return f"fleet '{fleet.name}': the instances `instances` selects are busy{gang}"
+            return f"fleet '{fleet.name}': its instances are busy and `creation_policy: reuse` allows no new ones{gang}"
         count = ledger.fleet_count.get(fleet.id, 0)
         if fleet.nodes_max is not None and count >= fleet.nodes_max:
-            return None
+            return (
+                f"fleet '{fleet.name}' has {len(fleet.instances)} of at most {fleet.nodes_max} instances, "
+                f"none free{gang}"
+            )
         key = fleet.backend_limit_key
         if key is not None and key in limits and ledger.backend_used.get(key, 0) >= limits[key][1]:
-            return None
+            return f"fleet '{fleet.name}': the {key} backend has reached its limit of {limits[key][1]} instances{gang}"
+        host_short: str | None = None
         for offer in sorted(fleet.offers, key=lambda o: o.price):
             total = total_blocks_for(fleet.blocks, offer.resources)
             need = blocks_needed(job.requirements, offer.resources, total)
             if need is None:
                 continue
+            pool = snapshot.host_pools.get(offer.backend) if offer.host_blocks else None
+            if pool is not None:
+                free = pool[1] - ledger.host_used.get(offer.backend, 0)
+                if offer.host_blocks > free:
+                    if host_short is None:
+                        host_short = (
+                            f"fleet '{fleet.name}': this machine has {max(0, free)} of its {pool[1]} blocks free "
+                            f"and a {offer.backend} instance for the job needs {offer.host_blocks}{gang}"
+                        )
+                    continue
+                ledger.host_used[offer.backend] = ledger.host_used.get(offer.backend, 0) + offer.host_blocks
             ledger.fleet_count[fleet.id] = count + 1
             if key is not None:
                 ledger.backend_used[key] = ledger.backend_used.get(key, 0) + 1
@@ -195,37 +229,36 @@ def _try_place_in_fleet(
             placed = True
             break
         if not placed:
-            return None
+            return host_short or f"fleet '{fleet.name}' has no free instance{gang}"
     return decisions, used_new
 
 
-def _waiting_message(fleets: list[FleetSlot]) -> str:
-    parts = []
-    for f in fleets:
-        if f.nodes_max is not None:
-            parts.append(f"fleet '{f.name}' has {len(f.instances)} of at most {f.nodes_max} instances, none free")
-        else:
-            parts.append(f"fleet '{f.name}' has no free instance")
-    return "Waiting for capacity: " + "; ".join(parts)
+def _unknown_fleets_message(job: QueuedJob, fleets: Iterable[FleetSlot]) -> str:
+    visible = sorted(
+        f.name for f in fleets if f.project_id == job.project_id or job.project_id in f.importer_project_ids
+    )
+    names = ", ".join(f"'{n}'" for n in job.fleet_names or ())
+    where = f" in project '{job.project_name}'" if job.project_name else ""
+    known = f"its fleets: {', '.join(visible)}" if visible else "it has no fleets"
+    return f"{SPECIFIED_FLEETS_MESSAGE}: no fleet named {names}{where} ({known})"
 
 
-def _schedule_gang(
-    jobs: list[QueuedJob], snapshot: Snapshot, ledger: _Ledger, now: float, held: set[str]
-) -> tuple[list[Decision], _Ledger]:
-    head = jobs[0]
+def _screen(head: QueuedJob, snapshot: Snapshot) -> tuple[list[FleetSlot], bool] | str:
+    """The fleets the gang headed by ``head`` could ever run in (and whether it may only reuse existing
+    instances), or the message it fails with at once: no fleet, unknown ``fleets``, a selector matching
+    nothing, or nothing it could ever fit in."""
     candidates = _candidate_fleets(head, snapshot.fleets)
     if not candidates and head.selectors:
-        msg = "Failed to use specified instances: no instance matches " + "; ".join(str(x) for x in head.selectors)
-        return [Fail(j.id, msg) for j in jobs], ledger
+        return "Failed to use specified instances: no instance matches " + "; ".join(str(x) for x in head.selectors)
     if not candidates:
-        message = SPECIFIED_FLEETS_MESSAGE if head.fleet_names is not None else NO_FLEETS_MESSAGE
-        return [Fail(j.id, message) for j in jobs], ledger
+        if head.fleet_names is not None:
+            return _unknown_fleets_message(head, snapshot.fleets)
+        return NO_FLEETS_MESSAGE
     reuse_only = head.creation_policy == "reuse" or head.selectors is not None
     if head.selectors is not None:
         candidates, unmatched = _apply_selectors(head, candidates)
         if unmatched:
-            msg = "Failed to use specified instances: no instance matches " + "; ".join(str(u) for u in unmatched)
-            return [Fail(j.id, msg) for j in jobs], ledger
+            return "Failed to use specified instances: no instance matches " + "; ".join(str(u) for u in unmatched)
     feasible: list[FleetSlot] = []
     reasons: list[str] = []
     for fleet in candidates:
@@ -235,16 +268,36 @@ def _schedule_gang(
         else:
             reasons.append(f"fleet '{fleet.name}': {reason}")
     if not feasible:
-        msg = "No fleet can ever run this job: " + "; ".join(reasons)
-        return [Fail(j.id, msg) for j in jobs], ledger
+        return "No fleet can ever run this job: " + "; ".join(reasons)
+    return feasible, reuse_only
+
+
+def refusal(job: QueuedJob, snapshot: Snapshot) -> str | None:
+    """Why a run whose first job is ``job`` would fail at once if submitted now (what ``schedule`` fails it
+    with), or None if it can run now or once capacity frees. ``runs/get_plan`` shows it before ``apply``."""
+    screened = _screen(job, snapshot)
+    return screened if isinstance(screened, str) else None
+
+
+def _schedule_gang(
+    jobs: list[QueuedJob], snapshot: Snapshot, ledger: _Ledger, now: float, held: set[str]
+) -> tuple[list[Decision], _Ledger]:
+    head = jobs[0]
+    screened = _screen(head, snapshot)
+    if isinstance(screened, str):
+        return [Fail(j.id, screened) for j in jobs], ledger
+    feasible, reuse_only = screened
 
     best: tuple[tuple[bool, float], list[Decision], _Ledger] | None = None
+    blockers: list[str] = []
     for fleet in feasible:
         if fleet.id in held:
+            blockers.append(f"fleet '{fleet.name}' is held for an earlier job that has waited long")
             continue
         trial = ledger.copy()
-        placed = _try_place_in_fleet(jobs, fleet, trial, snapshot.backend_limits)
-        if placed is None:
+        placed = _try_place_in_fleet(jobs, fleet, trial, snapshot)
+        if isinstance(placed, str):
+            blockers.append(placed)
             continue
         decisions, used_new = placed
         price = min((o.price for o in fleet.offers), default=0.0) if used_new else 0.0
@@ -256,16 +309,64 @@ def _schedule_gang(
 
     if not head.wait.may_wait:
         msg = "Could not reuse any instance for this job" if reuse_only else "Fleet is at capacity"
-        return [Fail(j.id, msg) for j in jobs], ledger
+        return [Fail(j.id, f"{msg}: {'; '.join(blockers)}") for j in jobs], ledger
     if head.wait.deadline is not None and now >= head.wait.deadline:
         return [Fail(j.id, "Waited for capacity until the retry duration ran out") for j in jobs], ledger
     if all(f.id in held for f in feasible):
         message = "Waiting for capacity: an earlier job that has waited long holds the fleets this job can use"
     else:
-        message = _waiting_message(feasible)
+        message = "Waiting for capacity: " + "; ".join(blockers)
     if snapshot.hold_after is not None and now - head.submitted_at >= snapshot.hold_after:
         held.update(f.id for f in feasible)
-    return [Wait(j.id, message) for j in jobs if j.status_message != message], ledger
+    reclaims = _reclaim_for(jobs, feasible, snapshot, ledger)
+    if reclaims:
+        message = "Waiting for capacity: freeing idle instances of this machine for this job"
+    waits: list[Decision] = [Wait(j.id, message) for j in jobs if j.status_message != message]
+    return [*reclaims, *waits], ledger
+
+
+def _reclaim_for(jobs: list[QueuedJob], fleets: list[FleetSlot], snapshot: Snapshot, ledger: _Ledger) -> list[Decision]:
+    """Idle instances to terminate so that the host they were carved out of can hold the gang's new
+    instances (the local machine), when that is what stops it -- and when they are enough. Their blocks
+    are taken from the ledger: nothing later in this pass is placed on them."""
+    if jobs[0].creation_policy == "reuse" or jobs[0].selectors is not None:
+        return []
+    for fleet in fleets:
+        if fleet.nodes_max is not None and ledger.fleet_count.get(fleet.id, 0) + len(jobs) > fleet.nodes_max:
+            continue
+        for offer in sorted(fleet.offers, key=lambda o: (o.price, o.host_blocks)):
+            pool = snapshot.host_pools.get(offer.backend) if offer.host_blocks else None
+            if pool is None:
+                continue
+            total = total_blocks_for(fleet.blocks, offer.resources)
+            if any(blocks_needed(j.requirements, offer.resources, total) is None for j in jobs):
+                continue
+            need = offer.host_blocks * len(jobs) - (pool[1] - ledger.host_used.get(offer.backend, 0))
+            idle = sorted(
+                (
+                    i
+                    for f in snapshot.fleets
+                    if len(f.instances) > f.nodes_min
+                    for i in f.instances
+                    if i.backend == offer.backend
+                    and i.host_blocks
+                    and i.status == "idle"
+                    and i.busy_blocks == 0
+                    and ledger.free_blocks.get(i.id, 0) >= i.total_blocks
+                ),
+                key=lambda i: -i.host_blocks,
+            )
+            if need <= 0 or sum(i.host_blocks for i in idle) < need:
+                continue
+            out: list[Decision] = []
+            for inst in idle:
+                if need <= 0:
+                    break
+                ledger.free_blocks[inst.id] = 0
+                need -= inst.host_blocks
+                out.append(Reclaim(inst.id, f"Terminated to free this machine for run {jobs[0].run_name}"))
+            return out
+    return []
 
 
 def schedule(snapshot: Snapshot, now: float) -> Plan:
@@ -282,11 +383,19 @@ def schedule(snapshot: Snapshot, now: float) -> Plan:
     return Plan(tuple(out))
 
 
-def upkeep(fleet: FleetSlot) -> list[Reserve]:
-    """Reservations that bring ``fleet`` up to ``nodes.min`` (through the same commit point)."""
+def upkeep(fleet: FleetSlot, host_free: dict[str, int] | None = None) -> list[Reserve]:
+    """Reservations that bring ``fleet`` up to ``nodes.min`` (through the same commit point). An offer
+    carved out of a host is reserved only while ``host_free`` (backend -> free blocks; mutated) has room."""
     missing = fleet.nodes_min - len(fleet.instances)
     if missing <= 0 or not fleet.offers:
         return []
     offer: Offer = min(fleet.offers, key=lambda o: o.price)
     total = total_blocks_for(fleet.blocks, offer.resources)
-    return [Reserve(fleet.id, offer, 0, total) for _ in range(missing)]
+    out: list[Reserve] = []
+    for _ in range(missing):
+        if offer.host_blocks and host_free is not None and offer.backend in host_free:
+            if host_free[offer.backend] < offer.host_blocks:
+                break
+            host_free[offer.backend] -= offer.host_blocks
+        out.append(Reserve(fleet.id, offer, 0, total))
+    return out

@@ -21,6 +21,11 @@ class Offer:
     region: str
     price: float
     resources: InstanceResources
+    #: Blocks of a shared host this instance would be carved out of (the ``local`` backend: this machine,
+    #: split as an SSH host is split into blocks); 0 = it takes nothing from a host pool.
+    host_blocks: int = 0
+    #: ... of how many blocks that host has (an instance with fewer is a share of the host, not all of it).
+    host_total_blocks: int = 0
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,9 @@ class InstanceSlot:
     hostname: str | None = None
     #: Hostnames and IPs an ``instances`` hostname selector may name.
     addresses: tuple[str, ...] = ()
+    #: Its backend, and the blocks of that backend's host it was carved out of (0: none).
+    backend: str = ""
+    host_blocks: int = 0
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,9 @@ class Snapshot:
     queue: tuple[QueuedJob, ...]
     #: Backend-wide caps, e.g. the number of local instances: key -> (in use, maximum).
     backend_limits: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Hosts that new instances are carved out of, by backend: backend -> (blocks in use, blocks in all).
+    #: An offer with ``host_blocks`` is reserved only while that many blocks of its backend's host are free.
+    host_pools: dict[str, tuple[int, int]] = field(default_factory=dict)
     #: A job that has waited this long holds the fleets it could use: nothing queued behind it takes
     #: capacity there until it fits (no starvation of large jobs). None disables holding.
     hold_after: float | None = None
@@ -117,6 +128,15 @@ class Reserve:
 
 
 @dataclass(frozen=True)
+class Reclaim:
+    """Terminate an idle instance so that the blocks of the host it was carved out of can be carved anew
+    for a waiting job (the local machine: idle instances must not hold it for ever)."""
+
+    instance_id: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Fail:
     job_id: str
     message: str
@@ -128,7 +148,7 @@ class Wait:
     message: str
 
 
-Decision = Assign | Reserve | Fail | Wait
+Decision = Assign | Reserve | Fail | Wait | Reclaim
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,11 @@ import sqlalchemy.exc
 from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
-from corral.domain.access import backend_types
+from corral.domain.access import backend_types, usable_computes
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, ProjectRec, UserRec
 from corral.domain.resources import match_requirements
+from corral.scheduler.blocks import smallest_carves
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.types import Offer
 from corral.schemas import wire
@@ -134,11 +135,30 @@ def fleet_offers(ctx: Context, normalized: dict[str, Any], project: ProjectRec) 
         return []
     req = ResourcesSpec.model_validate(conf.get("resources") or {}).to_requirements()
     computes = ctx.project_computes(backend_types(project.backends))
-    return [o for c in computes for o in c.offers() if match_requirements(req, o.resources) is None]
+    return smallest_carves(o for c in computes for o in c.offers() if match_requirements(req, o.resources) is None)
+
+
+def check_backends(ctx: Context, project: ProjectRec, conf: dict[str, Any]) -> None:
+    """A cloud fleet whose ``backends`` name none the project has on this server could never get an
+    instance: refused, naming the backends configured (``local`` goes on the wire as ``remote``)."""
+    wanted = [str(b) for b in conf.get("backends") or []]
+    if not wanted or conf.get("ssh_config"):
+        return
+    usable = usable_computes(ctx.computes, backend_types(project.backends))
+    configured = sorted({serialize.WIRE_BACKEND.get(n, n) for n in usable if ctx.computes[n].offers()})
+    if any(b in configured or b == "local" for b in wanted):
+        return
+    names = ", ".join(wanted)
+    have = ", ".join(f"`{b}`" + (" (this machine)" if b == "remote" else "") for b in configured) or "none"
+    raise ServiceError(
+        f"The fleet's `backends` ({names}) {'is' if len(wanted) == 1 else 'are'} not configured for project "
+        f"{project.name} on this server; the backends configured: {have}. Remove `backends` or list one of those"
+    )
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[str, Any]) -> dict[str, Any]:
     normalized = normalize_spec(spec, ("spec",))
+    check_backends(ctx, project, normalized["configuration"])
     name = normalized["configuration"].get("name")
     async with ctx.db.read() as conn:
         current = await store.get_fleet(conn, project.id, name=name) if name else None
@@ -164,6 +184,7 @@ def _spec_changed(a: dict[str, Any], b: dict[str, Any]) -> bool:
 async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
     normalized = normalize_spec(plan.get("spec"), ("plan", "spec"))  # type: ignore[arg-type]
     conf = normalized["configuration"]
+    check_backends(ctx, project, conf)
     name = conf.get("name") or random_name()
     conf["name"] = name
     current_resource = plan.get("current_resource")

@@ -19,9 +19,11 @@ from corral.domain.access import backend_types
 from corral.domain.documents import json_default
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
+from corral.scheduler.blocks import smallest_carves
 from corral.services import local_admission, repos, serialize
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
+from corral.services.plan_verdict import plan_verdict
 from corral.store import runs as store
 from corral.store.fleets import dump
 from corral.workers.context import Context
@@ -178,12 +180,13 @@ def _offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[d
     if merged.instances is not None or getattr(merged.creation_policy, "value", None) == "reuse":
         return []
     req = conf.resources.to_requirements()
-    return [
-        offer_json(o)
+    fitting = (
+        o
         for c in ctx.project_computes(backend_types(project.backends))
         for o in c.offers()
         if match_requirements(req, o.resources) is None
-    ]
+    )
+    return [offer_json(o) for o in smallest_carves(fitting)]
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
@@ -194,6 +197,10 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             current = await store.get_run(conn, project.id, run_name=spec["run_name"])
     offers = _offers(ctx, conf, merged, project)
     max_offers = body.get("max_offers") or 50
+    specs = job_specs(spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image)
+    verdict = await plan_verdict(ctx, project, spec, specs[0]) if specs else None
+    if verdict is not None and not body.get("for_offers_only"):
+        offers = []  # what apply would refuse gets no offers: the official CLI warns before submitting
     plans = [
         {
             "job_spec": js,
@@ -201,7 +208,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             "total_offers": len(offers),
             "max_price": max((o["price"] for o in offers), default=None),
         }
-        for js in job_specs(spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image)
+        for js in specs
     ]
     return {
         "project_name": project.name,
@@ -213,6 +220,9 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
         if current and current.status not in store.FINISHED_RUN_STATUSES
         else None,
         "action": "update" if current and current.status not in store.FINISHED_RUN_STATUSES else "create",
+        # corral: why the scheduler would fail this run at once if it were submitted now (None: it can run
+        # now, or waits for capacity); ``corral apply`` shows it before asking
+        "corral_plan_error": verdict,
     }
 
 
@@ -448,5 +458,8 @@ async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
             found.append(run)
         active = [r.run_name for r in found if r.status not in store.FINISHED_RUN_STATUSES]
         if active:
-            raise ServiceError(f"Cannot delete active runs: {active}")
+            raise ServiceError(
+                f"Cannot delete active run{'s' if len(active) > 1 else ''} {', '.join(active)}: stop "
+                f"{'them' if len(active) > 1 else 'it'} first"
+            )
         await store.mark_runs_deleted(conn, [r.id for r in found])

@@ -5,6 +5,9 @@ one run) it locks what the decisions touch -- the fleet row for a reservation, t
 assignment (``SELECT ... FOR UPDATE`` on Postgres; SQLite's ``BEGIN IMMEDIATE`` already excludes every
 other writer) -- recounts from current rows, and commits the gang whole or not at all (a savepoint).
 
+A new instance carved out of a shared host (the local machine) is committed only while the blocks of
+that host held by live instances, recounted from their rows, leave room for it.
+
 What ``nodes.max`` caps is every instance of the fleet that is not yet confirmed terminated:
 reserved-but-not-provisioned, provisioning, idle, busy and terminating ones. Free blocks of an
 instance are recounted from the unfinished jobs assigned to it, never taken from a stale counter.
@@ -24,9 +27,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.fleets import nodes_bounds
 from corral.scheduler.codec import offer_to_json
-from corral.scheduler.types import Assign, Fail, Gang, Plan, Reserve, Wait
+from corral.scheduler.types import Assign, Fail, Gang, Plan, Reclaim, Reserve, Wait
 from corral.store.db import Database
 from corral.store.fleets import LIVE_JOB_STATUSES
+from corral.store.snapshot import host_blocks_used
 from corral.store.tables import fleets, instances, jobs
 
 _USABLE = ("pending", "provisioning", "idle", "busy")
@@ -38,10 +42,12 @@ class ApplyResult:
     reserved: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     rejected_runs: list[str] = field(default_factory=list)
+    #: Idle instances set terminating to free the host they were carved out of.
+    reclaimed: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
-        return bool(self.assigned or self.reserved or self.failed)
+        return bool(self.assigned or self.reserved or self.failed or self.reclaimed)
 
 
 class _Rejected(Exception):
@@ -119,7 +125,9 @@ async def _count_backend(conn: AsyncConnection, backend: str) -> int:
     return int((await conn.execute(q)).scalar_one())
 
 
-async def _reserve(db: Database, conn: AsyncConnection, d: Reserve, now: float, backend_limits: dict[str, int]) -> str:
+async def _reserve(
+    db: Database, conn: AsyncConnection, d: Reserve, now: float, backend_limits: dict[str, int], pools: dict[str, int]
+) -> str:
     fleet = (await conn.execute(db.for_update(sa.select(fleets).where(fleets.c.id == d.fleet_id)))).first()
     if fleet is None or fleet.deleted or fleet.status != "active":
         raise _Rejected
@@ -133,6 +141,9 @@ async def _reserve(db: Database, conn: AsyncConnection, d: Reserve, now: float, 
     limit = backend_limits.get(d.offer.backend)
     if limit is not None and await _count_backend(conn, d.offer.backend) >= limit:
         raise _Rejected
+    pool = pools.get(d.offer.backend) if d.offer.host_blocks else None
+    if pool is not None and await host_blocks_used(conn, d.offer.backend) + d.offer.host_blocks > pool:
+        raise _Rejected  # the host it is carved out of has not that many blocks free any more
     num = await _next_instance_num(conn, d.fleet_id)
     instance_id = str(uuid.uuid4())
     conf = spec.get("configuration") or {}
@@ -191,6 +202,24 @@ async def _fail(conn: AsyncConnection, d: Fail, now: float) -> bool:
     return res.rowcount > 0
 
 
+async def _reclaim(db: Database, conn: AsyncConnection, d: Reclaim, now: float) -> bool:
+    """Set an instance that is still idle, with no job on it, terminating (``idle_timeout``)."""
+    inst = (await conn.execute(db.for_update(sa.select(instances).where(instances.c.id == d.instance_id)))).first()
+    if inst is None or inst.status != "idle" or inst.deleted or await _busy_blocks(conn, d.instance_id):
+        return False
+    res = await conn.execute(
+        sa.update(instances)
+        .where(instances.c.id == d.instance_id, instances.c.status == "idle")
+        .values(
+            status="terminating",
+            termination_reason="idle_timeout",
+            termination_reason_message=d.message,
+            last_processed_at=now,
+        )
+    )
+    return res.rowcount > 0
+
+
 async def _wait(conn: AsyncConnection, d: Wait) -> None:
     await conn.execute(
         sa.update(jobs)
@@ -201,12 +230,18 @@ async def _wait(conn: AsyncConnection, d: Wait) -> None:
 
 
 async def _apply_gang(
-    db: Database, conn: AsyncConnection, gang: Gang, now: float, limits: dict[str, int], result: ApplyResult
+    db: Database,
+    conn: AsyncConnection,
+    gang: Gang,
+    now: float,
+    limits: dict[str, int],
+    pools: dict[str, int],
+    result: ApplyResult,
 ) -> None:
     assigned: list[str] = []
     reserved: list[str] = []
     failed: list[str] = []
-    if all(isinstance(d, (Fail, Wait)) for d in gang.decisions):
+    if all(isinstance(d, (Fail, Wait, Reclaim)) for d in gang.decisions):
         # takes no capacity and cannot be rejected: no savepoint (two round trips saved per gang)
         for d in gang.decisions:
             if isinstance(d, Fail):
@@ -214,6 +249,8 @@ async def _apply_gang(
                     result.failed.append(d.job_id)
             elif isinstance(d, Wait):
                 await _wait(conn, d)
+            elif isinstance(d, Reclaim) and await _reclaim(db, conn, d, now):
+                result.reclaimed.append(d.instance_id)
         return
     savepoint = await conn.begin_nested()
     try:
@@ -222,7 +259,7 @@ async def _apply_gang(
                 await _assign(db, conn, d, now)
                 assigned.append(d.job_id)
             elif isinstance(d, Reserve):
-                reserved.append(await _reserve(db, conn, d, now, limits))
+                reserved.append(await _reserve(db, conn, d, now, limits, pools))
                 if d.job_id is not None:
                     assigned.append(d.job_id)
             elif isinstance(d, Fail):
@@ -240,13 +277,23 @@ async def _apply_gang(
     result.failed += failed
 
 
-async def apply_plan(db: Database, plan: Plan, now: float, backend_limits: dict[str, int] | None = None) -> ApplyResult:
-    """Commit what still fits of ``plan``; gangs that no longer fit are listed in ``rejected_runs``."""
+async def apply_plan(
+    db: Database,
+    plan: Plan,
+    now: float,
+    backend_limits: dict[str, int] | None = None,
+    host_pools: dict[str, int] | None = None,
+) -> ApplyResult:
+    """Commit what still fits of ``plan``; gangs that no longer fit are listed in ``rejected_runs``.
+
+    ``backend_limits`` caps the instances of a backend; ``host_pools`` the blocks of the host a backend's
+    instances are carved out of (the local machine), recounted from the live instances' offers."""
     result = ApplyResult()
     if plan.is_empty():
         return result
     limits = backend_limits or {}
+    pools = host_pools or {}
     async with db.write() as conn:
         for gang in plan.gangs:
-            await _apply_gang(db, conn, gang, now, limits, result)
+            await _apply_gang(db, conn, gang, now, limits, pools, result)
     return result

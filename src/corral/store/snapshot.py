@@ -92,3 +92,17 @@ async def backend_usage(conn: AsyncConnection, backend: str) -> int:
         .where(instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False))
     )
     return int((await conn.execute(q)).scalar_one())
+
+
+async def host_blocks_used(conn: AsyncConnection, backend: str) -> int:
+    """Blocks of ``backend``'s host held by its instances not yet confirmed terminated (each instance's
+    offer says how many it was carved out of; instances reserved before hosts were split hold none)."""
+    q = sa.select(instances.c.offer).where(
+        instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False)
+    )
+    used = 0
+    for (offer,) in await conn.execute(q):
+        data = orjson.loads(offer) if isinstance(offer, (str, bytes)) else offer
+        if isinstance(data, dict):
+            used += int(data.get("host_blocks") or 0)
+    return used

@@ -28,14 +28,17 @@ PULL_PROGRESS_KEY = "image_pull_progress"
 
 
 def job_share(job: JobRec, inst: InstanceRec) -> tuple[InstanceResources | None, bool]:
-    """The resources of the job's blocks of the instance, and whether that is the whole instance."""
+    """The resources of the job's blocks of the instance, and whether that is the whole host (all of an
+    instance that is not itself carved out of a larger host, as local instances are of this machine)."""
     total = inst.total_blocks or 1
+    offer = inst.offer or {}
+    carved = int(offer.get("host_blocks") or 0) < int(offer.get("host_total_blocks") or 0)
     whole = job.blocks >= total
-    resources = (inst.offer or {}).get("resources")
+    resources = offer.get("resources")
     if not resources:
-        return None, whole
+        return None, whole and not carved
     res = resources_from_json(resources)
-    return (res if whole else share(res, job.blocks, total)), whole
+    return (res if whole else share(res, job.blocks, total)), whole and not carved
 
 
 def apply_container(

@@ -26,6 +26,7 @@ from corral.store.tables import jobs as jobs_table
 from corral.workers.context import Context
 from corral.workers.job_code import JobCodeError, job_code, push_blobs
 from corral.workers.job_container import apply_container, runtime_data, with_agent_state
+from corral.workers.job_ports import ports_message, taken_ports
 
 log = logging.getLogger("corral.jobs")
 _SOURCES = {"stdout": 0, "stderr": 1}
@@ -253,6 +254,10 @@ class Jobs:
         )
         apply_container(submission, job, conf, inst, self.ctx.settings.default_image, nodes=len(ordered))
         submission.host_network = len(ordered) > 1 and not one_host
+        if inst.backend == "local" and (taken := _taken_ports(conf, submission, self._local_sandboxed())):
+            failed = JobState(job.id, "failed", message=ports_message(taken), termination_reason="ports_binding_failed")
+            await self._finish(job, failed, None)
+            return
         client = self._client(inst)
         try:
             code = await job_code(self.ctx, run, job)
@@ -293,6 +298,11 @@ class Jobs:
             job = await self._reload(job.id) or job
             if state.finished or job.id not in self._followers:
                 self._follow(job, inst)
+
+    def _local_sandboxed(self) -> bool:
+        """Whether the local backend's agents run host-process jobs in a sandbox (their own network)."""
+        local = self.ctx.computes.get("local")
+        return local is not None and getattr(local, "sandbox_reason", None) is None
 
     async def _sandbox_addresses(
         self, ordered: list[JobRec], insts: dict[str, InstanceRec], fallback: list[str]
@@ -451,6 +461,8 @@ class Jobs:
             status, reason = "done", "done_by_runner"
         elif state.termination_reason == "max_duration_exceeded":
             status, reason = "terminated", "max_duration_exceeded"
+        elif state.termination_reason == "ports_binding_failed":
+            status, reason = "failed", "ports_binding_failed"
         elif state.termination_reason == "setup_failed":
             # The repo or `files` could not be set up (dstack's runner reports this the same way).
             status, reason = "failed", "container_exited_with_error"
@@ -480,6 +492,19 @@ class Jobs:
             if ok and job.instance_id:
                 await fleet_store.release_instance(conn, job.instance_id, now)
         self.ctx.wakeups.wake("runs", "scheduler")
+
+
+def _taken_ports(conf: dict[str, Any], sub: JobSubmission, sandboxed: bool) -> list[int]:
+    """The job's ``ports`` already held on this machine, when it would listen on them itself (a host
+    process without a sandbox, or a container on the host's network; a sandboxed process listens in its own
+    network namespace and a bridged container's ports are published elsewhere)."""
+    if sub.image:
+        if not (sub.container is not None and sub.container.network_mode == "host"):
+            return []
+    elif sandboxed:
+        return []
+    ports = [int(p["container_port"]) for p in conf.get("ports") or [] if isinstance(p, dict)]
+    return taken_ports(ports) if ports else []
 
 
 async def _logs_unless_poked(

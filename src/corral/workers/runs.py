@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy.exc
@@ -24,19 +24,24 @@ log = logging.getLogger("corral.runs")
 def decide_run(
     status: str,
     termination_reason: str | None,
-    jobs: list[str],
+    jobs: Sequence[tuple[str, str | None]],
     failure: RunTerminationReason = RunTerminationReason.JOB_FAILED,
 ) -> tuple[str, str | None] | None:
     """The run's next (status, termination_reason), or None if nothing changes. Pure.
 
-    ``failure`` is the reason a failed job gives the run (``retry_limit_exceeded`` when its retry ran out)."""
-    job_statuses = [JobStatus(j) for j in jobs]
+    ``jobs`` are the latest submissions' (status, termination_reason). As in dstack 0.22.5, a job that did
+    not end well fails its run (``failure``: ``job_failed``, or ``retry_limit_exceeded`` when its retry ran
+    out) -- a ``failed`` job, and also one ``terminated`` by a limit of its own (``max_duration_exceeded``,
+    ``inactivity_duration_exceeded``, ``terminated_due_to_utilization_policy``: ``domain.retry``'s
+    ``needs_retry_evaluation``), which is not a stop by the user."""
+    job_statuses = [JobStatus(s) for s, _ in jobs]
     if not job_statuses:
         return None
+    failing = any(needs_retry_evaluation(s, r) for s, r in jobs)
     if all(j.is_finished() for j in job_statuses):
         if termination_reason is not None:
             reason = RunTerminationReason(termination_reason)
-        elif any(j in (JobStatus.FAILED,) for j in job_statuses):
+        elif failing:
             reason = failure
         elif all(j == JobStatus.DONE for j in job_statuses):
             reason = RunTerminationReason.ALL_JOBS_DONE
@@ -47,7 +52,7 @@ def decide_run(
         return reason.to_status().value, reason.value
     if status == RunStatus.TERMINATING.value:
         return None
-    if any(j == JobStatus.FAILED for j in job_statuses):
+    if failing:
         return RunStatus.TERMINATING.value, failure.value
     new = run_status_from_jobs(job_statuses)
     if new is None or new.value == status:
@@ -143,7 +148,8 @@ class Runs:
                     await self._resubmit(run, latest, plan.resubmit, now)
                 continue
             failure = plan.failure
-            decision = decide_run(run.status, run.termination_reason, [j.status for j in latest.values()], failure)
+            jobs = [(j.status, j.termination_reason) for j in latest.values()]
+            decision = decide_run(run.status, run.termination_reason, jobs, failure)
             master = latest.get((0, 0))
             fleet_id = run.fleet_id or (master.instance_fleet_id if master else None)
             if decision is None and fleet_id == run.fleet_id:
@@ -155,7 +161,9 @@ class Runs:
                 if status == "terminating" and reason == failure.value:
                     await self._stop_jobs(run.id, "server")
                 if status in ("failed", "done", "terminated"):
-                    failed = next((j for j in latest.values() if j.status == "failed"), None)
+                    failed = next(
+                        (j for j in latest.values() if needs_retry_evaluation(j.status, j.termination_reason)), None
+                    )
                     values["status_message"] = failed.status_message if failed else None
             updates.append((run.id, values, run.status))
         if updates:  # one transaction for the whole pass: a burst of finished runs is one write

@@ -27,6 +27,7 @@ from corral.scheduler.types import (
     Offer,
     Plan,
     QueuedJob,
+    Reclaim,
     Reserve,
     Snapshot,
     WaitPolicy,
@@ -59,11 +60,54 @@ def wait_policy(retry: Any, submitted_at: float, server_max: float | None) -> Wa
     return WaitPolicy(True, submitted_at + float(duration if duration is not None else DEFAULT_RETRY_DURATION))
 
 
+def queued_job(
+    run_spec: dict[str, Any],
+    job_spec: dict[str, Any],
+    *,
+    id: str,
+    run_id: str,
+    project_id: str,
+    project_name: str,
+    run_name: str,
+    job_num: int,
+    priority: int,
+    submitted_at: float,
+    max_queue_wait: float | None,
+) -> QueuedJob:
+    """A job as the scheduler sees it, from its run's and its own stored documents."""
+    conf = config.parse_run_configuration(run_spec["configuration"])
+    profile = config.effective_profile(config.parse_profile(run_spec.get("profile")), conf)
+    resources = config.ResourcesSpec.model_validate(job_spec["requirements"]["resources"])
+    fleets = None
+    if profile.fleets is not None:
+        fleets = tuple(f.format() if hasattr(f, "format") else str(f) for f in profile.fleets)
+    nodes = int(getattr(conf, "nodes", 1) or 1)
+    selectors = None if profile.instances is None else tuple(to_selector(x) for x in profile.instances)
+    return QueuedJob(
+        id=id,
+        run_id=run_id,
+        project_id=project_id,
+        run_name=run_name,
+        job_num=job_num,
+        priority=priority,
+        submitted_at=submitted_at,
+        requirements=resources.to_requirements(),
+        fleet_names=fleets,
+        creation_policy=getattr(profile.creation_policy, "value", str(profile.creation_policy)),
+        wait=wait_policy(profile.retry, submitted_at, max_queue_wait),
+        nodes=nodes,
+        multinode=nodes > 1,
+        project_name=project_name,
+        selectors=selectors,
+    )
+
+
 class Scheduling:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._queued: dict[str, QueuedJob] = {}
         self._fleet_reqs: dict[tuple[str, str], Requirements | None] = {}
+        self._fleet_offers: dict[tuple[str, str, str], tuple[Offer, ...]] = {}
         #: fleet id -> ids of the projects it is exported to (refreshed every pass).
         self.importers: dict[str, frozenset[str]] = {}
         #: project id -> the backend types it has (refreshed every pass): a fleet gets offers only from those.
@@ -74,37 +118,34 @@ class Scheduling:
         if cached is None:
             if job.job_spec is None or job.run_spec is None:
                 raise ValueError("the job's documents were not loaded")
-            run_spec = job.run_spec
-            conf = config.parse_run_configuration(run_spec["configuration"])
-            profile = config.effective_profile(config.parse_profile(run_spec.get("profile")), conf)
-            resources = config.ResourcesSpec.model_validate(job.job_spec["requirements"]["resources"])
-            fleets = None
-            if profile.fleets is not None:
-                fleets = tuple(f.format() if hasattr(f, "format") else str(f) for f in profile.fleets)
-            nodes = int(getattr(conf, "nodes", 1) or 1)
-            selectors = None if profile.instances is None else tuple(to_selector(x) for x in profile.instances)
-            cached = QueuedJob(
+            cached = queued_job(
+                job.run_spec,
+                job.job_spec,
                 id=job.id,
                 run_id=job.run_id,
                 project_id=job.project_id,
+                project_name=job.project_name,
                 run_name=job.run_name,
                 job_num=job.job_num,
                 priority=job.priority,
                 submitted_at=job.submitted_at,
-                requirements=resources.to_requirements(),
-                fleet_names=fleets,
-                creation_policy=getattr(profile.creation_policy, "value", str(profile.creation_policy)),
-                wait=wait_policy(profile.retry, job.submitted_at, self.ctx.settings.max_queue_wait),
-                nodes=nodes,
-                multinode=nodes > 1,
-                project_name=job.project_name,
-                selectors=selectors,
+                max_queue_wait=self.ctx.settings.max_queue_wait,
             )
             self._queued[job.id] = cached
         if cached.status_message != job.status_message:
             cached = QueuedJob(**{**cached.__dict__, "status_message": job.status_message})
             self._queued[job.id] = cached
         return cached
+
+    async def snapshot_for(
+        self, conn: Any, queue: tuple[QueuedJob, ...], project_ids: list[str] | None = None
+    ) -> Snapshot:
+        """The fleets (of ``project_ids``; None: all) as the next pass would see them, with ``queue`` (for a
+        plan's verdict)."""
+        fleets = await snap.load_fleets(conn, project_ids)
+        self.importers = await export_store.fleet_importers(conn)
+        self.project_backends = await project_state.backends_by_project(conn)
+        return Snapshot(fleets=tuple(self.fleet_slot(f) for f in fleets), queue=queue)
 
     def _fleet_requirements(self, fleet: FleetRec) -> Requirements | None:
         key = (fleet.id, str(fleet.spec.get("configuration", {}).get("resources")))
@@ -116,9 +157,19 @@ class Scheduling:
         return self._fleet_reqs[key]
 
     def fleet_offers(self, fleet: FleetRec) -> tuple[Offer, ...]:
+        """The backends' offers the fleet's ``backends`` and ``resources`` allow (cached per fleet spec:
+        backends' offers do not change while the server runs)."""
         conf = fleet.spec.get("configuration", {})
         if conf.get("ssh_config"):
             return ()
+        backends = self.project_backends.get(fleet.project_id, frozenset())
+        key = (fleet.id, repr((sorted(backends), conf.get("backends"))), repr(conf.get("resources")))
+        cached = self._fleet_offers.get(key)
+        if cached is None:
+            cached = self._fleet_offers[key] = self._match_offers(fleet, conf)
+        return cached
+
+    def _match_offers(self, fleet: FleetRec, conf: dict[str, Any]) -> tuple[Offer, ...]:
         allowed = conf.get("backends")
         offers: list[Offer] = []
         for name in usable_computes(self.ctx.computes, self.project_backends.get(fleet.project_id, frozenset())):
@@ -152,6 +203,8 @@ class Scheduling:
                     price=i.price or 0.0,
                     hostname=i.hostname,
                     addresses=tuple((i.agent or {}).get("addresses") or ([i.hostname] if i.hostname else [])),
+                    backend=i.backend,
+                    host_blocks=offer.host_blocks if offer else 0,
                 )
             )
         return FleetSlot(
@@ -172,6 +225,12 @@ class Scheduling:
     def backend_limits(self) -> dict[str, int]:
         return {"local": self.ctx.settings.local_max_instances} if "local" in self.ctx.computes else {}
 
+    def host_pools(self) -> dict[str, int]:
+        """Backends whose instances are carved out of one host: backend -> the host's blocks."""
+        local = self.ctx.computes.get("local")
+        host_blocks = getattr(local, "host_blocks", None)
+        return {"local": int(host_blocks())} if callable(host_blocks) else {}
+
     async def pass_once(self) -> ApplyResult:
         """One load -> decide -> commit pass. Returns what was committed."""
         now = time.time()
@@ -179,9 +238,14 @@ class Scheduling:
             queue = await snap.load_queue(conn, known=self._queued.keys())
             fleets = await snap.load_fleets(conn)
             local_used = await snap.backend_usage(conn, "local")
+            pools = self.host_pools()
+            pool_used = {b: await snap.host_blocks_used(conn, b) for b in pools}
             self.importers = await export_store.fleet_importers(conn)
             self.project_backends = await project_state.backends_by_project(conn)
         slots = tuple(self.fleet_slot(f) for f in fleets)
+        live_fleets = {f.id for f in fleets}  # caches keep only fleets that still exist
+        self._fleet_offers = {k: v for k, v in self._fleet_offers.items() if k[0] in live_fleets}
+        self._fleet_reqs = {k: v for k, v in self._fleet_reqs.items() if k[0] in live_fleets}
         queued: list[QueuedJob] = []
         failed_parse: list[Gang] = []
         for row in queue:
@@ -199,16 +263,22 @@ class Scheduling:
             fleets=slots,
             queue=tuple(queued),
             backend_limits={"local": (local_used, limits["local"])} if "local" in limits else {},
+            host_pools={b: (pool_used[b], total) for b, total in pools.items()},
             hold_after=self.ctx.settings.starvation_guard,
         )
         plan = schedule(snapshot, now)
-        upkeep_gangs = [Gang(f"upkeep:{f.id}", (r,)) for f in slots for r in upkeep(f)]
+        # what the plan leaves of each host, for nodes.min upkeep (never a reservation plan_apply must refuse)
+        host_free = {b: total - used for b, (used, total) in snapshot.host_pools.items()}
+        for d in (d for g in plan.gangs for d in g.decisions):
+            if isinstance(d, Reserve) and d.offer.host_blocks and d.offer.backend in host_free:
+                host_free[d.offer.backend] -= d.offer.host_blocks
+        upkeep_gangs = [Gang(f"upkeep:{f.id}", (r,)) for f in slots for r in upkeep(f, host_free)]
         if upkeep_gangs or failed_parse:
             plan = Plan(plan.gangs + tuple(upkeep_gangs) + tuple(failed_parse))
-        result = await apply_plan(self.ctx.db, plan, now, limits)
+        result = await apply_plan(self.ctx.db, plan, now, limits, pools)
         if result.assigned or result.failed:
             log_outcomes(plan, result, queued, slots)
-        if result.reserved:
+        if result.reserved or result.reclaimed:
             self.ctx.wakeups.wake("instances")
         if result.assigned:
             self.ctx.wakeups.wake("jobs")
@@ -237,7 +307,7 @@ def log_outcomes(plan: Plan, result: ApplyResult, queued: list[QueuedJob], fleet
     assigned, failed = set(result.assigned), set(result.failed)
     for gang in plan.gangs:
         for d in gang.decisions:
-            job = jobs.get(d.job_id) if d.job_id else None
+            job = jobs.get(d.job_id) if not isinstance(d, Reclaim) and d.job_id else None
             if job is None:
                 continue
             what = f"run {job.run_name} job {job.job_num}"

@@ -1,0 +1,47 @@
+"""The scheduler's verdict on a run before it is submitted, for ``runs/get_plan``.
+
+The plan and the queue must agree: a run that ``schedule`` would fail at once (no fleet, unknown
+``fleets``, a multi-node task without a cluster fleet, requirements no fleet can ever meet, ``instances``
+matching nothing) gets no offers in its plan and this message, computed by the same pure code
+(``scheduler.schedule.refusal``) from the fleets as the scheduling worker would see them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from corral.domain.records import ProjectRec
+from corral.workers.context import Context
+
+
+async def plan_verdict(ctx: Context, project: ProjectRec, spec: dict[str, Any], job_spec: dict[str, Any]) -> str | None:
+    """What the scheduler would fail the run with at once (no fleet, unknown ``fleets``, a multi-node task
+    without a cluster fleet, requirements no fleet can ever meet, ...), from the fleets as they are now."""
+    from corral.scheduler.schedule import refusal
+    from corral.workers.scheduling import Scheduling, queued_job
+
+    head = queued_job(
+        spec,
+        job_spec,
+        id="plan",
+        run_id="plan",
+        project_id=project.id,
+        project_name=project.name,
+        run_name=spec["run_name"] or "run",
+        job_num=0,
+        priority=int(spec["configuration"].get("priority") or 0),
+        submitted_at=time.time(),
+        max_queue_wait=None,
+    )
+    planner = getattr(ctx, "_plan_scheduling", None)
+    if planner is None:  # one per server: it caches each fleet's parsed requirements
+        planner = Scheduling(ctx)
+        ctx._plan_scheduling = planner  # type: ignore[attr-defined]
+    from corral.store import exports as export_store
+
+    async with ctx.db.read() as conn:
+        # the project's own fleets and those other projects export to it: all the run may use
+        owners = {project.id, *(e.project_id for e in await export_store.exports_imported_by(conn, project.id))}
+        snapshot = await planner.snapshot_for(conn, (head,), sorted(owners))
+    return refusal(head, snapshot)
