@@ -15,29 +15,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib.load import pct
+from benchlib.servers import free_port
+
 RES = {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."}
 PS_BODY = {"project_name": "main", "only_active": True, "include_jobs": True, "job_submissions_limit": 1, "limit": 100}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
 
 
 async def main_async(n_jobs: int) -> None:

@@ -103,6 +103,23 @@ async def wait_for(fn: Any, timeout: float = 20.0, interval: float = 0.05) -> An
     raise AssertionError(f"condition not met within {timeout}s (last value: {last!r})")
 
 
+async def get_run(c: Any, name: str, project: str = "main") -> dict[str, Any]:
+    """``runs/get`` of ``name`` (asserting a 200)."""
+    r = await c.post(f"/api/project/{project}/runs/get", json={"run_name": name})
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+async def finished_run(c: Any, name: str, project: str = "main", timeout: float = 60.0) -> dict[str, Any]:
+    """``runs/get`` of ``name`` once the run has finished (done, failed or terminated)."""
+
+    async def check() -> dict[str, Any] | None:
+        got = await get_run(c, name, project)
+        return got if got["status"] in ("done", "failed", "terminated") else None
+
+    return dict(await wait_for(check, timeout=timeout, interval=0.1))
+
+
 SEED_BODY = {
     "force": True,
     "plan": {

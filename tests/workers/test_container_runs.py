@@ -17,7 +17,17 @@ import pytest
 
 from corral.agent.containers import LABEL_RUN
 from docker_harness import DEFAULT_IMAGE, REGISTRY_USER, UBUNTU, DockerEngine, Registries, SlowProxy
-from server_harness import SEED_BODY, SEED_FLEET, RunningServer, fleet_body, make_settings, running_server, wait_for
+from server_harness import (
+    SEED_BODY,
+    SEED_FLEET,
+    RunningServer,
+    finished_run,
+    fleet_body,
+    get_run,
+    make_settings,
+    running_server,
+    wait_for,
+)
 
 
 @pytest.fixture
@@ -25,20 +35,6 @@ async def server(tmp_path: Path, docker_engine: DockerEngine) -> AsyncIterator[R
     async with running_server(make_settings(tmp_path, docker_host=docker_engine.host)) as s:
         yield s
     assert docker_engine.containers("corral.agent") == [], "a container outlived its server and agents"
-
-
-async def _run(c: httpx.AsyncClient, name: str) -> dict[str, Any]:
-    r = await c.post("/api/project/main/runs/get", json={"run_name": name})
-    assert r.status_code == 200, r.text
-    return dict(r.json())
-
-
-async def _finished(c: httpx.AsyncClient, name: str, timeout: float = 60) -> dict[str, Any]:
-    async def done() -> dict[str, Any] | None:
-        got = await _run(c, name)
-        return got if got["status"] in ("done", "failed", "terminated") else None
-
-    return dict(await wait_for(done, timeout=timeout, interval=0.1))
 
 
 async def _logs(c: httpx.AsyncClient, run: dict[str, Any]) -> str:
@@ -70,7 +66,7 @@ async def test_seed_body_runs_in_a_container(server: RunningServer, docker_engin
             return bool(docker_engine.containers(f"{LABEL_RUN}={name}"))
 
         await wait_for(in_container, timeout=30)  # the job's commands run in a container of the image
-        got = await _finished(c, name)
+        got = await finished_run(c, name)
         assert got["status"] == "done", got["latest_job_submission"]
         sub = got["latest_job_submission"]
         assert (sub["termination_reason"], sub["exit_status"]) == ("done_by_runner", 0)
@@ -98,7 +94,7 @@ async def test_job_on_blocks_gets_limits_ports_and_its_gpu_share(
         resources = {"cpu": "2..", "memory": "0.1GB..", "disk": "1GB.."}
         await c.post("/api/project/main/fleets/apply", json=fleet_body(blocks=2, resources=resources))
         run = (await c.post("/api/project/main/runs/apply", json=_task(probe, image=UBUNTU, ports=[8080]))).json()
-        got = await _finished(c, run["run_spec"]["run_name"])
+        got = await finished_run(c, run["run_spec"]["run_name"])
         assert got["status"] == "done", got["latest_job_submission"]
         inst = (await c.post("/api/instances/list", json={})).json()[0]
         memory_mib, cpus = inst["instance_type"]["resources"]["memory_mib"], inst["instance_type"]["resources"]["cpus"]
@@ -122,7 +118,7 @@ async def test_default_image_for_jobs_without_one(tmp_path: Path, docker_engine:
                 "/api/project/main/runs/apply", json=_task(["cat /etc/corral-image", "echo ${SHELL_NAME:-sh}"])
             )
         ).json()
-        got = await _finished(c, run["run_spec"]["run_name"])
+        got = await finished_run(c, run["run_spec"]["run_name"])
         assert got["status"] == "done", got["latest_job_submission"]
         assert await _logs(c, got) == "default\nbash\n"  # in the default image, under bash as in dstack's
 
@@ -142,7 +138,7 @@ async def test_pulling_status_with_progress_then_running(server: RunningServer, 
             assert run["jobs"][0]["job_spec"]["registry_auth"] == auth
 
             async def pulling() -> dict[str, Any] | None:
-                sub = (await _run(c, name))["latest_job_submission"]
+                sub = (await get_run(c, name))["latest_job_submission"]
                 return sub if sub["status"] == "pulling" and sub["image_pull_progress"] is not None else None
 
             sub = await wait_for(pulling, timeout=30)
@@ -152,7 +148,7 @@ async def test_pulling_status_with_progress_then_running(server: RunningServer, 
                 "total_bytes",
                 "is_total_bytes_final",
             }
-            got = await _finished(c, name)
+            got = await finished_run(c, name)
             assert got["status"] == "done", got["latest_job_submission"]
             assert got["latest_job_submission"]["image_pull_progress"] is None
             assert await _logs(c, got) == "pulled and ran\n"
@@ -166,13 +162,13 @@ async def test_pull_failure_fails_the_run_clearly(server: RunningServer, registr
         missing = f"{registries.open.address}/not-there:1"
         r = await c.post("/api/project/main/runs/apply", json=_task(["true"], image=missing))
         assert r.status_code == 200  # unlike dstack, no registry is asked at apply time
-        got = await _finished(c, r.json()["run_spec"]["run_name"])
+        got = await finished_run(c, r.json()["run_spec"]["run_name"])
         sub = got["latest_job_submission"]
         assert (got["status"], got["termination_reason"]) == ("failed", "job_failed")
         assert sub["termination_reason"] == "creating_container_error"
         assert sub["termination_reason_message"].startswith(f"Image `{missing}` was not found in its registry")
         r = await c.post("/api/project/main/runs/apply", json=_task(["true"], image="127.0.0.1:1/x:1"))
-        sub = (await _finished(c, r.json()["run_spec"]["run_name"]))["latest_job_submission"]
+        sub = (await finished_run(c, r.json()["run_spec"]["run_name"]))["latest_job_submission"]
         assert sub["termination_reason"] == "creating_container_error"
         assert "the registry 127.0.0.1:1 is unreachable" in sub["termination_reason_message"]
 
@@ -184,13 +180,13 @@ async def test_stop_removes_the_container(server: RunningServer, docker_engine: 
         name = run["run_spec"]["run_name"]
 
         async def up() -> bool:
-            got = await _run(c, name)
+            got = await get_run(c, name)
             return got["status"] == "running" and "up" in await _logs(c, got)
 
         await wait_for(up, timeout=30)
         assert len(docker_engine.containers(f"{LABEL_RUN}={name}")) == 1
         await c.post("/api/project/main/runs/stop", json={"runs_names": [name], "abort": False})
-        got = await _finished(c, name)
+        got = await finished_run(c, name)
         assert (got["status"], got["latest_job_submission"]["termination_reason"]) == (
             "terminated",
             "terminated_by_user",
@@ -208,7 +204,7 @@ async def test_containers_of_a_dead_agent_are_removed_with_its_instance(
         name = run["run_spec"]["run_name"]
 
         async def up() -> bool:
-            got = await _run(c, name)
+            got = await get_run(c, name)
             return got["status"] == "running" and "up" in await _logs(c, got)
 
         await wait_for(up, timeout=30)

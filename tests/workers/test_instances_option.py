@@ -8,19 +8,7 @@ from typing import Any
 
 import httpx
 
-from server_harness import RunningServer, fleet_body, task_body, wait_for
-
-
-async def _run(c: httpx.AsyncClient, name: str, project: str = "main") -> dict[str, Any]:
-    return dict((await c.post(f"/api/project/{project}/runs/get", json={"run_name": name})).json())
-
-
-async def _finished(c: httpx.AsyncClient, name: str, project: str = "main") -> dict[str, Any]:
-    async def check() -> dict[str, Any] | None:
-        got = await _run(c, name, project)
-        return got if got["status"] in ("done", "failed", "terminated") else None
-
-    return dict(await wait_for(check, timeout=30))
+from server_harness import RunningServer, finished_run, fleet_body, get_run, task_body, wait_for
 
 
 async def _two_idle(c: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
@@ -51,7 +39,7 @@ async def test_every_selector_form_places_on_the_selected_instance(server: Runni
         }
         for name, (selectors, _) in cases.items():
             await c.post("/api/project/main/runs/apply", json=task_body(["true"], name=name, instances=selectors))
-            got = await _finished(c, name)
+            got = await finished_run(c, name)
             assert got["status"] == "done", (name, got["latest_job_submission"])
             assert _instance_of(got) == cases[name][1]["id"], name
         # Hostname (case-insensitive) and the internal IP match an instance too.
@@ -59,12 +47,12 @@ async def test_every_selector_form_places_on_the_selected_instance(server: Runni
         await c.post(
             "/api/project/main/runs/apply", json=task_body(["true"], name="by-host", instances=[{"hostname": host}])
         )
-        assert (await _finished(c, "by-host"))["status"] == "done"
+        assert (await finished_run(c, "by-host"))["status"] == "done"
         await c.post(
             "/api/project/main/runs/apply",
             json=task_body(["true"], name="by-ip", instances=[{"hostname": "127.0.0.1"}]),
         )
-        assert (await _finished(c, "by-ip"))["status"] == "done"
+        assert (await finished_run(c, "by-ip"))["status"] == "done"
         insts = (await c.post("/api/instances/list", json={})).json()
         assert len(insts) == 2  # nothing new was ever reserved
 
@@ -74,7 +62,7 @@ async def test_selector_matching_nothing_fails_at_once_and_provisions_nothing(se
         await _two_idle(c)
         body = task_body(["true"], name="nope", instances=[{"name": "f-9"}, "f-0"])
         await c.post("/api/project/main/runs/apply", json=body)
-        got = await _finished(c, "nope")
+        got = await finished_run(c, "nope")
         sub = got["latest_job_submission"]
         assert sub["termination_reason"] == "failed_to_start_due_to_no_capacity"
         assert sub["termination_reason_message"].startswith("Failed to use specified instances")
@@ -88,19 +76,19 @@ async def test_busy_selected_instance_makes_the_job_wait_then_run(server: Runnin
         await c.post("/api/project/main/runs/apply", json=task_body(["sleep 600"], name="holder", instances=["f-0"]))
 
         async def running() -> bool:
-            return (await _run(c, "holder"))["status"] == "running"
+            return (await get_run(c, "holder"))["status"] == "running"
 
         await wait_for(running)
         await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="pinned", instances=["f-0"]))
         await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="existing-only", instances=[]))
-        assert (await _finished(c, "existing-only"))["status"] == "done"  # took the idle f-1
+        assert (await finished_run(c, "existing-only"))["status"] == "done"  # took the idle f-1
         counts: list[int] = []
         for _ in range(10):
             counts.append(len((await c.post("/api/instances/list", json={})).json()))
             await asyncio.sleep(0.1)
-        assert (await _run(c, "pinned"))["status"] == "submitted"
+        assert (await get_run(c, "pinned"))["status"] == "submitted"
         await c.post("/api/project/main/runs/stop", json={"runs_names": ["holder"], "abort": False})
-        got = await _finished(c, "pinned")
+        got = await finished_run(c, "pinned")
         assert got["status"] == "done"
         assert set(counts) == {2}
 
@@ -129,7 +117,7 @@ async def test_cross_project_reference_needs_an_export(server: RunningServer) ->
         await c.post("/api/projects/create", json={"project_name": "team-b"})
         pinned = task_body(["true"], name="cross", instances=[{"fleet": "main/f", "instance": 0}])
         await c.post("/api/project/team-b/runs/apply", json=pinned)
-        got = await _finished(c, "cross", "team-b")
+        got = await finished_run(c, "cross", "team-b")
         assert got["latest_job_submission"]["termination_reason_message"].startswith(
             "Failed to use specified instances"
         )
@@ -144,7 +132,7 @@ async def test_cross_project_reference_needs_an_export(server: RunningServer) ->
         listed = (await c.post("/api/project/team-b/fleets/list", json={"include_imported": True})).json()
         assert [f["name"] for f in listed] == ["f"]
         await c.post("/api/project/team-b/runs/apply", json={**pinned, "force": True})
-        got = await _finished(c, "cross", "team-b")
+        got = await finished_run(c, "cross", "team-b")
         assert got["status"] == "done", got["latest_job_submission"]
         assert _instance_of(got) == idle["f-0"]["id"]
         # Removing the import takes the fleet away again.

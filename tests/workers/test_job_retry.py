@@ -5,25 +5,10 @@ multi-node replica resubmitted whole."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import httpx
-
-from server_harness import fleet_body, make_settings, running_server, task_body, wait_for
+from server_harness import finished_run, fleet_body, make_settings, running_server, task_body
 
 ON_ERROR = {"on_events": ["error"], "duration": "1h"}
-
-
-async def _run(c: httpx.AsyncClient, name: str) -> dict[str, Any]:
-    return dict((await c.post("/api/project/main/runs/get", json={"run_name": name})).json())
-
-
-async def _finished(c: httpx.AsyncClient, name: str) -> dict[str, Any]:
-    async def check() -> dict[str, Any] | None:
-        run = await _run(c, name)
-        return run if run["status"] in ("done", "failed", "terminated") else None
-
-    return dict(await wait_for(check, timeout=60))
 
 
 async def test_failed_job_resubmitted_until_it_succeeds(tmp_path: Path) -> None:
@@ -33,7 +18,7 @@ async def test_failed_job_resubmitted_until_it_succeeds(tmp_path: Path) -> None:
         await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..2"))
         await c.post("/api/project/main/runs/apply", json=task_body([once], name="flaky", retry=ON_ERROR))
         await c.post("/api/project/main/runs/apply", json=task_body(["exit 3"], name="no-retry"))
-        run = await _finished(c, "flaky")
+        run = await finished_run(c, "flaky")
         assert run["status"] == "done" and run["termination_reason"] == "all_jobs_done", run
         subs = run["jobs"][0]["job_submissions"]
         assert [(x["submission_num"], x["status"], x["exit_status"]) for x in subs] == [
@@ -43,7 +28,7 @@ async def test_failed_job_resubmitted_until_it_succeeds(tmp_path: Path) -> None:
         assert subs[0]["termination_reason"] == "container_exited_with_error"
         assert run["latest_job_submission"]["id"] == subs[1]["id"]
 
-        plain = await _finished(c, "no-retry")
+        plain = await finished_run(c, "no-retry")
         assert plain["status"] == "failed" and plain["termination_reason"] == "job_failed"
         assert len(plain["jobs"][0]["job_submissions"]) == 1
 
@@ -53,7 +38,7 @@ async def test_crash_loop_stops_when_the_retry_duration_runs_out(tmp_path: Path)
         await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..1"))
         retry = {"on_events": ["error"], "duration": "2s"}
         await c.post("/api/project/main/runs/apply", json=task_body(["exit 1"], name="crash", retry=retry))
-        run = await _finished(c, "crash")
+        run = await finished_run(c, "crash")
         assert run["status"] == "failed" and run["termination_reason"] == "retry_limit_exceeded", run
         subs = run["jobs"][0]["job_submissions"]
         assert len(subs) >= 2 and all(x["status"] == "failed" for x in subs)
@@ -72,7 +57,7 @@ async def test_multi_node_replica_is_resubmitted_whole(tmp_path: Path) -> None:
     async with running_server(make_settings(tmp_path)) as s, s.client() as c:
         await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..2", placement="cluster"))
         await c.post("/api/project/main/runs/apply", json=task_body([script], name="pair", nodes=2, retry=ON_ERROR))
-        run = await _finished(c, "pair")
+        run = await finished_run(c, "pair")
         assert run["status"] == "done", [
             (x["submission_num"], x["status"], x["termination_reason"], x["termination_reason_message"])
             for j in run["jobs"]
@@ -92,7 +77,7 @@ async def test_without_retry_a_failed_node_fails_the_run_and_the_server_stops_th
     async with running_server(make_settings(tmp_path)) as s, s.client() as c:
         await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..2", placement="cluster"))
         await c.post("/api/project/main/runs/apply", json=task_body([script], name="pair", nodes=2))
-        run = await _finished(c, "pair")
+        run = await finished_run(c, "pair")
         assert run["status"] == "failed" and run["termination_reason"] == "job_failed", run
         rank0, rank1 = (j["job_submissions"] for j in run["jobs"])
         assert len(rank0) == len(rank1) == 1
@@ -108,7 +93,7 @@ async def test_max_duration_ends_the_job_terminated_and_the_run_failed(tmp_path:
         await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..1"))
         body = task_body(["sleep 60"], name="too-long", max_duration="1s", stop_duration="1s", retry=ON_ERROR)
         assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
-        run = await _finished(c, "too-long")
+        run = await finished_run(c, "too-long")
         assert (run["status"], run["termination_reason"]) == ("failed", "job_failed"), run
         subs = run["jobs"][0]["job_submissions"]
         assert len(subs) == 1, subs

@@ -13,21 +13,18 @@ from typing import Any
 import httpx
 import pytest
 
-from server_harness import RunningServer, fleet_body, make_settings, running_server, task_body, wait_for
+from server_harness import (
+    RunningServer,
+    finished_run,
+    fleet_body,
+    get_run,
+    make_settings,
+    running_server,
+    task_body,
+    wait_for,
+)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root (CI runs as root)")
-
-
-async def _run(c: httpx.AsyncClient, name: str) -> dict[str, Any]:
-    return dict((await c.post("/api/project/main/runs/get", json={"run_name": name})).json())
-
-
-async def _finished(c: httpx.AsyncClient, name: str) -> dict[str, Any]:
-    async def check() -> dict[str, Any] | None:
-        run = await _run(c, name)
-        return run if run["status"] in ("done", "failed", "terminated") else None
-
-    return dict(await wait_for(check, timeout=60))
 
 
 async def _logs(c: httpx.AsyncClient, run_name: str, submission_id: str) -> str:
@@ -45,7 +42,7 @@ async def test_ports_of_a_sandboxed_job_and_its_status(tmp_path: Path) -> None:
         assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
 
         async def ports() -> dict[str, Any] | None:
-            sub = (await _run(c, "web"))["latest_job_submission"]
+            sub = (await get_run(c, "web"))["latest_job_submission"]
             data = sub.get("job_runtime_data") or {}
             return data if sub["status"] == "running" and data.get("ports") else None
 
@@ -62,9 +59,9 @@ async def test_ports_of_a_sandboxed_job_and_its_status(tmp_path: Path) -> None:
                 return None
 
         assert await wait_for(served, timeout=20) == "hello\n"
-        assert (await _run(c, "web"))["latest_job_submission"]["status_message"] == "running"
+        assert (await get_run(c, "web"))["latest_job_submission"]["status_message"] == "running"
         await c.post("/api/project/main/runs/stop", json={"runs_names": ["web"], "abort": True})
-        await _finished(c, "web")
+        await finished_run(c, "web")
 
 
 async def test_multi_node_nodes_meet_at_their_sandbox_addresses(tmp_path: Path) -> None:
@@ -87,7 +84,7 @@ async def test_multi_node_nodes_meet_at_their_sandbox_addresses(tmp_path: Path) 
         assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
 
         async def reached() -> str | None:
-            run = await _run(c, "pair")
+            run = await get_run(c, "pair")
             sub = run["jobs"][1]["job_submissions"][-1]
             out = await _logs(c, "pair", sub["id"])
             last.append((sub["status"], sub.get("termination_reason_message"), out))
@@ -100,7 +97,7 @@ async def test_multi_node_nodes_meet_at_their_sandbox_addresses(tmp_path: Path) 
         except AssertionError:
             raise AssertionError(last[-3:]) from None
         await c.post("/api/project/main/runs/stop", json={"runs_names": ["pair"], "abort": True})
-        run = await _finished(c, "pair")
+        run = await finished_run(c, "pair")
         master_out = await _logs(c, "pair", run["jobs"][0]["job_submissions"][-1]["id"])
     lines = [" ".join(out.splitlines()[0].split()) for out in (master_out, worker_out)]
     own = [line.rsplit("own=", 1)[1] for line in lines]
@@ -130,12 +127,12 @@ async def test_without_a_sandbox_the_local_backend_admits_only_global_admins(tmp
             assert ok.status_code == 200, ok.text
 
             async def running() -> str | None:
-                sub = (await _run(admin, "admins"))["latest_job_submission"]
+                sub = (await get_run(admin, "admins"))["latest_job_submission"]
                 return sub["status_message"] if sub["status"] == "running" else None
 
             message = await wait_for(running, timeout=30)
             assert message.startswith("Runs without a sandbox: the sandbox is turned off"), message
             await admin.post("/api/project/main/runs/stop", json={"runs_names": ["admins"], "abort": True})
-            run = await _finished(admin, "admins")
+            run = await finished_run(admin, "admins")
             assert run["latest_job_submission"]["status_message"] == "aborted", run
             assert (await bob.post("/api/project/main/runs/get", json={"run_name": "bobs"})).status_code == 400
