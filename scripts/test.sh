@@ -32,6 +32,10 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff";          ruff check src tests benchmarks scripts
 echo "== mypy";          mypy
 echo "== import rules";  lint-imports --no-cache >/dev/null && echo "all contracts kept"
+echo "== agent: Python 3.9 compatibility (vermin)"
+vermin --target=3.9- --violations --no-tips -q src/corral/agent/ && echo "src/corral/agent runs on Python 3.9+"
+echo "== user guide (mkdocs build --strict)"
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$(mktemp -d)" && echo "docs build"
 echo "== YAML corpus (configuration models)"
 python scripts/check_yaml_corpus.py
 echo "== YAML corpus (plan endpoints of a running server)"
