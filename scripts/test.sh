@@ -17,6 +17,8 @@ install_test_packages() {
   [ -x /usr/sbin/dockerd ] && command -v docker >/dev/null || missing+=(docker.io)
   command -v docker-registry >/dev/null || missing+=(docker-registry)
   dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" || missing+=(busybox-static)
+  # Postgres tests (tests/pg_harness.py): a throwaway cluster from initdb + pg_ctl.
+  compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null || missing+=(postgresql)
   [ ${#missing[@]} -gt 0 ] || return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== apt-get install ${missing[*]}"

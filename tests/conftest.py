@@ -1,5 +1,6 @@
 """Session-wide fixtures shared by several test directories: a real Docker engine with test images, and
-image registries on loopback (see ``docker_harness``). They start only when a test asks for them."""
+image registries on loopback (see ``docker_harness``). They start only when a test asks for them.
+The skip policy (``skip_policy``: only platform conditions may skip) is loaded as a plugin."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from docker_harness import (
     Registry,
     busybox_rootfs,
 )
+
+pytest_plugins = ["skip_policy"]
 
 
 @pytest.fixture(scope="session")
