@@ -88,3 +88,25 @@ def test_start_over_existing_state_imports_only_what_start_up_needs(tmp_path: Pa
     at_start, after_warm_up = warm["unbuilt"]
     assert {"ApplyRunBody", "ListRunsBody", "CreateExportBody"} <= set(at_start)  # built lazily...
     assert after_warm_up == []  # ...or all at once by the warm-up
+
+
+async def test_warm_up_waits_until_the_server_serves(tmp_path: Path, monkeypatch: Any) -> None:
+    """The warm-up thread would hold the GIL against the end of start-up and the first requests: it starts
+    ``WARM_UP_DELAY`` after the workers do, and still runs."""
+    import time
+
+    from server_harness import make_settings, running_server, wait_for
+
+    from corral.workers import runtime
+
+    calls: list[float] = []
+    monkeypatch.setattr(runtime, "warm_up", lambda: calls.append(time.monotonic()))
+    started = time.monotonic()
+    async with running_server(make_settings(tmp_path)) as server, server.client() as client:
+        assert (await client.post("/api/server/get_info")).status_code == 200
+        assert calls == [] or calls[0] - started >= runtime.WARM_UP_DELAY
+        async def warmed() -> list[float]:
+            return calls
+
+        await wait_for(warmed, timeout=10)
+    assert calls[0] - started >= runtime.WARM_UP_DELAY

@@ -5,7 +5,8 @@ nothing heavy at module level; Rich, httpx, PyYAML and pydantic are imported ins
 that need them. Errors reach the user as one red ``Error: ...`` line with exit code 1, never a
 traceback (set ``CORRAL_DEBUG=1`` to see one); Ctrl-C exits with 130.
 
-``main()`` is the console script; ``run(argv)`` runs the CLI in-process and returns the exit code.
+``main()`` runs the Typer app; ``run(argv)`` runs the CLI in-process and returns the exit code. The console
+script is ``corral.cli.entry.main``: a plain ``corral server`` starts without building this app at all.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ import os
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
+
+if __name__ == "__main__":  # `python -m corral.cli.main`: the console script's fast path for `server` first
+    from corral.cli.entry import serve_if_plain_server
+
+    serve_if_plain_server(sys.argv[1:])
 
 import typer
 
@@ -191,11 +197,16 @@ def run(argv: list[str] | None = None) -> int:
     except Exception as e:
         if os.environ.get("CORRAL_DEBUG"):
             raise
-        from corral.cli.errors import CLIError
-
-        _print_error(error_message(e))
-        return e.exit_code if isinstance(e, CLIError) else 1
+        return print_error(e)
     return 0
+
+
+def print_error(exc: Exception) -> int:
+    """Show ``exc`` as the one ``Error: ...`` line and return the exit code it calls for."""
+    from corral.cli.errors import CLIError
+
+    _print_error(error_message(exc))
+    return exc.exit_code if isinstance(exc, CLIError) else 1
 
 
 def main() -> None:
