@@ -95,9 +95,8 @@ async def test_warm_up_waits_until_the_server_serves(tmp_path: Path, monkeypatch
     ``WARM_UP_DELAY`` after the workers do, and still runs."""
     import time
 
-    from server_harness import make_settings, running_server, wait_for
-
     from corral.workers import runtime
+    from server_harness import make_settings, running_server, wait_for
 
     calls: list[float] = []
     monkeypatch.setattr(runtime, "warm_up", lambda: calls.append(time.monotonic()))
@@ -105,6 +104,7 @@ async def test_warm_up_waits_until_the_server_serves(tmp_path: Path, monkeypatch
     async with running_server(make_settings(tmp_path)) as server, server.client() as client:
         assert (await client.post("/api/server/get_info")).status_code == 200
         assert calls == [] or calls[0] - started >= runtime.WARM_UP_DELAY
+
         async def warmed() -> list[float]:
             return calls
 
