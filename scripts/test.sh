@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, types, import rules, the dstack YAML corpus, and pytest.
+# The whole test suite: lint, types, import rules, the agent on Python 3.9 (vermin), the user guide (mkdocs),
+# the dstack YAML corpus, and pytest (which lists every skip and fails on any that is not a platform condition).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
