@@ -110,3 +110,31 @@ async def test_warm_up_waits_until_the_server_serves(tmp_path: Path, monkeypatch
 
         await wait_for(warmed, timeout=10)
     assert calls[0] - started >= runtime.WARM_UP_DELAY
+
+
+async def test_first_passes_wait_until_the_server_serves(tmp_path: Path, monkeypatch: Any) -> None:
+    """The workers' first passes (the last server's leftovers) run ``FIRST_PASS_DELAY`` after start-up, not
+    during it; then they run without any other wake-up."""
+    import time
+
+    from corral.workers import runtime
+    from corral.workers.scheduling import Scheduling
+    from server_harness import make_settings, running_server, wait_for
+
+    passes: list[float] = []
+    original = Scheduling.pass_once
+
+    async def recording(self: Scheduling) -> Any:
+        passes.append(time.monotonic())
+        return await original(self)
+
+    monkeypatch.setattr(Scheduling, "pass_once", recording)
+    started = time.monotonic()
+    async with running_server(make_settings(tmp_path, safety_net_interval=60.0)):
+        assert passes == [] or passes[0] - started >= runtime.FIRST_PASS_DELAY
+
+        async def first_pass() -> list[float]:
+            return passes
+
+        await wait_for(first_pass, timeout=10)
+    assert passes[0] - started >= runtime.FIRST_PASS_DELAY

@@ -17,7 +17,8 @@ from corral.workers.scheduling import Scheduling
 
 log = logging.getLogger("corral.workers")
 
-#: Seconds after the workers start (the end of start-up) before ``warm_up`` runs.
+#: Seconds after the workers start (the end of start-up) before their first passes, and before ``warm_up``.
+FIRST_PASS_DELAY = 0.2
 WARM_UP_DELAY = 0.5
 
 
@@ -46,6 +47,7 @@ class Workers:
         self._tasks: list[asyncio.Task[None]] = []
         self._notifier: PgNotifier | None = None
         self._stopping = False
+        self._first_passes: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
         if not self.ctx.db.is_sqlite:
@@ -67,7 +69,9 @@ class Workers:
         for name, fn in loops.items():
             self._tasks.append(asyncio.create_task(self._loop(name, fn), name=f"corral-{name}"))
         self._tasks.append(asyncio.create_task(self.hosts.run(), name="corral-hosts"))  # on its own interval
-        self.ctx.wakeups.wake()
+        # The first passes (they pick up whatever the last server left) once start-up is over: run at once, they
+        # would share the loop and the GIL with the end of start-up and the first requests.
+        self._first_passes = asyncio.get_running_loop().call_later(FIRST_PASS_DELAY, self.ctx.wakeups.wake)
 
     async def _warm_up_later(self) -> None:
         """``warm_up`` in a thread, once the server is serving: started at once, it would hold the GIL against the
@@ -92,6 +96,8 @@ class Workers:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._first_passes is not None:
+            self._first_passes.cancel()
         if self._notifier is not None:
             self.ctx.wakeups.remote = None
             await self._notifier.close()
