@@ -26,6 +26,10 @@ CASES: list[tuple[list[str], dict[str, str]]] = [
     (["--port", "4100"], {"CORRAL_SERVER_PORT": "not-a-port"}),
     ([], {"CORRAL_SERVER_PORT": ""}),
     (["--host="], {}),
+    (["--access-log", "-p", "3100"], {}),
+    ([], {"CORRAL_SERVER_ACCESS_LOG": "true"}),
+    ([], {"CORRAL_SERVER_ACCESS_LOG": "0"}),
+    (["--access-log"], {"CORRAL_SERVER_ACCESS_LOG": "no"}),
 ]
 FALLBACK: list[list[str]] = [
     ["--help"],
@@ -36,6 +40,7 @@ FALLBACK: list[list[str]] = [
     ["--verbose"],
     ["extra"],
     ["--", "--port", "1"],
+    ["--access-log=1"],
 ]
 
 
