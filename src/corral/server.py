@@ -165,6 +165,8 @@ async def prepare(settings: Settings) -> Prepared:
             settings.ssh_connect_timeout,
             settings.agent_request_timeout,
             key_opener=KeyOpener(lambda: cipher_for(settings)),
+            sandbox_mode=settings.sandbox,
+            uid_range=settings.job_uid_range,
         ),
     }
     ctx = Context(settings=settings, db=db, computes=computes)

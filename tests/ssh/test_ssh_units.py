@@ -13,7 +13,7 @@ import pytest
 
 from corral.agent.protocol import HostInfo
 from corral.backends.ssh import internal_ip, split_blocks
-from corral.backends.ssh_bootstrap import UNIT_PATH, HostFacts, env_file, start_script, unit_file
+from corral.backends.ssh_bootstrap import UNIT_PATH, HostFacts, env_file, sandbox_flags, start_script, unit_file
 from corral.domain.resources import Gpu, InstanceResources, Range, Requirements
 from corral.scheduler.schedule import schedule
 from corral.scheduler.types import FleetSlot, InstanceSlot, QueuedJob, Snapshot, Wait, WaitPolicy
@@ -53,6 +53,22 @@ def test_start_script_uses_systemd_where_it_runs_and_setsid_elsewhere() -> None:
     user = start_script(HostFacts(**{**ROOT.__dict__, "uid": 1000, "home": "/home/u"}), "u", "tok123", {}, 10)
     assert UNIT_PATH not in user and "setsid nohup" in user
     assert "tok123" in with_systemd and "<<'CORRAL_TOKEN'" in with_systemd  # from stdin, never in argv
+
+
+def test_the_agent_gets_the_servers_sandbox_settings_and_is_restarted_when_they_change() -> None:
+    flags = sandbox_flags("on", "300000-300099")
+    assert flags == ("--sandbox", "on", "--uid-range", "300000-300099")
+    assert sandbox_flags("auto", None) == ("--sandbox", "auto")
+    assert "--token-file /root/.corral-agent/agent.token --sandbox on --uid-range 300000-300099\n" in unit_file(
+        ROOT, "root", flags
+    )
+    script = start_script(HostFacts(**{**ROOT.__dict__, "systemd": False}), "root", "tok123", {}, 10, flags)
+    assert "agent.token --sandbox on --uid-range 300000-300099' >> agent.log" in script
+    # an agent running with the same token but other flags is not adopted: it is started again
+    assert "cmp -s agent.flags.new agent.flags" in script
+    for mode, uids in (("maybe", None), ("on", "1-2; rm -rf /")):
+        with pytest.raises(ValueError):
+            sandbox_flags(mode, uids)
 
 
 def test_env_file_is_quoted_for_sh_and_systemd() -> None:

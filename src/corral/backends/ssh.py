@@ -84,8 +84,12 @@ class SSHCompute:
         connect_timeout: float,
         request_timeout: float = 5.0,
         key_opener: KeyOpener | None = None,
+        sandbox_mode: str = "auto",
+        uid_range: str | None = None,
     ) -> None:
         self.cache_dir = cache_dir
+        #: The agents' ``--sandbox`` and ``--uid-range`` (the server's ``CORRAL_SANDBOX``, ``CORRAL_JOB_UID_RANGE``).
+        self.agent_flags = boot.sandbox_flags(sandbox_mode, uid_range)
         self.provisioning_timeout = provisioning_timeout
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
@@ -137,7 +141,7 @@ class SSHCompute:
         if facts.agent_hash != digest:
             await boot.upload_agent(link, facts, data, digest)
         env = {str(k): str(v) for k, v in (connection.get("env") or {}).items() if isinstance(v, str)}
-        started = await boot.start_agent(link, facts, endpoint.token, env, wait_seconds)
+        started = await boot.start_agent(link, facts, endpoint.token, env, wait_seconds, self.agent_flags)
         link.remote_port = started.port
         return facts, started
 

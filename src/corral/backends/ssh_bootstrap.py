@@ -6,7 +6,9 @@ the unit ``/etc/systemd/system/corral-agent.service``. Where systemd runs, the u
 starts it again after a reboot; elsewhere the agent is started detached (``setsid nohup``), survives
 the SSH session, and the server starts it again when it finds the host back without it.
 
-The agent listens on the host's loopback only, on a port it picks (``work/agent.port``); the server
+The agent runs host-process jobs in their sandbox as the server's settings say (``CORRAL_SANDBOX``,
+``CORRAL_JOB_UID_RANGE``: its ``--sandbox`` and ``--uid-range``); an agent running with other ones is
+started again. The agent listens on the host's loopback only, on a port it picks (``work/agent.port``); the server
 reaches it through the SSH connection. Each step is one command over the connection.
 
 Removal stops the agent (its shutdown stops its jobs and their containers), then runs ``agent.pyz
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -130,7 +133,26 @@ async def upload_agent(link: HostLink, facts: HostFacts, zipapp: bytes, digest: 
         )
 
 
-def unit_file(facts: HostFacts, user: str) -> str:
+SANDBOX_MODES = ("auto", "on", "off")
+_UID_RANGE = re.compile(r"^[0-9]+-[0-9]+$")
+
+
+def sandbox_flags(mode: str, uid_range: str | None) -> tuple[str, ...]:
+    """The agent's ``serve`` flags for the server's sandbox settings (the same as a local agent gets)."""
+    if mode not in SANDBOX_MODES:
+        raise ValueError(f"sandbox mode {mode!r} is not one of auto, on, off")
+    if uid_range is not None and not _UID_RANGE.match(uid_range):
+        raise ValueError(f"uid range {uid_range!r} is not FIRST-LAST")
+    return ("--sandbox", mode, *(("--uid-range", uid_range) if uid_range else ()))
+
+
+def _serve(facts: HostFacts, flags: tuple[str, ...]) -> str:
+    d = facts.agent_dir
+    serve = f"{facts.python} -I {d}/agent.pyz serve --work-dir {d}/work --token-file {d}/agent.token"
+    return " ".join((serve, *flags))
+
+
+def unit_file(facts: HostFacts, user: str, flags: tuple[str, ...] = ()) -> str:
     """The systemd unit that starts the agent at boot and restarts it when it stops."""
     d = facts.agent_dir
     return (
@@ -144,7 +166,7 @@ def unit_file(facts: HostFacts, user: str) -> str:
         f"User={user}\n"
         f"WorkingDirectory={d}\n"
         f"EnvironmentFile=-{d}/agent.env\n"
-        f"ExecStart={facts.python} -I {d}/agent.pyz serve --work-dir {d}/work --token-file {d}/agent.token\n"
+        f"ExecStart={_serve(facts, flags)}\n"
         "Restart=always\n"
         "RestartSec=3\n"
         # jobs run in their own sessions: stopping or restarting the agent does not kill them behind its back
@@ -164,14 +186,16 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def start_script(facts: HostFacts, user: str, token: str, env: dict[str, str], wait_seconds: float) -> str:
-    """Write token, environment and unit; keep a running agent started with the same token (a retried
-    bootstrap or a recovery adopts it), else stop the old one and start the agent; print its port.
+def start_script(
+    facts: HostFacts, user: str, token: str, env: dict[str, str], wait_seconds: float, flags: tuple[str, ...] = ()
+) -> str:
+    """Write token, environment and unit; keep a running agent started with the same token and flags (a
+    retried bootstrap or a recovery adopts it), else stop the old one and start the agent; print its port.
 
     Run by ``sh -s`` from stdin, so the token never shows in the host's process list."""
     d = shlex.quote(facts.agent_dir)
     py = shlex.quote(facts.python)
-    serve = f"{py} -I agent.pyz serve --work-dir {d}/work --token-file {d}/agent.token"
+    serve = " ".join((f"{py} -I agent.pyz serve --work-dir {d}/work --token-file {d}/agent.token", *flags))
     use_systemd = facts.writes_unit and facts.systemd
     lines = [
         "set -u",
@@ -181,13 +205,16 @@ def start_script(facts: HostFacts, user: str, token: str, env: dict[str, str], w
         "cat > agent.token.new <<'CORRAL_TOKEN'",
         token,
         "CORRAL_TOKEN",
-        "same=0; cmp -s agent.token.new agent.token 2>/dev/null && same=1",
+        f"echo {_b64(' '.join(flags))} | base64 -d > agent.flags.new",
+        "same=0; cmp -s agent.token.new agent.token 2>/dev/null && cmp -s agent.flags.new agent.flags 2>/dev/null"
+        " && same=1",
         "mv -f agent.token.new agent.token",
+        "mv -f agent.flags.new agent.flags",
         f"echo {_b64(env_file(env))} | base64 -d > agent.env",
         "umask 022",
     ]
     if facts.writes_unit:
-        lines.append(f"echo {_b64(unit_file(facts, user))} | base64 -d > {UNIT_PATH}")
+        lines.append(f"echo {_b64(unit_file(facts, user, flags))} | base64 -d > {UNIT_PATH}")
     lines += [
         "pid=$(cat work/agent.pid 2>/dev/null || true)",
         'alive=0; [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && alive=1',
@@ -232,11 +259,16 @@ class Started:
 
 
 async def start_agent(
-    link: HostLink, facts: HostFacts, token: str, env: dict[str, str], wait_seconds: float
+    link: HostLink,
+    facts: HostFacts,
+    token: str,
+    env: dict[str, str],
+    wait_seconds: float,
+    flags: tuple[str, ...] = (),
 ) -> Started:
     if not token.isalnum():
         raise ValueError("the agent token must be alphanumeric")
-    script = start_script(facts, link.target.user, token, env, wait_seconds)
+    script = start_script(facts, link.target.user, token, env, wait_seconds, flags)
     result = await link.run("sh -s", input=script, timeout=wait_seconds + 30)
     out = _text(result.stdout)
     values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)

@@ -3,6 +3,8 @@
 Each running job has one follower task that long-polls its agent for output and state, stores the
 output in the database (every replica can serve it) and finishes the job when the agent says it ended.
 An agent that stays unreachable past ``agent_unreachable_timeout`` fails the job ``instance_unreachable``.
+The submission's contents are :mod:`corral.workers.job_submission`'s, the replica's leases on its jobs
+:mod:`corral.workers.job_leases`'s, and what is recorded from the agent :mod:`corral.workers.job_outcomes`'s.
 """
 
 from __future__ import annotations
@@ -11,77 +13,27 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from corral.agent.protocol import JobState, JobSubmission, LogsReply
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
 from corral.backends.base import AgentEndpoint
 from corral.domain.records import InstanceRec, JobRec
-from corral.schemas import wire
 from corral.store import fleets as fleet_store
-from corral.store import leases
 from corral.store import runs as run_store
 from corral.store.fleets import dump
-from corral.store.tables import jobs as jobs_table
 from corral.workers.context import Context
 from corral.workers.job_code import JobCodeError, job_code, push_blobs
 from corral.workers.job_container import apply_container, runtime_data, with_agent_state
-from corral.workers.job_ports import ports_message, taken_ports
+from corral.workers.job_leases import JobLeases
+from corral.workers.job_outcomes import JobOutcomes
+from corral.workers.job_ports import ports_message
+from corral.workers.job_submission import job_env, ports_taken, provisioning_data, sandbox_message
 
 log = logging.getLogger("corral.jobs")
 _SOURCES = {"stdout": 0, "stderr": 1}
 
 
-def _env(job: JobRec, run: Any, inst: InstanceRec, master_ip: str, nodes_ips: list[str]) -> dict[str, str]:
-    spec = job.job_spec
-    resources = (inst.offer or {}).get("resources", {})
-    gpus = len(resources.get("gpus") or [])
-    total = inst.total_blocks or 1
-    gpus_here = gpus // total * job.blocks if total > 1 else gpus  # the job's share, as blocks split GPUs
-    nodes = int(spec.get("jobs_per_replica") or 1)
-    env = dict(spec.get("env") or {})
-    env.update(
-        {
-            "DSTACK_RUN_NAME": job.run_name,
-            "DSTACK_RUN_ID": job.run_id,
-            "DSTACK_JOB_ID": job.id,
-            "DSTACK_PROJECT": run.project_name,
-            "DSTACK_NODE_RANK": str(job.job_num),
-            "DSTACK_NODES_NUM": str(nodes),
-            "DSTACK_MASTER_NODE_IP": master_ip,
-            "DSTACK_NODES_IPS": "\n".join(nodes_ips),
-            "DSTACK_GPUS_PER_NODE": str(gpus_here),
-            "DSTACK_GPUS_NUM": str(gpus_here * nodes),
-            "DSTACK_REPO_ID": str(run.run_spec.get("repo_id") or "none"),
-        }
-    )
-    return env  # the agent adds DSTACK_REPO_DIR and DSTACK_WORKING_DIR (it knows where they are)
-
-
-def _sandbox_message(state: JobState) -> str | None:
-    """The job's status message when its agent runs it without a sandbox (saying why)."""
-    return state.sandbox.message if state.sandbox is not None else None
-
-
-def provisioning_data(inst: InstanceRec) -> dict[str, Any]:
-    return {
-        "backend": "remote",
-        "corral_backend": inst.backend,
-        "corral_instance": inst.name,
-        "instance_type": wire.instance_type(inst.offer),
-        "instance_id": inst.id,
-        "hostname": inst.hostname or "127.0.0.1",
-        "internal_ip": "127.0.0.1",
-        "region": inst.region or "local",
-        "price": inst.price or 0.0,
-        "username": "root",
-        "ssh_port": None,
-        "dockerized": False,
-        "backend_data": None,
-    }
-
-
-class Jobs:
+class Jobs(JobLeases, JobOutcomes):
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._followers: dict[str, asyncio.Task[None]] = {}
@@ -157,48 +109,6 @@ class Jobs:
             await client.aclose()
         self._clients.clear()
 
-    async def _claim(self, job_id: str) -> str | None:
-        """This replica's lease on a job (taken once, then kept by ``_keep``)."""
-        token = self._leases.get(job_id)
-        if token is not None:
-            return token
-        now = time.time()
-        async with self.ctx.db.write() as conn:
-            token = await leases.claim(
-                conn, jobs_table, job_id, self.ctx.replica_id, now, self.ctx.settings.job_lease_ttl
-            )
-        if token is not None:
-            self._leases[job_id] = token
-            self._lease_until[job_id] = now + self.ctx.settings.job_lease_ttl
-        return token
-
-    async def _keep(self, job_id: str) -> bool:
-        """Extend the lease when half of it has run out; False once another replica has taken the job."""
-        token = self._leases.get(job_id)
-        if token is None:
-            return False
-        now = time.time()
-        if self._lease_until.get(job_id, 0) - now > self.ctx.settings.job_lease_ttl / 2:
-            return True
-        async with self.ctx.db.write() as conn:
-            ok = await leases.extend(conn, jobs_table, job_id, token, now, self.ctx.settings.job_lease_ttl)
-        if ok:
-            self._lease_until[job_id] = now + self.ctx.settings.job_lease_ttl
-        else:
-            self._drop_lease(job_id)
-        return ok
-
-    def _drop_lease(self, job_id: str) -> None:
-        self._leases.pop(job_id, None)
-        self._lease_until.pop(job_id, None)
-
-    async def _release(self, job_id: str) -> None:
-        token = self._leases.get(job_id)
-        self._drop_lease(job_id)
-        if token is not None:
-            async with self.ctx.db.write() as conn:
-                await leases.release(conn, jobs_table, job_id, token)
-
     async def _submit_once(self, job: JobRec, inst: InstanceRec) -> None:
         try:
             await self._submit(job, inst)
@@ -243,7 +153,7 @@ class Jobs:
             run_name=job.run_name,
             commands=list(spec.get("commands") or []),
             shell=conf.get("shell"),
-            env=_env(job, run, inst, master_ip, nodes_ips),
+            env=job_env(job, run, inst, master_ip, nodes_ips),
             working_dir=conf.get("working_dir"),  # as written: a relative one is relative to the repo dir
             image=conf.get("image"),
             user=None,
@@ -254,7 +164,7 @@ class Jobs:
         )
         apply_container(submission, job, conf, inst, self.ctx.settings.default_image, nodes=len(ordered))
         submission.host_network = len(ordered) > 1 and not one_host
-        if inst.backend == "local" and (taken := _taken_ports(conf, submission, self._local_sandboxed())):
+        if inst.backend == "local" and (taken := ports_taken(conf, submission, self._local_sandboxed())):
             failed = JobState(job.id, "failed", message=ports_message(taken), termination_reason="ports_binding_failed")
             await self._finish(job, failed, None)
             return
@@ -289,7 +199,7 @@ class Jobs:
                     "job_runtime_data": dump(
                         with_agent_state(runtime_data(submission, spec.get("working_dir")), state)
                     ),
-                    "status_message": _sandbox_message(state),
+                    "status_message": sandbox_message(state),
                 },
                 expect_status=("provisioning",),
             )
@@ -322,10 +232,6 @@ class Jobs:
             if address:
                 out[k] = address
         return out
-
-    async def _reload(self, job_id: str) -> JobRec | None:
-        async with self.ctx.db.read() as conn:
-            return await run_store.get_job(conn, job_id)
 
     async def _follower(self, job: JobRec, inst: InstanceRec) -> None:
         token = await self._claim(job.id)
@@ -404,107 +310,6 @@ class Jobs:
             raise
         except Exception:
             log.exception("follower of %s failed", job.job_name)
-
-    async def _pulling(self, job: JobRec, state: JobState) -> None:
-        """A job whose agent is pulling its image or starting its container: record the pull's progress,
-        and move the job to ``running`` (with its container's ports) once the container runs."""
-        data = with_agent_state(job.job_runtime_data, state)
-        values: dict[str, Any] = {"job_runtime_data": dump(data)}
-        if state.state == "running":
-            values.update(status="running", last_processed_at=time.time())
-        elif data == job.job_runtime_data:
-            return
-        async with self.ctx.db.write() as conn:
-            ok = await run_store.update_job(conn, job.id, values, expect_status=("pulling",))
-        if ok and state.state == "running":
-            self.ctx.wakeups.wake("runs")
-
-    async def _unreachable(self, job: JobRec) -> bool:
-        now = time.time()
-        if job.disconnected_at is None:
-            async with self.ctx.db.write() as conn:
-                await run_store.update_job(conn, job.id, {"disconnected_at": now})
-            return False
-        if now - job.disconnected_at < self.ctx.settings.agent_unreachable_timeout:
-            return False
-        async with self.ctx.db.write() as conn:
-            await run_store.update_job(
-                conn,
-                job.id,
-                {
-                    "status": "failed",
-                    "termination_reason": "instance_unreachable",
-                    "termination_reason_message": "The instance's agent stopped answering",
-                    "finished_at": now,
-                    "last_processed_at": now,
-                },
-                expect_status=("running", "pulling", "provisioning"),
-            )
-            if job.instance_id:
-                await fleet_store.release_instance(conn, job.instance_id, now)
-        self.ctx.wakeups.wake("runs", "scheduler")
-        return True
-
-    async def _finish(self, job: JobRec, state: JobState, stopped: str | None, executor_error: bool = False) -> None:
-        now = time.time()
-        exit_status = state.exit_status
-        message = state.message
-        if stopped == "abort":
-            status, reason = "aborted", "aborted_by_user"
-        elif stopped == "resubmit":  # its replica is submitted again (workers/runs.py)
-            status, reason, message = "terminated", "terminated_by_server", "Run is to be resubmitted"
-        elif stopped == "server":  # another job of its run failed for good (workers/runs.py)
-            status, reason, message = "terminated", "terminated_by_server", "Stopped: another job of the run failed"
-        elif stopped:
-            status, reason = "terminated", "terminated_by_user"
-        elif state.state == "done" and (exit_status or 0) == 0:
-            status, reason = "done", "done_by_runner"
-        elif state.termination_reason == "max_duration_exceeded":
-            status, reason = "terminated", "max_duration_exceeded"
-        elif state.termination_reason == "ports_binding_failed":
-            status, reason = "failed", "ports_binding_failed"
-        elif state.termination_reason == "setup_failed":
-            # The repo or `files` could not be set up (dstack's runner reports this the same way).
-            status, reason = "failed", "container_exited_with_error"
-        elif state.state == "failed" and exit_status is None:
-            # The agent could not start the job at all (no container runtime for `image`, agent restart).
-            status = "failed"
-            reason = "executor_error" if executor_error or state.termination_reason else "creating_container_error"
-        else:
-            status, reason = "failed", "container_exited_with_error"
-            if message is None and exit_status is not None:
-                message = f"The job exited with code {exit_status}"
-        async with self.ctx.db.write() as conn:
-            ok = await run_store.update_job(
-                conn,
-                job.id,
-                {
-                    "status": status,
-                    "termination_reason": reason,
-                    "termination_reason_message": message,
-                    "status_message": None,
-                    "exit_status": exit_status,
-                    "finished_at": now,
-                    "last_processed_at": now,
-                },
-                expect_status=("provisioning", "pulling", "running", "terminating"),
-            )
-            if ok and job.instance_id:
-                await fleet_store.release_instance(conn, job.instance_id, now)
-        self.ctx.wakeups.wake("runs", "scheduler")
-
-
-def _taken_ports(conf: dict[str, Any], sub: JobSubmission, sandboxed: bool) -> list[int]:
-    """The job's ``ports`` already held on this machine, when it would listen on them itself (a host
-    process without a sandbox, or a container on the host's network; a sandboxed process listens in its own
-    network namespace and a bridged container's ports are published elsewhere)."""
-    if sub.image:
-        if not (sub.container is not None and sub.container.network_mode == "host"):
-            return []
-    elif sandboxed:
-        return []
-    ports = [int(p["container_port"]) for p in conf.get("ports") or [] if isinstance(p, dict)]
-    return taken_ports(ports) if ports else []
 
 
 async def _logs_unless_poked(

@@ -1,0 +1,115 @@
+"""What the server records from a job's agent: the pull's progress, an agent that stopped answering
+(``instance_unreachable`` past ``agent_unreachable_timeout``), and the job's end, mapped to dstack's
+statuses and termination reasons (its instance released for the next job).
+
+:class:`JobOutcomes` is a base of :class:`corral.workers.jobs.Jobs`, which sets ``ctx``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from corral.agent.protocol import JobState
+from corral.domain.records import JobRec
+from corral.store import fleets as fleet_store
+from corral.store import runs as run_store
+from corral.store.fleets import dump
+from corral.workers.context import Context
+from corral.workers.job_container import with_agent_state
+
+
+class JobOutcomes:
+    ctx: Context
+
+    async def _reload(self, job_id: str) -> JobRec | None:
+        async with self.ctx.db.read() as conn:
+            return await run_store.get_job(conn, job_id)
+
+    async def _pulling(self, job: JobRec, state: JobState) -> None:
+        """A job whose agent is pulling its image or starting its container: record the pull's progress,
+        and move the job to ``running`` (with its container's ports) once the container runs."""
+        data = with_agent_state(job.job_runtime_data, state)
+        values: dict[str, Any] = {"job_runtime_data": dump(data)}
+        if state.state == "running":
+            values.update(status="running", last_processed_at=time.time())
+        elif data == job.job_runtime_data:
+            return
+        async with self.ctx.db.write() as conn:
+            ok = await run_store.update_job(conn, job.id, values, expect_status=("pulling",))
+        if ok and state.state == "running":
+            self.ctx.wakeups.wake("runs")
+
+    async def _unreachable(self, job: JobRec) -> bool:
+        now = time.time()
+        if job.disconnected_at is None:
+            async with self.ctx.db.write() as conn:
+                await run_store.update_job(conn, job.id, {"disconnected_at": now})
+            return False
+        if now - job.disconnected_at < self.ctx.settings.agent_unreachable_timeout:
+            return False
+        async with self.ctx.db.write() as conn:
+            await run_store.update_job(
+                conn,
+                job.id,
+                {
+                    "status": "failed",
+                    "termination_reason": "instance_unreachable",
+                    "termination_reason_message": "The instance's agent stopped answering",
+                    "finished_at": now,
+                    "last_processed_at": now,
+                },
+                expect_status=("running", "pulling", "provisioning"),
+            )
+            if job.instance_id:
+                await fleet_store.release_instance(conn, job.instance_id, now)
+        self.ctx.wakeups.wake("runs", "scheduler")
+        return True
+
+    async def _finish(self, job: JobRec, state: JobState, stopped: str | None, executor_error: bool = False) -> None:
+        now = time.time()
+        exit_status = state.exit_status
+        message = state.message
+        if stopped == "abort":
+            status, reason = "aborted", "aborted_by_user"
+        elif stopped == "resubmit":  # its replica is submitted again (workers/runs.py)
+            status, reason, message = "terminated", "terminated_by_server", "Run is to be resubmitted"
+        elif stopped == "server":  # another job of its run failed for good (workers/runs.py)
+            status, reason, message = "terminated", "terminated_by_server", "Stopped: another job of the run failed"
+        elif stopped:
+            status, reason = "terminated", "terminated_by_user"
+        elif state.state == "done" and (exit_status or 0) == 0:
+            status, reason = "done", "done_by_runner"
+        elif state.termination_reason == "max_duration_exceeded":
+            status, reason = "terminated", "max_duration_exceeded"
+        elif state.termination_reason == "ports_binding_failed":
+            status, reason = "failed", "ports_binding_failed"
+        elif state.termination_reason == "setup_failed":
+            # The repo or `files` could not be set up (dstack's runner reports this the same way).
+            status, reason = "failed", "container_exited_with_error"
+        elif state.state == "failed" and exit_status is None:
+            # The agent could not start the job at all (no container runtime for `image`, agent restart).
+            status = "failed"
+            reason = "executor_error" if executor_error or state.termination_reason else "creating_container_error"
+        else:
+            status, reason = "failed", "container_exited_with_error"
+            if message is None and exit_status is not None:
+                message = f"The job exited with code {exit_status}"
+        async with self.ctx.db.write() as conn:
+            ok = await run_store.update_job(
+                conn,
+                job.id,
+                {
+                    "status": status,
+                    "termination_reason": reason,
+                    "termination_reason_message": message,
+                    "status_message": None,
+                    "exit_status": exit_status,
+                    "finished_at": now,
+                    "last_processed_at": now,
+                },
+                expect_status=("provisioning", "pulling", "running", "terminating"),
+            )
+            if ok and job.instance_id:
+                await fleet_store.release_instance(conn, job.instance_id, now)
+        self.ctx.wakeups.wake("runs", "scheduler")
