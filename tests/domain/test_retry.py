@@ -67,8 +67,9 @@ def _chronological(steps: list[tuple[float, float, bool]]) -> list[Submission]:
     """Each submission after the previous one ended: (wait before it, its run time, placed?)."""
     out, t = [], 0.0
     for wait, run_time, placed in steps:
-        out.append(Submission(t + wait, t + wait + run_time, placed))
-        t += wait + run_time
+        start = t + wait
+        t = start + run_time  # the next one starts from this very float (no second rounding)
+        out.append(Submission(start, t, placed))
     return out
 
 
