@@ -200,6 +200,11 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
     specs = job_specs(spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image)
     screened = await plan_screen(ctx, project, spec, specs[0]) if specs else None
     verdict = screened.error if screened else None
+    if verdict is None:
+        try:  # what apply refuses outright the plan says too
+            await local_admission.check(ctx, project, user, spec, specs[0] if specs else None)
+        except ServiceError as e:
+            verdict = e.msg
     if screened is not None:
         # fleets other projects export here bring their own offers (the owner's backends, their instances)
         shown = [(o["corral_backend"], o["instance"], o["region"], o["price"]) for o in offers]
