@@ -102,6 +102,13 @@ async def test_only_admins_export_and_only_the_importers_members_use_it(tmp_path
                 ("share", ["team-b"], False)
             ]
 
+
+async def test_the_plan_shows_an_imported_fleets_offers(tmp_path: Path) -> None:
+    async with running_server(make_settings(tmp_path, background_processing=False)) as s:
+        tokens = await _setup(s)
+        async with s.client() as admin:
+            share = {"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["f"]}
+            assert (await admin.post("/api/project/main/exports/create", json=share)).status_code == 200
         # team-b (no backends of its own) sees main/f's offers and no error, with or without naming it;
         # team-c, which does not import it, sees neither and its run would fail at once (in containers: the
         # local backend without a sandbox admits only global admins' host processes)
@@ -166,6 +173,10 @@ async def test_a_member_of_the_importing_project_runs_on_the_exported_fleet(tmp_
             run = await wait_for(finished, timeout=60)
             assert run["status"] == "done", run["latest_job_submission"]
             assert run["latest_job_submission"]["job_provisioning_data"]["backend"] == "remote"
+            # the instance it ran on, idle now, is among the plan's offers too
+            plan = await _plan(carol, "team-b", task_body(["true"], name="again"))
+            assert plan["corral_plan_error"] is None
+            assert "idle" in [o["availability"] for o in plan["job_plans"][0]["offers"]], plan["job_plans"][0]
         async with s.client(tokens["dave"]) as dave:
             r = await dave.post("/api/project/team-c/runs/apply", json=task_body(["true"], name="t", fleets=["main/f"]))
             assert r.status_code == 200
