@@ -16,16 +16,16 @@ P = "/api/project/{project_name}"
 
 @router.post(P + "/exports/create", body=rq.CreateExportBody)
 async def create(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name, "admin")
+    user, project = await member(request, project_name, "admin")
     b = await parse(rq.CreateExportBody, request)
-    return FastJSON(await exports.create(ctx_of(request), project, b.model_dump()))
+    return FastJSON(await exports.create(ctx_of(request), project, user, b.model_dump()))
 
 
 @router.post(P + "/exports/update", body=rq.UpdateExportBody)
 async def update(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name, "admin")
+    user, project = await member(request, project_name, "admin")
     b = await parse(rq.UpdateExportBody, request)
-    return FastJSON(await exports.update(ctx_of(request), project, b.model_dump()))
+    return FastJSON(await exports.update(ctx_of(request), project, user, b.model_dump()))
 
 
 @router.post(P + "/exports/delete", body=rq.ExportNameBody)

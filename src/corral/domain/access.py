@@ -153,3 +153,36 @@ def usable_computes(compute_names: Iterable[str], project_backends: frozenset[st
     """The computes whose offers a project's (non-SSH) fleets and runs may use: those its backends name.
     An SSH fleet brings its own hosts and needs none."""
     return [name for name in compute_names if name in project_backends]
+
+
+def check_export_importers(
+    global_role: str, asked: Sequence[str], caller_roles: Mapping[str, str | None]
+) -> Denied | None:
+    """dstack's ``add_importer_projects``: a project becomes an importer of an export only if the caller is a
+    global admin or an admin of that project (as of the exporting project, whose admin the route requires).
+    ``caller_roles``: each existing project asked for (lower-cased name) -> the caller's role in it (None:
+    not a member). A project missing there does not exist."""
+    names = [n.lower() for n in asked]
+    if len(names) != len(set(names)):
+        return Denied(400, "Some importer projects are listed for addition more than once")
+    allowed = {n for n in names if n in caller_roles and (global_role == "admin" or caller_roles[n] == "admin")}
+    missing = [n for n in names if n not in allowed]
+    if missing:
+        return Denied(
+            400,
+            f"Projects {_set_repr(missing)} not found or you are not allowed to add them as importers."
+            " Only project admins can add a project as importer",
+        )
+    return None
+
+
+def check_export_global(global_role: str) -> Denied | None:
+    """dstack's ``set_as_global``: only global admins make an export global (imported by every project)."""
+    if global_role != "admin":
+        return Denied(403, "Only global admins can make the export global")
+    return None
+
+
+def _set_repr(names: Sequence[str]) -> str:
+    """A set of names as dstack's messages print one (Python's ``{'a', 'b'}``), in a stable order."""
+    return "{" + ", ".join(repr(n) for n in sorted(set(names))) + "}"

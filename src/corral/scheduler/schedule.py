@@ -272,6 +272,12 @@ def _screen(head: QueuedJob, snapshot: Snapshot) -> tuple[list[FleetSlot], bool]
     return feasible, reuse_only
 
 
+def screen(job: QueuedJob, snapshot: Snapshot) -> tuple[list[FleetSlot], bool] | str:
+    """The fleets a run whose first job is ``job`` could ever run in and whether it may only reuse existing
+    instances (what ``schedule`` chooses among), or the message it fails with at once."""
+    return _screen(job, snapshot)
+
+
 def refusal(job: QueuedJob, snapshot: Snapshot) -> str | None:
     """Why a run whose first job is ``job`` would fail at once if submitted now (what ``schedule`` fails it
     with), or None if it can run now or once capacity frees. ``runs/get_plan`` shows it before ``apply``."""

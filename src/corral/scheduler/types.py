@@ -46,6 +46,8 @@ class InstanceSlot:
     #: Its backend, and the blocks of that backend's host it was carved out of (0: none).
     backend: str = ""
     host_blocks: int = 0
+    #: What the instance is (its stored offer), for a plan's offers; None when not known yet.
+    offer: Offer | None = None
 
 
 @dataclass(frozen=True)

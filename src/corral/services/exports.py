@@ -1,4 +1,10 @@
-"""Exports and imports (dstack's cross-project sharing of fleets)."""
+"""Exports and imports (dstack's cross-project sharing of fleets).
+
+As in dstack 0.22.5: only an admin of the exporting project (or a global admin) creates, changes or deletes
+its exports (the routes' rule); a project becomes an importer only when the caller is also an admin of that
+project (or a global admin); only global admins make an export global. A fleet exported to a project is one
+its members may run on; no other project's members may.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,9 @@ from typing import Any
 
 import sqlalchemy.exc
 
+from corral.domain import access
 from corral.domain.records import ProjectRec, UserRec
-from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError
+from corral.services.errors import AccessDenied, ResourceExists, ResourceNotExists, ServiceError
 from corral.store import accounts as account_store
 from corral.store import exports as store
 from corral.store import fleets as fleet_store
@@ -29,16 +36,50 @@ def export_json(e: ExportRec) -> dict[str, Any]:
     }
 
 
-async def _project_ids(conn: Any, names: list[str], own: ProjectRec) -> list[str]:
-    ids = []
-    for name in names:
-        if name == own.name:
-            raise ServiceError(f"Project {name} cannot import its own export")
+async def _importer_ids(
+    conn: Any, user: UserRec, own: ProjectRec, names: list[str], already: frozenset[str] = frozenset()
+) -> list[str]:
+    """The ids of the projects ``names`` that ``user`` may add as importers (dstack's
+    ``add_importer_projects``: a global admin, or an admin of each of them), else the error dstack gives."""
+    lowered = [n.lower() for n in names]
+    if again := sorted(set(lowered) & already):
+        raise ServiceError(f"Projects {_names(again)} are already importing this export")
+    if own.name.lower() in lowered:
+        raise ServiceError(f"Project {own.name!r} cannot import from itself")
+    found: dict[str, ProjectRec] = {}
+    roles: dict[str, str | None] = {}
+    for name in lowered:
         project = await account_store.get_project(conn, name)
-        if project is None:
-            raise ResourceNotExists(f"Project {name} not found")
-        ids.append(project.id)
-    return ids
+        if project is not None:
+            found[name] = project
+            roles[name] = await account_store.get_member_role(conn, project.id, user.id)
+    denied = access.check_export_importers(user.global_role, names, roles)
+    if denied is not None:
+        raise (AccessDenied(denied.msg) if denied.status == 403 else ServiceError(denied.msg))
+    return [found[n].id for n in lowered]
+
+
+async def _importing_ids(conn: Any, found: ExportRec, names: list[str]) -> list[str]:
+    """The ids of the projects ``names`` that import ``found`` now (dstack's ``remove_importer_projects``)."""
+    if found.is_global:
+        raise ServiceError("Cannot remove importers from a global export")
+    lowered = [n.lower() for n in names]
+    if len(lowered) != len(set(lowered)):
+        raise ServiceError("Some importer projects are listed for removal more than once")
+    importing = {name.lower(): pid for _i, pid, name in found.importers}
+    if missing := sorted(set(lowered) - set(importing)):
+        raise ServiceError(f"Projects {_names(missing)} are not importing export {found.name!r}")
+    return [importing[n] for n in lowered]
+
+
+def _names(names: list[str]) -> str:
+    return "{" + ", ".join(repr(n) for n in names) + "}"
+
+
+def _check_global(user: UserRec) -> None:
+    denied = access.check_export_global(user.global_role)
+    if denied is not None:
+        raise AccessDenied(denied.msg)
 
 
 async def _fleet_ids(conn: Any, project: ProjectRec, names: list[str]) -> list[str]:
@@ -51,15 +92,23 @@ async def _fleet_ids(conn: Any, project: ProjectRec, names: list[str]) -> list[s
     return ids
 
 
-async def create(ctx: Context, project: ProjectRec, body: dict[str, Any]) -> dict[str, Any]:
+async def create(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
+    """A new export of ``project``'s fleets (the route admits only its admins and global admins)."""
     if body.get("exported_gateways"):
         raise ServiceError("Exporting gateways is not supported yet: corral has no gateways")
     name = body["name"]
+    if body.get("is_global"):
+        if body.get("importer_projects"):
+            raise ServiceError(
+                "Do not specify any importer projects when creating a global export."
+                " Global exports are automatically imported in all projects"
+            )
+        _check_global(user)
     async with ctx.db.write() as conn:
         if await store.get_export(conn, project.id, name) is not None:
             raise ResourceExists(f"Export {name} already exists")
         export_id = str(uuid.uuid4())
-        importers = await _project_ids(conn, list(body.get("importer_projects") or []), project)
+        importers = await _importer_ids(conn, user, project, list(body.get("importer_projects") or []))
         fleet_ids = await _fleet_ids(conn, project, list(body.get("exported_fleets") or []))
         try:
             await store.insert_export(
@@ -84,20 +133,53 @@ async def create(ctx: Context, project: ProjectRec, body: dict[str, Any]) -> dic
     return export_json(found)
 
 
-async def update(ctx: Context, project: ProjectRec, body: dict[str, Any]) -> dict[str, Any]:
+async def update(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
+    """Changes to an export of ``project`` (the route admits only its admins and global admins), checked as
+    dstack's ``update_export`` checks them."""
     if body.get("add_exported_gateways"):
         raise ServiceError("Exporting gateways is not supported yet: corral has no gateways")
-    if body.get("set_global") and body.get("unset_global"):
-        raise ServiceError("`set_global` and `unset_global` cannot both be set")
+    changes = (
+        "set_global",
+        "unset_global",
+        "add_importer_projects",
+        "remove_importer_projects",
+        "add_exported_fleets",
+        "remove_exported_fleets",
+        "add_exported_gateways",
+        "remove_exported_gateways",
+    )
+    adding = list(body.get("add_importer_projects") or [])
+    removing = list(body.get("remove_importer_projects") or [])
     async with ctx.db.write() as conn:
         found = await store.get_export(conn, project.id, body["name"])
         if found is None:
-            raise ResourceNotExists(f"Export {body['name']} not found")
-        if body.get("set_global") or body.get("unset_global"):
-            await store.update_export(conn, found.id, {"is_global": bool(body.get("set_global"))})
-        for pid in await _project_ids(conn, list(body.get("add_importer_projects") or []), project):
+            raise ResourceNotExists(f"Export {body['name']!r} not found in project {project.name!r}")
+        if not any(body.get(k) for k in changes):
+            raise ServiceError("No changes specified")
+        if body.get("set_global") and body.get("unset_global"):
+            raise ServiceError("Cannot set and unset global at the same time")
+        if (body.get("set_global") or body.get("unset_global")) and (adding or removing):
+            raise ServiceError("Cannot change global status and add/remove importers at the same time")
+        if both := sorted({n.lower() for n in adding} & {n.lower() for n in removing}):
+            raise ServiceError(
+                f"Projects {_names(both)} are listed for both addition and removal."
+                " Cannot add and remove at the same time"
+            )
+        already = frozenset(name.lower() for _i, _pid, name in found.importers)
+        add_ids = await _importer_ids(conn, user, project, adding, already)
+        remove_ids = await _importing_ids(conn, found, removing) if removing else []
+        if body.get("set_global"):
+            if found.is_global:
+                raise ServiceError("The export is already global")
+            _check_global(user)
+            await store.update_export(conn, found.id, {"is_global": True})
+        if body.get("unset_global"):
+            if not found.is_global:
+                raise ServiceError("The export is already not global")
+            await store.update_export(conn, found.id, {"is_global": False})
+        for pid in add_ids:
             await store.add_importer(conn, str(uuid.uuid4()), found.id, pid)
-        for pid in await _project_ids(conn, list(body.get("remove_importer_projects") or []), project):
+        for pid in remove_ids:
             await store.remove_importer(conn, found.id, pid)
         for fid in await _fleet_ids(conn, project, list(body.get("add_exported_fleets") or [])):
             await store.add_fleet(conn, found.id, fid)

@@ -3,22 +3,40 @@
 The plan and the queue must agree: a run that ``schedule`` would fail at once (no fleet, unknown
 ``fleets``, a multi-node task without a cluster fleet, requirements no fleet can ever meet, ``instances``
 matching nothing) gets no offers in its plan and this message, computed by the same pure code
-(``scheduler.schedule.refusal``) from the fleets as the scheduling worker would see them.
+(``scheduler.schedule.screen``) from the fleets as the scheduling worker would see them. The same view
+gives the offers of the fleets other projects export to the run's project (``scheduler.plan_offers``):
+a project with no backends of its own that imports a fleet sees that fleet's offers, as apply uses it.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from corral.domain.records import ProjectRec
 from corral.workers.context import Context
 
+if TYPE_CHECKING:
+    from corral.scheduler.types import FleetSlot, Offer
 
-async def plan_verdict(ctx: Context, project: ProjectRec, spec: dict[str, Any], job_spec: dict[str, Any]) -> str | None:
-    """What the scheduler would fail the run with at once (no fleet, unknown ``fleets``, a multi-node task
-    without a cluster fleet, requirements no fleet can ever meet, ...), from the fleets as they are now."""
-    from corral.scheduler.schedule import refusal
+
+@dataclass(frozen=True)
+class PlanScreen:
+    """What the scheduler would make of a run now: ``error``, the message it would fail with at once (None:
+    it can run now, or waits for capacity); ``imported_offers``, ``(offer, availability)`` of the fleets
+    other projects export to the run's project that it could run in; ``fleets``, every fleet it could
+    run in (its own and imported)."""
+
+    error: str | None
+    imported_offers: tuple[tuple[Offer, str], ...]
+    fleets: tuple[FleetSlot, ...]
+
+
+async def plan_screen(ctx: Context, project: ProjectRec, spec: dict[str, Any], job_spec: dict[str, Any]) -> PlanScreen:
+    """The scheduler's view of the run whose first job is ``job_spec``, from the fleets as they are now."""
+    from corral.scheduler.plan_offers import fleet_offers
+    from corral.scheduler.schedule import screen
     from corral.workers.scheduling import Scheduling, queued_job
 
     head = queued_job(
@@ -44,4 +62,15 @@ async def plan_verdict(ctx: Context, project: ProjectRec, spec: dict[str, Any], 
         # the project's own fleets and those other projects export to it: all the run may use
         owners = {project.id, *(e.project_id for e in await export_store.exports_imported_by(conn, project.id))}
         snapshot = await planner.snapshot_for(conn, (head,), sorted(owners))
-    return refusal(head, snapshot)
+    screened = screen(head, snapshot)
+    if isinstance(screened, str):
+        return PlanScreen(screened, (), ())
+    fleets, reuse_only = screened
+    imported = [f for f in fleets if f.project_id != project.id]
+    return PlanScreen(None, tuple(fleet_offers(head, imported, reuse_only)), tuple(fleets))
+
+
+async def plan_verdict(ctx: Context, project: ProjectRec, spec: dict[str, Any], job_spec: dict[str, Any]) -> str | None:
+    """What the scheduler would fail the run with at once (no fleet, unknown ``fleets``, a multi-node task
+    without a cluster fleet, requirements no fleet can ever meet, ...), from the fleets as they are now."""
+    return (await plan_screen(ctx, project, spec, job_spec)).error

@@ -23,7 +23,7 @@ from corral.scheduler.blocks import smallest_carves
 from corral.services import local_admission, repos, serialize
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
-from corral.services.plan_verdict import plan_verdict
+from corral.services.plan_verdict import plan_screen
 from corral.store import runs as store
 from corral.store.fleets import dump
 from corral.workers.context import Context
@@ -198,7 +198,22 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
     offers = _offers(ctx, conf, merged, project)
     max_offers = body.get("max_offers") or 50
     specs = job_specs(spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image)
-    verdict = await plan_verdict(ctx, project, spec, specs[0]) if specs else None
+    screened = await plan_screen(ctx, project, spec, specs[0]) if specs else None
+    verdict = screened.error if screened else None
+    if verdict is None:
+        try:  # what apply refuses outright the plan says too
+            await local_admission.check(ctx, project, user, spec, specs[0] if specs else None)
+        except ServiceError as e:
+            verdict = e.msg
+    if screened is not None:
+        # fleets other projects export here bring their own offers (the owner's backends, their instances)
+        shown = [(o["corral_backend"], o["instance"], o["region"], o["price"]) for o in offers]
+        for offer, availability in screened.imported_offers:
+            extra = {**offer_json(offer), "availability": availability}
+            key = (extra["corral_backend"], extra["instance"], extra["region"], extra["price"])
+            if key not in shown:
+                shown.append(key)
+                offers.append(extra)
     if verdict is not None and not body.get("for_offers_only"):
         offers = []  # what apply would refuse gets no offers: the official CLI warns before submitting
     plans = [
@@ -244,7 +259,8 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
             "(KEY=VALUE) or export it before `apply` so that the CLI fills it in"
         )
     _check_volumes(spec["configuration"], ctx.settings.default_image)
-    await local_admission.check(ctx, project, user, spec["configuration"])
+    planned = job_specs(spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image)
+    await local_admission.check(ctx, project, user, spec, planned[0] if planned else None)
     await repos.check_run_code(ctx, project, user, spec)
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
     explicit = spec["run_name"]

@@ -205,6 +205,7 @@ class Scheduling:
                     addresses=tuple((i.agent or {}).get("addresses") or ([i.hostname] if i.hostname else [])),
                     backend=i.backend,
                     host_blocks=offer.host_blocks if offer else 0,
+                    offer=offer,
                 )
             )
         return FleetSlot(
