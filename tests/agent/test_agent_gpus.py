@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -81,5 +82,8 @@ def test_each_carve_gets_gpus_no_live_carve_holds() -> None:
     assert pick_host_gpus(two, {1}) == (0, 2)
     assert pick_host_gpus(four, {3}) is None  # not enough free
     assert pick_host_gpus(four, set()) == (0, 1, 2, 3)
+    # more blocks than GPUs: a share has none, the whole machine has them all
+    share, whole = carved_offers("local", replace(host, gpus=host.gpus[:2]), 4)[1::2]
+    assert (pick_host_gpus(share, set()), pick_host_gpus(whole, set())) == ((), (0, 1))
     cpus_only = carved_offers("local", InstanceResources(cpus=2, memory_mib=1024, gpus=()), 2)[0]
     assert pick_host_gpus(cpus_only, {0}) == ()

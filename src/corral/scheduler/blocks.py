@@ -81,10 +81,12 @@ def smallest_carves(offers: Iterable[Offer]) -> list[Offer]:
 def pick_host_gpus(offer: Offer, held: set[int]) -> tuple[int, ...] | None:
     """The host's GPUs (indexes) an instance carved by ``offer`` owns: the lowest ones no other live
     instance of the host holds (``held``); () for a share without GPUs, None if not enough are free.
-    The host's blocks are equal shares, so its usable GPUs are ``per block x total blocks``."""
+    The host's blocks are equal shares, so a share's GPUs come from the first ``per block x total
+    blocks`` of the host's; the whole host has them all."""
     want = len(offer.resources.gpus)
     if want == 0:
         return ()
-    per_block = want // max(1, offer.host_blocks)
-    free = [i for i in range(per_block * max(1, offer.host_total_blocks)) if i not in held]
+    whole = offer.host_blocks >= offer.host_total_blocks
+    usable = want if whole else want // max(1, offer.host_blocks) * offer.host_total_blocks
+    free = [i for i in range(usable) if i not in held]
     return tuple(free[:want]) if len(free) >= want else None
