@@ -24,7 +24,7 @@ import signal
 import sys
 from typing import Any
 
-from . import resources, sandbox
+from . import gpus, resources, sandbox
 from .server import Agent
 
 log = logging.getLogger("corral.agent")
@@ -57,6 +57,11 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as e:
         log.error("%s", e)
         return 2
+    try:
+        allowed = None if args.gpus is None else gpus.parse_gpus(args.gpus)
+    except ValueError as e:
+        log.error("%s", e)
+        return 2
     reason = sandbox.probe(config)
     if reason is not None and config.mode == "on":
         log.error("--sandbox on, but jobs cannot get a sandbox here: %s", reason)
@@ -69,7 +74,13 @@ def _serve(args: argparse.Namespace) -> int:
         )
     try:
         agent = Agent(
-            work_dir, token, host=args.host, port=args.port, docker_host=args.docker_host, sandbox_config=config
+            work_dir,
+            token,
+            host=args.host,
+            port=args.port,
+            docker_host=args.docker_host,
+            sandbox_config=config,
+            gpus=allowed,
         )
     except OSError as e:
         log.error("cannot listen on %s:%s: %s", args.host, args.port, e)
@@ -139,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--uid-range", default=None, help="uids of sandboxed jobs, FIRST-LAST (default 200000-265535)")
     serve.add_argument(
         "--hide", action="append", default=[], help="a host path no job may see (repeatable; e.g. the server's state)"
+    )
+    serve.add_argument(
+        "--gpus",
+        default=None,
+        help="only these of the host's GPUs, by index (e.g. 0,2; 'none' for no GPU; default: all of them)",
     )
     info = sub.add_parser("info", help="print this host's resources as JSON")
     info.add_argument("--work-dir", default=".", help="the directory whose disk to measure")

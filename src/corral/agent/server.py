@@ -34,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from . import resources, sandbox
+from . import gpus, resources, sandbox
 from .job import JobConflict, JobNotFound
 from .jobs import JobRunner
 from .protocol import AGENT_PROTOCOL_VERSION, AGENT_VERSION, HostInfo, JobSubmission, ProtocolError
@@ -67,6 +67,7 @@ class Agent:
         port: int = 0,
         docker_host: str | None = None,
         sandbox_config: sandbox.SandboxConfig | None = None,
+        gpus: tuple[int, ...] | None = None,
     ) -> None:
         if not token:
             raise ValueError("the token must not be empty")
@@ -76,6 +77,9 @@ class Agent:
         self._runtime: str | None = None
         self._runtime_ready = threading.Event()
         self._info: HostInfo | None = None
+        #: The host GPUs (indexes) this agent is restricted to (None: all of them), and those found.
+        self.gpus = gpus
+        self._gpu_indexes: list[int] = []
         self._info_lock = threading.Lock()
         self.sandboxes = sandbox.Sandboxes(self.work_dir, sandbox_config or sandbox.SandboxConfig(mode="off"))
         self.runner = JobRunner(self.work_dir, self.container_runtime, docker_host, self.nvidia_gpu_ids, self.sandboxes)
@@ -108,12 +112,26 @@ class Agent:
 
     def nvidia_gpu_ids(self) -> list[str]:
         """Device ids (``nvidia-smi`` indexes) of this host's NVIDIA GPUs, for containers' device requests."""
-        return [str(i) for i, g in enumerate(self.info().gpus) if g.vendor == "nvidia"]
+        info = self.info()
+        return [str(i) for n, i in enumerate(self._gpu_indexes) if info.gpus[n].vendor == "nvidia"]
+
+    def admit(self, sub: JobSubmission) -> JobSubmission:
+        """A submission as a restricted agent runs it: a host process sees only this agent's GPUs, a
+        container asking for all of the host's gets all of this agent's."""
+        if self.gpus is None:
+            return sub
+        info = self.info()
+        if not sub.image:
+            sub.env.update(gpus.visible_devices_env(self._gpu_indexes, [g.vendor for g in info.gpus]))
+        elif sub.container is not None and sub.container.gpus == -1:
+            sub.container.gpus = len(self.nvidia_gpu_ids())
+        return sub
 
     def info(self) -> HostInfo:
         with self._info_lock:
             if self._info is None:
-                self._info = resources.detect_host_info(self.work_dir, self.container_runtime())
+                detected = resources.detect_host_info(self.work_dir, self.container_runtime())
+                self._info, self._gpu_indexes = gpus.restrict(detected, self.gpus)
             return self._info
 
     def serve_forever(self) -> None:
@@ -248,7 +266,7 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, agent.info().to_dict()
         if path == "/jobs" and method == "POST":
             sub = JobSubmission.from_dict(_json(body))
-            return 200, agent.runner.submit(sub).to_dict()
+            return 200, agent.runner.submit(agent.admit(sub)).to_dict()
         if path == "/jobs" and method == "GET":
             return 200, [s.to_dict() for s in agent.runner.list_jobs()]
         if path == "/shutdown" and method == "POST":

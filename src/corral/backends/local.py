@@ -5,7 +5,9 @@ This machine is one host, split as dstack splits an SSH host into blocks: its CP
 report) are divided into equal blocks -- one per GPU, else one per CPU, unless told -- and the disk
 holding the work directory is shared. Each local instance is carved out of 1 to all of those blocks
 (one offer per size, price 0), and a new one is reserved only while that many are free
-(``store.plan_apply`` recounts the blocks live instances hold). Each instance is an agent started in
+(``store.plan_apply`` recounts the blocks live instances hold). It owns specific GPUs of the machine
+(indexes chosen at reservation, none another live instance owns, kept in its offer), and its agent is
+started with ``--gpus`` so that it reports, and its jobs see, only those. Each instance is an agent started in
 its own session with its own work directory and secret token, so it and its jobs survive a server
 restart; the server finds it again from the instance row, and reaps agents it has no record of.
 """
@@ -31,7 +33,7 @@ from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachab
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
 from corral.domain.records import InstanceRec
 from corral.domain.resources import Gpu, InstanceResources
-from corral.scheduler.blocks import carved_offers, total_blocks_for
+from corral.scheduler.blocks import HOST_GPUS_KEY, carved_offers, total_blocks_for
 from corral.scheduler.codec import resources_from_json
 from corral.scheduler.types import Offer
 
@@ -183,6 +185,7 @@ class LocalCompute:
                     "--sandbox",
                     self.sandbox_mode,
                     *(["--uid-range", self.uid_range] if self.uid_range else []),
+                    *_gpus_args(instance),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -276,6 +279,15 @@ class LocalCompute:
             await self._forget_work_dir(d)
             reaped.append(d.name)
         return reaped
+
+
+def _gpus_args(instance: InstanceRec) -> list[str]:
+    """``--gpus`` for the agent of a carved instance: the host GPUs its reservation was given (none: no
+    GPU at all); nothing for an instance reserved before carves owned GPUs (it sees them all)."""
+    owned = (instance.offer or {}).get(HOST_GPUS_KEY)
+    if not isinstance(owned, list):
+        return []
+    return ["--gpus", ",".join(str(int(i)) for i in owned) or "none"]
 
 
 def _alive(pid: int) -> bool:

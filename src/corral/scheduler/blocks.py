@@ -9,6 +9,9 @@ from dataclasses import replace
 from corral.domain.resources import InstanceResources, Requirements, match_requirements
 from corral.scheduler.types import Offer
 
+#: The key of a carved instance's stored offer that lists the host's GPUs (indexes) it owns.
+HOST_GPUS_KEY = "host_gpus"
+
 
 def total_blocks_for(blocks: int | None, resources: InstanceResources) -> int:
     """The number of blocks of an instance for a fleet's ``blocks`` setting (None = ``auto``)."""
@@ -73,3 +76,17 @@ def smallest_carves(offers: Iterable[Offer]) -> list[Offer]:
             seen.add(offer.backend)
         out.append(offer)
     return out
+
+
+def pick_host_gpus(offer: Offer, held: set[int]) -> tuple[int, ...] | None:
+    """The host's GPUs (indexes) an instance carved by ``offer`` owns: the lowest ones no other live
+    instance of the host holds (``held``); () for a share without GPUs, None if not enough are free.
+    The host's blocks are equal shares, so a share's GPUs come from the first ``per block x total
+    blocks`` of the host's; the whole host has them all."""
+    want = len(offer.resources.gpus)
+    if want == 0:
+        return ()
+    whole = offer.host_blocks >= offer.host_total_blocks
+    usable = want if whole else want // max(1, offer.host_blocks) * offer.host_total_blocks
+    free = [i for i in range(usable) if i not in held]
+    return tuple(free[:want]) if len(free) >= want else None

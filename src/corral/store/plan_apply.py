@@ -6,7 +6,8 @@ assignment (``SELECT ... FOR UPDATE`` on Postgres; SQLite's ``BEGIN IMMEDIATE`` 
 other writer) -- recounts from current rows, and commits the gang whole or not at all (a savepoint).
 
 A new instance carved out of a shared host (the local machine) is committed only while the blocks of
-that host held by live instances, recounted from their rows, leave room for it.
+that host held by live instances, recounted from their rows, leave room for it; it is given the host's
+GPUs (indexes, recorded in its offer) that none of those instances owns.
 
 What ``nodes.max`` caps is every instance of the fleet that is not yet confirmed terminated:
 reserved-but-not-provisioned, provisioning, idle, busy and terminating ones. Free blocks of an
@@ -26,11 +27,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.fleets import nodes_bounds
+from corral.scheduler.blocks import HOST_GPUS_KEY, pick_host_gpus
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.types import Assign, Fail, Gang, Plan, Reclaim, Reserve, Wait
 from corral.store.db import Database
 from corral.store.fleets import LIVE_JOB_STATUSES
-from corral.store.snapshot import host_blocks_used
+from corral.store.snapshot import host_blocks_used, host_gpus_held
 from corral.store.tables import fleets, instances, jobs
 
 _USABLE = ("pending", "provisioning", "idle", "busy")
@@ -144,6 +146,13 @@ async def _reserve(
     pool = pools.get(d.offer.backend) if d.offer.host_blocks else None
     if pool is not None and await host_blocks_used(conn, d.offer.backend) + d.offer.host_blocks > pool:
         raise _Rejected  # the host it is carved out of has not that many blocks free any more
+    offer_json = offer_to_json(d.offer)
+    if d.offer.host_blocks:
+        # the carve owns specific GPUs of the host, none that another live instance of it owns
+        owned = pick_host_gpus(d.offer, await host_gpus_held(conn, d.offer.backend))
+        if owned is None:
+            raise _Rejected
+        offer_json[HOST_GPUS_KEY] = list(owned)
     num = await _next_instance_num(conn, d.fleet_id)
     instance_id = str(uuid.uuid4())
     conf = spec.get("configuration") or {}
@@ -160,7 +169,7 @@ async def _reserve(
             backend=d.offer.backend,
             region=d.offer.region,
             price=d.offer.price,
-            offer=json.dumps(offer_to_json(d.offer)),
+            offer=json.dumps(offer_json),
             total_blocks=d.total_blocks,
             busy_blocks=d.blocks if d.job_id else 0,
             created_at=now,

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.records import FleetRec
+from corral.scheduler.blocks import HOST_GPUS_KEY
 from corral.store.fleets import list_fleets
 from corral.store.tables import instances, jobs, projects, runs
 
@@ -106,3 +107,18 @@ async def host_blocks_used(conn: AsyncConnection, backend: str) -> int:
         if isinstance(data, dict):
             used += int(data.get("host_blocks") or 0)
     return used
+
+
+async def host_gpus_held(conn: AsyncConnection, backend: str) -> set[int]:
+    """The GPUs (host indexes) of ``backend``'s host that its instances not yet confirmed terminated own
+    (each instance's offer records the ones it was given when it was carved)."""
+    q = sa.select(instances.c.offer).where(
+        instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False)
+    )
+    held: set[int] = set()
+    for (offer,) in await conn.execute(q):
+        data = orjson.loads(offer) if isinstance(offer, (str, bytes)) else offer
+        gpus = data.get(HOST_GPUS_KEY) if isinstance(data, dict) else None
+        if isinstance(gpus, list):
+            held.update(i for i in gpus if isinstance(i, int))
+    return held
