@@ -176,3 +176,26 @@ async def test_assignment_recounts_blocks(db_url: str) -> None:
     r = await apply_plan(db, Plan((Gang("x", (Fail(placed, "late"),)),)), time.time())
     assert r.failed == []
     await db.dispose()
+
+
+async def test_concurrent_reservations_in_different_fleets_never_overfill_the_host(db_url: str) -> None:
+    """The host's blocks are shared by every fleet: two commits reserving in different fleets (whose row
+    locks do not meet) still cannot both take the last free block, nor the same GPU."""
+    db = await _db(db_url)
+    async with db.write() as conn:
+        spec = {"configuration": {"type": "fleet", "name": "f2", "nodes": {"min": 0, "max": 3}}}
+        now = time.time()
+        values = {"created_at": now, "last_processed_at": now, "status": "active", "deleted": False}
+        await conn.execute(
+            sa.insert(fleets).values(id="f2", project_id="p", name="f2", spec=json.dumps(spec), **values)
+        )
+    resources = InstanceResources(cpus=1, memory_mib=4096, disk_size_mib=100_000)
+    share = Offer("local", "local", "local", 0.0, resources, host_blocks=1, host_total_blocks=2)
+    ids = [f"h{i}" for i in range(10)]
+    for j in ids:
+        await _job(db, j)
+    plans = [Plan((Gang(f"g{j}", (Reserve(("f", "f2")[i % 2], share, 1, 1, job_id=j),)),)) for i, j in enumerate(ids)]
+    results = await asyncio.gather(*(apply_plan(db, p, time.time(), host_pools={"local": 1}) for p in plans))
+    assert sum(len(r.reserved) for r in results) == 1
+    assert await _count(db) == 1
+    await db.dispose()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -303,6 +304,27 @@ async def apply_plan(
     limits = backend_limits or {}
     pools = host_pools or {}
     async with db.write() as conn:
+        for backend in _capped_backends(plan, limits, pools):
+            await db.serialize(conn, backend_lock_key(backend))
         for gang in plan.gangs:
             await _apply_gang(db, conn, gang, now, limits, pools, result)
     return result
+
+
+def backend_lock_key(backend: str) -> int:
+    """The advisory lock under which instances of ``backend`` are counted against a cap shared by every
+    fleet (its instance limit, its host's blocks and GPUs): fleet row locks alone would let two replicas
+    reserving in different fleets both fit the last block."""
+    return 0x636F7272_00000000 | zlib.crc32(f"backend:{backend}".encode())
+
+
+def _capped_backends(plan: Plan, limits: dict[str, int], pools: dict[str, int]) -> list[str]:
+    """The backends whose shared caps this plan's reservations are counted against, sorted: taken first
+    and in one order, before any row lock, so that concurrent commits cannot deadlock on them."""
+    found = {
+        d.offer.backend
+        for gang in plan.gangs
+        for d in gang.decisions
+        if isinstance(d, Reserve) and (d.offer.backend in limits or (d.offer.host_blocks and d.offer.backend in pools))
+    }
+    return sorted(found)
