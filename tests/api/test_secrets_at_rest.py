@@ -22,9 +22,18 @@ import sqlalchemy as sa
 from corral.server import prepare, private_state_dir
 from corral.settings import Settings, SettingsError
 from corral.store.encryption import SEALED_PREFIX, cipher_for
-from corral.store.tables import instances, projects, users
+from corral.store.tables import instances, jobs, projects, runs, users
 from corral.workers.seal_at_rest import seal_stored_secrets
-from server_harness import ADMIN_TOKEN, RunningServer, fleet_body, make_settings, running_server, wait_for
+from server_harness import (
+    ADMIN_TOKEN,
+    RunningServer,
+    fleet_body,
+    get_run,
+    make_settings,
+    running_server,
+    task_body,
+    wait_for,
+)
 
 P = "/api/project/main"
 
@@ -100,6 +109,36 @@ async def _local_instance_token(server: RunningServer) -> str:
     return token
 
 
+async def _run_with_registry_auth(server: RunningServer) -> str:
+    """A run whose configuration has ``registry_auth``: its password is answered in clear, as dstack does,
+    in ``runs/apply``, ``runs/get``, ``runs/list`` and ``runs/get_plan``, and applying the same
+    configuration again is the same run (the comparison sees the password in clear)."""
+    auth = {"username": "puller", "password": "registry-SECRET-5c4b3a"}
+    body = task_body(["sleep 60"], name="private", registry_auth=auth)
+    async with server.client() as c:
+        applied = await c.post(f"{P}/runs/apply", json=body)
+        assert applied.status_code == 200, applied.text
+        for run in (applied.json(), await get_run(c, "private")):
+            assert run["run_spec"]["configuration"]["registry_auth"] == auth
+            assert run["jobs"][0]["job_spec"]["registry_auth"] == auth
+        listed = (await c.post("/api/runs/list", json={})).json()
+        assert [r["run_spec"]["configuration"]["registry_auth"] for r in listed] == [auth]
+        plan = await c.post(f"{P}/runs/get_plan", json={"run_spec": body["plan"]["run_spec"]})
+        assert plan.status_code == 200, plan.text
+        assert plan.json()["current_resource"]["run_spec"]["configuration"]["registry_auth"] == auth
+        again = await c.post(f"{P}/runs/apply", json=body)
+        assert again.status_code == 200, again.text
+        assert again.json()["id"] == applied.json()["id"]
+        r = await c.post(f"{P}/runs/stop", json={"runs_names": ["private"], "abort": True})
+        assert r.status_code == 200, r.text
+    for spec in await _stored(server, runs.c.run_spec):
+        stored = orjson.loads(spec)["configuration"]["registry_auth"]
+        assert stored["username"] == "puller" and stored["password"].startswith(SEALED_PREFIX)
+    for spec in await _stored(server, jobs.c.job_spec):
+        assert orjson.loads(spec)["registry_auth"]["password"].startswith(SEALED_PREFIX)
+    return auth["password"]
+
+
 async def _stored(server: RunningServer, column: sa.Column[Any]) -> list[Any]:
     async with server.ctx.db.read() as conn:
         return list((await conn.execute(sa.select(column))).scalars())
@@ -139,6 +178,7 @@ async def test_a_copy_of_the_database_holds_no_token_key_or_credential_in_clear(
         secrets["alice's new private key"] = rekeyed["ssh_private_key"]
         assert (await c.post("/api/users/get_my_user")).json()["ssh_private_key"] == rekeyed["ssh_private_key"]
     secrets["agent token"] = await _local_instance_token(server)
+    secrets["registry password"] = await _run_with_registry_auth(server)
     # projects' generated keys are in no answer: read them back through the server's cipher
     stored_project_keys = [k for k in await _stored(server, projects.c.ssh_private_key) if k]
     assert stored_project_keys and all(k.startswith(SEALED_PREFIX) for k in stored_project_keys)

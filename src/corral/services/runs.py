@@ -24,6 +24,7 @@ from corral.services import local_admission, repos, serialize
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
 from corral.services.plan_verdict import plan_screen
+from corral.store import run_secrets
 from corral.store import runs as store
 from corral.store.fleets import dump
 from corral.workers.context import Context
@@ -231,7 +232,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
         "run_spec": spec,
         "effective_run_spec": spec,
         "job_plans": plans,
-        "current_resource": serialize.run(current)
+        "current_resource": serialize.run(run_secrets.revealed(ctx.cipher, current))
         if current and current.status not in store.FINISHED_RUN_STATUSES
         else None,
         "action": "update" if current and current.status not in store.FINISHED_RUN_STATUSES else "create",
@@ -271,11 +272,12 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                     existing = await store.get_run(conn, project.id, run_name=explicit)
                     if existing is not None:
                         if existing.status not in store.FINISHED_RUN_STATUSES:
-                            if existing.run_spec.get("configuration") == spec["configuration"]:
+                            stored = run_secrets.revealed(ctx.cipher, existing).run_spec
+                            if stored.get("configuration") == spec["configuration"]:
                                 await store.update_run(conn, existing.id, {"last_processed_at": now})
                                 updated = await store.get_run(conn, project.id, run_id=existing.id)
                                 assert updated is not None
-                                return serialize.run(updated)
+                                return serialize.run(run_secrets.revealed(ctx.cipher, updated))
                             if not force:
                                 raise ServiceError(
                                     "Failed to apply plan. Resource has been changed. Try again or use force apply."
@@ -296,7 +298,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                     "status": "submitted",
                     "status_message": None,
                     "termination_reason": None,
-                    "run_spec": dump(spec),
+                    "run_spec": dump(run_secrets.sealed_run_spec(ctx.cipher(), spec)),
                     "priority": int(spec["configuration"].get("priority") or 0),
                     "fleet_id": None,
                     "deployment_num": 0,
@@ -316,7 +318,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                         "submitted_at": now,
                         "last_processed_at": now,
                         "status": "submitted",
-                        "job_spec": dump(js),
+                        "job_spec": dump(run_secrets.sealed_job_spec(ctx.cipher(), js)),
                         "priority": run_values["priority"],
                         "blocks": 1,
                     }
@@ -343,7 +345,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
         len(job_values),
         extra={"event": "run_submitted", "run_name": name, "project": project.name, "user": user.name},
     )
-    return serialize.run(run)
+    return serialize.run(run_secrets.revealed(ctx.cipher, run))
 
 
 async def list_runs(
@@ -383,7 +385,8 @@ async def list_runs(
             rec = fresh.get(k.id)
             if rec is None:  # deleted between the two queries
                 continue
-            rendered = orjson.Fragment(orjson.dumps(serialize.run(rec), default=json_default))
+            answer = serialize.run(run_secrets.revealed(ctx.cipher, rec))
+            rendered = orjson.Fragment(orjson.dumps(answer, default=json_default))
             if k.status in store.FINISHED_RUN_STATUSES:
                 cache.put(ck, rendered)
         out.append(rendered)
@@ -428,7 +431,7 @@ async def get(ctx: Context, project: ProjectRec, run_name: str | None, run_id: s
         waiting = [j for j in run.jobs if j.status == "submitted" and j.instance_id is None]
         if waiting:
             position = await store.queue_position(conn, min(waiting, key=lambda j: j.job_num))
-    return serialize.run(run, queue_position=position)
+    return serialize.run(run_secrets.revealed(ctx.cipher, run), queue_position=position)
 
 
 async def stop(ctx: Context, project: ProjectRec, names: list[str], abort: bool) -> None:

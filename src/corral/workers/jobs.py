@@ -21,6 +21,7 @@ from corral.domain.records import InstanceRec, JobRec
 from corral.store import fleets as fleet_store
 from corral.store import runs as run_store
 from corral.store.fleets import dump
+from corral.store.run_secrets import opened_auth
 from corral.workers.context import Context
 from corral.workers.job_code import JobCodeError, job_code, push_blobs
 from corral.workers.job_container import apply_container, runtime_data, with_agent_state
@@ -145,7 +146,9 @@ class Jobs(JobLeases, JobOutcomes):
         if one_host:
             nodes_ips = await self._sandbox_addresses(ordered, {i.id: i for i in sib_insts}, nodes_ips)
         master_ip = nodes_ips[0] if nodes_ips else "127.0.0.1"
-        conf = run.run_spec.get("configuration", {})
+        conf = dict(run.run_spec.get("configuration", {}))
+        if conf.get("registry_auth"):
+            conf["registry_auth"] = opened_auth(self.ctx.cipher, conf["registry_auth"])
         spec = job.job_spec
         stop = spec.get("stop_duration")
         submission = JobSubmission(
