@@ -1,5 +1,6 @@
 """Encryption at rest of what must not sit in the database in clear: users' tokens and generated SSH
-private keys, projects' SSH private keys, agents' tokens, SSH fleets' keys, repo credentials.
+private keys, projects' SSH private keys, agents' tokens, SSH fleets' keys, repo credentials, runs'
+registry passwords (:mod:`corral.store.run_secrets`).
 
 AES-256-GCM with the server key. The key is ``CORRAL_SERVER_ENCRYPTION_KEY`` (base64 of 32 bytes; every
 replica of a Postgres deployment must be given the same one), or the file that
