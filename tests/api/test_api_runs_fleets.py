@@ -322,6 +322,11 @@ async def test_waiting_run_shows_queue_position_and_starts_when_capacity_frees(s
     async with server.client() as c:
         await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..1"))
         await c.post("/api/project/main/runs/apply", json=task_body(["sleep 600"], name="holder"))
+
+        async def holding() -> bool:  # else the urgent run, submitted next, would rightly take the instance first
+            return (await _run(c, "holder"))["status"] in ("provisioning", "pulling", "running")
+
+        await wait_for(holding)
         await c.post("/api/project/main/runs/apply", json=task_body(["echo second"], name="second"))
         await c.post("/api/project/main/runs/apply", json=task_body(["echo urgent"], name="urgent", priority=50))
 

@@ -10,12 +10,11 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from ssh_harness import CLEAN_HOST, HOSTS, SSH_SETTINGS, host_run, stop_all_runs
+from ssh_harness import CLEAN_HOST, HOSTS, SSH_SETTINGS, delete_all_fleets, host_run
 
 from fakehosts import FakeHosts
-from server_harness import RunningServer, make_settings, running_server, wait_for
+from server_harness import RunningServer, make_settings, running_server
 
 
 @pytest.fixture(scope="session")
@@ -48,12 +47,4 @@ async def server(tmp_path: Path, hosts: FakeHosts) -> AsyncIterator[RunningServe
         yield s
         # Delete what the test left, so that the hosts are cleaned by corral itself where it can.
         async with s.client() as c:
-            fleets = (await c.post("/api/project/main/fleets/list", json={})).json()
-            for f in fleets:
-                await stop_all_runs(c)
-                await c.post("/api/project/main/fleets/delete", json={"names": [f["name"]]})
-            await wait_for(lambda: _no_fleets(c), timeout=30)
-
-
-async def _no_fleets(c: httpx.AsyncClient) -> bool:
-    return not (await c.post("/api/project/main/fleets/list", json={})).json()
+            await delete_all_fleets(c)

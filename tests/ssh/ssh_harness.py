@@ -74,6 +74,19 @@ async def stop_all_runs(c: httpx.AsyncClient) -> None:
         await wait_for(stopped, timeout=30)
 
 
+async def delete_all_fleets(c: httpx.AsyncClient) -> None:
+    """Stop every run, delete every fleet of ``main`` and wait until corral has removed them (and so has
+    cleaned the hosts where it can)."""
+    await stop_all_runs(c)
+    for f in (await c.post("/api/project/main/fleets/list", json={})).json():
+        await c.post("/api/project/main/fleets/delete", json={"names": [f["name"]]})
+
+    async def no_fleets() -> bool:
+        return not (await c.post("/api/project/main/fleets/list", json={})).json()
+
+    await wait_for(no_fleets, timeout=30)
+
+
 def ssh_key(fh: FakeHosts, wrong: bool = False) -> dict[str, str]:
     path = fh.wrong_key if wrong else fh.key
     return {"public": Path(f"{path}.pub").read_text().strip(), "private": path.read_text()}

@@ -20,13 +20,13 @@ import pytest
 from ssh_harness import (
     SSH_SETTINGS,
     apply_fleet,
+    delete_all_fleets,
     fleet_settled,
     host_run,
     run_get,
     run_logs,
     run_status,
     ssh_fleet,
-    stop_all_runs,
     submit,
 )
 
@@ -83,14 +83,7 @@ async def server(tmp_path: Path, dock: FakeHosts) -> AsyncIterator[RunningServer
         async with running_server(make_settings(tmp_path, **{**SSH_SETTINGS, "agent_unreachable_timeout": 20.0})) as s:
             yield s
             async with s.client() as c:
-                await stop_all_runs(c)
-                for f in (await c.post("/api/project/main/fleets/list", json={})).json():
-                    await c.post("/api/project/main/fleets/delete", json={"names": [f["name"]]})
-
-                async def no_fleets() -> bool:
-                    return not (await c.post("/api/project/main/fleets/list", json={})).json()
-
-                await wait_for(no_fleets, timeout=30)
+                await delete_all_fleets(c)
         assert _containers(dock) == [], "a container outlived its job, agent and fleet"
     finally:
         await host_run(dock, HOST, CLEAN_AGENT)

@@ -13,12 +13,12 @@ import pytest
 from ssh_harness import (
     SSH_SETTINGS,
     apply_fleet,
+    delete_all_fleets,
     fleet_settled,
     host_run,
     run_logs,
     run_status,
     ssh_fleet,
-    stop_all_runs,
     submit,
 )
 
@@ -34,14 +34,7 @@ async def _server(tmp_path: Path, **settings: Any) -> AsyncIterator[RunningServe
     async with running_server(make_settings(tmp_path, **SSH_SETTINGS, **settings)) as s:
         yield s
         async with s.client() as c:
-            await stop_all_runs(c)
-            for f in (await c.post("/api/project/main/fleets/list", json={})).json():
-                await c.post("/api/project/main/fleets/delete", json={"names": [f["name"]]})
-
-            async def no_fleets() -> bool:
-                return not (await c.post("/api/project/main/fleets/list", json={})).json()
-
-            await wait_for(no_fleets, timeout=30)
+            await delete_all_fleets(c)
 
 
 @pytest.fixture
