@@ -155,6 +155,34 @@ async def test_without_a_sandbox_an_exported_local_fleet_admits_only_global_admi
             assert r.status_code == 200, r.text
 
 
+async def test_without_a_sandbox_a_queued_run_never_lands_on_a_local_fleet_exported_later(tmp_path: Path) -> None:
+    # admitted at apply (nothing reached the local backend then), then main/f is exported to its project:
+    # the scheduler holds the same rule, so the plain user's host process never runs on the server's host
+    async with running_server(make_settings(tmp_path, sandbox="off", background_processing=False)) as s:
+        tokens = await _setup(s)
+        async with s.client(tokens["dave"]) as dave:
+            r = await dave.post("/api/project/team-c/runs/apply", json=task_body(["id"], name="sneak"))
+            assert r.status_code == 200, r.text
+        async with s.client() as admin:
+            r = await admin.post("/api/project/team-c/runs/apply", json=task_body(["id"], name="admins"))
+            assert r.status_code == 200, r.text
+            share = {"name": "share", "importer_projects": ["team-c"], "exported_fleets": ["f"]}
+            assert (await admin.post("/api/project/main/exports/create", json=share)).status_code == 200
+        from corral.workers.scheduling import Scheduling
+
+        result = await Scheduling(s.ctx).pass_once()
+        async with s.client() as admin:
+            runs = {
+                r["run_spec"]["run_name"]: r["latest_job_submission"]
+                for r in (await admin.post("/api/project/team-c/runs/list", json={})).json()
+            }
+        assert len(result.assigned) == 1, result
+        assert runs["admins"]["status"] in ("provisioning", "pulling", "running", "done"), runs["admins"]
+        assert runs["sneak"]["job_provisioning_data"] is None, runs["sneak"]
+        assert runs["sneak"]["status"] == "failed", runs["sneak"]
+        assert "run jobs without a sandbox on this server" in runs["sneak"]["termination_reason_message"]
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root (CI runs as root)")
 async def test_a_member_of_the_importing_project_runs_on_the_exported_fleet(tmp_path: Path) -> None:
     async with running_server(make_settings(tmp_path, sandbox="on")) as s:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -273,3 +274,33 @@ def replace_project(f: FleetSlot, name: str) -> FleetSlot:
     from dataclasses import replace
 
     return replace(f, project_name=name)
+
+
+@settings(max_examples=200, deadline=None)
+@given(snapshots(), st.data())
+def test_a_barred_backend_never_gets_the_job(snapshot: Snapshot, data: st.DataObject) -> None:
+    # some of each fleet's instances and offers are of a backend "local" some jobs may not use
+    def relabel(f: FleetSlot) -> FleetSlot:
+        insts = tuple(replace(i, backend=data.draw(st.sampled_from(["local", "ssh"]))) for i in f.instances)
+        offers = tuple(replace(o, backend=data.draw(st.sampled_from(["local", "remote"]))) for o in f.offers)
+        return replace(f, instances=insts, offers=offers)
+
+    fleets = tuple(relabel(f) for f in snapshot.fleets)
+    queue = tuple(
+        replace(q, barred_backends=frozenset({"local"})) if data.draw(st.booleans()) else q for q in snapshot.queue
+    )
+    barred = {q.id for q in queue if q.barred_backends}
+    backend_of = {i.id: i.backend for f in fleets for i in f.instances}
+    for d in decisions(Snapshot(fleets=fleets, queue=queue)):
+        if isinstance(d, Assign) and d.job_id in barred:
+            assert backend_of[d.instance_id] != "local"
+        if isinstance(d, Reserve) and d.job_id in barred:
+            assert d.offer.backend != "local"
+
+
+def test_a_job_barred_from_the_only_backend_fails_saying_why() -> None:
+    f = fleet((inst(0),), offers=(OFFER,))
+    f = replace(f, instances=tuple(replace(i, backend="local") for i in f.instances))
+    barred = replace(job(1), barred_backends=frozenset({"local"}), wait=WaitPolicy(False))
+    (d,) = decisions(Snapshot(fleets=(f,), queue=(barred,)))
+    assert isinstance(d, Fail) and "without a sandbox" in d.message, d

@@ -86,10 +86,24 @@ def _fleet_ref(text: str) -> FleetRef:
 def _candidate_fleets(job: QueuedJob, fleets: Iterable[FleetSlot]) -> list[FleetSlot]:
     """The job's project's fleets and those exported to it, narrowed by the ``fleets`` option."""
     visible = [f for f in fleets if f.project_id == job.project_id or job.project_id in f.importer_project_ids]
+    if job.barred_backends:
+        visible = [_without_backends(f, job.barred_backends) for f in visible]
     if job.fleet_names is None:
         return visible
     refs = [_fleet_ref(n) for n in job.fleet_names]
     return [f for f in visible if any(r.matches(f.name, f.project_name, job.project_name) for r in refs)]
+
+
+def _without_backends(fleet: FleetSlot, barred: frozenset[str]) -> FleetSlot:
+    """``fleet`` as a job barred from ``barred`` backends sees it: none of their instances or offers."""
+    if not any(i.backend in barred for i in fleet.instances) and not any(o.backend in barred for o in fleet.offers):
+        return fleet
+    return replace(
+        fleet,
+        instances=tuple(i for i in fleet.instances if i.backend not in barred),
+        offers=tuple(o for o in fleet.offers if o.backend not in barred),
+        withheld_backends=barred,
+    )
 
 
 def _apply_selectors(job: QueuedJob, fleets: list[FleetSlot]) -> tuple[list[FleetSlot], list[Selector]]:
@@ -148,6 +162,12 @@ def _never_fits_reason(fleet: FleetSlot, job: QueuedJob, reuse_only: bool) -> st
         reasons.extend(reversed(offer_reasons))
     if reuse_only and not fleet.instances:
         return "it has no instances and `creation_policy: reuse` allows no new ones"
+    if not reasons and fleet.withheld_backends:
+        names = ", ".join(sorted(fleet.withheld_backends))
+        return (
+            f"its {names} instances run jobs without a sandbox on this server, so only global admins' runs may"
+            " use them (set an `image` to run in a container)"
+        )
     if not reasons:
         return "it has no instances and cannot create any"
     return reasons[0]

@@ -66,6 +66,9 @@ class FleetSlot:
     project_name: str = ""
     #: Projects this fleet is exported to (they may run on it too).
     importer_project_ids: frozenset[str] = frozenset()
+    #: Backends whose instances and offers were taken out of this view of the fleet, for a job barred from
+    #: them (``QueuedJob.barred_backends``).
+    withheld_backends: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,9 @@ class QueuedJob:
     project_name: str = ""
     #: The ``instances`` allow-list (None = no restriction; empty = existing instances only).
     selectors: tuple[Selector, ...] | None = None
+    #: Backends the job must not land on, whatever fleet it reaches them through (e.g. the local backend
+    #: of a server without a job sandbox, for a run whose submitter is not a global admin).
+    barred_backends: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.records import FleetRec
 from corral.scheduler.blocks import HOST_GPUS_KEY
 from corral.store.fleets import list_fleets
-from corral.store.tables import instances, jobs, projects, runs
+from corral.store.tables import instances, jobs, projects, runs, users
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,8 @@ class QueueRow:
     status_message: str | None
     job_spec: dict[str, Any] | None
     run_spec: dict[str, Any] | None
+    #: The global role of the run's submitter (loaded with the documents).
+    submitter_role: str | None = None
 
 
 async def load_queue(conn: AsyncConnection, known: Collection[str] = ()) -> list[QueueRow]:
@@ -54,15 +56,19 @@ async def load_queue(conn: AsyncConnection, known: Collection[str] = ()) -> list
     )
     rows = (await conn.execute(q)).all()
     unknown = [r.id for r in rows if r.id not in known]
-    docs: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    docs: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {}
     for start in range(0, len(unknown), 500):
         chunk = unknown[start : start + 500]
-        dq = sa.select(jobs.c.id, jobs.c.job_spec, runs.c.run_spec).join(runs, runs.c.id == jobs.c.run_id)
+        dq = (
+            sa.select(jobs.c.id, jobs.c.job_spec, runs.c.run_spec, users.c.global_role)
+            .join(runs, runs.c.id == jobs.c.run_id)
+            .join(users, users.c.id == runs.c.user_id)
+        )
         for d in await conn.execute(dq.where(jobs.c.id.in_(chunk))):
-            docs[d.id] = (orjson.loads(d.job_spec), orjson.loads(d.run_spec))
+            docs[d.id] = (orjson.loads(d.job_spec), orjson.loads(d.run_spec), d.global_role)
     out = []
     for r in rows:
-        job_spec, run_spec = docs.get(r.id, (None, None))
+        job_spec, run_spec, role = docs.get(r.id, (None, None, None))
         out.append(
             QueueRow(
                 r.id,
@@ -76,6 +82,7 @@ async def load_queue(conn: AsyncConnection, known: Collection[str] = ()) -> list
                 r.status_message,
                 job_spec,
                 run_spec,
+                role,
             )
         )
     return out

@@ -73,6 +73,7 @@ def queued_job(
     priority: int,
     submitted_at: float,
     max_queue_wait: float | None,
+    barred_backends: frozenset[str] = frozenset(),
 ) -> QueuedJob:
     """A job as the scheduler sees it, from its run's and its own stored documents."""
     conf = config.parse_run_configuration(run_spec["configuration"])
@@ -99,6 +100,7 @@ def queued_job(
         multinode=nodes > 1,
         project_name=project_name,
         selectors=selectors,
+        barred_backends=barred_backends,
     )
 
 
@@ -130,12 +132,24 @@ class Scheduling:
                 priority=job.priority,
                 submitted_at=job.submitted_at,
                 max_queue_wait=self.ctx.settings.max_queue_wait,
+                barred_backends=self._barred_backends(job),
             )
             self._queued[job.id] = cached
         if cached.status_message != job.status_message:
             cached = QueuedJob(**{**cached.__dict__, "status_message": job.status_message})
             self._queued[job.id] = cached
         return cached
+
+    def _barred_backends(self, job: QueueRow) -> frozenset[str]:
+        """The local backend, for a host-process job of a run whose submitter is not a global admin, while
+        the local agents have no sandbox (``services.local_admission``). Checked here as well as at apply:
+        a queued run may reach a local fleet exported to its project after it was admitted."""
+        reason = getattr(self.ctx.computes.get("local"), "sandbox_reason", None)
+        if reason is None or job.submitter_role == "admin" or job.run_spec is None:
+            return frozenset()
+        if job.run_spec.get("configuration", {}).get("image") or self.ctx.settings.default_image:
+            return frozenset()
+        return frozenset({"local"})
 
     async def snapshot_for(
         self, conn: Any, queue: tuple[QueuedJob, ...], project_ids: list[str] | None = None
