@@ -125,6 +125,15 @@ async def test_the_plan_shows_an_imported_fleets_offers(tmp_path: Path) -> None:
             assert "no fleet named 'main/f'" in plan["corral_plan_error"]
             assert plan["job_plans"][0]["offers"] == []
             assert (await dave.post("/api/project/main/fleets/get", json={"name": "f"})).status_code == 403
+        async with s.client() as admin:  # a global export reaches every other project, team-c included
+            r = await admin.post(
+                "/api/project/main/exports/create", json={"name": "all", "is_global": True, "exported_fleets": ["f"]}
+            )
+            assert r.status_code == 200, r.text
+        async with s.client(tokens["dave"]) as dave:
+            plan = await _plan(dave, "team-c", task)
+            assert plan["corral_plan_error"] is None, plan["corral_plan_error"]
+            assert {o["backend"] for o in plan["job_plans"][0]["offers"]} == {"remote"}
 
 
 async def test_without_a_sandbox_an_exported_local_fleet_admits_only_global_admins(tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ async def plan_screen(ctx: Context, project: ProjectRec, spec: dict[str, Any], j
     async with ctx.db.read() as conn:
         # the project's own fleets and those other projects export to it: all the run may use
         owners = {project.id, *(e.project_id for e in await export_store.exports_imported_by(conn, project.id))}
-        snapshot = await planner.snapshot_for(conn, (head,), sorted(owners))
+        snapshot = await planner.snapshot_for(conn, (head,), sorted(owners), importer=project.id)
     screened = screen(head, snapshot)
     if isinstance(screened, str):
         return PlanScreen(screened, (), ())

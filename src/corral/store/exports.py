@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,19 +129,26 @@ async def delete_export(conn: AsyncConnection, export_id: str) -> None:
     await conn.execute(sa.delete(exports).where(exports.c.id == export_id))
 
 
-async def fleet_importers(conn: AsyncConnection) -> dict[str, frozenset[str]]:
-    """fleet id -> ids of the projects it is exported to (every other project for a global export)."""
-    rows = (
-        await conn.execute(
-            sa.select(exported_fleets.c.fleet_id, exports.c.id, exports.c.is_global, exports.c.project_id).join(
-                exports, exports.c.id == exported_fleets.c.export_id
-            )
-        )
-    ).all()
+async def fleet_importers(
+    conn: AsyncConnection, owners: Collection[str] | None = None, importer: str | None = None
+) -> dict[str, frozenset[str]]:
+    """fleet id -> ids of the projects it is exported to (every other project for a global export).
+
+    ``owners`` narrows it to fleets of those projects, ``importer`` to whether that one project imports them
+    (a plan needs no more): neither then costs a query over every project or export on the server."""
+    q = sa.select(exported_fleets.c.fleet_id, exports.c.id, exports.c.is_global, exports.c.project_id).join(
+        exports, exports.c.id == exported_fleets.c.export_id
+    )
+    if owners is not None:
+        q = q.where(exports.c.project_id.in_(list(owners)))
+    rows = (await conn.execute(q)).all()
     if not rows:
         return {}
     importers: dict[str, set[str]] = {}
-    for imp in (await conn.execute(sa.select(export_importers.c.export_id, export_importers.c.project_id))).all():
+    iq = sa.select(export_importers.c.export_id, export_importers.c.project_id)
+    if importer is not None:
+        iq = iq.where(export_importers.c.project_id == importer)
+    for imp in (await conn.execute(iq)).all():
         importers.setdefault(imp.export_id, set()).add(imp.project_id)
     everyone: set[str] | None = None
     out: dict[str, set[str]] = {}
@@ -149,6 +156,8 @@ async def fleet_importers(conn: AsyncConnection) -> dict[str, frozenset[str]]:
         if row.is_global:
             if everyone is None:
                 q = sa.select(projects.c.id).where(projects.c.deleted.is_(False))
+                if importer is not None:
+                    q = q.where(projects.c.id == importer)
                 everyone = {p.id for p in await conn.execute(q)}
             out.setdefault(row.fleet_id, set()).update(everyone - {row.project_id})
         else:

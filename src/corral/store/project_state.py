@@ -5,7 +5,7 @@ imported), and its visibility."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -17,9 +17,14 @@ from corral.store.tables import export_importers, exported_fleets, fleets, membe
 _FINISHED_RUNS = [s.value for s in RunStatus if s.is_finished()]
 
 
-async def backends_by_project(conn: AsyncConnection) -> dict[str, frozenset[str]]:
-    """Project id -> the backend types its stored backends name (every live project)."""
-    rows = await conn.execute(sa.select(projects.c.id, projects.c.backends).where(projects.c.deleted.is_(False)))
+async def backends_by_project(
+    conn: AsyncConnection, project_ids: Collection[str] | None = None
+) -> dict[str, frozenset[str]]:
+    """Project id -> the backend types its stored backends name (every live project, or ``project_ids``)."""
+    q = sa.select(projects.c.id, projects.c.backends).where(projects.c.deleted.is_(False))
+    if project_ids is not None:
+        q = q.where(projects.c.id.in_(list(project_ids)))
+    rows = await conn.execute(q)
     return {r.id: backend_types(json.loads(r.backends or "[]")) for r in rows}
 
 

@@ -152,13 +152,13 @@ class Scheduling:
         return frozenset({"local"})
 
     async def snapshot_for(
-        self, conn: Any, queue: tuple[QueuedJob, ...], project_ids: list[str] | None = None
+        self, conn: Any, queue: tuple[QueuedJob, ...], project_ids: list[str] | None = None, importer: str | None = None
     ) -> Snapshot:
         """The fleets (of ``project_ids``; None: all) as the next pass would see them, with ``queue`` (for a
-        plan's verdict)."""
+        plan's verdict). With ``importer``, only whether that project imports them is loaded."""
         fleets = await snap.load_fleets(conn, project_ids)
-        self.importers = await export_store.fleet_importers(conn)
-        self.project_backends = await project_state.backends_by_project(conn)
+        self.importers = await export_store.fleet_importers(conn, project_ids, importer)
+        self.project_backends = await project_state.backends_by_project(conn, project_ids)
         return Snapshot(fleets=tuple(self.fleet_slot(f) for f in fleets), queue=queue)
 
     def _fleet_requirements(self, fleet: FleetRec) -> Requirements | None:
