@@ -169,7 +169,13 @@ async def prepare(settings: Settings) -> Prepared:
             uid_range=settings.job_uid_range,
         ),
     }
-    ctx = Context(settings=settings, db=db, computes=computes)
+    ctx = Context(
+        settings=settings,
+        db=db,
+        computes=computes,
+        managers_manage_secrets=server_config is not None
+        and server_config.default_permissions.allow_managers_manage_secrets,
+    )
     return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created)
 
 

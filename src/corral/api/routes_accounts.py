@@ -171,7 +171,8 @@ async def create_project(request: Request) -> FastJSON:
     db = ctx_of(request).db
     project = await accounts.create_project(db, user, b.project_name, b.is_public, cipher=ctx_of(request).cipher())
     forget_access(request)
-    return FastJSON(serialize.project(project, await accounts.project_members(db, project)))
+    members = await accounts.project_members(db, project)
+    return FastJSON(serialize.project(project, members, ctx_of(request).managers_manage_secrets))
 
 
 @router.post("/api/projects/delete", body=rq.DeleteProjectsBody)
@@ -184,7 +185,9 @@ async def delete_projects(request: Request) -> FastJSON:
 
 
 async def _project_out(request: Request, project: Any) -> FastJSON:
-    return FastJSON(serialize.project(project, await accounts.project_members(ctx_of(request).db, project)))
+    ctx = ctx_of(request)
+    members = await accounts.project_members(ctx.db, project)
+    return FastJSON(serialize.project(project, members, ctx.managers_manage_secrets))
 
 
 # Each route admits callers by dstack's dependency for it (corral.domain.access names them); the member

@@ -281,13 +281,6 @@ async def events_list(request: Request) -> FastJSON:
     return FastJSON([])
 
 
-@router.post(P + "/secrets/list")
-async def secrets_list(request: Request, project_name: str) -> FastJSON:
-    user, project = await member(request, project_name, "manager")
-    await accounts.require_secrets_manager(ctx_of(request).db, user, project)
-    return FastJSON([])
-
-
 @router.get(P + "/metrics/job/{run_name}")
 async def job_metrics(request: Request, project_name: str, run_name: str) -> FastJSON:
     _u, project = await member(request, project_name)

@@ -98,6 +98,8 @@ def apply(
         raw["env"] = _merge_env(raw.get("env"), env)
     if raw.get("env") is not None:
         raw["env"] = resolve_env(raw["env"])
+    if isinstance(raw.get("registry_auth"), dict):
+        raw["registry_auth"] = resolve_env_references(raw["registry_auth"], raw.get("env"))
     if instance:
         if conf_type not in RUN_TYPES:
             raise typer.BadParameter("--instance applies to runs (task, service, dev-environment), not fleets")
@@ -185,6 +187,23 @@ def resolve_env(env: Any) -> Any:
     if isinstance(env, dict):
         return {k: value_of(k) if v is None else v for k, v in env.items()}
     return env
+
+
+def resolve_env_references(auth: JSON, env: Any) -> JSON:
+    """``${{ env.NAME }}`` in ``registry_auth`` filled in from the configuration's ``env``, as dstack's CLI
+    does (``${{ secrets.NAME }}`` is left for the server, which fills it in when the job is sent)."""
+    from corral.cli.errors import CLIError
+    from corral.domain.interpolation import InterpolationError, interpolate
+
+    values = {str(k): str(v) for k, v in _merge_env(env, []).items() if v is not None}
+    out = dict(auth)
+    for key in ("username", "password"):
+        if isinstance(out.get(key), str) and "${{" in out[key]:
+            try:
+                out[key] = interpolate(out[key], {"env": values}, keep=("secrets",))
+            except InterpolationError as e:
+                raise CLIError(f"registry_auth.{key}: {e}") from None
+    return out
 
 
 # ---- fleets -------------------------------------------------------------------------------

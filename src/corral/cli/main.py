@@ -24,7 +24,7 @@ if __name__ == "__main__":  # `python -m corral.cli.main`: the console script's 
 
 import typer
 
-from corral.cli import apply_cmd, fleets_cmd, offer_cmd, projects_cmd, runs_cmd
+from corral.cli import apply_cmd, fleets_cmd, offer_cmd, projects_cmd, runs_cmd, secrets_cmd
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -153,6 +153,19 @@ _project_app.command("list")(_guard(projects_cmd.project_list))
 _project_app.command("set-default")(_guard(projects_cmd.project_set_default))
 _project_app.command("delete")(_guard(projects_cmd.project_delete))
 app.add_typer(_project_app, name="project")
+
+_secret_app = typer.Typer(
+    help="Manage the project's secrets (used in configurations as ${{ secrets.NAME }}).",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+_secret_app.callback()(_guard(secrets_cmd.secret_default))
+_secret_app.command("list")(_guard(secrets_cmd.secret_list))
+_secret_app.command("get")(_guard(secrets_cmd.secret_get))
+_secret_app.command("set")(_guard(secrets_cmd.secret_set))
+_secret_app.command("delete")(_guard(secrets_cmd.secret_delete))
+app.add_typer(_secret_app, name="secret")
 
 
 def error_message(exc: BaseException) -> str:

@@ -1,9 +1,12 @@
-"""The server's optional ``config.yml`` (in the state directory): projects and their backends.
+"""The server's optional ``config.yml`` (in the state directory): projects and their backends, and dstack's
+``default_permissions`` that corral applies.
 
 projects:
   - name: main
     backends:
       - type: local
+default_permissions:
+  allow_managers_manage_secrets: true
 """
 
 from __future__ import annotations
@@ -27,8 +30,14 @@ class ProjectEntry(_Strict):
     backends: list[BackendEntry] = Field(default_factory=lambda: [BackendEntry(type="local")])
 
 
+class DefaultPermissions(_Strict):
+    #: dstack's flag: project managers may manage the project's secrets too (default: admins only).
+    allow_managers_manage_secrets: bool = False
+
+
 class ServerConfig(_Strict):
     projects: list[ProjectEntry] = Field(default_factory=list)
+    default_permissions: DefaultPermissions = Field(default_factory=DefaultPermissions)
 
 
 class ServerConfigError(ValueError):

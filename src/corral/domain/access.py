@@ -50,9 +50,11 @@ def may_reach(rule: Rule, global_role: str, project_role: str | None, is_public:
     raise ValueError(f"unknown access rule {rule!r}")
 
 
-def can_manage_secrets(global_role: str, project_role: str | None) -> bool:
-    """``get_member_permissions``: admins only (dstack's ``allow_managers_manage_secrets`` is off)."""
-    return global_role == "admin" or project_role == "admin"
+def can_manage_secrets(global_role: str, project_role: str | None, managers_may: bool = False) -> bool:
+    """``get_member_permissions``: global and project admins, and project managers when the server's
+    ``config.yml`` sets ``default_permissions.allow_managers_manage_secrets`` (``managers_may``; off by
+    default, as in dstack)."""
+    return global_role == "admin" or project_role == "admin" or (project_role == "manager" and managers_may)
 
 
 @dataclass(frozen=True)

@@ -300,3 +300,16 @@ def warm_up() -> None:
         model = todo.pop()
         todo.extend(model.__subclasses__())
         model.model_rebuild()
+
+
+class GetSecretBody(Body):
+    name: str
+
+
+class CreateOrUpdateSecretBody(Body):
+    name: str
+    value: str
+
+
+class DeleteSecretsBody(Body):
+    secrets_names: list[str]

@@ -166,6 +166,24 @@ class CorralClient:
             {"name": name, "instance_nums": instance_nums},
         )
 
+    # ---- secrets ------------------------------------------------------------------------
+
+    def secrets_list(self, project: str) -> list[JSONObject]:
+        """``secrets/list``: ``[{id, name, value: null}]``, newest first."""
+        return self._list(f"/api/project/{project}/secrets/list")
+
+    def secrets_get(self, project: str, name: str) -> JSONObject:
+        """``secrets/get``: ``{id, name, value}``; :class:`ResourceNotExistsError` if there is none."""
+        return self._obj(f"/api/project/{project}/secrets/get", {"name": name})
+
+    def secrets_create_or_update(self, project: str, name: str, value: str) -> JSONObject:
+        """``secrets/create_or_update``."""
+        return self._obj(f"/api/project/{project}/secrets/create_or_update", {"name": name, "value": value})
+
+    def secrets_delete(self, project: str, names: list[str]) -> None:
+        """``secrets/delete`` (every name must exist)."""
+        self._post(f"/api/project/{project}/secrets/delete", {"secrets_names": names})
+
     # ---- instances ----------------------------------------------------------------------
 
     def instances_list(

@@ -132,14 +132,6 @@ async def find_project(db: Database, project_name: str) -> ProjectRec:
     return project
 
 
-async def require_secrets_manager(db: Database, user: UserRec, project: ProjectRec) -> None:
-    """dstack's ``_check_can_manage_secrets``: global and project admins (managers are not, by default)."""
-    async with db.read() as conn:
-        role = await store.get_member_role(conn, project.id, user.id)
-    if not access.can_manage_secrets(user.global_role, role):
-        raise AccessDenied()
-
-
 def _rule(need: str) -> access.Rule:
     if need in access.RULES:
         return need  # type: ignore[return-value]

@@ -20,7 +20,7 @@ from corral.domain.documents import json_default
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.scheduler.blocks import smallest_carves
-from corral.services import local_admission, repos, serialize
+from corral.services import local_admission, repos, run_references, serialize
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
 from corral.services.plan_verdict import plan_screen
@@ -192,6 +192,7 @@ def _offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[d
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
     spec, conf, merged = normalize_run_spec(body.get("run_spec"), ("run_spec",), user)
+    await run_references.check(ctx, project, spec["configuration"])
     current = None
     if spec["run_name"]:
         async with ctx.db.read() as conn:
@@ -260,6 +261,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
             "(KEY=VALUE) or export it before `apply` so that the CLI fills it in"
         )
     _check_volumes(spec["configuration"], ctx.settings.default_image)
+    await run_references.check(ctx, project, spec["configuration"])
     planned = job_specs(spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image)
     await local_admission.check(ctx, project, user, spec, planned[0] if planned else None)
     await repos.check_run_code(ctx, project, user, spec)

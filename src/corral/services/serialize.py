@@ -52,7 +52,9 @@ def user_with_creds(u: UserRec, cipher: Callable[[], Cipher]) -> dict[str, Any]:
     return {**user(shown), "creds": {"token": shown.token}, "ssh_private_key": shown.ssh_private_key}
 
 
-def project(p: ProjectRec, members: list[MemberRec] | None = None) -> dict[str, Any]:
+def project(
+    p: ProjectRec, members: list[MemberRec] | None = None, managers_manage_secrets: bool = False
+) -> dict[str, Any]:
     return {
         "project_id": p.id,
         "project_name": p.name,
@@ -73,7 +75,9 @@ def project(p: ProjectRec, members: list[MemberRec] | None = None) -> dict[str, 
                 "project_role": m.project_role,
                 "permissions": {
                     "can_manage_ssh_fleets": True,
-                    "can_manage_secrets": can_manage_secrets(m.user.global_role, m.project_role),
+                    "can_manage_secrets": can_manage_secrets(
+                        m.user.global_role, m.project_role, managers_manage_secrets
+                    ),
                 },
             }
             for m in (members or [])

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.records import MemberRec, ProjectRec, UserRec
-from corral.store.tables import members, projects, users
+from corral.store.tables import members, projects, secrets, users
 
 
 def token_hash(token: str) -> str:
@@ -136,6 +136,8 @@ async def delete_project(conn: AsyncConnection, project_id: str, name: str) -> N
         .where(projects.c.id == project_id)
         .values(deleted=True, name=f"_deleted_{project_id}_{name}")
     )
+    # a deleted project's secrets go with it (dstack's rows cascade); nothing could read them again
+    await conn.execute(sa.delete(secrets).where(secrets.c.project_id == project_id))
 
 
 async def list_members(conn: AsyncConnection, project_id: str) -> list[MemberRec]:

@@ -285,3 +285,25 @@ user_public_keys = sa.Table(
     sa.Column("key", sa.Text, nullable=False),
     sa.UniqueConstraint("user_id", "fingerprint", name="uq_user_public_keys_user_id_fingerprint"),
 )
+
+#: Projects' secrets (dstack's ``secrets/*``): one per (project, name); ``value`` sealed with the server key.
+secrets = sa.Table(
+    "secrets",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), nullable=False),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("created_at", Time, nullable=False),
+    sa.Column("updated_at", Time, nullable=False),
+    sa.UniqueConstraint("project_id", "name", name="uq_secrets_project_id_name"),
+)
+
+#: One-time facts about this database (``store/server_state.py``), e.g. a start-up pass that has run.
+server_state = sa.Table(
+    "server_state",
+    metadata,
+    sa.Column("key", sa.String(100), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("updated_at", Time, nullable=False),
+)

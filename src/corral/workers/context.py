@@ -56,6 +56,8 @@ class Context:
     db: Database
     computes: dict[str, Compute]
     wakeups: Wakeups = field(default_factory=Wakeups)
+    #: The server ``config.yml``'s ``default_permissions.allow_managers_manage_secrets`` (dstack's default: off).
+    managers_manage_secrets: bool = False
     #: Who this server process is, as the owner of the leases it takes.
     replica_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
 

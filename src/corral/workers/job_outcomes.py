@@ -78,6 +78,8 @@ class JobOutcomes:
             status, reason, message = "terminated", "terminated_by_server", "Stopped: another job of the run failed"
         elif stopped:
             status, reason = "terminated", "terminated_by_user"
+        elif state.termination_reason == "terminated_by_server":  # e.g. a secret it needs is gone
+            status, reason = "terminated", "terminated_by_server"
         elif state.state == "done" and (exit_status or 0) == 0:
             status, reason = "done", "done_by_runner"
         elif state.termination_reason == "max_duration_exceeded":

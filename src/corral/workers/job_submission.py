@@ -5,6 +5,7 @@ machine that it would listen on, and the status message of a job run without a s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from corral.agent.protocol import JobState, JobSubmission
@@ -13,14 +14,17 @@ from corral.schemas import wire
 from corral.workers.job_ports import taken_ports
 
 
-def job_env(job: JobRec, run: Any, inst: InstanceRec, master_ip: str, nodes_ips: list[str]) -> dict[str, str]:
+def job_env(
+    job: JobRec, run: Any, inst: InstanceRec, master_ip: str, nodes_ips: list[str], env: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """The job's environment: its ``env`` (``env``: with its secrets filled in) and dstack's variables."""
     spec = job.job_spec
     resources = (inst.offer or {}).get("resources", {})
     gpus = len(resources.get("gpus") or [])
     total = inst.total_blocks or 1
     gpus_here = gpus // total * job.blocks if total > 1 else gpus  # the job's share, as blocks split GPUs
     nodes = int(spec.get("jobs_per_replica") or 1)
-    env = dict(spec.get("env") or {})
+    env = dict(spec.get("env") or {}) if env is None else dict(env)
     env.update(
         {
             "DSTACK_RUN_NAME": job.run_name,

@@ -17,11 +17,14 @@ from collections.abc import Callable
 from corral.agent.protocol import JobState, JobSubmission, LogsReply
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
 from corral.backends.base import AgentEndpoint
+from corral.domain.interpolation import InterpolationError
+from corral.domain.log_masking import LogMasker
 from corral.domain.records import InstanceRec, JobRec
 from corral.store import fleets as fleet_store
 from corral.store import runs as run_store
 from corral.store.fleets import dump
 from corral.store.run_secrets import opened_auth
+from corral.workers import job_secrets
 from corral.workers.context import Context
 from corral.workers.job_code import JobCodeError, job_code, push_blobs
 from corral.workers.job_container import apply_container, runtime_data, with_agent_state
@@ -31,6 +34,7 @@ from corral.workers.job_ports import ports_message
 from corral.workers.job_submission import job_env, ports_taken, provisioning_data, sandbox_message
 
 log = logging.getLogger("corral.jobs")
+SERVER = "terminated_by_server"
 _SOURCES = {"stdout": 0, "stderr": 1}
 
 
@@ -44,6 +48,8 @@ class Jobs(JobLeases, JobOutcomes):
         self._clients: dict[tuple[str, str], AgentClient] = {}
         self._leases: dict[str, str] = {}
         self._lease_until: dict[str, float] = {}
+        #: The secret values a job was just given, for its follower's masking (else read from the store).
+        self._secret_values: dict[str, tuple[str, ...]] = {}
 
     def _client(self, inst: InstanceRec) -> AgentClient:
         """One pooled client per agent, shared by submissions and followers."""
@@ -99,6 +105,7 @@ class Jobs(JobLeases, JobOutcomes):
         def done(_task: asyncio.Task[None]) -> None:
             self._followers.pop(job_id, None)
             self._pokes.pop(job_id, None)
+            self._secret_values.pop(job_id, None)
 
         return done
 
@@ -150,13 +157,21 @@ class Jobs(JobLeases, JobOutcomes):
         if conf.get("registry_auth"):
             conf["registry_auth"] = opened_auth(self.ctx.cipher, conf["registry_auth"])
         spec = job.job_spec
+        try:  # ${{ secrets.NAME }}: filled in here, in memory only (the stored specs keep the references)
+            filled = await job_secrets.fill(self.ctx, job.project_id, spec.get("env") or {}, conf.get("registry_auth"))
+        except InterpolationError as e:
+            message = f"Secrets interpolation error: {e}"
+            await self._finish(job, JobState(job.id, "terminated", message=message, termination_reason=SERVER), None)
+            return
+        if conf.get("registry_auth"):
+            conf["registry_auth"] = filled.registry_auth
         stop = spec.get("stop_duration")
         submission = JobSubmission(
             job_id=job.id,
             run_name=job.run_name,
             commands=list(spec.get("commands") or []),
             shell=conf.get("shell"),
-            env=job_env(job, run, inst, master_ip, nodes_ips),
+            env=job_env(job, run, inst, master_ip, nodes_ips, filled.env),
             working_dir=conf.get("working_dir"),  # as written: a relative one is relative to the repo dir
             image=conf.get("image"),
             user=None,
@@ -177,6 +192,7 @@ class Jobs(JobLeases, JobOutcomes):
             submission.repo, submission.file_archives = code.repo, code.file_archives
             submission.home_dir = str(spec.get("home_dir") or "/root")
             await push_blobs(self.ctx, client, code)
+            self._secret_values[job.id] = filled.values
             state = await client.submit(submission)
         except JobCodeError as e:
             await self._finish(job, JobState(job.id, "failed", message=str(e), termination_reason="setup_failed"), None)
@@ -211,6 +227,14 @@ class Jobs(JobLeases, JobOutcomes):
             job = await self._reload(job.id) or job
             if state.finished or job.id not in self._followers:
                 self._follow(job, inst)
+
+    async def _values_to_mask(self, job: JobRec) -> tuple[str, ...]:
+        given = self._secret_values.get(job.id)
+        if given is not None:
+            return given
+        spec = job.job_spec
+        auth = opened_auth(self.ctx.cipher, spec.get("registry_auth"))
+        return await job_secrets.mask_values(self.ctx, job.project_id, spec.get("env") or {}, auth)
 
     def _local_sandboxed(self) -> bool:
         """Whether the local backend's agents run host-process jobs in a sandbox (their own network)."""
@@ -247,6 +271,7 @@ class Jobs(JobLeases, JobOutcomes):
 
     async def _follow_with_lease(self, job: JobRec, inst: InstanceRec, token: str) -> None:
         client = self._client(inst)
+        masker = LogMasker(await self._values_to_mask(job))
         offset = job.log_offset
         stop_sent: str | None = None
         wait = self.ctx.settings.agent_poll_wait
@@ -291,7 +316,7 @@ class Jobs(JobLeases, JobOutcomes):
                     )
                     return
                 if reply.entries or current.disconnected_at is not None:
-                    entries = [(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries]
+                    entries = masker.feed([(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries])
                     async with self.ctx.db.write() as conn:
                         kept = await run_store.append_logs_guarded(conn, job.id, token, entries, reply.next_offset)
                     if not kept:
@@ -301,6 +326,10 @@ class Jobs(JobLeases, JobOutcomes):
                 if current.status == "pulling" and not reply.state.finished:
                     await self._pulling(current, reply.state)
                 if reply.state.finished and not reply.entries:
+                    held = masker.flush()  # the output has ended: what was held back (no whole secret)
+                    if held:
+                        async with self.ctx.db.write() as conn:
+                            await run_store.append_logs_guarded(conn, job.id, token, held, offset)
                     await self._finish(current, reply.state, stopped=current.stop_requested)
                     try:
                         await client.forget(job.id)

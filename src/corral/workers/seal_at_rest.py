@@ -18,7 +18,8 @@ stay in the table files until vacuuming and later writes reuse their space.)
 
 It runs in the application, not in an Alembic migration, because sealing needs the server's key, which
 migrations do not have, and because rows an older replica writes during a rolling upgrade are sealed at
-the next start all the same. A failure is logged and never stops the server.
+the next start all the same. A failure is logged and never stops the server. Runs' and jobs' registry
+passwords have a pass of their own that runs once per database (``workers/seal_run_specs.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from corral.store.encryption import SEALED_PREFIX, Cipher, is_sealed, seal
 from corral.store.fleets import dump
 from corral.store.tables import instances, projects, users
 from corral.workers.context import Context
+from corral.workers.seal_run_specs import seal_run_specs
 from corral.workers.ssh_keys import seal_stored_keys
 
 log = logging.getLogger("corral.secrets")
@@ -54,6 +56,10 @@ async def seal_stored_secrets(ctx: Context) -> int:
         rewritten += await _seal_accounts_and_agents(ctx)
     except Exception:
         log.exception("could not seal the tokens and keys stored in clear; trying again at the next start")
+    try:
+        rewritten += await seal_run_specs(ctx) or 0
+    except Exception:
+        log.exception("could not seal the registry passwords stored in clear; trying again at the next start")
     if rewritten and ctx.db.is_sqlite:
         try:
             await _wipe_sqlite(ctx)
