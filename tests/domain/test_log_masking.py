@@ -1,0 +1,57 @@
+"""Secrets masked in a job's output before it is stored: whole values, values split across entries and
+polls (held back until the stream goes on), one stream not mixed with the other, short values left."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from corral.domain.log_masking import MASK, LogMasker
+
+SECRET = "hunter2-very-secret"
+
+
+def _stream(masker: LogMasker, chunks: list[bytes], source: int = 0) -> bytes:
+    out = b""
+    for n, c in enumerate(chunks):
+        out += b"".join(m for _, _, m in masker.feed([(float(n), source, c)]))
+    return out + b"".join(m for _, _, m in masker.flush())
+
+
+def test_whole_values_are_masked_and_short_ones_left() -> None:
+    m = LogMasker([SECRET, "abc", "pass"])
+    assert _stream(m, [f"token={SECRET}\n".encode(), b"abc pass\n"]) == b"token=******\nabc ******\n"
+
+
+def test_a_value_split_across_entries_is_masked_and_never_stored_in_pieces() -> None:
+    m = LogMasker([SECRET])
+    first = m.feed([(1.0, 0, b"token=hunter2-")])
+    assert first == [(1.0, 0, b"token=")]  # the possible start of the secret is held back
+    assert m.feed([(2.0, 1, b"an error line\n")]) == [(2.0, 1, b"an error line\n")]  # stderr is its own stream
+    assert m.feed([(3.0, 0, b"very-secret done\n")]) == [(1.0, 0, MASK + b" done\n")]
+    assert m.flush() == []
+
+
+def test_what_only_looked_like_a_start_is_released() -> None:
+    m = LogMasker([SECRET])
+    assert m.feed([(1.0, 0, b"hunter")]) == []
+    assert m.feed([(2.0, 0, b"s and gatherers\n")]) == [(1.0, 0, b"hunters and gatherers\n")]
+    assert m.feed([(3.0, 0, b"the end: hunt")]) == [(3.0, 0, b"the end: ")]
+    assert m.flush() == [(3.0, 0, b"hunt")]
+
+
+def test_no_secrets_is_a_pass_through() -> None:
+    m = LogMasker([])
+    entries = [(1.0, 0, b"x")]
+    assert not m.active and m.feed(entries) == entries and m.flush() == []
+
+
+@given(st.lists(st.binary(max_size=30), max_size=8), st.integers(0, 40), st.data())
+def test_any_chunking_of_any_output_masks_every_occurrence(parts: list[bytes], _n: int, data: st.DataObject) -> None:
+    secret = SECRET.encode()
+    text = secret.join(parts) if len(parts) > 1 else b"x" + secret + b"y"
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=10)))
+    chunks = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    out = _stream(LogMasker([SECRET]), [c for c in chunks if c])
+    assert secret not in out
+    assert out == text.replace(secret, MASK)
