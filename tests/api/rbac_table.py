@@ -161,7 +161,12 @@ ROUTES: list[tuple[str, str, str, str | None, Any, str, dict[str, str]]] = [
     ("POST", P + "/volumes/delete", "member", None, {"names": ["v"]}, "200", {}),
     # routers/events.py, secrets.py, gpus.py
     ("POST", "/api/events/list", "authenticated", None, {}, "200", {}),
+    # routers/secrets.py: ProjectManager, then _check_can_manage_secrets (admins; managers only with
+    # default_permissions.allow_managers_manage_secrets, off here as in dstack)
     ("POST", P + "/secrets/list", "manager", "admin", {}, "200", {}),
+    ("POST", P + "/secrets/get", "manager", "admin", {"name": "no-such-secret"}, "400", {}),
+    ("POST", P + "/secrets/create_or_update", "manager", "admin", {"name": "not a name", "value": "v"}, "400", {}),
+    ("POST", P + "/secrets/delete", "manager", "admin", {"secrets_names": ["no-such-secret"]}, "400", {}),
     ("POST", P + "/gpus/list", "member", None, {}, "200", {}),
     # routers/exports.py, imports.py
     ("POST", P + "/exports/create", "admin", None, {"name": "no-such-export", "exported_fleets": ["nope"]}, "400", {}),

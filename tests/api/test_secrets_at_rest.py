@@ -22,11 +22,14 @@ import sqlalchemy as sa
 from corral.server import prepare, private_state_dir
 from corral.settings import Settings, SettingsError
 from corral.store.encryption import SEALED_PREFIX, cipher_for
-from corral.store.tables import instances, jobs, projects, runs, users
+from corral.store.server_state import get_state
+from corral.store.tables import instances, jobs, projects, runs, secrets, server_state, users
 from corral.workers.seal_at_rest import seal_stored_secrets
+from corral.workers.seal_run_specs import MARKER, seal_run_specs
 from server_harness import (
     ADMIN_TOKEN,
     RunningServer,
+    finished_run,
     fleet_body,
     get_run,
     make_settings,
@@ -139,6 +142,26 @@ async def _run_with_registry_auth(server: RunningServer) -> str:
     return auth["password"]
 
 
+async def _project_secret_used_by_a_run(server: RunningServer) -> dict[str, str]:
+    """A project secret, and a registry password that is one, used by a run's ``env`` and ``registry_auth``:
+    the job gets them, the run's specs keep the references."""
+    values = {"project secret": "secret-VALUE-3e1f0a", "registry password secret": "registry-SECRET-77aa01"}
+    async with server.client() as c:
+        for name, value in (("tok", values["project secret"]), ("reg", values["registry password secret"])):
+            r = await c.post(f"{P}/secrets/create_or_update", json={"name": name, "value": value})
+            assert r.status_code == 200, r.text
+        body = task_body(["echo $TOK | rev"], name="with-secrets", fleets=["f"], env={"TOK": "${{ secrets.tok }}"})
+        assert (await c.post(f"{P}/runs/apply", json=body)).status_code == 200
+        assert (await finished_run(c, "with-secrets"))["status"] == "done"
+        auth = {"username": "puller", "password": "${{ secrets.reg }}"}
+        body = task_body(["true"], name="with-registry-secret", image="example.invalid/img", registry_auth=auth)
+        assert (await c.post(f"{P}/runs/apply", json=body)).status_code == 200, "registry_auth references a secret"
+        await c.post(f"{P}/runs/stop", json={"runs_names": ["with-registry-secret"], "abort": True})
+    stored = await _stored(server, secrets.c.value)
+    assert len(stored) == 2 and all(v.startswith(SEALED_PREFIX) for v in stored)
+    return values
+
+
 async def _stored(server: RunningServer, column: sa.Column[Any]) -> list[Any]:
     async with server.ctx.db.read() as conn:
         return list((await conn.execute(sa.select(column))).scalars())
@@ -179,6 +202,7 @@ async def test_a_copy_of_the_database_holds_no_token_key_or_credential_in_clear(
         assert (await c.post("/api/users/get_my_user")).json()["ssh_private_key"] == rekeyed["ssh_private_key"]
     secrets["agent token"] = await _local_instance_token(server)
     secrets["registry password"] = await _run_with_registry_auth(server)
+    secrets.update(await _project_secret_used_by_a_run(server))
     # projects' generated keys are in no answer: read them back through the server's cipher
     stored_project_keys = [k for k in await _stored(server, projects.c.ssh_private_key) if k]
     assert stored_project_keys and all(k.startswith(SEALED_PREFIX) for k in stored_project_keys)
@@ -257,6 +281,53 @@ async def test_rows_in_clear_from_before_keep_working_and_are_sealed_at_the_next
 
         run = await wait_for(finished, timeout=30)
         assert run["status"] == "done", run["latest_job_submission"]
+
+
+async def _registry_passwords_in_clear(server: RunningServer) -> None:
+    """What a corral from before registry passwords were sealed stored: every run's and job's in clear."""
+    reveal = server.ctx.reveal
+    async with server.ctx.db.write() as conn:
+        for row in (await conn.execute(sa.select(runs.c.id, runs.c.run_spec))).all():
+            spec = orjson.loads(row.run_spec)
+            auth = spec["configuration"].get("registry_auth")
+            if auth:
+                auth["password"] = reveal(auth["password"])
+                await conn.execute(
+                    sa.update(runs).where(runs.c.id == row.id).values(run_spec=orjson.dumps(spec).decode())
+                )
+        for row in (await conn.execute(sa.select(jobs.c.id, jobs.c.job_spec))).all():
+            spec = orjson.loads(row.job_spec)
+            if spec.get("registry_auth"):
+                spec["registry_auth"]["password"] = reveal(spec["registry_auth"]["password"])
+                await conn.execute(
+                    sa.update(jobs).where(jobs.c.id == row.id).values(job_spec=orjson.dumps(spec).decode())
+                )
+
+
+async def test_registry_passwords_in_clear_are_sealed_once_per_database(server: RunningServer, tmp_path: Path) -> None:
+    async with server.ctx.db.read() as conn:
+        assert await get_state(conn, MARKER) == "1"  # the start-up pass ran (nothing to seal on a new database)
+    await _local_instance_token(server)  # a fleet for the run to wait on
+    password = await _run_with_registry_auth(server)
+    await _registry_passwords_in_clear(server)
+    # Marked as done: later starts do not look again (the cost of the scan does not grow with every start) ...
+    assert await seal_run_specs(server.ctx) is None
+    assert all(password in spec for spec in await _stored(server, runs.c.run_spec))
+    # ... and a database that has not had the pass gets it once: every row sealed, answers unchanged.
+    async with server.ctx.db.write() as conn:
+        await conn.execute(sa.delete(server_state).where(server_state.c.key == MARKER))
+    assert await seal_stored_secrets(server.ctx) == 2  # the run's spec and its job's
+    for spec in await _stored(server, runs.c.run_spec):
+        assert orjson.loads(spec)["configuration"]["registry_auth"]["password"].startswith(SEALED_PREFIX)
+    for spec in await _stored(server, jobs.c.job_spec):
+        assert orjson.loads(spec)["registry_auth"]["password"].startswith(SEALED_PREFIX)
+    async with server.ctx.db.read() as conn:
+        assert await get_state(conn, MARKER) == "1"
+    assert await seal_run_specs(server.ctx) is None
+    async with server.client() as c:
+        run = await get_run(c, "private")
+        assert run["run_spec"]["configuration"]["registry_auth"]["password"] == password
+    _assert_none_in(await _at_rest(server, tmp_path), {"registry password": password})
 
 
 async def test_rows_in_clear_are_sealed_by_a_restarted_server(tmp_path: Path) -> None:
