@@ -190,6 +190,39 @@ def test_offer(cli: DstackCli, project: str) -> None:
     assert offer["instance"]["resources"]["cpus"] >= 1
 
 
+SECRET_VALUE = "e2e-SECRET-value-41c9"
+
+
+def test_secrets_and_a_task_that_uses_one(cli: DstackCli, fleet: str) -> None:
+    res = cli.ok("secret", "set", "e2e-token", SECRET_VALUE)
+    assert "OK" in res.output, cli.explain(res)
+    res = cli.ok("secret")
+    (row,) = rows(res.stdout, "e2e-token")
+    assert "******" in row and SECRET_VALUE not in res.stdout, cli.explain(res)
+    res = cli.ok("secret", "get", "e2e-token")
+    assert SECRET_VALUE in res.stdout, cli.explain(res)
+    cli.write(
+        "secret.dstack.yml",
+        "type: task\nname: e2e-secret\nenv:\n  - TOKEN=${{ secrets.e2e_token }}\ncommands:\n"
+        '  - echo "$TOKEN" | rev\n  - echo "token=$TOKEN"\n'
+        f"{RESOURCES}",
+    )
+    res = cli.run("apply", "-f", "secret.dstack.yml", "-y", "-d")  # `e2e-token` is no reference name
+    assert res.returncode != 0 and "secrets.e2e_token" in res.output, cli.explain(res)
+    cli.ok("secret", "set", "e2e_token", SECRET_VALUE)
+    res = cli.ok("apply", "-f", "secret.dstack.yml", "-y", "-d")
+    run = wait_run(cli, "e2e-secret", FINISHED)
+    assert run["status"] == "done", run["latest_job_submission"]
+    assert run["run_spec"]["configuration"]["env"]["TOKEN"] == "${{ secrets.e2e_token }}"
+    res = cli.ok("logs", "e2e-secret")
+    assert SECRET_VALUE[::-1] in res.stdout and "token=******" in res.stdout, cli.explain(res)
+    assert SECRET_VALUE not in res.stdout, cli.explain(res)
+    res = cli.ok("secret", "delete", "e2e-token", "-y")
+    cli.ok("secret", "delete", "e2e_token", "-y")
+    res = cli.ok("secret")
+    assert not rows(res.stdout, "e2e-token") and not rows(res.stdout, "e2e_token"), cli.explain(res)
+
+
 def test_fleet_delete(cli: DstackCli, fleet: str, e2e_tmp: Path) -> None:
     res = cli.ok("fleet", "delete", fleet, "-y")
     assert f"Fleet {fleet} deleted" in res.output, cli.explain(res)
