@@ -126,6 +126,31 @@ def test_fleet_task_logs_stop(env: dict[str, str], tmp_path: Path) -> None:
             break
         assert time.monotonic() < deadline, row
         time.sleep(0.2)
+    # Secrets: set from standard input (out of the shell's history), listed without values, used by a task
+    # whose output masks them.
+    secret = "cli-SECRET-value-5b7d"
+    out = subprocess.run(
+        [sys.executable, "-m", "corral.cli.main", "secret", "set", "api_key"],
+        env=env,
+        input=secret + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "OK" in out.stdout, out.stdout + out.stderr
+    listed = corral(env, "secret").stdout
+    assert "api_key" in listed and "******" in listed and secret not in listed
+    assert corral(env, "secret", "get", "api_key").stdout.strip() == secret
+    user = tmp_path / "secret.dstack.yml"
+    user.write_text(TASK.replace("e2e-task", "e2e-secret") + "env:\n  - KEY=${{ secrets.api_key }}\n")
+    user.write_text(user.read_text().replace("echo to-stderr >&2", 'echo "key=$KEY"'))
+    applied = corral(env, "apply", "-f", str(user), "-y")
+    assert "key=******" in applied.stdout and secret not in applied.stdout
+    corral(env, "secret", "delete", "api_key", "-y")
+    assert "api_key" not in corral(env, "secret", "list").stdout
+    missing = corral(env, "apply", "-f", str(user), "-y", check=False)
+    assert missing.returncode == 1 and "missing vars: ['secrets.api_key']" in (missing.stdout + missing.stderr)
+    assert corral(env, "secret", "get", "api_key", check=False).returncode == 1
     # `apply` with a broken file gives one readable line naming the field.
     bad = tmp_path / "bad.dstack.yml"
     bad.write_text("type: task\ncommands: [x]\nresources: {gpu: 'A100:lots'}\n")
