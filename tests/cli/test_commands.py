@@ -563,3 +563,17 @@ def test_apply_shows_the_plan_verdict_before_asking(
     assert "The run cannot be placed: Failed to use specified fleets: no fleet named 'nope'" in result.out
     assert result.out.index("cannot be placed") < result.out.index("Exiting")
     assert "runs_apply" not in fake.names()
+
+
+def test_apply_fills_env_references_in_registry_auth_as_dstacks_cli(fake: FakeClient, cli: CLI) -> None:
+    auth = "registry_auth:\n  username: ${{ env.REG_USER }}\n  password: ${{ secrets.reg }}\n"
+    Path(".dstack.yml").write_text(TASK_YML + "image: example.invalid/img\nenv:\n  - REG_USER=puller\n" + auth)
+    fake.run_plan = run_plan()
+    fake.runs["hello"] = [make_run("hello", "submitted")]
+    result = cli("apply", "-y", "-d")
+    assert result.code == 0, result.err
+    sent = fake.calls[1][1][1]["configuration"]["registry_auth"]
+    assert sent == {"username": "puller", "password": "${{ secrets.reg }}"}  # the server fills in secrets
+    Path(".dstack.yml").write_text(TASK_YML + "image: x\nregistry_auth:\n  username: ${{ env.NOPE }}\n  password: p\n")
+    result = cli("apply", "-y", "-d")
+    assert result.err == "Error: registry_auth.username: Failed to interpolate due to missing vars: ['env.NOPE']\n"
