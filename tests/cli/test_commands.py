@@ -577,3 +577,20 @@ def test_apply_fills_env_references_in_registry_auth_as_dstacks_cli(fake: FakeCl
     Path(".dstack.yml").write_text(TASK_YML + "image: x\nregistry_auth:\n  username: ${{ env.NOPE }}\n  password: p\n")
     result = cli("apply", "-y", "-d")
     assert result.err == "Error: registry_auth.username: Failed to interpolate due to missing vars: ['env.NOPE']\n"
+
+
+def test_apply_gives_run_arguments_to_commands_as_dstacks_cli(fake: FakeClient, cli: CLI) -> None:
+    commands = "type: task\nname: hello\ncommands:\n  - python t.py ${{ run.args }}\n  - echo ${{ secrets.s }} $$HOME\n"
+    Path(".dstack.yml").write_text(commands)
+    fake.run_plan = run_plan()
+    fake.runs["hello"] = [make_run("hello", "submitted")]
+    result = cli("apply", "-y", "-d", "--", "--lr", "0.1 0.2")
+    assert result.code == 0, result.err
+    sent = fake.calls[1][1][1]["configuration"]["commands"]
+    assert sent == ["python t.py --lr '0.1 0.2'", "echo ${{ secrets.s }} $HOME"]
+    Path(".dstack.yml").write_text("type: task\nname: hello\ncommands:\n  - echo ${{ unknown.x }}\n")
+    result = cli("apply", "-y", "-d")
+    assert result.err == "Error: commands[0]: Failed to interpolate due to missing vars: ['unknown.x']\n"
+    Path(".dstack.yml").write_text(FLEET_YML)
+    result = cli("apply", "-y", "-d", "--", "x")
+    assert result.code == 2 and "run arguments" in result.err

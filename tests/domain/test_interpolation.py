@@ -7,10 +7,18 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from corral.domain.interpolation import InterpolationError, interpolate, references, secret_names, valid_name
+from corral.domain.interpolation import (
+    InterpolationError,
+    interpolate,
+    references,
+    secret_names,
+    valid_groups_ref,
+    valid_name,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from dstack_client_env import DSTACK_VERSION, ClientInstallError, client_venv
@@ -36,17 +44,34 @@ CASES = [
 ]
 
 
+#: What dstack's CLI does to ``commands`` (``run.args`` resolved; ``secrets`` and ``groups`` refs left).
+COMMANDS = [
+    "python train.py ${{ run.args }}",
+    "echo ${{secrets.token}} ${{ run.args }}",
+    "ping ${{ groups[0].nodes[1].IP_ADDRESS }}",
+    "ping ${{ groups[0].bad }}",
+    "echo $$HOME $HOME",
+    "echo ${{ run.nope }}",
+    "echo ${{ unknown.x }}",
+]
+RUN_ARGS = "--lr '0.1 0.2'"
+
 _SCRIPT = r"""
 import json, sys
 from dstack._internal.utils.interpolator import VariablesInterpolator
-ns, cases = json.load(sys.stdin)
-out = []
-for text in cases:
-    try:
-        out.append(VariablesInterpolator(ns).interpolate_or_error(text))
-    except ValueError as e:
-        out.append(["error", str(e)])
-json.dump(out, sys.stdout)
+from dstack._internal.utils.nodes_interpolator import is_valid_groups_ip_ref as is_valid_groups_ref
+ns, cases, commands, args = json.load(sys.stdin)
+def run(interpolator, texts):
+    out = []
+    for text in texts:
+        try:
+            out.append(interpolator.interpolate_or_error(text))
+        except ValueError as e:
+            out.append(["error", str(e)])
+    return out
+skip = {"secrets": VariablesInterpolator.validate_name, "groups": is_valid_groups_ref}
+on_commands = VariablesInterpolator({"run": {"args": args}}, skip=skip)
+json.dump([run(VariablesInterpolator(ns), cases), run(on_commands, commands)], sys.stdout)
 """
 
 
@@ -55,18 +80,23 @@ def test_resolves_and_fails_as_dstack_does() -> None:
         python = client_venv() / "bin" / "python"
     except ClientInstallError as e:
         pytest.fail(f"could not install dstack=={DSTACK_VERSION} to compare with:\n{e}", pytrace=False)
-    proc = subprocess.run(
-        [str(python), "-c", _SCRIPT], input=json.dumps([NS, CASES]), capture_output=True, text=True, timeout=120
-    )
+    stdin = json.dumps([NS, CASES, COMMANDS, RUN_ARGS])
+    proc = subprocess.run([str(python), "-c", _SCRIPT], input=stdin, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    theirs = json.loads(proc.stdout)
-    ours: list[object] = []
-    for text in CASES:
-        try:
-            ours.append(interpolate(text, NS))
-        except InterpolationError as e:
-            ours.append(["error", str(e)])
-    assert ours == theirs
+    theirs_values, theirs_commands = json.loads(proc.stdout)
+
+    def ours(texts: list[str], **kw: Any) -> list[object]:
+        out: list[object] = []
+        for text in texts:
+            try:
+                out.append(interpolate(text, **kw))
+            except InterpolationError as e:
+                out.append(["error", str(e)])
+        return out
+
+    assert ours(CASES, namespaces=NS) == theirs_values
+    keep = {"secrets": valid_name, "groups": valid_groups_ref}
+    assert ours(COMMANDS, namespaces={"run": {"args": RUN_ARGS}}, keep=keep, again=False) == theirs_commands
 
 
 def test_names_and_references() -> None:

@@ -86,6 +86,14 @@ def apply(
         typer.Option("--git-identity", help="A private SSH key to clone a private git repo.", metavar="KEY_FILE"),
     ] = None,
     project: ProjectOption = None,
+    run_args: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            help="Run arguments, given to `commands` as ${{ run.args }} (put them after --).",
+            metavar="[-- RUN_ARGS...]",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Apply a configuration: submit a run, or create or update a fleet."""
     from corral.cli.errors import CLIError
@@ -100,6 +108,10 @@ def apply(
         raw["env"] = resolve_env(raw["env"])
     if isinstance(raw.get("registry_auth"), dict):
         raw["registry_auth"] = resolve_env_references(raw["registry_auth"], raw.get("env"))
+    if run_args and conf_type not in ("task", "service"):
+        raise typer.BadParameter("run arguments (${{ run.args }}) apply to tasks and services")
+    if conf_type in ("task", "service") and isinstance(raw.get("commands"), list):
+        raw["commands"] = resolve_run_args(raw["commands"], run_args or [])
     if instance:
         if conf_type not in RUN_TYPES:
             raise typer.BadParameter("--instance applies to runs (task, service, dev-environment), not fleets")
@@ -203,6 +215,27 @@ def resolve_env_references(auth: JSON, env: Any) -> JSON:
                 out[key] = interpolate(out[key], {"env": values}, keep=("secrets",))
             except InterpolationError as e:
                 raise CLIError(f"registry_auth.{key}: {e}") from None
+    return out
+
+
+def resolve_run_args(commands: list[Any], args: list[str]) -> list[Any]:
+    """``${{ run.args }}`` in ``commands`` replaced by the run arguments (shell-quoted), as dstack's CLI does;
+    ``secrets`` and ``groups[i].nodes[j].IP_ADDRESS`` references are left as they are, anything else is an
+    error naming the command."""
+    import shlex
+
+    from corral.cli.errors import CLIError
+    from corral.domain.interpolation import InterpolationError, interpolate, valid_groups_ref, valid_name
+
+    keep = {"secrets": valid_name, "groups": valid_groups_ref}
+    out = []
+    for n, command in enumerate(commands):
+        if isinstance(command, str) and "$" in command:
+            try:
+                command = interpolate(command, {"run": {"args": shlex.join(args)}}, keep, again=False)
+            except InterpolationError as e:
+                raise CLIError(f"commands[{n}]: {e}") from None
+        out.append(command)
     return out
 
 
