@@ -55,3 +55,32 @@ def test_any_chunking_of_any_output_masks_every_occurrence(parts: list[bytes], _
     out = _stream(LogMasker([SECRET]), [c for c in chunks if c])
     assert secret not in out
     assert out == text.replace(secret, MASK)
+
+
+@given(st.data())
+def test_two_streams_in_any_replies_keep_their_order_and_mask_every_value(data: st.DataObject) -> None:
+    secrets = [SECRET, "other-token-42"]
+    words = st.sampled_from([SECRET.encode(), b"other-token-42", b"hunter2-", b"other-", b"x", b"\n", b"very-secret"])
+    streams = {src: b"".join(data.draw(st.lists(words, max_size=12))) for src in (0, 1)}
+    pieces: list[tuple[int, bytes]] = []
+    for src, text in streams.items():
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=6)))
+        pieces += [(src, text[a:b]) for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True) if text[a:b]]
+    # interleave the two, each in its own order
+    per_src = {0: [p for p in pieces if p[0] == 0], 1: [p for p in pieces if p[0] == 1]}
+    mixed = []
+    while per_src[0] or per_src[1]:
+        src = data.draw(st.sampled_from([s for s in (0, 1) if per_src[s]]))
+        mixed.append(per_src[src].pop(0))
+    m = LogMasker(secrets)
+    got: dict[int, bytes] = {0: b"", 1: b""}
+    replies = data.draw(st.integers(1, 4))
+    size = max(1, len(mixed) // replies)
+    for k in range(0, len(mixed), size):
+        for _, src, msg in m.feed([(float(k), s, piece) for s, piece in mixed[k : k + size]]):
+            got[src] += msg
+    for _, src, msg in m.flush():
+        got[src] += msg
+    for src, text in streams.items():
+        assert got[src] == m.mask(text)
+        assert SECRET.encode() not in got[src] and b"other-token-42" not in got[src]
