@@ -66,6 +66,12 @@ async def test_round_trip_with_dstacks_answers(server: RunningServer) -> None:
         r = await c.post(f"{P}/secrets/delete", json={"secrets_names": ["second"]})
         assert r.status_code == 200 and r.json() is None
         assert [s["name"] for s in (await c.post(f"{P}/secrets/list")).json()] == ["hf-token"]
+        # a deleted project's secrets go with it
+        await c.post("/api/projects/create", json={"project_name": "brief"})
+        await c.post("/api/project/brief/secrets/create_or_update", json={"name": "k", "value": "v"})
+        assert (await c.post("/api/projects/delete", json={"projects_names": ["brief"]})).status_code == 200
+        async with server.ctx.db.read() as conn:
+            assert sorted((await conn.execute(sa.select(secrets.c.name))).scalars()) == ["hf-token"]
 
 
 async def _user(admin: httpx.AsyncClient, name: str, role: str | None) -> str:
@@ -141,7 +147,9 @@ async def test_a_job_gets_its_secrets_and_nothing_stores_them(tmp_path: Path) ->
             'echo "$HF" | rev; echo "got: $HF"; echo "plain: $PLAIN"; '
             # the value split across the agent's entries: half of it, a pause (a partial line is flushed), the rest
             'printf "split: %s" "${HF:0:14}"; sleep 1.2; printf "%s\\n" "${HF:14}"; '
-            'printf "%s" "$HF" >&2'
+            'printf "%s" "$HF" >&2; '
+            # output that ends with what could be the start of a secret: held back, stored when the job ends
+            'printf "end: hf_Zq"'
         )
         body = task_body([script], name="uses-secrets", env=env)
         r = await c.post(f"{P}/runs/apply", json=body)
@@ -153,11 +161,13 @@ async def test_a_job_gets_its_secrets_and_nothing_stores_them(tmp_path: Path) ->
             assert answer["run_spec"]["configuration"]["env"]["HF"] == "Bearer ${{ secrets.hf }}"
             assert answer["jobs"][0]["job_spec"]["env"]["HF"] == "Bearer ${{ secrets.hf }}"
         poll = {"run_name": "uses-secrets", "job_submission_id": run["latest_job_submission"]["id"], "limit": 1000}
-        text = _logs((await c.post(f"{P}/logs/poll", json=poll)).json()["logs"])
+        entries = (await c.post(f"{P}/logs/poll", json=poll)).json()["logs"]
+        text = _logs(entries)
         assert ("Bearer " + VALUE)[::-1] in text  # the job saw the value ...
         assert "got: Bearer ******\n" in text and "split: Bearer ******\n" in text  # ... its output did not keep it
         assert "plain: ${{ not.a.ref }}" in text  # $$ escapes a reference, as in dstack
         assert VALUE not in text and VALUE[:12] not in text
+        assert _logs([e for e in entries if e["log_source"] == "stdout"]).endswith("\nend: hf_Zq")
         (tmp_path / "copy").mkdir()
         data = _db_bytes(s, tmp_path / "copy")
         assert b"${{ secrets.hf }}" in data
