@@ -271,12 +271,13 @@ class Jobs(JobLeases, JobOutcomes):
 
     async def _follow_with_lease(self, job: JobRec, inst: InstanceRec, token: str) -> None:
         client = self._client(inst)
-        masker = LogMasker(await self._values_to_mask(job))
         offset = job.log_offset
         stop_sent: str | None = None
         wait = self.ctx.settings.agent_poll_wait
         poke = self._pokes.get(job.id)
         try:
+            # the job's secret values never reach the stored output (``domain/log_masking.py``)
+            masker = LogMasker(await self._values_to_mask(job))
             while True:
                 if poke is not None:
                     poke.clear()  # whatever poked us is seen by the reload below
