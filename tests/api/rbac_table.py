@@ -120,6 +120,18 @@ ROUTES: list[tuple[str, str, str, str | None, Any, str, dict[str, str]]] = [
     ("POST", P + "/fleets/delete_instances", "member", None, {"name": "f", "instance_nums": [99]}, "200", {}),
     # routers/instances.py
     ("POST", "/api/instances/list", "authenticated", None, {}, "200", {}),
+    # Authenticated() + Project(), then check_can_access_instance: a member of the instance's project (or
+    # of one its fleet is exported to); an instance that does not exist is "not found" for members only
+    ("POST", P + "/instances/get", "member", None, {"id": "$uuid"}, "400", {}),
+    (
+        "POST",
+        P + "/instances/get_instance_health_checks",
+        "member",
+        None,
+        {"fleet_name": "f", "instance_num": 0},
+        "400",  # fleet f has no instance 0 (nodes 0..2, nothing running)
+        {},
+    ),
     # routers/runs.py, logs.py, metrics.py
     ("POST", "/api/runs/list", "authenticated", None, {}, "200", {}),
     ("POST", P + "/runs/list", "member", None, {}, "200", {}),
@@ -167,7 +179,11 @@ ROUTES: list[tuple[str, str, str, str | None, Any, str, dict[str, str]]] = [
     ("POST", P + "/secrets/get", "manager", "admin", {"name": "no-such-secret"}, "400", {}),
     ("POST", P + "/secrets/create_or_update", "manager", "admin", {"name": "not a name", "value": "v"}, "400", {}),
     ("POST", P + "/secrets/delete", "manager", "admin", {"secrets_names": ["no-such-secret"]}, "400", {}),
-    ("POST", P + "/gpus/list", "member", None, {}, "200", {}),
+    ("POST", P + "/gpus/list", "member", None, {"run_spec": _TASK_SPEC}, "200", {}),
+    # routers/templates.py (no templates repo: an empty list), auth.py (no OAuth2 providers)
+    ("POST", P + "/templates/list", "member", None, None, "200", {}),
+    ("POST", "/api/auth/list_providers", "none", None, None, "200", {}),
+    ("POST", "/api/auth/get_next_redirect", "none", None, {"code": "c", "state": "not-a-state"}, "400", {}),
     # routers/exports.py, imports.py
     ("POST", P + "/exports/create", "admin", None, {"name": "no-such-export", "exported_fleets": ["nope"]}, "400", {}),
     ("POST", P + "/exports/update", "admin", None, {"name": "no-such-export"}, "400", {}),

@@ -1,4 +1,4 @@
-"""Routers: server info, users, projects and members, backends."""
+"""Routers: server info, users, projects and members, backends, templates, OAuth2 providers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from corral import DSTACK_API_VERSION, __version__
 from corral.api.deps import FastJSON, body_json, ctx_of, current_user, forget_access, member
 from corral.api.routing import RequestValidationError, RouteTable
 from corral.schemas import requests as rq
-from corral.services import accounts, members, public_keys, serialize
+from corral.services import accounts, members, oauth, public_keys, serialize
 from corral.services.errors import ServiceError
 
 router = RouteTable()
@@ -28,17 +28,17 @@ async def parse(model: type[M], request: Request) -> M:
         ) from None
 
 
-@router.get("/healthcheck")
+@router.get("/healthcheck", response="Healthcheck", public=True)
 async def healthcheck() -> FastJSON:
     return FastJSON({"status": "running"})
 
 
-@router.post("/api/server/get_info")
+@router.post("/api/server/get_info", body=rq.NoBody, response="ServerInfo", public=True)
 async def get_info() -> FastJSON:
     return FastJSON({"server_version": DSTACK_API_VERSION, "corral_version": __version__})
 
 
-@router.post("/api/backends/list_types")
+@router.post("/api/backends/list_types", body=rq.NoBody, response="BackendTypes", public=True)
 async def list_backend_types() -> FastJSON:
     return FastJSON(["remote"])
 
@@ -46,13 +46,13 @@ async def list_backend_types() -> FastJSON:
 # --- users ------------------------------------------------------------------------------------------
 
 
-@router.post("/api/users/get_my_user")
+@router.post("/api/users/get_my_user", body=rq.NoBody, response="UserWithCreds")
 async def get_my_user(request: Request) -> FastJSON:
     user = await current_user(request)
     return FastJSON(serialize.user_with_creds(user, ctx_of(request).cipher))
 
 
-@router.post("/api/users/get_user", body=rq.UsernameBody)
+@router.post("/api/users/get_user", body=rq.UsernameBody, response="UserWithCreds")
 async def get_user(request: Request) -> FastJSON:
     user = await current_user(request)
     body = await parse(rq.UsernameBody, request)
@@ -60,7 +60,7 @@ async def get_user(request: Request) -> FastJSON:
     return FastJSON(serialize.user_with_creds(await accounts.get_user(ctx.db, user, body.username), ctx.cipher))
 
 
-@router.post("/api/users/list", body=rq.ListUsersBody)
+@router.post("/api/users/list", body=rq.ListUsersBody, response="UsersList")
 async def list_users(request: Request) -> FastJSON:
     user = await current_user(request)
     body = await parse(rq.ListUsersBody, request)
@@ -70,7 +70,7 @@ async def list_users(request: Request) -> FastJSON:
     return FastJSON(users[: body.limit])
 
 
-@router.post("/api/users/create", body=rq.CreateUserBody)
+@router.post("/api/users/create", body=rq.CreateUserBody, response="User")
 async def create_user(request: Request) -> FastJSON:
     accounts.require_admin(await current_user(request))
     b = await parse(rq.CreateUserBody, request)
@@ -82,7 +82,7 @@ async def create_user(request: Request) -> FastJSON:
     )
 
 
-@router.post("/api/users/update", body=rq.CreateUserBody)
+@router.post("/api/users/update", body=rq.CreateUserBody, response="User")
 async def update_user(request: Request) -> FastJSON:
     accounts.require_admin(await current_user(request))
     b = await parse(rq.CreateUserBody, request)
@@ -92,7 +92,7 @@ async def update_user(request: Request) -> FastJSON:
     )
 
 
-@router.post("/api/users/refresh_token", body=rq.UsernameBody)
+@router.post("/api/users/refresh_token", body=rq.UsernameBody, response="UserWithCreds")
 async def refresh_token(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.UsernameBody, request)
@@ -102,7 +102,7 @@ async def refresh_token(request: Request) -> FastJSON:
     return FastJSON(serialize.user_with_creds(refreshed, ctx.cipher))
 
 
-@router.post("/api/users/refresh_ssh_key", body=rq.UsernameBody)
+@router.post("/api/users/refresh_ssh_key", body=rq.UsernameBody, response="UserWithCreds")
 async def refresh_ssh_key(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.UsernameBody, request)
@@ -112,20 +112,20 @@ async def refresh_ssh_key(request: Request) -> FastJSON:
     return FastJSON(serialize.user_with_creds(updated, ctx.cipher))
 
 
-@router.post("/api/users/public_keys/list")
+@router.post("/api/users/public_keys/list", body=rq.NoBody, response="PublicKeyList")
 async def list_public_keys(request: Request) -> FastJSON:
     user = await current_user(request)
     return FastJSON(await public_keys.list_keys(ctx_of(request).db, user))
 
 
-@router.post("/api/users/public_keys/add", body=rq.AddPublicKeyBody)
+@router.post("/api/users/public_keys/add", body=rq.AddPublicKeyBody, response="PublicKeyInfo")
 async def add_public_key(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.AddPublicKeyBody, request)
     return FastJSON(await public_keys.add_key(ctx_of(request).db, user, b.key, b.name))
 
 
-@router.post("/api/users/public_keys/delete", body=rq.DeletePublicKeysBody)
+@router.post("/api/users/public_keys/delete", body=rq.DeletePublicKeysBody, response="Null")
 async def delete_public_keys(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.DeletePublicKeysBody, request)
@@ -133,7 +133,7 @@ async def delete_public_keys(request: Request) -> FastJSON:
     return FastJSON(None)
 
 
-@router.post("/api/users/delete", body=rq.DeleteUsersBody)
+@router.post("/api/users/delete", body=rq.DeleteUsersBody, response="Null")
 async def delete_users(request: Request) -> FastJSON:
     accounts.require_admin(await current_user(request))
     b = await parse(rq.DeleteUsersBody, request)
@@ -145,7 +145,7 @@ async def delete_users(request: Request) -> FastJSON:
 # --- projects ---------------------------------------------------------------------------------------
 
 
-@router.post("/api/projects/list", body=rq.ListProjectsBody)
+@router.post("/api/projects/list", body=rq.ListProjectsBody, response="ProjectsList")
 async def list_projects(request: Request) -> FastJSON:
     user = await current_user(request)
     body = await parse(rq.ListProjectsBody, request)
@@ -156,13 +156,13 @@ async def list_projects(request: Request) -> FastJSON:
     return FastJSON(projects[: body.limit])
 
 
-@router.post("/api/projects/list_only_no_fleets")
+@router.post("/api/projects/list_only_no_fleets", body=rq.NoBody, response="ProjectList")
 async def list_only_no_fleets(request: Request) -> FastJSON:
     user = await current_user(request)
     return FastJSON([serialize.project(p) for p in await accounts.projects_without_fleets(ctx_of(request).db, user)])
 
 
-@router.post("/api/projects/create", body=rq.CreateProjectBody)
+@router.post("/api/projects/create", body=rq.CreateProjectBody, response="Project")
 async def create_project(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.CreateProjectBody, request)
@@ -175,7 +175,7 @@ async def create_project(request: Request) -> FastJSON:
     return FastJSON(serialize.project(project, members, ctx_of(request).managers_manage_secrets))
 
 
-@router.post("/api/projects/delete", body=rq.DeleteProjectsBody)
+@router.post("/api/projects/delete", body=rq.DeleteProjectsBody, response="Null")
 async def delete_projects(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.DeleteProjectsBody, request)
@@ -194,13 +194,13 @@ async def _project_out(request: Request, project: Any) -> FastJSON:
 # routes then apply dstack's rules on admins (corral.services.members).
 
 
-@router.post("/api/projects/{project_name}/get")
+@router.post("/api/projects/{project_name}/get", body=rq.NoBody, response="Project")
 async def get_project(request: Request, project_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "member_or_public")
     return await _project_out(request, project)
 
 
-@router.post("/api/projects/{project_name}/update", body=rq.UpdateProjectBody)
+@router.post("/api/projects/{project_name}/update", body=rq.UpdateProjectBody, response="Project")
 async def update_project(request: Request, project_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "admin")
     b = await parse(rq.UpdateProjectBody, request)
@@ -211,7 +211,7 @@ async def update_project(request: Request, project_name: str) -> FastJSON:
     return await _project_out(request, updated)
 
 
-@router.post("/api/projects/{project_name}/set_members", body=rq.SetMembersBody)
+@router.post("/api/projects/{project_name}/set_members", body=rq.SetMembersBody, response="Project")
 async def set_members(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name, "manager")
     b = await parse(rq.SetMembersBody, request)
@@ -220,7 +220,7 @@ async def set_members(request: Request, project_name: str) -> FastJSON:
     return await _project_out(request, project)
 
 
-@router.post("/api/projects/{project_name}/add_members", body=rq.SetMembersBody)
+@router.post("/api/projects/{project_name}/add_members", body=rq.SetMembersBody, response="Project")
 async def add_members(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name, "manager_or_public")
     b = await parse(rq.SetMembersBody, request)
@@ -229,10 +229,32 @@ async def add_members(request: Request, project_name: str) -> FastJSON:
     return await _project_out(request, project)
 
 
-@router.post("/api/projects/{project_name}/remove_members", body=rq.RemoveMembersBody)
+@router.post("/api/projects/{project_name}/remove_members", body=rq.RemoveMembersBody, response="Project")
 async def remove_members(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name, "member")
     b = await parse(rq.RemoveMembersBody, request)
     await members.remove_members(ctx_of(request).db, user, project, b.usernames)
     forget_access(request)
     return await _project_out(request, project)
+
+
+@router.post("/api/project/{project_name}/templates/list", body=rq.NoBody, response="EmptyList")
+async def list_templates(request: Request, project_name: str) -> FastJSON:
+    """dstack's UI templates come from a project's ``templates_repo``, which corral does not support (it
+    refuses to set one): the list is empty, as dstack's is without a templates repo."""
+    await member(request, project_name)
+    return FastJSON([])
+
+
+# --- OAuth2 (dstack's open-source server registers no providers; nor does corral) ------------------------
+
+
+@router.post("/api/auth/list_providers", body=rq.NoBody, response="OAuthProviders", public=True)
+async def list_auth_providers() -> FastJSON:
+    return FastJSON([])
+
+
+@router.post("/api/auth/get_next_redirect", body=rq.NextRedirectBody, response="NextRedirect", public=True)
+async def get_next_redirect(request: Request) -> FastJSON:
+    b = await parse(rq.NextRedirectBody, request)
+    return FastJSON({"redirect_url": oauth.next_redirect_url(b.code, b.state)})

@@ -1,4 +1,5 @@
-"""Routers: fleets, instances, runs, logs; gateways and volumes (validated, not supported yet)."""
+"""Routers: fleets, instances, runs, logs; gateways and volumes (validated, not supported yet); the small
+lists the official CLI reads (events, secrets, metrics, GPUs)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ async def _member_project_ids(request: Request, names: list[str] | None) -> list
 # --- fleets -----------------------------------------------------------------------------------------
 
 
-@router.post("/api/fleets/list", body=rq.ListFleetsBody)
+@router.post("/api/fleets/list", body=rq.ListFleetsBody, response="FleetList")
 async def list_all_fleets(request: Request) -> FastJSON:
     b = await parse(rq.ListFleetsBody, request)
     ids = await _member_project_ids(request, [b.project_name] if b.project_name else None)
@@ -41,7 +42,7 @@ async def list_all_fleets(request: Request) -> FastJSON:
     return FastJSON([serialize.fleet(f) for f in found])
 
 
-@router.post(P + "/fleets/list", body=rq.ProjectFleetsBody)
+@router.post(P + "/fleets/list", body=rq.ProjectFleetsBody, response="FleetList")
 async def list_fleets(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.ProjectFleetsBody, request)
@@ -51,7 +52,7 @@ async def list_fleets(request: Request, project_name: str) -> FastJSON:
     return FastJSON([serialize.fleet(f) for f in found])
 
 
-@router.post(P + "/fleets/get", body=rq.GetByNameOrId)
+@router.post(P + "/fleets/get", body=rq.GetByNameOrId, response="Fleet")
 async def get_fleet(request: Request, project_name: str) -> FastJSON:
     user = await current_user(request)
     ctx = ctx_of(request)
@@ -73,21 +74,21 @@ async def get_fleet(request: Request, project_name: str) -> FastJSON:
     return FastJSON(serialize.fleet(found))
 
 
-@router.post(P + "/fleets/get_plan", body=rq.FleetPlanBody)
+@router.post(P + "/fleets/get_plan", body=rq.FleetPlanBody, response="FleetPlan")
 async def fleet_plan(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.FleetPlanBody, request)
     return FastJSON(await fleets.get_plan(ctx_of(request), project, user, b.spec.model_dump()))
 
 
-@router.post(P + "/fleets/apply", body=rq.ApplyFleetBody)
+@router.post(P + "/fleets/apply", body=rq.ApplyFleetBody, response="Fleet")
 async def fleet_apply(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.ApplyFleetBody, request)
     return FastJSON(await fleets.apply(ctx_of(request), project, b.plan.model_dump(), b.force))
 
 
-@router.post(P + "/fleets/delete", body=rq.NamesBody)
+@router.post(P + "/fleets/delete", body=rq.NamesBody, response="Null")
 async def fleet_delete(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.NamesBody, request)
@@ -95,7 +96,7 @@ async def fleet_delete(request: Request, project_name: str) -> FastJSON:
     return FastJSON(None)
 
 
-@router.post(P + "/fleets/delete_instances", body=rq.DeleteInstancesBody)
+@router.post(P + "/fleets/delete_instances", body=rq.DeleteInstancesBody, response="Null")
 async def fleet_delete_instances(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.DeleteInstancesBody, request)
@@ -103,7 +104,7 @@ async def fleet_delete_instances(request: Request, project_name: str) -> FastJSO
     return FastJSON(None)
 
 
-@router.post("/api/instances/list", body=rq.ListInstancesBody)
+@router.post("/api/instances/list", body=rq.ListInstancesBody, response="InstanceList")
 async def list_instances(request: Request) -> FastJSON:
     b = await parse(rq.ListInstancesBody, request)
     ids = await _member_project_ids(request, b.project_names)
@@ -112,10 +113,42 @@ async def list_instances(request: Request) -> FastJSON:
     return FastJSON([serialize.instance(i) for i in found])
 
 
+@router.post(P + "/instances/get", body=rq.GetInstanceBody, response="Instance")
+async def get_instance(request: Request, project_name: str) -> FastJSON:
+    user = await current_user(request)
+    ctx = ctx_of(request)
+    try:
+        _u, project = await member(request, project_name)
+        own = True
+    except Forbidden:
+        project, own = await accounts.find_project(ctx.db, project_name), False
+    b = await parse(rq.GetInstanceBody, request)
+    if own:
+        return FastJSON(serialize.instance(await fleets.get_instance(ctx, project, str(b.id))))
+    # dstack's check_can_access_instance: members of a project the instance's fleet is exported to
+    try:
+        found = await fleets.get_instance(ctx, project, str(b.id))
+    except ResourceNotExists:
+        raise Forbidden() from None
+    if not await exports.imported_by_member_project(ctx, user, project, found.fleet_id):
+        raise Forbidden()
+    return FastJSON(serialize.instance(found))
+
+
+@router.post(
+    P + "/instances/get_instance_health_checks", body=rq.InstanceHealthChecksBody, response="InstanceHealthChecks"
+)
+async def instance_health_checks(request: Request, project_name: str) -> FastJSON:
+    _u, project = await member(request, project_name)
+    b = await parse(rq.InstanceHealthChecksBody, request)
+    checks = await fleets.instance_health_checks(ctx_of(request), project, b.fleet_name, b.instance_num)
+    return FastJSON({"health_checks": checks})
+
+
 # --- runs -------------------------------------------------------------------------------------------
 
 
-@router.post("/api/runs/list", body=rq.ListRunsBody)
+@router.post("/api/runs/list", body=rq.ListRunsBody, response="RunList")
 async def list_all_runs(request: Request) -> FastJSON:
     b = await parse(rq.ListRunsBody, request)
     if b.project_name is None and b.repo_id is not None:
@@ -130,7 +163,7 @@ async def list_all_runs(request: Request) -> FastJSON:
     return FastJSON(await runs.list_runs(ctx_of(request), ids, body, user_id))
 
 
-@router.post(P + "/runs/list", body=rq.ListRunsBody)
+@router.post(P + "/runs/list", body=rq.ListRunsBody, response="RunList")
 async def list_runs(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.ListRunsBody, request)
@@ -140,28 +173,28 @@ async def list_runs(request: Request, project_name: str) -> FastJSON:
     return FastJSON(await runs.list_runs(ctx_of(request), [project.id], body, None))
 
 
-@router.post(P + "/runs/get", body=rq.GetRunBody)
+@router.post(P + "/runs/get", body=rq.GetRunBody, response="Run")
 async def get_run(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.GetRunBody, request)
     return FastJSON(await runs.get(ctx_of(request), project, b.run_name, str(b.id) if b.id else None))
 
 
-@router.post(P + "/runs/get_plan", body=rq.RunPlanBody)
+@router.post(P + "/runs/get_plan", body=rq.RunPlanBody, response="RunPlan")
 async def run_plan(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.RunPlanBody, request)
     return FastJSON(await runs.get_plan(ctx_of(request), project, user, b.model_dump()))
 
 
-@router.post(P + "/runs/apply", body=rq.ApplyRunBody)
+@router.post(P + "/runs/apply", body=rq.ApplyRunBody, response="Run")
 async def run_apply(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.ApplyRunBody, request)
     return FastJSON(await runs.apply(ctx_of(request), project, user, b.plan.model_dump(), b.force))
 
 
-@router.post(P + "/runs/stop", body=rq.StopRunsBody)
+@router.post(P + "/runs/stop", body=rq.StopRunsBody, response="Null")
 async def run_stop(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.StopRunsBody, request)
@@ -169,7 +202,7 @@ async def run_stop(request: Request, project_name: str) -> FastJSON:
     return FastJSON(None)
 
 
-@router.post(P + "/runs/delete", body=rq.DeleteRunsBody)
+@router.post(P + "/runs/delete", body=rq.DeleteRunsBody, response="Null")
 async def run_delete(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.DeleteRunsBody, request)
@@ -177,7 +210,7 @@ async def run_delete(request: Request, project_name: str) -> FastJSON:
     return FastJSON(None)
 
 
-@router.post(P + "/logs/poll", body=rq.PollLogsBody)
+@router.post(P + "/logs/poll", body=rq.PollLogsBody, response="JobLogs")
 async def logs_poll(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.PollLogsBody, request)
@@ -189,6 +222,7 @@ async def logs_poll(request: Request, project_name: str) -> FastJSON:
 
 
 # --- gateways and volumes: validated, then "not supported yet" ----------------------------------------
+# (the routes that always refuse record no response model: the document gives them no 200)
 
 
 def _not_supported(what: str) -> ServiceError:
@@ -222,21 +256,24 @@ async def gateway_apply(request: Request, project_name: str) -> FastJSON:
     raise _not_supported("Gateways")
 
 
-@router.post(P + "/gateways/list")
+@router.post(P + "/gateways/list", body=rq.ListGatewaysBody, response="EmptyList")
 async def gateway_list(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name, "member_or_public")
+    await parse(rq.ListGatewaysBody, request)
     return FastJSON([])
 
 
-@router.post(P + "/gateways/get")
+@router.post(P + "/gateways/get", body=rq.NameBody)
 async def gateway_get(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name, "member_or_public")
+    await parse(rq.NameBody, request)
     raise ServiceError("Gateway not found", code="resource_not_exists")
 
 
-@router.post(P + "/gateways/delete")
+@router.post(P + "/gateways/delete", body=rq.NamesBody, response="Null")
 async def gateway_delete(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name, "admin")
+    await parse(rq.NamesBody, request)
     return FastJSON(None)
 
 
@@ -248,49 +285,54 @@ async def volume_create(request: Request, project_name: str) -> FastJSON:
     raise _not_supported("Volumes")
 
 
-@router.post(P + "/volumes/list")
+@router.post(P + "/volumes/list", body=rq.NoBody, response="EmptyList")
 async def project_volume_list(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name)
     return FastJSON([])
 
 
-@router.post("/api/volumes/list")
+@router.post("/api/volumes/list", body=rq.ListVolumesBody, response="EmptyList")
 async def volume_list(request: Request) -> FastJSON:
     await current_user(request)
+    await parse(rq.ListVolumesBody, request)
     return FastJSON([])
 
 
-@router.post(P + "/volumes/get")
+@router.post(P + "/volumes/get", body=rq.NameBody)
 async def volume_get(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name)
+    await parse(rq.NameBody, request)
     raise ServiceError("Volume not found", code="resource_not_exists")
 
 
-@router.post(P + "/volumes/delete")
+@router.post(P + "/volumes/delete", body=rq.NamesBody, response="Null")
 async def volume_delete(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name)
+    await parse(rq.NamesBody, request)
     return FastJSON(None)
 
 
 # --- endpoints the official CLI calls that corral answers minimally for now -----------------------------
 
 
-@router.post("/api/events/list")
+@router.post("/api/events/list", body=rq.ListEventsBody, response="EmptyList")
 async def events_list(request: Request) -> FastJSON:
     await current_user(request)
+    await parse(rq.ListEventsBody, request)
     return FastJSON([])
 
 
-@router.get(P + "/metrics/job/{run_name}")
+@router.get(P + "/metrics/job/{run_name}", response="JobMetrics")
 async def job_metrics(request: Request, project_name: str, run_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     await runs.get(ctx_of(request), project, run_name, None)
     return FastJSON({"metrics": []})
 
 
-@router.post(P + "/gpus/list")
+@router.post(P + "/gpus/list", body=rq.ListGpusBody, response="GpuList")
 async def gpus_list(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
+    await parse(rq.ListGpusBody, request)  # validated as dstack does; every offer of the project is listed
     groups: dict[tuple[str, int, str], dict[str, Any]] = {}
     for compute in ctx_of(request).project_computes(backend_types(project.backends)):
         for offer in compute.offers():

@@ -41,7 +41,7 @@ async def _uploaded(request: Request, what: str) -> tuple[str | None, bytes]:
         await form.close()
 
 
-@router.post(P + "/init", body=rq.ReposInitBody)
+@router.post(P + "/init", body=rq.ReposInitBody, response="Null")
 async def repos_init(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.ReposInitBody, request)
@@ -49,20 +49,20 @@ async def repos_init(request: Request, project_name: str) -> FastJSON:
     return FastJSON(None)
 
 
-@router.post(P + "/list")
+@router.post(P + "/list", body=rq.NoBody, response="RepoHeadList")
 async def repos_list(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     return FastJSON(await repos.list_repos(ctx_of(request), project))
 
 
-@router.post(P + "/get", body=rq.GetRepoBody)
+@router.post(P + "/get", body=rq.GetRepoBody, response="RepoHeadWithCreds")
 async def repos_get(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.GetRepoBody, request)
     return FastJSON(await repos.get(ctx_of(request), project, user, b.repo_id, b.include_creds))
 
 
-@router.post(P + "/delete", body=rq.DeleteReposBody)
+@router.post(P + "/delete", body=rq.DeleteReposBody, response="Null")
 async def repos_delete(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.DeleteReposBody, request)
@@ -70,7 +70,7 @@ async def repos_delete(request: Request, project_name: str) -> FastJSON:
     return FastJSON(None)
 
 
-@router.post(P + "/upload_code")
+@router.post(P + "/upload_code", upload=True, response="Null")
 async def repos_upload_code(request: Request, project_name: str, repo_id: str) -> FastJSON:
     _u, project = await member(request, project_name)
     filename, data = await _uploaded(request, "code")
@@ -78,14 +78,14 @@ async def repos_upload_code(request: Request, project_name: str, repo_id: str) -
     return FastJSON(None)
 
 
-@router.post("/api/files/upload_archive")
+@router.post("/api/files/upload_archive", upload=True, response="FileArchive")
 async def files_upload_archive(request: Request) -> FastJSON:
     user = await current_user(request)
     filename, data = await _uploaded(request, "file archive")
     return FastJSON(await repos.upload_archive(ctx_of(request), user, filename, data))
 
 
-@router.post("/api/files/get_archive_by_hash", body=rq.ArchiveByHashBody)
+@router.post("/api/files/get_archive_by_hash", body=rq.ArchiveByHashBody, response="FileArchive")
 async def files_get_archive_by_hash(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.ArchiveByHashBody, request)

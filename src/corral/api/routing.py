@@ -4,8 +4,11 @@ A handler is ``async def name(request, <path params>..., <query params>...) -> R
 names say where each value comes from: ``request`` is the request, a name in the path's ``{...}`` is that
 path parameter, any other name is a required query parameter (missing: 422 before the handler runs, as
 FastAPI did). Handlers parse their own bodies (``parse(Model, request)``, so that authentication comes
-first where it should); ``body=`` only records that model for the OpenAPI document
-(:mod:`corral.api.openapi`, built on the first request to the docs, never at start-up).
+first where it should). What a route records is for the OpenAPI document (:mod:`corral.api.openapi`,
+built on the first request to the docs, never at start-up): ``body=`` the model the handler parses its
+body with (a route that reads no body records ``NoBody``), ``upload=True`` a multipart upload of one
+``file``, ``response=`` the name of its answer's model in :mod:`corral.schemas.responses` (a name, so
+that the server's start-up imports none of them), and ``public=True`` a route that needs no token.
 
 Plain Starlette routes instead of FastAPI's: FastAPI analysed every handler's signature at import and
 imported its OpenAPI models, which was a quarter of the server's start-up.
@@ -45,6 +48,9 @@ class RouteSpec:
     path: str
     handler: Handler
     body: type[Any] | None  # the request body's pydantic model, for the docs only
+    response: str | None  # the answer's model in corral.schemas.responses, by name (imported by the docs only)
+    public: bool  # answers without a token
+    upload: bool  # a multipart/form-data upload with one ``file`` field
     path_params: tuple[str, ...]
     query_params: tuple[str, ...]
     takes_request: bool
@@ -60,13 +66,23 @@ class RouteTable:
     def __init__(self) -> None:
         self.routes: list[RouteSpec] = []
 
-    def get(self, path: str, *, body: type[Any] | None = None) -> Callable[[H], H]:
-        return self._add("GET", path, body)
+    def get(self, path: str, *, response: str | None = None, public: bool = False) -> Callable[[H], H]:
+        return self._add("GET", path, None, response, public, False)
 
-    def post(self, path: str, *, body: type[Any] | None = None) -> Callable[[H], H]:
-        return self._add("POST", path, body)
+    def post(
+        self,
+        path: str,
+        *,
+        body: type[Any] | None = None,
+        response: str | None = None,
+        public: bool = False,
+        upload: bool = False,
+    ) -> Callable[[H], H]:
+        return self._add("POST", path, body, response, public, upload)
 
-    def _add(self, method: str, path: str, body: type[Any] | None) -> Callable[[H], H]:
+    def _add(
+        self, method: str, path: str, body: type[Any] | None, response: str | None, public: bool, upload: bool
+    ) -> Callable[[H], H]:
         def decorator(handler: H) -> H:
             code = getattr(handler, "__code__")  # noqa: B009 - a plain function's arguments, cheaply
             args = code.co_varnames[: code.co_argcount]
@@ -77,6 +93,9 @@ class RouteTable:
                     path=path,
                     handler=handler,
                     body=body,
+                    response=response,
+                    public=public,
+                    upload=upload,
                     path_params=tuple(a for a in args if a in in_path),
                     query_params=tuple(a for a in args if a != "request" and a not in in_path),
                     takes_request="request" in args,

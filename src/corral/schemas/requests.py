@@ -20,6 +20,12 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
+class NoBody(BaseModel):
+    """A route that reads no body (as in dstack): whatever is sent, or nothing, is ignored."""
+
+    model_config = ConfigDict(extra="allow", defer_build=True, title="NoBody")
+
+
 class UsernameBody(Body):
     username: str
 
@@ -293,9 +299,75 @@ class VolumeCreateBody(Body):
     configuration: dict[str, Any]
 
 
+class NameBody(Body):
+    name: str
+
+
+class ListGatewaysBody(Body):
+    include_imported: bool = False
+
+
+class ListVolumesBody(Body):
+    project_name: str | None = None
+    only_active: bool = False
+    prev_created_at: datetime | None = None
+    prev_id: UUID | None = None
+    limit: int = Field(100, ge=0, le=100)
+    ascending: bool = False
+
+
+class ListEventsBody(Body):
+    target_projects: list[UUID] | None = None
+    target_users: list[UUID] | None = None
+    target_fleets: list[UUID] | None = None
+    target_instances: list[UUID] | None = None
+    target_runs: list[UUID] | None = None
+    target_jobs: list[UUID] | None = None
+    target_volumes: list[UUID] | None = None
+    target_gateways: list[UUID] | None = None
+    target_gateway_replicas: list[UUID] | None = None
+    target_secrets: list[UUID] | None = None
+    target_presets: list[UUID] | None = None
+    within_projects: list[UUID] | None = None
+    within_fleets: list[UUID] | None = None
+    within_runs: list[UUID] | None = None
+    within_gateways: list[UUID] | None = None
+    include_target_types: list[str] | None = None
+    actors: list[UUID | None] | None = None
+    prev_recorded_at: datetime | None = None
+    prev_id: UUID | None = None
+    limit: int = Field(100, ge=1, le=100)
+    ascending: bool = False
+
+
+class ListGpusBody(Body):
+    run_spec: RunSpecIn
+    group_by: list[Literal["backend", "region", "count"]] | None = None
+    reverse: bool = False
+    full_offers: bool = False
+    unallocated_resources: bool = False
+
+
+class GetInstanceBody(Body):
+    id: UUID
+
+
+class InstanceHealthChecksBody(Body):
+    fleet_name: str
+    instance_num: int
+    after: datetime | None = None
+    before: datetime | None = None
+    limit: int | None = None
+
+
+class NextRedirectBody(Body):
+    code: str
+    state: str
+
+
 def warm_up() -> None:
     """Build every request model now (of this module and of the modules that extend ``Body``)."""
-    todo: list[type[BaseModel]] = [Body, _RepoInfoBase]
+    todo: list[type[BaseModel]] = [Body, _RepoInfoBase, NoBody]
     while todo:
         model = todo.pop()
         todo.extend(model.__subclasses__())

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.domain.access import backend_types, usable_computes
 from corral.domain.fleets import without_ssh_keys
-from corral.domain.records import FleetRec, ProjectRec, UserRec
+from corral.domain.records import FleetRec, InstanceRec, ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.scheduler.blocks import smallest_carves
 from corral.scheduler.codec import offer_to_json
@@ -305,3 +305,23 @@ async def imported_fleets(ctx: Context, project: ProjectRec) -> list[FleetRec]:
             if fleet is not None and not fleet.deleted:
                 out.append(fleet)
     return out
+
+
+async def get_instance(ctx: Context, project: ProjectRec, instance_id: str) -> InstanceRec:
+    """dstack's ``instances/get``: the project's instance by id, deleted or not (400 when there is none)."""
+    async with ctx.db.read() as conn:
+        found = await store.get_instance(conn, instance_id)
+    if found is None or found.project_id != project.id:
+        raise ResourceNotExists("Resource not found")
+    return found
+
+
+async def instance_health_checks(ctx: Context, project: ProjectRec, fleet_name: str, instance_num: int) -> list[Any]:
+    """dstack's ``instances/get_instance_health_checks`` for the live instance ``instance_num`` of fleet
+    ``fleet_name`` (400 when there is none). corral's agents report no DCGM health checks, so the history
+    is empty; the instance's ``health_status`` is always ``healthy``, as dstack's is without checks."""
+    async with ctx.db.read() as conn:
+        found = await store.list_instances(conn, project_ids=[project.id])
+    if not any(i.fleet_name == fleet_name and i.instance_num == instance_num for i in found):
+        raise ResourceNotExists("Resource not found")
+    return []
