@@ -1,14 +1,11 @@
-"""A real corral server (``server_harness.running_server``) in a thread of its own, for synchronous clients
-(schemathesis, Hypothesis), seeded with data of every kind the API serves: a project with a fleet and its
-instance, a finished run with logs, a second project the fleet is exported to, a repo, a public key and a
-second user. The ids a test needs to reach past "not found" are in ``Seeded``.
+"""A real ``corral server`` process for synchronous clients (schemathesis, Hypothesis), seeded with data
+of every kind the API serves: a project with a fleet and its instance, a finished run with logs, a
+second project the fleet is exported to, a repo, a public key and a second user. The ids a test needs to reach past "not found" are in ``Seeded``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,8 +14,7 @@ from typing import Any
 
 import httpx
 
-from server_harness import RunningServer, make_settings, running_server
-
+TOKEN = "fuzz-admin-token-0123456789"
 RESOURCES = {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."}
 PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHqXF2nAXjD6cKuF0Wv7SNe/R3mdbD3SW0wpD8nx0d0p fuzz@corral"
 
@@ -85,39 +81,9 @@ def seed(s: Seeded) -> None:
 
 @contextlib.contextmanager
 def live_server(tmp: Path) -> Iterator[Seeded]:
-    """The server runs in its own thread and event loop until the block ends."""
-    started = threading.Event()
-    holder: dict[str, Any] = {}
-    loop = asyncio.new_event_loop()
+    """``corral server`` as a process of its own (the e2e harness): a synchronous client in the test's
+    process then has a core to itself, as the server has."""
+    from dstack_client_env import corral_server
 
-    async def serve() -> None:
-        stop = asyncio.Event()
-        holder["stop"] = stop
-        try:
-            async with running_server(make_settings(tmp)) as server:
-                holder["server"] = server
-                started.set()
-                await stop.wait()
-        finally:
-            started.set()
-
-    def main() -> None:
-        try:
-            loop.run_until_complete(serve())
-        except BaseException as e:  # reported to the test below
-            holder["error"] = e
-
-    thread = threading.Thread(target=main, name="live-corral", daemon=True)
-    thread.start()
-    started.wait(60)
-    if "server" not in holder:
-        raise RuntimeError(f"the test server did not start: {holder.get('error')!r}")
-    server: RunningServer = holder["server"]
-    try:
-        yield Seeded(url=server.url, token=server.token)
-    finally:
-        loop.call_soon_threadsafe(holder["stop"].set)
-        thread.join(60)
-        loop.close()
-        if "error" in holder:
-            raise holder["error"]
+    with corral_server(tmp, TOKEN, CORRAL_SANDBOX="off") as server:
+        yield Seeded(url=server.url, token=TOKEN)

@@ -155,6 +155,8 @@ def _jsonable_errors(errors: Any) -> list[dict[str, Any]]:
             json.dumps(item.get("input"))
         except (TypeError, ValueError):
             item["input"] = str(item.get("input"))
+        except RecursionError:  # nested deeper than the encoder goes: not shown
+            item["input"] = None
         out.append(item)
     return out
 

@@ -13,6 +13,7 @@ from corral.api.deps import FastJSON, ctx_of, current_user, member
 from corral.api.routes_accounts import parse
 from corral.api.routing import RouteTable
 from corral.domain.access import backend_types
+from corral.domain.times import epoch_seconds
 from corral.schemas import requests as rq
 from corral.services import accounts, exports, fleets, logs, runs, serialize
 from corral.services.errors import Forbidden, ResourceNotExists, ServiceError, validation_errors
@@ -35,7 +36,7 @@ async def _member_project_ids(request: Request, names: list[str] | None) -> list
 async def list_all_fleets(request: Request) -> FastJSON:
     b = await parse(rq.ListFleetsBody, request)
     ids = await _member_project_ids(request, [b.project_name] if b.project_name else None)
-    after = (b.prev_created_at.timestamp(), str(b.prev_id or "")) if b.prev_created_at else None
+    after = (epoch_seconds(b.prev_created_at), str(b.prev_id or "")) if b.prev_created_at else None
     found = await fleets.list_fleets(ctx_of(request), ids, limit=b.limit, ascending=b.ascending, after=after)
     if b.only_active:
         found = [f for f in found if f.status in ("submitted", "active")]

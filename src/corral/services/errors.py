@@ -63,5 +63,7 @@ def validation_errors(exc: Any, prefix: tuple[str | int, ...]) -> InvalidConfigu
                 item["input"] = err["input"]
             except (TypeError, ValueError):
                 item["input"] = str(err["input"])
+            except RecursionError:  # nested deeper than the encoder goes: not shown
+                item["input"] = None
         out.append(item)
     return InvalidConfiguration(out)

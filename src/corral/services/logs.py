@@ -7,7 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from corral.domain.records import ProjectRec
-from corral.services.errors import ResourceNotExists
+from corral.domain.times import epoch_seconds
+from corral.services.errors import ResourceNotExists, ServiceError
 from corral.services.serialize import iso
 from corral.store import runs as store
 from corral.workers.context import Context
@@ -15,10 +16,26 @@ from corral.workers.context import Context
 _SOURCES = {0: "stdout", 1: "stderr"}
 
 
+_MAX_TOKEN = 2**63 - 1  # a log row's id: anything larger names no row (and would not bind in SQL)
+
+
 def _ts(value: Any) -> float | None:
     if value is None:
         return None
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    return epoch_seconds(datetime.fromisoformat(str(value).replace("Z", "+00:00")))
+
+
+def _after(token: Any) -> int | None:
+    """dstack's ``next_token``: a non-negative integer (a 400 otherwise, as dstack answers it)."""
+    if token in (None, ""):
+        return None
+    try:
+        value = int(str(token))
+    except ValueError:
+        value = -1
+    if not 0 <= value <= _MAX_TOKEN:
+        raise ServiceError(f"Invalid next_token: {token}. Must be a non-negative integer.")
+    return value
 
 
 async def poll(ctx: Context, project: ProjectRec, body: dict[str, Any]) -> dict[str, Any]:
@@ -32,7 +49,7 @@ async def poll(ctx: Context, project: ProjectRec, body: dict[str, Any]) -> dict[
         if body.get("diagnose"):
             return {"logs": [], "external_url": None, "next_token": None}
         token = body.get("next_token")
-        after = int(token) if token not in (None, "") else None
+        after = _after(token)
         limit = int(body.get("limit") or 100)
         rows = await store.read_logs(
             conn,

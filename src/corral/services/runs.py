@@ -19,6 +19,7 @@ from corral.domain.access import backend_types
 from corral.domain.documents import json_default
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
+from corral.domain.times import epoch_seconds
 from corral.scheduler.blocks import smallest_carves
 from corral.services import local_admission, repos, run_references, serialize
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
@@ -360,7 +361,7 @@ async def list_runs(
     if body.get("prev_submitted_at") is not None:
         from datetime import datetime
 
-        ts = datetime.fromisoformat(str(body["prev_submitted_at"]).replace("Z", "+00:00")).timestamp()
+        ts = epoch_seconds(datetime.fromisoformat(str(body["prev_submitted_at"]).replace("Z", "+00:00")))
         after = (ts, body.get("prev_run_id") or "")
     include_jobs = bool(body.get("include_jobs", True))
     limit_subs = body.get("job_submissions_limit")
