@@ -1,6 +1,7 @@
 """A real ``corral server`` process for synchronous clients (schemathesis, Hypothesis), seeded with data
 of every kind the API serves: a project with a fleet and its instance, a finished run with logs, a
-second project the fleet is exported to, a repo, a public key and a second user. The ids a test needs to reach past "not found" are in ``Seeded``.
+second project the fleet is exported to, a repo, a public key and a second user. The ids a test needs
+to reach past "not found" are in ``Seeded``.
 """
 
 from __future__ import annotations

@@ -223,6 +223,12 @@ def test_secrets_and_a_task_that_uses_one(cli: DstackCli, fleet: str) -> None:
     assert not rows(res.stdout, "e2e-token") and not rows(res.stdout, "e2e_token"), cli.explain(res)
 
 
+def test_login_finds_no_sso_provider(cli: DstackCli, project: str) -> None:
+    # `dstack login` asks auth/list_providers first: corral, like dstack's open-source server, has none
+    res = cli.run("login", "--url", cli.server.url)
+    assert res.returncode != 0 and "No SSO providers configured on the server." in res.output, cli.explain(res)
+
+
 def test_fleet_delete(cli: DstackCli, fleet: str, e2e_tmp: Path) -> None:
     res = cli.ok("fleet", "delete", fleet, "-y")
     assert f"Fleet {fleet} deleted" in res.output, cli.explain(res)

@@ -341,7 +341,7 @@ class ListEventsBody(Body):
 
 
 class ListGpusBody(Body):
-    run_spec: RunSpecIn
+    run_spec: dict[str, Any]  # dstack's RunSpec, as every version of its client sends it; not read
     group_by: list[Literal["backend", "region", "count"]] | None = None
     reverse: bool = False
     full_offers: bool = False
