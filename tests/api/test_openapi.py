@@ -43,7 +43,7 @@ def test_the_document_is_valid_openapi(doc: dict[str, Any]) -> None:
 
 def test_every_post_has_a_request_body_from_the_model_its_handler_parses(doc: dict[str, Any]) -> None:
     posts = [spec for spec in SPECS if spec.method == "POST"]
-    assert len(posts) >= 70
+    assert len(posts) >= 69
     for spec in posts:
         op = doc["paths"][spec.path]["post"]
         assert "requestBody" in op, spec.path

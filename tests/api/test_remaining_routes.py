@@ -31,54 +31,54 @@ async def test_instances_templates_and_auth_routes_answer_as_dstack(server: Runn
             "members": [{"username": "admin", "project_role": "admin"}, {"username": "member", "project_role": "user"}]
         }
         assert (await admin.post("/api/projects/beta/set_members", json=body)).status_code == 200
-        r = await admin.post("/api/project/alpha/fleets/apply", json=fleet_body(name="shared", nodes="1"))
+        r = await admin.post("/api/project/main/fleets/apply", json=fleet_body(name="shared", nodes="1"))
         assert r.status_code == 200, r.text
 
         async def instance() -> dict[str, Any] | None:
-            found = (await admin.post("/api/instances/list", json={"project_names": ["alpha"]})).json()
+            found = (await admin.post("/api/instances/list", json={"project_names": ["main"]})).json()
             return found[0] if found else None
 
         listed = await wait_for(instance)
-        got = await admin.post("/api/project/alpha/instances/get", json={"id": listed["id"]})
+        got = await admin.post("/api/project/main/instances/get", json={"id": listed["id"]})
         assert got.status_code == 200, got.text
         assert {k: got.json()[k] for k in ("id", "name", "fleet_name", "instance_num", "project_name")} == {
             k: listed[k] for k in ("id", "name", "fleet_name", "instance_num", "project_name")
         }
         # an id of another project's instance, or of none: dstack's "not found" for a member
-        for project, iid in (("beta", listed["id"]), ("alpha", str(uuid.uuid4()))):
+        for project, iid in (("alpha", listed["id"]), ("main", str(uuid.uuid4()))):
             r = await admin.post(f"/api/project/{project}/instances/get", json={"id": iid})
             assert (r.status_code, r.json()) == (
                 400,
                 {"detail": [{"msg": "Resource not found", "code": "resource_not_exists"}]},
             ), r.text
-        r = await admin.post("/api/project/alpha/instances/get", json={"id": "not-a-uuid"})
+        r = await admin.post("/api/project/main/instances/get", json={"id": "not-a-uuid"})
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "id"]
         r = await admin.post("/api/project/nope/instances/get", json={"id": listed["id"]})
         assert (r.status_code, r.json()) == (404, {"detail": {"msg": "Not found", "code": None}})
 
         checks = {"fleet_name": "shared", "instance_num": listed["instance_num"]}
-        r = await admin.post("/api/project/alpha/instances/get_instance_health_checks", json=checks)
+        r = await admin.post("/api/project/main/instances/get_instance_health_checks", json=checks)
         assert (r.status_code, r.json()) == (200, {"health_checks": []}), r.text
         r = await admin.post(
-            "/api/project/alpha/instances/get_instance_health_checks", json={**checks, "instance_num": 7}
+            "/api/project/main/instances/get_instance_health_checks", json={**checks, "instance_num": 7}
         )
         assert (r.status_code, r.json()["detail"][0]["code"]) == (400, "resource_not_exists")
 
-        assert (await admin.post("/api/project/alpha/templates/list")).json() == []
+        assert (await admin.post("/api/project/main/templates/list")).json() == []
 
     async with server.client(token=token) as member:
-        # not a member of alpha: refused, until alpha exports the fleet to beta, where they are
-        r = await member.post("/api/project/alpha/instances/get", json={"id": listed["id"]})
+        # not a member of main: refused, until main exports the fleet to beta, where they are
+        r = await member.post("/api/project/main/instances/get", json={"id": listed["id"]})
         assert (r.status_code, r.json()) == (403, {"detail": {"msg": "Access denied", "code": None}})
         async with server.client() as admin:
             export = {"name": "to-beta", "importer_projects": ["beta"], "exported_fleets": ["shared"]}
-            assert (await admin.post("/api/project/alpha/exports/create", json=export)).status_code == 200
-        r = await member.post("/api/project/alpha/instances/get", json={"id": listed["id"]})
+            assert (await admin.post("/api/project/main/exports/create", json=export)).status_code == 200
+        r = await member.post("/api/project/main/instances/get", json={"id": listed["id"]})
         assert r.status_code == 200 and r.json()["id"] == listed["id"], r.text
-        # ... but still not what alpha has and does not export
-        r = await member.post("/api/project/alpha/instances/get", json={"id": str(uuid.uuid4())})
+        # ... but still not what main has and does not export
+        r = await member.post("/api/project/main/instances/get", json={"id": str(uuid.uuid4())})
         assert r.status_code == 403
-        r = await member.post("/api/project/alpha/templates/list")
+        r = await member.post("/api/project/main/templates/list")
         assert r.status_code == 403
 
     async with httpx.AsyncClient(base_url=server.url) as anyone:  # no token: these need none
