@@ -57,6 +57,8 @@ LATER = [
     "asyncssh",
     "websockets",
     "corral.api.openapi",
+    "corral.schemas.responses",  # the answers' models: the API document's, built on its first request
+    "corral.services.oauth",
     "sqlalchemy.dialects.postgresql",  # a SQLite server needs only the SQLite dialect
     "corral.config.runs",  # the configuration models: on first use, or in the warm-up thread
     "corral.config.fleets",

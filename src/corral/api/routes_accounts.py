@@ -11,7 +11,7 @@ from corral import DSTACK_API_VERSION, __version__
 from corral.api.deps import FastJSON, body_json, ctx_of, current_user, forget_access, member
 from corral.api.routing import RequestValidationError, RouteTable
 from corral.schemas import requests as rq
-from corral.services import accounts, members, oauth, public_keys, serialize
+from corral.services import accounts, members, public_keys, serialize
 from corral.services.errors import ServiceError
 
 router = RouteTable()
@@ -256,5 +256,7 @@ async def list_auth_providers() -> FastJSON:
 
 @router.post("/api/auth/get_next_redirect", body=rq.NextRedirectBody, response="NextRedirect", public=True)
 async def get_next_redirect(request: Request) -> FastJSON:
+    from corral.services import oauth  # rarely called: not on the start path
+
     b = await parse(rq.NextRedirectBody, request)
     return FastJSON({"redirect_url": oauth.next_redirect_url(b.code, b.state)})
