@@ -22,20 +22,20 @@ async def _manager(request: Request, project_name: str) -> ProjectRec:
     return project
 
 
-@router.post(P + "/list")
+@router.post(P + "/list", body=rq.NoBody, response="SecretList")
 async def list_secrets(request: Request, project_name: str) -> FastJSON:
     project = await _manager(request, project_name)
     return FastJSON(await secrets.list_secrets(ctx_of(request), project))
 
 
-@router.post(P + "/get", body=rq.GetSecretBody)
+@router.post(P + "/get", body=rq.GetSecretBody, response="Secret")
 async def get_secret(request: Request, project_name: str) -> FastJSON:
     project = await _manager(request, project_name)
     b = await parse(rq.GetSecretBody, request)
     return FastJSON(await secrets.get_secret(ctx_of(request), project, b.name))
 
 
-@router.post(P + "/create_or_update", body=rq.CreateOrUpdateSecretBody)
+@router.post(P + "/create_or_update", body=rq.CreateOrUpdateSecretBody, response="Secret")
 async def create_or_update(request: Request, project_name: str) -> FastJSON:
     project = await _manager(request, project_name)
     b = await parse(rq.CreateOrUpdateSecretBody, request)
@@ -43,7 +43,7 @@ async def create_or_update(request: Request, project_name: str) -> FastJSON:
     return FastJSON(answer)
 
 
-@router.post(P + "/delete", body=rq.DeleteSecretsBody)
+@router.post(P + "/delete", body=rq.DeleteSecretsBody, response="Null")
 async def delete_secrets(request: Request, project_name: str) -> FastJSON:
     project = await _manager(request, project_name)
     b = await parse(rq.DeleteSecretsBody, request)

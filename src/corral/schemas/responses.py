@@ -467,8 +467,20 @@ class FileArchive(Out):
     hash: str
 
 
+class Secret(Out):
+    """A project's secret; ``value`` only where it is asked for (``secrets/get``, the one just set)."""
+
+    id: UUID
+    name: str
+    value: Optional[str]
+
+
+class SecretList(RootModel[list[Secret]]):
+    """The project's secrets, without their values."""
+
+
 class EmptyList(RootModel[list[AnyObject]]):
-    """Always empty: corral has none of these yet (events, gateways, volumes, secrets, templates)."""
+    """Always empty: corral has none of these yet (events, gateways, volumes, templates)."""
 
 
 class Null(RootModel[None]):
