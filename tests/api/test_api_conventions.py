@@ -137,6 +137,9 @@ async def test_minimal_endpoints_the_official_cli_calls(server: RunningServer) -
     async with server.client() as c:
         assert (await c.post("/api/events/list", json={})).json() == []
         assert (await c.post("/api/project/main/secrets/list", json={})).json() == []
-        assert "gpus" in (await c.post("/api/project/main/gpus/list", json={})).json()
+        task = {"run_spec": {"configuration": {"type": "task", "commands": ["true"]}}}
+        assert "gpus" in (await c.post("/api/project/main/gpus/list", json=task)).json()
+        r = await c.post("/api/project/main/gpus/list", json={})  # dstack's ListGpusRequest needs a run_spec
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "run_spec"]
         r = await c.get("/api/project/main/metrics/job/nope")
         assert r.status_code == 400 and r.json()["detail"][0]["code"] == "resource_not_exists"

@@ -72,7 +72,8 @@ async def test_the_local_backend_belongs_to_the_projects_config_yml_names(tmp_pa
         await wait_for(team_a_instance)
         found = (await c.post("/api/instances/list", json={})).json()
         assert {i["project_name"] for i in found} == {"team-a"}
-        gpus = (await c.post("/api/project/team-b/gpus/list", json={})).json()
+        task = {"run_spec": {"configuration": {"type": "task", "commands": ["true"]}}}
+        gpus = (await c.post("/api/project/team-b/gpus/list", json=task)).json()
         assert gpus == {"gpus": []}
         for p in ("team-a", "team-b"):
             await c.post(f"/api/project/{p}/fleets/delete", json={"names": ["f"]})
