@@ -129,7 +129,7 @@ async def prepare(settings: Settings) -> Prepared:
     server_config = load_server_config(settings.server_dir / "config.yml")
     private_state_dir(settings)
     _check_encryption_key(settings)
-    db = Database(settings.database_url)
+    db = Database(settings.database_url, events_ttl=settings.events_ttl)
     await upgrade(db)
     cipher = cipher_for(settings)
     boot = await accounts.bootstrap(db, settings.admin_token, cipher=cipher)

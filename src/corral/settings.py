@@ -96,6 +96,8 @@ class Settings:
     sandbox: str = "auto"
     #: The uids sandboxed jobs get, one each (``first-last``; None: 200000-265535).
     job_uid_range: str | None = None
+    #: How long events are kept, in seconds (dstack: 30 days); at most zero stores none.
+    events_ttl: float = 30 * 24 * 3600.0
 
     @property
     def data_dir(self) -> Path:
@@ -156,6 +158,14 @@ class Settings:
             if not (lo.isdigit() and hi.isdigit() and 0 < int(lo) <= int(hi) < 2**32 - 1):
                 raise SettingsError("CORRAL_JOB_UID_RANGE must be a range of uids like 200000-265535")
             s = replace(s, job_uid_range=e["CORRAL_JOB_UID_RANGE"])
+        if e.get("CORRAL_SERVER_EVENTS_TTL_SECONDS"):
+            raw = e["CORRAL_SERVER_EVENTS_TTL_SECONDS"]
+            try:
+                s = replace(s, events_ttl=float(raw))
+            except ValueError:
+                raise SettingsError(
+                    f"CORRAL_SERVER_EVENTS_TTL_SECONDS={raw!r} is not a number of seconds (0 or less: keep no events)"
+                ) from None
         if e.get("CORRAL_LOCAL_INSTANCES_DIR"):
             s = replace(s, local_instances_dir=Path(e["CORRAL_LOCAL_INSTANCES_DIR"]).expanduser())
         if "CORRAL_LOCAL_MAX_INSTANCES" in e:

@@ -13,7 +13,7 @@ from corral.api.routes_accounts import parse
 from corral.api.routing import RouteTable
 from corral.domain.access import backend_types
 from corral.schemas import requests as rq
-from corral.services import accounts, exports, fleets, logs, runs, serialize
+from corral.services import accounts, events, exports, fleets, logs, runs, serialize
 from corral.services.errors import Forbidden, ResourceNotExists, ServiceError, validation_errors
 
 router = RouteTable()
@@ -82,24 +82,24 @@ async def fleet_plan(request: Request, project_name: str) -> FastJSON:
 
 @router.post(P + "/fleets/apply", body=rq.ApplyFleetBody)
 async def fleet_apply(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name)
+    user, project = await member(request, project_name)
     b = await parse(rq.ApplyFleetBody, request)
-    return FastJSON(await fleets.apply(ctx_of(request), project, b.plan.model_dump(), b.force))
+    return FastJSON(await fleets.apply(ctx_of(request), project, b.plan.model_dump(), b.force, user))
 
 
 @router.post(P + "/fleets/delete", body=rq.NamesBody)
 async def fleet_delete(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name)
+    user, project = await member(request, project_name)
     b = await parse(rq.NamesBody, request)
-    await fleets.delete(ctx_of(request), project, b.names)
+    await fleets.delete(ctx_of(request), project, b.names, user)
     return FastJSON(None)
 
 
 @router.post(P + "/fleets/delete_instances", body=rq.DeleteInstancesBody)
 async def fleet_delete_instances(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name)
+    user, project = await member(request, project_name)
     b = await parse(rq.DeleteInstancesBody, request)
-    await fleets.delete_instances(ctx_of(request), project, b.name, b.instance_nums)
+    await fleets.delete_instances(ctx_of(request), project, b.name, b.instance_nums, user)
     return FastJSON(None)
 
 
@@ -163,17 +163,17 @@ async def run_apply(request: Request, project_name: str) -> FastJSON:
 
 @router.post(P + "/runs/stop", body=rq.StopRunsBody)
 async def run_stop(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name)
+    user, project = await member(request, project_name)
     b = await parse(rq.StopRunsBody, request)
-    await runs.stop(ctx_of(request), project, b.runs_names, b.abort)
+    await runs.stop(ctx_of(request), project, b.runs_names, b.abort, user)
     return FastJSON(None)
 
 
 @router.post(P + "/runs/delete", body=rq.DeleteRunsBody)
 async def run_delete(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name)
+    user, project = await member(request, project_name)
     b = await parse(rq.DeleteRunsBody, request)
-    await runs.delete(ctx_of(request), project, b.runs_names)
+    await runs.delete(ctx_of(request), project, b.runs_names, user)
     return FastJSON(None)
 
 
@@ -272,13 +272,14 @@ async def volume_delete(request: Request, project_name: str) -> FastJSON:
     return FastJSON(None)
 
 
-# --- endpoints the official CLI calls that corral answers minimally for now -----------------------------
-
-
-@router.post("/api/events/list")
+@router.post("/api/events/list", body=rq.ListEventsBody)
 async def events_list(request: Request) -> FastJSON:
-    await current_user(request)
-    return FastJSON([])
+    user = await current_user(request)
+    b = await parse(rq.ListEventsBody, request)
+    return FastJSON(await events.list_events(ctx_of(request).db, user, b))
+
+
+# --- endpoints the official CLI calls that corral answers minimally for now -----------------------------
 
 
 @router.get(P + "/metrics/job/{run_name}")

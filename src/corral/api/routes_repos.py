@@ -64,9 +64,9 @@ async def repos_get(request: Request, project_name: str) -> FastJSON:
 
 @router.post(P + "/delete", body=rq.DeleteReposBody)
 async def repos_delete(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name)
+    user, project = await member(request, project_name)
     b = await parse(rq.DeleteReposBody, request)
-    await repos.delete(ctx_of(request), project, b.repos_ids)
+    await repos.delete(ctx_of(request), project, b.repos_ids, user)
     return FastJSON(None)
 
 

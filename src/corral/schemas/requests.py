@@ -13,7 +13,9 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, Union
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from corral.domain.events import TARGET_TYPES
 
 
 class Body(BaseModel):
@@ -291,6 +293,61 @@ class GatewayApplyBody(Body):
 
 class VolumeCreateBody(Body):
     configuration: dict[str, Any]
+
+
+#: dstack's bounds on every list of an ``events/list`` filter (``MIN_FILTER_ITEMS``, ``MAX_FILTER_ITEMS``).
+_FILTER = Field(None, min_length=1, max_length=16)
+EventTargetType = Literal[TARGET_TYPES]  # type: ignore[valid-type]
+
+
+class ListEventsBody(Body):
+    """``events/list``: at most one ``target_*`` and one ``within_*`` filter (dstack's 422s), keyset paging."""
+
+    target_projects: list[UUID] | None = _FILTER
+    target_users: list[UUID] | None = _FILTER
+    target_fleets: list[UUID] | None = _FILTER
+    target_instances: list[UUID] | None = _FILTER
+    target_runs: list[UUID] | None = _FILTER
+    target_jobs: list[UUID] | None = _FILTER
+    target_volumes: list[UUID] | None = _FILTER
+    target_gateways: list[UUID] | None = _FILTER
+    target_gateway_replicas: list[UUID] | None = _FILTER
+    target_secrets: list[UUID] | None = _FILTER
+    target_presets: list[UUID] | None = _FILTER
+    within_projects: list[UUID] | None = _FILTER
+    within_fleets: list[UUID] | None = _FILTER
+    within_runs: list[UUID] | None = _FILTER
+    within_gateways: list[UUID] | None = _FILTER
+    include_target_types: list[EventTargetType] | None = _FILTER
+    actors: list[UUID | None] | None = _FILTER
+    prev_recorded_at: datetime | None = None
+    prev_id: UUID | None = None
+    limit: int = Field(100, ge=1, le=100)
+    ascending: bool = False
+
+    def _set(self, prefix: str) -> list[str]:
+        return [n for n in type(self).model_fields if n.startswith(prefix) and getattr(self, n) is not None]
+
+    @model_validator(mode="after")
+    def _one_target_one_within(self) -> ListEventsBody:
+        for prefix in ("target_", "within_"):
+            chosen = self._set(prefix)
+            if len(chosen) > 1:
+                raise ValueError(f"At most one {prefix}* filter can be set at a time. Got {', '.join(chosen)}")
+        return self
+
+    def target(self) -> tuple[str, list[str]] | None:
+        """The ``target_*`` filter as (target type, ids)."""
+        for name in self._set("target_"):
+            kind = name.removeprefix("target_").removesuffix("s").replace("_", "-")
+            return kind, [str(i) for i in getattr(self, name)]
+        return None
+
+    def within(self) -> tuple[str, list[str]] | None:
+        """The ``within_*`` filter as (``project``, ``fleet``, ``run`` or ``gateway``, ids)."""
+        for name in self._set("within_"):
+            return name.removeprefix("within_").removesuffix("s"), [str(i) for i in getattr(self, name)]
+        return None
 
 
 def warm_up() -> None:

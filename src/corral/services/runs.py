@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.domain.access import backend_types
 from corral.domain.documents import json_default
+from corral.domain.events import job_target, run_target
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.scheduler.blocks import smallest_carves
@@ -24,7 +25,7 @@ from corral.services import local_admission, repos, run_references, serialize
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
 from corral.services.plan_verdict import plan_screen
-from corral.store import run_secrets
+from corral.store import events, run_secrets
 from corral.store import runs as store
 from corral.store.fleets import dump
 from corral.workers.context import Context
@@ -286,6 +287,9 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                                 )
                             raise ServiceError(f"Cannot override active run {explicit}. Stop the run first.")
                         await store.mark_runs_deleted(conn, [existing.id])
+                        await events.emit(
+                            conn, "Run deleted", user.id, [run_target(project.id, existing.id, existing.run_name)]
+                        )
                     name = explicit
                 else:
                     name = _random_name()
@@ -328,6 +332,16 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                 ]
                 await store.insert_run(conn, run_values)
                 await store.insert_jobs(conn, job_values)
+                await events.emit(
+                    conn, "Run submitted. Status: SUBMITTED", user.id, [run_target(project.id, run_values["id"], name)]
+                )
+                for jv in job_values:
+                    await events.emit(
+                        conn,
+                        "Job created on run submission. Status: SUBMITTED",
+                        None,
+                        [job_target(project.id, jv["id"], jv["job_name"], run_values["id"])],
+                    )
             # the response is built from what was written: no read-back inside the write lock
             run = store.new_run_rec(run_values, job_values, project.name, user.name)
             break
@@ -436,8 +450,9 @@ async def get(ctx: Context, project: ProjectRec, run_name: str | None, run_id: s
     return serialize.run(run_secrets.revealed(ctx.cipher, run), queue_position=position)
 
 
-async def stop(ctx: Context, project: ProjectRec, names: list[str], abort: bool) -> None:
+async def stop(ctx: Context, project: ProjectRec, names: list[str], abort: bool, user: UserRec | None = None) -> None:
     now = time.time()
+    actor = user.id if user else None
     how = "abort" if abort else "stop"
     reason = "aborted_by_user" if abort else "stopped_by_user"
     job_reason = "aborted_by_user" if abort else "terminated_by_user"
@@ -450,6 +465,7 @@ async def stop(ctx: Context, project: ProjectRec, names: list[str], abort: bool)
                 conn,
                 run.id,
                 {"status": "terminating", "termination_reason": reason, "last_processed_at": now},
+                actor_id=actor,
             )
             for job in run.jobs:
                 if job.status == "submitted" and job.instance_id is None:
@@ -463,13 +479,14 @@ async def stop(ctx: Context, project: ProjectRec, names: list[str], abort: bool)
                             "last_processed_at": now,
                         },
                         expect_status=("submitted",),
+                        actor_id=actor,
                     )
                 elif job.status not in store.FINISHED_JOB_STATUSES:
                     await store.update_job(conn, job.id, {"stop_requested": how})
     ctx.wakeups.wake("jobs", "runs", "scheduler")
 
 
-async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
+async def delete(ctx: Context, project: ProjectRec, names: list[str], user: UserRec | None = None) -> None:
     async with ctx.db.write() as conn:
         found = []
         for name in names:
@@ -484,3 +501,7 @@ async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
                 f"{'them' if len(active) > 1 else 'it'} first"
             )
         await store.mark_runs_deleted(conn, [r.id for r in found])
+        for r in found:
+            await events.emit(
+                conn, "Run deleted", user.id if user else None, [run_target(project.id, r.id, r.run_name)]
+            )

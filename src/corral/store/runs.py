@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.documents import LazyJSON
 from corral.domain.records import JobRec, LogRec, RunRec
+from corral.store.events import tracked_update
 from corral.store.tables import fleets, instances, jobs, logs, projects, runs, users
 
 FINISHED_RUN_STATUSES = ("terminated", "failed", "done")
@@ -211,12 +212,17 @@ async def insert_run(conn: AsyncConnection, values: dict[str, Any]) -> None:
 
 
 async def update_run(
-    conn: AsyncConnection, run_id: str, values: dict[str, Any], expect_status: Sequence[str] | None = None
+    conn: AsyncConnection,
+    run_id: str,
+    values: dict[str, Any],
+    expect_status: Sequence[str] | None = None,
+    actor_id: str | None = None,
 ) -> bool:
-    q = sa.update(runs).where(runs.c.id == run_id)
+    """Change a run; a status change is recorded as an event (by ``actor_id``, None: the system)."""
+    where = runs.c.id == run_id
     if expect_status is not None:
-        q = q.where(runs.c.status.in_(expect_status))
-    return (await conn.execute(q.values(**values))).rowcount > 0
+        where = sa.and_(where, runs.c.status.in_(expect_status))
+    return await tracked_update(conn, runs, where, values, actor_id) > 0
 
 
 async def insert_jobs(conn: AsyncConnection, values: Sequence[dict[str, Any]]) -> None:
@@ -248,12 +254,17 @@ def new_run_rec(
 
 
 async def update_job(
-    conn: AsyncConnection, job_id: str, values: dict[str, Any], expect_status: Sequence[str] | None = None
+    conn: AsyncConnection,
+    job_id: str,
+    values: dict[str, Any],
+    expect_status: Sequence[str] | None = None,
+    actor_id: str | None = None,
 ) -> bool:
-    q = sa.update(jobs).where(jobs.c.id == job_id)
+    """Change a job; a status change is recorded as an event (with its termination reason and message)."""
+    where = jobs.c.id == job_id
     if expect_status is not None:
-        q = q.where(jobs.c.status.in_(expect_status))
-    return (await conn.execute(q.values(**values))).rowcount > 0
+        where = sa.and_(where, jobs.c.status.in_(expect_status))
+    return await tracked_update(conn, jobs, where, values, actor_id) > 0
 
 
 async def list_jobs(conn: AsyncConnection, statuses: Sequence[str], run_id: str | None = None) -> list[JobRec]:
