@@ -14,7 +14,7 @@ from corral.domain.access import reads_all_events
 from corral.domain.records import UserRec
 from corral.schemas.requests import ListEventsBody
 from corral.services.serialize import iso
-from corral.store import events as store
+from corral.store import event_list as store
 from corral.store import project_state
 from corral.store.db import Database
 

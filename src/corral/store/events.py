@@ -6,8 +6,7 @@ is left by a change that rolled back. ``tracked_update`` is the UPDATE of a job,
 that records its status changes (and an instance's reachability) as it makes them.
 
 Storage follows the database's ``events_ttl`` (``Database``): at most zero stores nothing; older events go
-in batches (``delete_expired``). ``list_events`` is dstack's ``events/list`` query: keyset pages over
-``(recorded_at, id)``, each filter walking an index of its own.
+in batches (``delete_expired``). Reading them is ``store/event_list.py``.
 
 Imports ``domain`` and sqlalchemy only.
 """
@@ -18,7 +17,6 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,7 +32,7 @@ from corral.domain.events import (
     status_change_message,
 )
 from corral.store.db import EVENTS_TTL_OPTION
-from corral.store.tables import event_targets, events, instances, projects, users
+from corral.store.tables import event_targets, events, instances
 
 log = logging.getLogger("corral.events")
 
@@ -167,153 +165,6 @@ async def tracked_update_rows(
         for message in _messages(table.name, row, values):
             await emit(conn, message, actor_id, [_target(table.name, row)])
     return rows
-
-
-# --- reading ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TargetRec:
-    type: str
-    project_id: str | None
-    project_name: str | None
-    is_project_deleted: bool | None
-    id: str
-    name: str
-
-
-@dataclass(frozen=True)
-class EventRec:
-    id: str
-    message: str
-    recorded_at: float
-    actor_user_id: str | None
-    actor_user: str | None
-    is_actor_user_deleted: bool | None
-    targets: tuple[TargetRec, ...]
-
-
-@dataclass(frozen=True)
-class EventQuery:
-    """One ``events/list`` request, resolved: ``target`` is (type, ids) of the one ``target_*`` filter,
-    ``within`` (``project``, ``fleet`` or ``run``, ids) of the one ``within_*``; ``visible_projects`` None
-    means everything (a global admin), else the projects the reader may read (and ``viewer_id``'s own user
-    events)."""
-
-    visible_projects: Sequence[str] | None
-    viewer_id: str | None = None
-    target: tuple[str, Sequence[str]] | None = None
-    within: tuple[str, Sequence[str]] | None = None
-    include_types: Sequence[str] | None = None
-    actors: Sequence[str | None] | None = None
-    prev_recorded_at: float | None = None
-    prev_id: str | None = None
-    limit: int = 100
-    ascending: bool = False
-
-
-_WITHIN = {"project": "entity_project_id", "fleet": "entity_fleet_id", "run": "entity_run_id"}
-
-
-def _target_conditions(q: EventQuery, t: sa.Table) -> list[sa.ColumnElement[bool]]:
-    conds: list[sa.ColumnElement[bool]] = []
-    if q.target is not None:
-        kind, ids = q.target
-        conds += [t.c.entity_type == kind, t.c.entity_id.in_(list(ids))]
-    if q.within is not None:
-        kind, ids = q.within
-        conds.append(t.c[_WITHIN[kind]].in_(list(ids)))
-    if q.include_types is not None:
-        conds.append(t.c.entity_type.in_(list(q.include_types)))
-    return conds
-
-
-def _event_conditions(q: EventQuery) -> list[sa.ColumnElement[bool]]:
-    e = events
-    conds: list[sa.ColumnElement[bool]] = []
-    if q.actors is not None:
-        named = [a for a in q.actors if a is not None]
-        either = [e.c.actor_user_id.in_(named)] if named else []
-        if None in q.actors:
-            either.append(e.c.actor_user_id.is_(None))
-        conds.append(sa.or_(*either))
-    if q.prev_recorded_at is not None:
-        at = q.prev_recorded_at
-        if q.prev_id is None:
-            conds.append(e.c.recorded_at > at if q.ascending else e.c.recorded_at < at)
-        elif q.ascending:  # dstack's order: (recorded_at asc, id desc)
-            conds.append(sa.or_(e.c.recorded_at > at, sa.and_(e.c.recorded_at == at, e.c.id < q.prev_id)))
-        else:  # (recorded_at desc, id asc)
-            conds.append(sa.or_(e.c.recorded_at < at, sa.and_(e.c.recorded_at == at, e.c.id > q.prev_id)))
-    return conds
-
-
-def _visibility(q: EventQuery, t: sa.FromClause) -> sa.ColumnElement[bool] | None:
-    if q.visible_projects is None:
-        return None
-    mine = sa.and_(t.c.entity_type == "user", t.c.entity_project_id.is_(None), t.c.entity_id == q.viewer_id)
-    return sa.or_(t.c.entity_project_id.in_(list(q.visible_projects)), mine)
-
-
-async def list_events(conn: AsyncConnection, q: EventQuery) -> list[EventRec]:
-    e = events
-    stmt = sa.select(e.c.id, e.c.message, e.c.recorded_at, e.c.actor_user_id).where(*_event_conditions(q))
-    conds = _target_conditions(q, event_targets)
-    if conds:
-        if q.target is not None or (q.within is not None and q.within[0] != "project"):
-            # an entity's (or a run's, a fleet's) events are few among all: found through its index
-            stmt = stmt.where(e.c.id.in_(sa.select(event_targets.c.event_id).where(*conds)))
-        else:  # a project's are dense: walked in time order, each checked through the event's targets
-            stmt = stmt.where(sa.exists().where(event_targets.c.event_id == e.c.id, *conds))
-    seen = _visibility(q, vt := event_targets.alias("vt"))
-    if seen is not None:
-        stmt = stmt.where(sa.exists().where(vt.c.event_id == e.c.id, seen))
-    order = (e.c.recorded_at.asc(), e.c.id.desc()) if q.ascending else (e.c.recorded_at.desc(), e.c.id.asc())
-    rows = (await conn.execute(stmt.order_by(*order).limit(q.limit))).all()
-    if not rows:
-        return []
-    ids = [r.id for r in rows]
-    t = event_targets
-    target_rows = (
-        await conn.execute(
-            sa.select(t, projects.c.name.label("project_name"), projects.c.deleted.label("project_deleted"))
-            .outerjoin(projects, projects.c.id == t.c.entity_project_id)
-            .where(t.c.event_id.in_(ids))
-            .order_by(t.c.id)
-        )
-    ).all()
-    by_event: dict[str, list[TargetRec]] = {i: [] for i in ids}
-    for r in target_rows:
-        by_event[r.event_id].append(
-            TargetRec(
-                r.entity_type,
-                r.entity_project_id,
-                r.project_name,
-                None if r.entity_project_id is None else bool(r.project_deleted),
-                r.entity_id,
-                r.entity_name,
-            )
-        )
-    actor_ids = sorted({r.actor_user_id for r in rows if r.actor_user_id is not None})
-    actors: dict[str, Any] = {}
-    if actor_ids:
-        q_users = sa.select(users.c.id, users.c.name, users.c.deleted).where(users.c.id.in_(actor_ids))
-        actors = {u.id: u for u in await conn.execute(q_users)}
-    out = []
-    for r in rows:
-        who = actors.get(r.actor_user_id) if r.actor_user_id else None
-        out.append(
-            EventRec(
-                r.id,
-                r.message,
-                r.recorded_at,
-                r.actor_user_id,
-                who.name if who is not None else None,
-                bool(who.deleted) if who is not None else None,
-                tuple(by_event[r.id]),
-            )
-        )
-    return out
 
 
 #: How many expired events one cleanup deletes at most (one short write transaction).
