@@ -259,10 +259,10 @@ async def test_bad_filters_are_422s_naming_the_field(
 
 
 async def test_expired_events_are_deleted_and_a_ttl_of_zero_stores_none(tmp_path: Path) -> None:
-    async with running_server(make_settings(tmp_path, events_ttl=0.0, background_processing=False)) as s:
-        async with s.client() as c:
-            assert (await c.post("/api/users/create", json={"username": "nobody", "global_role": "user"})).is_success
-            assert (await c.post("/api/events/list", json={})).json() == []
+    off = make_settings(tmp_path, events_ttl=0.0, background_processing=False)
+    async with running_server(off) as s, s.client() as c:
+        assert (await c.post("/api/users/create", json={"username": "nobody", "global_role": "user"})).is_success
+        assert (await c.post("/api/events/list", json={})).json() == []
     async with running_server(make_settings(tmp_path / "b", background_processing=False)) as s:
         async with s.client() as c:
             assert (await c.post("/api/users/create", json={"username": "old", "global_role": "user"})).is_success

@@ -71,6 +71,13 @@ def job_target(project_id: str, job_id: str, name: str, run_id: str) -> Target:
     return Target("job", project_id, job_id, name, run_id=run_id)
 
 
+def secret_target(project_id: str, secret_id: str, name: str) -> Target:
+    """A project's secret. Its events, recorded in the transaction of the change as every other: ``Secret
+    created``, ``Secret updated`` (only when the value changed, as in dstack) and ``Secret deleted``, by the
+    user who changed it."""
+    return Target("secret", project_id, secret_id, name)
+
+
 def clean_message(message: str) -> str:
     """As dstack stores it: no trailing period, one line."""
     cleaned = message.strip().rstrip(".").replace("\n", " ")
