@@ -271,3 +271,22 @@ async def test_expired_events_are_deleted_and_a_ttl_of_zero_stores_none(tmp_path
             assert await event_store.delete_expired(conn, time.time() + 1, batch=2) == 2
         async with s.client() as c:
             assert [e["message"] for e in (await c.post("/api/events/list", json={})).json()] == ["User created"]
+
+
+async def test_secret_events_only_when_the_value_changed(server: RunningServer) -> None:
+    async with server.client() as c:
+        url = "/api/project/main/secrets"
+        created = await c.post(f"{url}/create_or_update", json={"name": "ev_token", "value": "one"})
+        assert created.status_code == 200, created.text
+        secret_id = created.json()["id"]
+        for value in ("one", "two", "two"):  # the same value again is no change
+            assert (await c.post(f"{url}/create_or_update", json={"name": "ev_token", "value": value})).is_success
+        assert (await c.post(f"{url}/delete", json={"secrets_names": ["ev_token"]})).is_success
+        found = await _all(c, target_secrets=[secret_id])
+    assert [(e["actor_user"], e["message"]) for e in found] == [
+        ("admin", "Secret created"),
+        ("admin", "Secret updated"),
+        ("admin", "Secret deleted"),
+    ]
+    assert found[0]["targets"][0]["type"] == "secret" and found[0]["targets"][0]["name"] == "ev_token"
+    assert "one" not in str(found) and "two" not in str(found)
