@@ -176,7 +176,26 @@ async def prepare(settings: Settings) -> Prepared:
         managers_manage_secrets=server_config is not None
         and server_config.default_permissions.allow_managers_manage_secrets,
     )
+    ctx.ssh_endpoint = _lazy_ssh_endpoint(ctx)
     return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created)
+
+
+def _lazy_ssh_endpoint(ctx: Any) -> Any:
+    """The SSH endpoint of jobs, imported and started when the first job needs it (not at start-up)."""
+    holder: list[Any] = []
+
+    async def ensure() -> tuple[str, int]:
+        if not holder:
+            from corral.sshd.endpoint import Endpoint
+
+            s = ctx.settings
+            host = s.ssh_host or s.host
+            hostname = s.ssh_hostname or ("127.0.0.1" if host in ("0.0.0.0", "::", "") else host)
+            holder.append(Endpoint(ctx, host, s.ssh_port, hostname))
+        result: tuple[str, int] = await holder[0].ensure()
+        return result
+
+    return ensure
 
 
 def _repoint_cli_config(url: str, token: str) -> str | None:

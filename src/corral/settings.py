@@ -98,6 +98,12 @@ class Settings:
     job_uid_range: str | None = None
     #: How long events are kept, in seconds (dstack: 30 days); at most zero stores none.
     events_ttl: float = 30 * 24 * 3600.0
+    #: The SSH endpoint of jobs (``dstack attach``, ``ssh <run>``): its port (0: a free one, chosen when the
+    #: first job runs), the address it binds (None: ``host``) and the host name the CLI is told to reach
+    #: (None: the bound address, ``127.0.0.1`` for a wildcard).
+    ssh_port: int = 0
+    ssh_host: str | None = None
+    ssh_hostname: str | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -147,6 +153,12 @@ class Settings:
                 s = replace(s, code_upload_limit=int(e["CORRAL_SERVER_CODE_UPLOAD_LIMIT"]))
             except ValueError:
                 raise SettingsError("CORRAL_SERVER_CODE_UPLOAD_LIMIT must be a number of bytes") from None
+        if e.get("CORRAL_SSH_PORT"):
+            raw = e["CORRAL_SSH_PORT"]
+            if not raw.isdigit() or int(raw) > 65535:
+                raise SettingsError("CORRAL_SSH_PORT must be a port number (0..65535; 0: a free one)")
+            s = replace(s, ssh_port=int(raw))
+        s = replace(s, ssh_host=e.get("CORRAL_SSH_HOST") or None, ssh_hostname=e.get("CORRAL_SSH_HOSTNAME") or None)
         if e.get("CORRAL_SERVER_ENCRYPTION_KEY_FILE"):
             s = replace(s, encryption_key_path=Path(e["CORRAL_SERVER_ENCRYPTION_KEY_FILE"]).expanduser())
         if e.get("CORRAL_SANDBOX"):

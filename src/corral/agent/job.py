@@ -43,6 +43,9 @@ class Job:
         self.timers: list[threading.Timer] = []
         #: The job's sandbox while it runs in one (None: a plain host process or a container).
         self.sandbox: JobSandbox | None = None
+        #: How an SSH session joins the running job (see :mod:`corral.agent.sessions`): its main pid when
+        #: sandboxed, its uid and gid, its user namespace's ids, its working dir, environment and shell.
+        self.session: dict[str, Any] | None = None
 
     def snapshot(self) -> JobState:
         with self.cond:

@@ -191,6 +191,15 @@ class JobLifecycle:
                 job.cond.notify_all()
                 return
             job.proc = proc
+            job.session = {
+                "pid": proc.pid if sb is not None else None,
+                "uid": sb.uid if sb is not None else kwargs.get("user"),
+                "gid": sb.uid if sb is not None else kwargs.get("group"),
+                "inside": list(inside) if inside is not None else None,
+                "cwd": cwd,
+                "env": env,
+                "shell": shell,
+            }
             job.state.state, job.state.pid, job.state.started_at = "running", proc.pid, time.time()
             job.persist()
             job.cond.notify_all()

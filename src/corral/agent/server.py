@@ -16,6 +16,10 @@ logged here and answered with a 500 that carries no traceback.
     POST   /jobs/{id}/address            {} -> AddressReply (the job's sandbox address, reserved before
                                          it is submitted so that every node of a run knows every other's)
     DELETE /jobs/{id}                    {} (a finished job only; 409 otherwise)
+    POST   /jobs/{id}/exec               ExecRequest, ``Upgrade: corral-session`` -> 101, then the session's
+                                         frames (:mod:`corral.agent.protocol_session`); 409 if not running
+    POST   /jobs/{id}/connect            {"port"}, ``Upgrade: corral-session`` -> 101, then the raw bytes of a
+                                         connection to that port of the job
     GET    /blobs/{sha256}               {"hash", "size"} or 404
     PUT    /blobs/{sha256}               raw body (Content-Length required; must hash to sha256) -> {"hash", "size"}
     POST   /shutdown                     {} ; stops all jobs, then the process exits
@@ -39,6 +43,7 @@ from .job import JobConflict, JobNotFound
 from .jobs import JobRunner
 from .protocol import AGENT_PROTOCOL_VERSION, AGENT_VERSION, HostInfo, JobSubmission, ProtocolError
 from .protocol_sandbox import AddressReply
+from .protocol_session import UPGRADE, ExecRequest, parse_connect
 
 log = logging.getLogger("corral.agent")
 
@@ -47,6 +52,7 @@ MAX_BODY = 16 * 1024 * 1024
 MAX_BLOB = 16 * 1024**3
 _JOB_RE = re.compile(r"^/jobs/([^/]+)(/logs|/stop|/address)?$")
 _BLOB_RE = re.compile(r"^/blobs/([^/]+)$")
+_SESSION_RE = re.compile(r"^/jobs/([^/]+)/(exec|connect)$")
 
 
 class HttpError(Exception):
@@ -186,6 +192,10 @@ class _Handler(BaseHTTPRequestHandler):
             if not (method == "GET" and url.path == "/health"):
                 self._authorize()
             blob = _BLOB_RE.match(url.path)
+            session = _SESSION_RE.match(url.path) if method == "POST" else None
+            if session is not None:
+                self._session(session.group(1), session.group(2), _json(self._read_body()))
+                return
             if blob is not None and method == "PUT":
                 status, payload = 200, self._put_blob(blob.group(1))
             else:
@@ -205,6 +215,32 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("error handling %s %s", method, self.path)
             status, payload = 500, {"error": f"internal error ({type(e).__name__})"}
         self._send(status, payload)
+
+    def _session(self, job_id: str, kind: str, data: Any) -> None:
+        """An SSH session or a forwarded connection into the job: checked, answered 101, then run on this
+        connection (which is not used for HTTP again)."""
+        from . import sessions
+
+        if (self.headers.get("Upgrade") or "").lower() != UPGRADE:
+            raise HttpError(400, f"{kind}: the request needs the header 'Upgrade: {UPGRADE}'")
+        job = self.agent.runner.get(job_id)
+        req = ExecRequest.from_dict(data) if kind == "exec" else None
+        port = parse_connect(data) if kind == "connect" else 0
+        if req is not None:
+            sessions.argv_for(req, sessions.session_of(job))  # 409 now rather than after the 101
+        self.close_connection = True
+        self.send_response(101)
+        self.send_header("Upgrade", UPGRADE)
+        self.send_header("Connection", "Upgrade")
+        self.end_headers()
+        self.wfile.flush()
+        try:
+            if req is not None:
+                sessions.run_exec(job, req, self.connection, self.rfile)  # type: ignore[arg-type]
+            else:
+                sessions.run_connect(job, port, self.connection)
+        except (OSError, JobConflict) as e:
+            log.info("session into %s ended: %s", job_id, e)
 
     def _read_body(self) -> bytes:
         try:

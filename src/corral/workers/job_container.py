@@ -94,6 +94,10 @@ def _ports(conf: dict[str, Any]) -> list[int]:
     return [int(p["container_port"]) for p in conf.get("ports") or [] if isinstance(p, dict)]
 
 
+#: dstack's ``DSTACK_RUNNER_SSH_PORT``: the ``<run>`` hop's port behind the ``<run>-host`` hop.
+CONTAINER_SSH_PORT = 10022
+
+
 def runtime_data(sub: JobSubmission, working_dir: str | None) -> dict[str, Any]:
     """dstack's ``JobRuntimeData`` of a job just handed to its agent."""
     spec = sub.container
@@ -128,4 +132,7 @@ def with_agent_state(data: dict[str, Any] | None, state: JobState) -> dict[str, 
         out[PULL_PROGRESS_KEY] = state.image_pull_progress.to_dict()
     else:
         out.pop(PULL_PROGRESS_KEY, None)
+    # the job's own SSH server is at CONTAINER_SSH_PORT behind the endpoint's outer hop (corral.sshd), the
+    # port the official CLI assumes when ``ports`` does not name it
+    out["username"] = out.get("username") or "root"
     return out

@@ -206,6 +206,8 @@ class Jobs(JobLeases, JobOutcomes):
         except AgentError as e:
             await self._finish(job, JobState(job.id, "failed", message=str(e)), stopped=None, executor_error=True)
             return
+        # a job is not running before its SSH endpoint accepts connections
+        ssh = await self.ctx.ssh_endpoint() if self.ctx.ssh_endpoint is not None else None
         now = time.time()
         async with self.ctx.db.write() as conn:
             ok = await run_store.update_job(
@@ -214,7 +216,7 @@ class Jobs(JobLeases, JobOutcomes):
                 {
                     "status": "pulling" if state.state == "pending" and submission.image else "running",
                     "last_processed_at": now,
-                    "job_provisioning_data": dump(provisioning_data(inst)),
+                    "job_provisioning_data": dump(provisioning_data(inst, job.id, ssh)),
                     "job_runtime_data": dump(
                         with_agent_state(runtime_data(submission, spec.get("working_dir")), state)
                     ),

@@ -1,0 +1,171 @@
+"""The official dstack 0.22.5 CLI attached to runs over corral's SSH endpoint (``corral.sshd``): an
+attached ``dstack apply`` of a short task prints its output and exits 0 (``/logs_ws`` through the tunnel);
+``dstack attach`` of a running task writes the ``Host`` entries, after which plain OpenSSH through them
+runs commands with their exit status, in the job's sandbox, and ``scp``/``sftp`` round-trip files; a
+wrong key and another user's key are refused; ``dstack stop`` closes the endpoint.
+
+Runs as root (the jobs run in their sandboxes) with OpenSSH's client (``scripts/test.sh`` installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dstack_client_env import CorralServer, DstackCli, cli_env, corral_server
+from test_official_dstack_client import RESOURCES
+
+TOKEN = "e2e-attach-admin-token-0123456789"
+
+
+@pytest.fixture(scope="module")
+def e2e_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    for tool in ("ssh", "scp", "sftp", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"`{tool}` is missing: install openssh-client (scripts/test.sh does)")
+    if os.geteuid() != 0:
+        pytest.fail("the attach tests need root (jobs in their sandboxes); CI runs them as root")
+    return tmp_path_factory.mktemp("dstack-attach")
+
+
+@pytest.fixture(scope="module")
+def server(e2e_tmp: Path) -> Iterator[CorralServer]:
+    with corral_server(e2e_tmp, TOKEN) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def cli(dstack_venv: Path, server: CorralServer, e2e_tmp: Path) -> DstackCli:
+    home, workdir = e2e_tmp / "home", e2e_tmp / "work"
+    home.mkdir()
+    workdir.mkdir()
+    c = DstackCli(dstack_venv, home, workdir, server)
+    c.ok("project", "add", "--name", "main", "--url", server.url, "--token", TOKEN, "-y")
+    c.write("fleet.dstack.yml", f"type: fleet\nname: attach-fleet\nnodes: 0..2\n{RESOURCES}")
+    c.ok("apply", "-f", "fleet.dstack.yml", "-y")
+    return c
+
+
+def _ssh(cli: DstackCli, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Plain OpenSSH through the entries the CLI wrote (``-F``: the passwd home's config is not ours)."""
+    return subprocess.run(
+        ["ssh", "-F", str(cli.home / ".ssh" / "config"), "-o", "BatchMode=yes", *args],
+        capture_output=True, text=True, timeout=timeout, env=cli_env(cli.home), stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _run(server: CorralServer, name: str) -> dict[str, Any]:
+    return dict(server.api("/api/project/main/runs/get", {"run_name": name}).json())
+
+
+def test_attached_apply_of_a_short_task_prints_its_output(cli: DstackCli) -> None:
+    cli.write("short.dstack.yml", f"type: task\nname: short\ncommands:\n  - echo attached-hello-1\n  - echo bye-2\n{RESOURCES}")
+    started = time.monotonic()
+    res = cli.run("apply", "-f", "short.dstack.yml", "-y", timeout=150)
+    assert res.returncode == 0, cli.explain(res)
+    out = res.stdout
+    assert "attached-hello-1" in out and "bye-2" in out, cli.explain(res)
+    assert out.index("attached-hello-1") < out.index("bye-2")
+    assert time.monotonic() - started < 60, "the attached client waited for the 30 s 'Lost run connection'"
+    sub = _run(cli.server, "short")["jobs"][0]["job_submissions"][-1]
+    jpd = sub["job_provisioning_data"]
+    assert jpd["ssh_port"] and jpd["dockerized"] is True and jpd["username"] == sub["id"], jpd
+
+
+@pytest.fixture(scope="module")
+def attached(cli: DstackCli) -> Iterator[subprocess.Popen[str]]:
+    """``dstack attach`` of a running task, kept attached for the tests that follow."""
+    cli.write("long.dstack.yml", f"type: task\nname: longer\ncommands:\n  - sleep 600\n{RESOURCES}")
+    cli.ok("apply", "-f", "long.dstack.yml", "-y", "-d")
+    deadline = time.monotonic() + 60
+    while _run(cli.server, "longer")["status"] != "running":
+        assert time.monotonic() < deadline, _run(cli.server, "longer")
+        time.sleep(0.3)
+    proc = subprocess.Popen(
+        [str(cli.venv / "bin" / "dstack"), "attach", "longer"], cwd=cli.workdir, env=cli_env(cli.home),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines = []
+    deadline = time.monotonic() + 60
+    for line in proc.stdout:
+        lines.append(line)
+        if "Press Ctrl+C to detach" in line or time.monotonic() > deadline:
+            break
+    assert any("Attached to run longer" in ln for ln in lines), "".join(lines)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_ssh_runs_commands_in_the_job_with_their_exit_status(cli: DstackCli, attached: Any) -> None:
+    config = (cli.home / ".dstack" / "ssh" / "config").read_text()
+    assert "Host longer-host" in config and "ProxyJump longer-host" in config, config
+    res = _ssh(cli, "longer", 'echo "run=$DSTACK_RUN_NAME"; id -u; test -d /workflow && pwd; exit 7')
+    assert res.returncode == 7, res.stderr
+    lines = res.stdout.split()
+    assert "run=longer" in lines and "/workflow" in lines, res.stdout
+    assert lines[1] == "0", "inside its sandbox the job is root of its own user namespace"
+
+
+def test_scp_and_sftp_round_trip(cli: DstackCli, attached: Any, e2e_tmp: Path) -> None:
+    src = e2e_tmp / "payload.bin"
+    src.write_bytes(os.urandom(200_000))
+    cfg = ["-F", str(cli.home / ".ssh" / "config"), "-o", "BatchMode=yes"]
+    env = cli_env(cli.home)
+    up = subprocess.run(["scp", *cfg, str(src), "longer:/workflow/up.bin"], capture_output=True, text=True, env=env, timeout=60)
+    assert up.returncode == 0, up.stderr
+    back = e2e_tmp / "back.bin"
+    down = subprocess.run(["scp", *cfg, "longer:/workflow/up.bin", str(back)], capture_output=True, text=True, env=env, timeout=60)
+    assert down.returncode == 0, down.stderr
+    assert back.read_bytes() == src.read_bytes()
+    batch = e2e_tmp / "sftp.batch"
+    batch.write_text(f"put {src} /workflow/sftp.bin\nls -l /workflow\n")
+    res = subprocess.run(["sftp", *cfg, "-b", str(batch), "longer"], capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 0 and "sftp.bin" in res.stdout, res.stdout + res.stderr
+    owner = _ssh(cli, "longer", "stat -c %u /workflow/sftp.bin")
+    assert owner.stdout.strip() == "0", "files are written as the job's user, not the server's"
+
+
+def test_wrong_key_and_another_users_key_are_refused(cli: DstackCli, attached: Any, e2e_tmp: Path) -> None:
+    wrong = e2e_tmp / "wrong_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)], check=True)
+    res = _ssh(cli, "-o", "IdentitiesOnly=yes", "-i", str(wrong), "-o", f"IdentityFile={wrong}", "longer-host", "true")
+    assert res.returncode == 255 and "Permission denied (publickey)" in res.stderr, res.stderr
+    # another user of the server, with a key of their own, is not let into this user's job
+    other = cli.server.api("/api/users/create", {"username": "mallory", "global_role": "user"}).json()
+    token = other["creds"]["token"]
+    key = cli.server.api("/api/users/get_my_user", None)  # the admin's, for contrast below
+    assert key.status_code == 200
+    import httpx
+
+    mine = httpx.post(f"{cli.server.url}/api/users/get_my_user", headers={"Authorization": f"Bearer {token}"}).json()
+    theirs = e2e_tmp / "mallory_key"
+    theirs.write_text(mine["ssh_private_key"])
+    theirs.chmod(0o600)
+    res = _ssh(cli, "-o", "IdentitiesOnly=yes", "-i", str(theirs), "longer-host", "true")
+    assert res.returncode == 255 and "Permission denied (publickey)" in res.stderr, res.stderr
+
+
+def test_stop_closes_the_endpoint(cli: DstackCli, attached: Any) -> None:
+    held = subprocess.Popen(
+        ["ssh", "-F", str(cli.home / ".ssh" / "config"), "-o", "BatchMode=yes", "longer", "sleep 300"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(cli.home), stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    time.sleep(1.0)
+    cli.ok("stop", "longer", "-y")
+    try:
+        rc = held.wait(30)
+    finally:
+        held.kill()
+    assert rc != 0
+    res = _ssh(cli, "longer", "true")
+    assert res.returncode == 255, res.stdout + res.stderr
