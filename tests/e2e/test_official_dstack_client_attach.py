@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from dstack_client_env import CorralServer, DstackCli, cli_env, corral_server
 from test_official_dstack_client import RESOURCES
@@ -135,24 +136,38 @@ def test_scp_and_sftp_round_trip(cli: DstackCli, attached: Any, e2e_tmp: Path) -
     assert owner.stdout.strip() == "0", "files are written as the job's user, not the server's"
 
 
+def _login_with(cli: DstackCli, key: Path) -> subprocess.CompletedProcess[str]:
+    """The ``<run>-host`` hop with ``key`` alone (no config: the CLI's entry would offer the user's key too)."""
+    jpd = _run(cli.server, "longer")["jobs"][0]["job_submissions"][-1]["job_provisioning_data"]
+    return subprocess.run(
+        ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
+         "-o", "UserKnownHostsFile=/dev/null", "-i", str(key), "-p", str(jpd["ssh_port"]),
+         f"{jpd['username']}@{jpd['hostname']}", "-W", "localhost:10022"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 def test_wrong_key_and_another_users_key_are_refused(cli: DstackCli, attached: Any, e2e_tmp: Path) -> None:
     wrong = e2e_tmp / "wrong_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)], check=True)
-    res = _ssh(cli, "-o", "IdentitiesOnly=yes", "-i", str(wrong), "-o", f"IdentityFile={wrong}", "longer-host", "true")
+    res = _login_with(cli, wrong)
     assert res.returncode == 255 and "Permission denied (publickey)" in res.stderr, res.stderr
-    # another user of the server, with a key of their own, is not let into this user's job
-    other = cli.server.api("/api/users/create", {"username": "mallory", "global_role": "user"}).json()
-    token = other["creds"]["token"]
-    key = cli.server.api("/api/users/get_my_user", None)  # the admin's, for contrast below
-    assert key.status_code == 200
-    import httpx
-
+    # another member of the project, with a key of their own, is not let into this user's job
+    other = cli.server.api("/api/users/create", {"username": "mallory", "global_role": "user"})
+    assert other.status_code == 200, other.text
+    members = {"members": [{"username": "mallory", "project_role": "user"}]}
+    assert cli.server.api("/api/projects/main/add_members", members).status_code == 200
+    token = cli.server.api("/api/users/get_user", {"username": "mallory"}).json()["creds"]["token"]
     mine = httpx.post(f"{cli.server.url}/api/users/get_my_user", headers={"Authorization": f"Bearer {token}"}).json()
     theirs = e2e_tmp / "mallory_key"
     theirs.write_text(mine["ssh_private_key"])
     theirs.chmod(0o600)
-    res = _ssh(cli, "-o", "IdentitiesOnly=yes", "-i", str(theirs), "longer-host", "true")
+    res = _login_with(cli, theirs)
     assert res.returncode == 255 and "Permission denied (publickey)" in res.stderr, res.stderr
+    # the user's own key (the one the CLI downloaded) is let in
+    (own,) = [p for p in (cli.home / ".dstack" / "ssh").iterdir() if len(p.name) == 8]
+    res = _login_with(cli, own)
+    assert "Permission denied" not in res.stderr, res.stderr
 
 
 def test_stop_closes_the_endpoint(cli: DstackCli, attached: Any) -> None:
