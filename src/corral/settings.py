@@ -104,6 +104,9 @@ class Settings:
     ssh_port: int = 0
     ssh_host: str | None = None
     ssh_hostname: str | None = None
+    #: Where dev environments download their IDE's server when ``version`` is set (the vendor's paths under
+    #: it; None: each vendor's own address).
+    ide_download_url: str | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -158,7 +161,12 @@ class Settings:
             if not raw.isdigit() or int(raw) > 65535:
                 raise SettingsError("CORRAL_SSH_PORT must be a port number (0..65535; 0: a free one)")
             s = replace(s, ssh_port=int(raw))
-        s = replace(s, ssh_host=e.get("CORRAL_SSH_HOST") or None, ssh_hostname=e.get("CORRAL_SSH_HOSTNAME") or None)
+        s = replace(
+            s,
+            ssh_host=e.get("CORRAL_SSH_HOST") or None,
+            ssh_hostname=e.get("CORRAL_SSH_HOSTNAME") or None,
+            ide_download_url=e.get("CORRAL_IDE_DOWNLOAD_URL") or None,
+        )
         if e.get("CORRAL_SERVER_ENCRYPTION_KEY_FILE"):
             s = replace(s, encryption_key_path=Path(e["CORRAL_SERVER_ENCRYPTION_KEY_FILE"]).expanduser())
         if e.get("CORRAL_SANDBOX"):

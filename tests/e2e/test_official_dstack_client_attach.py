@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,10 +20,13 @@ from typing import Any
 
 import httpx
 import pytest
-from dstack_client_env import CorralServer, DstackCli, cli_env, corral_server
+from dstack_client_env import CorralServer, DstackCli, cli_env, corral_server, free_port
 from test_official_dstack_client import RESOURCES
 
 TOKEN = "e2e-attach-admin-token-0123456789"
+#: Chosen afresh per run: the CLI binds its local forward without SO_REUSEADDR, so a port whose forwarded
+#: connection of a previous run sits in TIME_WAIT would be refused for a minute.
+APP_PORT = free_port()
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +70,10 @@ def _run(server: CorralServer, name: str) -> dict[str, Any]:
 
 
 def test_attached_apply_of_a_short_task_prints_its_output(cli: DstackCli) -> None:
-    cli.write("short.dstack.yml", f"type: task\nname: short\ncommands:\n  - echo attached-hello-1\n  - echo bye-2\n{RESOURCES}")
+    cli.write(
+        "short.dstack.yml",
+        f"type: task\nname: short\ncommands:\n  - echo attached-hello-1\n  - echo bye-2\n{RESOURCES}",
+    )
     started = time.monotonic()
     res = cli.run("apply", "-f", "short.dstack.yml", "-y", timeout=150)
     assert res.returncode == 0, cli.explain(res)
@@ -79,11 +86,21 @@ def test_attached_apply_of_a_short_task_prints_its_output(cli: DstackCli) -> Non
     assert jpd["ssh_port"] and jpd["dockerized"] is True and jpd["username"] == sub["id"], jpd
 
 
+DEV = f"""type: dev-environment
+name: longer
+ide: vscode
+ports: ["{APP_PORT}"]
+init:
+  - echo served-by-the-job > index.html
+  - python3 -m http.server {APP_PORT} > /dev/null 2>&1 &
+{RESOURCES}"""
+
+
 @pytest.fixture(scope="module")
 def attached(cli: DstackCli) -> Iterator[subprocess.Popen[str]]:
-    """``dstack attach`` of a running task, kept attached for the tests that follow."""
-    cli.write("long.dstack.yml", f"type: task\nname: longer\ncommands:\n  - sleep 600\n{RESOURCES}")
-    cli.ok("apply", "-f", "long.dstack.yml", "-y", "-d")
+    """``dstack attach`` of a running dev environment, kept attached for the tests that follow."""
+    cli.write("dev.dstack.yml", DEV)
+    cli.ok("apply", "-f", "dev.dstack.yml", "-y", "-d")
     deadline = time.monotonic() + 60
     while _run(cli.server, "longer")["status"] != "running":
         assert time.monotonic() < deadline, _run(cli.server, "longer")
@@ -99,22 +116,49 @@ def attached(cli: DstackCli) -> Iterator[subprocess.Popen[str]]:
         lines.append(line)
         if "Press Ctrl+C to detach" in line or time.monotonic() > deadline:
             break
-    assert any("Attached to run longer" in ln for ln in lines), "".join(lines)
+    out = "".join(lines)
+    assert "Attached to run longer" in out and f"localhost:{APP_PORT} -> {APP_PORT}" in out, out
     try:
         yield proc
     finally:
-        proc.terminate()
-        proc.wait(20)
+        proc.send_signal(signal.SIGINT)  # Ctrl+C: the CLI detaches (its tunnel goes with it)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_dev_environment_prints_the_ide_link_and_forwards_its_port(cli: DstackCli, attached: Any) -> None:
+    job = _run(cli.server, "longer")["jobs"][0]
+    info = job["job_connection_info"]
+    assert info["ide_name"] == "VS Code" and info["attached_ssh_command"] == ["ssh", "longer"], info
+    assert info["attached_ide_url"] == "vscode://vscode-remote/ssh-remote+longer/workflow", info
+    deadline = time.monotonic() + 30
+    while "vscode://vscode-remote/ssh-remote+longer/workflow" not in (logs := cli.ok("logs", "longer").output):
+        assert time.monotonic() < deadline, logs
+        time.sleep(0.5)
+    assert "To connect via SSH, use: `ssh longer`" in logs, logs
+    while True:  # the job's server on its port, on localhost through the attach tunnel
+        try:
+            body = httpx.get(f"http://localhost:{APP_PORT}/index.html", timeout=5).text
+            break
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "nothing answers on the forwarded port"
+            time.sleep(0.3)
+    assert body.strip() == "served-by-the-job"
 
 
 def test_ssh_runs_commands_in_the_job_with_their_exit_status(cli: DstackCli, attached: Any) -> None:
     config = (cli.home / ".dstack" / "ssh" / "config").read_text()
     assert "Host longer-host" in config and "ProxyJump longer-host" in config, config
-    res = _ssh(cli, "longer", 'echo "run=$DSTACK_RUN_NAME"; id -u; test -d /workflow && pwd; exit 7')
+    res = _ssh(cli, "longer", 'echo "run=$DSTACK_RUN_NAME"; id -u; pwd; exit 7')
     assert res.returncode == 7, res.stderr
-    lines = res.stdout.split()
-    assert "run=longer" in lines and "/workflow" in lines, res.stdout
-    assert lines[1] == "0", "inside its sandbox the job is root of its own user namespace"
+    assert res.stdout.split() == ["run=longer", "0", "/workflow"], (
+        "the job's env, its user (root of its own user namespace), its dir"
+    )
+    tty = _ssh(cli, "-tt", "longer", "stty size; tty; exit 3")
+    assert tty.returncode == 3, tty.stdout + tty.stderr
+    assert "24 80" in tty.stdout and "/dev/pts/" in tty.stdout, tty.stdout
 
 
 def test_scp_and_sftp_round_trip(cli: DstackCli, attached: Any, e2e_tmp: Path) -> None:
@@ -122,15 +166,21 @@ def test_scp_and_sftp_round_trip(cli: DstackCli, attached: Any, e2e_tmp: Path) -
     src.write_bytes(os.urandom(200_000))
     cfg = ["-F", str(cli.home / ".ssh" / "config"), "-o", "BatchMode=yes"]
     env = cli_env(cli.home)
-    up = subprocess.run(["scp", *cfg, str(src), "longer:/workflow/up.bin"], capture_output=True, text=True, env=env, timeout=60)
+    up = subprocess.run(
+        ["scp", *cfg, str(src), "longer:/workflow/up.bin"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert up.returncode == 0, up.stderr
     back = e2e_tmp / "back.bin"
-    down = subprocess.run(["scp", *cfg, "longer:/workflow/up.bin", str(back)], capture_output=True, text=True, env=env, timeout=60)
+    down = subprocess.run(
+        ["scp", *cfg, "longer:/workflow/up.bin", str(back)], capture_output=True, text=True, env=env, timeout=60
+    )
     assert down.returncode == 0, down.stderr
     assert back.read_bytes() == src.read_bytes()
     batch = e2e_tmp / "sftp.batch"
     batch.write_text(f"put {src} /workflow/sftp.bin\nls -l /workflow\n")
-    res = subprocess.run(["sftp", *cfg, "-b", str(batch), "longer"], capture_output=True, text=True, env=env, timeout=60)
+    res = subprocess.run(
+        ["sftp", *cfg, "-b", str(batch), "longer"], capture_output=True, text=True, env=env, timeout=60
+    )
     assert res.returncode == 0 and "sftp.bin" in res.stdout, res.stdout + res.stderr
     owner = _ssh(cli, "longer", "stat -c %u /workflow/sftp.bin")
     assert owner.stdout.strip() == "0", "files are written as the job's user, not the server's"

@@ -59,6 +59,16 @@ class Job:
             self.cond.notify_all()
 
 
+def join_commands(commands: list[str]) -> str:
+    """The job's commands as one shell line: ``&&`` between them, a background one (``cmd &``) in braces,
+    as dstack's runner joins them."""
+    out = []
+    for cmd in commands:
+        cmd = cmd.strip()
+        out.append("{ " + cmd + " }" if cmd.endswith("&") else cmd)
+    return " && ".join(out)
+
+
 def write_json(path: str, data: Any) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:

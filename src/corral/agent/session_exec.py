@@ -15,9 +15,11 @@ standard library and ``ctypes`` (``setns`` is not in Python 3.9); Linux only.
 from __future__ import annotations
 
 import ctypes
+import fcntl  # imported before the job's namespaces are joined: its root may not hold the interpreter's
 import marshal
 import os
 import sys
+import termios
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
@@ -47,8 +49,8 @@ def _same_ns(pid: int, kind: str) -> bool:
 def enter(spec: dict) -> None:  # type: ignore[type-arg]
     pid = spec.get("pid")
     uid, gid = spec.get("uid"), spec.get("gid")
+    libc = _libc()
     if pid:
-        libc = _libc()
         # every namespace file is opened first: joining the mount namespace hides the host's /proc
         fds = []
         for kind, flag in (("net", CLONE_NEWNET), ("mnt", CLONE_NEWNS), ("user", CLONE_NEWUSER)):
@@ -63,9 +65,6 @@ def enter(spec: dict) -> None:  # type: ignore[type-arg]
                 inside = spec.get("inside") or (0, 0)
                 uid, gid = int(inside[0]), int(inside[1])
     if spec.get("tty"):
-        import fcntl
-        import termios
-
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
     if gid is not None and uid is not None and (os.getuid(), os.getgid()) != (uid, gid):
         if os.getuid() == 0:
@@ -73,7 +72,7 @@ def enter(spec: dict) -> None:  # type: ignore[type-arg]
         os.setgid(int(gid))
         os.setuid(int(uid))
     if pid:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     try:
         os.chdir(spec["cwd"])
     except OSError:

@@ -21,7 +21,7 @@ from corral.domain.events import job_target, run_target
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.scheduler.blocks import smallest_carves
-from corral.services import local_admission, repos, run_references, serialize
+from corral.services import dev_env, local_admission, repos, run_references, serialize
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
 from corral.services.plan_verdict import plan_screen
@@ -33,7 +33,7 @@ from corral.workers.context import Context
 log = logging.getLogger("corral.runs")
 DEFAULT_IMAGE = "dstackai/base:0.16-base-ubuntu24.04"
 LEGACY_REPO_DIR = "/workflow"
-SUPPORTED_TYPES = ("task",)
+SUPPORTED_TYPES = ("task", "dev-environment")
 
 
 def normalize_run_spec(run_spec: Any, loc: tuple[str | int, ...], user: UserRec) -> tuple[dict[str, Any], Any, Any]:
@@ -121,8 +121,23 @@ def _check_volumes(c: dict[str, Any], default_image: str | None) -> None:
         raise ServiceError("`volumes` are mounted into the job's container: set `image` to run the job in one")
 
 
+def _app_specs(ports: list[Any]) -> list[dict[str, Any]]:
+    """dstack's ``app_specs``: the ports the attached CLI forwards (its own 10000-10999 left out)."""
+    kept = [p for p in ports if isinstance(p, dict) and not 10000 <= int(p.get("container_port") or 0) <= 10999]
+    return [
+        {"port": p["container_port"], "map_to_port": p.get("local_port"), "app_name": f"app_{i}", "url_path": None,
+         "url_query_params": None}
+        for i, p in enumerate(kept)
+    ]  # fmt: skip
+
+
 def job_specs(
-    run_name: str, spec: dict[str, Any], conf: Any, merged: Any, default_image: str | None = None
+    run_name: str,
+    spec: dict[str, Any],
+    conf: Any,
+    merged: Any,
+    default_image: str | None = None,
+    ide_download_url: str | None = None,
 ) -> list[dict[str, Any]]:
     c = spec["configuration"]
     nodes = int(c.get("nodes") or 1) if c.get("type") == "task" else 1
@@ -136,9 +151,11 @@ def job_specs(
                 "job_name": f"{run_name}-{i}-0",
                 "jobs_per_replica": nodes,
                 "replica_group": "0",
-                "app_specs": [],
+                "app_specs": _app_specs(c.get("ports") or []),
                 "user": _unix_user(c.get("user")),
-                "commands": list(c.get("commands") or []),
+                "commands": dev_env.commands(c, run_name, ide_download_url)
+                if c.get("type") == "dev-environment"
+                else list(c.get("commands") or []),
                 "env": dict(c.get("env") or {}),
                 "home_dir": "/root",
                 "image_name": c.get("image") or default_image or DEFAULT_IMAGE,
@@ -200,7 +217,9 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             current = await store.get_run(conn, project.id, run_name=spec["run_name"])
     offers = _offers(ctx, conf, merged, project)
     max_offers = body.get("max_offers") or 50
-    specs = job_specs(spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image)
+    specs = job_specs(
+        spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
+    )
     screened = await plan_screen(ctx, project, spec, specs[0]) if specs else None
     verdict = screened.error if screened else None
     if verdict is None:
@@ -252,7 +271,9 @@ def _random_name() -> str:
 async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
     spec, conf, merged = normalize_run_spec(plan.get("run_spec"), ("plan", "run_spec"), user)
     if conf.type not in SUPPORTED_TYPES:
-        raise ServiceError(f"Runs of type `{conf.type}` are not supported yet: corral runs tasks for now")
+        raise ServiceError(
+            f"Runs of type `{conf.type}` are not supported yet: corral runs tasks and dev environments for now"
+        )
     if getattr(conf, "groups", None):
         raise ServiceError("Tasks with `groups` are not supported yet")
     unset = [k for k, v in (spec["configuration"].get("env") or {}).items() if not isinstance(v, str)]
@@ -263,7 +284,9 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
         )
     _check_volumes(spec["configuration"], ctx.settings.default_image)
     await run_references.check(ctx, project, spec["configuration"])
-    planned = job_specs(spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image)
+    planned = job_specs(
+        spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
+    )
     await local_admission.check(ctx, project, user, spec, planned[0] if planned else None)
     await repos.check_run_code(ctx, project, user, spec)
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
@@ -328,7 +351,9 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                         "priority": run_values["priority"],
                         "blocks": 1,
                     }
-                    for js in job_specs(name, spec, conf, merged, ctx.settings.default_image)
+                    for js in job_specs(
+                        name, spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
+                    )
                 ]
                 await store.insert_run(conn, run_values)
                 await store.insert_jobs(conn, job_values)

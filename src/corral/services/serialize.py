@@ -185,6 +185,44 @@ def job_submission(j: JobRec) -> dict[str, Any]:
     }
 
 
+#: dstack's IDEs: the name it shows and the scheme of its links (``ides/*.py``).
+IDES = {
+    "vscode": ("VS Code", "vscode"),
+    "cursor": ("Cursor", "cursor"),
+    "windsurf": ("Windsurf", "windsurf"),
+    "zed": ("Zed", "zed"),
+}
+
+
+def ide_url(ide: str, authority: str, working_dir: str) -> str:
+    scheme = IDES[ide][1]
+    if ide == "zed":
+        return f"zed://ssh/{authority}{working_dir}"
+    return f"{scheme}://vscode-remote/ssh-remote+{authority}{working_dir}"
+
+
+def job_connection_info(r: RunRec, j: JobRec) -> dict[str, Any] | None:
+    """dstack's ``job_connection_info`` of a running job (null otherwise): the host the attached CLI names
+    (the run, or the job's name for jobs other than 0/0), and a dev environment's IDE link."""
+    if j.status != "running":
+        return None
+    host = r.run_name if (j.job_num, j.replica_num) == (0, 0) else j.job_name
+    conf = r.run_spec.get("configuration") or {}
+    ide = str(conf.get("ide") or "") if conf.get("type") == "dev-environment" else ""
+    working_dir = (j.job_runtime_data or {}).get("working_dir")
+    known = ide in IDES
+    return {
+        "ide_name": IDES[ide][0] if known else None,
+        "attached_ide_url": ide_url(ide, host, working_dir) if known and working_dir else None,
+        "proxied_ide_url": None,
+        "attached_ssh_command": ["ssh", host],
+        "proxied_ssh_command": None,
+        "sshproxy_hostname": None,
+        "sshproxy_port": None,
+        "sshproxy_upstream_id": None,
+    }
+
+
 def jobs(r: RunRec) -> list[dict[str, Any]]:
     grouped: dict[tuple[int, int], list[JobRec]] = {}
     for j in r.jobs:
@@ -196,7 +234,7 @@ def jobs(r: RunRec) -> list[dict[str, Any]]:
             {
                 "job_spec": subs[-1].job_spec,
                 "job_submissions": [job_submission(s) for s in subs],
-                "job_connection_info": None,
+                "job_connection_info": job_connection_info(r, subs[-1]),
             }
         )
     return out

@@ -135,4 +135,6 @@ def with_agent_state(data: dict[str, Any] | None, state: JobState) -> dict[str, 
     # the job's own SSH server is at CONTAINER_SSH_PORT behind the endpoint's outer hop (corral.sshd), the
     # port the official CLI assumes when ``ports`` does not name it
     out["username"] = out.get("username") or "root"
+    if state.working_dir:
+        out["working_dir"] = state.working_dir
     return out

@@ -40,6 +40,13 @@ class JobOutcomes:
         if ok and state.state == "running":
             self.ctx.wakeups.wake("runs")
 
+    async def _runtime(self, job: JobRec, state: JobState) -> None:
+        """Record what the agent reports of a running job (its working dir once it started)."""
+        async with self.ctx.db.write() as conn:
+            await run_store.update_job(
+                conn, job.id, {"job_runtime_data": dump(with_agent_state(job.job_runtime_data, state))}
+            )
+
     async def _unreachable(self, job: JobRec) -> bool:
         now = time.time()
         if job.disconnected_at is None:

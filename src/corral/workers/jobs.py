@@ -328,6 +328,10 @@ class Jobs(JobLeases, JobOutcomes):
                     offset = reply.next_offset
                 if current.status == "pulling" and not reply.state.finished:
                     await self._pulling(current, reply.state)
+                elif reply.state.working_dir and (current.job_runtime_data or {}).get("working_dir") != (
+                    reply.state.working_dir
+                ):
+                    await self._runtime(current, reply.state)
                 if reply.state.finished and not reply.entries:
                     held = masker.flush()  # the output has ended: what was held back (no whole secret)
                     if held:
