@@ -2,7 +2,8 @@
 attached ``dstack apply`` of a short task prints its output and exits 0 (``/logs_ws`` through the tunnel);
 ``dstack attach`` of a running task writes the ``Host`` entries, after which plain OpenSSH through them
 runs commands with their exit status, in the job's sandbox, and ``scp``/``sftp`` round-trip files; a
-wrong key and another user's key are refused; ``dstack stop`` closes the endpoint.
+wrong key and another user's key are refused; ``dstack stop`` closes the endpoint. Dev environments print
+the IDE link, forward their ``ports`` through ``dstack attach`` and end after ``inactivity_duration``.
 
 Runs as root (the jobs run in their sandboxes) with OpenSSH's client (``scripts/test.sh`` installs it).
 """
@@ -10,6 +11,7 @@ Runs as root (the jobs run in their sandboxes) with OpenSSH's client (``scripts/
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from dstack_client_env import CorralServer, DstackCli, cli_env, corral_server, free_port
+from dstack_client_env import CorralServer, DstackCli, _corral_command, cli_env, corral_server, free_port
 from test_official_dstack_client import RESOURCES
 
 TOKEN = "e2e-attach-admin-token-0123456789"
@@ -220,6 +222,69 @@ def test_wrong_key_and_another_users_key_are_refused(cli: DstackCli, attached: A
     assert "Permission denied" not in res.stderr, res.stderr
 
 
+def _corral_env(e2e_tmp: Path) -> dict[str, str]:
+    """corral's CLI with the server's project (written into its config on first start) and a HOME of its own."""
+    home = e2e_tmp / "corral-home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DSTACK_", "CORRAL_"))}
+    return {**env, "HOME": str(home), "CORRAL_CONFIG_DIR": str(e2e_tmp / "corral-config"), "COLUMNS": "200"}
+
+
+def _corral(e2e_tmp: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*_corral_command(), *args], env=_corral_env(e2e_tmp), cwd=e2e_tmp, capture_output=True, text=True,
+        timeout=timeout, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_attached_corral_apply_streams_the_output_over_ssh(cli: DstackCli, e2e_tmp: Path) -> None:
+    (e2e_tmp / "c.yml").write_text(
+        f"type: task\nname: corral-short\ncommands:\n  - echo from-corral-apply\n{RESOURCES}"
+    )
+    res = _corral(e2e_tmp, "apply", "-f", str(e2e_tmp / "c.yml"), "-y")
+    assert res.returncode == 0, res.stdout + res.stderr + cli.server.log_tail()
+    assert "from-corral-apply" in res.stdout, res.stdout
+
+
+def _corral_attach(e2e_tmp: Path, local: int) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [*_corral_command(), "attach", "longer", "-p", f"{local}:{APP_PORT}"], env=_corral_env(e2e_tmp), cwd=e2e_tmp,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "Press Ctrl+C to detach" in line:
+            break
+    return proc, "".join(lines)
+
+
+def test_corral_attach_forwards_ports_and_writes_the_same_entries(cli: DstackCli, attached: Any, e2e_tmp: Path) -> None:
+    local = free_port()
+    home = e2e_tmp / "corral-home"
+    for _attempt in range(2):  # the second attach right after a detach: its port is bound again at once
+        proc, out = _corral_attach(e2e_tmp, local)
+        try:
+            assert "Attached to run longer" in out and f"localhost:{local} -> {APP_PORT}" in out, out
+            assert "vscode://vscode-remote/ssh-remote+longer/workflow" in out, out
+            body = httpx.get(f"http://localhost:{local}/index.html", timeout=10).text
+            assert body.strip() == "served-by-the-job"
+            config = (home / ".dstack" / "ssh" / "config").read_text().replace(str(home), "HOME")
+            theirs = (cli.home / ".dstack" / "ssh" / "config").read_text().replace(str(cli.home), "HOME")
+            assert config == theirs, "the official CLI's entries"
+            assert (home / ".ssh" / "config").read_text().startswith(f"Include {home}/.dstack/ssh/config\n")
+            res = subprocess.run(
+                ["ssh", "-F", str(home / ".ssh" / "config"), "-o", "BatchMode=yes", "longer", "exit 5"],
+                capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": str(home)},
+            )  # fmt: skip
+            assert res.returncode == 5, res.stderr
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(20)
+        assert "Host longer" not in (home / ".dstack" / "ssh" / "config").read_text(), "entries removed on exit"
+
+
 def test_stop_closes_the_endpoint(cli: DstackCli, attached: Any) -> None:
     held = subprocess.Popen(
         ["ssh", "-F", str(cli.home / ".ssh" / "config"), "-o", "BatchMode=yes", "longer", "sleep 300"],
@@ -234,3 +299,19 @@ def test_stop_closes_the_endpoint(cli: DstackCli, attached: Any) -> None:
     assert rc != 0
     res = _ssh(cli, "longer", "true")
     assert res.returncode == 255, res.stdout + res.stderr
+
+
+def test_inactivity_ends_an_idle_dev_environment_as_dstack_does(cli: DstackCli) -> None:
+    cli.write("idle.dstack.yml", f"type: dev-environment\nname: idle\ninactivity_duration: 3s\n{RESOURCES}")
+    cli.ok("apply", "-f", "idle.dstack.yml", "-y", "-d")
+    deadline = time.monotonic() + 60
+    while (run := _run(cli.server, "idle"))["status"] not in ("failed", "done", "terminated"):
+        assert time.monotonic() < deadline, run
+        time.sleep(0.5)
+    sub = run["jobs"][0]["job_submissions"][-1]
+    assert (run["status"], run["termination_reason"]) == ("failed", "job_failed"), run
+    assert (sub["status"], sub["termination_reason"]) == ("terminated", "inactivity_duration_exceeded"), sub
+    assert re.fullmatch(
+        r"The job was inactive for \d+ seconds, exceeding the inactivity_duration of 3 seconds",
+        sub["termination_reason_message"],
+    ), sub

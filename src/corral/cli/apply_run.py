@@ -215,6 +215,19 @@ def follow_run(client: CorralClient, project: str, run: JSON) -> int:
         service_url = (run.get("service") or {}).get("url")
         if service_url:
             out.print(f"Service is published at [link={service_url}]{service_url}[/]")
+    if run.get("status") not in f.FINISHED_RUN_STATUSES:
+        from corral.cli.attach_cmd import stream_attached
+
+        # the output from the job's /logs_ws over its SSH endpoint (the ports forwarded meanwhile), as
+        # dstack's attached apply reads it; then the final status, which the server knows by then
+        if stream_attached(client, run):
+            deadline = time.monotonic() + 30
+            while run.get("status") not in f.FINISHED_RUN_STATUSES and time.monotonic() < deadline:
+                time.sleep(0.2)
+                run = client.runs_get(project, name)
+            if run.get("status") in f.FINISHED_RUN_STATUSES:
+                return _finish(run)
+            raise CLIError(f"Lost run connection: run {name} is still {run.get('status')}")
     while True:
         sub = latest_submission(run)
         if sub is not None:

@@ -117,6 +117,8 @@ class JobRec:
     wait_deadline: float | None
     #: The job's blocks of its instance (1 until it is placed).
     blocks: int = 1
+    #: When its SSH endpoint last saw a connection that counts (or when it started running).
+    ssh_seen_at: float | None = None
 
 
 @dataclass(frozen=True)

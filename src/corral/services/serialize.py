@@ -7,10 +7,12 @@ with corral's own name in the extra field ``corral_backend``.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from corral.domain import inactivity
 from corral.domain.access import can_manage_secrets
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, JobRec, MemberRec, ProjectRec, RunRec, UserRec
@@ -159,7 +161,7 @@ def _job_status_message(j: JobRec) -> str:
     return j.status_message or j.status
 
 
-def job_submission(j: JobRec) -> dict[str, Any]:
+def job_submission(j: JobRec, idle_limit: int | None = None) -> dict[str, Any]:
     runtime = dict(j.job_runtime_data) if j.job_runtime_data is not None else None
     # the pull's progress rides in the runtime data (workers/job_container.py); dstack has it alongside
     pull_progress = runtime.pop("image_pull_progress", None) if runtime is not None else None
@@ -170,7 +172,10 @@ def job_submission(j: JobRec) -> dict[str, Any]:
         "submitted_at": iso(j.submitted_at),
         "last_processed_at": iso(j.last_processed_at),
         "finished_at": iso(j.finished_at),
-        "inactivity_secs": None,
+        # as dstack's: a running dev environment with ``inactivity_duration`` shows how long it has been idle
+        "inactivity_secs": inactivity.inactive_secs(j.ssh_seen_at, time.time())
+        if idle_limit is not None and j.status == "running" and j.ssh_seen_at is not None
+        else None,
         "status": j.status,
         "status_message": _job_status_message(j),
         "termination_reason": j.termination_reason,
@@ -224,6 +229,7 @@ def job_connection_info(r: RunRec, j: JobRec) -> dict[str, Any] | None:
 
 
 def jobs(r: RunRec) -> list[dict[str, Any]]:
+    idle_limit = inactivity.duration_of(dict(r.run_spec.get("configuration") or {}))
     grouped: dict[tuple[int, int], list[JobRec]] = {}
     for j in r.jobs:
         grouped.setdefault((j.replica_num, j.job_num), []).append(j)
@@ -233,7 +239,7 @@ def jobs(r: RunRec) -> list[dict[str, Any]]:
         out.append(
             {
                 "job_spec": subs[-1].job_spec,
-                "job_submissions": [job_submission(s) for s in subs],
+                "job_submissions": [job_submission(s, idle_limit) for s in subs],
                 "job_connection_info": job_connection_info(r, subs[-1]),
             }
         )

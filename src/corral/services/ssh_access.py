@@ -81,6 +81,12 @@ async def read_logs(ctx: Context, job_id: str, after_id: int | None, start_time:
         return await run_store.read_logs(conn, job_id, after_id, 1000, start_time=start_time)
 
 
+async def record_seen(ctx: Context, job_id: str, now: float) -> None:
+    """A connection that counts is open (or just closed) on the job: its inactivity starts again from ``now``."""
+    async with ctx.db.write() as conn:
+        await run_store.update_job(conn, job_id, {"ssh_seen_at": now}, expect_status=("running",))
+
+
 async def job_status(ctx: Context, job_id: str) -> JobRec | None:
     async with ctx.db.read() as conn:
         return await run_store.get_job(conn, job_id)

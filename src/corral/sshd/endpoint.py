@@ -26,6 +26,7 @@ from typing import Any
 
 import asyncssh
 
+from corral.domain import inactivity
 from corral.services import ssh_access
 from corral.services.ssh_access import JobAccess
 from corral.sshd import logs_ws
@@ -38,6 +39,7 @@ log = logging.getLogger("corral.sshd")
 CONTAINER_SSH_PORT = 10022
 _LOCAL = ("localhost", "127.0.0.1", "::1")
 WATCH_S = 1.0
+SEEN_EVERY_S = 2.0
 
 
 class Endpoint:
@@ -51,6 +53,7 @@ class Endpoint:
         self._key: Any = None
         #: Live outer connections by job id (closed when their job stops).
         self.connections: dict[str, set[Any]] = {}
+        self._beats: set[asyncio.Future[None]] = set()
 
     async def ensure(self) -> tuple[str, int]:
         """Listen (once); the address the CLI should reach (``hostname``, ``ssh_port``)."""
@@ -78,24 +81,42 @@ class Endpoint:
     def track(self, job_id: str, conn: Any) -> Callable[[], None]:
         conns = self.connections.setdefault(job_id, set())
         conns.add(conn)
-        task = asyncio.ensure_future(self._watch(job_id, conn))
+        opened = time.time()
+        task = asyncio.ensure_future(self._watch(job_id, conn, opened))
 
         def untrack() -> None:
             task.cancel()
             conns.discard(conn)
             if not conns:
                 self.connections.pop(job_id, None)
+            now = time.time()
+            if inactivity.counts(opened, now):  # the job's inactivity starts when this one closes
+                beat = asyncio.ensure_future(self._seen(job_id, now))
+                self._beats.add(beat)
+                beat.add_done_callback(self._beats.discard)
 
         return untrack
 
-    async def _watch(self, job_id: str, conn: Any) -> None:
-        """Close ``conn`` once its job is no longer admitted (stopped, deleted, or past its grace)."""
+    async def _seen(self, job_id: str, now: float) -> None:
+        try:
+            await ssh_access.record_seen(self.ctx, job_id, now)
+        except Exception as e:  # the database may be away for a moment: the next beat records it
+            log.warning("cannot record SSH activity of job %s: %s", job_id, e)
+
+    async def _watch(self, job_id: str, conn: Any, opened: float) -> None:
+        """Close ``conn`` once its job is no longer admitted (stopped, deleted, or past its grace); while
+        it counts as activity (open 10 s or more), record it every :data:`SEEN_EVERY_S`."""
+        recorded = 0.0
         while True:
             await asyncio.sleep(WATCH_S)
             access = await ssh_access.job_access(self.ctx, job_id)
             if access is None or not access.reachable(time.time()):
                 conn.close()
                 return
+            now = time.time()
+            if access.running and inactivity.counts(opened, now) and now - recorded >= SEEN_EVERY_S:
+                await self._seen(job_id, now)
+                recorded = now
 
     async def inner(self, access: JobAccess, reader: Any, writer: Any) -> None:
         """Run the ``<run>`` hop's SSH server over a forwarded channel."""

@@ -53,6 +53,7 @@ def job_from_row(r: Any) -> JobRec:
         log_offset=r.log_offset,
         wait_deadline=r.wait_deadline,
         blocks=r.blocks,
+        ssh_seen_at=getattr(r, "ssh_seen_at", None),
     )
 
 
@@ -247,6 +248,7 @@ def new_run_rec(
         "disconnected_at": None,
         "log_offset": 0,
         "wait_deadline": None,
+        "ssh_seen_at": None,
     }
     run_jobs = [job_from_row(SimpleNamespace(**{**defaults, **v})) for v in job_values]
     row = SimpleNamespace(**run_values, project_name=project_name, user_name=user_name, fleet_name=None, deleted=False)

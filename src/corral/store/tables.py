@@ -185,6 +185,9 @@ jobs = sa.Table(
     sa.Column("stop_requested", sa.String(20), nullable=True),
     sa.Column("disconnected_at", Time, nullable=True),
     sa.Column("log_offset", sa.Integer, nullable=False, default=0),
+    #: When the job's SSH endpoint last saw a connection that counts (open 10 s or more), or when it started
+    #: running: a dev environment's ``inactivity_duration`` runs from here.
+    sa.Column("ssh_seen_at", Time, nullable=True),
     *_lease_columns(),
     sa.Index("uq_jobs_submission", "run_id", "replica_num", "job_num", "submission_num", unique=True),
     sa.Index("ix_jobs_status_queue", "status", "priority", "submitted_at"),

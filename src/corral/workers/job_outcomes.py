@@ -32,7 +32,7 @@ class JobOutcomes:
         data = with_agent_state(job.job_runtime_data, state)
         values: dict[str, Any] = {"job_runtime_data": dump(data)}
         if state.state == "running":
-            values.update(status="running", last_processed_at=time.time())
+            values.update(status="running", last_processed_at=time.time(), ssh_seen_at=time.time())
         elif data == job.job_runtime_data:
             return
         async with self.ctx.db.write() as conn:
@@ -83,6 +83,8 @@ class JobOutcomes:
             status, reason, message = "terminated", "terminated_by_server", "Run is to be resubmitted"
         elif stopped == "server":  # another job of its run failed for good (workers/runs.py)
             status, reason, message = "terminated", "terminated_by_server", "Stopped: another job of the run failed"
+        elif stopped == "inactivity":  # a dev environment idle past its inactivity_duration (workers/jobs.py)
+            status, reason, message = "terminated", "inactivity_duration_exceeded", job.termination_reason_message
         elif stopped:
             status, reason = "terminated", "terminated_by_user"
         elif state.termination_reason == "terminated_by_server":  # e.g. a secret it needs is gone
