@@ -69,7 +69,7 @@ async def job_access(ctx: Context, job_id: str) -> JobAccess | None:
     if project is not None:
         keys.append(project.ssh_public_key or "")
     url = token = None
-    if inst is not None and inst.agent:
+    if inst is not None and inst.agent and job.status in ACTIVE:
         url = ctx.agent_url(inst)
         token = ctx.reveal(AgentEndpoint.from_json(inst.agent).token)
     username = str((job.job_runtime_data or {}).get("username") or "root")

@@ -206,7 +206,14 @@ class _Auth(asyncssh.SSHServer):
 
 class _Outer(_Auth):
     async def begin_auth(self, username: str) -> bool:
-        return self._admit(await ssh_access.job_access(self.endpoint.ctx, username))
+        try:
+            access = await ssh_access.job_access(self.endpoint.ctx, username)
+        except Exception:
+            log.exception("SSH login as %r: cannot look the job up", username)
+            access = None
+        if access is None or not access.reachable(time.time()):
+            log.info("SSH login as %r refused: no such job, or it is not running", username)
+        return self._admit(access)
 
     def session_requested(self) -> bool:
         return False
@@ -234,7 +241,11 @@ class _Inner(_Auth):
         self.outer = outer
 
     async def begin_auth(self, username: str) -> bool:
-        access = await ssh_access.job_access(self.endpoint.ctx, self.outer.job.id)
+        try:
+            access = await ssh_access.job_access(self.endpoint.ctx, self.outer.job.id)
+        except Exception:
+            log.exception("SSH login into job %s: cannot look the job up", self.outer.job.job_name)
+            access = None
         if access is not None and username not in ("root", access.username):
             access = None
         return self._admit(access)
