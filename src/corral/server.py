@@ -176,12 +176,13 @@ async def prepare(settings: Settings) -> Prepared:
         managers_manage_secrets=server_config is not None
         and server_config.default_permissions.allow_managers_manage_secrets,
     )
-    ctx.ssh_endpoint = _lazy_ssh_endpoint(ctx)
+    ctx.ssh_endpoint, ctx.ssh_endpoint_close = _lazy_ssh_endpoint(ctx)
     return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created)
 
 
-def _lazy_ssh_endpoint(ctx: Any) -> Any:
-    """The SSH endpoint of jobs, imported and started when the first job needs it (not at start-up)."""
+def _lazy_ssh_endpoint(ctx: Any) -> tuple[Any, Any]:
+    """The SSH endpoint of jobs, imported and started when the first job needs it (not at start-up), and
+    what closes it."""
     holder: list[Any] = []
 
     async def ensure() -> tuple[str, int]:
@@ -195,7 +196,11 @@ def _lazy_ssh_endpoint(ctx: Any) -> Any:
         result: tuple[str, int] = await holder[0].ensure()
         return result
 
-    return ensure
+    async def close() -> None:
+        if holder:
+            await holder[0].close()
+
+    return ensure, close
 
 
 def _repoint_cli_config(url: str, token: str) -> str | None:

@@ -73,10 +73,16 @@ class Endpoint:
         return self.hostname, self.port
 
     async def close(self) -> None:
+        """Stop listening and close every connection (server shutdown)."""
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
+        for conns in list(self.connections.values()):
+            for conn in list(conns):
+                conn.close()
+        if self._beats:
+            await asyncio.gather(*self._beats, return_exceptions=True)
 
     def track(self, job_id: str, conn: Any) -> Callable[[], None]:
         conns = self.connections.setdefault(job_id, set())

@@ -63,6 +63,8 @@ class Context:
     #: Starts the SSH endpoint of jobs on first use and says where the CLI reaches it (host name, port);
     #: None where no endpoint is wired (some tests).
     ssh_endpoint: Callable[[], Awaitable[tuple[str, int]]] | None = None
+    #: Closes the SSH endpoint (if it was started) and its connections, at shutdown.
+    ssh_endpoint_close: Callable[[], Awaitable[None]] | None = None
 
     def cipher(self) -> Cipher:
         """The server's cipher (tokens, private keys and credentials at rest)."""

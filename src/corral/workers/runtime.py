@@ -105,6 +105,8 @@ class Workers:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.jobs.stop_all()
+        if self.ctx.ssh_endpoint_close is not None:
+            await self.ctx.ssh_endpoint_close()
         await self.hosts.stop()
         await self.instances.drain()
         for compute in self.ctx.computes.values():
