@@ -2,7 +2,7 @@
 ``inactivity_duration``)
 
 Revision ID: 0009
-Revises: 0010
+Revises: 0011
 Create Date: 2026-12-01 14:30:00
 """
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009"
-down_revision = "0010"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
