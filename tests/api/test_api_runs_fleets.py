@@ -266,9 +266,9 @@ async def test_run_plan_shape(server: RunningServer) -> None:
 
 async def test_unsupported_types_validate_then_400(server: RunningServer) -> None:
     async with server.client() as c:
-        svc = {"type": "service", "port": 8000, "commands": ["python -m http.server"]}
+        svc = {"type": "service", "port": 8000, "commands": ["python -m http.server"], "gateway": "gw"}
         r = await c.post("/api/project/main/runs/get_plan", json={"run_spec": {"configuration": svc}})
-        assert r.status_code == 200
+        assert r.status_code == 400 and "not supported yet" in r.json()["detail"][0]["msg"]
         r = await c.post(
             "/api/project/main/runs/apply",
             json={"force": False, "plan": {"run_spec": {"configuration": svc}}},

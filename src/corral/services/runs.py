@@ -21,7 +21,7 @@ from corral.domain.events import job_target, run_target
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.scheduler.blocks import smallest_carves
-from corral.services import local_admission, repos, run_references, serialize
+from corral.services import local_admission, repos, run_references, serialize, service_runs
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
 from corral.services.plan_verdict import plan_screen
@@ -33,7 +33,7 @@ from corral.workers.context import Context
 log = logging.getLogger("corral.runs")
 DEFAULT_IMAGE = "dstackai/base:0.16-base-ubuntu24.04"
 LEGACY_REPO_DIR = "/workflow"
-SUPPORTED_TYPES = ("task",)
+SUPPORTED_TYPES = ("task", "service")
 
 
 def normalize_run_spec(run_spec: Any, loc: tuple[str | int, ...], user: UserRec) -> tuple[dict[str, Any], Any, Any]:
@@ -175,6 +175,8 @@ def job_specs(
                 "node_group_job_index": i,
             }
         )
+    if c.get("type") == "service":
+        return service_runs.replica_job_specs(run_name, out[0], conf)
     return out
 
 
@@ -194,6 +196,8 @@ def _offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[d
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
     spec, conf, merged = normalize_run_spec(body.get("run_spec"), ("run_spec",), user)
     await run_references.check(ctx, project, spec["configuration"])
+    if conf.type == "service":
+        service_runs.check_service(conf)
     current = None
     if spec["run_name"]:
         async with ctx.db.read() as conn:
@@ -226,7 +230,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             "total_offers": len(offers),
             "max_price": max((o["price"] for o in offers), default=None),
         }
-        for js in specs
+        for js in (service_runs.group_plans(specs) if conf.type == "service" else specs)
     ]
     return {
         "project_name": project.name,
@@ -252,8 +256,10 @@ def _random_name() -> str:
 async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
     spec, conf, merged = normalize_run_spec(plan.get("run_spec"), ("plan", "run_spec"), user)
     if conf.type not in SUPPORTED_TYPES:
-        raise ServiceError(f"Runs of type `{conf.type}` are not supported yet: corral runs tasks for now")
-    if getattr(conf, "groups", None):
+        raise ServiceError(f"Runs of type `{conf.type}` are not supported yet: corral runs tasks and services for now")
+    if conf.type == "service":
+        service_runs.check_service(conf)
+    if conf.type == "task" and getattr(conf, "groups", None):
         raise ServiceError("Tasks with `groups` are not supported yet")
     unset = [k for k, v in (spec["configuration"].get("env") or {}).items() if not isinstance(v, str)]
     if unset:
@@ -317,7 +323,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                         "project_id": project.id,
                         "run_name": name,
                         "job_num": js["job_num"],
-                        "replica_num": 0,
+                        "replica_num": js["replica_num"],
                         "job_name": js["job_name"],
                         "submission_num": 0,
                         "deployment_num": 0,

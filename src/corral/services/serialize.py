@@ -16,6 +16,7 @@ from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, JobRec, MemberRec, ProjectRec, RunRec, UserRec
 from corral.schemas import wire
 from corral.services.credentials import revealed
+from corral.services.service_runs import service_field
 from corral.store.encryption import Cipher
 
 WIRE_BACKEND = {"local": "remote", "ssh": "remote"}
@@ -230,7 +231,7 @@ def run(r: RunRec, queue_position: int | None = None) -> dict[str, Any]:
         "jobs": js,
         "latest_job_submission": latest,
         "cost": 0.0,
-        "service": None,
+        "service": service_field(r.project_name, r.run_name, r.run_spec.get("configuration") or {}),
         "deployment_num": r.deployment_num,
         "error": None,
         "deleted": r.deleted,
