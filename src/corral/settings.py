@@ -98,6 +98,14 @@ class Settings:
     job_uid_range: str | None = None
     #: How long events are kept, in seconds (dstack: 30 days); at most zero stores none.
     events_ttl: float = 30 * 24 * 3600.0
+    #: Failed probes in a row (or connection errors the proxy sees) that take a service replica out of traffic.
+    probe_failure_threshold: int = 3
+    #: How often the probes of service replicas are looked at (each probe runs at its own ``interval``).
+    probe_tick: float = 0.5
+    #: Largest request body the in-server proxy forwards to a service (dstack's gateway: 64 MiB).
+    proxy_body_limit: int = 64 * 2**20
+    #: How long the proxy waits for a replica's response head (dstack: ``DSTACK_SERVICE_CLIENT_TIMEOUT``).
+    proxy_timeout: float = 300.0
 
     @property
     def data_dir(self) -> Path:
@@ -166,6 +174,11 @@ class Settings:
                 raise SettingsError(
                     f"CORRAL_SERVER_EVENTS_TTL_SECONDS={raw!r} is not a number of seconds (0 or less: keep no events)"
                 ) from None
+        if e.get("CORRAL_PROBE_FAILURE_THRESHOLD"):
+            raw = e["CORRAL_PROBE_FAILURE_THRESHOLD"]
+            if not raw.isdigit() or int(raw) < 1:
+                raise SettingsError(f"CORRAL_PROBE_FAILURE_THRESHOLD={raw!r} must be a whole number of at least 1")
+            s = replace(s, probe_failure_threshold=int(raw))
         if e.get("CORRAL_LOCAL_INSTANCES_DIR"):
             s = replace(s, local_instances_dir=Path(e["CORRAL_LOCAL_INSTANCES_DIR"]).expanduser())
         if "CORRAL_LOCAL_MAX_INSTANCES" in e:

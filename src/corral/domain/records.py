@@ -117,6 +117,10 @@ class JobRec:
     wait_deadline: float | None
     #: The job's blocks of its instance (1 until it is placed).
     blocks: int = 1
+    #: A service replica the proxy routes to now (None: not a service replica).
+    ready: bool | None = None
+    #: Its probes' streaks (``[{"success_streak", "failure_streak"}]``), as last recorded.
+    probes: tuple[Mapping[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -333,6 +333,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                         "job_spec": dump(run_secrets.sealed_job_spec(ctx.cipher(), js)),
                         "priority": run_values["priority"],
                         "blocks": 1,
+                        "ready": False if conf.type == "service" else None,
                     }
                     for js in job_specs(name, spec, conf, merged, ctx.settings.default_image)
                 ]

@@ -180,9 +180,11 @@ def job_submission(j: JobRec) -> dict[str, Any]:
         "job_provisioning_data": j.job_provisioning_data,
         "job_runtime_data": runtime,
         "error": None,
-        "probes": [],
+        "probes": [{"success_streak": int(p.get("success_streak") or 0)} for p in j.probes],
         "image_pull_progress": pull_progress if j.status == "pulling" else None,
         "corral_waiting": j.status_message if j.status == "submitted" else None,
+        # corral: a service replica the proxy routes to now (its probes pass); None for other jobs
+        "corral_ready": j.ready if j.status == "running" or j.ready is None else False,
     }
 
 

@@ -185,6 +185,12 @@ jobs = sa.Table(
     sa.Column("stop_requested", sa.String(20), nullable=True),
     sa.Column("disconnected_at", Time, nullable=True),
     sa.Column("log_offset", sa.Integer, nullable=False, default=0),
+    #: A service replica the proxy routes to (its probes pass; None: not a service replica, or not yet).
+    sa.Column("ready", sa.Boolean, nullable=True),
+    #: Its probes' state (JSON ``[{"success_streak", "failure_streak"}]``, one per probe of its spec).
+    sa.Column("probes", sa.Text, nullable=True),
+    #: The last time it was seen ready (a service whose replicas stay unready past ``retry.duration`` fails).
+    sa.Column("ready_at", Time, nullable=True),
     *_lease_columns(),
     sa.Index("uq_jobs_submission", "run_id", "replica_num", "job_num", "submission_num", unique=True),
     sa.Index("ix_jobs_status_queue", "status", "priority", "submitted_at"),
