@@ -51,7 +51,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             for i in range(3):
-                data = ("data: %d %f\n\n" % (i, time.time())).encode()
+                data = f"data: {i} {time.time()}\n\n".encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
                 time.sleep(0.3)
