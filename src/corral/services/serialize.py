@@ -180,7 +180,10 @@ def job_submission(j: JobRec) -> dict[str, Any]:
         "job_provisioning_data": j.job_provisioning_data,
         "job_runtime_data": runtime,
         "error": None,
-        "probes": [{"success_streak": int(p.get("success_streak") or 0)} for p in j.probes],
+        # one per probe of the spec (a replica without probes is probed at its port: not shown, as dstack)
+        "probes": [{"success_streak": int(p.get("success_streak") or 0)} for p in j.probes]
+        if j.probes and j.job_spec.get("probes")
+        else [],
         "image_pull_progress": pull_progress if j.status == "pulling" else None,
         "corral_waiting": j.status_message if j.status == "submitted" else None,
         # corral: a service replica the proxy routes to now (its probes pass); None for other jobs
