@@ -54,6 +54,8 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 #: Cookies of these names are corral's: never sent to a service, never set by one.
 CORRAL_COOKIE_PREFIX = b"corral"
 CONNECT_TIMEOUT = 10.0
+#: A request body up to this size is read before it is sent (so it can be sent to another replica).
+HOLD_BODY = 1 << 20
 #: How long a cached route or membership may live should a wake-up be lost.
 CACHE_TTL = 10.0
 
@@ -206,22 +208,25 @@ class ServiceProxy:
         query = scope.get("query_string") or b""
         if query:
             target += "?" + query.decode("latin-1")
-        # the first part of the body: a whole small body is held, so the request can be sent again
-        first = await receive()
-        body = first.get("body", b"")
-        more = bool(first.get("more_body"))
-        if len(body) > limit:
-            await _json(send, 413, {"detail": "Request body too large"})
-            return
-        if length is None and not more and not chunked:
-            if body or method in ("POST", "PUT", "PATCH"):
-                up_headers.append((b"content-length", str(len(body)).encode()))
-        elif length is not None:
+        # a body of known, small size is read whole first: held, the request can be sent again elsewhere
+        body, more = b"", False
+        if length or chunked:
+            try:
+                body, more = await self._read_held(receive, HOLD_BODY)
+            except _BodyTooLarge:
+                await _json(send, 413, {"detail": "Request body too large"})
+                return
+            except ConnectionError:
+                return
+        if length is not None:
             up_headers.append((b"content-length", str(length).encode()))
-        else:
-            up_headers.append((b"transfer-encoding", b"chunked"))
+        elif chunked:
+            if not more:
+                up_headers.append((b"content-length", str(len(body)).encode()))
+            else:
+                up_headers.append((b"transfer-encoding", b"chunked"))
         stream_body = more
-        use_chunked = length is None and (more or chunked)
+        use_chunked = chunked and more
         head = request_head(method, target or "/", up_headers)
         tried: list[str] = []
         while True:
@@ -247,6 +252,24 @@ class ServiceProxy:
             except _BodyTooLarge:
                 await _json(send, 413, {"detail": "Request body too large"})
                 return
+
+    async def _read_held(self, receive: Receive, up_to: int) -> tuple[bytes, bool]:
+        """The body's first ``up_to`` bytes or more (whole if it ends by then) and whether more is to come."""
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                raise ConnectionError("the caller went away")
+            data = msg.get("body", b"")
+            parts.append(data)
+            size += len(data)
+            if size > self.ctx.settings.proxy_body_limit:
+                raise _BodyTooLarge
+            if not msg.get("more_body"):
+                return b"".join(parts), False
+            if size >= up_to:
+                return b"".join(parts), True
 
     async def _dial(self, rep: Replica) -> Conn:
         return await open_replica(self.ctx.computes, rep.instance, rep.host_port, CONNECT_TIMEOUT)
