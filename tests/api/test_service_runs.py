@@ -133,3 +133,18 @@ async def test_invalid_service_yaml_names_the_field(server: RunningServer) -> No
         del body["plan"]["run_spec"]["configuration"]["port"]
         r = await c.post("/api/project/main/runs/apply", json=body)
         assert r.status_code == 422 and "port" in r.text, r.text
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_user_guides_example_is_accepted(server: RunningServer) -> None:
+    import yaml
+
+    path = Path(__file__).parents[2] / "examples" / "service.dstack.yml"
+    conf = yaml.safe_load(path.read_text())
+    async with server.client() as c:
+        r = await c.post(
+            "/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": conf}}}
+        )
+        assert r.status_code == 200, r.text
+        assert [j["job_spec"]["replica_num"] for j in r.json()["jobs"]] == [0, 1]
+        await c.post("/api/project/main/runs/stop", json={"runs_names": [conf["name"]], "abort": True})
