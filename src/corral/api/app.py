@@ -59,6 +59,21 @@ class _ServiceProxy:
         await self._app(scope, receive, send)
 
 
+class _ProxyFirst:
+    """Outermost middleware: requests under ``/proxy/services/`` go straight to the proxy (no API version
+    check, no routing table: the proxy's own overhead is a measured figure)."""
+
+    def __init__(self, app: Any, proxy: _ServiceProxy) -> None:
+        self.app = app
+        self.proxy = proxy
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/proxy/services/"):
+            await self.proxy(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
 def create_app(ctx: Context, workers: Background) -> Starlette:
     """The app; ``workers`` (started and stopped with it) come from the composition root."""
 
@@ -80,7 +95,7 @@ def create_app(ctx: Context, workers: Background) -> Starlette:
     ]
     app = Starlette(
         routes=[*starlette_routes(*TABLES), *docs],
-        middleware=[Middleware(VersionCheck, access_log=ctx.settings.access_log)],
+        middleware=[Middleware(_ProxyFirst, proxy=proxy), Middleware(VersionCheck, access_log=ctx.settings.access_log)],
         exception_handlers=error_handlers(),
         lifespan=lifespan,
     )
