@@ -128,3 +128,18 @@ def test_corral_apply_prints_the_url_and_ps_the_readiness(server: CorralServer, 
     assert len(rows) == 2 and all("(ready)" in row for row in rows), ps
     assert httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
     corral(tmp, "stop", "svc-c", "-y")
+
+
+def test_the_server_takes_websocket_upgrades_without_loading_them_at_start(server: CorralServer) -> None:
+    import socket as sock
+
+    host, port = server.url.removeprefix("http://").split(":")
+    with sock.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(
+            b"GET /proxy/services/main/nosuch/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        head = s.recv(4096)
+    # a WebSocket handshake the proxy refuses (no such service): 403, not an HTTP answer to a plain GET
+    assert head.startswith(b"HTTP/1.1 403"), head
+    assert "Unsupported upgrade" not in server.log_tail(200)

@@ -3,12 +3,15 @@
 GET /whoami: the job's id. GET /headers: the path and headers it got, as JSON. GET /health: 200 unless
 the file ``sick`` exists in its directory (GET /sick creates it, GET /well removes it). GET /sse: three
 server-sent events, 0.3 s apart, chunked. POST /echo: the body back (Content-Length or chunked). GET /die:
-the process kills itself with SIGKILL.
+the process kills itself with SIGKILL. GET /ws (WebSocket): every message echoed back as ``echo:<message>``.
 """
 
+import base64
+import hashlib
 import json
 import os
 import signal
+import struct
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,8 +34,39 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _websocket(self):
+        key = self.headers["Sec-WebSocket-Key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", base64.b64encode(hashlib.sha1(key.encode()).digest()).decode())
+        self.end_headers()
+        self.wfile.flush()
+        while True:
+            b1, b2 = self.rfile.read(2)
+            opcode, length = b1 & 0x0F, b2 & 0x7F
+            if length == 126:
+                (length,) = struct.unpack("!H", self.rfile.read(2))
+            elif length == 127:
+                (length,) = struct.unpack("!Q", self.rfile.read(8))
+            mask = self.rfile.read(4) if b2 & 0x80 else b"\0\0\0\0"
+            data = bytes(c ^ mask[i % 4] for i, c in enumerate(self.rfile.read(length)))
+            if opcode == 8:
+                self.wfile.write(b"\x88\x02" + data[:2])
+                self.wfile.flush()
+                return
+            if opcode in (1, 2):
+                out = b"echo:" + data
+                head = bytes([0x80 | opcode])
+                head += bytes([len(out)]) if len(out) < 126 else b"\x7e" + struct.pack("!H", len(out))
+                self.wfile.write(head + out)
+                self.wfile.flush()
+
     def do_GET(self):
-        if self.path == "/whoami":
+        if self.path == "/ws" and self.headers.get("Upgrade", "").lower() == "websocket":
+            self._websocket()
+            self.close_connection = True
+        elif self.path == "/whoami":
             self._send(200, os.environ.get("DSTACK_JOB_ID", "?"))
         elif self.path.startswith("/headers"):
             self._send(200, json.dumps({"path": self.path, "headers": dict(self.headers.items())}), "application/json")

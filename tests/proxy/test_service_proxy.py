@@ -209,3 +209,42 @@ async def test_a_service_that_never_becomes_ready_fails(server: RunningServer) -
 
         run = await wait_for(ended, timeout=40, interval=0.2)
         assert (run["status"], run["termination_reason"]) == ("failed", "retry_limit_exceeded"), run
+
+
+async def test_a_websocket_echo_passes_through(server: RunningServer) -> None:
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, CloseConnection, Message, Request, TextMessage
+
+    async with server.client() as c:
+        await both_ready(c)
+    host, port = server.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    ws = WSConnection(ConnectionType.CLIENT)
+    auth = [(b"authorization", f"Bearer {server.token}".encode())]
+    writer.write(ws.send(Request(host=f"{host}:{port}", target=BASE + "ws", extra_headers=auth)))
+    got: list[Any] = []
+
+    async def until(kind: type) -> Any:
+        while True:
+            for event in ws.events():
+                got.append(event)
+                if isinstance(event, kind):
+                    return event
+            data = await asyncio.wait_for(reader.read(65536), 10)
+            assert data, got
+            ws.receive_data(data)
+
+    await until(AcceptConnection)
+    for text in ("hello", "x" * 1000):
+        writer.write(ws.send(Message(data=text)))
+        assert (await until(TextMessage)).data == "echo:" + text
+    writer.write(ws.send(CloseConnection(code=1000)))
+    assert (await until(CloseConnection)).code == 1000
+    writer.close()
+    # without a member's token the upgrade is refused
+    reader, writer = await asyncio.open_connection(host, int(port))
+    ws = WSConnection(ConnectionType.CLIENT)
+    writer.write(ws.send(Request(host=f"{host}:{port}", target=BASE + "ws")))
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert head.startswith(b"HTTP/1.1 403"), head
+    writer.close()

@@ -68,7 +68,7 @@ class _ProxyFirst:
         self.proxy = proxy
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/proxy/services/"):
+        if scope["type"] in ("http", "websocket") and scope["path"].startswith("/proxy/services/"):
             await self.proxy(scope, receive, send)
         else:
             await self.app(scope, receive, send)
