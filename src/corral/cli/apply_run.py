@@ -113,7 +113,8 @@ def apply_run(
     if detach:
         verb = "updated" if plan.get("action") == "update" and current is not None else "submitted"
         out.print(f"Run [code]{name}[/] {verb}, detaching...")
-        print_service_urls(client.url, run)
+        if run.get("service"):
+            print_service_urls(client.url, run)
         return 0
     try:
         return follow_run(client, project, run)
@@ -229,7 +230,8 @@ def follow_run(client: CorralClient, project: str, run: JSON) -> int:
     else:
         out.print(render.runs_table([run]))
         out.print(f"\n[code]{name}[/] provisioning completed [secondary]({run.get('status')})[/]")
-        print_service_urls(client.url, run)
+        if run.get("service"):
+            print_service_urls(client.url, run)
     while True:
         sub = latest_submission(run)
         if sub is not None:
