@@ -1,7 +1,7 @@
 """service replicas' readiness: whether the proxy routes to a replica, its probes' streaks, when it was last ready
 
 Revision ID: 0014
-Revises: 0008
+Revises: 0010
 Create Date: 2026-12-01 14:10:00
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0008"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
