@@ -1,7 +1,7 @@
 """service replicas' readiness: whether the proxy routes to a replica, its probes' streaks, when it was last ready
 
 Revision ID: 0014
-Revises: 0010
+Revises: 0011
 Create Date: 2026-12-01 14:10:00
 """
 
