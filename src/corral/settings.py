@@ -84,6 +84,21 @@ class Settings:
     write_cli_config: bool = True
     #: Largest accepted ``repos/upload_code`` and ``files/upload_archive`` request, in bytes (dstack: 2 MiB).
     code_upload_limit: int = 2 * 2**20
+    #: Largest JSON request body of most routes, in bytes: a longer one is a 413 before it is read further.
+    request_body_limit: int = 2**20
+    #: Largest JSON body of the routes that carry a configuration (runs' and fleets' ``get_plan`` and
+    #: ``apply``, gateways, volumes), in bytes.
+    spec_body_limit: int = 8 * 2**20
+    #: The deepest nesting of objects and arrays in a request body.
+    max_json_depth: int = 32
+    #: The most items in one array, or keys in one object, of a request body.
+    max_list_length: int = 10_000
+    #: The longest string (or object key) in a request body, in characters.
+    max_string_length: int = 256 * 1024
+    #: The most ``nodes`` a task or a fleet may have.
+    max_nodes: int = 1000
+    #: The most ``replicas`` a service may have (all its replica groups together).
+    max_replicas: int = 1000
     #: Key that encrypts tokens, private keys and credentials at rest (base64 of 32 bytes); None = a key file.
     encryption_key: str | None = None
     #: The key file when ``encryption_key`` is None (made on first use, mode 0600); None = in the state dir.
@@ -155,6 +170,7 @@ class Settings:
                 s = replace(s, code_upload_limit=int(e["CORRAL_SERVER_CODE_UPLOAD_LIMIT"]))
             except ValueError:
                 raise SettingsError("CORRAL_SERVER_CODE_UPLOAD_LIMIT must be a number of bytes") from None
+        s = _input_limits(s, e)
         if e.get("CORRAL_SERVER_ENCRYPTION_KEY_FILE"):
             s = replace(s, encryption_key_path=Path(e["CORRAL_SERVER_ENCRYPTION_KEY_FILE"]).expanduser())
         if e.get("CORRAL_SANDBOX"):
@@ -190,6 +206,28 @@ class Settings:
         if overrides:
             s = replace(s, **overrides)  # type: ignore[arg-type]
         return s
+
+
+#: The caps on request input (``docs/security.md``): environment variable -> setting.
+INPUT_LIMITS = {
+    "CORRAL_SERVER_REQUEST_BODY_LIMIT": "request_body_limit",
+    "CORRAL_SERVER_SPEC_BODY_LIMIT": "spec_body_limit",
+    "CORRAL_MAX_JSON_DEPTH": "max_json_depth",
+    "CORRAL_MAX_LIST_LENGTH": "max_list_length",
+    "CORRAL_MAX_STRING_LENGTH": "max_string_length",
+    "CORRAL_MAX_NODES": "max_nodes",
+    "CORRAL_MAX_REPLICAS": "max_replicas",
+}
+
+
+def _input_limits(s: Settings, e: dict[str, str]) -> Settings:
+    for var, attr in INPUT_LIMITS.items():
+        raw = e.get(var)
+        if raw:
+            if not raw.isdigit() or int(raw) < 1:
+                raise SettingsError(f"{var}={raw!r} must be a whole number of at least 1")
+            s = replace(s, **{attr: int(raw)})  # type: ignore[arg-type]
+    return s
 
 
 def _local_host(s: Settings, e: dict[str, str]) -> Settings:

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral import DSTACK_API_VERSION
+from corral.api.body import PayloadTooLarge, read_json
 from corral.api.routing import RequestValidationError
 from corral.domain.documents import json_default
 from corral.domain.records import ProjectRec, UserRec
@@ -119,15 +120,8 @@ async def member(request: Request, project_name: str, need: str = "member") -> t
 
 
 async def body_json(request: Request) -> Any:
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise RequestValidationError(
-            [{"type": "json_invalid", "loc": ["body", 0], "msg": f"JSON decode error: {e}", "input": {}}]
-        ) from None
+    """The body as JSON within the route's size limit and the shape caps (:mod:`corral.api.body`)."""
+    return await read_json(request)
 
 
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
@@ -292,6 +286,13 @@ async def _invalid(r: Request, e: Exception) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=422)
 
 
+async def _too_large(r: Request, e: Exception) -> JSONResponse:
+    assert isinstance(e, PayloadTooLarge)
+    _refused(r, 413, e.msg)
+    # the rest of the body stays unread: the connection cannot serve another request
+    return JSONResponse({"detail": [{"msg": e.msg, "code": "error"}]}, status_code=413, headers={"Connection": "close"})
+
+
 async def _validation(r: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, RequestValidationError)
     detail = _jsonable_errors(e.errors())
@@ -317,5 +318,6 @@ def error_handlers() -> dict[Any, Callable[[Request, Exception], Awaitable[Respo
         ProjectNotFound: _no_project,
         InvalidConfiguration: _invalid,
         RequestValidationError: _validation,
+        PayloadTooLarge: _too_large,
         StarletteHTTPException: _http,
     }

@@ -31,6 +31,11 @@ def project_add(
     from corral.sdk.client import CorralClient
     from corral.sdk.errors import AuthError, NotFoundError
 
+    from corral.domain.names import project_name_error
+
+    bad = project_name_error(name)
+    if bad is not None:
+        raise typer.BadParameter(bad, param_hint="'--name'")
     url = url.rstrip("/")
     if not url.startswith(("http://", "https://")):
         url = "http://" + url

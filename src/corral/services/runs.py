@@ -21,7 +21,7 @@ from corral.domain.events import job_target, run_target
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.scheduler.blocks import smallest_carves
-from corral.services import local_admission, repos, run_references, serialize, service_runs
+from corral.services import input_rules, local_admission, repos, run_references, serialize, service_runs
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
 from corral.services.plan_verdict import plan_screen
@@ -36,7 +36,10 @@ LEGACY_REPO_DIR = "/workflow"
 SUPPORTED_TYPES = ("task", "service")
 
 
-def normalize_run_spec(run_spec: Any, loc: tuple[str | int, ...], user: UserRec) -> tuple[dict[str, Any], Any, Any]:
+def normalize_run_spec(
+    run_spec: Any, loc: tuple[str | int, ...], user: UserRec, settings: Any
+) -> tuple[dict[str, Any], Any, Any]:
+    """The run spec validated (422 naming the field; dstack's name rule; the server's caps) and normalised."""
     if not isinstance(run_spec, dict):
         from corral.services.errors import InvalidConfiguration
 
@@ -51,6 +54,11 @@ def normalize_run_spec(run_spec: Any, loc: tuple[str | int, ...], user: UserRec)
         profile = config.parse_profile(run_spec.get("profile"))
     except ValidationError as e:
         raise validation_errors(e, (*loc, "profile")) from None
+    input_rules.check_run_caps(conf, settings, (*loc, "configuration"))
+    if run_spec.get("run_name") is not None:
+        input_rules.check_resource_name(run_spec["run_name"])
+    elif conf.name is not None:
+        input_rules.check_resource_name(conf.name)
     merged = config.effective_profile(profile, conf)
     normalized = {
         "run_name": run_spec.get("run_name") or conf.name,
@@ -194,7 +202,7 @@ def _offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[d
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
-    spec, conf, merged = normalize_run_spec(body.get("run_spec"), ("run_spec",), user)
+    spec, conf, merged = normalize_run_spec(body.get("run_spec"), ("run_spec",), user, ctx.settings)
     await run_references.check(ctx, project, spec["configuration"])
     if conf.type == "service":
         service_runs.check_service(conf)
@@ -254,7 +262,7 @@ def _random_name() -> str:
 
 
 async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
-    spec, conf, merged = normalize_run_spec(plan.get("run_spec"), ("plan", "run_spec"), user)
+    spec, conf, merged = normalize_run_spec(plan.get("run_spec"), ("plan", "run_spec"), user, ctx.settings)
     if conf.type not in SUPPORTED_TYPES:
         raise ServiceError(f"Runs of type `{conf.type}` are not supported yet: corral runs tasks and services for now")
     if conf.type == "service":
