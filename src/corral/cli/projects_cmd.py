@@ -27,11 +27,10 @@ def project_add(
     """Add a project (or update its URL and token) and make it the default."""
     from corral.cli import render
     from corral.cli.errors import CLIError
+    from corral.domain.names import project_name_error
     from corral.sdk import config_file
     from corral.sdk.client import CorralClient
     from corral.sdk.errors import AuthError, NotFoundError
-
-    from corral.domain.names import project_name_error
 
     bad = project_name_error(name)
     if bad is not None:
