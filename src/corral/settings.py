@@ -90,7 +90,7 @@ class Settings:
     #: ``apply``, gateways, volumes), in bytes.
     spec_body_limit: int = 8 * 2**20
     #: The deepest nesting of objects and arrays in a request body.
-    max_json_depth: int = 32
+    max_json_depth: int = 64
     #: The most items in one array, or keys in one object, of a request body.
     max_list_length: int = 10_000
     #: The longest string (or object key) in a request body, in characters.

@@ -140,7 +140,7 @@ async def test_caps_are_422s_naming_the_field(server: RunningServer) -> None:
         assert _loc(r) == ["body", "run_spec", "configuration", "commands", 0]
         assert "CORRAL_MAX_STRING_LENGTH" in r.text
         deep: Any = "x"
-        for _ in range(40):
+        for _ in range(80):
             deep = {"a": deep}
         r = await c.post(plan, json=_plan({"type": "task", "commands": ["true"], "env": deep}))
         assert _loc(r)[:5] == ["body", "run_spec", "configuration", "env", "a"] and "CORRAL_MAX_JSON_DEPTH" in r.text
