@@ -194,5 +194,5 @@ async def test_the_known_server_errors_are_4xx(server: RunningServer) -> None:
         ):
             r = await c.post("/api/runs/list", content=body)
             assert r.status_code == 422 and _loc(r) == ["body", "limit"], r.text
-        r = await c.post("/api/project/main/fleets/delete_instances", json={"name": "f", "instance_nums": [2**63]})
+        r = await c.post("/api/project/main/fleets/delete_instances", json={"name": "fl", "instance_nums": [2**63]})
         assert _loc(r) == ["body", "instance_nums", 0]
