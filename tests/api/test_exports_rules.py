@@ -175,7 +175,7 @@ async def test_without_a_sandbox_a_queued_run_never_lands_on_a_local_fleet_expor
         async with s.client() as admin:
             r = await admin.post("/api/project/team-c/runs/apply", json=task_body(["id"], name="admins"))
             assert r.status_code == 200, r.text
-            share = {"name": "share", "importer_projects": ["team-c"], "exported_fleets": ["f"]}
+            share = {"name": "share", "importer_projects": ["team-c"], "exported_fleets": ["fl"]}
             assert (await admin.post("/api/project/main/exports/create", json=share)).status_code == 200
         from corral.workers.scheduling import Scheduling
 
