@@ -122,7 +122,7 @@ async def test_the_plan_shows_an_imported_fleets_offers(tmp_path: Path) -> None:
                 assert plan["job_plans"][0]["total_offers"] == len(offers)
         async with s.client(tokens["dave"]) as dave:
             plan = await _plan(dave, "team-c", task)
-            assert "no fleet named 'main/f'" in plan["corral_plan_error"]
+            assert "no fleet named 'main/fl'" in plan["corral_plan_error"]
             assert plan["job_plans"][0]["offers"] == []
             assert (await dave.post("/api/project/main/fleets/get", json={"name": "fl"})).status_code == 403
         async with s.client() as admin:  # a global export reaches every other project, team-c included
@@ -225,4 +225,4 @@ async def test_a_member_of_the_importing_project_runs_on_the_exported_fleet(tmp_
                 return dict(run) if run["status"] == "failed" else None
 
             run = await wait_for(failed, timeout=30)
-            assert "no fleet named 'main/f'" in run["latest_job_submission"]["termination_reason_message"]
+            assert "no fleet named 'main/fl'" in run["latest_job_submission"]["termination_reason_message"]

@@ -86,7 +86,7 @@ async def test_a_fleet_exported_to_the_project_counts_in_the_verdict(tmp_path: P
         await c.post("/api/projects/create", json={"project_name": "team-b"})
         body = {"run_spec": task_body(["true"], fleets=["main/fl"])["plan"]["run_spec"]}
         before = (await c.post("/api/project/team-b/runs/get_plan", json=body)).json()
-        assert "no fleet named 'main/f' in project 'team-b'" in before["corral_plan_error"]
+        assert "no fleet named 'main/fl' in project 'team-b'" in before["corral_plan_error"]
         r = await c.post(
             "/api/project/main/exports/create",
             json={"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["fl"]},
