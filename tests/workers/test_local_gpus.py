@@ -68,7 +68,7 @@ async def test_two_one_gpu_instances_own_different_gpus_across_a_restart(
         instances = (await c.post("/api/instances/list", json={})).json()
         assert [len(i["instance_type"]["resources"]["gpus"]) for i in instances] == [1, 1]
         # a third job wanting a GPU waits: the machine's two GPUs are held
-        body = task_body([command], name="gpu-c", resources=GPU, fleets=["g"])
+        body = task_body([command], name="gpu-c", resources=GPU, fleets=["gpus-b"])
         assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
 
         async def waiting() -> str | None:
