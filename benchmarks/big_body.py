@@ -3,9 +3,9 @@
 (``Content-Length``) and streamed (chunked), to ``/api/runs/list`` (a global list route).
 
 Starts `corral server` as a process on a free loopback port with a fresh state directory, reads its RSS
-from ``/proc``, sends each body as fast as the server takes it (for at most 30 s; the server may answer
-and close early), and reads the RSS again. Also prints how much of each body the server took before it
-answered. Figures, not assertions.
+(and its peak, ``VmHWM``) from ``/proc``, sends each body as fast as the server takes it (for at most
+30 s; the server may answer and close early), and reads the RSS again. Also prints how much of each
+body the client got to send before the server answered. Figures, not assertions.
 
     python benchmarks/big_body.py [--mb 200]
 """
@@ -29,12 +29,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, key: str = "VmRSS") -> float:
+    """The process's resident memory now (``VmRSS``) or at its peak so far (``VmHWM``), in MiB."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
+    raise RuntimeError(f"no {key}")
 
 
 def start_server(state: str, port: int) -> subprocess.Popen[bytes]:
@@ -109,7 +110,7 @@ def main() -> int:
                 how = "chunked" if chunked else "Content-Length"
                 print(
                     f"{args.mb} MiB {who:10} {how:14}: {status!r:36} after sending {sent / 2**20:7.1f} MiB "
-                    f"in {took:5.2f} s; RSS {before:.1f} -> {after:.1f} MiB"
+                    f"in {took:5.2f} s; RSS {before:.1f} -> {after:.1f} MiB, peak {rss_mib(proc.pid, 'VmHWM'):.1f} MiB"
                 )
         finally:
             proc.terminate()
