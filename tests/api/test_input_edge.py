@@ -196,3 +196,42 @@ async def test_the_known_server_errors_are_4xx(server: RunningServer) -> None:
             assert r.status_code == 422 and _loc(r) == ["body", "limit"], r.text
         r = await c.post("/api/project/main/fleets/delete_instances", json={"name": "fl", "instance_nums": [2**63]})
         assert _loc(r) == ["body", "instance_nums", 0]
+
+
+#: Malformed values for every field of every route's body (JSON text: the surrogate cannot be a str).
+_BAD_VALUES = [
+    "null",
+    "-1",
+    "9223372036854775808",
+    "1e400",
+    '"' + "x" * 5000 + '"',
+    '"\\ud800"',
+    "[]",
+    '{"a": [[[[1]]]]}',
+    '"0001-01-01T00:00:00+05:00"',
+    '"9999-12-31T23:59:59-05:00"',
+]
+_CONF_FIELDS = ["name", "nodes", "replicas", "commands", "env", "resources", "ports", "retry", "max_duration"]
+
+
+async def test_no_route_answers_a_server_error_to_malformed_values(server: RunningServer) -> None:
+    """Each field of each route's body (and of a configuration's) set to each malformed value: never >= 500."""
+    bodies_sent = 0
+    async with server.client() as c:
+        for spec in (spec for table in TABLES for spec in table.routes):
+            texts = ["[]", "1", '"\\udfff"', "{" * 50]
+            if spec.body is not None:
+                spec.body.model_rebuild()
+                texts += [f'{{"{field}": {bad}}}' for field in spec.body.model_fields for bad in _BAD_VALUES]
+                if spec.path.endswith(("runs/get_plan", "fleets/get_plan")):
+                    kind = "fleet" if "fleets" in spec.path else "task"
+                    outer = "spec" if kind == "fleet" else "run_spec"
+                    for field in _CONF_FIELDS:
+                        for bad in _BAD_VALUES:
+                            conf = f'{{"type": "{kind}", "commands": ["true"], "{field}": {bad}}}'
+                            texts.append(f'{{"{outer}": {{"configuration": {conf}, "profile": {{}}}}}}')
+            for text in texts:
+                r = await c.request(spec.method, _path(spec), content=text.encode())
+                bodies_sent += 1
+                assert r.status_code < 500, (spec.path, text[:200], r.text[:300])
+    assert bodies_sent > 1000
