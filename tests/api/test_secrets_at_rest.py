@@ -150,7 +150,7 @@ async def _project_secret_used_by_a_run(server: RunningServer) -> dict[str, str]
         for name, value in (("tok", values["project secret"]), ("reg", values["registry password secret"])):
             r = await c.post(f"{P}/secrets/create_or_update", json={"name": name, "value": value})
             assert r.status_code == 200, r.text
-        body = task_body(["echo $TOK | rev"], name="with-secrets", fleets=["f"], env={"TOK": "${{ secrets.tok }}"})
+        body = task_body(["echo $TOK | rev"], name="with-secrets", fleets=["fl"], env={"TOK": "${{ secrets.tok }}"})
         assert (await c.post(f"{P}/runs/apply", json=body)).status_code == 200
         assert (await finished_run(c, "with-secrets"))["status"] == "done"
         auth = {"username": "puller", "password": "${{ secrets.reg }}"}
