@@ -55,7 +55,7 @@ def server(tmp: Path) -> Iterator[CorralServer]:
                 "force": False,
                 "plan": {
                     "spec": {
-                        "configuration": {"type": "fleet", "name": "f", "nodes": "0..4", "resources": {"cpu": "1.."}},
+                        "configuration": {"type": "fleet", "name": "fl", "nodes": "0..4", "resources": {"cpu": "1.."}},
                         "profile": {},
                     }
                 },
