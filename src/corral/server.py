@@ -112,6 +112,13 @@ def _state_paths(settings: Settings) -> tuple[Path, ...]:
     return tuple(paths)
 
 
+def _lazy_websocket_protocol(*args: Any, **kwargs: Any) -> Any:
+    """uvicorn's WebSocket protocol (wsproto), imported when the first WebSocket upgrade arrives."""
+    from uvicorn.protocols.websockets.wsproto_impl import WSProtocol
+
+    return WSProtocol(*args, **kwargs)
+
+
 async def prepare(settings: Settings) -> Prepared:
     """Migrate, bootstrap and build the app (used by ``corral server`` and by tests)."""
     from corral.api.app import create_app
@@ -332,7 +339,8 @@ def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", acc
         gc.freeze()
         gc.set_threshold(20_000, 20, 50)
         gc.enable()
-        # ws="none": the API has no WebSocket endpoint, so uvicorn need not import a WebSocket library.
+        # ws: a WebSocket library is imported on the first upgrade request (a service's WebSocket through the
+        # proxy), not at start-up.
         # log_config=None: our handler (server_logs) formats uvicorn's lines too; its access log stays off
         # (the app logs requests itself with --access-log).
         config = uvicorn.Config(
@@ -341,7 +349,7 @@ def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", acc
             log_level="warning",
             lifespan="on",
             access_log=False,
-            ws="none",
+            ws=_lazy_websocket_protocol,  # type: ignore[arg-type]
         )
         server = uvicorn.Server(config)
         print(f"The corral server {_version()} (dstack API {_api()}) is running at {url}", flush=True)

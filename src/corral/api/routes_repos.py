@@ -70,7 +70,7 @@ async def repos_delete(request: Request, project_name: str) -> FastJSON:
     return FastJSON(None)
 
 
-@router.post(P + "/upload_code")
+@router.post(P + "/upload_code", limit="upload")
 async def repos_upload_code(request: Request, project_name: str, repo_id: str) -> FastJSON:
     _u, project = await member(request, project_name)
     filename, data = await _uploaded(request, "code")
@@ -78,7 +78,7 @@ async def repos_upload_code(request: Request, project_name: str, repo_id: str) -
     return FastJSON(None)
 
 
-@router.post("/api/files/upload_archive")
+@router.post("/api/files/upload_archive", limit="upload")
 async def files_upload_archive(request: Request) -> FastJSON:
     user = await current_user(request)
     filename, data = await _uploaded(request, "file archive")

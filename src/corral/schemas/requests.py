@@ -9,13 +9,30 @@ right after the server starts), so that importing them costs start-up little.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from corral.domain.events import TARGET_TYPES
+
+
+def _in_range(value: datetime) -> datetime:
+    """A time the server can compute with: naive is UTC, and it must lie within years 1..9999 in UTC too
+    (``0001-01-01T00:00:00+05:00`` is in year 0 in UTC)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    try:
+        value.astimezone(timezone.utc)
+        value.timestamp()
+    except (OverflowError, ValueError, OSError):
+        raise ValueError("Datetime is out of range: it must lie between years 1 and 9999 in UTC") from None
+    return value
+
+
+#: A datetime of a request body (pagination keys, log windows): always timezone-aware and in range.
+WireTime = Annotated[datetime, AfterValidator(_in_range)]
 
 
 class Body(BaseModel):
@@ -29,7 +46,7 @@ class UsernameBody(Body):
 class ListUsersBody(Body):
     return_total_count: bool = False
     name_pattern: str | None = None
-    prev_created_at: datetime | None = None
+    prev_created_at: WireTime | None = None
     prev_id: UUID | None = None
     limit: int = Field(2000, ge=0, le=2000)
     ascending: bool = False
@@ -50,7 +67,7 @@ class ListProjectsBody(Body):
     include_not_joined: bool = True
     return_total_count: bool = False
     name_pattern: str | None = None
-    prev_created_at: datetime | None = None
+    prev_created_at: WireTime | None = None
     prev_id: UUID | None = None
     limit: int = Field(2000, ge=0, le=2000)
     ascending: bool = False
@@ -119,7 +136,7 @@ class ListFleetsBody(Body):
     project_name: str | None = None
     only_active: bool = False
     include_imported: bool = False
-    prev_created_at: datetime | None = None
+    prev_created_at: WireTime | None = None
     prev_id: UUID | None = None
     limit: int = Field(100, ge=0, le=100)
     ascending: bool = False
@@ -148,7 +165,7 @@ class ListInstancesBody(Body):
     fleet_ids: list[UUID] | None = None
     only_active: bool = False
     include_imported: bool = False
-    prev_created_at: datetime | None = None
+    prev_created_at: WireTime | None = None
     prev_id: UUID | None = None
     limit: int = Field(1000, ge=0, le=1000)
     ascending: bool = False
@@ -194,7 +211,7 @@ class ListRunsBody(Body):
     only_active: bool = False
     include_jobs: bool = True
     job_submissions_limit: int | None = Field(None, ge=0, le=10)
-    prev_submitted_at: datetime | None = None
+    prev_submitted_at: WireTime | None = None
     prev_run_id: UUID | None = None
     limit: int = Field(100, ge=0, le=100)
     ascending: bool = False
@@ -217,8 +234,8 @@ class DeleteRunsBody(Body):
 class PollLogsBody(Body):
     run_name: str
     job_submission_id: UUID
-    start_time: datetime | None = None
-    end_time: datetime | None = None
+    start_time: WireTime | None = None
+    end_time: WireTime | None = None
     descending: bool = False
     next_token: str | None = None
     limit: int = Field(100, ge=0, le=1000)
@@ -320,7 +337,7 @@ class ListEventsBody(Body):
     within_gateways: list[UUID] | None = _FILTER
     include_target_types: list[EventTargetType] | None = _FILTER
     actors: list[UUID | None] | None = _FILTER
-    prev_recorded_at: datetime | None = None
+    prev_recorded_at: WireTime | None = None
     prev_id: UUID | None = None
     limit: int = Field(100, ge=1, le=100)
     ascending: bool = False

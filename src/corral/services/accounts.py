@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.domain import access
+from corral.domain import names as name_rules
 from corral.domain.events import project_target, user_target
 from corral.domain.records import MemberRec, ProjectRec, UserRec
 from corral.services.credentials import sealed_key, token_values
@@ -182,8 +183,9 @@ async def create_user(
     cipher: Cipher,
     actor: UserRec | None = None,
 ) -> UserRec:
-    if not username or not username.replace("-", "").replace("_", "").replace(".", "").isalnum():
-        raise ServiceError("Username should contain only latin letters, digits, hyphens, underscores and dots")
+    bad = name_rules.username_error(username)
+    if bad is not None:
+        raise ServiceError(bad)
     priv, pub = generate_ssh_keypair()
     sealed = {**token_values(cipher, str(uuid.uuid4())), "ssh_private_key": sealed_key(cipher, priv)}
     async with db.write() as conn:
@@ -295,8 +297,9 @@ async def project_members(db: Database, project: ProjectRec) -> list[MemberRec]:
 async def create_project(db: Database, user: UserRec, name: str, is_public: bool, *, cipher: Cipher) -> ProjectRec:
     """A project made through the API: its creator is its admin, and it has no backend (as in dstack: only
     the server's ``config.yml`` gives a project one; an SSH fleet brings its own hosts)."""
-    if not name or not all(c.isalnum() or c in "-_" for c in name) or len(name) > 50:
-        raise ServiceError("Project name should match regex '^[a-zA-Z0-9-_]{1,50}$'")
+    bad = name_rules.project_name_error(name)
+    if bad is not None:
+        raise ServiceError(bad)
     priv, pub = generate_ssh_keypair()  # before the write lock
     async with db.write() as conn:
         if await store.get_project(conn, name) is not None:

@@ -20,7 +20,7 @@ from corral.scheduler.blocks import smallest_carves
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.types import Offer
 from corral.schemas import wire
-from corral.services import serialize, ssh_fleets
+from corral.services import input_rules, serialize, ssh_fleets
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError, validation_errors
 from corral.store import events
 from corral.store import fleets as store
@@ -86,8 +86,9 @@ def random_name() -> str:
     return f"{random.choice(_ADJ)}-{random.choice(_NOUN)}"
 
 
-def normalize_spec(spec: dict[str, Any], loc: tuple[str | int, ...]) -> dict[str, Any]:
-    """Validate a FleetSpec (422 naming the field) and return dstack's normalised form."""
+def normalize_spec(spec: dict[str, Any], loc: tuple[str | int, ...], settings: Any) -> dict[str, Any]:
+    """Validate a FleetSpec (422 naming the field; dstack's name rule; the server's caps) and return
+    dstack's normalised form."""
     if not isinstance(spec, dict):
         raise validation_errors_from_msg(loc, "Input should be a valid dictionary")
     try:
@@ -98,8 +99,12 @@ def normalize_spec(spec: dict[str, Any], loc: tuple[str | int, ...]) -> dict[str
         profile = config.parse_profile(spec.get("profile"))
     except ValidationError as e:
         raise validation_errors(e, (*loc, "profile")) from None
+    dumped = conf.model_dump(mode="json")
+    input_rules.check_fleet_caps(dumped, settings, (*loc, "configuration"))
+    if dumped.get("name") is not None:
+        input_rules.check_resource_name(dumped["name"])
     return {
-        "configuration": conf.model_dump(mode="json"),
+        "configuration": dumped,
         "configuration_path": spec.get("configuration_path"),
         "profile": profile.model_dump(mode="json"),
         "autocreated": bool(spec.get("autocreated", False)),
@@ -159,7 +164,7 @@ def check_backends(ctx: Context, project: ProjectRec, conf: dict[str, Any]) -> N
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[str, Any]) -> dict[str, Any]:
-    normalized = normalize_spec(spec, ("spec",))
+    normalized = normalize_spec(spec, ("spec",), ctx.settings)
     check_backends(ctx, project, normalized["configuration"])
     name = normalized["configuration"].get("name")
     async with ctx.db.read() as conn:
@@ -186,7 +191,7 @@ def _spec_changed(a: dict[str, Any], b: dict[str, Any]) -> bool:
 async def apply(
     ctx: Context, project: ProjectRec, plan: dict[str, Any], force: bool, user: UserRec | None = None
 ) -> dict[str, Any]:
-    normalized = normalize_spec(plan.get("spec"), ("plan", "spec"))  # type: ignore[arg-type]
+    normalized = normalize_spec(plan.get("spec"), ("plan", "spec"), ctx.settings)  # type: ignore[arg-type]
     conf = normalized["configuration"]
     check_backends(ctx, project, conf)
     name = conf.get("name") or random_name()

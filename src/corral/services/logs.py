@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from corral.domain.records import ProjectRec
-from corral.services.errors import ResourceNotExists
+from corral.services.errors import ResourceNotExists, ServiceError
 from corral.services.serialize import iso
 from corral.store import runs as store
 from corral.workers.context import Context
@@ -21,6 +21,17 @@ def _ts(value: Any) -> float | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
+def _after(token: Any) -> int | None:
+    """The log row a ``next_token`` continues after (dstack's message for a bad one)."""
+    if token in (None, ""):
+        return None
+    text = str(token)
+    if not (text.isascii() and text.isdigit() and int(text) < 2**63):
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ServiceError(f"Invalid next_token: {shown}. Must be a non-negative integer.")
+    return int(text)
+
+
 async def poll(ctx: Context, project: ProjectRec, body: dict[str, Any]) -> dict[str, Any]:
     async with ctx.db.read() as conn:
         run = await store.get_run(conn, project.id, run_name=body["run_name"])
@@ -32,7 +43,7 @@ async def poll(ctx: Context, project: ProjectRec, body: dict[str, Any]) -> dict[
         if body.get("diagnose"):
             return {"logs": [], "external_url": None, "next_token": None}
         token = body.get("next_token")
-        after = int(token) if token not in (None, "") else None
+        after = _after(token)
         limit = int(body.get("limit") or 100)
         rows = await store.read_logs(
             conn,

@@ -21,7 +21,7 @@ from corral.domain.events import job_target, run_target
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.scheduler.blocks import smallest_carves
-from corral.services import dev_env, local_admission, repos, run_references, serialize
+from corral.services import dev_env, input_rules, local_admission, repos, run_references, serialize, service_runs
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
 from corral.services.plan_verdict import plan_screen
@@ -33,10 +33,13 @@ from corral.workers.context import Context
 log = logging.getLogger("corral.runs")
 DEFAULT_IMAGE = "dstackai/base:0.16-base-ubuntu24.04"
 LEGACY_REPO_DIR = "/workflow"
-SUPPORTED_TYPES = ("task", "dev-environment")
+SUPPORTED_TYPES = ("task", "service", "dev-environment")
 
 
-def normalize_run_spec(run_spec: Any, loc: tuple[str | int, ...], user: UserRec) -> tuple[dict[str, Any], Any, Any]:
+def normalize_run_spec(
+    run_spec: Any, loc: tuple[str | int, ...], user: UserRec, settings: Any
+) -> tuple[dict[str, Any], Any, Any]:
+    """The run spec validated (422 naming the field; dstack's name rule; the server's caps) and normalised."""
     if not isinstance(run_spec, dict):
         from corral.services.errors import InvalidConfiguration
 
@@ -51,6 +54,11 @@ def normalize_run_spec(run_spec: Any, loc: tuple[str | int, ...], user: UserRec)
         profile = config.parse_profile(run_spec.get("profile"))
     except ValidationError as e:
         raise validation_errors(e, (*loc, "profile")) from None
+    input_rules.check_run_caps(conf, settings, (*loc, "configuration"))
+    if run_spec.get("run_name") is not None:
+        input_rules.check_resource_name(run_spec["run_name"])
+    elif conf.name is not None:
+        input_rules.check_resource_name(conf.name)
     merged = config.effective_profile(profile, conf)
     normalized = {
         "run_name": run_spec.get("run_name") or conf.name,
@@ -192,6 +200,8 @@ def job_specs(
                 "node_group_job_index": i,
             }
         )
+    if c.get("type") == "service":
+        return service_runs.replica_job_specs(run_name, out[0], conf)
     return out
 
 
@@ -209,8 +219,10 @@ def _offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[d
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
-    spec, conf, merged = normalize_run_spec(body.get("run_spec"), ("run_spec",), user)
+    spec, conf, merged = normalize_run_spec(body.get("run_spec"), ("run_spec",), user, ctx.settings)
     await run_references.check(ctx, project, spec["configuration"])
+    if conf.type == "service":
+        service_runs.check_service(conf)
     current = None
     if spec["run_name"]:
         async with ctx.db.read() as conn:
@@ -245,7 +257,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             "total_offers": len(offers),
             "max_price": max((o["price"] for o in offers), default=None),
         }
-        for js in specs
+        for js in (service_runs.group_plans(specs) if conf.type == "service" else specs)
     ]
     return {
         "project_name": project.name,
@@ -269,12 +281,14 @@ def _random_name() -> str:
 
 
 async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
-    spec, conf, merged = normalize_run_spec(plan.get("run_spec"), ("plan", "run_spec"), user)
+    spec, conf, merged = normalize_run_spec(plan.get("run_spec"), ("plan", "run_spec"), user, ctx.settings)
     if conf.type not in SUPPORTED_TYPES:
         raise ServiceError(
-            f"Runs of type `{conf.type}` are not supported yet: corral runs tasks and dev environments for now"
+            f"Runs of type `{conf.type}` are not supported yet: corral runs tasks, services and dev environments"
         )
-    if getattr(conf, "groups", None):
+    if conf.type == "service":
+        service_runs.check_service(conf)
+    if conf.type == "task" and getattr(conf, "groups", None):
         raise ServiceError("Tasks with `groups` are not supported yet")
     unset = [k for k, v in (spec["configuration"].get("env") or {}).items() if not isinstance(v, str)]
     if unset:
@@ -340,7 +354,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                         "project_id": project.id,
                         "run_name": name,
                         "job_num": js["job_num"],
-                        "replica_num": 0,
+                        "replica_num": js["replica_num"],
                         "job_name": js["job_name"],
                         "submission_num": 0,
                         "deployment_num": 0,
@@ -350,6 +364,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                         "job_spec": dump(run_secrets.sealed_job_spec(ctx.cipher(), js)),
                         "priority": run_values["priority"],
                         "blocks": 1,
+                        "ready": False if conf.type == "service" else None,
                     }
                     for js in job_specs(
                         name, spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url

@@ -18,6 +18,7 @@ from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, JobRec, MemberRec, ProjectRec, RunRec, UserRec
 from corral.schemas import wire
 from corral.services.credentials import revealed
+from corral.services.service_runs import service_field
 from corral.store.encryption import Cipher
 
 WIRE_BACKEND = {"local": "remote", "ssh": "remote"}
@@ -184,9 +185,14 @@ def job_submission(j: JobRec, idle_limit: int | None = None) -> dict[str, Any]:
         "job_provisioning_data": j.job_provisioning_data,
         "job_runtime_data": runtime,
         "error": None,
-        "probes": [],
+        # one per probe of the spec (a replica without probes is probed at its port: not shown, as dstack)
+        "probes": [{"success_streak": int(p.get("success_streak") or 0)} for p in j.probes]
+        if j.probes and j.job_spec.get("probes")
+        else [],
         "image_pull_progress": pull_progress if j.status == "pulling" else None,
         "corral_waiting": j.status_message if j.status == "submitted" else None,
+        # corral: a service replica the proxy routes to now (its probes pass); None for other jobs
+        "corral_ready": j.ready if j.status == "running" or j.ready is None else False,
     }
 
 
@@ -274,7 +280,7 @@ def run(r: RunRec, queue_position: int | None = None) -> dict[str, Any]:
         "jobs": js,
         "latest_job_submission": latest,
         "cost": 0.0,
-        "service": None,
+        "service": service_field(r.project_name, r.run_name, r.run_spec.get("configuration") or {}),
         "deployment_num": r.deployment_num,
         "error": None,
         "deleted": r.deleted,

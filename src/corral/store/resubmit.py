@@ -65,6 +65,7 @@ async def resubmit_replica(
                 "priority": r.priority,
                 "blocks": 1,
                 "log_offset": 0,
+                "ready": None if r.ready is None else False,  # a new service replica starts unready
             }
             for r in rows
         ],

@@ -54,6 +54,8 @@ def job_from_row(r: Any) -> JobRec:
         wait_deadline=r.wait_deadline,
         blocks=r.blocks,
         ssh_seen_at=getattr(r, "ssh_seen_at", None),
+        ready=getattr(r, "ready", None),
+        probes=tuple(_loads(getattr(r, "probes", None)) or ()),
     )
 
 
@@ -344,6 +346,10 @@ class JobState:
     provisioned: bool
     submitted_at: float
     finished_at: float | None
+    #: A service replica: whether the proxy routes to it (None: not a service replica) ...
+    ready: bool | None = None
+    #: ... and when it was last seen ready.
+    ready_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -357,15 +363,21 @@ class RunState:
     jobs: tuple[JobState, ...]
     #: The run's name (for log lines).
     name: str = ""
+    submitted_at: float = 0.0
 
 
 async def active_run_states(conn: AsyncConnection) -> list[RunState]:
     """Every active run with its jobs' statuses, in two narrow queries."""
     run_rows = (
         await conn.execute(
-            sa.select(runs.c.id, runs.c.status, runs.c.termination_reason, runs.c.fleet_id, runs.c.run_name).where(
-                runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False)
-            )
+            sa.select(
+                runs.c.id,
+                runs.c.status,
+                runs.c.termination_reason,
+                runs.c.fleet_id,
+                runs.c.run_name,
+                runs.c.submitted_at,
+            ).where(runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False))
         )
     ).all()
     if not run_rows:
@@ -388,6 +400,8 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                 jobs.c.instance_id.is_not(None).label("provisioned"),
                 jobs.c.submitted_at,
                 jobs.c.finished_at,
+                jobs.c.ready,
+                jobs.c.ready_at,
             )
             .outerjoin(instances, instances.c.id == jobs.c.instance_id)
             .where(jobs.c.run_id.in_(chunk))
@@ -406,10 +420,13 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                     bool(r.provisioned),
                     r.submitted_at,
                     r.finished_at,
+                    r.ready,
+                    r.ready_at,
                 )
             )
     return [
-        RunState(r.id, r.status, r.termination_reason, r.fleet_id, tuple(by_run[r.id]), r.run_name) for r in run_rows
+        RunState(r.id, r.status, r.termination_reason, r.fleet_id, tuple(by_run[r.id]), r.run_name, r.submitted_at)
+        for r in run_rows
     ]
 
 

@@ -188,6 +188,12 @@ jobs = sa.Table(
     #: When the job's SSH endpoint last saw a connection that counts (open 10 s or more), or when it started
     #: running: a dev environment's ``inactivity_duration`` runs from here.
     sa.Column("ssh_seen_at", Time, nullable=True),
+    #: A service replica the proxy routes to (its probes pass; None: not a service replica, or not yet).
+    sa.Column("ready", sa.Boolean, nullable=True),
+    #: Its probes' state (JSON ``[{"success_streak", "failure_streak"}]``, one per probe of its spec).
+    sa.Column("probes", sa.Text, nullable=True),
+    #: The last time it was seen ready (a service whose replicas stay unready past ``retry.duration`` fails).
+    sa.Column("ready_at", Time, nullable=True),
     *_lease_columns(),
     sa.Index("uq_jobs_submission", "run_id", "replica_num", "job_num", "submission_num", unique=True),
     sa.Index("ix_jobs_status_queue", "status", "priority", "submitted_at"),

@@ -91,7 +91,12 @@ def _volumes(conf: dict[str, Any]) -> list[InstanceMount]:
 
 
 def _ports(conf: dict[str, Any]) -> list[int]:
-    return [int(p["container_port"]) for p in conf.get("ports") or [] if isinstance(p, dict)]
+    """The ports the job listens on: its ``ports``, and a service's ``port`` (where its proxy reaches it)."""
+    ports = [int(p["container_port"]) for p in conf.get("ports") or [] if isinstance(p, dict)]
+    service = conf.get("port") if conf.get("type") == "service" else None
+    if isinstance(service, dict) and int(service["container_port"]) not in ports:
+        ports.append(int(service["container_port"]))
+    return ports
 
 
 #: dstack's ``DSTACK_RUNNER_SSH_PORT``: the ``<run>`` hop's port behind the ``<run>-host`` hop.

@@ -80,4 +80,4 @@ def ports_taken(conf: dict[str, Any], sub: JobSubmission, sandboxed: bool) -> li
     elif sandboxed:
         return []
     ports = [int(p["container_port"]) for p in conf.get("ports") or [] if isinstance(p, dict)]
-    return taken_ports(ports) if ports else []
+    return taken_ports(ports) if ports else []  # a service's own `port` may be shared by its replicas

@@ -1,16 +1,16 @@
 """jobs.ssh_seen_at: when the job's SSH endpoint last saw a connection that counts (dev environments'
 ``inactivity_duration``)
 
-Revision ID: 0009
-Revises: 0011
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-01 14:30:00
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009"
-down_revision = "0011"
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
