@@ -9,7 +9,10 @@ cd "$(dirname "$0")/.."
 install_test_packages() {
   local missing=()
   [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
-  command -v ssh-keygen >/dev/null || missing+=(openssh-client)
+  # SSH into jobs (tests/e2e/test_official_dstack_client_attach.py): OpenSSH's client, scp and sftp, and
+  # the sftp-server the agent runs in a job for sftp and plain scp.
+  command -v ssh-keygen >/dev/null && command -v scp >/dev/null && command -v sftp >/dev/null || missing+=(openssh-client)
+  [ -x /usr/lib/openssh/sftp-server ] || missing+=(openssh-sftp-server)
   command -v ip >/dev/null || missing+=(iproute2)
   command -v unshare >/dev/null || missing+=(util-linux)
   # The job sandbox: NAT for jobs' outbound traffic (setpriv, for the non-root fallback, is util-linux).

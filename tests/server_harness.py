@@ -150,7 +150,7 @@ def task_body(commands: list[str], **conf: Any) -> dict[str, Any]:
 def fleet_body(**conf: Any) -> dict[str, Any]:
     configuration = {
         "type": "fleet",
-        "name": "f",
+        "name": "fl",
         "nodes": "0..2",
         "resources": {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."},
     }

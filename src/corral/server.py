@@ -112,6 +112,13 @@ def _state_paths(settings: Settings) -> tuple[Path, ...]:
     return tuple(paths)
 
 
+def _lazy_websocket_protocol(*args: Any, **kwargs: Any) -> Any:
+    """uvicorn's WebSocket protocol (wsproto), imported when the first WebSocket upgrade arrives."""
+    from uvicorn.protocols.websockets.wsproto_impl import WSProtocol
+
+    return WSProtocol(*args, **kwargs)
+
+
 async def prepare(settings: Settings) -> Prepared:
     """Migrate, bootstrap and build the app (used by ``corral server`` and by tests)."""
     from corral.api.app import create_app
@@ -129,7 +136,7 @@ async def prepare(settings: Settings) -> Prepared:
     server_config = load_server_config(settings.server_dir / "config.yml")
     private_state_dir(settings)
     _check_encryption_key(settings)
-    db = Database(settings.database_url)
+    db = Database(settings.database_url, events_ttl=settings.events_ttl)
     await upgrade(db)
     cipher = cipher_for(settings)
     boot = await accounts.bootstrap(db, settings.admin_token, cipher=cipher)
@@ -176,7 +183,31 @@ async def prepare(settings: Settings) -> Prepared:
         managers_manage_secrets=server_config is not None
         and server_config.default_permissions.allow_managers_manage_secrets,
     )
+    ctx.ssh_endpoint, ctx.ssh_endpoint_close = _lazy_ssh_endpoint(ctx)
     return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created)
+
+
+def _lazy_ssh_endpoint(ctx: Any) -> tuple[Any, Any]:
+    """The SSH endpoint of jobs, imported and started when the first job needs it (not at start-up), and
+    what closes it."""
+    holder: list[Any] = []
+
+    async def ensure() -> tuple[str, int]:
+        if not holder:
+            from corral.sshd.endpoint import Endpoint
+
+            s = ctx.settings
+            host = s.ssh_host or s.host
+            hostname = s.ssh_hostname or ("127.0.0.1" if host in ("0.0.0.0", "::", "") else host)
+            holder.append(Endpoint(ctx, host, s.ssh_port, hostname))
+        result: tuple[str, int] = await holder[0].ensure()
+        return result
+
+    async def close() -> None:
+        if holder:
+            await holder[0].close()
+
+    return ensure, close
 
 
 def _repoint_cli_config(url: str, token: str) -> str | None:
@@ -308,7 +339,8 @@ def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", acc
         gc.freeze()
         gc.set_threshold(20_000, 20, 50)
         gc.enable()
-        # ws="none": the API has no WebSocket endpoint, so uvicorn need not import a WebSocket library.
+        # ws: a WebSocket library is imported on the first upgrade request (a service's WebSocket through the
+        # proxy), not at start-up.
         # log_config=None: our handler (server_logs) formats uvicorn's lines too; its access log stays off
         # (the app logs requests itself with --access-log).
         config = uvicorn.Config(
@@ -317,7 +349,7 @@ def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", acc
             log_level="warning",
             lifespan="on",
             access_log=False,
-            ws="none",
+            ws=_lazy_websocket_protocol,  # type: ignore[arg-type]
         )
         server = uvicorn.Server(config)
         print(f"The corral server {_version()} (dstack API {_api()}) is running at {url}", flush=True)

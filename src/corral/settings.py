@@ -84,6 +84,21 @@ class Settings:
     write_cli_config: bool = True
     #: Largest accepted ``repos/upload_code`` and ``files/upload_archive`` request, in bytes (dstack: 2 MiB).
     code_upload_limit: int = 2 * 2**20
+    #: Largest JSON request body of most routes, in bytes: a longer one is a 413 before it is read further.
+    request_body_limit: int = 2**20
+    #: Largest JSON body of the routes that carry a configuration (runs' and fleets' ``get_plan`` and
+    #: ``apply``, gateways, volumes), in bytes.
+    spec_body_limit: int = 8 * 2**20
+    #: The deepest nesting of objects and arrays in a request body.
+    max_json_depth: int = 64
+    #: The most items in one array, or keys in one object, of a request body.
+    max_list_length: int = 10_000
+    #: The longest string (or object key) in a request body, in characters.
+    max_string_length: int = 256 * 1024
+    #: The most ``nodes`` a task or a fleet may have.
+    max_nodes: int = 1000
+    #: The most ``replicas`` a service may have (all its replica groups together).
+    max_replicas: int = 1000
     #: Key that encrypts tokens, private keys and credentials at rest (base64 of 32 bytes); None = a key file.
     encryption_key: str | None = None
     #: The key file when ``encryption_key`` is None (made on first use, mode 0600); None = in the state dir.
@@ -96,6 +111,25 @@ class Settings:
     sandbox: str = "auto"
     #: The uids sandboxed jobs get, one each (``first-last``; None: 200000-265535).
     job_uid_range: str | None = None
+    #: How long events are kept, in seconds (dstack: 30 days); at most zero stores none.
+    events_ttl: float = 30 * 24 * 3600.0
+    #: The SSH endpoint of jobs (``dstack attach``, ``ssh <run>``): its port (0: a free one, chosen when the
+    #: first job runs), the address it binds (None: ``host``) and the host name the CLI is told to reach
+    #: (None: the bound address, ``127.0.0.1`` for a wildcard).
+    ssh_port: int = 0
+    ssh_host: str | None = None
+    ssh_hostname: str | None = None
+    #: Where dev environments download their IDE's server when ``version`` is set (the vendor's paths under
+    #: it; None: each vendor's own address).
+    ide_download_url: str | None = None
+    #: Failed probes in a row (or connection errors the proxy sees) that take a service replica out of traffic.
+    probe_failure_threshold: int = 3
+    #: How often the probes of service replicas are looked at (each probe runs at its own ``interval``).
+    probe_tick: float = 0.5
+    #: Largest request body the in-server proxy forwards to a service (dstack's gateway: 64 MiB).
+    proxy_body_limit: int = 64 * 2**20
+    #: How long the proxy waits for a replica's response head (dstack: ``DSTACK_SERVICE_CLIENT_TIMEOUT``).
+    proxy_timeout: float = 300.0
 
     @property
     def data_dir(self) -> Path:
@@ -145,6 +179,18 @@ class Settings:
                 s = replace(s, code_upload_limit=int(e["CORRAL_SERVER_CODE_UPLOAD_LIMIT"]))
             except ValueError:
                 raise SettingsError("CORRAL_SERVER_CODE_UPLOAD_LIMIT must be a number of bytes") from None
+        if e.get("CORRAL_SSH_PORT"):
+            raw = e["CORRAL_SSH_PORT"]
+            if not raw.isdigit() or int(raw) > 65535:
+                raise SettingsError("CORRAL_SSH_PORT must be a port number (0..65535; 0: a free one)")
+            s = replace(s, ssh_port=int(raw))
+        s = replace(
+            s,
+            ssh_host=e.get("CORRAL_SSH_HOST") or None,
+            ssh_hostname=e.get("CORRAL_SSH_HOSTNAME") or None,
+            ide_download_url=e.get("CORRAL_IDE_DOWNLOAD_URL") or None,
+        )
+        s = _input_limits(s, e)
         if e.get("CORRAL_SERVER_ENCRYPTION_KEY_FILE"):
             s = replace(s, encryption_key_path=Path(e["CORRAL_SERVER_ENCRYPTION_KEY_FILE"]).expanduser())
         if e.get("CORRAL_SANDBOX"):
@@ -156,6 +202,19 @@ class Settings:
             if not (lo.isdigit() and hi.isdigit() and 0 < int(lo) <= int(hi) < 2**32 - 1):
                 raise SettingsError("CORRAL_JOB_UID_RANGE must be a range of uids like 200000-265535")
             s = replace(s, job_uid_range=e["CORRAL_JOB_UID_RANGE"])
+        if e.get("CORRAL_SERVER_EVENTS_TTL_SECONDS"):
+            raw = e["CORRAL_SERVER_EVENTS_TTL_SECONDS"]
+            try:
+                s = replace(s, events_ttl=float(raw))
+            except ValueError:
+                raise SettingsError(
+                    f"CORRAL_SERVER_EVENTS_TTL_SECONDS={raw!r} is not a number of seconds (0 or less: keep no events)"
+                ) from None
+        if e.get("CORRAL_PROBE_FAILURE_THRESHOLD"):
+            raw = e["CORRAL_PROBE_FAILURE_THRESHOLD"]
+            if not raw.isdigit() or int(raw) < 1:
+                raise SettingsError(f"CORRAL_PROBE_FAILURE_THRESHOLD={raw!r} must be a whole number of at least 1")
+            s = replace(s, probe_failure_threshold=int(raw))
         if e.get("CORRAL_LOCAL_INSTANCES_DIR"):
             s = replace(s, local_instances_dir=Path(e["CORRAL_LOCAL_INSTANCES_DIR"]).expanduser())
         if "CORRAL_LOCAL_MAX_INSTANCES" in e:
@@ -167,6 +226,28 @@ class Settings:
         if overrides:
             s = replace(s, **overrides)  # type: ignore[arg-type]
         return s
+
+
+#: The caps on request input (``docs/security.md``): environment variable -> setting.
+INPUT_LIMITS = {
+    "CORRAL_SERVER_REQUEST_BODY_LIMIT": "request_body_limit",
+    "CORRAL_SERVER_SPEC_BODY_LIMIT": "spec_body_limit",
+    "CORRAL_MAX_JSON_DEPTH": "max_json_depth",
+    "CORRAL_MAX_LIST_LENGTH": "max_list_length",
+    "CORRAL_MAX_STRING_LENGTH": "max_string_length",
+    "CORRAL_MAX_NODES": "max_nodes",
+    "CORRAL_MAX_REPLICAS": "max_replicas",
+}
+
+
+def _input_limits(s: Settings, e: dict[str, str]) -> Settings:
+    for var, attr in INPUT_LIMITS.items():
+        raw = e.get(var)
+        if raw:
+            if not raw.isdigit() or int(raw) < 1:
+                raise SettingsError(f"{var}={raw!r} must be a whole number of at least 1")
+            s = replace(s, **{attr: int(raw)})  # type: ignore[arg-type]
+    return s
 
 
 def _local_host(s: Settings, e: dict[str, str]) -> Settings:

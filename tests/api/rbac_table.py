@@ -48,11 +48,11 @@ RULES: dict[str, dict[str, Any]] = {
 
 P = "/api/project/{p}"
 _FLEET_SPEC = {
-    "configuration": {"type": "fleet", "name": "f", "nodes": "0..2", "resources": {"cpu": "1.."}},
+    "configuration": {"type": "fleet", "name": "fl", "nodes": "0..2", "resources": {"cpu": "1.."}},
     "profile": {},
 }
 _TASK_SPEC = {"configuration": {"type": "task", "commands": ["true"]}}
-_GATEWAY = {"type": "gateway", "name": "g", "backend": "aws", "region": "eu-west-1", "domain": "example.com"}
+_GATEWAY = {"type": "gateway", "name": "gw", "backend": "aws", "region": "eu-west-1", "domain": "example.com"}
 
 # (method, path, rule, then, body, ok, by_caller) -- one row per route corral serves.
 ROUTES: list[tuple[str, str, str, str | None, Any, str, dict[str, str]]] = [
@@ -112,12 +112,12 @@ ROUTES: list[tuple[str, str, str, str | None, Any, str, dict[str, str]]] = [
     # routers/fleets.py
     ("POST", "/api/fleets/list", "authenticated", None, {}, "200", {}),
     ("POST", P + "/fleets/list", "member", None, {}, "200", {}),
-    ("POST", P + "/fleets/get", "member", None, {"name": "f"}, "200", {}),  # check_can_access_fleet
+    ("POST", P + "/fleets/get", "member", None, {"name": "fl"}, "200", {}),  # check_can_access_fleet
     ("POST", P + "/fleets/get_plan", "member", None, {"spec": _FLEET_SPEC}, "200", {}),
     ("POST", P + "/fleets/apply", "member", None, {"plan": {"spec": _FLEET_SPEC}, "force": True}, "200", {}),
     # delete_fleets does not complain about names or instances that do not exist
     ("POST", P + "/fleets/delete", "member", None, {"names": ["no-such-fleet"]}, "200", {}),
-    ("POST", P + "/fleets/delete_instances", "member", None, {"name": "f", "instance_nums": [99]}, "200", {}),
+    ("POST", P + "/fleets/delete_instances", "member", None, {"name": "fl", "instance_nums": [99]}, "200", {}),
     # routers/instances.py
     ("POST", "/api/instances/list", "authenticated", None, {}, "200", {}),
     # Authenticated() + Project(), then check_can_access_instance: a member of the instance's project (or
@@ -155,22 +155,22 @@ ROUTES: list[tuple[str, str, str, str | None, Any, str, dict[str, str]]] = [
     ("POST", P + "/gateways/get_plan", "admin", None, {"spec": {"configuration": _GATEWAY}}, "400", {}),
     ("POST", P + "/gateways/apply", "admin", None, {"plan": {"spec": {"configuration": _GATEWAY}}}, "400", {}),
     ("POST", P + "/gateways/list", "member_or_public", None, {}, "200", {}),
-    ("POST", P + "/gateways/get", "member_or_public", None, {"name": "g"}, "400", {}),
-    ("POST", P + "/gateways/delete", "admin", None, {"names": ["g"]}, "200", {}),
+    ("POST", P + "/gateways/get", "member_or_public", None, {"name": "gw"}, "400", {}),
+    ("POST", P + "/gateways/delete", "admin", None, {"names": ["gw"]}, "200", {}),
     # routers/volumes.py: every project route is ProjectMember
     (
         "POST",
         P + "/volumes/create",
         "member",
         None,
-        {"configuration": {"type": "volume", "name": "v", "backend": "aws", "region": "eu-west-1", "size": 100}},
+        {"configuration": {"type": "volume", "name": "vol", "backend": "aws", "region": "eu-west-1", "size": 100}},
         "400",
         {},
     ),
     ("POST", P + "/volumes/list", "member", None, {}, "200", {}),
     ("POST", "/api/volumes/list", "authenticated", None, {}, "200", {}),
-    ("POST", P + "/volumes/get", "member", None, {"name": "v"}, "400", {}),
-    ("POST", P + "/volumes/delete", "member", None, {"names": ["v"]}, "200", {}),
+    ("POST", P + "/volumes/get", "member", None, {"name": "vol"}, "400", {}),
+    ("POST", P + "/volumes/delete", "member", None, {"names": ["vol"]}, "200", {}),
     # routers/events.py, secrets.py, gpus.py
     ("POST", "/api/events/list", "authenticated", None, {}, "200", {}),
     # routers/secrets.py: ProjectManager, then _check_can_manage_secrets (admins; managers only with

@@ -135,7 +135,11 @@ async def test_backends_list_types(server: RunningServer) -> None:
 
 async def test_minimal_endpoints_the_official_cli_calls(server: RunningServer) -> None:
     async with server.client() as c:
-        assert (await c.post("/api/events/list", json={})).json() == []
+        # the first start's events (newest first): admin made, then main
+        assert [e["message"] for e in (await c.post("/api/events/list", json={})).json()] == [
+            "Project created",
+            "User created",
+        ]
         assert (await c.post("/api/project/main/secrets/list", json={})).json() == []
         task = {"run_spec": {"configuration": {"type": "task", "commands": ["true"]}}}
         assert "gpus" in (await c.post("/api/project/main/gpus/list", json=task)).json()

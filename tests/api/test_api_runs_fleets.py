@@ -170,7 +170,7 @@ async def test_task_runs_on_local_fleet_and_logs_come_back(server: RunningServer
         assert f"hello from {name}\n".encode() in out
         assert b"oops\n" in out
         assert "naïve ✓".encode() in out
-        assert got["fleet"]["name"] == "f"
+        assert got["fleet"]["name"] == "fl"
         inst = (await c.post("/api/instances/list", json={})).json()
         assert len(inst) == 1 and inst[0]["status"] == "idle" and inst[0]["backend"] == "remote"
 
@@ -266,9 +266,9 @@ async def test_run_plan_shape(server: RunningServer) -> None:
 
 async def test_unsupported_types_validate_then_400(server: RunningServer) -> None:
     async with server.client() as c:
-        svc = {"type": "service", "port": 8000, "commands": ["python -m http.server"]}
+        svc = {"type": "service", "port": 8000, "commands": ["python -m http.server"], "gateway": "gw"}
         r = await c.post("/api/project/main/runs/get_plan", json={"run_spec": {"configuration": svc}})
-        assert r.status_code == 200
+        assert r.status_code == 400 and "not supported yet" in r.json()["detail"][0]["msg"]
         r = await c.post(
             "/api/project/main/runs/apply",
             json={"force": False, "plan": {"run_spec": {"configuration": svc}}},
@@ -276,14 +276,14 @@ async def test_unsupported_types_validate_then_400(server: RunningServer) -> Non
         assert r.status_code == 400 and "not supported yet" in r.json()["detail"][0]["msg"]
         gw = {
             "type": "gateway",
-            "name": "g",
+            "name": "gw",
             "backend": "aws",
             "region": "us-east-1",
             "domain": "example.com",
         }
         r = await c.post("/api/project/main/gateways/get_plan", json={"spec": {"configuration": gw}})
         assert r.status_code == 400 and "not supported yet" in r.json()["detail"][0]["msg"]
-        vol = {"type": "volume", "name": "v", "backend": "aws", "region": "us-east-1", "size": "100GB"}
+        vol = {"type": "volume", "name": "vol", "backend": "aws", "region": "us-east-1", "size": "100GB"}
         r = await c.post("/api/project/main/volumes/create", json={"configuration": vol})
         assert r.status_code == 400
         r = await c.post("/api/project/main/volumes/create", json={"configuration": {"type": "volume", "bogus": 1}})

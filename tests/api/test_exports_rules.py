@@ -42,7 +42,7 @@ async def _setup(s: RunningServer) -> dict[str, str]:
     async with s.client() as admin:
         for p in ("team-b", "team-c"):
             assert (await admin.post("/api/projects/create", json={"project_name": p})).status_code == 200
-        assert (await admin.post("/api/project/main/fleets/apply", json=fleet_body(name="f"))).status_code == 200
+        assert (await admin.post("/api/project/main/fleets/apply", json=fleet_body(name="fl"))).status_code == 200
         return {
             "boss": await _user(admin, "boss", main="admin"),
             "mgr": await _user(admin, "mgr", main="manager"),
@@ -55,7 +55,7 @@ async def _setup(s: RunningServer) -> dict[str, str]:
 async def test_only_admins_export_and_only_the_importers_members_use_it(tmp_path: Path) -> None:
     async with running_server(make_settings(tmp_path, background_processing=False)) as s:
         tokens = await _setup(s)
-        share = {"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["f"]}
+        share = {"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["fl"]}
         for name in ("dev", "mgr", "carol"):
             async with s.client(tokens[name]) as c:
                 r = await c.post("/api/project/main/exports/create", json=share)
@@ -107,14 +107,14 @@ async def test_the_plan_shows_an_imported_fleets_offers(tmp_path: Path) -> None:
     async with running_server(make_settings(tmp_path, background_processing=False)) as s:
         tokens = await _setup(s)
         async with s.client() as admin:
-            share = {"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["f"]}
+            share = {"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["fl"]}
             assert (await admin.post("/api/project/main/exports/create", json=share)).status_code == 200
         # team-b (no backends of its own) sees main/f's offers and no error, with or without naming it;
         # team-c, which does not import it, sees neither and its run would fail at once (in containers: the
         # local backend without a sandbox admits only global admins' host processes)
-        task = task_body(["true"], name="t", fleets=["main/f"], image="alpine")
+        task = task_body(["true"], name="tt", fleets=["main/fl"], image="alpine")
         async with s.client(tokens["carol"]) as carol:
-            for body in (task, task_body(["true"], name="t", image="alpine")):
+            for body in (task, task_body(["true"], name="tt", image="alpine")):
                 plan = await _plan(carol, "team-b", body)
                 assert plan["corral_plan_error"] is None, plan["corral_plan_error"]
                 offers = plan["job_plans"][0]["offers"]
@@ -122,12 +122,12 @@ async def test_the_plan_shows_an_imported_fleets_offers(tmp_path: Path) -> None:
                 assert plan["job_plans"][0]["total_offers"] == len(offers)
         async with s.client(tokens["dave"]) as dave:
             plan = await _plan(dave, "team-c", task)
-            assert "no fleet named 'main/f'" in plan["corral_plan_error"]
+            assert "no fleet named 'main/fl'" in plan["corral_plan_error"]
             assert plan["job_plans"][0]["offers"] == []
-            assert (await dave.post("/api/project/main/fleets/get", json={"name": "f"})).status_code == 403
+            assert (await dave.post("/api/project/main/fleets/get", json={"name": "fl"})).status_code == 403
         async with s.client() as admin:  # a global export reaches every other project, team-c included
             r = await admin.post(
-                "/api/project/main/exports/create", json={"name": "all", "is_global": True, "exported_fleets": ["f"]}
+                "/api/project/main/exports/create", json={"name": "all", "is_global": True, "exported_fleets": ["fl"]}
             )
             assert r.status_code == 200, r.text
         async with s.client(tokens["dave"]) as dave:
@@ -140,13 +140,13 @@ async def test_without_a_sandbox_an_exported_local_fleet_admits_only_global_admi
     async with running_server(make_settings(tmp_path, sandbox="off", background_processing=False)) as s:
         tokens = await _setup(s)
         async with s.client() as admin:
-            share = {"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["f"]}
+            share = {"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["fl"]}
             assert (await admin.post("/api/project/main/exports/create", json=share)).status_code == 200
-            for body in (task_body(["true"], name="admins"), task_body(["true"], name="named", fleets=["main/f"])):
+            for body in (task_body(["true"], name="admins"), task_body(["true"], name="named", fleets=["main/fl"])):
                 r = await admin.post("/api/project/team-b/runs/apply", json=body)
                 assert r.status_code == 200, r.text
         async with s.client(tokens["carol"]) as carol:
-            for body in (task_body(["id"], name="mine"), task_body(["id"], name="named2", fleets=["main/f"])):
+            for body in (task_body(["id"], name="mine"), task_body(["id"], name="named2", fleets=["main/fl"])):
                 plan = await _plan(carol, "team-b", body)
                 assert "without a sandbox" in (plan["corral_plan_error"] or ""), plan["corral_plan_error"]
                 assert plan["job_plans"][0]["offers"] == []
@@ -175,7 +175,7 @@ async def test_without_a_sandbox_a_queued_run_never_lands_on_a_local_fleet_expor
         async with s.client() as admin:
             r = await admin.post("/api/project/team-c/runs/apply", json=task_body(["id"], name="admins"))
             assert r.status_code == 200, r.text
-            share = {"name": "share", "importer_projects": ["team-c"], "exported_fleets": ["f"]}
+            share = {"name": "share", "importer_projects": ["team-c"], "exported_fleets": ["fl"]}
             assert (await admin.post("/api/project/main/exports/create", json=share)).status_code == 200
         from corral.workers.scheduling import Scheduling
 
@@ -197,7 +197,7 @@ async def test_a_member_of_the_importing_project_runs_on_the_exported_fleet(tmp_
     async with running_server(make_settings(tmp_path, sandbox="on")) as s:
         tokens = await _setup(s)
         async with s.client() as admin:
-            share = {"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["f"]}
+            share = {"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["fl"]}
             assert (await admin.post("/api/project/main/exports/create", json=share)).status_code == 200
         async with s.client(tokens["carol"]) as carol:
             r = await carol.post("/api/project/team-b/runs/apply", json=task_body(["echo hi"], name="shared"))
@@ -215,12 +215,14 @@ async def test_a_member_of_the_importing_project_runs_on_the_exported_fleet(tmp_
             assert plan["corral_plan_error"] is None
             assert "idle" in [o["availability"] for o in plan["job_plans"][0]["offers"]], plan["job_plans"][0]
         async with s.client(tokens["dave"]) as dave:
-            r = await dave.post("/api/project/team-c/runs/apply", json=task_body(["true"], name="t", fleets=["main/f"]))
+            r = await dave.post(
+                "/api/project/team-c/runs/apply", json=task_body(["true"], name="tt", fleets=["main/fl"])
+            )
             assert r.status_code == 200
 
             async def failed() -> dict[str, Any] | None:
-                run = (await dave.post("/api/project/team-c/runs/get", json={"run_name": "t"})).json()
+                run = (await dave.post("/api/project/team-c/runs/get", json={"run_name": "tt"})).json()
                 return dict(run) if run["status"] == "failed" else None
 
             run = await wait_for(failed, timeout=30)
-            assert "no fleet named 'main/f'" in run["latest_job_submission"]["termination_reason_message"]
+            assert "no fleet named 'main/fl'" in run["latest_job_submission"]["termination_reason_message"]

@@ -38,7 +38,7 @@ async def test_the_plan_says_what_apply_would_refuse(tmp_path: Path) -> None:
         assert (await _plan(c, lonely, for_offers_only=True))["job_plans"][0]["offers"]
         assert await _fails_with(c, lonely) == plan["corral_plan_error"]
 
-        await c.post("/api/project/main/fleets/apply", json=fleet_body(name="f"))
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(name="fl"))
         fine = await _plan(c, task_body(["true"]))
         assert fine["corral_plan_error"] is None and fine["job_plans"][0]["offers"]
         cases = {
@@ -82,14 +82,14 @@ async def test_deleting_an_active_run_says_so_plainly(tmp_path: Path) -> None:
 
 async def test_a_fleet_exported_to_the_project_counts_in_the_verdict(tmp_path: Path) -> None:
     async with running_server(make_settings(tmp_path, background_processing=False)) as s, s.client() as c:
-        await c.post("/api/project/main/fleets/apply", json=fleet_body(name="f"))
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(name="fl"))
         await c.post("/api/projects/create", json={"project_name": "team-b"})
-        body = {"run_spec": task_body(["true"], fleets=["main/f"])["plan"]["run_spec"]}
+        body = {"run_spec": task_body(["true"], fleets=["main/fl"])["plan"]["run_spec"]}
         before = (await c.post("/api/project/team-b/runs/get_plan", json=body)).json()
-        assert "no fleet named 'main/f' in project 'team-b'" in before["corral_plan_error"]
+        assert "no fleet named 'main/fl' in project 'team-b'" in before["corral_plan_error"]
         r = await c.post(
             "/api/project/main/exports/create",
-            json={"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["f"]},
+            json={"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["fl"]},
         )
         assert r.status_code == 200, r.text
         after = (await c.post("/api/project/team-b/runs/get_plan", json=body)).json()

@@ -98,7 +98,7 @@ async def _setup(c: httpx.AsyncClient) -> dict[str, str]:
     for project, members in MEMBERS.items():
         r = await c.post("/api/projects/create", json={"project_name": project, "is_public": project in PUBLIC})
         assert r.status_code == 200, r.text
-        r = await c.post(f"/api/project/{project}/fleets/apply", json=fleet_body(name="f"))
+        r = await c.post(f"/api/project/{project}/fleets/apply", json=fleet_body(name="fl"))
         assert r.status_code == 200, r.text
         body = {"members": [{"username": u, "project_role": role} for u, role in members.items()]}
         assert (await c.post(f"/api/projects/{project}/set_members", json=body)).status_code == 200

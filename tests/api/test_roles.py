@@ -83,10 +83,12 @@ async def test_public_projects_admit_non_members_only_where_dstack_does(server: 
     async with server.client() as admin:
         guest = await _user(admin, "guest")
         await admin.post("/api/projects/create", json={"project_name": "open", "is_public": True})
-        await admin.post("/api/project/open/fleets/apply", json=fleet_body(name="f"))
+        await admin.post("/api/project/open/fleets/apply", json=fleet_body(name="fl"))
         run = task_body(["echo secret-$SECRET_VALUE"], name="owned", env={"SECRET_VALUE": "hunter2"})
         assert (await admin.post("/api/project/open/runs/apply", json=run)).status_code == 200
-        assert (await admin.post("/api/project/main/runs/apply", json=task_body(["true"], name="m"))).status_code == 200
+        assert (
+            await admin.post("/api/project/main/runs/apply", json=task_body(["true"], name="mm"))
+        ).status_code == 200
     async with server.client(guest) as c:
         assert (await c.post("/api/projects/open/get")).status_code == 200
         assert (await c.post("/api/project/open/gateways/list", json={})).status_code == 200
@@ -119,7 +121,7 @@ async def test_public_projects_admit_non_members_only_where_dstack_does(server: 
         r = await admin.post("/api/runs/list", json={"username": "nobody"})
         assert r.status_code == 400 and r.json()["detail"][0]["code"] == "resource_not_exists"
         await admin.post("/api/project/open/runs/stop", json={"runs_names": ["owned"], "abort": True})
-        await admin.post("/api/project/main/runs/stop", json={"runs_names": ["m"], "abort": True})
+        await admin.post("/api/project/main/runs/stop", json={"runs_names": ["mm"], "abort": True})
 
 
 async def test_users_see_only_themselves_and_get_user_of_another_is_not_found(server: RunningServer) -> None:
@@ -223,10 +225,10 @@ async def test_projects_delete_follows_dstack(server: RunningServer) -> None:
     async with server.client() as admin:
         dev = await _user(admin, "dev")
         await admin.post("/api/projects/create", json={"project_name": "scratch"})
-        await admin.post("/api/project/scratch/fleets/apply", json=fleet_body(name="f"))
+        await admin.post("/api/project/scratch/fleets/apply", json=fleet_body(name="fl"))
         r = await admin.post("/api/projects/delete", json={"projects_names": ["scratch"]})
         assert r.status_code == 400
-        assert r.json()["detail"][0]["msg"] == "Failed to delete project with active fleets: ['f']"
+        assert r.json()["detail"][0]["msg"] == "Failed to delete project with active fleets: ['fl']"
         r = await admin.post("/api/projects/delete", json={"projects_names": ["nope"]})
         assert r.json()["detail"][0]["msg"] == "Failed to delete non-existent projects"
     async with server.client(dev) as c:
@@ -243,7 +245,7 @@ async def test_projects_delete_follows_dstack(server: RunningServer) -> None:
         r = await c.post("/api/projects/create", json={"project_name": "one-too-many"})
         assert (r.status_code, r.json()["detail"][0]["msg"]) == (400, "User project quota exceeded")
     async with server.client() as admin:
-        await admin.post("/api/project/scratch/fleets/delete", json={"names": ["f"]})
+        await admin.post("/api/project/scratch/fleets/delete", json={"names": ["fl"]})
 
 
 async def test_an_exported_fleet_is_readable_by_members_of_the_importing_project(server: RunningServer) -> None:

@@ -99,7 +99,7 @@ def _assert_none_in(data: bytes, secrets: dict[str, str]) -> None:
 
 async def _local_instance_token(server: RunningServer) -> str:
     async with server.client() as c:
-        r = await c.post(f"{P}/fleets/apply", json=fleet_body(name="f", nodes="1"))
+        r = await c.post(f"{P}/fleets/apply", json=fleet_body(name="fl", nodes="1"))
         assert r.status_code == 200, r.text
 
         async def idle() -> list[Any]:
@@ -150,7 +150,7 @@ async def _project_secret_used_by_a_run(server: RunningServer) -> dict[str, str]
         for name, value in (("tok", values["project secret"]), ("reg", values["registry password secret"])):
             r = await c.post(f"{P}/secrets/create_or_update", json={"name": name, "value": value})
             assert r.status_code == 200, r.text
-        body = task_body(["echo $TOK | rev"], name="with-secrets", fleets=["f"], env={"TOK": "${{ secrets.tok }}"})
+        body = task_body(["echo $TOK | rev"], name="with-secrets", fleets=["fl"], env={"TOK": "${{ secrets.tok }}"})
         assert (await c.post(f"{P}/runs/apply", json=body)).status_code == 200
         assert (await finished_run(c, "with-secrets"))["status"] == "done"
         auth = {"username": "puller", "password": "${{ secrets.reg }}"}
@@ -271,7 +271,7 @@ async def test_rows_in_clear_from_before_keep_working_and_are_sealed_at_the_next
         assert me["creds"]["token"] == bob["creds"]["token"] and me["ssh_private_key"] == bob["ssh_private_key"]
     # The agent is still reached with its (now sealed) token: a job runs on the instance.
     async with server.client() as c:
-        conf = {"type": "task", "commands": ["echo sealed-ok"], "fleets": ["f"], "resources": {"cpu": "1.."}}
+        conf = {"type": "task", "commands": ["echo sealed-ok"], "fleets": ["fl"], "resources": {"cpu": "1.."}}
         body = {"force": False, "plan": {"run_spec": {"run_name": "after", "configuration": conf}}}
         assert (await c.post(f"{P}/runs/apply", json=body)).status_code == 200
 

@@ -34,7 +34,7 @@ def test_bad_config_names_the_field(tmp_path: Path) -> None:
 async def _offers(c: object, project: str) -> int:
     from server_harness import fleet_body
 
-    spec = fleet_body(name="f")["plan"]["spec"]
+    spec = fleet_body(name="fl")["plan"]["spec"]
     r = await c.post(f"/api/project/{project}/fleets/get_plan", json={"spec": spec})  # type: ignore[attr-defined]
     assert r.status_code == 200, r.text
     return int(r.json()["total_offers"])
@@ -59,10 +59,10 @@ async def test_the_local_backend_belongs_to_the_projects_config_yml_names(tmp_pa
         from server_harness import fleet_body
 
         assert (
-            await c.post("/api/project/team-b/fleets/apply", json=fleet_body(name="f", nodes="1"))
+            await c.post("/api/project/team-b/fleets/apply", json=fleet_body(name="fl", nodes="1"))
         ).status_code == 200
         assert (
-            await c.post("/api/project/team-a/fleets/apply", json=fleet_body(name="f", nodes="1"))
+            await c.post("/api/project/team-a/fleets/apply", json=fleet_body(name="fl", nodes="1"))
         ).status_code == 200
 
         async def team_a_instance() -> bool:
@@ -76,4 +76,4 @@ async def test_the_local_backend_belongs_to_the_projects_config_yml_names(tmp_pa
         gpus = (await c.post("/api/project/team-b/gpus/list", json=task)).json()
         assert gpus == {"gpus": []}
         for p in ("team-a", "team-b"):
-            await c.post(f"/api/project/{p}/fleets/delete", json={"names": ["f"]})
+            await c.post(f"/api/project/{p}/fleets/delete", json={"names": ["fl"]})

@@ -3,10 +3,13 @@ CLI, the task's output read back through `corral logs`, `corral ps`, `corral sto
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,3 +159,43 @@ def test_fleet_task_logs_stop(env: dict[str, str], tmp_path: Path) -> None:
     bad.write_text("type: task\ncommands: [x]\nresources: {gpu: 'A100:lots'}\n")
     out = corral(env, "apply", "-f", str(bad), "-y", check=False)
     assert out.returncode == 1 and "resources.gpu" in (out.stdout + out.stderr)
+    _events(env, tmp_path, failing)
+
+
+def _events(env: dict[str, str], tmp_path: Path, failing: Path) -> None:
+    """`corral event`: the session's events one a line as `dstack event` prints them; --within-run, --since
+    and --watch; a bad --since is one line naming it."""
+    lines = corral(env, "event").stdout.splitlines()
+    assert any(line.endswith("[👤admin] [fleet e2e-fleet] Fleet created. Status: ACTIVE") for line in lines), lines
+    stopped = (
+        "[👤admin] [run e2e-sleeper] Run status changed RUNNING -> TERMINATING. Termination reason: STOPPED_BY_USER"
+    )
+    assert any(line.endswith(stopped) for line in lines), lines
+    assert any("[job e2e-fail-0-0] Job status changed RUNNING -> FAILED" in line for line in lines), lines
+    within = corral(env, "event", "--within-run", "e2e-task").stdout.splitlines()
+    assert within and all("[run e2e-task]" in line or "job e2e-task-0-0" in line for line in within), within
+    assert corral(env, "event", "--since", "1h").stdout.splitlines() == lines
+    bad = corral(env, "event", "--since", "yesterday", check=False)
+    assert bad.returncode == 1 and "--since 'yesterday'" in bad.stderr + bad.stdout
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "corral.cli.main", "event", "--watch", "--since", "1s"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        corral(env, "apply", "-f", str(failing), "-y", "-d")  # a finished run of that name: deleted, submitted again
+        assert watch.stdout is not None
+        lines_out: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines_out.put(x) for x in watch.stdout], daemon=True).start()  # type: ignore[union-attr]
+        seen: list[str] = []
+        deadline = time.monotonic() + 30
+        while not any("[run e2e-fail] Run submitted. Status: SUBMITTED" in line for line in seen):
+            assert time.monotonic() < deadline and watch.poll() is None, seen
+            with contextlib.suppress(queue.Empty):
+                seen.append(lines_out.get(timeout=1))
+        assert any("[run e2e-fail] Run deleted" in line for line in seen), seen
+    finally:
+        watch.terminate()
+        watch.wait(10)

@@ -175,6 +175,25 @@ def test_stop_long_task(cli: DstackCli, finished_task: dict[str, Any]) -> None:
     assert rows(res.stdout, "e2e-long") and rows(res.stdout, "e2e-task"), cli.explain(res)
 
 
+def test_event(cli: DstackCli, finished_task: dict[str, Any]) -> None:
+    """``dstack event``: the last events of the project, oldest first, one a line; its filters resolve names
+    through ``runs/get`` and ``fleets/get``; ``--since`` pages ascending."""
+    res = cli.ok("event")
+    lines = res.stdout.splitlines()
+    assert any(line.endswith("[👤admin] [fleet e2e-fleet] Fleet created. Status: ACTIVE") for line in lines), lines
+    assert any(line.endswith("[👤admin] [run e2e-task] Run submitted. Status: SUBMITTED") for line in lines), lines
+    stop = "[👤admin] [run e2e-long] Run status changed RUNNING -> TERMINATING. Termination reason: STOPPED_BY_USER"
+    assert any(line.endswith(stop) for line in lines), lines
+    assert any("[job e2e-task-0-0] Job status changed RUNNING -> DONE" in line for line in lines), lines
+    within = cli.ok("event", "--within-run", "e2e-long").stdout.splitlines()
+    assert within and all("[run e2e-long]" in line or "job e2e-long-0-0" in line for line in within), within
+    fleet = cli.ok("event", "--target-fleet", "e2e-fleet").stdout.splitlines()
+    assert fleet and all("[fleet e2e-fleet]" in line for line in fleet), fleet
+    jobs = cli.ok("event", "--within-run", "e2e-task", "--include-target-type", "job").stdout.splitlines()
+    assert jobs and all("job e2e-task-0-0" in line for line in jobs), jobs
+    assert cli.ok("event", "--since", "1h").stdout.splitlines() == lines
+
+
 def test_offer(cli: DstackCli, project: str) -> None:
     res = cli.ok("offer")
     offers = rows(res.stdout, "1")

@@ -1,6 +1,7 @@
 """The official dstack 0.22.5 CLI, unchanged, with an SSH fleet of two fake hosts (see ``fakehosts``):
 ``dstack apply`` of the fleet (the client reads ``identity_file`` and sends the key), ``dstack fleet``, a
-GPU task placed on the host with the GPU, and ``dstack fleet delete`` cleaning the hosts."""
+GPU task placed on the host with the GPU (attached: its output over corral's SSH endpoint), and ``dstack
+fleet delete`` cleaning the hosts."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from dstack_client_env import (
     client_venv,
     corral_server,
 )
-from test_official_dstack_client import FINISHED, rows
+from test_official_dstack_client import rows
 
 from fakehosts import FakeHosts, HostSpec
 
@@ -89,11 +90,13 @@ def test_ssh_fleet_with_the_official_client(hosts: FakeHosts, tmp_path: Path) ->
             "type: task\nname: on-gpu\ncommands:\n  - hostname\nresources:\n  cpu: 1..\n  memory: 0.1GB..\n"
             "  disk: 1GB..\n  gpu: 1\n",
         )
-        res = cli.ok("apply", "-f", "task.dstack.yml", "-y", "-d")
-        _wait(lambda: _run(server, "on-gpu")["status"] in FINISHED, cli)
+        # attached: the output comes over corral's SSH endpoint, relayed to the host's agent through the
+        # connection the server holds to the host (nothing listens on the host)
+        res = cli.ok("apply", "-f", "task.dstack.yml", "-y", timeout=180)
+        assert "withgpu" in res.stdout.split(), cli.explain(res)
         run = _run(server, "on-gpu")
         assert run["status"] == "done", cli.explain(res)
-        assert run["latest_job_submission"]["job_provisioning_data"]["hostname"] == hosts.ip("withgpu")
+        assert run["latest_job_submission"]["job_provisioning_data"]["internal_ip"] == hosts.ip("withgpu")
 
         res = cli.ok("fleet", "delete", "my-ssh", "-y")
         _wait(lambda: not server.api("/api/project/main/fleets/list", {}).json(), cli)

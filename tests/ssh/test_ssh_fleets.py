@@ -76,7 +76,7 @@ async def test_three_hosts_bootstrap_gpu_placement_spread_and_delete(
         await submit(c, "wants-gpu", ["hostname", "echo gpus=$DSTACK_GPUS_NUM"], resources={"gpu": "1.."})
         run = await run_status(c, "wants-gpu", "done", "failed")
         assert run["status"] == "done", str(run["latest_job_submission"])
-        assert run["latest_job_submission"]["job_provisioning_data"]["hostname"] == hosts.ip("gpu")
+        assert run["latest_job_submission"]["job_provisioning_data"]["internal_ip"] == hosts.ip("gpu")
         assert (await run_logs(c, run)).split() == ["gpu", "gpus=2"]
 
         # Three tasks at once spread over the three hosts (one whole host each).
@@ -84,7 +84,7 @@ async def test_three_hosts_bootstrap_gpu_placement_spread_and_delete(
             await submit(c, f"spread-{i}", ["hostname", "sleep 2"])
         runs = [await run_status(c, f"spread-{i}", "done", "failed") for i in range(3)]
         assert all(r["status"] == "done" for r in runs), runs
-        placed = {r["latest_job_submission"]["job_provisioning_data"]["hostname"] for r in runs}
+        placed = {r["latest_job_submission"]["job_provisioning_data"]["internal_ip"] for r in runs}
         assert placed == {hosts.ip(n) for n in names}
         assert {(await run_logs(c, r)).split()[0] for r in runs} == set(names)
 
@@ -139,7 +139,7 @@ async def test_blocks(server: RunningServer, hosts: FakeHosts) -> None:
         for i in range(2):
             run = await run_status(c, f"half-{i}", "done", "failed")
             assert run["status"] == "done" and (await run_logs(c, run)).strip() == "gpu", run
-            assert run["latest_job_submission"]["job_provisioning_data"]["hostname"] == hosts.ip("gpu")
+            assert run["latest_job_submission"]["job_provisioning_data"]["internal_ip"] == hosts.ip("gpu")
 
 
 async def test_host_lost_mid_job_then_back(server: RunningServer, hosts: FakeHosts, tmp_path: Path) -> None:

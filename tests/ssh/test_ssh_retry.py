@@ -24,7 +24,7 @@ async def test_run_retried_on_another_host_when_its_host_is_lost(server: Running
         )
         run = await run_status(c, "resilient", "running")
         await wait_for(lambda: _logs_contain(c, "resilient", "started"))
-        first_ip = run["latest_job_submission"]["job_provisioning_data"]["hostname"]
+        first_ip = run["latest_job_submission"]["job_provisioning_data"]["internal_ip"]
         first = next(n for n in ("cpu1", "cpu2") if hosts.ip(n) == first_ip)
         other = "cpu2" if first == "cpu1" else "cpu1"
         hosts.kill(first)  # power cut mid-job
@@ -40,7 +40,7 @@ async def test_run_retried_on_another_host_when_its_host_is_lost(server: Running
         subs = run["jobs"][0]["job_submissions"]
         assert [s["submission_num"] for s in subs] == [0, 1]
         assert subs[0]["status"] == "failed" and subs[0]["termination_reason"] == "instance_unreachable", subs[0]
-        assert subs[1]["job_provisioning_data"]["hostname"] == hosts.ip(other)
+        assert subs[1]["job_provisioning_data"]["internal_ip"] == hosts.ip(other)
         assert (await run_logs(c, run)).splitlines() == [f"started on {other}", f"finished on {other}"]
 
 
@@ -51,7 +51,7 @@ async def test_run_fails_when_its_retry_does_not_cover_the_event(server: Running
         await submit(c, "fragile", ["echo started", "sleep 600"], retry={"on_events": ["no-capacity"]})
         run = await run_status(c, "fragile", "running")
         await wait_for(lambda: _logs_contain(c, "fragile", "started"))
-        first_ip = run["latest_job_submission"]["job_provisioning_data"]["hostname"]
+        first_ip = run["latest_job_submission"]["job_provisioning_data"]["internal_ip"]
         hosts.kill(next(n for n in ("cpu1", "cpu2") if hosts.ip(n) == first_ip))
         run = await run_status(c, "fragile", "failed", timeout=30)
         assert run["termination_reason"] == "job_failed"

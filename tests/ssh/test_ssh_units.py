@@ -108,7 +108,7 @@ def test_internal_ip() -> None:
 
 def _spec(hosts: list[Any], **conf: Any) -> dict[str, Any]:
     ssh = {"user": "root", "identity_file": None, "ssh_key": None, "hosts": hosts, "network": None}
-    return {"configuration": {"type": "fleet", "name": "f", "blocks": 1, "ssh_config": ssh, **conf}}
+    return {"configuration": {"type": "fleet", "name": "fl", "blocks": 1, "ssh_config": ssh, **conf}}
 
 
 def test_update_in_place_only_adds_or_removes_hosts() -> None:
@@ -121,15 +121,15 @@ def test_update_in_place_only_adds_or_removes_hosts() -> None:
         update_problem(current, _spec(["10.0.0.1", {"hostname": "10.0.0.2", "port": 2}]))
     )
     assert "placement" in str(update_problem(current, _spec(["10.0.0.1"], placement="cluster")))
-    cloud = {"configuration": {"type": "fleet", "name": "f", "nodes": {"min": 1, "max": 1}}}
+    cloud = {"configuration": {"type": "fleet", "name": "fl", "nodes": {"min": 1, "max": 1}}}
     assert "Fleet type changed" in str(update_problem(current, cloud))
 
 
 def test_a_host_being_set_up_makes_jobs_wait_not_fail() -> None:
     setting_up = InstanceSlot(
         id="i0",
-        fleet_id="f",
-        name="f-0",
+        fleet_id="fl",
+        name="fl-0",
         instance_num=0,
         status="pending",
         resources=None,
@@ -137,9 +137,9 @@ def test_a_host_being_set_up_makes_jobs_wait_not_fail() -> None:
         busy_blocks=0,
     )
     fleet = FleetSlot(
-        id="f",
+        id="fl",
         project_id="p",
-        name="f",
+        name="fl",
         nodes_min=1,
         nodes_max=1,
         blocks=1,
@@ -169,7 +169,7 @@ def test_a_host_being_set_up_makes_jobs_wait_not_fail() -> None:
 
 def _fleet(hosts: list[Any], **conf: Any) -> dict[str, Any]:
     ssh = {"user": "root", "ssh_key": KEY, "hosts": hosts, **conf.pop("ssh_config", {})}
-    return {"type": "fleet", "name": conf.pop("name", "f"), "ssh_config": ssh, **conf}
+    return {"type": "fleet", "name": conf.pop("name", "fl"), "ssh_config": ssh, **conf}
 
 
 async def test_bad_ssh_configs_are_clear_400s(tmp_path: Path) -> None:

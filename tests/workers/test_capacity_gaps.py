@@ -69,7 +69,7 @@ async def test_terminating_instance_counts_until_backend_confirms(tmp_path: Path
         await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="first"))
         await wait_for(_status_is(c, "first", "done"))
         async with Sampler(s) as sampler:
-            r = await c.post("/api/project/main/fleets/delete_instances", json={"name": "f", "instance_nums": [0]})
+            r = await c.post("/api/project/main/fleets/delete_instances", json={"name": "fl", "instance_nums": [0]})
             assert r.status_code == 200
             await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="second"))
             await asyncio.sleep(1.0)

@@ -29,13 +29,13 @@ def _instance_of(run: dict[str, Any]) -> str:
 async def test_every_selector_form_places_on_the_selected_instance(server: RunningServer) -> None:
     async with server.client() as c:
         idle = await _two_idle(c)
-        f0, f1 = idle["f-0"], idle["f-1"]
+        f0, f1 = idle["fl-0"], idle["fl-1"]
         cases = {
-            "by-short-name": (["f-1"], f1),
-            "by-name": ([{"name": "f-0"}], f0),
-            "by-fleet-num": ([{"fleet": "f", "instance": 1}], f1),
-            "by-fleet-object": ([{"fleet": {"name": "f"}, "instance": 0}], f0),
-            "by-qualified-fleet": ([{"fleet": "main/f", "instance": 1}], f1),
+            "by-short-name": (["fl-1"], f1),
+            "by-name": ([{"name": "fl-0"}], f0),
+            "by-fleet-num": ([{"fleet": "fl", "instance": 1}], f1),
+            "by-fleet-object": ([{"fleet": {"name": "fl"}, "instance": 0}], f0),
+            "by-qualified-fleet": ([{"fleet": "main/fl", "instance": 1}], f1),
         }
         for name, (selectors, _) in cases.items():
             await c.post("/api/project/main/runs/apply", json=task_body(["true"], name=name, instances=selectors))
@@ -60,28 +60,28 @@ async def test_every_selector_form_places_on_the_selected_instance(server: Runni
 async def test_selector_matching_nothing_fails_at_once_and_provisions_nothing(server: RunningServer) -> None:
     async with server.client() as c:
         await _two_idle(c)
-        body = task_body(["true"], name="nope", instances=[{"name": "f-9"}, "f-0"])
+        body = task_body(["true"], name="nope", instances=[{"name": "fl-9"}, "fl-0"])
         await c.post("/api/project/main/runs/apply", json=body)
         got = await finished_run(c, "nope")
         sub = got["latest_job_submission"]
         assert sub["termination_reason"] == "failed_to_start_due_to_no_capacity"
         assert sub["termination_reason_message"].startswith("Failed to use specified instances")
-        assert "f-9" in sub["termination_reason_message"]
+        assert "fl-9" in sub["termination_reason_message"]
         assert len((await c.post("/api/instances/list", json={})).json()) == 2
 
 
 async def test_busy_selected_instance_makes_the_job_wait_then_run(server: RunningServer) -> None:
     async with server.client() as c:
         await _two_idle(c)
-        await c.post("/api/project/main/runs/apply", json=task_body(["sleep 600"], name="holder", instances=["f-0"]))
+        await c.post("/api/project/main/runs/apply", json=task_body(["sleep 600"], name="holder", instances=["fl-0"]))
 
         async def running() -> bool:
             return (await get_run(c, "holder"))["status"] == "running"
 
         await wait_for(running)
-        await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="pinned", instances=["f-0"]))
+        await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="pinned", instances=["fl-0"]))
         await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="existing-only", instances=[]))
-        assert (await finished_run(c, "existing-only"))["status"] == "done"  # took the idle f-1
+        assert (await finished_run(c, "existing-only"))["status"] == "done"  # took the idle fl-1
         counts: list[int] = []
         for _ in range(10):
             counts.append(len((await c.post("/api/instances/list", json={})).json()))
@@ -106,7 +106,7 @@ async def test_plan_and_apply_reject_too_few_instances_for_nodes(server: Running
         single = {"type": "task", "commands": ["true"], "instances": ["a"], "resources": {"cpu": "1.."}}
         plan = (await c.post("/api/project/main/runs/get_plan", json={"run_spec": {"configuration": single}})).json()
         assert plan["job_plans"][0]["offers"] == []  # no new-capacity offers for a pinned run
-        bad = {"type": "task", "commands": ["true"], "instances": [{"fleet": "f", "instance": -1}]}
+        bad = {"type": "task", "commands": ["true"], "instances": [{"fleet": "fl", "instance": -1}]}
         r = await c.post("/api/project/main/runs/get_plan", json={"run_spec": {"configuration": bad}})
         assert r.status_code == 422 and "instances" in r.json()["detail"][0]["loc"]
 
@@ -115,7 +115,7 @@ async def test_cross_project_reference_needs_an_export(server: RunningServer) ->
     async with server.client() as c:
         idle = await _two_idle(c)
         await c.post("/api/projects/create", json={"project_name": "team-b"})
-        pinned = task_body(["true"], name="cross", instances=[{"fleet": "main/f", "instance": 0}])
+        pinned = task_body(["true"], name="cross", instances=[{"fleet": "main/fl", "instance": 0}])
         await c.post("/api/project/team-b/runs/apply", json=pinned)
         got = await finished_run(c, "cross", "team-b")
         assert got["latest_job_submission"]["termination_reason_message"].startswith(
@@ -123,18 +123,18 @@ async def test_cross_project_reference_needs_an_export(server: RunningServer) ->
         )
         r = await c.post(
             "/api/project/main/exports/create",
-            json={"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["f"]},
+            json={"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["fl"]},
         )
         assert r.status_code == 200, r.text
         assert r.json()["imports"][0]["project_name"] == "team-b"
         imports = (await c.post("/api/project/team-b/imports/list")).json()
-        assert imports[0]["export"]["exported_fleets"][0]["name"] == "f"
+        assert imports[0]["export"]["exported_fleets"][0]["name"] == "fl"
         listed = (await c.post("/api/project/team-b/fleets/list", json={"include_imported": True})).json()
-        assert [f["name"] for f in listed] == ["f"]
+        assert [f["name"] for f in listed] == ["fl"]
         await c.post("/api/project/team-b/runs/apply", json={**pinned, "force": True})
         got = await finished_run(c, "cross", "team-b")
         assert got["status"] == "done", got["latest_job_submission"]
-        assert _instance_of(got) == idle["f-0"]["id"]
+        assert _instance_of(got) == idle["fl-0"]["id"]
         # Removing the import takes the fleet away again.
         r = await c.post(
             "/api/project/team-b/imports/delete", json={"export_name": "share", "export_project_name": "main"}

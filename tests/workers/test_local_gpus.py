@@ -57,9 +57,9 @@ async def test_two_one_gpu_instances_own_different_gpus_across_a_restart(
     async with running_server(settings) as s, s.client() as c:
         await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..4", resources=GPU))
         # a second fleet: its job can never reuse an instance of the first, only a new carve of the machine
-        await c.post("/api/project/main/fleets/apply", json=fleet_body(name="g", nodes="0..2", resources=GPU))
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(name="gpus-b", nodes="0..2", resources=GPU))
         for name in ("gpu-a", "gpu-b"):
-            body = task_body([command], name=name, resources=GPU, fleets=["f"])
+            body = task_body([command], name=name, resources=GPU, fleets=["fl"])
             assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
         await _status(c, "gpu-a", "running")
         await _status(c, "gpu-b", "running")  # both at once, each on an instance of its own
@@ -68,7 +68,7 @@ async def test_two_one_gpu_instances_own_different_gpus_across_a_restart(
         instances = (await c.post("/api/instances/list", json={})).json()
         assert [len(i["instance_type"]["resources"]["gpus"]) for i in instances] == [1, 1]
         # a third job wanting a GPU waits: the machine's two GPUs are held
-        body = task_body([command], name="gpu-c", resources=GPU, fleets=["g"])
+        body = task_body([command], name="gpu-c", resources=GPU, fleets=["gpus-b"])
         assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
 
         async def waiting() -> str | None:

@@ -71,7 +71,7 @@ async def test_local_instances_are_carved_out_of_the_machine(tmp_path: Path) -> 
         await _status(c, "r1", "running")
         waiting = (await _status(c, "r2", "submitted"))["latest_job_submission"]["corral_waiting"]
         assert waiting == (
-            "Waiting for capacity: fleet 'f': this machine has 0 of its 2 blocks free "
+            "Waiting for capacity: fleet 'fl': this machine has 0 of its 2 blocks free "
             "and a local instance for the job needs 1"
         )
         instances = (await c.post("/api/instances/list", json={})).json()

@@ -39,7 +39,7 @@ from typing import Any
 from . import workdir
 from .docker import Docker, DockerError, DockerUnavailable, registry_auth_header
 from .images import PullTracker, pull_failure_message, registry_of, split_image
-from .job import Job
+from .job import Job, join_commands
 from .protocol import JobSubmission
 from .protocol_containers import ContainerInfo, ContainerSpec
 
@@ -86,7 +86,7 @@ def container_config(
     if sub.entrypoint:
         argv: list[str] = [*sub.entrypoint, *sub.commands]
     elif sub.commands:
-        argv = [container_shell(sub.shell), "-c", " && ".join(sub.commands)]
+        argv = [container_shell(sub.shell), "-c", join_commands(sub.commands)]
     else:
         argv = []  # the image's own ENTRYPOINT and CMD
     host: dict[str, Any] = {

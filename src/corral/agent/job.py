@@ -43,6 +43,9 @@ class Job:
         self.timers: list[threading.Timer] = []
         #: The job's sandbox while it runs in one (None: a plain host process or a container).
         self.sandbox: JobSandbox | None = None
+        #: How an SSH session joins the running job (see :mod:`corral.agent.sessions`): its main pid when
+        #: sandboxed, its uid and gid, its user namespace's ids, its working dir, environment and shell.
+        self.session: dict[str, Any] | None = None
 
     def snapshot(self) -> JobState:
         with self.cond:
@@ -54,6 +57,16 @@ class Job:
     def notify(self) -> None:
         with self.cond:
             self.cond.notify_all()
+
+
+def join_commands(commands: list[str]) -> str:
+    """The job's commands as one shell line: ``&&`` between them, a background one (``cmd &``) in braces,
+    as dstack's runner joins them."""
+    out = []
+    for cmd in commands:
+        cmd = cmd.strip()
+        out.append("{ " + cmd + " }" if cmd.endswith("&") else cmd)
+    return " && ".join(out)
 
 
 def write_json(path: str, data: Any) -> None:

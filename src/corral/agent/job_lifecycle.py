@@ -3,7 +3,7 @@ launched (argv, user, environment, files, log pumps), its timers, its stop and i
 
 :class:`JobLifecycle` is the base of :class:`corral.agent.jobs.JobRunner`, which owns the registry of
 jobs and the attributes this class uses (``sandboxes``, ``blobs``, ``containers``). A job is
-``[shell, "-c", " && ".join(commands)]`` in a session of its own; when its main process exits, whatever
+``[shell, "-c", <commands joined with &&>]`` in a session of its own; when its main process exits, whatever
 it left in its process group is killed. Stop = SIGTERM to the group, SIGKILL after ``stop_duration`` (at
 once on abort). When the agent can (root), the job runs in its sandbox (:mod:`corral.agent.sandbox`):
 its tree is its ``/`` over the read-only host, its uid is its own; without one it runs as the agent's
@@ -27,7 +27,7 @@ from typing import Any
 
 from . import procs, sandbox, sandbox_layout, workdir
 from .containers import ContainerRunner
-from .job import Job
+from .job import Job, join_commands
 from .logstore import pump
 from .protocol import JobSubmission
 from .protocol_sandbox import SandboxInfo
@@ -164,7 +164,7 @@ class JobLifecycle:
             if job.stop_reason is not None:
                 self._stopped_before_start(job)
                 return
-            argv = [*sub.entrypoint, *sub.commands] if sub.entrypoint else [shell, "-c", " && ".join(sub.commands)]
+            argv = [*sub.entrypoint, *sub.commands] if sub.entrypoint else [shell, "-c", join_commands(sub.commands)]
             io: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
             try:
                 if sb is not None:
@@ -191,7 +191,17 @@ class JobLifecycle:
                 job.cond.notify_all()
                 return
             job.proc = proc
+            job.session = {
+                "pid": proc.pid if sb is not None else None,
+                "uid": sb.uid if sb is not None else kwargs.get("user"),
+                "gid": sb.uid if sb is not None else kwargs.get("group"),
+                "inside": list(inside) if inside is not None else None,
+                "cwd": cwd,
+                "env": env,
+                "shell": shell,
+            }
             job.state.state, job.state.pid, job.state.started_at = "running", proc.pid, time.time()
+            job.state.working_dir = cwd
             job.persist()
             job.cond.notify_all()
         assert proc.stdout is not None and proc.stderr is not None

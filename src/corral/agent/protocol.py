@@ -264,6 +264,8 @@ class JobState:
     image_pull_progress: ImagePullProgress | None = None
     #: How a host-process job runs: in its sandbox (address, uid, ports) or without one (why).
     sandbox: SandboxInfo | None = None
+    #: The job's working dir as the job sees it (once it started): what SSH sessions start in.
+    working_dir: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -282,6 +284,7 @@ class JobState:
             "container": self.container.to_dict() if self.container is not None else None,
             "image_pull_progress": self.image_pull_progress.to_dict() if self.image_pull_progress else None,
             "sandbox": self.sandbox.to_dict() if self.sandbox is not None else None,
+            "working_dir": self.working_dir,
         }
 
     @classmethod
@@ -305,6 +308,7 @@ class JobState:
             if d.get("image_pull_progress") is not None
             else None,
             sandbox=SandboxInfo.from_dict(d["sandbox"]) if d.get("sandbox") is not None else None,
+            working_dir=_str(d, "working_dir", w, optional=True),
         )
 
 

@@ -1,11 +1,16 @@
 """The agent's HTTP API (``http.server.ThreadingHTTPServer``, JSON in and out).
 
 Bound to 127.0.0.1 unless told otherwise. Every request except ``GET /health`` needs
-``Authorization: Bearer <token>`` (constant-time compare), else 403. Errors are JSON
-``{"error": "..."}`` with 400 (bad JSON or fields), 403, 404, 409; an unexpected exception is
-logged here and answered with a 500 that carries no traceback.
+``Authorization: Bearer <token>`` (constant-time compare), else 403 with ``Connection: close`` (the body,
+if any, is never read). Errors are JSON ``{"error": "..."}`` with 400 (bad JSON or fields), 403, 404,
+409; an unexpected exception is logged here and answered with a 500 that carries no traceback.
 
-    GET    /health                       {"status": "ok", "agent_version", "protocol_version", "pid"}
+Connections are bounded: a connection idle for ``idle_timeout`` seconds between (or within) requests is
+closed (a long poll in progress is the agent's own wait, never cut by it), and at most ``max_connections``
+are served at once; one more waits up to a second for a free slot, then gets a 503 and is closed.
+
+    GET    /health                       {"status": "ok"}; with the token also "agent_version",
+                                         "protocol_version" and "uptime"
     GET    /info                         HostInfo
     POST   /jobs                         JobSubmission -> JobState (idempotent on job_id)
     GET    /jobs                         [JobState]
@@ -16,6 +21,10 @@ logged here and answered with a 500 that carries no traceback.
     POST   /jobs/{id}/address            {} -> AddressReply (the job's sandbox address, reserved before
                                          it is submitted so that every node of a run knows every other's)
     DELETE /jobs/{id}                    {} (a finished job only; 409 otherwise)
+    POST   /jobs/{id}/exec               ExecRequest, ``Upgrade: corral-session`` -> 101, then the session's
+                                         frames (:mod:`corral.agent.protocol_session`); 409 if not running
+    POST   /jobs/{id}/connect            {"port"}, ``Upgrade: corral-session`` -> 101, then the raw bytes of a
+                                         connection to that port of the job
     GET    /blobs/{sha256}               {"hash", "size"} or 404
     PUT    /blobs/{sha256}               raw body (Content-Length required; must hash to sha256) -> {"hash", "size"}
     POST   /shutdown                     {} ; stops all jobs, then the process exits
@@ -28,6 +37,7 @@ import json
 import logging
 import os
 import re
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,14 +49,20 @@ from .job import JobConflict, JobNotFound
 from .jobs import JobRunner
 from .protocol import AGENT_PROTOCOL_VERSION, AGENT_VERSION, HostInfo, JobSubmission, ProtocolError
 from .protocol_sandbox import AddressReply
+from .protocol_session import UPGRADE, ExecRequest, parse_connect
 
 log = logging.getLogger("corral.agent")
 
 MAX_BODY = 16 * 1024 * 1024
 #: A blob is streamed to disk, never held in memory; this only bounds a runaway upload.
 MAX_BLOB = 16 * 1024**3
+#: Seconds a connection may stay silent (between requests, or within one) before the agent closes it.
+IDLE_TIMEOUT = 120.0
+#: Connections (handler threads) served at once.
+MAX_CONNECTIONS = 128
 _JOB_RE = re.compile(r"^/jobs/([^/]+)(/logs|/stop|/address)?$")
 _BLOB_RE = re.compile(r"^/blobs/([^/]+)$")
+_SESSION_RE = re.compile(r"^/jobs/([^/]+)/(exec|connect)$")
 
 
 class HttpError(Exception):
@@ -68,6 +84,8 @@ class Agent:
         docker_host: str | None = None,
         sandbox_config: sandbox.SandboxConfig | None = None,
         gpus: tuple[int, ...] | None = None,
+        idle_timeout: float = IDLE_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         if not token:
             raise ValueError("the token must not be empty")
@@ -83,8 +101,7 @@ class Agent:
         self._info_lock = threading.Lock()
         self.sandboxes = sandbox.Sandboxes(self.work_dir, sandbox_config or sandbox.SandboxConfig(mode="off"))
         self.runner = JobRunner(self.work_dir, self.container_runtime, docker_host, self.nvidia_gpu_ids, self.sandboxes)
-        self.httpd = ThreadingHTTPServer((host, port), _Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _BoundedServer((host, port), _Handler, max_connections, idle_timeout)
         self.httpd.agent = self  # type: ignore[attr-defined]
         self._shutting_down = threading.Lock()
         self.started = time.time()
@@ -157,9 +174,57 @@ class Agent:
         t.start()
 
 
+class _BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, at most ``max_connections`` at once, each idle for ``idle_timeout`` at most."""
+
+    daemon_threads = True
+    _BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+
+    def __init__(self, address: tuple[str, int], handler: Any, max_connections: int, idle_timeout: float) -> None:
+        super().__init__(address, handler)
+        self.idle_timeout = idle_timeout
+        self.max_connections = max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(timeout=1.0):
+            self._refuse_busy(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refuse_busy(self, request: Any) -> None:
+        body = json.dumps({"error": f"the agent is serving {self.max_connections} connections; retry"}).encode()
+        try:
+            request.settimeout(1.0)
+            request.sendall(self._BUSY + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        except OSError:
+            pass
+        finally:
+            self.shutdown_request(request)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server_version = "corral-agent/" + AGENT_VERSION
+    server_version = "corral-agent"
+
+    def setup(self) -> None:
+        super().setup()
+        # every read and write may wait this long; between requests the standard library's
+        # handle_one_request closes a connection that times out, within one _dispatch does
+        self.connection.settimeout(self.server.idle_timeout)  # type: ignore[attr-defined]
+
+    def version_string(self) -> str:
+        return self.server_version  # no version of the agent or of Python to anyone who asks
 
     @property
     def agent(self) -> Agent:
@@ -183,14 +248,23 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         try:
             url = urlsplit(self.path)
-            if not (method == "GET" and url.path == "/health"):
+            if method == "GET" and url.path == "/health":
+                self.authorized = self._has_token()
+            else:
                 self._authorize()
             blob = _BLOB_RE.match(url.path)
+            session = _SESSION_RE.match(url.path) if method == "POST" else None
+            if session is not None:
+                self._session(session.group(1), session.group(2), _json(self._read_body()))
+                return
             if blob is not None and method == "PUT":
                 status, payload = 200, self._put_blob(blob.group(1))
             else:
                 body = self._read_body()
                 status, payload = self._route(method, url.path, parse_qs(url.query), body)
+        except socket.timeout:  # noqa: UP041 - TimeoutError only from Python 3.10 on
+            self.close_connection = True  # silent mid-request for idle_timeout: closed, no answer
+            return
         except HttpError as e:
             status, payload = e.status, {"error": e.message}
         except ProtocolError as e:
@@ -205,6 +279,32 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("error handling %s %s", method, self.path)
             status, payload = 500, {"error": f"internal error ({type(e).__name__})"}
         self._send(status, payload)
+
+    def _session(self, job_id: str, kind: str, data: Any) -> None:
+        """An SSH session or a forwarded connection into the job: checked, answered 101, then run on this
+        connection (which is not used for HTTP again)."""
+        from . import sessions
+
+        if (self.headers.get("Upgrade") or "").lower() != UPGRADE:
+            raise HttpError(400, f"{kind}: the request needs the header 'Upgrade: {UPGRADE}'")
+        job = self.agent.runner.get(job_id)
+        req = ExecRequest.from_dict(data) if kind == "exec" else None
+        port = parse_connect(data) if kind == "connect" else 0
+        if req is not None:
+            sessions.argv_for(req, sessions.session_of(job))  # 409 now rather than after the 101
+        self.close_connection = True
+        self.send_response(101)
+        self.send_header("Upgrade", UPGRADE)
+        self.send_header("Connection", "Upgrade")
+        self.end_headers()
+        self.wfile.flush()
+        try:
+            if req is not None:
+                sessions.run_exec(job, req, self.connection, self.rfile)  # type: ignore[arg-type]
+            else:
+                sessions.run_connect(job, port, self.connection)
+        except (OSError, JobConflict) as e:
+            log.info("session into %s ended: %s", job_id, e)
 
     def _read_body(self) -> bytes:
         try:
@@ -234,11 +334,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = not keep_alive
         return {"hash": blob_hash, "size": size}
 
-    def _authorize(self) -> None:
+    def _has_token(self) -> bool:
         header = self.headers.get("Authorization") or ""
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.agent.token):
-            self.close_connection = True  # the body (if any) stays unread
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.agent.token)
+
+    def _authorize(self) -> None:
+        if not self._has_token():
+            self.close_connection = True  # the body (if any) stays unread: "Connection: close" says so
             raise HttpError(403, "a valid 'Authorization: Bearer <token>' header is required")
 
     def _send(self, status: int, payload: Any) -> None:
@@ -247,6 +350,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(data)
         except OSError:
@@ -255,11 +360,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> tuple[int, Any]:
         agent = self.agent
         if path == "/health" and method == "GET":
+            if not getattr(self, "authorized", False):
+                return 200, {"status": "ok"}  # nothing about this host to a caller without the token
             return 200, {
                 "status": "ok",
                 "agent_version": AGENT_VERSION,
                 "protocol_version": AGENT_PROTOCOL_VERSION,
-                "pid": os.getpid(),
                 "uptime": time.time() - agent.started,
             }
         if path == "/info" and method == "GET":

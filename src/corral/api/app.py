@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Protocol
+from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -44,6 +44,36 @@ async def _docs(_request: Request) -> Response:
     return openapi.swagger_ui(OPENAPI_URL)
 
 
+class _ServiceProxy:
+    """``/proxy/services/...``: corral's in-server proxy (``corral.proxy``), imported on the first request."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._app: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self._app is None:
+            from corral.proxy.app import ServiceProxy
+
+            self._app = ServiceProxy(self.ctx)
+        await self._app(scope, receive, send)
+
+
+class _ProxyFirst:
+    """Outermost middleware: requests under ``/proxy/services/`` go straight to the proxy (no API version
+    check, no routing table: the proxy's own overhead is a measured figure)."""
+
+    def __init__(self, app: Any, proxy: _ServiceProxy) -> None:
+        self.app = app
+        self.proxy = proxy
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket") and scope["path"].startswith("/proxy/services/"):
+            await self.proxy(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
 def create_app(ctx: Context, workers: Background) -> Starlette:
     """The app; ``workers`` (started and stopped with it) come from the composition root."""
 
@@ -57,13 +87,15 @@ def create_app(ctx: Context, workers: Background) -> Starlette:
             if ctx.settings.background_processing:
                 await workers.stop()
 
+    proxy = _ServiceProxy(ctx)
     docs = [
         Route(OPENAPI_URL, _openapi, include_in_schema=False),
         Route(DOCS_URL, _docs, include_in_schema=False),
+        Route("/proxy/services/{rest:path}", proxy, include_in_schema=False),
     ]
     app = Starlette(
         routes=[*starlette_routes(*TABLES), *docs],
-        middleware=[Middleware(VersionCheck, access_log=ctx.settings.access_log)],
+        middleware=[Middleware(_ProxyFirst, proxy=proxy), Middleware(VersionCheck, access_log=ctx.settings.access_log)],
         exception_handlers=error_handlers(),
         lifespan=lifespan,
     )

@@ -3,6 +3,7 @@ and the mapping of service errors to dstack's error bodies."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -17,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral import DSTACK_API_VERSION
+from corral.api.body import PayloadTooLarge, read_json
 from corral.api.routing import RequestValidationError
 from corral.domain.documents import json_default
 from corral.domain.records import ProjectRec, UserRec
@@ -119,15 +121,8 @@ async def member(request: Request, project_name: str, need: str = "member") -> t
 
 
 async def body_json(request: Request) -> Any:
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        raise RequestValidationError(
-            [{"type": "json_invalid", "loc": ["body", 0], "msg": f"JSON decode error: {e}", "input": {}}]
-        ) from None
+    """The body as JSON within the route's size limit and the shape caps (:mod:`corral.api.body`)."""
+    return await read_json(request)
 
 
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
@@ -173,9 +168,47 @@ def log_rejected(method: str, path: str, status: int, msg: str) -> None:
     )
 
 
+#: The most of an unread body the server reads (and drops) after answering, so that the client sees the
+#: answer rather than a reset connection; beyond it (or after ``_DRAIN_SECONDS``) the connection is closed.
+_DRAIN_BYTES = 2 * 2**20
+_DRAIN_SECONDS = 2.0
+
+
+def _declared_length(scope: Scope) -> int | None:
+    """The request's Content-Length (None: chunked or invalid; 0: no body)."""
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            return int(value) if value.strip().isdigit() else None
+        if key == b"transfer-encoding":
+            return None
+    return 0
+
+
+async def _drain(receive: Receive, declared: int | None, received: int) -> bool:
+    """Read and drop the rest of a body if it is small; whether it was all read."""
+    if declared is not None and declared - received > _DRAIN_BYTES:
+        return False
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _DRAIN_SECONDS
+    dropped = 0
+    while dropped <= _DRAIN_BYTES:
+        try:
+            message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.001))
+        except TimeoutError:
+            return False
+        if message["type"] != "http.request":
+            return False
+        dropped += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return True
+    return False
+
+
 class VersionCheck:
     """ASGI middleware, outermost: refuses API calls from an incompatible client (``X-API-Version``)
-    before routing, answers dstack's 500 body (logging the traceback) for any unhandled error, and with
+    before routing, answers dstack's 500 body (logging the traceback) for any unhandled error, closes the
+    connection after an answer given before the request's body was read (an anonymous or oversized body
+    is never read to its end), and with
     ``access_log`` logs one line per request (``corral.access``: client, method, path, status, duration)."""
 
     def __init__(self, app: ASGIApp, access_log: bool = False) -> None:
@@ -229,15 +262,30 @@ class VersionCheck:
                 await bad(scope, receive, send)
                 return
         started = False
+        declared = _declared_length(scope)
+        body_done = declared == 0
+        received = 0
+
+        async def receive_tracked() -> Message:
+            nonlocal body_done, received
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            received += len(message.get("body", b""))
+            return message
 
         async def send_tracked(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                # answered before the body was read (401, 413, ...): a small rest is read and dropped so
+                # that the client gets the answer; a large one is never read, the connection is closed
+                if not body_done and not await _drain(receive_tracked, declared, received):
+                    message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
             await send(message)
 
         try:
-            await self.app(scope, receive, send_tracked)
+            await self.app(scope, receive_tracked, send_tracked)
         except Exception:
             log.exception("unhandled error on %s", path)
             if started:
@@ -294,6 +342,13 @@ async def _invalid(r: Request, e: Exception) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=422)
 
 
+async def _too_large(r: Request, e: Exception) -> JSONResponse:
+    assert isinstance(e, PayloadTooLarge)
+    _refused(r, 413, e.msg)
+    # the rest of the body stays unread: the connection cannot serve another request
+    return JSONResponse({"detail": [{"msg": e.msg, "code": "error"}]}, status_code=413, headers={"Connection": "close"})
+
+
 async def _validation(r: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, RequestValidationError)
     detail = _jsonable_errors(e.errors())
@@ -319,5 +374,6 @@ def error_handlers() -> dict[Any, Callable[[Request, Exception], Awaitable[Respo
         ProjectNotFound: _no_project,
         InvalidConfiguration: _invalid,
         RequestValidationError: _validation,
+        PayloadTooLarge: _too_large,
         StarletteHTTPException: _http,
     }

@@ -72,24 +72,24 @@ async def list_users(request: Request) -> FastJSON:
 
 @router.post("/api/users/create", body=rq.CreateUserBody, response="User")
 async def create_user(request: Request) -> FastJSON:
-    accounts.require_admin(await current_user(request))
+    admin = await current_user(request)
+    accounts.require_admin(admin)
     b = await parse(rq.CreateUserBody, request)
     ctx = ctx_of(request)
-    return FastJSON(
-        serialize.user(
-            await accounts.create_user(ctx.db, b.username, b.global_role, b.email, b.active, cipher=ctx.cipher())
-        )
+    created = await accounts.create_user(
+        ctx.db, b.username, b.global_role, b.email, b.active, cipher=ctx.cipher(), actor=admin
     )
+    return FastJSON(serialize.user(created))
 
 
 @router.post("/api/users/update", body=rq.CreateUserBody, response="User")
 async def update_user(request: Request) -> FastJSON:
-    accounts.require_admin(await current_user(request))
+    admin = await current_user(request)
+    accounts.require_admin(admin)
     b = await parse(rq.CreateUserBody, request)
     forget_access(request)
-    return FastJSON(
-        serialize.user(await accounts.update_user(ctx_of(request).db, b.username, b.global_role, b.email, b.active))
-    )
+    updated = await accounts.update_user(ctx_of(request).db, b.username, b.global_role, b.email, b.active, admin)
+    return FastJSON(serialize.user(updated))
 
 
 @router.post("/api/users/refresh_token", body=rq.UsernameBody, response="UserWithCreds")
@@ -135,9 +135,10 @@ async def delete_public_keys(request: Request) -> FastJSON:
 
 @router.post("/api/users/delete", body=rq.DeleteUsersBody, response="Null")
 async def delete_users(request: Request) -> FastJSON:
-    accounts.require_admin(await current_user(request))
+    admin = await current_user(request)
+    accounts.require_admin(admin)
     b = await parse(rq.DeleteUsersBody, request)
-    await accounts.delete_users(ctx_of(request).db, b.users)
+    await accounts.delete_users(ctx_of(request).db, b.users, admin)
     forget_access(request)
     return FastJSON(None)
 
@@ -202,11 +203,11 @@ async def get_project(request: Request, project_name: str) -> FastJSON:
 
 @router.post("/api/projects/{project_name}/update", body=rq.UpdateProjectBody, response="Project")
 async def update_project(request: Request, project_name: str) -> FastJSON:
-    _user, project = await member(request, project_name, "admin")
+    user, project = await member(request, project_name, "admin")
     b = await parse(rq.UpdateProjectBody, request)
     if b.templates_repo and not b.reset_templates_repo:
         raise ServiceError("Templates repos are not supported yet by corral")
-    updated = await accounts.update_project(ctx_of(request).db, project, b.is_public)
+    updated = await accounts.update_project(ctx_of(request).db, project, b.is_public, user)
     forget_access(request)
     return await _project_out(request, updated)
 

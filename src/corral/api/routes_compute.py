@@ -13,19 +13,20 @@ from corral.api.deps import FastJSON, ctx_of, current_user, member
 from corral.api.routes_accounts import parse
 from corral.api.routing import RouteTable
 from corral.domain.access import backend_types
+from corral.domain.records import UserRec
 from corral.domain.times import epoch_seconds
 from corral.schemas import requests as rq
-from corral.services import accounts, exports, fleets, logs, runs, serialize
+from corral.services import accounts, events, exports, fleets, input_rules, logs, runs, serialize
 from corral.services.errors import Forbidden, ResourceNotExists, ServiceError, validation_errors
 
 router = RouteTable()
 P = "/api/project/{project_name}"
 
 
-async def _member_project_ids(request: Request, names: list[str] | None) -> list[str] | None:
+async def _member_project_ids(request: Request, user: UserRec, names: list[str] | None) -> list[str] | None:
     """The projects a global list (``/api/runs/list``, fleets, instances) covers: member projects only (all
-    for a global admin: None), narrowed to ``names``; a project the caller may not see just lists nothing."""
-    user = await current_user(request)
+    for a global admin: None), narrowed to ``names``; a project the caller may not see just lists nothing.
+    The caller is authenticated before the body is read (an anonymous body is never parsed)."""
     return await accounts.member_project_ids(ctx_of(request).db, user, names)
 
 
@@ -34,8 +35,9 @@ async def _member_project_ids(request: Request, names: list[str] | None) -> list
 
 @router.post("/api/fleets/list", body=rq.ListFleetsBody, response="FleetList")
 async def list_all_fleets(request: Request) -> FastJSON:
+    user = await current_user(request)
     b = await parse(rq.ListFleetsBody, request)
-    ids = await _member_project_ids(request, [b.project_name] if b.project_name else None)
+    ids = await _member_project_ids(request, user, [b.project_name] if b.project_name else None)
     after = (epoch_seconds(b.prev_created_at), str(b.prev_id or "")) if b.prev_created_at else None
     found = await fleets.list_fleets(ctx_of(request), ids, limit=b.limit, ascending=b.ascending, after=after)
     if b.only_active:
@@ -75,40 +77,41 @@ async def get_fleet(request: Request, project_name: str) -> FastJSON:
     return FastJSON(serialize.fleet(found))
 
 
-@router.post(P + "/fleets/get_plan", body=rq.FleetPlanBody, response="FleetPlan")
+@router.post(P + "/fleets/get_plan", body=rq.FleetPlanBody, response="FleetPlan", limit="spec")
 async def fleet_plan(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.FleetPlanBody, request)
     return FastJSON(await fleets.get_plan(ctx_of(request), project, user, b.spec.model_dump()))
 
 
-@router.post(P + "/fleets/apply", body=rq.ApplyFleetBody, response="Fleet")
+@router.post(P + "/fleets/apply", body=rq.ApplyFleetBody, response="Fleet", limit="spec")
 async def fleet_apply(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name)
+    user, project = await member(request, project_name)
     b = await parse(rq.ApplyFleetBody, request)
-    return FastJSON(await fleets.apply(ctx_of(request), project, b.plan.model_dump(), b.force))
+    return FastJSON(await fleets.apply(ctx_of(request), project, b.plan.model_dump(), b.force, user))
 
 
 @router.post(P + "/fleets/delete", body=rq.NamesBody, response="Null")
 async def fleet_delete(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name)
+    user, project = await member(request, project_name)
     b = await parse(rq.NamesBody, request)
-    await fleets.delete(ctx_of(request), project, b.names)
+    await fleets.delete(ctx_of(request), project, b.names, user)
     return FastJSON(None)
 
 
 @router.post(P + "/fleets/delete_instances", body=rq.DeleteInstancesBody, response="Null")
 async def fleet_delete_instances(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name)
+    user, project = await member(request, project_name)
     b = await parse(rq.DeleteInstancesBody, request)
-    await fleets.delete_instances(ctx_of(request), project, b.name, b.instance_nums)
+    await fleets.delete_instances(ctx_of(request), project, b.name, b.instance_nums, user)
     return FastJSON(None)
 
 
 @router.post("/api/instances/list", body=rq.ListInstancesBody, response="InstanceList")
 async def list_instances(request: Request) -> FastJSON:
+    user = await current_user(request)
     b = await parse(rq.ListInstancesBody, request)
-    ids = await _member_project_ids(request, b.project_names)
+    ids = await _member_project_ids(request, user, b.project_names)
     fleet_ids = [str(f) for f in b.fleet_ids] if b.fleet_ids is not None else None
     found = await fleets.list_instances(ctx_of(request), ids, fleet_ids, b.only_active, b.limit)
     return FastJSON([serialize.instance(i) for i in found])
@@ -151,10 +154,11 @@ async def instance_health_checks(request: Request, project_name: str) -> FastJSO
 
 @router.post("/api/runs/list", body=rq.ListRunsBody, response="RunList")
 async def list_all_runs(request: Request) -> FastJSON:
+    user = await current_user(request)
     b = await parse(rq.ListRunsBody, request)
     if b.project_name is None and b.repo_id is not None:
         return FastJSON([])  # dstack: a repo id without a project lists nothing
-    ids = await _member_project_ids(request, [b.project_name] if b.project_name else None)
+    ids = await _member_project_ids(request, user, [b.project_name] if b.project_name else None)
     user_id = None
     if b.username:
         user_id = (await accounts.find_user(ctx_of(request).db, b.username)).id
@@ -181,14 +185,14 @@ async def get_run(request: Request, project_name: str) -> FastJSON:
     return FastJSON(await runs.get(ctx_of(request), project, b.run_name, str(b.id) if b.id else None))
 
 
-@router.post(P + "/runs/get_plan", body=rq.RunPlanBody, response="RunPlan")
+@router.post(P + "/runs/get_plan", body=rq.RunPlanBody, response="RunPlan", limit="spec")
 async def run_plan(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.RunPlanBody, request)
     return FastJSON(await runs.get_plan(ctx_of(request), project, user, b.model_dump()))
 
 
-@router.post(P + "/runs/apply", body=rq.ApplyRunBody, response="Run")
+@router.post(P + "/runs/apply", body=rq.ApplyRunBody, response="Run", limit="spec")
 async def run_apply(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.ApplyRunBody, request)
@@ -197,17 +201,17 @@ async def run_apply(request: Request, project_name: str) -> FastJSON:
 
 @router.post(P + "/runs/stop", body=rq.StopRunsBody, response="Null")
 async def run_stop(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name)
+    user, project = await member(request, project_name)
     b = await parse(rq.StopRunsBody, request)
-    await runs.stop(ctx_of(request), project, b.runs_names, b.abort)
+    await runs.stop(ctx_of(request), project, b.runs_names, b.abort, user)
     return FastJSON(None)
 
 
 @router.post(P + "/runs/delete", body=rq.DeleteRunsBody, response="Null")
 async def run_delete(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name)
+    user, project = await member(request, project_name)
     b = await parse(rq.DeleteRunsBody, request)
-    await runs.delete(ctx_of(request), project, b.runs_names)
+    await runs.delete(ctx_of(request), project, b.runs_names, user)
     return FastJSON(None)
 
 
@@ -231,17 +235,20 @@ def _not_supported(what: str) -> ServiceError:
 
 
 def _validate(fn: Any, conf: dict[str, Any], loc: tuple[str, ...]) -> None:
+    """The configuration parses (422 naming the field) and its name follows dstack's rule (a 400)."""
     try:
-        fn(conf)
+        parsed = fn(conf)
     except ValidationError as e:
         raise validation_errors(e, loc) from None
+    if getattr(parsed, "name", None) is not None:
+        input_rules.check_resource_name(parsed.name)
 
 
 # gateways: reads admit public access (ProjectMemberOrPublicAccess, check_can_access_gateway); changes are
 # for project admins (ProjectAdmin), as in dstack's routers/gateways.py.
 
 
-@router.post(P + "/gateways/get_plan", body=rq.GatewayPlanBody)
+@router.post(P + "/gateways/get_plan", body=rq.GatewayPlanBody, limit="spec")
 async def gateway_plan(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name, "admin")
     b = await parse(rq.GatewayPlanBody, request)
@@ -249,7 +256,7 @@ async def gateway_plan(request: Request, project_name: str) -> FastJSON:
     raise _not_supported("Gateways")
 
 
-@router.post(P + "/gateways/apply", body=rq.GatewayApplyBody)
+@router.post(P + "/gateways/apply", body=rq.GatewayApplyBody, limit="spec")
 async def gateway_apply(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name, "admin")
     b = await parse(rq.GatewayApplyBody, request)
@@ -278,7 +285,7 @@ async def gateway_delete(request: Request, project_name: str) -> FastJSON:
     return FastJSON(None)
 
 
-@router.post(P + "/volumes/create", body=rq.VolumeCreateBody)
+@router.post(P + "/volumes/create", body=rq.VolumeCreateBody, limit="spec")
 async def volume_create(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name)
     b = await parse(rq.VolumeCreateBody, request)
@@ -313,14 +320,14 @@ async def volume_delete(request: Request, project_name: str) -> FastJSON:
     return FastJSON(None)
 
 
-# --- endpoints the official CLI calls that corral answers minimally for now -----------------------------
-
-
-@router.post("/api/events/list", body=rq.ListEventsBody, response="EmptyList")
+@router.post("/api/events/list", body=rq.ListEventsBody, response="EventList")
 async def events_list(request: Request) -> FastJSON:
-    await current_user(request)
-    await parse(rq.ListEventsBody, request)
-    return FastJSON([])
+    user = await current_user(request)
+    b = await parse(rq.ListEventsBody, request)
+    return FastJSON(await events.list_events(ctx_of(request).db, user, b))
+
+
+# --- endpoints the official CLI calls that corral answers minimally for now -----------------------------
 
 
 @router.get(P + "/metrics/job/{run_name}", response="JobMetrics")

@@ -64,13 +64,13 @@ async def repos_get(request: Request, project_name: str) -> FastJSON:
 
 @router.post(P + "/delete", body=rq.DeleteReposBody, response="Null")
 async def repos_delete(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name)
+    user, project = await member(request, project_name)
     b = await parse(rq.DeleteReposBody, request)
-    await repos.delete(ctx_of(request), project, b.repos_ids)
+    await repos.delete(ctx_of(request), project, b.repos_ids, user)
     return FastJSON(None)
 
 
-@router.post(P + "/upload_code", upload=True, response="Null")
+@router.post(P + "/upload_code", upload=True, response="Null", limit="upload")
 async def repos_upload_code(request: Request, project_name: str, repo_id: str) -> FastJSON:
     _u, project = await member(request, project_name)
     filename, data = await _uploaded(request, "code")
@@ -78,7 +78,7 @@ async def repos_upload_code(request: Request, project_name: str, repo_id: str) -
     return FastJSON(None)
 
 
-@router.post("/api/files/upload_archive", upload=True, response="FileArchive")
+@router.post("/api/files/upload_archive", upload=True, response="FileArchive", limit="upload")
 async def files_upload_archive(request: Request) -> FastJSON:
     user = await current_user(request)
     filename, data = await _uploaded(request, "file archive")

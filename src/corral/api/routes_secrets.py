@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from corral.api.deps import FastJSON, ctx_of, member
+from corral.api.deps import FastJSON, ctx_of, current_user, member
 from corral.api.routes_accounts import parse
 from corral.api.routing import RouteTable
 from corral.domain.records import ProjectRec
@@ -39,7 +39,8 @@ async def get_secret(request: Request, project_name: str) -> FastJSON:
 async def create_or_update(request: Request, project_name: str) -> FastJSON:
     project = await _manager(request, project_name)
     b = await parse(rq.CreateOrUpdateSecretBody, request)
-    answer, _what = await secrets.create_or_update(ctx_of(request), project, b.name, b.value)
+    user = await current_user(request)
+    answer, _what = await secrets.create_or_update(ctx_of(request), project, b.name, b.value, user)
     return FastJSON(answer)
 
 
@@ -47,5 +48,5 @@ async def create_or_update(request: Request, project_name: str) -> FastJSON:
 async def delete_secrets(request: Request, project_name: str) -> FastJSON:
     project = await _manager(request, project_name)
     b = await parse(rq.DeleteSecretsBody, request)
-    await secrets.delete(ctx_of(request), project, b.secrets_names)
+    await secrets.delete(ctx_of(request), project, b.secrets_names, await current_user(request))
     return FastJSON(None)

@@ -9,6 +9,8 @@ built on the first request to the docs, never at start-up): ``body=`` the model 
 body with (a route that reads no body records ``NoBody``), ``upload=True`` a multipart upload of one
 ``file``, ``response=`` the name of its answer's model in :mod:`corral.schemas.responses` (a name, so
 that the server's start-up imports none of them), and ``public=True`` a route that needs no token.
+``limit=`` names the route's body-size limit (:data:`BODY_LIMITS`; ``request`` unless told), which
+:func:`corral.api.body.read_json` applies: the endpoint puts it into the scope as ``corral.body_limit``.
 
 Plain Starlette routes instead of FastAPI's: FastAPI analysed every handler's signature at import and
 imported its OpenAPI models, which was a quarter of the server's start-up.
@@ -27,6 +29,10 @@ from starlette.routing import Route
 
 Handler = Callable[..., Awaitable[Response]]
 H = TypeVar("H", bound=Handler)
+
+#: A route's body-size limit -> the ``Settings`` attribute that holds it.
+BODY_LIMITS = {"request": "request_body_limit", "spec": "spec_body_limit", "upload": "code_upload_limit"}
+BODY_LIMIT_KEY = "corral.body_limit"
 
 _PATH_PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)}")
 
@@ -54,6 +60,7 @@ class RouteSpec:
     path_params: tuple[str, ...]
     query_params: tuple[str, ...]
     takes_request: bool
+    body_limit: str = "request"  # a key of BODY_LIMITS
 
     @property
     def name(self) -> str:
@@ -66,8 +73,16 @@ class RouteTable:
     def __init__(self) -> None:
         self.routes: list[RouteSpec] = []
 
-    def get(self, path: str, *, response: str | None = None, public: bool = False) -> Callable[[H], H]:
-        return self._add("GET", path, None, response, public, False)
+    def get(
+        self,
+        path: str,
+        *,
+        body: type[Any] | None = None,
+        response: str | None = None,
+        public: bool = False,
+        limit: str = "request",
+    ) -> Callable[[H], H]:
+        return self._add("GET", path, body, response, public, False, limit)
 
     def post(
         self,
@@ -77,12 +92,23 @@ class RouteTable:
         response: str | None = None,
         public: bool = False,
         upload: bool = False,
+        limit: str = "request",
     ) -> Callable[[H], H]:
-        return self._add("POST", path, body, response, public, upload)
+        return self._add("POST", path, body, response, public, upload, limit)
 
     def _add(
-        self, method: str, path: str, body: type[Any] | None, response: str | None, public: bool, upload: bool
+        self,
+        method: str,
+        path: str,
+        body: type[Any] | None,
+        response: str | None,
+        public: bool,
+        upload: bool,
+        limit: str,
     ) -> Callable[[H], H]:
+        if limit not in BODY_LIMITS:
+            raise ValueError(f"unknown body limit {limit!r}: one of {sorted(BODY_LIMITS)}")
+
         def decorator(handler: H) -> H:
             code = getattr(handler, "__code__")  # noqa: B009 - a plain function's arguments, cheaply
             args = code.co_varnames[: code.co_argcount]
@@ -99,6 +125,7 @@ class RouteTable:
                     path_params=tuple(a for a in args if a in in_path),
                     query_params=tuple(a for a in args if a != "request" and a not in in_path),
                     takes_request="request" in args,
+                    body_limit=limit,
                 )
             )
             return handler
@@ -107,15 +134,21 @@ class RouteTable:
 
 
 def _endpoint(spec: RouteSpec) -> Callable[[Request], Awaitable[Response]]:
-    handler, path_params, query_params, takes_request = (
+    handler, path_params, query_params, takes_request, limit = (
         spec.handler,
         spec.path_params,
         spec.query_params,
         spec.takes_request,
+        spec.body_limit,
     )
     if not path_params and not query_params:
         if takes_request:
-            return handler
+
+            async def with_request(request: Request) -> Response:
+                request.scope[BODY_LIMIT_KEY] = limit
+                return await handler(request)
+
+            return with_request
 
         async def no_arguments(_request: Request) -> Response:
             return await handler()
@@ -134,6 +167,7 @@ def _endpoint(spec: RouteSpec) -> Callable[[Request], Awaitable[Response]]:
             if missing:
                 raise RequestValidationError(missing)
         if takes_request:
+            request.scope[BODY_LIMIT_KEY] = limit
             kwargs["request"] = request
         return await handler(**kwargs)
 

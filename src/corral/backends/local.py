@@ -25,6 +25,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from corral.agent import sandbox
 from corral.agent.protocol import HostInfo
@@ -222,6 +223,10 @@ class LocalCompute:
             internal_ip="127.0.0.1",
             addresses=tuple(info.addresses),
         )
+
+    async def open_port(self, instance: InstanceRec, port: int) -> tuple[Any, Any]:
+        """A stream to ``port`` on the instance's host (this machine's loopback): a replica's port."""
+        return await asyncio.open_connection("127.0.0.1", port)
 
     async def terminate_instance(self, instance_id: str, agent: AgentEndpoint | None) -> None:
         if agent is not None:

@@ -216,6 +216,15 @@ class SSHCompute:
             log.warning("started the agent of %s (%s) again", instance.name, link.target.label())
 
     # ---- termination -------------------------------------------------------------------------
+    async def open_port(self, instance: InstanceRec, port: int) -> tuple[Any, Any]:
+        """A stream to ``port`` on the host's loopback, through the host's SSH connection (a replica's port)."""
+        link = self._link(instance.id, self._endpoint(instance).connection or {})
+        conn = await link.connection()
+        try:
+            return await conn.open_connection("127.0.0.1", port)
+        except Exception as e:  # asyncssh's ChannelOpenError: nothing listens there
+            raise ConnectionRefusedError(f"{instance.name}: port {port}: {e}") from None
+
     async def terminate_instance(self, instance_id: str, agent: AgentEndpoint | None) -> None:
         """Stop the agent, remove its jobs' containers and what corral put on the host. A host that
         cannot be reached keeps its leftovers (logged): the instance is gone either way."""

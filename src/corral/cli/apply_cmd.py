@@ -98,6 +98,12 @@ def apply(
     """Apply a configuration: submit a run, or create or update a fleet."""
     from corral.cli.errors import CLIError
 
+    if name is not None:
+        from corral.domain.names import resource_name_error
+
+        bad = resource_name_error(name)
+        if bad is not None:
+            raise typer.BadParameter(bad, param_hint="'-n' / '--name'")
     path = _find_file(file)
     conf_type, raw = load_raw_configuration(path)
     if name:

@@ -113,12 +113,30 @@ def apply_run(
     if detach:
         verb = "updated" if plan.get("action") == "update" and current is not None else "submitted"
         out.print(f"Run [code]{name}[/] {verb}, detaching...")
+        if run.get("service"):
+            print_service_urls(client.url, run)
         return 0
     try:
         return follow_run(client, project, run)
     except KeyboardInterrupt:
         out.print(f"\nDetached; the run keeps going. Stop it with `corral stop {name}`")
         return 0
+
+
+def print_service_urls(server_url: str, run: JSON) -> None:
+    """Where a service is published (its path joined onto the server's URL, as dstack's CLI does)."""
+    from corral.cli import render
+
+    service = run.get("service") or {}
+    if not service.get("url"):
+        return
+    out = render.console()
+    url = f.proxy_url(server_url, str(service["url"]))
+    out.print(f"Service is published at:\n  [link={url}]{url}[/]", highlight=False)
+    model = service.get("model") or {}
+    if model.get("base_url"):
+        base = f.proxy_url(server_url, str(model["base_url"]))
+        out.print(f"Model [code]{model.get('name')}[/] is published at:\n  [link={base}]{base}[/]", highlight=False)
 
 
 def print_run_plan(plan: JSON, no_fleets: bool = False) -> None:
@@ -212,9 +230,21 @@ def follow_run(client: CorralClient, project: str, run: JSON) -> int:
     else:
         out.print(render.runs_table([run]))
         out.print(f"\n[code]{name}[/] provisioning completed [secondary]({run.get('status')})[/]")
-        service_url = (run.get("service") or {}).get("url")
-        if service_url:
-            out.print(f"Service is published at [link={service_url}]{service_url}[/]")
+        if run.get("service"):
+            print_service_urls(client.url, run)
+    if run.get("status") not in f.FINISHED_RUN_STATUSES:
+        from corral.cli.attach_cmd import stream_attached
+
+        # the output from the job's /logs_ws over its SSH endpoint (the ports forwarded meanwhile), as
+        # dstack's attached apply reads it; then the final status, which the server knows by then
+        if stream_attached(client, run):
+            deadline = time.monotonic() + 30
+            while run.get("status") not in f.FINISHED_RUN_STATUSES and time.monotonic() < deadline:
+                time.sleep(0.2)
+                run = client.runs_get(project, name)
+            if run.get("status") in f.FINISHED_RUN_STATUSES:
+                return _finish(run)
+            raise CLIError(f"Lost run connection: run {name} is still {run.get('status')}")
     while True:
         sub = latest_submission(run)
         if sub is not None:

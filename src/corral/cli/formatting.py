@@ -390,3 +390,11 @@ def format_spot(spot: Any) -> str:
     if spot is None:
         return "auto"
     return "spot" if spot else "on-demand"
+
+
+def proxy_url(server_url: str, url: str) -> str:
+    """A service's URL as users open it: a full URL as is, a path joined onto the server's URL (dstack's
+    ``make_proxy_url``)."""
+    if url.startswith(("http://", "https://")):
+        return url
+    return server_url.rstrip("/") + "/" + url.lstrip("/")

@@ -24,7 +24,7 @@ if __name__ == "__main__":  # `python -m corral.cli.main`: the console script's 
 
 import typer
 
-from corral.cli import apply_cmd, fleets_cmd, offer_cmd, projects_cmd, runs_cmd, secrets_cmd
+from corral.cli import apply_cmd, attach_cmd, events_cmd, fleets_cmd, offer_cmd, projects_cmd, runs_cmd, secrets_cmd
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -121,11 +121,13 @@ def server(
 
 _commands: list[tuple[str, Callable[..., Any]]] = [
     ("apply", apply_cmd.apply),
+    ("attach", attach_cmd.attach),
     ("ps", runs_cmd.ps),
     ("logs", runs_cmd.logs),
     ("stop", runs_cmd.stop),
     ("delete", runs_cmd.delete),
     ("offer", offer_cmd.offer),
+    ("event", events_cmd.event),
 ]
 for _name, _func in _commands:
     app.command(_name)(_guard(_func))

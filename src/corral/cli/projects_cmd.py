@@ -27,10 +27,14 @@ def project_add(
     """Add a project (or update its URL and token) and make it the default."""
     from corral.cli import render
     from corral.cli.errors import CLIError
+    from corral.domain.names import project_name_error
     from corral.sdk import config_file
     from corral.sdk.client import CorralClient
     from corral.sdk.errors import AuthError, NotFoundError
 
+    bad = project_name_error(name)
+    if bad is not None:
+        raise typer.BadParameter(bad, param_hint="'--name'")
     url = url.rstrip("/")
     if not url.startswith(("http://", "https://")):
         url = "http://" + url

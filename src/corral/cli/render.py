@@ -246,6 +246,8 @@ def runs_table(runs: Sequence[JSON], verbose: bool = False, width: int | None = 
                 row["SUBMITTED"] = f.pretty_date(sub.get("submitted_at"))
                 row["ERROR"] = escape(str(sub.get("error") or ""))
             row["STATUS"] = _status_cell(f.job_status_text(sub), str(sub.get("status")))
+            if sub.get("status") == "running" and sub.get("corral_ready") is not None:  # a service replica
+                row["STATUS"] += " [green](ready)[/]" if sub["corral_ready"] else " [warning](not ready)[/]"
             rows.append((row, "secondary" if len(jobs) != 1 else None))
     return tf.fitted_table(_RUN_COLUMNS[verbose], rows, width or console().width)
 

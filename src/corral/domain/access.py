@@ -50,6 +50,12 @@ def may_reach(rule: Rule, global_role: str, project_role: str | None, is_public:
     raise ValueError(f"unknown access rule {rule!r}")
 
 
+def reads_all_events(global_role: str) -> bool:
+    """``events/list``: a global admin reads every event; anyone else those with a target in a project they
+    are a member of (any role) or about their own user (dstack's ``list_events``)."""
+    return global_role == "admin"
+
+
 def can_manage_secrets(global_role: str, project_role: str | None, managers_may: bool = False) -> bool:
     """``get_member_permissions``: global and project admins, and project managers when the server's
     ``config.yml`` sets ``default_permissions.allow_managers_manage_secrets`` (``managers_may``; off by

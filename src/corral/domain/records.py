@@ -117,6 +117,12 @@ class JobRec:
     wait_deadline: float | None
     #: The job's blocks of its instance (1 until it is placed).
     blocks: int = 1
+    #: When its SSH endpoint last saw a connection that counts (or when it started running).
+    ssh_seen_at: float | None = None
+    #: A service replica the proxy routes to now (None: not a service replica).
+    ready: bool | None = None
+    #: Its probes' streaks (``[{"success_streak", "failure_streak"}]``), as last recorded.
+    probes: tuple[Mapping[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -397,12 +397,13 @@ def _reclaim_for(jobs: list[QueuedJob], fleets: list[FleetSlot], snapshot: Snaps
 
 def schedule(snapshot: Snapshot, now: float) -> Plan:
     ledger = _initial_ledger(snapshot)
-    gangs: dict[str, list[QueuedJob]] = {}
-    for job in sorted(snapshot.queue, key=lambda j: (-j.priority, j.submitted_at, j.run_id, j.job_num)):
-        gangs.setdefault(job.run_id, []).append(job)
+    gangs: dict[tuple[str, int], list[QueuedJob]] = {}
+    order = sorted(snapshot.queue, key=lambda j: (-j.priority, j.submitted_at, j.run_id, j.replica_num, j.job_num))
+    for job in order:
+        gangs.setdefault((job.run_id, job.replica_num), []).append(job)
     out: list[Gang] = []
     held: set[str] = set()
-    for run_id, jobs in gangs.items():
+    for (run_id, _replica), jobs in gangs.items():
         decisions, ledger = _schedule_gang(jobs, snapshot, ledger, now, held)
         if decisions:
             out.append(Gang(run_id, tuple(decisions)))

@@ -101,6 +101,8 @@ class QueuedJob:
     #: Backends the job must not land on, whatever fleet it reaches them through (e.g. the local backend
     #: of a server without a job sandbox, for a run whose submitter is not a global admin).
     barred_backends: frozenset[str] = frozenset()
+    #: The job's replica: each replica of a service is a gang of its own (a task has replica 0 only).
+    replica_num: int = 0
 
 
 @dataclass(frozen=True)

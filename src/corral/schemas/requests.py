@@ -9,11 +9,30 @@ right after the server starts), so that importing them costs start-up little.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Union
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from corral.domain.events import TARGET_TYPES
+
+
+def _in_range(value: datetime) -> datetime:
+    """A time the server can compute with: naive is UTC, and it must lie within years 1..9999 in UTC too
+    (``0001-01-01T00:00:00+05:00`` is in year 0 in UTC)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    try:
+        value.astimezone(timezone.utc)
+        value.timestamp()
+    except (OverflowError, ValueError, OSError):
+        raise ValueError("Datetime is out of range: it must lie between years 1 and 9999 in UTC") from None
+    return value
+
+
+#: A datetime of a request body (pagination keys, log windows): always timezone-aware and in range.
+WireTime = Annotated[datetime, AfterValidator(_in_range)]
 
 
 class Body(BaseModel):
@@ -33,7 +52,7 @@ class UsernameBody(Body):
 class ListUsersBody(Body):
     return_total_count: bool = False
     name_pattern: str | None = None
-    prev_created_at: datetime | None = None
+    prev_created_at: WireTime | None = None
     prev_id: UUID | None = None
     limit: int = Field(2000, ge=0, le=2000)
     ascending: bool = False
@@ -54,7 +73,7 @@ class ListProjectsBody(Body):
     include_not_joined: bool = True
     return_total_count: bool = False
     name_pattern: str | None = None
-    prev_created_at: datetime | None = None
+    prev_created_at: WireTime | None = None
     prev_id: UUID | None = None
     limit: int = Field(2000, ge=0, le=2000)
     ascending: bool = False
@@ -123,7 +142,7 @@ class ListFleetsBody(Body):
     project_name: str | None = None
     only_active: bool = False
     include_imported: bool = False
-    prev_created_at: datetime | None = None
+    prev_created_at: WireTime | None = None
     prev_id: UUID | None = None
     limit: int = Field(100, ge=0, le=100)
     ascending: bool = False
@@ -152,7 +171,7 @@ class ListInstancesBody(Body):
     fleet_ids: list[UUID] | None = None
     only_active: bool = False
     include_imported: bool = False
-    prev_created_at: datetime | None = None
+    prev_created_at: WireTime | None = None
     prev_id: UUID | None = None
     limit: int = Field(1000, ge=0, le=1000)
     ascending: bool = False
@@ -198,7 +217,7 @@ class ListRunsBody(Body):
     only_active: bool = False
     include_jobs: bool = True
     job_submissions_limit: int | None = Field(None, ge=0, le=10)
-    prev_submitted_at: datetime | None = None
+    prev_submitted_at: WireTime | None = None
     prev_run_id: UUID | None = None
     limit: int = Field(100, ge=0, le=100)
     ascending: bool = False
@@ -221,8 +240,8 @@ class DeleteRunsBody(Body):
 class PollLogsBody(Body):
     run_name: str
     job_submission_id: UUID
-    start_time: datetime | None = None
-    end_time: datetime | None = None
+    start_time: WireTime | None = None
+    end_time: WireTime | None = None
     descending: bool = False
     next_token: str | None = None
     limit: int = Field(100, ge=0, le=1000)
@@ -316,29 +335,59 @@ class ListVolumesBody(Body):
     ascending: bool = False
 
 
+#: dstack's bounds on every list of an ``events/list`` filter (``MIN_FILTER_ITEMS``, ``MAX_FILTER_ITEMS``).
+_FILTER = Field(None, min_length=1, max_length=16)
+EventTargetType = Literal[TARGET_TYPES]  # type: ignore[valid-type]
+
+
 class ListEventsBody(Body):
-    target_projects: list[UUID] | None = None
-    target_users: list[UUID] | None = None
-    target_fleets: list[UUID] | None = None
-    target_instances: list[UUID] | None = None
-    target_runs: list[UUID] | None = None
-    target_jobs: list[UUID] | None = None
-    target_volumes: list[UUID] | None = None
-    target_gateways: list[UUID] | None = None
-    target_gateway_replicas: list[UUID] | None = None
-    target_secrets: list[UUID] | None = None
-    target_presets: list[UUID] | None = None
-    within_projects: list[UUID] | None = None
-    within_fleets: list[UUID] | None = None
-    within_runs: list[UUID] | None = None
-    within_gateways: list[UUID] | None = None
-    include_target_types: list[str] | None = None
-    actors: list[UUID | None] | None = None
-    prev_recorded_at: datetime | None = None
+    """``events/list``: at most one ``target_*`` and one ``within_*`` filter (dstack's 422s), keyset paging."""
+
+    target_projects: list[UUID] | None = _FILTER
+    target_users: list[UUID] | None = _FILTER
+    target_fleets: list[UUID] | None = _FILTER
+    target_instances: list[UUID] | None = _FILTER
+    target_runs: list[UUID] | None = _FILTER
+    target_jobs: list[UUID] | None = _FILTER
+    target_volumes: list[UUID] | None = _FILTER
+    target_gateways: list[UUID] | None = _FILTER
+    target_gateway_replicas: list[UUID] | None = _FILTER
+    target_secrets: list[UUID] | None = _FILTER
+    target_presets: list[UUID] | None = _FILTER
+    within_projects: list[UUID] | None = _FILTER
+    within_fleets: list[UUID] | None = _FILTER
+    within_runs: list[UUID] | None = _FILTER
+    within_gateways: list[UUID] | None = _FILTER
+    include_target_types: list[EventTargetType] | None = _FILTER
+    actors: list[UUID | None] | None = _FILTER
+    prev_recorded_at: WireTime | None = None
     prev_id: UUID | None = None
     limit: int = Field(100, ge=1, le=100)
     ascending: bool = False
 
+    def _set(self, prefix: str) -> list[str]:
+        return [n for n in type(self).model_fields if n.startswith(prefix) and getattr(self, n) is not None]
+
+    @model_validator(mode="after")
+    def _one_target_one_within(self) -> ListEventsBody:
+        for prefix in ("target_", "within_"):
+            chosen = self._set(prefix)
+            if len(chosen) > 1:
+                raise ValueError(f"At most one {prefix}* filter can be set at a time. Got {', '.join(chosen)}")
+        return self
+
+    def target(self) -> tuple[str, list[str]] | None:
+        """The ``target_*`` filter as (target type, ids)."""
+        for name in self._set("target_"):
+            kind = name.removeprefix("target_").removesuffix("s").replace("_", "-")
+            return kind, [str(i) for i in getattr(self, name)]
+        return None
+
+    def within(self) -> tuple[str, list[str]] | None:
+        """The ``within_*`` filter as (``project``, ``fleet``, ``run`` or ``gateway``, ids)."""
+        for name in self._set("within_"):
+            return name.removeprefix("within_").removesuffix("s"), [str(i) for i in getattr(self, name)]
+        return None
 
 class ListGpusBody(Body):
     run_spec: dict[str, Any]  # dstack's RunSpec, as every version of its client sends it; not read

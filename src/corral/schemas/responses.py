@@ -479,8 +479,33 @@ class SecretList(RootModel[list[Secret]]):
     """The project's secrets, without their values."""
 
 
+class EventTarget(Out):
+    type: str
+    project_id: Optional[UUID]
+    project_name: Optional[str]
+    is_project_deleted: Optional[bool]
+    id: UUID
+    name: str
+
+
+class Event(Out):
+    """dstack's ``Event``: what happened, when, by whom, to which targets."""
+
+    id: UUID
+    message: str
+    recorded_at: datetime
+    actor_user_id: Optional[UUID]
+    actor_user: Optional[str]
+    is_actor_user_deleted: Optional[bool]
+    targets: list[EventTarget]
+
+
+class EventList(RootModel[list[Event]]):
+    """A page of events, newest first unless ``ascending``."""
+
+
 class EmptyList(RootModel[list[AnyObject]]):
-    """Always empty: corral has none of these yet (events, gateways, volumes, templates)."""
+    """Always empty: corral has none of these yet (gateways, volumes, templates)."""
 
 
 class Null(RootModel[None]):

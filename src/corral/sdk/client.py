@@ -304,6 +304,12 @@ class CorralClient:
         """``runs/delete`` (the runs must be finished)."""
         self._post(f"/api/project/{project}/runs/delete", {"runs_names": names})
 
+    # ---- events -------------------------------------------------------------------------
+
+    def events_list(self, filters: JSONObject, limit: int = 100, ascending: bool = False) -> list[JSONObject]:
+        """``events/list``: one page of the events ``filters`` select (dstack's field names)."""
+        return self._list("/api/events/list", {**filters, "limit": limit, "ascending": ascending})
+
     # ---- logs ---------------------------------------------------------------------------
 
     def logs_poll(

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.domain import access
+from corral.domain import names as name_rules
+from corral.domain.events import project_target, user_target
 from corral.domain.records import MemberRec, ProjectRec, UserRec
 from corral.services.credentials import sealed_key, token_values
 from corral.services.errors import (
@@ -24,7 +26,7 @@ from corral.services.errors import (
     ServiceError,
 )
 from corral.store import accounts as store
-from corral.store import project_state
+from corral.store import events, project_state
 from corral.store.db import Database
 from corral.store.encryption import Cipher
 
@@ -97,6 +99,8 @@ async def bootstrap(
             },
         )
         await store.upsert_member(conn, project_id, admin_id, "admin")
+        await events.emit(conn, "User created", admin_id, [user_target(admin_id, "admin")])
+        await events.emit(conn, "Project created", admin_id, [project_target(project_id, "main")])
         admin = await store.get_user(conn, "admin")
     assert admin is not None
     return Bootstrap(admin, True)
@@ -170,19 +174,28 @@ async def find_user(db: Database, username: str) -> UserRec:
 
 
 async def create_user(
-    db: Database, username: str, global_role: str, email: str | None, active: bool, *, cipher: Cipher
+    db: Database,
+    username: str,
+    global_role: str,
+    email: str | None,
+    active: bool,
+    *,
+    cipher: Cipher,
+    actor: UserRec | None = None,
 ) -> UserRec:
-    if not username or not username.replace("-", "").replace("_", "").replace(".", "").isalnum():
-        raise ServiceError("Username should contain only latin letters, digits, hyphens, underscores and dots")
+    bad = name_rules.username_error(username)
+    if bad is not None:
+        raise ServiceError(bad)
     priv, pub = generate_ssh_keypair()
     sealed = {**token_values(cipher, str(uuid.uuid4())), "ssh_private_key": sealed_key(cipher, priv)}
     async with db.write() as conn:
         if await store.get_user(conn, username) is not None:
             raise ResourceExists("User already exists")
+        user_id = str(uuid.uuid4())
         await store.insert_user(
             conn,
             {
-                "id": str(uuid.uuid4()),
+                "id": user_id,
                 "name": username,
                 **sealed,
                 "global_role": global_role,
@@ -192,17 +205,36 @@ async def create_user(
                 "ssh_public_key": pub,
             },
         )
+        await events.emit(conn, "User created", actor.id if actor else user_id, [user_target(user_id, username)])
         created = await store.get_user(conn, username)
     assert created is not None
     return created
 
 
-async def update_user(db: Database, username: str, global_role: str, email: str | None, active: bool) -> UserRec:
+async def update_user(
+    db: Database, username: str, global_role: str, email: str | None, active: bool, actor: UserRec | None = None
+) -> UserRec:
     async with db.write() as conn:
         found = await store.get_user(conn, username)
         if found is None:
             raise ResourceNotExists("User not found")
         await store.update_user(conn, found.id, {"global_role": global_role, "email": email, "active": active})
+        # dstack's wording: the fields whose value changed
+        changed = [
+            f"{k}={v}"
+            for k, v, old in (
+                ("global_role", global_role, found.global_role),
+                ("email", email, found.email),
+                ("active", active, found.active),
+            )
+            if v != old
+        ]
+        await events.emit(
+            conn,
+            f"User updated. Updated fields: {', '.join(changed) or '<none>'}",
+            actor.id if actor else None,
+            [user_target(found.id, found.name)],
+        )
         updated = await store.get_user(conn, username)
     assert updated is not None
     return updated
@@ -217,15 +249,20 @@ async def refresh_token(db: Database, user: UserRec, username: str, *, cipher: C
         if found is None:
             raise ResourceNotExists("User not found")
         await store.update_user(conn, found.id, new_token)
+        await events.emit(conn, "User token refreshed", user.id, [user_target(found.id, found.name)])
         updated = await store.get_user(conn, username)
     assert updated is not None
     return updated
 
 
-async def delete_users(db: Database, names: list[str]) -> None:
+async def delete_users(db: Database, names: list[str], actor: UserRec | None = None) -> None:
     if "admin" in names:
         raise ServiceError("The admin user cannot be deleted")
     async with db.write() as conn:
+        for name in names:
+            found = await store.get_user(conn, name)
+            if found is not None:
+                await events.emit(conn, "User deleted", actor.id if actor else None, [user_target(found.id, name)])
         await store.delete_users(conn, names)
 
 
@@ -260,8 +297,9 @@ async def project_members(db: Database, project: ProjectRec) -> list[MemberRec]:
 async def create_project(db: Database, user: UserRec, name: str, is_public: bool, *, cipher: Cipher) -> ProjectRec:
     """A project made through the API: its creator is its admin, and it has no backend (as in dstack: only
     the server's ``config.yml`` gives a project one; an SSH fleet brings its own hosts)."""
-    if not name or not all(c.isalnum() or c in "-_" for c in name) or len(name) > 50:
-        raise ServiceError("Project name should match regex '^[a-zA-Z0-9-_]{1,50}$'")
+    bad = name_rules.project_name_error(name)
+    if bad is not None:
+        raise ServiceError(bad)
     priv, pub = generate_ssh_keypair()  # before the write lock
     async with db.write() as conn:
         if await store.get_project(conn, name) is not None:
@@ -286,16 +324,27 @@ async def create_project(db: Database, user: UserRec, name: str, is_public: bool
             },
         )
         await store.upsert_member(conn, project_id, user.id, "admin")
+        await events.emit(conn, "Project created", user.id, [project_target(project_id, name)])
         project = await store.get_project(conn, name)
     assert project is not None
     return project
 
 
-async def update_project(db: Database, project: ProjectRec, is_public: bool | None) -> ProjectRec:
+async def update_project(
+    db: Database, project: ProjectRec, is_public: bool | None, actor: UserRec | None = None
+) -> ProjectRec:
     """``projects/{p}/update`` (the route admits project admins): visibility; corral has no templates repo."""
     async with db.write() as conn:
+        changed = []
         if is_public is not None and is_public != project.is_public:
             await project_state.set_public(conn, project.id, is_public)
+            changed.append(f"is_public={is_public}")
+        await events.emit(
+            conn,
+            f"Project updated. Updated fields: {', '.join(changed) or '<none>'}",
+            actor.id if actor else None,
+            [project_target(project.id, project.name)],
+        )
         updated = await store.get_project(conn, project.name)
     assert updated is not None
     return updated
@@ -334,6 +383,7 @@ async def delete_projects(db: Database, user: UserRec, names: list[str]) -> None
                 raise ServiceError(f"Failed to delete project with active fleets: {fleet_names}")
         for project in found:
             await store.delete_project(conn, project.id, project.name)
+            await events.emit(conn, "Project deleted", user.id, [project_target(project.id, project.name)])
 
 
 async def refresh_ssh_key(db: Database, user: UserRec, username: str | None, *, cipher: Cipher) -> UserRec:
@@ -349,6 +399,7 @@ async def refresh_ssh_key(db: Database, user: UserRec, username: str | None, *, 
         if found is None:
             raise ResourceNotExists("Resource not found")
         await store.update_user(conn, found.id, {"ssh_private_key": sealed, "ssh_public_key": pub})
+        await events.emit(conn, "User SSH key refreshed", user.id, [user_target(found.id, found.name)])
         updated = await store.get_user(conn, username)
     assert updated is not None
     return updated

@@ -16,6 +16,7 @@ import sqlalchemy.exc
 
 from corral.domain import access
 from corral.domain.records import ProjectRec, UserRec
+from corral.services import input_rules
 from corral.services.errors import AccessDenied, ResourceExists, ResourceNotExists, ServiceError
 from corral.store import accounts as account_store
 from corral.store import exports as store
@@ -97,6 +98,7 @@ async def create(ctx: Context, project: ProjectRec, user: UserRec, body: dict[st
     if body.get("exported_gateways"):
         raise ServiceError("Exporting gateways is not supported yet: corral has no gateways")
     name = body["name"]
+    input_rules.check_resource_name(name)
     if body.get("is_global"):
         if body.get("importer_projects"):
             raise ServiceError(

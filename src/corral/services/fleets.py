@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.domain.access import backend_types, usable_computes
+from corral.domain.events import fleet_target
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, ProjectRec, UserRec
 from corral.domain.resources import match_requirements
@@ -19,8 +20,9 @@ from corral.scheduler.blocks import smallest_carves
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.types import Offer
 from corral.schemas import wire
-from corral.services import serialize, ssh_fleets
+from corral.services import input_rules, serialize, ssh_fleets
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError, validation_errors
+from corral.store import events
 from corral.store import fleets as store
 from corral.store.encryption import cipher_for
 from corral.store.fleets import dump
@@ -84,8 +86,9 @@ def random_name() -> str:
     return f"{random.choice(_ADJ)}-{random.choice(_NOUN)}"
 
 
-def normalize_spec(spec: dict[str, Any], loc: tuple[str | int, ...]) -> dict[str, Any]:
-    """Validate a FleetSpec (422 naming the field) and return dstack's normalised form."""
+def normalize_spec(spec: dict[str, Any], loc: tuple[str | int, ...], settings: Any) -> dict[str, Any]:
+    """Validate a FleetSpec (422 naming the field; dstack's name rule; the server's caps) and return
+    dstack's normalised form."""
     if not isinstance(spec, dict):
         raise validation_errors_from_msg(loc, "Input should be a valid dictionary")
     try:
@@ -96,8 +99,12 @@ def normalize_spec(spec: dict[str, Any], loc: tuple[str | int, ...]) -> dict[str
         profile = config.parse_profile(spec.get("profile"))
     except ValidationError as e:
         raise validation_errors(e, (*loc, "profile")) from None
+    dumped = conf.model_dump(mode="json")
+    input_rules.check_fleet_caps(dumped, settings, (*loc, "configuration"))
+    if dumped.get("name") is not None:
+        input_rules.check_resource_name(dumped["name"])
     return {
-        "configuration": conf.model_dump(mode="json"),
+        "configuration": dumped,
         "configuration_path": spec.get("configuration_path"),
         "profile": profile.model_dump(mode="json"),
         "autocreated": bool(spec.get("autocreated", False)),
@@ -157,7 +164,7 @@ def check_backends(ctx: Context, project: ProjectRec, conf: dict[str, Any]) -> N
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[str, Any]) -> dict[str, Any]:
-    normalized = normalize_spec(spec, ("spec",))
+    normalized = normalize_spec(spec, ("spec",), ctx.settings)
     check_backends(ctx, project, normalized["configuration"])
     name = normalized["configuration"].get("name")
     async with ctx.db.read() as conn:
@@ -181,8 +188,10 @@ def _spec_changed(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a.get("configuration") != b.get("configuration")
 
 
-async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
-    normalized = normalize_spec(plan.get("spec"), ("plan", "spec"))  # type: ignore[arg-type]
+async def apply(
+    ctx: Context, project: ProjectRec, plan: dict[str, Any], force: bool, user: UserRec | None = None
+) -> dict[str, Any]:
+    normalized = normalize_spec(plan.get("spec"), ("plan", "spec"), ctx.settings)  # type: ignore[arg-type]
     conf = normalized["configuration"]
     check_backends(ctx, project, conf)
     name = conf.get("name") or random_name()
@@ -190,6 +199,7 @@ async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: 
     current_resource = plan.get("current_resource")
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
     cipher = cipher_for(ctx.settings)
+    actor = user.id if user else None
     stored = dump(ssh_fleets.stored_spec(cipher, normalized))  # private keys sealed, before the write lock
     async with ctx.db.write() as conn:
         existing = await store.get_fleet(conn, project.id, name=name)
@@ -208,6 +218,7 @@ async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: 
                 raise ServiceError(problem)
             if not ssh_fleets.same_spec(existing.spec, normalized):
                 await store.update_fleet(conn, existing.id, {"spec": stored, "last_processed_at": now})
+                await events.emit(conn, "Fleet updated", actor, [fleet_target(project.id, existing.id, name)])
             fleet_id = existing.id
         else:
             fleet_id = str(uuid.uuid4())
@@ -227,11 +238,12 @@ async def apply(ctx: Context, project: ProjectRec, plan: dict[str, Any], force: 
                 )
             except sqlalchemy.exc.IntegrityError:
                 raise ResourceExists(f"Fleet {name} already exists") from None
+            await events.emit(conn, "Fleet created. Status: ACTIVE", actor, [fleet_target(project.id, fleet_id, name)])
         fleet = await store.get_fleet(conn, project.id, fleet_id=fleet_id)
         if (
             fleet is not None
             and ssh_hosts is not None
-            and await ssh_fleets.sync_hosts(conn, fleet, ssh_hosts, now, cipher)
+            and await ssh_fleets.sync_hosts(conn, fleet, ssh_hosts, now, cipher, actor)
         ):
             fleet = await store.get_fleet(conn, project.id, fleet_id=fleet_id)
     ctx.wakeups.wake("scheduler", "instances")
@@ -252,7 +264,8 @@ async def get(ctx: Context, project: ProjectRec, name: str | None, fleet_id: str
     return fleet
 
 
-async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
+async def delete(ctx: Context, project: ProjectRec, names: list[str], user: UserRec | None = None) -> None:
+    actor = user.id if user else None
     async with ctx.db.write() as conn:
         for name in names:
             fleet = await store.get_fleet(conn, project.id, name=name)
@@ -260,16 +273,21 @@ async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
                 continue
             if await store.fleet_live_job_count(conn, fleet.id):
                 raise ServiceError(f"Failed to delete fleet {name}: it is used by active runs; stop them first")
-            await store.update_fleet(conn, fleet.id, {"status": "terminating"})
+            await store.update_fleet(conn, fleet.id, {"status": "terminating"}, actor)
             for inst in fleet.instances:
                 if inst.status not in ("terminating", "terminated"):
                     await store.update_instance(
-                        conn, inst.id, {"status": "terminating", "termination_reason": "terminated_by_user"}
+                        conn,
+                        inst.id,
+                        {"status": "terminating", "termination_reason": "terminated_by_user"},
+                        actor_id=actor,
                     )
     ctx.wakeups.wake("instances", "scheduler")
 
 
-async def delete_instances(ctx: Context, project: ProjectRec, name: str, nums: list[int]) -> None:
+async def delete_instances(
+    ctx: Context, project: ProjectRec, name: str, nums: list[int], user: UserRec | None = None
+) -> None:
     async with ctx.db.write() as conn:
         fleet = await store.get_fleet(conn, project.id, name=name)
         if fleet is None:
@@ -280,7 +298,10 @@ async def delete_instances(ctx: Context, project: ProjectRec, name: str, nums: l
             if inst.status == "busy" or inst.busy_blocks:
                 raise ServiceError(f"Instance {inst.name} is busy; stop its runs first")
             await store.update_instance(
-                conn, inst.id, {"status": "terminating", "termination_reason": "terminated_by_user"}
+                conn,
+                inst.id,
+                {"status": "terminating", "termination_reason": "terminated_by_user"},
+                actor_id=user.id if user else None,
             )
     ctx.wakeups.wake("instances", "scheduler")
 

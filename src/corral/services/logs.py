@@ -16,9 +16,6 @@ from corral.workers.context import Context
 _SOURCES = {0: "stdout", 1: "stderr"}
 
 
-_MAX_TOKEN = 2**63 - 1  # a log row's id: anything larger names no row (and would not bind in SQL)
-
-
 def _ts(value: Any) -> float | None:
     if value is None:
         return None
@@ -26,16 +23,14 @@ def _ts(value: Any) -> float | None:
 
 
 def _after(token: Any) -> int | None:
-    """dstack's ``next_token``: a non-negative integer (a 400 otherwise, as dstack answers it)."""
+    """The log row a ``next_token`` continues after (dstack's message for a bad one)."""
     if token in (None, ""):
         return None
-    try:
-        value = int(str(token))
-    except ValueError:
-        value = -1
-    if not 0 <= value <= _MAX_TOKEN:
-        raise ServiceError(f"Invalid next_token: {token}. Must be a non-negative integer.")
-    return value
+    text = str(token)
+    if not (text.isascii() and text.isdigit() and int(text) < 2**63):
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ServiceError(f"Invalid next_token: {shown}. Must be a non-negative integer.")
+    return int(text)
 
 
 async def poll(ctx: Context, project: ProjectRec, body: dict[str, Any]) -> dict[str, Any]:

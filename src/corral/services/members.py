@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from corral.domain import access
-from corral.domain.records import ProjectRec, UserRec
+from corral.domain.events import project_target, user_target
+from corral.domain.records import MemberRec, ProjectRec, UserRec
 from corral.services.errors import AccessDenied, ServiceError
 from corral.store import accounts as store
+from corral.store import events
 from corral.store.db import Database
 
 
@@ -58,12 +60,14 @@ async def set_members(db: Database, user: UserRec, project: ProjectRec, members:
             )
         )
         await store.set_members(conn, project.id, await _resolve_members(conn, members, strict=False))
+        await _record(conn, user, project, current)
 
 
 async def add_members(db: Database, user: UserRec, project: ProjectRec, members: list[dict[str, Any]]) -> None:
     """``add_members`` (the route admits managers, and anyone to a public project): managers add users and
     managers, admins add anyone, anyone joins a public project alone as ``user``."""
     async with db.write() as conn:
+        before = await store.list_members(conn, project.id)
         role = await store.get_member_role(conn, project.id, user.id)
         _denied(
             access.check_add_members(
@@ -77,6 +81,7 @@ async def add_members(db: Database, user: UserRec, project: ProjectRec, members:
         )
         for user_id, new_role in await _resolve_members(conn, members, strict=True):
             await store.upsert_member(conn, project.id, user_id, new_role)
+        await _record(conn, user, project, before)
 
 
 async def remove_members(db: Database, user: UserRec, project: ProjectRec, usernames: list[str]) -> None:
@@ -104,3 +109,24 @@ async def remove_members(db: Database, user: UserRec, project: ProjectRec, usern
             )
         )
         await store.remove_members(conn, project.id, ids)
+        await _record(conn, user, project, current)
+
+
+async def _record(conn: Any, actor: UserRec, project: ProjectRec, before: list[MemberRec]) -> None:
+    """One event per member added, removed or given another role (targets: the project and the user)."""
+    after = {m.user.id: m for m in await store.list_members(conn, project.id)}
+    old = {m.user.id: m for m in before}
+    changes: list[tuple[UserRec, str]] = []
+    for uid, m in after.items():
+        was = old.get(uid)
+        if was is None:
+            changes.append((m.user, f"Project member added. Role: {m.project_role.upper()}"))
+        elif was.project_role != m.project_role:
+            changes.append(
+                (m.user, f"Project member role changed {was.project_role.upper()} -> {m.project_role.upper()}")
+            )
+    changes += [(m.user, "Project member removed") for uid, m in old.items() if uid not in after]
+    for who, message in changes:
+        await events.emit(
+            conn, message, actor.id, [project_target(project.id, project.name), user_target(who.id, who.name)]
+        )

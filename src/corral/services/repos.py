@@ -21,9 +21,11 @@ import time
 import uuid
 from typing import Any
 
+from corral.domain.events import Target, project_target
 from corral.domain.records import ProjectRec, UserRec
 from corral.schemas import requests as rq
 from corral.services.errors import ResourceNotExists, ServiceError
+from corral.store import events
 from corral.store import repos as store
 from corral.store.encryption import EncryptionError, cipher_for
 from corral.workers.context import Context
@@ -51,7 +53,11 @@ def decrypt_creds(ctx: Context, stored: str) -> dict[str, Any]:
 async def init(ctx: Context, project: ProjectRec, user: UserRec, body: rq.ReposInitBody) -> None:
     info = body.repo_info.model_dump()
     async with ctx.db.write() as conn:
+        before = await store.get_repo(conn, project.id, body.repo_id)
         await store.save_repo(conn, project.id, body.repo_id, info)
+        if before != info:  # the CLI initializes the repo on every apply: only a new or changed one is an event
+            what = "created" if before is None else "updated"
+            await events.emit(conn, f"Repo {what}. Repo ID: {body.repo_id}", user.id, [_target(project)])
         if info["repo_type"] == "remote":
             if body.repo_creds is not None:
                 sealed = cipher_for(ctx.settings).encrypt(json.dumps(_creds_json(body.repo_creds)))
@@ -76,9 +82,19 @@ async def get(ctx: Context, project: ProjectRec, user: UserRec, repo_id: str, in
     return {"repo_id": repo_id, "repo_info": info, "repo_creds": creds}  # dstack always sends the key
 
 
-async def delete(ctx: Context, project: ProjectRec, repo_ids: list[str]) -> None:
+async def delete(ctx: Context, project: ProjectRec, repo_ids: list[str], user: UserRec | None = None) -> None:
     async with ctx.db.write() as conn:
+        for repo_id in repo_ids:
+            if await store.get_repo(conn, project.id, repo_id) is not None:
+                await events.emit(
+                    conn, f"Repo deleted. Repo ID: {repo_id}", user.id if user else None, [_target(project)]
+                )
         await store.delete_repos(conn, project.id, repo_ids)
+
+
+def _target(project: ProjectRec) -> Target:
+    """Repos are no target type of dstack's: their events target the project (the repo id is in the message)."""
+    return project_target(project.id, project.name)
 
 
 def _size(n: int) -> str:

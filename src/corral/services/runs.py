@@ -17,15 +17,16 @@ from pydantic import ValidationError
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.domain.access import backend_types
 from corral.domain.documents import json_default
+from corral.domain.events import job_target, run_target
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.domain.times import epoch_seconds
 from corral.scheduler.blocks import smallest_carves
-from corral.services import local_admission, repos, run_references, serialize
+from corral.services import dev_env, input_rules, local_admission, repos, run_references, serialize, service_runs
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
 from corral.services.plan_verdict import plan_screen
-from corral.store import run_secrets
+from corral.store import events, run_secrets
 from corral.store import runs as store
 from corral.store.fleets import dump
 from corral.workers.context import Context
@@ -33,10 +34,13 @@ from corral.workers.context import Context
 log = logging.getLogger("corral.runs")
 DEFAULT_IMAGE = "dstackai/base:0.16-base-ubuntu24.04"
 LEGACY_REPO_DIR = "/workflow"
-SUPPORTED_TYPES = ("task",)
+SUPPORTED_TYPES = ("task", "service", "dev-environment")
 
 
-def normalize_run_spec(run_spec: Any, loc: tuple[str | int, ...], user: UserRec) -> tuple[dict[str, Any], Any, Any]:
+def normalize_run_spec(
+    run_spec: Any, loc: tuple[str | int, ...], user: UserRec, settings: Any
+) -> tuple[dict[str, Any], Any, Any]:
+    """The run spec validated (422 naming the field; dstack's name rule; the server's caps) and normalised."""
     if not isinstance(run_spec, dict):
         from corral.services.errors import InvalidConfiguration
 
@@ -51,6 +55,11 @@ def normalize_run_spec(run_spec: Any, loc: tuple[str | int, ...], user: UserRec)
         profile = config.parse_profile(run_spec.get("profile"))
     except ValidationError as e:
         raise validation_errors(e, (*loc, "profile")) from None
+    input_rules.check_run_caps(conf, settings, (*loc, "configuration"))
+    if run_spec.get("run_name") is not None:
+        input_rules.check_resource_name(run_spec["run_name"])
+    elif conf.name is not None:
+        input_rules.check_resource_name(conf.name)
     merged = config.effective_profile(profile, conf)
     normalized = {
         "run_name": run_spec.get("run_name") or conf.name,
@@ -121,8 +130,23 @@ def _check_volumes(c: dict[str, Any], default_image: str | None) -> None:
         raise ServiceError("`volumes` are mounted into the job's container: set `image` to run the job in one")
 
 
+def _app_specs(ports: list[Any]) -> list[dict[str, Any]]:
+    """dstack's ``app_specs``: the ports the attached CLI forwards (its own 10000-10999 left out)."""
+    kept = [p for p in ports if isinstance(p, dict) and not 10000 <= int(p.get("container_port") or 0) <= 10999]
+    return [
+        {"port": p["container_port"], "map_to_port": p.get("local_port"), "app_name": f"app_{i}", "url_path": None,
+         "url_query_params": None}
+        for i, p in enumerate(kept)
+    ]  # fmt: skip
+
+
 def job_specs(
-    run_name: str, spec: dict[str, Any], conf: Any, merged: Any, default_image: str | None = None
+    run_name: str,
+    spec: dict[str, Any],
+    conf: Any,
+    merged: Any,
+    default_image: str | None = None,
+    ide_download_url: str | None = None,
 ) -> list[dict[str, Any]]:
     c = spec["configuration"]
     nodes = int(c.get("nodes") or 1) if c.get("type") == "task" else 1
@@ -136,9 +160,11 @@ def job_specs(
                 "job_name": f"{run_name}-{i}-0",
                 "jobs_per_replica": nodes,
                 "replica_group": "0",
-                "app_specs": [],
+                "app_specs": _app_specs(c.get("ports") or []),
                 "user": _unix_user(c.get("user")),
-                "commands": list(c.get("commands") or []),
+                "commands": dev_env.commands(c, run_name, ide_download_url)
+                if c.get("type") == "dev-environment"
+                else list(c.get("commands") or []),
                 "env": dict(c.get("env") or {}),
                 "home_dir": "/root",
                 "image_name": c.get("image") or default_image or DEFAULT_IMAGE,
@@ -175,6 +201,8 @@ def job_specs(
                 "node_group_job_index": i,
             }
         )
+    if c.get("type") == "service":
+        return service_runs.replica_job_specs(run_name, out[0], conf)
     return out
 
 
@@ -192,15 +220,19 @@ def _offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[d
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
-    spec, conf, merged = normalize_run_spec(body.get("run_spec"), ("run_spec",), user)
+    spec, conf, merged = normalize_run_spec(body.get("run_spec"), ("run_spec",), user, ctx.settings)
     await run_references.check(ctx, project, spec["configuration"])
+    if conf.type == "service":
+        service_runs.check_service(conf)
     current = None
     if spec["run_name"]:
         async with ctx.db.read() as conn:
             current = await store.get_run(conn, project.id, run_name=spec["run_name"])
     offers = _offers(ctx, conf, merged, project)
     max_offers = body.get("max_offers") or 50
-    specs = job_specs(spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image)
+    specs = job_specs(
+        spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
+    )
     screened = await plan_screen(ctx, project, spec, specs[0]) if specs else None
     verdict = screened.error if screened else None
     if verdict is None:
@@ -226,7 +258,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             "total_offers": len(offers),
             "max_price": max((o["price"] for o in offers), default=None),
         }
-        for js in specs
+        for js in (service_runs.group_plans(specs) if conf.type == "service" else specs)
     ]
     return {
         "project_name": project.name,
@@ -250,10 +282,14 @@ def _random_name() -> str:
 
 
 async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
-    spec, conf, merged = normalize_run_spec(plan.get("run_spec"), ("plan", "run_spec"), user)
+    spec, conf, merged = normalize_run_spec(plan.get("run_spec"), ("plan", "run_spec"), user, ctx.settings)
     if conf.type not in SUPPORTED_TYPES:
-        raise ServiceError(f"Runs of type `{conf.type}` are not supported yet: corral runs tasks for now")
-    if getattr(conf, "groups", None):
+        raise ServiceError(
+            f"Runs of type `{conf.type}` are not supported yet: corral runs tasks, services and dev environments"
+        )
+    if conf.type == "service":
+        service_runs.check_service(conf)
+    if conf.type == "task" and getattr(conf, "groups", None):
         raise ServiceError("Tasks with `groups` are not supported yet")
     unset = [k for k, v in (spec["configuration"].get("env") or {}).items() if not isinstance(v, str)]
     if unset:
@@ -263,7 +299,9 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
         )
     _check_volumes(spec["configuration"], ctx.settings.default_image)
     await run_references.check(ctx, project, spec["configuration"])
-    planned = job_specs(spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image)
+    planned = job_specs(
+        spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
+    )
     await local_admission.check(ctx, project, user, spec, planned[0] if planned else None)
     await repos.check_run_code(ctx, project, user, spec)
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
@@ -287,6 +325,9 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                                 )
                             raise ServiceError(f"Cannot override active run {explicit}. Stop the run first.")
                         await store.mark_runs_deleted(conn, [existing.id])
+                        await events.emit(
+                            conn, "Run deleted", user.id, [run_target(project.id, existing.id, existing.run_name)]
+                        )
                     name = explicit
                 else:
                     name = _random_name()
@@ -314,7 +355,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                         "project_id": project.id,
                         "run_name": name,
                         "job_num": js["job_num"],
-                        "replica_num": 0,
+                        "replica_num": js["replica_num"],
                         "job_name": js["job_name"],
                         "submission_num": 0,
                         "deployment_num": 0,
@@ -324,11 +365,24 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                         "job_spec": dump(run_secrets.sealed_job_spec(ctx.cipher(), js)),
                         "priority": run_values["priority"],
                         "blocks": 1,
+                        "ready": False if conf.type == "service" else None,
                     }
-                    for js in job_specs(name, spec, conf, merged, ctx.settings.default_image)
+                    for js in job_specs(
+                        name, spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
+                    )
                 ]
                 await store.insert_run(conn, run_values)
                 await store.insert_jobs(conn, job_values)
+                await events.emit(
+                    conn, "Run submitted. Status: SUBMITTED", user.id, [run_target(project.id, run_values["id"], name)]
+                )
+                for jv in job_values:
+                    await events.emit(
+                        conn,
+                        "Job created on run submission. Status: SUBMITTED",
+                        None,
+                        [job_target(project.id, jv["id"], jv["job_name"], run_values["id"])],
+                    )
             # the response is built from what was written: no read-back inside the write lock
             run = store.new_run_rec(run_values, job_values, project.name, user.name)
             break
@@ -437,8 +491,9 @@ async def get(ctx: Context, project: ProjectRec, run_name: str | None, run_id: s
     return serialize.run(run_secrets.revealed(ctx.cipher, run), queue_position=position)
 
 
-async def stop(ctx: Context, project: ProjectRec, names: list[str], abort: bool) -> None:
+async def stop(ctx: Context, project: ProjectRec, names: list[str], abort: bool, user: UserRec | None = None) -> None:
     now = time.time()
+    actor = user.id if user else None
     how = "abort" if abort else "stop"
     reason = "aborted_by_user" if abort else "stopped_by_user"
     job_reason = "aborted_by_user" if abort else "terminated_by_user"
@@ -451,6 +506,7 @@ async def stop(ctx: Context, project: ProjectRec, names: list[str], abort: bool)
                 conn,
                 run.id,
                 {"status": "terminating", "termination_reason": reason, "last_processed_at": now},
+                actor_id=actor,
             )
             for job in run.jobs:
                 if job.status == "submitted" and job.instance_id is None:
@@ -464,13 +520,14 @@ async def stop(ctx: Context, project: ProjectRec, names: list[str], abort: bool)
                             "last_processed_at": now,
                         },
                         expect_status=("submitted",),
+                        actor_id=actor,
                     )
                 elif job.status not in store.FINISHED_JOB_STATUSES:
                     await store.update_job(conn, job.id, {"stop_requested": how})
     ctx.wakeups.wake("jobs", "runs", "scheduler")
 
 
-async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
+async def delete(ctx: Context, project: ProjectRec, names: list[str], user: UserRec | None = None) -> None:
     async with ctx.db.write() as conn:
         found = []
         for name in names:
@@ -485,3 +542,7 @@ async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
                 f"{'them' if len(active) > 1 else 'it'} first"
             )
         await store.mark_runs_deleted(conn, [r.id for r in found])
+        for r in found:
+            await events.emit(
+                conn, "Run deleted", user.id if user else None, [run_target(project.id, r.id, r.run_name)]
+            )

@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from corral.domain import access
+from corral.domain.events import secret_target
 from corral.domain.records import ProjectRec, UserRec
 from corral.services.errors import AccessDenied, ResourceNotExists, ServiceError
 from corral.store import accounts as account_store
+from corral.store import events
 from corral.store import secrets as store
 from corral.store.encryption import Cipher, open_sealed
 from corral.workers.context import Context
@@ -66,9 +68,13 @@ def validate(name: str, value: str) -> None:
         raise ServiceError(f"Secret value length must not exceed {VALUE_MAX_LENGTH}")
 
 
-async def create_or_update(ctx: Context, project: ProjectRec, name: str, value: str) -> tuple[dict[str, Any], str]:
+async def create_or_update(
+    ctx: Context, project: ProjectRec, name: str, value: str, user: UserRec | None = None
+) -> tuple[dict[str, Any], str]:
     """The secret as answered (with its value) and what happened: ``created``, ``updated`` (the value
-    changed) or ``unchanged``."""
+    changed) or ``unchanged`` -- recorded as the events ``Secret created`` and ``Secret updated`` (none when
+    unchanged, as in dstack) in the same transaction."""
+    actor = user.id if user else None
     validate(name, value)
     cipher = ctx.cipher()
     sealed = cipher.encrypt(value)
@@ -79,10 +85,12 @@ async def create_or_update(ctx: Context, project: ProjectRec, name: str, value: 
         if found is None:
             rec = store.SecretRec(str(uuid.uuid4()), project.id, name, sealed, now, now)
             await store.insert_secret(conn, rec)
+            await events.emit(conn, "Secret created", actor, [secret_target(project.id, rec.id, name)])
             return _wire(rec, value), "created"
         if _opened(cipher, found.value) == value:
             return _wire(found, value), "unchanged"
         await store.update_value(conn, found.id, sealed, now)
+        await events.emit(conn, "Secret updated", actor, [secret_target(project.id, found.id, name)])
         return _wire(found, value), "updated"
 
 
@@ -90,7 +98,9 @@ def _opened(cipher: Cipher, stored: str) -> str:
     return open_sealed(lambda: cipher, stored)
 
 
-async def delete(ctx: Context, project: ProjectRec, names: Sequence[str]) -> list[dict[str, Any]]:
+async def delete(
+    ctx: Context, project: ProjectRec, names: Sequence[str], user: UserRec | None = None
+) -> list[dict[str, Any]]:
     """Delete every secret named (all or none: a name not found is a 400 listing the missing ones)."""
     async with ctx.db.write() as conn:
         found = await store.get_by_names(conn, project.id, names)
@@ -98,6 +108,10 @@ async def delete(ctx: Context, project: ProjectRec, names: Sequence[str]) -> lis
         if missing:
             raise ResourceNotExists(f"Secrets not found: {', '.join(missing)}")
         await store.delete_secrets(conn, [s.id for s in found])
+        for s in found:
+            await events.emit(
+                conn, "Secret deleted", user.id if user else None, [secret_target(project.id, s.id, s.name)]
+            )
     return [_wire(s, None) for s in found]
 
 

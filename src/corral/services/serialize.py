@@ -7,15 +7,18 @@ with corral's own name in the extra field ``corral_backend``.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from corral.domain import inactivity
 from corral.domain.access import can_manage_secrets
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, JobRec, MemberRec, ProjectRec, RunRec, UserRec
 from corral.schemas import wire
 from corral.services.credentials import revealed
+from corral.services.service_runs import service_field
 from corral.store.encryption import Cipher
 
 WIRE_BACKEND = {"local": "remote", "ssh": "remote"}
@@ -159,7 +162,7 @@ def _job_status_message(j: JobRec) -> str:
     return j.status_message or j.status
 
 
-def job_submission(j: JobRec) -> dict[str, Any]:
+def job_submission(j: JobRec, idle_limit: int | None = None) -> dict[str, Any]:
     runtime = dict(j.job_runtime_data) if j.job_runtime_data is not None else None
     # the pull's progress rides in the runtime data (workers/job_container.py); dstack has it alongside
     pull_progress = runtime.pop("image_pull_progress", None) if runtime is not None else None
@@ -170,7 +173,10 @@ def job_submission(j: JobRec) -> dict[str, Any]:
         "submitted_at": iso(j.submitted_at),
         "last_processed_at": iso(j.last_processed_at),
         "finished_at": iso(j.finished_at),
-        "inactivity_secs": None,
+        # as dstack's: a running dev environment with ``inactivity_duration`` shows how long it has been idle
+        "inactivity_secs": inactivity.inactive_secs(j.ssh_seen_at, time.time())
+        if idle_limit is not None and j.status == "running" and j.ssh_seen_at is not None
+        else None,
         "status": j.status,
         "status_message": _job_status_message(j),
         "termination_reason": j.termination_reason,
@@ -179,13 +185,57 @@ def job_submission(j: JobRec) -> dict[str, Any]:
         "job_provisioning_data": j.job_provisioning_data,
         "job_runtime_data": runtime,
         "error": None,
-        "probes": [],
+        # one per probe of the spec (a replica without probes is probed at its port: not shown, as dstack)
+        "probes": [{"success_streak": int(p.get("success_streak") or 0)} for p in j.probes]
+        if j.probes and j.job_spec.get("probes")
+        else [],
         "image_pull_progress": pull_progress if j.status == "pulling" else None,
         "corral_waiting": j.status_message if j.status == "submitted" else None,
+        # corral: a service replica the proxy routes to now (its probes pass); None for other jobs
+        "corral_ready": j.ready if j.status == "running" or j.ready is None else False,
+    }
+
+
+#: dstack's IDEs: the name it shows and the scheme of its links (``ides/*.py``).
+IDES = {
+    "vscode": ("VS Code", "vscode"),
+    "cursor": ("Cursor", "cursor"),
+    "windsurf": ("Windsurf", "windsurf"),
+    "zed": ("Zed", "zed"),
+}
+
+
+def ide_url(ide: str, authority: str, working_dir: str) -> str:
+    scheme = IDES[ide][1]
+    if ide == "zed":
+        return f"zed://ssh/{authority}{working_dir}"
+    return f"{scheme}://vscode-remote/ssh-remote+{authority}{working_dir}"
+
+
+def job_connection_info(r: RunRec, j: JobRec) -> dict[str, Any] | None:
+    """dstack's ``job_connection_info`` of a running job (null otherwise): the host the attached CLI names
+    (the run, or the job's name for jobs other than 0/0), and a dev environment's IDE link."""
+    if j.status != "running":
+        return None
+    host = r.run_name if (j.job_num, j.replica_num) == (0, 0) else j.job_name
+    conf = r.run_spec.get("configuration") or {}
+    ide = str(conf.get("ide") or "") if conf.get("type") == "dev-environment" else ""
+    working_dir = (j.job_runtime_data or {}).get("working_dir")
+    known = ide in IDES
+    return {
+        "ide_name": IDES[ide][0] if known else None,
+        "attached_ide_url": ide_url(ide, host, working_dir) if known and working_dir else None,
+        "proxied_ide_url": None,
+        "attached_ssh_command": ["ssh", host],
+        "proxied_ssh_command": None,
+        "sshproxy_hostname": None,
+        "sshproxy_port": None,
+        "sshproxy_upstream_id": None,
     }
 
 
 def jobs(r: RunRec) -> list[dict[str, Any]]:
+    idle_limit = inactivity.duration_of(dict(r.run_spec.get("configuration") or {}))
     grouped: dict[tuple[int, int], list[JobRec]] = {}
     for j in r.jobs:
         grouped.setdefault((j.replica_num, j.job_num), []).append(j)
@@ -195,8 +245,8 @@ def jobs(r: RunRec) -> list[dict[str, Any]]:
         out.append(
             {
                 "job_spec": subs[-1].job_spec,
-                "job_submissions": [job_submission(s) for s in subs],
-                "job_connection_info": None,
+                "job_submissions": [job_submission(s, idle_limit) for s in subs],
+                "job_connection_info": job_connection_info(r, subs[-1]),
             }
         )
     return out
@@ -230,7 +280,7 @@ def run(r: RunRec, queue_position: int | None = None) -> dict[str, Any]:
         "jobs": js,
         "latest_job_submission": latest,
         "cost": 0.0,
-        "service": None,
+        "service": service_field(r.project_name, r.run_name, r.run_spec.get("configuration") or {}),
         "deployment_num": r.deployment_num,
         "error": None,
         "deleted": r.deleted,

@@ -205,7 +205,12 @@ def same_spec(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 async def sync_hosts(
-    conn: AsyncConnection, fleet: FleetRec, connections: list[dict[str, Any]], now: float, cipher: Cipher
+    conn: AsyncConnection,
+    fleet: FleetRec,
+    connections: list[dict[str, Any]],
+    now: float,
+    cipher: Cipher,
+    actor_id: str | None = None,
 ) -> bool:
     """Make the fleet's instances match its hosts (a new host's connection stored with its keys
     sealed by ``cipher``); returns whether anything changed."""
@@ -237,6 +242,7 @@ async def sync_hosts(
                 inst.id,
                 {"status": "terminating", "termination_reason": "terminated_by_user"},
                 expect_status=("pending", "provisioning", "idle"),
+                actor_id=actor_id,
             )
     used = {i.instance_num for i in fleet.instances if i.status != "terminated"}
     for key, c in wanted.items():
@@ -265,6 +271,7 @@ async def sync_hosts(
                 "created_at": now,
                 "last_processed_at": now,
             },
+            actor_id,
         )
         changed = True
     return changed

@@ -19,12 +19,19 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+#: The engines' execution option that tells the event recorder (``store/events.py``) how long events are kept.
+EVENTS_TTL_OPTION = "corral_events_ttl"
 
-def _sqlite_engine(url: str, immediate: bool) -> AsyncEngine:
+
+def _sqlite_engine(url: str, immediate: bool, options: dict[str, Any]) -> AsyncEngine:
     # Every use ends its transaction explicitly (``conn.begin()``), so the pool's rollback on return is
     # only a wasted round trip to the driver's thread.
     engine = create_async_engine(
-        url, connect_args={"timeout": 30}, pool_size=5 if immediate else 10, pool_reset_on_return=None
+        url,
+        connect_args={"timeout": 30},
+        pool_size=5 if immediate else 10,
+        pool_reset_on_return=None,
+        execution_options=options,
     )
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -63,22 +70,27 @@ def private_sqlite_file(path: Path) -> None:
 
 
 class Database:
-    """The connection pools of one server process."""
+    """The connection pools of one server process. ``events_ttl``: how long events are kept (seconds; at most
+    zero: none are stored)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, events_ttl: float = 30 * 24 * 3600.0) -> None:
         self.url = url
+        self.events_ttl = events_ttl
+        options: dict[str, Any] = {EVENTS_TTL_OPTION: events_ttl}
         self.is_sqlite = url.startswith("sqlite")
         if self.is_sqlite:
             path = url.split("///", 1)[1] if "///" in url else ""
             if path and path != ":memory:" and not path.startswith("file:"):
                 private_sqlite_file(Path(path))
-            self._read = _sqlite_engine(url, immediate=False)
-            self._write = _sqlite_engine(url, immediate=True)
+            self._read = _sqlite_engine(url, immediate=False, options=options)
+            self._write = _sqlite_engine(url, immediate=True, options=options)
         else:
             from corral.store.tables import add_postgres_options
 
             add_postgres_options()
-            self._read = create_async_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+            self._read = create_async_engine(
+                url, pool_size=10, max_overflow=20, pool_pre_ping=True, execution_options=options
+            )
             self._write = self._read
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
 

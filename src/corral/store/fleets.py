@@ -15,7 +15,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.documents import json_default
+from corral.domain.events import instance_target
 from corral.domain.records import FleetRec, InstanceRec
+from corral.store.events import emit, tracked_update
 from corral.store.tables import fleets, instances, jobs, projects
 
 LIVE_JOB_STATUSES = ("submitted", "provisioning", "pulling", "running", "terminating")
@@ -132,8 +134,11 @@ async def insert_fleet(conn: AsyncConnection, values: dict[str, Any]) -> None:
     await conn.execute(sa.insert(fleets).values(deleted=False, **values))
 
 
-async def update_fleet(conn: AsyncConnection, fleet_id: str, values: dict[str, Any]) -> None:
-    await conn.execute(sa.update(fleets).where(fleets.c.id == fleet_id).values(**values))
+async def update_fleet(
+    conn: AsyncConnection, fleet_id: str, values: dict[str, Any], actor_id: str | None = None
+) -> None:
+    """Change a fleet; a status change is recorded as an event (by ``actor_id``, None: the system)."""
+    await tracked_update(conn, fleets, fleets.c.id == fleet_id, values, actor_id)
 
 
 async def fleet_live_job_count(conn: AsyncConnection, fleet_id: str) -> int:
@@ -173,10 +178,16 @@ async def list_instances(
     return [instance_from_row(r, r.project_name, r.fleet_name) for r in await conn.execute(q)]
 
 
-async def insert_instance(conn: AsyncConnection, values: dict[str, Any]) -> None:
+async def insert_instance(conn: AsyncConnection, values: dict[str, Any], actor_id: str | None = None) -> None:
     """Insert an instance that is no capacity reservation: an SSH fleet's host (reservations: ``plan_apply``)."""
     defaults = {"unreachable": False, "busy_blocks": 0, "deleted": False}
     await conn.execute(sa.insert(instances).values(**{**defaults, **values}))
+    await emit(
+        conn,
+        f"Instance created on fleet submission. Status: {str(values['status']).upper()}",
+        actor_id,
+        [instance_target(values["project_id"], values["id"], values["name"], values.get("fleet_id"))],
+    )
 
 
 async def get_instance(conn: AsyncConnection, instance_id: str) -> InstanceRec | None:
@@ -201,11 +212,13 @@ async def update_instance(
     instance_id: str,
     values: dict[str, Any],
     expect_status: Sequence[str] | None = None,
+    actor_id: str | None = None,
 ) -> bool:
-    q = sa.update(instances).where(instances.c.id == instance_id)
+    """Change an instance; a status or reachability change is recorded as an event."""
+    where = instances.c.id == instance_id
     if expect_status is not None:
-        q = q.where(instances.c.status.in_(expect_status))
-    return (await conn.execute(q.values(**values))).rowcount > 0
+        where = sa.and_(where, instances.c.status.in_(expect_status))
+    return await tracked_update(conn, instances, where, values, actor_id) > 0
 
 
 async def live_blocks_on(conn: AsyncConnection, instance_id: str) -> int:
@@ -224,10 +237,8 @@ async def release_instance(conn: AsyncConnection, instance_id: str, now: float) 
         values["last_job_finished_at"] = now
     await conn.execute(sa.update(instances).where(instances.c.id == instance_id).values(**values))
     if busy == 0:
-        await conn.execute(
-            sa.update(instances)
-            .where(instances.c.id == instance_id, instances.c.status == "busy")
-            .values(status="idle")
+        await tracked_update(
+            conn, instances, sa.and_(instances.c.id == instance_id, instances.c.status == "busy"), {"status": "idle"}
         )
 
 

@@ -12,7 +12,8 @@ GPUs (indexes, recorded in its offer) that none of those instances owns.
 What ``nodes.max`` caps is every instance of the fleet that is not yet confirmed terminated:
 reserved-but-not-provisioned, provisioning, idle, busy and terminating ones. Free blocks of an
 instance are recounted from the unfinished jobs assigned to it, never taken from a stale counter.
-No network call happens here.
+No network call happens here. The events of what it commits (jobs placed or failed, instances created,
+busy or reclaimed) are written in the same transaction and savepoint, so a rejected gang leaves none.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.events import instance_target, job_target, status_change_message
 from corral.domain.fleets import nodes_bounds
 from corral.scheduler.blocks import HOST_GPUS_KEY, pick_host_gpus
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.types import Assign, Fail, Gang, Plan, Reclaim, Reserve, Wait
 from corral.store.db import Database
+from corral.store.events import emit, tracked_update, tracked_update_rows
 from corral.store.fleets import LIVE_JOB_STATUSES
 from corral.store.snapshot import host_blocks_used, host_gpus_held
 from corral.store.tables import fleets, instances, jobs
@@ -74,25 +77,45 @@ async def _assign(db: Database, conn: AsyncConnection, d: Assign, now: float) ->
     total = inst.total_blocks or 1
     if busy + d.blocks > total:
         raise _Rejected
-    taken = await conn.execute(
-        sa.update(jobs)
-        .where(jobs.c.id == d.job_id, jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
-        .values(
-            instance_id=d.instance_id,
-            blocks=d.blocks,
-            status="provisioning",
-            status_message=None,
-            last_processed_at=now,
-        )
-    )
-    if taken.rowcount != 1:  # another replica placed (or failed) this job meanwhile
-        raise _Rejected
+    job = await _take_job(conn, d.job_id, d.instance_id, d.blocks, now)
     status = "busy" if inst.status == "idle" else inst.status
     await conn.execute(
         sa.update(instances)
         .where(instances.c.id == d.instance_id)
         .values(busy_blocks=busy + d.blocks, status=status, last_processed_at=now)
     )
+    target = instance_target(inst.project_id, inst.id, inst.name, inst.fleet_id)
+    if status != inst.status:
+        await emit(conn, status_change_message("instance", inst.status, status), None, [target])
+    await emit(
+        conn,
+        f"Job assigned to instance. Instance blocks: {busy + d.blocks}/{total} busy",
+        None,
+        [_job_target(job), target],
+    )
+
+
+def _job_target(job: Any) -> Any:
+    return job_target(job.project_id, job.id, job.job_name, job.run_id)
+
+
+async def _take_job(conn: AsyncConnection, job_id: str, instance_id: str, blocks: int, now: float) -> Any:
+    """Place a waiting job on an instance (its status change recorded); the job as it was."""
+    taken = await tracked_update_rows(
+        conn,
+        jobs,
+        sa.and_(jobs.c.id == job_id, jobs.c.status == "submitted", jobs.c.instance_id.is_(None)),
+        {
+            "instance_id": instance_id,
+            "blocks": blocks,
+            "status": "provisioning",
+            "status_message": None,
+            "last_processed_at": now,
+        },
+    )
+    if len(taken) != 1:  # another replica placed (or failed) this job meanwhile
+        raise _Rejected
+    return taken[0]
 
 
 async def _count_counted(conn: AsyncConnection, fleet_id: str) -> int:
@@ -179,37 +202,36 @@ async def _reserve(
             deleted=False,
         )
     )
-    if d.job_id is not None:
-        taken = await conn.execute(
-            sa.update(jobs)
-            .where(jobs.c.id == d.job_id, jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
-            .values(
-                instance_id=instance_id,
-                blocks=d.blocks,
-                status="provisioning",
-                status_message=None,
-                last_processed_at=now,
-            )
-        )
-        if taken.rowcount != 1:  # another replica placed (or failed) this job meanwhile
-            raise _Rejected
+    target = instance_target(fleet.project_id, instance_id, f"{fleet.name}-{num}", fleet.id)
+    if d.job_id is None:
+        await emit(conn, "Instance created to meet target fleet node count. Status: PENDING", None, [target])
+        return instance_id
+    job = await _take_job(conn, d.job_id, instance_id, d.blocks, now)
+    await emit(conn, "Instance created for job. Instance status: PENDING", None, [target, _job_target(job)])
+    await emit(
+        conn,
+        f"Job assigned to instance. Instance blocks: {d.blocks}/{d.total_blocks or 1} busy",
+        None,
+        [_job_target(job), target],
+    )
     return instance_id
 
 
 async def _fail(conn: AsyncConnection, d: Fail, now: float) -> bool:
-    res = await conn.execute(
-        sa.update(jobs)
-        .where(jobs.c.id == d.job_id, jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
-        .values(
-            status="failed",
-            status_message="no capacity",
-            termination_reason="failed_to_start_due_to_no_capacity",
-            termination_reason_message=d.message,
-            finished_at=now,
-            last_processed_at=now,
-        )
+    done = await tracked_update(
+        conn,
+        jobs,
+        sa.and_(jobs.c.id == d.job_id, jobs.c.status == "submitted", jobs.c.instance_id.is_(None)),
+        {
+            "status": "failed",
+            "status_message": "no capacity",
+            "termination_reason": "failed_to_start_due_to_no_capacity",
+            "termination_reason_message": d.message,
+            "finished_at": now,
+            "last_processed_at": now,
+        },
     )
-    return res.rowcount > 0
+    return done > 0
 
 
 async def _reclaim(db: Database, conn: AsyncConnection, d: Reclaim, now: float) -> bool:
@@ -217,17 +239,18 @@ async def _reclaim(db: Database, conn: AsyncConnection, d: Reclaim, now: float) 
     inst = (await conn.execute(db.for_update(sa.select(instances).where(instances.c.id == d.instance_id)))).first()
     if inst is None or inst.status != "idle" or inst.deleted or await _busy_blocks(conn, d.instance_id):
         return False
-    res = await conn.execute(
-        sa.update(instances)
-        .where(instances.c.id == d.instance_id, instances.c.status == "idle")
-        .values(
-            status="terminating",
-            termination_reason="idle_timeout",
-            termination_reason_message=d.message,
-            last_processed_at=now,
-        )
+    done = await tracked_update(
+        conn,
+        instances,
+        sa.and_(instances.c.id == d.instance_id, instances.c.status == "idle"),
+        {
+            "status": "terminating",
+            "termination_reason": "idle_timeout",
+            "termination_reason_message": d.message,
+            "last_processed_at": now,
+        },
     )
-    return res.rowcount > 0
+    return done > 0
 
 
 async def _wait(conn: AsyncConnection, d: Wait) -> None:

@@ -12,6 +12,8 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.events import job_target
+from corral.store.events import emit
 from corral.store.runs import FINISHED_JOB_STATUSES
 from corral.store.tables import jobs, runs
 
@@ -42,11 +44,12 @@ async def resubmit_replica(
         )
         return False
     number = max(r.submission_num for r in rows) + 1
+    new_ids = {r.id: str(uuid.uuid4()) for r in rows}
     await conn.execute(
         sa.insert(jobs),
         [
             {
-                "id": str(uuid.uuid4()),
+                "id": new_ids[r.id],
                 "run_id": run_id,
                 "project_id": r.project_id,
                 "run_name": r.run_name,
@@ -62,10 +65,14 @@ async def resubmit_replica(
                 "priority": r.priority,
                 "blocks": 1,
                 "log_offset": 0,
+                "ready": None if r.ready is None else False,  # a new service replica starts unready
             }
             for r in rows
         ],
     )
+    for r in rows:
+        target = job_target(r.project_id, new_ids[r.id], r.job_name, run_id)
+        await emit(conn, "Job created on retry. Status: SUBMITTED", None, [target])
     # the new submissions may go to another fleet, as in dstack
     await conn.execute(sa.update(runs).where(runs.c.id == run_id).values(fleet_id=None, last_processed_at=now))
     return True

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.documents import LazyJSON
 from corral.domain.records import JobRec, LogRec, RunRec
+from corral.store.events import tracked_update
 from corral.store.tables import fleets, instances, jobs, logs, projects, runs, users
 
 FINISHED_RUN_STATUSES = ("terminated", "failed", "done")
@@ -52,6 +53,9 @@ def job_from_row(r: Any) -> JobRec:
         log_offset=r.log_offset,
         wait_deadline=r.wait_deadline,
         blocks=r.blocks,
+        ssh_seen_at=getattr(r, "ssh_seen_at", None),
+        ready=getattr(r, "ready", None),
+        probes=tuple(_loads(getattr(r, "probes", None)) or ()),
     )
 
 
@@ -211,12 +215,17 @@ async def insert_run(conn: AsyncConnection, values: dict[str, Any]) -> None:
 
 
 async def update_run(
-    conn: AsyncConnection, run_id: str, values: dict[str, Any], expect_status: Sequence[str] | None = None
+    conn: AsyncConnection,
+    run_id: str,
+    values: dict[str, Any],
+    expect_status: Sequence[str] | None = None,
+    actor_id: str | None = None,
 ) -> bool:
-    q = sa.update(runs).where(runs.c.id == run_id)
+    """Change a run; a status change is recorded as an event (by ``actor_id``, None: the system)."""
+    where = runs.c.id == run_id
     if expect_status is not None:
-        q = q.where(runs.c.status.in_(expect_status))
-    return (await conn.execute(q.values(**values))).rowcount > 0
+        where = sa.and_(where, runs.c.status.in_(expect_status))
+    return await tracked_update(conn, runs, where, values, actor_id) > 0
 
 
 async def insert_jobs(conn: AsyncConnection, values: Sequence[dict[str, Any]]) -> None:
@@ -241,6 +250,7 @@ def new_run_rec(
         "disconnected_at": None,
         "log_offset": 0,
         "wait_deadline": None,
+        "ssh_seen_at": None,
     }
     run_jobs = [job_from_row(SimpleNamespace(**{**defaults, **v})) for v in job_values]
     row = SimpleNamespace(**run_values, project_name=project_name, user_name=user_name, fleet_name=None, deleted=False)
@@ -248,12 +258,17 @@ def new_run_rec(
 
 
 async def update_job(
-    conn: AsyncConnection, job_id: str, values: dict[str, Any], expect_status: Sequence[str] | None = None
+    conn: AsyncConnection,
+    job_id: str,
+    values: dict[str, Any],
+    expect_status: Sequence[str] | None = None,
+    actor_id: str | None = None,
 ) -> bool:
-    q = sa.update(jobs).where(jobs.c.id == job_id)
+    """Change a job; a status change is recorded as an event (with its termination reason and message)."""
+    where = jobs.c.id == job_id
     if expect_status is not None:
-        q = q.where(jobs.c.status.in_(expect_status))
-    return (await conn.execute(q.values(**values))).rowcount > 0
+        where = sa.and_(where, jobs.c.status.in_(expect_status))
+    return await tracked_update(conn, jobs, where, values, actor_id) > 0
 
 
 async def list_jobs(conn: AsyncConnection, statuses: Sequence[str], run_id: str | None = None) -> list[JobRec]:
@@ -331,6 +346,10 @@ class JobState:
     provisioned: bool
     submitted_at: float
     finished_at: float | None
+    #: A service replica: whether the proxy routes to it (None: not a service replica) ...
+    ready: bool | None = None
+    #: ... and when it was last seen ready.
+    ready_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -344,15 +363,21 @@ class RunState:
     jobs: tuple[JobState, ...]
     #: The run's name (for log lines).
     name: str = ""
+    submitted_at: float = 0.0
 
 
 async def active_run_states(conn: AsyncConnection) -> list[RunState]:
     """Every active run with its jobs' statuses, in two narrow queries."""
     run_rows = (
         await conn.execute(
-            sa.select(runs.c.id, runs.c.status, runs.c.termination_reason, runs.c.fleet_id, runs.c.run_name).where(
-                runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False)
-            )
+            sa.select(
+                runs.c.id,
+                runs.c.status,
+                runs.c.termination_reason,
+                runs.c.fleet_id,
+                runs.c.run_name,
+                runs.c.submitted_at,
+            ).where(runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False))
         )
     ).all()
     if not run_rows:
@@ -375,6 +400,8 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                 jobs.c.instance_id.is_not(None).label("provisioned"),
                 jobs.c.submitted_at,
                 jobs.c.finished_at,
+                jobs.c.ready,
+                jobs.c.ready_at,
             )
             .outerjoin(instances, instances.c.id == jobs.c.instance_id)
             .where(jobs.c.run_id.in_(chunk))
@@ -393,10 +420,13 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                     bool(r.provisioned),
                     r.submitted_at,
                     r.finished_at,
+                    r.ready,
+                    r.ready_at,
                 )
             )
     return [
-        RunState(r.id, r.status, r.termination_reason, r.fleet_id, tuple(by_run[r.id]), r.run_name) for r in run_rows
+        RunState(r.id, r.status, r.termination_reason, r.fleet_id, tuple(by_run[r.id]), r.run_name, r.submitted_at)
+        for r in run_rows
     ]
 
 

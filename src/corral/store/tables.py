@@ -185,6 +185,15 @@ jobs = sa.Table(
     sa.Column("stop_requested", sa.String(20), nullable=True),
     sa.Column("disconnected_at", Time, nullable=True),
     sa.Column("log_offset", sa.Integer, nullable=False, default=0),
+    #: When the job's SSH endpoint last saw a connection that counts (open 10 s or more), or when it started
+    #: running: a dev environment's ``inactivity_duration`` runs from here.
+    sa.Column("ssh_seen_at", Time, nullable=True),
+    #: A service replica the proxy routes to (its probes pass; None: not a service replica, or not yet).
+    sa.Column("ready", sa.Boolean, nullable=True),
+    #: Its probes' state (JSON ``[{"success_streak", "failure_streak"}]``, one per probe of its spec).
+    sa.Column("probes", sa.Text, nullable=True),
+    #: The last time it was seen ready (a service whose replicas stay unready past ``retry.duration`` fails).
+    sa.Column("ready_at", Time, nullable=True),
     *_lease_columns(),
     sa.Index("uq_jobs_submission", "run_id", "replica_num", "job_num", "submission_num", unique=True),
     sa.Index("ix_jobs_status_queue", "status", "priority", "submitted_at"),
@@ -306,4 +315,37 @@ server_state = sa.Table(
     sa.Column("key", sa.String(100), primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
     sa.Column("updated_at", Time, nullable=False),
+)
+
+#: What happened, who did it and to what (dstack's events): one row per event, written in the transaction of
+#: the change it records (``store/events.py``); ``actor_user_id`` is None for the system.
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("recorded_at", Time, nullable=False),
+    sa.Column("actor_user_id", sa.String(36), nullable=True),
+    sa.Index("ix_events_recorded_at", "recorded_at", "id"),
+)
+
+#: The entities an event is about. ``recorded_at`` is the event's, copied so that every filter (an entity,
+#: a project, a run's jobs, a fleet's instances) walks its own index in time order.
+event_targets = sa.Table(
+    "event_targets",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("event_id", sa.String(36), sa.ForeignKey("events.id"), nullable=False),
+    sa.Column("recorded_at", Time, nullable=False),
+    sa.Column("entity_type", sa.String(20), nullable=False),
+    sa.Column("entity_project_id", sa.String(36), nullable=True),
+    sa.Column("entity_id", sa.String(36), nullable=False),
+    sa.Column("entity_name", sa.String(200), nullable=False),
+    sa.Column("entity_run_id", sa.String(36), nullable=True),
+    sa.Column("entity_fleet_id", sa.String(36), nullable=True),
+    sa.Index("ix_event_targets_event", "event_id"),
+    sa.Index("ix_event_targets_entity", "entity_id", "recorded_at"),
+    sa.Index("ix_event_targets_project", "entity_project_id", "recorded_at"),
+    sa.Index("ix_event_targets_run", "entity_run_id", "recorded_at"),
+    sa.Index("ix_event_targets_fleet", "entity_fleet_id", "recorded_at"),
 )

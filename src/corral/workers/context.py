@@ -6,7 +6,7 @@ import asyncio
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from corral.backends.base import Compute
@@ -60,6 +60,11 @@ class Context:
     managers_manage_secrets: bool = False
     #: Who this server process is, as the owner of the leases it takes.
     replica_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
+    #: Starts the SSH endpoint of jobs on first use and says where the CLI reaches it (host name, port);
+    #: None where no endpoint is wired (some tests).
+    ssh_endpoint: Callable[[], Awaitable[tuple[str, int]]] | None = None
+    #: Closes the SSH endpoint (if it was started) and its connections, at shutdown.
+    ssh_endpoint_close: Callable[[], Awaitable[None]] | None = None
 
     def cipher(self) -> Cipher:
         """The server's cipher (tokens, private keys and credentials at rest)."""

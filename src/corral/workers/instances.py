@@ -18,6 +18,7 @@ from corral.scheduler.codec import resources_to_json
 from corral.store import fleets as fleet_store
 from corral.store import leases
 from corral.store.encryption import seal
+from corral.store.events import EXPIRED_BATCH, delete_expired, tracked_update
 from corral.store.fleets import dump
 from corral.store.tables import instances, jobs
 from corral.workers.context import Context
@@ -25,11 +26,15 @@ from corral.workers.seal_at_rest import seal_stored_secrets
 
 log = logging.getLogger("corral.instances")
 
+#: Seconds between two deletions of expired events by one replica (dstack: 7 minutes).
+EVENTS_CLEANUP_INTERVAL = 7 * 60.0
+
 
 class Instances:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._events_cleaned_at: float | None = None
 
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
@@ -44,6 +49,20 @@ class Instances:
             task.add_done_callback(self._untrack(inst.id))
         await self._retire_idle(idle)
         await self._finish_fleets()
+        await self._expire_events()
+
+    async def _expire_events(self) -> None:
+        """Delete events older than the TTL, a batch per pass at most every ``EVENTS_CLEANUP_INTERVAL``
+        (an indexed range of ``recorded_at``): a short write however long the history."""
+        ttl, now = self.ctx.settings.events_ttl, time.time()
+        if ttl <= 0 or (
+            self._events_cleaned_at is not None and now - self._events_cleaned_at < EVENTS_CLEANUP_INTERVAL
+        ):
+            return
+        async with self.ctx.db.write() as conn:
+            deleted = await delete_expired(conn, now - ttl)
+        # a full batch: more are due, taken on the next pass
+        self._events_cleaned_at = None if deleted >= EXPIRED_BATCH else now
 
     def _untrack(self, key: str) -> Callable[[asyncio.Task[None]], None]:
         def done(_task: asyncio.Task[None]) -> None:
@@ -91,25 +110,26 @@ class Instances:
         }
         async with self.ctx.db.write() as conn:
             busy = await fleet_store.live_blocks_on(conn, inst.id)
-            res = await conn.execute(
-                sa.update(instances)
-                .where(leases.guard(instances, inst.id, token), instances.c.status == "pending")
-                .values(
-                    status="busy" if busy else "idle",
-                    busy_blocks=busy,
-                    agent=dump(stored_agent),
-                    hostname=provisioned.hostname,
-                    offer=dump(offer),
-                    started_at=now,
-                    last_processed_at=now,
-                    last_job_finished_at=None if busy else now,
-                    total_blocks=provisioned.total_blocks or inst.total_blocks,
-                    lock_owner=None,
-                    lock_token=None,
-                    lock_expires_at=None,
-                )
+            res = await tracked_update(
+                conn,
+                instances,
+                sa.and_(leases.guard(instances, inst.id, token), instances.c.status == "pending"),
+                {
+                    "status": "busy" if busy else "idle",
+                    "busy_blocks": busy,
+                    "agent": dump(stored_agent),
+                    "hostname": provisioned.hostname,
+                    "offer": dump(offer),
+                    "started_at": now,
+                    "last_processed_at": now,
+                    "last_job_finished_at": None if busy else now,
+                    "total_blocks": provisioned.total_blocks or inst.total_blocks,
+                    "lock_owner": None,
+                    "lock_token": None,
+                    "lock_expires_at": None,
+                },
             )
-        if res.rowcount == 0:  # lost the lease, or the instance is being terminated meanwhile
+        if res == 0:  # lost the lease, or the instance is being terminated meanwhile
             async with self.ctx.db.read() as conn:
                 now_rec = await fleet_store.get_instance(conn, inst.id)
             recorded = (now_rec.agent or {}).get("url") if now_rec is not None else None
@@ -140,31 +160,33 @@ class Instances:
         )
         now = time.time()
         async with self.ctx.db.write() as conn:
-            await conn.execute(
-                sa.update(instances)
-                .where(leases.guard(instances, inst.id, token))
-                .values(
-                    status="terminated",
-                    termination_reason="error",
-                    termination_reason_message=message,
-                    finished_at=now,
-                    last_processed_at=now,
-                    lock_owner=None,
-                    lock_token=None,
-                    lock_expires_at=None,
-                )
+            await tracked_update(
+                conn,
+                instances,
+                leases.guard(instances, inst.id, token),
+                {
+                    "status": "terminated",
+                    "termination_reason": "error",
+                    "termination_reason_message": message,
+                    "finished_at": now,
+                    "last_processed_at": now,
+                    "lock_owner": None,
+                    "lock_token": None,
+                    "lock_expires_at": None,
+                },
             )
-            await conn.execute(
-                sa.update(jobs)
-                .where(jobs.c.instance_id == inst.id, jobs.c.status.in_(("provisioning", "submitted")))
-                .values(
-                    status="failed",
-                    termination_reason="failed_to_start_due_to_no_capacity",
-                    termination_reason_message=f"Failed to provision instance {inst.name}: {message}",
-                    status_message="no capacity",
-                    finished_at=now,
-                    last_processed_at=now,
-                )
+            await tracked_update(
+                conn,
+                jobs,
+                sa.and_(jobs.c.instance_id == inst.id, jobs.c.status.in_(("provisioning", "submitted"))),
+                {
+                    "status": "failed",
+                    "termination_reason": "failed_to_start_due_to_no_capacity",
+                    "termination_reason_message": f"Failed to provision instance {inst.name}: {message}",
+                    "status_message": "no capacity",
+                    "finished_at": now,
+                    "last_processed_at": now,
+                },
             )
         self.ctx.wakeups.wake("runs", "scheduler")
 
@@ -184,29 +206,31 @@ class Instances:
             return
         now = time.time()
         async with self.ctx.db.write() as conn:
-            await conn.execute(
-                sa.update(instances)
-                .where(leases.guard(instances, inst.id, token))
-                .values(
-                    status="terminated",
-                    finished_at=now,
-                    last_processed_at=now,
-                    busy_blocks=0,
-                    lock_owner=None,
-                    lock_token=None,
-                    lock_expires_at=None,
-                )
+            await tracked_update(
+                conn,
+                instances,
+                leases.guard(instances, inst.id, token),
+                {
+                    "status": "terminated",
+                    "finished_at": now,
+                    "last_processed_at": now,
+                    "busy_blocks": 0,
+                    "lock_owner": None,
+                    "lock_token": None,
+                    "lock_expires_at": None,
+                },
             )
             # Jobs still bound to a terminated instance cannot go on.
-            await conn.execute(
-                sa.update(jobs)
-                .where(jobs.c.instance_id == inst.id, jobs.c.status.in_(fleet_store.LIVE_JOB_STATUSES))
-                .values(
-                    status="terminated",
-                    termination_reason="terminated_by_server",
-                    termination_reason_message=f"Instance {inst.name} was terminated",
-                    finished_at=now,
-                )
+            await tracked_update(
+                conn,
+                jobs,
+                sa.and_(jobs.c.instance_id == inst.id, jobs.c.status.in_(fleet_store.LIVE_JOB_STATUSES)),
+                {
+                    "status": "terminated",
+                    "termination_reason": "terminated_by_server",
+                    "termination_reason_message": f"Instance {inst.name} was terminated",
+                    "finished_at": now,
+                },
             )
         log.info(
             "instance %s of fleet %s terminated%s",

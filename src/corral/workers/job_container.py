@@ -91,7 +91,16 @@ def _volumes(conf: dict[str, Any]) -> list[InstanceMount]:
 
 
 def _ports(conf: dict[str, Any]) -> list[int]:
-    return [int(p["container_port"]) for p in conf.get("ports") or [] if isinstance(p, dict)]
+    """The ports the job listens on: its ``ports``, and a service's ``port`` (where its proxy reaches it)."""
+    ports = [int(p["container_port"]) for p in conf.get("ports") or [] if isinstance(p, dict)]
+    service = conf.get("port") if conf.get("type") == "service" else None
+    if isinstance(service, dict) and int(service["container_port"]) not in ports:
+        ports.append(int(service["container_port"]))
+    return ports
+
+
+#: dstack's ``DSTACK_RUNNER_SSH_PORT``: the ``<run>`` hop's port behind the ``<run>-host`` hop.
+CONTAINER_SSH_PORT = 10022
 
 
 def runtime_data(sub: JobSubmission, working_dir: str | None) -> dict[str, Any]:
@@ -128,4 +137,9 @@ def with_agent_state(data: dict[str, Any] | None, state: JobState) -> dict[str, 
         out[PULL_PROGRESS_KEY] = state.image_pull_progress.to_dict()
     else:
         out.pop(PULL_PROGRESS_KEY, None)
+    # the job's own SSH server is at CONTAINER_SSH_PORT behind the endpoint's outer hop (corral.sshd), the
+    # port the official CLI assumes when ``ports`` does not name it
+    out["username"] = out.get("username") or "root"
+    if state.working_dir:
+        out["working_dir"] = state.working_dir
     return out

@@ -32,13 +32,20 @@ class JobOutcomes:
         data = with_agent_state(job.job_runtime_data, state)
         values: dict[str, Any] = {"job_runtime_data": dump(data)}
         if state.state == "running":
-            values.update(status="running", last_processed_at=time.time())
+            values.update(status="running", last_processed_at=time.time(), ssh_seen_at=time.time())
         elif data == job.job_runtime_data:
             return
         async with self.ctx.db.write() as conn:
             ok = await run_store.update_job(conn, job.id, values, expect_status=("pulling",))
         if ok and state.state == "running":
             self.ctx.wakeups.wake("runs")
+
+    async def _runtime(self, job: JobRec, state: JobState) -> None:
+        """Record what the agent reports of a running job (its working dir once it started)."""
+        async with self.ctx.db.write() as conn:
+            await run_store.update_job(
+                conn, job.id, {"job_runtime_data": dump(with_agent_state(job.job_runtime_data, state))}
+            )
 
     async def _unreachable(self, job: JobRec) -> bool:
         now = time.time()
@@ -76,6 +83,8 @@ class JobOutcomes:
             status, reason, message = "terminated", "terminated_by_server", "Run is to be resubmitted"
         elif stopped == "server":  # another job of its run failed for good (workers/runs.py)
             status, reason, message = "terminated", "terminated_by_server", "Stopped: another job of the run failed"
+        elif stopped == "inactivity":  # a dev environment idle past its inactivity_duration (workers/jobs.py)
+            status, reason, message = "terminated", "inactivity_duration_exceeded", job.termination_reason_message
         elif stopped:
             status, reason = "terminated", "terminated_by_user"
         elif state.termination_reason == "terminated_by_server":  # e.g. a secret it needs is gone

@@ -48,20 +48,24 @@ def sandbox_message(state: JobState) -> str | None:
     return state.sandbox.message if state.sandbox is not None else None
 
 
-def provisioning_data(inst: InstanceRec) -> dict[str, Any]:
+def provisioning_data(inst: InstanceRec, job_id: str, ssh: tuple[str, int] | None) -> dict[str, Any]:
+    """dstack's ``job_provisioning_data``: the SSH fields in its ``dockerized`` layout, where ``hostname``
+    and ``ssh_port`` are the server's SSH endpoint and ``username`` names the job (:mod:`corral.sshd`);
+    ``internal_ip`` is the instance's own address."""
     return {
         "backend": "remote",
         "corral_backend": inst.backend,
         "corral_instance": inst.name,
         "instance_type": wire.instance_type(inst.offer),
         "instance_id": inst.id,
-        "hostname": inst.hostname or "127.0.0.1",
-        "internal_ip": "127.0.0.1",
+        "hostname": ssh[0] if ssh is not None else inst.hostname or "127.0.0.1",
+        "internal_ip": inst.hostname or "127.0.0.1",
         "region": inst.region or "local",
         "price": inst.price or 0.0,
-        "username": "root",
-        "ssh_port": None,
-        "dockerized": False,
+        "username": job_id,
+        "ssh_port": ssh[1] if ssh is not None else None,
+        "dockerized": True,
+        "ssh_proxy": None,
         "backend_data": None,
     }
 
@@ -76,4 +80,4 @@ def ports_taken(conf: dict[str, Any], sub: JobSubmission, sandboxed: bool) -> li
     elif sandboxed:
         return []
     ports = [int(p["container_port"]) for p in conf.get("ports") or [] if isinstance(p, dict)]
-    return taken_ports(ports) if ports else []
+    return taken_ports(ports) if ports else []  # a service's own `port` may be shared by its replicas

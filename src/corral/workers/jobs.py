@@ -17,6 +17,7 @@ from collections.abc import Callable
 from corral.agent.protocol import JobState, JobSubmission, LogsReply
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
 from corral.backends.base import AgentEndpoint
+from corral.domain import inactivity
 from corral.domain.interpolation import InterpolationError
 from corral.domain.log_masking import LogMasker
 from corral.domain.records import InstanceRec, JobRec
@@ -206,6 +207,8 @@ class Jobs(JobLeases, JobOutcomes):
         except AgentError as e:
             await self._finish(job, JobState(job.id, "failed", message=str(e)), stopped=None, executor_error=True)
             return
+        # a job is not running before its SSH endpoint accepts connections
+        ssh = await self.ctx.ssh_endpoint() if self.ctx.ssh_endpoint is not None else None
         now = time.time()
         async with self.ctx.db.write() as conn:
             ok = await run_store.update_job(
@@ -214,7 +217,8 @@ class Jobs(JobLeases, JobOutcomes):
                 {
                     "status": "pulling" if state.state == "pending" and submission.image else "running",
                     "last_processed_at": now,
-                    "job_provisioning_data": dump(provisioning_data(inst)),
+                    "ssh_seen_at": now,  # a dev environment's inactivity runs from its start
+                    "job_provisioning_data": dump(provisioning_data(inst, job.id, ssh)),
                     "job_runtime_data": dump(
                         with_agent_state(runtime_data(submission, spec.get("working_dir")), state)
                     ),
@@ -235,6 +239,26 @@ class Jobs(JobLeases, JobOutcomes):
         spec = job.job_spec
         auth = opened_auth(self.ctx.cipher, spec.get("registry_auth"))
         return await job_secrets.mask_values(self.ctx, job.project_id, spec.get("env") or {}, auth)
+
+    async def _inactivity_duration(self, job: JobRec) -> int | None:
+        async with self.ctx.db.read() as conn:
+            run = await run_store.get_run_by_id(conn, job.run_id)
+        return inactivity.duration_of(dict(run.run_spec.get("configuration") or {})) if run is not None else None
+
+    async def _inactive(self, job: JobRec, limit: int) -> bool:
+        """A dev environment idle past its ``inactivity_duration`` is stopped as dstack stops it."""
+        now = time.time()
+        if not inactivity.exceeded(job.ssh_seen_at, limit, now):
+            return False
+        message = inactivity.message(inactivity.inactive_secs(job.ssh_seen_at or now, now), limit)
+        async with self.ctx.db.write() as conn:
+            ok = await run_store.update_job(
+                conn,
+                job.id,
+                {"stop_requested": "inactivity", "termination_reason_message": message},
+                expect_status=("running",),
+            )
+        return ok
 
     def _local_sandboxed(self) -> bool:
         """Whether the local backend's agents run host-process jobs in a sandbox (their own network)."""
@@ -273,12 +297,13 @@ class Jobs(JobLeases, JobOutcomes):
         client = self._client(inst)
         offset = job.log_offset
         stop_sent: str | None = None
-        wait = self.ctx.settings.agent_poll_wait
         poke = self._pokes.get(job.id)
+        idle_limit = await self._inactivity_duration(job)
         try:
             # the job's secret values never reach the stored output (``domain/log_masking.py``)
             masker = LogMasker(await self._values_to_mask(job))
             while True:
+                wait = self.ctx.settings.agent_poll_wait
                 if poke is not None:
                     poke.clear()  # whatever poked us is seen by the reload below
                 current = await self._reload(job.id)
@@ -286,6 +311,11 @@ class Jobs(JobLeases, JobOutcomes):
                     return
                 if not await self._keep(job.id):
                     return  # another replica took the job over
+                if idle_limit is not None and current.status == "running" and not current.stop_requested:
+                    if await self._inactive(current, idle_limit):
+                        continue
+                    seen = current.ssh_seen_at or time.time()
+                    wait = max(0.5, min(wait, seen + idle_limit - time.time() + 0.1))
                 if current.stop_requested and stop_sent != current.stop_requested:
                     try:
                         await client.stop(job.id, abort=current.stop_requested == "abort")
@@ -326,6 +356,10 @@ class Jobs(JobLeases, JobOutcomes):
                     offset = reply.next_offset
                 if current.status == "pulling" and not reply.state.finished:
                     await self._pulling(current, reply.state)
+                elif reply.state.working_dir and (current.job_runtime_data or {}).get("working_dir") != (
+                    reply.state.working_dir
+                ):
+                    await self._runtime(current, reply.state)
                 if reply.state.finished and not reply.entries:
                     held = masker.flush()  # the output has ended: what was held back (no whole secret)
                     if held:

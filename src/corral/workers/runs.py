@@ -17,6 +17,7 @@ from corral.domain.statuses import JobStatus, RunStatus, RunTerminationReason, r
 from corral.store import resubmit as resubmit_store
 from corral.store import runs as run_store
 from corral.workers.context import Context
+from corral.workers.service_health import is_service, plan_service
 
 log = logging.getLogger("corral.runs")
 
@@ -120,6 +121,7 @@ class Runs:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._timer: asyncio.TimerHandle | None = None
+        self._give_ups: list[str] = []
 
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
@@ -132,14 +134,30 @@ class Runs:
                 j.id
                 for run in active
                 for key, j in latest_by_run[run.id].items()
-                if needs_retry_evaluation(j.status, j.termination_reason)
-                and any(s.provisioned for s in histories[run.id][key])
+                if is_service(run.jobs)  # a service's retry.duration is its clock (service_health)
+                or (
+                    needs_retry_evaluation(j.status, j.termination_reason)
+                    and any(s.provisioned for s in histories[run.id][key])
+                )
             ]
             retries = await resubmit_store.retry_specs(conn, to_evaluate)
         now = time.time()
         updates: list[tuple[str, dict[str, object], str]] = []
         for run in states:
             latest = latest_by_run[run.id]
+            if run.id in histories and is_service(run.jobs):
+                sp = plan_service(latest, histories[run.id], run.jobs, retries, run.submitted_at, now)
+                if sp.give_up:
+                    updates.append((run.id, self._give_up(run, now), run.status))
+                    continue
+                if sp.check_at is not None:
+                    self._wake_at(sp.check_at + 0.01)
+                if sp.resubmit:
+                    if sp.due > now:
+                        self._wake_at(sp.due)
+                    else:
+                        await self._resubmit(run, latest, sp.resubmit, now)
+                    continue
             plan = plan_retry(latest, histories[run.id], retries, now) if run.id in histories else RetryPlan()
             if plan.resubmit:
                 if plan.due > now:
@@ -176,6 +194,20 @@ class Runs:
                         finished.append((run_id, values))
             for run_id, values in finished:
                 _log_finished(names.get(run_id) or run_id, values)
+        for run_id in self._give_ups:
+            await self._stop_jobs(run_id, "server")
+        self._give_ups.clear()
+
+    def _give_up(self, run: run_store.RunState, now: float) -> dict[str, object]:
+        """No replica of the service was ready for its ``retry.duration``: stop it, failing."""
+        log.info("service %s: no replica became ready within its retry duration; stopping it", run.name)
+        self._give_ups.append(run.id)
+        return {
+            "status": RunStatus.TERMINATING.value,
+            "termination_reason": RunTerminationReason.RETRY_LIMIT_EXCEEDED.value,
+            "status_message": "no replica became ready within the retry duration",
+            "last_processed_at": now,
+        }
 
     def _wake_at(self, when: float) -> None:
         """Run a pass at ``when`` (wall clock): one timer, the earliest asked for."""

@@ -12,6 +12,7 @@ from corral.workers.context import Context
 from corral.workers.hosts import Hosts
 from corral.workers.instances import Instances
 from corral.workers.jobs import Jobs
+from corral.workers.probes import Probes
 from corral.workers.runs import Runs
 from corral.workers.scheduling import Scheduling
 
@@ -44,6 +45,7 @@ class Workers:
         self.jobs = Jobs(ctx)
         self.runs = Runs(ctx)
         self.hosts = Hosts(ctx)
+        self.probes = Probes(ctx)
         self._tasks: list[asyncio.Task[None]] = []
         self._notifier: PgNotifier | None = None
         self._stopping = False
@@ -69,6 +71,7 @@ class Workers:
         for name, fn in loops.items():
             self._tasks.append(asyncio.create_task(self._loop(name, fn), name=f"corral-{name}"))
         self._tasks.append(asyncio.create_task(self.hosts.run(), name="corral-hosts"))  # on its own interval
+        self._tasks.append(asyncio.create_task(self.probes.run(), name="corral-probes"))  # service replicas
         # The first passes (they pick up whatever the last server left) once start-up is over: run at once, they
         # would share the loop and the GIL with the end of start-up and the first requests.
         self._first_passes = asyncio.get_running_loop().call_later(FIRST_PASS_DELAY, self.ctx.wakeups.wake)
@@ -96,6 +99,7 @@ class Workers:
 
     async def stop(self) -> None:
         self._stopping = True
+        self.probes.stop()
         if self._first_passes is not None:
             self._first_passes.cancel()
         if self._notifier is not None:
@@ -105,6 +109,8 @@ class Workers:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.jobs.stop_all()
+        if self.ctx.ssh_endpoint_close is not None:
+            await self.ctx.ssh_endpoint_close()
         await self.hosts.stop()
         await self.instances.drain()
         for compute in self.ctx.computes.values():

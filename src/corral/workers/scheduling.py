@@ -101,6 +101,7 @@ def queued_job(
         project_name=project_name,
         selectors=selectors,
         barred_backends=barred_backends,
+        replica_num=int(job_spec.get("replica_num") or 0),
     )
 
 

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""The in-server proxy's overhead beside a direct request to the same replica.
+
+Starts a corral server in this process (SQLite, the local backend; the job sandbox when run as root),
+applies a one-replica service whose app is a tiny asyncio HTTP/1.1 server answering ``ok``, waits until
+it is ready, then a load client in a second process sends GET requests over keep-alive connections:
+straight to the replica's port on this machine, then through ``/proxy/services/main/bench/``. Prints
+p50/p99 latency at concurrency 1, requests per second at concurrency 16, the proxy's added latency, and
+the database statements the server ran per proxied request (beyond what its workers run when idle,
+measured over a window of the same length). Figures, not assertions.
+
+    python benchmarks/proxy_overhead.py [--requests 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+APP = b"""
+import asyncio
+BODY = b"HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nContent-Type: text/plain\\r\\n\\r\\nok"
+async def serve(r, w):
+    try:
+        while True:
+            await r.readuntil(b"\\r\\n\\r\\n")
+            w.write(BODY)
+    except Exception:
+        w.close()
+async def main():
+    s = await asyncio.start_server(serve, "0.0.0.0", 8000)
+    await s.serve_forever()
+asyncio.run(main())
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+# ---- the load client (a second process) ---------------------------------------------------------
+async def _worker(host: str, port: int, head: bytes, n: int, out: list[float]) -> None:
+    from corral.backends.http1 import iter_body, read_response
+
+    reader, writer = await asyncio.open_connection(host, port)
+    for _ in range(n):
+        t0 = time.perf_counter()
+        writer.write(head)
+        resp = await read_response(reader, "GET")
+        async for _chunk in iter_body(reader, resp):
+            pass
+        if resp.status not in (200, 404):
+            raise SystemExit(f"HTTP {resp.status}")
+        out.append(time.perf_counter() - t0)
+    writer.close()
+
+
+async def _load(url: str, token: str, requests: int, concurrency: int) -> dict[str, float]:
+    rest = url.removeprefix("http://")
+    hostport, _, path = rest.partition("/")
+    host, port = hostport.split(":")
+    head = (
+        f"GET /{path} HTTP/1.1\r\nHost: {hostport}\r\nAuthorization: Bearer {token}\r\nUser-Agent: bench\r\n\r\n"
+    ).encode()
+    warm: list[float] = []
+    await _worker(host, int(port), head, 200, warm)
+    lat: list[float] = []
+    t0 = time.perf_counter()
+    per = requests // concurrency
+    await asyncio.gather(*(_worker(host, int(port), head, per, lat) for _ in range(concurrency)))
+    wall = time.perf_counter() - t0
+    return {
+        "rps": len(lat) / wall,
+        "p50_ms": statistics.median(lat) * 1000,
+        "p99_ms": pct(lat, 0.99) * 1000,
+        "wall_s": wall,
+        "requests": len(lat),
+    }
+
+
+def client_main(url: str, token: str, requests: int, concurrency: int) -> None:
+    print(json.dumps(asyncio.run(_load(url, token, requests, concurrency))))
+
+
+def run_client(url: str, token: str, requests: int, concurrency: int) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--client", url, token, str(requests), str(concurrency)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return dict(json.loads(out.stdout))
+
+
+# ---- the server (this process) --------------------------------------------------------------------
+async def bench(requests: int) -> None:
+    import httpx
+    import uvicorn
+    from sqlalchemy import event
+
+    from corral.server import prepare
+    from corral.settings import Settings
+
+    tmp = Path(tempfile.mkdtemp(prefix="corral-proxy-bench-"))
+    settings = Settings.from_env(
+        {},
+        server_dir=tmp / "server",
+        database_url=f"sqlite+aiosqlite:///{tmp / 'server' / 'corral.db'}",
+        admin_token="bench-token",
+        write_cli_config=False,
+        safety_net_interval=60.0,
+        sandbox="on" if os.geteuid() == 0 else "off",
+        local_cpus=4,
+        local_memory_mib=8192,
+    )
+    prepared = await prepare(settings)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(prepared.app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    statements = 0
+
+    def count(*_args: Any) -> None:
+        nonlocal statements
+        statements += 1
+
+    db = prepared.ctx.db
+    for engine in {id(e): e for e in (db._read, db._write)}.values():
+        event.listen(engine.sync_engine, "before_cursor_execute", count)
+    base = f"http://127.0.0.1:{port}"
+    app = base64.b64encode(APP).decode()
+    try:
+        async with httpx.AsyncClient(base_url=base, headers={"Authorization": "Bearer bench-token"}, timeout=30) as c:
+            fleet = {"type": "fleet", "name": "bench", "nodes": "0..1", "resources": {"cpu": "1.."}}
+            await c.post(
+                "/api/project/main/fleets/apply",
+                json={"force": False, "plan": {"spec": {"configuration": fleet, "profile": {}}}},
+            )
+            conf = {
+                "type": "service",
+                "name": "bench",
+                "port": 8000,
+                "commands": [f"echo {app} | base64 -d > app.py", "exec python3 app.py"],
+                "resources": {"cpu": "1..", "memory": "0.1GB.."},
+            }
+            r = await c.post(
+                "/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": conf}}}
+            )
+            r.raise_for_status()
+            deadline = time.monotonic() + 120
+            while True:
+                run = (await c.post("/api/project/main/runs/get", json={"run_name": "bench"})).json()
+                sub = run["jobs"][0]["job_submissions"][-1]
+                if sub["status"] == "running" and sub.get("corral_ready"):
+                    break
+                if time.monotonic() > deadline or run["status"] in ("failed", "terminated"):
+                    raise SystemExit(f"the service did not become ready: {run['status']} {sub['status']}")
+                await asyncio.sleep(0.2)
+            host_port = (sub.get("job_runtime_data") or {}).get("ports", {}) or {}
+            direct = f"http://127.0.0.1:{host_port.get('8000', 8000)}/"
+            proxied = f"{base}/proxy/services/main/bench/"
+            results: dict[str, dict[str, float]] = {}
+            # the floor: the server answering from the proxy's cache without any upstream (404, no such service)
+            floor = f"{base}/proxy/services/main/nosuch/"
+            for name, url in (("direct", direct), ("proxy", proxied), ("floor", floor)):
+                for conc in (1, 16):
+                    before = statements
+                    results[f"{name}@{conc}"] = res = await asyncio.to_thread(
+                        run_client, url, "bench-token", requests, conc
+                    )
+                    res["statements"] = statements - before
+            # the workers' own statements over a window as long as the proxied runs
+            window = results["proxy@1"]["wall_s"] + results["proxy@16"]["wall_s"]
+            before = statements
+            await asyncio.sleep(window)
+            idle = statements - before
+            await c.post("/api/project/main/runs/stop", json={"runs_names": ["bench"], "abort": True})
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 30)
+        for compute in prepared.ctx.computes.values():
+            if hasattr(compute, "reap_grace"):
+                compute.reap_grace = 0.0
+            await compute.reap_unknown(set())
+        await db.dispose()
+
+    load = os.getloadavg()[0]
+    print(f"proxy overhead ({requests} requests per figure, sandbox={settings.sandbox}, load {load:.2f})")
+    print(f"{'path':<10}{'conc':>5}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
+    for key, res in results.items():
+        name, conc = key.split("@")
+        print(f"{name:<10}{conc:>5}{res['rps']:>10.0f}{res['p50_ms']:>10.3f}{res['p99_ms']:>10.3f}")
+    d1, p1 = results["direct@1"], results["proxy@1"]
+    print(f"added at concurrency 1: p50 {p1['p50_ms'] - d1['p50_ms']:.3f} ms, p99 {p1['p99_ms'] - d1['p99_ms']:.3f} ms")
+    print(
+        f"req/s at concurrency 16: proxy {results['proxy@16']['rps']:.0f} vs direct {results['direct@16']['rps']:.0f}"
+    )
+    proxied_statements = results["proxy@1"]["statements"] + results["proxy@16"]["statements"]
+    n = results["proxy@1"]["requests"] + results["proxy@16"]["requests"]
+    print(
+        f"database statements: {proxied_statements} during {n:.0f} proxied requests, {idle} in an idle window as long "
+        f"-> {(proxied_statements - idle) / n:.4f} per request beyond the workers' own"
+    )
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        client_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=3000)
+    args = parser.parse_args()
+    asyncio.run(bench(args.requests))
+
+
+if __name__ == "__main__":
+    main()

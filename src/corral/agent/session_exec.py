@@ -1,0 +1,98 @@
+"""The session launcher: the first process of an SSH session into a running host-process job, which
+becomes the session's command.
+
+Started by :mod:`corral.agent.sessions` as ``python3 -I -S -c <this file's source> <spec>`` (a fresh,
+single-threaded interpreter, as :mod:`corral.agent.sandbox_exec`). For a job in a sandbox it joins the
+job's network and mount namespaces (``setns`` on ``/proc/<pid>/ns/...``: the job's ``/`` and network)
+and, when the job has one, its user namespace; then it takes the job's uid and gid (no supplementary
+groups, ``no_new_privs``), never more than the job has. With ``tty`` it makes its standard input its
+controlling terminal. Then it ``exec``s the command in the job's working dir with the job's environment.
+
+Errors are one line on standard error and exit status 126 (127: the command cannot be run). Only the
+standard library and ``ctypes`` (``setns`` is not in Python 3.9); Linux only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl  # imported before the job's namespaces are joined: its root may not hold the interpreter's
+import marshal
+import os
+import sys
+import termios
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+PR_SET_NO_NEW_PRIVS = 38
+
+
+def _libc() -> ctypes.CDLL:
+    for name in (None, "libc.so.6"):
+        try:
+            lib = ctypes.CDLL(name, use_errno=True)
+            lib.setns  # noqa: B018 - the symbol must be there
+            return lib
+        except (OSError, AttributeError):
+            continue
+    raise OSError("cannot load the C library")
+
+
+class SessionError(Exception):
+    pass
+
+
+def _same_ns(pid: int, kind: str) -> bool:
+    return os.stat(f"/proc/{pid}/ns/{kind}").st_ino == os.stat(f"/proc/self/ns/{kind}").st_ino
+
+
+def enter(spec: dict) -> None:  # type: ignore[type-arg]
+    pid = spec.get("pid")
+    uid, gid = spec.get("uid"), spec.get("gid")
+    libc = _libc()
+    if pid:
+        # every namespace file is opened first: joining the mount namespace hides the host's /proc
+        fds = []
+        for kind, flag in (("net", CLONE_NEWNET), ("mnt", CLONE_NEWNS), ("user", CLONE_NEWUSER)):
+            if not _same_ns(pid, kind):
+                fds.append((kind, flag, os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY)))
+        os.setgroups([])
+        for kind, flag, fd in fds:
+            if libc.setns(fd, flag) != 0:
+                raise SessionError(f"join the job's {kind} namespace: {os.strerror(ctypes.get_errno())}")
+            os.close(fd)
+            if kind == "user":
+                inside = spec.get("inside") or (0, 0)
+                uid, gid = int(inside[0]), int(inside[1])
+    if spec.get("tty"):
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    if gid is not None and uid is not None and (os.getuid(), os.getgid()) != (uid, gid):
+        if os.getuid() == 0:
+            os.setgroups([])
+        os.setgid(int(gid))
+        os.setuid(int(uid))
+    if pid:
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    try:
+        os.chdir(spec["cwd"])
+    except OSError:
+        os.chdir("/")
+
+
+def main() -> None:
+    spec = marshal.loads(bytes.fromhex(sys.argv[1]))
+    try:
+        enter(spec)
+    except (SessionError, OSError, KeyError, ValueError) as e:
+        os.write(2, f"corral: cannot open the session in the job: {e}\r\n".encode())
+        os._exit(126)
+    argv = spec["argv"]
+    try:
+        os.execvpe(argv[0], argv, spec["env"])
+    except OSError as e:
+        os.write(2, f"corral: cannot run {argv[0]}: {e.strerror}\r\n".encode())
+        os._exit(127)
+
+
+if __name__ == "__main__":
+    main()

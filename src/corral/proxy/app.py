@@ -1,0 +1,428 @@
+"""The proxy's ASGI handler: ``/proxy/services/<project>/<run>[/<path>]``, every method.
+
+As dstack's in-server proxy: ``/proxy/services/<p>/<run>`` answers 308 to its trailing slash; 404
+``Service <p>/<run> not found`` while the run has no ready replica (checked before auth); 403 without a
+project member's token unless ``auth: false``; ``strip_prefix`` (default) forwards only the path after the
+prefix; 502/504 when the replica fails or is too slow. Beyond dstack: hop-by-hop headers are dropped and
+``X-Forwarded-For/Proto/Host/Prefix`` set; the ``Authorization`` header it authenticated and corral's
+cookies never reach the service (and a ``Set-Cookie`` of corral's names never reaches the caller); the
+replica with the fewest requests in flight is chosen; upstream connections are kept alive; a request that
+could not be delivered is tried once more on another replica; bodies stream both ways; request bodies
+are limited to ``proxy_body_limit`` (64 MiB) as dstack's gateway limits them; WebSocket upgrades pass
+(``proxy.websocket``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from corral.backends.http1 import LAST_CHUNK, Http1Error, chunk, iter_body, read_response, request_head
+from corral.backends.replica_port import open_replica
+from corral.proxy.balancer import Balancer
+from corral.proxy.cache import Cache
+from corral.proxy.pool import Conn, Pool, close
+from corral.services import service_routing
+from corral.services.service_routing import Replica, Route
+from corral.workers.context import Context
+
+log = logging.getLogger("corral.proxy")
+PREFIX = "/proxy/services/"
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+_SET_BY_PROXY = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-prefix"})
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+#: Cookies of these names are corral's: never sent to a service, never set by one.
+CORRAL_COOKIE_PREFIX = b"corral"
+CONNECT_TIMEOUT = 10.0
+#: A request body up to this size is read before it is sent (so it can be sent to another replica).
+HOLD_BODY = 1 << 20
+#: How long a cached route or membership may live should a wake-up be lost.
+CACHE_TTL = 10.0
+
+
+class _Failed(Exception):
+    """The request could not be delivered to the replica (``sent``: some of it may have reached it)."""
+
+    def __init__(self, why: str, sent: bool) -> None:
+        super().__init__(why)
+        self.sent = sent
+
+
+async def _json(send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    data = orjson.dumps(body)
+    hs = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *(headers or [])]
+    await send({"type": "http.response.start", "status": status, "headers": hs})
+    await send({"type": "http.response.body", "body": data})
+
+
+def _cookies_without_corral(value: bytes) -> bytes:
+    kept = [c for c in value.split(b";") if not c.strip().lower().startswith(CORRAL_COOKIE_PREFIX)]
+    return b";".join(kept).strip()
+
+
+def _token(headers: list[tuple[bytes, bytes]]) -> str | None:
+    for k, v in headers:
+        if k == b"authorization":
+            scheme, _, token = v.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    return None
+
+
+class ServiceProxy:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.routes: Cache[tuple[str, str], Route | None] = Cache(self._load_route, CACHE_TTL)
+        self.members: Cache[tuple[str, str], bool] = Cache(self._load_member, CACHE_TTL)
+        self.balancer = Balancer(ctx.settings.probe_failure_threshold)
+        self.pool = Pool()
+        self._service_jobs: dict[tuple[str, str], set[str]] = {}
+        ctx.wakeups.listen("services", self._services_changed)
+        ctx.wakeups.listen("access", self.members.clear)
+
+    # ---- caches ------------------------------------------------------------------------------
+    async def _load_route(self, key: tuple[str, str]) -> Route | None:
+        route = await service_routing.route(self.ctx, *key)
+        # connections to replicas no longer in the route are closed now (dstack keeps them, #2238)
+        live = {r.job_id for r in route.replicas} if route else set()
+        for job_id in self._service_jobs.get(key, set()) - live:
+            self.pool.drop(job_id)
+            self.balancer.forget_one(job_id)
+        self._service_jobs[key] = live
+        return route
+
+    async def _load_member(self, key: tuple[str, str]) -> bool:
+        return await service_routing.is_member(self.ctx, *key)
+
+    def _services_changed(self) -> None:
+        self.routes.clear()
+
+    # ---- ASGI --------------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        parts = path[len(PREFIX) :].split("/", 2) if path.startswith(PREFIX) else []
+        if len(parts) < 2 or not parts[0] or not parts[1]:
+            await _json(send, 404, {"detail": "Not Found"})
+            return
+        project, run = parts[0], parts[1]
+        if len(parts) == 2:
+            query = scope.get("query_string") or b""
+            location = (path + "/").encode() + (b"?" + query if query else b"")
+            await send({"type": "http.response.start", "status": 308, "headers": [(b"location", location)]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        route = await self.routes.get((project, run))
+        if route is None or not route.replicas:
+            await _json(send, 404, {"detail": f"Service {project}/{run} not found"})
+            return
+        headers: list[tuple[bytes, bytes]] = list(scope["headers"])
+        if route.auth:
+            token = _token(headers)
+            if token is None or not await self.members.get((token, project)):
+                await _json(send, 403, {"detail": f"Unauthenticated or unauthorized to access project {project}"})
+                return
+        if any(k == b"upgrade" for k, _ in headers):
+            await _json(send, 400, {"detail": "Upgrading connections is not supported"})
+            return
+        await self._forward(scope, receive, send, route, headers, f"{PREFIX}{project}/{run}")
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket to the service: the same route, auth and choice of replica as a request."""
+        from corral.proxy.websocket import UpstreamRefused, bridge  # wsproto: on the first upgrade only
+
+        async def refuse(why: str) -> None:
+            log.debug("WebSocket %s refused: %s", scope["path"], why)
+            await send({"type": "websocket.close", "code": 1008})
+
+        path: str = scope["path"]
+        parts = path[len(PREFIX) :].split("/", 2)
+        if len(parts) < 3 or not parts[0] or not parts[1]:
+            await refuse("not a service's path")
+            return
+        project, run = parts[0], parts[1]
+        route = await self.routes.get((project, run))
+        if route is None or not route.replicas:
+            await refuse(f"Service {project}/{run} not found")
+            return
+        headers: list[tuple[bytes, bytes]] = list(scope["headers"])
+        if route.auth:
+            token = _token(headers)
+            if token is None or not await self.members.get((token, project)):
+                await refuse(f"Unauthenticated or unauthorized to access project {project}")
+                return
+        prefix = f"{PREFIX}{project}/{run}"
+        up_headers, _, _ = self._upstream_headers(scope, headers, route, prefix)
+        target = "/" + parts[2] if route.strip_prefix else path
+        if scope.get("query_string"):
+            target += "?" + scope["query_string"].decode("latin-1")
+        host = next((v.decode("latin-1") for k, v in headers if k == b"host"), "localhost")
+        tried: list[str] = []
+        while True:
+            rep = self.balancer.pick(route.run_id, route.replicas, time.monotonic(), exclude=tried)
+            if rep is None:
+                await send({"type": "websocket.close", "code": 1011})
+                return
+            tried.append(rep.job_id)
+            try:
+                conn = await self._dial(rep)
+            except (OSError, asyncio.TimeoutError, ConnectionError):
+                self.balancer.connect_failed(rep.job_id, time.monotonic())
+                continue
+            self.balancer.started(rep.job_id)
+            try:
+                await bridge(conn, target, host, up_headers, list(scope.get("subprotocols") or ()), receive, send)
+            except UpstreamRefused as e:
+                log.debug("WebSocket to replica %d of %s: %s", rep.replica_num, prefix, e)
+                await send({"type": "websocket.close", "code": 1011})
+            except (OSError, ConnectionError):
+                pass  # either side went away
+            finally:
+                self.balancer.finished(rep.job_id)
+                close(conn)
+            return
+
+    def _upstream_headers(
+        self, scope: Scope, headers: list[tuple[bytes, bytes]], route: Route, prefix: str
+    ) -> tuple[list[tuple[bytes, bytes]], int | None, bool]:
+        """The headers sent on, the request's Content-Length (None: not given) and whether it is chunked."""
+        named = {t.strip().lower() for k, v in headers if k == b"connection" for t in v.split(b",") if t.strip()}
+        out: list[tuple[bytes, bytes]] = []
+        length: int | None = None
+        chunked = False
+        forwarded_for = b""
+        host = b""
+        for k, v in headers:
+            if k == b"content-length":
+                try:
+                    length = int(v)
+                except ValueError:
+                    length = -1
+                continue
+            if k == b"transfer-encoding":
+                chunked = b"chunked" in v.lower()
+                continue
+            if k in HOP_BY_HOP or k in named or (k in _SET_BY_PROXY and k != b"x-forwarded-for"):
+                continue
+            if k == b"x-forwarded-for":
+                forwarded_for = v
+                continue
+            if k == b"authorization" and route.auth:
+                continue  # corral's credential: it stays with corral (dstack forwards it)
+            if k == b"cookie":
+                v = _cookies_without_corral(v)
+                if not v:
+                    continue
+            if k == b"host":
+                host = v
+            out.append((k, v))
+        client = scope.get("client")
+        client_ip = str(client[0]).encode() if client else b""
+        out.append((b"x-forwarded-for", forwarded_for + b", " + client_ip if forwarded_for else client_ip))
+        out.append((b"x-forwarded-proto", str(scope.get("scheme") or "http").encode()))
+        if host:
+            out.append((b"x-forwarded-host", host))
+        if route.strip_prefix:
+            out.append((b"x-forwarded-prefix", prefix.encode()))
+        return out, length, chunked
+
+    async def _forward(
+        self, scope: Scope, receive: Receive, send: Send, route: Route, headers: list[tuple[bytes, bytes]], prefix: str
+    ) -> None:
+        method: str = scope["method"]
+        up_headers, length, chunked = self._upstream_headers(scope, headers, route, prefix)
+        limit = self.ctx.settings.proxy_body_limit
+        if length is not None and (length < 0 or length > limit):
+            status, msg = (400, "Invalid Content-Length") if length < 0 else (413, "Request body too large")
+            await _json(send, status, {"detail": msg})
+            return
+        path = scope.get("raw_path") or scope["path"].encode()
+        if isinstance(path, bytes):
+            path = path.decode("latin-1")
+        target = path[len(prefix) :] if route.strip_prefix else path
+        query = scope.get("query_string") or b""
+        if query:
+            target += "?" + query.decode("latin-1")
+        # a body of known, small size is read whole first: held, the request can be sent again elsewhere
+        body, more = b"", False
+        if length or chunked:
+            try:
+                body, more = await self._read_held(receive, HOLD_BODY)
+            except _BodyTooLarge:
+                await _json(send, 413, {"detail": "Request body too large"})
+                return
+            except ConnectionError:
+                return
+        if length is not None:
+            up_headers.append((b"content-length", str(length).encode()))
+        elif chunked:
+            if not more:
+                up_headers.append((b"content-length", str(len(body)).encode()))
+            else:
+                up_headers.append((b"transfer-encoding", b"chunked"))
+        stream_body = more
+        use_chunked = chunked and more
+        head = request_head(method, target or "/", up_headers)
+        tried: list[str] = []
+        while True:
+            rep = self.balancer.pick(route.run_id, route.replicas, time.monotonic(), exclude=tried)
+            if rep is None:
+                await _json(send, 502, {"detail": "Error requesting upstream"})
+                return
+            tried.append(rep.job_id)
+            try:
+                await self._exchange(rep, method, head, body, use_chunked, receive if stream_body else None, send)
+                return
+            except _Failed as e:
+                retry = not stream_body and (not e.sent or method in IDEMPOTENT) and len(tried) < 2
+                if len(route.replicas) < 2:
+                    retry = False
+                log.debug("replica %s of %s: %s%s", rep.replica_num, prefix, e, " (retrying)" if retry else "")
+                if not retry:
+                    await _json(send, 502, {"detail": "Error requesting upstream"})
+                    return
+            except asyncio.TimeoutError:
+                await _json(send, 504, {"detail": "Timed out requesting upstream"})
+                return
+            except _BodyTooLarge:
+                await _json(send, 413, {"detail": "Request body too large"})
+                return
+
+    async def _read_held(self, receive: Receive, up_to: int) -> tuple[bytes, bool]:
+        """The body's first ``up_to`` bytes or more (whole if it ends by then) and whether more is to come."""
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                raise ConnectionError("the caller went away")
+            data = msg.get("body", b"")
+            parts.append(data)
+            size += len(data)
+            if size > self.ctx.settings.proxy_body_limit:
+                raise _BodyTooLarge
+            if not msg.get("more_body"):
+                return b"".join(parts), False
+            if size >= up_to:
+                return b"".join(parts), True
+
+    async def _dial(self, rep: Replica) -> Conn:
+        return await open_replica(self.ctx.computes, rep.instance, rep.host_port, CONNECT_TIMEOUT)
+
+    async def _exchange(
+        self,
+        rep: Replica,
+        method: str,
+        head: bytes,
+        body: bytes,
+        use_chunked: bool,
+        more: Receive | None,
+        send: Send,
+    ) -> None:
+        """Send the request to ``rep`` and stream its response to the caller; raises ``_Failed`` while
+        nothing has been answered yet."""
+        self.balancer.started(rep.job_id)
+        try:
+            for attempt in range(2):  # a kept-alive connection the replica closed meanwhile: once more, fresh
+                try:
+                    conn, reused = await self.pool.acquire(rep.job_id, lambda: self._dial(rep))
+                except (OSError, asyncio.TimeoutError, ConnectionError) as e:
+                    self.balancer.connect_failed(rep.job_id, time.monotonic())
+                    raise _Failed(f"cannot connect: {e}", sent=False) from None
+                reader, writer = conn
+                try:
+                    writer.write(head)
+                    if body:
+                        writer.write(chunk(body) if use_chunked else body)
+                    if more is not None:
+                        await self._send_rest(writer, more, use_chunked, len(body))
+                    elif use_chunked:
+                        writer.write(LAST_CHUNK)
+                    await writer.drain()
+                    resp = await asyncio.wait_for(read_response(reader, method), self.ctx.settings.proxy_timeout)
+                except asyncio.TimeoutError:
+                    close(conn)
+                    raise
+                except _BodyTooLarge:
+                    close(conn)
+                    raise
+                except (Http1Error, OSError, ConnectionError) as e:
+                    close(conn)
+                    if reused and attempt == 0 and more is None:
+                        continue
+                    if not reused:
+                        self.balancer.connect_failed(rep.job_id, time.monotonic())
+                    raise _Failed(f"no response: {e}", sent=True) from None
+                self.balancer.connected(rep.job_id)
+                await self._respond(rep, conn, resp, send)
+                return
+        finally:
+            self.balancer.finished(rep.job_id)
+
+    async def _send_rest(self, writer: Any, receive: Receive, use_chunked: bool, sent: int) -> None:
+        limit = self.ctx.settings.proxy_body_limit
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                raise ConnectionError("the caller went away")
+            data = msg.get("body", b"")
+            sent += len(data)
+            if sent > limit:
+                raise _BodyTooLarge
+            if data:
+                writer.write(chunk(data) if use_chunked else data)
+                await writer.drain()
+            if not msg.get("more_body"):
+                break
+        if use_chunked:
+            writer.write(LAST_CHUNK)
+
+    async def _respond(self, rep: Replica, conn: Conn, resp: Any, send: Send) -> None:
+        named = {t.strip().lower() for k, v in resp.headers if k == b"connection" for t in v.split(b",")}
+        headers = [
+            (k, v)
+            for k, v in resp.headers
+            if k not in HOP_BY_HOP
+            and k not in named
+            and not (k == b"set-cookie" and v.strip().lower().startswith(CORRAL_COOKIE_PREFIX))
+        ]
+        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
+        done = False
+        try:
+            async for data in iter_body(conn[0], resp):
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            done = True
+        finally:
+            if done and resp.keep_alive:
+                self.pool.release(rep.job_id, conn)
+            else:
+                close(conn)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class _BodyTooLarge(Exception):
+    pass

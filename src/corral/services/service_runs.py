@@ -1,0 +1,161 @@
+"""The `service` run type at submission: what corral's in-server proxy refuses (a 400 naming the field),
+one job spec per replica (``replica_num`` global across replica groups, as dstack numbers them), the
+probes resolved as dstack writes them into the job spec, and the run's ``service`` field
+(``url`` = ``/proxy/services/<project>/<run>/``, ``model.base_url`` for an OpenAI model).
+
+Pure functions over the parsed configuration and plain dicts; imports ``services.errors`` only.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from corral.services.errors import ServiceError
+
+#: dstack's server limits (``DSTACK_SERVER_MAX_PROBES_PER_JOB``, ``DSTACK_SERVER_MAX_PROBE_TIMEOUT``).
+MAX_PROBES = 10
+MAX_PROBE_TIMEOUT = 300
+#: dstack's ``OPENAI_MODEL_PROBE_TIMEOUT``: the default probe of an OpenAI model service.
+OPENAI_MODEL_PROBE_TIMEOUT = 30
+#: Group-level fields the replicas of one run do not take from a group yet (set at the service level).
+_GROUP_ONLY_AT_SERVICE_LEVEL = ("image", "docker", "privileged", "python", "nvcc", "spot_policy", "reservation")
+
+
+def check_service(conf: Any) -> None:
+    """Raise ``ServiceError`` for what a service may say but corral does not do (yet)."""
+    if conf.gateway not in (None, False):
+        raise ServiceError(
+            "`gateway`: gateways are not supported yet; services are published by the server's own proxy at "
+            "/proxy/services/<project>/<run>/. Remove `gateway` (or set `gateway: false`)"
+        )
+    if conf.rate_limits:
+        raise ServiceError(
+            "`rate_limits` are not supported when running services without a gateway: remove `rate_limits` "
+            "from the service configuration"
+        )
+    if conf.https is False:
+        raise ServiceError("`https`: Setting `https: False` is not allowed without a gateway.")
+    if conf.model is not None and conf.model.format == "tgi":
+        raise ServiceError(
+            "`model`: the `tgi` format is not supported yet; serve an OpenAI-compatible API (`format: openai`)"
+        )
+    for group in conf.replica_groups:
+        where = "`replicas`" if conf.groups is None else f"`groups` ({group.name})"
+        if group.router is not None:
+            raise ServiceError(f"{where}: replica groups with a `router` are not supported yet; remove `router`")
+        if group.replicas.min != group.replicas.max:
+            raise ServiceError(
+                f"{where}: auto-scaling is not supported yet; set `replicas` to a fixed number "
+                f"(e.g. `replicas: {group.replicas.max}`) and remove `scaling`"
+            )
+        if (group.replicas.max or 0) < 1:
+            raise ServiceError(f"{where}: a service needs at least one replica; set `replicas: 1` or more")
+        if conf.groups is not None:
+            for field in _GROUP_ONLY_AT_SERVICE_LEVEL:
+                if getattr(group, field) is not None:
+                    raise ServiceError(
+                        f"`groups` ({group.name}): `{field}` in a replica group is not supported yet; "
+                        "set it at the service level"
+                    )
+    probes = conf.probes or []
+    if len(probes) > MAX_PROBES:
+        raise ServiceError(f"`probes`: at most {MAX_PROBES} probes are allowed, got {len(probes)}")
+    for i, p in enumerate(probes):
+        if p.timeout is not None and p.timeout > MAX_PROBE_TIMEOUT:
+            raise ServiceError(f"`probes[{i}].timeout` cannot be longer than {MAX_PROBE_TIMEOUT}s")
+
+
+def probe_specs(conf: Any) -> list[dict[str, Any]]:
+    """dstack's ``ProbeSpec``s: the configured probes with defaults resolved, or an OpenAI model's default
+    probe when ``probes`` is omitted (``probes: []`` disables probing)."""
+    if conf.probes is None:
+        model = conf.model
+        if model is None or model.format != "openai":
+            return []
+        import orjson
+
+        body = {"model": model.name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        return [
+            {
+                "type": "http",
+                "url": model.prefix.rstrip("/") + "/chat/completions",
+                "method": "post",
+                "headers": [{"name": "Content-Type", "value": "application/json"}],
+                "body": orjson.dumps(body).decode(),
+                "timeout": OPENAI_MODEL_PROBE_TIMEOUT,
+                "interval": 15,
+                "ready_after": 1,
+                "until_ready": False,
+            }
+        ]
+    return [
+        {
+            "type": "http",
+            "url": p.url or "/",
+            "method": p.method or "get",
+            "headers": [{"name": h.name, "value": h.value} for h in p.headers],
+            "body": p.body,
+            "timeout": int(p.timeout) if p.timeout is not None else 10,
+            "interval": int(p.interval) if p.interval is not None else 15,
+            "ready_after": p.ready_after or 1,
+            "until_ready": bool(p.until_ready),
+        }
+        for p in conf.probes
+    ]
+
+
+def replica_job_specs(run_name: str, base: dict[str, Any], conf: Any) -> list[dict[str, Any]]:
+    """One job spec per replica of every group, from ``base`` (the run's one-node job spec)."""
+    probes = probe_specs(conf)
+    out = []
+    replica_num = 0
+    for group in conf.replica_groups:
+        for _ in range(int(group.replicas.min or 0)):
+            js = copy.deepcopy(base)
+            js.update(
+                replica_num=replica_num,
+                job_name=f"{run_name}-0-{replica_num}",
+                replica_group=group.name,
+                commands=list(group.commands or conf.commands or []),
+                service_port=conf.port.container_port,
+                probes=copy.deepcopy(probes),
+            )
+            js["requirements"]["resources"] = group.resources.model_dump(mode="json")
+            if js["requirements"].get("spot") is None:
+                js["requirements"]["spot"] = False  # a service runs on-demand unless told otherwise (dstack)
+            out.append(js)
+            replica_num += 1
+    return out
+
+
+def group_plans(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first job spec of each replica group: ``runs/get_plan`` shows one job plan per group (dstack)."""
+    seen: set[str] = set()
+    out = []
+    for js in specs:
+        group = str(js.get("replica_group") or "0")
+        if group not in seen:
+            seen.add(group)
+            out.append(js)
+    return out
+
+
+def proxy_path(project_name: str, run_name: str) -> str:
+    return f"/proxy/services/{project_name}/{run_name}/"
+
+
+def service_field(project_name: str, run_name: str, configuration: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's ``service`` (dstack's ``ServiceSpec``) from its stored configuration; None for other types."""
+    if configuration.get("type") != "service":
+        return None
+    url = proxy_path(project_name, run_name)
+    model = configuration.get("model")
+    if not isinstance(model, dict):
+        return {"url": url, "model": None, "options": {}}
+    prefix = str(model.get("prefix") or "/v1")
+    return {
+        "url": url,
+        "model": {"name": model.get("name"), "base_url": url.rstrip("/") + prefix, "type": model.get("type", "chat")},
+        "options": {"openai": {"model": model}},
+    }

@@ -1,0 +1,187 @@
+"""The event recorder and reader (dstack's events).
+
+``emit`` adds an event to the transaction the caller has open -- the one that makes the change the event
+describes -- so an event is committed exactly when its change is, by whichever replica made it, and none
+is left by a change that rolled back. ``tracked_update`` is the UPDATE of a job, instance, run or fleet
+that records its status changes (and an instance's reachability) as it makes them.
+
+Storage follows the database's ``events_ttl`` (``Database``): at most zero stores nothing; older events go
+in batches (``delete_expired``). Reading them is ``store/event_list.py``.
+
+Imports ``domain`` and sqlalchemy only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.events import (
+    Target,
+    clean_message,
+    fleet_target,
+    instance_target,
+    job_target,
+    run_target,
+    status_change_message,
+)
+from corral.store.db import EVENTS_TTL_OPTION
+from corral.store.tables import event_targets, events, instances
+
+log = logging.getLogger("corral.events")
+
+#: dstack's default (``DSTACK_SERVER_EVENTS_TTL_SECONDS``): 30 days.
+DEFAULT_TTL = 30 * 24 * 3600.0
+
+_last_at = 0.0
+
+
+def _clock() -> float:
+    """Now, to the microsecond (the wire's resolution), and later than any event this process recorded
+    before: events of one transaction keep the order they were emitted in."""
+    global _last_at
+    at = max(round(time.time(), 6), round(_last_at + 1e-6, 6))
+    _last_at = at
+    return at
+
+
+def ttl_of(conn: AsyncConnection) -> float:
+    options = conn.sync_connection.get_execution_options() if conn.sync_connection is not None else {}
+    return float(options.get(EVENTS_TTL_OPTION, DEFAULT_TTL))
+
+
+_INSERT_EVENT = sa.insert(events)
+_INSERT_TARGETS = sa.insert(event_targets)
+
+
+async def emit(conn: AsyncConnection, message: str, actor_id: str | None, targets: Sequence[Target]) -> None:
+    """Record an event in ``conn``'s open transaction. ``actor_id`` is the user who acted (None: the system)."""
+    if not targets:
+        raise ValueError("an event needs at least one target")
+    text = clean_message(message)
+    log.debug(
+        "event: %s [%s] by %s",
+        text,
+        ", ".join(f"{t.type} {t.name}" for t in targets),
+        actor_id or "system",
+        extra={"event": "event_recorded"},
+    )
+    if ttl_of(conn) <= 0:
+        return
+    event_id, at = str(uuid.uuid4()), _clock()
+    await conn.execute(_INSERT_EVENT, {"id": event_id, "message": text, "recorded_at": at, "actor_user_id": actor_id})
+    await conn.execute(
+        _INSERT_TARGETS,
+        [
+            {
+                "event_id": event_id,
+                "recorded_at": at,
+                "entity_type": t.type,
+                "entity_project_id": t.project_id,
+                "entity_id": t.id,
+                "entity_name": t.name,
+                "entity_run_id": t.run_id,
+                "entity_fleet_id": t.fleet_id,
+            }
+            for t in targets
+        ],
+    )
+
+
+# --- status changes ---------------------------------------------------------------------------------------
+
+_TRACKED: dict[str, tuple[str, ...]] = {
+    "jobs": ("project_id", "job_name", "run_id", "termination_reason", "termination_reason_message"),
+    "instances": ("project_id", "name", "fleet_id", "termination_reason", "termination_reason_message", "unreachable"),
+    "runs": ("project_id", "run_name", "termination_reason"),
+    "fleets": ("project_id", "name", "status_message"),
+}
+_KIND = {"jobs": "job", "instances": "instance", "runs": "run", "fleets": "fleet"}
+
+
+def _target(table: str, row: Any) -> Target:
+    if table == "jobs":
+        return job_target(row.project_id, row.id, row.job_name, row.run_id)
+    if table == "instances":
+        return instance_target(row.project_id, row.id, row.name, row.fleet_id)
+    if table == "runs":
+        return run_target(row.project_id, row.id, row.run_name)
+    return fleet_target(row.project_id, row.id, row.name)
+
+
+def _messages(table: str, row: Any, values: Mapping[str, Any]) -> list[str]:
+    out = []
+    new = values.get("status")
+    if new is not None and new != row.status:
+        reason = values.get("termination_reason", getattr(row, "termination_reason", None))
+        detail_col = "status_message" if table == "fleets" else "termination_reason_message"
+        detail = values.get(detail_col, getattr(row, detail_col, None))
+        out.append(status_change_message(_KIND[table], row.status, new, reason, detail))
+    if table == "instances" and "unreachable" in values and bool(values["unreachable"]) != bool(row.unreachable):
+        out.append("Instance became unreachable" if values["unreachable"] else "Instance became reachable")
+    return out
+
+
+async def tracked_update(
+    conn: AsyncConnection,
+    table: sa.Table,
+    where: sa.ColumnElement[bool],
+    values: Mapping[str, Any],
+    actor_id: str | None = None,
+) -> int:
+    """``UPDATE table SET values WHERE where``, recording each row's status change (and an instance's
+    reachability) as an event of the same transaction; returns how many rows were updated."""
+    watched = "status" in values or (table is instances and "unreachable" in values)
+    if not watched or ttl_of(conn) <= 0:
+        return int((await conn.execute(sa.update(table).where(where).values(**values))).rowcount)
+    return len(await tracked_update_rows(conn, table, where, values, actor_id))
+
+
+async def tracked_update_rows(
+    conn: AsyncConnection,
+    table: sa.Table,
+    where: sa.ColumnElement[bool],
+    values: Mapping[str, Any],
+    actor_id: str | None = None,
+) -> list[Any]:
+    """:func:`tracked_update` that returns the rows it updated as they were before (their id, status and
+    what names them). The rows are read first -- locked on Postgres; SQLite's write transaction already
+    excludes other writers -- so the old status is exact and the UPDATE touches exactly them."""
+    cols = [table.c.id, table.c.status, *(table.c[c] for c in _TRACKED[table.name])]
+    q = sa.select(*cols).where(where)
+    if conn.dialect.name != "sqlite":
+        q = q.with_for_update(of=table)
+    rows = list((await conn.execute(q)).all())
+    if not rows:
+        return []
+    await conn.execute(sa.update(table).where(table.c.id.in_([r.id for r in rows])).values(**values))
+    for row in rows:
+        for message in _messages(table.name, row, values):
+            await emit(conn, message, actor_id, [_target(table.name, row)])
+    return rows
+
+
+#: How many expired events one cleanup deletes at most (one short write transaction).
+EXPIRED_BATCH = 5000
+
+
+async def delete_expired(conn: AsyncConnection, before: float, batch: int = EXPIRED_BATCH) -> int:
+    """Delete up to ``batch`` events recorded before ``before`` (and their targets): one indexed range."""
+    ids = list(
+        (
+            await conn.execute(
+                sa.select(events.c.id).where(events.c.recorded_at < before).order_by(events.c.recorded_at).limit(batch)
+            )
+        ).scalars()
+    )
+    if not ids:
+        return 0
+    await conn.execute(sa.delete(event_targets).where(event_targets.c.event_id.in_(ids)))
+    await conn.execute(sa.delete(events).where(events.c.id.in_(ids)))
+    return len(ids)
