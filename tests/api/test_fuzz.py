@@ -281,13 +281,13 @@ def _findings(s: Seeded) -> list[tuple[str, str, int, str]]:
         (p + "/logs/poll", json.dumps({**job, "next_token": "abc"}), 400, "Invalid next_token: abc"),
         (p + "/logs/poll", json.dumps({**job, "next_token": str(2**70)}), 400, "Must be a non-negative integer"),
         (p + "/logs/poll", json.dumps({**job, "next_token": "-1"}), 400, "Must be a non-negative integer"),
-        # year 1 without a time zone (read as UTC), and moved out of the calendar by one
+        # year 1 without a time zone (read as UTC); moved out of the calendar by its offset: a 422 naming it
         (p + "/logs/poll", json.dumps({**job, "start_time": year1}), 200, ""),
         (
             p + "/logs/poll",
             json.dumps({**job, "start_time": year1 + "+05:00", "end_time": year9999}),
-            200,
-            "",
+            422,
+            "start_time",
         ),
         ("/api/fleets/list", json.dumps({"prev_created_at": year1}), 200, ""),
         ("/api/runs/list", json.dumps({"prev_submitted_at": year1}), 200, ""),

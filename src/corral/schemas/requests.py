@@ -389,6 +389,7 @@ class ListEventsBody(Body):
             return name.removeprefix("within_").removesuffix("s"), [str(i) for i in getattr(self, name)]
         return None
 
+
 class ListGpusBody(Body):
     run_spec: dict[str, Any]  # dstack's RunSpec, as every version of its client sends it; not read
     group_by: list[Literal["backend", "region", "count"]] | None = None
