@@ -49,7 +49,7 @@ async def test_a_service_on_ssh_hosts_is_proxied_and_a_killed_replica_replaced(
         seen = {(await c.get(BASE + "whoami")).text for _ in range(6)}
         assert seen == {s["id"] for s in subs.values()}, seen
         victim = subs[0]["id"]
-        host = "cpu1" if subs[0]["job_provisioning_data"]["hostname"] == hosts.ip("cpu1") else "gpu"
+        host = "cpu1" if subs[0]["job_provisioning_data"]["internal_ip"] == hosts.ip("cpu1") else "gpu"
         await host_run(hosts, host, "pkill -9 -f 'python3 app.py 8000'")
 
         async def replaced() -> dict[int, dict[str, Any]] | None:
