@@ -13,7 +13,7 @@ from corral.api.deps import FastJSON, ctx_of, current_user, member
 from corral.api.routes_accounts import parse
 from corral.api.routing import RouteTable
 from corral.domain.access import backend_types
-from corral.domain.records import UserRec
+from corral.domain.records import ProjectRec, UserRec
 from corral.domain.times import epoch_seconds
 from corral.schemas import requests as rq
 from corral.services import accounts, events, exports, fleets, input_rules, logs, runs, serialize
@@ -55,15 +55,21 @@ async def list_fleets(request: Request, project_name: str) -> FastJSON:
     return FastJSON([serialize.fleet(f) for f in found])
 
 
+async def _member_or_importer(request: Request, project_name: str) -> tuple[ProjectRec, bool]:
+    """The project, and whether the caller is its member; a non-member may still read what the project
+    exports to one of the caller's projects (dstack's ``check_can_access_fleet``/``_instance``)."""
+    try:
+        _u, project = await member(request, project_name)
+        return project, True
+    except Forbidden:
+        return await accounts.find_project(ctx_of(request).db, project_name), False
+
+
 @router.post(P + "/fleets/get", body=rq.GetByNameOrId, response="Fleet")
 async def get_fleet(request: Request, project_name: str) -> FastJSON:
     user = await current_user(request)
     ctx = ctx_of(request)
-    try:
-        _u, project = await member(request, project_name)
-        own = True
-    except Forbidden:
-        project, own = await accounts.find_project(ctx.db, project_name), False
+    project, own = await _member_or_importer(request, project_name)
     b = await parse(rq.GetByNameOrId, request)
     if own:
         return FastJSON(serialize.fleet(await fleets.get(ctx, project, b.name, str(b.id) if b.id else None)))
@@ -121,11 +127,7 @@ async def list_instances(request: Request) -> FastJSON:
 async def get_instance(request: Request, project_name: str) -> FastJSON:
     user = await current_user(request)
     ctx = ctx_of(request)
-    try:
-        _u, project = await member(request, project_name)
-        own = True
-    except Forbidden:
-        project, own = await accounts.find_project(ctx.db, project_name), False
+    project, own = await _member_or_importer(request, project_name)
     b = await parse(rq.GetInstanceBody, request)
     if own:
         return FastJSON(serialize.instance(await fleets.get_instance(ctx, project, str(b.id))))
