@@ -1,0 +1,138 @@
+"""A run's job specs: dstack 0.22.5's ``JobSpec`` documents built from a run spec and its configuration
+(one per node, or per replica for services; a dev environment's commands), as ``runs/get_plan`` shows
+them and ``runs/apply`` stores them. Pure but for the configuration models."""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from corral.services import dev_env, service_runs
+from corral.services.errors import ServiceError
+
+DEFAULT_IMAGE = "dstackai/base:0.16-base-ubuntu24.04"
+LEGACY_REPO_DIR = "/workflow"
+
+
+def _retry_json(retry: Any) -> dict[str, Any] | None:
+    if retry is None or retry is False:
+        return None
+    if retry is True:
+        return {"on_events": ["no-capacity", "interruption", "error"], "duration": 3600}
+    events = retry.on_events or ["no-capacity", "interruption", "error"]
+    return {
+        "on_events": [getattr(e, "value", e) for e in events],
+        "duration": int(retry.duration) if retry.duration is not None else 3600,
+    }
+
+
+def _duration(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _working_dir(working_dir: str | None) -> str | None:
+    """dstack's JobSpec ``working_dir``: absolute or None; a relative one (pre-0.20) is under ``/workflow``.
+    (The agent runs a relative ``working_dir`` relative to the repo dir; see ``corral.agent.workdir``.)"""
+    if working_dir is None or working_dir.startswith("/"):
+        return working_dir
+    return posixpath.join(LEGACY_REPO_DIR, working_dir)
+
+
+def _unix_user(user: str | None) -> dict[str, Any] | None:
+    """dstack's ``UnixUser`` of a ``user[:group]`` (names or ids) configuration value."""
+    if not user:
+        return None
+    name, _, group = user.partition(":")
+    out: dict[str, Any] = {"uid": None, "gid": None, "username": None, "groupname": None}
+    out.update({"uid": int(name)} if name.isdigit() else {"username": name})
+    if group:
+        out.update({"gid": int(group)} if group.isdigit() else {"groupname": group})
+    return out
+
+
+def check_volumes(c: dict[str, Any], default_image: str | None) -> None:
+    volumes = [v for v in c.get("volumes") or [] if isinstance(v, dict)]
+    network = [f"{v.get('name')}:{v.get('path')}" for v in volumes if not v.get("instance_path")]
+    if network:
+        raise ServiceError(
+            f"Network volumes are not supported yet ({', '.join(network)}); "
+            "instance volumes (/host/path:/container/path) are"
+        )
+    if volumes and not (c.get("image") or default_image):
+        raise ServiceError("`volumes` are mounted into the job's container: set `image` to run the job in one")
+
+
+def _app_specs(ports: list[Any]) -> list[dict[str, Any]]:
+    """dstack's ``app_specs``: the ports the attached CLI forwards (its own 10000-10999 left out)."""
+    kept = [p for p in ports if isinstance(p, dict) and not 10000 <= int(p.get("container_port") or 0) <= 10999]
+    return [
+        {"port": p["container_port"], "map_to_port": p.get("local_port"), "app_name": f"app_{i}", "url_path": None,
+         "url_query_params": None}
+        for i, p in enumerate(kept)
+    ]  # fmt: skip
+
+
+def job_specs(
+    run_name: str,
+    spec: dict[str, Any],
+    conf: Any,
+    merged: Any,
+    default_image: str | None = None,
+    ide_download_url: str | None = None,
+) -> list[dict[str, Any]]:
+    c = spec["configuration"]
+    nodes = int(c.get("nodes") or 1) if c.get("type") == "task" else 1
+    repo_specs = c.get("repos") or []
+    out = []
+    for i in range(nodes):
+        out.append(
+            {
+                "replica_num": 0,
+                "job_num": i,
+                "job_name": f"{run_name}-{i}-0",
+                "jobs_per_replica": nodes,
+                "replica_group": "0",
+                "app_specs": _app_specs(c.get("ports") or []),
+                "user": _unix_user(c.get("user")),
+                "commands": dev_env.commands(c, run_name, ide_download_url)
+                if c.get("type") == "dev-environment"
+                else list(c.get("commands") or []),
+                "env": dict(c.get("env") or {}),
+                "home_dir": "/root",
+                "image_name": c.get("image") or default_image or DEFAULT_IMAGE,
+                "privileged": bool(c.get("privileged")) or c.get("docker") is True,
+                "single_branch": c.get("single_branch")
+                if c.get("single_branch") is not None
+                else c.get("type") != "dev-environment",
+                "max_duration": _duration(merged.max_duration),
+                "stop_duration": _duration(merged.stop_duration),
+                "utilization_policy": None,
+                "registry_auth": c.get("registry_auth"),
+                "requirements": {
+                    "resources": c.get("resources"),
+                    "max_price": merged.max_price,
+                    "spot": None
+                    if merged.spot_policy is None
+                    else getattr(merged.spot_policy, "value", None) == "spot",
+                    "reservation": merged.reservation,
+                    "multinode": nodes > 1,
+                },
+                "retry": _retry_json(merged.retry),
+                "volumes": [],
+                "ssh_key": None,
+                "working_dir": _working_dir(c.get("working_dir")),
+                "repo_data": spec["repo_data"],
+                "repo_code_hash": spec["repo_code_hash"],
+                "repo_dir": repo_specs[0]["path"] if repo_specs else spec.get("repo_dir") or LEGACY_REPO_DIR,
+                "repo_exists_action": repo_specs[0]["if_exists"] if repo_specs else None,
+                "file_archives": list(spec.get("file_archives") or []),
+                "service_port": None,
+                "probes": [],
+                "node_group_index": 0,
+                "node_group_name": "0",
+                "node_group_job_index": i,
+            }
+        )
+    if c.get("type") == "service":
+        return service_runs.replica_job_specs(run_name, out[0], conf)
+    return out
