@@ -188,9 +188,9 @@ def test_scp_and_sftp_round_trip(cli: DstackCli, attached: Any, e2e_tmp: Path) -
     assert owner.stdout.strip() == "0", "files are written as the job's user, not the server's"
 
 
-def _login_with(cli: DstackCli, key: Path) -> subprocess.CompletedProcess[str]:
+def _login_with(cli: DstackCli, key: Path, run: str = "longer") -> subprocess.CompletedProcess[str]:
     """The ``<run>-host`` hop with ``key`` alone (no config: the CLI's entry would offer the user's key too)."""
-    jpd = _run(cli.server, "longer")["jobs"][0]["job_submissions"][-1]["job_provisioning_data"]
+    jpd = _run(cli.server, run)["jobs"][0]["job_submissions"][-1]["job_provisioning_data"]
     return subprocess.run(
         ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
          "-o", "UserKnownHostsFile=/dev/null", "-i", str(key), "-p", str(jpd["ssh_port"]),
@@ -315,3 +315,77 @@ def test_inactivity_ends_an_idle_dev_environment_as_dstack_does(cli: DstackCli) 
         r"The job was inactive for \d+ seconds, exceeding the inactivity_duration of 3 seconds",
         sub["termination_reason_message"],
     ), sub
+
+
+def _wait_running(cli: DstackCli, name: str, jobs: int = 1) -> dict[str, Any]:
+    deadline = time.monotonic() + 90
+    while True:
+        run = _run(cli.server, name)
+        subs = [j["job_submissions"][-1] for j in run["jobs"]]
+        if len(subs) == jobs and all(s["status"] == "running" for s in subs):
+            return run
+        assert run["status"] not in ("failed", "done", "terminated") and time.monotonic() < deadline, run
+        time.sleep(0.3)
+
+
+#: The Python API's ``run.attach()`` of one job of a run, then plain OpenSSH through the entry it wrote.
+ATTACH_API = """
+import subprocess, sys
+from dstack.api import Client
+run = Client.from_config(project_name="main").runs.get(sys.argv[1])
+run.attach(job_num=int(sys.argv[2]))
+try:
+    res = subprocess.run(["ssh", "-F", sys.argv[3], "-o", "BatchMode=yes", sys.argv[4], "echo rank=$DSTACK_NODE_RANK"],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    print("ssh-rc", res.returncode, res.stdout.strip(), res.stderr.strip())
+finally:
+    run.detach()
+"""
+
+
+def test_python_api_attaches_to_the_second_job_of_a_multinode_task(cli: DstackCli, e2e_tmp: Path) -> None:
+    cli.write("cluster.dstack.yml", f"type: fleet\nname: attach-cluster\nplacement: cluster\nnodes: 0..2\n{RESOURCES}")
+    cli.ok("apply", "-f", "cluster.dstack.yml", "-y")
+    cli.write(
+        "pair.dstack.yml",
+        f"type: task\nname: pair\nnodes: 2\nfleets: [attach-cluster]\ncommands:\n  - sleep 120\n{RESOURCES}",
+    )
+    cli.ok("apply", "-f", "pair.dstack.yml", "-y", "-d")
+    try:
+        run = _wait_running(cli, "pair", jobs=2)
+        second = next(j for j in run["jobs"] if j["job_spec"]["job_num"] == 1)
+        host = second["job_spec"]["job_name"]
+        assert second["job_connection_info"]["attached_ssh_command"] == ["ssh", host]
+        script = e2e_tmp / "attach_api.py"
+        script.write_text(ATTACH_API)
+        res = subprocess.run(
+            [str(cli.venv / "bin" / "python"), str(script), "pair", "1", str(cli.home / ".ssh" / "config"), host],
+            capture_output=True, text=True, timeout=120, env=cli_env(cli.home), cwd=cli.workdir,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert res.returncode == 0 and "ssh-rc 0 rank=1" in res.stdout, res.stdout + res.stderr
+        assert f"Host {host}" not in (cli.home / ".dstack" / "ssh" / "config").read_text(), "detach removes its entries"
+    finally:
+        cli.ok("stop", "pair", "-y")
+
+
+def test_refresh_ssh_key_revokes_the_old_key_at_once(cli: DstackCli, e2e_tmp: Path) -> None:
+    """Last in the module: it replaces the user's key that the CLI downloaded."""
+    cli.write("keyed.dstack.yml", f"type: task\nname: keyed\ncommands:\n  - sleep 120\n{RESOURCES}")
+    cli.ok("apply", "-f", "keyed.dstack.yml", "-y", "-d")
+    try:
+        _wait_running(cli, "keyed")
+        (old,) = [p for p in (cli.home / ".dstack" / "ssh").iterdir() if len(p.name) == 8]
+        res = _login_with(cli, old, "keyed")
+        assert "Permission denied" not in res.stderr, res.stderr
+        fresh = cli.server.api("/api/users/refresh_ssh_key", {"username": "admin"})
+        assert fresh.status_code == 200, fresh.text
+        res = _login_with(cli, old, "keyed")
+        assert res.returncode == 255 and "Permission denied (publickey)" in res.stderr, res.stderr
+        new = e2e_tmp / "refreshed_key"
+        new.write_text(fresh.json()["ssh_private_key"])
+        new.chmod(0o600)
+        res = _login_with(cli, new, "keyed")
+        assert "Permission denied" not in res.stderr, res.stderr
+    finally:
+        cli.ok("stop", "keyed", "-y")

@@ -25,8 +25,9 @@ from corral.services.errors import (
     ResourceNotExists,
     ServiceError,
 )
+from corral.services.ssh_access import GRACE_S
 from corral.store import accounts as store
-from corral.store import events, project_state
+from corral.store import events, project_state, run_ssh_keys
 from corral.store.db import Database
 from corral.store.encryption import Cipher
 
@@ -399,6 +400,9 @@ async def refresh_ssh_key(db: Database, user: UserRec, username: str | None, *, 
         if found is None:
             raise ResourceNotExists("Resource not found")
         await store.update_user(conn, found.id, {"ssh_private_key": sealed, "ssh_public_key": pub})
+        # the runs submitted with the old key carry the new one: the SSH endpoint lets the old one in nowhere
+        since = time.time() - GRACE_S
+        await run_ssh_keys.replace_run_keys(conn, found.id, found.ssh_public_key or "", pub, since)
         await events.emit(conn, "User SSH key refreshed", user.id, [user_target(found.id, found.name)])
         updated = await store.get_user(conn, username)
     assert updated is not None
