@@ -1,12 +1,14 @@
 """The official dstack 0.22.5 CLI, unchanged, with an SSH fleet of two fake hosts (see ``fakehosts``):
 ``dstack apply`` of the fleet (the client reads ``identity_file`` and sends the key), ``dstack fleet``, a
-GPU task placed on the host with the GPU, and ``dstack fleet delete`` cleaning the hosts. (Attached runs
-over corral's SSH endpoint are tested on the local backend, ``test_official_dstack_client_attach``.)"""
+GPU task placed on the host with the GPU (attached: its output over corral's SSH endpoint), and ``dstack
+fleet delete`` cleaning the hosts."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ from dstack_client_env import (
     client_venv,
     corral_server,
 )
-from test_official_dstack_client import FINISHED, rows
+from test_official_dstack_client import rows
 
 from fakehosts import FakeHosts, HostSpec
 
@@ -38,6 +40,16 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeHosts]:
         yield fh
     finally:
         fh.stop()
+
+
+@pytest.fixture
+def short_home() -> Iterator[Path]:
+    """The CLI's HOME, short: OpenSSH's control socket under it must fit a Unix socket's path (108 bytes)."""
+    home = Path(tempfile.mkdtemp(prefix="dsh-"))
+    try:
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _on_host(fh: FakeHosts, host: str, command: str) -> subprocess.CompletedProcess[str]:
@@ -63,15 +75,14 @@ def _wait(condition: Callable[[], bool], cli: DstackCli, timeout: float = 60) ->
         time.sleep(0.2)
 
 
-def test_ssh_fleet_with_the_official_client(hosts: FakeHosts, tmp_path: Path) -> None:
+def test_ssh_fleet_with_the_official_client(hosts: FakeHosts, tmp_path: Path, short_home: Path) -> None:
     try:
         venv = client_venv()
     except ClientInstallError as e:
         pytest.fail(f"could not install dstack=={DSTACK_VERSION}:\n{e}", pytrace=False)
     with corral_server(tmp_path, TOKEN, CORRAL_PROVISIONING_TIMEOUT="20", CORRAL_INSTANCE_CHECK_INTERVAL="1") as server:
-        (tmp_path / "home").mkdir()
         (tmp_path / "work").mkdir()
-        cli = DstackCli(venv, tmp_path / "home", tmp_path / "work", server)
+        cli = DstackCli(venv, short_home, tmp_path / "work", server)
         cli.ok("project", "add", "--name", "main", "--url", server.url, "--token", TOKEN, "-y")
         cli.write(
             "fleet.dstack.yml",
@@ -90,8 +101,10 @@ def test_ssh_fleet_with_the_official_client(hosts: FakeHosts, tmp_path: Path) ->
             "type: task\nname: on-gpu\ncommands:\n  - hostname\nresources:\n  cpu: 1..\n  memory: 0.1GB..\n"
             "  disk: 1GB..\n  gpu: 1\n",
         )
-        res = cli.ok("apply", "-f", "task.dstack.yml", "-y", "-d")
-        _wait(lambda: _run(server, "on-gpu")["status"] in FINISHED, cli)
+        # attached: the output comes over corral's SSH endpoint (the job may have ended already: the
+        # endpoint answers for a while after, so that the client reads the output to its end)
+        res = cli.ok("apply", "-f", "task.dstack.yml", "-y", timeout=180)
+        assert "withgpu" in res.stdout.split(), cli.explain(res)
         run = _run(server, "on-gpu")
         assert run["status"] == "done", cli.explain(res)
         assert run["latest_job_submission"]["job_provisioning_data"]["internal_ip"] == hosts.ip("withgpu")
