@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import workdir
+from . import container_sessions, workdir
 from .docker import Docker, DockerError, DockerUnavailable, registry_auth_header
 from .images import PullTracker, pull_failure_message, registry_of, split_image
 from .job import Job, join_commands
@@ -232,6 +232,8 @@ class ContainerRunner:
         except DockerError as e:
             log.warning("job %s: cannot check its container %s: %s", job.sub.job_id, info.id[:12], e.message)
             return False
+        with job.cond:
+            job.session = container_sessions.session_info(found)
         if info.gpu_ids:
             with self._gpu_lock:
                 self._gpus[job.sub.job_id] = list(info.gpu_ids)
@@ -268,7 +270,9 @@ class ContainerRunner:
                 self._settle(job, None, None)
                 return
             self.docker.start(cid)
-            ports = published_ports(self.docker.inspect(cid) or {}, spec, network)
+            inspected = self.docker.inspect(cid) or {}
+            ports = published_ports(inspected, spec, network)
+            session = container_sessions.session_info(inspected)
         except workdir.SetupStopped:
             self._cleanup(job, cid)
             self._settle(job, None, None)
@@ -294,6 +298,7 @@ class ContainerRunner:
         with job.cond:
             assert job.state.container is not None
             job.state.container.ports = ports
+            job.session = session  # how an SSH session joins the container
             job.state.state, job.state.started_at = "running", time.time()
             stop = job.stop_reason
             job.persist()

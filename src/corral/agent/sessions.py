@@ -1,7 +1,8 @@
-"""Sessions into a running host-process job, on a connection the server upgraded (wire format:
-:mod:`corral.agent.protocol_session`): a command or a shell (with a pty or pipes) started by the session
-launcher (:mod:`corral.agent.session_exec`) in the job's sandbox, as its user, with its environment and
-working dir; or a TCP connection to one of the job's ports (at its sandbox address, else on loopback).
+"""Sessions into a running job (a host process, or a container: :mod:`corral.agent.container_sessions`),
+on a connection the server upgraded (wire format: :mod:`corral.agent.protocol_session`): a command or a
+shell (with a pty or pipes) started by the session launcher (:mod:`corral.agent.session_exec`) in the
+job's sandbox or container, as its user, with its environment and working dir; or a TCP connection to one
+of the job's ports (at its container's or sandbox's address, else on loopback).
 
 Threads only (standard library): one that reads the server's frames, one per output stream, and the
 caller's, which waits for the command and sends its exit status last. A connection that drops kills the
@@ -23,6 +24,7 @@ import threading
 from typing import IO, Any
 
 from . import procs
+from .container_sessions import UNAVAILABLE
 from .job import Job, JobConflict
 from .portfwd import _copy
 from .protocol_session import (
@@ -66,23 +68,28 @@ def _launcher_source() -> str:
 
 
 def session_of(job: Job) -> dict[str, Any]:
-    """What a session needs to join ``job`` (JobConflict when it is not a running host process)."""
+    """What a session needs to join ``job`` (JobConflict when it is not running, or a session cannot join
+    its container)."""
     with job.cond:
-        running = job.state.state == "running" and job.proc is not None and job.proc.returncode is None
+        running = job.state.state == "running"
+        if not job.sub.image:
+            running = running and job.proc is not None and job.proc.returncode is None
         info = job.session
-    if job.sub.image:
-        raise JobConflict("SSH sessions into a container's job are not supported by this agent yet")
     if not running or info is None:
         raise JobConflict(f"job {job.sub.job_id} is not running")
+    if UNAVAILABLE in info:
+        raise JobConflict(str(info[UNAVAILABLE]))
     return info
 
 
 def argv_for(req: ExecRequest, info: dict[str, Any]) -> list[str]:
     shell = str(info.get("shell") or "/bin/sh")
     if req.subsystem == "sftp":
-        found = next((p for p in SFTP_SERVERS if os.path.exists(p)), None)
+        root = str(info.get("root") or "")  # a container's: its own files, not the host's
+        found = next((p for p in SFTP_SERVERS if os.path.exists(root + p)), None)
         if found is None:
-            raise JobConflict("this host has no sftp-server (install OpenSSH's, e.g. openssh-sftp-server)")
+            where = "the job's image" if root else "this host"
+            raise JobConflict(f"{where} has no sftp-server (install OpenSSH's, e.g. openssh-sftp-server)")
         return [found]
     if req.command is None:
         return [shell, "-l"] if req.pty else [shell, "-l", "-s"]
@@ -152,15 +159,20 @@ def run_exec(job: Job, req: ExecRequest, sock: socket.socket, rfile: IO[bytes]) 
 
 
 def run_connect(job: Job, port: int, sock: socket.socket) -> None:
-    """Relay ``sock`` to the job's ``port`` (its sandbox address, else loopback) until either side ends."""
+    """Relay ``sock`` to the job's ``port`` (its container's or its sandbox's address, else loopback) until
+    either side ends."""
     with job.cond:
         running = job.state.state == "running"
         sb = job.sandbox
+        info = job.session
     if not running:
         raise JobConflict(f"job {job.sub.job_id} is not running")
     if job.sub.image:
-        raise JobConflict("forwarding to a container's job is not supported by this agent yet")
-    host = sb.address if sb is not None and sb.address else "127.0.0.1"
+        if info is None or UNAVAILABLE in info:
+            raise JobConflict(str((info or {}).get(UNAVAILABLE) or f"job {job.sub.job_id} is not running"))
+        host = str(info.get("address") or "127.0.0.1")  # the container's address on its network
+    else:
+        host = sb.address if sb is not None and sb.address else "127.0.0.1"
     upstream = socket.create_connection((host, port), timeout=10)
     upstream.settimeout(None)
     t = _thread(_copy, upstream, sock)
