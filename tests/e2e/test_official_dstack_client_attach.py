@@ -285,6 +285,55 @@ def test_corral_attach_forwards_ports_and_writes_the_same_entries(cli: DstackCli
         assert "Host longer" not in (home / ".dstack" / "ssh" / "config").read_text(), "entries removed on exit"
 
 
+def _attach(cli: DstackCli, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """``dstack ARGS``, read until it says it is attached (or the output ends)."""
+    proc = subprocess.Popen(
+        [str(cli.venv / "bin" / "dstack"), *args], cwd=cli.workdir, env=cli_env(cli.home),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "Press Ctrl+C to detach" in line or "started-detach-me" in line:
+            break
+    return proc, "".join(lines)
+
+
+def _interrupt(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out
+
+
+def test_ctrl_c_detaches_and_a_second_attach_reuses_the_tunnel(cli: DstackCli) -> None:
+    cli.write(
+        "detach.dstack.yml",
+        f"type: task\nname: detach-me\ncommands:\n  - echo started-detach-me\n  - sleep 120\n{RESOURCES}",
+    )
+    applied, out = _attach(cli, "apply", "-f", "detach.dstack.yml", "-y")
+    assert "started-detach-me" in out, out
+    out += _interrupt(applied)  # Ctrl+C of an attached apply (-y: no question): detached, the run goes on
+    assert "Detached" in out, out
+    assert _run(cli.server, "detach-me")["status"] == "running"
+    try:
+        first, out = _attach(cli, "attach", "detach-me")
+        assert "Attached to run detach-me" in out, out
+        second, out = _attach(cli, "attach", "detach-me")  # the first one's tunnel is reused
+        assert "Attached to run detach-me" in out, out
+        assert _interrupt(second) is not None and first.poll() is None
+        res = _ssh(cli, "detach-me", "echo through-the-first-tunnel")
+        assert res.returncode == 0 and "through-the-first-tunnel" in res.stdout, res.stderr
+        assert "Detached" in _interrupt(first)
+        assert _run(cli.server, "detach-me")["status"] == "running"
+    finally:
+        cli.ok("stop", "detach-me", "-y")
+
+
 def test_stop_closes_the_endpoint(cli: DstackCli, attached: Any) -> None:
     held = subprocess.Popen(
         ["ssh", "-F", str(cli.home / ".ssh" / "config"), "-o", "BatchMode=yes", "longer", "sleep 300"],
