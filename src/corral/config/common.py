@@ -202,7 +202,10 @@ def _validate_cron_part(expression: str, name: str, lo: int, hi: int, part: str)
         if any(v is not None and v.lower() not in names for v in match.groups()):
             raise fail(f"unknown name; use one of {', '.join(names)}")
         return
-    if name == "day" and _DAY_SPECIAL.match(part):
+    if name == "day" and (match := _DAY_SPECIAL.match(part)):
+        weekday = part.split()[-1].lower()
+        if match.group(2) is not None and weekday not in _WEEKDAYS:
+            raise fail(f"unknown weekday {weekday!r}; use one of {', '.join(_WEEKDAYS)}")
         return
     raise fail("unrecognized expression")
 

@@ -144,6 +144,8 @@ class RunRec:
     deployment_num: int
     deleted: bool
     jobs: tuple[JobRec, ...] = ()
+    #: ``schedule``: the trigger a pending run waits for (or the one that fired it); None: not scheduled.
+    next_triggered_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,7 @@ RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     _R.SUBMITTED: frozenset({_R.PROVISIONING, _R.RUNNING, _R.TERMINATING, _R.PENDING}),
     _R.PROVISIONING: frozenset({_R.RUNNING, _R.SUBMITTED, _R.TERMINATING, _R.PENDING}),
     _R.RUNNING: frozenset({_R.PROVISIONING, _R.SUBMITTED, _R.TERMINATING, _R.PENDING}),
-    _R.TERMINATING: frozenset({_R.TERMINATED, _R.FAILED, _R.DONE}),
+    _R.TERMINATING: frozenset({_R.TERMINATED, _R.FAILED, _R.DONE, _R.PENDING}),
     _R.TERMINATED: frozenset(),
     _R.FAILED: frozenset(),
     _R.DONE: frozenset(),

@@ -98,7 +98,7 @@ def job_specs(
                 if c.get("type") == "dev-environment"
                 else list(c.get("commands") or []),
                 "env": dict(c.get("env") or {}),
-                "home_dir": "/root",
+                "home_dir": c.get("home_dir") or "/root",
                 "image_name": c.get("image") or default_image or DEFAULT_IMAGE,
                 "privileged": bool(c.get("privileged")) or c.get("docker") is True,
                 "single_branch": c.get("single_branch")

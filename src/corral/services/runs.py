@@ -21,7 +21,15 @@ from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.domain.times import epoch_seconds
 from corral.scheduler.blocks import smallest_carves
-from corral.services import input_rules, local_admission, repos, run_references, serialize, service_runs
+from corral.services import (
+    input_rules,
+    local_admission,
+    repos,
+    run_options,
+    run_references,
+    serialize,
+    service_runs,
+)
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
 from corral.services.job_specs import check_volumes, job_specs
@@ -109,6 +117,11 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
     )
     screened = await plan_screen(ctx, project, spec, specs[0]) if specs else None
     verdict = screened.error if screened else None
+    try:  # an option apply refuses: the plan says so
+        run_options.check(conf, merged)
+        run_options.schedule_crons(conf, merged, time.time())
+    except ServiceError as e:
+        verdict = e.msg
     if verdict is None:
         try:  # what apply refuses outright the plan says too
             await local_admission.check(ctx, project, user, spec, specs[0] if specs else None)
@@ -163,8 +176,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
         )
     if conf.type == "service":
         service_runs.check_service(conf)
-    if conf.type == "task" and getattr(conf, "groups", None):
-        raise ServiceError("Tasks with `groups` are not supported yet")
+    run_options.check(conf, merged)
     unset = [k for k, v in (spec["configuration"].get("env") or {}).items() if not isinstance(v, str)]
     if unset:
         raise ServiceError(
@@ -179,6 +191,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
     await local_admission.check(ctx, project, user, spec, planned[0] if planned else None)
     await repos.check_run_code(ctx, project, user, spec)
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
+    crons = run_options.schedule_crons(conf, merged, now)
     explicit = spec["run_name"]
     for _attempt in range(8):
         try:
@@ -213,7 +226,8 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                     "run_name": name,
                     "submitted_at": now,
                     "last_processed_at": now,
-                    "status": "submitted",
+                    # a scheduled run waits for its first trigger with no jobs (dstack 0.22.5)
+                    "status": "submitted" if crons is None else "pending",
                     "status_message": None,
                     "termination_reason": None,
                     "run_spec": dump(run_secrets.sealed_run_spec(ctx.cipher(), spec)),
@@ -245,10 +259,17 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                         name, spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
                     )
                 ]
+                if crons is not None:
+                    run_values.update(run_options.scheduled_run_values(crons, job_values, now))
+                    job_values = []
                 await store.insert_run(conn, run_values)
-                await store.insert_jobs(conn, job_values)
+                if job_values:
+                    await store.insert_jobs(conn, job_values)
                 await events.emit(
-                    conn, "Run submitted. Status: SUBMITTED", user.id, [run_target(project.id, run_values["id"], name)]
+                    conn,
+                    f"Run submitted. Status: {str(run_values['status']).upper()}",
+                    user.id,
+                    [run_target(project.id, run_values["id"], name)],
                 )
                 for jv in job_values:
                     await events.emit(
@@ -266,7 +287,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
             continue
     else:
         raise ServiceError("Could not pick a unique run name; try again")
-    ctx.wakeups.wake("scheduler")
+    ctx.wakeups.wake("scheduler" if crons is None else "triggers")
     assert run is not None
     log.info(
         "run %s submitted to project %s by %s (%d job(s))",

@@ -14,6 +14,7 @@ from typing import Any
 
 from corral.domain import inactivity
 from corral.domain.access import can_manage_secrets
+from corral.domain.cron import next_trigger
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, JobRec, MemberRec, ProjectRec, RunRec, UserRec
 from corral.schemas import wire
@@ -252,6 +253,20 @@ def jobs(r: RunRec) -> list[dict[str, Any]]:
     return out
 
 
+def next_triggered_at(r: RunRec, now: float | None = None) -> str | None:
+    """A scheduled run's next trigger, as dstack 0.22.5 shows it: none once the run has finished; the one a
+    pending run waits for; else (the run is executing a trigger) the next one after now."""
+    if r.next_triggered_at is None or r.status in ("done", "failed", "terminated"):
+        return None
+    if r.status == "pending":
+        return iso(r.next_triggered_at)
+    conf = r.run_spec.get("configuration") or {}
+    schedule = conf.get("schedule") or (r.run_spec.get("profile") or {}).get("schedule") or {}
+    crons = schedule.get("cron") or []
+    upcoming = next_trigger([crons] if isinstance(crons, str) else crons, time.time() if now is None else now)
+    return iso(upcoming) if upcoming is not None else None
+
+
 def run(r: RunRec, queue_position: int | None = None) -> dict[str, Any]:
     js = jobs(r)
     latest = None
@@ -284,7 +299,7 @@ def run(r: RunRec, queue_position: int | None = None) -> dict[str, Any]:
         "deployment_num": r.deployment_num,
         "error": None,
         "deleted": r.deleted,
-        "next_triggered_at": None,
+        "next_triggered_at": next_triggered_at(r),
     }
     if queue_position is not None:
         out["corral_queue_position"] = queue_position

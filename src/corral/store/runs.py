@@ -78,6 +78,7 @@ def _run(r: Any, run_jobs: Sequence[JobRec]) -> RunRec:
         deployment_num=r.deployment_num,
         deleted=r.deleted,
         jobs=tuple(run_jobs),
+        next_triggered_at=getattr(r, "next_triggered_at", None),
     )
 
 
@@ -364,6 +365,10 @@ class RunState:
     #: The run's name (for log lines).
     name: str = ""
     submitted_at: float = 0.0
+    #: ``schedule``'s crons (None: not a scheduled run).
+    schedule: tuple[str, ...] | None = None
+    #: A scheduled run's trigger: the one it waits for (pending), or the one that fired it.
+    next_triggered_at: float | None = None
 
 
 async def active_run_states(conn: AsyncConnection) -> list[RunState]:
@@ -377,6 +382,8 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                 runs.c.fleet_id,
                 runs.c.run_name,
                 runs.c.submitted_at,
+                runs.c.schedule,
+                runs.c.next_triggered_at,
             ).where(runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False))
         )
     ).all()
@@ -425,7 +432,17 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                 )
             )
     return [
-        RunState(r.id, r.status, r.termination_reason, r.fleet_id, tuple(by_run[r.id]), r.run_name, r.submitted_at)
+        RunState(
+            r.id,
+            r.status,
+            r.termination_reason,
+            r.fleet_id,
+            tuple(by_run[r.id]),
+            r.run_name,
+            r.submitted_at,
+            tuple(orjson.loads(r.schedule)) if r.schedule else None,
+            r.next_triggered_at,
+        )
         for r in run_rows
     ]
 

@@ -148,11 +148,17 @@ runs = sa.Table(
     sa.Column("deployment_num", sa.Integer, nullable=False, default=0),
     sa.Column("deleted", sa.Boolean, nullable=False, default=False),
     sa.Column("repo_id", sa.String(200), nullable=True),
+    #: ``schedule``: the crons (a JSON list; None: not scheduled), the trigger the run waits for (or last
+    #: fired) and the jobs it submits when it fires (sealed job specs, as the jobs table holds them)
+    sa.Column("schedule", sa.Text, nullable=True),
+    sa.Column("next_triggered_at", Time, nullable=True),
+    sa.Column("job_templates", sa.Text, nullable=True),
     *_lease_columns(),
     _live_unique("ux_runs_project_name_live", "project_id", "run_name"),
     sa.Index("ix_runs_project_submitted", "project_id", "submitted_at", "id"),
     sa.Index("ix_runs_submitted", "submitted_at", "id"),
     sa.Index("ix_runs_status", "status"),
+    sa.Index("ix_runs_next_triggered_at", "next_triggered_at"),
 )
 
 jobs = sa.Table(

@@ -16,7 +16,7 @@ from corral.settings import Settings
 from corral.store.db import Database
 from corral.store.encryption import Cipher, cipher_for, open_sealed
 
-WORKERS = ("scheduler", "instances", "jobs", "runs")
+WORKERS = ("scheduler", "instances", "jobs", "runs", "triggers")
 
 
 class Wakeups:

@@ -1,6 +1,8 @@
 """The runs worker: a run's status follows its jobs (``run_status_from_jobs``); a finished or stopped
 run gets its final status and termination reason; a replica whose job failed after it ran is submitted
-again when the job's ``retry`` says so (``corral.domain.retry``)."""
+again when the job's ``retry`` says so (``corral.domain.retry``). A scheduled run (``schedule``) that
+ends other than by a user's stop goes back to ``pending`` for its next trigger, as in dstack 0.22.5
+(``workers/triggers.py`` fires it)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 
 import sqlalchemy.exc
 
+from corral.domain.cron import next_trigger
 from corral.domain.retry import Submission, Verdict, needs_retry_evaluation, resubmit_at, retry_duration, verdict
 from corral.domain.statuses import JobStatus, RunStatus, RunTerminationReason, run_status_from_jobs
 from corral.store import resubmit as resubmit_store
@@ -37,6 +40,9 @@ def decide_run(
     ``needs_retry_evaluation``), which is not a stop by the user."""
     job_statuses = [JobStatus(s) for s, _ in jobs]
     if not job_statuses:
+        # a scheduled run stopped before its first trigger has no jobs to wait for
+        if status == RunStatus.TERMINATING.value and termination_reason is not None:
+            return RunTerminationReason(termination_reason).to_status().value, termination_reason
         return None
     failing = any(needs_retry_evaluation(s, r) for s, r in jobs)
     if all(j.is_finished() for j in job_statuses):
@@ -73,6 +79,18 @@ def replica_verdicts(latest: list[run_store.JobState], verdicts: Mapping[str, Ve
         if seen is None or _RANK[v] > _RANK[seen]:
             out[j.replica_num] = v
     return out
+
+
+_USER_STOPS = (RunTerminationReason.STOPPED_BY_USER.value, RunTerminationReason.ABORTED_BY_USER.value)
+
+
+def rescheduled(schedule: Sequence[str] | None, reason: str | None, now: float) -> float | None:
+    """The next trigger of a scheduled run that has just ended for ``reason``, or None if it ends for
+    good: not scheduled, stopped by a user, or no expression fires again (dstack 0.22.5's terminating
+    step). Pure."""
+    if not schedule or reason in _USER_STOPS:
+        return None
+    return next_trigger(schedule, now)
 
 
 _RANK = {Verdict.RESUBMIT: 0, Verdict.LIMIT_EXCEEDED: 1, Verdict.FAIL: 2}
@@ -126,6 +144,8 @@ class Runs:
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
             states = await run_store.active_run_states(conn)
+            # a pending run waits for its trigger (workers/triggers.py); its jobs are an earlier trigger's
+            states = [run for run in states if run.status != RunStatus.PENDING.value]
             active = [run for run in states if run.status != RunStatus.TERMINATING.value]
             latest_by_run = {run.id: _latest(run) for run in states}
             histories = {run.id: _histories(run) for run in active}
@@ -183,6 +203,14 @@ class Runs:
                         (j for j in latest.values() if needs_retry_evaluation(j.status, j.termination_reason)), None
                     )
                     values["status_message"] = failed.status_message if failed else None
+                    trigger = rescheduled(run.schedule, reason, now)
+                    if trigger is not None:
+                        values.update(
+                            status=RunStatus.PENDING.value,
+                            termination_reason=None,
+                            next_triggered_at=trigger,
+                            fleet_id=None,
+                        )
             updates.append((run.id, values, run.status))
         if updates:  # one transaction for the whole pass: a burst of finished runs is one write
             names = {run.id: run.name for run in states}
@@ -192,6 +220,10 @@ class Runs:
                     updated = await run_store.update_run(conn, run_id, values, expect_status=(status,))
                     if updated and values.get("status") in ("failed", "done", "terminated"):
                         finished.append((run_id, values))
+                    elif updated and values.get("status") == RunStatus.PENDING.value:
+                        at = values["next_triggered_at"]
+                        log.info("run %s: waiting for its next trigger at %s", names.get(run_id), at)
+                        self.ctx.wakeups.wake("triggers")
             for run_id, values in finished:
                 _log_finished(names.get(run_id) or run_id, values)
         for run_id in self._give_ups:
@@ -276,8 +308,12 @@ def _latest(run: run_store.RunState) -> dict[tuple[int, int], run_store.JobState
 
 
 def _histories(run: run_store.RunState) -> History:
-    """Every submission of each job of the run (by replica and job number), oldest first."""
+    """Every submission of each job of the run (by replica and job number), oldest first; of a scheduled
+    run, only those of the trigger that fired it (its ``retry`` counts from there, as in dstack)."""
     out: History = {}
+    since = run.next_triggered_at if run.schedule else None
     for j in sorted(run.jobs, key=lambda j: j.submission_num):
+        if since is not None and j.submitted_at < since:
+            continue
         out.setdefault((j.replica_num, j.job_num), []).append(Submission(j.submitted_at, j.finished_at, j.provisioned))
     return out

@@ -15,6 +15,7 @@ from corral.workers.jobs import Jobs
 from corral.workers.probes import Probes
 from corral.workers.runs import Runs
 from corral.workers.scheduling import Scheduling
+from corral.workers.triggers import Triggers
 
 log = logging.getLogger("corral.workers")
 
@@ -44,6 +45,7 @@ class Workers:
         self.instances = Instances(ctx)
         self.jobs = Jobs(ctx)
         self.runs = Runs(ctx)
+        self.triggers = Triggers(ctx)
         self.hosts = Hosts(ctx)
         self.probes = Probes(ctx)
         self._tasks: list[asyncio.Task[None]] = []
@@ -67,6 +69,7 @@ class Workers:
             "instances": self.instances.pass_once,
             "jobs": self.jobs.pass_once,
             "runs": self.runs.pass_once,
+            "triggers": self.triggers.pass_once,
         }
         for name, fn in loops.items():
             self._tasks.append(asyncio.create_task(self._loop(name, fn), name=f"corral-{name}"))
@@ -100,6 +103,7 @@ class Workers:
     async def stop(self) -> None:
         self._stopping = True
         self.probes.stop()
+        self.triggers.stop()
         if self._first_passes is not None:
             self._first_passes.cancel()
         if self._notifier is not None:

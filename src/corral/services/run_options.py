@@ -1,0 +1,90 @@
+"""Run options at submission: what corral refuses of dstack 0.22.5's run configuration and profile
+(a 400 naming the field and the fix, never an option silently ignored), and ``schedule``'s start.
+
+The option-by-option audit is the user guide's ``docs/reference/run-options.md``; this module holds
+the refusals it lists. ``schedule`` is applied: the run is written ``pending`` with no jobs, its crons,
+its first trigger (``corral.domain.cron``) and the jobs each trigger submits (``store/triggers.py``).
+Pure but for the configuration models; imports ``domain``, ``services.errors`` and ``store.triggers``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from corral.domain.cron import never_firing, next_trigger
+from corral.services.errors import ServiceError
+from corral.store.triggers import templates_dump
+
+#: Profile options that only shape the cloud instances provisioned for a run (dstack combines them with
+#: the fleet's when it creates one): corral does not apply them to runs yet.
+_PROVISIONING_ONLY = ("regions", "availability_zones", "instance_types", "reservation", "tags", "backend_options")
+
+
+def _nodes(conf: Any) -> int:
+    return int(getattr(conf, "nodes_num", None) or 1) if conf.type == "task" else 1
+
+
+def check(conf: Any, merged: Any) -> None:
+    """Raise ``ServiceError`` (400) for an option corral accepts in the grammar but does not apply."""
+    if conf.type == "task" and getattr(conf, "groups", None):
+        raise ServiceError(
+            "`groups`: heterogeneous multi-node tasks are not supported yet; use `nodes` with one `resources`"
+        )
+    if merged.utilization_policy is not None:
+        raise ServiceError(
+            "`utilization_policy` is not supported yet: it needs the jobs' GPU utilization metrics, which "
+            "corral does not collect yet; remove `utilization_policy`"
+        )
+    for field in _PROVISIONING_ONLY:
+        if getattr(merged, field) is not None:
+            raise ServiceError(
+                f"`{field}` is not applied to runs yet: it only shapes new cloud instances, and corral provisions "
+                f"runs on their fleets' instances; set it in the fleet configuration, or remove it from the run"
+            )
+    if merged.idle_duration is not None:
+        raise ServiceError(
+            "`idle_duration` is not applied to runs yet: set `idle_duration` in the fleet configuration "
+            "(how long its idle instances are kept), or remove it from the run"
+        )
+    if getattr(merged.spot_policy, "value", None) == "spot":
+        raise ServiceError(
+            "`spot_policy: spot`: corral's backends offer no spot instances; use `spot_policy: on-demand` or `auto`"
+        )
+    nodes = _nodes(conf)
+    if nodes > 1 and getattr(merged.startup_order, "value", "any") not in ("any",):
+        raise ServiceError(
+            f"`startup_order: {merged.startup_order.value}` is not supported yet: the jobs of a multi-node task "
+            "start together; remove `startup_order` (or set `any`)"
+        )
+    if nodes > 1 and getattr(merged.stop_criteria, "value", "all-done") == "master-done":
+        raise ServiceError(
+            "`stop_criteria: master-done` is not supported yet: a multi-node task ends when all its jobs are "
+            "done; remove `stop_criteria` (or set `all-done`)"
+        )
+    if merged.schedule is not None and conf.type == "service":
+        raise ServiceError("`schedule`: scheduled services are not supported yet; schedule a task instead")
+
+
+def schedule_crons(conf: Any, merged: Any, now: float) -> list[str] | None:
+    """The crons of a scheduled run (None: not scheduled); refuses expressions that never fire."""
+    if merged.schedule is None:
+        return None
+    crons = list(merged.schedule.crons)
+    never = never_firing(crons, now)
+    if never:
+        raise ServiceError(
+            f"`schedule.cron`: {', '.join(repr(c) for c in never)} never fire(s) (no such date); fix the day and month"
+        )
+    return crons
+
+
+def scheduled_run_values(crons: Sequence[str], job_values: Sequence[dict[str, Any]], now: float) -> dict[str, Any]:
+    """The run row's schedule columns: the crons, the first trigger and the jobs each trigger submits."""
+    return {
+        "schedule": orjson.dumps(list(crons)).decode(),
+        "next_triggered_at": next_trigger(crons, now),
+        "job_templates": templates_dump(job_values),
+    }
