@@ -83,14 +83,20 @@ def ps(
 
 
 def _waiting_lines(runs: list[dict[str, Any]]) -> list[str]:
-    """One line per waiting run: what it waits for (the scheduler's message)."""
+    """One line per waiting run: what it waits for (the scheduler's message), and a scheduled run's next
+    trigger (``schedule``)."""
     from corral.cli.common import waiting_reason
 
     out = []
     for run in runs:
+        name = (run.get("run_spec") or {}).get("run_name")
         reason = waiting_reason(run)
         if reason:
-            out.append(f"{(run.get('run_spec') or {}).get('run_name')}: {reason}")
+            out.append(f"{name}: {reason}")
+        trigger = run.get("next_triggered_at")
+        if trigger:
+            when = str(trigger).replace("T", " ")[:16]
+            out.append(f"{name}: next trigger at {when} UTC (schedule)")
     return out
 
 

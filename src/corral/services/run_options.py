@@ -35,8 +35,8 @@ def check(conf: Any, merged: Any) -> None:
         )
     if merged.utilization_policy is not None:
         raise ServiceError(
-            "`utilization_policy` is not supported yet: it needs the jobs' GPU utilization metrics, which "
-            "corral does not collect yet; remove `utilization_policy`"
+            "`utilization_policy` is not supported yet: it needs job metrics (the jobs' GPU utilization "
+            "samples), which corral does not collect yet; remove `utilization_policy`"
         )
     for field in _PROVISIONING_ONLY:
         if getattr(merged, field) is not None:

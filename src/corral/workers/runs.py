@@ -84,13 +84,16 @@ def replica_verdicts(latest: list[run_store.JobState], verdicts: Mapping[str, Ve
 _USER_STOPS = (RunTerminationReason.STOPPED_BY_USER.value, RunTerminationReason.ABORTED_BY_USER.value)
 
 
-def rescheduled(schedule: Sequence[str] | None, reason: str | None, now: float) -> float | None:
+def rescheduled(
+    schedule: Sequence[str] | None, reason: str | None, now: float, fired: float | None = None
+) -> float | None:
     """The next trigger of a scheduled run that has just ended for ``reason``, or None if it ends for
     good: not scheduled, stopped by a user, or no expression fires again (dstack 0.22.5's terminating
-    step). Pure."""
+    step). Always after ``fired`` (the trigger that started it), even on a replica whose clock is behind
+    the one that fired it. Pure."""
     if not schedule or reason in _USER_STOPS:
         return None
-    return next_trigger(schedule, now)
+    return next_trigger(schedule, now if fired is None else max(now, fired + 1))
 
 
 _RANK = {Verdict.RESUBMIT: 0, Verdict.LIMIT_EXCEEDED: 1, Verdict.FAIL: 2}
@@ -203,7 +206,7 @@ class Runs:
                         (j for j in latest.values() if needs_retry_evaluation(j.status, j.termination_reason)), None
                     )
                     values["status_message"] = failed.status_message if failed else None
-                    trigger = rescheduled(run.schedule, reason, now)
+                    trigger = rescheduled(run.schedule, reason, now, run.next_triggered_at)
                     if trigger is not None:
                         values.update(
                             status=RunStatus.PENDING.value,
