@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from corral.scheduler.schedule import run_backends
 from corral.services.job_specs import job_specs
-from corral.workers.scheduling import barred_by_run
-from server_harness import make_settings, running_server, task_body
+from server_harness import fleet_body, make_settings, running_server, task_body
 
 
-def test_a_run_s_backends_bar_the_others() -> None:
-    assert {"local", "ssh"}.isdisjoint(barred_by_run(["remote"])) and "aws" in barred_by_run(["remote"])
-    assert {"local", "ssh"} <= barred_by_run(["aws"]) and "aws" not in barred_by_run(["aws"])
+def test_a_run_s_backends_in_corral_s_names() -> None:
+    assert run_backends(["remote"]) == {"local", "ssh"}
+    assert run_backends(["aws", "gcp"]) == {"aws", "gcp"}
 
 
 def test_home_dir_reaches_the_job_spec() -> None:
@@ -44,6 +44,14 @@ async def test_refused_run_options_name_the_field(tmp_path: Path) -> None:
         del body["plan"]["run_spec"]["configuration"]["commands"]
         r = await c.post("/api/project/main/runs/apply", json=body)
         assert r.status_code == 400 and "`groups`" in r.text, r.text
+        # a run's `backends` keeps it off the others' instances and offers
+        assert (await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..1"))).is_success
+        for backends, verdict in ((["aws"], "does not list its backends (remote)"), (["remote"], None)):
+            spec = task_body(["true"], backends=backends, fleets=["fl"])["plan"]["run_spec"]
+            plan = (await c.post("/api/project/main/runs/get_plan", json={"run_spec": spec})).json()
+            assert (plan["corral_plan_error"] is None) == (verdict is None), plan["corral_plan_error"]
+            assert verdict is None or verdict in plan["corral_plan_error"]
+            assert bool(plan["job_plans"][0]["offers"]) == (verdict is None)
         # the plan says it too, before apply
         plan = await c.post(
             "/api/project/main/runs/get_plan", json={"run_spec": task_body(["true"], regions=["x"])["plan"]["run_spec"]}

@@ -83,11 +83,23 @@ def _fleet_ref(text: str) -> FleetRef:
     return FleetRef(name, project or None)
 
 
+#: How corral's backends are named on the wire and in ``backends`` (local and SSH hosts: dstack's ``remote``).
+WIRE_NAMES = {"local": "remote", "ssh": "remote"}
+
+
+def run_backends(backends: Iterable[str]) -> frozenset[str]:
+    """corral's backend names that a run's ``backends`` option (dstack's names) allows."""
+    wanted = set(backends)
+    return frozenset({b for b in wanted if b != "remote"} | ({"local", "ssh"} if "remote" in wanted else set()))
+
+
 def _candidate_fleets(job: QueuedJob, fleets: Iterable[FleetSlot]) -> list[FleetSlot]:
     """The job's project's fleets and those exported to it, narrowed by the ``fleets`` option."""
     visible = [f for f in fleets if f.project_id == job.project_id or job.project_id in f.importer_project_ids]
     if job.barred_backends:
         visible = [_without_backends(f, job.barred_backends) for f in visible]
+    if job.backends is not None:
+        visible = [_only_backends(f, job.backends) for f in visible]
     if job.fleet_names is None:
         return visible
     refs = [_fleet_ref(n) for n in job.fleet_names]
@@ -103,6 +115,20 @@ def _without_backends(fleet: FleetSlot, barred: frozenset[str]) -> FleetSlot:
         instances=tuple(i for i in fleet.instances if i.backend not in barred),
         offers=tuple(o for o in fleet.offers if o.backend not in barred),
         withheld_backends=barred,
+    )
+
+
+def _only_backends(fleet: FleetSlot, allowed: frozenset[str]) -> FleetSlot:
+    """``fleet`` as a job whose ``backends`` option lists ``allowed`` sees it."""
+    left_out = {i.backend for i in fleet.instances if i.backend not in allowed}
+    left_out |= {o.backend for o in fleet.offers if o.backend not in allowed}
+    if not left_out:
+        return fleet
+    return replace(
+        fleet,
+        instances=tuple(i for i in fleet.instances if i.backend in allowed),
+        offers=tuple(o for o in fleet.offers if o.backend in allowed),
+        unlisted_backends=frozenset(left_out),
     )
 
 
@@ -162,6 +188,9 @@ def _never_fits_reason(fleet: FleetSlot, job: QueuedJob, reuse_only: bool) -> st
         reasons.extend(reversed(offer_reasons))
     if reuse_only and not fleet.instances:
         return "it has no instances and `creation_policy: reuse` allows no new ones"
+    if not reasons and fleet.unlisted_backends:
+        names = ", ".join(sorted(WIRE_NAMES.get(b, b) for b in fleet.unlisted_backends))
+        return f"the run's `backends` does not list its backends ({names})"
     if not reasons and fleet.withheld_backends:
         names = ", ".join(sorted(fleet.withheld_backends))
         return (

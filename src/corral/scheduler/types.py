@@ -69,6 +69,8 @@ class FleetSlot:
     #: Backends whose instances and offers were taken out of this view of the fleet, for a job barred from
     #: them (``QueuedJob.barred_backends``).
     withheld_backends: frozenset[str] = frozenset()
+    #: Backends whose instances and offers the job's own ``backends`` option left out of this view.
+    unlisted_backends: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ class QueuedJob:
     #: Backends the job must not land on, whatever fleet it reaches them through (e.g. the local backend
     #: of a server without a job sandbox, for a run whose submitter is not a global admin).
     barred_backends: frozenset[str] = frozenset()
+    #: The run's ``backends`` option as corral's backend names (None = any backend).
+    backends: frozenset[str] | None = None
     #: The job's replica: each replica of a service is a gang of its own (a task has replica 0 only).
     replica_num: int = 0
 

@@ -21,6 +21,7 @@ from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.domain.times import epoch_seconds
 from corral.scheduler.blocks import smallest_carves
+from corral.scheduler.schedule import run_backends
 from corral.services import (
     input_rules,
     local_admission,
@@ -92,11 +93,12 @@ def _offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[d
     if merged.instances is not None or getattr(merged.creation_policy, "value", None) == "reuse":
         return []
     req = conf.resources.to_requirements()
+    allowed = None if merged.backends is None else run_backends(b.value for b in merged.backends)
     fitting = (
         o
         for c in ctx.project_computes(backend_types(project.backends))
         for o in c.offers()
-        if match_requirements(req, o.resources) is None
+        if match_requirements(req, o.resources) is None and (allowed is None or o.backend in allowed)
     )
     return [offer_json(o) for o in smallest_carves(fitting)]
 

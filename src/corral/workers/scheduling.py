@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from corral import config  # lazy: the models load on first use, not at start-up
@@ -18,7 +17,7 @@ from corral.domain.records import FleetRec
 from corral.domain.resources import Requirements, match_requirements
 from corral.domain.selectors import FleetRef, Selector
 from corral.scheduler.codec import offer_from_json
-from corral.scheduler.schedule import schedule, upkeep
+from corral.scheduler.schedule import run_backends, schedule, upkeep
 from corral.scheduler.types import (
     Assign,
     Fail,
@@ -85,8 +84,6 @@ def queued_job(
         fleets = tuple(f.format() if hasattr(f, "format") else str(f) for f in profile.fleets)
     nodes = int(getattr(conf, "nodes", 1) or 1)
     selectors = None if profile.instances is None else tuple(to_selector(x) for x in profile.instances)
-    if profile.backends is not None:
-        barred_backends = barred_backends | barred_by_run(b.value for b in profile.backends)
     return QueuedJob(
         id=id,
         run_id=run_id,
@@ -104,21 +101,9 @@ def queued_job(
         project_name=project_name,
         selectors=selectors,
         barred_backends=barred_backends,
+        backends=None if profile.backends is None else run_backends(b.value for b in profile.backends),
         replica_num=int(job_spec.get("replica_num") or 0),
     )
-
-
-#: corral's backend names (``local`` and ``ssh`` instances go on the wire as dstack's ``remote``).
-_ON_THE_WIRE = {"local": "remote", "ssh": "remote"}
-
-
-def barred_by_run(backends: Iterable[str]) -> frozenset[str]:
-    """The backends a run's ``backends`` leaves out (dstack's names; ``remote``: local and SSH hosts). Pure."""
-    from corral.config.common import BackendType  # lazy: pydantic's models are not on the start path
-
-    wanted = set(backends)
-    known = set(_ON_THE_WIRE) | {b.value for b in BackendType}
-    return frozenset(name for name in known if _ON_THE_WIRE.get(name, name) not in wanted)
 
 
 class Scheduling:
