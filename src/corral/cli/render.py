@@ -230,6 +230,8 @@ def runs_table(runs: Sequence[JSON], verbose: bool = False, width: int | None = 
         if len(jobs) != 1:
             rows.append((run_row, None))
         replicas = {(j.get("job_spec") or {}).get("replica_num", 0) for j in jobs}
+        conf = spec.get("configuration") or {}
+        grouped = conf.get("type") == "task" and bool(conf.get("groups"))
         for job in jobs:
             job_spec = job.get("job_spec") or {}
             sub = job["job_submissions"][-1]
@@ -241,6 +243,8 @@ def runs_table(runs: Sequence[JSON], verbose: bool = False, width: int | None = 
                 parts = []
                 if len(replicas) > 1:
                     parts.append(f"replica={job_spec.get('replica_num', 0)}")
+                if grouped:  # a task's node groups
+                    parts.append(f"group={escape(str(job_spec.get('node_group_name') or '0'))}")
                 parts.append(f"job={job_spec.get('job_num', 0)}")
                 row["NAME"] = "   " + " ".join(parts)
                 row["SUBMITTED"] = f.pretty_date(sub.get("submitted_at"))

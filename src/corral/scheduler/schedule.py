@@ -20,7 +20,7 @@ The plan is optimistic: ``store.plan_apply`` recounts under locks and rejects wh
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from corral.domain.resources import InstanceResources, Requirements, match_requirements
@@ -218,6 +218,18 @@ def _try_place_in_fleet(
     decisions: list[Decision] = []
     used_new = False
     reuse_only = jobs[0].creation_policy == "reuse" or jobs[0].selectors is not None
+    if _distinct_requirements(jobs[0], jobs):
+        # node groups: the jobs that fit the fewest instances choose first (the cheapest-first choice
+        # would let a CPU node take the only GPU host its GPU sibling needs)
+        fits = {
+            j.id: sum(
+                1
+                for i in fleet.instances
+                if i.resources is not None and blocks_needed(j.requirements, i.resources, i.total_blocks) is not None
+            )
+            for j in jobs
+        }
+        jobs = sorted(jobs, key=lambda j: (fits[j.id], j.job_num))
     taken: set[str] = set()
     gang = f" (the run needs {len(jobs)} nodes at once)" if len(jobs) > 1 else ""
     limits = snapshot.backend_limits
@@ -292,10 +304,11 @@ def _unknown_fleets_message(job: QueuedJob, fleets: Iterable[FleetSlot]) -> str:
     return f"{SPECIFIED_FLEETS_MESSAGE}: no fleet named {names}{where} ({known})"
 
 
-def _screen(head: QueuedJob, snapshot: Snapshot) -> tuple[list[FleetSlot], bool] | str:
+def _screen(head: QueuedJob, snapshot: Snapshot, gang: Sequence[QueuedJob] = ()) -> tuple[list[FleetSlot], bool] | str:
     """The fleets the gang headed by ``head`` could ever run in (and whether it may only reuse existing
     instances), or the message it fails with at once: no fleet, unknown ``fleets``, a selector matching
-    nothing, or nothing it could ever fit in."""
+    nothing, or nothing it could ever fit in. The other jobs of a gang whose nodes differ (node
+    ``groups``) must each fit the fleet too."""
     candidates = _candidate_fleets(head, snapshot.fleets)
     if not candidates and head.selectors:
         return "Failed to use specified instances: no instance matches " + "; ".join(str(x) for x in head.selectors)
@@ -310,8 +323,12 @@ def _screen(head: QueuedJob, snapshot: Snapshot) -> tuple[list[FleetSlot], bool]
             return "Failed to use specified instances: no instance matches " + "; ".join(str(u) for u in unmatched)
     feasible: list[FleetSlot] = []
     reasons: list[str] = []
+    others = _distinct_requirements(head, gang)
     for fleet in candidates:
         reason = _never_fits_reason(fleet, head, reuse_only)
+        for job in others:
+            if reason is None and (why := _never_fits_reason(fleet, job, reuse_only)) is not None:
+                reason = f"job {job.job_num}: {why}"
         if reason is None:
             feasible.append(fleet)
         else:
@@ -319,6 +336,17 @@ def _screen(head: QueuedJob, snapshot: Snapshot) -> tuple[list[FleetSlot], bool]
     if not feasible:
         return "No fleet can ever run this job: " + "; ".join(reasons)
     return feasible, reuse_only
+
+
+def _distinct_requirements(head: QueuedJob, gang: Sequence[QueuedJob]) -> list[QueuedJob]:
+    """One job of the gang for each requirement other than the head's (in job order)."""
+    seen = [head.requirements]
+    out = []
+    for job in gang:
+        if job.requirements not in seen:
+            seen.append(job.requirements)
+            out.append(job)
+    return out
 
 
 def screen(job: QueuedJob, snapshot: Snapshot) -> tuple[list[FleetSlot], bool] | str:
@@ -338,7 +366,7 @@ def _schedule_gang(
     jobs: list[QueuedJob], snapshot: Snapshot, ledger: _Ledger, now: float, held: set[str]
 ) -> tuple[list[Decision], _Ledger]:
     head = jobs[0]
-    screened = _screen(head, snapshot)
+    screened = _screen(head, snapshot, jobs)
     if isinstance(screened, str):
         return [Fail(j.id, screened) for j in jobs], ledger
     feasible, reuse_only = screened

@@ -72,6 +72,18 @@ def _app_specs(ports: list[Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def node_layout(c: dict[str, Any]) -> list[tuple[int, dict[str, Any], int]]:
+    """(group index, group, index in the group) of each node, in ``job_num`` order: a task's ``groups``
+    (each with its own ``nodes``, ``commands``, ``ports`` and ``resources``), else one group of the
+    configuration's ``nodes`` (1 for other run types)."""
+    groups = c.get("groups") if c.get("type") == "task" else None
+    if groups:
+        return [(gi, g, j) for gi, g in enumerate(groups) for j in range(int(g.get("nodes") or 1))]
+    nodes = int(c.get("nodes") or 1) if c.get("type") == "task" else 1
+    whole = {"name": "0", "commands": c.get("commands"), "ports": c.get("ports"), "resources": c.get("resources")}
+    return [(0, whole, j) for j in range(nodes)]
+
+
 def job_specs(
     run_name: str,
     spec: dict[str, Any],
@@ -81,10 +93,11 @@ def job_specs(
     ide_download_url: str | None = None,
 ) -> list[dict[str, Any]]:
     c = spec["configuration"]
-    nodes = int(c.get("nodes") or 1) if c.get("type") == "task" else 1
+    layout = node_layout(c)
+    nodes = len(layout)
     repo_specs = c.get("repos") or []
     out = []
-    for i in range(nodes):
+    for i, (group_index, group, job_index) in enumerate(layout):
         out.append(
             {
                 "replica_num": 0,
@@ -92,11 +105,11 @@ def job_specs(
                 "job_name": f"{run_name}-{i}-0",
                 "jobs_per_replica": nodes,
                 "replica_group": "0",
-                "app_specs": _app_specs(c.get("ports") or []),
+                "app_specs": _app_specs(group.get("ports") or []),
                 "user": _unix_user(c.get("user")),
                 "commands": dev_env.commands(c, run_name, ide_download_url)
                 if c.get("type") == "dev-environment"
-                else list(c.get("commands") or []),
+                else list(group.get("commands") or []),
                 "env": dict(c.get("env") or {}),
                 "home_dir": c.get("home_dir") or "/root",
                 "image_name": c.get("image") or default_image or DEFAULT_IMAGE,
@@ -109,7 +122,7 @@ def job_specs(
                 "utilization_policy": None,
                 "registry_auth": c.get("registry_auth"),
                 "requirements": {
-                    "resources": c.get("resources"),
+                    "resources": group.get("resources"),
                     "max_price": merged.max_price,
                     "spot": None
                     if merged.spot_policy is None
@@ -128,9 +141,9 @@ def job_specs(
                 "file_archives": list(spec.get("file_archives") or []),
                 "service_port": None,
                 "probes": [],
-                "node_group_index": 0,
-                "node_group_name": "0",
-                "node_group_job_index": i,
+                "node_group_index": group_index,
+                "node_group_name": str(group.get("name") or "0"),
+                "node_group_job_index": job_index,
             }
         )
     if c.get("type") == "service":

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from corral.domain.cron import never_firing, next_trigger
+from corral.domain.node_groups import check_refs
 from corral.services.errors import ServiceError
 from corral.store.triggers import templates_dump
 
@@ -29,10 +30,8 @@ def _nodes(conf: Any) -> int:
 
 def check(conf: Any, merged: Any) -> None:
     """Raise ``ServiceError`` (400) for an option corral accepts in the grammar but does not apply."""
-    if conf.type == "task" and getattr(conf, "groups", None):
-        raise ServiceError(
-            "`groups`: heterogeneous multi-node tasks are not supported yet; use `nodes` with one `resources`"
-        )
+    if conf.type == "task":
+        _check_group_refs(conf)
     if merged.utilization_policy is not None:
         raise ServiceError(
             "`utilization_policy` is not supported yet: it needs job metrics (the jobs' GPU utilization "
@@ -66,6 +65,18 @@ def check(conf: Any, merged: Any) -> None:
         )
     if merged.schedule is not None and conf.type == "service":
         raise ServiceError("`schedule`: scheduled services are not supported yet; schedule a task instead")
+
+
+def _check_group_refs(conf: Any) -> None:
+    """``${{ groups[i].nodes[j].IP_ADDRESS }}`` in a task's commands must name a node the run has."""
+    groups = conf.groups or []
+    sizes = [g.nodes for g in groups] if groups else [conf.nodes_num]
+    places = [(f"groups[{i}] ({g.name}).commands", g.commands) for i, g in enumerate(groups)]
+    for where, commands in places or [("commands", conf.commands)]:
+        for command in commands:
+            why = check_refs(command, sizes)
+            if why is not None:
+                raise ServiceError(f"`{where}`: {why}")
 
 
 def schedule_crons(conf: Any, merged: Any, now: float) -> list[str] | None:

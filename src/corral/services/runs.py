@@ -81,7 +81,7 @@ def normalize_run_spec(
         "profile": profile.model_dump(mode="json"),
         "ssh_key_pub": run_spec.get("ssh_key_pub") or user.ssh_public_key,
     }
-    nodes = int(getattr(conf, "nodes", None) or 1) if conf.type == "task" else 1
+    nodes = int(conf.nodes_num) if conf.type == "task" else 1
     if merged.instances and len(merged.instances) < nodes:
         raise ServiceError(
             f"`instances` specifies {len(merged.instances)} instance(s) but the run requires {nodes} nodes"

@@ -14,15 +14,27 @@ from corral.schemas import wire
 from corral.workers.job_ports import taken_ports
 
 
-def job_env(
-    job: JobRec, run: Any, inst: InstanceRec, master_ip: str, nodes_ips: list[str], env: Mapping[str, Any] | None = None
-) -> dict[str, str]:
-    """The job's environment: its ``env`` (``env``: with its secrets filled in) and dstack's variables."""
-    spec = job.job_spec
+def job_gpus(job: JobRec, inst: InstanceRec) -> int:
+    """The GPUs ``job`` has on ``inst``: all of them, or its share of an instance split into blocks."""
     resources = (inst.offer or {}).get("resources", {})
     gpus = len(resources.get("gpus") or [])
     total = inst.total_blocks or 1
-    gpus_here = gpus // total * job.blocks if total > 1 else gpus  # the job's share, as blocks split GPUs
+    return gpus // total * job.blocks if total > 1 else gpus
+
+
+def job_env(
+    job: JobRec,
+    run: Any,
+    inst: InstanceRec,
+    master_ip: str,
+    nodes_ips: list[str],
+    env: Mapping[str, Any] | None = None,
+    nodes_gpus: list[int] | None = None,
+) -> dict[str, str]:
+    """The job's environment: its ``env`` (``env``: with its secrets filled in) and dstack's variables.
+    ``nodes_gpus``: each node's GPUs (node groups may differ); ``DSTACK_GPUS_NUM`` is their sum."""
+    spec = job.job_spec
+    gpus_here = job_gpus(job, inst)
     nodes = int(spec.get("jobs_per_replica") or 1)
     env = dict(spec.get("env") or {}) if env is None else dict(env)
     env.update(
@@ -36,7 +48,7 @@ def job_env(
             "DSTACK_MASTER_NODE_IP": master_ip,
             "DSTACK_NODES_IPS": "\n".join(nodes_ips),
             "DSTACK_GPUS_PER_NODE": str(gpus_here),
-            "DSTACK_GPUS_NUM": str(gpus_here * nodes),
+            "DSTACK_GPUS_NUM": str(sum(nodes_gpus) if nodes_gpus else gpus_here * nodes),
             "DSTACK_REPO_ID": str(run.run_spec.get("repo_id") or "none"),
         }
     )

@@ -20,6 +20,7 @@ from corral.backends.base import AgentEndpoint
 from corral.domain import inactivity
 from corral.domain.interpolation import InterpolationError
 from corral.domain.log_masking import LogMasker
+from corral.domain.node_groups import addresses_view, fill_refs
 from corral.domain.records import InstanceRec, JobRec
 from corral.store import fleets as fleet_store
 from corral.store import runs as run_store
@@ -32,7 +33,7 @@ from corral.workers.job_container import apply_container, runtime_data, with_age
 from corral.workers.job_leases import JobLeases
 from corral.workers.job_outcomes import JobOutcomes
 from corral.workers.job_ports import ports_message
-from corral.workers.job_submission import job_env, ports_taken, provisioning_data, sandbox_message
+from corral.workers.job_submission import job_env, job_gpus, ports_taken, provisioning_data, sandbox_message
 
 log = logging.getLogger("corral.jobs")
 SERVER = "terminated_by_server"
@@ -154,6 +155,12 @@ class Jobs(JobLeases, JobOutcomes):
         if one_host:
             nodes_ips = await self._sandbox_addresses(ordered, {i.id: i for i in sib_insts}, nodes_ips)
         master_ip = nodes_ips[0] if nodes_ips else "127.0.0.1"
+        # ${{ groups[i].nodes[j].IP_ADDRESS }} in the commands: the nodes' addresses by group
+        view = addresses_view(
+            (int(j.job_spec.get("node_group_index") or 0), int(j.job_spec.get("node_group_job_index") or 0), ip)
+            for j, ip in zip(ordered, nodes_ips, strict=True)
+        )
+        nodes_gpus = [job_gpus(j, by_id[j.instance_id]) if j.instance_id in by_id else 0 for j in ordered]
         conf = dict(run.run_spec.get("configuration", {}))
         if conf.get("registry_auth"):
             conf["registry_auth"] = opened_auth(self.ctx.cipher, conf["registry_auth"])
@@ -170,9 +177,9 @@ class Jobs(JobLeases, JobOutcomes):
         submission = JobSubmission(
             job_id=job.id,
             run_name=job.run_name,
-            commands=list(spec.get("commands") or []),
+            commands=[fill_refs(c, view) for c in spec.get("commands") or []],
             shell=conf.get("shell"),
-            env=job_env(job, run, inst, master_ip, nodes_ips, filled.env),
+            env=job_env(job, run, inst, master_ip, nodes_ips, filled.env, nodes_gpus),
             working_dir=conf.get("working_dir"),  # as written: a relative one is relative to the repo dir
             image=conf.get("image"),
             user=None,

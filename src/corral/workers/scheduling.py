@@ -82,7 +82,7 @@ def queued_job(
     fleets = None
     if profile.fleets is not None:
         fleets = tuple(f.format() if hasattr(f, "format") else str(f) for f in profile.fleets)
-    nodes = int(getattr(conf, "nodes", 1) or 1)
+    nodes = int(conf.nodes_num) if conf.type == "task" else 1
     selectors = None if profile.instances is None else tuple(to_selector(x) for x in profile.instances)
     return QueuedJob(
         id=id,
