@@ -39,11 +39,12 @@ async def test_refused_run_options_name_the_field(tmp_path: Path) -> None:
             r = await c.post("/api/project/main/runs/apply", json=task_body(["true"], **extra))
             assert r.status_code == 400, (extra, r.text)
             assert words in r.json()["detail"][0]["msg"], (extra, r.text)
-        groups = {"groups": [{"name": "a", "commands": ["true"]}]}
+        # node groups' address references must name a node the run has
+        groups = {"groups": [{"name": "a", "commands": ["echo ${{ groups[1].nodes[0].IP_ADDRESS }}"]}]}
         body = task_body([], **groups)
         del body["plan"]["run_spec"]["configuration"]["commands"]
         r = await c.post("/api/project/main/runs/apply", json=body)
-        assert r.status_code == 400 and "`groups`" in r.text, r.text
+        assert r.status_code == 400 and "groups[1].nodes[0]" in r.text and "out of range" in r.text, r.text
         # a run's `backends` keeps it off the others' instances and offers
         assert (await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..1"))).is_success
         for backends, verdict in ((["aws"], "does not list its backends (remote)"), (["remote"], None)):
