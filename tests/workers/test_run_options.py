@@ -3,11 +3,29 @@ field (and the plan says so first); ``home_dir`` and a run's ``backends`` are ap
 
 from __future__ import annotations
 
+import base64
+import os
+import subprocess
 from pathlib import Path
+from typing import Any
 
 from corral.scheduler.schedule import run_backends
 from corral.services.job_specs import job_specs
-from server_harness import fleet_body, make_settings, running_server, task_body
+from server_harness import finished_run, fleet_body, make_settings, running_server, task_body
+
+FAKE_UV = """#!/bin/sh
+[ "$1" = python ] && exit 1
+for last; do :; done
+mkdir -p "$last/bin"
+echo "$@" > "$last/uv-args"
+echo "export VIRTUAL_ENV=$last" > "$last/bin/activate"
+"""
+
+
+async def _logs(c: Any, run: dict[str, Any]) -> str:
+    body = {"run_name": run["run_spec"]["run_name"], "job_submission_id": run["latest_job_submission"]["id"]}
+    r = await c.post("/api/project/main/logs/poll", json={**body, "limit": 1000})
+    return b"".join(base64.b64decode(x["message"]) for x in r.json()["logs"]).decode()
 
 
 def test_a_run_s_backends_in_corral_s_names() -> None:
@@ -34,6 +52,10 @@ async def test_refused_run_options_name_the_field(tmp_path: Path) -> None:
             ({"spot_policy": "spot"}, "spot"),
             ({"nodes": 2, "startup_order": "master-first"}, "startup_order"),
             ({"nodes": 2, "stop_criteria": "master-done"}, "stop_criteria"),
+            ({"docker": True}, "`docker: true`"),
+            ({"dstack": True}, "`dstack: true`"),
+            ({"idle_duration": "1h"}, "`idle_duration`"),
+            ({"tags": {"team": "ml"}}, "`tags`"),
         ]
         for extra, words in cases:
             r = await c.post("/api/project/main/runs/apply", json=task_body(["true"], **extra))
@@ -53,6 +75,29 @@ async def test_refused_run_options_name_the_field(tmp_path: Path) -> None:
             assert (plan["corral_plan_error"] is None) == (verdict is None), plan["corral_plan_error"]
             assert verdict is None or verdict in plan["corral_plan_error"]
             assert bool(plan["job_plans"][0]["offers"]) == (verdict is None)
+        # `python` without an image: a virtualenv of that Python made by uv (here a fake uv on the job's PATH
+        # that records how it was called), or the job fails saying why (no uv, and python3 is another version)
+        fake = tmp_path / "fakebin"
+        fake.mkdir()
+        (fake / "uv").write_text(FAKE_UV)
+        (fake / "uv").chmod(0o755)
+        path = {"PATH": f"{fake}:{os.environ['PATH']}"}
+        probe = 'echo "venv=$VIRTUAL_ENV"; cat "$VIRTUAL_ENV/uv-args"'
+        r = await c.post("/api/project/main/runs/apply", json=task_body([probe], name="py-uv", python="3.12", env=path))
+        assert r.status_code == 200, r.text
+        host = subprocess.run(
+            ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True
+        ).stdout.strip()
+        other = "3.9" if host != "3.9" else "3.10"
+        r = await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="py-other", python=other))
+        assert r.status_code == 200, r.text
+        ok, bad = await finished_run(c, "py-uv"), await finished_run(c, "py-other")
+        assert ok["status"] == "done", ok["latest_job_submission"]
+        lines = (await _logs(c, ok)).split("\n")
+        assert lines[0].startswith("venv=") and "dstack-venv-" in lines[0], lines
+        assert lines[1].startswith("venv -q --prompt dstack -p 3.12 --seed "), lines
+        assert bad["status"] == "failed"
+        assert f"`python: {other}` asks for Python {other}" in await _logs(c, bad)
         # the plan says it too, before apply
         plan = await c.post(
             "/api/project/main/runs/get_plan", json={"run_spec": task_body(["true"], regions=["x"])["plan"]["run_spec"]}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from corral.services import dev_env, service_runs
+from corral.services import dev_env, python_env, service_runs
 from corral.services.errors import ServiceError
 
 DEFAULT_IMAGE = "dstackai/base:0.16-base-ubuntu24.04"
@@ -107,12 +107,17 @@ def job_specs(
                 "replica_group": "0",
                 "app_specs": _app_specs(group.get("ports") or []),
                 "user": _unix_user(c.get("user")),
-                "commands": dev_env.commands(c, run_name, ide_download_url)
-                if c.get("type") == "dev-environment"
-                else list(group.get("commands") or []),
+                "commands": [
+                    *python_env.prelude(c, c.get("python")),
+                    *(
+                        dev_env.commands(c, run_name, ide_download_url)
+                        if c.get("type") == "dev-environment"
+                        else list(group.get("commands") or [])
+                    ),
+                ],
                 "env": dict(c.get("env") or {}),
                 "home_dir": c.get("home_dir") or "/root",
-                "image_name": c.get("image") or default_image or DEFAULT_IMAGE,
+                "image_name": python_env.image_name(c, default_image, DEFAULT_IMAGE),
                 "privileged": bool(c.get("privileged")) or c.get("docker") is True,
                 "single_branch": c.get("single_branch")
                 if c.get("single_branch") is not None

@@ -63,6 +63,13 @@ def check(conf: Any, merged: Any) -> None:
             "`stop_criteria: master-done` is not supported yet: a multi-node task ends when all its jobs are "
             "done; remove `stop_criteria` (or set `all-done`)"
         )
+    if conf.docker is True:
+        raise ServiceError(
+            "`docker: true` (Docker inside the job, in dstack's docker-in-docker image) is not supported yet: "
+            "set `image` to an image that has Docker, with `privileged: true`"
+        )
+    if conf.dstack:
+        raise ServiceError("`dstack: true` (the server reachable from inside the run) is not supported yet; remove it")
     if merged.schedule is not None and conf.type == "service":
         raise ServiceError("`schedule`: scheduled services are not supported yet; schedule a task instead")
 

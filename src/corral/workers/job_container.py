@@ -54,6 +54,8 @@ def apply_container(
     if conf.get("entrypoint"):
         sub.entrypoint = shlex.split(str(conf["entrypoint"]))
     sub.image = conf.get("image") or default_image
+    if sub.image and not conf.get("image") and conf.get("nvcc") and "-base-" in sub.image:
+        sub.image = sub.image.replace("-base-", "-devel-")  # dstack: `nvcc` picks its image's devel variant
     sub.user = conf.get("user")  # a host process: the user it is inside its sandbox
     if not sub.image:
         sub.ports = _ports(conf)  # a sandboxed host process: reached through the agent's relays
