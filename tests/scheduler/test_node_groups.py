@@ -53,3 +53,22 @@ def test_group_address_references() -> None:
     assert "out of range" in (check_refs("${{ groups[1].nodes[2].IP_ADDRESS }}", [1, 2]) or "")
     assert "illegal reference" in (check_refs("${{ groups[0].node[0].IP_ADDRESS }}", [1]) or "")
     assert check_refs("${{ secrets.TOKEN }} ${{ run.args }}", [1]) is None
+
+
+def test_max_price_and_backends_narrow_what_a_job_may_use() -> None:
+    from test_schedule import OFFER
+
+    dear = replace(OFFER, backend="aws", price=2.5)
+    priced = fleet(offers=(dear,))
+    capped = replace(job(1), max_price=1.0)
+    (decision,) = [d for g in schedule(Snapshot(fleets=(priced,), queue=(capped,)), 100.0).gangs for d in g.decisions]
+    assert isinstance(decision, Fail) and "above the run's `max_price` ($1/h)" in decision.message, decision
+    cheap_enough = replace(job(2), max_price=3.0)
+    decisions = [
+        d for g in schedule(Snapshot(fleets=(priced,), queue=(cheap_enough,)), 100.0).gangs for d in g.decisions
+    ]
+    assert [type(d).__name__ for d in decisions] == ["Reserve"]
+    only_aws = replace(job(3), backends=frozenset({"aws"}))
+    local = fleet((replace(inst(0), backend="local"),), offers=(OFFER,))
+    (decision,) = [d for g in schedule(Snapshot(fleets=(local,), queue=(only_aws,)), 100.0).gangs for d in g.decisions]
+    assert isinstance(decision, Fail) and "does not list its backends (remote)" in decision.message, decision

@@ -100,6 +100,8 @@ def _candidate_fleets(job: QueuedJob, fleets: Iterable[FleetSlot]) -> list[Fleet
         visible = [_without_backends(f, job.barred_backends) for f in visible]
     if job.backends is not None:
         visible = [_only_backends(f, job.backends) for f in visible]
+    if job.max_price is not None:
+        visible = [_within_price(f, job.max_price) for f in visible]
     if job.fleet_names is None:
         return visible
     refs = [_fleet_ref(n) for n in job.fleet_names]
@@ -130,6 +132,14 @@ def _only_backends(fleet: FleetSlot, allowed: frozenset[str]) -> FleetSlot:
         offers=tuple(o for o in fleet.offers if o.backend in allowed),
         unlisted_backends=frozenset(left_out),
     )
+
+
+def _within_price(fleet: FleetSlot, max_price: float) -> FleetSlot:
+    """``fleet`` without the offers that cost more than ``max_price`` (its instances stay: they are paid for)."""
+    dear = [o.price for o in fleet.offers if o.price > max_price]
+    if not dear:
+        return fleet
+    return replace(fleet, offers=tuple(o for o in fleet.offers if o.price <= max_price), priced_out=min(dear))
 
 
 def _apply_selectors(job: QueuedJob, fleets: list[FleetSlot]) -> tuple[list[FleetSlot], list[Selector]]:
@@ -188,8 +198,10 @@ def _never_fits_reason(fleet: FleetSlot, job: QueuedJob, reuse_only: bool) -> st
         reasons.extend(reversed(offer_reasons))
     if reuse_only and not fleet.instances:
         return "it has no instances and `creation_policy: reuse` allows no new ones"
+    if not reasons and fleet.priced_out is not None and job.max_price is not None:
+        return f"its offers cost ${fleet.priced_out:g}/h or more, above the run's `max_price` (${job.max_price:g}/h)"
     if not reasons and fleet.unlisted_backends:
-        names = ", ".join(sorted(WIRE_NAMES.get(b, b) for b in fleet.unlisted_backends))
+        names = ", ".join(sorted({WIRE_NAMES.get(b, b) for b in fleet.unlisted_backends if b}))
         return f"the run's `backends` does not list its backends ({names})"
     if not reasons and fleet.withheld_backends:
         names = ", ".join(sorted(fleet.withheld_backends))

@@ -71,6 +71,8 @@ class FleetSlot:
     withheld_backends: frozenset[str] = frozenset()
     #: Backends whose instances and offers the job's own ``backends`` option left out of this view.
     unlisted_backends: frozenset[str] = frozenset()
+    #: The lowest price of the offers the job's ``max_price`` left out of this view (None: none left out).
+    priced_out: float | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,8 @@ class QueuedJob:
     barred_backends: frozenset[str] = frozenset()
     #: The run's ``backends`` option as corral's backend names (None = any backend).
     backends: frozenset[str] | None = None
+    #: The run's ``max_price`` (per hour): offers that cost more are not provisioned for it.
+    max_price: float | None = None
     #: The job's replica: each replica of a service is a gang of its own (a task has replica 0 only).
     replica_num: int = 0
 

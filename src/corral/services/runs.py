@@ -98,7 +98,9 @@ def _offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[d
         o
         for c in ctx.project_computes(backend_types(project.backends))
         for o in c.offers()
-        if match_requirements(req, o.resources) is None and (allowed is None or o.backend in allowed)
+        if match_requirements(req, o.resources) is None
+        and (allowed is None or o.backend in allowed)
+        and (merged.max_price is None or o.price <= merged.max_price)
     )
     return [offer_json(o) for o in smallest_carves(fitting)]
 

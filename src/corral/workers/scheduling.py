@@ -102,6 +102,7 @@ def queued_job(
         selectors=selectors,
         barred_backends=barred_backends,
         backends=None if profile.backends is None else run_backends(b.value for b in profile.backends),
+        max_price=profile.max_price,
         replica_num=int(job_spec.get("replica_num") or 0),
     )
 
