@@ -26,12 +26,18 @@ NOTES: dict[tuple[str, str], str] = {
     ("BaseRunConfiguration", "repos"): "corral extension: a directory without a git remote travels as an archive "
     "(a *local* repo; dstack's CLI refuses it).",
     ("BaseRunConfiguration", "volumes"): "Instance volumes (`/host:/container`) only; network volumes are a 400.",
-    ("BaseRunConfiguration", "python"): "Accepted; jobs without `image` run on the host's own Python.",
+    ("BaseRunConfiguration", "python"): "Without `image`: a virtualenv of that Python (uv, or the host's "
+    "`python3 -m venv` of that version), else the job fails saying why. See Run options.",
+    ("BaseRunConfiguration", "docker"): "`true` is a 400 (not supported yet).",
+    ("BaseRunConfiguration", "dstack"): "`true` is a 400 (not supported yet).",
     ("ProfileParams", "instances"): "corral extension: `[]` means *existing instances only* (dstack rejects an "
     "empty list).",
     ("ProfileParams", "retry"): "Divergence: with no `retry` a job that finds its fleets full *waits* in the queue "
     "(see Concepts); `duration` counts from the first failure of a streak of quick ones.",
-    ("ProfileParams", "backends"): "corral's backends are `local` and `ssh` (fleets); cloud names validate.",
+    ("ProfileParams", "backends"): "corral's backends are `local` and `ssh` (fleets; `remote` on the wire); cloud "
+    "names validate. A run sees only the instances and offers of the backends it lists.",
+    ("ProfileParams", "utilization_policy"): "A 400 in runs: it needs job metrics (not collected yet).",
+    ("ProfileParams", "schedule"): "Tasks and dev environments; a scheduled service is a 400. See Run options.",
     ("FleetConfiguration", "nodes"): "A hard limit: `nodes.max` is never exceeded, under any concurrency.",
     ("FleetConfiguration", "ssh_config"): "An SSH fleet; cloud-only fields beside it are a 400 naming them.",
 }
