@@ -18,7 +18,8 @@ from corral.workers.triggers import Triggers, due_triggers
 from pg_harness import new_database_url
 from server_harness import fleet_body, get_run, make_settings, running_server, task_body, wait_for
 
-EVERY_MINUTE = {"cron": "* * * * *"}
+#: Far from the wall clock (the real workers' timers never fire it during the test): only the fake clock does.
+YEARLY = {"cron": "0 0 1 1 *"}
 
 
 def _ts(iso: str) -> float:
@@ -57,7 +58,7 @@ async def test_schedule_fires_once_per_trigger_across_two_replicas(tmp_path: Pat
     second = make_settings(tmp_path / "b", **common)
     async with running_server(first) as a, running_server(second) as b, a.client() as on_a, b.client() as on_b:
         assert (await on_a.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..1"))).is_success
-        body = task_body(["echo tick"], name="cron-run", schedule=EVERY_MINUTE, fleets=["fl"])
+        body = task_body(["echo tick"], name="cron-run", schedule=YEARLY, fleets=["fl"])
         applied = await on_b.post("/api/project/main/runs/apply", json=body)
         assert applied.status_code == 200, applied.text
         assert applied.json()["status"] == "pending" and applied.json()["jobs"] == []
@@ -76,9 +77,11 @@ async def test_schedule_fires_once_per_trigger_across_two_replicas(tmp_path: Pat
                 return got if done and got["status"] == "pending" else None
 
             back = await wait_for(executed, timeout=40)
+            assert back["status_message"] == "pending"
             subs = [s["submission_num"] for j in back["jobs"] for s in j["job_submissions"]]
             assert subs == list(range(trigger + 1))
-            assert _ts(back["next_triggered_at"]) > now - 1  # the next trigger, after the one that fired
+            # the next trigger: a year after the one that fired (though the wall clock is before it)
+            assert _ts(back["next_triggered_at"]) > now + 360 * 86400
         # a second pass at the same time fires nothing more
         assert await replicas[0].pass_once(now=now) == 0
         stopped = await on_a.post("/api/project/main/runs/stop", json={"runs_names": ["cron-run"], "abort": False})
@@ -97,3 +100,25 @@ def test_ps_shows_the_next_trigger() -> None:
 
     run = {"run_spec": {"run_name": "nightly"}, "status": "pending", "next_triggered_at": "2026-12-02T03:00:00+00:00"}
     assert _waiting_lines([run]) == ["nightly: next trigger at 2026-12-02 03:00 UTC (schedule)"]
+
+
+async def test_the_server_s_own_triggers_worker_fires_a_due_trigger(tmp_path: Path) -> None:
+    """The running server's worker (wall clock, woken by a wake-up) fires a trigger that has come."""
+    import sqlalchemy as sa
+
+    from corral.store.tables import runs
+
+    async with running_server(make_settings(tmp_path)) as s, s.client() as c:
+        assert (await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..1"))).is_success
+        body = task_body(["echo fired"], name="due", schedule=YEARLY, fleets=["fl"])
+        assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
+        async with s.ctx.db.write() as conn:  # its trigger has come (rather than waiting for January)
+            await conn.execute(sa.update(runs).where(runs.c.run_name == "due").values(next_triggered_at=1.0))
+        s.ctx.wakeups.wake("triggers")
+
+        async def ran() -> dict[str, Any] | None:
+            got = await get_run(c, "due")
+            return got if got["jobs"] and got["status"] == "pending" else None
+
+        back = await wait_for(ran, timeout=30)
+        assert back["jobs"][0]["job_submissions"][0]["status"] == "done"

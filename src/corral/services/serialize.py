@@ -275,8 +275,8 @@ def run(r: RunRec, queue_position: int | None = None) -> dict[str, Any]:
     status_message = r.status_message
     if status_message is None:
         status_message = latest["status_message"] if latest and r.status not in ("done",) else r.status
-        if r.status == "done":
-            status_message = "done"
+        if r.status in ("done", "pending"):  # pending: a scheduled run between triggers (its jobs ended)
+            status_message = r.status
         if r.status == "submitted" and latest and latest.get("corral_waiting"):
             status_message = "pending"
         if r.status == "submitted" and latest and latest["submission_num"] > 0:
