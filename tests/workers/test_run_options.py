@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from corral.scheduler.schedule import run_backends
+from corral.scheduler.fleet_view import run_backends
 from corral.services.job_specs import job_specs
 from server_harness import finished_run, fleet_body, make_settings, running_server, task_body
 

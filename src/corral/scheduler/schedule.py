@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from corral.domain.resources import InstanceResources, Requirements, match_requirements
 from corral.domain.selectors import FleetRef, InstanceIdentity, Selector, matches
 from corral.scheduler.blocks import blocks_needed, total_blocks_for
+from corral.scheduler.fleet_view import WIRE_NAMES, as_job_sees_it
 from corral.scheduler.types import (
     Assign,
     Decision,
@@ -83,63 +84,14 @@ def _fleet_ref(text: str) -> FleetRef:
     return FleetRef(name, project or None)
 
 
-#: How corral's backends are named on the wire and in ``backends`` (local and SSH hosts: dstack's ``remote``).
-WIRE_NAMES = {"local": "remote", "ssh": "remote"}
-
-
-def run_backends(backends: Iterable[str]) -> frozenset[str]:
-    """corral's backend names that a run's ``backends`` option (dstack's names) allows."""
-    wanted = set(backends)
-    return frozenset({b for b in wanted if b != "remote"} | ({"local", "ssh"} if "remote" in wanted else set()))
-
-
 def _candidate_fleets(job: QueuedJob, fleets: Iterable[FleetSlot]) -> list[FleetSlot]:
     """The job's project's fleets and those exported to it, narrowed by the ``fleets`` option."""
     visible = [f for f in fleets if f.project_id == job.project_id or job.project_id in f.importer_project_ids]
-    if job.barred_backends:
-        visible = [_without_backends(f, job.barred_backends) for f in visible]
-    if job.backends is not None:
-        visible = [_only_backends(f, job.backends) for f in visible]
-    if job.max_price is not None:
-        visible = [_within_price(f, job.max_price) for f in visible]
+    visible = [as_job_sees_it(job, f) for f in visible]
     if job.fleet_names is None:
         return visible
     refs = [_fleet_ref(n) for n in job.fleet_names]
     return [f for f in visible if any(r.matches(f.name, f.project_name, job.project_name) for r in refs)]
-
-
-def _without_backends(fleet: FleetSlot, barred: frozenset[str]) -> FleetSlot:
-    """``fleet`` as a job barred from ``barred`` backends sees it: none of their instances or offers."""
-    if not any(i.backend in barred for i in fleet.instances) and not any(o.backend in barred for o in fleet.offers):
-        return fleet
-    return replace(
-        fleet,
-        instances=tuple(i for i in fleet.instances if i.backend not in barred),
-        offers=tuple(o for o in fleet.offers if o.backend not in barred),
-        withheld_backends=barred,
-    )
-
-
-def _only_backends(fleet: FleetSlot, allowed: frozenset[str]) -> FleetSlot:
-    """``fleet`` as a job whose ``backends`` option lists ``allowed`` sees it."""
-    left_out = {i.backend for i in fleet.instances if i.backend not in allowed}
-    left_out |= {o.backend for o in fleet.offers if o.backend not in allowed}
-    if not left_out:
-        return fleet
-    return replace(
-        fleet,
-        instances=tuple(i for i in fleet.instances if i.backend in allowed),
-        offers=tuple(o for o in fleet.offers if o.backend in allowed),
-        unlisted_backends=frozenset(left_out),
-    )
-
-
-def _within_price(fleet: FleetSlot, max_price: float) -> FleetSlot:
-    """``fleet`` without the offers that cost more than ``max_price`` (its instances stay: they are paid for)."""
-    dear = [o.price for o in fleet.offers if o.price > max_price]
-    if not dear:
-        return fleet
-    return replace(fleet, offers=tuple(o for o in fleet.offers if o.price <= max_price), priced_out=min(dear))
 
 
 def _apply_selectors(job: QueuedJob, fleets: list[FleetSlot]) -> tuple[list[FleetSlot], list[Selector]]:

@@ -21,7 +21,7 @@ from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.domain.times import epoch_seconds
 from corral.scheduler.blocks import smallest_carves
-from corral.scheduler.schedule import run_backends
+from corral.scheduler.fleet_view import run_backends
 from corral.services import (
     input_rules,
     local_admission,

@@ -17,7 +17,8 @@ from corral.domain.records import FleetRec
 from corral.domain.resources import Requirements, match_requirements
 from corral.domain.selectors import FleetRef, Selector
 from corral.scheduler.codec import offer_from_json
-from corral.scheduler.schedule import run_backends, schedule, upkeep
+from corral.scheduler.fleet_view import run_backends
+from corral.scheduler.schedule import schedule, upkeep
 from corral.scheduler.types import (
     Assign,
     Fail,
