@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from dstack_client_env import CorralServer, DstackCli, corral_server
+from dstack_client_env import CorralServer, DstackCli, cli_env, corral_server
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="platform: the job sandbox needs root (CI runs as root)")
 TOKEN = "e2e-services-token-0123456789"
@@ -115,6 +116,36 @@ def test_official_client_applies_a_service_and_ps_shows_its_replicas(dstack: Dst
     }
     assert got == ids
     dstack.ok("stop", "svc-d", "-y")
+
+
+def test_attached_official_apply_of_a_service_streams_its_output_and_ctrl_c_detaches(dstack: DstackCli) -> None:
+    first = "  - echo serving-now-from-$DSTACK_JOB_ID\n"
+    yaml = service_yaml("svc-a").replace("  - python3 app.py", first + "  - python3 app.py")
+    dstack.write("svc-a.dstack.yml", yaml)
+    proc = subprocess.Popen(
+        [str(dstack.venv / "bin" / "dstack"), "apply", "-f", "svc-a.dstack.yml", "-y"], cwd=dstack.workdir,
+        env=cli_env(dstack.home), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        for line in proc.stdout:  # attached: the replica's output comes over corral's SSH endpoint
+            lines.append(line)
+            if "serving-now-from-" in line:
+                break
+        out = "".join(lines)
+        assert "serving-now-from-" in out, out
+        assert "/proxy/services/main/svc-a/" in out, out  # the CLI prints where the service is published
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            rest, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rest, _ = proc.communicate()
+    assert "Detached" in rest, "".join(lines) + rest
+    assert dstack.server.api("/api/project/main/runs/get", {"run_name": "svc-a"}).json()["status"] == "running"
+    dstack.ok("stop", "svc-a", "-y")
 
 
 def test_corral_apply_prints_the_url_and_ps_the_readiness(server: CorralServer, tmp: Path) -> None:

@@ -248,3 +248,28 @@ async def test_a_websocket_echo_passes_through(server: RunningServer) -> None:
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
     assert head.startswith(b"HTTP/1.1 403"), head
     writer.close()
+
+
+async def test_a_replica_without_room_waits_while_the_other_serves(server: RunningServer) -> None:
+    """Its ``retry`` does not cover no-capacity (a task would fail at once): the replica that finds its fleet
+    full waits for room, and the service runs on the replica that got one."""
+    async with server.client() as c:
+        fleet = fleet_body(name="single", nodes="0..1")
+        assert (await c.post("/api/project/main/fleets/apply", json=fleet)).status_code == 200
+        body = service_body("crowded", replicas=2, fleets=["single"], retry={"on_events": ["error"]})
+        r = await c.post("/api/project/main/runs/apply", json=body)
+        assert r.status_code == 200, r.text
+
+        async def one_serving() -> dict[str, Any] | None:
+            run = await get_run(c, "crowded")
+            assert run["status"] not in ("failed", "terminated", "done"), run
+            subs = {j["job_spec"]["replica_num"]: j["job_submissions"][-1] for j in run["jobs"]}
+            return run if subs[0]["status"] == "running" and subs[0].get("corral_ready") else None
+
+        await wait_for(one_serving, timeout=60, interval=0.2)  # its nodes are its own: it does not wait for replica 1
+        await asyncio.sleep(1.0)  # the scheduler has had its passes over the waiting replica
+        run = await get_run(c, "crowded")
+        waiting = next(j for j in run["jobs"] if j["job_spec"]["replica_num"] == 1)["job_submissions"][-1]
+        assert run["status"] == "running" and waiting["status"] == "submitted", waiting
+        assert waiting["status_message"].startswith("Waiting for capacity: fleet 'single'"), waiting
+        await c.post("/api/project/main/runs/stop", json={"runs_names": ["crowded"], "abort": True})

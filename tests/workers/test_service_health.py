@@ -60,3 +60,24 @@ def test_a_replica_once_ready_resets_the_clock() -> None:
     assert _plan(jobs, now=561.0, retry={"duration": 60}).give_up
     jobs = [_job(0, "running", True, ready_at=500.0)]
     assert not _plan(jobs, now=10_000.0, retry={"duration": 60}).give_up  # ready now
+
+
+def _unplaced(plan_jobs: list[JobState], unplaced: set[int], now: float):  # type: ignore[no-untyped-def]
+    latest = {(j.replica_num, 0): j for j in plan_jobs}
+    hist = {
+        (j.replica_num, 0): [Submission(0.0, 50.0 if j.status == "failed" else None, j.replica_num not in unplaced)]
+        for j in plan_jobs
+    }
+    return plan_service(latest, hist, tuple(plan_jobs), {j.id: None for j in plan_jobs}, 0.0, now)
+
+
+def test_a_replica_without_capacity_waits_again_while_another_serves() -> None:
+    no_capacity = "failed_to_start_due_to_no_capacity"
+    jobs = [_job(0, "running", True, 90.0), _job(1, "failed", False, reason=no_capacity)]
+    assert _unplaced(jobs, {1}, now=100.0).resubmit == (1,)
+    # when no replica was ever placed (nothing fits), the service is not kept retrying: the run fails
+    jobs = [_job(0, "failed", False, reason=no_capacity), _job(1, "failed", False, reason=no_capacity)]
+    assert _unplaced(jobs, {0, 1}, now=100.0).resubmit == ()
+    # another failure before placement (its secrets, say) is not retried either
+    jobs = [_job(0, "running", True, 90.0), _job(1, "failed", False, reason="terminated_by_server")]
+    assert _unplaced(jobs, {1}, now=100.0).resubmit == ()

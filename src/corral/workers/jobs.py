@@ -131,7 +131,12 @@ class Jobs(JobLeases, JobOutcomes):
             return
         async with self.ctx.db.read() as conn:
             run = await run_store.get_run_by_id(conn, job.run_id)
-            siblings = [j for j in (run.jobs if run else ()) if j.submission_num == job.submission_num]
+            # the nodes of this job's replica (a service's other replicas are not its nodes)
+            siblings = [
+                j
+                for j in (run.jobs if run else ())
+                if j.submission_num == job.submission_num and j.replica_num == job.replica_num
+            ]
             sib_insts = await fleet_store.list_instances_by_ids(
                 conn, [j.instance_id for j in siblings if j.instance_id]
             )

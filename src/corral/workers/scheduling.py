@@ -61,6 +61,15 @@ def wait_policy(retry: Any, submitted_at: float, server_max: float | None) -> Wa
     return WaitPolicy(True, submitted_at + float(duration if duration is not None else DEFAULT_RETRY_DURATION))
 
 
+def _service_replica_wait(conf: Any, job_spec: dict[str, Any]) -> WaitPolicy | None:
+    """A service's replicas after the first wait for capacity whatever its ``retry`` says: one replica
+    without room must not fail the service its others serve (the service's own clock, ``retry.duration``
+    with no replica ready, ends it; ``workers.service_health``)."""
+    if getattr(conf, "type", None) == "service" and int(job_spec.get("replica_num") or 0) > 0:
+        return WaitPolicy(True, None)
+    return None
+
+
 def queued_job(
     run_spec: dict[str, Any],
     job_spec: dict[str, Any],
@@ -96,7 +105,7 @@ def queued_job(
         requirements=resources.to_requirements(),
         fleet_names=fleets,
         creation_policy=getattr(profile.creation_policy, "value", str(profile.creation_policy)),
-        wait=wait_policy(profile.retry, submitted_at, max_queue_wait),
+        wait=_service_replica_wait(conf, job_spec) or wait_policy(profile.retry, submitted_at, max_queue_wait),
         nodes=nodes,
         multinode=nodes > 1,
         project_name=project_name,

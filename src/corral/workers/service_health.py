@@ -1,8 +1,9 @@
 """What a service's replica failures make of the run (pure; the runs worker acts on it).
 
 dstack terminates a whole service when one replica fails without ``retry``. corral isolates replicas: a
-replica that failed after it was placed is submitted again (``submission_num + 1``, backing off as
-``domain.retry.resubmit_at``) while the others keep serving, and the run stays ``running``. What ends a
+replica that failed after it was placed -- or got no capacity while another replica was placed -- is
+submitted again (``submission_num + 1``, backing off as ``domain.retry.resubmit_at``) while the others keep
+serving, and the run stays ``running``. What ends a
 service is that none of its replicas was ready for ``retry.duration`` (default one hour): from its
 submission, or from the last moment any replica was seen ready. It then ends ``failed`` with
 ``retry_limit_exceeded``.
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from corral.domain.retry import Submission, needs_retry_evaluation, resubmit_at, retry_duration
+from corral.domain.statuses import JobTerminationReason
 from corral.store.runs import JobState
 
 
@@ -48,10 +50,17 @@ def plan_service(
     if not ready_now and now - since > duration:
         return ServicePlan(give_up=True)
     check_at = None if ready_now else since + duration
+    # a replica that got no capacity while another was placed waits its turn again rather than failing the
+    # service (when none was ever placed -- nothing fits -- the run fails as dstack's does)
+    placed = any(s.provisioned for history in histories.values() for s in history)
     failed = [
         key
         for key, j in latest.items()
-        if needs_retry_evaluation(j.status, j.termination_reason) and any(s.provisioned for s in histories[key])
+        if needs_retry_evaluation(j.status, j.termination_reason)
+        and (
+            any(s.provisioned for s in histories[key])
+            or (placed and j.termination_reason == JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY.value)
+        )
     ]
     if not failed:
         return ServicePlan(check_at=check_at)
