@@ -131,6 +131,15 @@ class Settings:
     #: How long the proxy waits for a replica's response head (dstack: ``DSTACK_SERVICE_CLIENT_TIMEOUT``).
     proxy_timeout: float = 300.0
 
+    #: How long job metrics samples are kept, in seconds: those of running jobs (dstack's
+    #: ``DSTACK_SERVER_METRICS_RUNNING_TTL_SECONDS``, 1 h) and of finished ones (``..._FINISHED_TTL_SECONDS``, 7 d).
+    metrics_running_ttl: float = 3600.0
+    metrics_finished_ttl: float = 7 * 24 * 3600.0
+    #: Whether ``GET /metrics`` (Prometheus) answers (dstack's ``DSTACK_ENABLE_PROMETHEUS_METRICS``), and the
+    #: bearer token it then requires (None: none).
+    enable_prometheus_metrics: bool = False
+    prometheus_auth_token: str | None = None
+
     @property
     def data_dir(self) -> Path:
         return self.server_dir / "data"
@@ -223,6 +232,7 @@ class Settings:
             except ValueError:
                 raise SettingsError("CORRAL_LOCAL_MAX_INSTANCES must be an integer") from None
         s = _local_host(s, e)
+        s = _metrics(s, e)
         if overrides:
             s = replace(s, **overrides)  # type: ignore[arg-type]
         return s
@@ -270,3 +280,32 @@ def _local_host(s: Settings, e: dict[str, str]) -> Settings:
             raise SettingsError(f"CORRAL_LOCAL_MEMORY={raw!r} must be a size such as 16GB or 512MB")
         s = replace(s, local_memory_mib=int(gb * 1024))
     return s
+
+
+def _either(e: dict[str, str], name: str) -> tuple[str, str | None]:
+    """``CORRAL_<name>``, else dstack's ``DSTACK_<name>``: (the variable found, its value)."""
+    for var in ("CORRAL_" + name, "DSTACK_" + name):
+        if e.get(var) not in (None, ""):
+            return var, e[var]
+    return "CORRAL_" + name, None
+
+
+def _metrics(s: Settings, e: dict[str, str]) -> Settings:
+    """Job metrics retention and the Prometheus endpoint, under corral's names or dstack's."""
+    for name, attr in (
+        ("SERVER_METRICS_RUNNING_TTL_SECONDS", "metrics_running_ttl"),
+        ("SERVER_METRICS_FINISHED_TTL_SECONDS", "metrics_finished_ttl"),
+    ):
+        var, raw = _either(e, name)
+        if raw is not None:
+            try:
+                value = float(raw)
+            except ValueError:
+                value = -1.0
+            if not value >= 0:
+                raise SettingsError(f"{var}={raw!r} must be a number of seconds, 0 or more")
+            s = replace(s, **{attr: value})  # type: ignore[arg-type]
+    # dstack turns the endpoint on when the variable is set at all (any value)
+    enabled = any(("CORRAL_" if c else "DSTACK_") + "ENABLE_PROMETHEUS_METRICS" in e for c in (True, False))
+    _, token = _either(e, "PROMETHEUS_AUTH_TOKEN")
+    return replace(s, enable_prometheus_metrics=enabled, prometheus_auth_token=token)

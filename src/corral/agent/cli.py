@@ -24,7 +24,7 @@ import signal
 import sys
 from typing import Any
 
-from . import gpus, resources, sandbox
+from . import gpus, metrics, resources, sandbox
 from .server import Agent
 
 log = logging.getLogger("corral.agent")
@@ -62,6 +62,17 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as e:
         log.error("%s", e)
         return 2
+    interval = args.metrics_interval
+    if interval is None:
+        raw = environ.get("CORRAL_AGENT_METRICS_INTERVAL") or str(metrics.DEFAULT_INTERVAL)
+        try:
+            interval = float(raw)
+        except ValueError:
+            log.error("CORRAL_AGENT_METRICS_INTERVAL=%r is not a number of seconds", raw)
+            return 2
+    if not interval >= 0:
+        log.error("--metrics-interval must be a number of seconds, 0 or more")
+        return 2
     reason = sandbox.probe(config)
     if reason is not None and config.mode == "on":
         log.error("--sandbox on, but jobs cannot get a sandbox here: %s", reason)
@@ -81,6 +92,7 @@ def _serve(args: argparse.Namespace) -> int:
             docker_host=args.docker_host,
             sandbox_config=config,
             gpus=allowed,
+            metrics_interval=interval,
         )
     except OSError as e:
         log.error("cannot listen on %s:%s: %s", args.host, args.port, e)
@@ -155,6 +167,13 @@ def main(argv: list[str] | None = None) -> int:
         "--gpus",
         default=None,
         help="only these of the host's GPUs, by index (e.g. 0,2; 'none' for no GPU; default: all of them)",
+    )
+    serve.add_argument(
+        "--metrics-interval",
+        type=float,
+        default=None,
+        help="seconds between samples of running jobs' CPU, memory and GPUs (default: "
+        "$CORRAL_AGENT_METRICS_INTERVAL, else 2; 0 turns sampling off)",
     )
     info = sub.add_parser("info", help="print this host's resources as JSON")
     info.add_argument("--work-dir", default=".", help="the directory whose disk to measure")

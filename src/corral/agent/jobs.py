@@ -60,6 +60,8 @@ class JobRunner(JobLifecycle):
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
         self._closing = False
+        #: Called with a job's id when it is forgotten (the sampler drops its samples).
+        self.on_forget: Callable[[str], None] | None = None
         self._load()
         self.sandboxes.reap({j.sub.job_id for j in self._jobs.values() if not j.state.finished})
         if any(j.sub.image for j in self._jobs.values()):
@@ -100,6 +102,12 @@ class JobRunner(JobLifecycle):
         if job is None:
             raise JobNotFound(job_id)
         return job
+
+    def running(self) -> list[Job]:
+        """The jobs running now (what the sampler measures)."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+        return [j for j in jobs if j.state.state == "running"]
 
     def list_jobs(self) -> list[JobState]:
         with self._lock:
@@ -177,6 +185,8 @@ class JobRunner(JobLifecycle):
                 raise JobConflict(f"job {job_id} is {job.state.state}; stop it before deleting it")
         with self._lock:
             self._jobs.pop(job_id, None)
+        if self.on_forget is not None:
+            self.on_forget(job_id)
         self.sandboxes.release(job_id)
         job.logs.close()
         shutil.rmtree(job.dir, ignore_errors=True)

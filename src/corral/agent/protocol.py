@@ -16,6 +16,7 @@ from typing import Any
 from .fields import ProtocolError as ProtocolError
 from .fields import _choice, _int, _num, _obj, _str, _str_list
 from .protocol_containers import ContainerInfo, ContainerSpec, ImagePullProgress, InstanceMount
+from .protocol_metrics import MetricsSample, parse_samples
 from .protocol_sandbox import SandboxInfo
 
 #: Bumped on incompatible changes of this module; reported by ``GET /health``.
@@ -346,13 +347,20 @@ class LogsReply:
     entries: list[LogEntry]
     next_offset: int
     state: JobState
+    #: The job's resource samples after the request's ``metrics_after`` (absent from the request: none).
+    metrics: list[MetricsSample] = field(default_factory=list)
+    #: Why samples of the reply were dropped (bad ones are skipped, never a reason to fail the reply).
+    metrics_rejected: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "entries": [e.to_dict() for e in self.entries],
             "next_offset": self.next_offset,
             "state": self.state.to_dict(),
         }
+        if self.metrics:
+            out["metrics"] = [m.to_dict() for m in self.metrics]
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> LogsReply:
@@ -361,10 +369,13 @@ class LogsReply:
         entries = d.get("entries")
         if not isinstance(entries, list):
             raise ProtocolError("LogsReply.entries: expected a list")
+        samples, rejected = parse_samples(d.get("metrics"))
         return cls(
             entries=[LogEntry.from_dict(e) for e in entries],
             next_offset=_int(d, "next_offset", w, minimum=0),
             state=JobState.from_dict(d.get("state")),
+            metrics=samples,
+            metrics_rejected=rejected,
         )
 
 

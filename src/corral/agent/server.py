@@ -15,8 +15,10 @@ are served at once; one more waits up to a second for a free slot, then gets a 5
     POST   /jobs                         JobSubmission -> JobState (idempotent on job_id)
     GET    /jobs                         [JobState]
     GET    /jobs/{id}                    JobState
-    GET    /jobs/{id}/logs?offset&limit&wait&state   LogsReply (long-poll up to ``wait`` <= 30 s; ends
-                                         early on a state change, at once if the job is no longer ``state``)
+    GET    /jobs/{id}/logs?offset&limit&wait&state&metrics_after   LogsReply (long-poll up to ``wait`` <= 30 s;
+                                         ends early on a state change, at once if the job is no longer
+                                         ``state``); with ``metrics_after`` also the job's resource samples
+                                         taken after it (:mod:`corral.agent.metrics`)
     POST   /jobs/{id}/stop               {"abort": bool} -> JobState
     POST   /jobs/{id}/address            {} -> AddressReply (the job's sandbox address, reserved before
                                          it is submitted so that every node of a run knows every other's)
@@ -44,8 +46,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from . import gpus, resources, sandbox
-from .job import JobConflict, JobNotFound
+from . import gpus, metrics, resources, sandbox
+from .job import Job, JobConflict, JobNotFound
 from .jobs import JobRunner
 from .protocol import AGENT_PROTOCOL_VERSION, AGENT_VERSION, HostInfo, JobSubmission, ProtocolError
 from .protocol_sandbox import AddressReply
@@ -86,6 +88,7 @@ class Agent:
         gpus: tuple[int, ...] | None = None,
         idle_timeout: float = IDLE_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
+        metrics_interval: float = metrics.DEFAULT_INTERVAL,
     ) -> None:
         if not token:
             raise ValueError("the token must not be empty")
@@ -101,6 +104,10 @@ class Agent:
         self._info_lock = threading.Lock()
         self.sandboxes = sandbox.Sandboxes(self.work_dir, sandbox_config or sandbox.SandboxConfig(mode="off"))
         self.runner = JobRunner(self.work_dir, self.container_runtime, docker_host, self.nvidia_gpu_ids, self.sandboxes)
+        #: Samples running jobs once serving starts (:mod:`corral.agent.metrics`).
+        self.sampler = metrics.Sampler(self.runner.running, self._root_pid, self._job_gpus, metrics_interval)
+        self.runner.on_forget = self.sampler.forget
+        self._container_pids: dict[str, int] = {}
         self.httpd = _BoundedServer((host, port), _Handler, max_connections, idle_timeout)
         self.httpd.agent = self  # type: ignore[attr-defined]
         self._shutting_down = threading.Lock()
@@ -132,6 +139,35 @@ class Agent:
         info = self.info()
         return [str(i) for n, i in enumerate(self._gpu_indexes) if info.gpus[n].vendor == "nvidia"]
 
+    def _root_pid(self, job: Job) -> int | None:
+        """The pid whose cgroup (or process tree) is the job's: its main process, or its container's."""
+        container = job.state.container
+        if container is None:
+            return job.state.pid
+        pid = self._container_pids.get(container.id)
+        if pid is None:
+            try:
+                found = self.runner.containers.docker.inspect(container.id) or {}
+            except Exception:  # the engine is away: no sample this time
+                return None
+            found_pid = (found.get("State") or {}).get("Pid")
+            if not isinstance(found_pid, int) or found_pid <= 0:
+                return None
+            pid = found_pid
+            self._container_pids[container.id] = pid
+        return pid
+
+    def _job_gpus(self, job: Job) -> tuple[list[int], str]:
+        """The host GPU indexes a job was given and their vendor: a container's device requests, or all of
+        this agent's GPUs for a host-process job (what it sees)."""
+        info = self.info()
+        if not info.gpus:
+            return [], ""
+        container = job.state.container
+        if container is not None:
+            return [int(i) for i in container.gpu_ids if str(i).isdigit()], "nvidia"
+        return list(self._gpu_indexes), info.gpus[0].vendor
+
     def admit(self, sub: JobSubmission) -> JobSubmission:
         """A submission as a restricted agent runs it: a host process sees only this agent's GPUs, a
         container asking for all of the host's gets all of this agent's."""
@@ -152,6 +188,7 @@ class Agent:
             return self._info
 
     def serve_forever(self) -> None:
+        self.sampler.start()
         try:
             self.httpd.serve_forever(poll_interval=0.2)
         finally:
@@ -400,7 +437,10 @@ class _Handler(BaseHTTPRequestHandler):
             limit = _int_param(query, "limit", 1000, 1, 10000)
             wait = _float_param(query, "wait", 0.0, 0.0, 30.0)
             known = query.get("state", [None])[-1]
-            return 200, agent.runner.logs(job_id, offset, limit, wait, known).to_dict()
+            reply = agent.runner.logs(job_id, offset, limit, wait, known)
+            if query.get("metrics_after"):
+                reply.metrics = agent.sampler.since(job_id, _int_param(query, "metrics_after", 0, 0, 2**62))
+            return 200, reply.to_dict()
         if sub_path == "/address" and method == "POST":
             return 200, AddressReply(agent.runner.reserve_address(job_id)).to_dict()
         if sub_path == "/stop" and method == "POST":

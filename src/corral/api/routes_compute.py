@@ -11,7 +11,7 @@ from starlette.requests import Request
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.api.deps import FastJSON, ctx_of, current_user, member
 from corral.api.routes_accounts import parse
-from corral.api.routing import RouteTable
+from corral.api.routing import RequestValidationError, RouteTable
 from corral.domain.access import backend_types
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.times import epoch_seconds
@@ -334,9 +334,17 @@ async def events_list(request: Request) -> FastJSON:
 
 @router.get(P + "/metrics/job/{run_name}", response="JobMetrics")
 async def job_metrics(request: Request, project_name: str, run_name: str) -> FastJSON:
+    """dstack's query: ``run_id``, ``replica_num``, ``job_num``, ``limit`` (default 1), ``after``, ``before``."""
     _u, project = await member(request, project_name)
-    await runs.get(ctx_of(request), project, run_name, None)
-    return FastJSON({"metrics": []})
+    try:
+        q = rq.JobMetricsQuery.model_validate(dict(request.query_params))
+    except ValidationError as e:
+        raise RequestValidationError(
+            [{**err, "loc": ("query", *err["loc"])} for err in e.errors(include_url=False)]
+        ) from None
+    from corral.services import metrics  # on first use: not on the server's start path
+
+    return FastJSON(await metrics.job_metrics(ctx_of(request), project, run_name, q))
 
 
 @router.post(P + "/gpus/list", body=rq.ListGpusBody, response="GpuList")

@@ -141,13 +141,22 @@ class AgentClient:
         return [self._parse("GET /jobs", JobState.from_dict, d) for d in data]
 
     async def logs(
-        self, job_id: str, offset: int, wait: float = 0, limit: int = 1000, state: str | None = None
+        self,
+        job_id: str,
+        offset: int,
+        wait: float = 0,
+        limit: int = 1000,
+        state: str | None = None,
+        metrics_after: int | None = None,
     ) -> LogsReply:
         """Entries from ``offset``; with ``wait``, a long poll that also ends when the job's state changes
-        (at once if it is no longer ``state``)."""
+        (at once if it is no longer ``state``); with ``metrics_after`` (µs), also the job's resource samples
+        taken after it."""
         params: dict[str, Any] = {"offset": offset, "limit": limit, "wait": wait}
         if state is not None:
             params["state"] = state
+        if metrics_after is not None:
+            params["metrics_after"] = max(1, metrics_after)
         data = await self._request(
             "GET", f"/jobs/{job_id}/logs", params=params, read_timeout=max(0.0, wait) + self.timeout
         )

@@ -435,3 +435,16 @@ class CreateOrUpdateSecretBody(Body):
 
 class DeleteSecretsBody(Body):
     secrets_names: list[str]
+
+
+class JobMetricsQuery(BaseModel):
+    """``GET /api/project/{p}/metrics/job/{run_name}``'s query (dstack's parameters; others are ignored)."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+    run_id: UUID | None = None
+    replica_num: int = Field(0, ge=0, le=2**31)
+    job_num: int = Field(0, ge=0, le=2**31)
+    #: dstack's default: one sample (its CLI asks for 1000).
+    limit: int = Field(1, ge=0, le=100_000)
+    after: WireTime | None = None
+    before: WireTime | None = None

@@ -386,8 +386,14 @@ class JobLogs(Out):
     next_token: Optional[str]
 
 
+class Metric(Out):
+    name: str
+    timestamps: list[datetime]
+    values: list[Any]
+
+
 class JobMetrics(Out):
-    metrics: list[AnyObject]
+    metrics: list[Metric]
 
 
 class GpuGroup(Out):

@@ -217,6 +217,22 @@ logs = sa.Table(
     sa.Index("ix_logs_job_id", "job_id", "id"),
 )
 
+#: One row per job per sample from its agent (``store/metrics.py``): the CPU time is cumulative (µs), the GPUs
+#: packed as JSON ``[[memory bytes, util %], ...]`` (null: the job has none).
+job_metrics_points = sa.Table(
+    "job_metrics_points",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(36), nullable=False),
+    sa.Column("timestamp_micro", sa.BigInteger, nullable=False),
+    sa.Column("cpu_usage_micro", sa.BigInteger, nullable=False),
+    sa.Column("memory_usage_bytes", sa.BigInteger, nullable=False),
+    sa.Column("memory_working_set_bytes", sa.BigInteger, nullable=False),
+    sa.Column("gpus", sa.Text, nullable=True),
+    sa.Index("ux_job_metrics_points_job_ts", "job_id", "timestamp_micro", unique=True),
+    sa.Index("ix_job_metrics_points_ts", "timestamp_micro"),
+)
+
 repos = sa.Table(
     "repos",
     metadata,

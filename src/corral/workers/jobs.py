@@ -23,10 +23,11 @@ from corral.domain.log_masking import LogMasker
 from corral.domain.node_groups import addresses_view, fill_refs
 from corral.domain.records import InstanceRec, JobRec
 from corral.store import fleets as fleet_store
+from corral.store import metrics as metrics_store
 from corral.store import runs as run_store
 from corral.store.fleets import dump
 from corral.store.run_secrets import opened_auth
-from corral.workers import job_secrets
+from corral.workers import job_metrics, job_secrets
 from corral.workers.context import Context
 from corral.workers.job_code import JobCodeError, job_code, push_blobs
 from corral.workers.job_container import apply_container, runtime_data, with_agent_state
@@ -311,6 +312,8 @@ class Jobs(JobLeases, JobOutcomes):
         stop_sent: str | None = None
         poke = self._pokes.get(job.id)
         idle_limit = await self._inactivity_duration(job)
+        async with self.ctx.db.read() as conn:
+            metrics_after = await metrics_store.last_timestamp(conn, job.id)  # samples continue from here
         try:
             # the job's secret values never reach the stored output (``domain/log_masking.py``)
             masker = LogMasker(await self._values_to_mask(job))
@@ -342,6 +345,7 @@ class Jobs(JobLeases, JobOutcomes):
                         0 if current.stop_requested and not stop_sent else wait,
                         poke,
                         "pending" if current.status == "pulling" else None,
+                        metrics_after,
                     )
                     if reply is None:
                         continue
@@ -358,14 +362,20 @@ class Jobs(JobLeases, JobOutcomes):
                         executor_error=True,
                     )
                     return
+                points = job_metrics.points_of(reply, job.job_name)
                 if reply.entries or current.disconnected_at is not None:
                     entries = masker.feed([(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries])
                     async with self.ctx.db.write() as conn:
                         kept = await run_store.append_logs_guarded(conn, job.id, token, entries, reply.next_offset)
+                        if kept:
+                            metrics_after = await job_metrics.store(conn, job.id, points, metrics_after)
                     if not kept:
                         self._drop_lease(job.id)
                         return
                     offset = reply.next_offset
+                elif points:
+                    async with self.ctx.db.write() as conn:
+                        metrics_after = await job_metrics.store(conn, job.id, points, metrics_after)
                 if current.status == "pulling" and not reply.state.finished:
                     await self._pulling(current, reply.state)
                 elif reply.state.working_dir and (current.job_runtime_data or {}).get("working_dir") != (
@@ -398,12 +408,13 @@ async def _logs_unless_poked(
     wait: float,
     poke: asyncio.Event | None,
     known_state: str | None = None,
+    metrics_after: int | None = None,
 ) -> LogsReply | None:
-    """The agent's long poll for new output (or a change of the job's state from ``known_state``), or
-    None as soon as ``poke`` is set (the poll is dropped)."""
+    """The agent's long poll for new output (or a change of the job's state from ``known_state``), with the
+    job's samples after ``metrics_after``, or None as soon as ``poke`` is set (the poll is dropped)."""
     if poke is None or wait <= 0:
-        return await client.logs(job_id, offset, wait=wait, state=known_state)
-    poll = asyncio.ensure_future(client.logs(job_id, offset, wait=wait, state=known_state))
+        return await client.logs(job_id, offset, wait=wait, state=known_state, metrics_after=metrics_after)
+    poll = asyncio.ensure_future(client.logs(job_id, offset, wait=wait, state=known_state, metrics_after=metrics_after))
     poked = asyncio.ensure_future(poke.wait())
     try:
         await asyncio.wait({poll, poked}, return_when=asyncio.FIRST_COMPLETED)

@@ -12,6 +12,7 @@ from corral.workers.context import Context
 from corral.workers.hosts import Hosts
 from corral.workers.instances import Instances
 from corral.workers.jobs import Jobs
+from corral.workers.metrics_retention import MetricsRetention
 from corral.workers.probes import Probes
 from corral.workers.runs import Runs
 from corral.workers.scheduling import Scheduling
@@ -48,6 +49,7 @@ class Workers:
         self.triggers = Triggers(ctx)
         self.hosts = Hosts(ctx)
         self.probes = Probes(ctx)
+        self.metrics_retention = MetricsRetention(ctx)
         self._tasks: list[asyncio.Task[None]] = []
         self._notifier: PgNotifier | None = None
         self._stopping = False
@@ -75,6 +77,7 @@ class Workers:
             self._tasks.append(asyncio.create_task(self._loop(name, fn), name=f"corral-{name}"))
         self._tasks.append(asyncio.create_task(self.hosts.run(), name="corral-hosts"))  # on its own interval
         self._tasks.append(asyncio.create_task(self.probes.run(), name="corral-probes"))  # service replicas
+        self._tasks.append(asyncio.create_task(self.metrics_retention.run(), name="corral-metrics-retention"))
         # The first passes (they pick up whatever the last server left) once start-up is over: run at once, they
         # would share the loop and the GIL with the end of start-up and the first requests.
         self._first_passes = asyncio.get_running_loop().call_later(FIRST_PASS_DELAY, self.ctx.wakeups.wake)
@@ -104,6 +107,7 @@ class Workers:
         self._stopping = True
         self.probes.stop()
         self.triggers.stop()
+        self.metrics_retention.stop()
         if self._first_passes is not None:
             self._first_passes.cancel()
         if self._notifier is not None:
