@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from server_harness import fleet_body, make_settings, running_server, task_body, wait_for
 
@@ -55,7 +56,9 @@ async def test_busy_and_gpu_jobs_report_dstacks_series(tmp_path: Path, monkeypat
     fake_nvidia_smi(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     monkeypatch.setenv("CORRAL_AGENT_METRICS_INTERVAL", "0.3")
-    settings = make_settings(tmp_path, agent_poll_wait=1.0)
+    settings = make_settings(
+        tmp_path, agent_poll_wait=1.0, enable_prometheus_metrics=True, prometheus_auth_token="prom-token"
+    )
     async with running_server(settings) as s, s.client() as c:
         await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..2", resources=GPU))
         body = task_body([BUSY], name="busy", resources=GPU, fleets=["fl"])
@@ -84,4 +87,33 @@ async def test_busy_and_gpu_jobs_report_dstacks_series(tmp_path: Path, monkeypat
         assert "Found no job with given parameters" in missing.text
         bad = await c.get(M + "busy", params={"limit": "many"})
         assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["query", "limit"]
+        await _scrape(c)
         await c.post("/api/project/main/runs/stop", json={"runs_names": ["busy"], "abort": True})
+
+
+async def _scrape(c: httpx.AsyncClient) -> None:
+    """``/metrics`` with the token: dstack's names and labels (parsed by ``prometheus_client``) and corral's."""
+    assert (await c.get("/metrics", headers={"Authorization": ""})).json()["detail"]["msg"] == "Access denied"
+    wrong = await c.get("/metrics", headers={"Authorization": "Bearer nope"})
+    assert (wrong.status_code, wrong.json()["detail"]["msg"]) == (403, "Invalid token")
+    r = await c.get("/metrics", headers={"Authorization": "Bearer prom-token"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    job = families["dstack_job_cpu_time_seconds"].samples[0]  # the parser drops a counter's _total
+    assert job.labels["dstack_run_name"] == "busy" and job.labels["dstack_run_type"] == "task" and job.value > 0
+    assert set(job.labels) == {
+        "dstack_project_name", "dstack_user_name", "dstack_run_name", "dstack_run_id", "dstack_job_name",
+        "dstack_job_id", "dstack_job_num", "dstack_replica_num", "dstack_run_type", "dstack_backend", "dstack_gpu",
+    }  # fmt: skip
+    ratio = families["dstack_job_gpu_usage_ratio"].samples[0]
+    assert ratio.labels["dstack_gpu_num"] == "0" and ratio.value in (0.56, 0.07)
+    assert families["dstack_job_memory_usage_bytes"].samples[0].value > 0
+    runs = families["dstack_run_count"].samples[0]
+    assert (runs.labels, runs.value) == ({"dstack_project_name": "main", "dstack_user_name": "admin"}, 1)
+    inst = families["dstack_instance_gpu_count"].samples[0]
+    assert inst.value == 1 and inst.labels["dstack_fleet_name"] == "fl" and inst.labels["dstack_gpu"] == "H200"
+    assert families["corral_placements"].samples[0].value >= 1
+    waits = families["corral_queue_wait_seconds"]
+    assert waits.type == "histogram" and any(s.name.endswith("_count") and s.value >= 1 for s in waits.samples)
+    provision = families["dstack_submit_to_provision_duration_seconds"].samples[0]
+    assert provision.labels["project_name"] == "main" and provision.labels["run_type"] == "task"

@@ -16,12 +16,20 @@ from corral.api.deps import AccessCache, VersionCheck, error_handlers
 from corral.api.routes_accounts import router as accounts_router
 from corral.api.routes_compute import router as compute_router
 from corral.api.routes_exports import router as exports_router
+from corral.api.routes_prometheus import router as prometheus_router
 from corral.api.routes_repos import router as repos_router
 from corral.api.routes_secrets import router as secrets_router
 from corral.api.routing import RouteTable, starlette_routes
 from corral.workers.context import Context
 
-TABLES: tuple[RouteTable, ...] = (accounts_router, compute_router, exports_router, repos_router, secrets_router)
+TABLES: tuple[RouteTable, ...] = (
+    accounts_router,
+    compute_router,
+    exports_router,
+    repos_router,
+    secrets_router,
+    prometheus_router,
+)
 OPENAPI_URL = "/api/openapi.json"
 DOCS_URL = "/api/docs"
 

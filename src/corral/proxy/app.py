@@ -24,6 +24,7 @@ import orjson
 
 from corral.backends.http1 import LAST_CHUNK, Http1Error, chunk, iter_body, read_response, request_head
 from corral.backends.replica_port import open_replica
+from corral.domain.telemetry import Telemetry
 from corral.proxy.balancer import Balancer
 from corral.proxy.cache import Cache
 from corral.proxy.pool import Conn, Pool, close
@@ -67,6 +68,18 @@ class _Failed(Exception):
     def __init__(self, why: str, sent: bool) -> None:
         super().__init__(why)
         self.sent = sent
+
+
+def _counting(send: Send, telemetry: Telemetry, project: str, run: str) -> Send:
+    """``send`` that counts the answer's status in ``corral_proxy_requests_total{project,run,code}``."""
+
+    async def counted(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            labels = {"project": project, "run": run, "code": str(message["status"])}
+            telemetry.inc("corral_proxy_requests_total", labels)
+        await send(message)
+
+    return counted
 
 
 async def _json(send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
@@ -140,6 +153,8 @@ class ServiceProxy:
         if route is None or not route.replicas:
             await _json(send, 404, {"detail": f"Service {project}/{run} not found"})
             return
+        # counted per service that exists (never by names from a URL alone: the labels stay bounded)
+        send = _counting(send, self.ctx.telemetry, project, run)
         headers: list[tuple[bytes, bytes]] = list(scope["headers"])
         if route.auth:
             token = _token(headers)

@@ -386,6 +386,10 @@ class JobLogs(Out):
     next_token: Optional[str]
 
 
+class PrometheusText(RootModel[str]):
+    """``GET /metrics``: the Prometheus text exposition format (``text/plain; version=0.0.4``)."""
+
+
 class Metric(Out):
     name: str
     timestamps: list[datetime]

@@ -159,6 +159,8 @@ runs = sa.Table(
     sa.Index("ix_runs_submitted", "submitted_at", "id"),
     sa.Index("ix_runs_status", "status"),
     sa.Index("ix_runs_next_triggered_at", "next_triggered_at"),
+    #: ``GET /metrics``'s run counts by project, user and status: an index-only count.
+    sa.Index("ix_runs_project_user_status", "project_id", "user_id", "status"),
 )
 
 jobs = sa.Table(

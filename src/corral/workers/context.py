@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from corral.backends.base import Compute
 from corral.domain.access import usable_computes
 from corral.domain.records import InstanceRec
+from corral.domain.telemetry import Telemetry
 from corral.settings import Settings
 from corral.store.db import Database
 from corral.store.encryption import Cipher, cipher_for, open_sealed
@@ -65,6 +66,8 @@ class Context:
     ssh_endpoint: Callable[[], Awaitable[tuple[str, int]]] | None = None
     #: Closes the SSH endpoint (if it was started) and its connections, at shutdown.
     ssh_endpoint_close: Callable[[], Awaitable[None]] | None = None
+    #: This process's counters and histograms (``GET /metrics``).
+    telemetry: Telemetry = field(default_factory=Telemetry)
 
     def cipher(self) -> Cipher:
         """The server's cipher (tokens, private keys and credentials at rest)."""

@@ -16,6 +16,7 @@ from corral.domain.fleets import fleet_blocks, fleet_placement, nodes_bounds
 from corral.domain.records import FleetRec
 from corral.domain.resources import Requirements, match_requirements
 from corral.domain.selectors import FleetRef, Selector
+from corral.domain.telemetry import Telemetry
 from corral.scheduler.codec import offer_from_json
 from corral.scheduler.fleet_view import run_backends
 from corral.scheduler.schedule import schedule, upkeep
@@ -121,6 +122,8 @@ class Scheduling:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._queued: dict[str, QueuedJob] = {}
+        #: job id -> its run's configuration type (``task``, ``service``, ...), for ``GET /metrics``.
+        self._run_types: dict[str, str] = {}
         self._fleet_reqs: dict[tuple[str, str], Requirements | None] = {}
         self._fleet_offers: dict[tuple[str, str, str], tuple[Offer, ...]] = {}
         #: fleet id -> ids of the projects it is exported to (refreshed every pass).
@@ -148,6 +151,7 @@ class Scheduling:
                 barred_backends=self._barred_backends(job),
             )
             self._queued[job.id] = cached
+            self._run_types[job.id] = str((job.run_spec.get("configuration") or {}).get("type") or "")
         if cached.status_message != job.status_message:
             cached = QueuedJob(**{**cached.__dict__, "status_message": job.status_message})
             self._queued[job.id] = cached
@@ -286,6 +290,7 @@ class Scheduling:
                 )
         live = {q.id for q in queued}
         self._queued = {k: v for k, v in self._queued.items() if k in live}
+        self._run_types = {k: v for k, v in self._run_types.items() if k in live}
         limits = self.backend_limits()
         snapshot = Snapshot(
             fleets=slots,
@@ -304,6 +309,7 @@ class Scheduling:
         if upkeep_gangs or failed_parse:
             plan = Plan(plan.gangs + tuple(upkeep_gangs) + tuple(failed_parse))
         result = await apply_plan(self.ctx.db, plan, now, limits, pools)
+        count_outcomes(self.ctx.telemetry, result, queued, self._run_types, now)
         if result.assigned or result.failed:
             log_outcomes(plan, result, queued, slots)
         if result.reserved or result.reclaimed:
@@ -315,6 +321,27 @@ class Scheduling:
         if result.rejected_runs:
             self.ctx.wakeups.wake("scheduler")
         return result
+
+
+def count_outcomes(
+    telemetry: Telemetry, result: ApplyResult, queued: list[QueuedJob], run_types: dict[str, str], now: float
+) -> None:
+    """The pass's placements, refused gangs and queue waits, for ``GET /metrics``."""
+    if result.rejected_runs:
+        telemetry.inc("corral_commit_rejections_total", by=len(result.rejected_runs))
+    if not result.assigned:
+        return
+    telemetry.inc("corral_placements_total", by=len(result.assigned))
+    jobs = {q.id: q for q in queued}
+    for job_id in result.assigned:
+        job = jobs.get(job_id)
+        if job is None:
+            continue
+        waited = max(0.0, now - job.submitted_at)
+        telemetry.observe("corral_queue_wait_seconds", waited, {"project": job.project_name})
+        if job.job_num == 0:
+            labels = {"project_name": job.project_name, "run_type": run_types.get(job_id, "")}
+            telemetry.observe("dstack_submit_to_provision_duration_seconds", waited, labels)
 
 
 def to_selector(sel: Any) -> Selector:

@@ -1,4 +1,5 @@
-"""job_metrics_points: the samples of running jobs' CPU, memory and GPUs (``metrics/job``, ``/metrics``)
+"""job_metrics_points: the samples of running jobs' CPU, memory and GPUs (``metrics/job``, ``/metrics``),
+and an index of runs by project, user and status (``/metrics``' run counts)
 
 Revision ID: 0016
 Revises: 0018
@@ -27,7 +28,9 @@ def upgrade() -> None:
     )
     op.create_index("ux_job_metrics_points_job_ts", "job_metrics_points", ["job_id", "timestamp_micro"], unique=True)
     op.create_index("ix_job_metrics_points_ts", "job_metrics_points", ["timestamp_micro"])
+    op.create_index("ix_runs_project_user_status", "runs", ["project_id", "user_id", "status"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_runs_project_user_status", "runs")
     op.drop_table("job_metrics_points")

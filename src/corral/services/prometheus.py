@@ -1,0 +1,138 @@
+"""``GET /metrics``: dstack's Prometheus series and corral's own, rendered from current state.
+
+dstack's (``services/prometheus/custom_metrics.py`` and ``client_metrics.py`` in 0.22.5): instance series
+(``dstack_instance_duration_seconds_total``, ``_price_dollars_per_hour``, ``_gpu_count``), run counts
+(``dstack_run_count_total``, ``_terminated_total``, ``_failed_total``, ``_done_total``), job series from each
+live job's newest sample (``dstack_job_cpu_time_seconds_total``, ``dstack_job_memory_usage_bytes``,
+``dstack_job_gpu_usage_ratio``, ...), with dstack's labels; then this process's counters and histograms
+(``dstack_submit_to_provision_duration_seconds``, ``dstack_pending_runs_total``). corral's:
+``corral_queue_length{project,fleet}``, ``corral_queue_wait_seconds``, ``corral_placements_total``,
+``corral_commit_rejections_total``, ``corral_proxy_requests_total{project,run,code}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.domain.telemetry import Family, render
+from corral.store import prometheus as store
+from corral.workers.context import Context
+
+_INSTANCE = (
+    ("dstack_instance_duration_seconds_total", "counter", "Total seconds the instance is running"),
+    ("dstack_instance_price_dollars_per_hour", "gauge", "Instance price, USD/hour"),
+    ("dstack_instance_gpu_count", "gauge", "Instance GPU count"),
+)
+_RUN = (
+    ("dstack_run_count_total", "counter", "Total runs count"),
+    ("dstack_run_count_terminated_total", "counter", "Terminated runs count"),
+    ("dstack_run_count_failed_total", "counter", "Failed runs count"),
+    ("dstack_run_count_done_total", "counter", "Done runs count"),
+)
+_JOB = (
+    ("dstack_job_duration_seconds_total", "counter", "Total seconds the job is running"),
+    ("dstack_job_price_dollars_per_hour", "gauge", "Job instance price, USD/hour"),
+    ("dstack_job_gpu_count", "gauge", "Job GPU count"),
+    ("dstack_job_cpu_count", "gauge", "Job CPU count"),
+    ("dstack_job_cpu_time_seconds_total", "counter", "Total CPU time consumed by the job, seconds"),
+    ("dstack_job_memory_total_bytes", "gauge", "Total memory allocated for the job, bytes"),
+    ("dstack_job_memory_usage_bytes", "gauge", "Memory used by the job (including cache), bytes"),
+    ("dstack_job_memory_working_set_bytes", "gauge", "Memory used by the job (not including cache), bytes"),
+    ("dstack_job_gpu_usage_ratio", "gauge", "Job GPU usage, percent (as 0.0-1.0)"),
+    ("dstack_job_gpu_memory_total_bytes", "gauge", "Total GPU memory allocated for the job, bytes"),
+    ("dstack_job_gpu_memory_usage_bytes", "gauge", "GPU memory used by the job, bytes"),
+)
+_QUEUE = ("corral_queue_length", "gauge", "Jobs waiting in the queue, by project and the fleet their run is bound to")
+
+
+def _families(spec: tuple[tuple[str, str, str], ...]) -> dict[str, Family]:
+    return {name: Family(name, typ, text) for name, typ, text in spec}
+
+
+def _resources(doc: dict[str, Any]) -> dict[str, Any]:
+    res = (doc.get("instance_type") or {}).get("resources") if isinstance(doc.get("instance_type"), dict) else None
+    if res is None:
+        res = doc.get("resources")  # an instance's offer
+    return res if isinstance(res, dict) else {}
+
+
+def _gpus(res: dict[str, Any]) -> list[dict[str, Any]]:
+    return [g for g in res.get("gpus") or [] if isinstance(g, dict)]
+
+
+def _num(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+async def render_metrics(ctx: Context, now: float) -> str:
+    async with ctx.db.read() as conn:
+        insts = await store.live_instances(conn)
+        counts = await store.run_counts(conn)
+        live = await store.live_jobs(conn)
+        queue = await store.queue_lengths(conn)
+    inst_f = _families(_INSTANCE)
+    for i in insts:
+        res = _resources(i.offer)
+        gpus = _gpus(res)
+        labels = {
+            "dstack_project_name": i.project,
+            "dstack_fleet_name": i.fleet,
+            "dstack_fleet_id": i.fleet_id,
+            "dstack_instance_name": i.name,
+            "dstack_instance_id": i.id,
+            "dstack_instance_type": str(i.offer.get("instance_type") or ("local" if i.offer else "")),
+            "dstack_backend": "remote" if i.backend in ("local", "ssh") else i.backend,
+            "dstack_gpu": str(gpus[0].get("name") or "") if gpus else "",
+        }
+        inst_f["dstack_instance_duration_seconds_total"].add(labels, max(0.0, now - i.created_at))
+        inst_f["dstack_instance_price_dollars_per_hour"].add(labels, i.price)
+        inst_f["dstack_instance_gpu_count"].add(labels, len(gpus))
+    run_f = _families(_RUN)
+    for (project, user), statuses in counts.items():
+        labels = {"dstack_project_name": project, "dstack_user_name": user}
+        run_f["dstack_run_count_total"].add(labels, sum(statuses.values()))
+        run_f["dstack_run_count_terminated_total"].add(labels, statuses.get("terminated", 0))
+        run_f["dstack_run_count_failed_total"].add(labels, statuses.get("failed", 0))
+        run_f["dstack_run_count_done_total"].add(labels, statuses.get("done", 0))
+    job_f = _families(_JOB)
+    for j in live:
+        if not j.provisioning:
+            continue  # dstack: a job without provisioning data has no series yet
+        res = _resources(j.provisioning)
+        gpus = _gpus(res)
+        labels = {
+            "dstack_project_name": j.project,
+            "dstack_user_name": j.user,
+            "dstack_run_name": j.run_name,
+            "dstack_run_id": j.run_id,
+            "dstack_job_name": j.job_name,
+            "dstack_job_id": j.id,
+            "dstack_job_num": str(j.job_num),
+            "dstack_replica_num": str(j.replica_num),
+            "dstack_run_type": j.run_type,
+            "dstack_backend": str(j.provisioning.get("backend") or ""),
+            "dstack_gpu": str(gpus[0].get("name") or "") if gpus else "",
+        }
+        job_f["dstack_job_duration_seconds_total"].add(labels, max(0.0, now - j.submitted_at))
+        job_f["dstack_job_price_dollars_per_hour"].add(labels, _num(j.provisioning.get("price")))
+        job_f["dstack_job_gpu_count"].add(labels, len(gpus))
+        job_f["dstack_job_cpu_count"].add(labels, _num(res.get("cpus")))
+        job_f["dstack_job_memory_total_bytes"].add(labels, _num(res.get("memory_mib")) * 2**20)
+        p = j.point
+        if p is None:
+            continue
+        job_f["dstack_job_cpu_time_seconds_total"].add(labels, p.cpu_usage_micro / 1_000_000)
+        job_f["dstack_job_memory_usage_bytes"].add(labels, p.memory_usage_bytes)
+        job_f["dstack_job_memory_working_set_bytes"].add(labels, p.memory_working_set_bytes)
+        if gpus:
+            total = _num(gpus[0].get("memory_mib")) * 2**20
+            for n, (util, used) in enumerate(zip(p.gpus_util_percent, p.gpus_memory_usage_bytes, strict=True)):
+                gpu_labels = {**labels, "dstack_gpu_num": str(n)}
+                job_f["dstack_job_gpu_usage_ratio"].add(gpu_labels, util / 100)
+                job_f["dstack_job_gpu_memory_total_bytes"].add(gpu_labels, total)
+                job_f["dstack_job_gpu_memory_usage_bytes"].add(gpu_labels, used)
+    queue_f = Family(*_QUEUE)
+    for (project, fleet), n in queue.items():
+        queue_f.add({"project": project, "fleet": fleet}, n)
+    families = [*inst_f.values(), *run_f.values(), *job_f.values(), queue_f, *ctx.telemetry.families()]
+    return render(families)

@@ -1,0 +1,159 @@
+"""What ``GET /metrics`` reads: the live instances and jobs (each with its newest metrics sample), the run
+counts by project, user and status, and the queue's length by project and fleet.
+
+The instance, job and queue reads cover current state only (rows in a live status, by their status
+indexes): their cost follows what runs now, not history. The run counts are one ``GROUP BY`` over the runs
+(dstack's series counts every run ever submitted); a covering index keeps it an index-only count.
+
+Imports ``domain`` and sqlalchemy only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.metrics import LIVE_STATUSES, MetricsPoint
+from corral.store.metrics import latest_points
+from corral.store.tables import fleets, instances, jobs, projects, runs, users
+
+LIVE_INSTANCE_STATUSES = ("provisioning", "idle", "busy", "terminating")
+
+
+def _doc(text: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class LiveInstance:
+    project: str
+    fleet: str
+    fleet_id: str
+    name: str
+    id: str
+    backend: str
+    created_at: float
+    price: float
+    offer: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LiveJob:
+    project: str
+    user: str
+    run_name: str
+    run_id: str
+    job_name: str
+    id: str
+    job_num: int
+    replica_num: int
+    run_type: str
+    submitted_at: float
+    provisioning: dict[str, Any]
+    point: MetricsPoint | None
+
+
+async def live_instances(conn: AsyncConnection) -> list[LiveInstance]:
+    q = (
+        sa.select(
+            projects.c.name,
+            fleets.c.name,
+            instances.c.fleet_id,
+            instances.c.name,
+            instances.c.id,
+            instances.c.backend,
+            instances.c.created_at,
+            instances.c.price,
+            instances.c.offer,
+        )
+        .join(projects, projects.c.id == instances.c.project_id)
+        .outerjoin(fleets, fleets.c.id == instances.c.fleet_id)
+        .where(instances.c.status.in_(LIVE_INSTANCE_STATUSES), instances.c.deleted.is_(False))
+        .order_by(projects.c.name, instances.c.name)
+    )
+    return [
+        LiveInstance(r[0], r[1] or "", r[2] or "", r[3], r[4], r[5], float(r[6]), float(r[7] or 0.0), _doc(r[8]))
+        for r in await conn.execute(q)
+    ]
+
+
+async def live_jobs(conn: AsyncConnection) -> list[LiveJob]:
+    q = (
+        sa.select(
+            projects.c.name,
+            users.c.name,
+            jobs.c.run_name,
+            jobs.c.run_id,
+            jobs.c.job_name,
+            jobs.c.id,
+            jobs.c.job_num,
+            jobs.c.replica_num,
+            runs.c.run_spec,
+            jobs.c.submitted_at,
+            jobs.c.job_provisioning_data,
+        )
+        .join(runs, runs.c.id == jobs.c.run_id)
+        .join(projects, projects.c.id == jobs.c.project_id)
+        .join(users, users.c.id == runs.c.user_id)
+        .where(jobs.c.status.in_(LIVE_STATUSES))
+        .order_by(projects.c.name, jobs.c.job_name)
+    )
+    rows = list(await conn.execute(q))
+    points = await latest_points(conn, [r[5] for r in rows])
+    out = []
+    for r in rows:
+        conf = _doc(r[8]).get("configuration") or {}
+        run_type = str(conf.get("type") or "") if isinstance(conf, dict) else ""
+        out.append(
+            LiveJob(
+                r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], run_type, float(r[9]), _doc(r[10]), points.get(r[5])
+            )
+        )
+    return out
+
+
+async def run_counts(conn: AsyncConnection) -> dict[tuple[str, str], dict[str, int]]:
+    """(project, user) -> {status: runs}."""
+    q = sa.select(runs.c.project_id, runs.c.user_id, runs.c.status, sa.func.count()).group_by(
+        runs.c.project_id, runs.c.user_id, runs.c.status
+    )
+    counted = list(await conn.execute(q))
+    names = {
+        r[0]: r[1]
+        for r in await conn.execute(
+            sa.select(projects.c.id, projects.c.name).where(projects.c.id.in_({c[0] for c in counted}))
+        )
+    }
+    people = {
+        r[0]: r[1]
+        for r in await conn.execute(sa.select(users.c.id, users.c.name).where(users.c.id.in_({c[1] for c in counted})))
+    }
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for project_id, user_id, status, n in counted:
+        key = (names.get(project_id, ""), people.get(user_id, ""))
+        out.setdefault(key, {})[status] = out.get(key, {}).get(status, 0) + int(n)
+    return dict(sorted(out.items()))
+
+
+async def queue_lengths(conn: AsyncConnection) -> dict[tuple[str, str], int]:
+    """(project, fleet) -> jobs waiting in the queue; the fleet is the one the run is bound to (a later
+    replica or node of a run placed before), "" for a run not bound to one yet."""
+    q = (
+        sa.select(projects.c.name, fleets.c.name, sa.func.count())
+        .select_from(jobs)
+        .join(runs, runs.c.id == jobs.c.run_id)
+        .join(projects, projects.c.id == jobs.c.project_id)
+        .outerjoin(fleets, fleets.c.id == runs.c.fleet_id)
+        .where(jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
+        .group_by(projects.c.name, fleets.c.name)
+        .order_by(projects.c.name, fleets.c.name)
+    )
+    return {(r[0], r[1] or ""): int(r[2]) for r in await conn.execute(q)}
