@@ -58,6 +58,8 @@ _GATEWAY = {"type": "gateway", "name": "gw", "backend": "aws", "region": "eu-wes
 ROUTES: list[tuple[str, str, str, str | None, Any, str, dict[str, str]]] = [
     # routers/server.py, routers/backends.py (root router), app.py's healthcheck
     ("GET", "/healthcheck", "none", None, None, "200", {}),
+    # routers/prometheus.py: its own token (DSTACK_PROMETHEUS_AUTH_TOKEN), none of a user; off by default: 404
+    ("GET", "/metrics", "none", None, None, "404", {}),
     ("POST", "/api/server/get_info", "none", None, None, "200", {}),
     ("POST", "/api/backends/list_types", "none", None, None, "200", {}),
     # routers/users.py

@@ -124,6 +124,7 @@ def _calls(s: Seeded) -> list[tuple[str, str, dict[str, Any]]]:
     digest = hashlib.sha256(b"an archive").hexdigest()
     return [
         ("GET", "/healthcheck", {}),
+        ("GET", "/metrics", {}),
         ("POST", "/api/server/get_info", {}),
         ("POST", "/api/backends/list_types", {}),
         ("POST", "/api/users/get_my_user", {}),

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 HUGE = 200 * 2**20  # declared: 200 MB, of which the client sends nothing before it waits for the answer
 SENT = 64 * 2**10
-PUBLIC = {"/healthcheck", "/api/server/get_info", "/api/backends/list_types"}
+PUBLIC = {"/healthcheck", "/api/server/get_info", "/api/backends/list_types", "/metrics"}
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

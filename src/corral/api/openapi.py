@@ -67,6 +67,8 @@ def error_statuses(spec: RouteSpec) -> list[str]:
         codes += ["401", "403"]
     if "{project_name}" in spec.path:
         codes.append("404")
+    if spec.path == "/metrics":  # Prometheus: its own token (403), and off unless enabled (404)
+        codes += ["403", "404"]
     reads_body = spec.upload or (spec.body is not None and spec.body is not rq.NoBody)
     if reads_body:
         codes.append("413")
