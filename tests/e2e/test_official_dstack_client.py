@@ -40,7 +40,8 @@ def e2e_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(e2e_tmp: Path) -> Iterator[CorralServer]:
-    with corral_server(e2e_tmp, TOKEN) as s:
+    # samples every half second, brought on polls of at most 2 s: `dstack metrics` has some soon
+    with corral_server(e2e_tmp, TOKEN, CORRAL_AGENT_METRICS_INTERVAL="0.5", CORRAL_AGENT_POLL_WAIT="2") as s:
         yield s
 
 
@@ -159,6 +160,7 @@ def test_stop_long_task(cli: DstackCli, finished_task: dict[str, Any]) -> None:
     res = cli.ok("apply", "-f", "long.dstack.yml", "-y", "-d")
     assert "Run e2e-long submitted, detaching" in res.output, cli.explain(res)
     wait_run(cli, "e2e-long", ("running",))
+    running = _metrics_shown(cli, "e2e-long")
     res = cli.ok("stop", "e2e-long", "-y")
     assert "Stopped" in res.output, cli.explain(res)
     run = wait_run(cli, "e2e-long", FINISHED, timeout=60)
@@ -173,6 +175,21 @@ def test_stop_long_task(cli: DstackCli, finished_task: dict[str, Any]) -> None:
     assert "exited (0)" in task_row, cli.explain(res)
     res = cli.ok("ps", "-a", "-v")
     assert rows(res.stdout, "e2e-long") and rows(res.stdout, "e2e-task"), cli.explain(res)
+    finished = _metrics_shown(cli, "e2e-long")  # a finished run keeps its samples
+    assert finished.splitlines()[0] == running.splitlines()[0]
+
+
+def _metrics_shown(cli: DstackCli, run: str, timeout: float = 30) -> str:
+    """``dstack metrics RUN`` once it draws the job's CPU and memory (not "no data"): its output."""
+    deadline = time.monotonic() + timeout
+    while True:
+        res = cli.ok("metrics", run)
+        (cpu,) = [line for line in res.stdout.splitlines() if line.split()[:2] == ["job=0", "cpu"]]
+        if re.search(r"\d+%", cpu) and re.search(r"\d+(\.\d+)?[KMG]?B/\d", cpu):
+            assert "UTILIZATION" in res.stdout and "MEMORY" in res.stdout, cli.explain(res)
+            return str(res.stdout)
+        assert time.monotonic() < deadline, cli.explain(res)
+        time.sleep(1)
 
 
 def test_event(cli: DstackCli, finished_task: dict[str, Any]) -> None:

@@ -24,7 +24,17 @@ if __name__ == "__main__":  # `python -m corral.cli.main`: the console script's 
 
 import typer
 
-from corral.cli import apply_cmd, attach_cmd, events_cmd, fleets_cmd, offer_cmd, projects_cmd, runs_cmd, secrets_cmd
+from corral.cli import (
+    apply_cmd,
+    attach_cmd,
+    events_cmd,
+    fleets_cmd,
+    metrics_cmd,
+    offer_cmd,
+    projects_cmd,
+    runs_cmd,
+    secrets_cmd,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -128,6 +138,7 @@ _commands: list[tuple[str, Callable[..., Any]]] = [
     ("delete", runs_cmd.delete),
     ("offer", offer_cmd.offer),
     ("event", events_cmd.event),
+    ("metrics", metrics_cmd.metrics),
 ]
 for _name, _func in _commands:
     app.command(_name)(_guard(_func))

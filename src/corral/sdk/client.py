@@ -97,6 +97,27 @@ class CorralClient:
                 response.status_code,
             ) from e
 
+    def _get(self, path: str, params: dict[str, Any]) -> Any:
+        try:
+            response = self._http.get(path, params=params)
+        except httpx.TimeoutException as e:
+            raise ServerUnreachable(
+                f"The corral server at {self.url} did not answer {path} in time ({type(e).__name__})."
+            ) from e
+        except httpx.TransportError as e:
+            raise ServerUnreachable(
+                f"Cannot reach the corral server at {self.url}. Start it with `corral server`."
+            ) from e
+        if response.status_code >= 400:
+            raise _error_from_response(self.url, path, response)
+        try:
+            return response.json()
+        except ValueError as e:
+            raise ServerError(
+                f"The server at {self.url} answered {path} with something that is not JSON",
+                response.status_code,
+            ) from e
+
     def _obj(self, path: str, body: Any = None, files: dict[str, Any] | None = None) -> JSONObject:
         data = self._post(path, body, files=files)
         if not isinstance(data, dict):
@@ -295,6 +316,17 @@ class CorralClient:
     def runs_get(self, project: str, run_name: str) -> JSONObject:
         """``runs/get`` by name; raises :class:`ResourceNotExistsError` if there is none."""
         return self._obj(f"/api/project/{project}/runs/get", {"run_name": run_name})
+
+    def job_metrics(
+        self, project: str, run_name: str, replica_num: int = 0, job_num: int = 0, limit: int = 1
+    ) -> JSONObject:
+        """``GET metrics/job/{run}``: the job's series (``{"metrics": [{name, timestamps, values}]}``), newest
+        first, ``limit`` samples."""
+        params = {"replica_num": replica_num, "job_num": job_num, "limit": limit}
+        data = self._get(f"/api/project/{project}/metrics/job/{run_name}", params)
+        if not isinstance(data, dict):
+            raise ServerError(f"Expected a JSON object from metrics/job, got {type(data).__name__}")
+        return data
 
     def runs_stop(self, project: str, names: list[str], abort: bool = False) -> None:
         """``runs/stop``: graceful, or immediate with ``abort``."""
