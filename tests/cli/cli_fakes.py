@@ -91,6 +91,7 @@ class FakeClient:
         self.run_plan: JSON = {}
         self.fleet_plan: JSON = {}
         self.archives: dict[str, str] = {}  # hash -> id of the archives "on the server"
+        self.metrics: JSON = {"metrics": []}  # the metrics/job answer
 
     def __enter__(self) -> FakeClient:
         return self
@@ -132,6 +133,10 @@ class FakeClient:
         self._record("runs_apply", project, plan, force=force)
         name = plan["run_spec"]["run_name"]
         return self.runs[name][0]
+
+    def job_metrics(self, project: str, run_name: str, replica_num: int = 0, job_num: int = 0, limit: int = 1) -> JSON:
+        self._record("job_metrics", project, run_name, replica_num, job_num, limit)
+        return self.metrics
 
     def runs_get(self, project: str, run_name: str) -> JSON:
         self._record("runs_get", project, run_name)
