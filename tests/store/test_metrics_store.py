@@ -3,13 +3,18 @@ window, the GPU values unpacked, and deleted by dstack's retention (running and 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import sqlalchemy as sa
 
 from corral.domain.metrics import MetricsPoint, retention_cutoffs
+from corral.settings import Settings
 from corral.store import metrics as m
 from corral.store import tables as t
 from corral.store.db import Database
 from corral.store.migrate import upgrade
+from corral.workers.context import Context
+from corral.workers.metrics_retention import MetricsRetention
 
 S = 1_000_000  # µs
 
@@ -46,6 +51,7 @@ def _p(ts: int, cpu: int = 0, gpus: tuple[tuple[int, int], ...] = ()) -> Metrics
 async def test_samples_are_stored_once_and_read_newest_first(db_url: str) -> None:
     db = Database(db_url)
     await upgrade(db)
+    await _jobs(db, {"j": "running", "quiet": "running"})
     async with db.write() as conn:
         assert await m.add_points(conn, "j", [_p(1 * S, gpus=((2**30, 40), (0, 100))), _p(2 * S), _p(3 * S)]) == 3
         assert await m.add_points(conn, "j", [_p(2 * S), _p(3 * S), _p(4 * S)]) == 1  # a poll seen twice
@@ -58,11 +64,12 @@ async def test_samples_are_stored_once_and_read_newest_first(db_url: str) -> Non
         assert (oldest.gpus_memory_usage_bytes, oldest.gpus_util_percent) == ((2**30, 0), (40, 100))
         assert await m.recent_gpu_utilization(conn, "j", 0) == [(1 * S, (40, 100))]
         assert await m.last_timestamp(conn, "j") == 4 * S and await m.last_timestamp(conn, "none") == 0
-        assert set(await m.latest_points(conn, ["j", "none"])) == {"j"}
+        latest = await m.latest_points(conn, ["j", "quiet", "none"])  # "quiet": no sample yet
+        assert list(latest) == ["j"] and latest["j"].timestamp_micro == 4 * S
     await db.dispose()
 
 
-async def test_retention_follows_the_running_and_finished_ttls_in_batches(db_url: str) -> None:
+async def test_retention_follows_the_running_and_finished_ttls_in_batches(db_url: str, tmp_path: Path) -> None:
     db = Database(db_url)
     await upgrade(db)
     await _jobs(db, {"live": "running", "done": "done"})
@@ -71,15 +78,14 @@ async def test_retention_follows_the_running_and_finished_ttls_in_batches(db_url
         for job_id in ("live", "done", "gone"):  # "gone": its job row no longer exists
             points = [_p(int((now - age) * S)) for age in (10.0, 5000.0, 90_000.0)]
             await m.add_points(conn, job_id, points)
-    running, finished = retention_cutoffs(now, running_ttl=3600.0, finished_ttl=86_400.0)
-    deleted = 0
-    while True:
-        async with db.write() as conn:
-            n = await m.delete_expired(conn, running, finished, batch=2)
-        assert n <= 2
-        deleted += n
-        if n < 2:
-            break
+    settings = Settings(
+        server_dir=tmp_path, database_url=db_url, metrics_running_ttl=3600.0, metrics_finished_ttl=86_400.0
+    )
+    running, finished = retention_cutoffs(now, settings.metrics_running_ttl, settings.metrics_finished_ttl)
+    async with db.write() as conn:
+        assert await m.delete_expired(conn, running, finished, batch=2) == 2  # a batch at most
+    worker = MetricsRetention(Context(settings=settings, db=db, computes={}), batch=2)
+    deleted = 2 + await worker.pass_once(now)  # the worker: batch after batch until none is due
     assert deleted == 1 + 1 + 1 + 1  # live: the 5000 s and 90000 s ones; done and gone: the 90000 s one each
     async with db.read() as conn:
         ages = {

@@ -126,6 +126,7 @@ class ProcTable:
         self.session: dict[int, int] = {}
         self.ticks: dict[int, int] = {}
         self.rss: dict[int, int] = {}
+        self._children: dict[int, list[int]] | None = None
         for name in os.listdir(proc):
             if not name.isdigit():
                 continue
@@ -147,9 +148,11 @@ class ProcTable:
 
     def tree(self, root: int) -> list[int]:
         """``root``, its descendants, and the other members of its session (a daemonised child)."""
-        children: dict[int, list[int]] = collections.defaultdict(list)
-        for pid, ppid in self.parent.items():
-            children[ppid].append(pid)
+        if self._children is None:  # built once per scan, shared by every job's tree
+            self._children = collections.defaultdict(list)
+            for pid, ppid in self.parent.items():
+                self._children[ppid].append(pid)
+        children = self._children
         found = {root} if root in self.parent else set()
         todo = list(found)
         while todo:

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from corral.agent.protocol import JobState, JobSubmission, LogsReply
+from corral.agent.protocol import JobState, JobSubmission
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
 from corral.backends.base import AgentEndpoint
 from corral.domain import inactivity
@@ -33,6 +33,7 @@ from corral.workers.job_code import JobCodeError, job_code, push_blobs
 from corral.workers.job_container import apply_container, runtime_data, with_agent_state
 from corral.workers.job_leases import JobLeases
 from corral.workers.job_outcomes import JobOutcomes
+from corral.workers.job_poll import logs_unless_poked
 from corral.workers.job_ports import ports_message
 from corral.workers.job_submission import job_env, job_gpus, ports_taken, provisioning_data, sandbox_message
 
@@ -338,7 +339,7 @@ class Jobs(JobLeases, JobOutcomes):
                     except (AgentUnreachable, AgentError) as e:
                         log.warning("stopping %s: %s", job.job_name, e)
                 try:
-                    reply = await _logs_unless_poked(
+                    reply = await logs_unless_poked(
                         client,
                         job.id,
                         offset,
@@ -399,27 +400,3 @@ class Jobs(JobLeases, JobOutcomes):
             raise
         except Exception:
             log.exception("follower of %s failed", job.job_name)
-
-
-async def _logs_unless_poked(
-    client: AgentClient,
-    job_id: str,
-    offset: int,
-    wait: float,
-    poke: asyncio.Event | None,
-    known_state: str | None = None,
-    metrics_after: int | None = None,
-) -> LogsReply | None:
-    """The agent's long poll for new output (or a change of the job's state from ``known_state``), with the
-    job's samples after ``metrics_after``, or None as soon as ``poke`` is set (the poll is dropped)."""
-    if poke is None or wait <= 0:
-        return await client.logs(job_id, offset, wait=wait, state=known_state, metrics_after=metrics_after)
-    poll = asyncio.ensure_future(client.logs(job_id, offset, wait=wait, state=known_state, metrics_after=metrics_after))
-    poked = asyncio.ensure_future(poke.wait())
-    try:
-        await asyncio.wait({poll, poked}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        poked.cancel()
-        if not poll.done():
-            poll.cancel()
-    return poll.result() if poll.done() and not poll.cancelled() else None
