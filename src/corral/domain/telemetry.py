@@ -30,8 +30,8 @@ class Family:
     samples: list[tuple[str, Labels, float]] = field(default_factory=list)
 
     def add(self, labels: dict[str, str] | Labels, value: float, suffix: str = "") -> None:
-        items = tuple(labels.items()) if isinstance(labels, dict) else labels
-        self.samples.append((self.name + suffix, items, float(value)))
+        items = labels if type(labels) is tuple else tuple(labels.items())  # type: ignore[union-attr]
+        self.samples.append((self.name + suffix if suffix else self.name, items, float(value)))
 
 
 @dataclass
@@ -110,10 +110,14 @@ class Telemetry:
 
 
 def _escape(value: str) -> str:
+    if "\\" not in value and "\n" not in value and '"' not in value:
+        return value
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def _number(value: float) -> str:
+    if value.is_integer() and abs(value) < 2**53:
+        return f"{value:.1f}"
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
     if math.isnan(value):
@@ -122,13 +126,16 @@ def _number(value: float) -> str:
 
 
 def _lines(families: Iterable[Family]) -> Iterator[str]:
+    rendered: dict[Labels, str] = {}  # a job's labels appear in many families: each set is escaped once
     for fam in families:
         if not fam.samples:
             continue
         yield f"# HELP {fam.name} {fam.help}"
         yield f"# TYPE {fam.name} {fam.type}"
         for name, labels, value in fam.samples:
-            inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+            inner = rendered.get(labels)
+            if inner is None:
+                inner = rendered[labels] = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
             yield f"{name}{{{inner}}} {_number(value)}" if inner else f"{name} {_number(value)}"
 
 

@@ -113,21 +113,22 @@ async def render_metrics(ctx: Context, now: float) -> str:
             "dstack_backend": str(j.provisioning.get("backend") or ""),
             "dstack_gpu": str(gpus[0].get("name") or "") if gpus else "",
         }
-        job_f["dstack_job_duration_seconds_total"].add(labels, max(0.0, now - j.submitted_at))
-        job_f["dstack_job_price_dollars_per_hour"].add(labels, _num(j.provisioning.get("price")))
-        job_f["dstack_job_gpu_count"].add(labels, len(gpus))
-        job_f["dstack_job_cpu_count"].add(labels, _num(res.get("cpus")))
-        job_f["dstack_job_memory_total_bytes"].add(labels, _num(res.get("memory_mib")) * 2**20)
+        key = tuple(labels.items())  # one tuple for the job's every series
+        job_f["dstack_job_duration_seconds_total"].add(key, max(0.0, now - j.submitted_at))
+        job_f["dstack_job_price_dollars_per_hour"].add(key, _num(j.provisioning.get("price")))
+        job_f["dstack_job_gpu_count"].add(key, len(gpus))
+        job_f["dstack_job_cpu_count"].add(key, _num(res.get("cpus")))
+        job_f["dstack_job_memory_total_bytes"].add(key, _num(res.get("memory_mib")) * 2**20)
         p = j.point
         if p is None:
             continue
-        job_f["dstack_job_cpu_time_seconds_total"].add(labels, p.cpu_usage_micro / 1_000_000)
-        job_f["dstack_job_memory_usage_bytes"].add(labels, p.memory_usage_bytes)
-        job_f["dstack_job_memory_working_set_bytes"].add(labels, p.memory_working_set_bytes)
+        job_f["dstack_job_cpu_time_seconds_total"].add(key, p.cpu_usage_micro / 1_000_000)
+        job_f["dstack_job_memory_usage_bytes"].add(key, p.memory_usage_bytes)
+        job_f["dstack_job_memory_working_set_bytes"].add(key, p.memory_working_set_bytes)
         if gpus:
             total = _num(gpus[0].get("memory_mib")) * 2**20
             for n, (util, used) in enumerate(zip(p.gpus_util_percent, p.gpus_memory_usage_bytes, strict=True)):
-                gpu_labels = {**labels, "dstack_gpu_num": str(n)}
+                gpu_labels = (*key, ("dstack_gpu_num", str(n)))
                 job_f["dstack_job_gpu_usage_ratio"].add(gpu_labels, util / 100)
                 job_f["dstack_job_gpu_memory_total_bytes"].add(gpu_labels, total)
                 job_f["dstack_job_gpu_memory_usage_bytes"].add(gpu_labels, used)
