@@ -46,7 +46,6 @@ class Telemetry:
     """Counters and histograms of this process, safe to update from any thread."""
 
     COUNTERS = {
-        "dstack_pending_runs_total": "Number of pending runs",
         "corral_placements_total": "Jobs the scheduler placed (on an idle instance or a new one)",
         "corral_commit_rejections_total": "Gangs the commit point refused (capacity taken meanwhile; re-planned)",
         "corral_proxy_requests_total": "Requests the in-server proxy answered, by service and status code",

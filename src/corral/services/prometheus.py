@@ -5,7 +5,8 @@ dstack's (``services/prometheus/custom_metrics.py`` and ``client_metrics.py`` in
 (``dstack_run_count_total``, ``_terminated_total``, ``_failed_total``, ``_done_total``), job series from each
 live job's newest sample (``dstack_job_cpu_time_seconds_total``, ``dstack_job_memory_usage_bytes``,
 ``dstack_job_gpu_usage_ratio``, ...), with dstack's labels; then this process's counters and histograms
-(``dstack_submit_to_provision_duration_seconds``, ``dstack_pending_runs_total``). corral's:
+(``dstack_submit_to_provision_duration_seconds``; dstack's ``dstack_pending_runs_total`` is not kept: corral
+resubmits a run without a ``pending`` status). corral's:
 ``corral_queue_length{project,fleet}``, ``corral_queue_wait_seconds``, ``corral_placements_total``,
 ``corral_commit_rejections_total``, ``corral_proxy_requests_total{project,run,code}``.
 """
