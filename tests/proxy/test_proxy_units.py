@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from corral.backends.http1 import Http1Error, Response, iter_body, read_response
+from corral.domain.telemetry import Telemetry
 from corral.proxy.app import ServiceProxy
 from corral.proxy.balancer import Balancer
 from corral.proxy.cache import Cache
@@ -137,6 +138,7 @@ def _proxy(replicas: list[Rep], auth: bool = True) -> ServiceProxy:
         settings=Settings(server_dir=None, database_url=""),  # type: ignore[arg-type]
         computes={"local": LocalPorts()},
         wakeups=Wakeups(),
+        telemetry=Telemetry(),
     )
     proxy = ServiceProxy(ctx)  # type: ignore[arg-type]
     route = SimpleNamespace(run_id="r", project_id="p", auth=auth, strip_prefix=True, replicas=tuple(replicas))
@@ -178,6 +180,12 @@ async def test_retry_on_another_replica_keep_alive_and_auth(upstreams: list[Upst
         assert r.status_code == 200  # a refused connection sent nothing: even a POST goes elsewhere
         r = await c.get("/proxy/services/main/svc/x", headers={"Authorization": "Bearer bad"})
         assert r.status_code == 403
+    # corral_proxy_requests_total{project,run,code}: every answer of the service, by code
+    (counted,) = [f.samples for f in proxy.ctx.telemetry.families() if f.name == "corral_proxy_requests_total"]
+    assert [(dict(labels), value) for _, labels, value in counted] == [
+        ({"project": "main", "run": "svc", "code": "200"}, 7.0),
+        ({"project": "main", "run": "svc", "code": "403"}, 1.0),
+    ]
 
 
 async def test_auth_false_forwards_the_callers_header_and_502_when_nothing_answers(upstreams: list[Upstream]) -> None:
