@@ -59,6 +59,7 @@ def test_zipapp_imports_only_the_standard_library(tmp_path: Path) -> None:
         *(f"corral.agent.{m}" for m in ("job", "portfwd", "protocol_sandbox", "sandbox", "sandbox_exec")),
         *(f"corral.agent.{m}" for m in ("sandbox_layout", "sandbox_net", "job_lifecycle", "gpus")),
         "corral.agent.protocol_session",
+        "corral.agent.container_sessions",
         "corral.agent.metrics",  # the sampler of running jobs
         "corral.agent.protocol_metrics",
     }
