@@ -93,6 +93,8 @@ def test_json_logs_name_each_event_then_a_clean_shutdown(tmp_path: Path) -> None
         assert _post(url, "tok", "/api/project/main/runs/apply", task_body(["echo hi"], name="logged")).is_success
         assert _post(url, "wrong", "/api/runs/list").status_code == 403  # an unknown token, as dstack
         assert _post(url, "tok", "/api/project/main/runs/get", {"run_name": "nope"}).status_code == 400
+        proxied = httpx.get(f"{url}/proxy/services/main/no-such-service/", headers={"Authorization": "Bearer tok"})
+        assert proxied.status_code == 404, proxied.text
         deadline = time.monotonic() + 60
         while True:
             run = _post(url, "tok", "/api/project/main/runs/get", {"run_name": "logged"}).json()
@@ -134,6 +136,7 @@ def test_json_logs_name_each_event_then_a_clean_shutdown(tmp_path: Path) -> None
     assert ("/api/runs/list", 403) in refused and ("/api/project/main/runs/get", 400) in refused
     access = {(r["method"], r["path"], r["status"]) for r in events["request"]}
     assert ("POST", "/api/project/main/runs/apply", 200) in access and ("GET", "/healthcheck", 200) in access
+    assert ("GET", "/proxy/services/main/no-such-service/", 404) in access  # proxied requests are logged too
     assert records[-1]["event"] == "server_stopped" and records[-1]["level"] == "info"
     assert all(r["level"] in ("info", "warning") for r in records), [r for r in records if r["level"] == "error"]
 

@@ -103,6 +103,17 @@ async def test_traffic_reaches_every_replica_and_auth_is_required(server: Runnin
             assert r.status_code == 308 and r.headers["location"] == "/proxy/services/main/svc/?x=1"
 
 
+async def test_only_the_server_replica_following_a_job_probes_it(server: RunningServer) -> None:
+    from corral.store import service_replicas
+
+    async with server.client() as c:
+        await both_ready(c)
+    async with server.ctx.db.read() as conn:
+        mine = await service_replicas.running_replicas(conn, server.ctx.replica_id)
+        others = await service_replicas.running_replicas(conn, "another-server-replica")
+    assert len([r for r in mine if r.run_name == "svc"]) == 2 and others == []
+
+
 async def test_headers_prefix_cookies_and_the_token_stay_with_corral(server: RunningServer) -> None:
     async with server.client() as c:
         await both_ready(c)

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from corral.api.deps import AccessCache, VersionCheck, error_handlers
+from corral.api.deps import AccessCache, AccessLog, VersionCheck, error_handlers
 from corral.api.routes_accounts import router as accounts_router
 from corral.api.routes_compute import router as compute_router
 from corral.api.routes_exports import router as exports_router
@@ -103,7 +103,11 @@ def create_app(ctx: Context, workers: Background) -> Starlette:
     ]
     app = Starlette(
         routes=[*starlette_routes(*TABLES), *docs],
-        middleware=[Middleware(_ProxyFirst, proxy=proxy), Middleware(VersionCheck, access_log=ctx.settings.access_log)],
+        middleware=[
+            *([Middleware(AccessLog)] if ctx.settings.access_log else []),
+            Middleware(_ProxyFirst, proxy=proxy),
+            Middleware(VersionCheck),
+        ],
         exception_handlers=error_handlers(),
         lifespan=lifespan,
     )

@@ -204,23 +204,17 @@ async def _drain(receive: Receive, declared: int | None, received: int) -> bool:
     return False
 
 
-class VersionCheck:
-    """ASGI middleware, outermost: refuses API calls from an incompatible client (``X-API-Version``)
-    before routing, answers dstack's 500 body (logging the traceback) for any unhandled error, closes the
-    connection after an answer given before the request's body was read (an anonymous or oversized body
-    is never read to its end), and with
-    ``access_log`` logs one line per request (``corral.access``: client, method, path, status, duration)."""
+class AccessLog:
+    """ASGI middleware, outermost when the server runs with ``--access-log``: one line per HTTP request --
+    API calls and proxied service requests alike -- (``corral.access``: client, method, path, status,
+    duration)."""
 
-    def __init__(self, app: ASGIApp, access_log: bool = False) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.access_log = access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
-            return
-        if not self.access_log:
-            await self._handle(scope, receive, send)
             return
         started_at = time.perf_counter()
         status = 0
@@ -232,7 +226,7 @@ class VersionCheck:
             await send(message)
 
         try:
-            await self._handle(scope, receive, send_noted)
+            await self.app(scope, receive, send_noted)
         finally:
             client = scope.get("client")
             query = scope.get("query_string") or b""
@@ -247,6 +241,22 @@ class VersionCheck:
                 ms,
                 extra={"event": "request", "method": scope["method"], "path": scope["path"], "status": status},
             )
+
+
+class VersionCheck:
+    """ASGI middleware, outermost of the API's (after the access log and the services proxy): refuses API
+    calls from an incompatible client (``X-API-Version``) before routing, answers dstack's 500 body (logging
+    the traceback) for any unhandled error, and closes the connection after an answer given before the
+    request's body was read (an anonymous or oversized body is never read to its end)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        await self._handle(scope, receive, send)
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]

@@ -8,6 +8,7 @@ project's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corral.backends.base import AgentEndpoint
@@ -16,6 +17,7 @@ from corral.store import accounts as account_store
 from corral.store import fleets as fleet_store
 from corral.store import public_keys as key_store
 from corral.store import runs as run_store
+from corral.store import ssh_sessions as ssh_session_store
 from corral.workers.context import Context
 
 #: How long after its job ended a job's endpoint still answers (for ``/logs_ws`` to its close), as
@@ -40,13 +42,18 @@ class JobAccess:
         return self.job.status == "running"
 
     def reachable(self, now: float) -> bool:
-        """Whether the endpoint admits a connection for this job now (running, or ended within the grace
-        period and not stopped by its user)."""
-        if self.job.status in ACTIVE:
-            return True
-        if self.job.termination_reason in ("terminated_by_user", "aborted_by_user"):
-            return False
-        return self.job.finished_at is not None and now - self.job.finished_at < GRACE_S
+        """Whether the endpoint admits a connection for this job now (:func:`admits`)."""
+        return admits(self.job.status, self.job.termination_reason, self.job.finished_at, now)
+
+
+def admits(status: str, termination_reason: str | None, finished_at: float | None, now: float) -> bool:
+    """Whether the endpoint admits a connection for a job now: running, or ended within the grace period
+    and not stopped by its user."""
+    if status in ACTIVE:
+        return True
+    if termination_reason in ("terminated_by_user", "aborted_by_user"):
+        return False
+    return finished_at is not None and now - finished_at < GRACE_S
 
 
 async def job_access(ctx: Context, job_id: str) -> JobAccess | None:
@@ -81,10 +88,23 @@ async def read_logs(ctx: Context, job_id: str, after_id: int | None, start_time:
         return await run_store.read_logs(conn, job_id, after_id, 1000, start_time=start_time)
 
 
-async def record_seen(ctx: Context, job_id: str, now: float) -> None:
-    """A connection that counts is open (or just closed) on the job: its inactivity starts again from ``now``."""
+async def record_seen(ctx: Context, job_ids: Sequence[str], now: float) -> None:
+    """Connections that count are open (or just closed) on these jobs: their inactivity starts again from
+    ``now`` (one statement for all of them)."""
     async with ctx.db.write() as conn:
-        await run_store.update_job(conn, job_id, {"ssh_seen_at": now}, expect_status=("running",))
+        await ssh_session_store.mark_seen(conn, job_ids, now)
+
+
+async def admitted(ctx: Context, job_ids: Sequence[str], now: float) -> dict[str, bool]:
+    """For each of ``job_ids``: whether its connections may stay open now, and whether it is running (one
+    query for all): ``{job_id: running}`` for the admitted ones."""
+    async with ctx.db.read() as conn:
+        found = await ssh_session_store.reachability(conn, job_ids)
+    return {
+        job_id: r.status == "running"
+        for job_id, r in found.items()
+        if admits(r.status, r.termination_reason, r.finished_at, now)
+    }
 
 
 async def job_status(ctx: Context, job_id: str) -> JobRec | None:

@@ -11,7 +11,8 @@ and ``Host <run>`` at ``localhost:<job_runtime_data.ports[10022]>`` through it w
   (:mod:`corral.sshd.logs_ws`).
 
 A connection stays while its job is admitted (running, or ended within the grace period and not stopped):
-a watcher closes it when a stop ends the job. The host key is made when the endpoint starts and lives in
+one watcher for all connections (one query a tick, however many are open) closes it when a stop ends the
+job, and records the connections that count as the jobs' activity. The host key is made when the endpoint starts and lives in
 memory only (the CLI's entries switch host-key checking off, as dstack's do).
 """
 
@@ -51,8 +52,12 @@ class Endpoint:
         self._server: Any = None
         self._lock = asyncio.Lock()
         self._key: Any = None
-        #: Live outer connections by job id (closed when their job stops).
+        #: Live outer connections by job id (closed when their job stops), and when each was opened.
         self.connections: dict[str, set[Any]] = {}
+        self._opened: dict[Any, float] = {}
+        #: When each job's activity was last recorded by the watcher.
+        self._recorded: dict[str, float] = {}
+        self._watcher: asyncio.Future[None] | None = None
         self._beats: set[asyncio.Future[None]] = set()
 
     async def ensure(self) -> tuple[str, int]:
@@ -81,48 +86,69 @@ class Endpoint:
         for conns in list(self.connections.values()):
             for conn in list(conns):
                 conn.close()
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
+            self._watcher = None
         if self._beats:
             await asyncio.gather(*self._beats, return_exceptions=True)
 
     def track(self, job_id: str, conn: Any) -> Callable[[], None]:
+        """Watch ``conn`` (an outer connection into ``job_id``) until it closes: the watcher closes it when
+        its job no longer admits it, and records it as the job's activity while it counts."""
         conns = self.connections.setdefault(job_id, set())
         conns.add(conn)
-        opened = time.time()
-        task = asyncio.ensure_future(self._watch(job_id, conn, opened))
+        self._opened[conn] = time.time()
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.ensure_future(self._watch())
 
         def untrack() -> None:
-            task.cancel()
+            opened = self._opened.pop(conn, None)
             conns.discard(conn)
             if not conns:
                 self.connections.pop(job_id, None)
             now = time.time()
-            if inactivity.counts(opened, now):  # the job's inactivity starts when this one closes
-                beat = asyncio.ensure_future(self._seen(job_id, now))
+            if opened is not None and inactivity.counts(opened, now):  # its inactivity starts when this one closes
+                beat = asyncio.ensure_future(self._seen([job_id], now))
                 self._beats.add(beat)
                 beat.add_done_callback(self._beats.discard)
 
         return untrack
 
-    async def _seen(self, job_id: str, now: float) -> None:
+    async def _seen(self, job_ids: list[str], now: float) -> None:
         try:
-            await ssh_access.record_seen(self.ctx, job_id, now)
+            await ssh_access.record_seen(self.ctx, job_ids, now)
         except Exception as e:  # the database may be away for a moment: the next beat records it
-            log.warning("cannot record SSH activity of job %s: %s", job_id, e)
+            log.warning("cannot record SSH activity of %d job(s): %s", len(job_ids), e)
 
-    async def _watch(self, job_id: str, conn: Any, opened: float) -> None:
-        """Close ``conn`` once its job is no longer admitted (stopped, deleted, or past its grace); while
-        it counts as activity (open 10 s or more), record it every :data:`SEEN_EVERY_S`."""
-        recorded = 0.0
-        while True:
+    async def _watch(self) -> None:
+        """Every :data:`WATCH_S`, for all open connections at once (one query, at most one update): close
+        those whose job no longer admits them (stopped, deleted, or past its grace), and record as activity,
+        every :data:`SEEN_EVERY_S`, the running jobs with a connection open for 10 s or more."""
+        while self.connections:
             await asyncio.sleep(WATCH_S)
-            access = await ssh_access.job_access(self.ctx, job_id)
-            if access is None or not access.reachable(time.time()):
-                conn.close()
-                return
+            job_ids = list(self.connections)
+            try:
+                running = await ssh_access.admitted(self.ctx, job_ids, time.time())
+            except Exception as e:  # the database is away for a moment: keep the connections, look again
+                log.warning("cannot check the jobs of open SSH connections: %s", e)
+                continue
             now = time.time()
-            if access.running and inactivity.counts(opened, now) and now - recorded >= SEEN_EVERY_S:
-                await self._seen(job_id, now)
-                recorded = now
+            due: list[str] = []
+            for job_id in job_ids:
+                conns = list(self.connections.get(job_id, ()))
+                if job_id not in running:
+                    for conn in conns:
+                        conn.close()
+                    continue
+                counting = any(inactivity.counts(self._opened.get(c, now), now) for c in conns)
+                if running[job_id] and counting and now - self._recorded.get(job_id, 0.0) >= SEEN_EVERY_S:
+                    due.append(job_id)
+                    self._recorded[job_id] = now
+            for job_id in [j for j in self._recorded if j not in self.connections]:
+                del self._recorded[job_id]
+            if due:
+                await self._seen(due, now)
 
     async def inner(self, access: JobAccess, reader: Any, writer: Any) -> None:
         """Run the ``<run>`` hop's SSH server over a forwarded channel."""

@@ -120,9 +120,10 @@ async def _replicas(conn: AsyncConnection, where: Any) -> list[Replica]:
     return out
 
 
-async def running_replicas(conn: AsyncConnection) -> list[Replica]:
-    """Every running replica of every service (what the probes visit)."""
-    return await _replicas(conn, sa.true())
+async def running_replicas(conn: AsyncConnection, follower: str | None = None) -> list[Replica]:
+    """The running replicas of every service -- with ``follower``, only those whose job that server replica
+    follows (holds the lease of): what its probes visit, so that each replica is probed by one server."""
+    return await _replicas(conn, sa.true() if follower is None else jobs.c.lock_owner == follower)
 
 
 async def route(conn: AsyncConnection, project_name: str, run_name: str) -> Route | None:

@@ -1,5 +1,7 @@
 """The probes worker: every running service replica is probed at its probes' ``interval`` (an HTTP request
-to its port through the channel the server has to its host; without probes, a connection to the port),
+to its port through the channel the server has to its host; without probes, a connection to the port) by
+the one server replica that follows its job (holds its lease; another takes over with the lease, from the
+recorded probe state),
 and its readiness follows the results (``domain.probes``: ``ready_after`` successes to enter,
 ``probe_failure_threshold`` failures to leave, back when passing again).
 
@@ -97,7 +99,7 @@ class Probes:
 
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
-            replicas = await store.running_replicas(conn)
+            replicas = await store.running_replicas(conn, self.ctx.replica_id)  # the jobs this server follows
         now = time.time()
         live = {r.job_id for r in replicas}
         for key in [k for k in self._last if k[0] not in live]:
