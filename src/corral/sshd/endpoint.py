@@ -12,8 +12,8 @@ and ``Host <run>`` at ``localhost:<job_runtime_data.ports[10022]>`` through it w
 
 A connection stays while its job is admitted (running, or ended within the grace period and not stopped):
 one watcher for all connections (one query a tick, however many are open) closes it when a stop ends the
-job, and records the connections that count as the jobs' activity. The host key is made when the endpoint starts and lives in
-memory only (the CLI's entries switch host-key checking off, as dstack's do).
+job, and records the connections that count as the jobs' activity. The host key is made when the endpoint
+starts and lives in memory only (the CLI's entries switch host-key checking off, as dstack's do).
 """
 
 from __future__ import annotations
