@@ -38,7 +38,7 @@ def test_home_dir_reaches_the_job_spec() -> None:
             "repo_code_hash": None}  # fmt: skip
 
     class Merged:
-        max_duration = stop_duration = max_price = spot_policy = reservation = retry = None
+        max_duration = stop_duration = max_price = spot_policy = reservation = retry = utilization_policy = None
 
     assert job_specs("r", spec, None, Merged())[0]["home_dir"] == "/home/me"
 
@@ -46,7 +46,6 @@ def test_home_dir_reaches_the_job_spec() -> None:
 async def test_refused_run_options_name_the_field(tmp_path: Path) -> None:
     async with running_server(make_settings(tmp_path)) as s, s.client() as c:
         cases = [
-            ({"utilization_policy": {"min_gpu_utilization": 10, "time_window": "10m"}}, "job metrics"),
             ({"schedule": {"cron": "0 0 31 2 *"}}, "never fire"),
             ({"regions": ["us-east-1"]}, "`regions`"),
             ({"spot_policy": "spot"}, "spot"),

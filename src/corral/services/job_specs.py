@@ -30,6 +30,13 @@ def _duration(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
 
 
+def _utilization_json(policy: Any) -> dict[str, int] | None:
+    """dstack's ``job_spec.utilization_policy`` (``time_window`` in seconds)."""
+    if policy is None:
+        return None
+    return {"min_gpu_utilization": int(policy.min_gpu_utilization), "time_window": int(policy.time_window)}
+
+
 def _working_dir(working_dir: str | None) -> str | None:
     """dstack's JobSpec ``working_dir``: absolute or None; a relative one (pre-0.20) is under ``/workflow``.
     (The agent runs a relative ``working_dir`` relative to the repo dir; see ``corral.agent.workdir``.)"""
@@ -124,7 +131,7 @@ def job_specs(
                 else c.get("type") != "dev-environment",
                 "max_duration": _duration(merged.max_duration),
                 "stop_duration": _duration(merged.stop_duration),
-                "utilization_policy": None,
+                "utilization_policy": _utilization_json(merged.utilization_policy),
                 "registry_auth": c.get("registry_auth"),
                 "requirements": {
                     "resources": group.get("resources"),

@@ -28,15 +28,14 @@ def _nodes(conf: Any) -> int:
     return int(getattr(conf, "nodes_num", None) or 1) if conf.type == "task" else 1
 
 
-def check(conf: Any, merged: Any) -> None:
-    """Raise ``ServiceError`` (400) for an option corral accepts in the grammar but does not apply."""
+def check(conf: Any, merged: Any, metrics_running_ttl: float | None = None) -> None:
+    """Raise ``ServiceError`` (400) for an option corral accepts in the grammar but does not apply, or one
+    out of bounds (``utilization_policy.time_window`` beyond the kept samples, ``metrics_running_ttl``)."""
     if conf.type == "task":
         _check_group_refs(conf)
-    if merged.utilization_policy is not None:
-        raise ServiceError(
-            "`utilization_policy` is not supported yet: it needs job metrics (the jobs' GPU utilization "
-            "samples), which corral does not collect yet; remove `utilization_policy`"
-        )
+    policy = merged.utilization_policy
+    if policy is not None and metrics_running_ttl is not None and policy.time_window > metrics_running_ttl:
+        raise ServiceError(f"Maximum utilization_policy.time_window is {int(metrics_running_ttl)}s")
     for field in _PROVISIONING_ONLY:
         if getattr(merged, field) is not None:
             raise ServiceError(

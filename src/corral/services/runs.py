@@ -122,7 +122,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
     screened = await plan_screen(ctx, project, spec, specs[0]) if specs else None
     verdict = screened.error if screened else None
     try:  # an option apply refuses: the plan says so
-        run_options.check(conf, merged)
+        run_options.check(conf, merged, ctx.settings.metrics_running_ttl)
         run_options.schedule_crons(conf, merged, time.time())
     except ServiceError as e:
         verdict = e.msg
@@ -180,7 +180,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
         )
     if conf.type == "service":
         service_runs.check_service(conf)
-    run_options.check(conf, merged)
+    run_options.check(conf, merged, ctx.settings.metrics_running_ttl)
     unset = [k for k, v in (spec["configuration"].get("env") or {}).items() if not isinstance(v, str)]
     if unset:
         raise ServiceError(

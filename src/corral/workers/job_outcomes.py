@@ -85,6 +85,9 @@ class JobOutcomes:
             status, reason, message = "terminated", "terminated_by_server", "Stopped: another job of the run failed"
         elif stopped == "inactivity":  # a dev environment idle past its inactivity_duration (workers/jobs.py)
             status, reason, message = "terminated", "inactivity_duration_exceeded", job.termination_reason_message
+        elif stopped == "utilization":  # its GPUs stayed under its utilization_policy (workers/job_utilization.py)
+            status, reason = "terminated", "terminated_due_to_utilization_policy"
+            message = job.termination_reason_message
         elif stopped:
             status, reason = "terminated", "terminated_by_user"
         elif state.termination_reason == "terminated_by_server":  # e.g. a secret it needs is gone

@@ -27,7 +27,7 @@ from corral.store import metrics as metrics_store
 from corral.store import runs as run_store
 from corral.store.fleets import dump
 from corral.store.run_secrets import opened_auth
-from corral.workers import job_metrics, job_secrets
+from corral.workers import job_metrics, job_secrets, job_utilization
 from corral.workers.context import Context
 from corral.workers.job_code import JobCodeError, job_code, push_blobs
 from corral.workers.job_container import apply_container, runtime_data, with_agent_state
@@ -313,6 +313,7 @@ class Jobs(JobLeases, JobOutcomes):
         stop_sent: str | None = None
         poke = self._pokes.get(job.id)
         idle_limit = await self._inactivity_duration(job)
+        policy, next_check = job_utilization.policy_of(job), 0.0  # utilization_policy
         async with self.ctx.db.read() as conn:
             metrics_after = await metrics_store.last_timestamp(conn, job.id)  # samples continue from here
         try:
@@ -332,6 +333,13 @@ class Jobs(JobLeases, JobOutcomes):
                         continue
                     seen = current.ssh_seen_at or time.time()
                     wait = max(0.5, min(wait, seen + idle_limit - time.time() + 0.1))
+                if policy is not None and current.status == "running" and not current.stop_requested:
+                    now = time.time()
+                    if now >= next_check:
+                        next_check = now + job_utilization.CHECK_EVERY_S
+                        if await job_utilization.stop_if_underused(self.ctx, current, policy, now):
+                            continue
+                    wait = max(0.5, min(wait, next_check - now))
                 if current.stop_requested and stop_sent != current.stop_requested:
                     try:
                         await client.stop(job.id, abort=current.stop_requested == "abort")

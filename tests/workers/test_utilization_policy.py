@@ -1,0 +1,81 @@
+"""``utilization_policy`` end to end (a real server and local agent, a fake ``nvidia-smi`` whose GPUs idle
+at 3 %): a job whose GPU stayed under ``min_gpu_utilization`` for its whole ``time_window`` is terminated as
+dstack 0.22.5 terminates it -- ``terminated_due_to_utilization_policy`` with dstack's message, the run
+``failed``/``job_failed`` -- and a window longer than the samples are kept is a 400 naming the limit.
+
+The window's earlier samples are written into the store backdated (the policy's smallest window is five
+minutes); the latest ones come from the agent's own sampling."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from corral.domain.metrics import MetricsPoint
+from corral.store import metrics as metrics_store
+from corral.workers import job_utilization
+from server_harness import fleet_body, get_run, make_settings, running_server, task_body, wait_for
+
+GPU = {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB..", "gpu": 1}
+
+
+def idle_nvidia_smi(bin_dir: Path) -> None:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        "  *utilization.gpu*) echo '0, 100, 3'; echo '1, 100, 3' ;;\n"
+        "  *) echo 'NVIDIA H200, 143771, 550.54.15'; echo 'NVIDIA H200, 143771, 550.54.15' ;;\n"
+        "esac\n"
+    )
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+
+
+async def test_an_idle_gpu_job_is_terminated_by_its_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    idle_nvidia_smi(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv("CORRAL_AGENT_METRICS_INTERVAL", "0.3")
+    monkeypatch.setattr(job_utilization, "CHECK_EVERY_S", 0.3)
+    policy = {"min_gpu_utilization": 10, "time_window": "5m"}
+    async with running_server(make_settings(tmp_path, agent_poll_wait=1.0)) as s, s.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..1", resources=GPU))
+        too_long = task_body(
+            ["sleep 600"], name="too-long", resources=GPU, utilization_policy={**policy, "time_window": "2h"}
+        )
+        r = await c.post("/api/project/main/runs/apply", json=too_long)
+        assert r.status_code == 400 and "Maximum utilization_policy.time_window is 3600s" in r.text, r.text
+
+        body = task_body(["sleep 600"], name="idle-gpu", resources=GPU, utilization_policy=policy)
+        assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
+
+        async def running() -> str | None:
+            run = await get_run(c, "idle-gpu")
+            sub = run["latest_job_submission"]
+            return sub["id"] if sub["status"] == "running" else None
+
+        job_id = await wait_for(running, timeout=60)
+        assert (await get_run(c, "idle-gpu"))["jobs"][0]["job_spec"]["utilization_policy"] == {
+            "min_gpu_utilization": 10, "time_window": 300,
+        }  # fmt: skip
+        now = time.time()
+        earlier = [
+            MetricsPoint(int((now - 300 + i * 10) * 1e6), 0, 1, 1, (100,), (3,))
+            for i in range(29)  # 300 s ago up to 20 s ago, every 10 s: the window is covered
+        ]
+        async with s.ctx.db.write() as conn:
+            await metrics_store.add_points(conn, job_id, earlier)
+
+        async def ended() -> dict[str, object] | None:
+            run = await get_run(c, "idle-gpu")
+            return run if run["status"] in ("failed", "done", "terminated") else None
+
+        run = await wait_for(ended, timeout=30)
+        sub = run["latest_job_submission"]
+        assert (run["status"], run["termination_reason"]) == ("failed", "job_failed"), run
+        assert (sub["status"], sub["termination_reason"]) == ("terminated", "terminated_due_to_utilization_policy")
+        assert sub["termination_reason_message"] == "The job GPU utilization below 10% for 300 seconds"
