@@ -200,6 +200,41 @@ class FakeHosts:
     def _ns(self, host: Host) -> str:
         return f"cfh{self.n}h{host.name}"
 
+    def add(self, name: str, ip: str, spec: HostSpec | None = None, wait: bool = True) -> Host:
+        """A new host at ``ip`` (inside this /24) while the others run: a machine a cloud just started.
+        ``name`` is at most 4 characters (interface names are short); root's key is the test key until
+        whatever runs on it (a cloud's user data) adds others."""
+        assert ip.startswith(self.subnet + ".") and len(name) <= 4 and name not in self.hosts
+        host = Host(
+            name=name,
+            ip=ip,
+            spec=spec or HostSpec(),
+            upper_root=pathlib.Path(f"/dev/shm/corral-fakehosts-{self.n}") / name,
+        )
+        self.hosts[name] = host
+        self._prepare_disk(host)
+        ns, veth = self._ns(host), f"cfh{self.n}x{name}"
+        sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        sh("ip", "link", "set", veth, "master", f"cfh{self.n}br", "up")
+        sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+        sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        self._boot(host)
+        if wait:
+            self._wait_sshd(host)
+        return host
+
+    def remove(self, name: str) -> None:
+        """The host is gone for good: its processes, its namespace and its disk."""
+        host = self.hosts.pop(name)
+        if host.proc is not None and host.proc.poll() is None:
+            host.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                host.proc.wait(timeout=10)
+        sh("ip", "netns", "del", self._ns(host), check=False)
+        shutil.rmtree(host.upper_root, ignore_errors=True)
+
     def _prepare_disk(self, host: Host) -> None:
         """The host's private writes: its name, sshd config and keys, root's authorised key."""
         upper = host.upper_root / "upper"

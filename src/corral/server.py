@@ -146,12 +146,12 @@ async def prepare(settings: Settings) -> Prepared:
         await db.dispose()
         raise
     if server_config is not None:
-        await accounts.apply_server_config(
-            db,
-            boot.admin,
-            [(p.name, [b.model_dump() for b in p.backends]) for p in server_config.projects],
-            cipher=cipher,
-        )
+        try:
+            projects = [(p.name, await _stored_backends(p.name, p.backends, cipher)) for p in server_config.projects]
+        except ServerConfigError:
+            await db.dispose()
+            raise
+        await accounts.apply_server_config(db, boot.admin, projects, cipher=cipher)
     computes: dict[str, Any] = {
         "local": LocalCompute(
             settings.instances_dir,
@@ -175,6 +175,7 @@ async def prepare(settings: Settings) -> Prepared:
             sandbox_mode=settings.sandbox,
             uid_range=settings.job_uid_range,
         ),
+        "aws": _aws_compute(settings, db, _aws_regions(server_config)),
     }
     ctx = Context(
         settings=settings,
@@ -185,6 +186,64 @@ async def prepare(settings: Settings) -> Prepared:
     )
     ctx.ssh_endpoint, ctx.ssh_endpoint_close = _lazy_ssh_endpoint(ctx)
     return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created)
+
+
+async def _stored_backends(project: str, backends: list[Any], cipher: Any) -> list[dict[str, Any]]:
+    """A ``config.yml`` project's backends as stored: a cloud backend's credentials checked (a start-up
+    error naming the project when they do not work) and sealed."""
+    out: list[dict[str, Any]] = []
+    for b in backends:
+        doc = b.model_dump(exclude_none=True)
+        if doc.get("type") == "aws":
+            from corral.services import cloud_backends
+            from corral.services.errors import ServiceError
+
+            try:
+                await cloud_backends.check_aws(doc)
+            except ServiceError as e:
+                raise ServerConfigError(f"config.yml: project {project}: backend aws: {e.msg}") from None
+            doc = cloud_backends.sealed(cipher, doc)
+        out.append(doc)
+    return out
+
+
+def _aws_regions(server_config: Any) -> frozenset[str] | None:
+    """The regions whose offers the AWS backend lists: those its ``config.yml`` blocks name (None: all)."""
+    blocks = [b for p in (server_config.projects if server_config else []) for b in p.backends if b.type == "aws"]
+    if not blocks or any(not b.regions for b in blocks):
+        return None
+    return frozenset(r for b in blocks for r in b.regions)
+
+
+def _aws_compute(settings: Settings, db: Any, regions: frozenset[str] | None) -> Any:
+    """The AWS backend (boto3 is imported on its first EC2 call, not here)."""
+    from corral.backends.aws.compute import AWSCompute
+    from corral.backends.ssh import SSHCompute
+    from corral.backends.ssh_secrets import KeyOpener
+    from corral.services import cloud_backends
+    from corral.store.encryption import cipher_for
+
+    ssh = SSHCompute(
+        settings.server_dir,
+        settings.provisioning_timeout,
+        settings.ssh_connect_timeout,
+        settings.agent_request_timeout,
+        key_opener=KeyOpener(lambda: cipher_for(settings)),
+        sandbox_mode=settings.sandbox,
+        uid_range=settings.job_uid_range,
+    )
+
+    async def server_id() -> str:
+        return await cloud_backends.server_id(db)
+
+    return AWSCompute(
+        ssh,
+        cloud_backends.project_loader(db, lambda: cipher_for(settings)),
+        server_id,
+        catalog_path=settings.aws_catalog,
+        regions=regions,
+        provisioning_timeout=settings.provisioning_timeout,
+    )
 
 
 def _lazy_ssh_endpoint(ctx: Any) -> tuple[Any, Any]:

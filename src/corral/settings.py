@@ -130,6 +130,15 @@ class Settings:
     proxy_body_limit: int = 64 * 2**20
     #: How long the proxy waits for a replica's response head (dstack: ``DSTACK_SERVICE_CLIENT_TIMEOUT``).
     proxy_timeout: float = 300.0
+    #: A newer AWS price catalogue (gpuhunt's v2 CSV format) than the one shipped; None: the shipped one.
+    aws_catalog: Path | None = None
+    #: How old an instance tagged with this server's id, whose row is missing or terminal, must be before
+    #: the reaper acts on it (EC2 lists new instances late; a launch commits its row after the call).
+    orphan_grace: float = 600.0
+    #: What the reaper does with such an orphan: ``terminate`` it, or only ``report`` it (a log line).
+    orphan_action: str = "terminate"
+    #: Seconds between two orphan passes over a cloud backend's regions.
+    orphan_interval: float = 60.0
 
     #: How long job metrics samples are kept, in seconds: those of running jobs (dstack's
     #: ``DSTACK_SERVER_METRICS_RUNNING_TTL_SECONDS``, 1 h) and of finished ones (``..._FINISHED_TTL_SECONDS``, 7 d).
@@ -233,6 +242,7 @@ class Settings:
                 raise SettingsError("CORRAL_LOCAL_MAX_INSTANCES must be an integer") from None
         s = _local_host(s, e)
         s = _metrics(s, e)
+        s = _clouds(s, e)
         if overrides:
             s = replace(s, **overrides)  # type: ignore[arg-type]
         return s
@@ -258,6 +268,20 @@ def _input_limits(s: Settings, e: dict[str, str]) -> Settings:
                 raise SettingsError(f"{var}={raw!r} must be a whole number of at least 1")
             s = replace(s, **{attr: int(raw)})  # type: ignore[arg-type]
     return s
+
+
+def _clouds(s: Settings, e: dict[str, str]) -> Settings:
+    """``CORRAL_AWS_CATALOG``, ``CORRAL_ORPHAN_GRACE``, ``CORRAL_ORPHAN_ACTION``, ``CORRAL_ORPHAN_INTERVAL``."""
+    if e.get("CORRAL_AWS_CATALOG"):
+        s = replace(s, aws_catalog=Path(e["CORRAL_AWS_CATALOG"]).expanduser())
+    grace = _float_env(e, "CORRAL_ORPHAN_GRACE", 600.0)
+    interval = _float_env(e, "CORRAL_ORPHAN_INTERVAL", 60.0)
+    if grace is None or grace < 0 or interval is None or interval <= 0:
+        raise SettingsError("CORRAL_ORPHAN_GRACE and CORRAL_ORPHAN_INTERVAL must be numbers of seconds")
+    action = (e.get("CORRAL_ORPHAN_ACTION") or "terminate").lower()
+    if action not in ("terminate", "report"):
+        raise SettingsError(f"CORRAL_ORPHAN_ACTION={action!r} must be terminate or report")
+    return replace(s, orphan_grace=grace, orphan_interval=interval, orphan_action=action)
 
 
 def _local_host(s: Settings, e: dict[str, str]) -> Settings:

@@ -5,6 +5,8 @@ projects:
   - name: main
     backends:
       - type: local
+      - type: aws              # dstack's block: creds, regions, vpc_name / vpc_ids, public_ips, ...
+        creds: {type: access_key, access_key: AKIA..., secret_key: ...}
 default_permissions:
   allow_managers_manage_secrets: true
 """
@@ -12,9 +14,11 @@ default_permissions:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from corral.config.aws_backend import AWSBackendConfig
 
 
 class _Strict(BaseModel):
@@ -25,9 +29,16 @@ class BackendEntry(_Strict):
     type: Literal["local"]
 
 
+def _local() -> BackendEntry | AWSBackendConfig:
+    return BackendEntry(type="local")
+
+
+AnyBackend = Annotated[Union[BackendEntry, AWSBackendConfig], Field(discriminator="type")]
+
+
 class ProjectEntry(_Strict):
     name: str = Field(pattern=r"^[a-zA-Z0-9-_]{1,50}$")
-    backends: list[BackendEntry] = Field(default_factory=lambda: [BackendEntry(type="local")])
+    backends: list[AnyBackend] = Field(default_factory=lambda: [_local()])
 
 
 class DefaultPermissions(_Strict):
@@ -60,4 +71,4 @@ def load_server_config(path: Path) -> ServerConfig | None:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
         )
-        raise ServerConfigError(f"{path}: {problems} (corral supports the `local` backend for now)") from None
+        raise ServerConfigError(f"{path}: {problems} (corral supports the `local` and `aws` backends)") from None

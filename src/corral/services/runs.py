@@ -20,6 +20,7 @@ from corral.domain.events import job_target, run_target
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.domain.times import epoch_seconds
+from corral.scheduler import offer_filters
 from corral.scheduler.blocks import smallest_carves
 from corral.scheduler.fleet_view import run_backends
 from corral.services import (
@@ -94,6 +95,7 @@ def _offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[d
         return []
     req = conf.resources.to_requirements()
     allowed = None if merged.backends is None else run_backends(b.value for b in merged.backends)
+    filters = merged.model_dump(mode="json", include={"regions", "instance_types"})
     fitting = (
         o
         for c in ctx.project_computes(backend_types(project.backends))
@@ -101,6 +103,7 @@ def _offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[d
         if match_requirements(req, o.resources) is None
         and (allowed is None or o.backend in allowed)
         and (merged.max_price is None or o.price <= merged.max_price)
+        and offer_filters.allowed(o, filters)
     )
     return [offer_json(o) for o in smallest_carves(fitting)]
 

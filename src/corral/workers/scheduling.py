@@ -17,6 +17,7 @@ from corral.domain.records import FleetRec
 from corral.domain.resources import Requirements, match_requirements
 from corral.domain.selectors import FleetRef, Selector
 from corral.domain.telemetry import Telemetry
+from corral.scheduler import offer_filters
 from corral.scheduler.codec import offer_from_json
 from corral.scheduler.fleet_view import run_backends
 from corral.scheduler.schedule import schedule, upkeep
@@ -210,7 +211,8 @@ class Scheduling:
         req = self._fleet_requirements(fleet)
         if req is not None:
             offers = [o for o in offers if match_requirements(req, o.resources) is None]
-        return tuple(offers)
+        # ``backends`` was applied above (with its own rule for ``local``/``remote``)
+        return tuple(offer_filters.filtered(offers, {k: v for k, v in conf.items() if k != "backends"}))
 
     def fleet_slot(self, fleet: FleetRec) -> FleetSlot:
         nodes_min, nodes_max = nodes_bounds(fleet.spec)

@@ -1,0 +1,8 @@
+"""The ``aws`` backend: EC2 instances launched with RunInstances, reached over SSH like an SSH fleet's hosts.
+
+Modules: :mod:`catalog` (the priced offers, a gpuhunt v2 CSV), :mod:`launch` (pure: tags, client tokens,
+user data, how launch errors are classified), :mod:`ec2` (boto3, imported on first use; every call runs in
+a thread), :mod:`compute` (the ``Compute``), :mod:`orphans` (the pure rule of the reaper).
+
+May import: corral.domain, corral.scheduler types, corral.backends (the SSH backend), boto3 (lazily).
+"""

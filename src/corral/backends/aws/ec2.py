@@ -1,0 +1,195 @@
+"""The EC2 calls of the AWS backend, through boto3 (imported on first use, never on the server's start
+path). Blocking: the compute runs each in a thread. boto3's own ``AWS_ENDPOINT_URL`` (or
+``AWS_ENDPOINT_URL_EC2``) points it at another endpoint; corral adds no knob of its own.
+
+RunInstances is made once per attempt (no botocore retries: capacity errors are answered by trying the next
+zone, never by repeating the same call); other calls use botocore's standard retries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from corral.backends.aws.launch import TAG_INSTANCE, TAG_SERVER
+from corral.backends.aws.orphans import LIVE_STATES, Tagged
+
+UBUNTU = ("ubuntu/images/hvm-ssd*/ubuntu-jammy-22.04-amd64-server-*", "099720685109")
+DLAMI = ("Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *", "898082745236")
+
+
+class AWSError(Exception):
+    """An EC2 call failed: ``code`` is EC2's error code (empty when it is not an EC2 error)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}" if code else message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Creds:
+    access_key: str | None = None
+    secret_key: str | None = None
+
+
+def _error(e: Exception) -> AWSError:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if isinstance(e, ClientError):
+        err = e.response.get("Error", {})
+        return AWSError(str(err.get("Code") or ""), str(err.get("Message") or e))
+    if isinstance(e, BotoCoreError):
+        return AWSError("", str(e))
+    raise e
+
+
+def client(creds: Creds, region: str, service: str = "ec2", once: bool = False) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.session.Session(
+        aws_access_key_id=creds.access_key, aws_secret_access_key=creds.secret_key, region_name=region
+    )
+    retries = {"max_attempts": 1, "mode": "standard"} if once else {"max_attempts": 3, "mode": "standard"}
+    return session.client(service, config=Config(retries=retries, connect_timeout=10, read_timeout=30))  # type: ignore[arg-type]
+
+
+def check_creds(creds: Creds, region: str) -> str:
+    """The account the credentials belong to (STS GetCallerIdentity); ``AWSError`` when they do not work."""
+    try:
+        return str(client(creds, region, "sts").get_caller_identity()["Account"])
+    except Exception as e:
+        raise _error(e) from None
+
+
+def call(ec2: Any, op: str, **params: Any) -> Any:
+    try:
+        return getattr(ec2, op)(**params)
+    except Exception as e:
+        raise _error(e) from None
+
+
+def vpc_id(ec2: Any, region: str, conf: dict[str, Any]) -> str:
+    """The VPC to launch in: ``vpc_ids[region]``, else the one tagged ``Name=vpc_name``, else (unless
+    ``default_vpcs: false``) the region's default VPC."""
+    ids = conf.get("vpc_ids") or {}
+    if region in ids:
+        return str(ids[region])
+    if conf.get("vpc_name"):
+        vpcs = call(ec2, "describe_vpcs", Filters=[{"Name": "tag:Name", "Values": [conf["vpc_name"]]}])["Vpcs"]
+        if not vpcs:
+            raise AWSError("", f"no VPC named {conf['vpc_name']!r} in {region} (vpc_name)")
+        return str(vpcs[0]["VpcId"])
+    if conf.get("default_vpcs") is False:
+        raise AWSError("", f"no VPC for {region}: add it to vpc_ids, or allow default_vpcs")
+    vpcs = call(ec2, "describe_vpcs", Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"]
+    if not vpcs:
+        raise AWSError("", f"{region} has no default VPC: set vpc_name or vpc_ids")
+    return str(vpcs[0]["VpcId"])
+
+
+def subnets_by_zone(ec2: Any, vpc: str) -> dict[str, str]:
+    """One subnet per availability zone of ``vpc`` (the first by id), zones in name order."""
+    found = call(ec2, "describe_subnets", Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"]
+    zones: dict[str, str] = {}
+    for s in sorted(found, key=lambda s: (s["AvailabilityZone"], s["SubnetId"])):
+        zones.setdefault(str(s["AvailabilityZone"]), str(s["SubnetId"]))
+    return zones
+
+
+def security_group(ec2: Any, vpc: str, project: str) -> str:
+    """The project's security group in ``vpc`` (made on first use): SSH in, everything within the group."""
+    name = f"corral_{project}"
+    found = call(
+        ec2,
+        "describe_security_groups",
+        Filters=[{"Name": "group-name", "Values": [name]}, {"Name": "vpc-id", "Values": [vpc]}],
+    )["SecurityGroups"]
+    if found:
+        return str(found[0]["GroupId"])
+    group = call(
+        ec2,
+        "create_security_group",
+        GroupName=name,
+        Description=f"corral project {project}",
+        VpcId=vpc,
+        TagSpecifications=[
+            {
+                "ResourceType": "security-group",
+                "Tags": [{"Key": "owner", "Value": "corral"}, {"Key": "corral_project", "Value": project}],
+            }
+        ],
+    )["GroupId"]
+    rules = [
+        {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]},
+        {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]},
+    ]
+    try:
+        call(ec2, "authorize_security_group_ingress", GroupId=group, IpPermissions=rules)
+    except AWSError as e:
+        if e.code != "InvalidPermission.Duplicate":
+            raise
+    return str(group)
+
+
+def image(ec2: Any, conf: dict[str, Any], gpu: bool) -> tuple[str, str]:
+    """The newest available AMI for the instance (``os_images`` if set) and the user it logs in as."""
+    custom = (conf.get("os_images") or {}).get("nvidia" if gpu else "cpu")
+    name, owner = (custom["name"], custom.get("owner") or "self") if custom else (DLAMI if gpu else UBUNTU)
+    user = custom["user"] if custom else "ubuntu"
+    found = call(
+        ec2,
+        "describe_images",
+        Filters=[{"Name": "name", "Values": [name]}, {"Name": "state", "Values": ["available"]}],
+        Owners=[owner],
+    )["Images"]
+    if not found:
+        raise AWSError("InvalidAMIID.NotFound", f"no AMI named {name!r} of owner {owner} (os_images)")
+    newest = max(found, key=lambda i: str(i.get("CreationDate") or ""))
+    return str(newest["ImageId"]), str(user)
+
+
+def by_tag(ec2: Any, key: str, value: str, states: tuple[str, ...] = LIVE_STATES) -> list[dict[str, Any]]:
+    pages = call(
+        ec2,
+        "describe_instances",
+        Filters=[{"Name": f"tag:{key}", "Values": [value]}, {"Name": "instance-state-name", "Values": list(states)}],
+    )
+    return [i for r in pages.get("Reservations", []) for i in r.get("Instances", [])]
+
+
+def owned(ec2: Any, server_id: str) -> list[Tagged]:
+    """Live instances tagged with this server's id."""
+    out = []
+    for i in by_tag(ec2, TAG_SERVER, server_id, ("pending", "running", "stopping", "stopped", "shutting-down")):
+        tags = {t["Key"]: t["Value"] for t in i.get("Tags") or []}
+        launched = i.get("LaunchTime")
+        out.append(
+            Tagged(
+                str(i["InstanceId"]),
+                tags.get(TAG_INSTANCE, ""),
+                str(i["State"]["Name"]),
+                launched.timestamp() if launched else 0.0,
+            )
+        )
+    return out
+
+
+def state(ec2: Any, instance_id: str) -> dict[str, Any] | None:
+    """The instance as DescribeInstances sees it; None when EC2 does not know it (yet)."""
+    try:
+        found = call(ec2, "describe_instances", InstanceIds=[instance_id])
+    except AWSError as e:
+        if e.code == "InvalidInstanceID.NotFound":
+            return None
+        raise
+    items = [i for r in found.get("Reservations", []) for i in r.get("Instances", [])]
+    return items[0] if items else None
+
+
+def terminate(ec2: Any, instance_id: str) -> None:
+    try:
+        call(ec2, "terminate_instances", InstanceIds=[instance_id])
+    except AWSError as e:
+        if e.code != "InvalidInstanceID.NotFound":
+            raise

@@ -1,0 +1,117 @@
+"""Pure rules of an EC2 launch: the tags that name an instance's owner, the ``ClientToken`` of an attempt,
+the UserData script, how a RunInstances error is classified, and the short cache of unavailable offerings.
+
+No boto3, no clocks (``now`` is a parameter).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Literal
+
+#: Tag keys corral writes on every instance (and reads back: adoption, the reaper).
+TAG_SERVER = "corral_server"
+TAG_PROJECT = "corral_project"
+TAG_FLEET = "corral_fleet"
+TAG_INSTANCE = "corral_instance"
+OWNER = ("owner", "corral")
+#: EC2's limit on UserData (before base64).
+USER_DATA_LIMIT = 16 * 1024
+#: How long a (type, zone) that answered "insufficient capacity" is not tried again.
+UNAVAILABLE_TTL = 120.0
+
+Verdict = Literal["capacity", "quota", "invalid", "transient", "other"]
+
+_CAPACITY = {"InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientHostCapacity",
+             "InsufficientReservedInstanceCapacity", "InsufficientCapacityOnHost", "Unsupported"}  # fmt: skip
+_QUOTA = {
+    "InstanceLimitExceeded",
+    "VcpuLimitExceeded",
+    "MaxSpotInstanceCountExceeded",
+    "InsufficientFreeAddressesInSubnet",
+}
+_TRANSIENT = {"RequestLimitExceeded", "InternalError", "Unavailable", "ServiceUnavailable", "Throttling"}
+
+
+def classify(code: str) -> Verdict:
+    """What a RunInstances error code means for the next try: another zone or offer (``capacity``), no
+    other offer of the region (``quota``), skip this offer (``invalid``), the same again later (``transient``)."""
+    if code in _CAPACITY:
+        return "capacity"
+    if code in _QUOTA or code.endswith("LimitExceeded"):
+        return "quota"
+    if code in _TRANSIENT:
+        return "transient"
+    if code.startswith(("InvalidParameter", "InvalidInstanceType", "InvalidAMI", "InvalidSubnet", "Invalid")):
+        return "invalid"
+    return "other"
+
+
+def client_token(instance_id: str, attempt: int) -> str:
+    """``corral-<row id>-<n>``: a new ``n`` per offer or zone tried (at most 64 characters)."""
+    token = f"corral-{instance_id}-{attempt}"
+    if len(token) > 64:
+        raise ValueError(f"client token {token!r} is longer than EC2's 64 characters")
+    return token
+
+
+_TAG_BAD = re.compile(r"[^\w .:/=+\-@]")
+
+
+def instance_tags(
+    server_id: str, project: str, fleet: str | None, instance_id: str, name: str, extra: dict[str, str] | None
+) -> list[dict[str, str]]:
+    """The instance's tags: the admin's ``tags`` first, then corral's (which they cannot override)."""
+    tags = {k: _TAG_BAD.sub("_", v)[:256] for k, v in (extra or {}).items()}
+    tags.update(
+        {
+            "Name": f"corral-{project}-{name}"[:255],
+            OWNER[0]: OWNER[1],
+            TAG_SERVER: server_id,
+            TAG_PROJECT: project,
+            TAG_FLEET: fleet or "",
+            TAG_INSTANCE: instance_id,
+        }
+    )
+    return [{"Key": k, "Value": v} for k, v in tags.items()]
+
+
+def user_data(public_keys: list[str]) -> str:
+    """A ``#!/bin/sh`` script (cloud-init runs it as root) that authorises ``public_keys`` for root; the
+    server then logs in over SSH and starts its agent, which needs only ``python3`` on the image."""
+    keys = "\n".join(k.strip() for k in public_keys if k.strip())
+    script = (
+        "#!/bin/sh\n"
+        "# corral: authorise the project's key for root; the server installs its agent over SSH\n"
+        "set -e\n"
+        "umask 077\n"
+        "mkdir -p /root/.ssh\n"
+        f"printf '%s\\n' {shlex.quote(keys)} >> /root/.ssh/authorized_keys\n"
+        "chmod 600 /root/.ssh/authorized_keys\n"
+        "command -v python3 >/dev/null || echo 'corral: python3 is missing on this image' >&2\n"
+    )
+    if len(script.encode()) > USER_DATA_LIMIT:
+        raise ValueError(f"the user data is {len(script.encode())} bytes; EC2 takes at most {USER_DATA_LIMIT}")
+    return script
+
+
+@dataclass
+class Unavailable:
+    """Offerings that answered "insufficient capacity" lately: (instance type, zone) -> until when."""
+
+    ttl: float = UNAVAILABLE_TTL
+    _until: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def mark(self, instance_type: str, zone: str, now: float) -> None:
+        self._until[(instance_type, zone)] = now + self.ttl
+
+    def blocked(self, instance_type: str, zone: str, now: float) -> bool:
+        until = self._until.get((instance_type, zone))
+        if until is None:
+            return False
+        if until <= now:
+            del self._until[(instance_type, zone)]
+            return False
+        return True

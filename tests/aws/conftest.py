@@ -1,0 +1,40 @@
+"""Fixtures of the aws backend's tests: one moto EC2 server and one set of fake hosts for the session,
+boto3 pointed at moto by its own ``AWS_ENDPOINT_URL``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from moto_harness import MotoEC2
+
+from fakehosts import FakeHosts
+
+
+@pytest.fixture(scope="session")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoEC2]:
+    m = MotoEC2(tmp_path_factory.mktemp("moto")).start()
+    saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "AWS_EC2_METADATA_DISABLED")}
+    os.environ["AWS_ENDPOINT_URL"] = m.url
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+    try:
+        yield m
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        m.stop()
+
+
+@pytest.fixture(scope="session")
+def cloud_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeHosts]:
+    if os.geteuid() != 0:
+        pytest.fail("the aws backend's tests need root (network namespaces for the instances); CI runs them as root")
+    fh = FakeHosts({}, tmp_path_factory.mktemp("cloudhosts")).start()
+    try:
+        yield fh
+    finally:
+        fh.stop()

@@ -1,0 +1,153 @@
+"""EC2 for the aws backend's tests: moto's server on loopback, a VPC whose one subnet is the fake hosts'
+/24, and a watcher that plays the hypervisor.
+
+The watcher polls DescribeInstances: for each new running instance tagged ``owner=corral`` it starts a fake
+host (``fakehosts.FakeHosts.add``: its own network namespace at the instance's private IP, sshd) and runs
+the instance's UserData in it as root, as cloud-init would; when the instance is terminated it removes
+the host. It also samples how many instances are pending, running or shutting down (``peak``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fakehosts import FakeHosts
+from server_harness import free_port
+
+REGION = "us-east-1"
+VPC_NAME = "corral-test"
+#: What moto's AMI list is replaced with (``MOTO_AMIS_PATH``): the Ubuntu image corral looks for.
+AMIS = [
+    {
+        "ami_id": "ami-0c0ffee0c0ffee001",
+        "name": "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20261101",
+        "description": "Ubuntu 22.04 (test)",
+        "owner_id": "099720685109",
+        "public": True,
+        "virtualization_type": "hvm",
+        "architecture": "x86_64",
+        "state": "available",
+        "platform": None,
+        "root_device_type": "ebs",
+        "root_device_name": "/dev/sda1",
+        "sriov": "simple",
+        "creation_date": "2026-11-01T00:00:00.000Z",
+    }
+]
+COUNTED = ("pending", "running", "shutting-down")
+
+
+class MotoEC2:
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.server: Any = None
+        self.url = ""
+
+    def start(self) -> MotoEC2:
+        from moto.server import ThreadedMotoServer
+
+        amis = self.base / "amis.json"
+        amis.write_text(json.dumps(AMIS))
+        os.environ["MOTO_AMIS_PATH"] = str(amis)
+        port = free_port()
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self.server.start()
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+    def client(self, region: str = REGION) -> Any:
+        import boto3
+
+        return boto3.client(
+            "ec2",
+            endpoint_url=self.url,
+            region_name=region,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    def make_vpc(self, subnet: str) -> tuple[str, str]:
+        """A VPC named ``VPC_NAME`` with one subnet, ``subnet``.0/24 (the fake hosts' network)."""
+        ec2 = self.client()
+        vpc = ec2.create_vpc(CidrBlock=f"{subnet}.0/24")["Vpc"]["VpcId"]
+        ec2.create_tags(Resources=[vpc], Tags=[{"Key": "Name", "Value": VPC_NAME}])
+        sub = ec2.create_subnet(VpcId=vpc, CidrBlock=f"{subnet}.0/24", AvailabilityZone=f"{REGION}a")["Subnet"]
+        return vpc, sub["SubnetId"]
+
+    def instances(self, **filters: list[str]) -> list[dict[str, Any]]:
+        f = [{"Name": k.replace("_", "-"), "Values": v} for k, v in filters.items()]
+        pages = self.client().describe_instances(Filters=f) if f else self.client().describe_instances()
+        return [i for r in pages["Reservations"] for i in r["Instances"]]
+
+
+class Hypervisor:
+    """Fake hosts for moto's instances (see the module's docstring)."""
+
+    def __init__(self, moto: MotoEC2, hosts: FakeHosts, interval: float = 0.1) -> None:
+        self.moto, self.hosts, self.interval = moto, hosts, interval
+        self.by_instance: dict[str, str] = {}
+        self.peak = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="hypervisor", daemon=True)
+
+    def start(self) -> Hypervisor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        for name in list(self.by_instance.values()):
+            self.hosts.remove(name)
+        self.by_instance.clear()
+
+    def reset_peak(self) -> None:
+        self.peak = 0
+
+    def _loop(self) -> None:
+        ec2 = self.moto.client()
+        while not self._stop.is_set():
+            try:
+                self._tick(ec2)
+            except Exception as e:  # noted, and the test reads it
+                self.errors.append(repr(e))
+            self._stop.wait(self.interval)
+
+    def _tick(self, ec2: Any) -> None:
+        pages = ec2.describe_instances()
+        items = [i for r in pages["Reservations"] for i in r["Instances"]]
+        self.peak = max(self.peak, sum(1 for i in items if i["State"]["Name"] in COUNTED))
+        for i in items:
+            iid, state, ip = i["InstanceId"], i["State"]["Name"], i.get("PrivateIpAddress") or ""
+            if state == "running" and iid not in self.by_instance and ip.startswith(self.hosts.subnet + "."):
+                name = f"i{ip.rsplit('.', 1)[1]}"
+                self.by_instance[iid] = name
+                self.hosts.add(name, ip)
+                attr = ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")
+                script = base64.b64decode((attr.get("UserData") or {}).get("Value") or b"")
+                done = self.hosts.exec(name, "sh -s", input=script, timeout=30)
+                if done.returncode != 0:
+                    self.errors.append(f"user data of {iid}: {done.stderr.decode(errors='replace')}")
+            elif state in ("shutting-down", "terminated") and iid in self.by_instance:
+                self.hosts.remove(self.by_instance.pop(iid))
+
+
+def wait_until(fn: Any, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout}s")
