@@ -16,6 +16,7 @@ from typing import Any
 
 from corral.backends.aws import ec2
 from corral.backends.aws.compute import AWSProject
+from corral.services.accounts import generate_ssh_keypair
 from corral.services.errors import ServiceError
 from corral.store import accounts as account_store
 from corral.store.db import Database
@@ -96,11 +97,18 @@ def project_loader(db: Database, cipher: Callable[[], Cipher]) -> Callable[[str]
     async def load(name: str) -> AWSProject | None:
         async with db.read() as conn:
             project = await account_store.get_project(conn, name)
-        if project is None or not project.ssh_public_key or not project.ssh_private_key:
+        doc = next((b for b in project.backends if b.get("type") == "aws"), None) if project else None
+        if project is None or doc is None:
             return None
-        doc = next((b for b in project.backends if b.get("type") == "aws"), None)
-        if doc is None:
-            return None
+        if not project.ssh_public_key or not project.ssh_private_key:  # a project made before keys were
+            priv, pub = await asyncio.to_thread(generate_ssh_keypair)
+            if priv is None or pub is None:
+                raise BackendInvalid("ssh-keygen is missing: the aws backend needs it for the project's SSH key")
+            async with db.write() as conn:
+                await account_store.set_project_ssh_key_if_none(conn, project.id, seal(cipher(), priv), pub)
+                project = await account_store.get_project(conn, name)
+            if project is None or not project.ssh_public_key or not project.ssh_private_key:
+                return None
         return AWSProject(project.name, opened(cipher, doc), project.ssh_public_key, project.ssh_private_key)
 
     return load

@@ -189,6 +189,17 @@ async def remove_members(conn: AsyncConnection, project_id: str, user_ids: Seque
     await conn.execute(sa.delete(members).where(members.c.project_id == project_id, members.c.user_id.in_(user_ids)))
 
 
+async def set_project_ssh_key_if_none(
+    conn: AsyncConnection, project_id: str, private_key: str, public_key: str
+) -> None:
+    """Give the project a key pair (the private key as the caller sealed it) unless it has one already."""
+    await conn.execute(
+        sa.update(projects)
+        .where(projects.c.id == project_id, projects.c.ssh_public_key.is_(None))
+        .values(ssh_private_key=private_key, ssh_public_key=public_key)
+    )
+
+
 async def set_project_backends(conn: AsyncConnection, project_id: str, backends_json: str) -> None:
     await conn.execute(sa.update(projects).where(projects.c.id == project_id).values(backends=backends_json))
 

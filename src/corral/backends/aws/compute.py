@@ -209,7 +209,7 @@ class AWSCompute:
             "blocks": 1,
             "aws": {"instance_id": ec2_id, "region": region, "project": project.name},
         }
-        as_host = dataclasses.replace(instance, agent={"token": secrets.token_urlsafe(24), "connection": connection})
+        as_host = dataclasses.replace(instance, agent={"token": secrets.token_hex(24), "connection": connection})
         provisioned = await self.ssh.create_instance(as_host)
         resources = resources_from_json((instance.offer or {}).get("resources") or {})
         return dataclasses.replace(

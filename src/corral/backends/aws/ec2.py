@@ -107,19 +107,12 @@ def security_group(ec2: Any, vpc: str, project: str) -> str:
     )["SecurityGroups"]
     if found:
         return str(found[0]["GroupId"])
-    group = call(
-        ec2,
-        "create_security_group",
-        GroupName=name,
-        Description=f"corral project {project}",
-        VpcId=vpc,
-        TagSpecifications=[
-            {
-                "ResourceType": "security-group",
-                "Tags": [{"Key": "owner", "Value": "corral"}, {"Key": "corral_project", "Value": project}],
-            }
-        ],
-    )["GroupId"]
+    try:
+        group = _create_group(ec2, vpc, project, name)
+    except AWSError as e:  # another launch made it meanwhile
+        if e.code != "InvalidGroup.Duplicate":
+            raise
+        return security_group(ec2, vpc, project)
     rules = [
         {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]},
         {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]},
@@ -129,7 +122,25 @@ def security_group(ec2: Any, vpc: str, project: str) -> str:
     except AWSError as e:
         if e.code != "InvalidPermission.Duplicate":
             raise
-    return str(group)
+    return group
+
+
+def _create_group(ec2: Any, vpc: str, project: str, name: str) -> str:
+    return str(
+        call(
+            ec2,
+            "create_security_group",
+            GroupName=name,
+            Description=f"corral project {project}",
+            VpcId=vpc,
+            TagSpecifications=[
+                {
+                    "ResourceType": "security-group",
+                    "Tags": [{"Key": "owner", "Value": "corral"}, {"Key": "corral_project", "Value": project}],
+                }
+            ],
+        )["GroupId"]
+    )
 
 
 def image(ec2: Any, conf: dict[str, Any], gpu: bool) -> tuple[str, str]:
