@@ -23,8 +23,8 @@ async def test_projects_from_config_yml(tmp_path: Path) -> None:
 
 def test_bad_config_names_the_field(tmp_path: Path) -> None:
     path = tmp_path / "config.yml"
-    path.write_text("projects:\n  - name: main\n    backends: [{type: aws}]\n")
-    with pytest.raises(ServerConfigError, match=r"projects\.0\.backends\.0\.type"):
+    path.write_text("projects:\n  - name: main\n    backends: [{type: gcp}]\n")
+    with pytest.raises(ServerConfigError, match=r"projects\.0\.backends\.0: .*gcp"):
         load_server_config(path)
     path.write_text("projects: [\n")
     with pytest.raises(ServerConfigError, match="not valid YAML"):

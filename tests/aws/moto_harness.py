@@ -48,6 +48,7 @@ class MotoEC2:
         self.base = base
         self.server: Any = None
         self.url = ""
+        self.cidr = ""
 
     def start(self) -> MotoEC2:
         from moto.server import ThreadedMotoServer
@@ -79,6 +80,7 @@ class MotoEC2:
     def make_vpc(self, subnet: str) -> tuple[str, str]:
         """A VPC named ``VPC_NAME`` with one subnet, ``subnet``.0/24 (the fake hosts' network)."""
         ec2 = self.client()
+        self.cidr = f"{subnet}.0/24"
         vpc = ec2.create_vpc(CidrBlock=f"{subnet}.0/24")["Vpc"]["VpcId"]
         ec2.create_tags(Resources=[vpc], Tags=[{"Key": "Name", "Value": VPC_NAME}])
         sub = ec2.create_subnet(VpcId=vpc, CidrBlock=f"{subnet}.0/24", AvailabilityZone=f"{REGION}a")["Subnet"]

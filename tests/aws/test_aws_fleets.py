@@ -6,15 +6,21 @@ adoption after a crash, and termination confirmed by DescribeInstances."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from moto_harness import REGION, VPC_NAME, Hypervisor, MotoEC2
+from moto_harness import AMIS, REGION, VPC_NAME, Hypervisor, MotoEC2
 
+from corral.backends.aws.launch import user_data
+from corral.domain.records import InstanceRec
+from corral.scheduler.codec import offer_to_json
+from corral.services import cloud_backends
+from corral.workers.orphans import OrphanReaper
 from fakehosts import FakeHosts
 from server_harness import RunningServer, finished_run, make_settings, running_server, wait_for
 
@@ -130,3 +136,74 @@ async def test_seed_scenario_holds_nodes_max_in_ec2(server: RunningServer, hyper
         assert tags["corral_server"] and tags["corral_instance"]
         assert inst["ClientToken"] == f"corral-{tags['corral_instance']}-1"
         assert inst["InstanceType"] == "m7i.large"  # the cheapest type with 2 CPUs and 8 GB in the catalogue
+
+
+def _launch_by_hand(moto: MotoEC2, tags: dict[str, str], user_data: str = "") -> str:
+    ec2 = moto.client()
+    subnet = ec2.describe_subnets(Filters=[{"Name": "cidr-block", "Values": [moto.cidr]}])["Subnets"][0]["SubnetId"]
+    reply = ec2.run_instances(
+        ImageId=AMIS[0]["ami_id"],
+        InstanceType="m7i.large",
+        MinCount=1,
+        MaxCount=1,
+        SubnetId=subnet,
+        UserData=user_data,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+    )
+    return str(reply["Instances"][0]["InstanceId"])
+
+
+def _state(moto: MotoEC2, instance_id: str) -> str:
+    got = moto.client().describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    return str(got["State"]["Name"])
+
+
+async def test_orphans_are_reaped_and_untagged_instances_left_alone(
+    server: RunningServer, hypervisor: Hypervisor
+) -> None:
+    moto = hypervisor.moto
+    me = await cloud_backends.server_id(server.ctx.db)
+    orphan = _launch_by_hand(moto, {"owner": "corral", "corral_server": me, "corral_instance": "no-such-row"})
+    other_server = _launch_by_hand(moto, {"owner": "corral", "corral_server": "another", "corral_instance": "x"})
+    untagged = _launch_by_hand(moto, {"Name": "not-corral"})
+    young = OrphanReaper(dataclasses.replace(server.ctx, settings=dataclasses.replace(server.ctx.settings)))
+    assert await young.pass_once(force=True) == 0  # within CORRAL_ORPHAN_GRACE (10 min)
+    settings = dataclasses.replace(server.ctx.settings, orphan_grace=0.0, orphan_action="report")
+    assert await OrphanReaper(dataclasses.replace(server.ctx, settings=settings)).pass_once(force=True) == 1
+    assert _state(moto, orphan) == "running"  # reported only
+    settings = dataclasses.replace(settings, orphan_action="terminate")
+    assert await OrphanReaper(dataclasses.replace(server.ctx, settings=settings)).pass_once(force=True) == 1
+    assert _state(moto, orphan) in ("shutting-down", "terminated")
+    assert _state(moto, untagged) == _state(moto, other_server) == "running"
+    for i in (untagged, other_server):
+        moto.client().terminate_instances(InstanceIds=[i])
+
+
+async def test_a_launch_interrupted_by_a_crash_is_adopted_by_its_tag(
+    server: RunningServer, hypervisor: Hypervisor
+) -> None:
+    """The server died after RunInstances, before its commit: the row is still pending, EC2 has the
+    instance. Provisioning the row again finds it by its ``corral_instance`` tag and launches nothing."""
+    compute = server.ctx.computes["aws"]
+    project = await compute.project("main")
+    row_id = str(uuid.uuid4())
+    ec2_id = _launch_by_hand(
+        hypervisor.moto,
+        {"owner": "corral", "corral_server": await cloud_backends.server_id(server.ctx.db), "corral_instance": row_id},
+        user_data=user_data([project.ssh_public_key]),
+    )
+    offer = next(o for o in compute.offers() if o.instance_type == "m7i.large")
+    rec = InstanceRec(
+        id=row_id, project_id="p", project_name="main", fleet_id=None, fleet_name="awsfl", name="awsfl-9",
+        instance_num=9, status="pending", unreachable=False, backend="aws", region=REGION, price=offer.price,
+        offer=offer_to_json(offer), total_blocks=1, busy_blocks=0, hostname=None, agent=None, created_at=0.0,
+        started_at=None, finished_at=None, last_job_finished_at=None, idle_duration=None,
+        termination_reason=None, termination_reason_message=None,
+    )  # fmt: skip
+    launches = compute.calls.get("run_instances", 0)
+    provisioned = await compute.create_instance(rec)
+    assert compute.calls.get("run_instances", 0) == launches
+    assert provisioned.agent.connection["aws"]["instance_id"] == ec2_id
+    assert provisioned.resources.cpus == 2 and provisioned.resources.memory_mib == 8192  # the type's, not the host's
+    await compute.terminate_instance(row_id, provisioned.agent)  # returns once EC2 says terminated
+    assert _state(hypervisor.moto, ec2_id) == "terminated"

@@ -22,6 +22,7 @@ from corral.store.events import EXPIRED_BATCH, delete_expired, tracked_update
 from corral.store.fleets import dump
 from corral.store.tables import instances, jobs
 from corral.workers.context import Context
+from corral.workers.orphans import OrphanReaper
 from corral.workers.seal_at_rest import seal_stored_secrets
 
 log = logging.getLogger("corral.instances")
@@ -35,6 +36,7 @@ class Instances:
         self.ctx = ctx
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._events_cleaned_at: float | None = None
+        self.orphans = OrphanReaper(ctx)
 
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
@@ -50,6 +52,7 @@ class Instances:
         await self._retire_idle(idle)
         await self._finish_fleets()
         await self._expire_events()
+        await self.orphans.pass_once()
 
     async def _expire_events(self) -> None:
         """Delete events older than the TTL, a batch per pass at most every ``EVENTS_CLEANUP_INTERVAL``

@@ -89,11 +89,11 @@ class AWSCompute:
 
     # ---- EC2, in threads -----------------------------------------------------------------------
     async def _ec2(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        name = getattr(fn, "__name__", "call")
+        name = str(args[1]) if fn is ec2.call else getattr(fn, "__name__", "call")
         self.calls[name] = self.calls.get(name, 0) + 1
         return await asyncio.to_thread(fn, *args, **kwargs)
 
-    async def _project(self, name: str) -> AWSProject:
+    async def project(self, name: str) -> AWSProject:
         project = await self._projects(name)
         if project is None:
             raise ProvisioningError(f"project {name} has no aws backend configured")
@@ -101,7 +101,7 @@ class AWSCompute:
 
     # ---- provisioning --------------------------------------------------------------------------
     async def create_instance(self, instance: InstanceRec) -> Provisioned:
-        project = await self._project(instance.project_name)
+        project = await self.project(instance.project_name)
         offer = instance.offer or {}
         region = str(offer.get("region") or instance.region or "")
         itype = str(offer.get("instance_type") or "")
@@ -237,7 +237,7 @@ class AWSCompute:
         await self.ssh.terminate_instance(instance_id, None)  # drop the SSH link; the VM goes with its files
         if not where:
             return  # never launched as far as the row knows: a stray one is the reaper's
-        project = await self._project(str(where["project"]))
+        project = await self.project(str(where["project"]))
         client = await self._ec2(ec2.client, project.creds, str(where["region"]))
         ec2_id = str(where["instance_id"])
         await self._ec2(ec2.terminate, client, ec2_id)

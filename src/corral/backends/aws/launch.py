@@ -40,10 +40,10 @@ def classify(code: str) -> Verdict:
     other offer of the region (``quota``), skip this offer (``invalid``), the same again later (``transient``)."""
     if code in _CAPACITY:
         return "capacity"
-    if code in _QUOTA or code.endswith("LimitExceeded"):
-        return "quota"
     if code in _TRANSIENT:
         return "transient"
+    if code in _QUOTA or code.endswith("LimitExceeded"):
+        return "quota"
     if code.startswith(("InvalidParameter", "InvalidInstanceType", "InvalidAMI", "InvalidSubnet", "Invalid")):
         return "invalid"
     return "other"

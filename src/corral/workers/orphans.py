@@ -1,0 +1,61 @@
+"""The orphan reaper of cloud backends: every ``orphan_interval``, per project with an ``aws`` backend and
+per region it names, the instances tagged with this server's id whose row is missing or terminated and
+older than ``CORRAL_ORPHAN_GRACE`` are terminated (or only reported: ``CORRAL_ORPHAN_ACTION=report``).
+Instances without corral's server tag are never looked at.
+
+Load (rows and projects) → decide (``backends.aws.orphans``, pure) → act (EC2, no transaction open).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import sqlalchemy as sa
+
+from corral.backends.aws.catalog import load as load_catalog
+from corral.store.tables import instances, projects
+from corral.workers.context import Context
+
+log = logging.getLogger("corral.orphans")
+
+
+class OrphanReaper:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._last: float | None = None
+
+    async def pass_once(self, force: bool = False) -> int:
+        """One pass when due (``force``: now); the number of orphans found."""
+        now = time.time()
+        if not force and self._last is not None and now - self._last < self.ctx.settings.orphan_interval:
+            return 0
+        self._last = now
+        compute = self.ctx.computes.get("aws")
+        if compute is None:
+            return 0
+        async with self.ctx.db.read() as conn:
+            names = [
+                r.name
+                for r in await conn.execute(
+                    sa.select(projects.c.name, projects.c.backends).where(
+                        projects.c.deleted.is_(False), projects.c.backends.like('%"aws"%')
+                    )
+                )
+            ]
+            rows = {r.id: r.status for r in await conn.execute(sa.select(instances.c.id, instances.c.status))}
+        found = 0
+        for name in names:
+            project = await compute.project(name)  # type: ignore[attr-defined]
+            regions = project.config.get("regions") or sorted(
+                {r.region for r in load_catalog(self.ctx.settings.aws_catalog)}
+            )
+            try:
+                reaped = await compute.reap_orphans(  # type: ignore[attr-defined]
+                    project, regions, rows, self.ctx.settings.orphan_grace, self.ctx.settings.orphan_action
+                )
+            except Exception as e:  # EC2 unreachable: the next pass tries again
+                log.warning("orphan pass of project %s failed: %s", name, e)
+                continue
+            found += len(reaped)
+        return found

@@ -1,0 +1,103 @@
+"""The AWS backend's pure rules: launch errors classified, client tokens, tags, the UserData script, the
+unavailable-offerings cache, the orphan rule, the catalogue's reader, and the profile's offer filters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from corral.backends.aws import catalog, launch
+from corral.backends.aws.orphans import Tagged, orphans
+from corral.config.server_config import ServerConfigError, load_server_config
+from corral.scheduler.offer_filters import allowed
+
+
+def test_errors_are_classified() -> None:
+    assert launch.classify("InsufficientInstanceCapacity") == "capacity"
+    assert launch.classify("VcpuLimitExceeded") == launch.classify("InstanceLimitExceeded") == "quota"
+    assert launch.classify("InvalidParameterValue") == "invalid"
+    assert launch.classify("RequestLimitExceeded") == "transient"
+    assert launch.classify("AuthFailure") == "other"
+
+
+def test_client_token_names_row_and_attempt() -> None:
+    row = "0b6f3a52-52b6-4d0e-9a5f-0f1b8c5f3f21"
+    assert launch.client_token(row, 2) == f"corral-{row}-2"
+    assert len(launch.client_token(row, 999)) <= 64
+    with pytest.raises(ValueError, match="64"):
+        launch.client_token("x" * 60, 1)
+
+
+def test_tags_name_server_project_fleet_row_and_admin_tags_cannot_override() -> None:
+    tags = {
+        t["Key"]: t["Value"]
+        for t in launch.instance_tags("srv", "main", "fl", "row", "fl-0", {"corral_server": "x", "team": "ml"})
+    }
+    assert tags["corral_server"] == "srv" and tags["corral_instance"] == "row" and tags["corral_fleet"] == "fl"
+    assert tags["team"] == "ml" and tags["owner"] == "corral"
+
+
+def test_user_data_is_a_small_shell_script_that_authorises_the_key() -> None:
+    script = launch.user_data(["ssh-ed25519 AAAA test"])
+    assert script.startswith("#!/bin/sh\n") and "ssh-ed25519 AAAA test" in script and "/root/.ssh" in script
+    with pytest.raises(ValueError, match="16384"):
+        launch.user_data(["k" * 20000])
+
+
+def test_unavailable_offerings_expire() -> None:
+    cache = launch.Unavailable(ttl=10)
+    cache.mark("g5.xlarge", "us-east-1a", now=100)
+    assert cache.blocked("g5.xlarge", "us-east-1a", now=105)
+    assert not cache.blocked("g5.xlarge", "us-east-1b", now=105)
+    assert not cache.blocked("g5.xlarge", "us-east-1a", now=111)
+
+
+def test_orphan_rule() -> None:
+    tagged = [
+        Tagged("i-1", "gone", "running", 0.0),
+        Tagged("i-2", "live", "running", 0.0),
+        Tagged("i-3", "done", "running", 0.0),
+        Tagged("i-4", "gone-young", "pending", 95.0),
+        Tagged("i-5", "gone", "shutting-down", 0.0),
+    ]
+    found = orphans(tagged, {"live": "busy", "done": "terminated"}, grace=10, now=100)
+    assert [t.instance_id for t in found] == ["i-1", "i-3"]
+
+
+def test_shipped_catalogue_and_its_errors(tmp_path: Path) -> None:
+    rows = catalog.load()
+    assert any(r.source.startswith("curated ") for r in rows) and any(r.source == "generated" for r in rows)
+    offers = catalog.offers(rows, frozenset({"eu-west-1"}))
+    assert offers and {o.region for o in offers} == {"eu-west-1"} and not any(o.resources.spot for o in offers)
+    assert [o.price for o in offers] == sorted(o.price for o in offers)
+    g5 = next(o for o in offers if o.instance_type == "g5.xlarge")
+    assert g5.resources.gpus[0].name == "A10G" and g5.resources.cpus == 4
+    bad = tmp_path / "c.csv"
+    bad.write_text("instance_name,location\nx,y\n")
+    with pytest.raises(catalog.CatalogError, match="missing column"):
+        catalog.load(bad)
+    bad.write_text(catalog.SHIPPED.read_text().splitlines()[0] + "\nm5.large,us-east-1,cheap,2,8,0,,,False,,,,x86,\n")
+    with pytest.raises(catalog.CatalogError, match="row 2"):
+        catalog.load(bad)
+
+
+def test_profile_filters() -> None:
+    offer = catalog.offers(catalog.load(), frozenset({"us-east-1"}))[0]
+    assert allowed(offer, {})
+    assert not allowed(offer, {"max_price": offer.price / 2})
+    assert not allowed(offer, {"regions": ["eu-west-1"]})
+    assert not allowed(offer, {"instance_types": ["p5.48xlarge"]})
+    assert not allowed(offer, {"backends": ["remote"]}) and allowed(offer, {"backends": ["aws"]})
+
+
+def test_aws_block_in_config_yml_names_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "config.yml"
+    path.write_text(
+        "projects:\n  - name: main\n    backends: [{type: aws, creds: {type: default}, regions: [mars-1]}]\n"
+    )
+    with pytest.raises(ServerConfigError, match="regions"):
+        load_server_config(path)
+    path.write_text("projects:\n  - name: main\n    backends: [{type: aws}]\n")
+    with pytest.raises(ServerConfigError, match="creds"):
+        load_server_config(path)
