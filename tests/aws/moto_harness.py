@@ -77,14 +77,18 @@ class MotoEC2:
             aws_secret_access_key="testing",
         )
 
-    def make_vpc(self, subnet: str) -> tuple[str, str]:
-        """A VPC named ``VPC_NAME`` with one subnet, ``subnet``.0/24 (the fake hosts' network)."""
+    def make_vpc(self, subnet: str) -> tuple[str, str, str]:
+        """A VPC named ``VPC_NAME`` (10.213.0.0/16) with two subnets: in zone ``a`` one where no host ever
+        answers (the fault proxy refuses launches there), in zone ``b`` ``subnet``.0/24, the fake hosts'
+        network. Returns (VPC, zone a's subnet, zone b's subnet)."""
         ec2 = self.client()
         self.cidr = f"{subnet}.0/24"
-        vpc = ec2.create_vpc(CidrBlock=f"{subnet}.0/24")["Vpc"]["VpcId"]
+        empty = "10.213.0.0/24"  # fake hosts' nets are 10.213.40 and up
+        vpc = ec2.create_vpc(CidrBlock="10.213.0.0/16")["Vpc"]["VpcId"]
         ec2.create_tags(Resources=[vpc], Tags=[{"Key": "Name", "Value": VPC_NAME}])
-        sub = ec2.create_subnet(VpcId=vpc, CidrBlock=f"{subnet}.0/24", AvailabilityZone=f"{REGION}a")["Subnet"]
-        return vpc, sub["SubnetId"]
+        a = ec2.create_subnet(VpcId=vpc, CidrBlock=empty, AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
+        b = ec2.create_subnet(VpcId=vpc, CidrBlock=self.cidr, AvailabilityZone=f"{REGION}b")["Subnet"]["SubnetId"]
+        return vpc, a, b
 
     def instances(self, **filters: list[str]) -> list[dict[str, Any]]:
         f = [{"Name": k.replace("_", "-"), "Values": v} for k, v in filters.items()]
@@ -153,3 +157,71 @@ def wait_until(fn: Any, timeout: float = 30.0) -> Any:
             return got
         time.sleep(0.1)
     raise AssertionError(f"not within {timeout}s")
+
+
+class FaultProxy:
+    """An HTTP proxy in front of moto that answers RunInstances in ``blocked_subnets`` with EC2's
+    ``InsufficientInstanceCapacity`` (HTTP 500, EC2's XML error), and forwards everything else."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.blocked_subnets: set[str] = set()
+        self.refused: list[str] = []
+        self.server: Any = None
+        self.url = ""
+
+    def start(self) -> FaultProxy:
+        import http.client
+        import urllib.parse
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        proxy = self
+        up = urllib.parse.urlsplit(self.upstream)
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                form = urllib.parse.parse_qs(body.decode(errors="replace"))
+                subnet = (form.get("NetworkInterface.1.SubnetId") or form.get("SubnetId") or [""])[0]
+                if form.get("Action") == ["RunInstances"] and subnet in proxy.blocked_subnets:
+                    proxy.refused.append(subnet)
+                    reply = (
+                        b"<Response><Errors><Error><Code>InsufficientInstanceCapacity</Code><Message>We currently do "
+                        b"not have sufficient capacity in the Availability Zone you requested.</Message></Error>"
+                        b"</Errors><RequestID>fault-proxy</RequestID></Response>"
+                    )
+                    self.send_response(500)
+                    self.send_header("Content-Type", "text/xml")
+                    self.send_header("Content-Length", str(len(reply)))
+                    self.end_headers()
+                    self.wfile.write(reply)
+                    return
+                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_POST = _forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, name="fault-proxy", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()

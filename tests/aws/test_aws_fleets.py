@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from moto_harness import AMIS, REGION, VPC_NAME, Hypervisor, MotoEC2
+from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2
 
 from corral.backends.aws.launch import user_data
 from corral.domain.records import InstanceRec
@@ -42,7 +43,6 @@ FLEET = {"type": "fleet", "name": "awsfl", "nodes": "0..3", "backends": ["aws"],
 
 @pytest.fixture(scope="module")
 def hypervisor(moto: MotoEC2, cloud_hosts: FakeHosts) -> Iterator[Hypervisor]:
-    moto.make_vpc(cloud_hosts.subnet)
     hv = Hypervisor(moto, cloud_hosts).start()
     try:
         yield hv
@@ -50,8 +50,24 @@ def hypervisor(moto: MotoEC2, cloud_hosts: FakeHosts) -> Iterator[Hypervisor]:
         hv.stop()
 
 
+@pytest.fixture(scope="module")
+def proxy(moto: MotoEC2, hypervisor: Hypervisor) -> Iterator[FaultProxy]:
+    """corral reaches EC2 through the fault proxy, which has no capacity in zone a (the VPC's first zone)."""
+    _vpc, zone_a, _zone_b = moto.make_vpc(hypervisor.hosts.subnet)
+    fp = FaultProxy(moto.url).start()
+    fp.blocked_subnets.add(zone_a)
+    os.environ["AWS_ENDPOINT_URL"] = fp.url
+    try:
+        yield fp
+    finally:
+        os.environ["AWS_ENDPOINT_URL"] = moto.url
+        fp.stop()
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def server(tmp_path_factory: pytest.TempPathFactory, hypervisor: Hypervisor) -> AsyncIterator[RunningServer]:
+async def server(
+    tmp_path_factory: pytest.TempPathFactory, hypervisor: Hypervisor, proxy: FaultProxy
+) -> AsyncIterator[RunningServer]:
     tmp = tmp_path_factory.mktemp("awsserver")
     settings = make_settings(tmp, provisioning_timeout=60.0, safety_net_interval=2.0)
     settings.server_dir.mkdir(parents=True)
@@ -103,7 +119,9 @@ async def test_offers_are_priced_cheapest_first_in_the_backend_regions(server: R
         assert all(o["price"] <= 0.1 for o in r.json()["job_plans"][0]["offers"])
 
 
-async def test_seed_scenario_holds_nodes_max_in_ec2(server: RunningServer, hypervisor: Hypervisor) -> None:
+async def test_seed_scenario_holds_nodes_max_in_ec2(
+    server: RunningServer, hypervisor: Hypervisor, proxy: FaultProxy
+) -> None:
     hypervisor.reset_peak()
     async with server.client() as c:
         for i in range(10):
@@ -130,11 +148,15 @@ async def test_seed_scenario_holds_nodes_max_in_ec2(server: RunningServer, hyper
     assert 1 <= hypervisor.peak <= 3
     tagged = [i for i in hypervisor.moto.instances() if {"Key": "owner", "Value": "corral"} in (i.get("Tags") or [])]
     assert 1 <= len(tagged) <= 3
+    # zone a refused each launch that tried it; launches that came after the refusal skip it (cached)
+    assert 1 <= len(proxy.refused) <= len(tagged)
     for inst in tagged:
         tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
         assert tags["corral_project"] == "main" and tags["corral_fleet"] == "awsfl" and tags["team"] == "ml"
         assert tags["corral_server"] and tags["corral_instance"]
-        assert inst["ClientToken"] == f"corral-{tags['corral_instance']}-1"
+        # zone a answered InsufficientInstanceCapacity: each launch's second attempt (zone b) made it
+        assert inst["ClientToken"] == f"corral-{tags['corral_instance']}-2"
+        assert inst["Placement"]["AvailabilityZone"] == f"{REGION}b"
         assert inst["InstanceType"] == "m7i.large"  # the cheapest type with 2 CPUs and 8 GB in the catalogue
 
 
