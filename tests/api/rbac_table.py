@@ -62,6 +62,22 @@ ROUTES: list[tuple[str, str, str, str | None, Any, str, dict[str, str]]] = [
     ("GET", "/metrics", "none", None, None, "404", {}),
     ("POST", "/api/server/get_info", "none", None, None, "200", {}),
     ("POST", "/api/backends/list_types", "none", None, None, "200", {}),
+    # routers/backends.py (project router): ProjectAdmin; the bodies name nothing that exists (400)
+    ("POST", P + "/backends/create", "admin", None, {"type": "local"}, "400", {}),
+    ("POST", P + "/backends/update", "admin", None, {"type": "aws", "creds": {"type": "default"}}, "400", {}),
+    ("POST", P + "/backends/delete", "admin", None, {"backends_names": ["aws"]}, "400", {}),
+    ("POST", P + "/backends/{backend_name}/config_info", "admin", None, None, "400", {}),
+    ("POST", P + "/backends/create_yaml", "admin", None, {"config_yaml": "type: local"}, "400", {}),
+    (
+        "POST",
+        P + "/backends/update_yaml",
+        "admin",
+        None,
+        {"config_yaml": "{type: aws, creds: {type: default}}"},
+        "400",
+        {},
+    ),
+    ("POST", P + "/backends/{backend_name}/get_yaml", "admin", None, None, "400", {}),
     # routers/users.py
     ("POST", "/api/users/get_my_user", "authenticated", None, None, "200", {}),
     ("POST", "/api/users/get_user", "authenticated", None, {"username": "bystander"}, "400", {"gadmin": "200"}),

@@ -204,6 +204,13 @@ def _calls(s: Seeded) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", p + "/volumes/delete", {"json": {"names": ["v"]}}),
         ("POST", "/api/events/list", {"json": {}}),
         ("POST", p + "/secrets/create_or_update", {"json": {"name": "fuzz-secret", "value": "s3cret"}}),
+        ("POST", p + "/backends/create", {"json": {"type": "aws", "creds": {"type": "default"}, "regions": ["r"]}}),
+        ("POST", p + "/backends/update", {"json": {"type": "aws", "creds": {"type": "default"}}}),
+        ("POST", p + "/backends/delete", {"json": {"backends_names": ["aws"]}}),
+        ("POST", p + "/backends/{backend_name}/config_info", {"backend_name": "aws"}),
+        ("POST", p + "/backends/create_yaml", {"json": {"config_yaml": "type: aws\nregions: 3"}}),
+        ("POST", p + "/backends/update_yaml", {"json": {"config_yaml": "[unclosed"}}),
+        ("POST", p + "/backends/{backend_name}/get_yaml", {"backend_name": "aws"}),
         ("POST", p + "/secrets/list", {}),
         ("POST", p + "/secrets/get", {"json": {"name": "fuzz-secret"}}),
         ("POST", p + "/secrets/delete", {"json": {"secrets_names": ["fuzz-secret"]}}),
@@ -251,6 +258,7 @@ def test_every_route_answers_real_data_as_its_document_says(seeded: Seeded, api:
             req = dict(req)
             url = template.replace("{project_name}", req.pop("project", seeded.project))
             url = url.replace("{run_name}", req.pop("run_name", ""))
+            url = url.replace("{backend_name}", req.pop("backend_name", ""))
             r = c.request(method, url, **req)
             r.request.read()  # a multipart body was streamed: the checks read it again
             seen.setdefault(f"{method} {template}", set()).add(r.status_code)

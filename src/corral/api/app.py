@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from corral.api.deps import AccessCache, AccessLog, VersionCheck, error_handlers
 from corral.api.routes_accounts import router as accounts_router
+from corral.api.routes_backends import router as backends_router
 from corral.api.routes_compute import router as compute_router
 from corral.api.routes_exports import router as exports_router
 from corral.api.routes_prometheus import router as prometheus_router
@@ -24,6 +25,7 @@ from corral.workers.context import Context
 
 TABLES: tuple[RouteTable, ...] = (
     accounts_router,
+    backends_router,
     compute_router,
     exports_router,
     repos_router,

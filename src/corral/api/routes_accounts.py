@@ -1,4 +1,4 @@
-"""Routers: server info, users, projects and members, backends, templates, OAuth2 providers."""
+"""Routers: server info, users, projects and members, templates, OAuth2 providers (backends: ``routes_backends``)."""
 
 from __future__ import annotations
 
@@ -36,11 +36,6 @@ async def healthcheck() -> FastJSON:
 @router.post("/api/server/get_info", body=rq.NoBody, response="ServerInfo", public=True)
 async def get_info() -> FastJSON:
     return FastJSON({"server_version": DSTACK_API_VERSION, "corral_version": __version__})
-
-
-@router.post("/api/backends/list_types", body=rq.NoBody, response="BackendTypes", public=True)
-async def list_backend_types() -> FastJSON:
-    return FastJSON(["remote"])
 
 
 # --- users ------------------------------------------------------------------------------------------

@@ -448,3 +448,21 @@ class JobMetricsQuery(BaseModel):
     limit: int = Field(1, ge=0, le=100_000)
     after: WireTime | None = None
     before: WireTime | None = None
+
+
+class BackendConfigBody(BaseModel):
+    """``backends/create|update``: a backend's configuration with its credentials (dstack's
+    ``AnyBackendConfigWithCreds``); checked field by field by the service for the ``type`` given."""
+
+    model_config = ConfigDict(extra="allow", defer_build=True)
+    type: str
+
+
+class BackendYAMLBody(Body):
+    """``backends/create_yaml|update_yaml``."""
+
+    config_yaml: str
+
+
+class DeleteBackendsBody(Body):
+    backends_names: list[str]

@@ -520,3 +520,14 @@ class EmptyList(RootModel[list[AnyObject]]):
 
 class Null(RootModel[None]):
     """``null``: the action was done."""
+
+
+class BackendConfig(Out):
+    """A backend's configuration as answered: its credentials masked."""
+
+    type: str
+
+
+class BackendInfoYAML(Out):
+    name: str
+    config_yaml: str

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.access import backend_types
 from corral.domain.statuses import RunStatus
-from corral.store.tables import export_importers, exported_fleets, fleets, members, projects, runs
+from corral.store.tables import export_importers, exported_fleets, fleets, instances, members, projects, runs
 
 _FINISHED_RUNS = [s.value for s in RunStatus if s.is_finished()]
 
@@ -92,5 +92,13 @@ async def owned_project_count(conn: AsyncConnection, user_id: str) -> int:
         sa.select(sa.func.count())
         .select_from(projects)
         .where(projects.c.owner_id == user_id, projects.c.deleted.is_(False))
+    )
+    return int((await conn.execute(q)).scalar_one())
+
+
+async def live_instances_on(conn: AsyncConnection, project_id: str, backend: str) -> int:
+    """How many of the project's instances on ``backend`` are not terminated."""
+    q = sa.select(sa.func.count()).where(
+        instances.c.project_id == project_id, instances.c.backend == backend, instances.c.status != "terminated"
     )
     return int((await conn.execute(q)).scalar_one())

@@ -1,0 +1,137 @@
+"""The backends API (dstack's ``routers/backends.py``): a project's cloud backends created, updated, read
+and deleted, as JSON or as YAML. Only cloud backends (``aws``) are managed here: ``local`` belongs to the
+server's ``config.yml`` and is never accepted. Credentials are checked before anything is written (a 400
+naming the field), stored sealed (:mod:`corral.services.cloud_backends`) and never answered in clear: an
+access key shows its last four characters, a secret key none.
+
+May import: domain, config, store, backends (through ``cloud_backends``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from corral.config.aws_backend import AWSBackendConfig
+from corral.domain.records import ProjectRec
+from corral.services import cloud_backends
+from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError
+from corral.store import accounts as account_store
+from corral.store import project_state
+from corral.workers.context import Context
+
+CLOUD_TYPES = ("aws",)
+MASK = "********"
+
+
+def list_types() -> list[str]:
+    """The backend types this server can run (``remote``: SSH fleets and this machine)."""
+    import importlib.util
+
+    return [*(["aws"] if importlib.util.find_spec("boto3") is not None else []), "remote"]
+
+
+def _parse(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ServiceError("The backend configuration must be a mapping with a `type` (aws)")
+    kind = data.get("type")
+    if kind not in CLOUD_TYPES:
+        raise ServiceError(
+            f"Backend type {kind!r} cannot be managed through the API: corral's cloud backends are "
+            f"{', '.join(CLOUD_TYPES)} (the local backend is set in the server's config.yml)"
+        )
+    try:
+        return AWSBackendConfig.model_validate(data).model_dump(exclude_none=True)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
+        raise ServiceError(f"Invalid aws backend configuration: {problems}") from None
+
+
+def redacted(doc: dict[str, Any]) -> dict[str, Any]:
+    """A stored backend as answered: no credential in clear (nor sealed)."""
+    out = {k: v for k, v in doc.items() if k != "creds"}
+    creds = doc.get("creds") or {}
+    if creds.get("type") == "access_key":
+        out["creds"] = {"type": "access_key", "access_key": MASK, "secret_key": MASK}
+    else:
+        out["creds"] = {"type": creds.get("type") or "default"}
+    return out
+
+
+def _find(project: ProjectRec, kind: str) -> dict[str, Any] | None:
+    return next((dict(b) for b in project.backends if b.get("type") == kind), None)
+
+
+async def _save(ctx: Context, project: ProjectRec, backends: list[dict[str, Any]]) -> None:
+    async with ctx.db.write() as conn:
+        await account_store.set_project_backends(conn, project.id, json.dumps(backends))
+    ctx.wakeups.wake("scheduler")
+
+
+async def create(ctx: Context, project: ProjectRec, data: Any) -> dict[str, Any]:
+    doc = _parse(data)
+    if _find(project, doc["type"]) is not None:
+        raise ResourceExists(f"Backend {doc['type']} already exists")
+    await cloud_backends.check_aws(doc)
+    stored = cloud_backends.sealed(ctx.cipher(), doc)
+    await _save(ctx, project, [*project.backends, stored])
+    return redacted(stored)
+
+
+async def update(ctx: Context, project: ProjectRec, data: Any) -> dict[str, Any]:
+    doc = _parse(data)
+    if _find(project, doc["type"]) is None:
+        raise ResourceNotExists(f"Backend {doc['type']} does not exist")
+    await cloud_backends.check_aws(doc)
+    stored = cloud_backends.sealed(ctx.cipher(), doc)
+    await _save(ctx, project, [stored if b.get("type") == doc["type"] else dict(b) for b in project.backends])
+    return redacted(stored)
+
+
+async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
+    """Delete cloud backends; one with live instances is refused (they would be left running)."""
+    for name in names:
+        if name not in CLOUD_TYPES:
+            raise ServiceError(f"Backend {name!r} cannot be deleted through the API (corral's: aws)")
+        if _find(project, name) is None:
+            raise ResourceNotExists(f"Backend {name} does not exist")
+    async with ctx.db.read() as conn:
+        for name in names:
+            live = await project_state.live_instances_on(conn, project.id, name)
+            if live:
+                raise ServiceError(
+                    f"Backend {name} has {live} instance(s) that are not terminated: delete its fleets first"
+                )
+    await _save(ctx, project, [dict(b) for b in project.backends if b.get("type") not in names])
+
+
+def config_info(project: ProjectRec, kind: str) -> dict[str, Any]:
+    doc = _find(project, kind) if kind in CLOUD_TYPES else None
+    if doc is None:
+        raise ResourceNotExists(f"Backend {kind} does not exist")
+    return redacted(doc)
+
+
+def _yaml(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ServiceError(f"config_yaml is not valid YAML: {e}") from None
+
+
+async def create_yaml(ctx: Context, project: ProjectRec, text: str) -> None:
+    await create(ctx, project, _yaml(text))
+
+
+async def update_yaml(ctx: Context, project: ProjectRec, text: str) -> None:
+    await update(ctx, project, _yaml(text))
+
+
+def get_yaml(project: ProjectRec, kind: str) -> dict[str, Any]:
+    import yaml
+
+    return {"name": kind, "config_yaml": yaml.safe_dump(config_info(project, kind), sort_keys=False)}
