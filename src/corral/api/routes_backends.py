@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from corral.api.deps import FastJSON, ctx_of, member
+from corral.api.deps import FastJSON, ctx_of, forget_access, member
 from corral.api.routes_accounts import parse
 from corral.api.routing import RouteTable
 from corral.schemas import requests as rq
@@ -24,14 +24,18 @@ async def list_backend_types() -> FastJSON:
 async def create_backend(request: Request, project_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "admin")
     b = await parse(rq.BackendConfigBody, request)
-    return FastJSON(await backends_api.create(ctx_of(request), project, b.model_dump()))
+    answer = await backends_api.create(ctx_of(request), project, b.model_dump())
+    forget_access(request)
+    return FastJSON(answer)
 
 
 @router.post(P + "/update", body=rq.BackendConfigBody, response="BackendConfig")
 async def update_backend(request: Request, project_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "admin")
     b = await parse(rq.BackendConfigBody, request)
-    return FastJSON(await backends_api.update(ctx_of(request), project, b.model_dump()))
+    answer = await backends_api.update(ctx_of(request), project, b.model_dump())
+    forget_access(request)
+    return FastJSON(answer)
 
 
 @router.post(P + "/delete", body=rq.DeleteBackendsBody, response="Null")
@@ -39,13 +43,14 @@ async def delete_backends(request: Request, project_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "admin")
     b = await parse(rq.DeleteBackendsBody, request)
     await backends_api.delete(ctx_of(request), project, b.backends_names)
+    forget_access(request)
     return FastJSON(None)
 
 
 @router.post(P + "/{backend_name}/config_info", body=rq.NoBody, response="BackendConfig")
 async def config_info(request: Request, project_name: str, backend_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "admin")
-    return FastJSON(backends_api.config_info(project, backend_name))
+    return FastJSON(await backends_api.config_info(ctx_of(request), project, backend_name))
 
 
 @router.post(P + "/create_yaml", body=rq.BackendYAMLBody, response="Null")
@@ -53,6 +58,7 @@ async def create_yaml(request: Request, project_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "admin")
     b = await parse(rq.BackendYAMLBody, request)
     await backends_api.create_yaml(ctx_of(request), project, b.config_yaml)
+    forget_access(request)
     return FastJSON(None)
 
 
@@ -61,10 +67,11 @@ async def update_yaml(request: Request, project_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "admin")
     b = await parse(rq.BackendYAMLBody, request)
     await backends_api.update_yaml(ctx_of(request), project, b.config_yaml)
+    forget_access(request)
     return FastJSON(None)
 
 
 @router.post(P + "/{backend_name}/get_yaml", body=rq.NoBody, response="BackendInfoYAML")
 async def get_yaml(request: Request, project_name: str, backend_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "admin")
-    return FastJSON(backends_api.get_yaml(project, backend_name))
+    return FastJSON(await backends_api.get_yaml(ctx_of(request), project, backend_name))

@@ -64,6 +64,12 @@ def _find(project: ProjectRec, kind: str) -> dict[str, Any] | None:
     return next((dict(b) for b in project.backends if b.get("type") == kind), None)
 
 
+async def _fresh(ctx: Context, project: ProjectRec) -> ProjectRec:
+    """The project as stored now (a route's record may come from a cache of authorisations)."""
+    async with ctx.db.read() as conn:
+        return await account_store.get_project(conn, project.name) or project
+
+
 async def _save(ctx: Context, project: ProjectRec, backends: list[dict[str, Any]]) -> None:
     async with ctx.db.write() as conn:
         await account_store.set_project_backends(conn, project.id, json.dumps(backends))
@@ -72,6 +78,7 @@ async def _save(ctx: Context, project: ProjectRec, backends: list[dict[str, Any]
 
 async def create(ctx: Context, project: ProjectRec, data: Any) -> dict[str, Any]:
     doc = _parse(data)
+    project = await _fresh(ctx, project)
     if _find(project, doc["type"]) is not None:
         raise ResourceExists(f"Backend {doc['type']} already exists")
     await cloud_backends.check_aws(doc)
@@ -82,6 +89,7 @@ async def create(ctx: Context, project: ProjectRec, data: Any) -> dict[str, Any]
 
 async def update(ctx: Context, project: ProjectRec, data: Any) -> dict[str, Any]:
     doc = _parse(data)
+    project = await _fresh(ctx, project)
     if _find(project, doc["type"]) is None:
         raise ResourceNotExists(f"Backend {doc['type']} does not exist")
     await cloud_backends.check_aws(doc)
@@ -92,6 +100,7 @@ async def update(ctx: Context, project: ProjectRec, data: Any) -> dict[str, Any]
 
 async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
     """Delete cloud backends; one with live instances is refused (they would be left running)."""
+    project = await _fresh(ctx, project)
     for name in names:
         if name not in CLOUD_TYPES:
             raise ServiceError(f"Backend {name!r} cannot be deleted through the API (corral's: aws)")
@@ -107,7 +116,8 @@ async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
     await _save(ctx, project, [dict(b) for b in project.backends if b.get("type") not in names])
 
 
-def config_info(project: ProjectRec, kind: str) -> dict[str, Any]:
+async def config_info(ctx: Context, project: ProjectRec, kind: str) -> dict[str, Any]:
+    project = await _fresh(ctx, project)
     doc = _find(project, kind) if kind in CLOUD_TYPES else None
     if doc is None:
         raise ResourceNotExists(f"Backend {kind} does not exist")
@@ -131,7 +141,7 @@ async def update_yaml(ctx: Context, project: ProjectRec, text: str) -> None:
     await update(ctx, project, _yaml(text))
 
 
-def get_yaml(project: ProjectRec, kind: str) -> dict[str, Any]:
+async def get_yaml(ctx: Context, project: ProjectRec, kind: str) -> dict[str, Any]:
     import yaml
 
-    return {"name": kind, "config_yaml": yaml.safe_dump(config_info(project, kind), sort_keys=False)}
+    return {"name": kind, "config_yaml": yaml.safe_dump(await config_info(ctx, project, kind), sort_keys=False)}

@@ -50,7 +50,8 @@ def client(creds: Creds, region: str, service: str = "ec2", once: bool = False) 
     session = boto3.session.Session(
         aws_access_key_id=creds.access_key, aws_secret_access_key=creds.secret_key, region_name=region
     )
-    retries = {"max_attempts": 1, "mode": "standard"} if once else {"max_attempts": 3, "mode": "standard"}
+    # ``total_max_attempts`` counts the first call (botocore's ``max_attempts`` counts retries only)
+    retries = {"total_max_attempts": 1 if once else 3, "mode": "standard"}
     return session.client(service, config=Config(retries=retries, connect_timeout=10, read_timeout=30))  # type: ignore[arg-type]
 
 
