@@ -58,6 +58,7 @@ LATER = [
     "websockets",
     "corral.api.openapi",
     "corral.schemas.responses",  # the answers' models: the API document's, built on its first request
+    "corral.schemas.responses_runs",
     "corral.services.oauth",
     "sqlalchemy.dialects.postgresql",  # a SQLite server needs only the SQLite dialect
     "corral.config.runs",  # the configuration models: on first use, or in the warm-up thread

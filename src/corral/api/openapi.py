@@ -102,7 +102,7 @@ def _operation(spec: RouteSpec, refs: dict[type[Any], dict[str, Any]]) -> dict[s
     op["security"] = [] if spec.public else [{SECURITY_SCHEME: []}]
     responses: dict[str, Any] = {}
     if spec.response is not None:
-        model = getattr(out, spec.response)
+        model = out.model(spec.response)
         responses["200"] = {
             "description": " ".join((model.__doc__ or "Successful Response").split()),
             "content": {"application/json": {"schema": refs[model]}},
@@ -121,11 +121,11 @@ def build_openapi(tables: Iterable[RouteTable]) -> dict[str, Any]:
         if spec.body is not None:
             models.append(spec.body)
         if spec.response is not None:
-            models.append(getattr(out, spec.response))
+            models.append(out.model(spec.response))
     unique = list(dict.fromkeys(models))
     # requests validate what comes in; responses are what corral serialises (same names in both modes)
     keyed, defs = models_json_schema(
-        [(m, "serialization" if m.__module__ == out.__name__ else "validation") for m in unique], ref_template=_REF
+        [(m, "serialization" if out.is_answer(m) else "validation") for m in unique], ref_template=_REF
     )
     refs = {m: dict(ref) for (m, _mode), ref in keyed.items()}
     schemas = defs.get("$defs", {})

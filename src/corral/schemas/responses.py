@@ -8,7 +8,9 @@ and the fuzzing run, ``tests/api/test_fuzz.py``).
 
 Every model admits extra fields (corral's ``corral_*`` additions ride along, as dstack's client ignores
 them); the fields listed are the ones corral always sends. Configurations, job specs and provisioning
-data are dstack's large nested documents and are given as objects. Imports: ``domain`` and pydantic only.
+data are dstack's large nested documents and are given as objects. Runs, logs, metrics and GPUs have a
+module of their own (:mod:`corral.schemas.responses_runs`); :func:`model` finds a route's model by name in
+either. Imports: ``domain`` and pydantic only.
 """
 
 from __future__ import annotations
@@ -17,17 +19,9 @@ from datetime import datetime
 from typing import Any, Literal, Optional, Union
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import BaseModel, ConfigDict, RootModel
 
-from corral.domain.statuses import (
-    FleetStatus,
-    InstanceStatus,
-    InstanceTerminationReason,
-    JobStatus,
-    JobTerminationReason,
-    RunStatus,
-    RunTerminationReason,
-)
+from corral.domain.statuses import FleetStatus, InstanceStatus, InstanceTerminationReason
 
 AnyObject = dict[str, Any]
 
@@ -304,118 +298,6 @@ class FleetPlan(Out):
     action: Literal["create", "update"]
 
 
-# --- runs and logs --------------------------------------------------------------------------------------
-
-
-class JobSubmission(Out):
-    id: UUID
-    submission_num: int
-    deployment_num: int
-    submitted_at: Optional[datetime]
-    last_processed_at: Optional[datetime]
-    finished_at: Optional[datetime]
-    status: JobStatus
-    status_message: Optional[str]
-    termination_reason: Optional[JobTerminationReason]
-    termination_reason_message: Optional[str]
-    exit_status: Optional[int]
-    job_provisioning_data: Optional[AnyObject]
-    job_runtime_data: Optional[AnyObject]
-
-
-class Job(Out):
-    job_spec: AnyObject
-    job_submissions: list[JobSubmission]
-    job_connection_info: Optional[AnyObject]
-
-
-class RunFleet(Out):
-    id: UUID
-    name: str
-
-
-class Run(Out):
-    id: UUID
-    project_name: str
-    user: str
-    fleet: Optional[RunFleet]
-    submitted_at: Optional[datetime]
-    last_processed_at: Optional[datetime]
-    status: RunStatus
-    status_message: Optional[str]
-    termination_reason: Optional[RunTerminationReason]
-    run_spec: AnyObject
-    jobs: list[Job]
-    latest_job_submission: Optional[JobSubmission]
-    cost: float
-    service: Optional[AnyObject]
-    deployment_num: int
-    deleted: Optional[bool]
-
-
-class RunList(RootModel[list[Run]]):
-    pass
-
-
-class JobPlan(Out):
-    job_spec: AnyObject
-    offers: list[Offer]
-    total_offers: int
-    max_price: Optional[float]
-
-
-class RunPlan(Out):
-    project_name: str
-    user: str
-    run_spec: AnyObject
-    effective_run_spec: AnyObject
-    job_plans: list[JobPlan]
-    current_resource: Optional[Run]
-    action: Literal["create", "update"]
-
-
-class LogEvent(Out):
-    timestamp: datetime
-    log_source: Literal["stdout", "stderr"]
-    message: str = Field(description="base64 of the bytes the job wrote")
-
-
-class JobLogs(Out):
-    logs: list[LogEvent]
-    external_url: Optional[str]
-    next_token: Optional[str]
-
-
-class PrometheusText(RootModel[str]):
-    """``GET /metrics``: the Prometheus text exposition format (``text/plain; version=0.0.4``)."""
-
-
-class Metric(Out):
-    name: str
-    timestamps: list[datetime]
-    values: list[Any]
-
-
-class JobMetrics(Out):
-    metrics: list[Metric]
-
-
-class GpuGroup(Out):
-    name: str
-    memory_mib: int
-    vendor: Optional[str]
-    availability: list[str]
-    spot: list[str]
-    count: AnyObject
-    price: AnyObject
-    backends: list[str]
-    regions: list[Optional[str]]
-
-
-class GpuList(Out):
-    gpus: list[GpuGroup]
-
-
 # --- exports, repos, files, and the always-empty lists --------------------------------------------------
 
 
@@ -531,3 +413,18 @@ class BackendConfig(Out):
 class BackendInfoYAML(Out):
     name: str
     config_yaml: str
+
+
+def model(name: str) -> type[BaseModel]:
+    """The answer model a route names (``response=``), from this module or :mod:`.responses_runs`."""
+    from corral.schemas import responses_runs
+
+    found = globals().get(name) or getattr(responses_runs, name, None)
+    if not (isinstance(found, type) and issubclass(found, BaseModel)):
+        raise KeyError(f"no response model named {name!r}")
+    return found
+
+
+def is_answer(m: type[BaseModel]) -> bool:
+    """Whether ``m`` is one of the answer models (serialised by corral) rather than a request body."""
+    return m.__module__ in (__name__, __name__ + "_runs")
