@@ -46,5 +46,11 @@ echo "== YAML corpus (configuration models)"
 python scripts/check_yaml_corpus.py
 echo "== YAML corpus (plan endpoints of a running server)"
 python scripts/corpus_against_server.py
-echo "== pytest"
-python -m pytest -q "$@"
+# Two workers, each a whole test file at a time (module fixtures: one server, one fleet per file), so one
+# worker's waits on subprocesses overlap the other's work. CORRAL_TEST_WORKERS=0 runs the suite in-process.
+echo "== pytest (${CORRAL_TEST_WORKERS:-2} workers)"
+if [ "${CORRAL_TEST_WORKERS:-2}" = 0 ]; then
+  python -m pytest -q "$@"
+else
+  python -m pytest -q -n "${CORRAL_TEST_WORKERS:-2}" --dist loadfile "$@"
+fi

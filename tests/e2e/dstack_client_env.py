@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -120,6 +121,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def short_home() -> Iterator[Path]:
+    """A HOME for the CLI, short whatever pytest's tmp dir is (a worker's is deeper): OpenSSH's control
+    socket under ``~/.dstack/ssh/`` must fit a Unix socket's path (108 bytes), else the attach says only
+    "Can't connect to the remote host"."""
+    home = Path(tempfile.mkdtemp(prefix="dsh-"))
+    try:
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def cli_env(home: Path) -> dict[str, str]:

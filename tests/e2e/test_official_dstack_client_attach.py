@@ -22,7 +22,15 @@ from typing import Any
 
 import httpx
 import pytest
-from dstack_client_env import CorralServer, DstackCli, _corral_command, cli_env, corral_server, free_port
+from dstack_client_env import (
+    CorralServer,
+    DstackCli,
+    _corral_command,
+    cli_env,
+    corral_server,
+    free_port,
+    short_home,
+)
 from test_official_dstack_client import RESOURCES
 
 TOKEN = "e2e-attach-admin-token-0123456789"
@@ -48,15 +56,15 @@ def server(e2e_tmp: Path) -> Iterator[CorralServer]:
 
 
 @pytest.fixture(scope="module")
-def cli(dstack_venv: Path, server: CorralServer, e2e_tmp: Path) -> DstackCli:
-    home, workdir = e2e_tmp / "home", e2e_tmp / "work"
-    home.mkdir()
+def cli(dstack_venv: Path, server: CorralServer, e2e_tmp: Path) -> Iterator[DstackCli]:
+    workdir = e2e_tmp / "work"
     workdir.mkdir()
-    c = DstackCli(dstack_venv, home, workdir, server)
-    c.ok("project", "add", "--name", "main", "--url", server.url, "--token", TOKEN, "-y")
-    c.write("fleet.dstack.yml", f"type: fleet\nname: attach-fleet\nnodes: 0..2\n{RESOURCES}")
-    c.ok("apply", "-f", "fleet.dstack.yml", "-y")
-    return c
+    with short_home() as home:
+        c = DstackCli(dstack_venv, home, workdir, server)
+        c.ok("project", "add", "--name", "main", "--url", server.url, "--token", TOKEN, "-y")
+        c.write("fleet.dstack.yml", f"type: fleet\nname: attach-fleet\nnodes: 0..2\n{RESOURCES}")
+        c.ok("apply", "-f", "fleet.dstack.yml", "-y")
+        yield c
 
 
 def _ssh(cli: DstackCli, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

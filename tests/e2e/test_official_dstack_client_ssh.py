@@ -6,9 +6,7 @@ fleet delete`` cleaning the hosts."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ from dstack_client_env import (
     DstackCli,
     client_venv,
     corral_server,
+    short_home,
 )
 from test_official_dstack_client import rows
 
@@ -42,14 +41,10 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeHosts]:
         fh.stop()
 
 
-@pytest.fixture
-def short_home() -> Iterator[Path]:
-    """The CLI's HOME, short: OpenSSH's control socket under it must fit a Unix socket's path (108 bytes)."""
-    home = Path(tempfile.mkdtemp(prefix="dsh-"))
-    try:
+@pytest.fixture(name="short_home")
+def _short_home() -> Iterator[Path]:
+    with short_home() as home:
         yield home
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def _on_host(fh: FakeHosts, host: str, command: str) -> subprocess.CompletedProcess[str]:

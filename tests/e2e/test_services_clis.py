@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from dstack_client_env import CorralServer, DstackCli, cli_env, corral_server
+from dstack_client_env import CorralServer, DstackCli, cli_env, corral_server, short_home
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="platform: the job sandbox needs root (CI runs as root)")
 TOKEN = "e2e-services-token-0123456789"
@@ -67,12 +67,12 @@ def server(tmp: Path) -> Iterator[CorralServer]:
 
 
 @pytest.fixture(scope="module")
-def dstack(dstack_venv: Path, server: CorralServer, tmp: Path) -> DstackCli:
-    (tmp / "home").mkdir()
+def dstack(dstack_venv: Path, server: CorralServer, tmp: Path) -> Iterator[DstackCli]:
     (tmp / "work").mkdir()
-    cli = DstackCli(dstack_venv, tmp / "home", tmp / "work", server)
-    cli.ok("project", "add", "--name", "main", "--url", server.url, "--token", TOKEN, "-y")
-    return cli
+    with short_home() as home:
+        cli = DstackCli(dstack_venv, home, tmp / "work", server)
+        cli.ok("project", "add", "--name", "main", "--url", server.url, "--token", TOKEN, "-y")
+        yield cli
 
 
 def corral(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
