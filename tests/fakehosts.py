@@ -3,7 +3,8 @@
 Each host is a network namespace on a private /24 that this module creates (and only there), with
 its own mount, UTS and PID namespaces and a chroot into a copy-on-write overlay of ``/`` (upper dir on
 /dev/shm): its own hostname, its own processes, its own writes, its own sshd on port 22 (key auth as
-root). Needs root, iproute2, util-linux (``unshare``) and openssh-server.
+root), with a fresh ``/tmp`` and ``/run`` (tmpfs, as at boot). Needs root, iproute2, util-linux (``unshare``) and
+openssh-server.
 
 Parallel runs on one machine cannot collide: each ``FakeHosts`` claims a free /24 by creating its
 bridge (``cfh<N>br``, 10.213.N.0/24) -- creating the bridge is the atomic claim -- and records its pid
@@ -243,7 +244,6 @@ class FakeHosts:
             "merged",
             "upper/root/.ssh",
             "upper/etc/ssh/fakehost",
-            "upper/run/sshd",
             "upper/usr/local/bin",
         ):
             (host.upper_root / d).mkdir(parents=True, exist_ok=True)
@@ -301,7 +301,11 @@ class FakeHosts:
         script = (
             f"mount -t overlay overlay -o lowerdir=/,upperdir={u / 'upper'},workdir={u / 'work'} {m} && "
             f"mount --rbind /dev {m}/dev && mount -t proc proc {m}/proc && mount -t sysfs sysfs {m}/sys && "
-            f"mount -t tmpfs tmpfs {m}/tmp && hostname {host.name} && "
+            f"mount -t tmpfs tmpfs {m}/tmp && "
+            # a /run of its own, as a machine gets at boot: the build machine's (its job sandbox's slots,
+            # sockets, pid files) would show through the overlay and change under it
+            f"mount -t tmpfs -o mode=755 tmpfs {m}/run && mkdir -p {m}/run/sshd {m}/run/lock && "
+            f"hostname {host.name} && "
         ) + (
             fakehost_docker.boot_script(
                 m, self.docker_data(host.name), f"/cfh{self.n}-{host.name}", f"{self.subnet}.0/24", SSHD

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.domain.resources import Gpu, InstanceResources, Range, Requirements
-from corral.scheduler.schedule import NO_FLEETS_MESSAGE, SPECIFIED_FLEETS_MESSAGE, schedule, upkeep
+from corral.scheduler.fleet_upkeep import upkeep
+from corral.scheduler.schedule import NO_FLEETS_MESSAGE, SPECIFIED_FLEETS_MESSAGE, schedule
 from corral.scheduler.types import (
     Assign,
     Fail,

@@ -3,6 +3,7 @@ host split the same way into the instances carved out of it (the ``local`` backe
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -35,8 +36,10 @@ def share(resources: InstanceResources, blocks: int, total_blocks: int) -> Insta
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def blocks_needed(req: Requirements, resources: InstanceResources, total_blocks: int) -> int | None:
-    """The fewest blocks of the instance that satisfy ``req`` (None if even all of them don't)."""
+    """The fewest blocks of the instance that satisfy ``req`` (None if even all of them don't). Memoised: a
+    queue asks it for the same few shapes of job and instance over and over."""
     if total_blocks <= 1:
         return 1 if match_requirements(req, resources) is None else None
     for k in range(1, total_blocks + 1):

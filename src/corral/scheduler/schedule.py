@@ -20,13 +20,16 @@ The plan is optimistic: ``store.plan_apply`` recounts under locks and rejects wh
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import replace
 
 from corral.domain.resources import InstanceResources, Requirements, match_requirements
 from corral.domain.selectors import FleetRef, InstanceIdentity, Selector, matches
 from corral.scheduler.blocks import blocks_needed, total_blocks_for
-from corral.scheduler.fleet_view import WIRE_NAMES, as_job_sees_it
+from corral.scheduler.fleet_upkeep import reclaim_for
+from corral.scheduler.fleet_view import WIRE_NAMES
+from corral.scheduler.ledger import Ledger, initial_ledger
+from corral.scheduler.pass_memo import PassMemo
 from corral.scheduler.types import (
     Assign,
     Decision,
@@ -34,10 +37,8 @@ from corral.scheduler.types import (
     FleetSlot,
     Gang,
     InstanceSlot,
-    Offer,
     Plan,
     QueuedJob,
-    Reclaim,
     Reserve,
     Snapshot,
     Wait,
@@ -53,45 +54,23 @@ SPECIFIED_FLEETS_MESSAGE = "Failed to use specified fleets"
 _USABLE_STATUSES = frozenset({"pending", "provisioning", "idle", "busy"})
 
 
-@dataclass
-class _Ledger:
-    """Capacity as this pass has used it so far."""
-
-    free_blocks: dict[str, int] = field(default_factory=dict)
-    fleet_count: dict[str, int] = field(default_factory=dict)
-    backend_used: dict[str, int] = field(default_factory=dict)
-    host_used: dict[str, int] = field(default_factory=dict)
-
-    def copy(self) -> _Ledger:
-        return _Ledger(dict(self.free_blocks), dict(self.fleet_count), dict(self.backend_used), dict(self.host_used))
-
-
-def _initial_ledger(snapshot: Snapshot) -> _Ledger:
-    ledger = _Ledger()
-    for fleet in snapshot.fleets:
-        ledger.fleet_count[fleet.id] = len(fleet.instances)
-        for inst in fleet.instances:
-            ledger.free_blocks[inst.id] = max(0, inst.total_blocks - inst.busy_blocks)
-    for key, (used, _limit) in snapshot.backend_limits.items():
-        ledger.backend_used[key] = used
-    for backend, (used, _total) in snapshot.host_pools.items():
-        ledger.host_used[backend] = used
-    return ledger
-
-
 def _fleet_ref(text: str) -> FleetRef:
     project, _, name = text.rpartition("/")
     return FleetRef(name, project or None)
 
 
-def _candidate_fleets(job: QueuedJob, fleets: Iterable[FleetSlot]) -> list[FleetSlot]:
+def _candidate_fleets(job: QueuedJob, fleets: Iterable[FleetSlot], memo: PassMemo) -> list[FleetSlot]:
     """The job's project's fleets and those exported to it, narrowed by the ``fleets`` option."""
-    visible = [f for f in fleets if f.project_id == job.project_id or job.project_id in f.importer_project_ids]
-    visible = [as_job_sees_it(job, f) for f in visible]
-    if job.fleet_names is None:
-        return visible
-    refs = [_fleet_ref(n) for n in job.fleet_names]
-    return [f for f in visible if any(r.matches(f.name, f.project_name, job.project_name) for r in refs)]
+
+    def compute() -> list[FleetSlot]:
+        visible = [f for f in fleets if f.project_id == job.project_id or job.project_id in f.importer_project_ids]
+        visible = [memo.view(job, f) for f in visible]
+        if job.fleet_names is None:
+            return visible
+        refs = [_fleet_ref(n) for n in job.fleet_names]
+        return [f for f in visible if any(r.matches(f.name, f.project_name, job.project_name) for r in refs)]
+
+    return memo.candidates(job, compute)
 
 
 def _apply_selectors(job: QueuedJob, fleets: list[FleetSlot]) -> tuple[list[FleetSlot], list[Selector]]:
@@ -173,8 +152,14 @@ def _why(req: Requirements, res: InstanceResources, total_blocks: int) -> str:
     return reason or "does not match"
 
 
+def _placement_order(instances: Iterable[InstanceSlot]) -> list[InstanceSlot]:
+    """The instances placement may use, in the order it tries them: idle first, then cheapest, oldest."""
+    usable = (i for i in instances if _instance_usable(i))
+    return sorted(usable, key=lambda i: (i.status != "idle", i.price, i.instance_num))
+
+
 def _try_place_in_fleet(
-    jobs: list[QueuedJob], fleet: FleetSlot, ledger: _Ledger, snapshot: Snapshot
+    jobs: list[QueuedJob], fleet: FleetSlot, ledger: Ledger, snapshot: Snapshot, memo: PassMemo
 ) -> tuple[list[Decision], bool] | str:
     """Place every job of the gang in ``fleet`` using ``ledger`` (mutated). Returns the decisions and
     whether new instances were needed, or what stops the gang from fitting now (the real constraint:
@@ -199,11 +184,9 @@ def _try_place_in_fleet(
     limits = snapshot.backend_limits
     for job in jobs:
         placed = False
-        candidates = sorted(
-            (i for i in fleet.instances if _instance_usable(i) and i.id not in taken),
-            key=lambda i: (i.status != "idle", i.price, i.instance_num),
-        )
-        for inst in candidates:
+        for inst in memo.ordered(fleet, _placement_order):
+            if inst.id in taken or ledger.free_blocks.get(inst.id, 0) <= 0:
+                continue
             assert inst.resources is not None
             need = blocks_needed(job.requirements, inst.resources, inst.total_blocks)
             if need is None or ledger.free_blocks.get(inst.id, 0) < need:
@@ -268,12 +251,14 @@ def _unknown_fleets_message(job: QueuedJob, fleets: Iterable[FleetSlot]) -> str:
     return f"{SPECIFIED_FLEETS_MESSAGE}: no fleet named {names}{where} ({known})"
 
 
-def _screen(head: QueuedJob, snapshot: Snapshot, gang: Sequence[QueuedJob] = ()) -> tuple[list[FleetSlot], bool] | str:
+def _screen(
+    head: QueuedJob, snapshot: Snapshot, memo: PassMemo, gang: Sequence[QueuedJob] = ()
+) -> tuple[list[FleetSlot], bool] | str:
     """The fleets the gang headed by ``head`` could ever run in (and whether it may only reuse existing
     instances), or the message it fails with at once: no fleet, unknown ``fleets``, a selector matching
     nothing, or nothing it could ever fit in. The other jobs of a gang whose nodes differ (node
     ``groups``) must each fit the fleet too."""
-    candidates = _candidate_fleets(head, snapshot.fleets)
+    candidates = _candidate_fleets(head, snapshot.fleets, memo)
     if not candidates and head.selectors:
         return "Failed to use specified instances: no instance matches " + "; ".join(str(x) for x in head.selectors)
     if not candidates:
@@ -288,10 +273,14 @@ def _screen(head: QueuedJob, snapshot: Snapshot, gang: Sequence[QueuedJob] = ())
     feasible: list[FleetSlot] = []
     reasons: list[str] = []
     others = _distinct_requirements(head, gang)
+
+    def never_fits(fleet: FleetSlot, job: QueuedJob) -> str | None:
+        return memo.never_fits(fleet, job, reuse_only, lambda: _never_fits_reason(fleet, job, reuse_only))
+
     for fleet in candidates:
-        reason = _never_fits_reason(fleet, head, reuse_only)
+        reason = never_fits(fleet, head)
         for job in others:
-            if reason is None and (why := _never_fits_reason(fleet, job, reuse_only)) is not None:
+            if reason is None and (why := never_fits(fleet, job)) is not None:
                 reason = f"job {job.job_num}: {why}"
         if reason is None:
             feasible.append(fleet)
@@ -316,134 +305,121 @@ def _distinct_requirements(head: QueuedJob, gang: Sequence[QueuedJob]) -> list[Q
 def screen(job: QueuedJob, snapshot: Snapshot) -> tuple[list[FleetSlot], bool] | str:
     """The fleets a run whose first job is ``job`` could ever run in and whether it may only reuse existing
     instances (what ``schedule`` chooses among), or the message it fails with at once."""
-    return _screen(job, snapshot)
+    return _screen(job, snapshot, PassMemo())
 
 
 def refusal(job: QueuedJob, snapshot: Snapshot) -> str | None:
     """Why a run whose first job is ``job`` would fail at once if submitted now (what ``schedule`` fails it
     with), or None if it can run now or once capacity frees. ``runs/get_plan`` shows it before ``apply``."""
-    screened = _screen(job, snapshot)
+    screened = _screen(job, snapshot, PassMemo())
     return screened if isinstance(screened, str) else None
 
 
-def _schedule_gang(
-    jobs: list[QueuedJob], snapshot: Snapshot, ledger: _Ledger, now: float, held: set[str]
-) -> tuple[list[Decision], _Ledger]:
-    head = jobs[0]
-    screened = _screen(head, snapshot, jobs)
-    if isinstance(screened, str):
-        return [Fail(j.id, screened) for j in jobs], ledger
-    feasible, reuse_only = screened
+def _best_fleet(
+    jobs: list[QueuedJob],
+    kind: Hashable | None,
+    feasible: list[FleetSlot],
+    snapshot: Snapshot,
+    ledger: Ledger,
+    held: set[str],
+    memo: PassMemo,
+) -> tuple[tuple[list[Decision], Ledger] | None, list[str]]:
+    """The gang placed in the best fleet (existing instances first, then the cheapest new ones) as the
+    decisions and the trial that holds them, or what stops it in each fleet.
 
-    best: tuple[tuple[bool, float], list[Decision], _Ledger] | None = None
-    blockers: list[str] = []
+    Capacity only goes down within a pass, so a fleet a gang of this kind did not fit stays out of reach
+    for the rest of the pass: it is skipped, and asked again only for the message when no fleet fits."""
+    best: tuple[tuple[bool, float], list[Decision], Ledger] | None = None
+    full = memo.full_fleets(kind)
     for fleet in feasible:
         if fleet.id in held:
-            blockers.append(f"fleet '{fleet.name}' is held for an earlier job that has waited long")
             continue
-        trial = ledger.copy()
-        placed = _try_place_in_fleet(jobs, fleet, trial, snapshot)
+        if fleet.id in full:
+            continue
+        trial = ledger.trial()
+        placed = _try_place_in_fleet(jobs, fleet, trial, snapshot, memo)
         if isinstance(placed, str):
-            blockers.append(placed)
+            full.add(fleet.id)
+            memo.remember_no_room(fleet, kind, ledger.fleet_version(fleet, memo.host_backends(fleet)), placed)
             continue
         decisions, used_new = placed
         price = min((o.price for o in fleet.offers), default=0.0) if used_new else 0.0
         key = (used_new, price)
         if best is None or key < best[0]:
             best = (key, decisions, trial)
+        if key == (False, 0.0):
+            break  # existing instances: no later fleet can be strictly better
     if best is not None:
-        return best[1], best[2]
+        return (best[1], best[2]), []
+    # every fleet was tried or is known to be full: what stops the gang in each, in order
+    blockers: list[str] = []
+    for fleet in feasible:
+        if fleet.id in held:
+            blockers.append(f"fleet '{fleet.name}' is held for an earlier job that has waited long")
+            continue
+        version = ledger.fleet_version(fleet, memo.host_backends(fleet))
+        why = memo.no_room(fleet, kind, version)
+        if why is None:
+            placed = _try_place_in_fleet(jobs, fleet, ledger.trial(), snapshot, memo)
+            assert isinstance(placed, str), "a fleet a gang did not fit cannot fit it later in the pass"
+            memo.remember_no_room(fleet, kind, version, placed)
+            why = placed
+        blockers.append(why)
+    return None, blockers
+
+
+def _schedule_gang(
+    jobs: list[QueuedJob], snapshot: Snapshot, ledger: Ledger, now: float, held: set[str], memo: PassMemo
+) -> list[Decision]:
+    """The gang's decisions; what it takes is committed into ``ledger``."""
+    head = jobs[0]
+    kind = memo.gang_kind(jobs)
+    screened = memo.screen(kind, lambda: _screen(head, snapshot, memo, jobs))
+    if isinstance(screened, str):
+        return [Fail(j.id, screened) for j in jobs]
+    feasible, reuse_only = screened
+
+    blockers = memo.blockers(kind, ledger.version, len(held))
+    if blockers is None:
+        version, held_count = ledger.version, len(held)
+        best, blockers = _best_fleet(jobs, kind, feasible, snapshot, ledger, held, memo)
+        if best is not None:
+            ledger.commit(best[1])
+            return best[0]
+        memo.remember_blockers(kind, version, held_count, blockers)
 
     if not head.wait.may_wait:
         msg = "Could not reuse any instance for this job" if reuse_only else "Fleet is at capacity"
-        return [Fail(j.id, f"{msg}: {'; '.join(blockers)}") for j in jobs], ledger
+        return [Fail(j.id, f"{msg}: {'; '.join(blockers)}") for j in jobs]
     if head.wait.deadline is not None and now >= head.wait.deadline:
-        return [Fail(j.id, "Waited for capacity until the retry duration ran out") for j in jobs], ledger
+        return [Fail(j.id, "Waited for capacity until the retry duration ran out") for j in jobs]
     if all(f.id in held for f in feasible):
         message = "Waiting for capacity: an earlier job that has waited long holds the fleets this job can use"
     else:
         message = "Waiting for capacity: " + "; ".join(blockers)
     if snapshot.hold_after is not None and now - head.submitted_at >= snapshot.hold_after:
         held.update(f.id for f in feasible)
-    reclaims = _reclaim_for(jobs, feasible, snapshot, ledger)
+    reclaims = reclaim_for(jobs, feasible, snapshot, ledger)
     if reclaims:
         message = "Waiting for capacity: freeing idle instances of this machine for this job"
     waits: list[Decision] = [Wait(j.id, message) for j in jobs if j.status_message != message]
-    return [*reclaims, *waits], ledger
+    return [*reclaims, *waits]
 
 
-def _reclaim_for(jobs: list[QueuedJob], fleets: list[FleetSlot], snapshot: Snapshot, ledger: _Ledger) -> list[Decision]:
-    """Idle instances to terminate so that the host they were carved out of can hold the gang's new
-    instances (the local machine), when that is what stops it -- and when they are enough. Their blocks
-    are taken from the ledger: nothing later in this pass is placed on them."""
-    if jobs[0].creation_policy == "reuse" or jobs[0].selectors is not None:
-        return []
-    for fleet in fleets:
-        if fleet.nodes_max is not None and ledger.fleet_count.get(fleet.id, 0) + len(jobs) > fleet.nodes_max:
-            continue
-        for offer in sorted(fleet.offers, key=lambda o: (o.price, o.host_blocks)):
-            pool = snapshot.host_pools.get(offer.backend) if offer.host_blocks else None
-            if pool is None:
-                continue
-            total = total_blocks_for(fleet.blocks, offer.resources)
-            if any(blocks_needed(j.requirements, offer.resources, total) is None for j in jobs):
-                continue
-            need = offer.host_blocks * len(jobs) - (pool[1] - ledger.host_used.get(offer.backend, 0))
-            idle = sorted(
-                (
-                    i
-                    for f in snapshot.fleets
-                    if len(f.instances) > f.nodes_min
-                    for i in f.instances
-                    if i.backend == offer.backend
-                    and i.host_blocks
-                    and i.status == "idle"
-                    and i.busy_blocks == 0
-                    and ledger.free_blocks.get(i.id, 0) >= i.total_blocks
-                ),
-                key=lambda i: -i.host_blocks,
-            )
-            if need <= 0 or sum(i.host_blocks for i in idle) < need:
-                continue
-            out: list[Decision] = []
-            for inst in idle:
-                if need <= 0:
-                    break
-                ledger.free_blocks[inst.id] = 0
-                need -= inst.host_blocks
-                out.append(Reclaim(inst.id, f"Terminated to free this machine for run {jobs[0].run_name}"))
-            return out
-    return []
-
-
-def schedule(snapshot: Snapshot, now: float) -> Plan:
-    ledger = _initial_ledger(snapshot)
+def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
+    """The plan for ``snapshot`` at ``now``. ``reuse=False`` works every gang out afresh instead of reusing
+    what earlier gangs of the same kind found (see :mod:`corral.scheduler.pass_memo`): the same plan, slower;
+    the tests compare the two."""
+    ledger = initial_ledger(snapshot)
     gangs: dict[tuple[str, int], list[QueuedJob]] = {}
     order = sorted(snapshot.queue, key=lambda j: (-j.priority, j.submitted_at, j.run_id, j.replica_num, j.job_num))
     for job in order:
         gangs.setdefault((job.run_id, job.replica_num), []).append(job)
     out: list[Gang] = []
     held: set[str] = set()
+    memo = PassMemo()
     for (run_id, _replica), jobs in gangs.items():
-        decisions, ledger = _schedule_gang(jobs, snapshot, ledger, now, held)
+        decisions = _schedule_gang(jobs, snapshot, ledger, now, held, memo if reuse else PassMemo())
         if decisions:
             out.append(Gang(run_id, tuple(decisions)))
     return Plan(tuple(out))
-
-
-def upkeep(fleet: FleetSlot, host_free: dict[str, int] | None = None) -> list[Reserve]:
-    """Reservations that bring ``fleet`` up to ``nodes.min`` (through the same commit point). An offer
-    carved out of a host is reserved only while ``host_free`` (backend -> free blocks; mutated) has room."""
-    missing = fleet.nodes_min - len(fleet.instances)
-    if missing <= 0 or not fleet.offers:
-        return []
-    offer: Offer = min(fleet.offers, key=lambda o: o.price)
-    total = total_blocks_for(fleet.blocks, offer.resources)
-    out: list[Reserve] = []
-    for _ in range(missing):
-        if offer.host_blocks and host_free is not None and offer.backend in host_free:
-            if host_free[offer.backend] < offer.host_blocks:
-                break
-            host_free[offer.backend] -= offer.host_blocks
-        out.append(Reserve(fleet.id, offer, 0, total))
-    return out

@@ -19,8 +19,9 @@ from corral.domain.selectors import FleetRef, Selector
 from corral.domain.telemetry import Telemetry
 from corral.scheduler import offer_filters
 from corral.scheduler.codec import offer_from_json
+from corral.scheduler.fleet_upkeep import upkeep
 from corral.scheduler.fleet_view import run_backends
-from corral.scheduler.schedule import schedule, upkeep
+from corral.scheduler.schedule import schedule
 from corral.scheduler.types import (
     Assign,
     Fail,

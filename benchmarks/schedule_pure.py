@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""The pure scheduler alone: placements per second of ``schedule()`` on a generated snapshot.
+
+Builds a snapshot of F fleets holding I instances in all (idle, ``blocks`` each, a mix of CPU and GPU
+machines) and Q queued single-node jobs (a mix of CPU and GPU requests, a few priorities), then times
+``schedule(snapshot, now)`` R times and prints the median pass, placements per second (jobs assigned or
+reserved per second of a pass) and the plan's shape. No database, no server: the decision only.
+
+    python benchmarks/schedule_pure.py [--jobs 10000] [--instances 1000] [--fleets 50] [--blocks 4] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from corral.domain.resources import Gpu, GpuSpec, InstanceResources, Range, Requirements
+from corral.scheduler.schedule import schedule
+from corral.scheduler.types import (
+    Assign,
+    FleetSlot,
+    InstanceSlot,
+    Offer,
+    QueuedJob,
+    Reserve,
+    Snapshot,
+    WaitPolicy,
+)
+
+CPU_BOX = InstanceResources(cpus=32, memory_mib=131072, disk_size_mib=500_000, cpu_arch="x86")
+GPU_BOX = InstanceResources(
+    cpus=64, memory_mib=524288, gpus=(Gpu("H100", 81_559),) * 8, disk_size_mib=2_000_000, cpu_arch="x86"
+)
+CPU_JOB = Requirements(cpu_count=Range(2, None), memory=Range(4.0, None), disk=Range(10.0, None))
+GPU_JOB = Requirements(
+    cpu_count=Range(4, None), memory=Range(16.0, None), disk=Range(10.0, None), gpu=GpuSpec(count=Range(1, 2))
+)
+
+
+def build(jobs: int, instances: int, fleets: int, blocks: int, seed: int = 7) -> Snapshot:
+    rng = random.Random(seed)
+    per_fleet = max(1, instances // fleets)
+    fleet_slots = []
+    for f in range(fleets):
+        box = GPU_BOX if f % 5 == 0 else CPU_BOX
+        offer = Offer("ssh", "ssh", "remote", 0.0, box)
+        insts = tuple(
+            InstanceSlot(
+                id=f"f{f}-i{i}", fleet_id=f"f{f}", name=f"fleet-{f}-{i}", instance_num=i, status="idle",
+                resources=box, total_blocks=blocks, busy_blocks=0, backend="ssh",
+            )
+            for i in range(per_fleet)
+        )  # fmt: skip
+        fleet_slots.append(
+            FleetSlot(
+                id=f"f{f}", project_id="p", name=f"fleet-{f}", nodes_min=per_fleet, nodes_max=per_fleet,
+                blocks=blocks, placement="any", offers=(offer,), instances=insts, project_name="main",
+            )
+        )  # fmt: skip
+    queue = tuple(
+        QueuedJob(
+            id=f"j{n}", run_id=f"r{n}", project_id="p", run_name=f"run-{n}", job_num=0,
+            priority=rng.choice((0, 0, 0, 10, 50)), submitted_at=float(n),
+            requirements=GPU_JOB if rng.random() < 0.2 else CPU_JOB, fleet_names=None,
+            creation_policy="reuse-or-create", wait=WaitPolicy(True), project_name="main",
+        )
+        for n in range(jobs)
+    )  # fmt: skip
+    return Snapshot(fleets=tuple(fleet_slots), queue=queue)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--instances", type=int, default=1_000)
+    ap.add_argument("--fleets", type=int, default=50)
+    ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--profile", action="store_true", help="print cProfile's top functions of one pass")
+    a = ap.parse_args()
+    snap = build(a.jobs, a.instances, a.fleets, a.blocks)
+    if a.profile:
+        import cProfile
+        import pstats
+
+        cProfile.runctx("schedule(snap, 0.0)", globals(), {"snap": snap}, "/dev/null")
+        prof = cProfile.Profile()
+        prof.runcall(schedule, snap, 0.0)
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+    times, plan = [], None
+    for _ in range(a.repeat):
+        t = time.perf_counter()
+        plan = schedule(snap, 0.0)
+        times.append(time.perf_counter() - t)
+    assert plan is not None
+    kinds = Counter(type(d).__name__ for g in plan.gangs for d in g.decisions)
+    placed = sum(1 for g in plan.gangs for d in g.decisions if isinstance(d, (Assign, Reserve)))
+    med = statistics.median(times)
+    slots = sum(len(f.instances) for f in snap.fleets) * a.blocks
+    print(f"snapshot: {a.jobs} queued jobs, {sum(len(f.instances) for f in snap.fleets)} instances in "
+          f"{a.fleets} fleets, {a.blocks} blocks each ({slots} block slots)")  # fmt: skip
+    print(f"schedule(): median {med * 1000:.0f} ms per pass (min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})")
+    print(f"decisions: {dict(kinds)}")
+    print(f"placements per second: {placed / med:,.0f} ({placed} placed per pass)")
+    print(f"jobs decided per second: {a.jobs / med:,.0f}")
+
+
+if __name__ == "__main__":
+    main()
