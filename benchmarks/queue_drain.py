@@ -5,16 +5,20 @@ Starts `corral server` as a process with fresh state, creates a fleet with `node
 up through nodes.min upkeep), submits N runs (`echo ok`) from 8 concurrent clients, and measures:
 - placements per second (jobs that left `submitted`, from the runs list over time) and the total drain time;
 - the API's latency while the queue drains (`runs/get` and the `dstack ps` list body, sampled).
-Figures, not assertions.
+With ``--timeline`` it also reads the server's events (every job and run status change, with its time) from
+its SQLite database and prints where a job's time went: the median of each stage, the gap on an instance
+between one job ending and the next one placed on it, and one job's timeline. Figures, not assertions.
 
-    python benchmarks/queue_drain.py [--jobs 1000]
+    python benchmarks/queue_drain.py [--jobs 1000] [--timeline]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -33,7 +37,7 @@ RES = {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."}
 PS_BODY = {"project_name": "main", "only_active": True, "include_jobs": True, "job_submissions_limit": 1, "limit": 100}
 
 
-async def main_async(n_jobs: int) -> None:
+async def main_async(n_jobs: int, timeline: bool) -> None:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         env = {
@@ -124,6 +128,8 @@ async def main_async(n_jobs: int) -> None:
                         break
                     runs += batch
                     prev = (batch[-1]["submitted_at"], batch[-1]["id"])  # type: ignore[assignment]
+                if timeline:
+                    report_timeline(Path(tmp) / "state" / "data" / "corral.db")
                 statuses = statistics.multimode([r["status"] for r in runs])
                 done = sum(r["status"] == "done" for r in runs)
                 await c.post("/api/project/main/fleets/delete", json={"names": ["drain"]})
@@ -150,10 +156,73 @@ async def main_async(n_jobs: int) -> None:
     )
 
 
+STEPS = ("submitted", "provisioning", "pulling", "running", "done", "run ended")
+
+
+def report_timeline(db: Path) -> None:
+    """Each job's status changes and its run's end, from the events the server recorded."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    rows = con.execute(
+        "SELECT t.entity_type, t.entity_id, t.entity_run_id, e.message, e.recorded_at FROM events e "
+        "JOIN event_targets t ON t.event_id = e.id WHERE t.entity_type IN ('job', 'run') ORDER BY e.recorded_at"
+    ).fetchall()
+    placed_on = dict(con.execute("SELECT id, instance_id FROM jobs").fetchall())
+    submitted = dict(con.execute("SELECT id, submitted_at FROM runs").fetchall())
+    con.close()
+    jobs: dict[str, dict[str, float]] = {}
+    run_done: dict[str, float] = {}
+    run_of: dict[str, str] = {}
+    for kind, entity, run_id, message, at in rows:
+        if " -> " not in message:
+            continue
+        new = message.split(" -> ", 1)[1].split()[0].rstrip(".").lower()
+        if kind == "job":
+            jobs.setdefault(entity, {}).setdefault(new, at)
+            run_of[entity] = run_id
+        elif new in ("done", "failed", "terminated"):
+            run_done.setdefault(entity, at)
+    for job_id, marks in jobs.items():
+        marks["submitted"] = submitted.get(run_of[job_id], marks.get("provisioning", 0.0))
+        if run_of[job_id] in run_done:
+            marks["run ended"] = run_done[run_of[job_id]]
+    ms = 1000
+    stages: dict[tuple[str, str], list[float]] = {}
+    for marks in jobs.values():
+        seq = sorted(marks.items(), key=lambda kv: (kv[1], STEPS.index(kv[0]) if kv[0] in STEPS else 99))
+        for (a, ta), (b, tb) in itertools.pairwise(seq):
+            stages.setdefault((a, b), []).append(tb - ta)
+    print("where a job's time went (median over jobs, ms):")
+    for (a, b), gaps in sorted(stages.items(), key=lambda kv: -len(kv[1])):
+        med, p90 = statistics.median(gaps) * ms, pct(gaps, 0.9) * ms
+        print(f"  {a:>12} -> {b:<12} {med:8.1f}   (p90 {p90:.1f}, n={len(gaps)})")
+    by_instance: dict[str, list[dict[str, float]]] = {}
+    for job_id, marks in jobs.items():
+        if placed_on.get(job_id) and "provisioning" in marks:
+            by_instance.setdefault(placed_on[job_id], []).append(marks)
+    turn = []
+    for seq in by_instance.values():
+        seq.sort(key=lambda m: m["provisioning"])
+        turn += [b["provisioning"] - a["done"] for a, b in itertools.pairwise(seq) if "done" in a]
+    if turn:
+        med, p90 = statistics.median(turn) * ms, pct(turn, 0.9) * ms
+        print(f"  an instance idle from a job's DONE to the next job placed on it: median {med:.1f} ms (p90 {p90:.1f})")
+    sample = next(
+        (m for m in sorted(jobs.values(), key=lambda m: m["submitted"])[len(jobs) // 2 :] if "run ended" in m), None
+    )
+    if sample:
+        t0 = sample["submitted"]
+        print(
+            "  one job: "
+            + ", ".join(f"{k} +{(v - t0) * ms:.0f} ms" for k, v in sorted(sample.items(), key=lambda kv: kv[1]))
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=1000)
-    asyncio.run(main_async(parser.parse_args().jobs))
+    parser.add_argument("--timeline", action="store_true", help="print where a job's time went (from the events)")
+    args = parser.parse_args()
+    asyncio.run(main_async(args.jobs, args.timeline))
 
 
 if __name__ == "__main__":
