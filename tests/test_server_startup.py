@@ -64,6 +64,8 @@ LATER = [
     "corral.config.runs",  # the configuration models: on first use, or in the warm-up thread
     "corral.config.fleets",
     "corral.config.parsing",
+    "corral.ui",  # the web UI: on the first page request
+    "jinja2",
     "boto3",  # the aws backend's SDK: on its first EC2 call
     "botocore",
 ]

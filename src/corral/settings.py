@@ -82,6 +82,8 @@ class Settings:
     background_processing: bool = True
     #: Whether ``corral server`` writes the ``main`` project into the CLI's config on first start.
     write_cli_config: bool = True
+    #: Whether the server serves the web UI at ``/`` (``CORRAL_UI=0`` turns it off: only the API is served).
+    ui: bool = True
     #: Largest accepted ``repos/upload_code`` and ``files/upload_archive`` request, in bytes (dstack: 2 MiB).
     code_upload_limit: int = 2 * 2**20
     #: Largest JSON request body of most routes, in bytes: a longer one is a 413 before it is read further.
@@ -183,6 +185,7 @@ class Settings:
             max_queue_wait=_float_env(e, "CORRAL_MAX_QUEUE_WAIT", None),
             starvation_guard=_float_env(e, "CORRAL_STARVATION_GUARD", 300.0),
             background_processing=e.get("CORRAL_BACKGROUND_PROCESSING", "1") not in ("0", "false", "off"),
+            ui=e.get("CORRAL_UI", "1").lower() not in ("0", "false", "off"),
             encryption_key=e.get("CORRAL_SERVER_ENCRYPTION_KEY") or None,
             default_image=e.get("CORRAL_DEFAULT_IMAGE") or None,
             docker_host=e.get("CORRAL_DOCKER_HOST") or None,

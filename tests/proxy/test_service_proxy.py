@@ -130,6 +130,9 @@ async def test_headers_prefix_cookies_and_the_token_stay_with_corral(server: Run
         assert headers["x-forwarded-for"] == "127.0.0.1" and headers["x-forwarded-proto"] == "http"
         assert headers["x-forwarded-host"] == server.url.removeprefix("http://")
         assert headers["x-forwarded-prefix"] == "/proxy/services/main/svc"
+        # the service's pages run sandboxed (an opaque origin): no use of the UI's session or the API
+        assert r.headers["content-security-policy"].startswith("sandbox allow-scripts")
+        assert "allow-same-origin" not in r.headers["content-security-policy"]
 
 
 async def test_sse_streams_and_a_chunked_upload_passes(server: RunningServer) -> None:

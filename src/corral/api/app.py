@@ -84,6 +84,39 @@ class _ProxyFirst:
             await self.app(scope, receive, send)
 
 
+class _WebUI:
+    """The web UI (``corral.ui``), imported on the first page request (not on the server's start path)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._app: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self._app is None:
+            from corral.ui.app import UI
+
+            self._app = UI(self.ctx)
+        await self._app(scope, receive, send)
+
+
+#: Paths that are never the UI's: they answer JSON or text (their 404s too), never HTML.
+NOT_UI = ("/api", "/proxy", "/metrics", "/healthcheck")
+
+
+class _UIRoutes:
+    """Every path that is not the API's, the proxy's, ``/metrics`` or ``/healthcheck`` is the UI's."""
+
+    def __init__(self, app: Any, ui: _WebUI | None) -> None:
+        self.app = app
+        self.ui = ui
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.ui is not None and scope["type"] == "http" and not scope["path"].startswith(NOT_UI):
+            await self.ui(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
 def create_app(ctx: Context, workers: Background) -> Starlette:
     """The app; ``workers`` (started and stopped with it) come from the composition root."""
 
@@ -108,6 +141,7 @@ def create_app(ctx: Context, workers: Background) -> Starlette:
         middleware=[
             *([Middleware(AccessLog)] if ctx.settings.access_log else []),
             Middleware(_ProxyFirst, proxy=proxy),
+            Middleware(_UIRoutes, ui=_WebUI(ctx) if ctx.settings.ui else None),
             Middleware(VersionCheck),
         ],
         exception_handlers=error_handlers(),

@@ -5,7 +5,8 @@ As dstack's in-server proxy: ``/proxy/services/<p>/<run>`` answers 308 to its tr
 project member's token unless ``auth: false``; ``strip_prefix`` (default) forwards only the path after the
 prefix; 502/504 when the replica fails or is too slow. Beyond dstack: hop-by-hop headers are dropped and
 ``X-Forwarded-For/Proto/Host/Prefix`` set; the ``Authorization`` header it authenticated and corral's
-cookies never reach the service (and a ``Set-Cookie`` of corral's names never reaches the caller); the
+cookies (the UI's session too) never reach the service (and a ``Set-Cookie`` of corral's names never
+reaches the caller); every answer carries ``Content-Security-Policy: sandbox ...`` (``SANDBOX_CSP``); the
 replica with the fewest requests in flight is chosen; upstream connections are kept alive; a request that
 could not be delivered is tried once more on another replica; bodies stream both ways; request bodies
 are limited to ``proxy_body_limit`` (64 MiB) as dstack's gateway limits them; WebSocket upgrades pass
@@ -53,6 +54,10 @@ HOP_BY_HOP = frozenset(
 )
 _SET_BY_PROXY = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-prefix"})
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+#: Added to every answer of a service: its pages run in a sandbox with an opaque origin, so that their
+#: scripts can neither read nor use the UI's session (the cookie is ``SameSite=Strict`` and never sent for
+#: them), nor read the UI's or the API's answers, though they are served on the server's origin.
+SANDBOX_CSP = b"sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
 #: Cookies of these names are corral's: never sent to a service, never set by one.
 CORRAL_COOKIE_PREFIX = b"corral"
 CONNECT_TIMEOUT = 10.0
@@ -425,6 +430,7 @@ class ServiceProxy:
             and k not in named
             and not (k == b"set-cookie" and v.strip().lower().startswith(CORRAL_COOKIE_PREFIX))
         ]
+        headers.append((b"content-security-policy", SANDBOX_CSP))
         await send({"type": "http.response.start", "status": resp.status, "headers": headers})
         done = False
         try:

@@ -235,6 +235,19 @@ job_metrics_points = sa.Table(
     sa.Index("ix_job_metrics_points_ts", "timestamp_micro"),
 )
 
+#: The web UI's login sessions: the session id is kept hashed; a session holds only while its user's token
+#: hash is still ``token_hash`` (a refreshed token ends every session of the user).
+ui_sessions = sa.Table(
+    "ui_sessions",
+    metadata,
+    sa.Column("id_hash", sa.String(64), primary_key=True),
+    sa.Column("user_id", sa.String(36), sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False),
+    sa.Column("created_at", Time, nullable=False),
+    sa.Column("expires_at", Time, nullable=False),
+    sa.Index("ix_ui_sessions_user", "user_id"),
+)
+
 repos = sa.Table(
     "repos",
     metadata,

@@ -381,6 +381,8 @@ class Jobs(JobLeases, JobOutcomes):
                     if not kept:
                         self._drop_lease(job.id)
                         return
+                    if entries:
+                        self.ctx.wakeups.wake_local("logs")  # pages following this job's log tail (ui/live.py)
                     offset = reply.next_offset
                 elif points:
                     async with self.ctx.db.write() as conn:

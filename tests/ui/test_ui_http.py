@@ -1,0 +1,223 @@
+"""The web UI without a browser: httpx against a real server. Sessions (HttpOnly, SameSite=Strict, stored
+hashed, ended by logout and by a token refresh), the Origin and CSRF checks on every form, the security
+headers, the JSON/text answers of /api, /proxy and /metrics, permissions as the API's (403 for what a
+user may not see or do), bulk stop as one request's work, and the live streams."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from server_harness import RunningServer, fleet_body, make_settings, running_server, task_body, wait_for
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+PAGES = ["/runs", "/fleets", "/instances", "/offers", "/projects", "/projects/main", "/users"]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningServer]:
+    async with running_server(make_settings(tmp_path_factory.mktemp("ui"))) as s, s.client() as c:
+        r = await c.post("/api/users/create", json={"username": "bob", "global_role": "user"})
+        assert r.status_code == 200, r.text
+        r = await c.post("/api/users/get_user", json={"username": "bob"})
+        s.ctx.__dict__["bob_token"] = r.json()["creds"]["token"]
+        r = await c.post(
+            "/api/projects/main/add_members", json={"members": [{"username": "bob", "project_role": "user"}]}
+        )
+        assert r.status_code == 200, r.text
+        yield s
+
+
+def browser(server: RunningServer) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=server.url, follow_redirects=False, timeout=30, headers={"Origin": server.url})
+
+
+async def login(c: httpx.AsyncClient, token: str) -> str:
+    r = await c.post("/login", data={"token": token, "next": "/runs"})
+    assert r.status_code == 303 and r.headers["location"] == "/runs", r.text
+    return str(c.cookies["corral_session"])
+
+
+def csrf_of(html: str) -> str:
+    m = re.search(r'name="csrf" value="([0-9a-f]{64})"', html)
+    assert m, "no CSRF field in the page"
+    return m.group(1)
+
+
+async def test_login_sets_an_httponly_strict_cookie_stored_hashed(server: RunningServer) -> None:
+    async with browser(server) as c:
+        r = await c.get("/runs")
+        assert r.status_code == 303 and r.headers["location"] == "/login?next=%2Fruns"
+        r = await c.post("/login", data={"token": "wrong", "next": "/runs"})
+        assert r.status_code == 401 and "Invalid token" in r.text and "set-cookie" not in r.headers
+        r = await c.post("/login", data={"token": server.token, "next": "https://evil.example/"})
+        assert r.status_code == 303 and r.headers["location"] == "/runs"  # only paths of this server
+        cookie = r.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie, cookie
+        sid = str(c.cookies["corral_session"])
+        assert len(sid) >= 40
+        r = await c.get("/runs")
+        assert r.status_code == 200 and "Runs" in r.text
+    from corral.store.tables import ui_sessions
+
+    async with server.ctx.db.read() as conn:
+        stored = [row.id_hash for row in await conn.execute(ui_sessions.select())]
+    assert sid not in stored and any(
+        h == hashlib.sha256(b"corral-ui-session:" + sid.encode()).hexdigest() for h in stored
+    )
+
+
+async def test_every_page_renders_with_the_security_headers(server: RunningServer) -> None:
+    async with browser(server) as c:
+        await login(c, server.token)
+        for path in [*PAGES, "/login", "/nope", "/ui/static/ui.js", "/ui/static/ui.css"]:
+            r = await c.get(path)
+            assert r.status_code == (404 if path == "/nope" else 303 if path == "/login" else 200), (path, r.text[:300])
+            csp = r.headers["content-security-policy"]
+            assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+            assert r.headers["x-content-type-options"] == "nosniff"
+            if r.headers.get("content-type", "").startswith("text/html"):
+                assert "<script>" not in r.text and "javascript:" not in r.text  # no inline script
+                assert not re.search(r"<[^>]+\son[a-z]+=", r.text), path  # no inline event handlers
+
+
+async def test_api_proxy_and_metrics_never_answer_html(server: RunningServer) -> None:
+    async with browser(server) as c:
+        await login(c, server.token)
+        for path in ["/api/nope", "/api/", "/proxy/nope", "/proxy/services/main/none/", "/metrics", "/healthcheck"]:
+            r = await c.get(path)
+            assert not r.headers.get("content-type", "").startswith("text/html"), (path, r.headers)
+
+
+async def test_forms_need_this_origin_and_the_session_csrf_token(server: RunningServer) -> None:
+    async with browser(server) as c:
+        await login(c, server.token)
+        page = (await c.get("/users")).text
+        token = csrf_of(page)
+        form = {"csrf": token, "username": "carol", "global_role": "user"}
+        r = await c.post("/users/create", data=form, headers={"Origin": "http://evil.example"})
+        assert r.status_code == 403 and "Origin" in r.text
+        r = await c.post("/users/create", data={**form, "csrf": "0" * 64})
+        assert r.status_code == 403 and "CSRF" in r.text
+        r = await c.post("/users/create", data={k: v for k, v in form.items() if k != "csrf"})
+        assert r.status_code == 403
+        async with server.client() as api:
+            r = await api.post("/api/users/list", json={})
+            assert "carol" not in [u["username"] for u in r.json()]
+        r = await c.post("/users/create", data=form)
+        assert r.status_code == 303 and r.headers["location"] == "/users"
+        async with server.client() as api:
+            r = await api.post("/api/users/list", json={})
+            assert "carol" in [u["username"] for u in r.json()]
+
+
+async def test_a_member_sees_no_admin_page_and_gets_403(server: RunningServer) -> None:
+    async with browser(server) as c:
+        await login(c, server.ctx.__dict__["bob_token"])
+        runs = await c.get("/runs")
+        assert runs.status_code == 200 and 'href="/users"' not in runs.text
+        r = await c.get("/users")
+        assert r.status_code == 403 and "Access denied" in r.text
+        token = csrf_of(runs.text)
+        r = await c.post("/users/create", data={"csrf": token, "username": "mallory", "global_role": "admin"})
+        assert r.status_code == 403
+        r = await c.post("/users/admin/refresh_token", data={"csrf": token})
+        assert r.status_code == 403
+        project = await c.get("/projects/main")
+        assert project.status_code == 200 and "Add a member" not in project.text and "Remove" not in project.text
+        r = await c.post("/projects/main/members/add", data={"csrf": token, "username": "carol", "role": "admin"})
+        assert r.status_code == 403
+
+
+async def test_logout_and_a_refreshed_token_end_the_session(server: RunningServer) -> None:
+    async with server.client() as api:
+        r = await api.post("/api/users/create", json={"username": "dave", "global_role": "user"})
+        assert r.status_code == 200, r.text
+        dave = (await api.post("/api/users/get_user", json={"username": "dave"})).json()["creds"]["token"]
+    async with browser(server) as c:
+        await login(c, dave)
+        page = (await c.get("/projects")).text
+        r = await c.post("/logout", data={"csrf": csrf_of(page)})
+        assert r.status_code == 303 and 'corral_session=""' in r.headers["set-cookie"]
+    async with browser(server) as c:
+        sid = await login(c, dave)
+        assert (await c.get("/projects")).status_code == 200
+        async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {dave}"}) as api:
+            r = await api.post("/api/users/refresh_token", json={"username": "dave"})
+            assert r.status_code == 200, r.text
+        c.cookies.set("corral_session", sid)
+        r = await c.get("/projects")
+        assert r.status_code == 303 and r.headers["location"].startswith("/login")
+
+
+async def _events(c: httpx.AsyncClient, url: str, want: Any, timeout: float = 30) -> list[tuple[str, str]]:
+    """Read a stream's events until ``want(events)`` holds."""
+    got: list[tuple[str, str]] = []
+
+    async def read() -> None:
+        async with c.stream("GET", url) as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            name = ""
+            async for line in r.aiter_lines():
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    got.append((name, line[6:]))
+                    if want(got):
+                        return
+
+    await asyncio.wait_for(read(), timeout)
+    return got
+
+
+async def test_runs_stream_logs_stream_and_bulk_stop(server: RunningServer) -> None:
+    async with server.client() as api:
+        r = await api.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..3"))
+        assert r.status_code == 200, r.text
+        body = task_body(["for i in $(seq 1 200); do echo tail-$i; sleep 0.03; done", "sleep 60"])
+        names = []
+        for n in ("ui-a", "ui-b"):
+            body["plan"]["run_spec"]["configuration"]["name"] = n
+            r = await api.post("/api/project/main/runs/apply", json=body)
+            assert r.status_code == 200, r.text
+            names.append(n)
+        run = r.json()
+    async with browser(server) as c:
+        await login(c, server.token)
+        got = await _events(c, "/ui/live/runs", lambda ev: sum(1 for n, _ in ev if n == "new") >= 2)
+        assert sum(1 for n, d in got if n == "new" and "ui-b" in d) == 1
+
+        async def running() -> bool:
+            async with server.client() as api:
+                r = await api.post("/api/project/main/runs/get", json={"run_name": "ui-b"})
+                return bool(r.json()["status"] == "running")
+
+        await wait_for(running, timeout=60)
+        page = (await c.get(f"/projects/main/runs/{run['id']}")).text
+        assert ">Stop</button>" in page and ">Abort</button>" in page
+        job = run["jobs"][0]["job_submissions"][-1]["id"]
+        url = f"/ui/live/logs?project=main&run={run['id']}&job={job}"
+        got = await _events(c, url, lambda ev: any("tail-200" in d for n, d in ev if n == "lines"), timeout=60)
+        text = "".join(d for n, d in got if n == "lines")
+        seen = [int(x) for x in re.findall(r"tail-(\d+)", text)]
+        assert seen == list(range(seen[0], 201)), "lines lost or repeated"
+        assert sum(1 for n, _ in got if n == "lines") >= 2  # pushed as they were stored, not one page
+        r = await c.post("/runs/stop", data={"csrf": csrf_of(page), "run": [f"main/{n}" for n in names], "abort": "0"})
+        assert r.status_code == 303, r.text
+
+    async def stopped() -> bool:
+        async with server.client() as api:
+            for n in names:
+                r = await api.post("/api/project/main/runs/get", json={"run_name": n})
+                if r.json()["status"] not in ("terminating", "terminated"):
+                    return False
+        return True
+
+    await wait_for(stopped, timeout=30)
