@@ -23,6 +23,10 @@ install_test_packages() {
   dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" || missing+=(busybox-static)
   # Postgres tests (tests/pg_harness.py): a throwaway cluster from initdb + pg_ctl.
   compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null || missing+=(postgresql)
+  # The web UI's browser tests (tests/ui/test_ui_browser.py): Debian's chromium, driven by Playwright;
+  # npm fetches axe-core for the accessibility audit (cached under ~/.cache/corral-tests).
+  command -v chromium >/dev/null || missing+=(chromium)
+  command -v npm >/dev/null || missing+=(npm)
   [ ${#missing[@]} -gt 0 ] || return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "== apt-get install ${missing[*]}"

@@ -3,8 +3,8 @@
 // rows the server renders (escaped) for runs that appear.
 "use strict";
 (function () {
-  function setStatus(el, status, message) {
-    el.textContent = message || status;
+  function setStatus(el, status) {
+    el.textContent = status;
     el.className = "status s-" + status;
   }
 
@@ -18,10 +18,14 @@
     es.onerror = function () { if (note) note.textContent = "Live updates paused; reconnecting…"; };
     es.addEventListener("run", function (e) {
       var st = JSON.parse(e.data);
-      document.querySelectorAll('[data-live-status="' + st.id + '"]').forEach(function (el) { setStatus(el, st.status, st.status_message); });
-      document.querySelectorAll('[data-live-message="' + st.id + '"]').forEach(function (el) { el.textContent = st.status_message; });
+      var message = st.status_message === st.status ? "" : st.status_message;
+      document.querySelectorAll('[data-live-status="' + st.id + '"]').forEach(function (el) { setStatus(el, st.status); });
+      document.querySelectorAll('[data-live-message="' + st.id + '"]').forEach(function (el) { el.textContent = message; });
       Object.keys(st.jobs || {}).forEach(function (sid) {
-        document.querySelectorAll('[data-live-status="' + sid + '"]').forEach(function (el) { setStatus(el, st.jobs[sid][0], st.jobs[sid][0]); });
+        document.querySelectorAll('[data-live-status="' + sid + '"]').forEach(function (el) { setStatus(el, st.jobs[sid][0]); });
+        document.querySelectorAll('[data-live-message="' + sid + '"]').forEach(function (el) {
+          el.textContent = st.jobs[sid][1] === st.jobs[sid][0] ? "" : st.jobs[sid][1];
+        });
       });
       if (["done", "failed", "terminated"].indexOf(st.status) >= 0) {
         document.querySelectorAll('tr[data-run="' + st.id + '"] input[type=checkbox]').forEach(function (c) { c.checked = false; c.disabled = true; });
