@@ -110,7 +110,7 @@ async def runs_stream(request: Request) -> Response:
         if ref:
             known[ref] = None  # on the page already: sent once with its current state
     changed = _signal(ctx_of(request), "runs", "scheduler", "jobs")
-    row_template = environment().get_template("run_row.html")
+    row_macro = environment().get_template("rows.html").module.run_row  # type: ignore[attr-defined]
 
     async def body() -> AsyncIterator[bytes]:
         yield b"retry: 1000\n\n"
@@ -122,7 +122,7 @@ async def runs_stream(request: Request) -> Response:
                     continue
                 state = _state(r)
                 if r["id"] not in known and not only:
-                    html = row_template.render(row=run_row(r), csrf=s.csrf)
+                    html = str(row_macro(run_row(r)))
                     yield _event("new", {"id": r["id"], "html": html})
                 elif known.get(r["id"]) != state:
                     yield _event("run", state)

@@ -15,6 +15,7 @@ from corral.api.deps import ctx_of
 from corral.domain.access import backend_types
 from corral.services import accounts, fleets, serialize
 from corral.ui import auth
+from corral.ui.pages_runs import shown_configuration
 from corral.ui.render import page
 
 
@@ -75,7 +76,9 @@ async def fleet_page(request: Request) -> Response:
         fleet=fleet,
         project=project.name,
         rows=[instance_row(i) for i in fleet.get("instances") or []],
-        configuration=yaml.safe_dump((fleet.get("spec") or {}).get("configuration") or {}, sort_keys=False),
+        configuration=yaml.safe_dump(
+            shown_configuration((fleet.get("spec") or {}).get("configuration") or {}), sort_keys=False
+        ),
     )
 
 

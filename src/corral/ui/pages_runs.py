@@ -18,7 +18,7 @@ from corral.domain.records import ProjectRec
 from corral.services import accounts, runs
 from corral.services.errors import ResourceNotExists, ServiceError
 from corral.ui import auth
-from corral.ui.render import page
+from corral.ui.render import absolute, iso, page, relative
 
 PAGE_SIZE = 100
 FINISHED = ("done", "failed", "terminated")
@@ -37,11 +37,13 @@ async def visible_runs(
             user_id = (await accounts.find_user(ctx.db, username)).id
         except ResourceNotExists:
             return []
+    # a status of an unfinished run is looked for among the unfinished runs only (the service's
+    # ``only_active``, as ``runs/list`` has it); a finished status among the latest 1,000 runs
     body = {
         "limit": 1000 if status else limit,
         "include_jobs": True,
         "job_submissions_limit": 1,
-        "only_active": status == "active",
+        "only_active": bool(status) and status not in FINISHED,
     }
     rendered = await runs.list_runs(ctx, ids, body, user_id)
     found: list[dict[str, Any]] = orjson.loads(orjson.dumps(rendered))
@@ -64,7 +66,11 @@ def run_row(r: dict[str, Any]) -> dict[str, Any]:
         "type": conf.get("type") or "",
         "status": r["status"],
         "status_message": r.get("status_message") or r["status"],
+        "message": "" if (r.get("status_message") or r["status"]) == r["status"] else r.get("status_message"),
         "submitted_at": r.get("submitted_at"),
+        "submitted_iso": iso(r.get("submitted_at")),
+        "submitted_abs": absolute(r.get("submitted_at")),
+        "submitted_rel": relative(r.get("submitted_at")),
         "fleet": (r.get("fleet") or {}).get("name") or "",
         "backend": jpd.get("backend") or "",
         "finished": r["status"] in FINISHED,
@@ -107,6 +113,16 @@ async def find_run(request: Request, user: Any, project_name: str, run_ref: str)
     return project, run
 
 
+def shown_configuration(value: Any) -> Any:
+    """A configuration as its author would write it: the fields left unset (null, empty) dropped."""
+    if isinstance(value, dict):
+        kept = {k: shown_configuration(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v not in (None, [], {}, "")}
+    if isinstance(value, list):
+        return [shown_configuration(v) for v in value]
+    return value
+
+
 def _jobs(run: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for j in run.get("jobs") or []:
@@ -144,7 +160,7 @@ async def run_page(request: Request) -> Response:
         run=run,
         row=run_row(run),
         project=project.name,
-        configuration=yaml.safe_dump(conf, sort_keys=False, default_flow_style=False),
+        configuration=yaml.safe_dump(shown_configuration(conf), sort_keys=False, default_flow_style=False),
         jobs=jobs,
         log_job=log_job,
         service=service,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
@@ -79,6 +80,26 @@ def mib(value: Any) -> str:
     return f"{v / 1024:.0f} GB" if v >= 1024 else f"{v:.0f} MB"
 
 
+def time_html(value: Any) -> Markup:
+    """A time as the pages show it: relative, with the absolute UTC time beside it and in its tooltip."""
+    if not value:
+        return Markup("—")
+    when, stamp, ago = escape(absolute(value)), escape(iso(value)), escape(relative(value))
+    return Markup(f'<time datetime="{stamp}" title="{when}">{ago}</time> <span class="abs">{when}</span>')
+
+
+def status_html(value: Any, message: Any = None, live: Any = None) -> Markup:
+    """A status badge, and its message beside it when it says more (both updated live when ``live``)."""
+    v = escape(value)
+    attr = Markup(f' data-live-status="{escape(live)}"') if live else Markup("")
+    out = Markup(f'<span class="status s-{v}"{attr}>{v}</span>')
+    text = message if message and message != value else ""
+    if live or text:
+        mattr = Markup(f' data-live-message="{escape(live)}"') if live else Markup("")
+        out += Markup(f' <span class="msg"{mattr}>{escape(text)}</span>')
+    return out
+
+
 @lru_cache(maxsize=1)
 def environment() -> Environment:
     env = Environment(
@@ -92,6 +113,8 @@ def environment() -> Environment:
     env.filters["when"] = absolute
     env.filters["iso"] = iso
     env.filters["mib"] = mib
+    env.globals["time"] = time_html
+    env.globals["status"] = status_html
     return env
 
 
