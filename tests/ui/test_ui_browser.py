@@ -166,6 +166,7 @@ async def test_every_page_passes_axe_and_fits_a_phone(browser: Browser, server: 
         ("projects", "/projects"),
         ("project", "/projects/main"),
         ("users", "/users"),
+        ("events", "/events"),
         ("not-found", "/no-such-page"),
     ]:
         await page.goto(path)
@@ -175,11 +176,15 @@ async def test_every_page_passes_axe_and_fits_a_phone(browser: Browser, server: 
     wide = await page.evaluate("document.documentElement.scrollWidth")
     assert wide <= 390, f"the runs page is {wide}px wide on a phone"
     await audit(page, "runs-phone", shots)
+    await page.goto("/projects")
+    await page.keyboard.press("Tab")  # the skip link comes first, and shows its focus
+    assert await page.evaluate("document.activeElement.className") == "skip"
+    assert await page.evaluate("getComputedStyle(document.activeElement).outlineStyle") == "solid"
+    await page.keyboard.press("Tab")
+    assert await page.evaluate("document.activeElement.textContent") == "corral"
     await page.context.close()
     login = await (await browser.new_context(base_url=server.url)).new_page()
     await login.goto("/login")
-    await login.keyboard.press("Tab")  # the skip link comes first, and shows its focus
-    assert await login.evaluate("document.activeElement.className") == "skip"
     await audit(login, "login", shots)
     await login.context.close()
 

@@ -18,7 +18,7 @@ import pytest_asyncio
 from server_harness import RunningServer, fleet_body, make_settings, running_server, task_body, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-PAGES = ["/runs", "/fleets", "/instances", "/offers", "/projects", "/projects/main", "/users"]
+PAGES = ["/runs", "/fleets", "/instances", "/offers", "/projects", "/projects/main", "/users", "/events"]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -16,7 +16,7 @@ from starlette.routing import Route, Router
 from starlette.types import Message, Receive, Scope, Send
 
 from corral.services.errors import Forbidden, ProjectNotFound, ResourceNotExists, ServiceError
-from corral.ui import auth, live, pages_accounts, pages_resources, pages_runs
+from corral.ui import auth, live, pages_accounts, pages_events, pages_resources, pages_runs
 from corral.ui.render import HERE, SECURITY_HEADERS, page
 
 log = logging.getLogger("corral.ui")
@@ -92,6 +92,7 @@ def _routes() -> list[Route]:
         ("/users/create", pages_accounts.user_create, post),
         ("/users/{username}/active", pages_accounts.user_set_active, post),
         ("/users/{username}/refresh_token", pages_accounts.user_refresh_token, post),
+        ("/events", pages_events.events_list, get),
         ("/ui/live/runs", live.runs_stream, get),
         ("/ui/live/logs", live.logs_stream, get),
         ("/ui/logs/older", live.logs_older, get),

@@ -15,6 +15,7 @@ from corral.api.deps import ctx_of
 from corral.domain.access import backend_types
 from corral.services import accounts, fleets, serialize
 from corral.ui import auth
+from corral.ui.pages_events import recent
 from corral.ui.pages_runs import shown_configuration
 from corral.ui.render import page
 
@@ -67,10 +68,12 @@ async def fleet_page(request: Request) -> Response:
     ref = request.path_params["fleet"]
     found = await fleets.get(ctx, project, None, ref) if _is_id(ref) else await fleets.get(ctx, project, ref, None)
     fleet = serialize.fleet(found)
+    found_events = await recent(request, s.user, within_fleets=[fleet["id"]])
 
     return page(
         request,
         "fleet.html",
+        events=found_events,
         title=f"Fleet {fleet['name']}",
         nav="fleets",
         fleet=fleet,

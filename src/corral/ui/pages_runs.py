@@ -18,6 +18,7 @@ from corral.domain.records import ProjectRec
 from corral.services import accounts, runs
 from corral.services.errors import ResourceNotExists, ServiceError
 from corral.ui import auth
+from corral.ui.pages_events import recent
 from corral.ui.render import absolute, iso, page, relative
 
 PAGE_SIZE = 100
@@ -152,9 +153,11 @@ async def run_page(request: Request) -> Response:
     log_job = next((j for j in jobs if j["latest"].get("id") == chosen), jobs[0] if jobs else None)
     service = run.get("service")
     replicas = [j for j in jobs if conf.get("type") == "service"]
+    found_events = await recent(request, s.user, within_runs=[run["id"]])
     return page(
         request,
         "run.html",
+        events=found_events,
         title=f"Run {spec.get('run_name')}",
         nav="runs",
         run=run,
