@@ -22,8 +22,8 @@ async def recent(request: Request, user: UserRec, limit: int = 20, **filters: An
     """The latest events the user may see, narrowed by ``events/list`` filters (``within_runs=[id]``, ...)."""
     try:
         body = ListEventsBody.model_validate({"limit": limit, **filters})
-    except ValidationError as e:
-        raise ServiceError(f"Bad event filter: {e.errors()[0]['msg']}") from None
+    except ValidationError:
+        return []  # an id that no event can name (events name their targets by UUID)
     return await events.list_events(ctx_of(request).db, user, body)
 
 
@@ -31,8 +31,12 @@ async def events_list(request: Request) -> Response:
     s = await auth.require(request)
     q = request.query_params
     filters: dict[str, Any] = {}
-    if q.get("before_at") and q.get("before_id"):
-        filters = {"prev_recorded_at": q["before_at"], "prev_id": q["before_id"]}
+    if q.get("before_at") or q.get("before_id"):
+        filters = {"prev_recorded_at": q.get("before_at"), "prev_id": q.get("before_id")}
+        try:
+            ListEventsBody.model_validate(filters)
+        except ValidationError:
+            raise ServiceError("before_at and before_id: the time and id of the last event shown") from None
     found = await recent(request, s.user, 100, **filters)
     last = found[-1] if len(found) == 100 else None
     return page(request, "events.html", title="Events", nav="events", events=found, last=last)

@@ -38,18 +38,26 @@ async def visible_runs(
             user_id = (await accounts.find_user(ctx.db, username)).id
         except ResourceNotExists:
             return []
-    # a status of an unfinished run is looked for among the unfinished runs only (the service's
-    # ``only_active``, as ``runs/list`` has it); a finished status among the latest 1,000 runs
-    body = {
-        "limit": 1000 if status else limit,
-        "include_jobs": True,
-        "job_submissions_limit": 1,
-        "only_active": bool(status) and status not in FINISHED,
-    }
-    rendered = await runs.list_runs(ctx, ids, body, user_id)
-    found: list[dict[str, Any]] = orjson.loads(orjson.dumps(rendered))
-    if status and status != "active":
-        found = [r for r in found if r["status"] == status]
+    base = {"include_jobs": True, "job_submissions_limit": 1}
+    if not status:
+        rendered = await runs.list_runs(ctx, ids, {**base, "limit": limit}, user_id)
+        found: list[dict[str, Any]] = orjson.loads(orjson.dumps(rendered))
+        return found
+    # a status is looked for page by page, newest first, among the unfinished runs only for an unfinished
+    # status (the service's ``only_active``, as ``runs/list`` has it), and through the latest 1,000 at most
+    found = []
+    after: tuple[str, str] | None = None
+    scanned = 0
+    while len(found) < limit and scanned < 1000:
+        body: dict[str, Any] = {**base, "limit": 200, "only_active": status not in FINISHED}
+        if after is not None:
+            body["prev_submitted_at"], body["prev_run_id"] = after
+        batch: list[dict[str, Any]] = orjson.loads(orjson.dumps(await runs.list_runs(ctx, ids, body, user_id)))
+        scanned += len(batch)
+        found += [r for r in batch if status == "active" or r["status"] == status]
+        if len(batch) < 200:
+            break
+        after = (batch[-1]["submitted_at"], batch[-1]["id"])
     return found[:limit]
 
 
