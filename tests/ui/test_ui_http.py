@@ -209,6 +209,12 @@ async def test_runs_stream_logs_stream_and_bulk_stop(server: RunningServer) -> N
         seen = [int(x) for x in re.findall(r"tail-(\d+)", text)]
         assert seen == list(range(seen[0], 201)), "lines lost or repeated"
         assert sum(1 for n, _ in got if n == "lines") >= 2  # pushed as they were stored, not one page
+
+        async def charted() -> bool:  # the job's metrics, drawn once it has two samples
+            got = (await c.get(f"/projects/main/runs/{run['id']}")).text
+            return 'aria-label="CPU use, now' in got and "<polyline points=" in got
+
+        await wait_for(charted, timeout=40, interval=1.0)
         r = await c.post("/runs/stop", data={"csrf": csrf_of(page), "run": [f"main/{n}" for n in names], "abort": "0"})
         assert r.status_code == 303, r.text
 

@@ -18,6 +18,7 @@ from corral.domain.records import ProjectRec
 from corral.services import accounts, runs
 from corral.services.errors import ResourceNotExists, ServiceError
 from corral.ui import auth
+from corral.ui.charts import job_charts
 from corral.ui.pages_events import recent
 from corral.ui.render import absolute, iso, page, relative
 
@@ -162,10 +163,12 @@ async def run_page(request: Request) -> Response:
     service = run.get("service")
     replicas = [j for j in jobs if conf.get("type") == "service"]
     found_events = await recent(request, s.user, within_runs=[run["id"]])
+    charts = await job_charts(ctx_of(request), project, run, log_job)
     return page(
         request,
         "run.html",
         events=found_events,
+        charts=charts,
         title=f"Run {spec.get('run_name')}",
         nav="runs",
         run=run,
