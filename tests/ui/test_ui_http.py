@@ -57,6 +57,10 @@ async def test_login_sets_an_httponly_strict_cookie_stored_hashed(server: Runnin
         assert r.status_code == 303 and r.headers["location"] == "/login?next=%2Fruns"
         r = await c.post("/login", data={"token": "wrong", "next": "/runs"})
         assert r.status_code == 401 and "Invalid token" in r.text and "set-cookie" not in r.headers
+        for bad in ("/\t/evil.example", "//evil.example", "/\\evil.example"):
+            r = await c.post("/login", data={"token": server.token, "next": bad})
+            assert r.status_code == 303 and r.headers["location"] == "/runs", bad
+            await c.post("/logout", data={"csrf": csrf_of((await c.get("/projects")).text)})
         r = await c.post("/login", data={"token": server.token, "next": "https://evil.example/"})
         assert r.status_code == 303 and r.headers["location"] == "/runs"  # only paths of this server
         cookie = r.headers["set-cookie"]
@@ -107,6 +111,10 @@ async def test_forms_need_this_origin_and_the_session_csrf_token(server: Running
         r = await c.post("/users/create", data={**form, "csrf": "0" * 64})
         assert r.status_code == 403 and "CSRF" in r.text
         r = await c.post("/users/create", data={k: v for k, v in form.items() if k != "csrf"})
+        assert r.status_code == 403
+        r = await c.post("/users/create", data={**form, "email": "x" * 70_000})
+        assert r.status_code == 403 and "too large" in r.text
+        r = await c.post("/users/create", data=form, headers={"Origin": "null"})  # a sandboxed page
         assert r.status_code == 403
         async with server.client() as api:
             r = await api.post("/api/users/list", json={})
@@ -215,6 +223,17 @@ async def test_runs_stream_logs_stream_and_bulk_stop(server: RunningServer) -> N
             return 'aria-label="CPU use, now' in got and "<polyline points=" in got
 
         await wait_for(charted, timeout=40, interval=1.0)
+        async with server.client() as api:
+            r = await api.post("/api/projects/create", json={"project_name": "other"})
+            assert r.status_code == 200, r.text
+        async with browser(server) as bob:  # a run of a project bob is not in: nothing is stopped
+            await login(bob, server.ctx.__dict__["bob_token"])
+            bob_csrf = csrf_of((await bob.get("/runs")).text)
+            r = await bob.post("/runs/stop", data={"csrf": bob_csrf, "run": ["main/ui-a", "other/x"]})
+            assert r.status_code == 403
+            async with server.client() as api:
+                r = await api.post("/api/project/main/runs/get", json={"run_name": "ui-a"})
+                assert r.json()["status"] not in ("terminating", "terminated")
         r = await c.post("/runs/stop", data={"csrf": csrf_of(page), "run": [f"main/{n}" for n in names], "abort": "0"})
         assert r.status_code == 303, r.text
 

@@ -4,8 +4,9 @@ login with a user token and logout, and the checks every state-changing form pas
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from urllib.parse import quote, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -54,29 +55,36 @@ async def require(request: Request) -> Session:
 
 
 def same_origin(request: Request) -> bool:
-    """The request comes from a page of this server: its ``Origin`` (else its ``Referer``) names this host."""
+    """The request comes from a page of this server: its ``Origin`` (else its ``Referer``) names the host
+    and port the request was sent to (``Host``; a proxy in front must pass it on), over HTTP or HTTPS."""
     origin = request.headers.get("origin")
-    if origin is None:
-        referer = request.headers.get("referer")
-        if not referer:
-            return False
-        parts = urlsplit(referer)
-        origin = f"{parts.scheme}://{parts.netloc}"
+    if origin is None or origin == "null":
+        origin = request.headers.get("referer") or ""
+    parts = urlsplit(origin)
     host = request.headers.get("host", "")
-    scheme = request.url.scheme
-    return bool(host) and origin.lower() == f"{scheme}://{host}".lower()
+    return bool(host) and parts.scheme in ("http", "https") and parts.netloc.lower() == host.lower()
+
+
+FORM_LIMIT = 64 * 1024
 
 
 async def form_of(request: Request, session: Session | None) -> dict[str, list[str]]:
-    """The posted form (urlencoded), after the ``Origin`` and CSRF checks."""
+    """The posted form (urlencoded, at most ``FORM_LIMIT`` bytes, read no further), after the ``Origin``
+    check and, with a session, the CSRF check."""
     if not same_origin(request):
         raise BadForm("This form did not come from a page of this server (Origin). Reload the page and try again.")
-    raw = await request.body()
-    if len(raw) > 64 * 1024:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > FORM_LIMIT:
         raise BadForm("The form is too large.")
-    from urllib.parse import parse_qs
-
-    form = parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True)
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > FORM_LIMIT:
+            raise BadForm("The form is too large.")
+    try:
+        form = parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=1000)
+    except ValueError:
+        raise BadForm("The form has too many fields.") from None
     if session is not None and not ui_sessions.csrf_ok(session.id, (form.get("csrf") or [""])[0]):
         raise BadForm("The form's CSRF token is missing or stale. Reload the page and try again.")
     return form
@@ -87,11 +95,13 @@ def login_redirect(request: Request) -> RedirectResponse:
     return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
 
 
+_SAFE_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9/_.~%?=&+-]*")
+
+
 def _safe_next(value: str) -> str:
-    """Only a path of this server (never ``//host`` or a URL) is followed after login."""
-    if value.startswith("/") and not value.startswith("//") and "\\" not in value and "://" not in value:
-        return value
-    return "/runs"
+    """Only a path of this server (never ``//host``, a URL, or anything a browser could read as one) is
+    followed after login."""
+    return value if _SAFE_PATH.fullmatch(value) else "/runs"
 
 
 async def login_form(request: Request) -> Response:

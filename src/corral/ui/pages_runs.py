@@ -213,7 +213,9 @@ async def stop_many(request: Request) -> Response:
         by_project.setdefault(project_name, []).append(name)
     if not by_project:
         raise ServiceError("No runs were selected: tick the runs to stop first.")
+    # every project's rule is checked before any run is stopped: a refusal stops nothing
+    projects = {p: await accounts.project_access(ctx_of(request).db, s.user, p, "member") for p in by_project}
     for project_name, names in by_project.items():
-        await _stop(request, s.user, project_name, names, abort)
+        await runs.stop(ctx_of(request), projects[project_name], names, abort, s.user)
     count = sum(len(n) for n in by_project.values())
     return RedirectResponse(f"/runs?notice={'Aborting' if abort else 'Stopping'}+{count}+run(s)", status_code=303)
