@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import re
 import time
 from collections.abc import AsyncIterator
@@ -25,10 +26,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from corral.api.deps import ctx_of
 from corral.services import logs
+from corral.services.errors import ResourceNotExists
 from corral.ui import auth
 from corral.ui.pages_runs import find_run, run_row, visible_runs
 from corral.ui.render import environment
 
+log = logging.getLogger("corral.ui")
 STREAM_S = 20.0
 TAIL_LINES = 200
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
@@ -106,7 +109,7 @@ async def runs_stream(request: Request) -> Response:
         q.get("run"),
     )
     known: dict[str, Any] = {}
-    for ref in q.get("ids", "").split(","):
+    for ref in q.get("ids", "").split(",")[:200]:
         if ref:
             known[ref] = None  # on the page already: sent once with its current state
     changed = _signal(ctx_of(request), "runs", "scheduler", "jobs")
@@ -179,6 +182,10 @@ class _Follower:
                         q.put_nowait(batch)
                     continue
                 await stored.wait(1.0)
+        except ResourceNotExists:
+            pass  # the run or the job is gone: nothing more to follow
+        except Exception:
+            log.exception("following the log of job %s failed", self.job_id)
         finally:
             followers: dict[str, _Follower] = self.ctx.__dict__.get("_ui_log_followers", {})
             if followers.get(self.job_id) is self:
