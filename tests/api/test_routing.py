@@ -30,7 +30,8 @@ async def sqlite_server(tmp_path: Path) -> AsyncIterator[RunningServer]:
 
 async def test_unknown_paths_and_methods_answer_like_before(sqlite_server: RunningServer) -> None:
     async with httpx.AsyncClient(base_url=sqlite_server.url) as c:
-        for method, path in [("POST", "/nope"), ("GET", "/"), ("POST", "/api/project/a/b/runs/list")]:
+        # (every other path is the web UI's: tests/ui/test_ui_http.py)
+        for method, path in [("POST", "/api/nope"), ("GET", "/api"), ("POST", "/api/project/a/b/runs/list")]:
             r = await c.request(method, path)
             assert (r.status_code, r.json()) == (404, NOT_FOUND), (method, path)
         # Exactly the declared method: no implicit HEAD on GET routes, no GET on POST routes.

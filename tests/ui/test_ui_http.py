@@ -6,6 +6,7 @@ user may not see or do), bulk stop as one request's work, and the live streams."
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import re
 from collections.abc import AsyncIterator
@@ -90,6 +91,28 @@ async def test_every_page_renders_with_the_security_headers(server: RunningServe
             if r.headers.get("content-type", "").startswith("text/html"):
                 assert "<script>" not in r.text and "javascript:" not in r.text  # no inline script
                 assert not re.search(r"<[^>]+\son[a-z]+=", r.text), path  # no inline event handlers
+
+
+async def test_the_root_answers_itself_and_the_ui_can_be_turned_off(server: RunningServer) -> None:
+    async with browser(server) as c:
+        r = await c.get("/")  # dstack's CLI resolves a server's URL by following its redirects: none here
+        assert r.status_code == 200 and 'name="token"' in r.text
+        await login(c, server.token)
+        r = await c.get("/")
+        assert r.status_code == 200 and "<h1>Runs</h1>" in r.text
+    from corral.api.app import create_app
+
+    class NoWorkers:
+        async def start(self) -> None: ...
+
+        async def stop(self) -> None: ...
+
+    ctx = dataclasses.replace(server.ctx, settings=dataclasses.replace(server.ctx.settings, ui=False))
+    transport = httpx.ASGITransport(app=create_app(ctx, NoWorkers()))
+    async with httpx.AsyncClient(transport=transport, base_url="http://corral") as c:
+        for method, path in (("GET", "/"), ("GET", "/runs"), ("POST", "/login")):
+            r = await c.request(method, path)
+            assert (r.status_code, r.json()) == (404, {"detail": {"msg": "Not found", "code": None}}), path
 
 
 async def test_api_proxy_and_metrics_never_answer_html(server: RunningServer) -> None:

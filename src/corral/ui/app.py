@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import FileResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import Route, Router
 from starlette.types import Message, Receive, Scope, Send
 
@@ -52,7 +52,11 @@ def _guarded(handler: Handler) -> Handler:
 
 
 async def _index(request: Request) -> Response:
-    return RedirectResponse("/runs", status_code=303)
+    """``/`` answers 200 itself, never a redirect: the runs list, or the login form without a session. (dstack's
+    CLI resolves a server's URL by following ``/``'s redirects and keeps the URL it ends at.)"""
+    if await auth.session_of(request) is None:
+        return await auth.login_form(request)
+    return await pages_runs.runs_list(request)
 
 
 async def _static(request: Request) -> Response:
