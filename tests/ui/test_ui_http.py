@@ -167,6 +167,39 @@ async def test_a_member_sees_no_admin_page_and_gets_403(server: RunningServer) -
         assert r.status_code == 403
 
 
+async def test_secrets_on_the_project_page_by_name_only_for_those_who_may_manage_them(server: RunningServer) -> None:
+    value = "s3cr3t-value-never-shown"
+    async with browser(server) as c:
+        await login(c, server.token)
+        page = await c.get("/projects/main")
+        assert 'id="secrets"' in page.text and "No secrets yet." in page.text
+        token = csrf_of(page.text)
+        r = await c.post("/projects/main/secrets/set", data={"csrf": token, "name": "HF_TOKEN", "value": value})
+        assert r.status_code == 303 and r.headers["location"] == "/projects/main#secrets", r.text
+        r = await c.post("/projects/main/secrets/set", data={"csrf": token, "name": "bad name", "value": "x"})
+        assert r.status_code == 400 and "Secret name should match regex" in r.text
+        page = await c.get("/projects/main")
+        assert "<code>HF_TOKEN</code>" in page.text and value not in page.text
+    async with server.client() as api:
+        got = await api.post("/api/project/main/secrets/get", json={"name": "HF_TOKEN"})
+        assert got.status_code == 200 and got.json()["value"] == value
+    async with browser(server) as c:
+        await login(c, server.ctx.__dict__["bob_token"])
+        page = await c.get("/projects/main")
+        assert page.status_code == 200 and 'id="secrets"' not in page.text and "HF_TOKEN" not in page.text
+        token = csrf_of(page.text)
+        for path, data in (("set", {"name": "HF_TOKEN", "value": "overwritten"}), ("delete", {"name": "HF_TOKEN"})):
+            r = await c.post(f"/projects/main/secrets/{path}", data={"csrf": token, **data})
+            assert r.status_code == 403, (path, r.text)
+    async with browser(server) as c:
+        await login(c, server.token)
+        token = csrf_of((await c.get("/projects/main")).text)
+        r = await c.post("/projects/main/secrets/delete", data={"csrf": token, "name": "HF_TOKEN"})
+        assert r.status_code == 303
+    async with server.client() as api:
+        assert (await api.post("/api/project/main/secrets/list")).json() == []
+
+
 async def test_logout_and_a_refreshed_token_end_the_session(server: RunningServer) -> None:
     async with server.client() as api:
         r = await api.post("/api/users/create", json={"username": "dave", "global_role": "user"})

@@ -92,6 +92,8 @@ def _routes() -> list[Route]:
         ("/projects/{project}", pages_accounts.project_page, get),
         ("/projects/{project}/members/add", pages_accounts.member_add, post),
         ("/projects/{project}/members/remove", pages_accounts.member_remove, post),
+        ("/projects/{project}/secrets/set", pages_accounts.secret_set, post),
+        ("/projects/{project}/secrets/delete", pages_accounts.secret_delete, post),
         ("/users", pages_accounts.users_list, get),
         ("/users/create", pages_accounts.user_create, post),
         ("/users/{username}/active", pages_accounts.user_set_active, post),

@@ -1,5 +1,6 @@
-"""Projects (and a project's page: its members and their roles, added and removed) and users (a global
-admin creates them, deactivates them, refreshes their tokens). Every change goes through the service the
+"""Projects (and a project's page: its members and their roles, added and removed; its secrets, for those
+who may manage them, by name only: a value is written, never shown) and users (a global admin creates
+them, deactivates them, refreshes their tokens). Every change goes through the service the
 API route calls, after that route's permission rule; what a user may not do is not shown, and refused
 (403) when asked for all the same."""
 
@@ -10,7 +11,7 @@ from starlette.responses import RedirectResponse, Response
 
 from corral.api.deps import ctx_of, forget_access
 from corral.domain import access
-from corral.services import accounts, members
+from corral.services import accounts, members, secrets
 from corral.services.errors import Forbidden, ServiceError
 from corral.ui import auth
 from corral.ui.render import page
@@ -50,6 +51,13 @@ async def project_page(request: Request) -> Response:
     ms = await accounts.project_members(ctx.db, project)
     mine = next((m.project_role for m in ms if m.user.id == s.user.id), None)
     may_manage = access.may_reach("manager", s.user.global_role, mine, False)
+    project_secrets: list[dict[str, object]] | None = None  # not shown: its forms answer 403 all the same
+    if may_manage:  # the secrets routes' rules: ProjectManager, then dstack's _check_can_manage_secrets
+        try:
+            await secrets.require_manager(ctx, s.user, project)
+            project_secrets = await secrets.list_secrets(ctx, project)
+        except Forbidden:
+            pass
     return page(
         request,
         "project.html",
@@ -60,7 +68,32 @@ async def project_page(request: Request) -> Response:
         may_manage=may_manage,
         roles=ROLES,
         my_role=mine,
+        secrets=project_secrets,
     )
+
+
+async def secret_set(request: Request) -> Response:
+    """Create a secret or give it a new value (``secrets/create_or_update``, its permission rule)."""
+    s = await auth.require(request)
+    form = await auth.form_of(request, s)
+    ctx = ctx_of(request)
+    project = await accounts.project_access(ctx.db, s.user, request.path_params["project"], "manager")
+    await secrets.require_manager(ctx, s.user, project)
+    name, value = _one(form, "name"), (form.get("value") or [""])[0]
+    if not value:
+        raise ServiceError("value: give the secret's value")
+    await secrets.create_or_update(ctx, project, name, value, s.user)
+    return RedirectResponse(f"/projects/{project.name}#secrets", status_code=303)
+
+
+async def secret_delete(request: Request) -> Response:
+    s = await auth.require(request)
+    form = await auth.form_of(request, s)
+    ctx = ctx_of(request)
+    project = await accounts.project_access(ctx.db, s.user, request.path_params["project"], "manager")
+    await secrets.require_manager(ctx, s.user, project)
+    await secrets.delete(ctx, project, [_one(form, "name")], s.user)
+    return RedirectResponse(f"/projects/{project.name}#secrets", status_code=303)
 
 
 async def member_add(request: Request) -> Response:
