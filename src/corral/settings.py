@@ -132,6 +132,18 @@ class Settings:
     proxy_body_limit: int = 64 * 2**20
     #: How long the proxy waits for a replica's response head (dstack: ``DSTACK_SERVICE_CLIENT_TIMEOUT``).
     proxy_timeout: float = 300.0
+    #: How long a service replica leaving rotation (rollout, scale-down) keeps its in-flight requests before
+    #: it is stopped (``CORRAL_SERVICE_DRAIN_TIMEOUT``).
+    service_drain_timeout: float = 30.0
+    #: Requests held per service while it scales from zero, and for how long at most, before a 503 with
+    #: ``Retry-After`` (``CORRAL_PROXY_COLD_START_QUEUE``, ``CORRAL_PROXY_COLD_START_TIMEOUT``).
+    proxy_cold_start_queue: int = 100
+    proxy_cold_start_timeout: float = 300.0
+    #: How often service replica counts are reconciled (rollouts, autoscaling; also when woken).
+    service_scaling_tick: float = 1.0
+    #: The RPS window every autoscaled service is measured over, in seconds, instead of its ``scaling.window``
+    #: (None: the service's own; for demos and tests, ``CORRAL_SERVICE_SCALING_WINDOW``).
+    service_scaling_window: float | None = None
     #: A newer AWS price catalogue (gpuhunt's v2 CSV format) than the one shipped; None: the shipped one.
     aws_catalog: Path | None = None
     #: How old an instance tagged with this server's id, whose row is missing or terminal, must be before
@@ -244,6 +256,7 @@ class Settings:
             except ValueError:
                 raise SettingsError("CORRAL_LOCAL_MAX_INSTANCES must be an integer") from None
         s = _local_host(s, e)
+        s = _services(s, e)
         s = _metrics(s, e)
         s = _clouds(s, e)
         if overrides:
@@ -270,6 +283,27 @@ def _input_limits(s: Settings, e: dict[str, str]) -> Settings:
             if not raw.isdigit() or int(raw) < 1:
                 raise SettingsError(f"{var}={raw!r} must be a whole number of at least 1")
             s = replace(s, **{attr: int(raw)})  # type: ignore[arg-type]
+    return s
+
+
+def _services(s: Settings, e: dict[str, str]) -> Settings:
+    """The service knobs the YAML cannot carry: drain, cold start, the scaling tick and window."""
+    for var, attr, least in (
+        ("CORRAL_SERVICE_DRAIN_TIMEOUT", "service_drain_timeout", 0.0),
+        ("CORRAL_PROXY_COLD_START_TIMEOUT", "proxy_cold_start_timeout", 0.0),
+        ("CORRAL_SERVICE_SCALING_TICK", "service_scaling_tick", 0.05),
+        ("CORRAL_SERVICE_SCALING_WINDOW", "service_scaling_window", 1.0),
+    ):
+        if e.get(var):
+            value = _float_env(e, var, 0.0)
+            if value is None or value < least:
+                raise SettingsError(f"{var}={e[var]!r} must be a number of seconds, at least {least:g}")
+            s = replace(s, **{attr: value})  # type: ignore[arg-type]
+    raw = e.get("CORRAL_PROXY_COLD_START_QUEUE")
+    if raw:
+        if not raw.isdigit():
+            raise SettingsError(f"CORRAL_PROXY_COLD_START_QUEUE={raw!r} must be a whole number (0: hold none)")
+        s = replace(s, proxy_cold_start_queue=int(raw))
     return s
 
 

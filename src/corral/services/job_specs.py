@@ -98,7 +98,10 @@ def job_specs(
     merged: Any,
     default_image: str | None = None,
     ide_download_url: str | None = None,
+    templates: bool = False,
 ) -> list[dict[str, Any]]:
+    """The run's job specs; of a service with ``templates``, one per replica group instead of one per
+    replica (``service_runs.group_templates``)."""
     c = spec["configuration"]
     layout = node_layout(c)
     nodes = len(layout)
@@ -159,5 +162,7 @@ def job_specs(
             }
         )
     if c.get("type") == "service":
+        if templates:
+            return service_runs.group_templates(run_name, out[0], conf)
         return service_runs.replica_job_specs(run_name, out[0], conf)
     return out

@@ -31,6 +31,7 @@ from corral.services import (
     run_references,
     serialize,
     service_runs,
+    service_updates,
 )
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
@@ -152,7 +153,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             "total_offers": len(offers),
             "max_price": max((o["price"] for o in offers), default=None),
         }
-        for js in (service_runs.group_plans(specs) if conf.type == "service" else specs)
+        for js in (_templates(ctx, spec, conf, merged) if conf.type == "service" else specs)
     ]
     return {
         "project_name": project.name,
@@ -163,11 +164,29 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
         "current_resource": serialize.run(run_secrets.revealed(ctx.cipher, current))
         if current and current.status not in store.FINISHED_RUN_STATUSES
         else None,
-        "action": "update" if current and current.status not in store.FINISHED_RUN_STATUSES else "create",
+        "action": "update"
+        if current and current.status not in store.FINISHED_RUN_STATUSES and _updatable(ctx, current, spec)
+        else "create",
         # corral: why the scheduler would fail this run at once if it were submitted now (None: it can run
         # now, or waits for capacity); ``corral apply`` shows it before asking
         "corral_plan_error": verdict,
     }
+
+
+def _updatable(ctx: Context, current: Any, spec: dict[str, Any]) -> bool:
+    """Whether re-applying ``spec`` over the active ``current`` is an update (a service: dstack's rule)."""
+    if spec["configuration"].get("type") != "service":
+        return True
+    stored = dict(run_secrets.revealed(ctx.cipher, current).run_spec)
+    return service_updates.changed_fields(stored, {**spec, "run_name": current.run_name}) is not None
+
+
+def _templates(ctx: Context, spec: dict[str, Any], conf: Any, merged: Any) -> list[dict[str, Any]]:
+    """A service's replica-group templates (``service_runs.group_templates``)."""
+    name = spec["run_name"] or "run"
+    return job_specs(
+        name, spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url, templates=True
+    )
 
 
 def _random_name() -> str:
@@ -212,6 +231,22 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                                 await store.update_run(conn, existing.id, {"last_processed_at": now})
                                 updated = await store.get_run(conn, project.id, run_id=existing.id)
                                 assert updated is not None
+                                return serialize.run(run_secrets.revealed(ctx.cipher, updated))
+                            if conf.type == "service" and stored.get("configuration", {}).get("type") == "service":
+                                spec["run_name"] = explicit
+                                await service_updates.update(
+                                    conn,
+                                    ctx.cipher,
+                                    existing,
+                                    spec,
+                                    _templates(ctx, spec, conf, merged),
+                                    user,
+                                    plan,
+                                    force,
+                                )
+                                updated = await store.get_run(conn, project.id, run_id=existing.id)
+                                assert updated is not None
+                                ctx.wakeups.wake("services")
                                 return serialize.run(run_secrets.revealed(ctx.cipher, updated))
                             if not force:
                                 raise ServiceError(
@@ -269,6 +304,11 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                 if crons is not None:
                     run_values.update(run_options.scheduled_run_values(crons, job_values, now))
                     job_values = []
+                elif conf.type == "service":
+                    templates = _templates(ctx, spec, conf, merged)
+                    run_values["service_templates"] = service_updates.templates_value(ctx.cipher, templates, 0)
+                    if not job_values:
+                        run_values["status"] = "running"  # at zero replicas, waiting for requests
                 await store.insert_run(conn, run_values)
                 if job_values:
                     await store.insert_jobs(conn, job_values)

@@ -1,7 +1,8 @@
 """The `service` run type at submission: what corral's in-server proxy refuses (a 400 naming the field),
-one job spec per replica (``replica_num`` global across replica groups, as dstack numbers them), the
-probes resolved as dstack writes them into the job spec, and the run's ``service`` field
-(``url`` = ``/proxy/services/<project>/<run>/``, ``model.base_url`` for an OpenAI model).
+one job spec per replica (``replica_num`` global across replica groups, as dstack numbers them) and one
+template per replica group (what rollouts and autoscaling submit), the probes resolved as dstack writes
+them into the job spec, and the run's ``service`` field (``url`` = ``/proxy/services/<project>/<run>/``,
+``model.base_url`` for an OpenAI model).
 
 Pure functions over the parsed configuration and plain dicts; imports ``services.errors`` only.
 """
@@ -44,11 +45,6 @@ def check_service(conf: Any) -> None:
         where = "`replicas`" if conf.groups is None else f"`groups` ({group.name})"
         if group.router is not None:
             raise ServiceError(f"{where}: replica groups with a `router` are not supported yet; remove `router`")
-        if group.replicas.min != group.replicas.max:
-            raise ServiceError(
-                f"{where}: auto-scaling is not supported yet; set `replicas` to a fixed number "
-                f"(e.g. `replicas: {group.replicas.max}`) and remove `scaling`"
-            )
         if (group.replicas.max or 0) < 1:
             raise ServiceError(f"{where}: a service needs at least one replica; set `replicas: 1` or more")
         if conf.groups is not None:
@@ -58,6 +54,8 @@ def check_service(conf: Any) -> None:
                         f"`groups` ({group.name}): `{field}` in a replica group is not supported yet; "
                         "set it at the service level"
                     )
+    if getattr(conf, "schedule", None) and all((g.replicas.min or 0) == 0 for g in conf.replica_groups):
+        raise ServiceError("Scheduled services with autoscaling to zero are not supported")
     probes = conf.probes or []
     if len(probes) > MAX_PROBES:
         raise ServiceError(f"`probes`: at most {MAX_PROBES} probes are allowed, got {len(probes)}")
@@ -105,28 +103,47 @@ def probe_specs(conf: Any) -> list[dict[str, Any]]:
     ]
 
 
+def _group_spec(
+    run_name: str, base: dict[str, Any], conf: Any, group: Any, probes: Any, replica_num: int
+) -> dict[str, Any]:
+    js = copy.deepcopy(base)
+    js.update(
+        replica_num=replica_num,
+        job_name=f"{run_name}-0-{replica_num}",
+        replica_group=group.name,
+        commands=list(group.commands or conf.commands or []),
+        service_port=conf.port.container_port,
+        probes=copy.deepcopy(probes),
+    )
+    js["requirements"]["resources"] = group.resources.model_dump(mode="json")
+    if js["requirements"].get("spot") is None:
+        js["requirements"]["spot"] = False  # a service runs on-demand unless told otherwise (dstack)
+    return js
+
+
 def replica_job_specs(run_name: str, base: dict[str, Any], conf: Any) -> list[dict[str, Any]]:
-    """One job spec per replica of every group, from ``base`` (the run's one-node job spec)."""
+    """One job spec per replica of every group (``replicas.min`` of each), from ``base`` (the run's
+    one-node job spec)."""
     probes = probe_specs(conf)
     out = []
     replica_num = 0
     for group in conf.replica_groups:
         for _ in range(int(group.replicas.min or 0)):
-            js = copy.deepcopy(base)
-            js.update(
-                replica_num=replica_num,
-                job_name=f"{run_name}-0-{replica_num}",
-                replica_group=group.name,
-                commands=list(group.commands or conf.commands or []),
-                service_port=conf.port.container_port,
-                probes=copy.deepcopy(probes),
-            )
-            js["requirements"]["resources"] = group.resources.model_dump(mode="json")
-            if js["requirements"].get("spot") is None:
-                js["requirements"]["spot"] = False  # a service runs on-demand unless told otherwise (dstack)
-            out.append(js)
+            out.append(_group_spec(run_name, base, conf, group, probes, replica_num))
             replica_num += 1
     return out
+
+
+def group_templates(run_name: str, base: dict[str, Any], conf: Any) -> list[dict[str, Any]]:
+    """One job spec per replica group (``replica_num`` 0): what new replicas of each group are made from
+    (rollouts, autoscaling), and what ``runs/get_plan`` shows."""
+    probes = probe_specs(conf)
+    return [_group_spec(run_name, base, conf, group, probes, 0) for group in conf.replica_groups]
+
+
+def replica_of(template: dict[str, Any], run_name: str, replica_num: int) -> dict[str, Any]:
+    """A group's template as the job spec of replica ``replica_num``."""
+    return {**template, "replica_num": replica_num, "job_name": f"{run_name}-0-{replica_num}"}
 
 
 def group_plans(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:

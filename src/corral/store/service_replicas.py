@@ -148,7 +148,9 @@ async def route(conn: AsyncConnection, project_name: str, run_name: str) -> Rout
     conf = (orjson.loads(row.run_spec) or {}).get("configuration") or {}
     if conf.get("type") != "service":
         return None
-    ready = [r for r in await _replicas(conn, jobs.c.run_id == row.id) if r.ready]
+    # a replica leaving rotation (``drain_at``: rollout, scale-down) keeps its requests but gets no new one
+    in_rotation = sa.and_(jobs.c.run_id == row.id, jobs.c.drain_at.is_(None), jobs.c.stop_requested.is_(None))
+    ready = [r for r in await _replicas(conn, in_rotation) if r.ready]
     return Route(
         run_id=row.id,
         project_id=row.project_id,

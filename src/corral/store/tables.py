@@ -153,6 +153,9 @@ runs = sa.Table(
     sa.Column("schedule", sa.Text, nullable=True),
     sa.Column("next_triggered_at", Time, nullable=True),
     sa.Column("job_templates", sa.Text, nullable=True),
+    #: A service's replica groups as its current deployment submits them (JSON ``{group: {"job_spec",
+    #: "deployment_num"}}``, job specs sealed as the jobs table holds them): rollouts and autoscaling.
+    sa.Column("service_templates", sa.Text, nullable=True),
     *_lease_columns(),
     _live_unique("ux_runs_project_name_live", "project_id", "run_name"),
     sa.Index("ix_runs_project_submitted", "project_id", "submitted_at", "id"),
@@ -202,6 +205,8 @@ jobs = sa.Table(
     sa.Column("probes", sa.Text, nullable=True),
     #: The last time it was seen ready (a service whose replicas stay unready past ``retry.duration`` fails).
     sa.Column("ready_at", Time, nullable=True),
+    #: When a service replica left rotation (rollout, scale-down): drained, then stopped ``scaled_down``.
+    sa.Column("drain_at", Time, nullable=True),
     *_lease_columns(),
     sa.Index("uq_jobs_submission", "run_id", "replica_num", "job_num", "submission_num", unique=True),
     sa.Index("ix_jobs_status_queue", "status", "priority", "submitted_at"),
@@ -246,6 +251,18 @@ ui_sessions = sa.Table(
     sa.Column("created_at", Time, nullable=False),
     sa.Column("expires_at", Time, nullable=False),
     sa.Index("ix_ui_sessions_user", "user_id"),
+)
+
+#: Requests the in-server proxy of each server replica counted, per service and second (one row per
+#: service, server and second: the autoscaler sums them; old seconds are pruned).
+service_request_stats = sa.Table(
+    "service_request_stats",
+    metadata,
+    sa.Column("run_id", sa.String(36), primary_key=True),
+    sa.Column("server", sa.String(100), primary_key=True),
+    sa.Column("second", sa.BigInteger, primary_key=True),
+    sa.Column("requests", sa.Integer, nullable=False),
+    sa.Index("ix_service_request_stats_second", "second"),
 )
 
 repos = sa.Table(

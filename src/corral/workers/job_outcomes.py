@@ -83,6 +83,8 @@ class JobOutcomes:
             status, reason, message = "terminated", "terminated_by_server", "Run is to be resubmitted"
         elif stopped == "server":  # another job of its run failed for good (workers/runs.py)
             status, reason, message = "terminated", "terminated_by_server", "Stopped: another job of the run failed"
+        elif stopped == "scaled_down":  # a service replica drained and stopped (workers/service_scaling.py)
+            status, reason, message = "terminated", "scaled_down", "scaled down"
         elif stopped == "inactivity":  # a dev environment idle past its inactivity_duration (workers/jobs.py)
             status, reason, message = "terminated", "inactivity_duration_exceeded", job.termination_reason_message
         elif stopped == "utilization":  # its GPUs stayed under its utilization_policy (workers/job_utilization.py)

@@ -16,7 +16,13 @@ import sqlalchemy.exc
 
 from corral.domain.cron import next_trigger
 from corral.domain.retry import Submission, Verdict, needs_retry_evaluation, resubmit_at, retry_duration, verdict
-from corral.domain.statuses import JobStatus, RunStatus, RunTerminationReason, run_status_from_jobs
+from corral.domain.statuses import (
+    JobStatus,
+    JobTerminationReason,
+    RunStatus,
+    RunTerminationReason,
+    run_status_from_jobs,
+)
 from corral.store import resubmit as resubmit_store
 from corral.store import runs as run_store
 from corral.workers.context import Context
@@ -81,6 +87,7 @@ def replica_verdicts(latest: list[run_store.JobState], verdicts: Mapping[str, Ve
     return out
 
 
+_BACK = (RunStatus.SUBMITTED.value, RunStatus.PROVISIONING.value)
 _USER_STOPS = (RunTerminationReason.STOPPED_BY_USER.value, RunTerminationReason.ABORTED_BY_USER.value)
 
 
@@ -189,8 +196,16 @@ class Runs:
                     await self._resubmit(run, latest, plan.resubmit, now)
                 continue
             failure = plan.failure
-            jobs = [(j.status, j.termination_reason) for j in latest.values()]
+            service = is_service(run.jobs)
+            # a service's scaled-down replicas do not count (dstack); at zero replicas it stays as it is
+            jobs = [
+                (j.status, j.termination_reason)
+                for j in latest.values()
+                if not (service and j.termination_reason == JobTerminationReason.SCALED_DOWN.value)
+            ]
             decision = decide_run(run.status, run.termination_reason, jobs, failure)
+            if service and decision is not None and run.status == "running" and decision[0] in _BACK:
+                decision = None  # a service scaling up from zero (or replacing a replica) keeps running
             master = latest.get((0, 0))
             fleet_id = run.fleet_id or (master.instance_fleet_id if master else None)
             if decision is None and fleet_id == run.fleet_id:

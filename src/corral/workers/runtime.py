@@ -16,6 +16,7 @@ from corral.workers.metrics_retention import MetricsRetention
 from corral.workers.probes import Probes
 from corral.workers.runs import Runs
 from corral.workers.scheduling import Scheduling
+from corral.workers.service_scaling import ServiceScaling
 from corral.workers.triggers import Triggers
 
 log = logging.getLogger("corral.workers")
@@ -49,6 +50,7 @@ class Workers:
         self.triggers = Triggers(ctx)
         self.hosts = Hosts(ctx)
         self.probes = Probes(ctx)
+        self.service_scaling = ServiceScaling(ctx)
         self.metrics_retention = MetricsRetention(ctx)
         self._tasks: list[asyncio.Task[None]] = []
         self._notifier: PgNotifier | None = None
@@ -77,6 +79,7 @@ class Workers:
             self._tasks.append(asyncio.create_task(self._loop(name, fn), name=f"corral-{name}"))
         self._tasks.append(asyncio.create_task(self.hosts.run(), name="corral-hosts"))  # on its own interval
         self._tasks.append(asyncio.create_task(self.probes.run(), name="corral-probes"))  # service replicas
+        self._tasks.append(asyncio.create_task(self.service_scaling.run(), name="corral-service-scaling"))
         self._tasks.append(asyncio.create_task(self.metrics_retention.run(), name="corral-metrics-retention"))
         # The first passes (they pick up whatever the last server left) once start-up is over: run at once, they
         # would share the loop and the GIL with the end of start-up and the first requests.
@@ -106,6 +109,7 @@ class Workers:
     async def stop(self) -> None:
         self._stopping = True
         self.probes.stop()
+        self.service_scaling.stop()
         self.triggers.stop()
         self.metrics_retention.stop()
         if self._first_passes is not None:

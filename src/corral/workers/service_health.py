@@ -5,8 +5,9 @@ replica that failed after it was placed -- or got no capacity while another repl
 submitted again (``submission_num + 1``, backing off as ``domain.retry.resubmit_at``) while the others keep
 serving, and the run stays ``running``. What ends a
 service is that none of its replicas was ready for ``retry.duration`` (default one hour): from its
-submission, or from the last moment any replica was seen ready. It then ends ``failed`` with
-``retry_limit_exceeded``.
+submission, or from the last moment any replica was seen ready (or, back from zero replicas, from the
+first replica submitted since). It then ends ``failed`` with ``retry_limit_exceeded``. A service scaled
+to zero waits for requests and stays as it is.
 """
 
 from __future__ import annotations
@@ -43,9 +44,18 @@ def plan_service(
     run_submitted_at: float,
     now: float,
 ) -> ServicePlan:
+    scaled_down = JobTerminationReason.SCALED_DOWN.value
+    if all(j.termination_reason == scaled_down for j in latest.values()):
+        return ServicePlan()  # at zero replicas (autoscaled): nothing is waited for
     retry = next((r for j in latest.values() if (r := retries.get(j.id)) is not None), None)
     duration = retry_duration(retry)
     since = max([run_submitted_at, *(j.ready_at for j in all_jobs if j.ready_at is not None)])
+    # back from zero: the clock starts at the first replica submitted since the last one was scaled down
+    downs = [j.finished_at for j in all_jobs if j.termination_reason == scaled_down and j.finished_at is not None]
+    if downs:
+        after = [j.submitted_at for j in all_jobs if j.submitted_at >= max(downs)]
+        if after:
+            since = max(since, min(after))
     ready_now = any(j.ready and j.status == "running" for j in latest.values())
     if not ready_now and now - since > duration:
         return ServicePlan(give_up=True)

@@ -1,0 +1,109 @@
+"""The rollout rule of a replica group (``domain.rollout``): simulated step by step over random groups,
+readiness and failures, the serving version never drops below min(ready old, desired) replicas in rotation
+while any old replica was ready; a rollout whose new replica never becomes ready keeps every old replica;
+one that succeeds ends with every replica up to date."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corral.domain.rollout import GroupDecision, Phase, ReplicaView, allocate_numbers, decide_group
+
+DRAIN = 5.0
+
+
+def _apply(
+    reps: dict[str, ReplicaView], d: GroupDecision, deployment: int, now: float, counter: list[int]
+) -> dict[str, ReplicaView]:
+    out = dict(reps)
+    for job_id in d.stop:
+        out.pop(job_id, None)
+    for job_id in d.drain:
+        r = out[job_id]
+        out[job_id] = ReplicaView(r.job_id, r.replica_num, r.deployment_num, Phase.DRAINING, drain_at=now)
+    for job_id in d.bump:
+        r = out[job_id]
+        out[job_id] = ReplicaView(r.job_id, r.replica_num, deployment, r.phase, True, r.drain_at)
+    numbers = allocate_numbers(d.start, [], [r.replica_num for r in out.values()])
+    for n in numbers:
+        counter[0] += 1
+        job_id = f"j{counter[0]}"
+        out[job_id] = ReplicaView(job_id, n, deployment, Phase.STARTING, True)
+    return out
+
+
+def _in_rotation(reps: dict[str, ReplicaView]) -> int:
+    return sum(1 for r in reps.values() if r.phase == Phase.READY)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    old_count=st.integers(0, 4),
+    desired=st.integers(0, 4),
+    seed=st.integers(0, 2**32 - 1),
+    new_can_be_ready=st.booleans(),
+)
+def test_the_serving_version_stays_in_rotation(old_count: int, desired: int, seed: int, new_can_be_ready: bool) -> None:
+    rnd = random.Random(seed)
+    reps = {f"o{i}": ReplicaView(f"o{i}", i, 0, Phase.READY) for i in range(old_count)}
+    counter = [0]
+    now = 0.0
+    for _ in range(40):
+        ready_old = sum(1 for r in reps.values() if r.deployment_num == 0 and r.phase == Phase.READY)
+        d = decide_group(list(reps.values()), 1, desired, now, DRAIN)
+        reps = _apply(reps, d, 1, now, counter)
+        if ready_old:
+            assert _in_rotation(reps) >= min(ready_old, desired), (reps, d)
+        # the world moves: new replicas become ready (or fail and restart), time passes
+        for job_id, r in list(reps.items()):
+            if r.phase == Phase.STARTING and new_can_be_ready and rnd.random() < 0.5:
+                reps[job_id] = ReplicaView(r.job_id, r.replica_num, r.deployment_num, Phase.READY, True)
+        now += rnd.choice([0.5, 1.0, 3.0])
+    if not new_can_be_ready:  # the old version keeps serving, as many replicas as desired
+        old_ready = sum(1 for r in reps.values() if r.deployment_num == 0 and r.phase == Phase.READY)
+        assert old_ready == min(old_count, desired), reps
+    else:
+        left = [r for r in reps.values() if r.phase != Phase.DRAINING]
+        assert all(r.deployment_num == 1 for r in left), left
+        assert len(left) == desired
+
+
+def test_a_new_replica_that_never_becomes_ready_keeps_the_old_one() -> None:
+    old = ReplicaView("o", 0, 0, Phase.READY)
+    d = decide_group([old], 1, 1, 0.0, DRAIN)
+    assert d.start == 1 and not d.drain and not d.stop and d.rolling
+    new = ReplicaView("n", 1, 1, Phase.STARTING, True)
+    for t in range(100):
+        d = decide_group([old, new], 1, 1, float(t), DRAIN)
+        assert d == GroupDecision(rolling=True), d
+
+
+def test_old_leaves_rotation_once_new_is_ready_then_is_stopped_after_the_drain() -> None:
+    old = ReplicaView("o", 0, 0, Phase.READY)
+    new = ReplicaView("n", 1, 1, Phase.READY, True)
+    d = decide_group([old, new], 1, 1, 10.0, DRAIN)
+    assert d.drain == ("o",) and d.start == 0 and d.wake_at == 10.0 + DRAIN
+    draining = ReplicaView("o", 0, 0, Phase.DRAINING, drain_at=10.0)
+    assert decide_group([draining, new], 1, 1, 12.0, DRAIN).stop == ()
+    assert decide_group([draining, new], 1, 1, 15.0, DRAIN).stop == ("o",)
+
+
+def test_reapplying_the_previous_configuration_ends_a_stuck_rollout() -> None:
+    old = ReplicaView("o", 0, 0, Phase.READY, same_spec=True)
+    stuck = ReplicaView("n", 1, 1, Phase.STARTING, same_spec=False)
+    d = decide_group([old, stuck], 2, 1, 0.0, DRAIN)
+    assert d.bump == ("o",) and d.stop == ("n",) and d.start == 0 and not d.drain
+
+
+def test_scale_down_drains_the_least_important_and_numbers_are_reused() -> None:
+    reps = [
+        ReplicaView("a", 0, 0, Phase.READY),
+        ReplicaView("b", 1, 0, Phase.READY),
+        ReplicaView("c", 2, 0, Phase.STARTING),
+    ]
+    d = decide_group(reps, 0, 1, 0.0, DRAIN)
+    assert d.stop == ("c",) and d.drain == ("b",)
+    assert allocate_numbers(3, [2, 0], [1]) == [0, 2, 3]
