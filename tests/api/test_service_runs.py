@@ -100,7 +100,6 @@ async def test_groups_number_replicas_globally_and_plan_one_job_per_group(server
         ({"gateway": True}, "`gateway`"),
         ({"rate_limits": [{"rps": 10}]}, "`rate_limits`"),
         ({"https": False}, "`https`"),
-        ({"replicas": "1..3", "scaling": {"metric": "rps", "target": 10}}, "auto-scaling is not supported yet"),
         ({"replicas": 0}, "at least one replica"),
         ({"model": {"name": "m", "format": "tgi"}}, "`tgi`"),
         (

@@ -3,7 +3,10 @@
 GET /whoami: the job's id. GET /headers: the path and headers it got, as JSON. GET /health: 200 unless
 the file ``sick`` exists in its directory (GET /sick creates it, GET /well removes it). GET /sse: three
 server-sent events, 0.3 s apart, chunked. POST /echo: the body back (Content-Length or chunked). GET /die:
-the process kills itself with SIGKILL. GET /ws (WebSocket): every message echoed back as ``echo:<message>``.
+the process kills itself with SIGKILL. GET /version: ``$VERSION``. GET /long-sse?n=N: N events 0.25 s
+apart, then ``data: [DONE]``. POST /v1/chat/completions: an OpenAI-style answer naming ``$MODEL``
+(streamed as SSE chunks and ``data: [DONE]`` with ``"stream": true``). GET /ws (WebSocket): every message
+echoed back as ``echo:<message>``.
 """
 
 import base64
@@ -90,10 +93,26 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(0.3)
             self.wfile.write(b"0\r\n\r\n")
+        elif self.path == "/version":
+            self._send(200, os.environ.get("VERSION", "?"))
+        elif self.path.startswith("/long-sse"):
+            n = int(self.path.partition("n=")[2] or 8)
+            self._chunked([f"data: {i}\n\n".encode() for i in range(n)] + [b"data: [DONE]\n\n"], 0.25)
         elif self.path == "/die":
             os.kill(os.getpid(), signal.SIGKILL)
         else:
             self._send(404, "no such path: " + self.path)
+
+    def _chunked(self, events, pause):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for data in events:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+            time.sleep(pause)
+        self.wfile.write(b"0\r\n\r\n")
 
     def do_POST(self):
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -107,6 +126,21 @@ class Handler(BaseHTTPRequestHandler):
                 self.rfile.readline()
         else:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path == "/v1/chat/completions":
+            req = json.loads(body or b"{}")
+            model = os.environ.get("MODEL", "?")
+            if req.get("stream"):
+                chunks = [{"model": model, "choices": [{"delta": {"content": w}}]} for w in ("hello ", "from ", model)]
+                self._chunked(
+                    [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"], 0.05
+                )
+            else:
+                answer = {
+                    "model": model,
+                    "choices": [{"message": {"role": "assistant", "content": "hello from " + model}}],
+                }
+                self._send(200, json.dumps(answer), "application/json")
+            return
         self._send(200, body, "application/octet-stream")
 
 

@@ -153,7 +153,9 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             "total_offers": len(offers),
             "max_price": max((o["price"] for o in offers), default=None),
         }
-        for js in (_templates(ctx, spec, conf, merged) if conf.type == "service" else specs)
+        for js in (
+            service_runs.plan_specs(specs, _templates(ctx, spec, conf, merged)) if conf.type == "service" else specs
+        )
     ]
     return {
         "project_name": project.name,

@@ -158,6 +158,13 @@ def group_plans(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def plan_specs(specs: list[dict[str, Any]], templates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One job spec per replica group for ``runs/get_plan``: its first replica's, or (a group at zero
+    replicas) its template."""
+    first = {str(js.get("replica_group") or "0"): js for js in reversed(specs)}
+    return [first.get(str(t.get("replica_group") or "0"), t) for t in templates]
+
+
 def proxy_path(project_name: str, run_name: str) -> str:
     return f"/proxy/services/{project_name}/{run_name}/"
 

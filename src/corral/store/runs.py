@@ -351,6 +351,8 @@ class JobState:
     ready: bool | None = None
     #: ... and when it was last seen ready.
     ready_at: float | None = None
+    #: A service replica the scaler removed (``stop_requested = scaled_down``): never submitted again.
+    retired: bool = False
 
 
 @dataclass(frozen=True)
@@ -409,6 +411,7 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                 jobs.c.finished_at,
                 jobs.c.ready,
                 jobs.c.ready_at,
+                jobs.c.stop_requested,
             )
             .outerjoin(instances, instances.c.id == jobs.c.instance_id)
             .where(jobs.c.run_id.in_(chunk))
@@ -429,6 +432,7 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                     r.finished_at,
                     r.ready,
                     r.ready_at,
+                    r.stop_requested == "scaled_down",
                 )
             )
     return [

@@ -247,8 +247,9 @@ async def scale_down(conn: AsyncConnection, views: Sequence[JobView], now: float
                     "last_processed_at": now,
                 },
             )
-        elif j.status == "failed":
-            continue  # already ended: the scaler just does not submit it again
+        elif j.status in ("terminated", "aborted", "failed", "done"):
+            # already ended: marked so that it is not submitted again (workers/service_health)
+            await conn.execute(sa.update(jobs).where(jobs.c.id == j.id).values(stop_requested="scaled_down"))
         elif j.stop_requested is None:
             await conn.execute(
                 sa.update(jobs)

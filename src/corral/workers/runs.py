@@ -201,7 +201,7 @@ class Runs:
             jobs = [
                 (j.status, j.termination_reason)
                 for j in latest.values()
-                if not (service and j.termination_reason == JobTerminationReason.SCALED_DOWN.value)
+                if not (service and (j.termination_reason == JobTerminationReason.SCALED_DOWN.value or j.retired))
             ]
             decision = decide_run(run.status, run.termination_reason, jobs, failure)
             if service and decision is not None and run.status == "running" and decision[0] in _BACK:

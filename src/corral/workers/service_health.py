@@ -45,6 +45,7 @@ def plan_service(
     now: float,
 ) -> ServicePlan:
     scaled_down = JobTerminationReason.SCALED_DOWN.value
+    latest = {k: j for k, j in latest.items() if not j.retired}  # removed by the scaler: not waited for
     if all(j.termination_reason == scaled_down for j in latest.values()):
         return ServicePlan()  # at zero replicas (autoscaled): nothing is waited for
     retry = next((r for j in latest.values() if (r := retries.get(j.id)) is not None), None)

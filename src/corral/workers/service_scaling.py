@@ -200,7 +200,11 @@ def decide_service(
             wakes.append(d.wake_at)
         if d.rolling:
             bumped = set(d.bump)
-            stuck += [j for j in active if j.deployment_num >= svc.deployment_num and j.id not in bumped]
+            stuck += [
+                j
+                for j in active
+                if j.deployment_num >= svc.deployment_num and j.id not in bumped and _phase(j) == Phase.STARTING
+            ]
     message = _why_stuck(stuck, svc.deployment_num) if stuck else None
     return ServiceDecision(start, tuple(bump), tuple(drain), tuple(stop), message, min(wakes) if wakes else None)
 
