@@ -10,7 +10,8 @@ reaches the caller); every answer carries ``Content-Security-Policy: sandbox ...
 replica with the fewest requests in flight is chosen; upstream connections are kept alive; a request that
 could not be delivered is tried once more on another replica; bodies stream both ways; request bodies
 are limited to ``proxy_body_limit`` (64 MiB) as dstack's gateway limits them; WebSocket upgrades pass
-(``proxy.websocket``).
+(``proxy.websocket``). Requests are counted for the autoscaler (``proxy.stats``); a service at zero
+replicas holds them until one is ready (``proxy.cold_start``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from corral.backends.replica_port import open_replica
 from corral.domain.telemetry import Telemetry
 from corral.proxy.balancer import Balancer
 from corral.proxy.cache import Cache
+from corral.proxy.cold_start import FULL, ColdStart
 from corral.proxy.pool import Conn, Pool, close
+from corral.proxy.stats import RequestCounter
 from corral.services import service_routing
 from corral.services.service_routing import Replica, Route
 from corral.workers.context import Context
@@ -114,6 +117,9 @@ class ServiceProxy:
         self.members: Cache[tuple[str, str], bool] = Cache(self._load_member, CACHE_TTL)
         self.balancer = Balancer(ctx.settings.probe_failure_threshold)
         self.pool = Pool()
+        self.counter = RequestCounter(ctx)
+        s = ctx.settings
+        self.cold = ColdStart(self.routes, self.counter.flush_now, s.proxy_cold_start_queue, s.proxy_cold_start_timeout)
         self._service_jobs: dict[tuple[str, str], set[str]] = {}
         ctx.wakeups.listen("services", self._services_changed)
         ctx.wakeups.listen("access", self.members.clear)
@@ -134,6 +140,7 @@ class ServiceProxy:
 
     def _services_changed(self) -> None:
         self.routes.clear()
+        self.cold.changed()
 
     # ---- ASGI --------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -155,7 +162,7 @@ class ServiceProxy:
             await send({"type": "http.response.body", "body": b""})
             return
         route = await self.routes.get((project, run))
-        if route is None or not route.replicas:
+        if route is None or not (route.replicas or route.scales_from_zero):
             await _json(send, 404, {"detail": f"Service {project}/{run} not found"})
             return
         # counted per service that exists (never by names from a URL alone: the labels stay bounded)
@@ -169,7 +176,26 @@ class ServiceProxy:
         if any(k == b"upgrade" for k, _ in headers):
             await _json(send, 400, {"detail": "Upgrading connections is not supported"})
             return
-        await self._forward(scope, receive, send, route, headers, f"{PREFIX}{project}/{run}")
+        served = await self.admit(send, (project, run), route)
+        if served is not None:
+            await self._forward(scope, receive, send, served, headers, f"{PREFIX}{project}/{run}")
+
+    async def admit(self, send: Send, key: tuple[str, str], route: Route) -> Route | None:
+        """Count the request for the autoscaler; at zero replicas hold it until one is ready (None: answered
+        already, 503 or 404)."""
+        self.counter.count(route.run_id)
+        if route.replicas:
+            return route
+        got = await self.cold.wait(key, route)
+        if got is None:
+            await _json(send, 404, {"detail": f"Service {key[0]}/{key[1]} not found"})
+            return None
+        if isinstance(got, str):
+            why = "too many requests wait" if got == FULL else "no replica became ready in time"
+            detail = f"Service {key[0]}/{key[1]} is starting from zero replicas ({why}); try again later"
+            await _json(send, 503, {"detail": detail}, [(b"retry-after", b"5")])
+            return None
+        return got
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A WebSocket to the service: the same route, auth and choice of replica as a request."""

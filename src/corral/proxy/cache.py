@@ -35,6 +35,10 @@ class Cache(Generic[K, V]):
         self._entries.clear()
         self._generation += 1  # a load in flight when cleared is not kept
 
+    def forget(self, key: K) -> None:
+        """Drop one entry (the next ``get`` loads it again)."""
+        self._entries.pop(key, None)
+
     async def get(self, key: K) -> V:
         hit = self._entries.get(key)
         if hit is not None and hit[0] > time.monotonic():

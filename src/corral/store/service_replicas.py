@@ -51,6 +51,10 @@ class Route:
     auth: bool
     strip_prefix: bool
     replicas: tuple[Replica, ...]
+    #: Some replica group may run at zero replicas (``replicas: 0..N``): a request then waits for one.
+    scales_from_zero: bool = False
+    #: The run's OpenAI model name (``model``), if any: ``/proxy/models/<project>/`` routes by it.
+    model: str | None = None
 
 
 def _loads(text: str | None) -> Any:
@@ -157,7 +161,23 @@ async def route(conn: AsyncConnection, project_name: str, run_name: str) -> Rout
         auth=conf.get("auth", True) is not False,
         strip_prefix=conf.get("strip_prefix", True) is not False,
         replicas=tuple(sorted(ready, key=lambda r: r.replica_num)),
+        scales_from_zero=_scales_from_zero(conf),
+        model=_model_name(conf),
     )
+
+
+def _scales_from_zero(conf: dict[str, Any]) -> bool:
+    raw = conf.get("groups")
+    groups: list[Any] = raw if isinstance(raw, list) else [conf]
+    return any(
+        isinstance(g.get("replicas"), dict) and not g["replicas"].get("min") and (g["replicas"].get("max") or 0) > 0
+        for g in groups
+    )
+
+
+def _model_name(conf: dict[str, Any]) -> str | None:
+    model = conf.get("model")
+    return str(model["name"]) if isinstance(model, dict) and model.get("format", "openai") == "openai" else None
 
 
 async def record_probes(conn: AsyncConnection, updates: Sequence[tuple[str, dict[str, Any]]]) -> None:

@@ -169,7 +169,7 @@ def decide_service(
         if template is None:
             continue
         members = by_group.get(gc.name, [])
-        active = [j for j in members if _active(j) or (j.drain_at is not None and j.status not in _ENDED)]
+        active = [j for j in members if _active(j)]
         current = sum(1 for j in active if _phase(j) != Phase.DRAINING)
         dated = [j.submitted_at for j in members] + [j.finished_at for j in members if j.finished_at is not None]
         last_scaled = max(dated) if dated else None
@@ -279,12 +279,12 @@ class ServiceScaling:
             if d.changes():
                 changed = True
                 log.info(
-                    "service %s: start %s, in place %d, drain %d, stop %d",
+                    "service %s: start %s, in place %d, drain %d, stop %s",
                     svc.run_name,
                     dict(d.start) or "none",
                     len(d.bump),
                     len(d.drain),
-                    len(d.stop),
+                    [(views[i].replica_num, views[i].status, views[i].stop_requested) for i in d.stop] or "none",
                 )
         if changed:
             self.ctx.wakeups.wake("services", "scheduler", "jobs", "runs")
