@@ -4,7 +4,9 @@ and ends answering from the new version only (old replicas ``terminated``/``scal
 replica that exits at once, never passes its probe, or cannot be placed leaves the old version serving
 every request, the run's status message saying why, until re-applying the previous configuration ends
 the rollout without restarting anything; a field that cannot change in place is dstack's 400; an SSE
-stream survives a scale-down that starts mid-stream (the replica is drained)."""
+stream survives a scale-down that starts mid-stream (the replica is drained). The model endpoint:
+``/proxy/models/main/`` lists two model services and routes chat completions by the body's ``model``,
+streamed too; an unknown model is dstack's 404; ``model.base_url`` answers."""
 
 from __future__ import annotations
 
@@ -198,3 +200,37 @@ async def test_an_sse_stream_survives_a_scale_down_started_mid_stream(server: Ru
         ended = [s for s in latest(run).values() if s["status"] == "terminated"]
         assert [s["termination_reason"] for s in ended] == ["scaled_down"], latest(run)
         await c.post("/api/project/main/runs/stop", json={"runs_names": ["sse"], "abort": True})
+
+
+async def test_models_route_by_name_across_services_streamed_too(server: RunningServer) -> None:
+    async with server.client() as c:
+        for name, model in (("llm-a", "org/a"), ("llm-b", "org/b")):
+            conf = service_conf(name, "1", model=model, env={"MODEL": model})
+            r = await apply(c, conf)
+            assert r.status_code == 200, r.text
+            assert r.json()["service"]["model"]["base_url"] == f"/proxy/services/main/{name}/v1"
+        await serving(c, "llm-a", 1, 0)
+        await serving(c, "llm-b", 1, 0)
+        listed = await c.get("/proxy/models/main/models")
+        assert listed.status_code == 200, listed.text
+        assert sorted(m["id"] for m in listed.json()["data"]) == ["org/a", "org/b"]
+        assert listed.json()["object"] == "list" and listed.json()["data"][0]["owned_by"] == "main"
+        hi = {"messages": [{"role": "user", "content": "hi"}]}
+        for model in ("org/a", "org/b"):
+            r = await c.post("/proxy/models/main/chat/completions", json={**hi, "model": model})
+            assert r.status_code == 200 and r.json()["model"] == model, r.text
+        async with c.stream(
+            "POST", "/proxy/models/main/v1/chat/completions", json={**hi, "model": "org/b", "stream": True}
+        ) as s:
+            lines = [line async for line in s.aiter_lines() if line]
+        assert s.headers["content-type"].startswith("text/event-stream")
+        assert lines[-1] == "data: [DONE]" and len(lines) == 4 and '"org/b"' in lines[0], lines
+        r = await c.post("/proxy/models/main/chat/completions", json={**hi, "model": "nope"})
+        assert r.status_code == 404 and r.json() == {"detail": "Model nope not found in project main"}
+        async with httpx.AsyncClient(base_url=server.url) as anonymous:
+            r = await anonymous.get("/proxy/models/main/models")
+            assert r.status_code == 403, r.text
+        # the model's own base URL, through the service's proxy path
+        r = await c.post("/proxy/services/main/llm-a/v1/chat/completions", json={**hi, "model": "org/a"})
+        assert r.status_code == 200 and r.json()["model"] == "org/a", r.text
+        await c.post("/api/project/main/runs/stop", json={"runs_names": ["llm-a", "llm-b"], "abort": True})

@@ -70,15 +70,15 @@ class _ServiceProxy:
 
 
 class _ProxyFirst:
-    """Outermost middleware: requests under ``/proxy/services/`` go straight to the proxy (no API version
-    check, no routing table: the proxy's own overhead is a measured figure)."""
+    """Outermost middleware: requests under ``/proxy/services/`` and ``/proxy/models/`` go straight to the
+    proxy (no API version check, no routing table: the proxy's own overhead is a measured figure)."""
 
     def __init__(self, app: Any, proxy: _ServiceProxy) -> None:
         self.app = app
         self.proxy = proxy
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] in ("http", "websocket") and scope["path"].startswith("/proxy/services/"):
+        if scope["type"] in ("http", "websocket") and scope["path"].startswith(("/proxy/services/", "/proxy/models/")):
             await self.proxy(scope, receive, send)
         else:
             await self.app(scope, receive, send)
@@ -135,6 +135,7 @@ def create_app(ctx: Context, workers: Background) -> Starlette:
         Route(OPENAPI_URL, _openapi, include_in_schema=False),
         Route(DOCS_URL, _docs, include_in_schema=False),
         Route("/proxy/services/{rest:path}", proxy, include_in_schema=False),
+        Route("/proxy/models/{rest:path}", proxy, include_in_schema=False),
     ]
     app = Starlette(
         routes=[*starlette_routes(*TABLES), *docs],

@@ -115,6 +115,8 @@ class ServiceProxy:
         self.ctx = ctx
         self.routes: Cache[tuple[str, str], Route | None] = Cache(self._load_route, CACHE_TTL)
         self.members: Cache[tuple[str, str], bool] = Cache(self._load_member, CACHE_TTL)
+        #: Each project's OpenAI models: (name, run name, submitted_at) (``proxy.models``).
+        self.models: Cache[str, list[tuple[str, str, float]]] = Cache(self._load_models, CACHE_TTL)
         self.balancer = Balancer(ctx.settings.probe_failure_threshold)
         self.pool = Pool()
         self.counter = RequestCounter(ctx)
@@ -135,11 +137,15 @@ class ServiceProxy:
         self._service_jobs[key] = live
         return route
 
+    async def _load_models(self, project: str) -> list[tuple[str, str, float]]:
+        return await service_routing.models(self.ctx, project)
+
     async def _load_member(self, key: tuple[str, str]) -> bool:
         return await service_routing.is_member(self.ctx, *key)
 
     def _services_changed(self) -> None:
         self.routes.clear()
+        self.models.clear()
         self.cold.changed()
 
     # ---- ASGI --------------------------------------------------------------------------------
@@ -150,6 +156,11 @@ class ServiceProxy:
         if scope["type"] != "http":
             return
         path: str = scope["path"]
+        if path.startswith("/proxy/models/"):
+            from corral.proxy import models  # the model endpoint: on its first request only
+
+            await models.handle(self, scope, receive, send)
+            return
         parts = path[len(PREFIX) :].split("/", 2) if path.startswith(PREFIX) else []
         if len(parts) < 2 or not parts[0] or not parts[1]:
             await _json(send, 404, {"detail": "Not Found"})

@@ -336,7 +336,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
             continue
     else:
         raise ServiceError("Could not pick a unique run name; try again")
-    ctx.wakeups.wake("scheduler" if crons is None else "triggers")
+    ctx.wakeups.wake("scheduler" if crons is None else "triggers", *(("services",) if conf.type == "service" else ()))
     assert run is not None
     log.info(
         "run %s submitted to project %s by %s (%d job(s))",

@@ -10,12 +10,18 @@ from corral.store import service_replicas
 from corral.store.service_replicas import Replica, Route
 from corral.workers.context import Context
 
-__all__ = ["Replica", "Route", "is_member", "route"]
+__all__ = ["Replica", "Route", "is_member", "models", "route"]
 
 
 async def route(ctx: Context, project_name: str, run_name: str) -> Route | None:
     async with ctx.db.read() as conn:
         return await service_replicas.route(conn, project_name, run_name)
+
+
+async def models(ctx: Context, project_name: str) -> list[tuple[str, str, float]]:
+    """The project's OpenAI models: ``(name, run name, submitted_at)`` (``/proxy/models/<project>/``)."""
+    async with ctx.db.read() as conn:
+        return await service_replicas.models(conn, project_name)
 
 
 async def is_member(ctx: Context, token: str, project_name: str) -> bool:

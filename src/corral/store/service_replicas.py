@@ -55,6 +55,8 @@ class Route:
     scales_from_zero: bool = False
     #: The run's OpenAI model name (``model``), if any: ``/proxy/models/<project>/`` routes by it.
     model: str | None = None
+    #: Where the service serves the OpenAI API (the model's ``prefix``, dstack's default ``/v1``).
+    model_prefix: str = "/v1"
 
 
 def _loads(text: str | None) -> Any:
@@ -163,6 +165,7 @@ async def route(conn: AsyncConnection, project_name: str, run_name: str) -> Rout
         replicas=tuple(sorted(ready, key=lambda r: r.replica_num)),
         scales_from_zero=_scales_from_zero(conf),
         model=_model_name(conf),
+        model_prefix=str((conf.get("model") or {}).get("prefix") or "/v1") if conf.get("model") else "/v1",
     )
 
 
@@ -187,3 +190,28 @@ async def record_probes(conn: AsyncConnection, updates: Sequence[tuple[str, dict
         if "probes" in vals:
             vals["probes"] = orjson.dumps(vals["probes"]).decode()
         await conn.execute(sa.update(jobs).where(jobs.c.id == job_id, jobs.c.status == "running").values(**vals))
+
+
+async def models(conn: AsyncConnection, project_name: str) -> list[tuple[str, str, float]]:
+    """The OpenAI models the live services of a project serve: ``(model name, run name, submitted_at)``,
+    one per name (the newest run, as dstack resolves duplicates)."""
+    rows = (
+        await conn.execute(
+            sa.select(runs.c.run_name, runs.c.run_spec, runs.c.submitted_at)
+            .join(projects, projects.c.id == runs.c.project_id)
+            .where(
+                projects.c.name == project_name,
+                projects.c.deleted.is_(False),
+                runs.c.deleted.is_(False),
+                runs.c.status.notin_(_ENDED),
+                runs.c.service_templates.is_not(None),
+            )
+            .order_by(runs.c.submitted_at)
+        )
+    ).all()
+    found: dict[str, tuple[str, str, float]] = {}
+    for r in rows:
+        name = _model_name((orjson.loads(r.run_spec) or {}).get("configuration") or {})
+        if name is not None:
+            found[name] = (name, r.run_name, float(r.submitted_at))
+    return list(found.values())

@@ -1,0 +1,97 @@
+"""``/proxy/models/<project>/``: the project's OpenAI-compatible endpoint (dstack's model proxy, kept for
+corral beyond dstack's deprecation). ``GET …/models`` lists the models the project's live services
+serve (``model`` in OpenAI format; the newest run of a name wins); ``POST …/chat/completions`` sends the
+request to the service whose model the body's ``model`` names -- at its ``model.prefix`` (``/v1``) --
+through the same balancing, counting and scale-from-zero as ``/proxy/services/``, its answer streamed
+back unchanged (SSE included). ``v1/models`` and ``v1/chat/completions`` are accepted too. A project
+member's token is always required (dstack: ``ProxyAuth(auto_enforce=True)``); an unknown model is
+dstack's 404 ``Model <name> not found in project <project>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+if TYPE_CHECKING:
+    from corral.proxy.app import Receive, Scope, Send, ServiceProxy
+
+PREFIX = "/proxy/models/"
+#: The largest chat request read to find its ``model`` (the proxy's body limit applies beyond).
+MAX_BODY = 16 * 2**20
+
+
+async def handle(proxy: ServiceProxy, scope: Scope, receive: Receive, send: Send) -> None:
+    from corral.proxy.app import _json, _token
+
+    path: str = scope["path"]
+    project, _, rest = path[len(PREFIX) :].partition("/")
+    rest = rest.strip("/")
+    if rest.startswith("v1/"):
+        rest = rest[3:]
+    method = scope["method"]
+    if not project or (rest, method) not in (("models", "GET"), ("chat/completions", "POST")):
+        await _json(send, 404, {"detail": "Not Found"})
+        return
+    headers: list[tuple[bytes, bytes]] = list(scope["headers"])
+    token = _token(headers)
+    if token is None or not await proxy.members.get((token, project)):
+        await _json(send, 403, {"detail": f"Unauthenticated or unauthorized to access project {project}"})
+        return
+    served = await proxy.models.get(project)
+    if rest == "models":
+        data = [{"object": "model", "id": n, "created": int(at), "owned_by": project} for n, _, at in served]
+        await _json(send, 200, {"object": "list", "data": data})
+        return
+    body = await _read(receive)
+    if body is None:
+        await _json(send, 413, {"detail": "Request body too large"})
+        return
+    try:
+        request = orjson.loads(body)
+        name = request["model"]
+        if not isinstance(name, str):
+            raise TypeError
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        await _json(send, 422, {"detail": [{"loc": ["body", "model"], "msg": "field required", "type": "missing"}]})
+        return
+    run = next((r for n, r, _ in served if n == name), None)
+    route = await proxy.routes.get((project, run)) if run is not None else None
+    if run is None or route is None:
+        await _json(send, 404, {"detail": f"Model {name} not found in project {project}"})
+        return
+    route = await proxy.admit(send, (project, run), route)
+    if route is None:
+        return
+    target = f"/proxy/services/{project}/{run}{route.model_prefix.rstrip('/')}/chat/completions"
+    inner: dict[str, Any] = {**scope, "path": target, "raw_path": target.encode(), "query_string": b""}
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    await proxy._forward(
+        inner, replay, send, dataclasses.replace(route, strip_prefix=True), headers, f"/proxy/services/{project}/{run}"
+    )
+
+
+async def _read(receive: Receive) -> bytes | None:
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return b""
+        data = msg.get("body", b"")
+        size += len(data)
+        if size > MAX_BODY:
+            return None
+        parts.append(data)
+        if not msg.get("more_body"):
+            return b"".join(parts)
