@@ -1,0 +1,105 @@
+"""Services II's parts without a server: held requests at zero replicas (served once a replica appears,
+a fast ``full`` beyond the queue, ``timed out`` past the timeout, woken by a route change), the
+request counter (one write per service and second however many requests, the count written at once for a
+cold start), dstack's rule of what a re-apply may change in place, and the settings from the
+environment."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.proxy import stats
+from corral.proxy.cache import Cache
+from corral.proxy.cold_start import FULL, TIMED_OUT, ColdStart
+from corral.services.service_updates import changed_fields
+from corral.settings import Settings, SettingsError
+from corral.store.service_replicas import Route
+
+
+def _route(replicas: tuple[Any, ...] = ()) -> Route:
+    return Route("run-1", "p", True, True, replicas, scales_from_zero=True)
+
+
+@pytest.mark.asyncio
+async def test_held_requests_served_full_and_timed_out() -> None:
+    current = {"route": _route()}
+
+    async def load(_key: tuple[str, str]) -> Route | None:
+        return current["route"]
+
+    triggered: list[str] = []
+
+    async def trigger(run_id: str) -> None:
+        triggered.append(run_id)
+
+    routes: Cache[tuple[str, str], Route | None] = Cache(load, 60.0)
+    cold = ColdStart(routes, trigger, queue=2, timeout=5.0)
+    key = ("p", "svc")
+    waiters = [asyncio.create_task(cold.wait(key, _route())) for _ in range(2)]
+    await asyncio.sleep(0.05)
+    assert await cold.wait(key, _route()) == FULL  # beyond the queue: at once
+    current["route"] = _route(("a-replica",))
+    routes.clear()
+    cold.changed()  # a replica became ready
+    served = await asyncio.wait_for(asyncio.gather(*waiters), 2)
+    assert all(isinstance(r, Route) and r.replicas for r in served)
+    assert triggered == ["run-1", "run-1"] and cold.held == {}
+    current["route"] = _route()
+    routes.clear()
+    short = ColdStart(routes, trigger, queue=5, timeout=0.2)
+    assert await short.wait(key, _route()) == TIMED_OUT
+
+
+@pytest.mark.asyncio
+async def test_one_write_per_service_and_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    written: list[list[tuple[str, int, int]]] = []
+    woken: list[bool] = []
+
+    async def record(_ctx: Any, rows: list[tuple[str, int, int]], wake: bool = False) -> None:
+        written.append(sorted(rows))
+        woken.append(wake)
+
+    monkeypatch.setattr(stats.service_stats, "record", record)
+    counter = stats.RequestCounter(ctx=None)  # type: ignore[arg-type]
+    for _ in range(500):
+        counter.count("a")
+    for _ in range(7):
+        counter.count("b")
+    await asyncio.sleep(1.2)
+    assert len(written) == 1 and {r[0]: r[2] for r in written[0]} == {"a": 500, "b": 7}
+    counter.count("c")
+    counter.count("d")
+    await counter.flush_now("c")
+    assert written[-1][0][0] == "c" and written[-1][0][2] == 1 and woken[-1] is True
+    counter.close()
+
+
+def test_what_a_reapply_may_change_in_place() -> None:
+    old = {"run_name": "s", "configuration": {"type": "service", "env": {"V": "1"}, "auth": True}}
+    assert changed_fields(old, {**old, "configuration": {**old["configuration"], "env": {"V": "2"}}}) == ["env"]
+    assert changed_fields(old, {**old, "configuration": {**old["configuration"], "auth": False}}) is None
+    assert changed_fields(old, {**old, "ssh_key_pub": "other"}) is None
+    assert changed_fields(old, {**old, "repo_code_hash": "h"}) == ["repo_code_hash"]
+    https = {**old, "configuration": {**old["configuration"], "https": True}}
+    assert changed_fields(old, https) == ["https"]
+
+
+def test_settings_from_the_environment(tmp_path: Path) -> None:
+    env = {
+        "CORRAL_SERVER_DIR": str(tmp_path),
+        "CORRAL_SERVICE_DRAIN_TIMEOUT": "5",
+        "CORRAL_PROXY_COLD_START_QUEUE": "7",
+        "CORRAL_PROXY_COLD_START_TIMEOUT": "9",
+        "CORRAL_SERVICE_SCALING_WINDOW": "2",
+    }
+    s = Settings.from_env(env)
+    assert (s.service_drain_timeout, s.proxy_cold_start_queue, s.proxy_cold_start_timeout) == (5, 7, 9)
+    assert s.service_scaling_window == 2
+    with pytest.raises(SettingsError, match="CORRAL_PROXY_COLD_START_QUEUE"):
+        Settings.from_env({**env, "CORRAL_PROXY_COLD_START_QUEUE": "many"})
+    with pytest.raises(SettingsError, match="CORRAL_SERVICE_DRAIN_TIMEOUT"):
+        Settings.from_env({**env, "CORRAL_SERVICE_DRAIN_TIMEOUT": "-1"})
