@@ -121,7 +121,13 @@ class ServiceProxy:
         self.pool = Pool()
         self.counter = RequestCounter(ctx)
         s = ctx.settings
-        self.cold = ColdStart(self.routes, self.counter.flush_now, s.proxy_cold_start_queue, s.proxy_cold_start_timeout)
+        self.cold = ColdStart(
+            self.routes,
+            self.counter.flush_now,
+            s.proxy_cold_start_queue,
+            s.proxy_cold_start_timeout,
+            self.counter.count,
+        )
         self._service_jobs: dict[tuple[str, str], set[str]] = {}
         ctx.wakeups.listen("services", self._services_changed)
         ctx.wakeups.listen("access", self.members.clear)

@@ -4,7 +4,9 @@ is ready, then served -- at most ``proxy_cold_start_queue`` held per service, fo
 ``proxy_cold_start_timeout`` seconds; beyond either a fast 503 with ``Retry-After``.
 
 Held requests wake when a replica's readiness changes (the ``services`` wake-up, here or from another
-server replica); should that be lost, each reads its route again every second."""
+server replica); should that be lost, each reads its route again every second. While requests are held
+the service is counted one request a second more, so that the autoscaler does not scale the starting
+replica away (its window could otherwise empty before a slow replica is ready)."""
 
 from __future__ import annotations
 
@@ -29,9 +31,12 @@ class ColdStart:
         trigger: Callable[[str], Awaitable[None]],
         queue: int,
         timeout: float,
+        keep: Callable[[str], None] = lambda _run_id: None,
     ) -> None:
         self.routes = routes
         self.trigger = trigger
+        self.keep = keep
+        self._kept: dict[str, float] = {}
         self.queue = queue
         self.timeout = timeout
         self.held: dict[str, int] = {}
@@ -66,9 +71,14 @@ class ColdStart:
                     await asyncio.wait_for(event.wait(), min(left, POLL))
                 except asyncio.TimeoutError:
                     self.routes.forget(key)
+                now = time.monotonic()
+                if now - self._kept.get(run_id, 0.0) >= POLL:  # one a second per service, not per request
+                    self._kept[run_id] = now
+                    self.keep(run_id)
         finally:
             left_held = self.held[run_id] - 1
             if left_held:
                 self.held[run_id] = left_held
             else:
                 del self.held[run_id]
+                self._kept.pop(run_id, None)
