@@ -145,14 +145,15 @@ async def test_two_server_replicas_on_postgres_scale_on_the_total(tmp_path: Path
 
         await wait_for(one, timeout=30, interval=0.2)
         path = "/proxy/services/main/split/version"
-        sent = await asyncio.gather(load(on_a, path, 2.5, 4.0), load(on_b, path, 2.5, 4.0))
-        assert all(set(codes) == {200} for codes in sent), sent
+        loads = asyncio.gather(load(on_a, path, 2.5, 6.0), load(on_b, path, 2.5, 6.0))
 
         async def two() -> dict[str, Any] | None:
             run = await get_run(on_b, "split")
             return run if len(active(run)) == 2 else None
 
-        run = await wait_for(two, timeout=20, interval=0.2)
+        run = await wait_for(two, timeout=20, interval=0.2)  # while the load lasts
+        sent = await loads
+        assert all(set(codes) == {200} for codes in sent), sent
         await asyncio.sleep(1.2)  # the last second of counts is written
         engine = a.ctx.db.engine
         async with engine.connect() as conn:
@@ -167,6 +168,6 @@ async def test_two_server_replicas_on_postgres_scale_on_the_total(tmp_path: Path
             ).all()
         total = sum(int(r[2]) for r in rows)
         assert len(rows) == 2 and total == len(sent[0]) + len(sent[1]), rows
-        # one row per server and second: a handful of writes for some twenty requests on each
-        assert all(int(r[1]) <= 7 for r in rows), rows
+        # one row per server and second: a handful of writes for some fifteen requests on each
+        assert all(int(r[1]) <= 9 for r in rows), rows
         await on_a.post("/api/project/main/runs/stop", json={"runs_names": ["split"], "abort": True})
