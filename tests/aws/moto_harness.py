@@ -10,10 +10,15 @@ the host. It also samples how many instances are pending, running or shutting do
 from __future__ import annotations
 
 import base64
+import contextlib
+import dataclasses
 import json
 import os
+import re
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +139,10 @@ class Hypervisor:
         pages = ec2.describe_instances()
         items = [i for r in pages["Reservations"] for i in r["Instances"]]
         self.peak = max(self.peak, sum(1 for i in items if i["State"]["Name"] in COUNTED))
+        # hosts of terminated instances go first: moto hands a terminated instance's private IP to the next
+        for i in items:
+            if i["State"]["Name"] in ("shutting-down", "terminated") and i["InstanceId"] in self.by_instance:
+                self.hosts.remove(self.by_instance.pop(i["InstanceId"]))
         for i in items:
             iid, state, ip = i["InstanceId"], i["State"]["Name"], i.get("PrivateIpAddress") or ""
             if state == "running" and iid not in self.by_instance and ip.startswith(self.hosts.subnet + "."):
@@ -145,8 +154,6 @@ class Hypervisor:
                 done = self.hosts.exec(name, "sh -s", input=script, timeout=30)
                 if done.returncode != 0:
                     self.errors.append(f"user data of {iid}: {done.stderr.decode(errors='replace')}")
-            elif state in ("shutting-down", "terminated") and iid in self.by_instance:
-                self.hosts.remove(self.by_instance.pop(iid))
 
 
 def wait_until(fn: Any, timeout: float = 30.0) -> Any:
@@ -159,14 +166,44 @@ def wait_until(fn: Any, timeout: float = 30.0) -> Any:
     raise AssertionError(f"not within {timeout}s")
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One RunInstances the proxy saw: where, what, its client token, and the error it answered (or "")."""
+
+    region: str
+    subnet: str
+    instance_type: str
+    token: str
+    error: str
+
+
+#: What a fault rule decides for one RunInstances: an EC2 error code to answer, or None to let it through.
+FaultRule = Callable[[Launch], "str | None"]
+
+
+def _error_reply(code: str) -> bytes:
+    return (
+        f"<Response><Errors><Error><Code>{code}</Code><Message>injected by the test's fault proxy</Message>"
+        "</Error></Errors><RequestID>fault-proxy</RequestID></Response>"
+    ).encode()
+
+
 class FaultProxy:
-    """An HTTP proxy in front of moto that answers RunInstances in ``blocked_subnets`` with EC2's
-    ``InsufficientInstanceCapacity`` (HTTP 500, EC2's XML error), and forwards everything else."""
+    """An HTTP proxy in front of moto that forwards every EC2 call, except that a RunInstances in
+    ``blocked_subnets`` is answered with EC2's ``InsufficientInstanceCapacity``, one ``fault`` refuses is
+    answered with the code it names (HTTP 400, or 500 for capacity, EC2's XML error), and with ``hold`` set
+    a launch moto made is not answered until ``release`` is set (``launched`` says it was made): a server
+    killed meanwhile never hears of its instance. ``launches`` records every RunInstances, in order."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
         self.blocked_subnets: set[str] = set()
         self.refused: list[str] = []
+        self.fault: FaultRule | None = None
+        self.launches: list[Launch] = []
+        self.hold = False
+        self.launched = threading.Event()
+        self.release = threading.Event()
         self.server: Any = None
         self.url = ""
 
@@ -182,36 +219,47 @@ class FaultProxy:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def _forward(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                form = urllib.parse.parse_qs(body.decode(errors="replace"))
-                subnet = (form.get("NetworkInterface.1.SubnetId") or form.get("SubnetId") or [""])[0]
-                if form.get("Action") == ["RunInstances"] and subnet in proxy.blocked_subnets:
-                    proxy.refused.append(subnet)
-                    reply = (
-                        b"<Response><Errors><Error><Code>InsufficientInstanceCapacity</Code><Message>We currently do "
-                        b"not have sufficient capacity in the Availability Zone you requested.</Message></Error>"
-                        b"</Errors><RequestID>fault-proxy</RequestID></Response>"
-                    )
-                    self.send_response(500)
-                    self.send_header("Content-Type", "text/xml")
-                    self.send_header("Content-Length", str(len(reply)))
-                    self.end_headers()
-                    self.wfile.write(reply)
-                    return
-                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
-                conn.request(self.command, self.path, body=body, headers=headers)
-                resp = conn.getresponse()
-                data = resp.read()
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
+            def _reply(self, status: int, data: bytes, headers: list[tuple[str, str]]) -> None:
+                self.send_response(status)
+                for k, v in headers:
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                form = urllib.parse.parse_qs(body.decode(errors="replace"))
+                launching = form.get("Action") == ["RunInstances"]
+                if launching:
+                    scope = re.search(r"Credential=[^/]+/[^/]+/([^/]+)/", self.headers.get("Authorization") or "")
+                    launch = Launch(
+                        region=scope.group(1) if scope else "",
+                        subnet=(form.get("NetworkInterface.1.SubnetId") or form.get("SubnetId") or [""])[0],
+                        instance_type=(form.get("InstanceType") or [""])[0],
+                        token=(form.get("ClientToken") or [""])[0],
+                        error="",
+                    )
+                    code = "InsufficientInstanceCapacity" if launch.subnet in proxy.blocked_subnets else None
+                    code = code or (proxy.fault(launch) if proxy.fault is not None else None)
+                    proxy.launches.append(dataclasses.replace(launch, error=code or ""))
+                    if code:
+                        proxy.refused.append(launch.subnet)
+                        status = 500 if code.startswith("Insufficient") else 400
+                        self._reply(status, _error_reply(code), [("Content-Type", "text/xml")])
+                        return
+                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
                 conn.close()
+                if launching and proxy.hold:
+                    proxy.launched.set()
+                    proxy.release.wait(120)
+                with contextlib.suppress(OSError):  # the caller may be gone (killed while it waited)
+                    self._reply(resp.status, data, resp.getheaders())
 
             do_GET = do_POST = _forward
 

@@ -22,7 +22,6 @@ from corral.domain.records import InstanceRec
 from corral.scheduler.codec import offer_to_json
 from corral.services import cloud_backends
 from corral.workers.orphans import OrphanReaper
-from fakehosts import FakeHosts
 from server_harness import RunningServer, finished_run, make_settings, running_server, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -42,18 +41,9 @@ FLEET = {"type": "fleet", "name": "awsfl", "nodes": "0..3", "backends": ["aws"],
 
 
 @pytest.fixture(scope="module")
-def hypervisor(moto: MotoEC2, cloud_hosts: FakeHosts) -> Iterator[Hypervisor]:
-    hv = Hypervisor(moto, cloud_hosts).start()
-    try:
-        yield hv
-    finally:
-        hv.stop()
-
-
-@pytest.fixture(scope="module")
-def proxy(moto: MotoEC2, hypervisor: Hypervisor) -> Iterator[FaultProxy]:
+def proxy(moto: MotoEC2, hypervisor: Hypervisor, vpc: tuple[str, str, str]) -> Iterator[FaultProxy]:
     """corral reaches EC2 through the fault proxy, which has no capacity in zone a (the VPC's first zone)."""
-    _vpc, zone_a, _zone_b = moto.make_vpc(hypervisor.hosts.subnet)
+    _vpc, zone_a, _zone_b = vpc
     fp = FaultProxy(moto.url).start()
     fp.blocked_subnets.add(zone_a)
     os.environ["AWS_ENDPOINT_URL"] = fp.url
@@ -146,7 +136,8 @@ async def test_seed_scenario_holds_nodes_max_in_ec2(
             assert f"out-{i}" in text
     assert not hypervisor.errors, hypervisor.errors
     assert 1 <= hypervisor.peak <= 3
-    tagged = [i for i in hypervisor.moto.instances() if {"Key": "owner", "Value": "corral"} in (i.get("Tags") or [])]
+    mine = [{"Key": "owner", "Value": "corral"}, {"Key": "corral_fleet", "Value": "awsfl"}]
+    tagged = [i for i in hypervisor.moto.instances() if all(t in (i.get("Tags") or []) for t in mine)]
     assert 1 <= len(tagged) <= 3
     # zone a refused each launch that tried it, once (no botocore retries of a launch); launches that came
     # after a refusal skipped it (cached)
