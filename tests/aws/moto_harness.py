@@ -95,6 +95,19 @@ class MotoEC2:
         b = ec2.create_subnet(VpcId=vpc, CidrBlock=self.cidr, AvailabilityZone=f"{REGION}b")["Subnet"]["SubnetId"]
         return vpc, a, b
 
+    def make_region_vpc(self, region: str) -> tuple[str, ...]:
+        """A VPC named ``VPC_NAME`` in another ``region``, a subnet in each of two zones (no hosts there:
+        launch tests only). Returns the subnets."""
+        ec2 = self.client(region)
+        vpc = ec2.create_vpc(CidrBlock="10.214.0.0/16")["Vpc"]["VpcId"]
+        ec2.create_tags(Resources=[vpc], Tags=[{"Key": "Name", "Value": VPC_NAME}])
+        return tuple(
+            ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.214.{n}.0/24", AvailabilityZone=f"{region}{z}")["Subnet"][
+                "SubnetId"
+            ]
+            for n, z in ((1, "a"), (2, "b"))
+        )
+
     def instances(self, **filters: list[str]) -> list[dict[str, Any]]:
         f = [{"Name": k.replace("_", "-"), "Values": v} for k, v in filters.items()]
         pages = self.client().describe_instances(Filters=f) if f else self.client().describe_instances()

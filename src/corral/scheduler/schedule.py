@@ -26,6 +26,7 @@ from dataclasses import replace
 from corral.domain.resources import InstanceResources, Requirements, match_requirements
 from corral.domain.selectors import FleetRef, InstanceIdentity, Selector, matches
 from corral.scheduler.blocks import blocks_needed, total_blocks_for
+from corral.scheduler.fallbacks import fallbacks
 from corral.scheduler.fleet_upkeep import reclaim_for
 from corral.scheduler.fleet_view import WIRE_NAMES
 from corral.scheduler.ledger import Ledger, initial_ledger
@@ -232,7 +233,8 @@ def _try_place_in_fleet(
             ledger.fleet_count[fleet.id] = count + 1
             if key is not None:
                 ledger.backend_used[key] = ledger.backend_used.get(key, 0) + 1
-            decisions.append(Reserve(fleet.id, offer, need, total, job_id=job.id))
+            others = fallbacks(offer, fleet.offers, fleet.blocks, need, total, job.requirements)
+            decisions.append(Reserve(fleet.id, offer, need, total, job_id=job.id, fallbacks=others))
             used_new = True
             placed = True
             break

@@ -143,6 +143,8 @@ class Reserve:
     blocks: int
     total_blocks: int
     job_id: str | None = None
+    #: Offers the backend may launch instead when ``offer`` cannot be (``scheduler.fallbacks``).
+    fallbacks: tuple[Offer, ...] = ()
 
 
 @dataclass(frozen=True)

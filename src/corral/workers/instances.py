@@ -14,7 +14,8 @@ import sqlalchemy as sa
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
 from corral.domain.fleets import nodes_bounds
 from corral.domain.records import InstanceRec
-from corral.scheduler.codec import resources_to_json
+from corral.scheduler.codec import offer_to_json, resources_to_json
+from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.store import fleets as fleet_store
 from corral.store import leases
 from corral.store.encryption import seal
@@ -103,6 +104,10 @@ class Instances:
         now = time.time()
         # An instance reserved without an offer (an SSH host) gets one from what was found there.
         offer = dict(inst.offer or {"backend": inst.backend, "instance_type": inst.backend, "region": inst.region})
+        launched = provisioned.offer  # a cloud launched one of the reservation's fallbacks instead
+        if launched is not None:
+            offer = {**offer, **offer_to_json(launched)}
+        offer.pop(FALLBACKS_KEY, None)
         offer.setdefault("price", inst.price or 0.0)
         offer["resources"] = resources_to_json(provisioned.resources)
         # the agent's token is stored sealed (opened by whoever calls the agent: ``Context.reveal``)
@@ -127,6 +132,8 @@ class Instances:
                     "last_processed_at": now,
                     "last_job_finished_at": None if busy else now,
                     "total_blocks": provisioned.total_blocks or inst.total_blocks,
+                    "region": offer.get("region") or inst.region,
+                    "price": offer["price"],
                     "lock_owner": None,
                     "lock_token": None,
                     "lock_expires_at": None,
