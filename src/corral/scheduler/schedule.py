@@ -132,6 +132,9 @@ def _never_fits_reason(fleet: FleetSlot, job: QueuedJob, reuse_only: bool) -> st
         return "it has no instances and `creation_policy: reuse` allows no new ones"
     if not reasons and fleet.priced_out is not None and job.max_price is not None:
         return f"its offers cost ${fleet.priced_out:g}/h or more, above the run's `max_price` (${job.max_price:g}/h)"
+    if not reasons and fleet.narrowed_by:
+        names = " / ".join(f"`{n}`" for n in fleet.narrowed_by)
+        return f"the run's {names} leave(s) none of its instances or offers"
     if not reasons and fleet.unlisted_backends:
         names = ", ".join(sorted({WIRE_NAMES.get(b, b) for b in fleet.unlisted_backends if b}))
         return f"the run's `backends` does not list its backends ({names})"
