@@ -33,6 +33,11 @@ projects:
         regions: [{REGION}, {WEST}]
         vpc_name: {VPC_NAME}
         public_ips: false
+  - name: narrow
+    backends:
+      - type: aws
+        creds: {{type: access_key, access_key: AKIANARROW, secret_key: narrow-secret}}
+        regions: [{REGION}]
 """
 
 
@@ -190,3 +195,28 @@ async def test_a_run_lands_on_the_reservations_next_offer_when_its_own_has_no_ca
             return not hypervisor.moto.instances(instance_state_name=["pending", "running", "shutting-down"])
 
         await wait_for(gone, timeout=60)
+
+
+async def test_plans_list_the_projects_own_regions_and_honour_the_runs_options(server: RunningServer) -> None:
+    """Offers come from the regions of the project's own backend (not every project's), and a run's
+    ``regions`` and ``instance_types`` narrow them (as they narrow placement: one filter)."""
+
+    async def offers(project: str, **options: Any) -> list[dict[str, Any]]:
+        conf = {"type": "task", "commands": ["true"], "resources": {"cpu": "2.."}, **options}
+        async with server.client() as c:
+            body = {"run_spec": {"configuration": conf}, "for_offers_only": True}  # as `dstack offer` asks
+            r = await c.post(f"/api/project/{project}/runs/get_plan", json=body)
+        assert r.status_code == 200, r.text
+        return list(r.json()["job_plans"][0]["offers"])
+
+    assert {o["region"] for o in await offers("main")} == {REGION, WEST}
+    assert {o["region"] for o in await offers("narrow")} == {REGION}
+    got = await offers("main", regions=[WEST.upper()], instance_types=["m7i.large", "C7I.XLARGE"])
+    assert {(o["region"], o["instance"]["name"]) for o in got} == {(WEST, "m7i.large"), (WEST, "c7i.xlarge")}
+    assert not await offers("narrow", regions=[WEST])
+    async with server.client() as c:
+        spec = {
+            "configuration": {"type": "task", "commands": ["true"], "resources": {"gpu": "A10G"}, "regions": [WEST]}
+        }
+        gpus = (await c.post("/api/project/main/gpus/list", json={"run_spec": spec})).json()["gpus"]
+    assert gpus and all(g["name"] == "A10G" and g["regions"] == [WEST] and g["backends"] == ["aws"] for g in gpus)
