@@ -188,7 +188,8 @@ async def test_a_run_lands_on_the_reservations_next_offer_when_its_own_has_no_ca
         fell_back = _offer(server.ctx.computes["aws"], "c7i.xlarge", REGION)  # m7i.large's next, in price order
         assert inst["instance_type"]["name"] == "c7i.xlarge" and inst["price"] == fell_back.price
         assert inst["instance_type"]["resources"]["cpus"] == 4
-        assert sub["job_provisioning_data"]["instance_type"]["name"] == "c7i.xlarge"
+        jpd = sub["job_provisioning_data"]
+        assert jpd["instance_type"]["name"] == "c7i.xlarge" and jpd["price"] == fell_back.price
         await c.post("/api/project/main/fleets/delete", json={"names": ["fbfl"]})
 
         async def gone() -> bool:
