@@ -144,6 +144,9 @@ class Settings:
     #: Seconds an AWS offering (region, zone, type) that had no capacity, or a region whose quota was
     #: reached, is skipped by later launches.
     aws_unavailable_ttl: float = 120.0
+    #: Failed tries to terminate an instance (a cloud that does not confirm it) before it is reported stuck:
+    #: an event, and its message says so. It keeps counting against ``nodes.max`` and is tried again.
+    termination_stuck_tries: int = 3
 
     #: How long job metrics samples are kept, in seconds: those of running jobs (dstack's
     #: ``DSTACK_SERVER_METRICS_RUNNING_TTL_SECONDS``, 1 h) and of finished ones (``..._FINISHED_TTL_SECONDS``, 7 d).
@@ -289,6 +292,11 @@ def _clouds(s: Settings, e: dict[str, str]) -> Settings:
     if ttl is None or ttl < 0:
         raise SettingsError("CORRAL_AWS_UNAVAILABLE_TTL must be a number of seconds (0: remember nothing)")
     s = replace(s, aws_unavailable_ttl=ttl)
+    raw = e.get("CORRAL_TERMINATION_STUCK_TRIES")
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise SettingsError(f"CORRAL_TERMINATION_STUCK_TRIES={raw!r} must be a whole number of at least 1")
+        s = replace(s, termination_stuck_tries=int(raw))
     action = (e.get("CORRAL_ORPHAN_ACTION") or "terminate").lower()
     if action not in ("terminate", "report"):
         raise SettingsError(f"CORRAL_ORPHAN_ACTION={action!r} must be terminate or report")

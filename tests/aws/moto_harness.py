@@ -46,6 +46,7 @@ AMIS = [
     }
 ]
 COUNTED = ("pending", "running", "shutting-down")
+EC2_XMLNS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 
 
 class MotoEC2:
@@ -206,7 +207,8 @@ class FaultProxy:
     ``blocked_subnets`` is answered with EC2's ``InsufficientInstanceCapacity``, one ``fault`` refuses is
     answered with the code it names (HTTP 400, or 500 for capacity, EC2's XML error), and with ``hold`` set
     a launch moto made is not answered until ``release`` is set (``launched`` says it was made): a server
-    killed meanwhile never hears of its instance. ``launches`` records every RunInstances, in order."""
+    killed meanwhile never hears of its instance. Actions in ``swallow`` get an empty success and never
+    reach moto. ``launches`` records every RunInstances, in order."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
@@ -214,6 +216,8 @@ class FaultProxy:
         self.refused: list[str] = []
         self.fault: FaultRule | None = None
         self.launches: list[Launch] = []
+        #: Actions answered with an empty success and not forwarded (EC2 "accepts" them; nothing happens).
+        self.swallow: set[str] = set()
         self.hold = False
         self.launched = threading.Event()
         self.release = threading.Event()
@@ -244,7 +248,12 @@ class FaultProxy:
             def _forward(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 form = urllib.parse.parse_qs(body.decode(errors="replace"))
-                launching = form.get("Action") == ["RunInstances"]
+                action = (form.get("Action") or [""])[0]
+                if action in proxy.swallow:
+                    ok = f'<{action}Response xmlns="{EC2_XMLNS}"><requestId>fault-proxy</requestId></{action}Response>'
+                    self._reply(200, ok.encode(), [("Content-Type", "text/xml")])
+                    return
+                launching = action == "RunInstances"
                 if launching:
                     scope = re.search(r"Credential=[^/]+/[^/]+/([^/]+)/", self.headers.get("Authorization") or "")
                     launch = Launch(

@@ -55,7 +55,10 @@ def proxy(moto: MotoEC2, vpc: tuple[str, str, str]) -> Iterator[FaultProxy]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(tmp_path_factory: pytest.TempPathFactory, proxy: FaultProxy) -> AsyncIterator[RunningServer]:
-    settings = make_settings(tmp_path_factory.mktemp("awsfallbacks"))
+    # passes every half second: a termination that failed is tried again soon
+    settings = make_settings(
+        tmp_path_factory.mktemp("awsfallbacks"), safety_net_interval=0.5, termination_stuck_tries=2
+    )
     settings.server_dir.mkdir(parents=True)
     (settings.server_dir / "config.yml").write_text(CONFIG)
     async with running_server(settings) as s:
@@ -221,3 +224,55 @@ async def test_plans_list_the_projects_own_regions_and_honour_the_runs_options(s
         }
         gpus = (await c.post("/api/project/main/gpus/list", json={"run_spec": spec})).json()["gpus"]
     assert gpus and all(g["name"] == "A10G" and g["regions"] == [WEST] and g["backends"] == ["aws"] for g in gpus)
+
+
+async def test_a_termination_ec2_never_confirms_is_reported_and_keeps_counting(
+    server: RunningServer, proxy: FaultProxy, hypervisor: Hypervisor, vpc: tuple[str, str, str]
+) -> None:
+    compute = server.ctx.computes["aws"]
+    fleet = {"type": "fleet", "name": "stuckfl", "nodes": "1..1", "backends": ["aws"], "regions": [REGION],
+             "resources": {"cpu": "2.."}}  # fmt: skip
+    proxy.blocked_subnets = {vpc[1]}  # zone a has no fake hosts
+    async with server.client() as c:
+
+        async def instance() -> dict[str, Any] | None:
+            found = [i for i in (await c.post("/api/instances/list", json={})).json() if i["fleet_name"] == "stuckfl"]
+            return found[0] if found else None
+
+        try:
+            r = await c.post(
+                "/api/project/main/fleets/apply",
+                json={"plan": {"spec": {"configuration": fleet, "profile": {}}}, "force": True},
+            )
+            assert r.status_code == 200, r.text
+            assert await wait_for(lambda: _with_status(instance, "idle"), timeout=60)
+            compute.terminate_timeout = 0.2
+            proxy.swallow = {"TerminateInstances"}  # EC2 takes the call, and the instance runs on
+            await c.post("/api/project/main/fleets/delete", json={"names": ["stuckfl"]})
+
+            async def reported() -> dict[str, Any] | None:
+                got = await instance()
+                return got if got and "Termination not confirmed" in (got["termination_reason_message"] or "") else None
+
+            stuck = await wait_for(reported, timeout=30)
+            assert (
+                "after 2 tries" in stuck["termination_reason_message"]
+                and "not terminated" in stuck["termination_reason_message"]
+            )
+            assert stuck["status"] == "terminating"  # still counted against nodes.max
+            async with server.ctx.db.read() as conn:
+                events = (await conn.exec_driver_sql("SELECT message FROM events")).scalars().all()
+            assert sum("Termination not confirmed after 2 tries" in m for m in events) == 1  # reported once
+            ec2_id = hypervisor.moto.instances(tag_key=["corral_fleet"], tag_value=["stuckfl"])
+            assert {i["State"]["Name"] for i in ec2_id} == {"running"}
+            proxy.swallow = set()  # EC2 terminates it now: confirmed, the row is terminated
+            assert await wait_for(lambda: _with_status(instance, "terminated"), timeout=60)
+        finally:
+            proxy.swallow = set()
+            proxy.blocked_subnets = set()
+            compute.terminate_timeout = 60.0
+
+
+async def _with_status(get: Any, status: str) -> dict[str, Any] | None:
+    got = await get()
+    return got if got and got["status"] == status else None

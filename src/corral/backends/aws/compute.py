@@ -81,6 +81,7 @@ class AWSCompute:
         provisioning_timeout: float = 600.0,
         poll: float = 1.0,
         unavailable_ttl: float = launch.UNAVAILABLE_TTL,
+        terminate_timeout: float = 60.0,
     ) -> None:
         self.ssh = ssh
         self._projects = projects
@@ -92,6 +93,8 @@ class AWSCompute:
         self.provisioning_timeout = provisioning_timeout
         self.poll = poll
         self.unavailable = launch.Unavailable(ttl=unavailable_ttl)
+        #: How long one termination waits for DescribeInstances to say ``terminated`` (then: tried again).
+        self.terminate_timeout = terminate_timeout
         #: EC2 calls made, by operation (the benchmark reads it).
         self.calls: dict[str, int] = {}
 
@@ -320,13 +323,19 @@ class AWSCompute:
         client = await self._ec2(ec2.client, project.creds, str(where["region"]))
         ec2_id = str(where["instance_id"])
         await self._ec2(ec2.terminate, client, ec2_id)
-        deadline = time.monotonic() + 60.0
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + self.terminate_timeout
+        state = "unknown"
+        while True:
             described = await self._ec2(ec2.state, client, ec2_id)
             if described is None or described["State"]["Name"] == "terminated":
                 return
+            state = str(described["State"]["Name"])
+            if time.monotonic() >= deadline:
+                break
             await asyncio.sleep(self.poll)
-        raise ProvisioningError(f"EC2 instance {ec2_id} is not terminated yet; trying again")
+        raise ProvisioningError(
+            f"EC2 instance {ec2_id} is {state}, not terminated, {self.terminate_timeout:g}s after TerminateInstances"
+        )
 
     async def reap_unknown(self, known_instance_ids: set[str]) -> list[str]:
         return await self.ssh.reap_unknown(known_instance_ids)
