@@ -216,6 +216,11 @@ class FaultProxy:
         self.refused: list[str] = []
         self.fault: FaultRule | None = None
         self.launches: list[Launch] = []
+        #: Every call seen, by action (EC2's and STS's ``Action``, else the ``X-Amz-Target`` operation).
+        self.calls: dict[str, int] = {}
+        #: Each RunInstances moto answered 200: when, and ``calls`` then.
+        self.made: list[tuple[float, dict[str, int]]] = []
+        self.lock = threading.Lock()
         #: Actions answered with an empty success and not forwarded (EC2 "accepts" them; nothing happens).
         self.swallow: set[str] = set()
         self.hold = False
@@ -248,7 +253,10 @@ class FaultProxy:
             def _forward(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 form = urllib.parse.parse_qs(body.decode(errors="replace"))
-                action = (form.get("Action") or [""])[0]
+                target = self.headers.get("X-Amz-Target") or ""  # JSON-protocol services (service quotas)
+                action = (form.get("Action") or [""])[0] or target.rsplit(".", 1)[-1]
+                with proxy.lock:
+                    proxy.calls[action] = proxy.calls.get(action, 0) + 1
                 if action in proxy.swallow:
                     ok = f'<{action}Response xmlns="{EC2_XMLNS}"><requestId>fault-proxy</requestId></{action}Response>'
                     self._reply(200, ok.encode(), [("Content-Type", "text/xml")])
@@ -277,6 +285,9 @@ class FaultProxy:
                 resp = conn.getresponse()
                 data = resp.read()
                 conn.close()
+                if launching and resp.status == 200:
+                    with proxy.lock:
+                        proxy.made.append((time.monotonic(), dict(proxy.calls)))
                 if launching and proxy.hold:
                     proxy.launched.set()
                     proxy.release.wait(120)
