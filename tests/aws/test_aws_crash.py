@@ -178,7 +178,11 @@ def test_offers_and_the_instance_show_the_catalogues_prices(restarted: Restarted
     home.mkdir()
     work.mkdir()
     cli = DstackCli(client_venv(), home, work, restarted.server)
-    cli.ok("project", "add", "--name", "main", "--url", restarted.server.url, "--token", TOKEN, "-y")
+    # what `dstack project add` writes (one CLI start less)
+    (home / ".dstack").mkdir()
+    (home / ".dstack" / "config.yml").write_text(
+        f"projects:\n- name: main\n  url: {restarted.server.url}\n  token: {TOKEN}\n  default: true\n"
+    )
     res = cli.ok("offer")
     dstack_shown = _priced_rows(res.stdout, set(price))
     assert len(dstack_shown) >= 3 and all(p == price[t] for t, p in dstack_shown), cli.explain(res)
