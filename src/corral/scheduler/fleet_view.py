@@ -29,8 +29,14 @@ def job_filter(job: QueuedJob) -> OfferFilter:
     return OfferFilter(job.backends, job.regions, job.instance_types, job.max_price, job.spot)
 
 
+def view_key(job: QueuedJob) -> tuple[object, ...]:
+    """Every attribute of ``job`` that :func:`as_job_sees_it` reads: jobs with equal keys see every fleet
+    alike (what a scheduling pass memoises on; keep the two together)."""
+    return (job.barred_backends, job.backends, job.max_price, job.regions, job.instance_types, job.spot)
+
+
 def as_job_sees_it(job: QueuedJob, fleet: FleetSlot) -> FleetSlot:
-    """``fleet`` narrowed by ``job``'s barred backends and its run's offer options."""
+    """``fleet`` narrowed by ``job``'s barred backends and its run's offer options (all in :func:`view_key`)."""
     if job.barred_backends:
         fleet = _without_backends(fleet, job.barred_backends)
     if job.backends is not None:

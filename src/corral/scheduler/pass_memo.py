@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
 
 from corral.domain.resources import Requirements
-from corral.scheduler.fleet_view import as_job_sees_it
+from corral.scheduler.fleet_view import as_job_sees_it, view_key
 from corral.scheduler.types import FleetSlot, InstanceSlot, QueuedJob
 
 T = TypeVar("T")
@@ -73,27 +73,19 @@ class PassMemo:
             head.project_id,
             head.project_name,
             head.fleet_names,
-            head.barred_backends,
-            head.backends,
-            head.max_price,
-            head.regions,
-            head.instance_types,
-            head.spot,
+            view_key(head),
             head.creation_policy,
             tuple((self.shape(j.requirements), j.multinode, j.nodes, j.job_num) for j in jobs),
         )
 
     # ---- what depends on the snapshot only ---------------------------------------------------------
     def view(self, job: QueuedJob, fleet: FleetSlot) -> FleetSlot:
-        key = (fleet.id, job.barred_backends, job.backends, job.max_price, job.regions, job.instance_types, job.spot)
+        key = (fleet.id, view_key(job))
         return self._views.get(key, lambda: as_job_sees_it(job, fleet))
 
     def candidates(self, job: QueuedJob, compute: Callable[[], list[FleetSlot]]) -> list[FleetSlot]:
         """``compute()`` (the fleets ``job`` may use), once per the job attributes it depends on."""
-        key = (
-            job.project_id, job.project_name, job.fleet_names, job.barred_backends, job.backends, job.max_price,
-            job.regions, job.instance_types, job.spot,
-        )  # fmt: skip
+        key = (job.project_id, job.project_name, job.fleet_names, view_key(job))
         return self._candidates.get(key, compute)
 
     def ordered(
