@@ -45,8 +45,8 @@ class BenchError(RuntimeError):
     """A failure that stops the benchmark with one clear line."""
 
 
-def ensure_dstack_venv(venv: Path) -> Path:
-    """Install dstack[server]==0.22.5 into ``venv`` unless a finished install is there already."""
+def ensure_dstack_venv(venv: Path, extras: str = "server") -> Path:
+    """Install dstack[<extras>]==0.22.5 into ``venv`` unless a finished install is there already."""
     marker = venv / MARKER
     if marker.exists():
         return venv
@@ -58,7 +58,7 @@ def ensure_dstack_venv(venv: Path) -> Path:
         if venv.exists():
             print(f"removing an unfinished install at {venv}", file=sys.stderr)
             shutil.rmtree(venv)
-        print(f"installing dstack[server]=={DSTACK_VERSION} into {venv} (about a minute, once)", file=sys.stderr)
+        print(f"installing dstack[{extras}]=={DSTACK_VERSION} into {venv} (about a minute, once)", file=sys.stderr)
         t0 = time.perf_counter()
         steps = [
             [sys.executable, "-m", "venv", str(venv)],
@@ -69,7 +69,7 @@ def ensure_dstack_venv(venv: Path) -> Path:
                 "install",
                 "-q",
                 "--disable-pip-version-check",
-                f"dstack[server]=={DSTACK_VERSION}",
+                f"dstack[{extras}]=={DSTACK_VERSION}",
             ],
             [str(venv / "bin" / "python"), "-c", "import dstack._internal.server.main"],
         ]
@@ -78,7 +78,7 @@ def ensure_dstack_venv(venv: Path) -> Path:
             if res.returncode != 0:
                 tail = (res.stdout + res.stderr).strip().splitlines()[-15:]
                 raise BenchError(f"installing dstack failed at {' '.join(cmd[:4])}:\n" + "\n".join(tail))
-        marker.write_text(f"dstack[server]=={DSTACK_VERSION}\n")
+        marker.write_text(f"dstack[{extras}]=={DSTACK_VERSION}\n")
         print(f"installed in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return venv
 

@@ -243,6 +243,7 @@ def _aws_compute(settings: Settings, db: Any, regions: frozenset[str] | None) ->
         catalog_path=settings.aws_catalog,
         regions=regions,
         provisioning_timeout=settings.provisioning_timeout,
+        unavailable_ttl=settings.aws_unavailable_ttl,
     )
 
 

@@ -153,6 +153,12 @@ class Settings:
     orphan_action: str = "terminate"
     #: Seconds between two orphan passes over a cloud backend's regions.
     orphan_interval: float = 60.0
+    #: Seconds an AWS offering (region, zone, type) that had no capacity, or a region whose quota was
+    #: reached, is skipped by later launches.
+    aws_unavailable_ttl: float = 120.0
+    #: Failed tries to terminate an instance (a cloud that does not confirm it) before it is reported stuck:
+    #: an event, and its message says so. It keeps counting against ``nodes.max`` and is tried again.
+    termination_stuck_tries: int = 3
 
     #: How long job metrics samples are kept, in seconds: those of running jobs (dstack's
     #: ``DSTACK_SERVER_METRICS_RUNNING_TTL_SECONDS``, 1 h) and of finished ones (``..._FINISHED_TTL_SECONDS``, 7 d).
@@ -308,13 +314,23 @@ def _services(s: Settings, e: dict[str, str]) -> Settings:
 
 
 def _clouds(s: Settings, e: dict[str, str]) -> Settings:
-    """``CORRAL_AWS_CATALOG``, ``CORRAL_ORPHAN_GRACE``, ``CORRAL_ORPHAN_ACTION``, ``CORRAL_ORPHAN_INTERVAL``."""
+    """``CORRAL_AWS_CATALOG``, ``CORRAL_AWS_UNAVAILABLE_TTL``, ``CORRAL_ORPHAN_GRACE``, ``CORRAL_ORPHAN_ACTION``,
+    ``CORRAL_ORPHAN_INTERVAL``."""
     if e.get("CORRAL_AWS_CATALOG"):
         s = replace(s, aws_catalog=Path(e["CORRAL_AWS_CATALOG"]).expanduser())
     grace = _float_env(e, "CORRAL_ORPHAN_GRACE", 600.0)
     interval = _float_env(e, "CORRAL_ORPHAN_INTERVAL", 60.0)
     if grace is None or grace < 0 or interval is None or interval <= 0:
         raise SettingsError("CORRAL_ORPHAN_GRACE and CORRAL_ORPHAN_INTERVAL must be numbers of seconds")
+    ttl = _float_env(e, "CORRAL_AWS_UNAVAILABLE_TTL", 120.0)
+    if ttl is None or ttl < 0:
+        raise SettingsError("CORRAL_AWS_UNAVAILABLE_TTL must be a number of seconds (0: remember nothing)")
+    s = replace(s, aws_unavailable_ttl=ttl)
+    raw = e.get("CORRAL_TERMINATION_STUCK_TRIES")
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise SettingsError(f"CORRAL_TERMINATION_STUCK_TRIES={raw!r} must be a whole number of at least 1")
+        s = replace(s, termination_stuck_tries=int(raw))
     action = (e.get("CORRAL_ORPHAN_ACTION") or "terminate").lower()
     if action not in ("terminate", "report"):
         raise SettingsError(f"CORRAL_ORPHAN_ACTION={action!r} must be terminate or report")

@@ -1,5 +1,5 @@
-"""Fixtures of the aws backend's tests: one moto EC2 server and one set of fake hosts for the session,
-boto3 pointed at moto by its own ``AWS_ENDPOINT_URL``."""
+"""Fixtures of the aws backend's tests: one moto EC2 server, one VPC, one set of fake hosts and their
+hypervisor for the session, boto3 pointed at moto by its own ``AWS_ENDPOINT_URL``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from moto_harness import MotoEC2
+from moto_harness import Hypervisor, MotoEC2
 
 from fakehosts import FakeHosts
 
@@ -38,3 +38,18 @@ def cloud_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeHosts]
         yield fh
     finally:
         fh.stop()
+
+
+@pytest.fixture(scope="session")
+def vpc(moto: MotoEC2, cloud_hosts: FakeHosts) -> tuple[str, str, str]:
+    """The test VPC (see ``MotoEC2.make_vpc``): (VPC, zone a's subnet, zone b's subnet)."""
+    return moto.make_vpc(cloud_hosts.subnet)
+
+
+@pytest.fixture(scope="session")
+def hypervisor(moto: MotoEC2, cloud_hosts: FakeHosts, vpc: tuple[str, str, str]) -> Iterator[Hypervisor]:
+    hv = Hypervisor(moto, cloud_hosts).start()
+    try:
+        yield hv
+    finally:
+        hv.stop()

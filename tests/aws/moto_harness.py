@@ -10,10 +10,15 @@ the host. It also samples how many instances are pending, running or shutting do
 from __future__ import annotations
 
 import base64
+import contextlib
+import dataclasses
 import json
 import os
+import re
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,7 @@ AMIS = [
     }
 ]
 COUNTED = ("pending", "running", "shutting-down")
+EC2_XMLNS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 
 
 class MotoEC2:
@@ -90,6 +96,19 @@ class MotoEC2:
         b = ec2.create_subnet(VpcId=vpc, CidrBlock=self.cidr, AvailabilityZone=f"{REGION}b")["Subnet"]["SubnetId"]
         return vpc, a, b
 
+    def make_region_vpc(self, region: str) -> tuple[str, ...]:
+        """A VPC named ``VPC_NAME`` in another ``region``, a subnet in each of two zones (no hosts there:
+        launch tests only). Returns the subnets."""
+        ec2 = self.client(region)
+        vpc = ec2.create_vpc(CidrBlock="10.214.0.0/16")["Vpc"]["VpcId"]
+        ec2.create_tags(Resources=[vpc], Tags=[{"Key": "Name", "Value": VPC_NAME}])
+        return tuple(
+            ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.214.{n}.0/24", AvailabilityZone=f"{region}{z}")["Subnet"][
+                "SubnetId"
+            ]
+            for n, z in ((1, "a"), (2, "b"))
+        )
+
     def instances(self, **filters: list[str]) -> list[dict[str, Any]]:
         f = [{"Name": k.replace("_", "-"), "Values": v} for k, v in filters.items()]
         pages = self.client().describe_instances(Filters=f) if f else self.client().describe_instances()
@@ -134,6 +153,10 @@ class Hypervisor:
         pages = ec2.describe_instances()
         items = [i for r in pages["Reservations"] for i in r["Instances"]]
         self.peak = max(self.peak, sum(1 for i in items if i["State"]["Name"] in COUNTED))
+        # hosts of terminated instances go first: moto hands a terminated instance's private IP to the next
+        for i in items:
+            if i["State"]["Name"] in ("shutting-down", "terminated") and i["InstanceId"] in self.by_instance:
+                self.hosts.remove(self.by_instance.pop(i["InstanceId"]))
         for i in items:
             iid, state, ip = i["InstanceId"], i["State"]["Name"], i.get("PrivateIpAddress") or ""
             if state == "running" and iid not in self.by_instance and ip.startswith(self.hosts.subnet + "."):
@@ -145,8 +168,6 @@ class Hypervisor:
                 done = self.hosts.exec(name, "sh -s", input=script, timeout=30)
                 if done.returncode != 0:
                     self.errors.append(f"user data of {iid}: {done.stderr.decode(errors='replace')}")
-            elif state in ("shutting-down", "terminated") and iid in self.by_instance:
-                self.hosts.remove(self.by_instance.pop(iid))
 
 
 def wait_until(fn: Any, timeout: float = 30.0) -> Any:
@@ -159,14 +180,52 @@ def wait_until(fn: Any, timeout: float = 30.0) -> Any:
     raise AssertionError(f"not within {timeout}s")
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One RunInstances the proxy saw: where, what, its client token, and the error it answered (or "")."""
+
+    region: str
+    subnet: str
+    instance_type: str
+    token: str
+    error: str
+
+
+#: What a fault rule decides for one RunInstances: an EC2 error code to answer, or None to let it through.
+FaultRule = Callable[[Launch], "str | None"]
+
+
+def _error_reply(code: str) -> bytes:
+    return (
+        f"<Response><Errors><Error><Code>{code}</Code><Message>injected by the test's fault proxy</Message>"
+        "</Error></Errors><RequestID>fault-proxy</RequestID></Response>"
+    ).encode()
+
+
 class FaultProxy:
-    """An HTTP proxy in front of moto that answers RunInstances in ``blocked_subnets`` with EC2's
-    ``InsufficientInstanceCapacity`` (HTTP 500, EC2's XML error), and forwards everything else."""
+    """An HTTP proxy in front of moto that forwards every EC2 call, except that a RunInstances in
+    ``blocked_subnets`` is answered with EC2's ``InsufficientInstanceCapacity``, one ``fault`` refuses is
+    answered with the code it names (HTTP 400, or 500 for capacity, EC2's XML error), and with ``hold`` set
+    a launch moto made is not answered until ``release`` is set (``launched`` says it was made): a server
+    killed meanwhile never hears of its instance. Actions in ``swallow`` get an empty success and never
+    reach moto. ``launches`` records every RunInstances, in order."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
         self.blocked_subnets: set[str] = set()
         self.refused: list[str] = []
+        self.fault: FaultRule | None = None
+        self.launches: list[Launch] = []
+        #: Every call seen, by action (EC2's and STS's ``Action``, else the ``X-Amz-Target`` operation).
+        self.calls: dict[str, int] = {}
+        #: Each RunInstances moto answered 200: when, and ``calls`` then.
+        self.made: list[tuple[float, dict[str, int]]] = []
+        self.lock = threading.Lock()
+        #: Actions answered with an empty success and not forwarded (EC2 "accepts" them; nothing happens).
+        self.swallow: set[str] = set()
+        self.hold = False
+        self.launched = threading.Event()
+        self.release = threading.Event()
         self.server: Any = None
         self.url = ""
 
@@ -182,36 +241,58 @@ class FaultProxy:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def _forward(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                form = urllib.parse.parse_qs(body.decode(errors="replace"))
-                subnet = (form.get("NetworkInterface.1.SubnetId") or form.get("SubnetId") or [""])[0]
-                if form.get("Action") == ["RunInstances"] and subnet in proxy.blocked_subnets:
-                    proxy.refused.append(subnet)
-                    reply = (
-                        b"<Response><Errors><Error><Code>InsufficientInstanceCapacity</Code><Message>We currently do "
-                        b"not have sufficient capacity in the Availability Zone you requested.</Message></Error>"
-                        b"</Errors><RequestID>fault-proxy</RequestID></Response>"
-                    )
-                    self.send_response(500)
-                    self.send_header("Content-Type", "text/xml")
-                    self.send_header("Content-Length", str(len(reply)))
-                    self.end_headers()
-                    self.wfile.write(reply)
-                    return
-                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
-                conn.request(self.command, self.path, body=body, headers=headers)
-                resp = conn.getresponse()
-                data = resp.read()
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
+            def _reply(self, status: int, data: bytes, headers: list[tuple[str, str]]) -> None:
+                self.send_response(status)
+                for k, v in headers:
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                form = urllib.parse.parse_qs(body.decode(errors="replace"))
+                target = self.headers.get("X-Amz-Target") or ""  # JSON-protocol services (service quotas)
+                action = (form.get("Action") or [""])[0] or target.rsplit(".", 1)[-1]
+                with proxy.lock:
+                    proxy.calls[action] = proxy.calls.get(action, 0) + 1
+                if action in proxy.swallow:
+                    ok = f'<{action}Response xmlns="{EC2_XMLNS}"><requestId>fault-proxy</requestId></{action}Response>'
+                    self._reply(200, ok.encode(), [("Content-Type", "text/xml")])
+                    return
+                launching = action == "RunInstances"
+                if launching:
+                    scope = re.search(r"Credential=[^/]+/[^/]+/([^/]+)/", self.headers.get("Authorization") or "")
+                    launch = Launch(
+                        region=scope.group(1) if scope else "",
+                        subnet=(form.get("NetworkInterface.1.SubnetId") or form.get("SubnetId") or [""])[0],
+                        instance_type=(form.get("InstanceType") or [""])[0],
+                        token=(form.get("ClientToken") or [""])[0],
+                        error="",
+                    )
+                    code = "InsufficientInstanceCapacity" if launch.subnet in proxy.blocked_subnets else None
+                    code = code or (proxy.fault(launch) if proxy.fault is not None else None)
+                    proxy.launches.append(dataclasses.replace(launch, error=code or ""))
+                    if code:
+                        proxy.refused.append(launch.subnet)
+                        status = 500 if code.startswith("Insufficient") else 400
+                        self._reply(status, _error_reply(code), [("Content-Type", "text/xml")])
+                        return
+                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
                 conn.close()
+                if launching and resp.status == 200:
+                    with proxy.lock:
+                        proxy.made.append((time.monotonic(), dict(proxy.calls)))
+                if launching and proxy.hold:
+                    proxy.launched.set()
+                    proxy.release.wait(120)
+                with contextlib.suppress(OSError):  # the caller may be gone (killed while it waited)
+                    self._reply(resp.status, data, resp.getheaders())
 
             do_GET = do_POST = _forward
 

@@ -22,7 +22,6 @@ from corral.domain.records import InstanceRec
 from corral.scheduler.codec import offer_to_json
 from corral.services import cloud_backends
 from corral.workers.orphans import OrphanReaper
-from fakehosts import FakeHosts
 from server_harness import RunningServer, finished_run, make_settings, running_server, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -42,18 +41,9 @@ FLEET = {"type": "fleet", "name": "awsfl", "nodes": "0..3", "backends": ["aws"],
 
 
 @pytest.fixture(scope="module")
-def hypervisor(moto: MotoEC2, cloud_hosts: FakeHosts) -> Iterator[Hypervisor]:
-    hv = Hypervisor(moto, cloud_hosts).start()
-    try:
-        yield hv
-    finally:
-        hv.stop()
-
-
-@pytest.fixture(scope="module")
-def proxy(moto: MotoEC2, hypervisor: Hypervisor) -> Iterator[FaultProxy]:
+def proxy(moto: MotoEC2, hypervisor: Hypervisor, vpc: tuple[str, str, str]) -> Iterator[FaultProxy]:
     """corral reaches EC2 through the fault proxy, which has no capacity in zone a (the VPC's first zone)."""
-    _vpc, zone_a, _zone_b = moto.make_vpc(hypervisor.hosts.subnet)
+    _vpc, zone_a, _zone_b = vpc
     fp = FaultProxy(moto.url).start()
     fp.blocked_subnets.add(zone_a)
     os.environ["AWS_ENDPOINT_URL"] = fp.url
@@ -146,7 +136,8 @@ async def test_seed_scenario_holds_nodes_max_in_ec2(
             assert f"out-{i}" in text
     assert not hypervisor.errors, hypervisor.errors
     assert 1 <= hypervisor.peak <= 3
-    tagged = [i for i in hypervisor.moto.instances() if {"Key": "owner", "Value": "corral"} in (i.get("Tags") or [])]
+    mine = [{"Key": "owner", "Value": "corral"}, {"Key": "corral_fleet", "Value": "awsfl"}]
+    tagged = [i for i in hypervisor.moto.instances() if all(t in (i.get("Tags") or []) for t in mine)]
     assert 1 <= len(tagged) <= 3
     # zone a refused each launch that tried it, once (no botocore retries of a launch); launches that came
     # after a refusal skipped it (cached)
@@ -155,8 +146,10 @@ async def test_seed_scenario_holds_nodes_max_in_ec2(
         tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
         assert tags["corral_project"] == "main" and tags["corral_fleet"] == "awsfl" and tags["team"] == "ml"
         assert tags["corral_server"] and tags["corral_instance"]
-        # zone a answered InsufficientInstanceCapacity: each launch's second attempt (zone b) made it
-        assert inst["ClientToken"] == f"corral-{tags['corral_instance']}-2"
+        # zone a answered InsufficientInstanceCapacity: a launch that tried it made it on its second attempt
+        # (zone b, a new token); one that came after skipped zone a (cached) and made it on its first
+        refused_first = any(lt.token == f"corral-{tags['corral_instance']}-1" and lt.error for lt in proxy.launches)
+        assert inst["ClientToken"] == f"corral-{tags['corral_instance']}-{2 if refused_first else 1}"
         assert inst["Placement"]["AvailabilityZone"] == f"{REGION}b"
         assert inst["InstanceType"] == "m7i.large"  # the cheapest type with 2 CPUs and 8 GB in the catalogue
 
@@ -271,3 +264,26 @@ async def test_backends_api_round_trip_and_refusals(
         # main's aws backend still has the seed scenario's instances: deleting it would leave them running
         r = await c.post("/api/project/main/backends/delete", json={"backends_names": ["aws"]})
         assert r.status_code == 400 and "not terminated" in r.text
+
+
+async def test_public_ips_false_without_a_nat_route_is_said_when_the_backend_is_added(
+    server: RunningServer, hypervisor: Hypervisor, caplog: pytest.LogCaptureFixture
+) -> None:
+    doc = {"type": "aws", "creds": {"type": "access_key", "access_key": "AKIANAT", "secret_key": "nat-secret"},
+           "regions": [REGION], "vpc_name": VPC_NAME, "public_ips": False}  # fmt: skip
+    with caplog.at_level("WARNING", logger="corral.aws"):
+        (warning,) = await cloud_backends.check_aws(doc)
+    assert "no outbound internet" in warning and "NAT gateway" in warning and REGION in warning
+    assert warning in caplog.text
+    # a VPC whose subnet routes 0.0.0.0/0 to a NAT gateway: nothing to say; public IPs: nothing to check
+    ec2 = hypervisor.moto.client()
+    vpc = ec2.create_vpc(CidrBlock="10.215.0.0/16")["Vpc"]["VpcId"]
+    ec2.create_tags(Resources=[vpc], Tags=[{"Key": "Name", "Value": "corral-nat"}])
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.215.1.0/24", AvailabilityZone=f"{REGION}a")["Subnet"]
+    eip = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    nat = ec2.create_nat_gateway(SubnetId=subnet["SubnetId"], AllocationId=eip)["NatGateway"]["NatGatewayId"]
+    table = ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
+    ec2.create_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0", NatGatewayId=nat)
+    ec2.associate_route_table(RouteTableId=table, SubnetId=subnet["SubnetId"])
+    assert await cloud_backends.check_aws({**doc, "vpc_name": "corral-nat"}) == []
+    assert await cloud_backends.check_aws({**doc, "public_ips": True}) == []

@@ -3,6 +3,7 @@ unavailable-offerings cache, the orphan rule, the catalogue's reader, and the pr
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -45,12 +46,40 @@ def test_user_data_is_a_small_shell_script_that_authorises_the_key() -> None:
         launch.user_data(["k" * 20000])
 
 
-def test_unavailable_offerings_expire() -> None:
+def test_unavailable_offerings_and_regions_expire() -> None:
     cache = launch.Unavailable(ttl=10)
-    cache.mark("g5.xlarge", "us-east-1a", now=100)
-    assert cache.blocked("g5.xlarge", "us-east-1a", now=105)
-    assert not cache.blocked("g5.xlarge", "us-east-1b", now=105)
-    assert not cache.blocked("g5.xlarge", "us-east-1a", now=111)
+    cache.mark("us-east-1", "us-east-1a", "g5.xlarge", now=100)
+    assert cache.blocked("us-east-1", "us-east-1a", "g5.xlarge", now=105)
+    assert not cache.blocked("us-east-1", "us-east-1b", "g5.xlarge", now=105)
+    assert not cache.blocked("us-east-1", "us-east-1a", "g5.2xlarge", now=105)
+    assert not cache.blocked("us-east-1", "us-east-1a", "g5.xlarge", now=111)
+    cache.mark_region("eu-west-1", now=100)
+    assert cache.region_blocked("eu-west-1", now=105) and cache.blocked("eu-west-1", "eu-west-1c", "m5.large", 105)
+    assert not cache.region_blocked("eu-west-1", now=111)
+
+
+def test_where_a_launch_goes_after_an_error() -> None:
+    moves = {c: launch.next_move(launch.classify(c)) for c in
+             ("InsufficientInstanceCapacity", "RequestLimitExceeded", "InvalidParameterCombination",
+              "VcpuLimitExceeded", "InstanceLimitExceeded", "AuthFailure")}  # fmt: skip
+    assert moves == {"InsufficientInstanceCapacity": "zone", "RequestLimitExceeded": "zone",
+                     "InvalidParameterCombination": "offer", "VcpuLimitExceeded": "region",
+                     "InstanceLimitExceeded": "region", "AuthFailure": "stop"}  # fmt: skip
+
+
+def test_fallbacks_are_the_next_offers_that_hold_the_job_alike() -> None:
+    from corral.domain.resources import Range, Requirements
+    from corral.scheduler.fallbacks import MAX_FALLBACKS, fallbacks
+
+    offers = catalog.offers(catalog.load(), frozenset({"us-east-1", "eu-west-1"}))
+    chosen = next(o for o in offers if o.instance_type == "m7i.large" and o.region == "us-east-1")
+    got = fallbacks(chosen, reversed(offers), None, 1, 1, Requirements())
+    assert 0 < len(got) <= MAX_FALLBACKS and chosen not in got
+    assert [o.price for o in got] == sorted(o.price for o in got)
+    assert fallbacks(dataclasses.replace(chosen, host_blocks=1), offers, None, 1, 1, None) == ()
+    # blocks: 2 -- an offer whose half does not hold the job needs other blocks: not a stand-in
+    two = fallbacks(chosen, offers, 2, 1, 2, Requirements(cpu_count=Range(3, None)))
+    assert two and all(o.resources.cpus >= 6 and o.resources.memory_mib >= 16 * 1024 for o in two)
 
 
 def test_orphan_rule() -> None:

@@ -47,7 +47,7 @@ async def test_refused_run_options_name_the_field(tmp_path: Path) -> None:
     async with running_server(make_settings(tmp_path)) as s, s.client() as c:
         cases = [
             ({"schedule": {"cron": "0 0 31 2 *"}}, "never fire"),
-            ({"regions": ["us-east-1"]}, "`regions`"),
+            ({"availability_zones": ["us-east-1a"]}, "`availability_zones`"),
             ({"spot_policy": "spot"}, "spot"),
             ({"nodes": 2, "startup_order": "master-first"}, "startup_order"),
             ({"nodes": 2, "stop_criteria": "master-done"}, "stop_criteria"),
@@ -99,6 +99,7 @@ async def test_refused_run_options_name_the_field(tmp_path: Path) -> None:
         assert f"`python: {other}` asks for Python {other}" in await _logs(c, bad)
         # the plan says it too, before apply
         plan = await c.post(
-            "/api/project/main/runs/get_plan", json={"run_spec": task_body(["true"], regions=["x"])["plan"]["run_spec"]}
+            "/api/project/main/runs/get_plan",
+            json={"run_spec": task_body(["true"], tags={"a": "b"})["plan"]["run_spec"]},
         )
-        assert plan.status_code == 200 and "`regions`" in plan.json()["corral_plan_error"], plan.text
+        assert plan.status_code == 200 and "`tags`" in plan.json()["corral_plan_error"], plan.text

@@ -12,7 +12,6 @@ from corral import config  # lazy: the models load on first use, not at start-up
 from corral.api.deps import FastJSON, ctx_of, current_user, member
 from corral.api.routes_accounts import parse
 from corral.api.routing import RequestValidationError, RouteTable
-from corral.domain.access import backend_types
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.times import epoch_seconds
 from corral.schemas import requests as rq
@@ -349,29 +348,34 @@ async def job_metrics(request: Request, project_name: str, run_name: str) -> Fas
 
 @router.post(P + "/gpus/list", body=rq.ListGpusBody, response="GpuList")
 async def gpus_list(request: Request, project_name: str) -> FastJSON:
-    _u, project = await member(request, project_name)
-    await parse(rq.ListGpusBody, request)  # validated as dstack does; every offer of the project is listed
+    user, project = await member(request, project_name)
+    body = await parse(rq.ListGpusBody, request)  # validated as dstack does
     groups: dict[tuple[str, int, str], dict[str, Any]] = {}
-    for compute in ctx_of(request).project_computes(backend_types(project.backends)):
-        for offer in compute.offers():
-            gpus = offer.resources.gpus
-            if not gpus:
-                continue
-            g = gpus[0]
-            key = (g.name, g.memory_mib, g.vendor)
-            entry = groups.setdefault(
-                key,
-                {
-                    "name": g.name,
-                    "memory_mib": g.memory_mib,
-                    "vendor": g.vendor,
-                    "availability": ["available"],
-                    "spot": ["on-demand"],
-                    "count": {"min": len(gpus), "max": len(gpus)},
-                    "price": {"min": offer.price, "max": offer.price},
-                    "backends": ["remote"],
-                    "regions": [offer.region],
-                },
-            )
-            entry["count"]["max"] = max(entry["count"]["max"], len(gpus))
+    for offer in runs.gpu_offers(ctx_of(request), project, user, body.run_spec):
+        gpus = offer.resources.gpus
+        g = gpus[0]
+        key = (g.name, g.memory_mib, g.vendor)
+        entry = groups.setdefault(
+            key,
+            {
+                "name": g.name,
+                "memory_mib": g.memory_mib,
+                "vendor": g.vendor,
+                "availability": ["available"],
+                "spot": ["on-demand"],
+                "count": {"min": len(gpus), "max": len(gpus)},
+                "price": {"min": offer.price, "max": offer.price},
+                "backends": [],
+                "regions": [],
+            },
+        )
+        entry["count"]["min"] = min(entry["count"]["min"], len(gpus))
+        entry["count"]["max"] = max(entry["count"]["max"], len(gpus))
+        entry["price"]["min"] = min(entry["price"]["min"], offer.price)
+        entry["price"]["max"] = max(entry["price"]["max"], offer.price)
+        backend = serialize.WIRE_BACKEND.get(offer.backend, offer.backend)
+        if backend not in entry["backends"]:
+            entry["backends"].append(backend)
+        if offer.region not in entry["regions"]:
+            entry["regions"].append(offer.region)
     return FastJSON({"gpus": list(groups.values())})

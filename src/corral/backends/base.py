@@ -59,6 +59,8 @@ class Provisioned:
     total_blocks: int | None = None
     #: Hostnames and IPs the host answers to (for ``instances`` hostname selectors).
     addresses: tuple[str, ...] = ()
+    #: The offer launched when it is not the row's own (a cloud fell back on another type or region).
+    offer: Offer | None = None
 
 
 class Compute(Protocol):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from corral.domain.ssh_keys import without_keys
@@ -41,3 +42,15 @@ def without_ssh_keys(spec: dict[str, Any]) -> dict[str, Any]:
     each host, and of their proxy jumps) removed. dstack removes the first two; a proxy jump's key is
     as secret."""
     return without_keys(spec)
+
+
+def stuck_message(tries: int, limit: int, since: float, error: str) -> str | None:
+    """What an instance whose termination failed ``tries`` times (the first at ``since``) is reported with,
+    once: when ``tries`` reaches ``limit``. None otherwise (not yet, or already reported)."""
+    if tries != limit:
+        return None
+    started = datetime.datetime.fromtimestamp(since, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (
+        f"Termination not confirmed after {tries} tries (since {started}): {error}. The instance counts against "
+        "its fleet's nodes.max until the cloud confirms it is terminated; corral keeps trying"
+    )

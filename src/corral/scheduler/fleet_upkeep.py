@@ -6,6 +6,7 @@ gang's new instances. Pure; imports the scheduler's types, blocks and ledger onl
 from __future__ import annotations
 
 from corral.scheduler.blocks import blocks_needed, total_blocks_for
+from corral.scheduler.fallbacks import fallbacks
 from corral.scheduler.ledger import Ledger
 from corral.scheduler.types import Decision, FleetSlot, Offer, QueuedJob, Reclaim, Reserve, Snapshot
 
@@ -66,10 +67,11 @@ def upkeep(fleet: FleetSlot, host_free: dict[str, int] | None = None) -> list[Re
     offer: Offer = min(fleet.offers, key=lambda o: o.price)
     total = total_blocks_for(fleet.blocks, offer.resources)
     out: list[Reserve] = []
+    others = fallbacks(offer, fleet.offers, fleet.blocks, 0, total, None)
     for _ in range(missing):
         if offer.host_blocks and host_free is not None and offer.backend in host_free:
             if host_free[offer.backend] < offer.host_blocks:
                 break
             host_free[offer.backend] -= offer.host_blocks
-        out.append(Reserve(fleet.id, offer, 0, total))
+        out.append(Reserve(fleet.id, offer, 0, total, fallbacks=others))
     return out

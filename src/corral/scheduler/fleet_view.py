@@ -1,7 +1,9 @@
 """How one job sees a fleet: without the instances and offers of backends it is barred from (the local
 backend for a host process of a non-admin while the agents have no sandbox), of backends its run's
-``backends`` option does not list, and of offers above its run's ``max_price`` -- each recorded on the
-view, so that a fleet left empty says why. Pure; imports the scheduler's types only.
+``backends`` option does not list, of offers above its run's ``max_price``, and of instances and offers
+outside its ``regions`` / ``instance_types`` / ``spot_policy`` -- each recorded on the view, so that a
+fleet left empty says why. The rule is ``offer_filters``' (the listings' too). Pure; imports the
+scheduler's types and ``offer_filters`` only.
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from corral.scheduler.types import FleetSlot, QueuedJob
+from corral.scheduler import offer_filters
+from corral.scheduler.offer_filters import OfferFilter
+from corral.scheduler.types import FleetSlot, InstanceSlot, QueuedJob
 
 #: How corral's backends are named on the wire and in ``backends`` (local and SSH hosts: dstack's ``remote``).
 WIRE_NAMES = {"local": "remote", "ssh": "remote"}
@@ -17,19 +21,51 @@ WIRE_NAMES = {"local": "remote", "ssh": "remote"}
 
 def run_backends(backends: Iterable[str]) -> frozenset[str]:
     """corral's backend names that a run's ``backends`` option (dstack's names) allows."""
-    wanted = set(backends)
-    return frozenset({b for b in wanted if b != "remote"} | ({"local", "ssh"} if "remote" in wanted else set()))
+    return offer_filters.corral_backends(backends)
+
+
+def job_filter(job: QueuedJob) -> OfferFilter:
+    """The offer filter of ``job``'s run options (what its plan's listing applies too)."""
+    return OfferFilter(job.backends, job.regions, job.instance_types, job.max_price, job.spot)
+
+
+def view_key(job: QueuedJob) -> tuple[object, ...]:
+    """Every attribute of ``job`` that :func:`as_job_sees_it` reads: jobs with equal keys see every fleet
+    alike (what a scheduling pass memoises on; keep the two together)."""
+    return (job.barred_backends, job.backends, job.max_price, job.regions, job.instance_types, job.spot)
 
 
 def as_job_sees_it(job: QueuedJob, fleet: FleetSlot) -> FleetSlot:
-    """``fleet`` narrowed by ``job``'s barred backends, its ``backends`` and its ``max_price``."""
+    """``fleet`` narrowed by ``job``'s barred backends and its run's offer options (all in :func:`view_key`)."""
     if job.barred_backends:
         fleet = _without_backends(fleet, job.barred_backends)
     if job.backends is not None:
         fleet = _only_backends(fleet, job.backends)
     if job.max_price is not None:
         fleet = _within_price(fleet, job.max_price)
+    if job.regions is not None or job.instance_types is not None or job.spot is not None:
+        fleet = _narrowed(fleet, job_filter(job))
     return fleet
+
+
+def _narrowed(fleet: FleetSlot, f: OfferFilter) -> FleetSlot:
+    """``fleet`` without the instances outside ``f``'s regions and instance types, and the offers ``f``
+    refuses (spot or on-demand too)."""
+    insts = tuple(i for i in fleet.instances if _instance_passes(i, f))
+    offers = tuple(o for o in fleet.offers if offer_filters.passes(o, f))
+    if len(insts) == len(fleet.instances) and len(offers) == len(fleet.offers):
+        return fleet
+    names = [n for n, v in (("regions", f.regions), ("instance_types", f.instance_types)) if v is not None]
+    if f.spot is not None:
+        names.append("spot_policy")
+    return replace(fleet, instances=insts, offers=offers, narrowed_by=tuple(names))
+
+
+def _instance_passes(inst: InstanceSlot, f: OfferFilter) -> bool:
+    offer = inst.offer
+    if offer is None:  # a host being set up: where it is is its fleet's business
+        return True
+    return offer_filters.place_passes(offer.backend, offer.region, offer.instance_type, f)
 
 
 def _without_backends(fleet: FleetSlot, barred: frozenset[str]) -> FleetSlot:

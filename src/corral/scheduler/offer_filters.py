@@ -1,32 +1,123 @@
-"""The profile's offer filters, as dstack applies them: ``max_price`` (dollars an hour), ``regions``,
-``instance_types`` and ``backends``. Pure."""
+"""The one offer filter, as dstack applies a run's or fleet's options to offers and instances: ``backends``
+(dstack's names; ``remote`` is corral's local and SSH hosts), ``regions``, ``instance_types``, ``max_price``
+(dollars an hour) and ``spot_policy``. Listings (``runs/get_plan``, ``fleets/get_plan``, ``gpus/list``,
+``corral offer``) and placement (``fleet_view``) both go through :func:`passes`, so what a plan lists is
+what the scheduler may provision. A project's offers are also narrowed to the regions its own backends
+name (:func:`in_project_regions`). Pure.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from corral.scheduler.types import Offer
 
-#: Backend names on the wire that stand for corral's own (``local`` goes out as ``remote``).
-_ALIASES = {"remote": "local"}
+#: corral's backend names that a ``backends`` entry (dstack's names) stands for.
+_WIRE_TO_CORRAL = {"remote": ("local", "ssh")}
+#: Backends whose hosts are where they are: ``regions`` and ``instance_types`` do not apply to them.
+_PLACED = ("local", "ssh")
+
+
+@dataclass(frozen=True)
+class OfferFilter:
+    """The options that narrow offers (None: no narrowing). ``backends`` in corral's names; ``regions`` and
+    ``instance_types`` lower-cased (dstack compares them regardless of case)."""
+
+    backends: frozenset[str] | None = None
+    regions: frozenset[str] | None = None
+    instance_types: frozenset[str] | None = None
+    max_price: float | None = None
+    #: True: spot offers only; False: on-demand only; None (``auto``, or not set): either.
+    spot: bool | None = None
+
+
+def corral_backends(names: Iterable[str]) -> frozenset[str]:
+    """corral's backend names that a ``backends`` option (dstack's names) allows."""
+    out: set[str] = set()
+    for n in names:
+        out.update(_WIRE_TO_CORRAL.get(str(n), (str(n),)))
+    return frozenset(out)
+
+
+def _spot(policy: Any) -> bool | None:
+    value = getattr(policy, "value", policy)
+    return {"spot": True, "on-demand": False}.get(str(value)) if value is not None else None
+
+
+def from_options(
+    backends: Iterable[Any] | None = None,
+    regions: Iterable[str] | None = None,
+    instance_types: Iterable[str] | None = None,
+    max_price: float | None = None,
+    spot_policy: Any = None,
+) -> OfferFilter:
+    """The filter of a configuration's (or profile's) options, as they come: enum members or strings."""
+    return OfferFilter(
+        backends=None if backends is None else corral_backends(getattr(b, "value", b) for b in backends),
+        regions=frozenset(str(r).lower() for r in regions) if regions else None,
+        instance_types=frozenset(str(t).lower() for t in instance_types) if instance_types else None,
+        max_price=None if max_price is None else float(max_price),
+        spot=_spot(spot_policy),
+    )
+
+
+def run_filter(profile: Any) -> OfferFilter:
+    """The filter of a run's merged profile (the configuration's options over the profile's)."""
+    return from_options(
+        profile.backends, profile.regions, profile.instance_types, profile.max_price, profile.spot_policy
+    )
+
+
+def from_conf(conf: Mapping[str, Any]) -> OfferFilter:
+    """The filter of a configuration as JSON (a fleet's stored spec, say)."""
+    return from_options(
+        conf.get("backends"), conf.get("regions"), conf.get("instance_types"), conf.get("max_price"),
+        conf.get("spot_policy"),
+    )  # fmt: skip
+
+
+def place_passes(backend: str, region: str, instance_type: str, f: OfferFilter) -> bool:
+    """Whether an instance (or offer) of ``backend`` in ``region`` of ``instance_type`` passes ``f``'s
+    ``backends``, ``regions`` and ``instance_types`` (what applies to instances already there too)."""
+    if f.backends is not None and backend not in f.backends:
+        return False
+    if backend in _PLACED:
+        return True
+    if f.regions is not None and region.lower() not in f.regions:
+        return False
+    return f.instance_types is None or instance_type.lower() in f.instance_types
+
+
+def passes(offer: Offer, f: OfferFilter) -> bool:
+    """Whether ``offer`` passes every option of ``f``."""
+    if f.max_price is not None and offer.price > f.max_price:
+        return False
+    if f.spot is not None and offer.resources.spot != f.spot:
+        return False
+    return place_passes(offer.backend, offer.region, offer.instance_type, f)
 
 
 def allowed(offer: Offer, conf: Mapping[str, Any]) -> bool:
-    """Whether ``offer`` passes the filters a run's or fleet's configuration (or profile) sets."""
-    max_price = conf.get("max_price")
-    if max_price is not None and offer.price > float(max_price):
-        return False
-    regions = conf.get("regions")
-    if regions and offer.region not in {str(r) for r in regions} and offer.backend not in ("local", "ssh"):
-        return False
-    types = conf.get("instance_types")
-    if types and offer.instance_type not in {str(t) for t in types} and offer.backend not in ("local", "ssh"):
-        return False
-    backends = conf.get("backends")
-    return not backends or offer.backend in {_ALIASES.get(str(b), str(b)) for b in backends}
+    """Whether ``offer`` passes the filters a run's or fleet's configuration (as JSON) sets."""
+    return passes(offer, from_conf(conf))
 
 
-def filtered(offers: Iterable[Offer], *confs: Mapping[str, Any]) -> list[Offer]:
-    """``offers`` that pass every one of ``confs`` (a run's configuration and its profile, say)."""
-    return [o for o in offers if all(allowed(o, c) for c in confs)]
+def filtered(offers: Iterable[Offer], *filters: OfferFilter) -> list[Offer]:
+    """``offers`` that pass every one of ``filters`` (a run's and its fleet's, say)."""
+    return [o for o in offers if all(passes(o, f) for f in filters)]
+
+
+def project_regions(backends: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[str]]:
+    """Backend type -> the regions a project's stored backends name (types without ``regions``: absent)."""
+    out: dict[str, frozenset[str]] = {}
+    for b in backends:
+        if isinstance(b, Mapping) and b.get("type") and b.get("regions"):
+            out[str(b["type"])] = out.get(str(b["type"]), frozenset()) | {str(r) for r in b["regions"]}
+    return out
+
+
+def in_project_regions(offers: Iterable[Offer], regions: Mapping[str, frozenset[str]]) -> list[Offer]:
+    """``offers`` in the regions the project's backend of their type names (all, where it names none)."""
+    return [o for o in offers if o.backend not in regions or o.region in regions[o.backend]]

@@ -2,7 +2,7 @@
 
 A queue of thousands of jobs holds few distinct shapes (a sweep's jobs all ask for the same resources), so
 the pass remembers, for the snapshot it decides on:
-- how a job sees a fleet (narrowed by its barred backends, ``backends`` and ``max_price``) and the fleets
+- how a job sees a fleet (narrowed by its barred backends and its run's offer options) and the fleets
   it may use, per the job attributes those depend on;
 - a fleet's instances in the order placement tries them;
 - why a shape can never fit a fleet, and a kind of gang's screening (these depend on the snapshot only);
@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
 
 from corral.domain.resources import Requirements
-from corral.scheduler.fleet_view import as_job_sees_it
+from corral.scheduler.fleet_view import as_job_sees_it, view_key
 from corral.scheduler.types import FleetSlot, InstanceSlot, QueuedJob
 
 T = TypeVar("T")
@@ -73,21 +73,19 @@ class PassMemo:
             head.project_id,
             head.project_name,
             head.fleet_names,
-            head.barred_backends,
-            head.backends,
-            head.max_price,
+            view_key(head),
             head.creation_policy,
             tuple((self.shape(j.requirements), j.multinode, j.nodes, j.job_num) for j in jobs),
         )
 
     # ---- what depends on the snapshot only ---------------------------------------------------------
     def view(self, job: QueuedJob, fleet: FleetSlot) -> FleetSlot:
-        key = (fleet.id, job.barred_backends, job.backends, job.max_price)
+        key = (fleet.id, view_key(job))
         return self._views.get(key, lambda: as_job_sees_it(job, fleet))
 
     def candidates(self, job: QueuedJob, compute: Callable[[], list[FleetSlot]]) -> list[FleetSlot]:
         """``compute()`` (the fleets ``job`` may use), once per the job attributes it depends on."""
-        key = (job.project_id, job.project_name, job.fleet_names, job.barred_backends, job.backends, job.max_price)
+        key = (job.project_id, job.project_name, job.fleet_names, view_key(job))
         return self._candidates.get(key, compute)
 
     def ordered(

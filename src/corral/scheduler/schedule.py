@@ -26,6 +26,7 @@ from dataclasses import replace
 from corral.domain.resources import InstanceResources, Requirements, match_requirements
 from corral.domain.selectors import FleetRef, InstanceIdentity, Selector, matches
 from corral.scheduler.blocks import blocks_needed, total_blocks_for
+from corral.scheduler.fallbacks import fallbacks
 from corral.scheduler.fleet_upkeep import reclaim_for
 from corral.scheduler.fleet_view import WIRE_NAMES
 from corral.scheduler.ledger import Ledger, initial_ledger
@@ -131,6 +132,9 @@ def _never_fits_reason(fleet: FleetSlot, job: QueuedJob, reuse_only: bool) -> st
         return "it has no instances and `creation_policy: reuse` allows no new ones"
     if not reasons and fleet.priced_out is not None and job.max_price is not None:
         return f"its offers cost ${fleet.priced_out:g}/h or more, above the run's `max_price` (${job.max_price:g}/h)"
+    if not reasons and fleet.narrowed_by:
+        names = " / ".join(f"`{n}`" for n in fleet.narrowed_by)
+        return f"the run's {names} leave(s) none of its instances or offers"
     if not reasons and fleet.unlisted_backends:
         names = ", ".join(sorted({WIRE_NAMES.get(b, b) for b in fleet.unlisted_backends if b}))
         return f"the run's `backends` does not list its backends ({names})"
@@ -232,7 +236,8 @@ def _try_place_in_fleet(
             ledger.fleet_count[fleet.id] = count + 1
             if key is not None:
                 ledger.backend_used[key] = ledger.backend_used.get(key, 0) + 1
-            decisions.append(Reserve(fleet.id, offer, need, total, job_id=job.id))
+            others = fallbacks(offer, fleet.offers, fleet.blocks, need, total, job.requirements)
+            decisions.append(Reserve(fleet.id, offer, need, total, job_id=job.id, fallbacks=others))
             used_new = True
             placed = True
             break

@@ -73,6 +73,9 @@ class FleetSlot:
     unlisted_backends: frozenset[str] = frozenset()
     #: The lowest price of the offers the job's ``max_price`` left out of this view (None: none left out).
     priced_out: float | None = None
+    #: The job's options (``regions``, ``instance_types``, ``spot_policy``) that left instances or offers
+    #: out of this view.
+    narrowed_by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,11 @@ class QueuedJob:
     backends: frozenset[str] | None = None
     #: The run's ``max_price`` (per hour): offers that cost more are not provisioned for it.
     max_price: float | None = None
+    #: The run's ``regions`` and ``instance_types`` (None: any) and ``spot_policy`` (True: spot only,
+    #: False: on-demand only, None: either), as ``offer_filters`` applies them.
+    regions: frozenset[str] | None = None
+    instance_types: frozenset[str] | None = None
+    spot: bool | None = None
     #: The job's replica: each replica of a service is a gang of its own (a task has replica 0 only).
     replica_num: int = 0
 
@@ -143,6 +151,8 @@ class Reserve:
     blocks: int
     total_blocks: int
     job_id: str | None = None
+    #: Offers the backend may launch instead when ``offer`` cannot be (``scheduler.fallbacks``).
+    fallbacks: tuple[Offer, ...] = ()
 
 
 @dataclass(frozen=True)

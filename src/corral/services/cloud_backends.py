@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -22,6 +23,8 @@ from corral.store import accounts as account_store
 from corral.store.db import Database
 from corral.store.encryption import Cipher, open_sealed, seal
 from corral.store.server_state import get_state, set_state
+
+log = logging.getLogger("corral.aws")
 
 SERVER_ID_KEY = "server_id"
 #: The region credentials are checked in when the backend names none.
@@ -63,8 +66,10 @@ def _creds(doc: dict[str, Any]) -> ec2.Creds:
     return ec2.Creds(c.get("access_key"), c.get("secret_key")) if c.get("type") == "access_key" else ec2.Creds()
 
 
-async def check_aws(doc: dict[str, Any]) -> None:
-    """The credentials work (STS GetCallerIdentity in the first region); else ``BackendInvalid``."""
+async def check_aws(doc: dict[str, Any]) -> list[str]:
+    """The credentials work (STS GetCallerIdentity in the first region); else ``BackendInvalid``. With
+    ``public_ips: false``, also whether the VPC of each region routes to a NAT gateway: the warnings (also
+    logged) say where instances will have no outbound internet."""
     region = (doc.get("regions") or [CHECK_REGION])[0]
     try:
         await asyncio.to_thread(ec2.check_creds, _creds(doc), region)
@@ -74,6 +79,32 @@ async def check_aws(doc: dict[str, Any]) -> None:
         )
     except ec2.AWSError as e:
         raise BackendInvalid(f"Invalid credentials (creds): AWS refused them: {e}") from None
+    if doc.get("public_ips") is not False:
+        return []
+    warnings = []
+    for r in doc.get("regions") or [CHECK_REGION]:
+        warning = await asyncio.to_thread(_egress_warning, doc, r)
+        if warning:
+            log.warning("%s", warning, extra={"event": "aws_no_egress", "region": r})
+            warnings.append(warning)
+    return warnings
+
+
+def _egress_warning(doc: dict[str, Any], region: str) -> str | None:
+    """Why instances without public IPs in ``region`` will have no outbound internet (None: a NAT gateway)."""
+    what = "aws backend (public_ips: false)"
+    try:
+        client = ec2.client(_creds(doc), region)
+        vpc = ec2.vpc_id(client, region, doc)
+        if ec2.nat_egress(client, vpc):
+            return None
+    except ec2.AWSError as e:
+        return f"{what}: could not check the outbound route of {region}'s VPC: {e}"
+    return (
+        f"{what}: no subnet of VPC {vpc} in {region} routes 0.0.0.0/0 to a NAT gateway, so instances launched "
+        "there will have no outbound internet (corral still reaches them at their private IPs; jobs that pull "
+        "images or packages will fail). Add a NAT gateway route, or set public_ips: true"
+    )
 
 
 async def server_id(db: Database) -> str:

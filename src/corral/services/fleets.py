@@ -16,6 +16,7 @@ from corral.domain.events import fleet_target
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, ProjectRec, UserRec
 from corral.domain.resources import match_requirements
+from corral.scheduler import offer_filters
 from corral.scheduler.blocks import smallest_carves
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.types import Offer
@@ -141,8 +142,12 @@ def fleet_offers(ctx: Context, normalized: dict[str, Any], project: ProjectRec) 
     if conf.get("ssh_config"):
         return []
     req = ResourcesSpec.model_validate(conf.get("resources") or {}).to_requirements()
-    computes = ctx.project_computes(backend_types(project.backends))
-    return smallest_carves(o for c in computes for o in c.offers() if match_requirements(req, o.resources) is None)
+    f = offer_filters.from_conf(conf)
+    return smallest_carves(
+        o
+        for o in ctx.project_offers(project.backends)
+        if match_requirements(req, o.resources) is None and offer_filters.passes(o, f)
+    )
 
 
 def check_backends(ctx: Context, project: ProjectRec, conf: dict[str, Any]) -> None:

@@ -20,8 +20,9 @@ from corral.services.errors import ServiceError
 from corral.store.triggers import templates_dump
 
 #: Profile options that only shape the cloud instances provisioned for a run (dstack combines them with
-#: the fleet's when it creates one): corral does not apply them to runs yet.
-_PROVISIONING_ONLY = ("regions", "availability_zones", "instance_types", "reservation", "tags", "backend_options")
+#: the fleet's when it creates one): corral does not apply them to runs yet. (``regions`` and
+#: ``instance_types`` are applied: ``scheduler.offer_filters``.)
+_PROVISIONING_ONLY = ("availability_zones", "reservation", "tags", "backend_options")
 
 
 def _nodes(conf: Any) -> int:

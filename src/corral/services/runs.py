@@ -14,7 +14,6 @@ import sqlalchemy.exc
 from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
-from corral.domain.access import backend_types
 from corral.domain.documents import json_default
 from corral.domain.events import job_target, run_target
 from corral.domain.records import ProjectRec, UserRec
@@ -22,7 +21,7 @@ from corral.domain.resources import match_requirements
 from corral.domain.times import epoch_seconds
 from corral.scheduler import offer_filters
 from corral.scheduler.blocks import smallest_carves
-from corral.scheduler.fleet_view import run_backends
+from corral.scheduler.types import Offer
 from corral.services import (
     input_rules,
     local_admission,
@@ -91,22 +90,29 @@ def normalize_run_spec(
     return normalized, conf, merged
 
 
+def fitting_offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[Offer]:
+    """The project's offers (its backends', in their regions) that hold the run's resources and pass its
+    options (``offer_filters``: the rule placement applies too), cheapest first."""
+    req = conf.resources.to_requirements()
+    f = offer_filters.run_filter(merged)
+    fitting = (
+        o
+        for o in ctx.project_offers(project.backends)
+        if match_requirements(req, o.resources) is None and offer_filters.passes(o, f)
+    )
+    return sorted(fitting, key=lambda o: o.price)
+
+
+def gpu_offers(ctx: Context, project: ProjectRec, user: UserRec, run_spec: Any) -> list[Offer]:
+    """``gpus/list``: the offers with GPUs that the run spec's resources and options allow."""
+    _spec, conf, merged = normalize_run_spec(run_spec, ("run_spec",), user, ctx.settings)
+    return [o for o in fitting_offers(ctx, conf, merged, project) if o.resources.gpus]
+
+
 def _offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[dict[str, Any]]:
     if merged.instances is not None or getattr(merged.creation_policy, "value", None) == "reuse":
         return []
-    req = conf.resources.to_requirements()
-    allowed = None if merged.backends is None else run_backends(b.value for b in merged.backends)
-    filters = merged.model_dump(mode="json", include={"regions", "instance_types"})
-    fitting = (
-        o
-        for c in ctx.project_computes(backend_types(project.backends))
-        for o in c.offers()
-        if match_requirements(req, o.resources) is None
-        and (allowed is None or o.backend in allowed)
-        and (merged.max_price is None or o.price <= merged.max_price)
-        and offer_filters.allowed(o, filters)
-    )
-    return [offer_json(o) for o in smallest_carves(fitting)]
+    return [offer_json(o) for o in smallest_carves(fitting_offers(ctx, conf, merged, project))]
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from corral.domain.events import instance_target, job_target, status_change_mess
 from corral.domain.fleets import nodes_bounds
 from corral.scheduler.blocks import HOST_GPUS_KEY, pick_host_gpus
 from corral.scheduler.codec import offer_to_json
+from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.scheduler.types import Assign, Fail, Gang, Plan, Reclaim, Reserve, Wait
 from corral.store.db import Database
 from corral.store.events import emit, tracked_update, tracked_update_rows
@@ -171,6 +172,8 @@ async def _reserve(
     if pool is not None and await host_blocks_used(conn, d.offer.backend) + d.offer.host_blocks > pool:
         raise _Rejected  # the host it is carved out of has not that many blocks free any more
     offer_json = offer_to_json(d.offer)
+    if d.fallbacks:
+        offer_json[FALLBACKS_KEY] = [offer_to_json(o) for o in d.fallbacks]
     if d.offer.host_blocks:
         # the carve owns specific GPUs of the host, none that another live instance of it owns
         owned = pick_host_gpus(d.offer, await host_gpus_held(conn, d.offer.backend))

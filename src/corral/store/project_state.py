@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.access import backend_types
 from corral.domain.statuses import RunStatus
+from corral.scheduler.offer_filters import project_regions
 from corral.store.tables import export_importers, exported_fleets, fleets, instances, members, projects, runs
 
 _FINISHED_RUNS = [s.value for s in RunStatus if s.is_finished()]
@@ -26,6 +27,17 @@ async def backends_by_project(
         q = q.where(projects.c.id.in_(list(project_ids)))
     rows = await conn.execute(q)
     return {r.id: backend_types(json.loads(r.backends or "[]")) for r in rows}
+
+
+async def backend_regions_by_project(
+    conn: AsyncConnection, project_ids: Collection[str] | None = None
+) -> dict[str, dict[str, frozenset[str]]]:
+    """Project id -> backend type -> the regions its stored backend names (types without ``regions``: absent)."""
+    q = sa.select(projects.c.id, projects.c.backends).where(projects.c.deleted.is_(False))
+    if project_ids is not None:
+        q = q.where(projects.c.id.in_(list(project_ids)))
+    rows = await conn.execute(q)
+    return {r.id: project_regions(json.loads(r.backends or "[]")) for r in rows}
 
 
 async def active_resources(conn: AsyncConnection, project_id: str) -> tuple[list[str], list[str]]:

@@ -6,13 +6,16 @@ import asyncio
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from corral.backends.base import Compute
-from corral.domain.access import usable_computes
+from corral.domain.access import backend_types, usable_computes
 from corral.domain.records import InstanceRec
 from corral.domain.telemetry import Telemetry
+from corral.scheduler import offer_filters
+from corral.scheduler.types import Offer
 from corral.settings import Settings
 from corral.store.db import Database
 from corral.store.encryption import Cipher, cipher_for, open_sealed
@@ -84,6 +87,12 @@ class Context:
         """The computes whose offers a project's fleets and runs may use: only those its backends name (the
         local backend belongs to the projects the server's ``config.yml`` names, ``main`` by default)."""
         return [self.computes[name] for name in usable_computes(self.computes, project_backends)]
+
+    def project_offers(self, backends: Iterable[Mapping[str, Any]]) -> list[Offer]:
+        """The offers of a project's stored ``backends``: its computes', in the regions each names."""
+        stored = list(backends)
+        offers = (o for c in self.project_computes(backend_types(stored)) for o in c.offers())
+        return offer_filters.in_project_regions(offers, offer_filters.project_regions(stored))
 
     def agent_url(self, inst: InstanceRec) -> str:
         """Where ``inst``'s agent answers now, as its backend says (an SSH host: the local end of a tunnel)."""

@@ -12,13 +12,15 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
-from corral.domain.fleets import nodes_bounds
+from corral.domain.events import instance_target
+from corral.domain.fleets import nodes_bounds, stuck_message
 from corral.domain.records import InstanceRec
-from corral.scheduler.codec import resources_to_json
+from corral.scheduler.codec import offer_to_json, resources_to_json
+from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.store import fleets as fleet_store
 from corral.store import leases
 from corral.store.encryption import seal
-from corral.store.events import EXPIRED_BATCH, delete_expired, tracked_update
+from corral.store.events import EXPIRED_BATCH, delete_expired, emit, tracked_update
 from corral.store.fleets import dump
 from corral.store.tables import instances, jobs
 from corral.workers.context import Context
@@ -36,6 +38,8 @@ class Instances:
         self.ctx = ctx
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._events_cleaned_at: float | None = None
+        #: Instance id -> (failed tries to terminate it, when the first failed), while it is not confirmed.
+        self._termination_tries: dict[str, tuple[int, float]] = {}
         self.orphans = OrphanReaper(ctx)
 
     async def pass_once(self) -> None:
@@ -103,6 +107,10 @@ class Instances:
         now = time.time()
         # An instance reserved without an offer (an SSH host) gets one from what was found there.
         offer = dict(inst.offer or {"backend": inst.backend, "instance_type": inst.backend, "region": inst.region})
+        launched = provisioned.offer  # a cloud launched one of the reservation's fallbacks instead
+        if launched is not None:
+            offer = {**offer, **offer_to_json(launched)}
+        offer.pop(FALLBACKS_KEY, None)
         offer.setdefault("price", inst.price or 0.0)
         offer["resources"] = resources_to_json(provisioned.resources)
         # the agent's token is stored sealed (opened by whoever calls the agent: ``Context.reveal``)
@@ -127,6 +135,8 @@ class Instances:
                     "last_processed_at": now,
                     "last_job_finished_at": None if busy else now,
                     "total_blocks": provisioned.total_blocks or inst.total_blocks,
+                    "region": offer.get("region") or inst.region,
+                    "price": offer["price"],
                     "lock_owner": None,
                     "lock_token": None,
                     "lock_expires_at": None,
@@ -202,11 +212,23 @@ class Instances:
         try:
             if compute is not None:
                 await compute.terminate_instance(inst.id, agent)
-        except Exception:
-            log.exception("terminating %s failed; will retry", inst.name)
+        except Exception as e:
+            log.warning("terminating %s failed; will retry: %s", inst.name, e)
+            tries, since = self._termination_tries.get(inst.id, (0, time.time()))
+            self._termination_tries[inst.id] = (tries + 1, since)
+            message = stuck_message(tries + 1, self.ctx.settings.termination_stuck_tries, since, str(e))
             async with self.ctx.db.write() as conn:
                 await leases.release(conn, instances, inst.id, token)
+                if message is not None:  # once: the event and the instance's message say it is stuck
+                    log.warning("instance %s: %s", inst.name, message, extra={"event": "termination_stuck"})
+                    await fleet_store.update_instance(
+                        conn, inst.id, {"termination_reason_message": message}, expect_status=("terminating",)
+                    )
+                    await emit(
+                        conn, message, None, [instance_target(inst.project_id, inst.id, inst.name, inst.fleet_id)]
+                    )
             return
+        self._termination_tries.pop(inst.id, None)
         now = time.time()
         async with self.ctx.db.write() as conn:
             await tracked_update(

@@ -20,7 +20,6 @@ from corral.domain.telemetry import Telemetry
 from corral.scheduler import offer_filters
 from corral.scheduler.codec import offer_from_json
 from corral.scheduler.fleet_upkeep import upkeep
-from corral.scheduler.fleet_view import run_backends
 from corral.scheduler.schedule import schedule
 from corral.scheduler.types import (
     Assign,
@@ -97,6 +96,7 @@ def queued_job(
         fleets = tuple(f.format() if hasattr(f, "format") else str(f) for f in profile.fleets)
     nodes = int(conf.nodes_num) if conf.type == "task" else 1
     selectors = None if profile.instances is None else tuple(to_selector(x) for x in profile.instances)
+    job_filter = offer_filters.run_filter(profile)
     return QueuedJob(
         id=id,
         run_id=run_id,
@@ -114,8 +114,11 @@ def queued_job(
         project_name=project_name,
         selectors=selectors,
         barred_backends=barred_backends,
-        backends=None if profile.backends is None else run_backends(b.value for b in profile.backends),
-        max_price=profile.max_price,
+        backends=job_filter.backends,
+        max_price=job_filter.max_price,
+        regions=job_filter.regions,
+        instance_types=job_filter.instance_types,
+        spot=job_filter.spot,
         replica_num=int(job_spec.get("replica_num") or 0),
     )
 
@@ -132,6 +135,8 @@ class Scheduling:
         self.importers: dict[str, frozenset[str]] = {}
         #: project id -> the backend types it has (refreshed every pass): a fleet gets offers only from those.
         self.project_backends: dict[str, frozenset[str]] = {}
+        #: Project id -> backend type -> the regions the project's backend names (offers come from those).
+        self.project_regions: dict[str, dict[str, frozenset[str]]] = {}
 
     def _queued_job(self, job: QueueRow) -> QueuedJob:
         cached = self._queued.get(job.id)
@@ -178,6 +183,7 @@ class Scheduling:
         fleets = await snap.load_fleets(conn, project_ids)
         self.importers = await export_store.fleet_importers(conn, project_ids, importer)
         self.project_backends = await project_state.backends_by_project(conn, project_ids)
+        self.project_regions = await project_state.backend_regions_by_project(conn, project_ids)
         return Snapshot(fleets=tuple(self.fleet_slot(f) for f in fleets), queue=queue)
 
     def _fleet_requirements(self, fleet: FleetRec) -> Requirements | None:
@@ -196,7 +202,12 @@ class Scheduling:
         if conf.get("ssh_config"):
             return ()
         backends = self.project_backends.get(fleet.project_id, frozenset())
-        key = (fleet.id, repr((sorted(backends), conf.get("backends"))), repr(conf.get("resources")))
+        regions = self.project_regions.get(fleet.project_id, {})
+        key = (
+            fleet.id,
+            repr((sorted(backends), conf.get("backends"), sorted((k, sorted(v)) for k, v in regions.items()))),
+            repr(conf.get("resources")),
+        )
         cached = self._fleet_offers.get(key)
         if cached is None:
             cached = self._fleet_offers[key] = self._match_offers(fleet, conf)
@@ -212,8 +223,9 @@ class Scheduling:
         req = self._fleet_requirements(fleet)
         if req is not None:
             offers = [o for o in offers if match_requirements(req, o.resources) is None]
+        offers = offer_filters.in_project_regions(offers, self.project_regions.get(fleet.project_id, {}))
         # ``backends`` was applied above (with its own rule for ``local``/``remote``)
-        return tuple(offer_filters.filtered(offers, {k: v for k, v in conf.items() if k != "backends"}))
+        return tuple(offer_filters.filtered(offers, offer_filters.from_conf({**conf, "backends": None})))
 
     def fleet_slot(self, fleet: FleetRec) -> FleetSlot:
         nodes_min, nodes_max = nodes_bounds(fleet.spec)
@@ -277,6 +289,7 @@ class Scheduling:
             pool_used = {b: await snap.host_blocks_used(conn, b) for b in pools}
             self.importers = await export_store.fleet_importers(conn)
             self.project_backends = await project_state.backends_by_project(conn)
+            self.project_regions = await project_state.backend_regions_by_project(conn)
         slots = tuple(self.fleet_slot(f) for f in fleets)
         live_fleets = {f.id for f in fleets}  # caches keep only fleets that still exist
         self._fleet_offers = {k: v for k, v in self._fleet_offers.items() if k[0] in live_fleets}

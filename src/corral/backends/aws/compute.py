@@ -3,7 +3,8 @@
 Provisioning a reserved instance row (it exists before any EC2 call: the instances worker provisions rows
 the scheduler committed) goes: look the row's instance up by its ``corral_instance`` tag (a server that
 crashed after RunInstances finds it and adopts it); else RunInstances in the offer's region, one zone at a
-time (``ClientToken`` ``corral-<row id>-<n>``, a new ``n`` per zone), tagged with this server's id, the
+time, then the row's fallback offers (other types, other regions) -- ``ClientToken`` ``corral-<row id>-<n>``,
+a new ``n`` per attempt, at most ``launch.MAX_LAUNCH_ATTEMPTS`` -- tagged with this server's id, the
 project, the fleet and the row; wait until it runs; then log in as root with the project's key (which the
 UserData script authorised) and start the agent, through the SSH backend's code. The instance's resources
 are its type's, from the catalogue. Termination is confirmed by DescribeInstances before it returns (until
@@ -28,7 +29,8 @@ from corral.backends.aws.orphans import Tagged, orphans
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
 from corral.backends.ssh import SSHCompute
 from corral.domain.records import InstanceRec
-from corral.scheduler.codec import resources_from_json
+from corral.scheduler.codec import offer_from_json, resources_from_json
+from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.scheduler.types import Offer
 
 log = logging.getLogger("corral.aws")
@@ -52,6 +54,17 @@ class AWSProject:
         return ec2.Creds()
 
 
+@dataclass(frozen=True)
+class _Region:
+    """What launches in one region need: its clients (``once``: RunInstances, no botocore retries), the
+    VPC's subnets by zone and the project's security group there."""
+
+    client: Any
+    once: Any
+    zones: dict[str, str]
+    group: str
+
+
 ProjectLoader = Callable[[str], Awaitable[AWSProject | None]]
 
 
@@ -67,6 +80,8 @@ class AWSCompute:
         regions: frozenset[str] | None = None,
         provisioning_timeout: float = 600.0,
         poll: float = 1.0,
+        unavailable_ttl: float = launch.UNAVAILABLE_TTL,
+        terminate_timeout: float = 60.0,
     ) -> None:
         self.ssh = ssh
         self._projects = projects
@@ -77,7 +92,9 @@ class AWSCompute:
         self.regions = regions
         self.provisioning_timeout = provisioning_timeout
         self.poll = poll
-        self.unavailable = launch.Unavailable()
+        self.unavailable = launch.Unavailable(ttl=unavailable_ttl)
+        #: How long one termination waits for DescribeInstances to say ``terminated`` (then: tried again).
+        self.terminate_timeout = terminate_timeout
         #: EC2 calls made, by operation (the benchmark reads it).
         self.calls: dict[str, int] = {}
 
@@ -102,85 +119,151 @@ class AWSCompute:
     # ---- provisioning --------------------------------------------------------------------------
     async def create_instance(self, instance: InstanceRec) -> Provisioned:
         project = await self.project(instance.project_name)
-        offer = instance.offer or {}
-        region = str(offer.get("region") or instance.region or "")
-        itype = str(offer.get("instance_type") or "")
+        candidates = self._candidates(instance, project)
+        client = await self._ec2(ec2.client, project.creds, candidates[0].region)
+        found = await self._adoptable(instance, project, candidates, client)
+        if found is not None:
+            offer, client, ec2_id = found
+            log.info("instance %s: adopting %s, launched before a restart", instance.name, ec2_id)
+        else:
+            offer, client, ec2_id = await self._launch(instance, project, candidates, client)
+        try:
+            provisioned = await self._bring_up(instance, project, client, offer, ec2_id)
+        except Exception:
+            await self._terminate_quietly(client, ec2_id)
+            raise
+        primary = candidates[0]
+        return provisioned if offer == primary else dataclasses.replace(provisioned, offer=offer)
+
+    def _candidates(self, instance: InstanceRec, project: AWSProject) -> list[Offer]:
+        """The row's offer, then its fallbacks (``scheduler.fallbacks``) in the backend's regions."""
+        raw = instance.offer or {}
+        region = str(raw.get("region") or instance.region or "")
+        itype = str(raw.get("instance_type") or "")
         if not region or not itype:
             raise ProvisioningError(f"instance {instance.name} has no AWS offer (instance type and region)")
         regions = project.config.get("regions")
         if regions and region not in regions:
             raise ProvisioningError(f"region {region} is not among the aws backend's regions ({', '.join(regions)})")
-        client = await self._ec2(ec2.client, project.creds, region)
-        found = await self._ec2(ec2.by_tag, client, launch.TAG_INSTANCE, instance.id)
-        if found:
-            ec2_id = str(found[0]["InstanceId"])
-            log.info("instance %s: adopting %s, launched before a restart", instance.name, ec2_id)
-        else:
-            ec2_id = await self._launch(instance, project, client, region, itype, offer)
-        try:
-            return await self._bring_up(instance, project, client, region, ec2_id)
-        except Exception:
-            await self._terminate_quietly(client, ec2_id)
-            raise
+        primary = Offer(
+            "aws", itype, region, float(raw.get("price") or instance.price or 0.0),
+            resources_from_json(raw.get("resources") or {}),
+        )  # fmt: skip
+        others = [offer_from_json(o) for o in raw.get(FALLBACKS_KEY) or []]
+        return [primary, *(o for o in others if o.backend == "aws" and (not regions or o.region in regions))]
 
-    async def _launch(
-        self, instance: InstanceRec, project: AWSProject, client: Any, region: str, itype: str, offer: dict[str, Any]
-    ) -> str:
+    async def _adoptable(
+        self, instance: InstanceRec, project: AWSProject, candidates: list[Offer], client: Any
+    ) -> tuple[Offer, Any, str] | None:
+        """The instance a launch of this row made before a crash, found by its tag, in the regions the row
+        may launch in (its own first: one DescribeInstances when there is nothing to adopt elsewhere)."""
+        regions = list(dict.fromkeys(o.region for o in candidates))
+        for region in regions:
+            c = client if region == candidates[0].region else await self._ec2(ec2.client, project.creds, region)
+            found = await self._ec2(ec2.by_tag, c, launch.TAG_INSTANCE, instance.id)
+            if found:
+                itype = str(found[0].get("InstanceType") or "")
+                offer = next((o for o in candidates if o.region == region and o.instance_type == itype), None)
+                return offer or candidates[0], c, str(found[0]["InstanceId"])
+        return None
+
+    async def _region(self, project: AWSProject, region: str, client: Any) -> _Region:
         try:
             vpc = await self._ec2(ec2.vpc_id, client, region, project.config)
             zones = await self._ec2(ec2.subnets_by_zone, client, vpc)
             group = await self._ec2(ec2.security_group, client, vpc, project.name)
-            gpu = bool((offer.get("resources") or {}).get("gpus"))
-            ami, _user = await self._ec2(ec2.image, client, project.config, gpu)
         except ec2.AWSError as e:
             raise ProvisioningError(f"aws {region}: {e}") from None
         if not zones:
             raise ProvisioningError(f"aws {region}: the VPC {vpc} has no subnets")
+        once = await self._ec2(ec2.client, project.creds, region, "ec2", True)
+        return _Region(client, once, zones, group)
+
+    async def _launch(
+        self, instance: InstanceRec, project: AWSProject, candidates: list[Offer], client: Any
+    ) -> tuple[Offer, Any, str]:
+        """RunInstances for the row: each candidate offer in turn, each of its region's zones in turn, at most
+        ``MAX_LAUNCH_ATTEMPTS`` calls, each with a new client token; what failed is remembered a while
+        (``Unavailable``) so that the next launches do not try it again."""
         server_id = await self._server_id()
         tags = launch.instance_tags(
             server_id, project.name, instance.fleet_name, instance.id, instance.name, project.config.get("tags")
         )
         public_ip = project.config.get("public_ips") is not False
         errors: list[str] = []
-        once = await self._ec2(ec2.client, project.creds, region, "ec2", True)
-        for attempt, (zone, subnet) in enumerate(zones.items(), start=1):
-            if self.unavailable.blocked(itype, zone, time.time()):
-                errors.append(f"{zone}: no capacity lately")
+        regions: dict[str, _Region] = {}
+        images: dict[tuple[str, bool], str] = {}
+        attempt = 0
+        for offer in candidates:
+            region, itype = offer.region, offer.instance_type
+            if self.unavailable.region_blocked(region, time.time()):
+                errors.append(f"{region}: quota reached lately")
                 continue
-            params: dict[str, Any] = {
-                "ImageId": ami,
-                "InstanceType": itype,
-                "MinCount": 1,
-                "MaxCount": 1,
-                "ClientToken": launch.client_token(instance.id, attempt),
-                "UserData": launch.user_data([project.ssh_public_key]),
-                "BlockDeviceMappings": [
-                    {"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": catalog.DISK_GIB, "VolumeType": "gp3"}}
-                ],
-                "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
-                "NetworkInterfaces": [
-                    {"DeviceIndex": 0, "SubnetId": subnet, "Groups": [group], "AssociatePublicIpAddress": public_ip}
-                ],
-            }
-            if project.config.get("iam_instance_profile"):
-                params["IamInstanceProfile"] = {"Name": project.config["iam_instance_profile"]}
-            try:
-                reply = await self._ec2(ec2.call, once, "run_instances", **params)
-            except ec2.AWSError as e:
-                verdict = launch.classify(e.code)
-                errors.append(f"{zone}: {e}")
-                log.info("instance %s: RunInstances in %s: %s (%s)", instance.name, zone, e, verdict)
-                if verdict == "capacity":
-                    self.unavailable.mark(itype, zone, time.time())
+            if region not in regions:
+                c = client if region == candidates[0].region else await self._ec2(ec2.client, project.creds, region)
+                try:
+                    regions[region] = await self._region(project, region, c)
+                except ProvisioningError as e:
+                    if offer is candidates[0] and len(candidates) == 1:
+                        raise
+                    errors.append(str(e))
                     continue
-                if verdict == "transient":
+            where = regions[region]
+            gpu = bool(offer.resources.gpus)
+            if (region, gpu) not in images:
+                try:
+                    images[(region, gpu)], _user = await self._ec2(ec2.image, where.client, project.config, gpu)
+                except ec2.AWSError as e:
+                    errors.append(f"{region} {itype}: {e}")
                     continue
-                break  # quota (the region), invalid parameters (the offer), others: no other zone will do
-            return str(reply["Instances"][0]["InstanceId"])
-        raise ProvisioningError(f"aws {region} {itype}: no zone could launch it ({'; '.join(errors)})")
+            move = "zone"
+            for zone, subnet in where.zones.items():
+                if self.unavailable.blocked(region, zone, itype, time.time()):
+                    errors.append(f"{zone} {itype}: no capacity lately")
+                    continue
+                if attempt >= launch.MAX_LAUNCH_ATTEMPTS:
+                    break
+                attempt += 1
+                params: dict[str, Any] = {
+                    "ImageId": images[(region, gpu)],
+                    "InstanceType": itype,
+                    "MinCount": 1,
+                    "MaxCount": 1,
+                    "ClientToken": launch.client_token(instance.id, attempt),
+                    "UserData": launch.user_data([project.ssh_public_key]),
+                    "BlockDeviceMappings": [
+                        {"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": catalog.DISK_GIB, "VolumeType": "gp3"}}
+                    ],
+                    "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
+                    "NetworkInterfaces": [
+                        {"DeviceIndex": 0, "SubnetId": subnet, "Groups": [where.group],
+                         "AssociatePublicIpAddress": public_ip}
+                    ],
+                }  # fmt: skip
+                if project.config.get("iam_instance_profile"):
+                    params["IamInstanceProfile"] = {"Name": project.config["iam_instance_profile"]}
+                try:
+                    reply = await self._ec2(ec2.call, where.once, "run_instances", **params)
+                except ec2.AWSError as e:
+                    verdict = launch.classify(e.code)
+                    move = launch.next_move(verdict)
+                    errors.append(f"{zone} {itype}: {e}")
+                    log.info("instance %s: RunInstances %s in %s: %s (%s)", instance.name, itype, zone, e, verdict)
+                    if verdict == "capacity":
+                        self.unavailable.mark(region, zone, itype, time.time())
+                    elif verdict == "quota":
+                        self.unavailable.mark_region(region, time.time())
+                    if move == "zone":
+                        continue
+                    break
+                return offer, where.client, str(reply["Instances"][0]["InstanceId"])
+            if move == "stop" or attempt >= launch.MAX_LAUNCH_ATTEMPTS:
+                break
+        tried = ", ".join(f"{o.instance_type} in {o.region}" for o in candidates)
+        raise ProvisioningError(f"aws: no offer could be launched ({tried}; {attempt} attempt(s)): {'; '.join(errors)}")
 
     async def _bring_up(
-        self, instance: InstanceRec, project: AWSProject, client: Any, region: str, ec2_id: str
+        self, instance: InstanceRec, project: AWSProject, client: Any, offer: Offer, ec2_id: str
     ) -> Provisioned:
         deadline = time.monotonic() + self.provisioning_timeout
         while True:
@@ -207,13 +290,12 @@ class AWSCompute:
             "proxy_jump": None,
             "internal_ip": described.get("PrivateIpAddress"),
             "blocks": 1,
-            "aws": {"instance_id": ec2_id, "region": region, "project": project.name},
+            "aws": {"instance_id": ec2_id, "region": offer.region, "project": project.name},
         }
         as_host = dataclasses.replace(instance, agent={"token": secrets.token_hex(24), "connection": connection})
         provisioned = await self.ssh.create_instance(as_host)
-        resources = resources_from_json((instance.offer or {}).get("resources") or {})
         return dataclasses.replace(
-            provisioned, resources=resources, total_blocks=instance.total_blocks or provisioned.total_blocks
+            provisioned, resources=offer.resources, total_blocks=instance.total_blocks or provisioned.total_blocks
         )
 
     async def _terminate_quietly(self, client: Any, ec2_id: str) -> None:
@@ -241,13 +323,19 @@ class AWSCompute:
         client = await self._ec2(ec2.client, project.creds, str(where["region"]))
         ec2_id = str(where["instance_id"])
         await self._ec2(ec2.terminate, client, ec2_id)
-        deadline = time.monotonic() + 60.0
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + self.terminate_timeout
+        state = "unknown"
+        while True:
             described = await self._ec2(ec2.state, client, ec2_id)
             if described is None or described["State"]["Name"] == "terminated":
                 return
+            state = str(described["State"]["Name"])
+            if time.monotonic() >= deadline:
+                break
             await asyncio.sleep(self.poll)
-        raise ProvisioningError(f"EC2 instance {ec2_id} is not terminated yet; trying again")
+        raise ProvisioningError(
+            f"EC2 instance {ec2_id} is {state}, not terminated, {self.terminate_timeout:g}s after TerminateInstances"
+        )
 
     async def reap_unknown(self, known_instance_ids: set[str]) -> list[str]:
         return await self.ssh.reap_unknown(known_instance_ids)

@@ -89,6 +89,17 @@ def vpc_id(ec2: Any, region: str, conf: dict[str, Any]) -> str:
     return str(vpcs[0]["VpcId"])
 
 
+def nat_egress(ec2: Any, vpc: str) -> bool:
+    """Whether a route table of ``vpc`` that subnets use sends 0.0.0.0/0 to a NAT gateway (what instances
+    without public IPs reach the internet through)."""
+    tables = call(ec2, "describe_route_tables", Filters=[{"Name": "vpc-id", "Values": [vpc]}])["RouteTables"]
+    return any(
+        r.get("NatGatewayId") and r.get("DestinationCidrBlock") == "0.0.0.0/0" and t.get("Associations")
+        for t in tables
+        for r in t.get("Routes") or []
+    )
+
+
 def subnets_by_zone(ec2: Any, vpc: str) -> dict[str, str]:
     """One subnet per availability zone of ``vpc`` (the first by id), zones in name order."""
     found = call(ec2, "describe_subnets", Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"]

@@ -19,8 +19,11 @@ TAG_INSTANCE = "corral_instance"
 OWNER = ("owner", "corral")
 #: EC2's limit on UserData (before base64).
 USER_DATA_LIMIT = 16 * 1024
-#: How long a (type, zone) that answered "insufficient capacity" is not tried again.
+#: How long a (region, zone, type) that answered "insufficient capacity", or a region whose quota was
+#: reached, is not tried again (``CORRAL_AWS_UNAVAILABLE_TTL``).
 UNAVAILABLE_TTL = 120.0
+#: RunInstances calls one reservation may make, over all its offers and zones (no retry storm).
+MAX_LAUNCH_ATTEMPTS = 6
 
 Verdict = Literal["capacity", "quota", "invalid", "transient", "other"]
 
@@ -97,21 +100,44 @@ def user_data(public_keys: list[str]) -> str:
     return script
 
 
+def next_move(verdict: Verdict) -> Literal["zone", "offer", "region", "stop"]:
+    """Where a launch goes after a RunInstances error: the next zone of the same offer (no capacity there,
+    or a transient error), the next offer (this one's parameters are refused), the next region (a quota or
+    limit of this one is reached), or nowhere (anything else: credentials, permissions...)."""
+    if verdict in ("capacity", "transient"):
+        return "zone"
+    if verdict == "invalid":
+        return "offer"
+    if verdict == "quota":
+        return "region"
+    return "stop"
+
+
 @dataclass
 class Unavailable:
-    """Offerings that answered "insufficient capacity" lately: (instance type, zone) -> until when."""
+    """What failed lately, until when: offerings (region, zone, instance type) that answered "insufficient
+    capacity", and regions whose quota or limits were reached (every offering of the region)."""
 
     ttl: float = UNAVAILABLE_TTL
-    _until: dict[tuple[str, str], float] = field(default_factory=dict)
+    _until: dict[tuple[str, ...], float] = field(default_factory=dict)
 
-    def mark(self, instance_type: str, zone: str, now: float) -> None:
-        self._until[(instance_type, zone)] = now + self.ttl
+    def mark(self, region: str, zone: str, instance_type: str, now: float) -> None:
+        self._until[(region, zone, instance_type)] = now + self.ttl
 
-    def blocked(self, instance_type: str, zone: str, now: float) -> bool:
-        until = self._until.get((instance_type, zone))
+    def mark_region(self, region: str, now: float) -> None:
+        self._until[(region,)] = now + self.ttl
+
+    def region_blocked(self, region: str, now: float) -> bool:
+        return self._live((region,), now)
+
+    def blocked(self, region: str, zone: str, instance_type: str, now: float) -> bool:
+        return self._live((region,), now) or self._live((region, zone, instance_type), now)
+
+    def _live(self, key: tuple[str, ...], now: float) -> bool:
+        until = self._until.get(key)
         if until is None:
             return False
         if until <= now:
-            del self._until[(instance_type, zone)]
+            del self._until[key]
             return False
         return True

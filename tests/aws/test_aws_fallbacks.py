@@ -1,0 +1,278 @@
+"""Launch fallbacks against moto, errors injected by the fault proxy: no capacity moves to the next zone,
+then to the reservation's next offer; a quota or limit error skips the region (remembered a while); refused
+parameters skip the offer; at most ``MAX_LAUNCH_ATTEMPTS`` RunInstances per reservation, each with a new
+client token. The launches here are the compute's own (``_launch``): the instances never need to run."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from moto_harness import REGION, VPC_NAME, FaultProxy, Hypervisor, Launch, MotoEC2
+
+from corral.backends.aws import ec2, launch
+from corral.backends.aws.compute import AWSCompute
+from corral.backends.base import ProvisioningError
+from corral.domain.records import InstanceRec
+from corral.scheduler.types import Offer
+from server_harness import RunningServer, finished_run, make_settings, running_server, wait_for
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+WEST = "us-west-2"
+CONFIG = f"""
+projects:
+  - name: main
+    backends:
+      - type: aws
+        creds: {{type: access_key, access_key: AKIAFALLBACK, secret_key: fallback-secret}}
+        regions: [{REGION}, {WEST}]
+        vpc_name: {VPC_NAME}
+        public_ips: false
+  - name: narrow
+    backends:
+      - type: aws
+        creds: {{type: access_key, access_key: AKIANARROW, secret_key: narrow-secret}}
+        regions: [{REGION}]
+"""
+
+
+@pytest.fixture(scope="module")
+def proxy(moto: MotoEC2, vpc: tuple[str, str, str]) -> Iterator[FaultProxy]:
+    moto.make_region_vpc(WEST)
+    fp = FaultProxy(moto.url).start()
+    os.environ["AWS_ENDPOINT_URL"] = fp.url
+    try:
+        yield fp
+    finally:
+        os.environ["AWS_ENDPOINT_URL"] = moto.url
+        fp.stop()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def server(tmp_path_factory: pytest.TempPathFactory, proxy: FaultProxy) -> AsyncIterator[RunningServer]:
+    # passes every half second: a termination that failed is tried again soon
+    settings = make_settings(
+        tmp_path_factory.mktemp("awsfallbacks"), safety_net_interval=0.5, termination_stuck_tries=2
+    )
+    settings.server_dir.mkdir(parents=True)
+    (settings.server_dir / "config.yml").write_text(CONFIG)
+    async with running_server(settings) as s:
+        yield s
+
+
+def _offer(compute: AWSCompute, itype: str, region: str) -> Offer:
+    return next(o for o in compute.offers() if o.instance_type == itype and o.region == region)
+
+
+def _rec() -> InstanceRec:
+    return InstanceRec(
+        id=str(uuid.uuid4()), project_id="p", project_name="main", fleet_id=None, fleet_name="fb", name="fb-0",
+        instance_num=0, status="pending", unreachable=False, backend="aws", region=REGION, price=0.0, offer=None,
+        total_blocks=1, busy_blocks=0, hostname=None, agent=None, created_at=0.0, started_at=None,
+        finished_at=None, last_job_finished_at=None, idle_duration=None, termination_reason=None,
+        termination_reason_message=None,
+    )  # fmt: skip
+
+
+async def _launch(server: RunningServer, proxy: FaultProxy, rule: Any, *offers: Offer) -> tuple[Any, list[Launch]]:
+    """Launch a fresh row with ``offers`` (the first its own) under the fault ``rule``; what came of it
+    (the launched offer, or the ProvisioningError) and the RunInstances calls it made."""
+    compute: AWSCompute = server.ctx.computes["aws"]
+    project = await compute.project("main")
+    rec = _rec()
+    client = await compute._ec2(ec2.client, project.creds, offers[0].region)
+    before = len(proxy.launches)
+    proxy.fault = rule
+    try:
+        offer, c, ec2_id = await compute._launch(rec, project, list(offers), client)
+        await compute._ec2(ec2.terminate, c, ec2_id)
+        got: Any = offer
+    except ProvisioningError as e:
+        got = e
+    finally:
+        proxy.fault = None
+    made = proxy.launches[before:]
+    assert [m.token for m in made] == [f"corral-{rec.id}-{n}" for n in range(1, len(made) + 1)]  # a new one each
+    return got, made
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(server: RunningServer) -> None:
+    server.ctx.computes["aws"].unavailable = launch.Unavailable(ttl=60)
+
+
+async def test_no_capacity_moves_to_the_next_zone_then_the_next_offer(server: RunningServer, proxy: FaultProxy) -> None:
+    compute = server.ctx.computes["aws"]
+    large, xlarge = _offer(compute, "m7i.large", REGION), _offer(compute, "c7i.xlarge", REGION)
+    got, made = await _launch(
+        server, proxy, lambda lt: "InsufficientInstanceCapacity" if lt.instance_type == "m7i.large" else None,
+        large, xlarge,
+    )  # fmt: skip
+    assert got == xlarge
+    assert [(m.instance_type, m.subnet != made[0].subnet, m.error) for m in made] == [
+        ("m7i.large", False, "InsufficientInstanceCapacity"),
+        ("m7i.large", True, "InsufficientInstanceCapacity"),
+        ("c7i.xlarge", False, ""),
+    ]
+    # remembered: the next launch of m7i.large goes straight to its fallback
+    got, made = await _launch(server, proxy, None, large, xlarge)
+    assert got == xlarge and [m.instance_type for m in made] == ["c7i.xlarge"]
+
+
+async def test_a_quota_error_skips_the_region_and_is_remembered(server: RunningServer, proxy: FaultProxy) -> None:
+    compute = server.ctx.computes["aws"]
+    east, east2, west = (
+        _offer(compute, "m7i.large", REGION),
+        _offer(compute, "c7i.xlarge", REGION),
+        _offer(compute, "m7i.large", WEST),
+    )
+    got, made = await _launch(
+        server, proxy, lambda lt: "VcpuLimitExceeded" if lt.region == REGION else None, east, east2, west
+    )
+    assert got == west
+    assert [(m.region, m.error) for m in made] == [(REGION, "VcpuLimitExceeded"), (WEST, "")]
+    got, made = await _launch(server, proxy, None, east, west)
+    assert got == west and [m.region for m in made] == [WEST]  # the region is skipped a while
+
+
+async def test_refused_parameters_skip_the_offer_and_attempts_are_bounded(
+    server: RunningServer, proxy: FaultProxy
+) -> None:
+    compute = server.ctx.computes["aws"]
+    large, xlarge = _offer(compute, "m7i.large", REGION), _offer(compute, "c7i.xlarge", REGION)
+    got, made = await _launch(
+        server, proxy, lambda lt: "InvalidParameterCombination" if lt.instance_type == "m7i.large" else None,
+        large, xlarge,
+    )  # fmt: skip
+    assert got == xlarge and [m.instance_type for m in made] == ["m7i.large", "c7i.xlarge"]
+    many = [_offer(compute, t, REGION) for t in ("m7i.large", "c7i.xlarge", "t3.large", "m7i.xlarge")]
+    got, made = await _launch(server, proxy, lambda lt: "InsufficientInstanceCapacity", *many)
+    assert isinstance(got, ProvisioningError) and "InsufficientInstanceCapacity" in str(got)
+    assert len(made) == launch.MAX_LAUNCH_ATTEMPTS  # 4 offers x 2 zones would be 8
+    compute.unavailable = launch.Unavailable(ttl=60)
+    got, made = await _launch(server, proxy, lambda lt: "AuthFailure", large, xlarge)
+    assert isinstance(got, ProvisioningError) and len(made) == 1  # nothing else would do better
+
+
+async def test_a_run_lands_on_the_reservations_next_offer_when_its_own_has_no_capacity(
+    server: RunningServer, proxy: FaultProxy, hypervisor: Hypervisor, vpc: tuple[str, str, str]
+) -> None:
+    """End to end: the scheduler's reservation carries its fallbacks; the row ends up with the type it
+    launched, its price and its resources."""
+    proxy.blocked_subnets = {vpc[1]}  # zone a has no fake hosts
+    fleet = {"type": "fleet", "name": "fbfl", "nodes": "0..1", "backends": ["aws"], "regions": [REGION],
+             "resources": {"cpu": "2.."}}  # fmt: skip
+    task = {"type": "task", "name": "fb-run", "commands": ["echo fell-back"], "fleets": ["fbfl"],
+            "resources": {"cpu": "2.."}}  # fmt: skip
+    async with server.client() as c:
+        r = await c.post(
+            "/api/project/main/fleets/apply",
+            json={"plan": {"spec": {"configuration": fleet, "profile": {}}}, "force": True},
+        )
+        assert r.status_code == 200, r.text
+        proxy.fault = lambda lt: "InsufficientInstanceCapacity" if lt.instance_type == "m7i.large" else None
+        try:
+            r = await c.post(
+                "/api/project/main/runs/apply", json={"force": True, "plan": {"run_spec": {"configuration": task}}}
+            )
+            assert r.status_code == 200, r.text
+            run = await finished_run(c, "fb-run", timeout=120)
+        finally:
+            proxy.fault = None
+            proxy.blocked_subnets = set()
+        sub = run["jobs"][0]["job_submissions"][-1]
+        assert run["status"] == "done", sub.get("termination_reason_message")
+        (inst,) = [i for i in (await c.post("/api/instances/list", json={})).json() if i["fleet_name"] == "fbfl"]
+        fell_back = _offer(server.ctx.computes["aws"], "c7i.xlarge", REGION)  # m7i.large's next, in price order
+        assert inst["instance_type"]["name"] == "c7i.xlarge" and inst["price"] == fell_back.price
+        assert inst["instance_type"]["resources"]["cpus"] == 4
+        jpd = sub["job_provisioning_data"]
+        assert jpd["instance_type"]["name"] == "c7i.xlarge" and jpd["price"] == fell_back.price
+        await c.post("/api/project/main/fleets/delete", json={"names": ["fbfl"]})
+
+        async def gone() -> bool:
+            return not hypervisor.moto.instances(instance_state_name=["pending", "running", "shutting-down"])
+
+        await wait_for(gone, timeout=60)
+
+
+async def test_plans_list_the_projects_own_regions_and_honour_the_runs_options(server: RunningServer) -> None:
+    """Offers come from the regions of the project's own backend (not every project's), and a run's
+    ``regions`` and ``instance_types`` narrow them (as they narrow placement: one filter)."""
+
+    async def offers(project: str, **options: Any) -> list[dict[str, Any]]:
+        conf = {"type": "task", "commands": ["true"], "resources": {"cpu": "2.."}, **options}
+        async with server.client() as c:
+            body = {"run_spec": {"configuration": conf}, "for_offers_only": True}  # as `dstack offer` asks
+            r = await c.post(f"/api/project/{project}/runs/get_plan", json=body)
+        assert r.status_code == 200, r.text
+        return list(r.json()["job_plans"][0]["offers"])
+
+    assert {o["region"] for o in await offers("main")} == {REGION, WEST}
+    assert {o["region"] for o in await offers("narrow")} == {REGION}
+    got = await offers("main", regions=[WEST.upper()], instance_types=["m7i.large", "C7I.XLARGE"])
+    assert {(o["region"], o["instance"]["name"]) for o in got} == {(WEST, "m7i.large"), (WEST, "c7i.xlarge")}
+    assert not await offers("narrow", regions=[WEST])
+    async with server.client() as c:
+        spec = {
+            "configuration": {"type": "task", "commands": ["true"], "resources": {"gpu": "A10G"}, "regions": [WEST]}
+        }
+        gpus = (await c.post("/api/project/main/gpus/list", json={"run_spec": spec})).json()["gpus"]
+    assert gpus and all(g["name"] == "A10G" and g["regions"] == [WEST] and g["backends"] == ["aws"] for g in gpus)
+
+
+async def test_a_termination_ec2_never_confirms_is_reported_and_keeps_counting(
+    server: RunningServer, proxy: FaultProxy, hypervisor: Hypervisor, vpc: tuple[str, str, str]
+) -> None:
+    compute = server.ctx.computes["aws"]
+    fleet = {"type": "fleet", "name": "stuckfl", "nodes": "1..1", "backends": ["aws"], "regions": [REGION],
+             "resources": {"cpu": "2.."}}  # fmt: skip
+    proxy.blocked_subnets = {vpc[1]}  # zone a has no fake hosts
+    async with server.client() as c:
+
+        async def instance() -> dict[str, Any] | None:
+            found = [i for i in (await c.post("/api/instances/list", json={})).json() if i["fleet_name"] == "stuckfl"]
+            return found[0] if found else None
+
+        try:
+            r = await c.post(
+                "/api/project/main/fleets/apply",
+                json={"plan": {"spec": {"configuration": fleet, "profile": {}}}, "force": True},
+            )
+            assert r.status_code == 200, r.text
+            assert await wait_for(lambda: _with_status(instance, "idle"), timeout=60)
+            compute.terminate_timeout = 0.2
+            proxy.swallow = {"TerminateInstances"}  # EC2 takes the call, and the instance runs on
+            await c.post("/api/project/main/fleets/delete", json={"names": ["stuckfl"]})
+
+            async def reported() -> dict[str, Any] | None:
+                got = await instance()
+                return got if got and "Termination not confirmed" in (got["termination_reason_message"] or "") else None
+
+            stuck = await wait_for(reported, timeout=30)
+            assert (
+                "after 2 tries" in stuck["termination_reason_message"]
+                and "not terminated" in stuck["termination_reason_message"]
+            )
+            assert stuck["status"] == "terminating"  # still counted against nodes.max
+            async with server.ctx.db.read() as conn:
+                events = (await conn.exec_driver_sql("SELECT message FROM events")).scalars().all()
+            assert sum("Termination not confirmed after 2 tries" in m for m in events) == 1  # reported once
+            ec2_id = hypervisor.moto.instances(tag_key=["corral_fleet"], tag_value=["stuckfl"])
+            assert {i["State"]["Name"] for i in ec2_id} == {"running"}
+            proxy.swallow = set()  # EC2 terminates it now: confirmed, the row is terminated
+            assert await wait_for(lambda: _with_status(instance, "terminated"), timeout=60)
+        finally:
+            proxy.swallow = set()
+            proxy.blocked_subnets = set()
+            compute.terminate_timeout = 60.0
+
+
+async def _with_status(get: Any, status: str) -> dict[str, Any] | None:
+    got = await get()
+    return got if got and got["status"] == status else None

@@ -1,0 +1,98 @@
+"""The one offer filter: what a plan lists (``offer_filters.passes`` over a project's offers) and what the
+scheduler may place a job on (``fleet_view.as_job_sees_it``) agree for any offers, instances and run
+options; the options behave as dstack's (``remote`` is local and SSH hosts, regions and instance types
+compared regardless of case and not applied to hosts that are where they are)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corral.domain.resources import InstanceResources, Requirements
+from corral.scheduler import offer_filters
+from corral.scheduler.fleet_view import as_job_sees_it
+from corral.scheduler.schedule import schedule
+from corral.scheduler.types import FleetSlot, InstanceSlot, Offer, QueuedJob, Reserve, Snapshot, WaitPolicy
+
+BACKENDS = ("aws", "local", "ssh")
+REGIONS = ("us-east-1", "eu-west-1", "US-WEST-2")
+TYPES = ("m7i.large", "c7i.xlarge", "G5.xlarge")
+
+offers_st = st.builds(
+    Offer,
+    backend=st.sampled_from(BACKENDS),
+    instance_type=st.sampled_from(TYPES),
+    region=st.sampled_from(REGIONS),
+    price=st.sampled_from((0.05, 0.1, 0.5, 2.0)),
+    resources=st.builds(
+        InstanceResources,
+        cpus=st.just(8),
+        memory_mib=st.just(32768),
+        gpus=st.just(()),
+        spot=st.booleans(),
+        disk_size_mib=st.just(200 * 1024),
+    ),
+)
+options_st = st.fixed_dictionaries(
+    {
+        "backends": st.none() | st.lists(st.sampled_from(("aws", "remote", "local")), min_size=1, max_size=2),
+        "regions": st.none() | st.lists(st.sampled_from((*REGIONS, "us-west-2", "EU-WEST-1")), min_size=1),
+        "instance_types": st.none() | st.lists(st.sampled_from((*TYPES, "g5.xlarge")), min_size=1),
+        "max_price": st.none() | st.sampled_from((0.05, 0.3, 5.0)),
+        "spot_policy": st.none() | st.sampled_from(("spot", "on-demand", "auto")),
+    }
+)
+
+
+def _job(f: offer_filters.OfferFilter) -> QueuedJob:
+    return QueuedJob(
+        id="j", run_id="r", project_id="p", run_name="r", job_num=0, priority=0, submitted_at=0.0,
+        requirements=Requirements(), fleet_names=None, creation_policy="reuse-or-create", wait=WaitPolicy(True),
+        backends=f.backends, max_price=f.max_price, regions=f.regions, instance_types=f.instance_types, spot=f.spot,
+    )  # fmt: skip
+
+
+def _fleet(offers: list[Offer], instances: list[Offer]) -> FleetSlot:
+    slots = tuple(
+        InstanceSlot(id=f"i{n}", fleet_id="f", name=f"f-{n}", instance_num=n, status="idle", resources=o.resources,
+                     total_blocks=1, busy_blocks=0, price=o.price, backend=o.backend, offer=o)
+        for n, o in enumerate(instances)
+    )  # fmt: skip
+    return FleetSlot(id="f", project_id="p", name="f", nodes_min=0, nodes_max=None, blocks=1, placement="any",
+                     offers=tuple(offers), instances=slots)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(offers_st, max_size=8), st.lists(offers_st, max_size=4), options_st)
+def test_listing_and_placement_agree(offers: list[Offer], instances: list[Offer], options: dict[str, Any]) -> None:
+    f = offer_filters.run_filter(SimpleNamespace(**options))  # a run's merged profile
+    listed = offer_filters.filtered(offers, f)
+    seen = as_job_sees_it(_job(f), _fleet(offers, instances))
+    assert list(seen.offers) == listed
+    # instances are narrowed by where they are and what they are (never by price: they are paid for)
+    kept = [i.offer for i in seen.instances]
+    assert kept == [o for o in instances if offer_filters.place_passes(o.backend, o.region, o.instance_type, f)]
+    # and a job placed on a new instance gets a listed offer (or none at all, when nothing is listed)
+    plan = schedule(Snapshot(fleets=(_fleet(offers, []),), queue=(_job(f),)), now=0.0)
+    reserved = [d.offer for g in plan.gangs for d in g.decisions if isinstance(d, Reserve)]
+    assert all(o in listed for o in reserved)
+    assert bool(reserved) == bool(listed)
+
+
+def test_the_options_as_dstack_applies_them() -> None:
+    res = InstanceResources(cpus=2, memory_mib=8192, gpus=())
+    aws = Offer("aws", "m7i.large", "us-east-1", 0.1, res)
+    local = Offer("local", "local", "local", 0.0, res)
+    f = offer_filters.from_options(regions=["US-EAST-1"], instance_types=["M7I.large"])
+    assert offer_filters.passes(aws, f) and offer_filters.passes(local, f)
+    assert not offer_filters.passes(aws, offer_filters.from_options(regions=["eu-west-1"]))
+    assert offer_filters.passes(local, offer_filters.from_options(regions=["eu-west-1"]))  # hosts stay put
+    assert offer_filters.from_options(backends=["remote"]).backends == frozenset({"local", "ssh"})
+    assert not offer_filters.passes(aws, offer_filters.from_options(spot_policy="spot"))
+    assert offer_filters.passes(aws, offer_filters.from_options(spot_policy="auto"))
+    assert offer_filters.from_options(spot_policy="on-demand").spot is False
+    regions = offer_filters.project_regions([{"type": "aws", "regions": ["eu-west-1"]}, {"type": "local"}])
+    assert offer_filters.in_project_regions([aws, local], regions) == [local]
