@@ -13,7 +13,8 @@ a short scaling window and drain, and a fleet on this machine.
   requests one after another; the requests that did not get a 200, out of all sent, and how long the
   rollout took.
 
-Figures, not assertions.
+Progress goes to stderr; a stage stuck for two minutes stops the script and says where. Figures, not
+assertions.
 
     python benchmarks/services_scaling.py [--rounds 3] [--startup 1.0] [--clients 4]
 """
@@ -26,6 +27,7 @@ import base64
 import os
 import socket
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -52,6 +54,14 @@ s = ThreadingHTTPServer(("0.0.0.0", 8000), H)
 LISTEN = time.time()
 s.serve_forever()
 """
+
+
+#: A stage that takes longer than this has failed: the script says where it was and stops.
+WAIT_LIMIT = 120.0
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def free_port() -> int:
@@ -86,15 +96,21 @@ async def from_zero(c: Any, rounds: int, startup: float) -> list[tuple[float, fl
     body = {"force": False, "plan": {"run_spec": {"configuration": conf("cold", "0..1", startup, scaling=scaling)}}}
     (await c.post("/api/project/main/runs/apply", json=body)).raise_for_status()
     out = []
-    for _ in range(rounds):
+    for i in range(rounds):
+        say(f"from zero, round {i + 1}: waiting for 0 replicas")
+        began = time.monotonic()
         while await _active(c, "cold"):  # back at zero
+            if time.monotonic() - began > WAIT_LIMIT:
+                raise SystemExit(f"the service did not scale back to zero within {WAIT_LIMIT:.0f} s")
             await asyncio.sleep(0.2)
+        say("sending the first request")
         t0 = time.time()
         r = await c.get("/proxy/services/main/cold/", timeout=120)
         t1 = time.time()
         r.raise_for_status()
         own = r.json()["listen"] - r.json()["start"]
         out.append((t1 - t0, own))
+        say(f"answered after {t1 - t0:.2f} s")
     await c.post("/api/project/main/runs/stop", json={"runs_names": ["cold"], "abort": True})
     return out
 
@@ -110,10 +126,23 @@ async def rollout(c: Any, clients: int) -> tuple[int, int, float]:
         r.raise_for_status()
         return dict(r.json())
 
+    run: dict[str, Any] = {}
+
     async def serving(deployment: int) -> None:
+        nonlocal run
+        last, began = 0.0, time.monotonic()
         while True:
+            if time.monotonic() - began > WAIT_LIMIT:
+                why = run.get("status_message")
+                raise SystemExit(f"deployment {deployment} not serving after {WAIT_LIMIT:.0f} s: {why!r}")
             run = (await c.post("/api/project/main/runs/get", json={"run_name": "roll"})).json()
             subs = [j["job_submissions"][-1] for j in run["jobs"]]
+            if time.monotonic() - last > 5:
+                last = time.monotonic()
+                state = [
+                    (s["deployment_num"], s["status"], s.get("corral_ready"), s.get("status_message")) for s in subs
+                ]
+                say(f"waiting for deployment {deployment}: {run['status']} {run.get('status_message')!r} {state}")
             ready = [
                 s
                 for s in subs
@@ -124,8 +153,10 @@ async def rollout(c: Any, clients: int) -> tuple[int, int, float]:
                 return
             await asyncio.sleep(0.2)
 
+    say("rollout: applying version 1")
     await apply("1")
     await serving(0)
+    say("version 1 serving; starting clients")
     stop = False
     sent = [0]
     failed = [0]
@@ -144,7 +175,9 @@ async def rollout(c: Any, clients: int) -> tuple[int, int, float]:
     await asyncio.sleep(1.0)
     t0 = time.monotonic()
     await apply("2")
+    say("version 2 applied")
     await serving(1)
+    say("version 2 serving")
     took = time.monotonic() - t0
     await asyncio.sleep(1.0)
     stop = True
@@ -170,6 +203,7 @@ async def bench(rounds: int, startup: float, clients: int) -> None:
         safety_net_interval=60.0,
         sandbox="on" if os.geteuid() == 0 else "off",
         local_cpus=8,
+        local_max_instances=4,
         local_memory_mib=8 * 8192,
         local_blocks=8,
         service_scaling_window=2.0,
@@ -185,7 +219,7 @@ async def bench(rounds: int, startup: float, clients: int) -> None:
     try:
         headers = {"Authorization": "Bearer bench-token"}
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=60) as c:
-            fleet = {"type": "fleet", "name": "bench", "nodes": "0..3", "resources": {"cpu": "1.."}}
+            fleet = {"type": "fleet", "name": "bench", "nodes": "0..4", "resources": {"cpu": "1.."}}
             await c.post(
                 "/api/project/main/fleets/apply",
                 json={"force": False, "plan": {"spec": {"configuration": fleet, "profile": {}}}},

@@ -128,6 +128,48 @@ def test_two_jobs_on_one_port_each_reached_through_the_agent(sandboxed: Any) -> 
         assert agent.http.delete(f"/jobs/{name}").status_code == 200
 
 
+def _get_until(url: str, seconds: float) -> str:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return httpx.get(url, timeout=2).text
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _mac_at(address: str) -> str | None:
+    """The MAC of the sandbox namespace's ``eth0`` that holds ``address``."""
+    for ns in _sandbox_netns():
+        out = subprocess.run(["ip", "-n", ns, "-o", "addr", "show", "eth0"], capture_output=True, text=True).stdout
+        if f" {address}/" in out:
+            link = subprocess.run(["ip", "-n", ns, "-o", "link", "show", "eth0"], capture_output=True, text=True)
+            return link.stdout.split("link/ether ")[1].split()[0]
+    return None
+
+
+def test_the_next_job_at_a_reused_address_is_reached_at_once(sandboxed: Any) -> None:
+    """A slot's address goes to the next job. The host's neighbour entry for it outlives the previous
+    job's veth; the next job's MAC is fixed by the address, so its port answers as soon as it listens
+    (with a new random MAC it stayed unreachable until the entry expired, about 30 s)."""
+    agent = sandboxed()
+    addresses = []
+    for name in ("first", "second"):
+        st = agent.submit(name, [f"echo {name} > index.html", "exec python3 -m http.server 8000"], ports=[8000])
+        info = st["sandbox"]
+        addresses.append(info["address"])
+        assert _mac_at(info["address"]) == sandbox_net.job_mac(info["address"])
+        # 30 s for the first (a loaded machine starting Python); the second must answer well before the
+        # neighbour entry of the first would have expired.
+        text = _get_until(f"http://127.0.0.1:{info['ports']['8000']}/index.html", 30 if name == "first" else 8)
+        assert text == f"{name}\n"
+        agent.http.post(f"/jobs/{name}/stop", json={})
+        agent.wait_finished(name)
+        assert agent.http.delete(f"/jobs/{name}").status_code == 200
+    assert sandbox_net.job_mac("10.247.0.2") == "02:cc:0a:f7:00:02"
+
+
 def test_paths_at_their_absolute_places_over_a_read_only_host(sandboxed: Any, tmp_path: Path) -> None:
     from corral.cli.repo_code import file_archive
 

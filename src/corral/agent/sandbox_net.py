@@ -114,8 +114,11 @@ def job_net_up(slot: int, address: str, bridge: str, network: ipaddress.IPv4Netw
     job_net_down(slot)  # a leftover of the same slot (a crash between steps)
     _run(
         ["ip", "-batch", "-"],
-        f"netns add {ns}\nlink add {veth} type veth peer name eth0 netns {ns}\nlink set {veth} master {bridge} up\n",
+        f"netns add {ns}\nlink add {veth} type veth peer name eth0 address {job_mac(address)} netns {ns}\n"
+        f"link set {veth} master {bridge} up\n",
     )
+    # An entry left by an earlier job at this address with another MAC (one from before MACs were fixed).
+    _run(["ip", "neigh", "flush", "to", address, "dev", bridge], check=False)
     gateway = network.network_address + 1
     _run(
         ["ip", "-n", ns, "-batch", "-"],
@@ -123,6 +126,15 @@ def job_net_up(slot: int, address: str, bridge: str, network: ipaddress.IPv4Netw
         f"route add default via {gateway}\n",
     )
     return os.path.join(NETNS_DIR, ns)
+
+
+def job_mac(address: str) -> str:
+    """The MAC address of the job's ``eth0``: fixed by its IPv4 address (locally administered, as Docker's
+    ``02:42:…``). A slot's address is reused by the next job, and the host keeps the address's neighbour
+    entry for up to a minute after the previous job's veth is gone; with a random MAC the host would send
+    the next job's connections to the old one's MAC until the entry expired (a service replica unreachable
+    for ~30 s after it listens)."""
+    return "02:cc:" + ":".join(f"{b:02x}" for b in ipaddress.IPv4Address(address).packed)
 
 
 def job_net_down(slot: int) -> None:
