@@ -19,14 +19,15 @@ import asyncio
 import base64
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib.in_process import InProcess, in_process_server
 
 APP = b"""
 import asyncio
@@ -43,12 +44,6 @@ async def main():
     await s.serve_forever()
 asyncio.run(main())
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pct(values: list[float], q: float) -> float:
@@ -112,96 +107,71 @@ def run_client(url: str, token: str, requests: int, concurrency: int) -> dict[st
 
 # ---- the server (this process) --------------------------------------------------------------------
 async def bench(requests: int) -> None:
+    async with in_process_server("corral-proxy-bench-", local_cpus=4, local_memory_mib=8192) as srv:
+        await _measure(srv, requests)
+
+
+async def _measure(srv: InProcess, requests: int) -> None:
     import httpx
-    import uvicorn
     from sqlalchemy import event
 
-    from corral.server import prepare
-    from corral.settings import Settings
-
-    tmp = Path(tempfile.mkdtemp(prefix="corral-proxy-bench-"))
-    settings = Settings.from_env(
-        {},
-        server_dir=tmp / "server",
-        database_url=f"sqlite+aiosqlite:///{tmp / 'server' / 'corral.db'}",
-        admin_token="bench-token",
-        write_cli_config=False,
-        safety_net_interval=60.0,
-        sandbox="on" if os.geteuid() == 0 else "off",
-        local_cpus=4,
-        local_memory_mib=8192,
-    )
-    prepared = await prepare(settings)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(prepared.app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
+    settings = srv.settings
     statements = 0
 
     def count(*_args: Any) -> None:
         nonlocal statements
         statements += 1
 
-    db = prepared.ctx.db
+    db = srv.prepared.ctx.db
     for engine in {id(e): e for e in (db._read, db._write)}.values():
         event.listen(engine.sync_engine, "before_cursor_execute", count)
-    base = f"http://127.0.0.1:{port}"
+    base = srv.url
     app = base64.b64encode(APP).decode()
-    try:
-        async with httpx.AsyncClient(base_url=base, headers={"Authorization": "Bearer bench-token"}, timeout=30) as c:
-            fleet = {"type": "fleet", "name": "bench", "nodes": "0..1", "resources": {"cpu": "1.."}}
-            await c.post(
-                "/api/project/main/fleets/apply",
-                json={"force": False, "plan": {"spec": {"configuration": fleet, "profile": {}}}},
-            )
-            conf = {
-                "type": "service",
-                "name": "bench",
-                "port": 8000,
-                "commands": [f"echo {app} | base64 -d > app.py", "exec python3 app.py"],
-                "resources": {"cpu": "1..", "memory": "0.1GB.."},
-            }
-            r = await c.post(
-                "/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": conf}}}
-            )
-            r.raise_for_status()
-            deadline = time.monotonic() + 120
-            while True:
-                run = (await c.post("/api/project/main/runs/get", json={"run_name": "bench"})).json()
-                sub = run["jobs"][0]["job_submissions"][-1]
-                if sub["status"] == "running" and sub.get("corral_ready"):
-                    break
-                if time.monotonic() > deadline or run["status"] in ("failed", "terminated"):
-                    raise SystemExit(f"the service did not become ready: {run['status']} {sub['status']}")
-                await asyncio.sleep(0.2)
-            host_port = (sub.get("job_runtime_data") or {}).get("ports", {}) or {}
-            direct = f"http://127.0.0.1:{host_port.get('8000', 8000)}/"
-            proxied = f"{base}/proxy/services/main/bench/"
-            results: dict[str, dict[str, float]] = {}
-            # the floor: the server answering from the proxy's cache without any upstream (404, no such service)
-            floor = f"{base}/proxy/services/main/nosuch/"
-            for name, url in (("direct", direct), ("proxy", proxied), ("floor", floor)):
-                for conc in (1, 16):
-                    before = statements
-                    results[f"{name}@{conc}"] = res = await asyncio.to_thread(
-                        run_client, url, "bench-token", requests, conc
-                    )
-                    res["statements"] = statements - before
-            # the workers' own statements over a window as long as the proxied runs
-            window = results["proxy@1"]["wall_s"] + results["proxy@16"]["wall_s"]
-            before = statements
-            await asyncio.sleep(window)
-            idle = statements - before
-            await c.post("/api/project/main/runs/stop", json={"runs_names": ["bench"], "abort": True})
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 30)
-        for compute in prepared.ctx.computes.values():
-            if hasattr(compute, "reap_grace"):
-                compute.reap_grace = 0.0
-            await compute.reap_unknown(set())
-        await db.dispose()
+    async with httpx.AsyncClient(base_url=base, headers={"Authorization": "Bearer bench-token"}, timeout=30) as c:
+        fleet = {"type": "fleet", "name": "bench", "nodes": "0..1", "resources": {"cpu": "1.."}}
+        await c.post(
+            "/api/project/main/fleets/apply",
+            json={"force": False, "plan": {"spec": {"configuration": fleet, "profile": {}}}},
+        )
+        conf = {
+            "type": "service",
+            "name": "bench",
+            "port": 8000,
+            "commands": [f"echo {app} | base64 -d > app.py", "exec python3 app.py"],
+            "resources": {"cpu": "1..", "memory": "0.1GB.."},
+        }
+        r = await c.post(
+            "/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": conf}}}
+        )
+        r.raise_for_status()
+        deadline = time.monotonic() + 120
+        while True:
+            run = (await c.post("/api/project/main/runs/get", json={"run_name": "bench"})).json()
+            sub = run["jobs"][0]["job_submissions"][-1]
+            if sub["status"] == "running" and sub.get("corral_ready"):
+                break
+            if time.monotonic() > deadline or run["status"] in ("failed", "terminated"):
+                raise SystemExit(f"the service did not become ready: {run['status']} {sub['status']}")
+            await asyncio.sleep(0.2)
+        host_port = (sub.get("job_runtime_data") or {}).get("ports", {}) or {}
+        direct = f"http://127.0.0.1:{host_port.get('8000', 8000)}/"
+        proxied = f"{base}/proxy/services/main/bench/"
+        results: dict[str, dict[str, float]] = {}
+        # the floor: the server answering from the proxy's cache without any upstream (404, no such service)
+        floor = f"{base}/proxy/services/main/nosuch/"
+        for name, url in (("direct", direct), ("proxy", proxied), ("floor", floor)):
+            for conc in (1, 16):
+                before = statements
+                results[f"{name}@{conc}"] = res = await asyncio.to_thread(
+                    run_client, url, "bench-token", requests, conc
+                )
+                res["statements"] = statements - before
+        # the workers' own statements over a window as long as the proxied runs
+        window = results["proxy@1"]["wall_s"] + results["proxy@16"]["wall_s"]
+        before = statements
+        await asyncio.sleep(window)
+        idle = statements - before
+        await c.post("/api/project/main/runs/stop", json={"runs_names": ["bench"], "abort": True})
 
     load = os.getloadavg()[0]
     print(f"proxy overhead ({requests} requests per figure, sandbox={settings.sandbox}, load {load:.2f})")

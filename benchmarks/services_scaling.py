@@ -24,14 +24,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import os
-import socket
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib.in_process import in_process_server
 
 APP = b"""
 import os, sys, time, json
@@ -62,12 +62,6 @@ WAIT_LIMIT = 120.0
 
 def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def conf(name: str, replicas: Any, startup: float, version: str = "1", **extra: Any) -> dict[str, Any]:
@@ -188,37 +182,19 @@ async def rollout(c: Any, clients: int) -> tuple[int, int, float]:
 
 async def bench(rounds: int, startup: float, clients: int) -> None:
     import httpx
-    import uvicorn
 
-    from corral.server import prepare
-    from corral.settings import Settings
-
-    tmp = Path(tempfile.mkdtemp(prefix="corral-services-bench-"))
-    settings = Settings.from_env(
-        {},
-        server_dir=tmp / "server",
-        database_url=f"sqlite+aiosqlite:///{tmp / 'server' / 'corral.db'}",
-        admin_token="bench-token",
-        write_cli_config=False,
-        safety_net_interval=60.0,
-        sandbox="on" if os.geteuid() == 0 else "off",
-        local_cpus=8,
-        local_max_instances=4,
-        local_memory_mib=8 * 8192,
-        local_blocks=8,
-        service_scaling_window=2.0,
-        service_drain_timeout=1.0,
-        service_scaling_tick=0.2,
-    )
-    prepared = await prepare(settings)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(prepared.app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
-        headers = {"Authorization": "Bearer bench-token"}
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=60) as c:
+    overrides = {
+        "local_cpus": 8,
+        "local_max_instances": 4,
+        "local_memory_mib": 8 * 8192,
+        "local_blocks": 8,
+        "service_scaling_window": 2.0,
+        "service_drain_timeout": 1.0,
+        "service_scaling_tick": 0.2,
+    }
+    async with in_process_server("corral-services-bench-", **overrides) as srv:
+        headers = {"Authorization": f"Bearer {srv.token}"}
+        async with httpx.AsyncClient(base_url=srv.url, headers=headers, timeout=60) as c:
             fleet = {"type": "fleet", "name": "bench", "nodes": "0..4", "resources": {"cpu": "1.."}}
             await c.post(
                 "/api/project/main/fleets/apply",
@@ -226,14 +202,6 @@ async def bench(rounds: int, startup: float, clients: int) -> None:
             )
             cold = await from_zero(c, rounds, startup)
             sent, failed, took = await rollout(c, clients)
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 30)
-        for compute in prepared.ctx.computes.values():
-            if hasattr(compute, "reap_grace"):
-                compute.reap_grace = 0.0
-            await compute.reap_unknown(set())
-        await prepared.ctx.db.dispose()
     print(f"from zero ({rounds} rounds, the app's own start-up {startup:.1f} s):")
     for total, own in cold:
         print(f"  first request answered after {total:.2f} s; app start-up {own:.2f} s; corral {total - own:.2f} s")
