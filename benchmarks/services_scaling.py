@@ -180,7 +180,7 @@ async def rollout(c: Any, clients: int) -> tuple[int, int, float]:
     return sent[0], failed[0], took
 
 
-async def bench(rounds: int, startup: float, clients: int) -> None:
+async def bench(rounds: int, startup: float, clients: int, drain: float) -> None:
     import httpx
 
     overrides = {
@@ -189,7 +189,7 @@ async def bench(rounds: int, startup: float, clients: int) -> None:
         "local_memory_mib": 8 * 8192,
         "local_blocks": 8,
         "service_scaling_window": 2.0,
-        "service_drain_timeout": 1.0,
+        "service_drain_timeout": drain,
         "service_scaling_tick": 0.2,
     }
     async with in_process_server("corral-services-bench-", **overrides) as srv:
@@ -206,7 +206,10 @@ async def bench(rounds: int, startup: float, clients: int) -> None:
     for total, own in cold:
         print(f"  first request answered after {total:.2f} s; app start-up {own:.2f} s; corral {total - own:.2f} s")
     print(f"  corral's part, median: {statistics.median(t - o for t, o in cold):.2f} s")
-    print(f"rollout of 2 replicas under {clients} clients: {failed} of {sent} requests lost; took {took:.1f} s")
+    print(
+        f"rollout of 2 replicas under {clients} clients (drain timeout {drain:.0f} s): "
+        f"{failed} of {sent} requests lost; took {took:.1f} s"
+    )
 
 
 def main() -> None:
@@ -214,8 +217,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--startup", type=float, default=1.0)
     p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--drain", type=float, default=30.0, help="CORRAL_SERVICE_DRAIN_TIMEOUT (the default: 30)")
     a = p.parse_args()
-    asyncio.run(bench(a.rounds, a.startup, a.clients))
+    asyncio.run(bench(a.rounds, a.startup, a.clients, a.drain))
 
 
 if __name__ == "__main__":

@@ -132,8 +132,8 @@ class Settings:
     proxy_body_limit: int = 64 * 2**20
     #: How long the proxy waits for a replica's response head (dstack: ``DSTACK_SERVICE_CLIENT_TIMEOUT``).
     proxy_timeout: float = 300.0
-    #: How long a service replica leaving rotation (rollout, scale-down) keeps its in-flight requests before
-    #: it is stopped (``CORRAL_SERVICE_DRAIN_TIMEOUT``).
+    #: How long at most a service replica leaving rotation (rollout, scale-down) keeps its in-flight
+    #: requests before it is stopped; it stops earlier once none is left (``CORRAL_SERVICE_DRAIN_TIMEOUT``).
     service_drain_timeout: float = 30.0
     #: Requests held per service while it scales from zero, and for how long at most, before a 503 with
     #: ``Retry-After`` (``CORRAL_PROXY_COLD_START_QUEUE``, ``CORRAL_PROXY_COLD_START_TIMEOUT``).

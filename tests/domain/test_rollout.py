@@ -10,7 +10,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.domain.rollout import GroupDecision, Phase, ReplicaView, allocate_numbers, decide_group
+from corral.domain.rollout import DRAIN_SETTLE, GroupDecision, Phase, ReplicaView, allocate_numbers, decide_group
 
 DRAIN = 5.0
 
@@ -85,10 +85,32 @@ def test_old_leaves_rotation_once_new_is_ready_then_is_stopped_after_the_drain()
     old = ReplicaView("o", 0, 0, Phase.READY)
     new = ReplicaView("n", 1, 1, Phase.READY, True)
     d = decide_group([old, new], 1, 1, 10.0, DRAIN)
-    assert d.drain == ("o",) and d.start == 0 and d.wake_at == 10.0 + DRAIN
-    draining = ReplicaView("o", 0, 0, Phase.DRAINING, drain_at=10.0)
+    assert d.drain == ("o",) and d.start == 0 and d.wake_at == 10.0 + DRAIN_SETTLE
+    draining = ReplicaView("o", 0, 0, Phase.DRAINING, drain_at=10.0)  # held: requests may be in flight
     assert decide_group([draining, new], 1, 1, 12.0, DRAIN).stop == ()
+    assert decide_group([draining, new], 1, 1, 12.0, DRAIN).wake_at == 10.0 + DRAIN
     assert decide_group([draining, new], 1, 1, 15.0, DRAIN).stop == ("o",)
+
+
+@given(
+    drain_at=st.floats(0, 100),
+    after=st.floats(0, 50),
+    held=st.booleans(),
+    timeout=st.floats(0, 30),
+)
+def test_a_drained_replica_stops_when_nothing_is_in_flight_never_before_the_settle(
+    drain_at: float, after: float, held: bool, timeout: float
+) -> None:
+    """Held (a server may have requests in flight to it): stopped at the drain timeout. Released by every
+    server: stopped at once, but never before ``DRAIN_SETTLE`` (nor after the timeout)."""
+    draining = ReplicaView("o", 0, 0, Phase.DRAINING, drain_at=drain_at, held=held)
+    new = ReplicaView("n", 1, 1, Phase.READY, True)
+    now = drain_at + after
+    d = decide_group([draining, new], 1, 1, now, timeout)
+    due = drain_at + (timeout if held else min(timeout, DRAIN_SETTLE))
+    assert (d.stop == ("o",)) == (due <= now)
+    if due > now:
+        assert d.wake_at == due
 
 
 def test_reapplying_the_previous_configuration_ends_a_stuck_rollout() -> None:

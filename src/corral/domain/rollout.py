@@ -14,7 +14,9 @@ the serving version down):
   version out of rotation.
 * With every replica up to date, the group is scaled to ``desired``: the least important go first
   (not in rotation before in rotation, then the highest ``replica_num``); one in rotation is drained.
-* A drained replica is stopped ``drain_timeout`` after it left rotation.
+* A drained replica is stopped once no server replica has a request in flight to it (``held`` false),
+  but not before ``DRAIN_SETTLE`` after it left rotation (a server routing from a route read just before
+  may still be recording its hold), and ``drain_timeout`` after it left rotation at the latest.
 
 Imports nothing of corral.
 """
@@ -24,6 +26,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+
+#: The shortest time a drained replica stays up (see the rules above).
+DRAIN_SETTLE = 1.0
 
 
 class Phase(str, Enum):
@@ -44,6 +49,8 @@ class ReplicaView:
     #: Its job spec equals the current deployment's (it can be brought up to date in place).
     same_spec: bool = False
     drain_at: float | None = None
+    #: Some server replica may have requests in flight to it (``store.service_drains``).
+    held: bool = True
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,8 @@ def decide_group(
     wake: list[float] = []
     for r in replicas:
         if r.phase == Phase.DRAINING:
-            end = (r.drain_at if r.drain_at is not None else now) + drain_timeout
+            since = r.drain_at if r.drain_at is not None else now
+            end = since + drain_timeout if r.held else since + min(drain_timeout, DRAIN_SETTLE)
             if end <= now:
                 stop.append(r.job_id)
             else:
@@ -119,7 +127,7 @@ def decide_group(
             for r in sorted(new, key=_order)[: len(new) - desired]:
                 (drain if r.phase == Phase.READY else stop).append(r.job_id)
     for _ in drain:
-        wake.append(now + drain_timeout)
+        wake.append(now + min(drain_timeout, DRAIN_SETTLE))
     return GroupDecision(
         start=start_count,
         bump=bump,

@@ -17,6 +17,7 @@ replicas holds them until one is ready (``proxy.cold_start``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,7 @@ from corral.domain.telemetry import Telemetry
 from corral.proxy.balancer import Balancer
 from corral.proxy.cache import Cache
 from corral.proxy.cold_start import FULL, ColdStart
+from corral.proxy.drains import Drains
 from corral.proxy.pool import Conn, Pool, close
 from corral.proxy.stats import RequestCounter
 from corral.services import service_routing
@@ -120,6 +122,7 @@ class ServiceProxy:
         self.balancer = Balancer(ctx.settings.probe_failure_threshold)
         self.pool = Pool()
         self.counter = RequestCounter(ctx)
+        self.drains = Drains(ctx, lambda job_id: self.balancer.in_flight.get(job_id, 0))
         s = ctx.settings
         self.cold = ColdStart(
             self.routes,
@@ -137,9 +140,11 @@ class ServiceProxy:
         route = await service_routing.route(self.ctx, *key)
         # connections to replicas no longer in the route are closed now (dstack keeps them, #2238)
         live = {r.job_id for r in route.replicas} if route else set()
-        for job_id in self._service_jobs.get(key, set()) - live:
+        gone = self._service_jobs.get(key, set()) - live
+        for job_id in gone:
             self.pool.drop(job_id)
             self.balancer.forget_one(job_id)
+        self.drains.left(gone)
         self._service_jobs[key] = live
         return route
 
@@ -153,6 +158,18 @@ class ServiceProxy:
         self.routes.clear()
         self.models.clear()
         self.cold.changed()
+        # routes with replicas this server holds are read again now, not at their next request: a drained
+        # replica is released (and stopped) without waiting for traffic that may never come
+        keys = [k for k, job_ids in self._service_jobs.items() if self.drains.holds_any(job_ids)]
+        if keys:
+            self.drains.spawn(self._reload_routes(keys))
+
+    async def _reload_routes(self, keys: list[tuple[str, str]]) -> None:
+        for key in keys:
+            try:
+                await self.routes.get(key)
+            except Exception:
+                log.debug("could not read the route of %s/%s again", *key, exc_info=True)
 
     # ---- ASGI --------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -251,6 +268,9 @@ class ServiceProxy:
                 await send({"type": "websocket.close", "code": 1011})
                 return
             tried.append(rep.job_id)
+            if not await self.drains.hold(rep.job_id):
+                route = await self._reloaded(project, run, route)
+                continue
             try:
                 conn = await self._dial(rep)
             except (OSError, asyncio.TimeoutError, ConnectionError):
@@ -266,6 +286,7 @@ class ServiceProxy:
                 pass  # either side went away
             finally:
                 self.balancer.finished(rep.job_id)
+                self.drains.finished(rep.job_id)
                 close(conn)
             return
 
@@ -357,6 +378,10 @@ class ServiceProxy:
                 await _json(send, 502, {"detail": "Error requesting upstream"})
                 return
             tried.append(rep.job_id)
+            if not await self.drains.hold(rep.job_id):  # it left rotation: this server's route was stale
+                project, _, run = prefix[len(PREFIX) :].partition("/")
+                route = await self._reloaded(project, run, route)
+                continue
             try:
                 await self._exchange(rep, method, head, body, use_chunked, receive if stream_body else None, send)
                 return
@@ -374,6 +399,12 @@ class ServiceProxy:
             except _BodyTooLarge:
                 await _json(send, 413, {"detail": "Request body too large"})
                 return
+
+    async def _reloaded(self, project: str, run: str, route: Route) -> Route:
+        """The service's route read again (a replica in it left rotation); the old one if it is gone."""
+        self.routes.forget((project, run))
+        fresh = await self.routes.get((project, run))
+        return route if fresh is None else dataclasses.replace(fresh, strip_prefix=route.strip_prefix)
 
     async def _read_held(self, receive: Receive, up_to: int) -> tuple[bytes, bool]:
         """The body's first ``up_to`` bytes or more (whole if it ends by then) and whether more is to come."""
@@ -445,6 +476,7 @@ class ServiceProxy:
                 return
         finally:
             self.balancer.finished(rep.job_id)
+            self.drains.finished(rep.job_id)
 
     async def _send_rest(self, writer: Any, receive: Receive, use_chunked: bool, sent: int) -> None:
         limit = self.ctx.settings.proxy_body_limit

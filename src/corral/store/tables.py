@@ -265,6 +265,17 @@ service_request_stats = sa.Table(
     sa.Index("ix_service_request_stats_second", "second"),
 )
 
+#: Which server replicas may have requests in flight to which service replica: a row is written before a
+#: server's first request to the replica and removed once the replica left that server's route with
+#: nothing in flight. A drained replica with no row left is stopped at once (``workers.service_scaling``).
+service_drains = sa.Table(
+    "service_drains",
+    metadata,
+    sa.Column("job_id", sa.String(36), primary_key=True),
+    sa.Column("server", sa.String(100), primary_key=True),
+    sa.Column("since", Time, nullable=False),
+)
+
 repos = sa.Table(
     "repos",
     metadata,

@@ -6,7 +6,8 @@ proxy counted: ``domain.autoscaling``).
 Load (the live services, their replicas and counted requests) -> decide (pure: ``decide_service``, on
 ``domain.rollout``) -> apply (one short transaction per service that changes). A replica leaving rotation
 gets ``drain_at`` (the proxies stop routing to it; in-flight requests go on) and is stopped
-``scaled_down`` ``service_drain_timeout`` later. A rollout whose new replica does not become ready keeps
+``scaled_down`` once no server replica has a request in flight to it (``store.service_drains``), or
+``service_drain_timeout`` later at the latest. A rollout whose new replica does not become ready keeps
 the old ones serving, and the run's ``status_message`` says why.
 
 Two server replicas deciding the same step insert the same (run, replica, submission): the unique index
@@ -19,7 +20,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ import sqlalchemy.exc
 from corral.domain.autoscaling import DEFAULT_WINDOW, Scaling, desired_count
 from corral.domain.retry import needs_retry_evaluation
 from corral.domain.rollout import Phase, ReplicaView, allocate_numbers, decide_group
+from corral.store import service_drains
 from corral.store import service_scaling as store
 from corral.store.service_scaling import JobView, ServiceState
 from corral.workers.context import Context
@@ -142,9 +144,11 @@ def decide_service(
     now: float,
     drain_timeout: float,
     window_override: float | None = None,
+    held: Collection[str] | None = None,
 ) -> ServiceDecision:
     """The service's next step (pure). ``requests``: requests counted over each group's window, by group
-    name (None: no stats)."""
+    name (None: no stats). ``held``: the draining replicas some server replica may have requests in
+    flight to (None: all of them)."""
     latest = _latest(svc.jobs)
     by_group: dict[str, list[JobView]] = {}
     for j in latest.values():
@@ -184,6 +188,7 @@ def decide_service(
                 _phase(j),
                 same_spec=j.deployment_num < svc.deployment_num and _spec_key(j.job_spec) == tkey,
                 drain_at=j.drain_at,
+                held=held is None or j.id in held,
             )
             for j in active
         ]
@@ -252,6 +257,8 @@ class ServiceScaling:
                 since = int(now) - math.ceil(window)
                 for run_id, n in (await store.requests_since(conn, sorted(set(ids)), since)).items():
                     counted[(run_id, window)] = n
+            draining = [j.id for svc in services for j in svc.jobs if j.drain_at is not None and j.status not in _ENDED]
+            held = set(await service_drains.holders(conn, draining))
         changed = False
         for svc in services:
             per_group = {
@@ -259,7 +266,9 @@ class ServiceScaling:
                 for gc in group_confs(svc.configuration, settings.service_scaling_window)
                 if gc.scaling is not None
             }
-            d = decide_service(svc, per_group, now, settings.service_drain_timeout, settings.service_scaling_window)
+            d = decide_service(
+                svc, per_group, now, settings.service_drain_timeout, settings.service_scaling_window, held
+            )
             mine = svc.status_message is None or svc.status_message.startswith(ROLLOUT_MESSAGE)
             message_changes = mine and d.message != svc.status_message
             if not d.changes() and not message_changes:
@@ -272,6 +281,7 @@ class ServiceScaling:
                     await store.bump(conn, d.bump, svc.deployment_num)
                     await store.drain(conn, d.drain, now)
                     await store.scale_down(conn, [views[i] for i in d.stop], now)
+                    await service_drains.forget(conn, d.stop)
                     if message_changes:
                         await store.set_message(conn, svc.run_id, d.message)
             except sqlalchemy.exc.IntegrityError:
@@ -292,3 +302,4 @@ class ServiceScaling:
             self._last_prune = now
             async with self.ctx.db.write() as conn:
                 await store.prune_requests(conn, int(now) - store.STATS_KEEP)
+                await service_drains.prune(conn)
