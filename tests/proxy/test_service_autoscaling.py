@@ -2,8 +2,9 @@
 window shortened by ``service_scaling_window`` so nothing waits for minutes): a ``0..2`` service stays
 ``running`` at zero; its first requests are held until a replica is ready and then answered, those beyond
 ``proxy_cold_start_queue`` get a fast 503 with ``Retry-After``; under load it scales to 2, and back to 0
-after ``scale_down_delay`` without traffic. Two server replicas on one Postgres with the load split
-between them scale on the total, which their proxies wrote once a second, not once a request."""
+after ``scale_down_delay`` without traffic; a WebSocket to a service at zero is held the same way. Two
+server replicas on one Postgres with the load split between them scale on the total, which their
+proxies wrote once a second, not once a request."""
 
 from __future__ import annotations
 
@@ -120,6 +121,39 @@ async def test_from_zero_held_then_served_scaled_to_two_under_load_and_back_to_z
         ended = [j["job_submissions"][-1] for j in run["jobs"]]
         assert {s["termination_reason"] for s in ended} == {"scaled_down"}, ended
         await c.post("/api/project/main/runs/stop", json={"runs_names": ["zero"], "abort": True})
+
+
+async def test_a_websocket_to_a_service_at_zero_is_held_until_a_replica_is_ready(server: RunningServer) -> None:
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, Message, Request, TextMessage
+
+    async with server.client() as c:
+        r = await c.post("/api/project/main/runs/apply", json=autoscaled("wszero", "0..1", target=10))
+        assert r.status_code == 200, r.text
+        host, port = server.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        ws = WSConnection(ConnectionType.CLIENT)
+        auth = [(b"authorization", f"Bearer {server.token}".encode())]
+        writer.write(
+            ws.send(Request(host=f"{host}:{port}", target="/proxy/services/main/wszero/ws", extra_headers=auth))
+        )
+
+        async def until(kind: type) -> Any:
+            while True:
+                for event in ws.events():
+                    if isinstance(event, kind):
+                        return event
+                data = await asyncio.wait_for(reader.read(65536), 60)  # the replica starting
+                assert data, f"closed while waiting for {kind.__name__}"
+                ws.receive_data(data)
+
+        await until(AcceptConnection)  # held while the service scaled up from zero
+        writer.write(ws.send(Message(data="hi")))
+        assert (await until(TextMessage)).data == "echo:hi"
+        writer.close()
+        run = await get_run(c, "wszero")
+        assert len(active(run)) == 1, run
+        await c.post("/api/project/main/runs/stop", json={"runs_names": ["wszero"], "abort": True})
 
 
 async def test_two_server_replicas_on_postgres_scale_on_the_total(tmp_path: Path) -> None:

@@ -246,7 +246,7 @@ class ServiceProxy:
             return
         project, run = parts[0], parts[1]
         route = await self.routes.get((project, run))
-        if route is None or not route.replicas:
+        if route is None or not (route.replicas or route.scales_from_zero):
             await refuse(f"Service {project}/{run} not found")
             return
         headers: list[tuple[bytes, bytes]] = list(scope["headers"])
@@ -255,6 +255,14 @@ class ServiceProxy:
             if token is None or not await self.members.get((token, project)):
                 await refuse(f"Unauthenticated or unauthorized to access project {project}")
                 return
+        # counted for the autoscaler, and held while the service starts from zero, as a request is
+        self.counter.count(route.run_id)
+        if not route.replicas:
+            got = await self.cold.wait((project, run), route)
+            if not isinstance(got, Route):
+                await send({"type": "websocket.close", "code": 1013})  # try again later
+                return
+            route = got
         prefix = f"{PREFIX}{project}/{run}"
         up_headers, _, _ = self._upstream_headers(scope, headers, route, prefix)
         target = "/" + parts[2] if route.strip_prefix else path
