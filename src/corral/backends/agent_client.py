@@ -19,6 +19,8 @@ from corral.agent.protocol import HostInfo, JobState, JobSubmission, LogsReply, 
 from corral.agent.protocol_sandbox import AddressReply
 
 T = TypeVar("T")
+#: The most output entries one ``logs`` reply carries (fewer in a finished job's reply: all it had left).
+LOGS_LIMIT = 1000
 
 
 def warm_up() -> None:
@@ -145,7 +147,7 @@ class AgentClient:
         job_id: str,
         offset: int,
         wait: float = 0,
-        limit: int = 1000,
+        limit: int = LOGS_LIMIT,
         state: str | None = None,
         metrics_after: int | None = None,
     ) -> LogsReply:

@@ -7,6 +7,7 @@ one whose lease expired and was taken over, e.g. after a replica was killed -- w
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -33,6 +34,34 @@ async def claim(
         q = q.where(table.c.status.in_(expect_status))
     res = await conn.execute(q.values(lock_owner=owner, lock_token=token, lock_expires_at=now + ttl))
     return token if res.rowcount > 0 else None
+
+
+async def claim_many(
+    conn: AsyncConnection,
+    table: sa.Table,
+    row_ids: Sequence[str],
+    owner: str,
+    now: float,
+    ttl: float,
+    expect_status: tuple[str, ...] | None = None,
+) -> dict[str, str]:
+    """``claim`` for many rows in two statements (one token for the batch): row id -> token of each row
+    claimed. A row held by a live lease, or no longer in ``expect_status``, is left out."""
+    if not row_ids:
+        return {}
+    token = str(uuid.uuid4())
+    q = (
+        sa.update(table)
+        .where(table.c.id.in_(list(row_ids)))
+        .where(sa.or_(table.c.lock_expires_at.is_(None), table.c.lock_expires_at < now))
+    )
+    if expect_status is not None:
+        q = q.where(table.c.status.in_(expect_status))
+    res = await conn.execute(q.values(lock_owner=owner, lock_token=token, lock_expires_at=now + ttl))
+    if res.rowcount == 0:
+        return {}
+    rows = await conn.execute(sa.select(table.c.id).where(table.c.id.in_(list(row_ids)), table.c.lock_token == token))
+    return {row_id: token for (row_id,) in rows}
 
 
 async def extend(conn: AsyncConnection, table: sa.Table, row_id: str, token: str, now: float, ttl: float) -> bool:

@@ -34,6 +34,22 @@ class JobLeases:
             self._lease_until[job_id] = now + self.ctx.settings.job_lease_ttl
         return token
 
+    async def _claim_many(self, job_ids: list[str], expect_status: tuple[str, ...]) -> set[str]:
+        """New leases on those of ``job_ids`` that nobody holds and are still in ``expect_status``, taken in one
+        transaction (the jobs a pass starts); the ids claimed. A job this replica holds already is left out:
+        a task of its own drives it (the pass that listed it read it before that task moved it on)."""
+        wanted = [j for j in job_ids if j not in self._leases]
+        if not wanted:
+            return set()
+        now = time.time()
+        ttl = self.ctx.settings.job_lease_ttl
+        async with self.ctx.db.write() as conn:
+            tokens = await leases.claim_many(conn, jobs_table, wanted, self.ctx.replica_id, now, ttl, expect_status)
+        for job_id, token in tokens.items():
+            self._leases[job_id] = token
+            self._lease_until[job_id] = now + ttl
+        return set(tokens)
+
     async def _keep(self, job_id: str) -> bool:
         """Extend the lease when half of it has run out; False once another replica has taken the job."""
         token = self._leases.get(job_id)

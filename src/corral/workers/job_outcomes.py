@@ -1,6 +1,8 @@
 """What the server records from a job's agent: the pull's progress, an agent that stopped answering
 (``instance_unreachable`` past ``agent_unreachable_timeout``), and the job's end, mapped to dstack's
-statuses and termination reasons (its instance released for the next job).
+statuses and termination reasons (its instance released for the next job). A job whose last reply holds
+its whole remaining output ends in one transaction: the output's tail, its resource samples, its end and the
+release of this replica's lease (:class:`Tail`).
 
 :class:`JobOutcomes` is a base of :class:`corral.workers.jobs.Jobs`, which sets ``ctx``.
 """
@@ -8,15 +10,33 @@ statuses and termination reasons (its instance released for the next job).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from corral.agent.protocol import JobState
+from corral.domain.metrics import MetricsPoint
 from corral.domain.records import JobRec
 from corral.store import fleets as fleet_store
+from corral.store import leases
 from corral.store import runs as run_store
 from corral.store.fleets import dump
+from corral.store.tables import jobs as jobs_table
+from corral.workers import job_metrics
 from corral.workers.context import Context
 from corral.workers.job_container import with_agent_state
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The rest of a finished job's output (the agent's last reply held all of it), stored with its end."""
+
+    #: This replica's lease on the job: the output is stored only while it holds, and it is released after.
+    token: str
+    entries: Sequence[tuple[float, int, bytes]]
+    next_offset: int
+    points: Sequence[MetricsPoint] = ()
+    metrics_after: int = 0
 
 
 class JobOutcomes:
@@ -73,7 +93,16 @@ class JobOutcomes:
         self.ctx.wakeups.wake("runs", "scheduler")
         return True
 
-    async def _finish(self, job: JobRec, state: JobState, stopped: str | None, executor_error: bool = False) -> None:
+    async def _finish(
+        self,
+        job: JobRec,
+        state: JobState,
+        stopped: str | None,
+        executor_error: bool = False,
+        tail: Tail | None = None,
+    ) -> bool:
+        """Record the job's end (with ``tail``, its last output, and the lease released, in the same transaction);
+        False if ``tail``'s lease no longer held (another replica drives the job: nothing is written)."""
         now = time.time()
         exit_status = state.exit_status
         message = state.message
@@ -112,6 +141,10 @@ class JobOutcomes:
             if message is None and exit_status is not None:
                 message = f"The job exited with code {exit_status}"
         async with self.ctx.db.write() as conn:
+            if tail is not None:
+                if not await run_store.append_logs_guarded(conn, job.id, tail.token, tail.entries, tail.next_offset):
+                    return False
+                await job_metrics.store(conn, job.id, list(tail.points), tail.metrics_after)
             ok = await run_store.update_job(
                 conn,
                 job.id,
@@ -128,4 +161,7 @@ class JobOutcomes:
             )
             if ok and job.instance_id:
                 await fleet_store.release_instance(conn, job.instance_id, now)
+            if tail is not None:
+                await leases.release(conn, jobs_table, job.id, tail.token)
         self.ctx.wakeups.wake("runs", "scheduler")
+        return True

@@ -10,12 +10,14 @@ The submission's contents are :mod:`corral.workers.job_submission`'s, the replic
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from corral.agent.protocol import JobState, JobSubmission
-from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
+from corral.backends.agent_client import LOGS_LIMIT, AgentClient, AgentError, AgentUnreachable
 from corral.backends.base import AgentEndpoint
 from corral.domain import inactivity
 from corral.domain.interpolation import InterpolationError
@@ -32,7 +34,7 @@ from corral.workers.context import Context
 from corral.workers.job_code import JobCodeError, job_code, push_blobs
 from corral.workers.job_container import apply_container, runtime_data, with_agent_state
 from corral.workers.job_leases import JobLeases
-from corral.workers.job_outcomes import JobOutcomes
+from corral.workers.job_outcomes import JobOutcomes, Tail
 from corral.workers.job_poll import logs_unless_poked
 from corral.workers.job_ports import ports_message
 from corral.workers.job_submission import job_env, job_gpus, ports_taken, provisioning_data, sandbox_message
@@ -67,11 +69,21 @@ class Jobs(JobLeases, JobOutcomes):
         return client
 
     async def pass_once(self) -> None:
+        await self._act(*await self._load())
+
+    async def _load(self) -> tuple[list[JobRec], dict[str, InstanceRec], set[str]]:
+        """The active jobs, their instances, and which of them another replica holds."""
         async with self.ctx.db.read() as conn:
             active = await run_store.list_jobs(conn, ("provisioning", "pulling", "running"))
             inst_ids = list({j.instance_id for j in active if j.instance_id})
             insts = {i.id: i for i in await fleet_store.list_instances_by_ids(conn, inst_ids)}
             elsewhere = await run_store.leased_elsewhere(conn, [j.id for j in active], self.ctx.replica_id, time.time())
+        return active, insts, set(elsewhere)
+
+    async def _act(self, active: list[JobRec], insts: dict[str, InstanceRec], elsewhere: set[str]) -> None:
+        """Start the placed jobs (what ``_load`` read may be stale by now: the claims decide), follow the
+        running ones, poke those to stop."""
+        starts: list[tuple[JobRec, InstanceRec]] = []
         for job in active:
             if job.id in elsewhere:
                 continue  # another replica drives it; its lease expires if that replica dies
@@ -85,17 +97,23 @@ class Jobs(JobLeases, JobOutcomes):
                     and inst.agent
                     and job.id not in self._submitting
                 ):
-                    self._submitting.add(job.id)
-                    task = asyncio.create_task(self._submit_once(job, inst))
-                    task.add_done_callback(self._done_submitting(job.id))
+                    starts.append((job, inst))
             elif job.id not in self._followers and inst is not None and inst.agent:
                 self._follow(job, inst)
             elif job.stop_requested and job.id in self._pokes:
                 self._pokes[job.id].set()
+        # the leases of every job this pass starts, in one transaction; each is submitted by one task
+        held = await self._claim_many([j.id for j, _ in starts], ("provisioning",)) if starts else set()
+        for job, inst in starts:
+            if job.id in held and job.id not in self._submitting:
+                self._submitting.add(job.id)
+                task = asyncio.create_task(self._submit_once(job, inst))
+                task.add_done_callback(self._done_submitting(job.id))
 
-    def _follow(self, job: JobRec, inst: InstanceRec) -> None:
+    def _follow(self, job: JobRec, inst: InstanceRec, conf: dict[str, Any] | None = None) -> None:
+        """Follow the job (``conf``: its run's configuration, if the caller has it at hand)."""
         self._pokes[job.id] = asyncio.Event()
-        task = asyncio.create_task(self._follower(job, inst))
+        task = asyncio.create_task(self._follower(job, inst, conf))
         self._followers[job.id] = task
         task.add_done_callback(self._done_following(job.id))
 
@@ -242,9 +260,9 @@ class Jobs(JobLeases, JobOutcomes):
             )
         if ok:
             self.ctx.wakeups.wake("runs")
-            job = await self._reload(job.id) or job
             if state.finished or job.id not in self._followers:
-                self._follow(job, inst)
+                # the follower reads the job as it is now before its first poll; it has the run's stored configuration
+                self._follow(job, inst, dict(run.run_spec.get("configuration") or {}))
 
     async def _values_to_mask(self, job: JobRec) -> tuple[str, ...]:
         given = self._secret_values.get(job.id)
@@ -298,21 +316,23 @@ class Jobs(JobLeases, JobOutcomes):
                 out[k] = address
         return out
 
-    async def _follower(self, job: JobRec, inst: InstanceRec) -> None:
+    async def _follower(self, job: JobRec, inst: InstanceRec, conf: dict[str, Any] | None = None) -> None:
         token = await self._claim(job.id)
         if token is None:
             return
         try:
-            await self._follow_with_lease(job, inst, token)
+            await self._follow_with_lease(job, inst, token, conf)
         finally:
             await self._release(job.id)
 
-    async def _follow_with_lease(self, job: JobRec, inst: InstanceRec, token: str) -> None:
+    async def _follow_with_lease(
+        self, job: JobRec, inst: InstanceRec, token: str, conf: dict[str, Any] | None = None
+    ) -> None:
         client = self._client(inst)
         offset = job.log_offset
         stop_sent: str | None = None
         poke = self._pokes.get(job.id)
-        idle_limit = await self._inactivity_duration(job)
+        idle_limit = inactivity.duration_of(conf) if conf is not None else await self._inactivity_duration(job)
         policy, next_check = job_utilization.policy_of(job), 0.0  # utilization_policy
         async with self.ctx.db.read() as conn:
             metrics_after = await metrics_store.last_timestamp(conn, job.id)  # samples continue from here
@@ -372,6 +392,19 @@ class Jobs(JobLeases, JobOutcomes):
                     )
                     return
                 points = job_metrics.points_of(reply, job.job_name)
+                if reply.state.finished and len(reply.entries) < LOGS_LIMIT:
+                    # the reply holds all the output left (the agent read it after the job ended): its tail,
+                    # the job's end and the lease's release in one transaction, with no poll after it
+                    fed = masker.feed([(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries])
+                    tail = Tail(token, fed + masker.flush(), reply.next_offset, points, metrics_after)
+                    kept = await self._finish(current, reply.state, stopped=current.stop_requested, tail=tail)
+                    self._drop_lease(job.id)
+                    if kept:
+                        if tail.entries:
+                            self.ctx.wakeups.wake_local("logs")
+                        with contextlib.suppress(AgentUnreachable, AgentError):
+                            await client.forget(job.id)
+                    return
                 if reply.entries or current.disconnected_at is not None:
                     entries = masker.feed([(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries])
                     async with self.ctx.db.write() as conn:
@@ -393,17 +426,6 @@ class Jobs(JobLeases, JobOutcomes):
                     reply.state.working_dir
                 ):
                     await self._runtime(current, reply.state)
-                if reply.state.finished and not reply.entries:
-                    held = masker.flush()  # the output has ended: what was held back (no whole secret)
-                    if held:
-                        async with self.ctx.db.write() as conn:
-                            await run_store.append_logs_guarded(conn, job.id, token, held, offset)
-                    await self._finish(current, reply.state, stopped=current.stop_requested)
-                    try:
-                        await client.forget(job.id)
-                    except (AgentUnreachable, AgentError):
-                        pass
-                    return
                 if current.stop_requested and stop_sent is None:
                     await asyncio.sleep(0.5)
         except asyncio.CancelledError:
