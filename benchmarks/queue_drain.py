@@ -6,16 +6,20 @@ up through nodes.min upkeep), submits N runs (`echo ok`) from 8 concurrent clien
 - placements per second (jobs that left `submitted`, from the runs list over time) and the total drain time;
 - the API's latency while the queue drains (`runs/get` and the `dstack ps` list body, sampled).
 With ``--timeline`` it also reads the server's events (every job and run status change, with its time) from
-its SQLite database and prints where a job's time went: the median of each stage, the gap on an instance
-between one job ending and the next one placed on it, and one job's timeline. Figures, not assertions.
+its database and prints where a job's time went: the median of each stage, the gap on an instance
+between one job ending and the next one placed on it, and one job's timeline. With ``--postgres`` the state
+is a throwaway Postgres cluster served by two server replicas (the submitting clients and the samples split
+between them). Figures, not assertions.
 
-    python benchmarks/queue_drain.py [--jobs 1000] [--timeline]
+    python benchmarks/queue_drain.py [--jobs 1000] [--timeline] [--postgres]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import contextlib
 import itertools
 import os
 import sqlite3
@@ -37,33 +41,60 @@ RES = {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."}
 PS_BODY = {"project_name": "main", "only_active": True, "include_jobs": True, "job_submissions_limit": 1, "limit": 100}
 
 
-async def main_async(n_jobs: int, timeline: bool) -> None:
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
+def start_servers(tmp: str, db_url: str | None, count: int) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
+    """``count`` server processes on one database (``db_url``; None: each its own SQLite), their URLs."""
+    key = base64.b64encode(os.urandom(32)).decode()  # the replicas of one database share the key
+    procs, urls = [], []
+    for i in range(count):
+        port = free_port()
         env = {
             **os.environ,
-            "CORRAL_SERVER_DIR": f"{tmp}/state",
-            "CORRAL_CONFIG_DIR": f"{tmp}/cli",
+            "CORRAL_SERVER_DIR": f"{tmp}/state" if i == 0 else f"{tmp}/state{i}",
+            "CORRAL_CONFIG_DIR": f"{tmp}/cli{i}",
             "CORRAL_SERVER_ADMIN_TOKEN": "bench",
+            "CORRAL_SERVER_ENCRYPTION_KEY": key,
+            "CORRAL_LOCAL_INSTANCES_DIR": f"{tmp}/instances",
             "CORRAL_LOCAL_MAX_INSTANCES": "8",
             "CORRAL_LOCAL_CPUS": "16",  # the machine the local backend divides: room for the 4 instances anywhere
             "CORRAL_LOCAL_MEMORY": "128GB",
+            **({"CORRAL_DATABASE_URL": db_url} if db_url else {}),
         }
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "corral.cli.main", "server", "--port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "corral.cli.main", "server", "--port", str(port)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         )
-        url = f"http://127.0.0.1:{port}"
+        urls.append(f"http://127.0.0.1:{port}")
+    return procs, urls
+
+
+async def main_async(n_jobs: int, timeline: bool, postgres: bool) -> None:
+    cluster = None
+    with tempfile.TemporaryDirectory() as tmp:
+        db_url = None
+        if postgres:
+            from benchlib.postgres import Cluster
+
+            cluster = Cluster()
+            db_url = cluster.fresh_database("queue_drain")
+        procs, urls = start_servers(tmp, db_url, 2 if postgres else 1)
         try:
-            async with httpx.AsyncClient(base_url=url, headers={"Authorization": "Bearer bench"}, timeout=60) as c:
+            headers = {"Authorization": "Bearer bench"}
+            clients = [httpx.AsyncClient(base_url=u, headers=headers, timeout=60) for u in urls]
+            for client in clients:
                 while True:
                     try:
-                        await c.get("/healthcheck")
+                        await client.get("/healthcheck")
                         break
                     except httpx.HTTPError:
                         await asyncio.sleep(0.05)
+            async with contextlib.AsyncExitStack() as stack:
+                for client in clients:
+                    await stack.enter_async_context(client)
+                c = clients[0]
                 fleet = {"type": "fleet", "name": "drain", "nodes": 4, "resources": RES}
                 await c.post(
                     "/api/project/main/fleets/apply",
@@ -89,21 +120,23 @@ async def main_async(n_jobs: int, timeline: bool) -> None:
                     queue.put_nowait(i)
                 apply_lat: list[float] = []
 
-                async def submitter() -> None:
+                async def submitter(k: int) -> None:
+                    mine = clients[k % len(clients)]
                     while not queue.empty():
                         queue.get_nowait()
                         t = time.perf_counter()
-                        r = await c.post("/api/project/main/runs/apply", json=body)
+                        r = await mine.post("/api/project/main/runs/apply", json=body)
                         r.raise_for_status()
                         apply_lat.append(time.perf_counter() - t)
 
                 t0 = time.perf_counter()
-                await asyncio.gather(*(submitter() for _ in range(8)))
+                await asyncio.gather(*(submitter(k) for k in range(8)))
                 submitted_in = time.perf_counter() - t0
                 get_lat: list[float] = []
                 ps_lat: list[float] = []
                 progress: list[tuple[float, int]] = []
-                while True:
+                for sample in itertools.count():
+                    c = clients[sample % len(clients)]
                     t = time.perf_counter()
                     page = (await c.post("/api/runs/list", json=PS_BODY)).json()
                     ps_lat.append(time.perf_counter() - t)
@@ -129,7 +162,8 @@ async def main_async(n_jobs: int, timeline: bool) -> None:
                     runs += batch
                     prev = (batch[-1]["submitted_at"], batch[-1]["id"])  # type: ignore[assignment]
                 if timeline:
-                    report_timeline(Path(tmp) / "state" / "data" / "corral.db")
+                    rows = await timeline_rows(db_url, Path(tmp) / "state" / "data" / "corral.db")
+                    report_timeline(*rows)
                 statuses = statistics.multimode([r["status"] for r in runs])
                 done = sum(r["status"] == "done" for r in runs)
                 await c.post("/api/project/main/fleets/delete", json={"names": ["drain"]})
@@ -138,10 +172,18 @@ async def main_async(n_jobs: int, timeline: bool) -> None:
                         break
                     await asyncio.sleep(0.2)
         finally:
-            proc.terminate()
-            proc.wait(30)
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(30)
+            if cluster is not None:
+                cluster.stop()
     ms = 1000
-    print(f"machine: {os.cpu_count()} CPUs; {n_jobs} jobs, fleet of 4 local instances, 8 submitting clients")
+    where = "Postgres, 2 server replicas" if postgres else "SQLite, 1 server"
+    print(
+        f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; {where}; {n_jobs} jobs, "
+        "fleet of 4 local instances, 8 submitting clients"
+    )
     print(
         f"submitted all in {submitted_in:.1f} s ({n_jobs / submitted_in:.0f} applies/s; "
         f"apply p50 {statistics.median(apply_lat) * ms:.0f} ms, p99 {pct(apply_lat, 0.99) * ms:.0f} ms)"
@@ -159,16 +201,36 @@ async def main_async(n_jobs: int, timeline: bool) -> None:
 STEPS = ("submitted", "provisioning", "pulling", "running", "done", "run ended")
 
 
-def report_timeline(db: Path) -> None:
-    """Each job's status changes and its run's end, from the events the server recorded."""
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    rows = con.execute(
-        "SELECT t.entity_type, t.entity_id, t.entity_run_id, e.message, e.recorded_at FROM events e "
-        "JOIN event_targets t ON t.event_id = e.id WHERE t.entity_type IN ('job', 'run') ORDER BY e.recorded_at"
-    ).fetchall()
-    placed_on = dict(con.execute("SELECT id, instance_id FROM jobs").fetchall())
-    submitted = dict(con.execute("SELECT id, submitted_at FROM runs").fetchall())
-    con.close()
+EVENTS_SQL = (
+    "SELECT t.entity_type, t.entity_id, t.entity_run_id, e.message, e.recorded_at FROM events e "
+    "JOIN event_targets t ON t.event_id = e.id WHERE t.entity_type IN ('job', 'run') ORDER BY e.recorded_at"
+)
+Rows = list[tuple[Any, ...]]
+
+
+async def timeline_rows(db_url: str | None, sqlite_file: Path) -> tuple[Rows, dict[str, str], dict[str, float]]:
+    """The job and run events, each job's instance and each run's submission time (SQLite file or Postgres)."""
+    if db_url is None:
+        con = sqlite3.connect(f"file:{sqlite_file}?mode=ro", uri=True)
+        rows = con.execute(EVENTS_SQL).fetchall()
+        placed_on = dict(con.execute("SELECT id, instance_id FROM jobs").fetchall())
+        submitted = dict(con.execute("SELECT id, submitted_at FROM runs").fetchall())
+        con.close()
+        return rows, placed_on, submitted
+    import asyncpg
+
+    pg = await asyncpg.connect(db_url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        rows = [tuple(r) for r in await pg.fetch(EVENTS_SQL)]
+        placed_on = {r[0]: r[1] for r in await pg.fetch("SELECT id, instance_id FROM jobs")}
+        submitted = {r[0]: r[1] for r in await pg.fetch("SELECT id, submitted_at FROM runs")}
+    finally:
+        await pg.close()
+    return rows, placed_on, submitted
+
+
+def report_timeline(rows: Rows, placed_on: dict[str, str], submitted: dict[str, float]) -> None:
+    """Each job's status changes and its run's end, from the events the servers recorded."""
     jobs: dict[str, dict[str, float]] = {}
     run_done: dict[str, float] = {}
     run_of: dict[str, str] = {}
@@ -221,8 +283,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--timeline", action="store_true", help="print where a job's time went (from the events)")
+    parser.add_argument("--postgres", action="store_true", help="a throwaway Postgres cluster, 2 server replicas")
     args = parser.parse_args()
-    asyncio.run(main_async(args.jobs, args.timeline))
+    asyncio.run(main_async(args.jobs, args.timeline, args.postgres))
 
 
 if __name__ == "__main__":
