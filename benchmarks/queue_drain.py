@@ -93,7 +93,7 @@ async def main_async(n_jobs: int, timeline: bool, postgres: bool) -> None:
                         await asyncio.sleep(0.05)
             async with contextlib.AsyncExitStack() as stack:
                 for client in clients:
-                    await stack.enter_async_context(client)
+                    stack.push_async_callback(client.aclose)
                 c = clients[0]
                 fleet = {"type": "fleet", "name": "drain", "nodes": 4, "resources": RES}
                 await c.post(

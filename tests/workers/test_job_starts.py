@@ -162,7 +162,7 @@ def db_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     return url
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=interleavings())
 # the race a pass's stale read opens: the job it read as placed is running by the time it acts, its start's
 # task over and its follower holding the lease
