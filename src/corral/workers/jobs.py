@@ -395,6 +395,10 @@ class Jobs(JobLeases, JobOutcomes):
                 if reply.state.finished and len(reply.entries) < LOGS_LIMIT:
                     # the reply holds all the output left (the agent read it after the job ended): its tail,
                     # the job's end and the lease's release in one transaction, with no poll after it
+                    if reply.state.working_dir and (current.job_runtime_data or {}).get("working_dir") != (
+                        reply.state.working_dir
+                    ):
+                        await self._runtime(current, reply.state)
                     fed = masker.feed([(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries])
                     tail = Tail(token, fed + masker.flush(), reply.next_offset, points, metrics_after)
                     kept = await self._finish(current, reply.state, stopped=current.stop_requested, tail=tail)
