@@ -96,6 +96,8 @@ class AWSCompute:
         self.unavailable = launch.Unavailable(ttl=unavailable_ttl)
         #: How long one termination waits for DescribeInstances to say ``terminated`` (then: tried again).
         self.terminate_timeout = terminate_timeout
+        #: Clients of the interruption checks, by (region, credentials).
+        self._watch_clients: dict[tuple[str, ec2.Creds], Any] = {}
         #: EC2 calls made, by operation (the benchmark reads it).
         self.calls: dict[str, int] = {}
 
@@ -361,9 +363,17 @@ class AWSCompute:
                 groups.setdefault(key, {})[str(where["instance_id"])] = inst.id
         out: list[Lost] = []
         for (project_name, region), watched in groups.items():
-            project = await self.project(project_name)
-            client = await self._ec2(ec2.client, project.creds, region)
-            out.extend(lost(watched, await self._ec2(ec2.described, client, sorted(watched))))
+            try:
+                project = await self.project(project_name)
+                ck = (region, project.creds)
+                client = self._watch_clients.get(ck)
+                if client is None:  # kept: this runs on every host check
+                    client = self._watch_clients[ck] = await self._ec2(ec2.client, project.creds, region)
+                out.extend(lost(watched, await self._ec2(ec2.described, client, sorted(watched))))
+            except (ProvisioningError, ec2.AWSError) as e:  # the next check asks again
+                log.warning(
+                    "could not ask EC2 about %d instance(s) of %s in %s: %s", len(watched), project_name, region, e
+                )
         return out
 
     async def forget(self, instance_id: str) -> None:
