@@ -65,8 +65,10 @@ async def server(tmp_path_factory: pytest.TempPathFactory, proxy: FaultProxy) ->
         yield s
 
 
-def _offer(compute: AWSCompute, itype: str, region: str) -> Offer:
-    return next(o for o in compute.offers() if o.instance_type == itype and o.region == region)
+def _offer(compute: AWSCompute, itype: str, region: str, spot: bool = False) -> Offer:
+    return next(
+        o for o in compute.offers() if o.instance_type == itype and o.region == region and o.resources.spot == spot
+    )
 
 
 def _rec() -> InstanceRec:

@@ -208,7 +208,7 @@ async def test_a_launch_interrupted_by_a_crash_is_adopted_by_its_tag(
         {"owner": "corral", "corral_server": await cloud_backends.server_id(server.ctx.db), "corral_instance": row_id},
         user_data=user_data([project.ssh_public_key]),
     )
-    offer = next(o for o in compute.offers() if o.instance_type == "m7i.large")
+    offer = next(o for o in compute.offers() if o.instance_type == "m7i.large" and not o.resources.spot)
     rec = InstanceRec(
         id=row_id, project_id="p", project_name="main", fleet_id=None, fleet_name="awsfl", name="awsfl-9",
         instance_num=9, status="pending", unreachable=False, backend="aws", region=REGION, price=offer.price,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from corral.backends.aws import catalog, launch
+from corral.backends.aws.interruptions import lost
 from corral.backends.aws.orphans import Tagged, orphans
 from corral.config.server_config import ServerConfigError, load_server_config
 from corral.scheduler.offer_filters import allowed
@@ -98,9 +99,13 @@ def test_shipped_catalogue_and_its_errors(tmp_path: Path) -> None:
     rows = catalog.load()
     assert any(r.source.startswith("curated ") for r in rows) and any(r.source == "generated" for r in rows)
     offers = catalog.offers(rows, frozenset({"eu-west-1"}))
-    assert offers and {o.region for o in offers} == {"eu-west-1"} and not any(o.resources.spot for o in offers)
+    assert offers and {o.region for o in offers} == {"eu-west-1"}
+    # on-demand and spot rows alike; a type's spot offer is the cheaper one
+    assert {o.resources.spot for o in offers} == {True, False}
+    by_market = {(o.instance_type, o.resources.spot): o.price for o in offers}
+    assert by_market[("g5.xlarge", True)] < by_market[("g5.xlarge", False)]
     assert [o.price for o in offers] == sorted(o.price for o in offers)
-    g5 = next(o for o in offers if o.instance_type == "g5.xlarge")
+    g5 = next(o for o in offers if o.instance_type == "g5.xlarge" and not o.resources.spot)
     assert g5.resources.gpus[0].name == "A10G" and g5.resources.cpus == 4
     bad = tmp_path / "c.csv"
     bad.write_text("instance_name,location\nx,y\n")
@@ -112,8 +117,12 @@ def test_shipped_catalogue_and_its_errors(tmp_path: Path) -> None:
 
 
 def test_profile_filters() -> None:
-    offer = catalog.offers(catalog.load(), frozenset({"us-east-1"}))[0]
-    assert allowed(offer, {})
+    offers = catalog.offers(catalog.load(), frozenset({"us-east-1"}))
+    offer = next(o for o in offers if not o.resources.spot)
+    spot = next(o for o in offers if o.resources.spot)
+    assert allowed(offer, {}) and not allowed(spot, {})  # on-demand unless the spot_policy says otherwise
+    assert allowed(spot, {"spot_policy": "spot"}) and not allowed(offer, {"spot_policy": "spot"})
+    assert allowed(spot, {"spot_policy": "auto"}) and allowed(offer, {"spot_policy": "auto"})
     assert not allowed(offer, {"max_price": offer.price / 2})
     assert not allowed(offer, {"regions": ["eu-west-1"]})
     assert not allowed(offer, {"instance_types": ["p5.48xlarge"]})
@@ -130,3 +139,28 @@ def test_aws_block_in_config_yml_names_the_field(tmp_path: Path) -> None:
     path.write_text("projects:\n  - name: main\n    backends: [{type: aws}]\n")
     with pytest.raises(ServerConfigError, match="creds"):
         load_server_config(path)
+
+
+def test_what_ec2_took_away_and_how_spot_is_asked_for() -> None:
+    watched = {"i-1": "row-1", "i-2": "row-2", "i-3": "row-3"}
+    described = [
+        {"InstanceId": "i-1", "State": {"Name": "terminated"}, "InstanceLifecycle": "spot",
+         "StateReason": {"Code": "Server.SpotInstanceTermination"}},
+        {"InstanceId": "i-2", "State": {"Name": "running"}},
+        {"InstanceId": "i-3", "State": {"Name": "shutting-down"}},
+        {"InstanceId": "i-9", "State": {"Name": "terminated"}},  # no row watches it: the reaper's business
+    ]  # fmt: skip
+    gone = lost(watched, described)
+    assert [(g.row_id, g.state, g.spot) for g in gone] == [
+        ("row-1", "terminated", True),
+        ("row-3", "shutting-down", False),
+    ]
+    assert "spot instance i-1" in gone[0].message and "Server.SpotInstanceTermination" in gone[0].message
+    assert lost(watched, []) == []  # not listed (yet): not taken for gone
+    assert launch.SPOT_MARKET["MarketType"] == "spot"
+    assert launch.SPOT_MARKET["SpotOptions"] == {
+        "SpotInstanceType": "one-time",
+        "InstanceInterruptionBehavior": "terminate",
+    }
+    assert launch.market_key("g5.xlarge", True) != launch.market_key("g5.xlarge", False) == "g5.xlarge"
+    assert launch.classify("SpotMaxPriceTooLow") == "capacity"

@@ -5,6 +5,7 @@ compared regardless of case and not applied to hosts that are where they are).""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
@@ -72,9 +73,11 @@ def test_listing_and_placement_agree(offers: list[Offer], instances: list[Offer]
     listed = offer_filters.filtered(offers, f)
     seen = as_job_sees_it(_job(f), _fleet(offers, instances))
     assert list(seen.offers) == listed
-    # instances are narrowed by where they are and what they are (never by price: they are paid for)
+    # instances are narrowed by where they are, what they are and spot or on-demand (never by price: they are
+    # paid for)
     kept = [i.offer for i in seen.instances]
-    assert kept == [o for o in instances if offer_filters.place_passes(o.backend, o.region, o.instance_type, f)]
+    assert kept == [o for o in instances if offer_filters.instance_passes(o, f)]
+    assert all(f.spot is None or o.resources.spot == f.spot for o in kept)
     # and a job placed on a new instance gets a listed offer (or none at all, when nothing is listed)
     plan = schedule(Snapshot(fleets=(_fleet(offers, []),), queue=(_job(f),)), now=0.0)
     reserved = [d.offer for g in plan.gangs for d in g.decisions if isinstance(d, Reserve)]
@@ -94,5 +97,12 @@ def test_the_options_as_dstack_applies_them() -> None:
     assert not offer_filters.passes(aws, offer_filters.from_options(spot_policy="spot"))
     assert offer_filters.passes(aws, offer_filters.from_options(spot_policy="auto"))
     assert offer_filters.from_options(spot_policy="on-demand").spot is False
+    # dstack's default for runs and fleets alike: on-demand; auto: either
+    assert offer_filters.from_options().spot is False and offer_filters.from_conf({}).spot is False
+    assert offer_filters.from_options(spot_policy="auto").spot is None
+    spot = Offer("aws", "m7i.large", "us-east-1", 0.03, dataclasses.replace(res, spot=True))
+    assert offer_filters.instance_passes(spot, offer_filters.from_options(spot_policy="spot"))
+    assert not offer_filters.instance_passes(spot, offer_filters.from_options())
+    assert not offer_filters.instance_passes(aws, offer_filters.from_options(spot_policy="spot"))
     regions = offer_filters.project_regions([{"type": "aws", "regions": ["eu-west-1"]}, {"type": "local"}])
     assert offer_filters.in_project_regions([aws, local], regions) == [local]

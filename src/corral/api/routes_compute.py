@@ -362,13 +362,16 @@ async def gpus_list(request: Request, project_name: str) -> FastJSON:
                 "memory_mib": g.memory_mib,
                 "vendor": g.vendor,
                 "availability": ["available"],
-                "spot": ["on-demand"],
+                "spot": [],
                 "count": {"min": len(gpus), "max": len(gpus)},
                 "price": {"min": offer.price, "max": offer.price},
                 "backends": [],
                 "regions": [],
             },
         )
+        market = "spot" if offer.resources.spot else "on-demand"
+        if market not in entry["spot"]:
+            entry["spot"] = sorted([*entry["spot"], market])
         entry["count"]["min"] = min(entry["count"]["min"], len(gpus))
         entry["count"]["max"] = max(entry["count"]["max"], len(gpus))
         entry["price"]["min"] = min(entry["price"]["min"], offer.price)

@@ -39,6 +39,9 @@ from corral.domain.records import InstanceRec
 from corral.domain.resources import InstanceResources
 from corral.scheduler.types import Offer
 
+#: A connection's key that says the host's user data authorises the key (a refused login is retried).
+AUTHORISED_BY_USER_DATA = "key_by_user_data"
+
 log = logging.getLogger("corral.ssh")
 
 RETRY_PAUSE = 1.0
@@ -194,7 +197,9 @@ class SSHCompute:
                     raise asyncio.TimeoutError
                 return await asyncio.wait_for(self._bootstrap(instance, endpoint, deadline), remaining)
             except SshError as e:
-                if e.permanent:
+                # a new cloud instance's user data authorises the key: until it ran, a refusal is transient
+                authorising = e.login_refused and bool((endpoint.connection or {}).get(AUTHORISED_BY_USER_DATA))
+                if e.permanent and not authorising:
                     raise ProvisioningError(str(e)) from None
                 last = e
                 log.info("bootstrap of %s: %s; trying again", instance.name, e)

@@ -47,9 +47,12 @@ def _asyncssh() -> Any:
 class SshError(Exception):
     """Reaching a host over SSH failed; the message names the host and says why."""
 
-    def __init__(self, message: str, permanent: bool = False) -> None:
+    def __init__(self, message: str, permanent: bool = False, login_refused: bool = False) -> None:
         super().__init__(message)
         self.permanent = permanent
+        #: The host did not accept the key (permanent for a host someone set up; a new cloud instance may
+        #: not have authorised it yet).
+        self.login_refused = login_refused
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,7 @@ async def _open(
             f"{target.label()}: the login was refused: the host did not accept the key for user {target.user!r} "
             "(check `user` and `identity_file`)",
             permanent=True,
+            login_refused=True,
         ) from None
     except (asyncio.TimeoutError, TimeoutError):
         raise SshError(f"{target.label()}: no SSH answer within {timeout:.0f}s") from None

@@ -65,7 +65,7 @@ def _instance_passes(inst: InstanceSlot, f: OfferFilter) -> bool:
     offer = inst.offer
     if offer is None:  # a host being set up: where it is is its fleet's business
         return True
-    return offer_filters.place_passes(offer.backend, offer.region, offer.instance_type, f)
+    return offer_filters.instance_passes(offer, f)
 
 
 def _without_backends(fleet: FleetSlot, barred: frozenset[str]) -> FleetSlot:

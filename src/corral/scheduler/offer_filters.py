@@ -1,6 +1,7 @@
 """The one offer filter, as dstack applies a run's or fleet's options to offers and instances: ``backends``
 (dstack's names; ``remote`` is corral's local and SSH hosts), ``regions``, ``instance_types``, ``max_price``
-(dollars an hour) and ``spot_policy``. Listings (``runs/get_plan``, ``fleets/get_plan``, ``gpus/list``,
+(dollars an hour) and ``spot_policy`` (dstack's default for runs and fleets alike: ``on-demand``; ``auto``:
+either). Listings (``runs/get_plan``, ``fleets/get_plan``, ``gpus/list``,
 ``corral offer``) and placement (``fleet_view``) both go through :func:`passes`, so what a plan lists is
 what the scheduler may provision. A project's offers are also narrowed to the regions its own backends
 name (:func:`in_project_regions`). Pure.
@@ -41,9 +42,15 @@ def corral_backends(names: Iterable[str]) -> frozenset[str]:
     return frozenset(out)
 
 
-def _spot(policy: Any) -> bool | None:
+#: The ``spot_policy`` of a run or fleet that sets none (dstack's, for every run type and for fleets).
+DEFAULT_SPOT_POLICY = "on-demand"
+
+
+def spot_of(policy: Any) -> bool | None:
+    """A ``spot_policy`` (enum member, string or None: the default) as a filter's ``spot``: True (``spot``),
+    False (``on-demand``), None (``auto``: either)."""
     value = getattr(policy, "value", policy)
-    return {"spot": True, "on-demand": False}.get(str(value)) if value is not None else None
+    return {"spot": True, "on-demand": False}.get(str(value if value is not None else DEFAULT_SPOT_POLICY))
 
 
 def from_options(
@@ -59,7 +66,7 @@ def from_options(
         regions=frozenset(str(r).lower() for r in regions) if regions else None,
         instance_types=frozenset(str(t).lower() for t in instance_types) if instance_types else None,
         max_price=None if max_price is None else float(max_price),
-        spot=_spot(spot_policy),
+        spot=spot_of(spot_policy),
     )
 
 
@@ -76,6 +83,14 @@ def from_conf(conf: Mapping[str, Any]) -> OfferFilter:
         conf.get("backends"), conf.get("regions"), conf.get("instance_types"), conf.get("max_price"),
         conf.get("spot_policy"),
     )  # fmt: skip
+
+
+def instance_passes(offer: Offer, f: OfferFilter) -> bool:
+    """Whether an instance that is ``offer`` (its stored one) passes ``f``: where and what it is, and spot
+    or on-demand (a spot-only run never lands on an on-demand instance, nor an on-demand run on spot)."""
+    if f.spot is not None and offer.resources.spot != f.spot:
+        return False
+    return place_passes(offer.backend, offer.region, offer.instance_type, f)
 
 
 def place_passes(backend: str, region: str, instance_type: str, f: OfferFilter) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
+from corral.scheduler import offer_filters
 from corral.services import dev_env, python_env, service_runs
 from corral.services.errors import ServiceError
 
@@ -139,9 +140,7 @@ def job_specs(
                 "requirements": {
                     "resources": group.get("resources"),
                     "max_price": merged.max_price,
-                    "spot": None
-                    if merged.spot_policy is None
-                    else getattr(merged.spot_policy, "value", None) == "spot",
+                    "spot": offer_filters.spot_of(merged.spot_policy),
                     "reservation": merged.reservation,
                     "multinode": nodes > 1,
                 },

@@ -48,10 +48,6 @@ def check(conf: Any, merged: Any, metrics_running_ttl: float | None = None) -> N
             "`idle_duration` is not applied to runs yet: set `idle_duration` in the fleet configuration "
             "(how long its idle instances are kept), or remove it from the run"
         )
-    if getattr(merged.spot_policy, "value", None) == "spot":
-        raise ServiceError(
-            "`spot_policy: spot`: corral's backends offer no spot instances; use `spot_policy: on-demand` or `auto`"
-        )
     nodes = _nodes(conf)
     if nodes > 1 and getattr(merged.startup_order, "value", "any") not in ("any",):
         raise ServiceError(

@@ -152,6 +152,8 @@ def _job_status_message(j: JobRec) -> str:
         return "no fleets" if "No matching fleet found" in (j.termination_reason_message or "") else "no capacity"
     if j.status == "failed" and j.termination_reason == "container_exited_with_error":
         return f"exited ({j.exit_status})" if j.exit_status is not None else "error"
+    if j.status == "failed" and j.termination_reason == "interrupted_by_no_capacity":
+        return "interrupted"
     if j.status == "failed":
         return j.status_message or "error"
     if j.status == "done":

@@ -8,6 +8,8 @@ through the jobs worker's own timeout). The first answer afterwards clears the f
 agent still runs that the server no longer runs there, and wakes the scheduler: the host is used again.
 
 Each instance is checked by its own task, so a host whose SSH handshake is slow delays only itself.
+Cloud backends are asked, in a task of their own, which of their instances they took away
+(``workers.interruptions``).
 Hosts removed from an SSH fleet while busy leave here once they are free.
 """
 
@@ -24,6 +26,7 @@ from corral.domain.records import InstanceRec
 from corral.store import fleets as fleet_store
 from corral.store import runs as run_store
 from corral.workers.context import Context
+from corral.workers.interruptions import Interruptions
 
 log = logging.getLogger("corral.hosts")
 
@@ -38,6 +41,8 @@ class Hosts:
         self._failures: dict[str, int] = {}
         self._checks: dict[str, asyncio.Task[None]] = {}
         self._clients: dict[tuple[str, str], AgentClient] = {}
+        self.interruptions = Interruptions(ctx)
+        self._asking: asyncio.Task[int] | None = None
 
     async def run(self) -> None:
         while True:
@@ -50,6 +55,8 @@ class Hosts:
             await asyncio.sleep(self.ctx.settings.instance_check_interval)
 
     async def pass_once(self) -> None:
+        if self._asking is None or self._asking.done():
+            self._asking = asyncio.create_task(self._ask_clouds())
         async with self.ctx.db.read() as conn:
             live = [i for i in await fleet_store.list_instances(conn, statuses=("idle", "busy")) if i.agent]
         ids = {i.id for i in live}
@@ -63,6 +70,13 @@ class Hosts:
                 self._checks[inst.id] = task
                 task.add_done_callback(self._forget_check(inst.id))
 
+    async def _ask_clouds(self) -> int:
+        try:
+            return await self.interruptions.pass_once()
+        except Exception:
+            log.exception("asking the clouds for lost instances failed")
+            return 0
+
     def _forget_check(self, instance_id: str) -> Callable[[asyncio.Task[None]], None]:
         def done(_task: asyncio.Task[None]) -> None:
             self._checks.pop(instance_id, None)
@@ -70,6 +84,9 @@ class Hosts:
         return done
 
     async def stop(self) -> None:
+        if self._asking is not None:
+            self._asking.cancel()
+            await asyncio.gather(self._asking, return_exceptions=True)
         for task in list(self._checks.values()):
             task.cancel()
         await asyncio.gather(*self._checks.values(), return_exceptions=True)

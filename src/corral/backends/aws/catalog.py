@@ -3,7 +3,8 @@
 The shipped file (``catalog.csv`` beside this module, written by ``scripts/aws_catalog.py``) holds curated
 on-demand prices (illustrative, dated in ``provider_data``) and rows generated from moto's instance-type
 data by a documented price model; ``CORRAL_AWS_CATALOG`` names a newer file in the same format. An EC2
-instance's resources are its type's row here. Offers are on-demand (spot comes with ``spot_policy``).
+instance's resources are its type's row here. Offers are on-demand and spot (``resources.spot``); a run's or
+fleet's ``spot_policy`` picks among them (``scheduler.offer_filters``).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def load(path: Path | None = None) -> list[CatalogRow]:
 
 
 def offers(rows: list[CatalogRow], regions: frozenset[str] | None = None) -> list[Offer]:
-    """The on-demand offers of ``regions`` (None: all), cheapest first."""
-    chosen = [r for r in rows if not r.spot and (regions is None or r.region in regions)]
+    """The on-demand and spot offers of ``regions`` (None: all), cheapest first."""
+    chosen = [r for r in rows if regions is None or r.region in regions]
     chosen.sort(key=lambda r: (r.price, r.instance_type, r.region))
     return [Offer("aws", r.instance_type, r.region, r.price, r.resources) for r in chosen]

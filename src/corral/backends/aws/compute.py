@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from corral.backends.aws import catalog, ec2, launch
+from corral.backends.aws.interruptions import Lost, lost
 from corral.backends.aws.orphans import Tagged, orphans
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
-from corral.backends.ssh import SSHCompute
+from corral.backends.ssh import AUTHORISED_BY_USER_DATA, SSHCompute
 from corral.domain.records import InstanceRec
 from corral.scheduler.codec import offer_from_json, resources_from_json
 from corral.scheduler.fallbacks import FALLBACKS_KEY
@@ -95,6 +96,8 @@ class AWSCompute:
         self.unavailable = launch.Unavailable(ttl=unavailable_ttl)
         #: How long one termination waits for DescribeInstances to say ``terminated`` (then: tried again).
         self.terminate_timeout = terminate_timeout
+        #: Clients of the interruption checks, by (region, credentials).
+        self._watch_clients: dict[tuple[str, ec2.Creds], Any] = {}
         #: EC2 calls made, by operation (the benchmark reads it).
         self.calls: dict[str, int] = {}
 
@@ -195,7 +198,7 @@ class AWSCompute:
         images: dict[tuple[str, bool], str] = {}
         attempt = 0
         for offer in candidates:
-            region, itype = offer.region, offer.instance_type
+            region, itype = offer.region, launch.market_key(offer.instance_type, offer.resources.spot)
             if self.unavailable.region_blocked(region, time.time()):
                 errors.append(f"{region}: quota reached lately")
                 continue
@@ -226,7 +229,7 @@ class AWSCompute:
                 attempt += 1
                 params: dict[str, Any] = {
                     "ImageId": images[(region, gpu)],
-                    "InstanceType": itype,
+                    "InstanceType": offer.instance_type,
                     "MinCount": 1,
                     "MaxCount": 1,
                     "ClientToken": launch.client_token(instance.id, attempt),
@@ -240,6 +243,8 @@ class AWSCompute:
                          "AssociatePublicIpAddress": public_ip}
                     ],
                 }  # fmt: skip
+                if offer.resources.spot:  # one-time, terminated on interruption (dstack's; no MaxPrice)
+                    params["InstanceMarketOptions"] = launch.SPOT_MARKET
                 if project.config.get("iam_instance_profile"):
                     params["IamInstanceProfile"] = {"Name": project.config["iam_instance_profile"]}
                 try:
@@ -256,11 +261,20 @@ class AWSCompute:
                     if move == "zone":
                         continue
                     break
-                return offer, where.client, str(reply["Instances"][0]["InstanceId"])
+                launched = reply["Instances"][0]
+                if launched.get("SpotInstanceRequestId"):  # so that the one-time request cannot be fulfilled again
+                    await self._cancel_spot_request(where.client, str(launched["SpotInstanceRequestId"]))
+                return offer, where.client, str(launched["InstanceId"])
             if move == "stop" or attempt >= launch.MAX_LAUNCH_ATTEMPTS:
                 break
         tried = ", ".join(f"{o.instance_type} in {o.region}" for o in candidates)
         raise ProvisioningError(f"aws: no offer could be launched ({tried}; {attempt} attempt(s)): {'; '.join(errors)}")
+
+    async def _cancel_spot_request(self, client: Any, request_id: str) -> None:
+        try:
+            await self._ec2(ec2.call, client, "cancel_spot_instance_requests", SpotInstanceRequestIds=[request_id])
+        except ec2.AWSError as e:  # the instance runs anyway; the request is one-time
+            log.warning("could not cancel spot request %s: %s", request_id, e)
 
     async def _bring_up(
         self, instance: InstanceRec, project: AWSProject, client: Any, offer: Offer, ec2_id: str
@@ -290,6 +304,7 @@ class AWSCompute:
             "proxy_jump": None,
             "internal_ip": described.get("PrivateIpAddress"),
             "blocks": 1,
+            AUTHORISED_BY_USER_DATA: True,  # cloud-init may not have run it yet when sshd answers
             "aws": {"instance_id": ec2_id, "region": offer.region, "project": project.name},
         }
         as_host = dataclasses.replace(instance, agent={"token": secrets.token_hex(24), "connection": connection})
@@ -336,6 +351,34 @@ class AWSCompute:
         raise ProvisioningError(
             f"EC2 instance {ec2_id} is {state}, not terminated, {self.terminate_timeout:g}s after TerminateInstances"
         )
+
+    async def lost_instances(self, live: list[InstanceRec]) -> list[Lost]:
+        """Those of ``live`` (idle or busy rows of this backend) whose EC2 instance is going or gone: one
+        DescribeInstances per project and region."""
+        groups: dict[tuple[str, str], dict[str, str]] = {}
+        for inst in live:
+            where = ((inst.agent or {}).get("connection") or {}).get("aws")
+            if where:
+                key = (str(where["project"]), str(where["region"]))
+                groups.setdefault(key, {})[str(where["instance_id"])] = inst.id
+        out: list[Lost] = []
+        for (project_name, region), watched in groups.items():
+            try:
+                project = await self.project(project_name)
+                ck = (region, project.creds)
+                client = self._watch_clients.get(ck)
+                if client is None:  # kept: this runs on every host check
+                    client = self._watch_clients[ck] = await self._ec2(ec2.client, project.creds, region)
+                out.extend(lost(watched, await self._ec2(ec2.described, client, sorted(watched))))
+            except (ProvisioningError, ec2.AWSError) as e:  # the next check asks again
+                log.warning(
+                    "could not ask EC2 about %d instance(s) of %s in %s: %s", len(watched), project_name, region, e
+                )
+        return out
+
+    async def forget(self, instance_id: str) -> None:
+        """Drop what the server holds of an instance EC2 took away (its SSH link)."""
+        await self.ssh.terminate_instance(instance_id, None)
 
     async def reap_unknown(self, known_instance_ids: set[str]) -> list[str]:
         return await self.ssh.reap_unknown(known_instance_ids)

@@ -210,6 +210,17 @@ def state(ec2: Any, instance_id: str) -> dict[str, Any] | None:
     return items[0] if items else None
 
 
+def described(ec2: Any, instance_ids: list[str]) -> list[dict[str, Any]]:
+    """The instances of ``instance_ids`` that DescribeInstances lists (unknown ids are left out, not an error)."""
+    out: list[dict[str, Any]] = []
+    for start in range(0, len(instance_ids), 200):  # EC2's limit of filter values
+        found = call(
+            ec2, "describe_instances", Filters=[{"Name": "instance-id", "Values": instance_ids[start : start + 200]}]
+        )
+        out.extend(i for r in found.get("Reservations", []) for i in r.get("Instances", []))
+    return out
+
+
 def terminate(ec2: Any, instance_id: str) -> None:
     try:
         call(ec2, "terminate_instances", InstanceIds=[instance_id])

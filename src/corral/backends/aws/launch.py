@@ -25,10 +25,18 @@ UNAVAILABLE_TTL = 120.0
 #: RunInstances calls one reservation may make, over all its offers and zones (no retry storm).
 MAX_LAUNCH_ATTEMPTS = 6
 
+#: RunInstances' ``InstanceMarketOptions`` of a spot offer: a one-time request, the instance terminated when
+#: EC2 reclaims it (dstack's; no ``MaxPrice``: at most the on-demand price).
+SPOT_MARKET = {
+    "MarketType": "spot",
+    "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+}
+
 Verdict = Literal["capacity", "quota", "invalid", "transient", "other"]
 
 _CAPACITY = {"InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientHostCapacity",
-             "InsufficientReservedInstanceCapacity", "InsufficientCapacityOnHost", "Unsupported"}  # fmt: skip
+             "InsufficientReservedInstanceCapacity", "InsufficientCapacityOnHost", "Unsupported",
+             "SpotMaxPriceTooLow"}  # fmt: skip
 _QUOTA = {
     "InstanceLimitExceeded",
     "VcpuLimitExceeded",
@@ -50,6 +58,11 @@ def classify(code: str) -> Verdict:
     if code.startswith(("InvalidParameter", "InvalidInstanceType", "InvalidAMI", "InvalidSubnet", "Invalid")):
         return "invalid"
     return "other"
+
+
+def market_key(instance_type: str, spot: bool) -> str:
+    """The instance type as the cache of unavailable offerings keys it: spot capacity is not on-demand's."""
+    return f"{instance_type}/spot" if spot else instance_type
 
 
 def client_token(instance_id: str, attempt: int) -> str:

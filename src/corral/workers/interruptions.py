@@ -1,0 +1,120 @@
+"""Instances a cloud took away, found through its API on every host check (``instance_check_interval``):
+each backend that can say (``lost_instances``: AWS, one DescribeInstances per project and region) is asked
+about its idle and busy rows; an instance it reports going or gone that corral did not terminate (a spot
+interruption) is marked terminated and its jobs end ``interrupted_by_no_capacity`` -- in the same pass, not
+after the agent's unreachable timeout -- so that a run whose ``retry.on_events`` has ``interruption`` is
+resubmitted (``workers.runs``).
+
+Load (live rows) → decide (the backend's rule, ``backends.aws.interruptions``) → act (the cloud's API, no
+transaction open) → apply (one short transaction per instance, guarded by its status).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import sqlalchemy as sa
+
+from corral.domain.events import instance_target
+from corral.store import fleets as fleet_store
+from corral.store.events import emit, tracked_update
+from corral.store.tables import instances, jobs
+from corral.workers.context import Context
+
+log = logging.getLogger("corral.interruptions")
+
+#: Jobs on a lost instance that end ``interrupted_by_no_capacity`` (those already stopping just end).
+_INTERRUPTED = ("submitted", "provisioning", "pulling", "running")
+
+
+class Interruptions:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    async def pass_once(self) -> int:
+        """One pass: the number of instances found lost (and recorded)."""
+        asking = {n: c for n, c in self.ctx.computes.items() if callable(getattr(c, "lost_instances", None))}
+        if not asking:
+            return 0
+        async with self.ctx.db.read() as conn:
+            live = [
+                i
+                for i in await fleet_store.list_instances(conn, statuses=("idle", "busy"))
+                if i.backend in asking and i.agent
+            ]
+        found = 0
+        for name, compute in asking.items():
+            mine = [i for i in live if i.backend == name]
+            if not mine:
+                continue
+            try:
+                gone = await compute.lost_instances(mine)  # type: ignore[attr-defined]
+            except Exception as e:  # the cloud's API unreachable: the next pass asks again
+                log.warning("asking %s which instances it took away failed: %s", name, e)
+                continue
+            by_id = {i.id: i for i in mine}
+            for item in gone:
+                inst = by_id.get(item.row_id)
+                if inst is not None and await self._record(inst, item.message):
+                    found += 1
+                    await _forget(compute, inst.id)
+        if found:
+            self.ctx.wakeups.wake("runs", "scheduler", "jobs", "instances")
+        return found
+
+    async def _record(self, inst: Any, message: str) -> bool:
+        now = time.time()
+        async with self.ctx.db.write() as conn:
+            changed = await tracked_update(
+                conn,
+                instances,
+                sa.and_(instances.c.id == inst.id, instances.c.status.in_(("idle", "busy"))),
+                {
+                    "status": "terminated",
+                    "termination_reason": "error",
+                    "termination_reason_message": message,
+                    "finished_at": now,
+                    "last_processed_at": now,
+                    "busy_blocks": 0,
+                },
+            )
+            if not changed:  # corral is terminating it meanwhile, or it is gone already
+                return False
+            await tracked_update(
+                conn,
+                jobs,
+                sa.and_(jobs.c.instance_id == inst.id, jobs.c.status.in_(_INTERRUPTED)),
+                {
+                    "status": "failed",
+                    "termination_reason": "interrupted_by_no_capacity",
+                    "termination_reason_message": message,
+                    "finished_at": now,
+                    "last_processed_at": now,
+                },
+            )
+            await tracked_update(
+                conn,
+                jobs,
+                sa.and_(jobs.c.instance_id == inst.id, jobs.c.status == "terminating"),
+                {"status": "terminated", "finished_at": now, "last_processed_at": now},
+            )
+            await emit(conn, message, None, [instance_target(inst.project_id, inst.id, inst.name, inst.fleet_id)])
+        log.warning(
+            "instance %s of fleet %s: %s",
+            inst.name,
+            inst.fleet_name,
+            message,
+            extra={"event": "instance_interrupted", "instance": inst.name, "fleet": inst.fleet_name},
+        )
+        return True
+
+
+async def _forget(compute: Any, instance_id: str) -> None:
+    forget = getattr(compute, "forget", None)
+    if callable(forget):
+        try:
+            await forget(instance_id)
+        except Exception as e:
+            log.warning("dropping the link to lost instance %s failed: %s", instance_id, e)
