@@ -115,10 +115,10 @@ def job_net_up(slot: int, address: str, bridge: str, network: ipaddress.IPv4Netw
     _run(
         ["ip", "-batch", "-"],
         f"netns add {ns}\nlink add {veth} type veth peer name eth0 address {job_mac(address)} netns {ns}\n"
-        f"link set {veth} master {bridge} up\n",
+        f"link set {veth} master {bridge} up\n"
+        # an entry left by an earlier job at this address with another MAC (from before MACs were fixed)
+        f"neigh flush to {address} dev {bridge}\n",
     )
-    # An entry left by an earlier job at this address with another MAC (one from before MACs were fixed).
-    _run(["ip", "neigh", "flush", "to", address, "dev", bridge], check=False)
     gateway = network.network_address + 1
     _run(
         ["ip", "-n", ns, "-batch", "-"],
