@@ -152,6 +152,11 @@ async def prepare(settings: Settings) -> Prepared:
             await db.dispose()
             raise
         await accounts.apply_server_config(db, boot.admin, projects, cipher=cipher)
+        policies = [(p.name, policy) for p in server_config.projects if (policy := p.policy()) is not None]
+        if policies:
+            from corral.services.quotas import apply_config_policies
+
+            await apply_config_policies(db, policies)
     computes: dict[str, Any] = {
         "local": LocalCompute(
             settings.instances_dir,

@@ -18,6 +18,7 @@ from corral.api.routes_backends import router as backends_router
 from corral.api.routes_compute import router as compute_router
 from corral.api.routes_exports import router as exports_router
 from corral.api.routes_prometheus import router as prometheus_router
+from corral.api.routes_quotas import router as quotas_router
 from corral.api.routes_repos import router as repos_router
 from corral.api.routes_secrets import router as secrets_router
 from corral.api.routing import RouteTable, starlette_routes
@@ -31,6 +32,7 @@ TABLES: tuple[RouteTable, ...] = (
     repos_router,
     secrets_router,
     prometheus_router,
+    quotas_router,
 )
 OPENAPI_URL = "/api/openapi.json"
 DOCS_URL = "/api/docs"

@@ -7,18 +7,27 @@ projects:
       - type: local
       - type: aws              # dstack's block: creds, regions, vpc_name / vpc_ids, public_ips, ...
         creds: {type: access_key, access_key: AKIA..., secret_key: ...}
+    weight: 1                  # fair-share weight and quotas (corral.config.quotas); omitted: no limit
+    quota: {nominal: {gpu: 8}, max: {gpu: {H100: 8, any: 16}, price_per_hour: 40}}
 default_permissions:
   allow_managers_manage_secrets: true
+scheduling:
+  preemption: {enabled: false, min_priority_gap: 10, min_runtime: 10m, grace_period: 120s}
+
+A project's policy (``weight``, ``quota``, ``preemptible_max_priority``) is re-applied at each start for the
+projects that give one; a project listed without any of them keeps the policy set through the API.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from corral.config.aws_backend import AWSBackendConfig
+from corral.config.quotas import ProjectPolicy, Quota, Scheduling
+from corral.domain.quotas import QuotaPolicy
 
 
 class _Strict(BaseModel):
@@ -39,6 +48,18 @@ AnyBackend = Annotated[Union[BackendEntry, AWSBackendConfig], Field(discriminato
 class ProjectEntry(_Strict):
     name: str = Field(pattern=r"^[a-zA-Z0-9-_]{1,50}$")
     backends: list[AnyBackend] = Field(default_factory=lambda: [_local()])
+    weight: Optional[float] = Field(default=None, gt=0)
+    quota: Optional[Quota] = None
+    preemptible_max_priority: Optional[int] = Field(default=None, ge=0, le=100)
+
+    def policy(self) -> QuotaPolicy | None:
+        """The project's scheduling policy, None when the entry gives none (the stored one is kept)."""
+        given = self.model_fields_set & {"weight", "quota", "preemptible_max_priority"}
+        if not given:
+            return None
+        return ProjectPolicy.model_validate(
+            {k: getattr(self, k) for k in given if getattr(self, k) is not None}
+        ).to_policy()
 
 
 class DefaultPermissions(_Strict):
@@ -49,6 +70,7 @@ class DefaultPermissions(_Strict):
 class ServerConfig(_Strict):
     projects: list[ProjectEntry] = Field(default_factory=list)
     default_permissions: DefaultPermissions = Field(default_factory=DefaultPermissions)
+    scheduling: Scheduling = Field(default_factory=Scheduling)
 
 
 class ServerConfigError(ValueError):

@@ -415,6 +415,44 @@ class BackendInfoYAML(Out):
     config_yaml: str
 
 
+class QuotaPolicy(Out):
+    """A project's scheduling policy (``quotas/get``, ``quotas/set``)."""
+
+    name: str
+    weight: float
+    quota: AnyObject
+    preemptible_max_priority: Optional[int] = None
+
+
+class QuotaUsage(Out):
+    """What a project holds against its policy (``quotas/usage``)."""
+
+    project_name: str
+    weight: float
+    nominal: AnyObject
+    max: AnyObject
+    used: AnyObject
+    borrowed: AnyObject
+    entitlement: AnyObject
+    weighted_share: float
+    capacity: AnyObject
+
+
+class QueueEntry(Out):
+    position: int
+    project_name: str
+    run_name: str
+    priority: int
+    submitted_at: float
+    jobs: int
+    reason: str
+    status_message: Optional[str] = None
+
+
+class SchedulingQueue(RootModel[list[QueueEntry]]):
+    pass
+
+
 def model(name: str) -> type[BaseModel]:
     """The answer model a route names (``response=``), from this module or :mod:`.responses_runs`."""
     from corral.schemas import responses_runs

@@ -253,6 +253,16 @@ ui_sessions = sa.Table(
     sa.Index("ix_ui_sessions_user", "user_id"),
 )
 
+#: Each project's scheduling policy (``corral.config.quotas``: weight, nominal and max quotas,
+#: ``preemptible_max_priority``) as JSON; a project without a row has no limits.
+project_quotas = sa.Table(
+    "project_quotas",
+    metadata,
+    sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), primary_key=True),
+    sa.Column("policy", sa.Text, nullable=False),
+    sa.Column("updated_at", Time, nullable=False),
+)
+
 #: Requests the in-server proxy of each server replica counted, per service and second (one row per
 #: service, server and second: the autoscaler sums them; old seconds are pruned).
 service_request_stats = sa.Table(

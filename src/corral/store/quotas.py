@@ -1,0 +1,162 @@
+"""Projects' scheduling policies (the ``project_quotas`` table) and what each project holds: the usage
+of its provisioning, pulling, running and still-stopping jobs, charged per GPU model from the offer of
+the instance each job is on, and the capacity of the fleets it can use (its own and those exported to it).
+
+Imports only SQLAlchemy, the tables, the exports store and ``corral.domain``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.quotas import Limits, QuotaPolicy, Usage, add, charge, limits_from_doc, limits_to_doc
+from corral.store import exports as export_store
+from corral.store.tables import fleets, instances, jobs, project_quotas
+
+#: The job statuses that hold capacity against a quota (a stopping job still holds what it is on).
+HOLDING_STATUSES = ("provisioning", "pulling", "running", "terminating")
+
+
+def _policy(text: str) -> QuotaPolicy:
+    doc = orjson.loads(text)
+    return QuotaPolicy(
+        weight=float(doc.get("weight", 1.0)),
+        nominal=limits_from_doc(doc.get("nominal")),
+        max=limits_from_doc(doc.get("max")),
+        preemptible_max_priority=doc.get("preemptible_max_priority"),
+    )
+
+
+def _policy_json(policy: QuotaPolicy) -> str:
+    return orjson.dumps(
+        {
+            "weight": policy.weight,
+            "nominal": limits_to_doc(policy.nominal),
+            "max": limits_to_doc(policy.max),
+            "preemptible_max_priority": policy.preemptible_max_priority,
+        }
+    ).decode()
+
+
+async def get_policy(conn: AsyncConnection, project_id: str) -> QuotaPolicy | None:
+    row = (
+        await conn.execute(sa.select(project_quotas.c.policy).where(project_quotas.c.project_id == project_id))
+    ).first()
+    return _policy(row.policy) if row is not None else None
+
+
+async def all_policies(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> dict[str, QuotaPolicy]:
+    q = sa.select(project_quotas.c.project_id, project_quotas.c.policy)
+    if project_ids is not None:
+        q = q.where(project_quotas.c.project_id.in_(list(project_ids)))
+    return {r.project_id: _policy(r.policy) for r in await conn.execute(q)}
+
+
+async def set_policy(conn: AsyncConnection, project_id: str, policy: QuotaPolicy) -> None:
+    """Replace the project's policy (a default policy is stored as no row: no limits)."""
+    await conn.execute(sa.delete(project_quotas).where(project_quotas.c.project_id == project_id))
+    if not policy.is_default():
+        await conn.execute(
+            sa.insert(project_quotas).values(project_id=project_id, policy=_policy_json(policy), updated_at=time.time())
+        )
+
+
+def _loads(value: Any) -> Any:
+    return orjson.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def _offer_parts(offer: Any) -> tuple[list[str], int, int]:
+    data = _loads(offer)
+    res = data.get("resources") if isinstance(data, dict) else None
+    if not isinstance(res, dict):
+        return [], 0, 0
+    gpus = [str(g.get("name", "")) for g in res.get("gpus") or () if isinstance(g, dict)]
+    return gpus, int(res.get("cpus") or 0), int(res.get("memory_mib") or 0)
+
+
+async def project_usage(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> dict[str, Usage]:
+    """project id -> what its holding jobs hold (``instances``: the instances they are on)."""
+    q = (
+        sa.select(
+            jobs.c.project_id,
+            jobs.c.blocks,
+            instances.c.id.label("instance_id"),
+            instances.c.offer,
+            instances.c.price,
+            instances.c.total_blocks,
+        )
+        .join(instances, instances.c.id == jobs.c.instance_id)
+        .where(jobs.c.status.in_(HOLDING_STATUSES))
+    )
+    if project_ids is not None:
+        q = q.where(jobs.c.project_id.in_(list(project_ids)))
+    out: dict[str, Usage] = {}
+    on: dict[str, set[str]] = {}
+    for r in await conn.execute(q):
+        gpus, cpus, mem = _offer_parts(r.offer)
+        held = charge(gpus, cpus, mem, float(r.price or 0.0), int(r.blocks or 1), int(r.total_blocks or 1))
+        out[r.project_id] = add(out.get(r.project_id, {}), held)
+        on.setdefault(r.project_id, set()).add(r.instance_id)
+    for pid, ids in on.items():
+        out[pid]["instances"] = float(len(ids))
+    return out
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The fleets a project can use, what their instances have in all, and the projects sharing them."""
+
+    capacity: Usage
+    projects: frozenset[str]
+
+
+async def project_pool(conn: AsyncConnection, project_id: str) -> Pool:
+    importers = await export_store.fleet_importers(conn)
+    rows = (await conn.execute(sa.select(fleets.c.id, fleets.c.project_id).where(fleets.c.deleted.is_(False)))).all()
+    mine = [r for r in rows if r.project_id == project_id or project_id in importers.get(r.id, frozenset())]
+    sharing = {project_id}
+    for r in mine:
+        sharing.add(r.project_id)
+        sharing |= importers.get(r.id, frozenset())
+    capacity: Usage = {}
+    if mine:
+        iq = sa.select(instances.c.offer, instances.c.price).where(
+            instances.c.fleet_id.in_([r.id for r in mine]),
+            instances.c.status != "terminated",
+            instances.c.deleted.is_(False),
+        )
+        for inst in await conn.execute(iq):
+            gpus, cpus, mem = _offer_parts(inst.offer)
+            capacity = add(capacity, charge(gpus, cpus, mem, float(inst.price or 0.0), 1, 1))
+            capacity["instances"] = capacity.get("instances", 0.0) + 1
+    return Pool(capacity, frozenset(sharing))
+
+
+async def waiting_projects(conn: AsyncConnection, project_ids: Collection[str]) -> set[str]:
+    """The projects among ``project_ids`` with a job waiting to be placed."""
+    q = (
+        sa.select(jobs.c.project_id)
+        .where(jobs.c.status == "submitted", jobs.c.instance_id.is_(None), jobs.c.project_id.in_(list(project_ids)))
+        .distinct()
+    )
+    return {r.project_id for r in await conn.execute(q)}
+
+
+__all__ = [
+    "HOLDING_STATUSES",
+    "Limits",
+    "Pool",
+    "all_policies",
+    "get_policy",
+    "project_pool",
+    "project_usage",
+    "set_policy",
+    "waiting_projects",
+]
