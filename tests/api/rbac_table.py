@@ -207,6 +207,11 @@ ROUTES: list[tuple[str, str, str, str | None, Any, str, dict[str, str]]] = [
     ("POST", P + "/exports/update", "admin", None, {"name": "no-such-export"}, "400", {}),
     ("POST", P + "/exports/delete", "admin", None, {"name": "no-such-export"}, "400", {}),
     ("POST", P + "/exports/list", "member", None, {}, "200", {}),
+    # corral's own: per-project quotas (a global admin sets them; any member reads them) and the queue
+    ("POST", "/api/projects/{p}/quotas/set", "global_admin", None, {}, "200", {}),
+    ("POST", "/api/projects/{p}/quotas/get", "member", None, None, "200", {}),
+    ("POST", "/api/projects/{p}/quotas/usage", "member", None, None, "200", {}),
+    ("POST", "/api/scheduling/queue", "authenticated", None, None, "200", {}),
     ("POST", P + "/imports/list", "member", None, {}, "200", {}),
     (
         "POST",
