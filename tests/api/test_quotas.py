@@ -82,7 +82,7 @@ def test_bad_policies_are_refused_naming_the_field(body: dict[str, Any], field: 
 
     with pytest.raises(InvalidConfiguration) as e:
         parse_policy_body(body)
-    assert [err["loc"][: len(field)] for err in e.value.errors][0] == field
+    assert next(err["loc"][: len(field)] for err in e.value.errors) == field
 
 
 def test_a_bad_config_policy_fails_the_start_naming_the_field(tmp_path: Path) -> None:
@@ -98,7 +98,9 @@ def test_a_bad_config_policy_fails_the_start_naming_the_field(tmp_path: Path) ->
 def test_wait_reasons_come_from_the_scheduler_message() -> None:
     assert wait_reason("Waiting for quota: gpu 8/8 in project x") == "quota"
     assert wait_reason("Waiting for capacity: fleet 'fl' has 2 of at most 2 instances, none free") == "capacity"
-    assert wait_reason("Waiting for capacity: fleet 'fl' has no free instance (the run needs 2 nodes at once)") == "gang"
+    assert (
+        wait_reason("Waiting for capacity: fleet 'fl' has no free instance (the run needs 2 nodes at once)") == "gang"
+    )
     assert wait_reason(None) == "capacity"
 
 

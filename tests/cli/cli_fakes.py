@@ -92,6 +92,7 @@ class FakeClient:
         self.fleet_plan: JSON = {}
         self.archives: dict[str, str] = {}  # hash -> id of the archives "on the server"
         self.metrics: JSON = {"metrics": []}  # the metrics/job answer
+        self.usage: JSON = {}  # the quotas/usage answer
 
     def __enter__(self) -> FakeClient:
         return self
@@ -104,6 +105,10 @@ class FakeClient:
 
     def names(self) -> list[str]:
         return [c[0] for c in self.calls]
+
+    def quotas_usage(self, project: str) -> JSON:
+        self._record("quotas_usage", project)
+        return self.usage
 
     def repos_init_virtual(self, project: str) -> None:
         self._record("repos_init_virtual", project)

@@ -44,7 +44,10 @@ def test_exceeded_names_the_first_limit_and_what_is_held() -> None:
 def test_weighted_share_counts_only_usage_above_nominal_over_the_weight() -> None:
     policy = QuotaPolicy(weight=2.0, nominal=limits_from_doc({"gpu": 4}))
     capacity = {"gpu": 16.0, "cpu": 100.0}
-    assert weighted_share({"gpu": 4.0, "cpu": 10.0}, QuotaPolicy(nominal=limits_from_doc({"gpu": 4, "cpu": 10})), capacity) == 0
+    assert (
+        weighted_share({"gpu": 4.0, "cpu": 10.0}, QuotaPolicy(nominal=limits_from_doc({"gpu": 4, "cpu": 10})), capacity)
+        == 0
+    )
     assert weighted_share({"gpu": 12.0}, policy, capacity) == pytest.approx(8 / 16 / 2)
     assert borrowed({"gpu": 12.0, "cpu": 3.0}, policy.nominal) == {"gpu": 8.0, "cpu": 3.0}
 

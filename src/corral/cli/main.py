@@ -165,6 +165,7 @@ _project_app.command("add")(_guard(projects_cmd.project_add))
 _project_app.command("list")(_guard(projects_cmd.project_list))
 _project_app.command("set-default")(_guard(projects_cmd.project_set_default))
 _project_app.command("delete")(_guard(projects_cmd.project_delete))
+_project_app.command("quota")(_guard(projects_cmd.project_quota))
 app.add_typer(_project_app, name="project")
 
 _secret_app = typer.Typer(

@@ -1,10 +1,11 @@
-"""``corral project add|list|set-default|delete``: the projects in ``~/.corral/config.yml``.
+"""``corral project add|list|set-default|delete``: the projects in ``~/.corral/config.yml``; ``corral project
+quota [NAME]``: a project's quota on its server (nominal, max, used, borrowed, entitlement).
 
 ``add`` checks the URL and token with ``POST /api/projects/{name}/get`` (no body, as dstack's
 CLI sends it) before writing the file.
 """
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -122,3 +123,23 @@ def project_delete(
     if yes or render.confirm(f"Are you sure you want to delete project [code]{name}[/]?"):
         config_file.delete_project(name)
         render.console().print("[grey58]OK[/]")
+
+
+def project_quota(
+    name: Annotated[
+        Optional[str], typer.Argument(help="The project (default: the default project).", show_default=False)
+    ] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print the server's answer as JSON.")] = False,
+) -> None:
+    """Show the project's quota: nominal, max, used, borrowed and entitlement, by resource."""
+    from corral.cli import common, render
+
+    client, project = common.client_for(name)
+    with client:
+        usage = client.quotas_usage(project)
+    if json_:
+        import json
+
+        render.console().print_json(json.dumps(usage))
+        return
+    render.console().print(render.quota_table(usage))

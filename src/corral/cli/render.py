@@ -102,6 +102,54 @@ def props_table(rows: Sequence[tuple[str, str]]) -> Table:
     return table
 
 
+_QUOTA_COLUMNS = ("nominal", "max", "used", "borrowed", "entitlement", "capacity")
+
+
+def _quota_rows(usage: JSON) -> list[tuple[str, dict[str, Any]]]:
+    """One row per resource any column names (GPUs per model, then ``gpu`` in all, cpu, memory, ...)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for col in _QUOTA_COLUMNS:
+        for key, value in (usage.get(col) or {}).items():
+            if key == "gpu" and isinstance(value, dict):
+                for model, amount in value.items():
+                    rows.setdefault("gpu" if model == "any" else f"gpu {model}", {})[col] = amount
+            else:
+                rows.setdefault(key, {})[col] = value
+    order = ["cpu", "memory", "instances", "price_per_hour"]
+    return sorted(
+        rows.items(),
+        key=lambda kv: (
+            kv[0] != "gpu" and not kv[0].startswith("gpu "),
+            order.index(kv[0]) if kv[0] in order else -1,
+            kv[0],
+        ),
+    )
+
+
+def _amount(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.2f}".rstrip("0").rstrip(".")
+    return str(int(value)) if isinstance(value, (int, float)) else str(value)
+
+
+def quota_table(usage: JSON) -> Table:
+    """``corral project quota``: one row per resource, with the project's weight and share in the title."""
+    share = usage.get("weighted_share")
+    title = (
+        f"project {usage.get('project_name', '')}  weight {_amount(usage.get('weight'))}"
+        f"  weighted share {share if share is not None else '-'}"
+    )
+    table = Table(box=None, title=escape(title), title_justify="left")
+    table.add_column("RESOURCE", no_wrap=True)
+    for col in _QUOTA_COLUMNS:
+        table.add_column(col.upper(), justify="right", no_wrap=True)
+    for name, values in _quota_rows(usage):
+        table.add_row(escape(name), *(_amount(values.get(col)) for col in _QUOTA_COLUMNS))
+    return table
+
+
 def _expand() -> bool:
     return shutil.get_terminal_size(fallback=(120, 40)).columns <= 110
 

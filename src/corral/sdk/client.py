@@ -189,6 +189,10 @@ class CorralClient:
 
     # ---- secrets ------------------------------------------------------------------------
 
+    def quotas_usage(self, project: str) -> JSONObject:
+        """``projects/{p}/quotas/usage``: the project's nominal, max, used, borrowed and entitlement."""
+        return self._obj(f"/api/projects/{project}/quotas/usage", {})
+
     def secrets_list(self, project: str) -> list[JSONObject]:
         """``secrets/list``: ``[{id, name, value: null}]``, newest first."""
         return self._list(f"/api/project/{project}/secrets/list")
