@@ -15,6 +15,10 @@ busy instances, ``nodes.max``, the backend's instance cap, the host's free block
 earlier job. ``refusal`` is the verdict ``runs/get_plan`` shows: exactly the failures ``schedule`` makes at
 once whatever the capacity.
 
+A gang whose placement would take its project above its ``quota.max`` (``Snapshot.quotas``,
+:mod:`corral.scheduler.quota_gate`) takes nothing and waits with a message naming the quota; one that
+alone exceeds the max fails at once.
+
 The plan is optimistic: ``store.plan_apply`` recounts under locks and rejects what no longer fits.
 """
 
@@ -31,6 +35,8 @@ from corral.scheduler.fleet_upkeep import reclaim_for
 from corral.scheduler.fleet_view import WIRE_NAMES
 from corral.scheduler.ledger import Ledger, initial_ledger
 from corral.scheduler.pass_memo import PassMemo
+from corral.scheduler.quota_gate import QuotaBook
+from corral.scheduler.quota_gate import check as quota_check
 from corral.scheduler.types import (
     Assign,
     Decision,
@@ -374,9 +380,15 @@ def _best_fleet(
 
 
 def _schedule_gang(
-    jobs: list[QueuedJob], snapshot: Snapshot, ledger: Ledger, now: float, held: set[str], memo: PassMemo
+    jobs: list[QueuedJob],
+    snapshot: Snapshot,
+    ledger: Ledger,
+    now: float,
+    held: set[str],
+    memo: PassMemo,
+    book: QuotaBook | None = None,
 ) -> list[Decision]:
-    """The gang's decisions; what it takes is committed into ``ledger``."""
+    """The gang's decisions; what it takes is committed into ``ledger`` (and charged in ``book``)."""
     head = jobs[0]
     kind = memo.gang_kind(jobs)
     screened = memo.screen(kind, lambda: _screen(head, snapshot, memo, jobs))
@@ -389,8 +401,14 @@ def _schedule_gang(
         version, held_count = ledger.version, len(held)
         best, blockers = _best_fleet(jobs, kind, feasible, snapshot, ledger, held, memo)
         if best is not None:
-            ledger.commit(best[1])
-            return best[0]
+            verdict = quota_check(head.project_id, best[0], book) if book is not None else None
+            if verdict is None:
+                ledger.commit(best[1])
+                return best[0]
+            # above the project's quota.max: nothing taken, the capacity stays for later gangs
+            if verdict.never:
+                return [Fail(j.id, verdict.message) for j in jobs]
+            return [Wait(j.id, verdict.message) for j in jobs if j.status_message != verdict.message]
         memo.remember_blockers(kind, version, held_count, blockers)
 
     if not head.wait.may_wait:
@@ -423,8 +441,9 @@ def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
     out: list[Gang] = []
     held: set[str] = set()
     memo = PassMemo()
+    book = QuotaBook(snapshot) if snapshot.quotas else None
     for (run_id, _replica), jobs in gangs.items():
-        decisions = _schedule_gang(jobs, snapshot, ledger, now, held, memo if reuse else PassMemo())
+        decisions = _schedule_gang(jobs, snapshot, ledger, now, held, memo if reuse else PassMemo(), book)
         if decisions:
-            out.append(Gang(run_id, tuple(decisions)))
+            out.append(Gang(run_id, tuple(decisions), jobs[0].project_id))
     return Plan(tuple(out))

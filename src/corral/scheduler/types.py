@@ -6,8 +6,10 @@ These are the only scheduler names ``corral.store`` imports: the store builds a 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from corral.domain.quotas import Limits
 from corral.domain.resources import InstanceResources, Requirements
 from corral.domain.selectors import Selector
 
@@ -122,6 +124,17 @@ class QueuedJob:
 
 
 @dataclass(frozen=True)
+class ProjectQuota:
+    """A project's ``quota.max`` and what its provisioning, pulling, running and stopping jobs hold now
+    (``corral.domain.quotas`` usage), with the instances they are on (an ``instances`` limit counts those)."""
+
+    max: Limits
+    used: Mapping[str, float] = field(default_factory=dict)
+    instance_ids: frozenset[str] = frozenset()
+    project_name: str = ""
+
+
+@dataclass(frozen=True)
 class Snapshot:
     fleets: tuple[FleetSlot, ...]
     queue: tuple[QueuedJob, ...]
@@ -133,6 +146,8 @@ class Snapshot:
     #: A job that has waited this long holds the fleets it could use: nothing queued behind it takes
     #: capacity there until it fits (no starvation of large jobs). None disables holding.
     hold_after: float | None = None
+    #: Projects with a ``quota.max``, by id: a gang that would take its project above it waits.
+    quotas: Mapping[str, ProjectQuota] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -185,6 +200,8 @@ class Gang:
 
     run_id: str
     decisions: tuple[Decision, ...]
+    #: The run's project (its ``quota.max`` is checked again at the commit point); "" for upkeep.
+    project_id: str = ""
 
 
 @dataclass(frozen=True)

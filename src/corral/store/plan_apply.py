@@ -12,6 +12,12 @@ GPUs (indexes, recorded in its offer) that none of those instances owns.
 What ``nodes.max`` caps is every instance of the fleet that is not yet confirmed terminated:
 reserved-but-not-provisioned, provisioning, idle, busy and terminating ones. Free blocks of an
 instance are recounted from the unfinished jobs assigned to it, never taken from a stale counter.
+A gang of a project with a ``quota.max`` is committed only while what the project's provisioning,
+pulling, running and stopping jobs hold, recounted from their rows after the gang's writes, stays within
+it (a dimension already above the max, e.g. after the max was lowered, may not grow). Such projects are
+locked first (an advisory lock each, in id order, before the backend locks and any row lock), so that
+commits from several replicas for one project are counted one after the other.
+
 No network call happens here. The events of what it commits (jobs placed or failed, instances created,
 busy or reclaimed) are written in the same transaction and savepoint, so a rejected gang leaves none.
 """
@@ -30,10 +36,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.events import instance_target, job_target, status_change_message
 from corral.domain.fleets import nodes_bounds
+from corral.domain.quotas import Limits, Usage
 from corral.scheduler.blocks import HOST_GPUS_KEY, pick_host_gpus
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.scheduler.types import Assign, Fail, Gang, Plan, Reclaim, Reserve, Wait
+from corral.store import quotas as quota_store
 from corral.store.db import Database
 from corral.store.events import emit, tracked_update, tracked_update_rows
 from corral.store.fleets import LIVE_JOB_STATUSES
@@ -270,9 +278,10 @@ async def _apply_gang(
     conn: AsyncConnection,
     gang: Gang,
     now: float,
-    limits: dict[str, int],
+    backend_caps: dict[str, int],
     pools: dict[str, int],
     result: ApplyResult,
+    quotas: dict[str, Limits],
 ) -> None:
     assigned: list[str] = []
     reserved: list[str] = []
@@ -289,13 +298,15 @@ async def _apply_gang(
                 result.reclaimed.append(d.instance_id)
         return
     savepoint = await conn.begin_nested()
+    limits = quotas.get(gang.project_id) if gang.project_id else None
     try:
+        before = await _holding(conn, gang.project_id) if limits is not None else {}
         for d in gang.decisions:
             if isinstance(d, Assign):
                 await _assign(db, conn, d, now)
                 assigned.append(d.job_id)
             elif isinstance(d, Reserve):
-                reserved.append(await _reserve(db, conn, d, now, limits, pools))
+                reserved.append(await _reserve(db, conn, d, now, backend_caps, pools))
                 if d.job_id is not None:
                     assigned.append(d.job_id)
             elif isinstance(d, Fail):
@@ -303,6 +314,8 @@ async def _apply_gang(
                     failed.append(d.job_id)
             elif isinstance(d, Wait):
                 await _wait(conn, d)
+        if limits is not None and _grows_above(before, await _holding(conn, gang.project_id), limits):
+            raise _Rejected  # another commit took the project's quota meanwhile
     except _Rejected:
         await savepoint.rollback()
         result.rejected_runs.append(gang.run_id)
@@ -330,11 +343,38 @@ async def apply_plan(
     limits = backend_limits or {}
     pools = host_pools or {}
     async with db.write() as conn:
+        charged = sorted({g.project_id for g in plan.gangs if g.project_id and _takes_capacity(g)})
+        quotas = await quota_store.quota_maxes(conn, charged) if charged else {}
+        for project_id in sorted(quotas):
+            await db.serialize(conn, project_lock_key(project_id))
         for backend in _capped_backends(plan, limits, pools):
             await db.serialize(conn, backend_lock_key(backend))
         for gang in plan.gangs:
-            await _apply_gang(db, conn, gang, now, limits, pools, result)
+            await _apply_gang(db, conn, gang, now, limits, pools, result, quotas)
     return result
+
+
+def _takes_capacity(gang: Gang) -> bool:
+    return any(isinstance(d, (Assign, Reserve)) for d in gang.decisions)
+
+
+async def _holding(conn: AsyncConnection, project_id: str) -> Usage:
+    held = (await quota_store.project_holdings(conn, [project_id])).get(project_id)
+    return dict(held.usage) if held is not None else {}
+
+
+def _grows_above(before: Usage, after: Usage, limits: Limits) -> bool:
+    """Whether a dimension of ``limits`` is above its max after the gang's writes and grew with them."""
+    eps = 1e-9
+    return any(
+        after.get(dim, 0.0) > cap + eps and after.get(dim, 0.0) > before.get(dim, 0.0) + eps
+        for dim, cap in limits.amounts.items()
+    )
+
+
+def project_lock_key(project_id: str) -> int:
+    """The advisory lock under which a project's holding is counted against its ``quota.max``."""
+    return 0x636F7272_00000000 | zlib.crc32(f"quota:{project_id}".encode())
 
 
 def backend_lock_key(backend: str) -> int:

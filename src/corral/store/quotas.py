@@ -81,8 +81,16 @@ def _offer_parts(offer: Any) -> tuple[list[str], int, int]:
     return gpus, int(res.get("cpus") or 0), int(res.get("memory_mib") or 0)
 
 
-async def project_usage(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> dict[str, Usage]:
-    """project id -> what its holding jobs hold (``instances``: the instances they are on)."""
+@dataclass(frozen=True)
+class Holding:
+    """What a project's holding jobs hold, and the instances they are on."""
+
+    usage: Usage
+    instance_ids: frozenset[str]
+
+
+async def project_holdings(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> dict[str, Holding]:
+    """project id -> what its holding jobs hold (``instances``: the number of instances they are on)."""
     q = (
         sa.select(
             jobs.c.project_id,
@@ -106,7 +114,17 @@ async def project_usage(conn: AsyncConnection, project_ids: Collection[str] | No
         on.setdefault(r.project_id, set()).add(r.instance_id)
     for pid, ids in on.items():
         out[pid]["instances"] = float(len(ids))
-    return out
+    return {pid: Holding(usage, frozenset(on.get(pid, ()))) for pid, usage in out.items()}
+
+
+async def project_usage(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> dict[str, Usage]:
+    """project id -> what its holding jobs hold."""
+    return {pid: h.usage for pid, h in (await project_holdings(conn, project_ids)).items()}
+
+
+async def quota_maxes(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> dict[str, Limits]:
+    """project id -> its ``quota.max``, for the projects that have one."""
+    return {pid: p.max for pid, p in (await all_policies(conn, project_ids)).items() if not p.max.is_empty()}
 
 
 @dataclass(frozen=True)
@@ -151,12 +169,15 @@ async def waiting_projects(conn: AsyncConnection, project_ids: Collection[str]) 
 
 __all__ = [
     "HOLDING_STATUSES",
+    "Holding",
     "Limits",
     "Pool",
     "all_policies",
     "get_policy",
+    "project_holdings",
     "project_pool",
     "project_usage",
+    "quota_maxes",
     "set_policy",
     "waiting_projects",
 ]

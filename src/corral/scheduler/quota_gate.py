@@ -1,0 +1,110 @@
+"""Hard quotas in the pure pass: what a gang's placement would charge its project (GPUs per model of the
+instance or offer it lands on, CPUs, memory, price, new instances) and whether that keeps the project
+within its ``quota.max`` (``Snapshot.quotas``), counting what gangs earlier in the pass took.
+
+A gang that would go above the max waits with a message naming the quota; one whose placement alone
+(with nothing else held) exceeds it fails at once. ``store.plan_apply`` checks the same sums again from
+the database, under a per-project lock, in the transaction that commits the plan. Pure: imports only
+``corral.domain`` and the scheduler's types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from corral.domain.quotas import Usage, add, charge, exceeded, label
+from corral.domain.resources import InstanceResources
+from corral.scheduler.types import Assign, Decision, InstanceSlot, ProjectQuota, Reserve, Snapshot
+
+QUOTA_WAIT_PREFIX = "Waiting for quota"
+
+
+@dataclass
+class QuotaBook:
+    """What each project with a quota holds, as the pass goes (starts from the snapshot)."""
+
+    snapshot: Snapshot
+    used: dict[str, Usage] = field(default_factory=dict)
+    on: dict[str, set[str]] = field(default_factory=dict)
+    _instances: dict[str, InstanceSlot] | None = None
+
+    def instance(self, instance_id: str) -> InstanceSlot | None:
+        if self._instances is None:
+            self._instances = {i.id: i for f in self.snapshot.fleets for i in f.instances}
+        return self._instances.get(instance_id)
+
+    def quota(self, project_id: str) -> ProjectQuota | None:
+        return self.snapshot.quotas.get(project_id)
+
+    def holding(self, project_id: str) -> tuple[Usage, set[str]]:
+        q = self.snapshot.quotas[project_id]
+        if project_id not in self.used:
+            self.used[project_id] = dict(q.used)
+            self.on[project_id] = set(q.instance_ids)
+        return self.used[project_id], self.on[project_id]
+
+
+def _resources_charge(res: InstanceResources | None, price: float, blocks: int, total: int) -> Usage:
+    if res is None:
+        return {}
+    return charge([g.name for g in res.gpus], res.cpus, res.memory_mib, price, blocks, total)
+
+
+def gang_charge(decisions: Sequence[Decision], book: QuotaBook, held_on: set[str]) -> tuple[Usage, set[str]]:
+    """What the decisions would add to the project's usage, and the instances they would newly hold."""
+    total: Usage = {}
+    new_on: set[str] = set()
+    instances = 0
+    for d in decisions:
+        if isinstance(d, Assign):
+            inst = book.instance(d.instance_id)
+            if inst is None:
+                continue
+            total = add(total, _resources_charge(inst.resources, inst.price, d.blocks, inst.total_blocks))
+            if inst.id not in held_on and inst.id not in new_on:
+                new_on.add(inst.id)
+                instances += 1
+        elif isinstance(d, Reserve) and d.job_id is not None:
+            total = add(total, _resources_charge(d.offer.resources, d.offer.price, d.blocks, d.total_blocks))
+            instances += 1
+    if instances:
+        total["instances"] = float(instances)
+    return total, new_on
+
+
+@dataclass(frozen=True)
+class QuotaVerdict:
+    message: str
+    #: The placement alone exceeds the max: the gang can never run within it.
+    never: bool
+
+
+def check(project_id: str, decisions: Sequence[Decision], book: QuotaBook) -> QuotaVerdict | None:
+    """None when the gang's placement keeps its project within ``quota.max`` (its charge is then booked),
+    else why not."""
+    quota = book.quota(project_id)
+    if quota is None or quota.max.is_empty():
+        return None
+    used, on = book.holding(project_id)
+    extra, new_on = gang_charge(decisions, book, on)
+    over = exceeded(used, extra, quota.max)
+    if over is None:
+        book.used[project_id] = add(used, extra)
+        on |= new_on
+        return None
+    where = f" in project {quota.project_name}" if quota.project_name else ""
+    alone = exceeded({}, extra, quota.max)
+    if alone is not None:
+        dim = alone.split(" 0/")[0] if " 0/" in alone else alone
+        need = _need(extra, quota, dim)
+        return QuotaVerdict(f"The run exceeds the quota of the project on its own: it needs {need}{where}", never=True)
+    return QuotaVerdict(f"{QUOTA_WAIT_PREFIX}: {over}{where}", never=False)
+
+
+def _need(extra: Usage, quota: ProjectQuota, dim_label: str) -> str:
+    for dim, cap in quota.max.amounts.items():
+        if label(dim) == dim_label:
+            amount = extra.get(dim, 0.0)
+            return f"{dim_label} {amount:g} but quota.max allows {cap:g}"
+    return dim_label

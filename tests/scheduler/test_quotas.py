@@ -1,0 +1,114 @@
+"""Hard quotas in the pure pass: over random fleets and queues of two projects (one exporting its fleets to
+the other), no plan takes a project above its ``quota.max`` (GPUs counted per model of the instance or
+offer a job lands on, CPUs, instances, price), reusing within the pass still gives the plan of working
+each gang out afresh, a gang that would go above waits naming the quota, and one that alone exceeds it
+fails at once."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_pass_memo import busy_queues
+from test_schedule import GPU_MACHINE, fleet, inst, job
+from test_wait_reasons import ONE_GPU
+
+from corral.domain.quotas import Usage, add, charge, limits_from_doc
+from corral.domain.resources import GpuSpec, Range
+from corral.scheduler.schedule import schedule
+from corral.scheduler.types import Assign, Fail, Plan, ProjectQuota, Reserve, Snapshot, Wait
+
+
+def _charged(plan: Plan, snapshot: Snapshot, held_on: dict[str, set[str]]) -> dict[str, Usage]:
+    """What the plan takes per project, counted independently of the scheduler's own book."""
+    instances = {i.id: i for f in snapshot.fleets for i in f.instances}
+    project_of = {j.id: j.project_id for j in snapshot.queue}
+    out: dict[str, Usage] = {}
+    for gang in plan.gangs:
+        for d in gang.decisions:
+            if isinstance(d, Assign):
+                i = instances[d.instance_id]
+                assert i.resources is not None
+                pid = project_of[d.job_id]
+                held = charge([g.name for g in i.resources.gpus], i.resources.cpus, i.resources.memory_mib,
+                              i.price, d.blocks, i.total_blocks)  # fmt: skip
+                if i.id not in held_on.setdefault(pid, set()):
+                    held_on[pid].add(i.id)
+                    held["instances"] = 1.0
+            elif isinstance(d, Reserve) and d.job_id is not None:
+                pid = project_of[d.job_id]
+                r = d.offer.resources
+                held = charge([g.name for g in r.gpus], r.cpus, r.memory_mib, d.offer.price, d.blocks, d.total_blocks)
+                held["instances"] = 1.0
+            else:
+                continue
+            out[pid] = add(out.get(pid, {}), held)
+    return out
+
+
+LIMITS = st.fixed_dictionaries(
+    {},
+    optional={
+        "gpu": st.one_of(st.integers(0, 4), st.fixed_dictionaries({"H200": st.integers(0, 3)})),
+        "cpu": st.integers(0, 40),
+        "instances": st.integers(0, 3),
+        "price_per_hour": st.sampled_from([0.5, 2.0, 10.0]),
+    },
+)
+
+
+@st.composite
+def quota_snapshots(draw: st.DrawFn) -> Snapshot:
+    base = draw(busy_queues())
+    # half the queue belongs to a second project, which the fleets are exported to
+    queue = tuple(replace(j, project_id="q", project_name="q") if draw(st.booleans()) else j for j in base.queue)
+    runs_of_q = {j.run_id for j in queue if j.project_id == "q"}
+    queue = tuple(replace(j, project_id="q", project_name="q") if j.run_id in runs_of_q else j for j in queue)
+    fleets = tuple(replace(f, importer_project_ids=frozenset({"q"})) for f in base.fleets)
+    quotas = {}
+    for pid in ("p", "q"):
+        if draw(st.booleans()):
+            used = {"gpu": float(draw(st.integers(0, 2))), "cpu": float(draw(st.integers(0, 8)))}
+            quotas[pid] = ProjectQuota(limits_from_doc(draw(LIMITS)), used, frozenset(), pid)
+    return replace(base, fleets=fleets, queue=queue, quotas=quotas)
+
+
+@settings(max_examples=120, deadline=None)
+@given(quota_snapshots())
+def test_no_plan_takes_a_project_above_its_quota_max(snapshot: Snapshot) -> None:
+    plan = schedule(snapshot, 100.0)
+    assert plan == schedule(snapshot, 100.0, reuse=False)
+    taken = _charged(plan, snapshot, {})
+    for pid, quota in snapshot.quotas.items():
+        total = add(quota.used, taken.get(pid, {}))
+        for dim, cap in quota.max.amounts.items():
+            if taken.get(pid, {}).get(dim, 0.0) > 0:
+                assert total.get(dim, 0.0) <= cap + 1e-9, (pid, dim, total, cap)
+
+
+def _gpu_snapshot(max_gpu: int, jobs: int, gpus_per_job: int = 1) -> Snapshot:
+    insts = tuple(inst(k, total=2, res=GPU_MACHINE) for k in range(4))
+    req = replace(ONE_GPU, gpu=GpuSpec(count=Range(gpus_per_job, gpus_per_job)))
+    queue = tuple(replace(job(i, req=req), project_name="x") for i in range(jobs))
+    quota = ProjectQuota(limits_from_doc({"gpu": {"H200": max_gpu}}), {}, frozenset(), "x")
+    return Snapshot(fleets=(fleet(insts, blocks=2, offers=()),), queue=queue, quotas={"p": quota})
+
+
+def test_a_gang_above_the_quota_waits_naming_it_and_one_alone_above_fails() -> None:
+    plan = schedule(_gpu_snapshot(max_gpu=3, jobs=5), 0.0)
+    decisions = [d for g in plan.gangs for d in g.decisions]
+    assert sum(isinstance(d, Assign) for d in decisions) == 3
+    waits = [d for d in decisions if isinstance(d, Wait)]
+    assert len(waits) == 2 and {w.message for w in waits} == {"Waiting for quota: gpu H200 3/3 in project x"}
+    (fail,) = [d for g in schedule(_gpu_snapshot(max_gpu=1, jobs=1, gpus_per_job=2), 0.0).gangs for d in g.decisions]
+    assert isinstance(fail, Fail)
+    assert fail.message == (
+        "The run exceeds the quota of the project on its own: it needs gpu H200 2 but quota.max allows 1 in project x"
+    )
+
+
+def test_without_quotas_the_plan_is_unchanged() -> None:
+    snap = _gpu_snapshot(max_gpu=3, jobs=5)
+    plan = schedule(replace(snap, quotas={}), 0.0)
+    assert sum(isinstance(d, Assign) for g in plan.gangs for d in g.decisions) == 5
