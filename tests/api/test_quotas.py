@@ -142,3 +142,47 @@ async def test_usage_and_the_queue_with_a_running_job(tmp_path: Path) -> None:
 def _named(body: dict[str, Any], name: str) -> dict[str, Any]:
     body["plan"]["run_spec"]["run_name"] = name
     return body
+
+
+async def test_a_quota_holds_under_20_concurrent_submitters(tmp_path: Path) -> None:
+    import asyncio
+
+    async with running_server(make_settings(tmp_path)) as s, s.client() as c:
+        r = await c.post("/api/project/main/fleets/apply", json=fleet_body(name="fl", nodes="0..8", blocks=1))
+        assert r.status_code == 200, r.text
+        body = {"quota": {"max": {"cpu": 3, "instances": 3}}}
+        assert (await c.post("/api/projects/main/quotas/set", json=body)).status_code == 200
+        big = await c.post(
+            "/api/project/main/runs/apply", json=_named(task_body(["true"], resources={"cpu": "4.."}), "big")
+        )
+        assert big.status_code == 400
+        assert "exceeds the quota of project main on its own: it asks for cpu 4 but quota.max allows 3" in big.text
+
+        async def submit(i: int) -> None:
+            r = await c.post("/api/project/main/runs/apply", json=_named(task_body(["sleep 120"]), f"q{i}"))
+            assert r.status_code == 200, r.text
+
+        await asyncio.gather(*(submit(i) for i in range(20)))
+
+        async def settled() -> list[dict[str, Any]] | None:
+            runs = (await c.post("/api/project/main/runs/list", json={})).json()
+            running = [x for x in runs if x["status"] == "running"]
+            messages = [
+                (x["latest_job_submission"] or {}).get("status_message") or ""
+                for x in runs
+                if x["status"] == "submitted"
+            ]
+            done = (
+                len(running) == 3 and len(messages) == 17 and all(m.startswith("Waiting for quota") for m in messages)
+            )
+            return runs if done else None
+
+        runs = await wait_for(settled, timeout=60, interval=0.2)
+        assert sum(x["status"] in ("provisioning", "pulling", "running") for x in runs) == 3
+        usage = (await c.post("/api/projects/main/quotas/usage", json={})).json()
+        assert usage["used"]["instances"] == 3 and usage["used"]["cpu"] <= 3
+        waiting = await get_run(c, next(x["run_spec"]["run_name"] for x in runs if x["status"] == "submitted"))
+        assert waiting["latest_job_submission"]["status_message"] == "Waiting for quota: cpu 3/3 in project main"
+        queue = (await c.post("/api/scheduling/queue", json={})).json()
+        assert len(queue) == 17 and {e["reason"] for e in queue} == {"quota"}
+        await c.post("/api/project/main/runs/stop", json={"runs_names": [f"q{i}" for i in range(20)], "abort": True})

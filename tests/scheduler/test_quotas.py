@@ -112,3 +112,16 @@ def test_without_quotas_the_plan_is_unchanged() -> None:
     snap = _gpu_snapshot(max_gpu=3, jobs=5)
     plan = schedule(replace(snap, quotas={}), 0.0)
     assert sum(isinstance(d, Assign) for g in plan.gangs for d in g.decisions) == 5
+
+
+def test_a_request_alone_above_the_max_is_named() -> None:
+    from corral.scheduler.quota_gate import request_exceeds
+
+    h100 = replace(ONE_GPU, gpu=GpuSpec(names=("h100",), count=Range(4, 8)))
+    assert (
+        request_exceeds(h100, 1, limits_from_doc({"gpu": {"H100": 2}})) == "gpu 4 of H100 but quota.max allows H100 2"
+    )
+    assert request_exceeds(h100, 1, limits_from_doc({"gpu": {"A100": 2}})) is None  # another model: not limited
+    assert request_exceeds(h100, 2, limits_from_doc({"gpu": 6})) == "gpu 8 but quota.max allows 6"
+    assert request_exceeds(h100, 2, limits_from_doc({"instances": 1})) == "instances 2 but quota.max allows 1"
+    assert request_exceeds(h100, 1, limits_from_doc({})) is None

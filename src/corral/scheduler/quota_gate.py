@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from corral.domain.quotas import Usage, add, charge, exceeded, label
-from corral.domain.resources import InstanceResources
+from corral.domain.quotas import GPU_MODEL_PREFIX, Limits, Usage, add, charge, exceeded, label
+from corral.domain.resources import InstanceResources, Requirements
 from corral.scheduler.types import Assign, Decision, InstanceSlot, ProjectQuota, Reserve, Snapshot
 
 QUOTA_WAIT_PREFIX = "Waiting for quota"
@@ -108,3 +108,27 @@ def _need(extra: Usage, quota: ProjectQuota, dim_label: str) -> str:
             amount = extra.get(dim, 0.0)
             return f"{dim_label} {amount:g} but quota.max allows {cap:g}"
     return dim_label
+
+
+def request_exceeds(req: Requirements, nodes: int, limits: Limits) -> str | None:
+    """What the least a run can be given (``nodes`` jobs of ``req`` each) takes beyond ``limits`` on its
+    own, as ``"gpu 16 but quota.max allows 8"``; None when it could fit within them. ``runs/apply`` refuses
+    such a run at once."""
+    if limits.is_empty():
+        return None
+    least: dict[str, float] = {"cpu": float(req.cpu_count.min or 0) * nodes, "instances": float(nodes)}
+    least["memory"] = float(req.memory.min or 0.0) * nodes
+    gpus = req.gpu.count.min if req.gpu is not None and req.gpu.count.min else 0
+    if gpus:
+        least["gpu"] = float(gpus * nodes)
+    for dim in ("gpu", "cpu", "memory", "instances"):
+        cap = limits.get(dim)
+        if cap is not None and least.get(dim, 0.0) > cap + 1e-9:
+            return f"{dim} {least[dim]:g} but quota.max allows {cap:g}"
+    names = req.gpu.names if req.gpu is not None else None
+    if gpus and names:
+        caps = [limits.get(GPU_MODEL_PREFIX + n.upper()) for n in names]
+        if all(c is not None and gpus * nodes > c + 1e-9 for c in caps):
+            allowed = ", ".join(f"{n.upper()} {c:g}" for n, c in zip(names, caps, strict=True) if c is not None)
+            return f"gpu {gpus * nodes:g} of {'/'.join(n.upper() for n in names)} but quota.max allows {allowed}"
+    return None

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from corral.domain import quotas as q
 from corral.domain.records import ProjectRec, UserRec
+from corral.scheduler.quota_gate import QUOTA_WAIT_PREFIX
 from corral.services.errors import Forbidden, ServiceError, validation_errors
 from corral.store import accounts as account_store
 from corral.store import quotas as store
@@ -22,7 +23,6 @@ from corral.workers.context import Context
 
 #: Why a run waits, as ``scheduling/queue`` names it.
 REASONS = ("quota", "capacity", "fair_share", "gang")
-QUOTA_MESSAGE_PREFIX = "Waiting for quota"
 
 
 def policy_json(project: ProjectRec, policy: q.QuotaPolicy | None) -> dict[str, Any]:
@@ -90,7 +90,7 @@ async def usage(ctx: Context, project: ProjectRec) -> dict[str, Any]:
 def wait_reason(message: str | None) -> str:
     """Why a job waits, from the message the scheduler gave it."""
     text = message or ""
-    if text.startswith(QUOTA_MESSAGE_PREFIX):
+    if text.startswith(QUOTA_WAIT_PREFIX):
         return "quota"
     if "fair share" in text:
         return "fair_share"

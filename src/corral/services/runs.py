@@ -25,6 +25,7 @@ from corral.scheduler.types import Offer
 from corral.services import (
     input_rules,
     local_admission,
+    quota_admission,
     repos,
     run_options,
     run_references,
@@ -139,6 +140,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
     if verdict is None:
         try:  # what apply refuses outright the plan says too
             await local_admission.check(ctx, project, user, spec, specs[0] if specs else None)
+            await quota_admission.check(ctx, project, _nodes(conf), specs[0] if specs else None)
         except ServiceError as e:
             verdict = e.msg
     if screened is not None:
@@ -197,6 +199,10 @@ def _templates(ctx: Context, spec: dict[str, Any], conf: Any, merged: Any) -> li
     )
 
 
+def _nodes(conf: Any) -> int:
+    return int(conf.nodes_num) if conf.type == "task" else 1
+
+
 def _random_name() -> str:
     """``adjective-animal-N``; a collision with a live run is caught by the unique index and retried."""
     return f"{random.choice(_ADJ)}-{random.choice(_NOUN)}-{random.randint(1, 999)}"
@@ -223,6 +229,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
         spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
     )
     await local_admission.check(ctx, project, user, spec, planned[0] if planned else None)
+    await quota_admission.check(ctx, project, _nodes(conf), planned[0] if planned else None)
     await repos.check_run_code(ctx, project, user, spec)
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
     crons = run_options.schedule_crons(conf, merged, now)
