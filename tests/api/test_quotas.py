@@ -1,6 +1,8 @@
 """Per-project quotas on the server: config.yml's policies (re-applied at each start for the projects that
 give one), quotas/set (the body replaces the policy; bad fields named), quotas/get, quotas/usage against
-a running job, and scheduling/queue's order and reasons. Who may call them: test_rbac_matrix.py."""
+a running job, scheduling/queue's order and reasons, quota.max held under 20 concurrent submitters (the
+rest wait naming the quota; one run alone above it is refused), and the quota series on /metrics. Who may
+call them: test_rbac_matrix.py."""
 
 from __future__ import annotations
 
@@ -147,7 +149,7 @@ def _named(body: dict[str, Any], name: str) -> dict[str, Any]:
 async def test_a_quota_holds_under_20_concurrent_submitters(tmp_path: Path) -> None:
     import asyncio
 
-    async with running_server(make_settings(tmp_path)) as s, s.client() as c:
+    async with running_server(make_settings(tmp_path, enable_prometheus_metrics=True)) as s, s.client() as c:
         r = await c.post("/api/project/main/fleets/apply", json=fleet_body(name="fl", nodes="0..8", blocks=1))
         assert r.status_code == 200, r.text
         body = {"quota": {"max": {"cpu": 3, "instances": 3}}}
@@ -185,4 +187,9 @@ async def test_a_quota_holds_under_20_concurrent_submitters(tmp_path: Path) -> N
         assert waiting["latest_job_submission"]["status_message"] == "Waiting for quota: cpu 3/3 in project main"
         queue = (await c.post("/api/scheduling/queue", json={})).json()
         assert len(queue) == 17 and {e["reason"] for e in queue} == {"quota"}
+        metrics = (await c.get("/metrics")).text
+        assert 'corral_project_quota_max{project="main",resource="cpu"} 3' in metrics
+        assert 'corral_project_quota_used{project="main",resource="instances"} 3' in metrics
+        assert 'corral_project_weighted_share{project="main"}' in metrics
+        assert 'corral_project_entitlement{project="main",resource="cpu"}' in metrics
         await c.post("/api/project/main/runs/stop", json={"runs_names": [f"q{i}" for i in range(20)], "abort": True})

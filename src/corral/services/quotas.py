@@ -66,22 +66,26 @@ async def get_policy(ctx: Context, project: ProjectRec) -> dict[str, Any]:
 
 
 async def usage(ctx: Context, project: ProjectRec) -> dict[str, Any]:
+    return await _usage(ctx, project.id, project.name)
+
+
+async def _usage(ctx: Context, project_id: str, project_name: str) -> dict[str, Any]:
     async with ctx.db.read() as conn:
-        pool = await store.project_pool(conn, project.id)
+        pool = await store.project_pool(conn, project_id)
         policies = await store.all_policies(conn, pool.projects)
         used_all = await store.project_usage(conn, pool.projects)
         waiting = await store.waiting_projects(conn, pool.projects)
-    policy = policies.get(project.id, q.QuotaPolicy())
-    used = used_all.get(project.id, {})
+    policy = policies.get(project_id, q.QuotaPolicy())
+    used = used_all.get(project_id, {})
     active = {p for p in pool.projects if used_all.get(p) or p in waiting}
     return {
-        "project_name": project.name,
+        "project_name": project_name,
         "weight": policy.weight,
         "nominal": q.limits_to_doc(policy.nominal),
         "max": q.limits_to_doc(policy.max),
         "used": q.usage_doc(used),
         "borrowed": q.usage_doc(q.borrowed(used, policy.nominal)),
-        "entitlement": q.usage_doc(q.entitlement(project.id, policies, pool.capacity, active)),
+        "entitlement": q.usage_doc(q.entitlement(project_id, policies, pool.capacity, active)),
         "weighted_share": round(q.weighted_share(used, policy, pool.capacity), 6),
         "capacity": q.usage_doc(pool.capacity),
     }
@@ -153,3 +157,44 @@ async def apply_config_policies(db: Database, entries: list[tuple[str, q.QuotaPo
             project = await account_store.get_project(conn, name)
             if project is not None:
                 await store.set_policy(conn, project.id, policy)
+
+
+_SERIES = (
+    ("corral_project_weighted_share", "gauge", "Weighted dominant share of the project's usage above nominal"),
+    ("corral_project_quota_used", "gauge", "What the project's jobs hold, by resource"),
+    ("corral_project_quota_max", "gauge", "The project's quota.max, by resource"),
+    ("corral_project_quota_nominal", "gauge", "The project's nominal quota, by resource"),
+    ("corral_project_entitlement", "gauge", "The project's entitlement (fair share of its fleets), by resource"),
+)
+
+
+async def metric_families(ctx: Context) -> list[Any]:
+    """``/metrics`` series of each project with a policy: share, used, max, nominal and entitlement."""
+    from corral.domain.telemetry import Family
+
+    async with ctx.db.read() as conn:
+        ids = list(await store.all_policies(conn))
+        names = {p.id: p.name for p in await account_store.list_projects(conn, None) if p.id in ids}
+    families = {name: Family(name, typ, text) for name, typ, text in _SERIES}
+    for pid, name in sorted(names.items(), key=lambda kv: kv[1]):
+        u = await _usage(ctx, pid, name)
+        families["corral_project_weighted_share"].add({"project": name}, float(u["weighted_share"]))
+        for key, family in (
+            ("used", "corral_project_quota_used"),
+            ("max", "corral_project_quota_max"),
+            ("nominal", "corral_project_quota_nominal"),
+            ("entitlement", "corral_project_entitlement"),
+        ):
+            for resource, amount in _flat(u[key]):
+                families[family].add({"project": name, "resource": resource}, amount)
+    return [f for f in families.values() if f.samples]
+
+
+def _flat(doc: dict[str, Any]) -> list[tuple[str, float]]:
+    out: list[tuple[str, float]] = []
+    for key, value in doc.items():
+        if key == "gpu" and isinstance(value, dict):
+            out += [("gpu" if m == "any" else f"gpu:{m}", float(v)) for m, v in value.items()]
+        else:
+            out.append((key, float(value)))
+    return out
