@@ -90,7 +90,7 @@ def main() -> None:
         busy_gpu_s += sum(busy.values()) * (step - now) if now <= end_of_arrivals else 0.0
         now = step
         while running and running[0][0] <= now:
-            _, job_id, host, project = heapq.heappop(running)
+            _, _job, host, project = heapq.heappop(running)
             busy[host] -= 1
             holding[project] -= 1
             on[project][host] -= 1
@@ -159,7 +159,7 @@ def main() -> None:
         w = sorted(waits[p])
         p50 = statistics.median(w) / 60 if w else 0.0
         p90 = w[int(len(w) * 0.9)] / 60 if w else 0.0
-        print(f"project {p}: peak {peak[p]}/{maxes[p]} GPUs, {len(w)} admitted, wait p50 {p50:.0f} min, p90 {p90:.0f} min")
+        print(f"project {p}: peak {peak[p]}/{maxes[p]} GPUs, {len(w)} admitted, wait p50 {p50:.0f} min, p90 {p90:.0f}")
 
 
 if __name__ == "__main__":
