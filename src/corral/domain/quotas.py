@@ -151,9 +151,19 @@ def borrowed(used: Mapping[str, float], nominal: Limits) -> Usage:
 
 def weighted_share(used: Mapping[str, float], policy: QuotaPolicy, capacity: Mapping[str, float]) -> float:
     """Kueue's weighted dominant resource share: the largest fraction, over the dimensions the pool has
-    capacity in, of that capacity held above nominal, divided by the weight (0 while within nominal)."""
+    capacity in, of that capacity held above nominal, divided by the weight (0 while within nominal). A
+    dimension the nominal quota does not name has a nominal of 0; GPUs of one model are counted apart
+    only where the nominal names that model (``gpu`` counts them all)."""
     above = borrowed(used, policy.nominal)
-    share = max((above.get(d, 0.0) / c for d, c in capacity.items() if c > 0), default=0.0)
+    share = max(
+        (
+            above.get(d, 0.0) / c
+            for d, c in capacity.items()
+            # GPUs of one model count apart only where the nominal quota names that model
+            if c > 0 and (not d.startswith(GPU_MODEL_PREFIX) or d in policy.nominal.amounts)
+        ),
+        default=0.0,
+    )
     return share / policy.weight if policy.weight > 0 else share
 
 

@@ -17,7 +17,8 @@ once whatever the capacity.
 
 A gang whose placement would take its project above its ``quota.max`` (``Snapshot.quotas``,
 :mod:`corral.scheduler.quota_gate`) takes nothing and waits with a message naming the quota; one that
-alone exceeds the max fails at once.
+alone exceeds the max fails at once. With ``Snapshot.shares`` the gangs of competing projects are taken
+in fair-share order (:mod:`corral.scheduler.fair_share`) instead of queue order.
 
 The plan is optimistic: ``store.plan_apply`` recounts under locks and rejects what no longer fits.
 """
@@ -30,6 +31,7 @@ from dataclasses import replace
 from corral.domain.resources import InstanceResources, Requirements, match_requirements
 from corral.domain.selectors import FleetRef, InstanceIdentity, Selector, matches
 from corral.scheduler.blocks import blocks_needed, total_blocks_for
+from corral.scheduler.fair_share import ShareBook, fair_order
 from corral.scheduler.fallbacks import fallbacks
 from corral.scheduler.fleet_upkeep import reclaim_for
 from corral.scheduler.fleet_view import WIRE_NAMES
@@ -442,8 +444,12 @@ def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
     held: set[str] = set()
     memo = PassMemo()
     book = QuotaBook(snapshot) if snapshot.quotas else None
-    for (run_id, _replica), jobs in gangs.items():
+    shares = ShareBook(snapshot) if snapshot.shares else None
+    ordered = fair_order(list(gangs.items()), shares) if shares is not None else iter(gangs.items())
+    for (run_id, _replica), jobs in ordered:
         decisions = _schedule_gang(jobs, snapshot, ledger, now, held, memo if reuse else PassMemo(), book)
         if decisions:
             out.append(Gang(run_id, tuple(decisions), jobs[0].project_id))
+            if shares is not None:
+                shares.take(jobs[0].project_id, decisions)
     return Plan(tuple(out))

@@ -135,6 +135,15 @@ class ProjectQuota:
 
 
 @dataclass(frozen=True)
+class FairShare:
+    """A project's fair-share weight, nominal quota and what it holds now (``scheduler.fair_share``)."""
+
+    weight: float = 1.0
+    nominal: Limits = field(default_factory=Limits)
+    used: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Snapshot:
     fleets: tuple[FleetSlot, ...]
     queue: tuple[QueuedJob, ...]
@@ -148,6 +157,9 @@ class Snapshot:
     hold_after: float | None = None
     #: Projects with a ``quota.max``, by id: a gang that would take its project above it waits.
     quotas: Mapping[str, ProjectQuota] = field(default_factory=dict)
+    #: Fair sharing between projects (by id; a project not named has weight 1, no nominal, holds nothing):
+    #: empty, gangs go in queue order.
+    shares: Mapping[str, FairShare] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

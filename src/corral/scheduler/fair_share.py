@@ -1,0 +1,108 @@
+"""Fair share in the pure pass: when projects with a scheduling policy compete for the same fleets, the
+next gang taken is the head of the project with the lowest weighted dominant resource share (Kueue's
+fair-sharing count: per resource, what the project holds above its nominal quota over the capacity of the
+fleets it can use, the largest of these, divided by its weight; 0 while within nominal), then higher
+priority, then older; within a project, priority then age as before. Every gang is still tried (a head
+that does not fit does not block the others: work-conserving), and what a gang takes raises its
+project's share for the rest of the pass.
+
+``Snapshot.shares`` turns it on (the projects' weights, nominal quotas and holdings); empty, the queue
+order is unchanged. Pure: imports only ``corral.domain`` and the scheduler's types.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from corral.domain.quotas import QuotaPolicy, Usage, add, charge, weighted_share
+from corral.scheduler.types import Assign, Decision, InstanceSlot, QueuedJob, Reserve, Snapshot
+
+Gang = tuple[tuple[str, int], list[QueuedJob]]
+
+
+@dataclass
+class ShareBook:
+    snapshot: Snapshot
+    used: dict[str, Usage] = field(default_factory=dict)
+    _share: dict[str, float] = field(default_factory=dict)
+    _capacity: dict[str, Usage] = field(default_factory=dict)
+    _instances: dict[str, InstanceSlot] | None = None
+
+    def policy(self, project_id: str) -> QuotaPolicy:
+        s = self.snapshot.shares.get(project_id)
+        return QuotaPolicy(weight=s.weight, nominal=s.nominal) if s is not None else QuotaPolicy()
+
+    def capacity(self, project_id: str) -> Usage:
+        """What the instances of the fleets the project can use (its own and those exported to it) have."""
+        if project_id not in self._capacity:
+            total: Usage = {}
+            for f in self.snapshot.fleets:
+                if f.project_id != project_id and project_id not in f.importer_project_ids:
+                    continue
+                for i in f.instances:
+                    if i.resources is None or i.status in ("terminating", "terminated"):
+                        continue
+                    r = i.resources
+                    total = add(total, charge([g.name for g in r.gpus], r.cpus, r.memory_mib, 0.0, 1, 1))
+                    total["instances"] = total.get("instances", 0.0) + 1
+            total.pop("price_per_hour", None)
+            self._capacity[project_id] = total
+        return self._capacity[project_id]
+
+    def share(self, project_id: str) -> float:
+        if project_id not in self._share:
+            held = self.used.get(project_id)
+            if held is None:
+                s = self.snapshot.shares.get(project_id)
+                held = self.used[project_id] = dict(s.used) if s is not None else {}
+            self._share[project_id] = weighted_share(held, self.policy(project_id), self.capacity(project_id))
+        return self._share[project_id]
+
+    def take(self, project_id: str, decisions: Sequence[Decision]) -> None:
+        """Book what the decisions place for the project (its share is counted again when next asked)."""
+        extra: Usage = {}
+        for d in decisions:
+            if isinstance(d, Assign):
+                inst = self._instance(d.instance_id)
+                if inst is None or inst.resources is None:
+                    continue
+                r = inst.resources
+                extra = add(
+                    extra, charge([g.name for g in r.gpus], r.cpus, r.memory_mib, 0.0, d.blocks, inst.total_blocks)
+                )
+            elif isinstance(d, Reserve) and d.job_id is not None:
+                r = d.offer.resources
+                extra = add(
+                    extra, charge([g.name for g in r.gpus], r.cpus, r.memory_mib, 0.0, d.blocks, d.total_blocks)
+                )
+                extra["instances"] = extra.get("instances", 0.0) + 1
+        if extra:
+            self.share(project_id)  # loads the holding
+            self.used[project_id] = add(self.used[project_id], extra)
+            self._share.pop(project_id, None)
+
+    def _instance(self, instance_id: str) -> InstanceSlot | None:
+        if self._instances is None:
+            self._instances = {i.id: i for f in self.snapshot.fleets for i in f.instances}
+        return self._instances.get(instance_id)
+
+
+def fair_order(gangs: Sequence[Gang], book: ShareBook) -> Iterator[Gang]:
+    """The gangs (given in queue order) in fair-share order; ``book.take`` between two steps moves the
+    project that took capacity back."""
+    queues: dict[str, deque[Gang]] = {}
+    for gang in gangs:
+        queues.setdefault(gang[1][0].project_id, deque()).append(gang)
+    while queues:
+        pid = min(queues, key=lambda p: _key(p, queues[p][0], book))
+        gang = queues[pid].popleft()
+        if not queues[pid]:
+            del queues[pid]
+        yield gang
+
+
+def _key(project_id: str, gang: Gang, book: ShareBook) -> tuple[float, int, float, str, int]:
+    head = gang[1][0]
+    return (book.share(project_id), -head.priority, head.submitted_at, head.run_id, head.replica_num)
