@@ -29,7 +29,6 @@ from corral.scheduler.types import (
     InstanceSlot,
     Offer,
     Plan,
-    ProjectQuota,
     QueuedJob,
     Reclaim,
     Reserve,
@@ -38,11 +37,11 @@ from corral.scheduler.types import (
 )
 from corral.store import exports as export_store
 from corral.store import project_state
-from corral.store import quotas as quota_store
 from corral.store import snapshot as snap
 from corral.store.plan_apply import ApplyResult, apply_plan
 from corral.store.snapshot import QueueRow
 from corral.workers.context import Context
+from corral.workers.scheduling_quotas import load_policies, project_quotas, project_shares
 
 log = logging.getLogger("corral.scheduler")
 
@@ -292,8 +291,7 @@ class Scheduling:
             self.importers = await export_store.fleet_importers(conn)
             self.project_backends = await project_state.backends_by_project(conn)
             self.project_regions = await project_state.backend_regions_by_project(conn)
-            maxes = await quota_store.quota_maxes(conn)
-            holdings = await quota_store.project_holdings(conn, maxes) if maxes else {}
+            policies, holdings = await load_policies(conn)
         slots = tuple(self.fleet_slot(f) for f in fleets)
         live_fleets = {f.id for f in fleets}  # caches keep only fleets that still exist
         self._fleet_offers = {k: v for k, v in self._fleet_offers.items() if k[0] in live_fleets}
@@ -318,7 +316,8 @@ class Scheduling:
             backend_limits={"local": (local_used, limits["local"])} if "local" in limits else {},
             host_pools={b: (pool_used[b], total) for b, total in pools.items()},
             hold_after=self.ctx.settings.starvation_guard,
-            quotas=project_quotas(maxes, holdings, {q.project_id: q.project_name for q in queued}),
+            quotas=project_quotas(policies, holdings, {q.project_id: q.project_name for q in queued}),
+            shares=project_shares(policies, holdings, {q.project_id for q in queued}),
         )
         plan = schedule(snapshot, now)
         # what the plan leaves of each host, for nodes.min upkeep (never a reservation plan_apply must refuse)
@@ -408,19 +407,3 @@ def log_outcomes(plan: Plan, result: ApplyResult, queued: list[QueuedJob], fleet
                 )
             elif isinstance(d, Fail) and d.job_id in failed:
                 log.info("%s failed: %s", what, d.message, extra={"event": "job_failed", **fields})
-
-
-def project_quotas(
-    maxes: dict[str, Any], holdings: dict[str, quota_store.Holding], names: dict[str, str]
-) -> dict[str, ProjectQuota]:
-    """The scheduler's view of the projects with a ``quota.max``: the max and what they hold now."""
-    out: dict[str, ProjectQuota] = {}
-    for pid, limits in maxes.items():
-        held = holdings.get(pid)
-        out[pid] = ProjectQuota(
-            limits,
-            dict(held.usage) if held else {},
-            held.instance_ids if held else frozenset(),
-            names.get(pid, ""),
-        )
-    return out

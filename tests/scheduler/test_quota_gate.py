@@ -74,7 +74,7 @@ def quota_snapshots(draw: st.DrawFn) -> Snapshot:
     return replace(base, fleets=fleets, queue=queue, quotas=quotas)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(quota_snapshots())
 def test_no_plan_takes_a_project_above_its_quota_max(snapshot: Snapshot) -> None:
     plan = schedule(snapshot, 100.0)
