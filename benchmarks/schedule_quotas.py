@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """The pure scheduler with quotas on, on a simulated clock: 64 GPUs (8 hosts x 8 H100, one block per GPU),
-10,000 single-GPU jobs from three projects weighted 1:2:3, each with a ``quota.max`` on GPUs.
+10,000 single-GPU jobs, as many from each of three projects weighted 1:2:3, each with a ``quota.max`` on GPUs.
 
-Jobs arrive as a Poisson stream at about 1.2x what the GPUs can serve (log-normal durations, median 30
+Jobs arrive as a Poisson stream at about 1.2x (``--load``) what the GPUs can serve (log-normal durations, median 30
 min), so every project stays backlogged. The loop runs ``schedule()`` at each event (an arrival or a job's
 end), commits its assignments to the simulated hosts and advances the clock: no database, no real jobs.
 It prints admissions per second of scheduler time (the pass alone, quotas on, against the same passes
 with quotas off), the most each project ever held against its max (never above it), GPU utilisation and
 waits per project.
 
-    python benchmarks/schedule_quotas.py [--jobs 10000] [--seed 7] [--max 16,24,32]
+With ``--fair`` the projects' weights (1:2:3) order the contended GPUs (fair share) and ``--max none``
+drops the quotas: it then prints each project's share of the GPU-seconds in 1-hour windows (after the
+first hour, while jobs arrive) against its entitlement (64 x w / 6 GPUs with every project backlogged:
+``--load 2`` keeps each one's demand above it).
+
+    python benchmarks/schedule_quotas.py [--jobs 10000] [--seed 7] [--max 16,24,32|none] [--fair] [--load 1.2]
 """
 
 from __future__ import annotations
@@ -25,11 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from corral.domain.quotas import limits_from_doc
+from corral.domain.quotas import Limits, limits_from_doc
 from corral.domain.resources import Gpu, GpuSpec, InstanceResources, Range, Requirements
 from corral.scheduler.schedule import schedule
 from corral.scheduler.types import (
     Assign,
+    FairShare,
     FleetSlot,
     InstanceSlot,
     ProjectQuota,
@@ -51,19 +57,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--max", default="16,24,32", help="each project's quota.max on GPUs")
+    ap.add_argument("--max", default="16,24,32", help="each project's quota.max on GPUs, or none")
+    ap.add_argument("--fair", action="store_true", help="fair share by the weights 1:2:3")
+    ap.add_argument("--load", type=float, default=1.2, help="arrivals against what the GPUs serve")
     a = ap.parse_args()
     rng = random.Random(a.seed)
-    maxes = dict(zip(PROJECTS, (int(x) for x in a.max.split(",")), strict=True))
+    weights = dict(zip(PROJECTS, (1.0, 2.0, 3.0), strict=True))
+    no_max = a.max == "none"
+    maxes = dict(zip(PROJECTS, (10**9,) * 3 if no_max else (int(x) for x in a.max.split(",")), strict=True))
+    windows: dict[int, dict[str, float]] = {}
     hosts, gpus = 8, 8
     median_s = 1800.0
     mean_s = median_s * 1.0  # log-normal with sigma 1 has mean ~1.65x median; rate set from it below
-    rate = 1.2 * hosts * gpus / (mean_s * 1.65)
+    rate = a.load * hosts * gpus / (mean_s * 1.65)
     t = 0.0
     arrivals = []
     for n in range(a.jobs):
         t += rng.expovariate(rate)
-        project = rng.choices(PROJECTS, weights=(1, 2, 3))[0]
+        project = rng.choice(PROJECTS)  # as many jobs from each: the weights alone must make the 1:2:3
         duration = min(86_400.0, rng.lognormvariate(0, 1) * median_s)
         arrivals.append((t, n, project, duration))
 
@@ -88,6 +99,10 @@ def main() -> None:
         if step == float("inf"):
             break
         busy_gpu_s += sum(busy.values()) * (step - now) if now <= end_of_arrivals else 0.0
+        if now <= end_of_arrivals:
+            bucket = windows.setdefault(int(now // 3600), dict.fromkeys(PROJECTS, 0.0))
+            for p in PROJECTS:
+                bucket[p] += holding[p] * (step - now)
         now = step
         while running and running[0][0] <= now:
             _, _job, host, project = heapq.heappop(running)
@@ -123,14 +138,19 @@ def main() -> None:
                 p,
             )
             for p in PROJECTS
+            if not no_max
         }
-        snap = Snapshot(fleets=(fleet,), queue=tuple(queue.values()), quotas=quotas)
+        shares = {
+            p: FairShare(weights[p], Limits(), {"gpu": float(holding[p]), "gpu:H100": float(holding[p])})
+            for p in PROJECTS
+        }
+        snap = Snapshot(fleets=(fleet,), queue=tuple(queue.values()), quotas=quotas, shares=shares if a.fair else {})
         t0 = time.perf_counter()
         plan = schedule(snap, now)
         sched_s += time.perf_counter() - t0
         if passes % 50 == 0:  # the same pass without quotas, for the cost of the quota gate
             t0 = time.perf_counter()
-            schedule(replace(snap, quotas={}), now)
+            schedule(replace(snap, quotas={}, shares={}), now)
             plain_s += (time.perf_counter() - t0) * 50
         passes += 1
         for gang in plan.gangs:
@@ -147,19 +167,35 @@ def main() -> None:
                     admitted += 1
         assert all(holding[p] <= maxes[p] for p in PROJECTS), holding
 
-    print(f"simulated: {a.jobs} jobs, 3 projects weighted 1:2:3, {hosts * gpus} GPUs, quota.max gpu {maxes}")
+    shown = "none" if no_max else maxes
+    print(f"simulated: {a.jobs} jobs, 3 projects weighted 1:2:3 (fair share {'on' if a.fair else 'off'}),")
+    print(f"  {hosts * gpus} GPUs, quota.max gpu {shown}")
     print(f"passes: {passes}, admitted: {admitted}, simulated span {now / 3600:.1f} h")
     print(
-        f"scheduler time: {sched_s:.2f} s with quotas ({admitted / sched_s:,.0f} admissions/s,"
-        f" {passes / sched_s:,.0f} passes/s); about {plain_s:.2f} s for the same passes without quotas"
+        f"scheduler time: {sched_s:.2f} s with quotas/shares ({admitted / sched_s:,.0f} admissions/s,"
+        f" {passes / sched_s:,.0f} passes/s); about {plain_s:.2f} s for the same passes without either"
     )
+    full = [win for k, win in sorted(windows.items()) if 0 < k < int(end_of_arrivals // 3600)]
+    if full:
+        errors: dict[str, list[float]] = {p: [] for p in PROJECTS}
+        for win in full:
+            total = sum(win.values()) or 1.0
+            for p in PROJECTS:
+                entitled = weights[p] / sum(weights.values())
+                errors[p].append(abs(win[p] / total - entitled) / entitled)
+        for p in PROJECTS:
+            print(
+                f"project {p}: share vs entitlement {weights[p] / 6:.1%} over {len(full)} 1-h windows:"
+                f" mean error {statistics.mean(errors[p]):.1%}, max {max(errors[p]):.1%}"
+            )
     util = busy_gpu_s / (hosts * gpus * end_of_arrivals)
     print(f"GPU utilisation while jobs arrive: {util:.1%}")
     for p in PROJECTS:
         w = sorted(waits[p])
         p50 = statistics.median(w) / 60 if w else 0.0
         p90 = w[int(len(w) * 0.9)] / 60 if w else 0.0
-        print(f"project {p}: peak {peak[p]}/{maxes[p]} GPUs, {len(w)} admitted, wait p50 {p50:.0f} min, p90 {p90:.0f}")
+        cap = "-" if no_max else maxes[p]
+        print(f"project {p}: peak {peak[p]}/{cap} GPUs, {len(w)} admitted, wait p50 {p50:.0f} min, p90 {p90:.0f}")
 
 
 if __name__ == "__main__":
