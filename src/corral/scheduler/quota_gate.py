@@ -10,7 +10,7 @@ the database, under a per-project lock, in the transaction that commits the plan
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from corral.domain.quotas import GPU_MODEL_PREFIX, Limits, Usage, add, charge, exceeded, label
@@ -27,7 +27,14 @@ class QuotaBook:
     snapshot: Snapshot
     used: dict[str, Usage] = field(default_factory=dict)
     on: dict[str, set[str]] = field(default_factory=dict)
+    #: (gang kind, ledger version, held fleets, the project's version) -> the verdict a gang got there.
+    refused: dict[Hashable, QuotaVerdict] = field(default_factory=dict)
+    versions: dict[str, int] = field(default_factory=dict)
     _instances: dict[str, InstanceSlot] | None = None
+
+    def version(self, project_id: str) -> int:
+        """Bumped each time the project takes capacity in the pass."""
+        return self.versions.get(project_id, 0)
 
     def instance(self, instance_id: str) -> InstanceSlot | None:
         if self._instances is None:
@@ -92,6 +99,7 @@ def check(project_id: str, decisions: Sequence[Decision], book: QuotaBook) -> Qu
     if over is None:
         book.used[project_id] = add(used, extra)
         on |= new_on
+        book.versions[project_id] = book.version(project_id) + 1
         return None
     where = f" in project {quota.project_name}" if quota.project_name else ""
     alone = exceeded({}, extra, quota.max)

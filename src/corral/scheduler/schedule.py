@@ -401,16 +401,24 @@ def _schedule_gang(
     blockers = memo.blockers(kind, ledger.version, len(held))
     if blockers is None:
         version, held_count = ledger.version, len(held)
-        best, blockers = _best_fleet(jobs, kind, feasible, snapshot, ledger, held, memo)
-        if best is not None:
-            verdict = quota_check(head.project_id, best[0], book) if book is not None else None
-            if verdict is None:
-                ledger.commit(best[1])
-                return best[0]
+        # the same kind of gang, placed on the same capacity against the same holding, is refused alike
+        refused_key = (kind, version, held_count, book.version(head.project_id)) if book and kind else None
+        verdict = book.refused.get(refused_key) if book is not None and refused_key is not None else None
+        if verdict is None:
+            best, blockers = _best_fleet(jobs, kind, feasible, snapshot, ledger, held, memo)
+            if best is not None:
+                verdict = quota_check(head.project_id, best[0], book) if book is not None else None
+                if verdict is None:
+                    ledger.commit(best[1])
+                    return best[0]
+                if book is not None and refused_key is not None:
+                    book.refused[refused_key] = verdict
+        if verdict is not None:
             # above the project's quota.max: nothing taken, the capacity stays for later gangs
             if verdict.never:
                 return [Fail(j.id, verdict.message) for j in jobs]
             return [Wait(j.id, verdict.message) for j in jobs if j.status_message != verdict.message]
+        assert blockers is not None  # no fleet fit: _best_fleet said why
         memo.remember_blockers(kind, version, held_count, blockers)
 
     if not head.wait.may_wait:
