@@ -2,7 +2,7 @@
 preemptible_max_priority) as a JSON document; a project without a row has no limits
 
 Revision ID: 0021
-Revises: 0019
+Revises: 0024
 Create Date: 2026-12-01 23:50:00
 """
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0021"
-down_revision = "0019"
+down_revision = "0024"
 branch_labels = None
 depends_on = None
 
