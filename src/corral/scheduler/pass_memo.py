@@ -49,6 +49,9 @@ class PassMemo:
         self._order: dict[int, tuple[FleetSlot, list[InstanceSlot]]] = {}
         self._hosts: dict[int, tuple[FleetSlot, tuple[str, ...]]] = {}
         self._fits: dict[Hashable, tuple[FleetSlot, str | None]] = {}
+        #: (gang kind, ledger version, held fleets, the project's quota version) -> the quota's verdict there
+        #: (``scheduler.quota_gate``): the same kind of gang placed alike is refused alike.
+        self.quota_refused: dict[Hashable, object] = {}
         self._screens: dict[Hashable, object] = {}
         self._no_room: dict[Hashable, tuple[FleetSlot, tuple[int, ...], str]] = {}
         self._blockers: dict[Hashable, tuple[int, int, list[str]]] = {}

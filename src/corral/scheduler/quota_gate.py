@@ -10,7 +10,7 @@ the database, under a per-project lock, in the transaction that commits the plan
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from corral.domain.quotas import GPU_MODEL_PREFIX, Limits, Usage, add, charge, exceeded, label
@@ -27,8 +27,6 @@ class QuotaBook:
     snapshot: Snapshot
     used: dict[str, Usage] = field(default_factory=dict)
     on: dict[str, set[str]] = field(default_factory=dict)
-    #: (gang kind, ledger version, held fleets, the project's version) -> the verdict a gang got there.
-    refused: dict[Hashable, QuotaVerdict] = field(default_factory=dict)
     versions: dict[str, int] = field(default_factory=dict)
     _instances: dict[str, InstanceSlot] | None = None
 

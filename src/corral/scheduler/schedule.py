@@ -37,7 +37,7 @@ from corral.scheduler.fleet_upkeep import reclaim_for
 from corral.scheduler.fleet_view import WIRE_NAMES
 from corral.scheduler.ledger import Ledger, initial_ledger
 from corral.scheduler.pass_memo import PassMemo
-from corral.scheduler.quota_gate import QuotaBook
+from corral.scheduler.quota_gate import QuotaBook, QuotaVerdict
 from corral.scheduler.quota_gate import check as quota_check
 from corral.scheduler.types import (
     Assign,
@@ -403,7 +403,8 @@ def _schedule_gang(
         version, held_count = ledger.version, len(held)
         # the same kind of gang, placed on the same capacity against the same holding, is refused alike
         refused_key = (kind, version, held_count, book.version(head.project_id)) if book and kind else None
-        verdict = book.refused.get(refused_key) if book is not None and refused_key is not None else None
+        verdict = memo.quota_refused.get(refused_key) if refused_key is not None else None
+        assert verdict is None or isinstance(verdict, QuotaVerdict)
         if verdict is None:
             best, blockers = _best_fleet(jobs, kind, feasible, snapshot, ledger, held, memo)
             if best is not None:
@@ -411,8 +412,8 @@ def _schedule_gang(
                 if verdict is None:
                     ledger.commit(best[1])
                     return best[0]
-                if book is not None and refused_key is not None:
-                    book.refused[refused_key] = verdict
+                if refused_key is not None:
+                    memo.quota_refused[refused_key] = verdict
         if verdict is not None:
             # above the project's quota.max: nothing taken, the capacity stays for later gangs
             if verdict.never:
