@@ -244,6 +244,14 @@ def _calls(s: Seeded) -> list[tuple[str, str, dict[str, Any]]]:
         ),
         ("POST", "/api/files/upload_archive", {"files": {"file": (digest, archive)}}),
         ("POST", "/api/files/get_archive_by_hash", {"json": {"hash": digest}}),
+        ("POST", "/api/projects/{project_name}/quotas/get", {}),
+        ("POST", "/api/projects/{project_name}/quotas/usage", {}),
+        (
+            "POST",
+            "/api/projects/{project_name}/quotas/set",
+            {"json": {"weight": 2, "quota": {"max": {"cpu": 64, "gpu": {"H100": 8, "any": 16}}}}},
+        ),
+        ("POST", "/api/scheduling/queue", {}),
     ]
 
 

@@ -11,13 +11,13 @@ from starlette.requests import Request
 
 from corral.api.deps import FastJSON, body_json, ctx_of, current_user, member
 from corral.api.routing import RouteTable
-from corral.schemas.requests import NoBody
+from corral.schemas.requests import NoBody, QuotaSetBody
 
 router = RouteTable()
 P = "/api/projects/{project_name}/quotas"
 
 
-@router.post(P + "/set", body=NoBody, response="QuotaPolicy")
+@router.post(P + "/set", body=QuotaSetBody, response="QuotaPolicy")
 async def set_quotas(request: Request, project_name: str) -> FastJSON:
     from corral.services import quotas
 

@@ -314,6 +314,15 @@ class GatewayApplyBody(Body):
     force: bool = False
 
 
+class QuotaSetBody(Body):
+    """A project's scheduling policy (``config.quotas.ProjectPolicy`` checks it field by field)."""
+
+    name: Union[str, None] = None
+    weight: Union[float, None] = None
+    quota: Union[dict[str, Any], None] = None
+    preemptible_max_priority: Union[int, None] = None
+
+
 class VolumeCreateBody(Body):
     configuration: dict[str, Any]
 
