@@ -42,6 +42,8 @@ from corral.workers.job_submission import job_env, job_gpus, ports_taken, provis
 log = logging.getLogger("corral.jobs")
 SERVER = "terminated_by_server"
 _SOURCES = {"stdout": 0, "stderr": 1}
+#: How long a stopping server waits for its job followers to end at their next wait before cancelling them.
+STOP_GRACE = 5.0
 
 
 class Jobs(JobLeases, JobOutcomes):
@@ -50,6 +52,7 @@ class Jobs(JobLeases, JobOutcomes):
         self._followers: dict[str, asyncio.Task[None]] = {}
         #: Set to cut a follower's long poll short (a stop to send now, not when the poll ends).
         self._pokes: dict[str, asyncio.Event] = {}
+        self._stopping = False
         self._submitting: set[str] = set()
         self._clients: dict[tuple[str, str], AgentClient] = {}
         self._leases: dict[str, str] = {}
@@ -132,9 +135,18 @@ class Jobs(JobLeases, JobOutcomes):
         return done
 
     async def stop_all(self) -> None:
-        for task in list(self._followers.values()):
-            task.cancel()
-        await asyncio.gather(*self._followers.values(), return_exceptions=True)
+        """Followers end at their next wait (poked now), so none is cancelled inside a write transaction
+        (a cancelled statement can leave SQLite's write lock held, and every later writer waiting on it);
+        one still busy after ``STOP_GRACE`` is cancelled."""
+        self._stopping = True
+        for poke in self._pokes.values():
+            poke.set()
+        followers = list(self._followers.values())
+        if followers:
+            _done, busy = await asyncio.wait(followers, timeout=STOP_GRACE)
+            for task in busy:
+                task.cancel()
+            await asyncio.gather(*followers, return_exceptions=True)
         for client in self._clients.values():
             await client.aclose()
         self._clients.clear()
@@ -341,6 +353,8 @@ class Jobs(JobLeases, JobOutcomes):
             masker = LogMasker(await self._values_to_mask(job))
             while True:
                 wait = self.ctx.settings.agent_poll_wait
+                if self._stopping:
+                    return  # the server stops: the lease is released, another replica takes the job on
                 if poke is not None:
                     poke.clear()  # whatever poked us is seen by the reload below
                 current = await self._reload(job.id)
