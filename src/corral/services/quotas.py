@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
-
 from corral.domain import quotas as q
 from corral.domain.records import ProjectRec, UserRec
 from corral.scheduler.quota_gate import QUOTA_WAIT_PREFIX
 from corral.services.errors import Forbidden, ServiceError, validation_errors
 from corral.store import accounts as account_store
 from corral.store import quotas as store
+from corral.store import snapshot as snapshot_store
 from corral.store.db import Database
-from corral.store.tables import jobs, projects
 from corral.workers.context import Context
 
 #: Why a run waits, as ``scheduling/queue`` names it.
@@ -107,24 +105,10 @@ async def queue(ctx: Context, user: UserRec) -> list[dict[str, Any]]:
     """The waiting runs the caller may see (every project's for a global admin, else its projects'), in the
     scheduler's order (priority, higher first; then submission time), one entry per run."""
     async with ctx.db.read() as conn:
-        query = (
-            sa.select(
-                jobs.c.run_id,
-                jobs.c.run_name,
-                jobs.c.job_num,
-                jobs.c.priority,
-                jobs.c.submitted_at,
-                jobs.c.status_message,
-                projects.c.name.label("project_name"),
-            )
-            .join(projects, projects.c.id == jobs.c.project_id)
-            .where(jobs.c.status == "submitted", jobs.c.instance_id.is_(None), projects.c.deleted.is_(False))
-            .order_by(jobs.c.priority.desc(), jobs.c.submitted_at, jobs.c.run_id, jobs.c.job_num)
-        )
+        mine = None
         if user.global_role != "admin":
             mine = [p.id for p in await account_store.list_projects(conn, user.id)]
-            query = query.where(jobs.c.project_id.in_(mine))
-        rows = (await conn.execute(query)).all()
+        rows = await snapshot_store.waiting_jobs(conn, mine)
     out: list[dict[str, Any]] = []
     seen: dict[str, dict[str, Any]] = {}
     for r in rows:

@@ -36,9 +36,9 @@ class QueueRow:
     submitter_role: str | None = None
 
 
-async def load_queue(conn: AsyncConnection, known: Collection[str] = ()) -> list[QueueRow]:
-    """The queue in order: priority (higher first), then submission time."""
-    q = (
+def _waiting() -> sa.Select[Any]:
+    """Jobs waiting to be placed, in the scheduler's order: priority (higher first), then submission time."""
+    return (
         sa.select(
             jobs.c.id,
             jobs.c.run_id,
@@ -54,7 +54,19 @@ async def load_queue(conn: AsyncConnection, known: Collection[str] = ()) -> list
         .where(jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
         .order_by(jobs.c.priority.desc(), jobs.c.submitted_at, jobs.c.id)
     )
-    rows = (await conn.execute(q)).all()
+
+
+async def waiting_jobs(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> list[Any]:
+    """The queue's rows without their documents (``scheduling/queue``), of ``project_ids`` only if given."""
+    q = _waiting().where(projects.c.deleted.is_(False))
+    if project_ids is not None:
+        q = q.where(jobs.c.project_id.in_(list(project_ids)))
+    return list((await conn.execute(q)).all())
+
+
+async def load_queue(conn: AsyncConnection, known: Collection[str] = ()) -> list[QueueRow]:
+    """The queue in order: priority (higher first), then submission time."""
+    rows = (await conn.execute(_waiting())).all()
     unknown = [r.id for r in rows if r.id not in known]
     docs: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {}
     for start in range(0, len(unknown), 500):
