@@ -17,7 +17,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -306,3 +306,17 @@ class FaultProxy:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+
+
+@contextlib.contextmanager
+def fault_proxy(moto: MotoEC2, blocked_subnets: Iterable[str] = ()) -> Iterator[FaultProxy]:
+    """A ``FaultProxy`` in front of ``moto`` that corral's EC2 clients use (``AWS_ENDPOINT_URL``) while it
+    lasts, RunInstances refused in ``blocked_subnets``; moto itself again afterwards."""
+    fp = FaultProxy(moto.url).start()
+    fp.blocked_subnets.update(blocked_subnets)
+    os.environ["AWS_ENDPOINT_URL"] = fp.url
+    try:
+        yield fp
+    finally:
+        os.environ["AWS_ENDPOINT_URL"] = moto.url
+        fp.stop()

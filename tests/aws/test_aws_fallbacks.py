@@ -5,14 +5,13 @@ client token. The launches here are the compute's own (``_launch``): the instanc
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from moto_harness import REGION, VPC_NAME, FaultProxy, Hypervisor, Launch, MotoEC2
+from moto_harness import REGION, VPC_NAME, FaultProxy, Hypervisor, Launch, MotoEC2, fault_proxy
 
 from corral.backends.aws import ec2, launch
 from corral.backends.aws.compute import AWSCompute
@@ -44,13 +43,8 @@ projects:
 @pytest.fixture(scope="module")
 def proxy(moto: MotoEC2, vpc: tuple[str, str, str]) -> Iterator[FaultProxy]:
     moto.make_region_vpc(WEST)
-    fp = FaultProxy(moto.url).start()
-    os.environ["AWS_ENDPOINT_URL"] = fp.url
-    try:
+    with fault_proxy(moto) as fp:
         yield fp
-    finally:
-        os.environ["AWS_ENDPOINT_URL"] = moto.url
-        fp.stop()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

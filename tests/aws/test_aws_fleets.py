@@ -8,14 +8,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2
+from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2, fault_proxy
 
 from corral.backends.aws.launch import user_data
 from corral.domain.records import InstanceRec
@@ -44,14 +43,8 @@ FLEET = {"type": "fleet", "name": "awsfl", "nodes": "0..3", "backends": ["aws"],
 def proxy(moto: MotoEC2, hypervisor: Hypervisor, vpc: tuple[str, str, str]) -> Iterator[FaultProxy]:
     """corral reaches EC2 through the fault proxy, which has no capacity in zone a (the VPC's first zone)."""
     _vpc, zone_a, _zone_b = vpc
-    fp = FaultProxy(moto.url).start()
-    fp.blocked_subnets.add(zone_a)
-    os.environ["AWS_ENDPOINT_URL"] = fp.url
-    try:
+    with fault_proxy(moto, [zone_a]) as fp:
         yield fp
-    finally:
-        os.environ["AWS_ENDPOINT_URL"] = moto.url
-        fp.stop()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -7,13 +7,12 @@ spot instance -- found through DescribeInstances within one host check: the job 
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from moto_harness import REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2
+from moto_harness import REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2, fault_proxy
 
 from server_harness import RunningServer, finished_run, get_run, make_settings, running_server, wait_for
 
@@ -42,14 +41,8 @@ def _task(name: str, commands: list[str], **conf: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def proxy(moto: MotoEC2, hypervisor: Hypervisor, vpc: tuple[str, str, str]) -> Iterator[FaultProxy]:
     """corral reaches EC2 through the fault proxy, which has no capacity in zone a (no fake hosts there)."""
-    fp = FaultProxy(moto.url).start()
-    fp.blocked_subnets.add(vpc[1])
-    os.environ["AWS_ENDPOINT_URL"] = fp.url
-    try:
+    with fault_proxy(moto, [vpc[1]]) as fp:
         yield fp
-    finally:
-        os.environ["AWS_ENDPOINT_URL"] = moto.url
-        fp.stop()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
