@@ -174,7 +174,9 @@ class ServiceProxy:
     # ---- ASGI --------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
-            await self._websocket(scope, receive, send)
+            from corral.proxy import ws_route  # wsproto: on the first upgrade only
+
+            await ws_route.handle(self, scope, receive, send)
             return
         if scope["type"] != "http":
             return
@@ -230,73 +232,6 @@ class ServiceProxy:
             await _json(send, 503, {"detail": detail}, [(b"retry-after", b"5")])
             return None
         return got
-
-    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A WebSocket to the service: the same route, auth and choice of replica as a request."""
-        from corral.proxy.websocket import UpstreamRefused, bridge  # wsproto: on the first upgrade only
-
-        async def refuse(why: str) -> None:
-            log.debug("WebSocket %s refused: %s", scope["path"], why)
-            await send({"type": "websocket.close", "code": 1008})
-
-        path: str = scope["path"]
-        parts = path[len(PREFIX) :].split("/", 2)
-        if len(parts) < 3 or not parts[0] or not parts[1]:
-            await refuse("not a service's path")
-            return
-        project, run = parts[0], parts[1]
-        route = await self.routes.get((project, run))
-        if route is None or not (route.replicas or route.scales_from_zero):
-            await refuse(f"Service {project}/{run} not found")
-            return
-        headers: list[tuple[bytes, bytes]] = list(scope["headers"])
-        if route.auth:
-            token = _token(headers)
-            if token is None or not await self.members.get((token, project)):
-                await refuse(f"Unauthenticated or unauthorized to access project {project}")
-                return
-        # counted for the autoscaler, and held while the service starts from zero, as a request is
-        self.counter.count(route.run_id)
-        if not route.replicas:
-            got = await self.cold.wait((project, run), route)
-            if not isinstance(got, Route):
-                await send({"type": "websocket.close", "code": 1013})  # try again later
-                return
-            route = got
-        prefix = f"{PREFIX}{project}/{run}"
-        up_headers, _, _ = self._upstream_headers(scope, headers, route, prefix)
-        target = "/" + parts[2] if route.strip_prefix else path
-        if scope.get("query_string"):
-            target += "?" + scope["query_string"].decode("latin-1")
-        host = next((v.decode("latin-1") for k, v in headers if k == b"host"), "localhost")
-        tried: list[str] = []
-        while True:
-            rep = self.balancer.pick(route.run_id, route.replicas, time.monotonic(), exclude=tried)
-            if rep is None:
-                await send({"type": "websocket.close", "code": 1011})
-                return
-            tried.append(rep.job_id)
-            if not await self.drains.hold(rep.job_id):
-                route = await self._reloaded(project, run, route)
-                continue
-            try:
-                conn = await self._dial(rep)
-            except (OSError, asyncio.TimeoutError, ConnectionError):
-                self.balancer.connect_failed(rep.job_id, time.monotonic())
-                continue
-            self.balancer.started(rep.job_id)
-            try:
-                await bridge(conn, target, host, up_headers, list(scope.get("subprotocols") or ()), receive, send)
-            except UpstreamRefused as e:
-                log.debug("WebSocket to replica %d of %s: %s", rep.replica_num, prefix, e)
-                await send({"type": "websocket.close", "code": 1011})
-            except (OSError, ConnectionError):
-                pass  # either side went away
-            finally:
-                self.balancer.finished(rep.job_id)
-                self.drains.finished(rep.job_id)
-                close(conn)
-            return
 
     def _upstream_headers(
         self, scope: Scope, headers: list[tuple[bytes, bytes]], route: Route, prefix: str

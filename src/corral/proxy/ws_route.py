@@ -1,0 +1,82 @@
+"""A WebSocket to a service through the proxy: the same route, auth, cold start from zero, drain hold and
+choice of replica as a request (``proxy.app``), then bridged to the replica (``proxy.websocket``).
+Imported on the first upgrade only (wsproto)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from corral.proxy.app import PREFIX, Receive, Scope, Send, _token, log
+from corral.proxy.pool import close
+from corral.proxy.websocket import UpstreamRefused, bridge
+from corral.services.service_routing import Route
+
+if TYPE_CHECKING:
+    from corral.proxy.app import ServiceProxy
+
+
+async def handle(proxy: ServiceProxy, scope: Scope, receive: Receive, send: Send) -> None:
+    async def refuse(why: str) -> None:
+        log.debug("WebSocket %s refused: %s", scope["path"], why)
+        await send({"type": "websocket.close", "code": 1008})
+
+    path: str = scope["path"]
+    parts = path[len(PREFIX) :].split("/", 2)
+    if len(parts) < 3 or not parts[0] or not parts[1]:
+        await refuse("not a service's path")
+        return
+    project, run = parts[0], parts[1]
+    route = await proxy.routes.get((project, run))
+    if route is None or not (route.replicas or route.scales_from_zero):
+        await refuse(f"Service {project}/{run} not found")
+        return
+    headers: list[tuple[bytes, bytes]] = list(scope["headers"])
+    if route.auth:
+        token = _token(headers)
+        if token is None or not await proxy.members.get((token, project)):
+            await refuse(f"Unauthenticated or unauthorized to access project {project}")
+            return
+    # counted for the autoscaler, and held while the service starts from zero, as a request is
+    proxy.counter.count(route.run_id)
+    if not route.replicas:
+        got = await proxy.cold.wait((project, run), route)
+        if not isinstance(got, Route):
+            await send({"type": "websocket.close", "code": 1013})  # try again later
+            return
+        route = got
+    prefix = f"{PREFIX}{project}/{run}"
+    up_headers, _, _ = proxy._upstream_headers(scope, headers, route, prefix)
+    target = "/" + parts[2] if route.strip_prefix else path
+    if scope.get("query_string"):
+        target += "?" + scope["query_string"].decode("latin-1")
+    host = next((v.decode("latin-1") for k, v in headers if k == b"host"), "localhost")
+    tried: list[str] = []
+    while True:
+        rep = proxy.balancer.pick(route.run_id, route.replicas, time.monotonic(), exclude=tried)
+        if rep is None:
+            await send({"type": "websocket.close", "code": 1011})
+            return
+        tried.append(rep.job_id)
+        if not await proxy.drains.hold(rep.job_id):
+            route = await proxy._reloaded(project, run, route)
+            continue
+        try:
+            conn = await proxy._dial(rep)
+        except (OSError, asyncio.TimeoutError, ConnectionError):
+            proxy.balancer.connect_failed(rep.job_id, time.monotonic())
+            continue
+        proxy.balancer.started(rep.job_id)
+        try:
+            await bridge(conn, target, host, up_headers, list(scope.get("subprotocols") or ()), receive, send)
+        except UpstreamRefused as e:
+            log.debug("WebSocket to replica %d of %s: %s", rep.replica_num, prefix, e)
+            await send({"type": "websocket.close", "code": 1011})
+        except (OSError, ConnectionError):
+            pass  # either side went away
+        finally:
+            proxy.balancer.finished(rep.job_id)
+            proxy.drains.finished(rep.job_id)
+            close(conn)
+        return
