@@ -26,7 +26,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from corral.config.aws_backend import AWSBackendConfig
-from corral.config.quotas import ProjectPolicy, Quota, Scheduling
+from corral.config.quotas import POLICY_KEYS, ProjectPolicy, Quota, RunType, Scheduling
 from corral.domain.quotas import QuotaPolicy
 
 
@@ -51,10 +51,11 @@ class ProjectEntry(_Strict):
     weight: Optional[float] = Field(default=None, gt=0)
     quota: Optional[Quota] = None
     preemptible_max_priority: Optional[int] = Field(default=None, ge=0, le=100)
+    preemptible_run_types: Optional[list[RunType]] = None
 
     def policy(self) -> QuotaPolicy | None:
         """The project's scheduling policy, None when the entry gives none (the stored one is kept)."""
-        given = self.model_fields_set & {"weight", "quota", "preemptible_max_priority"}
+        given = self.model_fields_set & set(POLICY_KEYS)
         if not given:
             return None
         return ProjectPolicy.model_validate(

@@ -31,6 +31,7 @@ def _policy(text: str) -> QuotaPolicy:
         nominal=limits_from_doc(doc.get("nominal")),
         max=limits_from_doc(doc.get("max")),
         preemptible_max_priority=doc.get("preemptible_max_priority"),
+        preemptible_run_types=tuple(doc.get("preemptible_run_types") or ()),
     )
 
 
@@ -41,6 +42,7 @@ def _policy_json(policy: QuotaPolicy) -> str:
             "nominal": limits_to_doc(policy.nominal),
             "max": limits_to_doc(policy.max),
             "preemptible_max_priority": policy.preemptible_max_priority,
+            "preemptible_run_types": list(policy.preemptible_run_types),
         }
     ).decode()
 
