@@ -29,6 +29,18 @@ class JobConflict(Exception):
     """The request does not fit the job's current state (e.g. forgetting a running job)."""
 
 
+#: The name of the file a preempted job reads its deadline from (in its ``/tmp``).
+NOTICE_FILE = "corral-preemption"
+
+
+class Notice:
+    """A stop with a deadline (a preemption): SIGTERM now, SIGKILL at ``deadline`` (unix time)."""
+
+    def __init__(self, deadline: float, message: str) -> None:
+        self.deadline = deadline
+        self.message = message
+
+
 class Job:
     def __init__(self, job_dir: str, sub: JobSubmission, state: JobState) -> None:
         self.dir = job_dir
@@ -46,6 +58,9 @@ class Job:
         #: How an SSH session joins the running job (see :mod:`corral.agent.sessions`): its main pid when
         #: sandboxed, its uid and gid, its user namespace's ids, its working dir, environment and shell.
         self.session: dict[str, Any] | None = None
+        #: Where a stop with a deadline (a preemption) is written for the job to read, as the job sees it
+        #: in ``CORRAL_PREEMPTION_FILE`` and on this host (None: the job has no such file).
+        self.notice_path: str | None = None
 
     def snapshot(self) -> JobState:
         with self.cond:

@@ -353,6 +353,8 @@ class JobState:
     ready_at: float | None = None
     #: A service replica the scaler removed (``stop_requested = scaled_down``): never submitted again.
     retired: bool = False
+    #: Stopped to make room for another run (``stop_requested = preempted``): always submitted again.
+    preempted: bool = False
 
 
 @dataclass(frozen=True)
@@ -433,6 +435,7 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                     r.ready,
                     r.ready_at,
                     r.stop_requested == "scaled_down",
+                    r.stop_requested == "preempted",
                 )
             )
     return [

@@ -41,6 +41,7 @@ from corral.store import snapshot as snap
 from corral.store.plan_apply import ApplyResult, apply_plan
 from corral.store.snapshot import QueueRow
 from corral.workers.context import Context
+from corral.workers.scheduling_preemption import Preempter
 from corral.workers.scheduling_quotas import load_policies, project_quotas, project_shares
 
 log = logging.getLogger("corral.scheduler")
@@ -138,6 +139,7 @@ class Scheduling:
         self.project_backends: dict[str, frozenset[str]] = {}
         #: Project id -> backend type -> the regions the project's backend names (offers come from those).
         self.project_regions: dict[str, dict[str, frozenset[str]]] = {}
+        self.preempter = Preempter(ctx)
 
     def _queued_job(self, job: QueueRow) -> QueuedJob:
         cached = self._queued.get(job.id)
@@ -154,10 +156,12 @@ class Scheduling:
                 run_name=job.run_name,
                 job_num=job.job_num,
                 priority=job.priority,
-                submitted_at=job.submitted_at,
+                submitted_at=job.submitted_at if job.queued_at is None else job.queued_at,
                 max_queue_wait=self.ctx.settings.max_queue_wait,
                 barred_backends=self._barred_backends(job),
             )
+            if job.queued_at is not None:  # a preempted job's new submission waits for its place, whatever its retry
+                cached = QueuedJob(**{**cached.__dict__, "wait": WaitPolicy(True, None)})
             self._queued[job.id] = cached
             self._run_types[job.id] = str((job.run_spec.get("configuration") or {}).get("type") or "")
         if cached.status_message != job.status_message:
@@ -340,6 +344,7 @@ class Scheduling:
             self.ctx.wakeups.wake("runs")
         if result.rejected_runs:
             self.ctx.wakeups.wake("scheduler")
+        await self.preempter.pass_once(snapshot, plan, policies, now)
         return result
 
 
