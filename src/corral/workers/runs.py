@@ -337,11 +337,15 @@ def _latest(run: run_store.RunState) -> dict[tuple[int, int], run_store.JobState
 def _histories(run: run_store.RunState) -> History:
     """Every submission of each job of the run (by replica and job number), oldest first; of a scheduled
     run, only those of the trigger that fired it (its ``retry`` counts from there, as in dstack). A
-    preempted submission is left out: time preempted does not count against ``retry.duration``."""
+    preemption starts the history afresh: what ran before it, and the time preempted, do not count against
+    ``retry.duration``."""
     out: History = {}
     since = run.next_triggered_at if run.schedule else None
     for j in sorted(run.jobs, key=lambda j: j.submission_num):
-        if (since is not None and j.submitted_at < since) or j.preempted:
+        if since is not None and j.submitted_at < since:
+            continue
+        if j.preempted:
+            out[(j.replica_num, j.job_num)] = []
             continue
         out.setdefault((j.replica_num, j.job_num), []).append(Submission(j.submitted_at, j.finished_at, j.provisioned))
     return out
