@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -143,15 +144,15 @@ class JobLifecycle:
             cwd = lay.working_dir
             env = self._env(sub, user)
             env.update(DSTACK_REPO_DIR=lay.repo_dir, DSTACK_WORKING_DIR=lay.working_dir)
-            notice_dir = os.path.join(lay.root, "tmp")
-            os.makedirs(notice_dir, exist_ok=True)
-            job.notice_path = os.path.join(notice_dir, NOTICE_FILE)
+            # a host process reads it in its job's own directory (outside its working dir)
+            job.notice_path = os.path.join(job.dir, NOTICE_FILE)
             env["CORRAL_PREEMPTION_FILE"] = job.notice_path
             if sb is not None:
                 binds = sandbox_layout.binds(lay, sandbox_layout.submission(sub))
                 cwd = sandbox_layout.inside(lay, lay.working_dir)
                 env.update(DSTACK_REPO_DIR=sandbox_layout.inside(lay, lay.repo_dir), DSTACK_WORKING_DIR=cwd)
-                env["CORRAL_PREEMPTION_FILE"] = "/tmp/" + NOTICE_FILE  # lay.root/tmp is its /tmp
+                job.notice_path = os.path.join(lay.root, "tmp", NOTICE_FILE)  # lay.root/tmp is its /tmp
+                env["CORRAL_PREEMPTION_FILE"] = "/tmp/" + NOTICE_FILE
                 if "HOME" not in sub.env:
                     env["HOME"] = sub.home_dir
                 sandbox.chown_tree(lay.root, sb.uid)
@@ -352,10 +353,12 @@ class JobLifecycle:
             f"CORRAL_PREEMPTION_MESSAGE={shlex.quote(notice.message)}\n"
         )
         try:
-            with open(path + ".new", "w") as f:
+            # a new file of its own (O_EXCL: never through a link the job left there), renamed over the name
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".notice-")
+            with os.fdopen(fd, "w") as f:
+                os.fchmod(f.fileno(), 0o644)
                 f.write(text)
-            os.chmod(path + ".new", 0o644)
-            os.replace(path + ".new", path)
+            os.replace(tmp, path)
         except OSError:
             log.warning("cannot write the preemption notice of %s", job.sub.job_id)
 
