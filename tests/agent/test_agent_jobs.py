@@ -127,7 +127,8 @@ def test_trapped_sigterm_gets_sigkill_after_stop_duration(agent: AgentProc) -> N
 
 
 def test_a_stop_with_a_deadline_is_readable_before_sigterm_and_kills_at_it(agent: AgentProc) -> None:
-    trap = 'trap \'. "$CORRAL_PREEMPTION_FILE"; echo "got-term $CORRAL_PREEMPTION_DEADLINE $CORRAL_PREEMPTION_MESSAGE"\' TERM'
+    said = 'echo "got-term $CORRAL_PREEMPTION_DEADLINE $CORRAL_PREEMPTION_MESSAGE"'
+    trap = f"trap '. \"$CORRAL_PREEMPTION_FILE\"; {said}' TERM"
     agent.submit("preempt", [trap, "echo ready", "while true; do sleep 0.1; done"], stop_duration=60)
     agent.http.get("/jobs/preempt/logs", params={"wait": 5})
     t0, deadline = time.monotonic(), int(time.time()) + 2
