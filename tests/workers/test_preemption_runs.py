@@ -2,7 +2,8 @@
 low-priority tasks, a high-priority run takes the place of exactly one, the most recently started; the
 victim gets SIGTERM with its deadline readable in ``CORRAL_PREEMPTION_FILE``, its submission fails
 ``interrupted_by_no_capacity`` naming the preemptor, and it is submitted again (although it has no
-``retry``) and finishes after the preemptor; the other low run is untouched."""
+``retry``), keeping its place in the queue ahead of a run submitted after it, and finishes after the
+preemptor; the other low run is untouched."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ async def test_high_priority_run_preempts_the_newest_low_one_which_is_requeued(t
         f"trap 'cat \"$CORRAL_PREEMPTION_FILE\" > {notice}; date +%s >> {notice}; exit 0' TERM; "
         f"touch {started}; while true; do sleep 0.1; done"
     )
-    settings = make_settings(tmp_path)
+    settings = make_settings(tmp_path, enable_prometheus_metrics=True)
     settings.server_dir.mkdir(parents=True)
     (settings.server_dir / "config.yml").write_text(CONFIG)
     async with running_server(settings) as s, s.client() as c:
@@ -44,7 +45,9 @@ async def test_high_priority_run_preempts_the_newest_low_one_which_is_requeued(t
         assert r.status_code == 200, r.text
         await wait_for(lambda: running("low-b"))
         await wait_for(lambda: _exists(started))
-        high = task_body([f"sleep 1; touch {release}"], name="high", priority=90)
+        r = await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="low-c", priority=0))
+        assert r.status_code == 200, r.text
+        high = task_body([f"sleep 3; touch {release}"], name="high", priority=90)
         asked = time.time()
         assert (await c.post("/api/project/main/runs/apply", json=high)).status_code == 200
 
@@ -52,9 +55,16 @@ async def test_high_priority_run_preempts_the_newest_low_one_which_is_requeued(t
             run = await get_run(c, name)
             return run if run["status"] in ("done", "failed", "terminated") else None
 
+        async def requeued() -> list[str]:
+            names = [e["run_name"] for e in (await c.post("/api/scheduling/queue", json={})).json()]
+            return names if "low-b" in names and "high" not in names else []
+
+        # while the preemptor runs, the requeued run waits in its original place: before low-c
+        assert await wait_for(requeued) == ["low-b", "low-c"]
         high_run = await wait_for(lambda: finished("high"), timeout=30)
         b_run = await wait_for(lambda: finished("low-b"), timeout=30)
         a_run = await wait_for(lambda: finished("low-a"), timeout=30)
+        assert (await wait_for(lambda: finished("low-c"), timeout=30))["status"] == "done"
 
         assert high_run["status"] == "done", high_run
         assert a_run["status"] == "done" and len(a_run["jobs"][0]["job_submissions"]) == 1, a_run
@@ -77,6 +87,7 @@ async def test_high_priority_run_preempts_the_newest_low_one_which_is_requeued(t
         events = await c.post("/api/events/list", json={"target_runs": [b_run["id"]]})
         assert events.status_code == 200, events.text
         assert any("preempted by run high" in e["message"] for e in events.json()), events.json()
+        assert "corral_preemptions_total 1" in (await c.get("/metrics")).text
 
 
 async def _exists(path: Path) -> bool:

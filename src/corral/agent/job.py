@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import threading
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,12 @@ class Notice:
     def __init__(self, deadline: float, message: str) -> None:
         self.deadline = deadline
         self.message = message
+
+    def text(self) -> str:
+        """The file's content, in shell syntax (``. "$CORRAL_PREEMPTION_FILE"`` reads it)."""
+        return (
+            f"CORRAL_PREEMPTION_DEADLINE={int(self.deadline)}\nCORRAL_PREEMPTION_MESSAGE={shlex.quote(self.message)}\n"
+        )
 
 
 class Job:

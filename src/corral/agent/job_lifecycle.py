@@ -18,7 +18,6 @@ from __future__ import annotations
 import getpass
 import logging
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -326,7 +325,10 @@ class JobLifecycle:
         grace = job.sub.stop_duration
         if notice is not None and not abort:
             grace = max(0.0, notice.deadline - time.time())
-            self._write_notice(job, notice)
+            if job.sub.image:
+                self.containers.notify(job, notice.text())
+            else:
+                self._write_notice(job, notice)
         if setup is not None:
             procs.signal_group(setup.pid, signal.SIGKILL)
         if job.sub.image:
@@ -348,10 +350,7 @@ class JobLifecycle:
         path = job.notice_path
         if path is None:
             return
-        text = (
-            f"CORRAL_PREEMPTION_DEADLINE={int(notice.deadline)}\n"
-            f"CORRAL_PREEMPTION_MESSAGE={shlex.quote(notice.message)}\n"
-        )
+        text = notice.text()
         try:
             # a new file of its own (O_EXCL: never through a link the job left there), renamed over the name
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".notice-")
