@@ -14,7 +14,8 @@ the project's runs); services and dev environments only where the project names 
 Candidates are tried reclaimable ones first, then lowest priority, then most recently started; they are
 taken greedily until the waiting run fits (the real ``schedule`` on the snapshot with the victims' blocks
 freed), then every victim the run does not actually need is dropped, so victims are as few and as recent
-as possible. At most ``max_victims_per_cycle`` gangs per call.
+as possible. At most ``max_victims_per_cycle`` gangs per call, and at most :data:`MAX_TRIES` waiting runs
+tried (the rest are tried at the next pass).
 
 No cycles (Kueue's argument): under ``within_project`` the preemptor's priority is strictly higher than its
 victim's, so the victim can never take its place back by that rule; under ``reclaim`` the preemptor's
@@ -28,11 +29,26 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from corral.domain.quotas import QuotaPolicy, Usage, add, borrowed, charge
-from corral.scheduler.types import Assign, FleetSlot, InstanceSlot, Plan, ProjectQuota, QueuedJob, Snapshot, Wait
+from corral.scheduler.types import (
+    Assign,
+    FleetSlot,
+    InstanceSlot,
+    Plan,
+    ProjectQuota,
+    QueuedJob,
+    Snapshot,
+    Wait,
+    WaitPolicy,
+)
 
 WITHIN_PROJECT = "within_project"
 RECLAIM = "reclaim"
 PREEMPTIBLE_TYPES = ("task",)
+#: Waiting runs with candidates tried per call (each try places the run on trial snapshots).
+MAX_TRIES = 16
+#: Candidates a run's greedy pass may take before dropping the unneeded (a bound on the trials).
+GREEDY_FACTOR = 4
+_ANY_WAIT = WaitPolicy(True)
 
 
 @dataclass(frozen=True)
@@ -155,14 +171,24 @@ def choose(
     ]
     out: list[Preemption] = []
     budget = settings.max_victims_per_cycle
+    tries = MAX_TRIES
+    hopeless: set[object] = set()  # runs like one that found no victims this call: not tried again
     for jobs in waiting:
-        if budget <= 0 or not pool:
+        if budget <= 0 or not pool or tries <= 0:
             break
         head = jobs[0]
+        like = _likeness(jobs)
+        if like in hopeless:
+            continue
+        within, reclaim = _candidates(head, pool, usage, policies, settings)
+        if not within and not reclaim:
+            continue  # nothing it may take: no placement tried
+        tries -= 1
         if _fits(work, jobs, (), now, place) is not None:
             continue  # it fits without taking anything (capacity a stopping gang frees, or none needed)
-        found = _victims_for(work, jobs, pool, usage, policies, settings, budget, now, place)
+        found = _victims_for(work, jobs, within, reclaim, usage, policies, budget, now, place)
         if found is None:
+            hopeless.add(like)
             continue
         victims, rule, placed = found
         for v in victims:
@@ -177,18 +203,24 @@ def choose(
     return tuple(out)
 
 
-def _victims_for(
-    work: Snapshot,
-    jobs: tuple[QueuedJob, ...],
+def _likeness(jobs: tuple[QueuedJob, ...]) -> object:
+    """What decides whether victims can make room for a run: a run alike finds none when this one did not."""
+    blank = {"id": "", "run_id": "", "run_name": "", "submitted_at": 0.0, "status_message": None}
+    try:
+        return hash((len(jobs), tuple(replace(j, wait=_ANY_WAIT, **blank) for j in jobs)))  # type: ignore[arg-type]
+    except TypeError:  # something unhashable in a job: never alike
+        return jobs[0].run_id
+
+
+def _candidates(
+    head: QueuedJob,
     pool: list[_Victim],
     usage: dict[str, Usage],
     policies: Mapping[str, QuotaPolicy],
     settings: Settings,
-    budget: int,
-    now: float,
-    place: Place,
-) -> tuple[list[_Victim], str, Plan] | None:
-    head = jobs[0]
+) -> tuple[list[_Victim], list[_Victim]]:
+    """The gangs the waiting run may take the place of: of its project (priority gap), and of borrowing
+    projects (only when its project has a nominal quota to reclaim)."""
     own = policies.get(head.project_id, QuotaPolicy())
     gap = max(1, settings.min_priority_gap)
     within = [v for v in pool if v.project_id == head.project_id and head.priority >= v.priority + gap]
@@ -199,6 +231,22 @@ def _victims_for(
         and not own.nominal.is_empty()
         and _borrowing(usage.get(v.project_id, {}), v.usage(), policies.get(v.project_id, QuotaPolicy()))
     ]
+    return within, reclaim
+
+
+def _victims_for(
+    work: Snapshot,
+    jobs: tuple[QueuedJob, ...],
+    within: list[_Victim],
+    reclaim: list[_Victim],
+    usage: dict[str, Usage],
+    policies: Mapping[str, QuotaPolicy],
+    budget: int,
+    now: float,
+    place: Place,
+) -> tuple[list[_Victim], str, Plan] | None:
+    head = jobs[0]
+    own = policies.get(head.project_id, QuotaPolicy())
     # reclaimable first (their projects are above nominal), then lowest priority, then most recently started
     for candidates in (reclaim + within, within):
         ordered = sorted(candidates, key=lambda v: (v.project_id == head.project_id, v.priority, -v.started_at, v.key))
@@ -226,7 +274,7 @@ def _greedy(
     """Victims taken in order until the run fits, then those it does not need dropped (Kueue's way)."""
     chosen: list[_Victim] = []
     placed: Plan | None = None
-    for v in ordered:
+    for v in ordered[: GREEDY_FACTOR * budget]:
         chosen.append(v)
         placed = _fits(work, jobs, [j for c in chosen for j in c.jobs], now, place)
         if placed is not None:
