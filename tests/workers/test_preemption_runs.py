@@ -92,3 +92,55 @@ async def test_high_priority_run_preempts_the_newest_low_one_which_is_requeued(t
 
 async def _exists(path: Path) -> bool:
     return path.exists()
+
+
+RECLAIM = """
+projects:
+  - name: main
+    quota: {nominal: {cpu: 0}}
+    preemptible_max_priority: 50
+  - name: team-b
+    quota: {nominal: {cpu: 64}}
+scheduling:
+  preemption: {enabled: true, min_runtime: 0, grace_period: 2s}
+"""
+
+
+async def test_a_project_below_its_nominal_quota_reclaims_from_a_borrowing_one(tmp_path: Path) -> None:
+    """main's fleet of two, exported to team-b; main (nominal 0) holds both; team-b (nominal above one
+    instance) takes one back from main's most recent run, which is requeued and finishes afterwards."""
+    release = tmp_path / "release"
+    hold = f"for i in $(seq 600); do [ -f {release} ] && exit 0; sleep 0.1; done; exit 1"
+    settings = make_settings(tmp_path)
+    settings.server_dir.mkdir(parents=True)
+    (settings.server_dir / "config.yml").write_text(RECLAIM)
+    async with running_server(settings) as s, s.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..2"))
+        share = {"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["fl"]}
+        assert (await c.post("/api/project/main/exports/create", json=share)).status_code == 200
+        for name in ("main-1", "main-2"):
+            body = task_body([hold], name=name, priority=50)
+            assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
+
+            async def running(name: str = name) -> bool:
+                return (await get_run(c, name))["status"] == "running"
+
+            await wait_for(running)
+        body = task_body([f"sleep 1; touch {release}"], name="back", priority=0)
+        assert (await c.post("/api/project/team-b/runs/apply", json=body)).status_code == 200
+
+        async def finished(name: str, project: str = "main") -> dict[str, object] | None:
+            run = await get_run(c, name, project)
+            return run if run["status"] in ("done", "failed", "terminated") else None
+
+        back = await wait_for(lambda: finished("back", "team-b"), timeout=30)
+        assert back["status"] == "done", back
+        first = await wait_for(lambda: finished("main-1"), timeout=30)
+        second = await wait_for(lambda: finished("main-2"), timeout=30)
+        assert first["status"] == "done" and len(first["jobs"][0]["job_submissions"]) == 1, first
+        subs = second["jobs"][0]["job_submissions"]
+        assert [(x["status"], x["termination_reason"]) for x in subs] == [
+            ("failed", "interrupted_by_no_capacity"),
+            ("done", "done_by_runner"),
+        ], subs
+        assert "Preempted by run back (a project reclaiming its quota)" in subs[0]["termination_reason_message"]
