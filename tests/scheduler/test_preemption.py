@@ -150,11 +150,11 @@ def test_reclaim_from_a_borrowing_project() -> None:
 
 # ---- no cycles -------------------------------------------------------------------------------------------
 
-HOSTS = 3
+HOSTS = 2
 
 
 class NoCycles(RuleBasedStateMachine):
-    """Runs of two projects (one GPU each) submitted, scheduled, preempted and requeued on 3 two-GPU hosts;
+    """Runs of two projects (one GPU each) submitted, scheduled, preempted and requeued on 2 two-GPU hosts;
     between two finishes (the only change that can make an earlier preemption's reverse legitimate), no
     pair of runs preempts each other both ways, min_runtime always holds and every victim gang is whole."""
 
@@ -226,5 +226,15 @@ class NoCycles(RuleBasedStateMachine):
             assert sum(1 for j in self.running if j.instance_id == f"i{h}") <= 2
 
 
+class NoCyclesWithin(NoCycles):
+    """The same without nominal quotas: only the within-project rule can preempt."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.policies = {p: QuotaPolicy(preemptible_max_priority=60) for p in ("p", "q")}
+
+
 TestNoCycles = NoCycles.TestCase
-TestNoCycles.settings = hsettings(max_examples=60, stateful_step_count=30, deadline=None)
+TestNoCycles.settings = hsettings(max_examples=40, stateful_step_count=30, deadline=None)
+TestNoCyclesWithin = NoCyclesWithin.TestCase
+TestNoCyclesWithin.settings = hsettings(max_examples=40, stateful_step_count=30, deadline=None)
