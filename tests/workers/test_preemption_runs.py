@@ -3,7 +3,8 @@ low-priority tasks, a high-priority run takes the place of exactly one, the most
 victim gets SIGTERM with its deadline readable in ``CORRAL_PREEMPTION_FILE``, its submission fails
 ``interrupted_by_no_capacity`` naming the preemptor, and it is submitted again (although it has no
 ``retry``), keeping its place in the queue ahead of a run submitted after it, and finishes after the
-preemptor; the other low run is untouched."""
+preemptor; the other low run is untouched. A multi-node run is preempted and requeued whole, and a project
+below its nominal quota reclaims an exported instance from a borrowing project."""
 
 from __future__ import annotations
 
@@ -144,3 +145,34 @@ async def test_a_project_below_its_nominal_quota_reclaims_from_a_borrowing_one(t
             ("done", "done_by_runner"),
         ], subs
         assert "Preempted by run back (a project reclaiming its quota)" in subs[0]["termination_reason_message"]
+
+
+async def test_a_multi_node_run_is_preempted_whole_and_requeued_whole(tmp_path: Path) -> None:
+    gang = (
+        f"if [ -f {tmp_path}/notice-$DSTACK_NODE_RANK ]; then test -f {tmp_path}/high-ran; exit $?; fi; "
+        f"trap 'touch {tmp_path}/notice-$DSTACK_NODE_RANK; exit 0' TERM; while true; do sleep 0.1; done"
+    )
+    settings = make_settings(tmp_path)
+    settings.server_dir.mkdir(parents=True)
+    (settings.server_dir / "config.yml").write_text(CONFIG)
+    async with running_server(settings) as s, s.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..2", placement="cluster"))
+        body = task_body([gang], name="pair", nodes=2, priority=0)
+        assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
+
+        async def running() -> bool:
+            return (await get_run(c, "pair"))["status"] == "running"
+
+        await wait_for(running)
+        high = task_body([f"touch {tmp_path}/high-ran"], name="high", priority=90)
+        assert (await c.post("/api/project/main/runs/apply", json=high)).status_code == 200
+
+        async def finished(name: str) -> dict[str, object] | None:
+            run = await get_run(c, name)
+            return run if run["status"] in ("done", "failed", "terminated") else None
+
+        assert (await wait_for(lambda: finished("high"), timeout=30))["status"] == "done"
+        pair = await wait_for(lambda: finished("pair"), timeout=30)
+        per_node = [[(x["status"], x["termination_reason"]) for x in j["job_submissions"]] for j in pair["jobs"]]
+        assert per_node == [[("failed", "interrupted_by_no_capacity"), ("done", "done_by_runner")]] * 2, per_node
+        assert (tmp_path / "notice-0").exists() and (tmp_path / "notice-1").exists()
