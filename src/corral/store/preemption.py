@@ -84,26 +84,38 @@ async def holding_jobs(conn: AsyncConnection, run_types: Mapping[str, str]) -> t
 
 
 async def stop_victims(conn: AsyncConnection, chosen: Sequence[Preemption], now: float) -> list[Preemption]:
-    """Ask every job of each chosen gang to stop, preempted (only gangs none of whose jobs was asked to stop
-    meanwhile: the decision was made on a snapshot); an event per gang. Returns the gangs stopped."""
+    """Ask every job of each chosen gang to stop, preempted; an event per gang. Returns the gangs stopped.
+
+    The decision was made on a snapshot, so it is checked again here, rows locked: a gang is stopped only
+    if none of its jobs was asked to stop meanwhile, its preemptor still waits, and no gang is already
+    stopping for that preemptor (another server replica acted first on the same queue)."""
+    if not chosen:
+        return []
+    stopping = sa.select(jobs.c.termination_reason_message).where(
+        jobs.c.stop_requested == PREEMPTED, jobs.c.status.in_((*_ACTIVE, "terminating"))
+    )
+    busy_for = {m for (m,) in await conn.execute(stopping)}
+    waiting = sa.select(jobs.c.run_id).where(
+        jobs.c.run_id.in_(sorted({p.preemptor_run_id for p in chosen})),
+        jobs.c.status == "submitted",
+        jobs.c.instance_id.is_(None),
+    )
+    still_waiting = {r for (r,) in await conn.execute(waiting)}
     done = []
     for p in chosen:
+        if p.preemptor_run_id not in still_waiting or p.message in busy_for:
+            continue
         free = sa.and_(jobs.c.id.in_(list(p.job_ids)), jobs.c.stop_requested.is_(None), jobs.c.status.in_(_ACTIVE))
-        count = (await conn.execute(sa.select(sa.func.count()).select_from(jobs).where(free))).scalar_one()
-        if count != len(p.job_ids):
+        rows = (await conn.execute(sa.select(jobs.c.id, jobs.c.project_id).where(free).with_for_update())).all()
+        if len(rows) != len(p.job_ids):
             continue
         await conn.execute(
             sa.update(jobs)
             .where(free)
             .values(stop_requested=PREEMPTED, termination_reason_message=p.message, last_processed_at=now)
         )
-        first = (await conn.execute(sa.select(jobs.c.project_id).where(jobs.c.id == p.job_ids[0]))).scalar_one()
         why = "within its project" if p.rule == "within_project" else "its project reclaiming its quota"
-        await emit(
-            conn,
-            f"Run preempted by run {p.preemptor_run_name} ({why})",
-            None,
-            [run_target(first, p.run_id, p.run_name)],
-        )
+        target = run_target(rows[0].project_id, p.run_id, p.run_name)
+        await emit(conn, f"Run preempted by run {p.preemptor_run_name} ({why})", None, [target])
         done.append(p)
     return done
