@@ -25,7 +25,7 @@ The plan is optimistic: ``store.plan_apply`` recounts under locks and rejects wh
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import replace
 
 from corral.domain.resources import InstanceResources, Requirements, match_requirements
@@ -389,8 +389,10 @@ def _schedule_gang(
     held: set[str],
     memo: PassMemo,
     book: QuotaBook | None = None,
+    fair_note: Callable[[], str | None] | None = None,
 ) -> list[Decision]:
-    """The gang's decisions; what it takes is committed into ``ledger`` (and charged in ``book``)."""
+    """The gang's decisions; what it takes is committed into ``ledger`` (and charged in ``book``).
+    ``fair_note`` says, for a gang that waits for capacity, which competing project went first."""
     head = jobs[0]
     kind = memo.gang_kind(jobs)
     screened = memo.screen(kind, lambda: _screen(head, snapshot, memo, jobs))
@@ -430,7 +432,9 @@ def _schedule_gang(
     if all(f.id in held for f in feasible):
         message = "Waiting for capacity: an earlier job that has waited long holds the fleets this job can use"
     else:
-        message = "Waiting for capacity: " + "; ".join(blockers)
+        note = fair_note() if fair_note is not None else None
+        message = f"Waiting for capacity ({note})" if note else "Waiting for capacity"
+        message += ": " + "; ".join(blockers)
     if snapshot.hold_after is not None and now - head.submitted_at >= snapshot.hold_after:
         held.update(f.id for f in feasible)
     reclaims = reclaim_for(jobs, feasible, snapshot, ledger)
@@ -438,6 +442,45 @@ def _schedule_gang(
         message = "Waiting for capacity: freeing idle instances of this machine for this job"
     waits: list[Decision] = [Wait(j.id, message) for j in jobs if j.status_message != message]
     return [*reclaims, *waits]
+
+
+class _FairNote:
+    """Why a gang taken in fair-share order waits: a competing project whose gang went earlier in the pass,
+    with a lower weighted share, on a fleet this gang could use (``scheduling/queue`` reason ``fair_share``)."""
+
+    def __init__(
+        self,
+        head: QueuedJob,
+        shares: ShareBook,
+        earlier: dict[str, tuple[str, float, set[str]]],
+        snapshot: Snapshot,
+        memo: PassMemo,
+    ) -> None:
+        self.head, self.shares, self.earlier, self.snapshot, self.memo = head, shares, earlier, snapshot, memo
+        self.share = shares.share(head.project_id)
+        self._fleets: set[str] | None = None
+
+    def fleets(self) -> set[str]:
+        if self._fleets is None:
+            self._fleets = {f.id for f in _candidate_fleets(self.head, self.snapshot.fleets, self.memo)}
+        return self._fleets
+
+    def __call__(self) -> str | None:
+        for project_id, (name, share, fleets) in self.earlier.items():
+            if project_id != self.head.project_id and share < self.share and fleets & self.fleets():
+                return f"fair share: project '{name}' is further below its entitlement"
+        return None
+
+    def record(self) -> None:
+        """Remember this gang's project, at the share it had when its turn came (the lowest of its gangs)."""
+        pid = self.head.project_id
+        known = self.earlier.get(pid)
+        if known is None:
+            self.earlier[pid] = (self.head.project_name or pid, self.share, set(self.fleets()))
+        elif self.share < known[1]:
+            self.earlier[pid] = (known[0], self.share, known[2] | self.fleets())
+        else:
+            known[2].update(self.fleets())
 
 
 def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
@@ -455,8 +498,14 @@ def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
     book = QuotaBook(snapshot) if snapshot.quotas else None
     shares = ShareBook(snapshot) if snapshot.shares else None
     ordered = fair_order(list(gangs.items()), shares) if shares is not None else iter(gangs.items())
+    earlier: dict[str, tuple[str, float, set[str]]] = {}
     for (run_id, _replica), jobs in ordered:
-        decisions = _schedule_gang(jobs, snapshot, ledger, now, held, memo if reuse else PassMemo(), book)
+        note = None
+        if shares is not None:
+            note = _FairNote(jobs[0], shares, earlier, snapshot, memo)
+        decisions = _schedule_gang(jobs, snapshot, ledger, now, held, memo if reuse else PassMemo(), book, note)
+        if note is not None:
+            note.record()
         if decisions:
             out.append(Gang(run_id, tuple(decisions), jobs[0].project_id))
             if shares is not None:
