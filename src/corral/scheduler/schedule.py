@@ -31,7 +31,7 @@ from dataclasses import replace
 from corral.domain.resources import InstanceResources, Requirements, match_requirements
 from corral.domain.selectors import FleetRef, InstanceIdentity, Selector, matches
 from corral.scheduler.blocks import blocks_needed, total_blocks_for
-from corral.scheduler.fair_share import ShareBook, fair_order
+from corral.scheduler.fair_share import FairNote, ShareBook, fair_order
 from corral.scheduler.fallbacks import fallbacks
 from corral.scheduler.fleet_upkeep import reclaim_for
 from corral.scheduler.fleet_view import WIRE_NAMES
@@ -444,43 +444,8 @@ def _schedule_gang(
     return [*reclaims, *waits]
 
 
-class _FairNote:
-    """Why a gang taken in fair-share order waits: a competing project whose gang went earlier in the pass,
-    with a lower weighted share, on a fleet this gang could use (``scheduling/queue`` reason ``fair_share``)."""
-
-    def __init__(
-        self,
-        head: QueuedJob,
-        shares: ShareBook,
-        earlier: dict[str, tuple[str, float, set[str]]],
-        snapshot: Snapshot,
-        memo: PassMemo,
-    ) -> None:
-        self.head, self.shares, self.earlier, self.snapshot, self.memo = head, shares, earlier, snapshot, memo
-        self.share = shares.share(head.project_id)
-        self._fleets: set[str] | None = None
-
-    def fleets(self) -> set[str]:
-        if self._fleets is None:
-            self._fleets = {f.id for f in _candidate_fleets(self.head, self.snapshot.fleets, self.memo)}
-        return self._fleets
-
-    def __call__(self) -> str | None:
-        for project_id, (name, share, fleets) in self.earlier.items():
-            if project_id != self.head.project_id and share < self.share and fleets & self.fleets():
-                return f"fair share: project '{name}' is further below its entitlement"
-        return None
-
-    def record(self) -> None:
-        """Remember this gang's project, at the share it had when its turn came (the lowest of its gangs)."""
-        pid = self.head.project_id
-        known = self.earlier.get(pid)
-        if known is None:
-            self.earlier[pid] = (self.head.project_name or pid, self.share, set(self.fleets()))
-        elif self.share < known[1]:
-            self.earlier[pid] = (known[0], self.share, known[2] | self.fleets())
-        else:
-            known[2].update(self.fleets())
+def _fleet_ids(job: QueuedJob, snapshot: Snapshot, memo: PassMemo) -> Callable[[], set[str]]:
+    return lambda: {f.id for f in _candidate_fleets(job, snapshot.fleets, memo)}
 
 
 def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
@@ -500,9 +465,7 @@ def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
     ordered = fair_order(list(gangs.items()), shares) if shares is not None else iter(gangs.items())
     earlier: dict[str, tuple[str, float, set[str]]] = {}
     for (run_id, _replica), jobs in ordered:
-        note = None
-        if shares is not None:
-            note = _FairNote(jobs[0], shares, earlier, snapshot, memo)
+        note = FairNote(jobs[0], shares, earlier, _fleet_ids(jobs[0], snapshot, memo)) if shares is not None else None
         decisions = _schedule_gang(jobs, snapshot, ledger, now, held, memo if reuse else PassMemo(), book, note)
         if note is not None:
             note.record()
