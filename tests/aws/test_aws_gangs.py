@@ -16,11 +16,12 @@ import pytest_asyncio
 from ec2_extras import Reservation
 from moto_harness import REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2, fault_proxy
 
-from corral.backends.aws import gangs, launch, placement, reservations
+from corral.backends.aws import ec2, gangs, launch, placement, reservations
 from corral.backends.aws.compute import AWSCompute
 from corral.domain.records import InstanceRec
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.types import Offer
+from corral.workers import gangs as worker_gangs
 from server_harness import RunningServer, finished_run, make_settings, running_server, wait_for
 
 ON_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
@@ -103,6 +104,11 @@ def test_names_types_and_which_launch_path() -> None:
     assert gangs.launch_path(same) == "count"
     assert gangs.launch_path([_offer("m7i.large"), _offer("c7i.xlarge")]) == "parallel"
     assert gangs.launch_path([_offer("m7i.large"), _offer("m7i.large", spot=True)]) == "parallel"
+    # a gang refused for capacity waits while its run's retry (on no-capacity) lasts; else it fails
+    assert worker_gangs.waits(True, reserved_at=100.0, wait=60.0, now=150.0)
+    assert not worker_gangs.waits(True, reserved_at=100.0, wait=60.0, now=161.0)
+    assert not worker_gangs.waits(True, reserved_at=100.0, wait=None, now=101.0)
+    assert not worker_gangs.waits(False, reserved_at=100.0, wait=60.0, now=101.0)
 
 
 def test_adoption_maps_instances_to_rows() -> None:
@@ -195,21 +201,42 @@ async def test_a_run_whose_gang_finds_no_capacity_fails_whole(
 
 
 @ON_MODULE_LOOP
-async def test_a_gang_launches_together_in_a_placement_group_and_into_the_reservation(
-    fresh_cache: None, server: RunningServer, proxy: FaultProxy, hypervisor: Hypervisor, vpc: tuple[str, str, str]
+async def test_a_gang_waits_for_capacity_then_launches_together_in_a_placement_group_and_the_reservation(
+    server: RunningServer,
+    proxy: FaultProxy,
+    hypervisor: Hypervisor,
+    vpc: tuple[str, str, str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """``retry`` on ``no-capacity``: the refused gang keeps its reservation and is launched again, whole,
+    once EC2 has room: one RunInstances for both nodes, in the reservation's zone, in a cluster placement
+    group, into the reservation. The groups are deleted: the refused launch's at once, the other's once
+    its instances are terminated."""
+    server.ctx.computes["aws"].unavailable = launch.Unavailable(ttl=0)  # the refusal is not remembered
+    monkeypatch.setattr(worker_gangs, "RETRY_INTERVAL", 0.5)
+    refusals = ["InsufficientInstanceCapacity"]
     before = len(proxy.launches)
+    proxy.fault = lambda lt: refusals.pop() if refusals else None
+    body = _task("gang-ok")
+    body["plan"]["run_spec"]["configuration"]["retry"] = {"on_events": ["no-capacity"], "duration": 120}
     async with server.client() as c:
-        r = await c.post("/api/project/main/runs/apply", json=_task("gang-ok"))
-        assert r.status_code == 200, r.text
-        run = await finished_run(c, "gang-ok", timeout=120)
+        try:
+            r = await c.post("/api/project/main/runs/apply", json=body)
+            assert r.status_code == 200, r.text
+            run = await finished_run(c, "gang-ok", timeout=120)
+        finally:
+            proxy.fault = None
         sub = run["jobs"][0]["job_submissions"][-1]
         assert run["status"] == "done", sub.get("termination_reason_message")
+        assert [len(j["job_submissions"]) for j in run["jobs"]] == [1, 1]  # the same submissions waited
         made = proxy.launches[before:]
-        # one RunInstances for both nodes, in the reservation's zone, in a cluster group, into the reservation
-        assert [(m.count, m.subnet, m.reservation, m.error) for m in made] == [(2, vpc[2], RESERVATION, "")]
-        group = made[0].group
+        assert [(m.count, m.subnet, m.reservation, m.error) for m in made] == [
+            (2, vpc[2], RESERVATION, "InsufficientInstanceCapacity"),
+            (2, vpc[2], RESERVATION, ""),
+        ]
+        refused, group = made[0].group, made[1].group
         assert group.startswith("dstack-main-gangfl-") and group in proxy.extras.groups
+        assert refused != group and refused in proxy.extras.deleted
         hosts = {j["job_submissions"][-1]["job_provisioning_data"]["internal_ip"] for j in run["jobs"]}
         assert len(hosts) == 2
         r = await c.post("/api/project/main/fleets/delete", json={"names": ["gangfl"]})
@@ -219,3 +246,56 @@ async def test_a_gang_launches_together_in_a_placement_group_and_into_the_reserv
             return group in proxy.extras.deleted and not _live(hypervisor.moto, "corral_fleet", "gangfl")
 
         await wait_for(deleted, timeout=60)
+
+
+@ON_MODULE_LOOP
+async def test_a_gang_launched_before_a_crash_is_adopted_not_launched_again(
+    fresh_cache: None, server: RunningServer, proxy: FaultProxy, hypervisor: Hypervisor
+) -> None:
+    """The server launched the gang (one RunInstances) and died before it recorded anything: the next
+    provisioning finds the instances by their gang tag and brings them up, with no RunInstances."""
+    compute: AWSCompute = server.ctx.computes["aws"]
+    offer = next(o for o in compute.offers() if o.instance_type == "m7i.large" and o.region == REGION)
+    rows = [_row(offer, 0), _row(offer, 1)]
+    project = await compute.project("main")
+    client = await compute._ec2(ec2.client, project.creds, REGION)
+    ids, group = await gangs._launch(compute, project, rows, [offer, offer], client, True, None)
+    before = len(proxy.launches)
+    provisioned = await compute.create_gang(rows, True, None)
+    assert len(proxy.launches) == before
+    assert [p.agent.connection["aws"]["instance_id"] for p in provisioned] == ids  # type: ignore[index]
+    for r, p in zip(rows, provisioned, strict=True):
+        await compute.terminate_instance(r.id, p.agent)
+    assert not _live(hypervisor.moto, "corral_gang", rows[0].id)
+    assert group in proxy.extras.deleted
+
+
+@ON_MODULE_LOOP
+async def test_a_single_node_run_on_a_reserved_fleet_launches_into_the_reservation(
+    fresh_cache: None, server: RunningServer, proxy: FaultProxy, hypervisor: Hypervisor, vpc: tuple[str, str, str]
+) -> None:
+    """A fleet's ``reservation`` applies to every instance it launches, a lone one too."""
+    fleet = {"type": "fleet", "name": "resfl", "nodes": "0..1", "backends": ["aws"], "instance_types": ["m7i.large"],
+             "reservation": RESERVATION, "resources": {"cpu": "2.."}}  # fmt: skip
+    task = {"type": "task", "name": "res-one", "commands": ["true"], "fleets": ["resfl"], "resources": {"cpu": "2.."}}
+    before = len(proxy.launches)
+    async with server.client() as c:
+        r = await c.post(
+            "/api/project/main/fleets/apply",
+            json={"plan": {"spec": {"configuration": fleet, "profile": {}}}, "force": True},
+        )
+        assert r.status_code == 200, r.text
+        r = await c.post(
+            "/api/project/main/runs/apply", json={"force": True, "plan": {"run_spec": {"configuration": task}}}
+        )
+        assert r.status_code == 200, r.text
+        run = await finished_run(c, "res-one", timeout=120)
+        assert run["status"] == "done", run["jobs"][0]["job_submissions"][-1].get("termination_reason_message")
+        made = proxy.launches[before:]
+        assert [(m.count, m.subnet, m.reservation, m.group) for m in made] == [(1, vpc[2], RESERVATION, "")]
+        await c.post("/api/project/main/fleets/delete", json={"names": ["resfl"]})
+        await wait_for(lambda: _none_live(hypervisor.moto, "resfl"), timeout=60)
+
+
+async def _none_live(moto: MotoEC2, fleet: str) -> bool:
+    return not _live(moto, "corral_fleet", fleet)
