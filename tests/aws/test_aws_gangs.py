@@ -213,7 +213,7 @@ async def test_a_gang_waits_for_capacity_then_launches_together_in_a_placement_g
     group, into the reservation. The groups are deleted: the refused launch's at once, the other's once
     its instances are terminated."""
     server.ctx.computes["aws"].unavailable = launch.Unavailable(ttl=0)  # the refusal is not remembered
-    monkeypatch.setattr(worker_gangs, "RETRY_INTERVAL", 0.5)
+    monkeypatch.setattr(worker_gangs, "RETRY_INTERVAL", 2.5)  # two passes of the worker wait
     refusals = ["InsufficientInstanceCapacity"]
     before = len(proxy.launches)
     proxy.fault = lambda lt: refusals.pop() if refusals else None

@@ -44,17 +44,21 @@ class Gangs:
         self.ctx = owner.ctx
         #: Gang key -> when it may be launched again (it waits for capacity).
         self._not_before: dict[str, float] = {}
+        #: Instances of gangs that wait for capacity now: nobody provisions them meanwhile.
+        self.waiting: set[str] = set()
 
     async def start(self, pending: list[InstanceRec]) -> list[tuple[tuple[str, ...], asyncio.Task[None]]]:
         """Start provisioning the gangs among ``pending`` (instances no task holds yet); their ids and task."""
         capable = [i for i in pending if hasattr(self.ctx.computes.get(i.backend), "create_gang")]
         if not capable:
+            self.waiting = set()
             return []  # no query in the common case
         async with self.ctx.db.read() as conn:
             gangs = await pending_gangs(conn, [i.id for i in capable])
         by_id = {i.id: i for i in capable}
         now = time.time()
         due = [g for g in gangs if self._not_before.get(g.key, 0.0) <= now]
+        self.waiting = {i for g in gangs if g not in due for i in g.instance_ids}
         return [
             (g.instance_ids, asyncio.create_task(self._provision([by_id[i] for i in g.instance_ids], g))) for g in due
         ]

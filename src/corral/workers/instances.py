@@ -54,7 +54,7 @@ class Instances:
                 self._tasks[iid] = gang
                 gang.add_done_callback(self._untrack(iid))
         for inst in todo:
-            if inst.id in self._tasks:
+            if inst.id in self._tasks or inst.id in self.gangs.waiting:
                 continue
             work = self._provision(inst) if inst.status == "pending" else self._terminate(inst)
             task = asyncio.create_task(work)
