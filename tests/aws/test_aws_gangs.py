@@ -37,6 +37,8 @@ projects:
         public_ips: false
 """
 RESERVATION = "cr-0123456789abcdef0"
+#: Holds a type dearer than the cheapest offer that fits: the fleet's offers are narrowed to it.
+RESERVED_C7I = "cr-0c7i0c7i0c7i0c7i0"
 FLEET = {"type": "fleet", "name": "gangfl", "nodes": "0..2", "backends": ["aws"], "placement": "cluster",
          "instance_types": ["m7i.large"], "reservation": RESERVATION, "resources": {"cpu": "2.."}}  # fmt: skip
 
@@ -52,6 +54,7 @@ def proxy(moto: MotoEC2, hypervisor: Hypervisor, vpc: tuple[str, str, str]) -> I
     """No capacity in zone a (no fake hosts there); the reservation is in zone b."""
     with fault_proxy(moto, [vpc[1]]) as fp:
         fp.extras.reservations[RESERVATION] = Reservation(RESERVATION, "m7i.large", f"{REGION}b", 2)
+        fp.extras.reservations[RESERVED_C7I] = Reservation(RESERVED_C7I, "c7i.xlarge", f"{REGION}b", 1)
         yield fp
 
 
@@ -274,9 +277,10 @@ async def test_a_gang_launched_before_a_crash_is_adopted_not_launched_again(
 async def test_a_single_node_run_on_a_reserved_fleet_launches_into_the_reservation(
     fresh_cache: None, server: RunningServer, proxy: FaultProxy, hypervisor: Hypervisor, vpc: tuple[str, str, str]
 ) -> None:
-    """A fleet's ``reservation`` applies to every instance it launches, a lone one too."""
-    fleet = {"type": "fleet", "name": "resfl", "nodes": "0..1", "backends": ["aws"], "instance_types": ["m7i.large"],
-             "reservation": RESERVATION, "resources": {"cpu": "2.."}}  # fmt: skip
+    """A fleet's ``reservation`` applies to every instance it launches, a lone one too, and narrows its
+    offers to the reservation's type (dearer than the cheapest that fits) in its region."""
+    fleet = {"type": "fleet", "name": "resfl", "nodes": "0..1", "backends": ["aws"], "reservation": RESERVED_C7I,
+             "resources": {"cpu": "2.."}}  # fmt: skip
     task = {"type": "task", "name": "res-one", "commands": ["true"], "fleets": ["resfl"], "resources": {"cpu": "2.."}}
     before = len(proxy.launches)
     async with server.client() as c:
@@ -292,7 +296,9 @@ async def test_a_single_node_run_on_a_reserved_fleet_launches_into_the_reservati
         run = await finished_run(c, "res-one", timeout=120)
         assert run["status"] == "done", run["jobs"][0]["job_submissions"][-1].get("termination_reason_message")
         made = proxy.launches[before:]
-        assert [(m.count, m.subnet, m.reservation, m.group) for m in made] == [(1, vpc[2], RESERVATION, "")]
+        assert [(m.instance_type, m.count, m.subnet, m.reservation, m.group) for m in made] == [
+            ("c7i.xlarge", 1, vpc[2], RESERVED_C7I, "")
+        ]
         await c.post("/api/project/main/fleets/delete", json={"names": ["resfl"]})
         await wait_for(lambda: _none_live(hypervisor.moto, "resfl"), timeout=60)
 
