@@ -28,6 +28,7 @@ class EC2Extras:
     #: States of instances by id (asks moto; set by the proxy).
     states: Callable[[list[str]], dict[str, str]] = lambda ids: {}
     groups: dict[str, str] = field(default_factory=dict)  # name -> strategy
+    group_tags: dict[str, dict[str, str]] = field(default_factory=dict)
     members: dict[str, set[str]] = field(default_factory=dict)  # name -> instance ids launched into it
     deleted: list[str] = field(default_factory=list)
     reservations: dict[str, Reservation] = field(default_factory=dict)
@@ -51,10 +52,16 @@ class EC2Extras:
                 if name in self.groups:
                     return _error("InvalidPlacementGroup.Duplicate", f"The placement group '{name}' already exists.")
                 self.groups[name] = one("Strategy") or "cluster"
-                return _ok(action, _group_xml(name, self.groups[name], "placementGroup"))
+                self.group_tags[name] = _tags(form)
+                return _ok(action, _group_xml(name, self.groups[name], "placementGroup", self.group_tags[name]))
             if action == "DescribePlacementGroups":
                 names = [v[0] for k, v in form.items() if k.startswith("GroupName.")] or list(self.groups)
-                items = "".join(_group_xml(n, self.groups[n], "item") for n in names if n in self.groups)
+                wanted = _tag_filters(form)
+                items = "".join(
+                    _group_xml(n, self.groups[n], "item", self.group_tags.get(n, {}))
+                    for n in names
+                    if n in self.groups and all(self.group_tags.get(n, {}).get(k) in v for k, v in wanted.items())
+                )
                 return _ok(action, f"<placementGroupSet>{items}</placementGroupSet>")
             if action == "DeletePlacementGroup":
                 name = one("GroupName")
@@ -67,6 +74,7 @@ class EC2Extras:
                 return _error("InvalidPlacementGroup.InUse", f"The placement group '{name}' is in use.")
             with self.lock:
                 self.groups.pop(name, None)
+                self.group_tags.pop(name, None)
                 self.deleted.append(name)
             return _ok(action, "<return>true</return>")
         ids = [v[0] for k, v in form.items() if k.startswith("CapacityReservationId.")]
@@ -81,10 +89,27 @@ class EC2Extras:
         return _ok(action, f"<capacityReservationSet>{items}</capacityReservationSet>")
 
 
-def _group_xml(name: str, strategy: str, tag: str) -> str:
+def _tags(form: dict[str, list[str]]) -> dict[str, str]:
+    """``TagSpecification.1.Tag.N.Key/Value`` of a create call."""
+    keys = {k.split(".")[3]: v[0] for k, v in form.items() if re.fullmatch(r"TagSpecification\.1\.Tag\.\d+\.Key", k)}
+    return {key: (form.get(f"TagSpecification.1.Tag.{n}.Value") or [""])[0] for n, key in keys.items()}
+
+
+def _tag_filters(form: dict[str, list[str]]) -> dict[str, list[str]]:
+    """``Filter.N.Name=tag:K`` with ``Filter.N.Value.M``: K -> the values asked for."""
+    out = {}
+    for k, v in form.items():
+        m = re.fullmatch(r"Filter\.(\d+)\.Name", k)
+        if m and v[0].startswith("tag:"):
+            out[v[0][4:]] = [val[0] for kk, val in form.items() if kk.startswith(f"Filter.{m.group(1)}.Value.")]
+    return out
+
+
+def _group_xml(name: str, strategy: str, tag: str, tags: dict[str, str]) -> str:
+    tag_set = "".join(f"<item><key>{k}</key><value>{v}</value></item>" for k, v in tags.items())
     return (
         f"<{tag}><groupName>{name}</groupName><state>available</state><strategy>{strategy}</strategy>"
-        f"<groupId>pg-{abs(hash(name)) % 10**17:017x}</groupId></{tag}>"
+        f"<groupId>pg-{abs(hash(name)) % 10**17:017x}</groupId><tagSet>{tag_set}</tagSet></{tag}>"
     )
 
 

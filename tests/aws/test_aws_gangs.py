@@ -102,6 +102,7 @@ def test_names_types_and_which_launch_path() -> None:
     rand = placement.group_name("main", "f").rsplit("-", 1)[1]
     assert len(rand) == 8 and rand.isalnum() and rand == rand.lower()
     assert not placement.supports_cluster("t3.large") and not placement.supports_cluster("t2.small")
+    assert placement.unused([("a", 0.0), ("b", 0.0), ("c", 90.0)], {"b"}, grace=60.0, now=100.0) == ["a"]
     assert placement.supports_cluster("p5.48xlarge")
     same = [_offer("m7i.large"), _offer("m7i.large")]
     assert gangs.launch_path(same) == "count"
@@ -263,6 +264,14 @@ async def test_a_gang_launched_before_a_crash_is_adopted_not_launched_again(
     project = await compute.project("main")
     client = await compute._ec2(ec2.client, project.creds, REGION)
     ids, group = await gangs._launch(compute, project, rows, [offer, offer], client, True, None)
+    # the reaper's sweep deletes this server's groups no live instance names (a launch that never came)
+    server_id = await compute._server_id()
+    await compute._ec2(placement.create, client, "dstack-main-adopt-unused0", server_id, "main", 0.0)
+    assert "dstack-main-adopt-unused0" in await gangs.sweep_groups(compute, project, [REGION], 60.0, report=True)
+    assert "dstack-main-adopt-unused0" in proxy.extras.groups  # "report": only logged
+    await gangs.sweep_groups(compute, project, [REGION], 60.0, report=False)  # (or the server's own reaper did)
+    assert "dstack-main-adopt-unused0" in proxy.extras.deleted
+    assert group in proxy.extras.groups  # its instances live
     before = len(proxy.launches)
     provisioned = await compute.create_gang(rows, True, None)
     assert len(proxy.launches) == before

@@ -180,7 +180,7 @@ async def _launch(
     if cluster and all(placement.supports_cluster(o.instance_type) for o in offers):
         group = placement.group_name(project.name, rows[0].fleet_name or "", None)
         try:
-            await compute._ec2(placement.create, client, group, server_id, project.name)
+            await compute._ec2(placement.create, client, group, server_id, project.name, time.time())
         except ec2.AWSError as e:
             raise GangError(f"placement group {group}: {e}", capacity=False) from None
         extra["Placement"] = {**extra.get("Placement", {}), "GroupName": group}
@@ -374,3 +374,33 @@ async def release_group(compute: AWSCompute, client: Any, where: dict[str, Any])
     live = await compute._ec2(ec2.by_tag, client, launch.TAG_GANG, str(where.get("gang") or ""))
     if not [i for i in live if str(i["InstanceId"]) != str(where.get("instance_id"))]:
         raise ProvisioningError(f"placement group {group} is still in use; deleting it again")
+
+
+async def sweep_groups(
+    compute: AWSCompute, project: AWSProject, regions: Sequence[str], grace: float, report: bool
+) -> list[str]:
+    """Delete (with ``report``: only log) this server's placement groups in ``regions`` that no live
+    instance of it names, made more than ``grace`` seconds ago; their names."""
+    server_id = await compute._server_id()
+    swept: list[str] = []
+    for region in regions:
+        client = await compute._ec2(ec2.client, project.creds, region)
+        once = await compute._ec2(ec2.client, project.creds, region, "ec2", True)
+        try:  # asked once, not retried: an endpoint without placement groups costs one reply per pass
+            groups = await compute._ec2(placement.owned, once, server_id)
+        except ec2.AWSError as e:
+            log.warning("could not list the placement groups of %s in %s: %s", project.name, region, e)
+            continue
+        if not groups:
+            continue
+        live = await compute._ec2(ec2.by_tag, client, launch.TAG_SERVER, server_id)
+        named = {t["Value"] for i in live for t in i.get("Tags") or [] if t["Key"] == TAG_PLACEMENT}
+        for name in placement.unused(groups, named, grace, time.time()):
+            if report:
+                log.warning("unused placement group %s in %s: reported only", name, region)
+            elif await compute._ec2(placement.delete, client, name):
+                log.warning("deleted unused placement group %s in %s", name, region)
+            else:
+                continue
+            swept.append(name)
+    return swept

@@ -4,6 +4,9 @@ gang's region, ``Placement.GroupName`` on its RunInstances, and ``DeletePlacemen
 are gone (``InvalidPlacementGroup.Unknown``: already deleted; ``InvalidPlacementGroup.InUse``: an instance
 still holds it -- the group is deleted by the termination of the last one, tried again until then).
 Burstable types (``t2.``, ``t3.``) cannot be placed in a cluster group: such a gang launches without one.
+A group is tagged with this server's id and when it was made (``corral_created``): the orphan reaper
+deletes this server's groups that no live instance names and that are older than its grace (a server
+that died between CreatePlacementGroup and the launch, a deletion that never came).
 
 The naming and the type rule are pure; the calls take a boto3 client (``ec2.call``, run in a thread by
 the caller).
@@ -14,6 +17,7 @@ from __future__ import annotations
 import re
 import secrets
 import string
+from collections.abc import Iterable
 from typing import Any
 
 from corral.backends.aws import ec2
@@ -21,6 +25,8 @@ from corral.backends.aws.launch import OWNER, TAG_PROJECT, TAG_SERVER
 
 #: Instance families EC2 refuses in a cluster placement group (dstack's ``PlacementGroupNotSupportedError``).
 UNSUPPORTED_PREFIXES = ("t2.", "t3.")
+#: The tag saying when a group was made (epoch seconds).
+TAG_CREATED = "corral_created"
 #: EC2's limit on a placement group's name.
 NAME_LIMIT = 255
 _ALPHABET = string.ascii_lowercase + string.digits
@@ -39,12 +45,18 @@ def group_name(project: str, fleet: str, rand: str | None = None) -> str:
     return f"{head}-{suffix}"
 
 
-def create(client: Any, name: str, server_id: str, project: str) -> None:
+def unused(groups: Iterable[tuple[str, float]], named: set[str], grace: float, now: float) -> list[str]:
+    """Those of ``groups`` ((name, when made)) that no live instance names and older than ``grace``."""
+    return [name for name, made in groups if name not in named and now - made > grace]
+
+
+def create(client: Any, name: str, server_id: str, project: str, now: float) -> None:
     """Create the cluster group ``name`` (one that exists already is taken as it is: a retried launch)."""
     tags = [
         {"Key": OWNER[0], "Value": OWNER[1]},
         {"Key": TAG_SERVER, "Value": server_id},
         {"Key": TAG_PROJECT, "Value": project},
+        {"Key": TAG_CREATED, "Value": str(int(now))},
     ]
     try:
         ec2.call(
@@ -57,6 +69,19 @@ def create(client: Any, name: str, server_id: str, project: str) -> None:
     except ec2.AWSError as e:
         if e.code != "InvalidPlacementGroup.Duplicate":
             raise
+
+
+def owned(client: Any, server_id: str) -> list[tuple[str, float]]:
+    """This server's placement groups: (name, when made)."""
+    found = ec2.call(
+        client, "describe_placement_groups", Filters=[{"Name": f"tag:{TAG_SERVER}", "Values": [server_id]}]
+    )["PlacementGroups"]
+    out = []
+    for g in found:
+        tags = {t["Key"]: t["Value"] for t in g.get("Tags") or []}
+        made = tags.get(TAG_CREATED, "")
+        out.append((str(g["GroupName"]), float(made) if made.isdigit() else 0.0))
+    return out
 
 
 def delete(client: Any, name: str) -> bool:
