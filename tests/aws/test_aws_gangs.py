@@ -16,7 +16,7 @@ import pytest_asyncio
 from ec2_extras import Reservation
 from moto_harness import REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2, fault_proxy
 
-from corral.backends.aws import ec2, gangs, launch, placement, reservations
+from corral.backends.aws import ec2, gang_cleanup, gangs, launch, placement, reservations
 from corral.backends.aws.compute import AWSCompute
 from corral.domain.records import InstanceRec
 from corral.scheduler.codec import offer_to_json
@@ -267,9 +267,9 @@ async def test_a_gang_launched_before_a_crash_is_adopted_not_launched_again(
     # the reaper's sweep deletes this server's groups no live instance names (a launch that never came)
     server_id = await compute._server_id()
     await compute._ec2(placement.create, client, "dstack-main-adopt-unused0", server_id, "main", 0.0)
-    assert "dstack-main-adopt-unused0" in await gangs.sweep_groups(compute, project, [REGION], 60.0, report=True)
+    assert "dstack-main-adopt-unused0" in await gang_cleanup.sweep_groups(compute, project, [REGION], 60.0, report=True)
     assert "dstack-main-adopt-unused0" in proxy.extras.groups  # "report": only logged
-    await gangs.sweep_groups(compute, project, [REGION], 60.0, report=False)  # (or the server's own reaper did)
+    await gang_cleanup.sweep_groups(compute, project, [REGION], 60.0, report=False)  # (or the server's own reaper did)
     assert "dstack-main-adopt-unused0" in proxy.extras.deleted
     assert group in proxy.extras.groups  # its instances live
     before = len(proxy.launches)

@@ -2,7 +2,7 @@
 per region it names, the instances tagged with this server's id whose row is missing or terminated and
 older than ``CORRAL_ORPHAN_GRACE`` are terminated (or only reported: ``CORRAL_ORPHAN_ACTION=report``).
 Instances without corral's server tag are never looked at. This server's placement groups that no live
-instance names are deleted after the same grace (``backends.aws.gangs.sweep_groups``).
+instance names are deleted after the same grace (``backends.aws.gang_cleanup.sweep_groups``).
 
 Load (rows and projects) → decide (``backends.aws.orphans``, pure) → act (EC2, no transaction open).
 """
@@ -15,7 +15,7 @@ import time
 import sqlalchemy as sa
 
 from corral.backends.aws.catalog import load as load_catalog
-from corral.backends.aws.gangs import sweep_groups
+from corral.backends.aws.gang_cleanup import sweep_groups
 from corral.store.tables import instances, projects
 from corral.workers.context import Context
 

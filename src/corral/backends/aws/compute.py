@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corral.backends.aws import catalog, ec2, gangs, launch
+from corral.backends.aws import catalog, ec2, gang_cleanup, gangs, launch
 from corral.backends.aws.interruptions import Lost, lost
 from corral.backends.aws.orphans import Tagged, orphans
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
@@ -346,7 +346,7 @@ class AWSCompute:
         while True:
             described = await self._ec2(ec2.state, client, ec2_id)
             if described is None or described["State"]["Name"] == "terminated":
-                return await gangs.release_group(self, client, where)  # its placement group, if the last
+                return await gang_cleanup.release_group(self, client, where)  # its placement group, if the last
             state = str(described["State"]["Name"])
             if time.monotonic() >= deadline:
                 break

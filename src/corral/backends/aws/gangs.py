@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from corral.backends.aws import catalog, ec2, launch, placement, reservations
+from corral.backends.aws import gang_cleanup as cleanup
 from corral.backends.base import Provisioned, ProvisioningError
 from corral.domain.records import InstanceRec
 from corral.scheduler.types import Offer
@@ -37,8 +38,7 @@ log = logging.getLogger("corral.aws.gangs")
 
 #: How long the parallel launches of a gang (nodes of different offers) may take together.
 PARALLEL_DEADLINE = 120.0
-#: The tag naming the placement group an instance was launched in (its termination deletes the group).
-TAG_PLACEMENT = "corral_placement_group"
+TAG_PLACEMENT = cleanup.TAG_PLACEMENT
 
 Path = Literal["count", "parallel"]
 
@@ -102,12 +102,12 @@ async def create_gang(
         log.info("gang of %s: adopting %s, launched before a restart", lead.name, ", ".join(ids))
     else:
         if found:  # a partial launch: nothing of it is kept
-            await _rollback(compute, client, [str(i["InstanceId"]) for i in found], None)
+            await cleanup.rollback(compute, client, [str(i["InstanceId"]) for i in found], None)
         ids, group = await _launch(compute, project, rows, offers, client, cluster, reservation)
     try:
         return await _bring_up(compute, project, rows, offers, client, ids, group)
     except ProvisioningError as e:
-        await _rollback(compute, client, ids, group)
+        await cleanup.rollback(compute, client, ids, group)
         raise GangError(f"a node of the gang could not be brought up: {e}", capacity=False) from None
 
 
@@ -217,7 +217,7 @@ async def _launch(
             capacity = verdict == "quota"
             break
     if group is not None:
-        await _delete_group(compute, client, group)
+        await cleanup.delete_group(compute, client, group)
     what = ", ".join(sorted({o.instance_type for o in offers}))
     raise GangError(
         f"aws: the {len(rows)} nodes ({what} in {region}) could not be launched together "
@@ -283,9 +283,10 @@ async def _launch_count(
     except ec2.AWSError as e:
         return e, key
     launched = sorted(reply["Instances"], key=lambda i: int(i.get("AmiLaunchIndex") or 0))
+    await _cancel_spot_requests(compute, p.where.client, launched)
     ids = [str(i["InstanceId"]) for i in launched]
     if len(ids) != len(rows):  # EC2 promises MinCount or nothing; never keep a part
-        await _rollback(compute, p.where.client, ids, None)
+        await cleanup.rollback(compute, p.where.client, ids, None)
         return ec2.AWSError("InsufficientInstanceCapacity", f"{len(ids)} of {len(rows)} instances launched"), key
     for row, ec2_id in zip(rows[1:], ids[1:], strict=False):
         tags = [
@@ -318,89 +319,17 @@ async def _launch_parallel(
             error = error or (exc if isinstance(exc, ec2.AWSError) else ec2.AWSError("", str(exc)))
             refused.append(launch.market_key(o.instance_type, o.resources.spot))
         else:
+            await _cancel_spot_requests(compute, p.where.client, t.result()["Instances"])
             ids.append(str(t.result()["Instances"][0]["InstanceId"]))
     if error is None:
         return ids
     if ids:
-        await _rollback(compute, p.where.client, ids, None)
+        await cleanup.rollback(compute, p.where.client, ids, None)
     return error, refused
 
 
-async def _rollback(compute: AWSCompute, client: Any, ids: Sequence[str], group: str | None) -> None:
-    """Terminate ``ids`` and wait until EC2 says so (the orphan reaper is the backstop past the
-    termination timeout), then delete ``group``."""
-    for ec2_id in ids:
-        try:
-            await compute._ec2(ec2.terminate, client, ec2_id)
-        except ec2.AWSError as e:
-            log.warning("could not terminate %s of a failed gang: %s", ec2_id, e)
-    deadline = time.monotonic() + compute.terminate_timeout
-    left = list(ids)
-    while left and time.monotonic() < deadline:
-        states = {str(i["InstanceId"]): i["State"]["Name"] for i in await compute._ec2(ec2.described, client, left)}
-        left = [i for i in left if states.get(i, "terminated") != "terminated"]
-        if left:
-            await asyncio.sleep(compute.poll)
-    if left:
-        log.warning("instances %s of a failed gang are not terminated yet (the reaper terminates them)", left)
-    if group is not None:
-        await _delete_group(compute, client, group)
-
-
-async def _delete_group(compute: AWSCompute, client: Any, group: str) -> None:
-    deadline = time.monotonic() + compute.terminate_timeout
-    while True:
-        try:
-            if await compute._ec2(placement.delete, client, group):
-                return
-        except ec2.AWSError as e:
-            log.warning("could not delete placement group %s: %s", group, e)
-            return
-        if time.monotonic() >= deadline:
-            log.warning("placement group %s is still in use; its last instance's termination deletes it", group)
-            return
-        await asyncio.sleep(compute.poll)
-
-
-async def release_group(compute: AWSCompute, client: Any, where: dict[str, Any]) -> None:
-    """After an instance of a gang is confirmed terminated: delete its placement group unless another
-    instance of the gang still lives (that one's termination deletes it); raises while EC2 still says the
-    group is in use with none of the gang alive (the worker tries the termination again)."""
-    group = where.get("placement_group")
-    if not group:
-        return
-    if await compute._ec2(placement.delete, client, str(group)):
-        return
-    live = await compute._ec2(ec2.by_tag, client, launch.TAG_GANG, str(where.get("gang") or ""))
-    if not [i for i in live if str(i["InstanceId"]) != str(where.get("instance_id"))]:
-        raise ProvisioningError(f"placement group {group} is still in use; deleting it again")
-
-
-async def sweep_groups(
-    compute: AWSCompute, project: AWSProject, regions: Sequence[str], grace: float, report: bool
-) -> list[str]:
-    """Delete (with ``report``: only log) this server's placement groups in ``regions`` that no live
-    instance of it names, made more than ``grace`` seconds ago; their names."""
-    server_id = await compute._server_id()
-    swept: list[str] = []
-    for region in regions:
-        client = await compute._ec2(ec2.client, project.creds, region)
-        once = await compute._ec2(ec2.client, project.creds, region, "ec2", True)
-        try:  # asked once, not retried: an endpoint without placement groups costs one reply per pass
-            groups = await compute._ec2(placement.owned, once, server_id)
-        except ec2.AWSError as e:
-            log.warning("could not list the placement groups of %s in %s: %s", project.name, region, e)
-            continue
-        if not groups:
-            continue
-        live = await compute._ec2(ec2.by_tag, client, launch.TAG_SERVER, server_id)
-        named = {t["Value"] for i in live for t in i.get("Tags") or [] if t["Key"] == TAG_PLACEMENT}
-        for name in placement.unused(groups, named, grace, time.time()):
-            if report:
-                log.warning("unused placement group %s in %s: reported only", name, region)
-            elif await compute._ec2(placement.delete, client, name):
-                log.warning("deleted unused placement group %s in %s", name, region)
-            else:
-                continue
-            swept.append(name)
-    return swept
+async def _cancel_spot_requests(compute: AWSCompute, client: Any, launched: Sequence[dict[str, Any]]) -> None:
+    """Cancel the one-time spot requests of ``launched`` so that they cannot be fulfilled again."""
+    for i in launched:
+        if i.get("SpotInstanceRequestId"):
+            await compute._cancel_spot_request(client, str(i["SpotInstanceRequestId"]))
