@@ -293,6 +293,10 @@ async def test_a_single_node_run_on_a_reserved_fleet_launches_into_the_reservati
     task = {"type": "task", "name": "res-one", "commands": ["true"], "fleets": ["resfl"], "resources": {"cpu": "2.."}}
     before = len(proxy.launches)
     async with server.client() as c:
+        r = await c.post("/api/project/main/fleets/get_plan", json={"spec": {"configuration": fleet, "profile": {}}})
+        assert r.status_code == 200, r.text
+        listed = {(o["instance"]["name"], o["region"]) for o in r.json()["offers"]}
+        assert listed == {("c7i.xlarge", REGION)}  # the plan lists what placement may launch
         r = await c.post(
             "/api/project/main/fleets/apply",
             json={"plan": {"spec": {"configuration": fleet, "profile": {}}}, "force": True},

@@ -43,19 +43,11 @@ class ReservedOffers:
         todo = {(f.project_name, r) for f in fleets if (r := self.reservation(f)) is not None}
         if compute is None or not todo - self.places.keys():
             return
-        from corral.backends.aws import ec2, reservations
+        from corral.backends.aws import reservations
 
         for project_name, rid in sorted(todo - self.places.keys()):
             try:
-                project = await compute.project(project_name)
-                regions = _regions(compute.offers(), project.config.get("regions"))
-                found = []
-                for region in regions:
-                    client = await compute._ec2(ec2.client, project.creds, region)
-                    r = await compute._ec2(reservations.lookup, client, region, rid)
-                    if r is not None:
-                        found.append(r)
-                self.places[(project_name, rid)] = tuple(found)
+                self.places[(project_name, rid)] = await reservations.find(compute, project_name, rid)
             except Exception as e:  # asked again on the next pass
                 log.warning("could not look capacity reservation %s of %s up: %s", rid, project_name, e)
 
@@ -67,8 +59,3 @@ class ReservedOffers:
         from corral.backends.aws import reservations
 
         return reservations.narrowed(offers, places)
-
-
-def _regions(offers: Iterable[Offer], configured: Any) -> list[str]:
-    regions = sorted({o.region for o in offers if o.backend == "aws"})
-    return [r for r in regions if not configured or r in configured]

@@ -1,17 +1,21 @@
 """Capacity reservations (``reservation: cr-...`` of a fleet or run), as dstack uses them: the reservation
 says the instance type and zone (DescribeCapacityReservations), offers are narrowed to that type in its
 region, and the launch targets it (``CapacityReservationSpecification.CapacityReservationTarget``) in its
-zone. :func:`lookup` calls EC2 (a boto3 client, run in a thread by the caller); the rest is pure.
+zone. :func:`lookup` calls EC2 (a boto3 client, run in a thread by the caller) and :func:`find` looks a
+reservation up in every region a project's backend offers; the rest is pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.backends.aws import ec2
 from corral.scheduler.types import Offer
+
+if TYPE_CHECKING:
+    from corral.backends.aws.compute import AWSCompute
 
 
 @dataclass(frozen=True)
@@ -76,3 +80,18 @@ def launch_params(r: Reserved) -> dict[str, Any]:
     if r.tenancy and r.tenancy != "default":
         params["Placement"] = {"Tenancy": r.tenancy}
     return params
+
+
+async def find(compute: AWSCompute, project_name: str, reservation_id: str) -> tuple[Reserved, ...]:
+    """Where ``reservation_id`` is: asked in each region of the project's aws backend that has offers
+    (reservation ids are regional; dstack asks every configured region too). Raises on EC2 errors."""
+    project = await compute.project(project_name)
+    configured = project.config.get("regions")
+    regions = sorted({o.region for o in compute.offers() if not configured or o.region in configured})
+    found = []
+    for region in regions:
+        client = await compute._ec2(ec2.client, project.creds, region)
+        r = await compute._ec2(lookup, client, region, reservation_id)
+        if r is not None:
+            found.append(r)
+    return tuple(found)
