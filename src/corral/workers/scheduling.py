@@ -41,6 +41,7 @@ from corral.store import snapshot as snap
 from corral.store.plan_apply import ApplyResult, apply_plan
 from corral.store.snapshot import QueueRow
 from corral.workers.context import Context
+from corral.workers.reserved_offers import ReservedOffers
 from corral.workers.scheduling_preemption import Preempter
 from corral.workers.scheduling_quotas import load_policies, project_quotas, project_shares
 
@@ -140,6 +141,7 @@ class Scheduling:
         #: Project id -> backend type -> the regions the project's backend names (offers come from those).
         self.project_regions: dict[str, dict[str, frozenset[str]]] = {}
         self.preempter = Preempter(ctx)
+        self.reserved = ReservedOffers(ctx)
 
     def _queued_job(self, job: QueueRow) -> QueuedJob:
         cached = self._queued.get(job.id)
@@ -211,7 +213,7 @@ class Scheduling:
         key = (
             fleet.id,
             repr((sorted(backends), conf.get("backends"), sorted((k, sorted(v)) for k, v in regions.items()))),
-            repr(conf.get("resources")),
+            repr((conf.get("resources"), self.reserved.known(fleet))),
         )
         cached = self._fleet_offers.get(key)
         if cached is None:
@@ -229,6 +231,7 @@ class Scheduling:
         if req is not None:
             offers = [o for o in offers if match_requirements(req, o.resources) is None]
         offers = offer_filters.in_project_regions(offers, self.project_regions.get(fleet.project_id, {}))
+        offers = self.reserved.narrowed(fleet, offers)  # a ``reservation``'s type in its region
         # ``backends`` was applied above (with its own rule for ``local``/``remote``)
         return tuple(offer_filters.filtered(offers, offer_filters.from_conf({**conf, "backends": None})))
 
@@ -296,6 +299,7 @@ class Scheduling:
             self.project_backends = await project_state.backends_by_project(conn)
             self.project_regions = await project_state.backend_regions_by_project(conn)
             policies, holdings = await load_policies(conn)
+        await self.reserved.resolve(fleets)  # capacity reservations EC2 was not asked about yet
         slots = tuple(self.fleet_slot(f) for f in fleets)
         live_fleets = {f.id for f in fleets}  # caches keep only fleets that still exist
         self._fleet_offers = {k: v for k, v in self._fleet_offers.items() if k[0] in live_fleets}
