@@ -102,14 +102,18 @@ projects:
     preemptible_max_priority: 50
   - name: team-b
     quota: {nominal: {cpu: 64}}
+  - name: team-c
 scheduling:
   preemption: {enabled: true, min_runtime: 0, grace_period: 2s}
 """
 
 
 async def test_a_project_below_its_nominal_quota_reclaims_from_a_borrowing_one(tmp_path: Path) -> None:
-    """main's fleet of two, exported to team-b; main (nominal 0) holds both; team-b (nominal above one
-    instance) takes one back from main's most recent run, which is requeued and finishes afterwards."""
+    """main's fleet of two, exported to team-b and team-c; main (nominal 0) holds both; team-b (nominal
+    above one instance) takes one back from main's most recent run, which is requeued and finishes
+    afterwards. A run of team-c (no nominal, so it reclaims nothing) waits too, ahead of team-b's by fair
+    share (both hold nothing) and priority, yet the freed instance goes to team-b's run, which preempted:
+    nothing more is preempted for it."""
     release = tmp_path / "release"
     hold = f"for i in $(seq 600); do [ -f {release} ] && exit 0; sleep 0.1; done; exit 1"
     settings = make_settings(tmp_path)
@@ -117,7 +121,7 @@ async def test_a_project_below_its_nominal_quota_reclaims_from_a_borrowing_one(t
     (settings.server_dir / "config.yml").write_text(RECLAIM)
     async with running_server(settings) as s, s.client() as c:
         await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..2"))
-        share = {"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["fl"]}
+        share = {"name": "share", "importer_projects": ["team-b", "team-c"], "exported_fleets": ["fl"]}
         assert (await c.post("/api/project/main/exports/create", json=share)).status_code == 200
         for name in ("main-1", "main-2"):
             body = task_body([hold], name=name, priority=50)
@@ -127,7 +131,9 @@ async def test_a_project_below_its_nominal_quota_reclaims_from_a_borrowing_one(t
                 return (await get_run(c, name))["status"] == "running"
 
             await wait_for(running)
-        body = task_body([f"sleep 1; touch {release}"], name="back", priority=0)
+        other = task_body([f"date +%s.%N > {tmp_path}/other-start"], name="other", priority=40)
+        assert (await c.post("/api/project/team-c/runs/apply", json=other)).status_code == 200
+        body = task_body([f"date +%s.%N > {tmp_path}/back-start; sleep 1; touch {release}"], name="back", priority=0)
         assert (await c.post("/api/project/team-b/runs/apply", json=body)).status_code == 200
 
         async def finished(name: str, project: str = "main") -> dict[str, object] | None:
@@ -144,7 +150,11 @@ async def test_a_project_below_its_nominal_quota_reclaims_from_a_borrowing_one(t
             ("failed", "interrupted_by_no_capacity"),
             ("done", "done_by_runner"),
         ], subs
-        assert "Preempted by run back (a project reclaiming its quota)" in subs[0]["termination_reason_message"]
+        why = "Preempted by run back of project team-b (a project reclaiming its quota)"
+        assert why in subs[0]["termination_reason_message"]
+        assert (await wait_for(lambda: finished("other", "team-c"), timeout=30))["status"] == "done"
+        # the instance main-2 gave back went to back, the preemptor; other ran once main-1 was done
+        assert float((tmp_path / "back-start").read_text()) < float((tmp_path / "other-start").read_text())
 
 
 async def test_a_multi_node_run_is_preempted_whole_and_requeued_whole(tmp_path: Path) -> None:

@@ -93,13 +93,16 @@ class Preemption:
     preemptor_run_id: str
     preemptor_run_name: str
     rule: str
+    #: The preemptor's project (named in the message when it is not the victim's: a reclaim).
+    preemptor_project_name: str = ""
 
     @property
     def message(self) -> str:
-        why = (
-            "a higher-priority run of its project" if self.rule == WITHIN_PROJECT else "a project reclaiming its quota"
-        )
-        return f"Preempted by run {self.preemptor_run_name} ({why})"
+        """What the victim's stop says; ``scheduler.holds`` reads the preemptor back from it."""
+        if self.rule == WITHIN_PROJECT:
+            return f"Preempted by run {self.preemptor_run_name} (a higher-priority run of its project)"
+        project = f" of project {self.preemptor_project_name}" if self.preemptor_project_name else ""
+        return f"Preempted by run {self.preemptor_run_name}{project} (a project reclaiming its quota)"
 
 
 Place = Callable[[Snapshot, float], Plan]
@@ -195,7 +198,15 @@ def choose(
             pool.remove(v)
             usage[v.project_id] = _minus(usage.get(v.project_id, {}), v.usage())
             out.append(
-                Preemption(v.key[0], v.jobs[0].run_name, tuple(j.id for j in v.jobs), head.run_id, head.run_name, rule)
+                Preemption(
+                    v.key[0],
+                    v.jobs[0].run_name,
+                    tuple(j.id for j in v.jobs),
+                    head.run_id,
+                    head.run_name,
+                    rule,
+                    head.project_name,
+                )
             )
         budget -= len(victims)
         usage[head.project_id] = add(usage.get(head.project_id, {}), _charge(work, placed))

@@ -18,7 +18,9 @@ once whatever the capacity.
 A gang whose placement would take its project above its ``quota.max`` (``Snapshot.quotas``,
 :mod:`corral.scheduler.quota_gate`) takes nothing and waits with a message naming the quota; one that
 alone exceeds the max fails at once. With ``Snapshot.shares`` the gangs of competing projects are taken
-in fair-share order (:mod:`corral.scheduler.fair_share`) instead of queue order.
+in fair-share order (:mod:`corral.scheduler.fair_share`) instead of queue order. Blocks a preemption
+freed for a run that still waits (``Snapshot.holds``, :mod:`corral.scheduler.holds`) are kept out of
+every other gang's reach; the runs they are held for are placed first.
 
 The plan is optimistic: ``store.plan_apply`` recounts under locks and rejects what no longer fits.
 """
@@ -35,6 +37,8 @@ from corral.scheduler.fair_share import FairNote, ShareBook, fair_order
 from corral.scheduler.fallbacks import fallbacks
 from corral.scheduler.fleet_upkeep import reclaim_for
 from corral.scheduler.fleet_view import WIRE_NAMES
+from corral.scheduler.holds import Reserved
+from corral.scheduler.holds import active as active_holds
 from corral.scheduler.ledger import Ledger, initial_ledger
 from corral.scheduler.pass_memo import PassMemo
 from corral.scheduler.quota_gate import QuotaBook, QuotaVerdict
@@ -459,9 +463,25 @@ def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
         gangs.setdefault((job.run_id, job.replica_num), []).append(job)
     out: list[Gang] = []
     held: set[str] = set()
-    memo = PassMemo()
     book = QuotaBook(snapshot) if snapshot.quotas else None
     shares = ShareBook(snapshot) if snapshot.shares else None
+    holding = active_holds(snapshot, now)
+    if holding:  # the runs capacity is held for go first, each with what is held for it given back
+        reserved = Reserved(ledger.free_blocks, holding)
+        for run_id in [r for r in dict.fromkeys(k[0] for k in gangs) if r in holding]:
+            ledger.changed(reserved.give_back(run_id))
+            placed = False
+            for key in [k for k in gangs if k[0] == run_id]:
+                jobs = gangs.pop(key)
+                decisions = _schedule_gang(jobs, snapshot, ledger, now, held, PassMemo(), book)
+                placed = placed or any(isinstance(d, (Assign, Reserve)) for d in decisions)
+                if decisions:
+                    out.append(Gang(run_id, tuple(decisions), jobs[0].project_id))
+                    if shares is not None:
+                        shares.take(jobs[0].project_id, decisions)
+            if not placed:  # still waiting: the hold stands for the rest of the pass
+                ledger.changed(reserved.take(run_id, {h.instance_id: h.blocks for h in holding[run_id]}))
+    memo = PassMemo()
     ordered = fair_order(list(gangs.items()), shares) if shares is not None else iter(gangs.items())
     earlier: dict[str, tuple[str, float, set[str]]] = {}
     for (run_id, _replica), jobs in ordered:

@@ -144,6 +144,17 @@ class FairShare:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """``blocks`` of instance ``instance_id`` that a preemption freed, kept for run ``run_id`` (its preemptor)
+    until ``until``, while that run waits (``scheduler.holds``)."""
+
+    instance_id: str
+    run_id: str
+    blocks: int
+    until: float
+
+
+@dataclass(frozen=True)
 class Snapshot:
     fleets: tuple[FleetSlot, ...]
     queue: tuple[QueuedJob, ...]
@@ -160,6 +171,8 @@ class Snapshot:
     #: Fair sharing between projects (by id; a project not named has weight 1, no nominal, holds nothing):
     #: empty, gangs go in queue order.
     shares: Mapping[str, FairShare] = field(default_factory=dict)
+    #: Capacity freed by preemptions, kept for the runs that preempted (no other gang takes it meanwhile).
+    holds: tuple[Hold, ...] = ()
 
 
 @dataclass(frozen=True)

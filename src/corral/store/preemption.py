@@ -1,5 +1,6 @@
 """Preemption's reads and writes: the jobs that hold capacity as the pure decision sees them
-(``scheduler.preemption.RunningJob``), and the victims' stop, recorded with an event per gang. The stop
+(``scheduler.preemption.RunningJob``), the victims' stop, recorded with an event per gang, and the
+preempted jobs that have ended lately (``scheduler.holds.Ended``: the capacity held for their preemptor). The stop
 itself goes the usual way: ``stop_requested = "preempted"``, which the job's follower sends to its agent
 with the grace period (``workers.jobs``).
 
@@ -17,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.events import run_target
 from corral.domain.quotas import charge
+from corral.scheduler.holds import Ended
 from corral.scheduler.preemption import Preemption, RunningJob
 from corral.store.events import emit
 from corral.store.quotas import offer_parts
@@ -119,3 +121,19 @@ async def stop_victims(conn: AsyncConnection, chosen: Sequence[Preemption], now:
         await emit(conn, f"Run preempted by run {p.preemptor_run_name} ({why})", None, [target])
         done.append(p)
     return done
+
+
+async def ended_victims(conn: AsyncConnection, since: float) -> list[Ended]:
+    """The preempted jobs that ended at ``since`` or later, with the instance blocks they gave back."""
+    q = sa.select(
+        jobs.c.instance_id, jobs.c.blocks, jobs.c.project_id, jobs.c.termination_reason_message, jobs.c.finished_at
+    ).where(
+        jobs.c.stop_requested == PREEMPTED,
+        jobs.c.status.notin_(("submitted", *_ACTIVE, "terminating")),
+        jobs.c.finished_at >= since,
+        jobs.c.instance_id.is_not(None),
+    )
+    return [
+        Ended(r.instance_id, int(r.blocks or 1), r.project_id, r.termination_reason_message or "", float(r.finished_at))
+        for r in await conn.execute(q)
+    ]

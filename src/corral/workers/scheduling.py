@@ -318,6 +318,7 @@ class Scheduling:
         self._queued = {k: v for k, v in self._queued.items() if k in live}
         self._run_types = {k: v for k, v in self._run_types.items() if k in live}
         limits = self.backend_limits()
+        holds = await self.preempter.holds(queued, now)
         snapshot = Snapshot(
             fleets=slots,
             queue=tuple(queued),
@@ -326,6 +327,7 @@ class Scheduling:
             hold_after=self.ctx.settings.starvation_guard,
             quotas=project_quotas(policies, holdings, {q.project_id: q.project_name for q in queued}),
             shares=project_shares(policies, holdings, {q.project_id for q in queued}),
+            holds=holds,
         )
         plan = schedule(snapshot, now)
         # what the plan leaves of each host, for nodes.min upkeep (never a reservation plan_apply must refuse)

@@ -2,17 +2,20 @@
 decide (pure ``scheduler.preemption.choose`` on the pass's snapshot and plan), then ask the victims to stop
 in one short transaction that skips any gang asked to stop meanwhile. The jobs worker sends the stop to the
 agent with the grace period (SIGTERM, a file naming the deadline, SIGKILL at the deadline); the runs worker
-requeues the preempted task whatever its ``retry`` (``workers.runs``)."""
+requeues the preempted task whatever its ``retry`` (``workers.runs``). Once the victims have ended, the
+capacity they freed is held for the preemptor (``holds``, ``scheduler.holds``)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from corral.domain.quotas import QuotaPolicy
+from corral.scheduler.holds import HOLD_FOR, holds_for
 from corral.scheduler.preemption import Settings, choose
 from corral.scheduler.schedule import schedule
-from corral.scheduler.types import Plan, Snapshot
+from corral.scheduler.types import Hold, Plan, QueuedJob, Snapshot
 from corral.store import preemption as store
 from corral.workers.context import Context
 
@@ -35,6 +38,14 @@ class Preempter:
         self.ctx = ctx
         #: run id -> its configuration type, read once per run.
         self._run_types: dict[str, str] = {}
+
+    async def holds(self, queued: Sequence[QueuedJob], now: float) -> tuple[Hold, ...]:
+        """The capacity held for waiting runs that preempted (read from the victims' stop records)."""
+        if not self.ctx.preemption.enabled or not queued:
+            return ()
+        async with self.ctx.db.read() as conn:
+            ended = await store.ended_victims(conn, now - HOLD_FOR)
+        return holds_for(ended, queued, now)
 
     async def pass_once(self, snapshot: Snapshot, plan: Plan, policies: dict[str, QuotaPolicy], now: float) -> int:
         """Stop what the waiting runs of ``plan`` may take the place of; the number of gangs stopped."""
