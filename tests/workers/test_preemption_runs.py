@@ -2,9 +2,10 @@
 low-priority tasks, a high-priority run takes the place of exactly one, the most recently started; the
 victim gets SIGTERM with its deadline readable in ``CORRAL_PREEMPTION_FILE``, its submission fails
 ``interrupted_by_no_capacity`` naming the preemptor, and it is submitted again (although it has no
-``retry``), keeping its place in the queue ahead of a run submitted after it, and finishes after the
-preemptor; the other low run is untouched. A multi-node run is preempted and requeued whole, and a project
-below its nominal quota reclaims an exported instance from a borrowing project."""
+``retry``), keeping its place in the queue ahead of a run submitted after it (the run's status message
+naming the preemptor meanwhile), and finishes after the preemptor; the other low run is untouched. A
+multi-node run is preempted and requeued whole, and a project below its nominal quota reclaims an exported
+instance from a borrowing project, which then goes to it although another project's run waits too."""
 
 from __future__ import annotations
 
@@ -62,6 +63,10 @@ async def test_high_priority_run_preempts_the_newest_low_one_which_is_requeued(t
 
         # while the preemptor runs, the requeued run waits in its original place: before low-c
         assert await wait_for(requeued) == ["low-b", "low-c"]
+        # and the run says who preempted it while it waits
+        assert (await get_run(c, "low-b"))["status_message"].startswith("Preempted by run high"), await get_run(
+            c, "low-b"
+        )
         high_run = await wait_for(lambda: finished("high"), timeout=30)
         b_run = await wait_for(lambda: finished("low-b"), timeout=30)
         a_run = await wait_for(lambda: finished("low-a"), timeout=30)

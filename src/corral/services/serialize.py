@@ -269,6 +269,18 @@ def next_triggered_at(r: RunRec, now: float | None = None) -> str | None:
     return iso(upcoming) if upcoming is not None else None
 
 
+def _preempted_by(subs: list[dict[str, Any]]) -> str | None:
+    """While a preempted run's new submission waits, the message of the submission preempted, which
+    names the run that preempted it; None for any other retry."""
+    if len(subs) < 2 or subs[-1]["status"] != "submitted":
+        return None
+    prev = subs[-2]
+    message = prev.get("termination_reason_message") or ""
+    if prev["termination_reason"] == "interrupted_by_no_capacity" and message.startswith("Preempted by run "):
+        return str(message)
+    return None
+
+
 def run(r: RunRec, queue_position: int | None = None) -> dict[str, Any]:
     js = jobs(r)
     latest = None
@@ -282,7 +294,7 @@ def run(r: RunRec, queue_position: int | None = None) -> dict[str, Any]:
         if r.status == "submitted" and latest and latest.get("corral_waiting"):
             status_message = "pending"
         if r.status == "submitted" and latest and latest["submission_num"] > 0:
-            status_message = "retrying"  # as dstack words a run submitted again by its `retry`
+            status_message = _preempted_by(js[0]["job_submissions"]) or "retrying"  # as dstack words a retry
     out = {
         "id": r.id,
         "project_name": r.project_name,
