@@ -46,6 +46,8 @@ class Job:
         #: How an SSH session joins the running job (see :mod:`corral.agent.sessions`): its main pid when
         #: sandboxed, its uid and gid, its user namespace's ids, its working dir, environment and shell.
         self.session: dict[str, Any] | None = None
+        #: Where its network volumes are mounted on the host (unmounted when it ends), in mount order.
+        self.volume_mounts: list[str] = []
 
     def snapshot(self) -> JobState:
         with self.cond:
