@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from dstack_client_env import CorralServer, DstackCli, client_venv, short_home
 from moto_harness import REGION, VPC_NAME, Hypervisor, MotoEC2
 
 from server_harness import RunningServer, finished_run, make_settings, running_server, wait_for
@@ -248,3 +250,51 @@ async def test_a_volume_follows_jobs_and_keeps_their_data(server: RunningServer,
 
         await wait_for(gone, timeout=30)
     assert not ebs.errors, ebs.errors
+
+
+async def test_corral_and_dstack_clis_list_and_delete_volumes(
+    server: RunningServer, moto: MotoEC2, tmp_path: Path
+) -> None:
+    base = {"type": "volume", "backend": "aws", "region": REGION, "availability_zone": ZONE, "size": 1}
+    async with server.client() as c:
+        for name in ("clia", "clib"):
+            r = await c.post("/api/project/main/volumes/create", json={"configuration": {**base, "name": name}})
+            assert r.status_code == 200, r.text
+        made = {name: (await _volume(c, name))["volume_id"] for name in ("clia", "clib")}
+    (tmp_path / "corral").mkdir()
+    (tmp_path / "corral" / "config.yml").write_text(
+        f"projects:\n- {{name: main, url: '{server.url}', token: {server.token}, default: true}}\n"
+    )
+    env = {**os.environ, "CORRAL_CONFIG_DIR": str(tmp_path / "corral"), "COLUMNS": "200"}
+
+    def corral(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "corral.cli.main", *args], env=env, capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
+        assert out.returncode == 0 and "Traceback" not in out.stderr, f"corral {args}: {out.stdout}\n{out.stderr}"
+        return out.stdout
+
+    listed = corral("volume", "list")
+    for name, vid in made.items():
+        assert name in listed and vid in listed and ZONE in listed, listed
+    (tmp_path / "work").mkdir()
+    with short_home() as home:
+        stand_in = CorralServer(server.url, server.token, tmp_path, tmp_path / "no.log", None)  # type: ignore[arg-type]
+        cli = DstackCli(client_venv(), home, tmp_path / "work", stand_in)
+        (home / ".dstack").mkdir()
+        (home / ".dstack" / "config.yml").write_text(
+            f"projects:\n- name: main\n  url: {server.url}\n  token: {server.token}\n  default: true\n"
+        )
+        shown = cli.ok("volume", "list").stdout
+        assert "clia" in shown and "clib" in shown and "active" in shown, shown
+        cli.ok("volume", "delete", "clib", "-y")
+    assert "marked for deletion" in corral("volume", "delete", "clia", "-y")
+
+    def gone() -> bool:
+        left = {v["VolumeId"] for v in moto.client().describe_volumes()["Volumes"]}
+        return not (set(made.values()) & left)
+
+    async def deleted() -> bool:
+        return gone()
+
+    await wait_for(deleted, timeout=30)
+    assert "clia" not in corral("volume", "list")
