@@ -12,6 +12,7 @@ device goes when moto records the detachment. Files and loop devices are removed
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
@@ -256,26 +257,22 @@ async def test_corral_and_dstack_clis_list_and_delete_volumes(
     server: RunningServer, moto: MotoEC2, tmp_path: Path
 ) -> None:
     base = {"type": "volume", "backend": "aws", "region": REGION, "availability_zone": ZONE, "size": 1}
-    async with server.client() as c:
-        for name in ("clia", "clib"):
-            r = await c.post("/api/project/main/volumes/create", json={"configuration": {**base, "name": name}})
-            assert r.status_code == 200, r.text
-        made = {name: (await _volume(c, name))["volume_id"] for name in ("clia", "clib")}
+    async with server.client() as c:  # clia through the API, clib with `dstack apply` below
+        r = await c.post("/api/project/main/volumes/create", json={"configuration": {**base, "name": "clia"}})
+        assert r.status_code == 200, r.text
+        made = {"clia": (await _volume(c, "clia"))["volume_id"]}
     (tmp_path / "corral").mkdir()
     (tmp_path / "corral" / "config.yml").write_text(
         f"projects:\n- {{name: main, url: '{server.url}', token: {server.token}, default: true}}\n"
     )
     env = {**os.environ, "CORRAL_CONFIG_DIR": str(tmp_path / "corral"), "COLUMNS": "200"}
 
-    def corral(*args: str) -> str:
-        out = subprocess.run([sys.executable, "-m", "corral.cli.main", *args], env=env, capture_output=True,
-                             text=True, timeout=60)  # fmt: skip
+    async def corral(*args: str) -> str:  # in a thread: the server answers on this event loop
+        argv = [sys.executable, "-m", "corral.cli.main", *args]
+        out = await asyncio.to_thread(subprocess.run, argv, env=env, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0 and "Traceback" not in out.stderr, f"corral {args}: {out.stdout}\n{out.stderr}"
         return out.stdout
 
-    listed = corral("volume", "list")
-    for name, vid in made.items():
-        assert name in listed and vid in listed and ZONE in listed, listed
     (tmp_path / "work").mkdir()
     with short_home() as home:
         stand_in = CorralServer(server.url, server.token, tmp_path, tmp_path / "no.log", None)  # type: ignore[arg-type]
@@ -284,10 +281,19 @@ async def test_corral_and_dstack_clis_list_and_delete_volumes(
         (home / ".dstack" / "config.yml").write_text(
             f"projects:\n- name: main\n  url: {server.url}\n  token: {server.token}\n  default: true\n"
         )
-        shown = cli.ok("volume", "list").stdout
+        yml = "".join(f"{k}: {v}\n" for k, v in {**base, "name": "clib", "size": "1GB"}.items())
+        cli.write("vol.dstack.yml", yml)
+        applied = await asyncio.to_thread(cli.ok, "apply", "-f", "vol.dstack.yml", "-y")
+        assert "clib" in applied.stdout, applied.stdout
+        async with server.client() as c:
+            made["clib"] = (await _volume(c, "clib"))["volume_id"]
+        listed = await corral("volume", "list")
+        for name, vid in made.items():
+            assert name in listed and vid in listed and ZONE in listed, listed
+        shown = (await asyncio.to_thread(cli.ok, "volume", "list")).stdout
         assert "clia" in shown and "clib" in shown and "active" in shown, shown
-        cli.ok("volume", "delete", "clib", "-y")
-    assert "marked for deletion" in corral("volume", "delete", "clia", "-y")
+        await asyncio.to_thread(cli.ok, "volume", "delete", "clib", "-y")
+    assert "marked for deletion" in await corral("volume", "delete", "clia", "-y")
 
     def gone() -> bool:
         left = {v["VolumeId"] for v in moto.client().describe_volumes()["Volumes"]}
@@ -297,4 +303,4 @@ async def test_corral_and_dstack_clis_list_and_delete_volumes(
         return gone()
 
     await wait_for(deleted, timeout=30)
-    assert "clia" not in corral("volume", "list")
+    assert "clia" not in await corral("volume", "list")
