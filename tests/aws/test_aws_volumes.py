@@ -100,7 +100,11 @@ class EBS:
             self.loops[key] = dev
             link = f"{BY_ID}/nvme-Amazon_Elastic_Block_Store_{key[0].replace('-', '')}"
             script = f"mountpoint -q /dev/disk || mount -t tmpfs tmpfs /dev/disk; mkdir -p {BY_ID}; ln -sf {dev} {link}"
-            done = self.hv.hosts.exec(host, script, timeout=30)
+            try:
+                done = self.hv.hosts.exec(host, script, timeout=30)
+            except AssertionError:  # the host is not up yet (or going): the next tick tries again
+                subprocess.run(["losetup", "-d", self.loops.pop(key)], capture_output=True)
+                continue
             if done.returncode != 0:
                 self.errors.append(f"link in {host}: {done.stderr.decode(errors='replace')}")
 
@@ -283,8 +287,7 @@ async def test_corral_and_dstack_clis_list_and_delete_volumes(
         )
         yml = "".join(f"{k}: {v}\n" for k, v in {**base, "name": "clib", "size": "1GB"}.items())
         cli.write("vol.dstack.yml", yml)
-        applied = await asyncio.to_thread(cli.ok, "apply", "-f", "vol.dstack.yml", "-y")
-        assert "clib" in applied.stdout, applied.stdout
+        await asyncio.to_thread(cli.ok, "apply", "-f", "vol.dstack.yml", "-y", "-d")
         async with server.client() as c:
             made["clib"] = (await _volume(c, "clib"))["volume_id"]
         listed = await corral("volume", "list")
@@ -303,4 +306,6 @@ async def test_corral_and_dstack_clis_list_and_delete_volumes(
         return gone()
 
     await wait_for(deleted, timeout=30)
-    assert "clia" not in await corral("volume", "list")
+    async with server.client() as c:
+        listed_now = (await c.post("/api/project/main/volumes/list", json={})).json()
+    assert not {"clia", "clib"} & {v["name"] for v in listed_now}
