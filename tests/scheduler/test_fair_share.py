@@ -16,7 +16,8 @@ from test_wait_reasons import ONE_GPU
 
 from corral.domain.quotas import limits_from_doc
 from corral.scheduler.schedule import schedule
-from corral.scheduler.types import Assign, FairShare, Snapshot
+from corral.scheduler.types import Assign, FairShare, Snapshot, Wait
+from corral.services.quotas import wait_reason
 
 PROJECTS = ("a", "b", "c")
 
@@ -106,3 +107,35 @@ def test_weights_split_freed_capacity_one_to_three_and_order_within_a_project_is
     # without shares the queue order (priority, then age) takes all eight: b's jobs came later
     plain = schedule(Snapshot(fleets=(f,), queue=tuple(queue)), 0.0)
     assert all(int(d.job_id[1:].split("-")[0]) < 100 for g in plain.gangs for d in g.decisions if isinstance(d, Assign))
+
+
+def test_a_run_that_waits_behind_a_project_further_below_its_entitlement_says_fair_share() -> None:
+    # one free GPU of four; a holds 1 (weight 1), b holds 2 (weight 3): b is further below, so it takes
+    # the GPU and a's run waits for fair share, naming b; b's second run waits for capacity alone
+    insts = (inst(0, total=2, busy=1, status="busy", res=GPU_MACHINE), inst(1, total=2, busy=2, res=GPU_MACHINE))
+    f = replace(fleet(insts, blocks=2, offers=()), importer_project_ids=frozenset({"b"}), project_id="a")
+    queue = (
+        replace(job(0, req=ONE_GPU), project_id="a", project_name="team-a", submitted_at=1.0),
+        replace(job(1, req=ONE_GPU), project_id="b", project_name="team-b", submitted_at=2.0),
+        replace(job(2, req=ONE_GPU), project_id="b", project_name="team-b", submitted_at=3.0),
+    )
+    held = {"gpu": 1.0, "cpu": 8.0, "memory": 32.0}
+    shares = {
+        "a": FairShare(weight=1.0, used=held),
+        "b": FairShare(weight=3.0, used={k: 2 * v for k, v in held.items()}),
+    }
+    plan = schedule(Snapshot(fleets=(f,), queue=queue, shares=shares), 0.0)
+    decisions = {d.job_id: d for g in plan.gangs for d in g.decisions}
+    assert isinstance(decisions["j1-0"], Assign)
+    a_wait = decisions["j0-0"]
+    assert isinstance(a_wait, Wait)
+    assert a_wait.message.startswith(
+        "Waiting for capacity (fair share: project 'team-b' is further below its entitlement): "
+    )
+    assert wait_reason(a_wait.message) == "fair_share"
+    b_wait = decisions["j2-0"]
+    assert isinstance(b_wait, Wait) and "fair share" not in b_wait.message
+    assert wait_reason(b_wait.message) == "capacity"
+    # without shares nobody waits for fair share
+    plain = schedule(Snapshot(fleets=(f,), queue=queue), 0.0)
+    assert all("fair share" not in getattr(d, "message", "") for g in plain.gangs for d in g.decisions)

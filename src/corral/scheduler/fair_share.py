@@ -13,7 +13,7 @@ order is unchanged. Pure: imports only ``corral.domain`` and the scheduler's typ
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from corral.domain.quotas import QuotaPolicy, Usage, add, charge, weighted_share
@@ -106,3 +106,43 @@ def fair_order(gangs: Sequence[Gang], book: ShareBook) -> Iterator[Gang]:
 def _key(project_id: str, gang: Gang, book: ShareBook) -> tuple[float, int, float, str, int]:
     head = gang[1][0]
     return (book.share(project_id), -head.priority, head.submitted_at, head.run_id, head.replica_num)
+
+
+class FairNote:
+    """Why a gang taken in fair-share order waits: a competing project whose gang went earlier in the pass,
+    with a lower weighted share, on a fleet this gang could use (``scheduling/queue`` reason ``fair_share``).
+    ``earlier`` (project id -> its name, the lowest share its gangs had at their turn, the fleets they could
+    use) is shared by the pass's notes; ``fleets`` gives the ids of the fleets the gang could use."""
+
+    def __init__(
+        self,
+        head: QueuedJob,
+        shares: ShareBook,
+        earlier: dict[str, tuple[str, float, set[str]]],
+        fleets: Callable[[], set[str]],
+    ) -> None:
+        self.head, self.earlier, self._fleets_of = head, earlier, fleets
+        self.share = shares.share(head.project_id)
+        self._fleets: set[str] | None = None
+
+    def fleets(self) -> set[str]:
+        if self._fleets is None:
+            self._fleets = self._fleets_of()
+        return self._fleets
+
+    def __call__(self) -> str | None:
+        for project_id, (name, share, fleets) in self.earlier.items():
+            if project_id != self.head.project_id and share < self.share and fleets & self.fleets():
+                return f"fair share: project '{name}' is further below its entitlement"
+        return None
+
+    def record(self) -> None:
+        """Remember this gang's project, at the share it had when its turn came (the lowest of its gangs)."""
+        pid = self.head.project_id
+        known = self.earlier.get(pid)
+        if known is None:
+            self.earlier[pid] = (self.head.project_name or pid, self.share, set(self.fleets()))
+        elif self.share < known[1]:
+            self.earlier[pid] = (known[0], self.share, known[2] | self.fleets())
+        else:
+            known[2].update(self.fleets())

@@ -25,13 +25,13 @@ The plan is optimistic: ``store.plan_apply`` recounts under locks and rejects wh
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import replace
 
 from corral.domain.resources import InstanceResources, Requirements, match_requirements
 from corral.domain.selectors import FleetRef, InstanceIdentity, Selector, matches
 from corral.scheduler.blocks import blocks_needed, total_blocks_for
-from corral.scheduler.fair_share import ShareBook, fair_order
+from corral.scheduler.fair_share import FairNote, ShareBook, fair_order
 from corral.scheduler.fallbacks import fallbacks
 from corral.scheduler.fleet_upkeep import reclaim_for
 from corral.scheduler.fleet_view import WIRE_NAMES
@@ -389,8 +389,10 @@ def _schedule_gang(
     held: set[str],
     memo: PassMemo,
     book: QuotaBook | None = None,
+    fair_note: Callable[[], str | None] | None = None,
 ) -> list[Decision]:
-    """The gang's decisions; what it takes is committed into ``ledger`` (and charged in ``book``)."""
+    """The gang's decisions; what it takes is committed into ``ledger`` (and charged in ``book``).
+    ``fair_note`` says, for a gang that waits for capacity, which competing project went first."""
     head = jobs[0]
     kind = memo.gang_kind(jobs)
     screened = memo.screen(kind, lambda: _screen(head, snapshot, memo, jobs))
@@ -430,7 +432,9 @@ def _schedule_gang(
     if all(f.id in held for f in feasible):
         message = "Waiting for capacity: an earlier job that has waited long holds the fleets this job can use"
     else:
-        message = "Waiting for capacity: " + "; ".join(blockers)
+        note = fair_note() if fair_note is not None else None
+        message = f"Waiting for capacity ({note})" if note else "Waiting for capacity"
+        message += ": " + "; ".join(blockers)
     if snapshot.hold_after is not None and now - head.submitted_at >= snapshot.hold_after:
         held.update(f.id for f in feasible)
     reclaims = reclaim_for(jobs, feasible, snapshot, ledger)
@@ -438,6 +442,10 @@ def _schedule_gang(
         message = "Waiting for capacity: freeing idle instances of this machine for this job"
     waits: list[Decision] = [Wait(j.id, message) for j in jobs if j.status_message != message]
     return [*reclaims, *waits]
+
+
+def _fleet_ids(job: QueuedJob, snapshot: Snapshot, memo: PassMemo) -> Callable[[], set[str]]:
+    return lambda: {f.id for f in _candidate_fleets(job, snapshot.fleets, memo)}
 
 
 def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
@@ -455,8 +463,12 @@ def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
     book = QuotaBook(snapshot) if snapshot.quotas else None
     shares = ShareBook(snapshot) if snapshot.shares else None
     ordered = fair_order(list(gangs.items()), shares) if shares is not None else iter(gangs.items())
+    earlier: dict[str, tuple[str, float, set[str]]] = {}
     for (run_id, _replica), jobs in ordered:
-        decisions = _schedule_gang(jobs, snapshot, ledger, now, held, memo if reuse else PassMemo(), book)
+        note = FairNote(jobs[0], shares, earlier, _fleet_ids(jobs[0], snapshot, memo)) if shares is not None else None
+        decisions = _schedule_gang(jobs, snapshot, ledger, now, held, memo if reuse else PassMemo(), book, note)
+        if note is not None:
+            note.record()
         if decisions:
             out.append(Gang(run_id, tuple(decisions), jobs[0].project_id))
             if shares is not None:

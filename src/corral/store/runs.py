@@ -373,8 +373,27 @@ class RunState:
     next_triggered_at: float | None = None
 
 
-async def active_run_states(conn: AsyncConnection) -> list[RunState]:
-    """Every active run with its jobs' statuses, in two narrow queries."""
+#: A run only waiting in the queue: ``submitted``, and every job of it (every submission) a ``submitted`` task
+#: job nobody asked to stop. Its status cannot change before one of its jobs does, so the runs worker leaves it
+#: out: a pass costs what is in flight, not the length of the queue.
+_IN_FLIGHT = sa.or_(
+    runs.c.status.notin_(("submitted", "pending")),
+    sa.and_(
+        runs.c.status == "submitted",
+        sa.exists().where(
+            jobs.c.run_id == runs.c.id,
+            sa.or_(jobs.c.status != "submitted", jobs.c.ready.is_not(None), jobs.c.stop_requested.is_not(None)),
+        ),
+    ),
+)
+
+
+async def active_run_states(conn: AsyncConnection, *, settling: bool = False) -> list[RunState]:
+    """Every active run with its jobs' statuses, in two narrow queries. ``settling``: only the runs whose status
+    may have to change (not ``pending`` ones, nor those only waiting in the queue: ``_IN_FLIGHT``)."""
+    where: list[sa.ColumnElement[bool]] = [runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False)]
+    if settling:
+        where.append(_IN_FLIGHT)
     run_rows = (
         await conn.execute(
             sa.select(
@@ -386,7 +405,7 @@ async def active_run_states(conn: AsyncConnection) -> list[RunState]:
                 runs.c.submitted_at,
                 runs.c.schedule,
                 runs.c.next_triggered_at,
-            ).where(runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False))
+            ).where(*where)
         )
     ).all()
     if not run_rows:

@@ -153,9 +153,9 @@ class Runs:
 
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
-            states = await run_store.active_run_states(conn)
-            # a pending run waits for its trigger (workers/triggers.py); its jobs are an earlier trigger's
-            states = [run for run in states if run.status != RunStatus.PENDING.value]
+            # a pending run waits for its trigger (workers/triggers.py), its jobs are an earlier trigger's; a run
+            # only waiting in the queue changes when a job of it does: neither is read
+            states = await run_store.active_run_states(conn, settling=True)
             active = [run for run in states if run.status != RunStatus.TERMINATING.value]
             latest_by_run = {run.id: _latest(run) for run in states}
             histories = {run.id: _histories(run) for run in active}
