@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from typing import Any
 
 from corral.backends.aws import ec2
@@ -25,6 +26,8 @@ from corral.workers.context import Context
 log = logging.getLogger("corral.volumes")
 LEASE_S = 120.0
 DETACH_WAIT_S = 60.0
+#: EC2 clients by backend (a server's ``AWSCompute``), region and credentials.
+_CLIENTS: weakref.WeakKeyDictionary[Any, dict[tuple[str, Any], Any]] = weakref.WeakKeyDictionary()
 
 
 def _size_gib(conf: dict[str, Any]) -> int:
@@ -37,12 +40,17 @@ class Volumes:
         self.poll = poll
 
     async def client(self, project_name: str, region: str) -> Any:
-        """An EC2 client with the project's aws credentials, in ``region``."""
+        """An EC2 client with the project's aws credentials, in ``region`` (kept for the backend's life: making
+        one costs a boto3 session)."""
         compute: Any = self.ctx.computes.get("aws")
         if compute is None:
             raise ec2.AWSError("", "the aws backend is not configured on this server")
         project = await compute.project(project_name)
-        return await asyncio.to_thread(ec2.client, project.creds, region)
+        kept = _CLIENTS.setdefault(compute, {})
+        key = (region, project.creds)
+        if key not in kept:
+            kept[key] = await asyncio.to_thread(ec2.client, project.creds, region)
+        return kept[key]
 
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
