@@ -53,11 +53,13 @@ class EBS:
         self.moto, self.hv, self.base = moto, hv, base
         self.loops: dict[tuple[str, str], str] = {}  # (volume id, instance id) -> loop device
         self.errors: list[str] = []
+        self.made_dev_disk = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ebs", daemon=True)
 
     def start(self) -> EBS:
-        os.makedirs(BY_ID.rsplit("/", 1)[0], exist_ok=True)  # the mount point of each host's own /dev/disk
+        self.made_dev_disk = not os.path.isdir("/dev/disk")  # the mount point of each host's own /dev/disk
+        os.makedirs("/dev/disk", exist_ok=True)
         self._thread.start()
         return self
 
@@ -68,6 +70,9 @@ class EBS:
             self._release(key)
         for f in self.base.glob("vol-*.img"):  # by prefix
             f.unlink()
+        if self.made_dev_disk:
+            with contextlib.suppress(OSError):  # left while a host still mounts its own over it
+                os.rmdir("/dev/disk")
 
     def _loop(self) -> None:
         ec2 = self.moto.client()
@@ -102,7 +107,7 @@ class EBS:
             script = f"mountpoint -q /dev/disk || mount -t tmpfs tmpfs /dev/disk; mkdir -p {BY_ID}; ln -sf {dev} {link}"
             try:
                 done = self.hv.hosts.exec(host, script, timeout=30)
-            except AssertionError:  # the host is not up yet (or going): the next tick tries again
+            except (AssertionError, IndexError):  # the host is not up yet (or going): the next tick tries again
                 subprocess.run(["losetup", "-d", self.loops.pop(key)], capture_output=True)
                 continue
             if done.returncode != 0:
@@ -113,7 +118,7 @@ class EBS:
         host = self.hv.by_instance.get(key[1])
         if host is not None and key[1] in self.hv.by_instance:  # a terminated instance's host is gone
             link = f"{BY_ID}/nvme-Amazon_Elastic_Block_Store_{key[0].replace('-', '')}"
-            with contextlib.suppress(AssertionError, OSError):  # terminated meanwhile
+            with contextlib.suppress(AssertionError, IndexError, OSError):  # terminated meanwhile
                 self.hv.hosts.exec(host, f"rm -f {link}", timeout=30)
         subprocess.run(["losetup", "-d", dev], capture_output=True)
 
