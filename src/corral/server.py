@@ -189,6 +189,10 @@ async def prepare(settings: Settings) -> Prepared:
         managers_manage_secrets=server_config is not None
         and server_config.default_permissions.allow_managers_manage_secrets,
     )
+    if server_config is not None:
+        from corral.workers.scheduling_preemption import settings_of
+
+        ctx.preemption = settings_of(server_config.scheduling.preemption)
     ctx.ssh_endpoint, ctx.ssh_endpoint_close = _lazy_ssh_endpoint(ctx)
     return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created)
 

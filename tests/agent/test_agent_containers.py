@@ -299,6 +299,20 @@ def test_stop_is_graceful_then_forced_and_leaves_nothing(dagent: AgentFactory, d
     assert _mine(docker_engine, a) == []
 
 
+def test_a_stop_with_a_deadline_is_readable_in_the_container(dagent: AgentFactory) -> None:
+    a = dagent()
+    trap = "trap 'cat \"$CORRAL_PREEMPTION_FILE\"; exit 0' TERM"
+    a.submit("preempted", [trap, "echo up", "while true; do sleep 0.1; done"], image=UBUNTU, stop_duration=60)
+    _wait_output(a, "preempted", b"up\n")
+    t0 = time.monotonic()
+    body = {"deadline": 2_000_000_000, "message": "Preempted by run high"}
+    assert a.http.post("/jobs/preempted/stop", json=body).status_code == 200
+    st = a.wait_finished("preempted")
+    assert time.monotonic() - t0 < 5 and st["exit_status"] == 0, st
+    out = a.output("preempted")
+    assert b"CORRAL_PREEMPTION_DEADLINE=2000000000\nCORRAL_PREEMPTION_MESSAGE='Preempted by run high'\n" in out, out
+
+
 def test_stop_while_pulling(dagent: AgentFactory, registries: Registries, docker_engine: DockerEngine) -> None:
     proxy = SlowProxy(registries.open.address, delay=3.0)
     try:

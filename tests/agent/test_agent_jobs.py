@@ -126,6 +126,23 @@ def test_trapped_sigterm_gets_sigkill_after_stop_duration(agent: AgentProc) -> N
     assert b"got-term" in agent.output("trap")
 
 
+def test_a_stop_with_a_deadline_is_readable_before_sigterm_and_kills_at_it(agent: AgentProc) -> None:
+    said = 'echo "got-term $CORRAL_PREEMPTION_DEADLINE $CORRAL_PREEMPTION_MESSAGE"'
+    trap = f"trap '. \"$CORRAL_PREEMPTION_FILE\"; {said}' TERM"
+    agent.submit("preempt", [trap, "echo ready", "while true; do sleep 0.1; done"], stop_duration=60)
+    agent.http.get("/jobs/preempt/logs", params={"wait": 5})
+    t0, deadline = time.monotonic(), int(time.time()) + 2
+    r = agent.http.post("/jobs/preempt/stop", json={"deadline": deadline, "message": "Preempted by run it's-me"})
+    assert r.status_code == 200, r.text
+    st = agent.wait_finished("preempt")
+    elapsed = time.monotonic() - t0
+    assert 0.5 < elapsed < 4, elapsed  # killed at the deadline, not after its stop_duration of 60 s
+    assert st["state"] == "terminated" and st["exit_status"] == 137
+    assert f"got-term {deadline} Preempted by run it's-me".encode() in agent.output("preempt")
+    bad = agent.http.post("/jobs/preempt/stop", json={"deadline": "soon"})
+    assert bad.status_code == 400 and "stop.deadline" in bad.text
+
+
 def test_abort_kills_at_once(agent: AgentProc) -> None:
     agent.submit("abort", ["trap '' TERM", "sleep 60"], stop_duration=60)
     agent.wait_running("abort")

@@ -226,6 +226,18 @@ def test_instance_volumes_are_bind_mounted(sandboxed: Any, tmp_path: Path) -> No
     assert not (tmp_path / "absent").exists()
 
 
+def test_a_sandboxed_job_reads_its_deadline_in_its_tmp(sandboxed: Any) -> None:
+    agent = sandboxed()
+    trap = 'trap \'echo "$CORRAL_PREEMPTION_FILE"; cat "$CORRAL_PREEMPTION_FILE"; exit 0\' TERM'
+    agent.submit("preempt", [trap, "echo ready", "while true; do sleep 0.1; done"])
+    agent.http.get("/jobs/preempt/logs", params={"wait": 5})
+    agent.http.post("/jobs/preempt/stop", json={"deadline": 2_000_000_000, "message": "Preempted by run high"})
+    agent.wait_finished("preempt")
+    out = agent.output("preempt").decode()
+    assert "/tmp/corral-preemption\nCORRAL_PREEMPTION_DEADLINE=2000000000\n" in out, out
+    assert "CORRAL_PREEMPTION_MESSAGE='Preempted by run high'" in out, out
+
+
 def test_user_maps_inside_the_namespace(sandboxed: Any) -> None:
     agent = sandboxed()
     agent.submit("as-nobody", ["id -un", "id -u", "cat /proc/self/uid_map"], user="nobody")

@@ -23,6 +23,7 @@ projects:
       nominal: {gpu: 8, cpu: 2}
       max: {gpu: {H100: 8, any: 16}, cpu: 4, memory: 1TB, price_per_hour: 40}
     preemptible_max_priority: 49
+    preemptible_run_types: [task, service]
   - name: team-b
 scheduling:
   preemption: {enabled: false, min_priority_gap: 10, min_runtime: 10m, grace_period: 120s}
@@ -36,6 +37,7 @@ MAIN_POLICY = {
         "max": {"gpu": {"H100": 8, "any": 16}, "cpu": 4, "memory": 1024, "price_per_hour": 40},
     },
     "preemptible_max_priority": 49,
+    "preemptible_run_types": ["task", "service"],
 }
 
 
@@ -57,6 +59,7 @@ async def test_config_policies_are_set_and_reapplied_at_each_start(tmp_path: Pat
             "weight": 1,
             "quota": {"nominal": {}, "max": {}},
             "preemptible_max_priority": None,
+            "preemptible_run_types": None,
         }
         for project in ("main", "team-b"):
             r = await c.post(f"/api/projects/{project}/quotas/set", json={"quota": {"max": {"gpu": 2}}})
@@ -76,6 +79,7 @@ async def test_config_policies_are_set_and_reapplied_at_each_start(tmp_path: Pat
         ({"weight": 0}, ["body", "weight"]),
         ({"quota": {"max": {"memory": "lots"}}}, ["body", "quota", "max", "memory"]),
         ({"preemptible_max_priority": 101}, ["body", "preemptible_max_priority"]),
+        ({"preemptible_run_types": ["job"]}, ["body", "preemptible_run_types", 0]),
     ],
 )
 def test_bad_policies_are_refused_naming_the_field(body: dict[str, Any], field: list[str]) -> None:

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ec2_extras import ACTIONS as EXTRA_ACTIONS
+from ec2_extras import EC2Extras
+
 from fakehosts import FakeHosts
 from server_harness import free_port
 
@@ -189,6 +192,10 @@ class Launch:
     instance_type: str
     token: str
     error: str
+    #: ``MinCount``, ``Placement.GroupName`` and the capacity reservation targeted ("" when none).
+    count: int = 1
+    group: str = ""
+    reservation: str = ""
 
 
 #: What a fault rule decides for one RunInstances: an EC2 error code to answer, or None to let it through.
@@ -208,7 +215,8 @@ class FaultProxy:
     answered with the code it names (HTTP 400, or 500 for capacity, EC2's XML error), and with ``hold`` set
     a launch moto made is not answered until ``release`` is set (``launched`` says it was made): a server
     killed meanwhile never hears of its instance. Actions in ``swallow`` get an empty success and never
-    reach moto. ``launches`` records every RunInstances, in order."""
+    reach moto. ``launches`` records every RunInstances, in order. ``extras`` answers what moto lacks
+    (placement groups, capacity reservations: ``ec2_extras``)."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
@@ -228,6 +236,15 @@ class FaultProxy:
         self.release = threading.Event()
         self.server: Any = None
         self.url = ""
+        self.extras = EC2Extras(states=self._states)
+
+    def _states(self, ids: list[str]) -> dict[str, str]:
+        import boto3
+
+        ec2 = boto3.client("ec2", endpoint_url=self.upstream, region_name=REGION,
+                           aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+        found = ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": ids}])
+        return {i["InstanceId"]: i["State"]["Name"] for r in found["Reservations"] for i in r["Instances"]}
 
     def start(self) -> FaultProxy:
         import http.client
@@ -257,6 +274,10 @@ class FaultProxy:
                 action = (form.get("Action") or [""])[0] or target.rsplit(".", 1)[-1]
                 with proxy.lock:
                     proxy.calls[action] = proxy.calls.get(action, 0) + 1
+                if action in EXTRA_ACTIONS:
+                    status, xml = proxy.extras.handle(action, form)
+                    self._reply(status, xml, [("Content-Type", "text/xml")])
+                    return
                 if action in proxy.swallow:
                     ok = f'<{action}Response xmlns="{EC2_XMLNS}"><requestId>fault-proxy</requestId></{action}Response>'
                     self._reply(200, ok.encode(), [("Content-Type", "text/xml")])
@@ -270,6 +291,12 @@ class FaultProxy:
                         instance_type=(form.get("InstanceType") or [""])[0],
                         token=(form.get("ClientToken") or [""])[0],
                         error="",
+                        count=int((form.get("MinCount") or ["1"])[0]),
+                        group=(form.get("Placement.GroupName") or [""])[0],
+                        reservation=(
+                            form.get("CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId")
+                            or [""]
+                        )[0],
                     )
                     code = "InsufficientInstanceCapacity" if launch.subnet in proxy.blocked_subnets else None
                     code = code or (proxy.fault(launch) if proxy.fault is not None else None)
@@ -286,6 +313,7 @@ class FaultProxy:
                 data = resp.read()
                 conn.close()
                 if launching and resp.status == 200:
+                    proxy.extras.launched(form, data)
                     with proxy.lock:
                         proxy.made.append((time.monotonic(), dict(proxy.calls)))
                 if launching and proxy.hold:

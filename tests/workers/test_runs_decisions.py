@@ -64,3 +64,27 @@ def test_a_crash_loop_backs_off() -> None:
     history = [Submission(t, t + 1, True) for t in (0.0, 2.0, 4.0)]  # three quick failures
     plan = plan_retry(latest, {(0, 0): history}, {"j0-0": ON_ERROR}, now=5.5)
     assert plan.resubmit == (0,) and plan.due == 5.0 + 2.0
+
+
+def test_a_preempted_job_is_resubmitted_at_once_whatever_its_retry() -> None:
+    from dataclasses import replace
+
+    from corral.workers.runs import _histories
+
+    preempted = replace(_job(0, "failed", "interrupted_by_no_capacity"), preempted=True)
+    # no retry, or one spent long ago, or one whose events do not name interruptions: resubmitted all the same
+    for retry in (None, ON_ERROR, {"on_events": ["error"], "duration": 1}):
+        plan = plan_retry({(0, 0): preempted}, {}, {"j0-0": retry}, now=1e6)
+        assert plan == RetryPlan(resubmit=(0,), due=0.0), retry
+    # a job failing after a preemption: what failed before it and the preemption do not count against
+    # retry.duration (an error at 100, preempted at 500, resubmitted at once, an error at 510)
+    from corral.store.runs import RunState
+
+    early = replace(_job(0, "failed", "container_exited_with_error"), finished_at=100.0)
+    was = replace(preempted, submission_num=1, submitted_at=100.0, finished_at=500.0)
+    after = replace(_job(0, "failed", "container_exited_with_error"), submission_num=2, submitted_at=500.0)
+    after = replace(after, finished_at=510.0)
+    histories = _histories(RunState("r", "running", None, None, (early, was, after)))
+    assert histories == {(0, 0): [Submission(500.0, 510.0, True)]}
+    # counted from the failure at 510 (55 s ago, within 60), not from the one at 100 nor the preemption
+    assert plan_retry({(0, 0): after}, histories, {"j0-0": ON_ERROR}, now=565.0).resubmit == (0,)

@@ -81,3 +81,18 @@ def test_a_replica_without_capacity_waits_again_while_another_serves() -> None:
     # another failure before placement (its secrets, say) is not retried either
     jobs = [_job(0, "running", True, 90.0), _job(1, "failed", False, reason="terminated_by_server")]
     assert _unplaced(jobs, {1}, now=100.0).resubmit == ()
+
+
+def test_a_preempted_replica_is_resubmitted_at_once() -> None:
+    from dataclasses import replace
+
+    from corral.store.runs import RunState
+    from corral.workers.runs import _histories
+
+    preempted = replace(_job(0, "failed", False, reason="interrupted_by_no_capacity"), preempted=True)
+    serving = _job(1, "running", True, 90.0)
+    hist = _histories(RunState("r", "running", None, None, (preempted, serving)))
+    assert hist[(0, 0)] == []  # a preemption starts the replica's history afresh
+    latest = {(0, 0): preempted, (1, 0): serving}
+    plan = plan_service(latest, hist, (preempted, serving), {}, 0.0, 100.0)
+    assert plan.resubmit == (0,) and plan.due == 0.0 and not plan.give_up

@@ -24,6 +24,7 @@ Owns what happens between ``POST /jobs`` and the container's removal:
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ from typing import Any
 from . import container_sessions, workdir
 from .docker import Docker, DockerError, DockerUnavailable, registry_auth_header
 from .images import PullTracker, pull_failure_message, registry_of, split_image
-from .job import Job, join_commands
+from .job import NOTICE_FILE, Job, join_commands
 from .protocol import JobSubmission
 from .protocol_containers import ContainerInfo, ContainerSpec
 
@@ -217,6 +218,26 @@ class ContainerRunner:
         except DockerError as e:
             log.debug("job %s: kill %s: %s", job.sub.job_id, sig, e.message)  # not running (any more)
 
+    def notify(self, job: Job, text: str) -> None:
+        """Write a preemption notice at the container's ``CORRAL_PREEMPTION_FILE`` (``/tmp``), before its
+        SIGTERM; a container without a ``/tmp`` (or not running) gets the signal alone."""
+        with job.cond:
+            info = job.state.container
+        if info is None:
+            return
+        data = text.encode()
+        with tempfile.TemporaryFile() as f:
+            with tarfile.open(fileobj=f, mode="w") as tar:
+                entry = tarfile.TarInfo(NOTICE_FILE)
+                entry.size, entry.mode, entry.mtime = len(data), 0o644, int(time.time())
+                tar.addfile(entry, io.BytesIO(data))
+            size = f.tell()
+            f.seek(0)
+            try:
+                self.docker.put_archive(info.id, "/tmp", f, size)
+            except DockerError as e:
+                log.warning("job %s: cannot write its preemption notice: %s", job.sub.job_id, e.message)
+
     def recover(self, job: Job) -> bool:
         """After an agent restart: follow the job's container again; False if there is none to follow."""
         info = job.state.container
@@ -355,6 +376,7 @@ class ContainerRunner:
             return posixpath.normpath("/" + os.path.relpath(path, lay.root).replace(os.sep, "/"))
 
         env = {**sub.env, "DSTACK_REPO_DIR": inside(lay.repo_dir), "DSTACK_WORKING_DIR": inside(lay.working_dir)}
+        env["CORRAL_PREEMPTION_FILE"] = "/tmp/" + NOTICE_FILE
         return dataclasses.replace(sub, working_dir=inside(lay.working_dir), env=env), lay.root if has_files else None
 
     def _copy_files(self, cid: str, root: str, user: str | None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import threading
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,24 @@ class JobNotFound(KeyError):
 
 class JobConflict(Exception):
     """The request does not fit the job's current state (e.g. forgetting a running job)."""
+
+
+#: The name of the file a preempted job reads its deadline from (in its ``/tmp``).
+NOTICE_FILE = "corral-preemption"
+
+
+class Notice:
+    """A stop with a deadline (a preemption): SIGTERM now, SIGKILL at ``deadline`` (unix time)."""
+
+    def __init__(self, deadline: float, message: str) -> None:
+        self.deadline = deadline
+        self.message = message
+
+    def text(self) -> str:
+        """The file's content, in shell syntax (``. "$CORRAL_PREEMPTION_FILE"`` reads it)."""
+        return (
+            f"CORRAL_PREEMPTION_DEADLINE={int(self.deadline)}\nCORRAL_PREEMPTION_MESSAGE={shlex.quote(self.message)}\n"
+        )
 
 
 class Job:
@@ -48,6 +67,9 @@ class Job:
         self.session: dict[str, Any] | None = None
         #: Where its network volumes are mounted on the host (unmounted when it ends), in mount order.
         self.volume_mounts: list[str] = []
+        #: Where a stop with a deadline (a preemption) is written for the job to read, as the job sees it
+        #: in ``CORRAL_PREEMPTION_FILE`` and on this host (None: the job has no such file).
+        self.notice_path: str | None = None
 
     def snapshot(self) -> JobState:
         with self.cond:

@@ -5,10 +5,12 @@ launched (argv, user, environment, files, log pumps), its timers, its stop and i
 jobs and the attributes this class uses (``sandboxes``, ``blobs``, ``containers``). A job is
 ``[shell, "-c", <commands joined with &&>]`` in a session of its own; when its main process exits, whatever
 it left in its process group is killed. Stop = SIGTERM to the group, SIGKILL after ``stop_duration`` (at
-once on abort). When the agent can (root), the job runs in its sandbox (:mod:`corral.agent.sandbox`):
-its tree is its ``/`` over the read-only host, its uid is its own; without one it runs as the agent's
-user and its state says why. A job with an ``image`` runs in a container instead
-(:mod:`corral.agent.containers`).
+once on abort); a stop with a ``deadline`` (a preemption) first writes it to the file
+``CORRAL_PREEMPTION_FILE`` names (``CORRAL_PREEMPTION_DEADLINE=<unix time>`` and
+``CORRAL_PREEMPTION_MESSAGE=...``, shell syntax), then kills at the deadline. When the agent can (root),
+the job runs in its sandbox (:mod:`corral.agent.sandbox`): its tree is its ``/`` over the read-only host,
+its uid is its own; without one it runs as the agent's user and its state says why. A job with an
+``image`` runs in a container instead (:mod:`corral.agent.containers`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +30,7 @@ from typing import Any
 
 from . import procs, sandbox, sandbox_layout, volumes, workdir
 from .containers import ContainerRunner
-from .job import Job, join_commands
+from .job import NOTICE_FILE, Job, Notice, join_commands
 from .logstore import pump
 from .protocol import JobSubmission
 from .protocol_containers import InstanceMount
@@ -172,10 +175,15 @@ class JobLifecycle:
             cwd = lay.working_dir
             env = self._env(sub, user)
             env.update(DSTACK_REPO_DIR=lay.repo_dir, DSTACK_WORKING_DIR=lay.working_dir)
+            # a host process reads it in its job's own directory (outside its working dir)
+            job.notice_path = os.path.join(job.dir, NOTICE_FILE)
+            env["CORRAL_PREEMPTION_FILE"] = job.notice_path
             if sb is not None:
                 binds = sandbox_layout.binds(lay, sandbox_layout.submission(sub))
                 cwd = sandbox_layout.inside(lay, lay.working_dir)
                 env.update(DSTACK_REPO_DIR=sandbox_layout.inside(lay, lay.repo_dir), DSTACK_WORKING_DIR=cwd)
+                job.notice_path = os.path.join(lay.root, "tmp", NOTICE_FILE)  # lay.root/tmp is its /tmp
+                env["CORRAL_PREEMPTION_FILE"] = "/tmp/" + NOTICE_FILE
                 if "HOME" not in sub.env:
                     env["HOME"] = sub.home_dir
                 sandbox.chown_tree(lay.root, sb.uid)
@@ -339,7 +347,7 @@ class JobLifecycle:
     def _expire(self, job: Job) -> None:
         self._stop(job, abort=False, reason="max_duration_exceeded")
 
-    def _stop(self, job: Job, abort: bool, reason: str) -> None:
+    def _stop(self, job: Job, abort: bool, reason: str, notice: Notice | None = None) -> None:
         with job.cond:
             if job.state.finished:
                 return
@@ -347,12 +355,19 @@ class JobLifecycle:
                 job.stop_reason = reason
             proc = job.proc
             setup = job.setup_proc
+        grace = job.sub.stop_duration
+        if notice is not None and not abort:
+            grace = max(0.0, notice.deadline - time.time())
+            if job.sub.image:
+                self.containers.notify(job, notice.text())
+            else:
+                self._write_notice(job, notice)
         if setup is not None:
             procs.signal_group(setup.pid, signal.SIGKILL)
         if job.sub.image:
             self.containers.signal(job, signal.SIGKILL if abort else signal.SIGTERM)
             if not abort:
-                self._timer(job, job.sub.stop_duration, self.containers.signal, job, signal.SIGKILL)
+                self._timer(job, grace, self.containers.signal, job, signal.SIGKILL)
             return
         if proc is None or proc.returncode is not None:
             return
@@ -360,7 +375,24 @@ class JobLifecycle:
             procs.signal_group(proc.pid, signal.SIGKILL)
             return
         procs.signal_group(proc.pid, signal.SIGTERM)
-        self._timer(job, job.sub.stop_duration, self._kill, job)
+        self._timer(job, grace, self._kill, job)
+
+    @staticmethod
+    def _write_notice(job: Job, notice: Notice) -> None:
+        """The deadline, where the job reads it, before its SIGTERM (written whole: a rename)."""
+        path = job.notice_path
+        if path is None:
+            return
+        text = notice.text()
+        try:
+            # a new file of its own (O_EXCL: never through a link the job left there), renamed over the name
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".notice-")
+            with os.fdopen(fd, "w") as f:
+                os.fchmod(f.fileno(), 0o644)
+                f.write(text)
+            os.replace(tmp, path)
+        except OSError:
+            log.warning("cannot write the preemption notice of %s", job.sub.job_id)
 
     def _kill(self, job: Job) -> None:
         proc = job.proc

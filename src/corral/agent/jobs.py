@@ -25,7 +25,7 @@ from collections.abc import Callable
 from . import procs, sandbox, workdir
 from .containers import ContainerRunner
 from .docker import Docker
-from .job import Job, JobConflict, JobNotFound, write_json
+from .job import Job, JobConflict, JobNotFound, Notice, write_json
 from .job_lifecycle import READER_DRAIN_S, JobLifecycle
 from .protocol import JobState, JobSubmission, LogEntry, LogsReply
 
@@ -173,9 +173,10 @@ class JobRunner(JobLifecycle):
         self.sandboxes.release_stale(known)
         return self.sandboxes.address(self.sandboxes.reserve(job_id))
 
-    def stop(self, job_id: str, abort: bool = False) -> JobState:
+    def stop(self, job_id: str, abort: bool = False, notice: Notice | None = None) -> JobState:
+        """Stop the job (``notice``: with a deadline it can read, e.g. a preemption's)."""
         job = self.get(job_id)
-        self._stop(job, abort=abort, reason="aborted" if abort else "stopped")
+        self._stop(job, abort=abort, reason="aborted" if abort else "stopped", notice=notice)
         return job.snapshot()
 
     def forget(self, job_id: str) -> None:

@@ -19,7 +19,9 @@ are served at once; one more waits up to a second for a free slot, then gets a 5
                                          ends early on a state change, at once if the job is no longer
                                          ``state``); with ``metrics_after`` also the job's resource samples
                                          taken after it (:mod:`corral.agent.metrics`)
-    POST   /jobs/{id}/stop               {"abort": bool} -> JobState
+    POST   /jobs/{id}/stop               {"abort": bool, "deadline"?: unix time, "message"?: str} -> JobState
+                                         (a deadline: written to the job's CORRAL_PREEMPTION_FILE, then
+                                         SIGTERM, SIGKILL at the deadline)
     POST   /jobs/{id}/address            {} -> AddressReply (the job's sandbox address, reserved before
                                          it is submitted so that every node of a run knows every other's)
     DELETE /jobs/{id}                    {} (a finished job only; 409 otherwise)
@@ -47,7 +49,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from . import gpus, metrics, resources, sandbox
-from .job import Job, JobConflict, JobNotFound
+from .job import Job, JobConflict, JobNotFound, Notice
 from .jobs import JobRunner
 from .protocol import AGENT_PROTOCOL_VERSION, AGENT_VERSION, HostInfo, JobSubmission, ProtocolError
 from .protocol_sandbox import AddressReply
@@ -450,7 +452,16 @@ class _Handler(BaseHTTPRequestHandler):
             abort = data.get("abort", False)
             if not isinstance(abort, bool):
                 raise HttpError(400, "stop.abort: expected true or false")
-            return 200, agent.runner.stop(job_id, abort=abort).to_dict()
+            deadline = data.get("deadline")
+            notice = None
+            if deadline is not None:
+                if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
+                    raise HttpError(400, "stop.deadline: expected a unix time (seconds)")
+                message = data.get("message") or ""
+                if not isinstance(message, str):
+                    raise HttpError(400, "stop.message: expected a string")
+                notice = Notice(float(deadline), message[:500])
+            return 200, agent.runner.stop(job_id, abort=abort, notice=notice).to_dict()
         raise HttpError(405, f"method {method} is not allowed on {path}")
 
 

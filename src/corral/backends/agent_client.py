@@ -164,8 +164,14 @@ class AgentClient:
         )
         return self._parse("GET /jobs/{id}/logs", LogsReply.from_dict, data)
 
-    async def stop(self, job_id: str, abort: bool = False) -> JobState:
-        data = await self._request("POST", f"/jobs/{job_id}/stop", json={"abort": abort})
+    async def stop(
+        self, job_id: str, abort: bool = False, deadline: float | None = None, message: str | None = None
+    ) -> JobState:
+        """Stop the job; with a ``deadline`` (a preemption) the job can read it and is killed then."""
+        body: dict[str, object] = {"abort": abort}
+        if deadline is not None:
+            body.update(deadline=deadline, message=message or "")
+        data = await self._request("POST", f"/jobs/{job_id}/stop", json=body)
         return self._parse("POST /jobs/{id}/stop", JobState.from_dict, data)
 
     async def has_blob(self, blob_hash: str) -> bool:

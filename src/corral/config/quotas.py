@@ -9,7 +9,7 @@ An omitted key means no limit. ``gpu`` is a count of any model or a map of model
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -21,6 +21,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
+RunType = Literal["task", "service", "dev-environment"]
 GpuLimit = Union[int, dict[str, int]]
 
 
@@ -67,6 +68,8 @@ class ProjectPolicy(_Strict):
     weight: float = Field(default=1.0, gt=0)
     quota: Quota = Field(default_factory=Quota)
     preemptible_max_priority: Optional[int] = Field(default=None, ge=0, le=100)
+    #: The run types ``preemptible_max_priority`` covers (omitted: tasks only).
+    preemptible_run_types: Optional[list[RunType]] = None
 
     def to_policy(self) -> QuotaPolicy:
         return QuotaPolicy(
@@ -74,6 +77,7 @@ class ProjectPolicy(_Strict):
             nominal=_limits(self.quota.nominal),
             max=_limits(self.quota.max),
             preemptible_max_priority=self.preemptible_max_priority,
+            preemptible_run_types=tuple(dict.fromkeys(self.preemptible_run_types or ())),
         )
 
 
@@ -86,13 +90,15 @@ class Preemption(_Strict):
     min_priority_gap: int = Field(default=10, ge=0, le=100)
     min_runtime: Duration = 600
     grace_period: Duration = 120
+    #: At most this many gangs are preempted in one scheduling pass.
+    max_victims_per_cycle: int = Field(default=8, ge=1, le=1000)
 
 
 class Scheduling(_Strict):
     preemption: Preemption = Field(default_factory=Preemption)
 
 
-POLICY_KEYS = ("weight", "quota", "preemptible_max_priority")
+POLICY_KEYS = ("weight", "quota", "preemptible_max_priority", "preemptible_run_types")
 
 
 def policy_doc(policy: QuotaPolicy) -> dict[str, Any]:
@@ -103,6 +109,7 @@ def policy_doc(policy: QuotaPolicy) -> dict[str, Any]:
         "weight": int(policy.weight) if float(policy.weight).is_integer() else policy.weight,
         "quota": {"nominal": limits_to_doc(policy.nominal), "max": limits_to_doc(policy.max)},
         "preemptible_max_priority": policy.preemptible_max_priority,
+        "preemptible_run_types": list(policy.preemptible_run_types) or None,
     }
 
 

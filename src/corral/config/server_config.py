@@ -9,13 +9,16 @@ projects:
         creds: {type: access_key, access_key: AKIA..., secret_key: ...}
     weight: 1                  # fair-share weight and quotas (corral.config.quotas); omitted: no limit
     quota: {nominal: {gpu: 8}, max: {gpu: {H100: 8, any: 16}, price_per_hour: 40}}
+    preemptible_max_priority: 49   # its tasks of priority <= 49 may be preempted (null: none)
+    preemptible_run_types: [task]  # the run types that covers (default: tasks only)
 default_permissions:
   allow_managers_manage_secrets: true
 scheduling:
-  preemption: {enabled: false, min_priority_gap: 10, min_runtime: 10m, grace_period: 120s}
+  preemption: {enabled: false, min_priority_gap: 10, min_runtime: 10m, grace_period: 120s, max_victims_per_cycle: 8}
 
-A project's policy (``weight``, ``quota``, ``preemptible_max_priority``) is re-applied at each start for the
-projects that give one; a project listed without any of them keeps the policy set through the API.
+A project's policy (``weight``, ``quota``, ``preemptible_max_priority``, ``preemptible_run_types``) is
+re-applied at each start for the projects that give one; a project listed without any of them keeps the
+policy set through the API.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from corral.config.aws_backend import AWSBackendConfig
-from corral.config.quotas import ProjectPolicy, Quota, Scheduling
+from corral.config.quotas import POLICY_KEYS, ProjectPolicy, Quota, RunType, Scheduling
 from corral.domain.quotas import QuotaPolicy
 
 
@@ -51,10 +54,11 @@ class ProjectEntry(_Strict):
     weight: Optional[float] = Field(default=None, gt=0)
     quota: Optional[Quota] = None
     preemptible_max_priority: Optional[int] = Field(default=None, ge=0, le=100)
+    preemptible_run_types: Optional[list[RunType]] = None
 
     def policy(self) -> QuotaPolicy | None:
         """The project's scheduling policy, None when the entry gives none (the stored one is kept)."""
-        given = self.model_fields_set & {"weight", "quota", "preemptible_max_priority"}
+        given = self.model_fields_set & set(POLICY_KEYS)
         if not given:
             return None
         return ProjectPolicy.model_validate(

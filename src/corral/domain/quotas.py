@@ -38,7 +38,11 @@ class QuotaPolicy:
     weight: float = 1.0
     nominal: Limits = field(default_factory=Limits)
     max: Limits = field(default_factory=Limits)
+    #: Runs of the project with a priority at most this may be preempted (None: none of its runs).
     preemptible_max_priority: int | None = None
+    #: The run types ``preemptible_max_priority`` covers (empty: tasks only; services and dev
+    #: environments are preempted only where named here).
+    preemptible_run_types: tuple[str, ...] = ()
 
     def is_default(self) -> bool:
         return (
@@ -46,6 +50,7 @@ class QuotaPolicy:
             and self.nominal.is_empty()
             and self.max.is_empty()
             and self.preemptible_max_priority is None
+            and not self.preemptible_run_types
         )
 
 

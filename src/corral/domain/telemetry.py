@@ -48,6 +48,7 @@ class Telemetry:
     COUNTERS = {
         "corral_placements_total": "Jobs the scheduler placed (on an idle instance or a new one)",
         "corral_commit_rejections_total": "Gangs the commit point refused (capacity taken meanwhile; re-planned)",
+        "corral_preemptions_total": "Runs (gangs) stopped to make room for a waiting run (scheduling.preemption)",
         "corral_proxy_requests_total": "Requests the in-server proxy answered, by service and status code",
     }
     HISTOGRAMS = {

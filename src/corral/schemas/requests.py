@@ -321,6 +321,7 @@ class QuotaSetBody(Body):
     weight: Union[float, None] = None
     quota: Union[dict[str, Any], None] = None
     preemptible_max_priority: Union[int, None] = None
+    preemptible_run_types: Union[list[str], None] = None
 
 
 class VolumeCreateBody(Body):

@@ -460,6 +460,7 @@ class QuotaPolicy(Out):
     weight: float
     quota: AnyObject
     preemptible_max_priority: Optional[int] = None
+    preemptible_run_types: Optional[list[str]] = None
 
 
 class QuotaUsage(Out):

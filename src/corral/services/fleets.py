@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 import uuid
@@ -81,6 +82,8 @@ _NOUN = (
     "jackal",
     "lemur",
 )
+
+log = logging.getLogger("corral.fleets")
 
 
 def random_name() -> str:
@@ -175,7 +178,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[
     async with ctx.db.read() as conn:
         current = await store.get_fleet(conn, project.id, name=name) if name else None
         await ssh_fleets.prepare(conn, normalized, current)
-    offers = fleet_offers(ctx, normalized, project)
+    offers = await _reserved(ctx, project, normalized["configuration"], fleet_offers(ctx, normalized, project))
     return {
         "project_name": project.name,
         "user": user.name,
@@ -187,6 +190,21 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[
         "max_offer_price": max((o.price for o in offers), default=None),
         "action": ssh_fleets.plan_action(current, normalized),
     }
+
+
+async def _reserved(ctx: Context, project: ProjectRec, conf: dict[str, Any], offers: list[Offer]) -> list[Offer]:
+    """``offers`` narrowed to the fleet's capacity reservation (its type in its region), as placement narrows
+    them; as they are when EC2 cannot be asked now."""
+    compute: Any = ctx.computes.get("aws")
+    if not conf.get("reservation") or compute is None or conf.get("ssh_config"):
+        return offers
+    from corral.backends.aws import reservations
+
+    try:
+        return reservations.narrowed(offers, await reservations.find(compute, project.name, conf["reservation"]))
+    except Exception as e:  # the plan still lists what the fleet's other options allow
+        log.warning("could not look capacity reservation %s up: %s", conf["reservation"], e)
+        return offers
 
 
 def _spec_changed(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -8,8 +8,9 @@ live job's newest sample (``dstack_job_cpu_time_seconds_total``, ``dstack_job_me
 (``dstack_submit_to_provision_duration_seconds``; dstack's ``dstack_pending_runs_total`` is not kept: corral
 resubmits a run without a ``pending`` status). corral's:
 ``corral_queue_length{project,fleet}``, ``corral_queue_wait_seconds``, ``corral_placements_total``,
-``corral_commit_rejections_total``, ``corral_proxy_requests_total{project,run,code}``; for each project with
-a quota policy ``corral_project_weighted_share{project}`` and ``corral_project_quota_used``, ``_quota_max``,
+``corral_commit_rejections_total``, ``corral_preemptions_total``,
+``corral_proxy_requests_total{project,run,code}``; for each project with a quota policy
+``corral_project_weighted_share{project}`` and ``corral_project_quota_used``, ``_quota_max``,
 ``_quota_nominal``, ``corral_project_entitlement`` ``{project,resource}``.
 """
 

@@ -153,7 +153,7 @@ def _job_status_message(j: JobRec) -> str:
     if j.status == "failed" and j.termination_reason == "container_exited_with_error":
         return f"exited ({j.exit_status})" if j.exit_status is not None else "error"
     if j.status == "failed" and j.termination_reason == "interrupted_by_no_capacity":
-        return "interrupted"
+        return j.status_message or "interrupted"
     if j.status == "failed":
         return j.status_message or "error"
     if j.status == "done":

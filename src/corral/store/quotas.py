@@ -31,6 +31,7 @@ def _policy(text: str) -> QuotaPolicy:
         nominal=limits_from_doc(doc.get("nominal")),
         max=limits_from_doc(doc.get("max")),
         preemptible_max_priority=doc.get("preemptible_max_priority"),
+        preemptible_run_types=tuple(doc.get("preemptible_run_types") or ()),
     )
 
 
@@ -41,6 +42,7 @@ def _policy_json(policy: QuotaPolicy) -> str:
             "nominal": limits_to_doc(policy.nominal),
             "max": limits_to_doc(policy.max),
             "preemptible_max_priority": policy.preemptible_max_priority,
+            "preemptible_run_types": list(policy.preemptible_run_types),
         }
     ).decode()
 
@@ -72,7 +74,7 @@ def _loads(value: Any) -> Any:
     return orjson.loads(value) if isinstance(value, (str, bytes)) else value
 
 
-def _offer_parts(offer: Any) -> tuple[list[str], int, int]:
+def offer_parts(offer: Any) -> tuple[list[str], int, int]:
     data = _loads(offer)
     res = data.get("resources") if isinstance(data, dict) else None
     if not isinstance(res, dict):
@@ -108,7 +110,7 @@ async def project_holdings(conn: AsyncConnection, project_ids: Collection[str] |
     out: dict[str, Usage] = {}
     on: dict[str, set[str]] = {}
     for r in await conn.execute(q):
-        gpus, cpus, mem = _offer_parts(r.offer)
+        gpus, cpus, mem = offer_parts(r.offer)
         held = charge(gpus, cpus, mem, float(r.price or 0.0), int(r.blocks or 1), int(r.total_blocks or 1))
         out[r.project_id] = add(out.get(r.project_id, {}), held)
         on.setdefault(r.project_id, set()).add(r.instance_id)
@@ -151,7 +153,7 @@ async def project_pool(conn: AsyncConnection, project_id: str) -> Pool:
             instances.c.deleted.is_(False),
         )
         for inst in await conn.execute(iq):
-            gpus, cpus, mem = _offer_parts(inst.offer)
+            gpus, cpus, mem = offer_parts(inst.offer)
             capacity = add(capacity, charge(gpus, cpus, mem, float(inst.price or 0.0), 1, 1))
             capacity["instances"] = capacity.get("instances", 0.0) + 1
     return Pool(capacity, frozenset(sharing))

@@ -27,9 +27,15 @@ async def retry_specs(conn: AsyncConnection, job_ids: Sequence[str]) -> dict[str
 
 
 async def resubmit_replica(
-    conn: AsyncConnection, run_id: str, replica_num: int, latest: Sequence[str], now: float
+    conn: AsyncConnection,
+    run_id: str,
+    replica_num: int,
+    latest: Sequence[str],
+    now: float,
+    queued_at: float | None = None,
 ) -> bool:
-    """Submit again the jobs whose latest submissions are ``latest`` (ids), once all of them have finished:
+    """Submit again the jobs whose latest submissions are ``latest`` (ids), once all of them have finished
+    (``queued_at``: the time the new submissions keep their place in the queue by, a preempted replica's):
     while some still run, ask them to stop (they hold the capacity the new submissions need) and return
     False. Raises ``IntegrityError`` (the caller's transaction rolls back) if another replica did it first."""
     rows = (await conn.execute(sa.select(jobs).where(jobs.c.id.in_(list(latest))))).all()
@@ -59,6 +65,7 @@ async def resubmit_replica(
                 "submission_num": number,
                 "deployment_num": r.deployment_num,
                 "submitted_at": now,
+                "queued_at": queued_at,
                 "last_processed_at": now,
                 "status": "submitted",
                 "job_spec": r.job_spec,

@@ -353,6 +353,8 @@ class JobState:
     ready_at: float | None = None
     #: A service replica the scaler removed (``stop_requested = scaled_down``): never submitted again.
     retired: bool = False
+    #: Stopped to make room for another run (``stop_requested = preempted``): always submitted again.
+    preempted: bool = False
 
 
 @dataclass(frozen=True)
@@ -452,6 +454,7 @@ async def active_run_states(conn: AsyncConnection, *, settling: bool = False) ->
                     r.ready,
                     r.ready_at,
                     r.stop_requested == "scaled_down",
+                    r.stop_requested == "preempted",
                 )
             )
     return [

@@ -34,6 +34,8 @@ class QueueRow:
     run_spec: dict[str, Any] | None
     #: The global role of the run's submitter (loaded with the documents).
     submitter_role: str | None = None
+    #: A preempted job's new submission: the time it keeps its place by (``jobs.queued_at``).
+    queued_at: float | None = None
 
 
 def _waiting() -> sa.Select[Any]:
@@ -48,11 +50,12 @@ def _waiting() -> sa.Select[Any]:
             jobs.c.priority,
             jobs.c.submitted_at,
             jobs.c.status_message,
+            jobs.c.queued_at,
             projects.c.name.label("project_name"),
         )
         .join(projects, projects.c.id == jobs.c.project_id)
         .where(jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
-        .order_by(jobs.c.priority.desc(), jobs.c.submitted_at, jobs.c.id)
+        .order_by(jobs.c.priority.desc(), sa.func.coalesce(jobs.c.queued_at, jobs.c.submitted_at), jobs.c.id)
     )
 
 
@@ -95,6 +98,7 @@ async def load_queue(conn: AsyncConnection, known: Collection[str] = ()) -> list
                 job_spec,
                 run_spec,
                 role,
+                r.queued_at,
             )
         )
     return out

@@ -217,6 +217,9 @@ jobs = sa.Table(
     sa.Column("priority", sa.Integer, nullable=False, default=0),
     sa.Column("blocks", sa.Integer, nullable=False, default=1),
     sa.Column("wait_deadline", Time, nullable=True),
+    #: The time the job keeps its place in the queue by when it is not ``submitted_at``: a preempted job's
+    #: new submission waits in its run's original place, with no wait deadline (null: ``submitted_at``).
+    sa.Column("queued_at", Time, nullable=True),
     sa.Column("instance_id", sa.String(36), sa.ForeignKey("instances.id"), nullable=True),
     sa.Column("job_provisioning_data", sa.Text, nullable=True),
     sa.Column("job_runtime_data", sa.Text, nullable=True),

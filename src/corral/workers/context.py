@@ -15,6 +15,7 @@ from corral.domain.access import backend_types, usable_computes
 from corral.domain.records import InstanceRec
 from corral.domain.telemetry import Telemetry
 from corral.scheduler import offer_filters
+from corral.scheduler.preemption import Settings as PreemptionSettings
 from corral.scheduler.types import Offer
 from corral.settings import Settings
 from corral.store.db import Database
@@ -71,6 +72,8 @@ class Context:
     ssh_endpoint_close: Callable[[], Awaitable[None]] | None = None
     #: This process's counters and histograms (``GET /metrics``).
     telemetry: Telemetry = field(default_factory=Telemetry)
+    #: ``config.yml``'s ``scheduling.preemption`` (off unless it says otherwise).
+    preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
 
     def cipher(self) -> Cipher:
         """The server's cipher (tokens, private keys and credentials at rest)."""

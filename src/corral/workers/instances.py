@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
+from corral.backends.base import AgentEndpoint, Compute, Provisioned, ProvisioningError
 from corral.domain.events import instance_target
 from corral.domain.fleets import nodes_bounds, stuck_message
 from corral.domain.records import InstanceRec
@@ -24,6 +24,7 @@ from corral.store.events import EXPIRED_BATCH, delete_expired, emit, tracked_upd
 from corral.store.fleets import dump
 from corral.store.tables import instances, jobs
 from corral.workers.context import Context
+from corral.workers.gangs import Gangs
 from corral.workers.orphans import OrphanReaper
 from corral.workers.seal_at_rest import seal_stored_secrets
 
@@ -41,13 +42,19 @@ class Instances:
         #: Instance id -> (failed tries to terminate it, when the first failed), while it is not confirmed.
         self._termination_tries: dict[str, tuple[int, float]] = {}
         self.orphans = OrphanReaper(ctx)
+        self.gangs = Gangs(self)
 
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
             todo = await fleet_store.list_instances(conn, statuses=("pending", "terminating"))
             idle = await fleet_store.list_instances(conn, statuses=("idle",))
+        fresh = [i for i in todo if i.status == "pending" and i.id not in self._tasks]
+        for ids, gang in await self.gangs.start(fresh):  # a multi-node run's instances: all together
+            for iid in ids:
+                self._tasks[iid] = gang
+                gang.add_done_callback(self._untrack(iid))
         for inst in todo:
-            if inst.id in self._tasks:
+            if inst.id in self._tasks or inst.id in self.gangs.waiting:
                 continue
             work = self._provision(inst) if inst.status == "pending" else self._terminate(inst)
             task = asyncio.create_task(work)
@@ -104,6 +111,10 @@ class Instances:
             log.exception("provisioning %s failed", inst.name)
             await self._provisioning_failed(inst, token, f"unexpected error: {e}")
             return
+        await self.record(inst, token, compute, provisioned)
+
+    async def record(self, inst: InstanceRec, token: str, compute: Compute, provisioned: Provisioned) -> None:
+        """Record a provisioned instance (under its lease ``token``); terminated again if the row moved on."""
         now = time.time()
         # An instance reserved without an offer (an SSH host) gets one from what was found there.
         offer = dict(inst.offer or {"backend": inst.backend, "instance_type": inst.backend, "region": inst.region})
@@ -147,7 +158,7 @@ class Instances:
                 now_rec = await fleet_store.get_instance(conn, inst.id)
             recorded = (now_rec.agent or {}).get("url") if now_rec is not None else None
             if recorded != provisioned.agent.url:  # never kill an agent another replica recorded (adopted)
-                await compute.terminate_instance(inst.id, provisioned.agent)  # type: ignore[union-attr]
+                await compute.terminate_instance(inst.id, provisioned.agent)
             return
         res_json = offer["resources"]
         log.info(
@@ -163,7 +174,9 @@ class Instances:
         )
         self.ctx.wakeups.wake("jobs", "scheduler")
 
-    async def _provisioning_failed(self, inst: InstanceRec, token: str, message: str) -> None:
+    async def _provisioning_failed(
+        self, inst: InstanceRec, token: str, message: str, reason: str = "failed_to_start_due_to_no_capacity"
+    ) -> None:
         log.info(
             "instance %s of fleet %s could not be provisioned: %s",
             inst.name,
@@ -194,7 +207,7 @@ class Instances:
                 sa.and_(jobs.c.instance_id == inst.id, jobs.c.status.in_(("provisioning", "submitted"))),
                 {
                     "status": "failed",
-                    "termination_reason": "failed_to_start_due_to_no_capacity",
+                    "termination_reason": reason,
                     "termination_reason_message": f"Failed to provision instance {inst.name}: {message}",
                     "status_message": "no capacity",
                     "finished_at": now,

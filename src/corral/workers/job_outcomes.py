@@ -116,6 +116,9 @@ class JobOutcomes:
             status, reason, message = "terminated", "scaled_down", "scaled down"
         elif stopped == "inactivity":  # a dev environment idle past its inactivity_duration (workers/jobs.py)
             status, reason, message = "terminated", "inactivity_duration_exceeded", job.termination_reason_message
+        elif stopped == "preempted":  # another run took its place (workers/scheduling_preemption.py)
+            status, reason = "failed", "interrupted_by_no_capacity"
+            message = job.termination_reason_message
         elif stopped == "utilization":  # its GPUs stayed under its utilization_policy (workers/job_utilization.py)
             status, reason = "terminated", "terminated_due_to_utilization_policy"
             message = job.termination_reason_message
@@ -152,7 +155,8 @@ class JobOutcomes:
                     "status": status,
                     "termination_reason": reason,
                     "termination_reason_message": message,
-                    "status_message": None,
+                    # a preempted job says which run took its place (``runs/get``, ``corral ps``)
+                    "status_message": message if stopped == "preempted" else None,
                     "exit_status": exit_status,
                     "finished_at": now,
                     "last_processed_at": now,

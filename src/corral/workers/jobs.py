@@ -28,6 +28,7 @@ from corral.store import fleets as fleet_store
 from corral.store import metrics as metrics_store
 from corral.store import runs as run_store
 from corral.store.fleets import dump
+from corral.store.preemption import PREEMPTED
 from corral.store.run_secrets import opened_auth
 from corral.workers import job_metrics, job_secrets, job_utilization, job_volumes
 from corral.workers.context import Context
@@ -385,7 +386,13 @@ class Jobs(JobLeases, JobOutcomes):
                     wait = max(0.5, min(wait, next_check - now))
                 if current.stop_requested and stop_sent != current.stop_requested:
                     try:
-                        await client.stop(job.id, abort=current.stop_requested == "abort")
+                        if current.stop_requested == PREEMPTED:  # SIGTERM and a deadline it can read
+                            grace = self.ctx.preemption.grace_period
+                            await client.stop(
+                                job.id, deadline=time.time() + grace, message=current.termination_reason_message
+                            )
+                        else:
+                            await client.stop(job.id, abort=current.stop_requested == "abort")
                         stop_sent = current.stop_requested
                     except (AgentUnreachable, AgentError) as e:
                         log.warning("stopping %s: %s", job.job_name, e)

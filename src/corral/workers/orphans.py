@@ -1,7 +1,8 @@
 """The orphan reaper of cloud backends: every ``orphan_interval``, per project with an ``aws`` backend and
 per region it names, the instances tagged with this server's id whose row is missing or terminated and
 older than ``CORRAL_ORPHAN_GRACE`` are terminated (or only reported: ``CORRAL_ORPHAN_ACTION=report``).
-Instances without corral's server tag are never looked at.
+Instances without corral's server tag are never looked at. This server's placement groups that no live
+instance names are deleted after the same grace (``backends.aws.gang_cleanup.sweep_groups``).
 
 Load (rows and projects) → decide (``backends.aws.orphans``, pure) → act (EC2, no transaction open).
 """
@@ -14,6 +15,7 @@ import time
 import sqlalchemy as sa
 
 from corral.backends.aws.catalog import load as load_catalog
+from corral.backends.aws.gang_cleanup import sweep_groups
 from corral.store.tables import instances, projects
 from corral.workers.context import Context
 
@@ -58,4 +60,11 @@ class OrphanReaper:
                 log.warning("orphan pass of project %s failed: %s", name, e)
                 continue
             found += len(reaped)
+            try:  # placement groups of gangs that no instance holds any more
+                await sweep_groups(
+                    compute,  # type: ignore[arg-type]
+                    project, regions, self.ctx.settings.orphan_grace, self.ctx.settings.orphan_action == "report",
+                )  # fmt: skip
+            except Exception as e:
+                log.warning("placement group pass of project %s failed: %s", name, e)
         return found

@@ -126,9 +126,12 @@ def plan_retry(
     retries: Mapping[str, Mapping[str, object] | None],
     now: float,
 ) -> RetryPlan:
-    """Resubmit, fail for good, or fail because the retry ran out (dstack's rules, ``domain.retry``). Pure."""
+    """Resubmit, fail for good, or fail because the retry ran out (dstack's rules, ``domain.retry``); a
+    preempted job is always resubmitted, at once, whatever its ``retry``. Pure."""
     verdicts = {
-        j.id: verdict(j.termination_reason, retries.get(j.id), histories[key], now)
+        j.id: Verdict.RESUBMIT
+        if j.preempted and j.status == JobStatus.FAILED.value
+        else verdict(j.termination_reason, retries.get(j.id), histories.get(key, []), now)
         for key, j in latest.items()
         if needs_retry_evaluation(j.status, j.termination_reason)
     }
@@ -138,9 +141,12 @@ def plan_retry(
     if not by_replica or set(by_replica.values()) != {Verdict.RESUBMIT}:
         return RetryPlan()
     due = max(
-        resubmit_at(histories[key], retry_duration(retries.get(j.id)))
-        for key, j in latest.items()
-        if verdicts.get(j.id) == Verdict.RESUBMIT
+        (
+            resubmit_at(histories.get(key, []), retry_duration(retries.get(j.id)))
+            for key, j in latest.items()
+            if verdicts.get(j.id) == Verdict.RESUBMIT and not j.preempted
+        ),
+        default=0.0,
     )
     return RetryPlan(resubmit=tuple(sorted(by_replica)), due=due)
 
@@ -167,7 +173,7 @@ class Runs:
                 if is_service(run.jobs)  # a service's retry.duration is its clock (service_health)
                 or (
                     needs_retry_evaluation(j.status, j.termination_reason)
-                    and any(s.provisioned for s in histories[run.id][key])
+                    and any(s.provisioned for s in histories[run.id].get(key, []))
                 )
             ]
             retries = await resubmit_store.retry_specs(conn, to_evaluate)
@@ -281,7 +287,10 @@ class Runs:
             async with self.ctx.db.write() as conn:
                 for replica in replicas:
                     ids = [j.id for j in latest.values() if j.replica_num == replica]
-                    if await resubmit_store.resubmit_replica(conn, run.id, replica, ids, now):
+                    # a preempted replica keeps its place by the run's original submission time
+                    preempted = any(j.preempted for j in latest.values() if j.replica_num == replica)
+                    queued_at = run.submitted_at if preempted else None
+                    if await resubmit_store.resubmit_replica(conn, run.id, replica, ids, now, queued_at):
                         submitted.append(replica)
         except sqlalchemy.exc.IntegrityError:
             return  # another server replica resubmitted it first
@@ -327,11 +336,16 @@ def _latest(run: run_store.RunState) -> dict[tuple[int, int], run_store.JobState
 
 def _histories(run: run_store.RunState) -> History:
     """Every submission of each job of the run (by replica and job number), oldest first; of a scheduled
-    run, only those of the trigger that fired it (its ``retry`` counts from there, as in dstack)."""
+    run, only those of the trigger that fired it (its ``retry`` counts from there, as in dstack). A
+    preemption starts the history afresh: what ran before it, and the time preempted, do not count against
+    ``retry.duration``."""
     out: History = {}
     since = run.next_triggered_at if run.schedule else None
     for j in sorted(run.jobs, key=lambda j: j.submission_num):
         if since is not None and j.submitted_at < since:
+            continue
+        if j.preempted:
+            out[(j.replica_num, j.job_num)] = []
             continue
         out.setdefault((j.replica_num, j.job_num), []).append(Submission(j.submitted_at, j.finished_at, j.provisioned))
     return out

@@ -44,6 +44,8 @@ from corral.store import volumes as volume_store
 from corral.store.plan_apply import ApplyResult, apply_plan
 from corral.store.snapshot import QueueRow
 from corral.workers.context import Context
+from corral.workers.reserved_offers import ReservedOffers
+from corral.workers.scheduling_preemption import Preempter
 from corral.workers.scheduling_quotas import load_policies, project_quotas, project_shares
 
 log = logging.getLogger("corral.scheduler")
@@ -155,6 +157,8 @@ class Scheduling:
         self.project_regions: dict[str, dict[str, frozenset[str]]] = {}
         #: (project id, name) -> the live volumes, loaded when a job that mounts some is first queued.
         self._volume_places: dict[tuple[str, str], VolumeRec] = {}
+        self.preempter = Preempter(ctx)
+        self.reserved = ReservedOffers(ctx)
 
     def _queued_job(self, job: QueueRow) -> QueuedJob:
         cached = self._queued.get(job.id)
@@ -171,11 +175,13 @@ class Scheduling:
                 run_name=job.run_name,
                 job_num=job.job_num,
                 priority=job.priority,
-                submitted_at=job.submitted_at,
+                submitted_at=job.submitted_at if job.queued_at is None else job.queued_at,
                 max_queue_wait=self.ctx.settings.max_queue_wait,
                 barred_backends=self._barred_backends(job),
                 volume_places=self._volume_places,
             )
+            if job.queued_at is not None:  # a preempted job's new submission waits for its place, whatever its retry
+                cached = QueuedJob(**{**cached.__dict__, "wait": WaitPolicy(True, None)})
             self._queued[job.id] = cached
             self._run_types[job.id] = str((job.run_spec.get("configuration") or {}).get("type") or "")
         if cached.status_message != job.status_message:
@@ -225,7 +231,7 @@ class Scheduling:
         key = (
             fleet.id,
             repr((sorted(backends), conf.get("backends"), sorted((k, sorted(v)) for k, v in regions.items()))),
-            repr(conf.get("resources")),
+            repr((conf.get("resources"), self.reserved.known(fleet))),
         )
         cached = self._fleet_offers.get(key)
         if cached is None:
@@ -243,6 +249,7 @@ class Scheduling:
         if req is not None:
             offers = [o for o in offers if match_requirements(req, o.resources) is None]
         offers = offer_filters.in_project_regions(offers, self.project_regions.get(fleet.project_id, {}))
+        offers = self.reserved.narrowed(fleet, offers)  # a ``reservation``'s type in its region
         # ``backends`` was applied above (with its own rule for ``local``/``remote``)
         return tuple(offer_filters.filtered(offers, offer_filters.from_conf({**conf, "backends": None})))
 
@@ -313,6 +320,7 @@ class Scheduling:
             self.project_backends = await project_state.backends_by_project(conn)
             self.project_regions = await project_state.backend_regions_by_project(conn)
             policies, holdings = await load_policies(conn)
+        await self.reserved.resolve(fleets)  # capacity reservations EC2 was not asked about yet
         slots = tuple(self.fleet_slot(f) for f in fleets)
         live_fleets = {f.id for f in fleets}  # caches keep only fleets that still exist
         self._fleet_offers = {k: v for k, v in self._fleet_offers.items() if k[0] in live_fleets}
@@ -361,6 +369,7 @@ class Scheduling:
             self.ctx.wakeups.wake("runs")
         if result.rejected_runs:
             self.ctx.wakeups.wake("scheduler")
+        await self.preempter.pass_once(snapshot, plan, policies, now)
         return result
 
 

@@ -69,11 +69,12 @@ def plan_service(
         for key, j in latest.items()
         if needs_retry_evaluation(j.status, j.termination_reason)
         and (
-            any(s.provisioned for s in histories[key])
+            j.preempted  # another run took its place (a service its project lets be preempted): it goes again
+            or any(s.provisioned for s in histories.get(key, []))
             or (placed and j.termination_reason == JobTerminationReason.FAILED_TO_START_DUE_TO_NO_CAPACITY.value)
         )
     ]
     if not failed:
         return ServicePlan(check_at=check_at)
-    due = max(resubmit_at(histories[key], duration) for key in failed)
+    due = max(resubmit_at(histories.get(key, []), duration) for key in failed)
     return ServicePlan(resubmit=tuple(sorted({key[0] for key in failed})), due=due, check_at=check_at)

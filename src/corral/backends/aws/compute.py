@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corral.backends.aws import catalog, ec2, launch
+from corral.backends.aws import catalog, ec2, gang_cleanup, gangs, launch
 from corral.backends.aws.interruptions import Lost, lost
 from corral.backends.aws.orphans import Tagged, orphans
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
@@ -136,6 +136,9 @@ class AWSCompute:
             await self._terminate_quietly(client, ec2_id)
             raise
         return dataclasses.replace(provisioned, offer=offer)  # the offer launched, in its zone
+
+    async def create_gang(self, rows: list[InstanceRec], cluster: bool, reservation: str | None) -> list[Provisioned]:
+        return await gangs.create_gang(self, rows, cluster, reservation)  # all together, or none: ``gangs``
 
     def _candidates(self, instance: InstanceRec, project: AWSProject) -> list[Offer]:
         """The row's offer, then its fallbacks (``scheduler.fallbacks``) in the backend's regions."""
@@ -343,7 +346,7 @@ class AWSCompute:
         while True:
             described = await self._ec2(ec2.state, client, ec2_id)
             if described is None or described["State"]["Name"] == "terminated":
-                return
+                return await gang_cleanup.release_group(self, client, where)  # its placement group, if the last
             state = str(described["State"]["Name"])
             if time.monotonic() >= deadline:
                 break
@@ -395,17 +398,12 @@ class AWSCompute:
             tagged = await self._ec2(ec2.owned, client, server_id)
             for orphan in orphans(tagged, row_status, grace, time.time()):
                 found.append(orphan)
-                if action == "report":
-                    log.warning(
-                        "orphan EC2 instance %s in %s (row %s): reported only",
-                        orphan.instance_id,
-                        region,
-                        orphan.row_id,
-                    )
-                    continue
+                done = "reported only" if action == "report" else "terminating it"
                 log.warning(
-                    "terminating orphan EC2 instance %s in %s (row %s)", orphan.instance_id, region, orphan.row_id
+                    "orphan EC2 instance %s in %s (row %s): %s", orphan.instance_id, region, orphan.row_id, done
                 )
+                if action == "report":
+                    continue
                 await self._ec2(ec2.terminate, client, orphan.instance_id)
         return found
 

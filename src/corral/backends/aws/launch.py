@@ -16,6 +16,8 @@ TAG_SERVER = "corral_server"
 TAG_PROJECT = "corral_project"
 TAG_FLEET = "corral_fleet"
 TAG_INSTANCE = "corral_instance"
+#: On every instance of a gang (a multi-node run's new instances, launched together): its lead row's id.
+TAG_GANG = "corral_gang"
 OWNER = ("owner", "corral")
 #: EC2's limit on UserData (before base64).
 USER_DATA_LIMIT = 16 * 1024

@@ -2,7 +2,7 @@
 instance one is attached to and how (device name), and the deletion asked of them
 
 Revision ID: 0023
-Revises: 0021
+Revises: 0022
 Create Date: 2026-12-02 05:00:00
 """
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0023"
-down_revision = "0021"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,335 @@
+"""Gangs on EC2: every new instance of one multi-node run launched together, all or nothing.
+
+The instances worker hands the rows a gang's commit reserved (``workers.gangs``) to :func:`create_gang`:
+
+1. Adopt: instances tagged ``corral_gang=<lead row id>`` (a server that crashed after the launch) are taken
+   over when there is one per row; a partial set is terminated and the gang launched again.
+2. ``reservation``: DescribeCapacityReservations gives its type and zone; the gang launches into it there.
+3. ``placement: cluster``: a placement group ``dstack-<project>-<fleet>-<rand>`` (``placement``), unless the
+   type is one EC2 refuses in a cluster group (``t2.``/``t3.``: launched without one, as a log says).
+4. Launch, one zone at a time (capacity errors move on, bounded by ``MAX_LAUNCH_ATTEMPTS``): every node the
+   same offer -> one RunInstances with ``MinCount = MaxCount = N`` (EC2 launches all or none), then each
+   instance tagged with its row; otherwise one RunInstances per node in parallel, under a deadline. Client
+   tokens ``corral-<row id>-<n>`` as the single-instance path has them.
+5. Bring every node up (SSH, the agent). If any launch or bring-up fails, every instance of the gang is
+   terminated (confirmed by DescribeInstances), its group deleted, and :class:`GangError` says whether it
+   was for capacity (the run waits as ``retry`` says) or not (it fails).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from corral.backends.aws import catalog, ec2, launch, placement, reservations
+from corral.backends.aws import gang_cleanup as cleanup
+from corral.backends.base import Provisioned, ProvisioningError
+from corral.domain.records import InstanceRec
+from corral.scheduler.types import Offer
+
+if TYPE_CHECKING:
+    from corral.backends.aws.compute import AWSCompute, AWSProject, _Region
+
+log = logging.getLogger("corral.aws.gangs")
+
+#: How long the parallel launches of a gang (nodes of different offers) may take together.
+PARALLEL_DEADLINE = 120.0
+TAG_PLACEMENT = cleanup.TAG_PLACEMENT
+
+Path = Literal["count", "parallel"]
+
+
+class GangError(ProvisioningError):
+    """A gang could not be launched; nothing of it is left running. ``capacity``: EC2 had no room for it
+    (the run may wait and try again), else a refusal that trying again will not change."""
+
+    def __init__(self, message: str, capacity: bool) -> None:
+        super().__init__(message)
+        self.capacity = capacity
+
+
+def launch_path(offers: Sequence[Offer]) -> Path:
+    """``count`` when every node is the same offer (type, region, spot or not): one RunInstances with
+    ``MinCount = MaxCount = N``; else ``parallel``: one RunInstances per node."""
+    first = offers[0]
+    key = (first.instance_type, first.region, first.resources.spot)
+    return "count" if all((o.instance_type, o.region, o.resources.spot) == key for o in offers) else "parallel"
+
+
+def match_adopted(row_ids: Sequence[str], found: Sequence[dict[str, Any]]) -> dict[str, str] | None:
+    """Row id -> EC2 id for instances a launch of the gang made before a crash: an instance tagged with its
+    own row first, the rest (a count launch not yet tagged per row) by launch index; None unless there is
+    exactly one per row."""
+    if len(found) != len(row_ids):
+        return None
+    out: dict[str, str] = {}
+    rest = []
+    for i in found:
+        row = str({t["Key"]: t["Value"] for t in i.get("Tags") or []}.get(launch.TAG_INSTANCE) or "")
+        if row in row_ids and row != row_ids[0] and row not in out:
+            out[row] = str(i["InstanceId"])
+        else:
+            rest.append(i)
+    free = [r for r in row_ids if r not in out]
+    for row, i in zip(free, sorted(rest, key=lambda i: int(i.get("AmiLaunchIndex") or 0)), strict=False):
+        out[row] = str(i["InstanceId"])
+    return out if len(out) == len(row_ids) else None
+
+
+async def create_gang(
+    compute: AWSCompute, rows: Sequence[InstanceRec], cluster: bool, reservation: str | None
+) -> list[Provisioned]:
+    """Launch and bring up ``rows`` (in order; the first is the gang's lead) together; their
+    ``Provisioned`` in the same order, or :class:`GangError` with every instance of the gang terminated."""
+    lead = rows[0]
+    project = await compute.project(lead.project_name)
+    offers = [compute._candidates(r, project)[0] for r in rows]
+    region = offers[0].region
+    if any(o.region != region for o in offers):
+        raise GangError("the nodes of a multi-node run must be in one region", capacity=False)
+    client = await compute._ec2(ec2.client, project.creds, region)
+    found = await compute._ec2(ec2.by_tag, client, launch.TAG_GANG, lead.id)
+    adopted = match_adopted([r.id for r in rows], found)
+    group: str | None = None
+    if adopted is not None:
+        ids = [adopted[r.id] for r in rows]
+        tags = {t["Key"]: t["Value"] for t in found[0].get("Tags") or []}
+        group = tags.get(TAG_PLACEMENT) or None
+        log.info("gang of %s: adopting %s, launched before a restart", lead.name, ", ".join(ids))
+    else:
+        if found:  # a partial launch: nothing of it is kept
+            await cleanup.rollback(compute, client, [str(i["InstanceId"]) for i in found], None)
+        ids, group = await _launch(compute, project, rows, offers, client, cluster, reservation)
+    try:
+        return await _bring_up(compute, project, rows, offers, client, ids, group)
+    except ProvisioningError as e:
+        await cleanup.rollback(compute, client, ids, group)
+        raise GangError(f"a node of the gang could not be brought up: {e}", capacity=False) from None
+
+
+async def _bring_up(
+    compute: AWSCompute,
+    project: AWSProject,
+    rows: Sequence[InstanceRec],
+    offers: Sequence[Offer],
+    client: Any,
+    ids: Sequence[str],
+    group: str | None,
+) -> list[Provisioned]:
+    done = await asyncio.gather(
+        *(compute._bring_up(r, project, client, o, i) for r, o, i in zip(rows, offers, ids, strict=False)),
+        return_exceptions=True,
+    )
+    errors = [d for d in done if isinstance(d, BaseException)]
+    if errors:
+        raise ProvisioningError("; ".join(str(e) for e in errors))
+    out: list[Provisioned] = []
+    for p in done:
+        assert isinstance(p, Provisioned)
+        conn = dict(p.agent.connection or {})
+        conn["aws"] = {**conn.get("aws", {}), "gang": rows[0].id, "placement_group": group}
+        out.append(dataclasses.replace(p, agent=dataclasses.replace(p.agent, connection=conn)))
+    return out
+
+
+async def _launch(
+    compute: AWSCompute,
+    project: AWSProject,
+    rows: Sequence[InstanceRec],
+    offers: Sequence[Offer],
+    client: Any,
+    cluster: bool,
+    reservation: str | None,
+) -> tuple[list[str], str | None]:
+    """RunInstances for the gang; the EC2 ids in row order and the placement group (or None)."""
+    region = offers[0].region
+    try:
+        where = await compute._region(project, region, client)
+    except ProvisioningError as e:
+        raise GangError(str(e), capacity=False) from None
+    zones = dict(where.zones)
+    extra: dict[str, Any] = {}
+    if reservation:
+        reserved = await compute._ec2(reservations.lookup, client, region, reservation)
+        types = sorted({o.instance_type for o in offers})
+        if len(types) > 1:
+            why: str | None = f"capacity reservation {reservation} holds one instance type, the nodes are {types}"
+        else:
+            why = reservations.problem(reserved, reservation, types[0], len(rows))
+        if why is not None:
+            short = reserved is not None and reserved.state == "active" and reserved.available < len(rows)
+            raise GangError(why, capacity=short)
+        assert reserved is not None
+        if reserved.zone not in zones:
+            raise GangError(
+                f"capacity reservation {reservation} is in {reserved.zone}: the VPC has no subnet there", capacity=False
+            )
+        zones = {reserved.zone: zones[reserved.zone]}
+        extra.update(reservations.launch_params(reserved))
+    gpu = bool(offers[0].resources.gpus)
+    try:
+        image, _user = await compute._ec2(ec2.image, where.client, project.config, gpu)
+    except ec2.AWSError as e:
+        raise GangError(f"{region}: {e}", capacity=False) from None
+    server_id = await compute._server_id()
+    group: str | None = None
+    if cluster and all(placement.supports_cluster(o.instance_type) for o in offers):
+        group = placement.group_name(project.name, rows[0].fleet_name or "", None)
+        try:
+            await compute._ec2(placement.create, client, group, server_id, project.name, time.time())
+        except ec2.AWSError as e:
+            raise GangError(f"placement group {group}: {e}", capacity=False) from None
+        extra["Placement"] = {**extra.get("Placement", {}), "GroupName": group}
+    elif cluster:
+        log.info("gang of %s: %s cannot go into a cluster placement group; launched without one",
+                 rows[0].name, offers[0].instance_type)  # fmt: skip
+    path = launch_path(offers)
+    errors: list[str] = []
+    attempt = 0
+    capacity = True
+    for zone, subnet in zones.items():
+        itypes = {launch.market_key(o.instance_type, o.resources.spot) for o in offers}
+        if any(compute.unavailable.blocked(region, zone, t, time.time()) for t in itypes):
+            errors.append(f"{zone}: no capacity lately")
+            continue
+        if attempt >= launch.MAX_LAUNCH_ATTEMPTS:
+            break
+        attempt += 1
+        base = _Params(project, server_id, image, where, subnet, extra, group, rows[0].id)
+        if path == "count":
+            got = await _launch_count(compute, base, rows, offers[0], attempt)
+        else:
+            got = await _launch_parallel(compute, base, rows, offers, attempt)
+        if isinstance(got, list):
+            return got, group
+        error, refused = got
+        verdict = launch.classify(error.code)
+        errors.append(f"{zone}: {error}")
+        log.info("gang of %s: launch in %s: %s (%s)", rows[0].name, zone, error, verdict)
+        if verdict == "capacity":
+            for t in refused:
+                compute.unavailable.mark(region, zone, t, time.time())
+        if launch.next_move(verdict) != "zone":
+            capacity = verdict == "quota"
+            break
+    if group is not None:
+        await cleanup.delete_group(compute, client, group)
+    what = ", ".join(sorted({o.instance_type for o in offers}))
+    raise GangError(
+        f"aws: the {len(rows)} nodes ({what} in {region}) could not be launched together "
+        f"({attempt} attempt(s)): {'; '.join(errors) or 'no zone to try'}",
+        capacity=capacity,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Params:
+    project: AWSProject
+    server_id: str
+    image: str
+    where: _Region
+    subnet: str
+    extra: dict[str, Any]
+    group: str | None
+    lead: str
+
+    def run(self, offer: Offer, row: InstanceRec, count: int, token: str) -> dict[str, Any]:
+        tags = launch.instance_tags(
+            self.server_id, self.project.name, row.fleet_name, row.id, row.name, self.project.config.get("tags")
+        )
+        tags += [{"Key": launch.TAG_GANG, "Value": self.lead}]
+        if self.group:
+            tags.append({"Key": TAG_PLACEMENT, "Value": self.group})
+        params: dict[str, Any] = {
+            "ImageId": self.image,
+            "InstanceType": offer.instance_type,
+            "MinCount": count,
+            "MaxCount": count,
+            "ClientToken": token,
+            "UserData": launch.user_data([self.project.ssh_public_key]),
+            "BlockDeviceMappings": [
+                {"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": catalog.DISK_GIB, "VolumeType": "gp3"}}
+            ],
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
+            "NetworkInterfaces": [
+                {"DeviceIndex": 0, "SubnetId": self.subnet, "Groups": [self.where.group],
+                 "AssociatePublicIpAddress": self.project.config.get("public_ips") is not False}
+            ],
+            **self.extra,
+        }  # fmt: skip
+        if offer.resources.spot:
+            params["InstanceMarketOptions"] = launch.SPOT_MARKET
+        if self.project.config.get("iam_instance_profile"):
+            params["IamInstanceProfile"] = {"Name": self.project.config["iam_instance_profile"]}
+        return params
+
+
+#: A launch that failed: EC2's error, and the offerings (``launch.market_key``) it refused.
+Refused = tuple[ec2.AWSError, list[str]]
+
+
+async def _launch_count(
+    compute: AWSCompute, p: _Params, rows: Sequence[InstanceRec], offer: Offer, attempt: int
+) -> list[str] | Refused:
+    """One RunInstances for every node, then each instance tagged with its own row (by launch index)."""
+    params = p.run(offer, rows[0], len(rows), launch.client_token(rows[0].id, attempt))
+    key = [launch.market_key(offer.instance_type, offer.resources.spot)]
+    try:
+        reply = await compute._ec2(ec2.call, p.where.once, "run_instances", **params)
+    except ec2.AWSError as e:
+        return e, key
+    launched = sorted(reply["Instances"], key=lambda i: int(i.get("AmiLaunchIndex") or 0))
+    await _cancel_spot_requests(compute, p.where.client, launched)
+    ids = [str(i["InstanceId"]) for i in launched]
+    if len(ids) != len(rows):  # EC2 promises MinCount or nothing; never keep a part
+        await cleanup.rollback(compute, p.where.client, ids, None)
+        return ec2.AWSError("InsufficientInstanceCapacity", f"{len(ids)} of {len(rows)} instances launched"), key
+    for row, ec2_id in zip(rows[1:], ids[1:], strict=False):
+        tags = [
+            {"Key": launch.TAG_INSTANCE, "Value": row.id},
+            {"Key": "Name", "Value": f"corral-{p.project.name}-{row.name}"},
+        ]
+        await compute._ec2(ec2.call, p.where.client, "create_tags", Resources=[ec2_id], Tags=tags)
+    return ids
+
+
+async def _launch_parallel(
+    compute: AWSCompute, p: _Params, rows: Sequence[InstanceRec], offers: Sequence[Offer], attempt: int
+) -> list[str] | Refused:
+    """One RunInstances per node, at once, under ``PARALLEL_DEADLINE``; all terminated if any fails."""
+    calls = [
+        compute._ec2(ec2.call, p.where.once, "run_instances", **p.run(o, r, 1, launch.client_token(r.id, attempt)))
+        for r, o in zip(rows, offers, strict=False)
+    ]
+    tasks = [asyncio.ensure_future(c) for c in calls]
+    _done, pending = await asyncio.wait(tasks, timeout=PARALLEL_DEADLINE)
+    ids: list[str] = []
+    error: ec2.AWSError | None = None
+    refused: list[str] = []
+    for t, o in zip(tasks, offers, strict=False):
+        if t in pending:
+            t.cancel()
+            error = error or ec2.AWSError("RequestTimeout", f"no reply within {PARALLEL_DEADLINE:g}s")
+        elif t.exception() is not None:
+            exc = t.exception()
+            error = error or (exc if isinstance(exc, ec2.AWSError) else ec2.AWSError("", str(exc)))
+            refused.append(launch.market_key(o.instance_type, o.resources.spot))
+        else:
+            await _cancel_spot_requests(compute, p.where.client, t.result()["Instances"])
+            ids.append(str(t.result()["Instances"][0]["InstanceId"]))
+    if error is None:
+        return ids
+    if ids:
+        await cleanup.rollback(compute, p.where.client, ids, None)
+    return error, refused
+
+
+async def _cancel_spot_requests(compute: AWSCompute, client: Any, launched: Sequence[dict[str, Any]]) -> None:
+    """Cancel the one-time spot requests of ``launched`` so that they cannot be fulfilled again."""
+    for i in launched:
+        if i.get("SpotInstanceRequestId"):
+            await compute._cancel_spot_request(client, str(i["SpotInstanceRequestId"]))

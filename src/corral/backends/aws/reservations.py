@@ -1,0 +1,97 @@
+"""Capacity reservations (``reservation: cr-...`` of a fleet or run), as dstack uses them: the reservation
+says the instance type and zone (DescribeCapacityReservations), offers are narrowed to that type in its
+region, and the launch targets it (``CapacityReservationSpecification.CapacityReservationTarget``) in its
+zone. :func:`lookup` calls EC2 (a boto3 client, run in a thread by the caller) and :func:`find` looks a
+reservation up in every region a project's backend offers; the rest is pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from corral.backends.aws import ec2
+from corral.scheduler.types import Offer
+
+if TYPE_CHECKING:
+    from corral.backends.aws.compute import AWSCompute
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """What a capacity reservation holds: where, what, how many are free now."""
+
+    reservation_id: str
+    instance_type: str
+    zone: str
+    region: str
+    state: str
+    available: int
+    tenancy: str = "default"
+
+
+def lookup(client: Any, region: str, reservation_id: str) -> Reserved | None:
+    """The reservation ``reservation_id`` as EC2 in ``region`` describes it; None when it is not there."""
+    try:
+        found = ec2.call(client, "describe_capacity_reservations", CapacityReservationIds=[reservation_id])
+    except ec2.AWSError as e:
+        if e.code in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
+            return None
+        raise
+    for r in found.get("CapacityReservations") or []:
+        if r.get("CapacityReservationId") == reservation_id:
+            return Reserved(
+                reservation_id=reservation_id,
+                instance_type=str(r.get("InstanceType") or ""),
+                zone=str(r.get("AvailabilityZone") or ""),
+                region=region,
+                state=str(r.get("State") or ""),
+                available=int(r.get("AvailableInstanceCount") or 0),
+                tenancy=str(r.get("Tenancy") or "default"),
+            )
+    return None
+
+
+def narrowed(offers: Iterable[Offer], reserved: Iterable[Reserved]) -> list[Offer]:
+    """The AWS ``offers`` a reservation can launch (its type, in its region); other backends' pass as they are."""
+    places = {(r.region, r.instance_type) for r in reserved}
+    return [o for o in offers if o.backend != "aws" or (o.region, o.instance_type) in places]
+
+
+def problem(r: Reserved | None, reservation_id: str, instance_type: str, count: int) -> str | None:
+    """Why ``count`` instances of ``instance_type`` cannot launch into the reservation (None: they can)."""
+    if r is None:
+        return f"capacity reservation {reservation_id} was not found (reservation)"
+    if r.state != "active":
+        return f"capacity reservation {reservation_id} is {r.state}, not active"
+    if r.instance_type != instance_type:
+        return f"capacity reservation {reservation_id} holds {r.instance_type}, not {instance_type}"
+    if r.available < count:
+        return f"capacity reservation {reservation_id} has {r.available} instance(s) free, {count} needed"
+    return None
+
+
+def launch_params(r: Reserved) -> dict[str, Any]:
+    """RunInstances' parameters that launch into ``r``."""
+    params: dict[str, Any] = {
+        "CapacityReservationSpecification": {"CapacityReservationTarget": {"CapacityReservationId": r.reservation_id}}
+    }
+    if r.tenancy and r.tenancy != "default":
+        params["Placement"] = {"Tenancy": r.tenancy}
+    return params
+
+
+async def find(compute: AWSCompute, project_name: str, reservation_id: str) -> tuple[Reserved, ...]:
+    """Where ``reservation_id`` is: asked in each region of the project's aws backend that has offers
+    (reservation ids are regional; dstack asks every configured region too). Raises on EC2 errors."""
+    project = await compute.project(project_name)
+    configured = project.config.get("regions")
+    regions = sorted({o.region for o in compute.offers() if not configured or o.region in configured})
+    found = []
+    for region in regions:
+        client = await compute._ec2(ec2.client, project.creds, region)
+        r = await compute._ec2(lookup, client, region, reservation_id)
+        if r is not None:
+            found.append(r)
+    return tuple(found)

@@ -1,0 +1,387 @@
+"""Preemption, the pure decision: which running gangs a waiting run may take the place of.
+
+Two rules, as Kueue's ``withinClusterQueue: LowerPriority`` and ``reclaimWithinCohort``:
+
+- **within a project** (``within_project``): a waiting run whose priority is at least ``min_priority_gap``
+  above a running preemptible run of its own project (and always strictly above it) may take its place;
+- **reclaim** (``reclaim``): a project below its nominal quota takes capacity back from projects holding
+  more than theirs (borrowing), provided it stays at or below its nominal quota with what it takes.
+
+A gang (every job of one run's replica: all the nodes of a multi-node task) is a victim whole. Only tasks
+whose run priority is at most their project's ``preemptible_max_priority`` are preemptible (None: none of
+the project's runs); services and dev environments only where the project names their run type
+(``preemptible_run_types``). A gang younger than ``min_runtime`` or already stopping is never a victim.
+Candidates are tried reclaimable ones first, then lowest priority, then most recently started; they are
+taken greedily until the waiting run fits (the real ``schedule`` on the snapshot with the victims' blocks
+freed), then every victim the run does not actually need is dropped, so victims are as few and as recent
+as possible. At most ``max_victims_per_cycle`` gangs per call, and at most :data:`MAX_TRIES` waiting runs
+tried (the rest are tried at the next pass).
+
+No cycles (Kueue's argument): under ``within_project`` the preemptor's priority is strictly higher than its
+victim's, so the victim can never take its place back by that rule; under ``reclaim`` the preemptor's
+project is at or below its nominal quota afterwards and the victim's project was borrowing, so the victim's
+project cannot reclaim from the preemptor's until one of them changes. Pure: ``now`` is a parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from corral.domain.quotas import QuotaPolicy, Usage, add, borrowed, charge
+from corral.scheduler.types import (
+    Assign,
+    FleetSlot,
+    InstanceSlot,
+    Plan,
+    ProjectQuota,
+    QueuedJob,
+    Snapshot,
+    Wait,
+    WaitPolicy,
+)
+
+WITHIN_PROJECT = "within_project"
+RECLAIM = "reclaim"
+PREEMPTIBLE_TYPES = ("task",)
+#: Waiting runs with candidates tried per call (each try places the run on trial snapshots).
+MAX_TRIES = 16
+#: Candidates a run's greedy pass may take before dropping the unneeded (a bound on the trials).
+GREEDY_FACTOR = 4
+_ANY_WAIT = WaitPolicy(True)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """``scheduling.preemption`` (durations in seconds)."""
+
+    enabled: bool = False
+    min_priority_gap: int = 10
+    min_runtime: float = 600.0
+    grace_period: float = 120.0
+    max_victims_per_cycle: int = 8
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job that holds capacity: on ``instance_id``, ``blocks`` of it, holding ``usage``."""
+
+    id: str
+    run_id: str
+    run_name: str
+    project_id: str
+    priority: int
+    #: When it started (the victim order and ``min_runtime`` use the latest start of its gang).
+    started_at: float
+    #: Its run's configuration type: ``task``, ``service``, ``dev-environment``.
+    run_type: str
+    instance_id: str
+    blocks: int
+    usage: Mapping[str, float] = field(default_factory=dict)
+    replica_num: int = 0
+    #: A stop was asked for (by a user, the server, or an earlier preemption): it frees its capacity soon.
+    stopping: bool = False
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Stop ``job_ids`` (one gang) so that ``preemptor_run_id`` can take their place."""
+
+    run_id: str
+    run_name: str
+    job_ids: tuple[str, ...]
+    preemptor_run_id: str
+    preemptor_run_name: str
+    rule: str
+
+    @property
+    def message(self) -> str:
+        why = (
+            "a higher-priority run of its project" if self.rule == WITHIN_PROJECT else "a project reclaiming its quota"
+        )
+        return f"Preempted by run {self.preemptor_run_name} ({why})"
+
+
+Place = Callable[[Snapshot, float], Plan]
+
+
+@dataclass(frozen=True)
+class _Victim:
+    key: tuple[str, int]
+    jobs: tuple[RunningJob, ...]
+
+    @property
+    def project_id(self) -> str:
+        return self.jobs[0].project_id
+
+    @property
+    def priority(self) -> int:
+        return self.jobs[0].priority
+
+    @property
+    def started_at(self) -> float:
+        return max(j.started_at for j in self.jobs)
+
+    def usage(self) -> Usage:
+        out: Usage = {}
+        for j in self.jobs:
+            out = add(out, j.usage)
+        return out
+
+
+def preemptible(job: RunningJob, policy: QuotaPolicy | None) -> bool:
+    """Whether the project's policy lets the job's run be preempted at all (its type and priority)."""
+    if policy is None or policy.preemptible_max_priority is None:
+        return False
+    types = policy.preemptible_run_types or PREEMPTIBLE_TYPES
+    return job.run_type in types and job.priority <= policy.preemptible_max_priority
+
+
+def choose(
+    snapshot: Snapshot,
+    plan: Plan,
+    running: Sequence[RunningJob],
+    policies: Mapping[str, QuotaPolicy],
+    settings: Settings,
+    now: float,
+    place: Place,
+) -> tuple[Preemption, ...]:
+    """The gangs to stop this cycle, for the waiting runs ``plan`` (this pass's plan of ``snapshot``) left
+    waiting; ``place`` is ``schedule``. Empty when preemption is off."""
+    if not settings.enabled or settings.max_victims_per_cycle <= 0:
+        return ()
+    waiting = _waiting_gangs(snapshot, plan)
+    if not waiting:
+        return ()
+    stopping = [j for j in running if j.stopping]
+    work = _booked(_freed(snapshot, stopping), plan)
+    usage: dict[str, Usage] = {}
+    for j in running:
+        if not j.stopping:
+            usage[j.project_id] = add(usage.get(j.project_id, {}), j.usage)
+    gangs: dict[tuple[str, int], list[RunningJob]] = {}
+    for j in running:
+        gangs.setdefault((j.run_id, j.replica_num), []).append(j)
+    pool = [
+        _Victim(k, tuple(js))
+        for k, js in gangs.items()
+        if not any(j.stopping for j in js)
+        and all(preemptible(j, policies.get(j.project_id)) for j in js)
+        and now - max(j.started_at for j in js) >= settings.min_runtime
+    ]
+    out: list[Preemption] = []
+    budget = settings.max_victims_per_cycle
+    tries = MAX_TRIES
+    hopeless: set[object] = set()  # runs like one that found no victims this call: not tried again
+    for jobs in waiting:
+        if budget <= 0 or not pool or tries <= 0:
+            break
+        head = jobs[0]
+        like = _likeness(jobs)
+        if like in hopeless:
+            continue
+        within, reclaim = _candidates(head, pool, usage, policies, settings)
+        if not within and not reclaim:
+            continue  # nothing it may take: no placement tried
+        tries -= 1
+        if _fits(work, jobs, (), now, place) is not None:
+            continue  # it fits without taking anything (capacity a stopping gang frees, or none needed)
+        found = _victims_for(work, jobs, within, reclaim, usage, policies, budget, now, place)
+        if found is None:
+            hopeless.add(like)
+            continue
+        victims, rule, placed = found
+        for v in victims:
+            pool.remove(v)
+            usage[v.project_id] = _minus(usage.get(v.project_id, {}), v.usage())
+            out.append(
+                Preemption(v.key[0], v.jobs[0].run_name, tuple(j.id for j in v.jobs), head.run_id, head.run_name, rule)
+            )
+        budget -= len(victims)
+        usage[head.project_id] = add(usage.get(head.project_id, {}), _charge(work, placed))
+        work = _booked(_freed(work, [j for v in victims for j in v.jobs]), placed)
+    return tuple(out)
+
+
+def _likeness(jobs: tuple[QueuedJob, ...]) -> object:
+    """What decides whether victims can make room for a run: a run alike finds none when this one did not."""
+    blank = {"id": "", "run_id": "", "run_name": "", "submitted_at": 0.0, "status_message": None}
+    try:
+        return hash((len(jobs), tuple(replace(j, wait=_ANY_WAIT, **blank) for j in jobs)))  # type: ignore[arg-type]
+    except TypeError:  # something unhashable in a job: never alike
+        return jobs[0].run_id
+
+
+def _candidates(
+    head: QueuedJob,
+    pool: list[_Victim],
+    usage: dict[str, Usage],
+    policies: Mapping[str, QuotaPolicy],
+    settings: Settings,
+) -> tuple[list[_Victim], list[_Victim]]:
+    """The gangs the waiting run may take the place of: of its project (priority gap), and of borrowing
+    projects (only when its project has a nominal quota to reclaim)."""
+    own = policies.get(head.project_id, QuotaPolicy())
+    gap = max(1, settings.min_priority_gap)
+    within = [v for v in pool if v.project_id == head.project_id and head.priority >= v.priority + gap]
+    reclaim = [
+        v
+        for v in pool
+        if v.project_id != head.project_id
+        and not own.nominal.is_empty()
+        and _borrowing(usage.get(v.project_id, {}), v.usage(), policies.get(v.project_id, QuotaPolicy()))
+    ]
+    return within, reclaim
+
+
+def _victims_for(
+    work: Snapshot,
+    jobs: tuple[QueuedJob, ...],
+    within: list[_Victim],
+    reclaim: list[_Victim],
+    usage: dict[str, Usage],
+    policies: Mapping[str, QuotaPolicy],
+    budget: int,
+    now: float,
+    place: Place,
+) -> tuple[list[_Victim], str, Plan] | None:
+    head = jobs[0]
+    own = policies.get(head.project_id, QuotaPolicy())
+    # reclaimable first (their projects are above nominal), then lowest priority, then most recently started
+    for candidates in (reclaim + within, within):
+        ordered = sorted(candidates, key=lambda v: (v.project_id == head.project_id, v.priority, -v.started_at, v.key))
+        found = _greedy(work, jobs, ordered, budget, now, place)
+        if found is None:
+            continue
+        victims, placed = found
+        if any(v.project_id != head.project_id for v in victims):
+            after = add(usage.get(head.project_id, {}), _charge(work, placed))
+            if not _within_nominal(after, own):
+                continue  # taking back would put the project above its nominal quota: not a reclaim
+            return victims, RECLAIM, placed
+        return victims, WITHIN_PROJECT, placed
+    return None
+
+
+def _greedy(
+    work: Snapshot,
+    jobs: tuple[QueuedJob, ...],
+    ordered: list[_Victim],
+    budget: int,
+    now: float,
+    place: Place,
+) -> tuple[list[_Victim], Plan] | None:
+    """Victims taken in order until the run fits, then those it does not need dropped (Kueue's way)."""
+    chosen: list[_Victim] = []
+    placed: Plan | None = None
+    for v in ordered[: GREEDY_FACTOR * budget]:
+        chosen.append(v)
+        placed = _fits(work, jobs, [j for c in chosen for j in c.jobs], now, place)
+        if placed is not None:
+            break
+    if placed is None:
+        return None
+    for v in list(reversed(chosen[:-1])):
+        rest = [c for c in chosen if c is not v]
+        again = _fits(work, jobs, [j for c in rest for j in c.jobs], now, place)
+        if again is not None:
+            chosen, placed = rest, again
+    if len(chosen) > budget:
+        return None
+    return chosen, placed
+
+
+def _fits(
+    work: Snapshot, jobs: tuple[QueuedJob, ...], freed: Sequence[RunningJob], now: float, place: Place
+) -> Plan | None:
+    """The run's placement on existing instances once ``freed`` are gone, None when it still does not fit."""
+    trial = replace(_freed(work, freed), queue=jobs, shares={}, hold_after=None)
+    plan = place(trial, now)
+    decisions = [d for g in plan.gangs for d in g.decisions]
+    if len(decisions) == len(jobs) and all(isinstance(d, Assign) for d in decisions):
+        return plan
+    return None
+
+
+def _waiting_gangs(snapshot: Snapshot, plan: Plan) -> list[tuple[QueuedJob, ...]]:
+    """The gangs the plan leaves waiting, highest priority first, then oldest."""
+    waits = {d.job_id for g in plan.gangs for d in g.decisions if isinstance(d, Wait)}
+    gangs: dict[tuple[str, int], list[QueuedJob]] = {}
+    for q in snapshot.queue:
+        gangs.setdefault((q.run_id, q.replica_num), []).append(q)
+    out = [tuple(js) for js in gangs.values() if any(j.id in waits for j in js)]
+    out.sort(key=lambda js: (-js[0].priority, min(j.submitted_at for j in js), js[0].run_id))
+    return out
+
+
+def _freed(snapshot: Snapshot, gone: Sequence[RunningJob]) -> Snapshot:
+    """The snapshot with what ``gone`` hold given back: their blocks, and their usage against quotas."""
+    if not gone:
+        return snapshot
+    blocks: dict[str, int] = {}
+    for j in gone:
+        blocks[j.instance_id] = blocks.get(j.instance_id, 0) + j.blocks
+    fleets = tuple(_fleet_with(f, blocks, -1) for f in snapshot.fleets)
+    quotas = dict(snapshot.quotas)
+    for j in gone:
+        q = quotas.get(j.project_id)
+        if q is not None:
+            quotas[j.project_id] = ProjectQuota(q.max, _minus(q.used, j.usage), q.instance_ids, q.project_name)
+    return replace(snapshot, fleets=fleets, quotas=quotas)
+
+
+def _booked(snapshot: Snapshot, plan: Plan) -> Snapshot:
+    """The snapshot with the blocks the plan assigns taken."""
+    blocks: dict[str, int] = {}
+    for d in (d for g in plan.gangs for d in g.decisions):
+        if isinstance(d, Assign):
+            blocks[d.instance_id] = blocks.get(d.instance_id, 0) + d.blocks
+    if not blocks:
+        return snapshot
+    return replace(snapshot, fleets=tuple(_fleet_with(f, blocks, 1) for f in snapshot.fleets))
+
+
+def _fleet_with(f: FleetSlot, blocks: Mapping[str, int], sign: int) -> FleetSlot:
+    if not any(i.id in blocks for i in f.instances):
+        return f
+    return replace(f, instances=tuple(_instance_with(i, sign * blocks.get(i.id, 0)) for i in f.instances))
+
+
+def _instance_with(i: InstanceSlot, delta: int) -> InstanceSlot:
+    if delta == 0:
+        return i
+    busy = min(i.total_blocks, max(0, i.busy_blocks + delta))
+    status = i.status
+    if status in ("busy", "idle"):
+        status = "busy" if busy > 0 else "idle"
+    return replace(i, busy_blocks=busy, status=status)
+
+
+def _charge(work: Snapshot, plan: Plan) -> Usage:
+    by_id = {i.id: i for f in work.fleets for i in f.instances}
+    out: Usage = {}
+    for d in (d for g in plan.gangs for d in g.decisions):
+        inst = by_id.get(d.instance_id) if isinstance(d, Assign) else None
+        if inst is None or inst.resources is None or not isinstance(d, Assign):
+            continue
+        r = inst.resources
+        out = add(out, charge([g.name for g in r.gpus], r.cpus, r.memory_mib, inst.price, d.blocks, inst.total_blocks))
+    return out
+
+
+def _minus(a: Mapping[str, float], b: Mapping[str, float]) -> Usage:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = max(0.0, out.get(k, 0.0) - v)
+    return out
+
+
+def _borrowing(used: Mapping[str, float], holds: Mapping[str, float], policy: QuotaPolicy) -> bool:
+    """Whether a project holding ``used`` is above its nominal quota in a dimension the gang holds."""
+    above = borrowed(used, policy.nominal)
+    return any(above.get(d, 0.0) > 1e-9 for d, v in holds.items() if v > 0 and d != "price_per_hour")
+
+
+def _within_nominal(used: Mapping[str, float], policy: QuotaPolicy) -> bool:
+    """Whether ``used`` is at or below every dimension the nominal quota names."""
+    return all(used.get(d, 0.0) <= cap + 1e-9 for d, cap in policy.nominal.amounts.items())

@@ -1,0 +1,61 @@
+"""Offers of fleets with a ``reservation`` (an EC2 capacity reservation), narrowed as dstack narrows them:
+to the reservation's instance type in its region. The scheduling worker asks EC2 once per reservation
+(DescribeCapacityReservations in each region the project's aws backend offers) after it loaded the
+fleets, with no transaction open, and keeps the answer while the server runs; placement then reads it.
+A reservation EC2 does not know leaves the fleet no aws offer; one EC2 could not be asked about yet
+(an error) leaves the offers as they are, and is asked about again on the next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from corral.domain.records import FleetRec
+from corral.scheduler.types import Offer
+from corral.workers.context import Context
+
+log = logging.getLogger("corral.reservations")
+
+
+class ReservedOffers:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        #: (project, reservation id) -> where it is (empty: EC2 knows it nowhere).
+        self.places: dict[tuple[str, str], tuple[Any, ...]] = {}
+
+    @staticmethod
+    def reservation(fleet: FleetRec) -> str | None:
+        conf = fleet.spec.get("configuration") or {}
+        if conf.get("ssh_config") or not conf.get("reservation"):
+            return None
+        return str(conf["reservation"])
+
+    def known(self, fleet: FleetRec) -> tuple[Any, ...] | None:
+        """Where the fleet's reservation is, if it has one and EC2 was asked (None otherwise)."""
+        rid = self.reservation(fleet)
+        return None if rid is None else self.places.get((fleet.project_name, rid))
+
+    async def resolve(self, fleets: Iterable[FleetRec]) -> None:
+        """Ask EC2 about the reservations of ``fleets`` not asked about yet."""
+        compute: Any = self.ctx.computes.get("aws")
+        todo = {(f.project_name, r) for f in fleets if (r := self.reservation(f)) is not None}
+        if compute is None or not todo - self.places.keys():
+            return
+        from corral.backends.aws import reservations
+
+        for project_name, rid in sorted(todo - self.places.keys()):
+            try:
+                self.places[(project_name, rid)] = await reservations.find(compute, project_name, rid)
+            except Exception as e:  # asked again on the next pass
+                log.warning("could not look capacity reservation %s of %s up: %s", rid, project_name, e)
+
+    def narrowed(self, fleet: FleetRec, offers: Sequence[Offer]) -> list[Offer]:
+        """``offers`` of the fleet, the aws ones narrowed to its reservation (once EC2 was asked about it)."""
+        places = self.known(fleet)
+        if places is None:
+            return list(offers)
+        from corral.backends.aws import reservations
+
+        return reservations.narrowed(offers, places)

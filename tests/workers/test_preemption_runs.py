@@ -1,0 +1,178 @@
+"""Preemption end to end (local backend, real server and agents): on a fleet of two instances held by two
+low-priority tasks, a high-priority run takes the place of exactly one, the most recently started; the
+victim gets SIGTERM with its deadline readable in ``CORRAL_PREEMPTION_FILE``, its submission fails
+``interrupted_by_no_capacity`` naming the preemptor, and it is submitted again (although it has no
+``retry``), keeping its place in the queue ahead of a run submitted after it, and finishes after the
+preemptor; the other low run is untouched. A multi-node run is preempted and requeued whole, and a project
+below its nominal quota reclaims an exported instance from a borrowing project."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from server_harness import fleet_body, get_run, make_settings, running_server, task_body, wait_for
+
+CONFIG = """
+projects:
+  - name: main
+    preemptible_max_priority: 50
+scheduling:
+  preemption: {enabled: true, min_priority_gap: 10, min_runtime: 0, grace_period: 2s}
+"""
+
+
+async def test_high_priority_run_preempts_the_newest_low_one_which_is_requeued(tmp_path: Path) -> None:
+    release, notice, started = tmp_path / "release", tmp_path / "notice", tmp_path / "b-started"
+    wait_release = f"for i in $(seq 600); do [ -f {release} ] && exit 0; sleep 0.1; done; exit 1"
+    low_b = (
+        f"if [ -f {notice} ]; then test -f {release}; exit $?; fi; "  # the new submission: after the preemptor
+        f"trap 'cat \"$CORRAL_PREEMPTION_FILE\" > {notice}; date +%s >> {notice}; exit 0' TERM; "
+        f"touch {started}; while true; do sleep 0.1; done"
+    )
+    settings = make_settings(tmp_path, enable_prometheus_metrics=True)
+    settings.server_dir.mkdir(parents=True)
+    (settings.server_dir / "config.yml").write_text(CONFIG)
+    async with running_server(settings) as s, s.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..2"))
+        r = await c.post("/api/project/main/runs/apply", json=task_body([wait_release], name="low-a", priority=0))
+        assert r.status_code == 200, r.text
+
+        async def running(name: str) -> bool:
+            return (await get_run(c, name))["status"] == "running"
+
+        await wait_for(lambda: running("low-a"))
+        r = await c.post("/api/project/main/runs/apply", json=task_body([low_b], name="low-b", priority=0))
+        assert r.status_code == 200, r.text
+        await wait_for(lambda: running("low-b"))
+        await wait_for(lambda: _exists(started))
+        r = await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="low-c", priority=0))
+        assert r.status_code == 200, r.text
+        high = task_body([f"sleep 3; touch {release}"], name="high", priority=90)
+        asked = time.time()
+        assert (await c.post("/api/project/main/runs/apply", json=high)).status_code == 200
+
+        async def finished(name: str) -> dict[str, object] | None:
+            run = await get_run(c, name)
+            return run if run["status"] in ("done", "failed", "terminated") else None
+
+        async def requeued() -> list[str]:
+            names = [e["run_name"] for e in (await c.post("/api/scheduling/queue", json={})).json()]
+            return names if "low-b" in names and "high" not in names else []
+
+        # while the preemptor runs, the requeued run waits in its original place: before low-c
+        assert await wait_for(requeued) == ["low-b", "low-c"]
+        high_run = await wait_for(lambda: finished("high"), timeout=30)
+        b_run = await wait_for(lambda: finished("low-b"), timeout=30)
+        a_run = await wait_for(lambda: finished("low-a"), timeout=30)
+        assert (await wait_for(lambda: finished("low-c"), timeout=30))["status"] == "done"
+
+        assert high_run["status"] == "done", high_run
+        assert a_run["status"] == "done" and len(a_run["jobs"][0]["job_submissions"]) == 1, a_run
+        subs = b_run["jobs"][0]["job_submissions"]
+        assert b_run["status"] == "done", [(x["status"], x["termination_reason"]) for x in subs]
+        assert [(x["status"], x["termination_reason"]) for x in subs] == [
+            ("failed", "interrupted_by_no_capacity"),
+            ("done", "done_by_runner"),
+        ]
+        assert "Preempted by run high" in subs[0]["termination_reason_message"]
+        assert "Preempted by run high" in subs[0]["status_message"]
+
+        # the victim read its deadline: the grace period (2 s) after the stop, in the file, before SIGTERM
+        lines = notice.read_text().splitlines()
+        deadline = int(lines[0].removeprefix("CORRAL_PREEMPTION_DEADLINE="))
+        termed = int(lines[-1])
+        assert lines[1].startswith("CORRAL_PREEMPTION_MESSAGE=") and "high" in lines[1]
+        assert asked - 1 <= termed <= deadline <= termed + 3, (asked, termed, deadline)
+
+        events = await c.post("/api/events/list", json={"target_runs": [b_run["id"]]})
+        assert events.status_code == 200, events.text
+        assert any("preempted by run high" in e["message"] for e in events.json()), events.json()
+        assert "corral_preemptions_total 1" in (await c.get("/metrics")).text
+
+
+async def _exists(path: Path) -> bool:
+    return path.exists()
+
+
+RECLAIM = """
+projects:
+  - name: main
+    quota: {nominal: {cpu: 0}}
+    preemptible_max_priority: 50
+  - name: team-b
+    quota: {nominal: {cpu: 64}}
+scheduling:
+  preemption: {enabled: true, min_runtime: 0, grace_period: 2s}
+"""
+
+
+async def test_a_project_below_its_nominal_quota_reclaims_from_a_borrowing_one(tmp_path: Path) -> None:
+    """main's fleet of two, exported to team-b; main (nominal 0) holds both; team-b (nominal above one
+    instance) takes one back from main's most recent run, which is requeued and finishes afterwards."""
+    release = tmp_path / "release"
+    hold = f"for i in $(seq 600); do [ -f {release} ] && exit 0; sleep 0.1; done; exit 1"
+    settings = make_settings(tmp_path)
+    settings.server_dir.mkdir(parents=True)
+    (settings.server_dir / "config.yml").write_text(RECLAIM)
+    async with running_server(settings) as s, s.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..2"))
+        share = {"name": "share", "importer_projects": ["team-b"], "exported_fleets": ["fl"]}
+        assert (await c.post("/api/project/main/exports/create", json=share)).status_code == 200
+        for name in ("main-1", "main-2"):
+            body = task_body([hold], name=name, priority=50)
+            assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
+
+            async def running(name: str = name) -> bool:
+                return (await get_run(c, name))["status"] == "running"
+
+            await wait_for(running)
+        body = task_body([f"sleep 1; touch {release}"], name="back", priority=0)
+        assert (await c.post("/api/project/team-b/runs/apply", json=body)).status_code == 200
+
+        async def finished(name: str, project: str = "main") -> dict[str, object] | None:
+            run = await get_run(c, name, project)
+            return run if run["status"] in ("done", "failed", "terminated") else None
+
+        back = await wait_for(lambda: finished("back", "team-b"), timeout=30)
+        assert back["status"] == "done", back
+        first = await wait_for(lambda: finished("main-1"), timeout=30)
+        second = await wait_for(lambda: finished("main-2"), timeout=30)
+        assert first["status"] == "done" and len(first["jobs"][0]["job_submissions"]) == 1, first
+        subs = second["jobs"][0]["job_submissions"]
+        assert [(x["status"], x["termination_reason"]) for x in subs] == [
+            ("failed", "interrupted_by_no_capacity"),
+            ("done", "done_by_runner"),
+        ], subs
+        assert "Preempted by run back (a project reclaiming its quota)" in subs[0]["termination_reason_message"]
+
+
+async def test_a_multi_node_run_is_preempted_whole_and_requeued_whole(tmp_path: Path) -> None:
+    gang = (
+        f"if [ -f {tmp_path}/notice-$DSTACK_NODE_RANK ]; then test -f {tmp_path}/high-ran; exit $?; fi; "
+        f"trap 'touch {tmp_path}/notice-$DSTACK_NODE_RANK; exit 0' TERM; while true; do sleep 0.1; done"
+    )
+    settings = make_settings(tmp_path)
+    settings.server_dir.mkdir(parents=True)
+    (settings.server_dir / "config.yml").write_text(CONFIG)
+    async with running_server(settings) as s, s.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..2", placement="cluster"))
+        body = task_body([gang], name="pair", nodes=2, priority=0)
+        assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
+
+        async def running() -> bool:
+            return (await get_run(c, "pair"))["status"] == "running"
+
+        await wait_for(running)
+        high = task_body([f"touch {tmp_path}/high-ran"], name="high", priority=90)
+        assert (await c.post("/api/project/main/runs/apply", json=high)).status_code == 200
+
+        async def finished(name: str) -> dict[str, object] | None:
+            run = await get_run(c, name)
+            return run if run["status"] in ("done", "failed", "terminated") else None
+
+        assert (await wait_for(lambda: finished("high"), timeout=30))["status"] == "done"
+        pair = await wait_for(lambda: finished("pair"), timeout=30)
+        per_node = [[(x["status"], x["termination_reason"]) for x in j["job_submissions"]] for j in pair["jobs"]]
+        assert per_node == [[("failed", "interrupted_by_no_capacity"), ("done", "done_by_runner")]] * 2, per_node
+        assert (tmp_path / "notice-0").exists() and (tmp_path / "notice-1").exists()
