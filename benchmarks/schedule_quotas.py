@@ -21,7 +21,9 @@ quotas of 11, 21 and 32 GPUs, and preemption is on (``scheduler.preemption.choos
 victim holds its GPU through the grace period, then is requeued in its place with its whole duration again
 (no checkpoint), and the GPU it frees is held for its preemptor (``scheduler.holds``). It prints the
 preemptions, the GPU-hours they threw away (the victims' run time, grace included), waits per project and
-priority, utilisation, and the share against entitlement in 1-hour windows.
+priority, utilisation, and the share against entitlement in 1-hour windows. The backlog grows with the
+jobs, and each pass also tries preemption: ``--preempt --jobs 2000`` takes a few minutes of CPU, the
+full 10,000 much longer.
 
     python benchmarks/schedule_quotas.py [--jobs 10000] [--seed 7] [--max 16,24,32|none] [--fair] [--load 1.2]
     python benchmarks/schedule_quotas.py --preempt
