@@ -318,3 +318,50 @@ async def test_a_single_node_run_on_a_reserved_fleet_launches_into_the_reservati
 
 async def _none_live(moto: MotoEC2, fleet: str) -> bool:
     return not _live(moto, "corral_fleet", fleet)
+
+
+@ON_MODULE_LOOP
+async def test_a_runs_own_reservation_narrows_its_plan_and_its_new_instance_launches_into_it(
+    fresh_cache: None, server: RunningServer, proxy: FaultProxy, hypervisor: Hypervisor, vpc: tuple[str, str, str]
+) -> None:
+    """A run's ``reservation`` (dstack's run option): its plan lists the reservation's type in its region
+    only, a fleet naming another reservation offers it nothing (so does ``corral offer``, through the same
+    plan), and its new instance launches into the reservation, in its zone."""
+    free = {"type": "fleet", "name": "runresfl", "nodes": "0..1", "backends": ["aws"], "resources": {"cpu": "2.."}}
+    other = {**free, "name": "otherres", "reservation": RESERVATION}
+    task = {"type": "task", "name": "run-res", "commands": ["true"], "fleets": ["runresfl"],
+            "resources": {"cpu": "2.."}, "reservation": RESERVED_C7I}  # fmt: skip
+    before = len(proxy.launches)
+    async with server.client() as c:
+        for fleet in (free, other):
+            r = await c.post(
+                "/api/project/main/fleets/apply",
+                json={"plan": {"spec": {"configuration": fleet, "profile": {}}}, "force": True},
+            )
+            assert r.status_code == 200, r.text
+        r = await c.post("/api/project/main/runs/get_plan", json={"run_spec": {"configuration": task}})
+        assert r.status_code == 200, r.text
+        assert r.json()["corral_plan_error"] is None
+        listed = {(o["instance"]["name"], o["region"]) for o in r.json()["job_plans"][0]["offers"]}
+        assert listed == {("c7i.xlarge", REGION)}
+        # the fleet's own reservation narrows a plan too; a run's other reservation leaves it nothing
+        for conf, offers in (({**task, "reservation": None, "fleets": ["otherres"]}, {("m7i.large", REGION)}),
+                             ({**task, "fleets": ["otherres"]}, set())):  # fmt: skip
+            r = await c.post(
+                "/api/project/main/runs/get_plan", json={"run_spec": {"configuration": conf}, "for_offers_only": True}
+            )
+            assert r.status_code == 200, r.text
+            assert {(o["instance"]["name"], o["region"]) for o in r.json()["job_plans"][0]["offers"]} == offers
+        assert "`reservation` leave(s) none" in r.json()["corral_plan_error"]
+        r = await c.post(
+            "/api/project/main/runs/apply", json={"force": True, "plan": {"run_spec": {"configuration": task}}}
+        )
+        assert r.status_code == 200, r.text
+        run = await finished_run(c, "run-res", timeout=120)
+        assert run["status"] == "done", run["jobs"][0]["job_submissions"][-1].get("termination_reason_message")
+        made = proxy.launches[before:]
+        assert [(m.instance_type, m.count, m.subnet, m.reservation, m.group) for m in made] == [
+            ("c7i.xlarge", 1, vpc[2], RESERVED_C7I, "")
+        ]
+        await c.post("/api/project/main/fleets/delete", json={"names": ["runresfl", "otherres"]})
+        await wait_for(lambda: _none_live(hypervisor.moto, "runresfl"), timeout=60)
