@@ -20,6 +20,7 @@ from corral.backends.aws import ec2, gang_cleanup, gangs, launch, placement, res
 from corral.backends.aws.compute import AWSCompute
 from corral.domain.records import InstanceRec
 from corral.scheduler.codec import offer_to_json
+from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.scheduler.types import Offer
 from corral.workers import gangs as worker_gangs
 from server_harness import RunningServer, finished_run, make_settings, running_server, wait_for
@@ -124,6 +125,14 @@ def test_adoption_maps_instances_to_rows() -> None:
     # tagged per row (parallel launches, or a count launch tagged), in any order
     assert gangs.match_adopted(["a", "b"], [inst("i-9", "b"), inst("i-8", "a")]) == {"a": "i-8", "b": "i-9"}
     assert gangs.match_adopted(["a", "b"], [inst("i-1", "a")]) is None  # a part: launched again
+
+
+def test_the_shapes_a_gang_falls_back_on() -> None:
+    m, c, west = _offer("m7i.large"), _offer("c7i.xlarge"), _offer("c7i.xlarge", region="us-west-2")
+    assert gangs.shapes([[m, c], [m, c]], None) == [[m, m], [c, c]]  # each node's next offer, together
+    assert gangs.shapes([[m, c], [m, west]], None) == [[m, m]]  # never across regions
+    assert gangs.shapes([[m, c], [m]], None) == [[m, m]]  # a node with no fallback: none
+    assert gangs.shapes([[m, c], [m, c]], RESERVATION) == [[m, m]]  # the reservation fixes the type
 
 
 def test_reservation_rules() -> None:
@@ -250,6 +259,32 @@ async def test_a_gang_waits_for_capacity_then_launches_together_in_a_placement_g
             return group in proxy.extras.deleted and not _live(hypervisor.moto, "corral_fleet", "gangfl")
 
         await wait_for(deleted, timeout=60)
+
+
+@ON_MODULE_LOOP
+async def test_a_gang_with_no_room_for_its_type_falls_back_on_its_next_offer_whole(
+    fresh_cache: None, server: RunningServer, proxy: FaultProxy, hypervisor: Hypervisor
+) -> None:
+    """EC2 has no m7i.large in any zone: the gang launches as its nodes' next offer (c7i.xlarge), both
+    nodes in one RunInstances, and each row records the offer it launched."""
+    compute: AWSCompute = server.ctx.computes["aws"]
+    by_type = {o.instance_type: o for o in compute.offers() if o.region == REGION and not o.resources.spot}
+    rows = [_row(by_type["m7i.large"], n) for n in (0, 1)]
+    rows = [dataclasses.replace(r, offer={**r.offer, FALLBACKS_KEY: [offer_to_json(by_type["c7i.xlarge"])]})
+            for r in rows]  # fmt: skip
+    before = len(proxy.launches)
+    proxy.fault = lambda lt: "InsufficientInstanceCapacity" if lt.instance_type == "m7i.large" else None
+    try:
+        provisioned = await compute.create_gang(rows, True, None)
+    finally:
+        proxy.fault = None
+    made = [(m.instance_type, m.count, bool(m.error)) for m in proxy.launches[before:]]
+    assert made[-1] == ("c7i.xlarge", 2, False) and all(failed for _, _, failed in made[:-1])
+    assert {t for t, _, _ in made[:-1]} == {"m7i.large", "c7i.xlarge"}  # (zone a never has room here)
+    assert [p.offer for p in provisioned] == [by_type["c7i.xlarge"]] * 2
+    for r, p in zip(rows, provisioned, strict=True):
+        await compute.terminate_instance(r.id, p.agent)
+    assert not _live(hypervisor.moto, "corral_gang", rows[0].id)
 
 
 @ON_MODULE_LOOP
