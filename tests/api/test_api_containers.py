@@ -5,13 +5,13 @@ from __future__ import annotations
 from server_harness import RunningServer, task_body
 
 
-async def test_network_volumes_are_refused_clearly(server: RunningServer) -> None:
+async def test_a_missing_network_volume_is_refused_clearly(server: RunningServer) -> None:
     async with server.client() as c:
         body = task_body(["true"], image="ubuntu:22.04", volumes=["my-vol:/data", "/host:/mnt"])
         r = await c.post("/api/project/main/runs/apply", json=body)
         assert r.status_code == 400
         assert r.json()["detail"][0]["msg"] == (
-            "Network volumes are not supported yet (my-vol:/data); instance volumes (/host/path:/container/path) are"
+            "Volume my-vol not found: create it first (`type: volume`), or fix `volumes`"
         )
 
 

@@ -16,13 +16,11 @@ from corral.schemas import requests as rq
 from corral.schemas import responses as out
 
 SPECS = [spec for table in TABLES for spec in table.routes]
-#: routes that always refuse (gateways and volumes are not supported yet): no 200 to document
+#: routes that always refuse (gateways are not supported yet): no 200 to document
 ALWAYS_REFUSE = {
     "/api/project/{project_name}/gateways/get_plan",
     "/api/project/{project_name}/gateways/apply",
     "/api/project/{project_name}/gateways/get",
-    "/api/project/{project_name}/volumes/create",
-    "/api/project/{project_name}/volumes/get",
 }
 
 

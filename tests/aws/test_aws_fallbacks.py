@@ -5,6 +5,7 @@ client token. The launches here are the compute's own (``_launch``): the instanc
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -87,7 +88,8 @@ async def _launch(server: RunningServer, proxy: FaultProxy, rule: Any, *offers: 
     try:
         offer, c, ec2_id = await compute._launch(rec, project, list(offers), client)
         await compute._ec2(ec2.terminate, c, ec2_id)
-        got: Any = offer
+        assert offer.zone.startswith(offer.region)  # the zone it was launched in (placement follows volumes)
+        got: Any = dataclasses.replace(offer, zone="")  # compared with the catalogue's offers
     except ProvisioningError as e:
         got = e
     finally:

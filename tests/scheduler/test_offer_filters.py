@@ -127,3 +127,20 @@ def test_a_runs_reservation_narrows_new_instances_as_dstacks_does() -> None:
     assert as_job_sees_it(dataclasses.replace(job, reserved_places=places), other).offers == ()
     same = dataclasses.replace(_fleet(offers, []), reservation="cr-1")
     assert as_job_sees_it(dataclasses.replace(job, reserved_places=places), same).offers == (there,)
+
+
+def test_a_jobs_volume_zone_pins_new_instances_and_excludes_other_zones() -> None:
+    res = InstanceResources(cpus=2, memory_mib=8192, gpus=(), disk_size_mib=200 * 1024)
+    offer = Offer("aws", "m7i.large", "us-east-1", 0.1, res)
+    in_a, in_b = dataclasses.replace(offer, zone="us-east-1a"), dataclasses.replace(offer, zone="us-east-1b")
+    f = offer_filters.OfferFilter(backends=frozenset({"aws"}), regions=frozenset({"us-east-1"}),
+                                  zones=frozenset({"us-east-1b"}))  # fmt: skip
+    job = dataclasses.replace(_job(f), zones=f.zones)
+    seen = as_job_sees_it(job, _fleet([offer], [in_a, in_b]))
+    assert [i.offer for i in seen.instances] == [in_b]  # an idle instance elsewhere cannot take the volume
+    assert seen.offers == (in_b,) and "volumes" in seen.narrowed_by  # a new one is launched in the zone
+    busy = _fleet([offer], [])
+    plan = schedule(Snapshot(fleets=(busy,), queue=(job,)), now=0.0)
+    reserved = [d.offer for g in plan.gangs for d in g.decisions if isinstance(d, Reserve)]
+    assert reserved == [in_b]
+    assert not offer_filters.passes(in_a, f) and offer_filters.passes(offer, f)

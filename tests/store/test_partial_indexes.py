@@ -16,7 +16,7 @@ async def test_live_unique_indexes_have_the_predicate_the_migrations_built(db_ur
     db = Database(db_url)
     await upgrade(db)
     expected = "deleted = 0" if db.is_sqlite else "deleted = false"
-    assert len(tables._LIVE_UNIQUE) == 3
+    assert len(tables._LIVE_UNIQUE) == 4  # projects, fleets, runs, volumes
     async with db.read() as conn:
         for index in tables._LIVE_UNIQUE:
             ddl = str(CreateIndex(index).compile(dialect=conn.dialect))

@@ -65,6 +65,8 @@ class Job:
         #: How an SSH session joins the running job (see :mod:`corral.agent.sessions`): its main pid when
         #: sandboxed, its uid and gid, its user namespace's ids, its working dir, environment and shell.
         self.session: dict[str, Any] | None = None
+        #: Where its network volumes are mounted on the host (unmounted when it ends), in mount order.
+        self.volume_mounts: list[str] = []
         #: Where a stop with a deadline (a preemption) is written for the job to read, as the job sees it
         #: in ``CORRAL_PREEMPTION_FILE`` and on this host (None: the job has no such file).
         self.notice_path: str | None = None

@@ -28,11 +28,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import procs, sandbox, sandbox_layout, workdir
+from . import procs, sandbox, sandbox_layout, volumes, workdir
 from .containers import ContainerRunner
 from .job import NOTICE_FILE, Job, Notice, join_commands
 from .logstore import pump
 from .protocol import JobSubmission
+from .protocol_containers import InstanceMount
 from .protocol_sandbox import SandboxInfo
 
 log = logging.getLogger("corral.agent")
@@ -91,6 +92,7 @@ class JobLifecycle:
 
     def _fail(self, job: Job, message: str, reason: str | None = None) -> None:
         self._drop_sandbox(job)
+        self._unmount_volumes(job)
         with job.cond:
             job.state.state, job.state.message = "failed", message
             job.state.termination_reason = reason
@@ -113,8 +115,38 @@ class JobLifecycle:
         env.update(sub.env)
         return env
 
+    def _mount_volumes(self, job: Job) -> bool:
+        """Mount the job's network volumes: into its container or sandbox (as instance volumes), or bound at
+        their paths for a plain host process. False if the job failed."""
+        sub = job.sub
+        try:
+            for m in sub.network_volumes:
+                point = volumes.mount(m)
+                job.volume_mounts.append(point)
+                if sub.image and sub.container is not None:
+                    sub.container.volumes.append(InstanceMount(point, m.path))
+                elif job.sandbox is not None:
+                    sub.volumes.append(InstanceMount(point, m.path))
+                else:
+                    volumes.bind(point, m.path)
+                    job.volume_mounts.append(m.path)
+        except (volumes.VolumeError, OSError, subprocess.SubprocessError) as e:
+            self._unmount_volumes(job)
+            self._fail(job, f"Cannot mount the job's volumes: {e}", reason="volume_error")
+            return False
+        return True
+
+    def _unmount_volumes(self, job: Job) -> None:
+        points, job.volume_mounts = job.volume_mounts, []
+        if points:
+            left = volumes.unmount(points)
+            if left:
+                log.warning("job %s: could not unmount %s", job.sub.job_id, ", ".join(left))
+
     def _start(self, job: Job) -> None:
         sub = job.sub
+        if sub.network_volumes and not self._mount_volumes(job):
+            return
         if sub.image:
             if self._container_runtime() is None:
                 self._fail(
@@ -295,6 +327,7 @@ class JobLifecycle:
         """The job ended: terminated if it was stopped, done on status 0, else failed with ``failure``."""
         for timer in job.timers:
             timer.cancel()
+        self._unmount_volumes(job)  # before the job is seen finished: the server detaches them then
         with job.cond:
             st = job.state
             if st.finished:

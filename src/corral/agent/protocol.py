@@ -18,6 +18,7 @@ from .fields import _choice, _int, _num, _obj, _str, _str_list
 from .protocol_containers import ContainerInfo, ContainerSpec, ImagePullProgress, InstanceMount
 from .protocol_metrics import MetricsSample, parse_samples
 from .protocol_sandbox import SandboxInfo
+from .volumes import NetworkMount as NetworkMount
 
 #: Bumped on incompatible changes of this module; reported by ``GET /health``.
 AGENT_PROTOCOL_VERSION = 1
@@ -166,6 +167,8 @@ class JobSubmission:
     host_network: bool = False
     #: Instance volumes of a host-process job (``/host/path:/path``), bind-mounted in its sandbox.
     volumes: list[InstanceMount] = field(default_factory=list)
+    #: Network volumes (EBS) the server attached to the instance for the job, mounted at their paths.
+    network_volumes: list[NetworkMount] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -187,6 +190,7 @@ class JobSubmission:
             "ports": list(self.ports),
             "host_network": self.host_network,
             "volumes": [v.to_dict() for v in self.volumes],
+            "network_volumes": [v.to_dict() for v in self.network_volumes],
         }
 
     def redacted(self) -> JobSubmission:
@@ -244,6 +248,7 @@ class JobSubmission:
             ports=list(ports),
             host_network=d.get("host_network") is True,
             volumes=[InstanceMount.from_dict(v) for v in _list(d, "volumes", w)],
+            network_volumes=[NetworkMount.from_dict(v) for v in _list(d, "network_volumes", w)],
         )
 
 

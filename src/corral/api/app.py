@@ -21,6 +21,7 @@ from corral.api.routes_prometheus import router as prometheus_router
 from corral.api.routes_quotas import router as quotas_router
 from corral.api.routes_repos import router as repos_router
 from corral.api.routes_secrets import router as secrets_router
+from corral.api.routes_volumes import router as volumes_router
 from corral.api.routing import RouteTable, starlette_routes
 from corral.workers.context import Context
 
@@ -33,6 +34,7 @@ TABLES: tuple[RouteTable, ...] = (
     secrets_router,
     prometheus_router,
     quotas_router,
+    volumes_router,
 )
 OPENAPI_URL = "/api/openapi.json"
 DOCS_URL = "/api/docs"

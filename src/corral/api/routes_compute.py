@@ -1,4 +1,4 @@
-"""Routers: fleets, instances, runs, logs; gateways and volumes (validated, not supported yet); the small
+"""Routers: fleets, instances, runs, logs; gateways (validated, not supported yet); the small
 lists the official CLI reads (events, secrets, metrics, GPUs)."""
 
 from __future__ import annotations
@@ -227,7 +227,7 @@ async def logs_poll(request: Request, project_name: str) -> FastJSON:
     return FastJSON(await logs.poll(ctx_of(request), project, body))
 
 
-# --- gateways and volumes: validated, then "not supported yet" ----------------------------------------
+# --- gateways: validated, then "not supported yet" ----------------------------------------
 # (the routes that always refuse record no response model: the document gives them no 200)
 
 
@@ -282,41 +282,6 @@ async def gateway_get(request: Request, project_name: str) -> FastJSON:
 @router.post(P + "/gateways/delete", body=rq.NamesBody, response="Null")
 async def gateway_delete(request: Request, project_name: str) -> FastJSON:
     await member(request, project_name, "admin")
-    await parse(rq.NamesBody, request)
-    return FastJSON(None)
-
-
-@router.post(P + "/volumes/create", body=rq.VolumeCreateBody, limit="spec")
-async def volume_create(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name)
-    b = await parse(rq.VolumeCreateBody, request)
-    _validate(config.parse_volume_configuration, b.configuration, ("configuration",))
-    raise _not_supported("Volumes")
-
-
-@router.post(P + "/volumes/list", body=rq.NoBody, response="EmptyList")
-async def project_volume_list(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name)
-    return FastJSON([])
-
-
-@router.post("/api/volumes/list", body=rq.ListVolumesBody, response="EmptyList")
-async def volume_list(request: Request) -> FastJSON:
-    await current_user(request)
-    await parse(rq.ListVolumesBody, request)
-    return FastJSON([])
-
-
-@router.post(P + "/volumes/get", body=rq.NameBody)
-async def volume_get(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name)
-    await parse(rq.NameBody, request)
-    raise ServiceError("Volume not found", code="resource_not_exists")
-
-
-@router.post(P + "/volumes/delete", body=rq.NamesBody, response="Null")
-async def volume_delete(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name)
     await parse(rq.NamesBody, request)
     return FastJSON(None)
 

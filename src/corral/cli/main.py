@@ -34,6 +34,7 @@ from corral.cli import (
     projects_cmd,
     runs_cmd,
     secrets_cmd,
+    volumes_cmd,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -180,6 +181,17 @@ _secret_app.command("get")(_guard(secrets_cmd.secret_get))
 _secret_app.command("set")(_guard(secrets_cmd.secret_set))
 _secret_app.command("delete")(_guard(secrets_cmd.secret_delete))
 app.add_typer(_secret_app, name="secret")
+
+_volume_app = typer.Typer(
+    help="List and delete the project's network volumes (EBS on aws).",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+_volume_app.callback()(_guard(volumes_cmd.volume_default))
+_volume_app.command("list")(_guard(volumes_cmd.volume_list))
+_volume_app.command("delete")(_guard(volumes_cmd.volume_delete))
+app.add_typer(_volume_app, name="volume")
 
 
 def error_message(exc: BaseException) -> str:

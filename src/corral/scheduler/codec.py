@@ -29,6 +29,7 @@ def offer_to_json(offer: Offer) -> dict[str, Any]:
         "resources": resources_to_json(offer.resources),
         "host_blocks": offer.host_blocks,
         "host_total_blocks": offer.host_total_blocks,
+        **({"zone": offer.zone} if offer.zone else {}),
     }
 
 
@@ -41,4 +42,5 @@ def offer_from_json(data: dict[str, Any]) -> Offer:
         resources=resources_from_json(data["resources"]),
         host_blocks=int(data.get("host_blocks") or 0),
         host_total_blocks=int(data.get("host_total_blocks") or 0),
+        zone=str(data.get("zone") or ""),
     )

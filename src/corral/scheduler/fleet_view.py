@@ -28,14 +28,14 @@ def run_backends(backends: Iterable[str]) -> frozenset[str]:
 
 def job_filter(job: QueuedJob) -> OfferFilter:
     """The offer filter of ``job``'s run options (what its plan's listing applies too)."""
-    return OfferFilter(job.backends, job.regions, job.instance_types, job.max_price, job.spot)
+    return OfferFilter(job.backends, job.regions, job.instance_types, job.max_price, job.spot, job.zones)
 
 
 def view_key(job: QueuedJob) -> tuple[object, ...]:
     """Every attribute of ``job`` that :func:`as_job_sees_it` reads: jobs with equal keys see every fleet
     alike (what a scheduling pass memoises on; keep the two together)."""
     return (
-        job.barred_backends, job.backends, job.max_price, job.regions, job.instance_types, job.spot,
+        job.barred_backends, job.backends, job.max_price, job.regions, job.instance_types, job.spot, job.zones,
         job.reservation, job.reserved_places,
     )  # fmt: skip
 
@@ -48,7 +48,7 @@ def as_job_sees_it(job: QueuedJob, fleet: FleetSlot) -> FleetSlot:
         fleet = _only_backends(fleet, job.backends)
     if job.max_price is not None:
         fleet = _within_price(fleet, job.max_price)
-    if job.regions is not None or job.instance_types is not None or job.spot is not None:
+    if job.regions is not None or job.instance_types is not None or job.spot is not None or job.zones is not None:
         fleet = _narrowed(fleet, job_filter(job))
     if job.reservation is not None:
         fleet = _reserved(fleet, job.reservation, job.reserved_places)
@@ -78,12 +78,14 @@ def _narrowed(fleet: FleetSlot, f: OfferFilter) -> FleetSlot:
     """``fleet`` without the instances outside ``f``'s regions and instance types, and the offers ``f``
     refuses (spot or on-demand too)."""
     insts = tuple(i for i in fleet.instances if _instance_passes(i, f))
-    offers = tuple(o for o in fleet.offers if offer_filters.passes(o, f))
-    if len(insts) == len(fleet.instances) and len(offers) == len(fleet.offers):
+    offers = tuple(offer_filters.pinned(o, f) for o in fleet.offers if offer_filters.passes(o, f))
+    if len(insts) == len(fleet.instances) and offers == fleet.offers:
         return fleet
     names = [n for n, v in (("regions", f.regions), ("instance_types", f.instance_types)) if v is not None]
     if f.spot is not None:
         names.append("spot_policy")
+    if f.zones is not None:
+        names.append("volumes")
     return replace(fleet, instances=insts, offers=offers, narrowed_by=tuple(names))
 
 

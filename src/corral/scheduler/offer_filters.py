@@ -10,7 +10,7 @@ name (:func:`in_project_regions`). Pure.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from corral.scheduler.types import Offer
@@ -32,6 +32,9 @@ class OfferFilter:
     max_price: float | None = None
     #: True: spot offers only; False: on-demand only; None (``auto``, or not set): either.
     spot: bool | None = None
+    #: The availability zones allowed (a job's network volumes': EBS attaches only in its own zone). An
+    #: instance passes when it is in one; an offer when it is in one or names none (it is then pinned).
+    zones: frozenset[str] | None = None
 
 
 def corral_backends(names: Iterable[str]) -> frozenset[str]:
@@ -90,6 +93,8 @@ def instance_passes(offer: Offer, f: OfferFilter) -> bool:
     or on-demand (a spot-only run never lands on an on-demand instance, nor an on-demand run on spot)."""
     if f.spot is not None and offer.resources.spot != f.spot:
         return False
+    if f.zones is not None and offer.zone not in f.zones:
+        return False
     return place_passes(offer.backend, offer.region, offer.instance_type, f)
 
 
@@ -111,7 +116,16 @@ def passes(offer: Offer, f: OfferFilter) -> bool:
         return False
     if f.spot is not None and offer.resources.spot != f.spot:
         return False
+    if f.zones is not None and offer.zone and offer.zone not in f.zones:
+        return False
     return place_passes(offer.backend, offer.region, offer.instance_type, f)
+
+
+def pinned(offer: Offer, f: OfferFilter) -> Offer:
+    """``offer`` in the first of ``f``'s zones when it names none (where the instance must be launched)."""
+    if f.zones and not offer.zone:
+        return replace(offer, zone=min(f.zones))
+    return offer
 
 
 def allowed(offer: Offer, conf: Mapping[str, Any]) -> bool:

@@ -28,6 +28,8 @@ class Offer:
     host_blocks: int = 0
     #: ... of how many blocks that host has (an instance with fewer is a share of the host, not all of it).
     host_total_blocks: int = 0
+    #: The availability zone it is (or must be) in; "" where the backend picks one (a catalogue offer).
+    zone: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,8 @@ class QueuedJob:
     regions: frozenset[str] | None = None
     instance_types: frozenset[str] | None = None
     spot: bool | None = None
+    #: The availability zones its network volumes are in (None: no volumes, any zone).
+    zones: frozenset[str] | None = None
     #: The job's replica: each replica of a service is a gang of its own (a task has replica 0 only).
     replica_num: int = 0
     #: The run's own ``reservation`` (an EC2 capacity reservation its new instances launch into), or None,

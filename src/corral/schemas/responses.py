@@ -396,8 +396,46 @@ class EventList(RootModel[list[Event]]):
     """A page of events, newest first unless ``ascending``."""
 
 
+class VolumeInstance(Out):
+    name: str
+    fleet_name: Optional[str]
+    instance_num: int
+    instance_id: Optional[str]
+
+
+class VolumeAttachment(Out):
+    instance: VolumeInstance
+    attachment_data: Optional[AnyObject]
+
+
+class Volume(Out):
+    """dstack's ``Volume``: ``provisioning_data`` is its ``VolumeProvisioningData`` once the cloud made it."""
+
+    id: UUID
+    name: str
+    user: str
+    project_name: str
+    configuration: AnyObject
+    external: bool
+    created_at: datetime
+    last_processed_at: datetime
+    status: Literal["submitted", "provisioning", "active", "failed"]
+    status_message: Optional[str]
+    deleted: bool
+    deleted_at: Optional[datetime]
+    volume_id: Optional[str]
+    provisioning_data: Optional[AnyObject]
+    cost: float
+    attachments: Optional[list[VolumeAttachment]]
+    attachment_data: Optional[AnyObject]
+
+
+class VolumeList(RootModel[list[Volume]]):
+    pass
+
+
 class EmptyList(RootModel[list[AnyObject]]):
-    """Always empty: corral has none of these yet (gateways, volumes, templates)."""
+    """Always empty: corral has none of these yet (gateways, templates)."""
 
 
 class Null(RootModel[None]):

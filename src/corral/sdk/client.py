@@ -209,6 +209,14 @@ class CorralClient:
         """``secrets/delete`` (every name must exist)."""
         self._post(f"/api/project/{project}/secrets/delete", {"secrets_names": names})
 
+    def volumes_list(self, project: str) -> list[JSONObject]:
+        """``volumes/list``: the project's volumes (dstack's ``Volume``), newest first."""
+        return self._list(f"/api/project/{project}/volumes/list")
+
+    def volumes_delete(self, project: str, names: list[str]) -> None:
+        """``volumes/delete`` (a 400 naming a volume in use)."""
+        self._post(f"/api/project/{project}/volumes/delete", {"names": names})
+
     # ---- instances ----------------------------------------------------------------------
 
     def instances_list(

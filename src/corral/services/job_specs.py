@@ -59,13 +59,9 @@ def _unix_user(user: str | None) -> dict[str, Any] | None:
 
 
 def check_volumes(c: dict[str, Any], default_image: str | None) -> None:
-    volumes = [v for v in c.get("volumes") or [] if isinstance(v, dict)]
-    network = [f"{v.get('name')}:{v.get('path')}" for v in volumes if not v.get("instance_path")]
-    if network:
-        raise ServiceError(
-            f"Network volumes are not supported yet ({', '.join(network)}); "
-            "instance volumes (/host/path:/container/path) are"
-        )
+    """Instance volumes are mounted into a container: a run with some needs an ``image``. Network volumes
+    (``name:/path``) are checked against the project's volumes by ``services.volumes.for_run``."""
+    volumes = [v for v in c.get("volumes") or [] if isinstance(v, dict) and v.get("instance_path")]
     if volumes and not (c.get("image") or default_image):
         raise ServiceError("`volumes` are mounted into the job's container: set `image` to run the job in one")
 

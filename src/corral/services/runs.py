@@ -32,6 +32,7 @@ from corral.services import (
     serialize,
     service_runs,
     service_updates,
+    volumes,
 )
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import _ADJ, _NOUN, offer_json
@@ -230,6 +231,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
             "(KEY=VALUE) or export it before `apply` so that the CLI fills it in"
         )
     check_volumes(spec["configuration"], ctx.settings.default_image)
+    await volumes.check_run(ctx, project.id, spec["configuration"])
     await run_references.check(ctx, project, spec["configuration"])
     planned = job_specs(
         spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url

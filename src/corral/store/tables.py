@@ -130,6 +130,33 @@ instances = sa.Table(
     sa.Index("ix_instances_status", "status"),
 )
 
+#: Network volumes (EBS on aws): what the project asked (``configuration``, dstack's document), what the
+#: cloud made or has (``provisioning``: dstack's ``VolumeProvisioningData``), the instance it is attached to
+#: (``instance_id``) and how (``attachment``: its device name and the job it serves), and whether its
+#: deletion was asked (``to_be_deleted``; the volumes worker deletes it in the cloud, then ``deleted``).
+volumes = sa.Table(
+    "volumes",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), nullable=False),
+    sa.Column("user_id", sa.String(36), sa.ForeignKey("users.id"), nullable=False),
+    sa.Column("name", sa.String(100), nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("status_message", sa.Text, nullable=True),
+    sa.Column("configuration", sa.Text, nullable=False),
+    sa.Column("provisioning", sa.Text, nullable=True),
+    sa.Column("instance_id", sa.String(36), sa.ForeignKey("instances.id"), nullable=True),
+    sa.Column("attachment", sa.Text, nullable=True),
+    sa.Column("to_be_deleted", sa.Boolean, nullable=False, default=False),
+    sa.Column("deleted", sa.Boolean, nullable=False, default=False),
+    sa.Column("created_at", Time, nullable=False),
+    sa.Column("deleted_at", Time, nullable=True),
+    sa.Column("last_processed_at", Time, nullable=False),
+    *_lease_columns(),
+    _live_unique("ux_volumes_project_name_live", "project_id", "name"),
+    sa.Index("ix_volumes_status", "status"),
+)
+
 runs = sa.Table(
     "runs",
     metadata,

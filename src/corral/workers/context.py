@@ -21,7 +21,7 @@ from corral.settings import Settings
 from corral.store.db import Database
 from corral.store.encryption import Cipher, cipher_for, open_sealed
 
-WORKERS = ("scheduler", "instances", "jobs", "runs", "triggers")
+WORKERS = ("scheduler", "instances", "jobs", "runs", "triggers", "volumes")
 
 
 class Wakeups:

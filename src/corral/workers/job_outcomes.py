@@ -90,7 +90,7 @@ class JobOutcomes:
             )
             if job.instance_id:
                 await fleet_store.release_instance(conn, job.instance_id, now)
-        self.ctx.wakeups.wake("runs", "scheduler")
+        self.ctx.wakeups.wake("runs", "scheduler", "volumes")  # volumes: detach those the job had
         return True
 
     async def _finish(
@@ -167,5 +167,5 @@ class JobOutcomes:
                 await fleet_store.release_instance(conn, job.instance_id, now)
             if tail is not None:
                 await leases.release(conn, jobs_table, job.id, tail.token)
-        self.ctx.wakeups.wake("runs", "scheduler")
+        self.ctx.wakeups.wake("runs", "scheduler", "volumes")  # volumes: detach those the job had
         return True

@@ -30,7 +30,7 @@ from corral.store import runs as run_store
 from corral.store.fleets import dump
 from corral.store.preemption import PREEMPTED
 from corral.store.run_secrets import opened_auth
-from corral.workers import job_metrics, job_secrets, job_utilization
+from corral.workers import job_metrics, job_secrets, job_utilization, job_volumes
 from corral.workers.context import Context
 from corral.workers.job_code import JobCodeError, job_code, push_blobs
 from corral.workers.job_container import apply_container, runtime_data, with_agent_state
@@ -228,6 +228,15 @@ class Jobs(JobLeases, JobOutcomes):
         )
         apply_container(submission, job, conf, inst, self.ctx.settings.default_image, nodes=len(ordered))
         submission.host_network = len(ordered) > 1 and not one_host
+        try:
+            submission.network_volumes = await job_volumes.attach(self.ctx, job, inst, conf)
+        except job_volumes.NotYet:  # an earlier job's detach is not done yet
+            asyncio.get_running_loop().call_later(1.0, self.ctx.wakeups.wake_local, "jobs")
+            return
+        except job_volumes.AttachError as e:
+            failed = JobState(job.id, "failed", message=str(e), termination_reason="volume_error")
+            await self._finish(job, failed, None)
+            return
         if inst.backend == "local" and (taken := ports_taken(conf, submission, self._local_sandboxed())):
             failed = JobState(job.id, "failed", message=ports_message(taken), termination_reason="ports_binding_failed")
             await self._finish(job, failed, None)

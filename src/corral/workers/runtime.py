@@ -18,6 +18,7 @@ from corral.workers.runs import Runs
 from corral.workers.scheduling import Scheduling
 from corral.workers.service_scaling import ServiceScaling
 from corral.workers.triggers import Triggers
+from corral.workers.volumes import Volumes
 
 log = logging.getLogger("corral.workers")
 
@@ -48,6 +49,7 @@ class Workers:
         self.jobs = Jobs(ctx)
         self.runs = Runs(ctx)
         self.triggers = Triggers(ctx)
+        self.volumes = Volumes(ctx)
         self.hosts = Hosts(ctx)
         self.probes = Probes(ctx)
         self.service_scaling = ServiceScaling(ctx)
@@ -74,6 +76,7 @@ class Workers:
             "jobs": self.jobs.pass_once,
             "runs": self.runs.pass_once,
             "triggers": self.triggers.pass_once,
+            "volumes": self.volumes.pass_once,
         }
         for name, fn in loops.items():
             self._tasks.append(asyncio.create_task(self._loop(name, fn), name=f"corral-{name}"))

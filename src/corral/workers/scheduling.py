@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from corral import config  # lazy: the models load on first use, not at start-up
@@ -17,6 +18,7 @@ from corral.domain.records import FleetRec
 from corral.domain.resources import Requirements, match_requirements
 from corral.domain.selectors import FleetRef, Selector
 from corral.domain.telemetry import Telemetry
+from corral.domain.volumes import VolumeRec, placement, volume_names
 from corral.scheduler import offer_filters
 from corral.scheduler.codec import offer_from_json
 from corral.scheduler.fleet_upkeep import upkeep
@@ -38,6 +40,7 @@ from corral.scheduler.types import (
 from corral.store import exports as export_store
 from corral.store import project_state
 from corral.store import snapshot as snap
+from corral.store import volumes as volume_store
 from corral.store.plan_apply import ApplyResult, apply_plan
 from corral.store.snapshot import QueueRow
 from corral.workers.context import Context
@@ -89,6 +92,7 @@ def queued_job(
     submitted_at: float,
     max_queue_wait: float | None,
     barred_backends: frozenset[str] = frozenset(),
+    volume_places: Mapping[tuple[str, str], VolumeRec] | None = None,
 ) -> QueuedJob:
     """A job as the scheduler sees it, from its run's and its own stored documents."""
     conf = config.parse_run_configuration(run_spec["configuration"])
@@ -100,6 +104,16 @@ def queued_job(
     nodes = int(conf.nodes_num) if conf.type == "task" else 1
     selectors = None if profile.instances is None else tuple(to_selector(x) for x in profile.instances)
     job_filter = offer_filters.run_filter(profile)
+    backends, regions, zones = job_filter.backends, job_filter.regions, None
+    names = volume_names(run_spec["configuration"])
+    if names:  # placement follows the volumes: their backend, region and zone
+        places = volume_places or {}
+        missing = [n for n in names if (project_id, n) not in places]
+        if missing:
+            raise ValueError(f"volume {', '.join(missing)} not found (deleted since the run was submitted?)")
+        backend, region, zone = placement([places[(project_id, n)] for n in names])
+        backends, regions = frozenset({backend}), frozenset({region.lower()})
+        zones = frozenset({zone}) if zone else None
     return QueuedJob(
         id=id,
         run_id=run_id,
@@ -117,9 +131,10 @@ def queued_job(
         project_name=project_name,
         selectors=selectors,
         barred_backends=barred_backends,
-        backends=job_filter.backends,
+        backends=backends,
         max_price=job_filter.max_price,
-        regions=job_filter.regions,
+        regions=regions,
+        zones=zones,
         instance_types=job_filter.instance_types,
         spot=job_filter.spot,
         replica_num=int(job_spec.get("replica_num") or 0),
@@ -141,6 +156,8 @@ class Scheduling:
         self.project_backends: dict[str, frozenset[str]] = {}
         #: Project id -> backend type -> the regions the project's backend names (offers come from those).
         self.project_regions: dict[str, dict[str, frozenset[str]]] = {}
+        #: (project id, name) -> the live volumes, loaded when a job that mounts some is first queued.
+        self._volume_places: dict[tuple[str, str], VolumeRec] = {}
         self.preempter = Preempter(ctx)
         self.reserved = ReservedOffers(ctx)
 
@@ -162,6 +179,7 @@ class Scheduling:
                 submitted_at=job.submitted_at if job.queued_at is None else job.queued_at,
                 max_queue_wait=self.ctx.settings.max_queue_wait,
                 barred_backends=self._barred_backends(job),
+                volume_places=self._volume_places,
             )
             if job.queued_at is not None:  # a preempted job's new submission waits for its place, whatever its retry
                 cached = QueuedJob(**{**cached.__dict__, "wait": WaitPolicy(True, None)})
@@ -302,6 +320,9 @@ class Scheduling:
         now = time.time()
         async with self.ctx.db.read() as conn:
             queue = await snap.load_queue(conn, known=self._queued.keys())
+            fresh = [r for r in queue if r.id not in self._queued and r.run_spec is not None]
+            if any(volume_names(r.run_spec["configuration"]) for r in fresh if r.run_spec is not None):
+                self._volume_places = {(v.project_id, v.name): v for v in await volume_store.list_volumes(conn, None)}
             fleets = await snap.load_fleets(conn)
             local_used = await snap.backend_usage(conn, "local")
             pools = self.host_pools()

@@ -135,8 +135,7 @@ class AWSCompute:
         except Exception:
             await self._terminate_quietly(client, ec2_id)
             raise
-        primary = candidates[0]
-        return provisioned if offer == primary else dataclasses.replace(provisioned, offer=offer)
+        return dataclasses.replace(provisioned, offer=offer)  # the offer launched, in its zone
 
     async def create_gang(self, rows: list[InstanceRec], cluster: bool, reservation: str | None) -> list[Provisioned]:
         return await gangs.create_gang(self, rows, cluster, reservation)  # all together, or none: ``gangs``
@@ -153,7 +152,7 @@ class AWSCompute:
             raise ProvisioningError(f"region {region} is not among the aws backend's regions ({', '.join(regions)})")
         primary = Offer(
             "aws", itype, region, float(raw.get("price") or instance.price or 0.0),
-            resources_from_json(raw.get("resources") or {}),
+            resources_from_json(raw.get("resources") or {}), zone=str(raw.get("zone") or ""),
         )  # fmt: skip
         others = [offer_from_json(o) for o in raw.get(FALLBACKS_KEY) or []]
         return [primary, *(o for o in others if o.backend == "aws" and (not regions or o.region in regions))]
@@ -170,7 +169,8 @@ class AWSCompute:
             if found:
                 itype = str(found[0].get("InstanceType") or "")
                 offer = next((o for o in candidates if o.region == region and o.instance_type == itype), None)
-                return offer or candidates[0], c, str(found[0]["InstanceId"])
+                zone = str((found[0].get("Placement") or {}).get("AvailabilityZone") or "")
+                return dataclasses.replace(offer or candidates[0], zone=zone), c, str(found[0]["InstanceId"])
         return None
 
     async def _region(self, project: AWSProject, region: str, client: Any) -> _Region:
@@ -223,7 +223,7 @@ class AWSCompute:
                     errors.append(f"{region} {itype}: {e}")
                     continue
             move = "zone"
-            for zone, subnet in where.zones.items():
+            for zone, subnet in launch.in_zone(where.zones, offer.zone).items():
                 if self.unavailable.blocked(region, zone, itype, time.time()):
                     errors.append(f"{zone} {itype}: no capacity lately")
                     continue
@@ -267,7 +267,7 @@ class AWSCompute:
                 launched = reply["Instances"][0]
                 if launched.get("SpotInstanceRequestId"):  # so that the one-time request cannot be fulfilled again
                     await self._cancel_spot_request(where.client, str(launched["SpotInstanceRequestId"]))
-                return offer, where.client, str(launched["InstanceId"])
+                return dataclasses.replace(offer, zone=zone), where.client, str(launched["InstanceId"])
             if move == "stop" or attempt >= launch.MAX_LAUNCH_ATTEMPTS:
                 break
         tried = ", ".join(f"{o.instance_type} in {o.region}" for o in candidates)

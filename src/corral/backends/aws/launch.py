@@ -156,3 +156,9 @@ class Unavailable:
             del self._until[key]
             return False
         return True
+
+
+def in_zone(zones: dict[str, str], zone: str) -> dict[str, str]:
+    """The subnets by zone a launch tries: only ``zone``'s when the offer is pinned to one (a job's
+    volumes are there), else all."""
+    return {z: s for z, s in zones.items() if z == zone} if zone else zones

@@ -1,0 +1,106 @@
+"""EBS volumes through EC2 (dstack's calls and error handling): CreateVolume (gp3, tagged, in the configured
+zone or the region's first), DescribeVolumes to register an existing one, AttachVolume on the first free
+``/dev/sdf``...``/dev/sdn``, DetachVolume (``Force``) and DeleteVolume, each tolerating what dstack
+tolerates. Blocking, as ``ec2``'s calls: callers run them in a thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.backends.aws import ec2
+from corral.domain.volumes import DEVICE_NAMES, price
+
+
+def _provisioning(v: dict[str, Any]) -> dict[str, Any]:
+    """dstack's ``VolumeProvisioningData`` of an EC2 volume."""
+    size = int(v.get("Size") or 0)
+    return {
+        "backend": "aws",
+        "volume_id": str(v["VolumeId"]),
+        "size_gb": size,
+        "availability_zone": str(v.get("AvailabilityZone") or ""),
+        "price": price(size, int(v.get("Iops") or 3000)),
+        "attachable": True,
+        "detachable": True,
+        "backend_data": None,
+    }
+
+
+def first_zone(client: Any) -> str:
+    zones = ec2.call(client, "describe_availability_zones")["AvailabilityZones"]
+    names = sorted(str(z["ZoneName"]) for z in zones if z.get("State", "available") == "available")
+    if not names:
+        raise ec2.AWSError("", "the region has no available zone")
+    return names[0]
+
+
+def create(client: Any, conf: dict[str, Any], size_gib: int, tags: dict[str, str]) -> dict[str, Any]:
+    zone = str(conf.get("availability_zone") or "") or first_zone(client)
+    reply = ec2.call(
+        client,
+        "create_volume",
+        Size=size_gib,
+        AvailabilityZone=zone,
+        VolumeType="gp3",
+        TagSpecifications=[{"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+    )
+    return _provisioning(reply)
+
+
+def register(client: Any, volume_id: str) -> dict[str, Any]:
+    """The provisioning data of the existing ``volume_id``; ``AWSError`` naming it when EC2 has none."""
+    try:
+        found = ec2.call(client, "describe_volumes", VolumeIds=[volume_id])["Volumes"]
+    except ec2.AWSError as e:
+        if e.code in ("InvalidVolume.NotFound", "InvalidVolumeID.Malformed", "InvalidParameterValue"):
+            raise ec2.AWSError(e.code, f"no EBS volume {volume_id} in this region (volume_id)") from None
+        raise
+    if not found:
+        raise ec2.AWSError("InvalidVolume.NotFound", f"no EBS volume {volume_id} in this region (volume_id)")
+    return _provisioning(found[0])
+
+
+def attach(client: Any, volume_id: str, instance_id: str, taken: set[str]) -> str:
+    """AttachVolume on the first device name not in ``taken`` that EC2 accepts: the device name used."""
+    for device in DEVICE_NAMES:
+        if device in taken:
+            continue
+        try:
+            ec2.call(client, "attach_volume", VolumeId=volume_id, InstanceId=instance_id, Device=device)
+        except ec2.AWSError as e:
+            if e.code == "InvalidParameterValue" and "device" in str(e).lower():
+                continue  # taken on the instance
+            raise
+        return device
+    raise ec2.AWSError("", f"no free device name on {instance_id} for {volume_id}")
+
+
+def state(client: Any, volume_id: str, instance_id: str) -> str:
+    """The attachment's state (``attaching``, ``attached``, ``detaching``, ``detached``; absent: detached)."""
+    try:
+        found = ec2.call(client, "describe_volumes", VolumeIds=[volume_id])["Volumes"]
+    except ec2.AWSError as e:
+        if e.code == "InvalidVolume.NotFound":
+            return "detached"
+        raise
+    for a in (found[0].get("Attachments") or []) if found else []:
+        if a.get("InstanceId") == instance_id:
+            return str(a.get("State") or "attached")
+    return "detached"
+
+
+def detach(client: Any, volume_id: str, instance_id: str, device: str) -> None:
+    try:
+        ec2.call(client, "detach_volume", VolumeId=volume_id, InstanceId=instance_id, Device=device, Force=True)
+    except ec2.AWSError as e:  # dstack's IncorrectState; moto answers InvalidAttachment.NotFound
+        if e.code not in ("IncorrectState", "InvalidAttachment.NotFound", "InvalidVolume.NotFound"):
+            raise
+
+
+def delete(client: Any, volume_id: str) -> None:
+    try:
+        ec2.call(client, "delete_volume", VolumeId=volume_id)
+    except ec2.AWSError as e:
+        if e.code != "InvalidVolume.NotFound":
+            raise

@@ -1,0 +1,55 @@
+"""The pure rules of network volumes: which entries of ``volumes`` are network volumes, what the volumes
+worker does next, why a deletion is refused, the device names, where a job using volumes must run."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from corral.domain.volumes import (
+    VolumeRec,
+    free_device,
+    network_mounts,
+    next_step,
+    placement,
+    price,
+    refuse_delete,
+)
+
+V = VolumeRec(
+    id="v", project_id="p", project_name="main", user_name="admin", name="data", status="submitted",
+    status_message=None, configuration={"backend": "aws", "region": "us-east-1", "size": 10}, provisioning=None,
+    instance_id=None, attachment=None, to_be_deleted=False, deleted=False, created_at=0.0, deleted_at=None,
+    last_processed_at=0.0,
+)  # fmt: skip
+
+
+def test_network_mounts_leave_instance_volumes_out() -> None:
+    conf = {"volumes": ["data:/data", "/host/cache:/cache", {"name": "ckpt", "path": "/ckpt"},
+                        {"name": ["a", "b"], "path": "/ab"}, {"instance_path": "/x", "path": "/y"}]}  # fmt: skip
+    assert network_mounts(conf) == [("data", "/data"), ("ckpt", "/ckpt"), ("a", "/ab")]
+    assert network_mounts({}) == []
+
+
+def test_next_step_and_deletion() -> None:
+    assert next_step(V) == "create"
+    assert next_step(dataclasses.replace(V, configuration={**V.configuration, "volume_id": "vol-1"})) == "register"
+    active = dataclasses.replace(V, status="active")
+    assert next_step(active) is None
+    assert next_step(dataclasses.replace(active, to_be_deleted=True)) == "delete"
+    attached = dataclasses.replace(active, instance_id="i", to_be_deleted=True)
+    assert next_step(attached) is None  # detached first
+    assert refuse_delete([active]) is None
+    assert refuse_delete([active, attached]) == "Failed to delete volume data. Volume is in use."
+
+
+def test_devices_placement_and_price() -> None:
+    assert free_device([]) == "/dev/sdf" and free_device(["/dev/sdf", "/dev/sdg"]) == "/dev/sdh"
+    assert free_device([f"/dev/sd{c}" for c in "fghijklmn"]) is None
+    b = dataclasses.replace(V, provisioning={"volume_id": "vol-1", "availability_zone": "us-east-1b"})
+    assert placement([b, dataclasses.replace(b, name="other")]) == ("aws", "us-east-1", "us-east-1b")
+    a = dataclasses.replace(b, name="elsewhere", provisioning={"volume_id": "vol-2", "availability_zone": "us-east-1a"})
+    with pytest.raises(ValueError, match="elsewhere"):
+        placement([b, a])
+    assert price(100) == pytest.approx(8.0) and price(100, 4000) == pytest.approx(13.0)
