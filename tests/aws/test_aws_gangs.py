@@ -20,6 +20,7 @@ from corral.backends.aws import ec2, gang_cleanup, gangs, launch, placement, res
 from corral.backends.aws.compute import AWSCompute
 from corral.domain.records import InstanceRec
 from corral.scheduler.codec import offer_to_json
+from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.scheduler.types import Offer
 from corral.workers import gangs as worker_gangs
 from server_harness import RunningServer, finished_run, make_settings, running_server, wait_for
@@ -124,6 +125,14 @@ def test_adoption_maps_instances_to_rows() -> None:
     # tagged per row (parallel launches, or a count launch tagged), in any order
     assert gangs.match_adopted(["a", "b"], [inst("i-9", "b"), inst("i-8", "a")]) == {"a": "i-8", "b": "i-9"}
     assert gangs.match_adopted(["a", "b"], [inst("i-1", "a")]) is None  # a part: launched again
+
+
+def test_the_shapes_a_gang_falls_back_on() -> None:
+    m, c, west = _offer("m7i.large"), _offer("c7i.xlarge"), _offer("c7i.xlarge", region="us-west-2")
+    assert gangs.shapes([[m, c], [m, c]], None) == [[m, m], [c, c]]  # each node's next offer, together
+    assert gangs.shapes([[m, c], [m, west]], None) == [[m, m]]  # never across regions
+    assert gangs.shapes([[m, c], [m]], None) == [[m, m]]  # a node with no fallback: none
+    assert gangs.shapes([[m, c], [m, c]], RESERVATION) == [[m, m]]  # the reservation fixes the type
 
 
 def test_reservation_rules() -> None:
@@ -253,6 +262,32 @@ async def test_a_gang_waits_for_capacity_then_launches_together_in_a_placement_g
 
 
 @ON_MODULE_LOOP
+async def test_a_gang_with_no_room_for_its_type_falls_back_on_its_next_offer_whole(
+    fresh_cache: None, server: RunningServer, proxy: FaultProxy, hypervisor: Hypervisor
+) -> None:
+    """EC2 has no m7i.large in any zone: the gang launches as its nodes' next offer (c7i.xlarge), both
+    nodes in one RunInstances, and each row records the offer it launched."""
+    compute: AWSCompute = server.ctx.computes["aws"]
+    by_type = {o.instance_type: o for o in compute.offers() if o.region == REGION and not o.resources.spot}
+    rows = [_row(by_type["m7i.large"], n) for n in (0, 1)]
+    rows = [dataclasses.replace(r, offer={**r.offer, FALLBACKS_KEY: [offer_to_json(by_type["c7i.xlarge"])]})
+            for r in rows]  # fmt: skip
+    before = len(proxy.launches)
+    proxy.fault = lambda lt: "InsufficientInstanceCapacity" if lt.instance_type == "m7i.large" else None
+    try:
+        provisioned = await compute.create_gang(rows, True, None)
+    finally:
+        proxy.fault = None
+    made = [(m.instance_type, m.count, bool(m.error)) for m in proxy.launches[before:]]
+    assert made[-1] == ("c7i.xlarge", 2, False) and all(failed for _, _, failed in made[:-1])
+    assert {t for t, _, _ in made[:-1]} == {"m7i.large", "c7i.xlarge"}  # (zone a never has room here)
+    assert [p.offer for p in provisioned] == [by_type["c7i.xlarge"]] * 2
+    for r, p in zip(rows, provisioned, strict=True):
+        await compute.terminate_instance(r.id, p.agent)
+    assert not _live(hypervisor.moto, "corral_gang", rows[0].id)
+
+
+@ON_MODULE_LOOP
 async def test_a_gang_launched_before_a_crash_is_adopted_not_launched_again(
     fresh_cache: None, server: RunningServer, proxy: FaultProxy, hypervisor: Hypervisor
 ) -> None:
@@ -318,3 +353,50 @@ async def test_a_single_node_run_on_a_reserved_fleet_launches_into_the_reservati
 
 async def _none_live(moto: MotoEC2, fleet: str) -> bool:
     return not _live(moto, "corral_fleet", fleet)
+
+
+@ON_MODULE_LOOP
+async def test_a_runs_own_reservation_narrows_its_plan_and_its_new_instance_launches_into_it(
+    fresh_cache: None, server: RunningServer, proxy: FaultProxy, hypervisor: Hypervisor, vpc: tuple[str, str, str]
+) -> None:
+    """A run's ``reservation`` (dstack's run option): its plan lists the reservation's type in its region
+    only, a fleet naming another reservation offers it nothing (so does ``corral offer``, through the same
+    plan), and its new instance launches into the reservation, in its zone."""
+    free = {"type": "fleet", "name": "runresfl", "nodes": "0..1", "backends": ["aws"], "resources": {"cpu": "2.."}}
+    other = {**free, "name": "otherres", "reservation": RESERVATION}
+    task = {"type": "task", "name": "run-res", "commands": ["true"], "fleets": ["runresfl"],
+            "resources": {"cpu": "2.."}, "reservation": RESERVED_C7I}  # fmt: skip
+    before = len(proxy.launches)
+    async with server.client() as c:
+        for fleet in (free, other):
+            r = await c.post(
+                "/api/project/main/fleets/apply",
+                json={"plan": {"spec": {"configuration": fleet, "profile": {}}}, "force": True},
+            )
+            assert r.status_code == 200, r.text
+        r = await c.post("/api/project/main/runs/get_plan", json={"run_spec": {"configuration": task}})
+        assert r.status_code == 200, r.text
+        assert r.json()["corral_plan_error"] is None
+        listed = {(o["instance"]["name"], o["region"]) for o in r.json()["job_plans"][0]["offers"]}
+        assert listed == {("c7i.xlarge", REGION)}
+        # the fleet's own reservation narrows a plan too; a run's other reservation leaves it nothing
+        for conf, offers in (({**task, "reservation": None, "fleets": ["otherres"]}, {("m7i.large", REGION)}),
+                             ({**task, "fleets": ["otherres"]}, set())):  # fmt: skip
+            r = await c.post(
+                "/api/project/main/runs/get_plan", json={"run_spec": {"configuration": conf}, "for_offers_only": True}
+            )
+            assert r.status_code == 200, r.text
+            assert {(o["instance"]["name"], o["region"]) for o in r.json()["job_plans"][0]["offers"]} == offers
+        assert "`reservation` leave(s) none" in r.json()["corral_plan_error"]
+        r = await c.post(
+            "/api/project/main/runs/apply", json={"force": True, "plan": {"run_spec": {"configuration": task}}}
+        )
+        assert r.status_code == 200, r.text
+        run = await finished_run(c, "run-res", timeout=120)
+        assert run["status"] == "done", run["jobs"][0]["job_submissions"][-1].get("termination_reason_message")
+        made = proxy.launches[before:]
+        assert [(m.instance_type, m.count, m.subnet, m.reservation, m.group) for m in made] == [
+            ("c7i.xlarge", 1, vpc[2], RESERVED_C7I, "")
+        ]
+        await c.post("/api/project/main/fleets/delete", json={"names": ["runresfl", "otherres"]})
+        await wait_for(lambda: _none_live(hypervisor.moto, "runresfl"), timeout=60)

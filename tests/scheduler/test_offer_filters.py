@@ -108,6 +108,27 @@ def test_the_options_as_dstack_applies_them() -> None:
     assert offer_filters.in_project_regions([aws, local], regions) == [local]
 
 
+def test_a_runs_reservation_narrows_new_instances_as_dstacks_does() -> None:
+    res = InstanceResources(cpus=2, memory_mib=8192, gpus=())
+    there = Offer("aws", "c7i.xlarge", "us-east-1", 0.2, res)
+    elsewhere = Offer("aws", "c7i.xlarge", "eu-west-1", 0.2, res)
+    other_type = Offer("aws", "m7i.large", "us-east-1", 0.1, res)
+    spot = dataclasses.replace(there, resources=dataclasses.replace(res, spot=True))
+    local = Offer("local", "local", "local", 0.0, res)
+    offers = [there, elsewhere, other_type, spot, local]
+    job = dataclasses.replace(_job(offer_filters.OfferFilter()), reservation="cr-1")
+    places = frozenset({("us-east-1", "c7i.xlarge")})
+    seen = as_job_sees_it(dataclasses.replace(job, reserved_places=places), _fleet(offers, [other_type]))
+    assert seen.offers == (there,) and seen.narrowed_by == ("reservation",)
+    assert [i.offer for i in seen.instances] == [other_type]  # instances already there are reused
+    # not looked up yet: any on-demand aws offer (the launch checks); a fleet naming another: none
+    assert as_job_sees_it(job, _fleet(offers, [])).offers == (there, elsewhere, other_type)
+    other = dataclasses.replace(_fleet(offers, []), reservation="cr-2")
+    assert as_job_sees_it(dataclasses.replace(job, reserved_places=places), other).offers == ()
+    same = dataclasses.replace(_fleet(offers, []), reservation="cr-1")
+    assert as_job_sees_it(dataclasses.replace(job, reserved_places=places), same).offers == (there,)
+
+
 def test_a_jobs_volume_zone_pins_new_instances_and_excludes_other_zones() -> None:
     res = InstanceResources(cpus=2, memory_mib=8192, gpus=(), disk_size_mib=200 * 1024)
     offer = Offer("aws", "m7i.large", "us-east-1", 0.1, res)

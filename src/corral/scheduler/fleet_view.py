@@ -2,8 +2,10 @@
 backend for a host process of a non-admin while the agents have no sandbox), of backends its run's
 ``backends`` option does not list, of offers above its run's ``max_price``, and of instances and offers
 outside its ``regions`` / ``instance_types`` / ``spot_policy`` -- each recorded on the view, so that a
-fleet left empty says why. The rule is ``offer_filters``' (the listings' too). Pure; imports the
-scheduler's types and ``offer_filters`` only.
+fleet left empty says why. A run's own ``reservation`` narrows the new instances as dstack's does: a fleet
+that names another reservation offers it none, and aws offers are the reservation's type in its region
+(on-demand: spot cannot launch into one; no other backend); instances already there stay. The rule is
+``offer_filters``' (the listings' too). Pure; imports the scheduler's types and ``offer_filters`` only.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import replace
 
 from corral.scheduler import offer_filters
 from corral.scheduler.offer_filters import OfferFilter
-from corral.scheduler.types import FleetSlot, InstanceSlot, QueuedJob
+from corral.scheduler.types import FleetSlot, InstanceSlot, Offer, QueuedJob
 
 #: How corral's backends are named on the wire and in ``backends`` (local and SSH hosts: dstack's ``remote``).
 WIRE_NAMES = {"local": "remote", "ssh": "remote"}
@@ -32,7 +34,10 @@ def job_filter(job: QueuedJob) -> OfferFilter:
 def view_key(job: QueuedJob) -> tuple[object, ...]:
     """Every attribute of ``job`` that :func:`as_job_sees_it` reads: jobs with equal keys see every fleet
     alike (what a scheduling pass memoises on; keep the two together)."""
-    return (job.barred_backends, job.backends, job.max_price, job.regions, job.instance_types, job.spot, job.zones)
+    return (
+        job.barred_backends, job.backends, job.max_price, job.regions, job.instance_types, job.spot, job.zones,
+        job.reservation, job.reserved_places,
+    )  # fmt: skip
 
 
 def as_job_sees_it(job: QueuedJob, fleet: FleetSlot) -> FleetSlot:
@@ -45,7 +50,28 @@ def as_job_sees_it(job: QueuedJob, fleet: FleetSlot) -> FleetSlot:
         fleet = _within_price(fleet, job.max_price)
     if job.regions is not None or job.instance_types is not None or job.spot is not None or job.zones is not None:
         fleet = _narrowed(fleet, job_filter(job))
+    if job.reservation is not None:
+        fleet = _reserved(fleet, job.reservation, job.reserved_places)
     return fleet
+
+
+def reserved_offer(offer: Offer, places: frozenset[tuple[str, str]] | None) -> bool:
+    """Whether ``offer`` can launch into a capacity reservation at ``places`` (None: not known yet, any
+    aws offer may): an on-demand aws offer there (dstack: only backends with reservations, no spot)."""
+    if offer.backend != "aws" or offer.resources.spot:
+        return False
+    return places is None or (offer.region, offer.instance_type) in places
+
+
+def _reserved(fleet: FleetSlot, reservation: str, places: frozenset[tuple[str, str]] | None) -> FleetSlot:
+    """``fleet``'s new instances for a run whose ``reservation`` is ``reservation`` at ``places``."""
+    if fleet.reservation is not None and fleet.reservation != reservation:
+        offers: tuple[Offer, ...] = ()  # dstack: the two reservations do not combine
+    else:
+        offers = tuple(o for o in fleet.offers if reserved_offer(o, places))
+    if len(offers) == len(fleet.offers):
+        return fleet
+    return replace(fleet, offers=offers, narrowed_by=(*fleet.narrowed_by, "reservation"))
 
 
 def _narrowed(fleet: FleetSlot, f: OfferFilter) -> FleetSlot:

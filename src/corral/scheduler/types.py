@@ -80,6 +80,8 @@ class FleetSlot:
     #: The job's options (``regions``, ``instance_types``, ``spot_policy``) that left instances or offers
     #: out of this view.
     narrowed_by: tuple[str, ...] = ()
+    #: The EC2 capacity reservation the fleet's new instances launch into (its ``reservation``), or None.
+    reservation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,10 @@ class QueuedJob:
     zones: frozenset[str] | None = None
     #: The job's replica: each replica of a service is a gang of its own (a task has replica 0 only).
     replica_num: int = 0
+    #: The run's own ``reservation`` (an EC2 capacity reservation its new instances launch into), or None,
+    #: and where it is: ``(region, instance type)`` of the aws offers it can launch (None: not known yet).
+    reservation: str | None = None
+    reserved_places: frozenset[tuple[str, str]] | None = None
 
 
 @dataclass(frozen=True)

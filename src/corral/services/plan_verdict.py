@@ -6,11 +6,14 @@ matching nothing) gets no offers in its plan and this message, computed by the s
 (``scheduler.schedule.screen``) from the fleets as the scheduling worker would see them. The same view
 gives the offers of the fleets other projects export to the run's project (``scheduler.plan_offers``):
 a project with no backends of its own that imports a fleet sees that fleet's offers, as apply uses it.
+Capacity reservations (the run's ``reservation`` or its fleets') are looked up first, with no transaction
+open, so that the plan's offers are narrowed as placement narrows them (``reserved``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +21,7 @@ from corral.domain.records import ProjectRec
 from corral.workers.context import Context
 
 if TYPE_CHECKING:
-    from corral.scheduler.types import FleetSlot, Offer
+    from corral.scheduler.types import FleetSlot, Offer, QueuedJob
 
 
 @dataclass(frozen=True)
@@ -31,12 +34,16 @@ class PlanScreen:
     error: str | None
     imported_offers: tuple[tuple[Offer, str], ...]
     fleets: tuple[FleetSlot, ...]
+    #: When a capacity reservation (the run's or a fleet's) narrows the new instances, the offers the run's
+    #: fleets may launch for it (as each fleet is seen by the run); None: nothing narrowed.
+    reserved: frozenset[Offer] | None = None
 
 
 async def plan_screen(ctx: Context, project: ProjectRec, spec: dict[str, Any], job_spec: dict[str, Any]) -> PlanScreen:
     """The scheduler's view of the run whose first job is ``job_spec``, from the fleets as they are now."""
     from corral.scheduler.plan_offers import fleet_offers
     from corral.scheduler.schedule import screen
+    from corral.scheduler.types import Snapshot
     from corral.workers.scheduling import Scheduling, queued_job
 
     head = queued_job(
@@ -61,13 +68,25 @@ async def plan_screen(ctx: Context, project: ProjectRec, spec: dict[str, Any], j
     async with ctx.db.read() as conn:
         # the project's own fleets and those other projects export to it: all the run may use
         owners = {project.id, *(e.project_id for e in await export_store.exports_imported_by(conn, project.id))}
-        snapshot = await planner.snapshot_for(conn, (head,), sorted(owners), importer=project.id)
+        loaded = await planner.load_for(conn, sorted(owners), importer=project.id)
+    await planner.reserved.resolve(loaded)  # EC2, with no transaction open
+    (head,) = await planner.reserved.located([head])
+    snapshot = Snapshot(fleets=tuple(planner.fleet_slot(f) for f in loaded), queue=(head,))
     screened = screen(head, snapshot)
-    if isinstance(screened, str):
-        return PlanScreen(screened, (), ())
+    if isinstance(screened, str):  # the listing (``for_offers_only``) still shows what the reservation allows
+        named = [f for f in snapshot.fleets if head.fleet_names is None or f.name in head.fleet_names]
+        return PlanScreen(screened, (), (), _reserved(head, named, head.reservation is not None))
     fleets, reuse_only = screened
     imported = [f for f in fleets if f.project_id != project.id]
-    return PlanScreen(None, tuple(fleet_offers(head, imported, reuse_only)), tuple(fleets))
+    reserved = _reserved(head, fleets, head.reservation is not None or any(f.reservation for f in fleets))
+    return PlanScreen(None, tuple(fleet_offers(head, imported, reuse_only)), tuple(fleets), reserved)
+
+
+def _reserved(head: QueuedJob, fleets: Sequence[FleetSlot], narrowed: bool) -> frozenset[Offer] | None:
+    """The new-instance offers of ``fleets`` as ``head`` sees them, where a reservation narrows them."""
+    from corral.scheduler.fleet_view import as_job_sees_it
+
+    return frozenset(o for f in fleets for o in as_job_sees_it(head, f).offers) if narrowed else None
 
 
 async def plan_verdict(ctx: Context, project: ProjectRec, spec: dict[str, Any], job_spec: dict[str, Any]) -> str | None:

@@ -21,8 +21,8 @@ from corral.store.triggers import templates_dump
 
 #: Profile options that only shape the cloud instances provisioned for a run (dstack combines them with
 #: the fleet's when it creates one): corral does not apply them to runs yet. (``regions`` and
-#: ``instance_types`` are applied: ``scheduler.offer_filters``.)
-_PROVISIONING_ONLY = ("availability_zones", "reservation", "tags", "backend_options")
+#: ``instance_types`` are applied: ``scheduler.offer_filters``; ``reservation`` too: ``scheduler.fleet_view``.)
+_PROVISIONING_ONLY = ("availability_zones", "tags", "backend_options")
 
 
 def _nodes(conf: Any) -> int:

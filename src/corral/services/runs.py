@@ -111,10 +111,16 @@ def gpu_offers(ctx: Context, project: ProjectRec, user: UserRec, run_spec: Any) 
     return [o for o in fitting_offers(ctx, conf, merged, project) if o.resources.gpus]
 
 
-def _offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[dict[str, Any]]:
+def _offers(
+    ctx: Context, conf: Any, merged: Any, project: ProjectRec, reserved: frozenset[Offer] | None = None
+) -> list[dict[str, Any]]:
+    """The plan's new-instance offers; only those of ``reserved`` where a capacity reservation narrows them."""
     if merged.instances is not None or getattr(merged.creation_policy, "value", None) == "reuse":
         return []
-    return [offer_json(o) for o in smallest_carves(fitting_offers(ctx, conf, merged, project))]
+    offers = fitting_offers(ctx, conf, merged, project)
+    if reserved is not None:
+        offers = [o for o in offers if o in reserved]
+    return [offer_json(o) for o in smallest_carves(offers)]
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
@@ -126,12 +132,12 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
     if spec["run_name"]:
         async with ctx.db.read() as conn:
             current = await store.get_run(conn, project.id, run_name=spec["run_name"])
-    offers = _offers(ctx, conf, merged, project)
     max_offers = body.get("max_offers") or 50
     specs = job_specs(
         spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
     )
     screened = await plan_screen(ctx, project, spec, specs[0]) if specs else None
+    offers = _offers(ctx, conf, merged, project, screened.reserved if screened else None)
     verdict = screened.error if screened else None
     try:  # an option apply refuses: the plan says so
         run_options.check(conf, merged, ctx.settings.metrics_running_ttl)

@@ -1,7 +1,7 @@
 """Gangs waiting to be launched: the pending instances that jobs of one multi-node run were committed to
 (``plan_apply`` reserves a gang whole or not at all), in a fleet with ``placement: cluster``, with what
-their launch needs -- the fleet's ``reservation``. A lone instance of a fleet with a ``reservation`` is a
-gang of one.
+their launch needs -- the run's or the fleet's ``reservation``. A lone instance that launches into a
+capacity reservation is a gang of one.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class PendingGang:
     key: str
     #: The pending instances, lead first (instance number order).
     instance_ids: tuple[str, ...]
-    #: The capacity reservation the fleet names, or None.
+    #: The capacity reservation the run (else the fleet) names, or None.
     reservation: str | None
     cluster: bool
     #: How long the gang may wait for EC2 capacity (its run's ``retry`` covers ``no-capacity``), or None.
@@ -35,7 +35,7 @@ class PendingGang:
 
 async def pending_gangs(conn: AsyncConnection, instance_ids: Sequence[str]) -> list[PendingGang]:
     """The gangs among the pending instances ``instance_ids``: the instances of a multi-node run in a
-    cluster fleet, or one of a fleet that names a capacity reservation."""
+    cluster fleet, or one whose run or fleet names a capacity reservation."""
     if not instance_ids:
         return []
     q = (
@@ -49,7 +49,8 @@ async def pending_gangs(conn: AsyncConnection, instance_ids: Sequence[str]) -> l
     for r in await conn.execute(q):
         conf = orjson.loads(r.spec).get("configuration") or {}
         req = (orjson.loads(r.job_spec).get("requirements") or {}) if r.job_spec else {}
-        reservation = conf.get("reservation") or None  # a run's own is refused at submission
+        # the run's own, else the fleet's (a run whose differs gets no new instance in the fleet: ``fleet_view``)
+        reservation = req.get("reservation") or conf.get("reservation") or None
         cluster = conf.get("placement") == "cluster" and bool(req.get("multinode"))
         if not cluster and not reservation:
             continue

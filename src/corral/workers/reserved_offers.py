@@ -1,19 +1,22 @@
-"""Offers of fleets with a ``reservation`` (an EC2 capacity reservation), narrowed as dstack narrows them:
-to the reservation's instance type in its region. The scheduling worker asks EC2 once per reservation
+"""Offers of fleets and runs with a ``reservation`` (an EC2 capacity reservation), narrowed as dstack
+narrows them: to the reservation's instance type in its region. The scheduling worker asks EC2 once per reservation
 (DescribeCapacityReservations in each region the project's aws backend offers) after it loaded the
 fleets, with no transaction open, and keeps the answer while the server runs; placement then reads it.
 A reservation EC2 does not know leaves the fleet no aws offer; one EC2 could not be asked about yet
-(an error) leaves the offers as they are, and is asked about again on the next pass.
+(an error) leaves the offers as they are, and is asked about again on the next pass. A run's own
+reservation is looked up the same way and given to its queued jobs (``QueuedJob.reserved_places``), for
+``scheduler.fleet_view`` to narrow each fleet's offers as the job sees them.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from corral.domain.records import FleetRec
-from corral.scheduler.types import Offer
+from corral.scheduler.types import Offer, QueuedJob
 from corral.workers.context import Context
 
 log = logging.getLogger("corral.reservations")
@@ -39,8 +42,21 @@ class ReservedOffers:
 
     async def resolve(self, fleets: Iterable[FleetRec]) -> None:
         """Ask EC2 about the reservations of ``fleets`` not asked about yet."""
+        await self._ask({(f.project_name, r) for f in fleets if (r := self.reservation(f)) is not None})
+
+    async def located(self, jobs: Sequence[QueuedJob]) -> list[QueuedJob]:
+        """``jobs``, those of runs with their own ``reservation`` told where it is (once EC2 was asked)."""
+        await self._ask({(j.project_name, j.reservation) for j in jobs if j.reservation is not None})
+        out = []
+        for j in jobs:
+            found = None if j.reservation is None else self.places.get((j.project_name, j.reservation))
+            if found is not None:
+                j = replace(j, reserved_places=frozenset((r.region, r.instance_type) for r in found))
+            out.append(j)
+        return out
+
+    async def _ask(self, todo: set[tuple[str, str]]) -> None:
         compute: Any = self.ctx.computes.get("aws")
-        todo = {(f.project_name, r) for f in fleets if (r := self.reservation(f)) is not None}
         if compute is None or not todo - self.places.keys():
             return
         from corral.backends.aws import reservations

@@ -138,6 +138,7 @@ def queued_job(
         instance_types=job_filter.instance_types,
         spot=job_filter.spot,
         replica_num=int(job_spec.get("replica_num") or 0),
+        reservation=str(profile.reservation) if profile.reservation else None,
     )
 
 
@@ -205,11 +206,20 @@ class Scheduling:
     ) -> Snapshot:
         """The fleets (of ``project_ids``; None: all) as the next pass would see them, with ``queue`` (for a
         plan's verdict). With ``importer``, only whether that project imports them is loaded."""
+        fleets = await self.load_for(conn, project_ids, importer)
+        return Snapshot(fleets=tuple(self.fleet_slot(f) for f in fleets), queue=queue)
+
+    async def load_for(
+        self, conn: Any, project_ids: list[str] | None = None, importer: str | None = None
+    ) -> list[FleetRec]:
+        """The fleets (of ``project_ids``; None: all) and what their slots are built from, loaded for a plan:
+        :meth:`fleet_slot` makes each one's slot (once the caller, with no transaction open, had their
+        capacity reservations resolved)."""
         fleets = await snap.load_fleets(conn, project_ids)
         self.importers = await export_store.fleet_importers(conn, project_ids, importer)
         self.project_backends = await project_state.backends_by_project(conn, project_ids)
         self.project_regions = await project_state.backend_regions_by_project(conn, project_ids)
-        return Snapshot(fleets=tuple(self.fleet_slot(f) for f in fleets), queue=queue)
+        return fleets
 
     def _fleet_requirements(self, fleet: FleetRec) -> Requirements | None:
         key = (fleet.id, str(fleet.spec.get("configuration", {}).get("resources")))
@@ -293,6 +303,7 @@ class Scheduling:
             backend_limit_key="local",
             project_name=fleet.project_name,
             importer_project_ids=self.importers.get(fleet.id, frozenset()),
+            reservation=self.reserved.reservation(fleet),
         )
 
     def backend_limits(self) -> dict[str, int]:
@@ -335,6 +346,7 @@ class Scheduling:
                 failed_parse.append(
                     Gang(row.run_id, (Fail(row.id, f"corral cannot read this job's stored spec: {e}"),))
                 )
+        queued = await self.reserved.located(queued)  # where the runs' own reservations are
         live = {q.id for q in queued}
         self._queued = {k: v for k, v in self._queued.items() if k in live}
         self._run_types = {k: v for k, v in self._run_types.items() if k in live}

@@ -10,7 +10,9 @@ The instances worker hands the rows a gang's commit reserved (``workers.gangs``)
 4. Launch, one zone at a time (capacity errors move on, bounded by ``MAX_LAUNCH_ATTEMPTS``): every node the
    same offer -> one RunInstances with ``MinCount = MaxCount = N`` (EC2 launches all or none), then each
    instance tagged with its row; otherwise one RunInstances per node in parallel, under a deadline. Client
-   tokens ``corral-<row id>-<n>`` as the single-instance path has them.
+   tokens ``corral-<row id>-<n>`` as the single-instance path has them. When no zone had room, the gang
+   falls back as a single instance does (:func:`shapes`: every node's next offer together, in one region;
+   the same attempts bound), unless a ``reservation`` fixes its type.
 5. Bring every node up (SSH, the agent). If any launch or bring-up fails, every instance of the gang is
    terminated (confirmed by DescribeInstances), its group deleted, and :class:`GangError` says whether it
    was for capacity (the run waits as ``retry`` says) or not (it fails).
@@ -47,9 +49,24 @@ class GangError(ProvisioningError):
     """A gang could not be launched; nothing of it is left running. ``capacity``: EC2 had no room for it
     (the run may wait and try again), else a refusal that trying again will not change."""
 
-    def __init__(self, message: str, capacity: bool) -> None:
+    def __init__(self, message: str, capacity: bool, attempts: int = 0) -> None:
         super().__init__(message)
         self.capacity = capacity
+        #: The RunInstances calls made for it (the gang's launches share ``MAX_LAUNCH_ATTEMPTS``).
+        self.attempts = attempts
+
+
+def shapes(candidates: Sequence[Sequence[Offer]], reservation: str | None) -> list[list[Offer]]:
+    """The offers a gang may launch as, in order: every node's own offer, then each node's ``k``-th
+    fallback (``scheduler.fallbacks``: same backend and blocks, cheapest first) together, where all of
+    them are in one region (a gang never spans regions). A ``reservation`` fixes the type: no fallback."""
+    out: list[list[Offer]] = []
+    depth = 1 if reservation else min(len(c) for c in candidates)
+    for k in range(depth):
+        shape = [c[k] for c in candidates]
+        if len({o.region for o in shape}) == 1 and shape not in out:
+            out.append(shape)
+    return out
 
 
 def launch_path(offers: Sequence[Offer]) -> Path:
@@ -87,7 +104,9 @@ async def create_gang(
     ``Provisioned`` in the same order, or :class:`GangError` with every instance of the gang terminated."""
     lead = rows[0]
     project = await compute.project(lead.project_name)
-    offers = [compute._candidates(r, project)[0] for r in rows]
+    candidates = [compute._candidates(r, project) for r in rows]
+    primary = [c[0] for c in candidates]
+    offers = primary
     region = offers[0].region
     if any(o.region != region for o in offers):
         raise GangError("the nodes of a multi-node run must be in one region", capacity=False)
@@ -99,16 +118,58 @@ async def create_gang(
         ids = [adopted[r.id] for r in rows]
         tags = {t["Key"]: t["Value"] for t in found[0].get("Tags") or []}
         group = tags.get(TAG_PLACEMENT) or None
+        types = {str(i["InstanceId"]): i.get("InstanceType") for i in found}
+        offers = next(  # the shape it was launched as (a fallback, maybe), in this region
+            (x for x in shapes(candidates, reservation) if [o.instance_type for o in x] == [types[i] for i in ids]),
+            primary,
+        )
         log.info("gang of %s: adopting %s, launched before a restart", lead.name, ", ".join(ids))
     else:
         if found:  # a partial launch: nothing of it is kept
             await cleanup.rollback(compute, client, [str(i["InstanceId"]) for i in found], None)
-        ids, group = await _launch(compute, project, rows, offers, client, cluster, reservation)
+        launched = await _launch_shapes(compute, project, rows, candidates, client, cluster, reservation)
+        ids, group, offers, client = launched
     try:
-        return await _bring_up(compute, project, rows, offers, client, ids, group)
+        done = await _bring_up(compute, project, rows, offers, client, ids, group)
     except ProvisioningError as e:
         await cleanup.rollback(compute, client, ids, group)
         raise GangError(f"a node of the gang could not be brought up: {e}", capacity=False) from None
+    # a gang that fell back on other offers: each row records the offer it launched
+    return [
+        p if o == mine else dataclasses.replace(p, offer=o) for p, o, mine in zip(done, offers, primary, strict=True)
+    ]
+
+
+async def _launch_shapes(
+    compute: AWSCompute,
+    project: AWSProject,
+    rows: Sequence[InstanceRec],
+    candidates: Sequence[Sequence[Offer]],
+    client: Any,
+    cluster: bool,
+    reservation: str | None,
+) -> tuple[list[str], str | None, list[Offer], Any]:
+    """Launch the gang as its own offers, else (EC2 had no room for them in any zone) as the next shape of
+    :func:`shapes`, as a single instance falls back; the ids, group, offers launched and region's client."""
+    errors: list[str] = []
+    attempts = 0
+    for shape in shapes(candidates, reservation):
+        if attempts >= launch.MAX_LAUNCH_ATTEMPTS:
+            break
+        if shape[0].region != candidates[0][0].region:
+            here = await compute._ec2(ec2.client, project.creds, shape[0].region)
+        else:
+            here = client
+        try:
+            ids, group = await _launch(compute, project, rows, shape, here, cluster, reservation, attempts)
+        except GangError as e:
+            if not e.capacity:
+                raise
+            errors.append(str(e))
+            attempts = max(e.attempts, attempts)
+            continue
+        return ids, group, shape, here
+    raise GangError("; then ".join(errors) or "aws: no offer of the gang to launch", capacity=True, attempts=attempts)
 
 
 async def _bring_up(
@@ -144,8 +205,10 @@ async def _launch(
     client: Any,
     cluster: bool,
     reservation: str | None,
+    attempt: int = 0,
 ) -> tuple[list[str], str | None]:
-    """RunInstances for the gang; the EC2 ids in row order and the placement group (or None)."""
+    """RunInstances for the gang (``attempt`` calls made for it already); the EC2 ids in row order and the
+    placement group (or None)."""
     region = offers[0].region
     try:
         where = await compute._region(project, region, client)
@@ -189,7 +252,7 @@ async def _launch(
                  rows[0].name, offers[0].instance_type)  # fmt: skip
     path = launch_path(offers)
     errors: list[str] = []
-    attempt = 0
+    first = attempt
     capacity = True
     for zone, subnet in zones.items():
         itypes = {launch.market_key(o.instance_type, o.resources.spot) for o in offers}
@@ -221,8 +284,9 @@ async def _launch(
     what = ", ".join(sorted({o.instance_type for o in offers}))
     raise GangError(
         f"aws: the {len(rows)} nodes ({what} in {region}) could not be launched together "
-        f"({attempt} attempt(s)): {'; '.join(errors) or 'no zone to try'}",
+        f"({attempt - first} attempt(s)): {'; '.join(errors) or 'no zone to try'}",
         capacity=capacity,
+        attempts=attempt,
     )
 
 
