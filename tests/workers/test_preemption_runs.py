@@ -63,10 +63,13 @@ async def test_high_priority_run_preempts_the_newest_low_one_which_is_requeued(t
 
         # while the preemptor runs, the requeued run waits in its original place: before low-c
         assert await wait_for(requeued) == ["low-b", "low-c"]
+
         # and the run says who preempted it while it waits
-        assert (await get_run(c, "low-b"))["status_message"].startswith("Preempted by run high"), await get_run(
-            c, "low-b"
-        )
+        async def says_who() -> dict[str, object] | None:
+            run = await get_run(c, "low-b")
+            return run if str(run["status_message"]).startswith("Preempted by run high") else None
+
+        assert await wait_for(says_who, timeout=10), await get_run(c, "low-b")
         high_run = await wait_for(lambda: finished("high"), timeout=30)
         b_run = await wait_for(lambda: finished("low-b"), timeout=30)
         a_run = await wait_for(lambda: finished("low-a"), timeout=30)

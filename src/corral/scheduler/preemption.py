@@ -51,6 +51,10 @@ GREEDY_FACTOR = 4
 _ANY_WAIT = WaitPolicy(True)
 
 
+#: How a preempted submission's message starts (``runs/get`` and ``scheduler.holds`` read the preemptor from it).
+PREEMPTED_PREFIX = "Preempted by run "
+
+
 @dataclass(frozen=True)
 class Settings:
     """``scheduling.preemption`` (durations in seconds)."""
@@ -100,9 +104,9 @@ class Preemption:
     def message(self) -> str:
         """What the victim's stop says; ``scheduler.holds`` reads the preemptor back from it."""
         if self.rule == WITHIN_PROJECT:
-            return f"Preempted by run {self.preemptor_run_name} (a higher-priority run of its project)"
+            return f"{PREEMPTED_PREFIX}{self.preemptor_run_name} (a higher-priority run of its project)"
         project = f" of project {self.preemptor_project_name}" if self.preemptor_project_name else ""
-        return f"Preempted by run {self.preemptor_run_name}{project} (a project reclaiming its quota)"
+        return f"{PREEMPTED_PREFIX}{self.preemptor_run_name}{project} (a project reclaiming its quota)"
 
 
 Place = Callable[[Snapshot, float], Plan]

@@ -17,6 +17,7 @@ from corral.domain.access import can_manage_secrets
 from corral.domain.cron import next_trigger
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, JobRec, MemberRec, ProjectRec, RunRec, UserRec
+from corral.scheduler.preemption import PREEMPTED_PREFIX
 from corral.schemas import wire
 from corral.services.credentials import revealed
 from corral.services.service_runs import service_field
@@ -153,7 +154,9 @@ def _job_status_message(j: JobRec) -> str:
     if j.status == "failed" and j.termination_reason == "container_exited_with_error":
         return f"exited ({j.exit_status})" if j.exit_status is not None else "error"
     if j.status == "failed" and j.termination_reason == "interrupted_by_no_capacity":
-        return j.status_message or "interrupted"
+        # dstack's word, or the run that preempted it (not a message of the job's running, such as the sandbox's)
+        preempted = j.termination_reason_message or ""
+        return preempted if preempted.startswith(PREEMPTED_PREFIX) else "interrupted"
     if j.status == "failed":
         return j.status_message or "error"
     if j.status == "done":
@@ -276,7 +279,7 @@ def _preempted_by(subs: list[dict[str, Any]]) -> str | None:
         return None
     prev = subs[-2]
     message = prev.get("termination_reason_message") or ""
-    if prev["termination_reason"] == "interrupted_by_no_capacity" and message.startswith("Preempted by run "):
+    if prev["termination_reason"] == "interrupted_by_no_capacity" and message.startswith(PREEMPTED_PREFIX):
         return str(message)
     return None
 
