@@ -55,6 +55,8 @@ class Jobs(JobLeases, JobOutcomes):
         self._pokes: dict[str, asyncio.Event] = {}
         self._stopping = False
         self._submitting: set[str] = set()
+        #: The submission tasks in flight (``stop_all`` waits for them before the followers they start).
+        self._submits: set[asyncio.Task[None]] = set()
         self._clients: dict[tuple[str, str], AgentClient] = {}
         self._leases: dict[str, str] = {}
         self._lease_until: dict[str, float] = {}
@@ -112,18 +114,23 @@ class Jobs(JobLeases, JobOutcomes):
             if job.id in held and job.id not in self._submitting:
                 self._submitting.add(job.id)
                 task = asyncio.create_task(self._submit_once(job, inst))
+                self._submits.add(task)
                 task.add_done_callback(self._done_submitting(job.id))
 
     def _follow(self, job: JobRec, inst: InstanceRec, conf: dict[str, Any] | None = None) -> None:
-        """Follow the job (``conf``: its run's configuration, if the caller has it at hand)."""
+        """Follow the job (``conf``: its run's configuration, if the caller has it at hand); none is started once
+        the server stops (the next server follows it)."""
+        if self._stopping:
+            return
         self._pokes[job.id] = asyncio.Event()
         task = asyncio.create_task(self._follower(job, inst, conf))
         self._followers[job.id] = task
         task.add_done_callback(self._done_following(job.id))
 
     def _done_submitting(self, job_id: str) -> Callable[[asyncio.Task[None]], None]:
-        def done(_task: asyncio.Task[None]) -> None:
+        def done(task: asyncio.Task[None]) -> None:
             self._submitting.discard(job_id)
+            self._submits.discard(task)
 
         return done
 
@@ -138,16 +145,19 @@ class Jobs(JobLeases, JobOutcomes):
     async def stop_all(self) -> None:
         """Followers end at their next wait (poked now), so none is cancelled inside a write transaction
         (a cancelled statement can leave SQLite's write lock held, and every later writer waiting on it);
-        one still busy after ``STOP_GRACE`` is cancelled."""
+        one still busy after ``STOP_GRACE`` is cancelled. Submissions in flight go first: none is left to start a
+        follower, or to write, once the database is closed."""
         self._stopping = True
-        for poke in self._pokes.values():
-            poke.set()
-        followers = list(self._followers.values())
-        if followers:
-            _done, busy = await asyncio.wait(followers, timeout=STOP_GRACE)
-            for task in busy:
-                task.cancel()
-            await asyncio.gather(*followers, return_exceptions=True)
+        for tasks in (list(self._submits), None):
+            if tasks is None:
+                for poke in self._pokes.values():
+                    poke.set()
+                tasks = list(self._followers.values())
+            if tasks:
+                _done, busy = await asyncio.wait(tasks, timeout=STOP_GRACE)
+                for task in busy:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
         for client in self._clients.values():
             await client.aclose()
         self._clients.clear()
