@@ -44,8 +44,11 @@ async def plan_screen(ctx: Context, project: ProjectRec, spec: dict[str, Any], j
     from corral.scheduler.plan_offers import fleet_offers
     from corral.scheduler.schedule import screen
     from corral.scheduler.types import Snapshot
+    from corral.services.volumes import check_run
     from corral.workers.scheduling import Scheduling, queued_job
 
+    # a run's network volumes must exist and be active (dstack: "Volume NAME not found"); placement follows them
+    volumes = await check_run(ctx, project.id, spec["configuration"])
     head = queued_job(
         spec,
         job_spec,
@@ -58,6 +61,7 @@ async def plan_screen(ctx: Context, project: ProjectRec, spec: dict[str, Any], j
         priority=int(spec["configuration"].get("priority") or 0),
         submitted_at=time.time(),
         max_queue_wait=None,
+        volume_places={(project.id, v.name): v for v in volumes},
     )
     planner = getattr(ctx, "_plan_scheduling", None)
     if planner is None:  # one per server: it caches each fleet's parsed requirements

@@ -167,13 +167,15 @@ async def for_run(ctx: Context, project_id: str, names: list[str]) -> list[Volum
     return [found[n] for n in names]
 
 
-async def check_run(ctx: Context, project_id: str, conf: dict[str, Any]) -> None:
-    """A run's network volumes (``volumes: [name:/path]``) exist, are active and are in one zone."""
+async def check_run(ctx: Context, project_id: str, conf: dict[str, Any]) -> list[VolumeRec]:
+    """A run's network volumes (``volumes: [name:/path]``) exist, are active and are in one zone; they are
+    returned (none: the run names no network volume)."""
     names = volume_names(conf)
     if not names:
-        return
+        return []
     found = await for_run(ctx, project_id, names)
     try:
         placement(found)
     except ValueError as e:
         raise ServiceError(f"{e}: a job mounts volumes of one availability zone (volumes)") from None
+    return found
