@@ -392,9 +392,12 @@ def _minus(a: Mapping[str, float], b: Mapping[str, float]) -> Usage:
 
 
 def _borrowing(used: Mapping[str, float], holds: Mapping[str, float], policy: QuotaPolicy) -> bool:
-    """Whether a project holding ``used`` is above its nominal quota in a dimension the gang holds."""
+    """Whether a project holding ``used`` is above its nominal quota in a dimension the quota names and the
+    gang holds. Only named dimensions count, as for the reclaiming project (``_within_nominal``): were an
+    unnamed one (nominal 0) borrowing here but not there, two projects could take a run back and forth."""
     above = borrowed(used, policy.nominal)
-    return any(above.get(d, 0.0) > 1e-9 for d, v in holds.items() if v > 0 and d != "price_per_hour")
+    named = policy.nominal.amounts
+    return any(above.get(d, 0.0) > 1e-9 for d, v in holds.items() if v > 0 and d in named and d != "price_per_hour")
 
 
 def _within_nominal(used: Mapping[str, float], policy: QuotaPolicy) -> bool:
