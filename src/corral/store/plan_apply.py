@@ -14,7 +14,9 @@ reserved-but-not-provisioned, provisioning, idle, busy and terminating ones. Fre
 instance are recounted from the unfinished jobs assigned to it, never taken from a stale counter.
 A gang of a project with a ``quota.max`` is committed only while what the project's provisioning,
 pulling, running and stopping jobs hold, recounted from their rows after the gang's writes, stays within
-it (a dimension already above the max, e.g. after the max was lowered, may not grow). Such projects are
+it (a dimension already above the max, e.g. after the max was lowered, may not grow). With preemption on,
+an assignment takes only what is free beyond the blocks a preemption freed for another waiting run
+(``store.plan_holds``). Such projects are
 locked first (an advisory lock each, in id order, before the backend locks and any row lock), so that
 commits from several replicas for one project are counted one after the other.
 
@@ -45,6 +47,7 @@ from corral.store import quotas as quota_store
 from corral.store.db import Database
 from corral.store.events import emit, tracked_update, tracked_update_rows
 from corral.store.fleets import LIVE_JOB_STATUSES
+from corral.store.plan_holds import held_for_others
 from corral.store.snapshot import host_blocks_used, host_gpus_held
 from corral.store.tables import fleets, instances, jobs
 
@@ -76,7 +79,7 @@ async def _busy_blocks(conn: AsyncConnection, instance_id: str) -> int:
     return int((await conn.execute(q)).scalar_one())
 
 
-async def _assign(db: Database, conn: AsyncConnection, d: Assign, now: float) -> None:
+async def _assign(db: Database, conn: AsyncConnection, d: Assign, now: float, held_for: str | None) -> None:
     inst = (await conn.execute(db.for_update(sa.select(instances).where(instances.c.id == d.instance_id)))).first()
     if inst is None or inst.status not in _USABLE or inst.unreachable or inst.deleted:
         raise _Rejected
@@ -86,6 +89,8 @@ async def _assign(db: Database, conn: AsyncConnection, d: Assign, now: float) ->
     total = inst.total_blocks or 1
     if busy + d.blocks > total:
         raise _Rejected
+    if held_for is not None and d.blocks > total - busy - await held_for_others(conn, d.instance_id, held_for, now):
+        raise _Rejected  # the blocks a preemption freed here wait for the run that preempted
     job = await _take_job(conn, d.job_id, d.instance_id, d.blocks, now)
     status = "busy" if inst.status == "idle" else inst.status
     await conn.execute(
@@ -282,6 +287,7 @@ async def _apply_gang(
     pools: dict[str, int],
     result: ApplyResult,
     quotas: dict[str, Limits],
+    holds: bool,
 ) -> None:
     assigned: list[str] = []
     reserved: list[str] = []
@@ -303,7 +309,7 @@ async def _apply_gang(
         before = await _holding(conn, gang.project_id) if limits is not None else {}
         for d in gang.decisions:
             if isinstance(d, Assign):
-                await _assign(db, conn, d, now)
+                await _assign(db, conn, d, now, gang.run_id if holds else None)
                 assigned.append(d.job_id)
             elif isinstance(d, Reserve):
                 reserved.append(await _reserve(db, conn, d, now, backend_caps, pools))
@@ -332,11 +338,14 @@ async def apply_plan(
     now: float,
     backend_limits: dict[str, int] | None = None,
     host_pools: dict[str, int] | None = None,
+    holds: bool = False,
 ) -> ApplyResult:
     """Commit what still fits of ``plan``; gangs that no longer fit are listed in ``rejected_runs``.
 
     ``backend_limits`` caps the instances of a backend; ``host_pools`` the blocks of the host a backend's
-    instances are carved out of (the local machine), recounted from the live instances' offers."""
+    instances are carved out of (the local machine), recounted from the live instances' offers. With
+    ``holds`` (preemption is enabled), the blocks a preemption freed are left to the run that preempted
+    (``store.plan_holds``)."""
     result = ApplyResult()
     if plan.is_empty():
         return result
@@ -350,7 +359,7 @@ async def apply_plan(
         for backend in _capped_backends(plan, limits, pools):
             await db.serialize(conn, backend_lock_key(backend))
         for gang in plan.gangs:
-            await _apply_gang(db, conn, gang, now, limits, pools, result, quotas)
+            await _apply_gang(db, conn, gang, now, limits, pools, result, quotas, holds)
     return result
 
 

@@ -371,7 +371,7 @@ class Scheduling:
         upkeep_gangs = [Gang(f"upkeep:{f.id}", (r,)) for f in slots for r in upkeep(f, host_free)]
         if upkeep_gangs or failed_parse:
             plan = Plan(plan.gangs + tuple(upkeep_gangs) + tuple(failed_parse))
-        result = await apply_plan(self.ctx.db, plan, now, limits, pools)
+        result = await apply_plan(self.ctx.db, plan, now, limits, pools, holds=self.ctx.preemption.enabled)
         count_outcomes(self.ctx.telemetry, result, queued, self._run_types, now)
         if result.assigned or result.failed:
             log_outcomes(plan, result, queued, slots)
