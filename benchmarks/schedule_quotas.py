@@ -56,6 +56,7 @@ from corral.scheduler.types import (
     ProjectQuota,
     QueuedJob,
     Snapshot,
+    Wait,
     WaitPolicy,
 )
 
@@ -216,7 +217,9 @@ def main() -> None:
         passes += 1
         for gang in plan.gangs:
             for d in gang.decisions:
-                if isinstance(d, Assign):
+                if isinstance(d, Wait):  # the commit point writes the message, the next pass reads it
+                    queue[d.job_id] = queued_jobs[d.job_id] = replace(queue[d.job_id], status_message=d.message)
+                elif isinstance(d, Assign):
                     project, at, duration, prio = info[d.job_id]
                     del queue[d.job_id]
                     busy[d.instance_id] += d.blocks

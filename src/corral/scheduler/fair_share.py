@@ -29,6 +29,8 @@ class ShareBook:
     _share: dict[str, float] = field(default_factory=dict)
     _capacity: dict[str, Usage] = field(default_factory=dict)
     _instances: dict[str, InstanceSlot] | None = None
+    #: Moves each time a project's share changes in the pass (``take`` booked something).
+    generation: int = 0
 
     def policy(self, project_id: str) -> QuotaPolicy:
         s = self.snapshot.shares.get(project_id)
@@ -82,6 +84,7 @@ class ShareBook:
             self.share(project_id)  # loads the holding
             self.used[project_id] = add(self.used[project_id], extra)
             self._share.pop(project_id, None)
+            self.generation += 1
 
     def _instance(self, instance_id: str) -> InstanceSlot | None:
         if self._instances is None:
@@ -95,8 +98,16 @@ def fair_order(gangs: Sequence[Gang], book: ShareBook) -> Iterator[Gang]:
     queues: dict[str, deque[Gang]] = {}
     for gang in gangs:
         queues.setdefault(gang[1][0].project_id, deque()).append(gang)
+    lowest: str | None = None  # a project whose share is below every other's, at ``generation``
+    generation = -1
     while queues:
-        pid = min(queues, key=lambda p: _key(p, queues[p][0], book))
+        if lowest in queues and book.generation == generation:
+            pid = lowest  # no share moved and it is still strictly lowest: its head comes next again
+        else:
+            pid = min(queues, key=lambda p: _key(p, queues[p][0], book))
+            share = book.share(pid)
+            strictly = all(book.share(p) > share for p in queues if p != pid)
+            lowest, generation = (pid, book.generation) if strictly else (None, -1)
         gang = queues[pid].popleft()
         if not queues[pid]:
             del queues[pid]

@@ -72,14 +72,13 @@ class PassMemo:
         head = jobs[0]
         if head.selectors is not None:
             return None
-        return (
-            head.project_id,
-            head.project_name,
-            head.fleet_names,
-            view_key(head),
-            head.creation_policy,
-            tuple((self.shape(j.requirements), j.multinode, j.nodes, j.job_num) for j in jobs),
-        )
+        if len(jobs) == 1:  # most gangs: without the generator's cost
+            shapes: tuple[tuple[int, bool, int, int], ...] = (
+                (self.shape(head.requirements), head.multinode, head.nodes, head.job_num),
+            )
+        else:
+            shapes = tuple((self.shape(j.requirements), j.multinode, j.nodes, j.job_num) for j in jobs)
+        return (head.project_id, head.project_name, head.fleet_names, view_key(head), head.creation_policy, shapes)
 
     # ---- what depends on the snapshot only ---------------------------------------------------------
     def view(self, job: QueuedJob, fleet: FleetSlot) -> FleetSlot:

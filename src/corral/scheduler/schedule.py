@@ -56,6 +56,7 @@ from corral.scheduler.types import (
     Snapshot,
     Wait,
 )
+from corral.scheduler.wait_repeat import RepeatWait
 
 # Starts as dstack's does: its clients (and dstack's server) show such a job's status as "no fleets".
 NO_FLEETS_MESSAGE = (
@@ -394,11 +395,23 @@ def _schedule_gang(
     memo: PassMemo,
     book: QuotaBook | None = None,
     fair_note: Callable[[], str | None] | None = None,
+    repeat: RepeatWait | None = None,
+    shares_generation: int = 0,
 ) -> list[Decision]:
     """The gang's decisions; what it takes is committed into ``ledger`` (and charged in ``book``).
-    ``fair_note`` says, for a gang that waits for capacity, which competing project went first."""
+    ``fair_note`` says, for a gang that waits for capacity, which competing project went first; ``repeat``
+    gives it the wait of the gang before it where that is the same (``scheduler.wait_repeat``)."""
     head = jobs[0]
     kind = memo.gang_kind(jobs)
+    key: Hashable | None = None
+    if repeat is not None:
+        if kind is not None:
+            quota_version = book.version(head.project_id) if book is not None else 0
+            key = (kind, ledger.version, len(held), quota_version, shares_generation)
+            reused = repeat.reuse(key, jobs, snapshot, now)
+            if reused is not None:
+                return reused
+        repeat.forget()
     screened = memo.screen(kind, lambda: _screen(head, snapshot, memo, jobs))
     if isinstance(screened, str):
         return [Fail(j.id, screened) for j in jobs]
@@ -424,6 +437,8 @@ def _schedule_gang(
             # above the project's quota.max: nothing taken, the capacity stays for later gangs
             if verdict.never:
                 return [Fail(j.id, verdict.message) for j in jobs]
+            if repeat is not None:
+                repeat.remember(key, verdict.message, capacity=False)
             return [Wait(j.id, verdict.message) for j in jobs if j.status_message != verdict.message]
         assert blockers is not None  # no fleet fit: _best_fleet said why
         memo.remember_blockers(kind, version, held_count, blockers)
@@ -444,6 +459,8 @@ def _schedule_gang(
     reclaims = reclaim_for(jobs, feasible, snapshot, ledger)
     if reclaims:
         message = "Waiting for capacity: freeing idle instances of this machine for this job"
+    elif repeat is not None:
+        repeat.remember(key, message, capacity=True)
     waits: list[Decision] = [Wait(j.id, message) for j in jobs if j.status_message != message]
     return [*reclaims, *waits]
 
@@ -484,11 +501,15 @@ def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
     memo = PassMemo()
     ordered = fair_order(list(gangs.items()), shares) if shares is not None else iter(gangs.items())
     earlier: dict[str, tuple[str, float, set[str]]] = {}
+    repeat = RepeatWait() if reuse else None
     for (run_id, _replica), jobs in ordered:
         note = FairNote(jobs[0], shares, earlier, _fleet_ids(jobs[0], snapshot, memo)) if shares is not None else None
-        decisions = _schedule_gang(jobs, snapshot, ledger, now, held, memo if reuse else PassMemo(), book, note)
-        if note is not None:
-            note.record()
+        generation = shares.generation if shares is not None else 0
+        decisions = _schedule_gang(
+            jobs, snapshot, ledger, now, held, memo if reuse else PassMemo(), book, note, repeat, generation
+        )
+        if note is not None and not (repeat is not None and repeat.hit):
+            note.record()  # (a repeated wait's record changes nothing: the same project, share and fleets)
         if decisions:
             out.append(Gang(run_id, tuple(decisions), jobs[0].project_id))
             if shares is not None:
