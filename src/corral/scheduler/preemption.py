@@ -26,7 +26,7 @@ project cannot reclaim from the preemptor's until one of them changes. Pure: ``n
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from corral.domain.quotas import QuotaPolicy, Usage, add, borrowed, charge
 from corral.scheduler.types import (
@@ -38,7 +38,6 @@ from corral.scheduler.types import (
     QueuedJob,
     Snapshot,
     Wait,
-    WaitPolicy,
 )
 
 WITHIN_PROJECT = "within_project"
@@ -48,7 +47,13 @@ PREEMPTIBLE_TYPES = ("task",)
 MAX_TRIES = 16
 #: Candidates a run's greedy pass may take before dropping the unneeded (a bound on the trials).
 GREEDY_FACTOR = 4
-_ANY_WAIT = WaitPolicy(True)
+#: The fields of a waiting job that decide whether victims can make room for it (``_likeness``): all but
+#: its identity, submission time, message and waiting policy.
+_ALIKE_FIELDS = tuple(
+    f.name
+    for f in fields(QueuedJob)
+    if f.name not in ("id", "run_id", "run_name", "submitted_at", "status_message", "wait")
+)
 
 
 #: How a preempted submission's message starts (``runs/get`` and ``scheduler.holds`` read the preemptor from it).
@@ -116,6 +121,13 @@ Place = Callable[[Snapshot, float], Plan]
 class _Victim:
     key: tuple[str, int]
     jobs: tuple[RunningJob, ...]
+    _usage: Usage = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        out: Usage = {}
+        for j in self.jobs:
+            out = add(out, j.usage)
+        object.__setattr__(self, "_usage", out)
 
     @property
     def project_id(self) -> str:
@@ -130,10 +142,7 @@ class _Victim:
         return max(j.started_at for j in self.jobs)
 
     def usage(self) -> Usage:
-        out: Usage = {}
-        for j in self.jobs:
-            out = add(out, j.usage)
-        return out
+        return self._usage
 
 
 def preemptible(job: RunningJob, policy: QuotaPolicy | None) -> bool:
@@ -180,16 +189,21 @@ def choose(
     budget = settings.max_victims_per_cycle
     tries = MAX_TRIES
     hopeless: set[object] = set()  # runs like one that found no victims this call: not tried again
+    #: (project, priority) -> its candidates, until victims are chosen (they depend on nothing else)
+    candidates: dict[tuple[str, int], tuple[list[_Victim], list[_Victim]]] = {}
     for jobs in waiting:
         if budget <= 0 or not pool or tries <= 0:
             break
         head = jobs[0]
+        asks = (head.project_id, head.priority)
+        if asks not in candidates:
+            candidates[asks] = _candidates(head, pool, usage, policies, settings)
+        within, reclaim = candidates[asks]
+        if not within and not reclaim:
+            continue  # nothing it may take: no placement tried
         like = _likeness(jobs)
         if like in hopeless:
             continue
-        within, reclaim = _candidates(head, pool, usage, policies, settings)
-        if not within and not reclaim:
-            continue  # nothing it may take: no placement tried
         tries -= 1
         if _fits(work, jobs, (), now, place) is not None:
             continue  # it fits without taking anything (capacity a stopping gang frees, or none needed)
@@ -213,6 +227,7 @@ def choose(
                 )
             )
         budget -= len(victims)
+        candidates.clear()
         usage[head.project_id] = add(usage.get(head.project_id, {}), _charge(work, placed))
         work = _booked(_freed(work, [j for v in victims for j in v.jobs]), placed)
     return tuple(out)
@@ -220,9 +235,8 @@ def choose(
 
 def _likeness(jobs: tuple[QueuedJob, ...]) -> object:
     """What decides whether victims can make room for a run: a run alike finds none when this one did not."""
-    blank = {"id": "", "run_id": "", "run_name": "", "submitted_at": 0.0, "status_message": None}
     try:
-        return hash((len(jobs), tuple(replace(j, wait=_ANY_WAIT, **blank) for j in jobs)))  # type: ignore[arg-type]
+        return hash((len(jobs), tuple(tuple(getattr(j, f) for f in _ALIKE_FIELDS) for j in jobs)))
     except TypeError:  # something unhashable in a job: never alike
         return jobs[0].run_id
 
@@ -239,13 +253,18 @@ def _candidates(
     own = policies.get(head.project_id, QuotaPolicy())
     gap = max(1, settings.min_priority_gap)
     within = [v for v in pool if v.project_id == head.project_id and head.priority >= v.priority + gap]
-    reclaim = [
-        v
-        for v in pool
-        if v.project_id != head.project_id
-        and not own.nominal.is_empty()
-        and _borrowing(usage.get(v.project_id, {}), v.usage(), policies.get(v.project_id, QuotaPolicy()))
-    ]
+    if own.nominal.is_empty():
+        return within, []
+    above: dict[str, Usage] = {}  # per project: what it holds above its nominal quota
+    reclaim = []
+    for v in pool:
+        if v.project_id == head.project_id:
+            continue
+        policy = policies.get(v.project_id, QuotaPolicy())
+        if v.project_id not in above:
+            above[v.project_id] = borrowed(usage.get(v.project_id, {}), policy.nominal)
+        if _borrowing(above[v.project_id], v.usage(), policy):
+            reclaim.append(v)
     return within, reclaim
 
 
@@ -391,11 +410,11 @@ def _minus(a: Mapping[str, float], b: Mapping[str, float]) -> Usage:
     return out
 
 
-def _borrowing(used: Mapping[str, float], holds: Mapping[str, float], policy: QuotaPolicy) -> bool:
-    """Whether a project holding ``used`` is above its nominal quota in a dimension the quota names and the
-    gang holds. Only named dimensions count, as for the reclaiming project (``_within_nominal``): were an
-    unnamed one (nominal 0) borrowing here but not there, two projects could take a run back and forth."""
-    above = borrowed(used, policy.nominal)
+def _borrowing(above: Mapping[str, float], holds: Mapping[str, float], policy: QuotaPolicy) -> bool:
+    """Whether a project holding ``above`` its nominal quota (``borrowed``) is above it in a dimension the
+    quota names and the gang holds. Only named dimensions count, as for the reclaiming project
+    (``_within_nominal``): were an unnamed one (nominal 0) borrowing here but not there, two projects could
+    take a run back and forth."""
     named = policy.nominal.amounts
     return any(above.get(d, 0.0) > 1e-9 for d, v in holds.items() if v > 0 and d in named and d != "price_per_hour")
 
