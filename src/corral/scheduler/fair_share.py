@@ -147,13 +147,18 @@ class FairNote:
                 return f"fair share: project '{name}' is further below its entitlement"
         return None
 
-    def record(self) -> None:
-        """Remember this gang's project, at the share it had when its turn came (the lowest of its gangs)."""
+    def record(self) -> bool:
+        """Remember this gang's project, at the share it had when its turn came (the lowest of its gangs);
+        whether that changed what is remembered."""
         pid = self.head.project_id
         known = self.earlier.get(pid)
         if known is None:
             self.earlier[pid] = (self.head.project_name or pid, self.share, set(self.fleets()))
-        elif self.share < known[1]:
+            return True
+        if self.share < known[1]:
             self.earlier[pid] = (known[0], self.share, known[2] | self.fleets())
-        else:
-            known[2].update(self.fleets())
+            return True
+        if self.fleets() <= known[2]:
+            return False
+        known[2].update(self.fleets())
+        return True

@@ -396,22 +396,20 @@ def _schedule_gang(
     book: QuotaBook | None = None,
     fair_note: Callable[[], str | None] | None = None,
     repeat: RepeatWait | None = None,
-    shares_generation: int = 0,
+    context: tuple[int, int] = (0, 0),
 ) -> list[Decision]:
     """The gang's decisions; what it takes is committed into ``ledger`` (and charged in ``book``).
     ``fair_note`` says, for a gang that waits for capacity, which competing project went first; ``repeat``
-    gives it the wait of the gang before it where that is the same (``scheduler.wait_repeat``)."""
+    gives it the wait of an earlier gang of its kind where that is the same (``scheduler.wait_repeat``;
+    ``context``: the shares' and the fair notes' versions)."""
     head = jobs[0]
     kind = memo.gang_kind(jobs)
-    key: Hashable | None = None
-    if repeat is not None:
-        if kind is not None:
-            quota_version = book.version(head.project_id) if book is not None else 0
-            key = (kind, ledger.version, len(held), quota_version, shares_generation)
-            reused = repeat.reuse(key, jobs, snapshot, now)
-            if reused is not None:
-                return reused
-        repeat.forget()
+    key: Hashable = None
+    if repeat is not None and kind is not None:
+        key = (ledger.version, len(held), book.version(head.project_id) if book is not None else 0, context)
+        reused = repeat.reuse(kind, key, jobs, snapshot, now)
+        if reused is not None:
+            return reused
     screened = memo.screen(kind, lambda: _screen(head, snapshot, memo, jobs))
     if isinstance(screened, str):
         return [Fail(j.id, screened) for j in jobs]
@@ -438,7 +436,7 @@ def _schedule_gang(
             if verdict.never:
                 return [Fail(j.id, verdict.message) for j in jobs]
             if repeat is not None:
-                repeat.remember(key, verdict.message, capacity=False)
+                repeat.remember(kind, key, verdict.message, capacity=False)
             return [Wait(j.id, verdict.message) for j in jobs if j.status_message != verdict.message]
         assert blockers is not None  # no fleet fit: _best_fleet said why
         memo.remember_blockers(kind, version, held_count, blockers)
@@ -460,7 +458,7 @@ def _schedule_gang(
     if reclaims:
         message = "Waiting for capacity: freeing idle instances of this machine for this job"
     elif repeat is not None:
-        repeat.remember(key, message, capacity=True)
+        repeat.remember(kind, key, message, capacity=True)
     waits: list[Decision] = [Wait(j.id, message) for j in jobs if j.status_message != message]
     return [*reclaims, *waits]
 
@@ -502,14 +500,16 @@ def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
     ordered = fair_order(list(gangs.items()), shares) if shares is not None else iter(gangs.items())
     earlier: dict[str, tuple[str, float, set[str]]] = {}
     repeat = RepeatWait() if reuse else None
+    notes_version = 0  # moves each time a gang's record changes ``earlier``
     for (run_id, _replica), jobs in ordered:
         note = FairNote(jobs[0], shares, earlier, _fleet_ids(jobs[0], snapshot, memo)) if shares is not None else None
-        generation = shares.generation if shares is not None else 0
+        context = (shares.generation if shares is not None else 0, notes_version)
         decisions = _schedule_gang(
-            jobs, snapshot, ledger, now, held, memo if reuse else PassMemo(), book, note, repeat, generation
+            jobs, snapshot, ledger, now, held, memo if reuse else PassMemo(), book, note, repeat, context
         )
-        if note is not None and not (repeat is not None and repeat.hit):
-            note.record()  # (a repeated wait's record changes nothing: the same project, share and fleets)
+        # (a repeated wait's record would change nothing: its kind recorded the same project, share and fleets)
+        if note is not None and not (repeat is not None and repeat.hit) and note.record():
+            notes_version += 1
         if decisions:
             out.append(Gang(run_id, tuple(decisions), jobs[0].project_id))
             if shares is not None:

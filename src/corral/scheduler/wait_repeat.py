@@ -1,15 +1,15 @@
-"""A pass's shortcut through a long queue that waits: the next gang of the kind that just waited gets the
-same wait, without being worked out again.
+"""A pass's shortcut through a long queue that waits: a gang of a kind that already waited in this pass,
+with nothing it depends on changed since, gets the same wait without being worked out again.
 
-In a backlogged queue most gangs wait, and a run of them in a row (one project's sweep, taken one after
-the other in queue or fair-share order) waits for the same reason: the same kind of gang
-(:meth:`~corral.scheduler.pass_memo.PassMemo.gang_kind`, which includes the project), on the same
-capacity (the ledger's version and the fleets held for earlier jobs), against the same quota charge and
-the same shares (nothing was taken since: a waiting gang takes nothing). Such a gang's decisions are the
-previous gang's message, for each of its jobs whose status message differs, exactly what
-``schedule._schedule_gang`` would decide; what depends on the gang itself is checked here (whether it may
-wait at all, its retry deadline, the starvation guard), and a gang that differs in any of them is worked
-out in full. Only the gang right after the one remembered may use it: whatever ran in between forgets it.
+In a backlogged queue most gangs wait, and the gangs of one kind (one project's sweep: the same
+:meth:`~corral.scheduler.pass_memo.PassMemo.gang_kind`, which includes the project) wait for the same
+reason while the pass takes nothing: the same capacity (the ledger's version and the fleets held for
+earlier jobs), the same quota charge, the same shares and the same fair-share notes (what the projects
+taken earlier recorded, ``fair_share.FairNote``). A gang whose ``context`` (those versions) is the one its
+kind last waited at gets that wait: its jobs whose status message differs, exactly what
+``schedule._schedule_gang`` would decide. What depends on the gang itself is checked here (whether it may
+wait at all, its retry deadline, the starvation guard); a gang that differs in any of them is worked out
+in full.
 
 Pure; imports the scheduler's types only.
 """
@@ -23,32 +23,31 @@ from corral.scheduler.types import Decision, QueuedJob, Snapshot, Wait
 
 class RepeatWait:
     def __init__(self) -> None:
-        self._key: Hashable | None = None
-        self._message = ""
-        #: a capacity wait (the gang's own waiting policy matters) rather than a quota wait (it does not)
-        self._capacity = False
+        #: kind -> (the context it waited at, its message, whether a capacity wait rather than a quota one)
+        self._seen: dict[Hashable, tuple[Hashable, str, bool]] = {}
         #: the last ``reuse`` answered: the caller skips the bookkeeping the worked-out gang already did
         self.hit = False
 
-    def remember(self, key: Hashable | None, message: str, *, capacity: bool) -> None:
-        """The gang at ``key`` waits with ``message`` (``capacity``: for capacity, not for its quota)."""
-        self._key, self._message, self._capacity = key, message, capacity
-
-    def forget(self) -> None:
-        self._key = None
+    def remember(self, kind: Hashable | None, context: Hashable, message: str, *, capacity: bool) -> None:
+        """A gang of ``kind`` waits at ``context`` with ``message`` (``capacity``: for capacity, not for
+        its quota, so that the gang's own waiting policy matters)."""
+        if kind is not None:
+            self._seen[kind] = (context, message, capacity)
 
     def reuse(
-        self, key: Hashable | None, jobs: Sequence[QueuedJob], snapshot: Snapshot, now: float
+        self, kind: Hashable | None, context: Hashable, jobs: Sequence[QueuedJob], snapshot: Snapshot, now: float
     ) -> list[Decision] | None:
-        """The decisions of a gang at ``key`` if it waits as the gang remembered does; None: work it out."""
+        """The decisions of a gang of ``kind`` at ``context`` if it waits as its kind did; None: work it out."""
         self.hit = False
-        if key is None or key != self._key:
+        seen = self._seen.get(kind) if kind is not None else None
+        if seen is None or seen[0] != context:
             return None
+        _, message, capacity = seen
         head = jobs[0]
-        if self._capacity:
+        if capacity:
             if not head.wait.may_wait or (head.wait.deadline is not None and now >= head.wait.deadline):
                 return None
             if snapshot.hold_after is not None and now - head.submitted_at >= snapshot.hold_after:
                 return None  # it holds its fleets for itself from now on
         self.hit = True
-        return [Wait(j.id, self._message) for j in jobs if j.status_message != self._message]
+        return [Wait(j.id, message) for j in jobs if j.status_message != message]
