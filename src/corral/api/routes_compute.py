@@ -17,6 +17,7 @@ from corral.domain.times import epoch_seconds
 from corral.schemas import requests as rq
 from corral.services import accounts, events, exports, fleets, input_rules, logs, runs, serialize
 from corral.services.errors import Forbidden, ResourceNotExists, ServiceError, validation_errors
+from corral.services.run_apply import apply as apply_run
 
 router = RouteTable()
 P = "/api/project/{project_name}"
@@ -197,7 +198,7 @@ async def run_plan(request: Request, project_name: str) -> FastJSON:
 async def run_apply(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.ApplyRunBody, request)
-    return FastJSON(await runs.apply(ctx_of(request), project, user, b.plan.model_dump(), b.force))
+    return FastJSON(await apply_run(ctx_of(request), project, user, b.plan.model_dump(), b.force))
 
 
 @router.post(P + "/runs/stop", body=rq.StopRunsBody, response="Null")

@@ -1,21 +1,18 @@
-"""Runs: plan, apply (submit, or keep an unchanged run in place), list, get, stop, delete."""
+"""Runs: plan, list, get, stop, delete (applying one is ``services.run_apply``)."""
 
 from __future__ import annotations
 
 import logging
-import random
 import time
-import uuid
 from collections import OrderedDict
 from typing import Any
 
 import orjson
-import sqlalchemy.exc
 from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.domain.documents import json_default
-from corral.domain.events import job_target, run_target
+from corral.domain.events import run_target
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.domain.times import epoch_seconds
@@ -26,21 +23,18 @@ from corral.services import (
     input_rules,
     local_admission,
     quota_admission,
-    repos,
     run_options,
     run_references,
     serialize,
     service_runs,
     service_updates,
-    volumes,
 )
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
-from corral.services.fleets import _ADJ, _NOUN, offer_json
-from corral.services.job_specs import check_volumes, job_specs
+from corral.services.fleets import offer_json
+from corral.services.job_specs import job_specs
 from corral.services.plan_verdict import plan_screen
 from corral.store import events, run_secrets
 from corral.store import runs as store
-from corral.store.fleets import dump
 from corral.workers.context import Context
 
 log = logging.getLogger("corral.runs")
@@ -147,7 +141,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
     if verdict is None:
         try:  # what apply refuses outright the plan says too
             await local_admission.check(ctx, project, user, spec, specs[0] if specs else None)
-            await quota_admission.check(ctx, project, _nodes(conf), specs[0] if specs else None)
+            await quota_admission.check(ctx, project, nodes_count(conf), specs[0] if specs else None)
         except ServiceError as e:
             verdict = e.msg
     if screened is not None:
@@ -169,7 +163,9 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             "max_price": max((o["price"] for o in offers), default=None),
         }
         for js in (
-            service_runs.plan_specs(specs, _templates(ctx, spec, conf, merged)) if conf.type == "service" else specs
+            service_runs.plan_specs(specs, service_templates(ctx, spec, conf, merged))
+            if conf.type == "service"
+            else specs
         )
     ]
     return {
@@ -182,7 +178,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
         if current and current.status not in store.FINISHED_RUN_STATUSES
         else None,
         "action": "update"
-        if current and current.status not in store.FINISHED_RUN_STATUSES and _updatable(ctx, current, spec)
+        if current and current.status not in store.FINISHED_RUN_STATUSES and updatable(ctx, current, spec)
         else "create",
         # corral: why the scheduler would fail this run at once if it were submitted now (None: it can run
         # now, or waits for capacity); ``corral apply`` shows it before asking
@@ -190,7 +186,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
     }
 
 
-def _updatable(ctx: Context, current: Any, spec: dict[str, Any]) -> bool:
+def updatable(ctx: Context, current: Any, spec: dict[str, Any]) -> bool:
     """Whether re-applying ``spec`` over the active ``current`` is an update (a service: dstack's rule)."""
     if spec["configuration"].get("type") != "service":
         return True
@@ -198,7 +194,7 @@ def _updatable(ctx: Context, current: Any, spec: dict[str, Any]) -> bool:
     return service_updates.changed_fields(stored, {**spec, "run_name": current.run_name}) is not None
 
 
-def _templates(ctx: Context, spec: dict[str, Any], conf: Any, merged: Any) -> list[dict[str, Any]]:
+def service_templates(ctx: Context, spec: dict[str, Any], conf: Any, merged: Any) -> list[dict[str, Any]]:
     """A service's replica-group templates (``service_runs.group_templates``)."""
     name = spec["run_name"] or "run"
     return job_specs(
@@ -206,168 +202,9 @@ def _templates(ctx: Context, spec: dict[str, Any], conf: Any, merged: Any) -> li
     )
 
 
-def _nodes(conf: Any) -> int:
+def nodes_count(conf: Any) -> int:
+    """How many nodes (jobs per replica) a run of ``conf`` has."""
     return int(conf.nodes_num) if conf.type == "task" else 1
-
-
-def _random_name() -> str:
-    """``adjective-animal-N``; a collision with a live run is caught by the unique index and retried."""
-    return f"{random.choice(_ADJ)}-{random.choice(_NOUN)}-{random.randint(1, 999)}"
-
-
-async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
-    spec, conf, merged = normalize_run_spec(plan.get("run_spec"), ("plan", "run_spec"), user, ctx.settings)
-    if conf.type not in SUPPORTED_TYPES:
-        raise ServiceError(
-            f"Runs of type `{conf.type}` are not supported yet: corral runs tasks, services and dev environments"
-        )
-    if conf.type == "service":
-        service_runs.check_service(conf)
-    run_options.check(conf, merged, ctx.settings.metrics_running_ttl)
-    unset = [k for k, v in (spec["configuration"].get("env") or {}).items() if not isinstance(v, str)]
-    if unset:
-        raise ServiceError(
-            f"Environment variable(s) {', '.join(unset)} have no value: give one in `env` "
-            "(KEY=VALUE) or export it before `apply` so that the CLI fills it in"
-        )
-    check_volumes(spec["configuration"], ctx.settings.default_image)
-    await volumes.check_run(ctx, project.id, spec["configuration"])
-    await run_references.check(ctx, project, spec["configuration"])
-    planned = job_specs(
-        spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
-    )
-    await local_admission.check(ctx, project, user, spec, planned[0] if planned else None)
-    await quota_admission.check(ctx, project, _nodes(conf), planned[0] if planned else None)
-    await repos.check_run_code(ctx, project, user, spec)
-    now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
-    crons = run_options.schedule_crons(conf, merged, now)
-    explicit = spec["run_name"]
-    for _attempt in range(8):
-        try:
-            async with ctx.db.write() as conn:
-                if explicit:
-                    existing = await store.get_run(conn, project.id, run_name=explicit)
-                    if existing is not None:
-                        if existing.status not in store.FINISHED_RUN_STATUSES:
-                            stored = run_secrets.revealed(ctx.cipher, existing).run_spec
-                            if stored.get("configuration") == spec["configuration"]:
-                                await store.update_run(conn, existing.id, {"last_processed_at": now})
-                                updated = await store.get_run(conn, project.id, run_id=existing.id)
-                                assert updated is not None
-                                return serialize.run(run_secrets.revealed(ctx.cipher, updated))
-                            if conf.type == "service" and stored.get("configuration", {}).get("type") == "service":
-                                spec["run_name"] = explicit
-                                await service_updates.update(
-                                    conn,
-                                    ctx.cipher,
-                                    existing,
-                                    spec,
-                                    _templates(ctx, spec, conf, merged),
-                                    user,
-                                    plan,
-                                    force,
-                                )
-                                updated = await store.get_run(conn, project.id, run_id=existing.id)
-                                assert updated is not None
-                                ctx.wakeups.wake("services")
-                                return serialize.run(run_secrets.revealed(ctx.cipher, updated))
-                            if not force:
-                                raise ServiceError(
-                                    "Failed to apply plan. Resource has been changed. Try again or use force apply."
-                                )
-                            raise ServiceError(f"Cannot override active run {explicit}. Stop the run first.")
-                        await store.mark_runs_deleted(conn, [existing.id])
-                        await events.emit(
-                            conn, "Run deleted", user.id, [run_target(project.id, existing.id, existing.run_name)]
-                        )
-                    name = explicit
-                else:
-                    name = _random_name()
-                spec["run_name"] = name
-                run_values = {
-                    "id": str(uuid.uuid4()),
-                    "project_id": project.id,
-                    "user_id": user.id,
-                    "run_name": name,
-                    "submitted_at": now,
-                    "last_processed_at": now,
-                    # a scheduled run waits for its first trigger with no jobs (dstack 0.22.5)
-                    "status": "submitted" if crons is None else "pending",
-                    "status_message": None,
-                    "termination_reason": None,
-                    "run_spec": dump(run_secrets.sealed_run_spec(ctx.cipher(), spec)),
-                    "priority": int(spec["configuration"].get("priority") or 0),
-                    "fleet_id": None,
-                    "deployment_num": 0,
-                    "repo_id": spec["repo_id"],
-                }
-                job_values = [
-                    {
-                        "id": str(uuid.uuid4()),
-                        "run_id": run_values["id"],
-                        "project_id": project.id,
-                        "run_name": name,
-                        "job_num": js["job_num"],
-                        "replica_num": js["replica_num"],
-                        "job_name": js["job_name"],
-                        "submission_num": 0,
-                        "deployment_num": 0,
-                        "submitted_at": now,
-                        "last_processed_at": now,
-                        "status": "submitted",
-                        "job_spec": dump(run_secrets.sealed_job_spec(ctx.cipher(), js)),
-                        "priority": run_values["priority"],
-                        "blocks": 1,
-                        "ready": False if conf.type == "service" else None,
-                    }
-                    for js in job_specs(
-                        name, spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
-                    )
-                ]
-                if crons is not None:
-                    run_values.update(run_options.scheduled_run_values(crons, job_values, now))
-                    job_values = []
-                elif conf.type == "service":
-                    templates = _templates(ctx, spec, conf, merged)
-                    run_values["service_templates"] = service_updates.templates_value(ctx.cipher, templates, 0)
-                    if not job_values:
-                        run_values["status"] = "running"  # at zero replicas, waiting for requests
-                await store.insert_run(conn, run_values)
-                if job_values:
-                    await store.insert_jobs(conn, job_values)
-                await events.emit(
-                    conn,
-                    f"Run submitted. Status: {str(run_values['status']).upper()}",
-                    user.id,
-                    [run_target(project.id, run_values["id"], name)],
-                )
-                for jv in job_values:
-                    await events.emit(
-                        conn,
-                        "Job created on run submission. Status: SUBMITTED",
-                        None,
-                        [job_target(project.id, jv["id"], jv["job_name"], run_values["id"])],
-                    )
-            # the response is built from what was written: no read-back inside the write lock
-            run = store.new_run_rec(run_values, job_values, project.name, user.name)
-            break
-        except sqlalchemy.exc.IntegrityError:
-            if explicit:
-                raise ServiceError(f"Run {explicit} already exists", code="resource_exists") from None
-            continue
-    else:
-        raise ServiceError("Could not pick a unique run name; try again")
-    ctx.wakeups.wake("scheduler" if crons is None else "triggers", *(("services",) if conf.type == "service" else ()))
-    assert run is not None
-    log.info(
-        "run %s submitted to project %s by %s (%d job(s))",
-        name,
-        project.name,
-        user.name,
-        len(job_values),
-        extra={"event": "run_submitted", "run_name": name, "project": project.name, "user": user.name},
-    )
-    return serialize.run(run_secrets.revealed(ctx.cipher, run))
 
 
 async def list_runs(
