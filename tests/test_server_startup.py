@@ -59,6 +59,8 @@ LATER = [
     "corral.api.openapi",
     "corral.schemas.responses",  # the answers' models: the API document's, built on its first request
     "corral.schemas.responses_runs",
+    "corral.schemas.responses_volumes",
+    "corral.schemas.responses_scheduling",
     "corral.services.oauth",
     "sqlalchemy.dialects.postgresql",  # a SQLite server needs only the SQLite dialect
     "corral.config.runs",  # the configuration models: on first use, or in the warm-up thread

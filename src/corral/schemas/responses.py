@@ -9,8 +9,9 @@ and the fuzzing run, ``tests/api/test_fuzz.py``).
 Every model admits extra fields (corral's ``corral_*`` additions ride along, as dstack's client ignores
 them); the fields listed are the ones corral always sends. Configurations, job specs and provisioning
 data are dstack's large nested documents and are given as objects. Runs, logs, metrics and GPUs have a
-module of their own (:mod:`corral.schemas.responses_runs`); :func:`model` finds a route's model by name in
-either. Imports: ``domain`` and pydantic only.
+module of their own (:mod:`corral.schemas.responses_runs`), as do volumes (``responses_volumes``) and the
+scheduling policies and queue (``responses_scheduling``); :func:`model` finds a route's model by name in
+any of them. Imports: ``domain`` and pydantic only.
 """
 
 from __future__ import annotations
@@ -396,44 +397,6 @@ class EventList(RootModel[list[Event]]):
     """A page of events, newest first unless ``ascending``."""
 
 
-class VolumeInstance(Out):
-    name: str
-    fleet_name: Optional[str]
-    instance_num: int
-    instance_id: Optional[str]
-
-
-class VolumeAttachment(Out):
-    instance: VolumeInstance
-    attachment_data: Optional[AnyObject]
-
-
-class Volume(Out):
-    """dstack's ``Volume``: ``provisioning_data`` is its ``VolumeProvisioningData`` once the cloud made it."""
-
-    id: UUID
-    name: str
-    user: str
-    project_name: str
-    configuration: AnyObject
-    external: bool
-    created_at: datetime
-    last_processed_at: datetime
-    status: Literal["submitted", "provisioning", "active", "failed"]
-    status_message: Optional[str]
-    deleted: bool
-    deleted_at: Optional[datetime]
-    volume_id: Optional[str]
-    provisioning_data: Optional[AnyObject]
-    cost: float
-    attachments: Optional[list[VolumeAttachment]]
-    attachment_data: Optional[AnyObject]
-
-
-class VolumeList(RootModel[list[Volume]]):
-    pass
-
-
 class EmptyList(RootModel[list[AnyObject]]):
     """Always empty: corral has none of these yet (gateways, templates)."""
 
@@ -453,50 +416,18 @@ class BackendInfoYAML(Out):
     config_yaml: str
 
 
-class QuotaPolicy(Out):
-    """A project's scheduling policy (``quotas/get``, ``quotas/set``)."""
-
-    name: str
-    weight: float
-    quota: AnyObject
-    preemptible_max_priority: Optional[int] = None
-    preemptible_run_types: Optional[list[str]] = None
-
-
-class QuotaUsage(Out):
-    """What a project holds against its policy (``quotas/usage``)."""
-
-    project_name: str
-    weight: float
-    nominal: AnyObject
-    max: AnyObject
-    used: AnyObject
-    borrowed: AnyObject
-    entitlement: AnyObject
-    weighted_share: float
-    capacity: AnyObject
-
-
-class QueueEntry(Out):
-    position: int
-    project_name: str
-    run_name: str
-    priority: int
-    submitted_at: float
-    jobs: int
-    reason: str
-    status_message: Optional[str] = None
-
-
-class SchedulingQueue(RootModel[list[QueueEntry]]):
-    pass
+#: The modules beside this one that hold answer models: ``responses_runs`` and so on.
+SIBLINGS = ("runs", "volumes", "scheduling")
 
 
 def model(name: str) -> type[BaseModel]:
-    """The answer model a route names (``response=``), from this module or :mod:`.responses_runs`."""
-    from corral.schemas import responses_runs
+    """The answer model a route names (``response=``), from this module or one of its siblings
+    (:data:`SIBLINGS`)."""
+    import importlib
 
-    found = globals().get(name) or getattr(responses_runs, name, None)
+    found = globals().get(name)
+    for sibling in SIBLINGS:
+        found = found or getattr(importlib.import_module(f"{__name__}_{sibling}"), name, None)
     if not (isinstance(found, type) and issubclass(found, BaseModel)):
         raise KeyError(f"no response model named {name!r}")
     return found
@@ -504,4 +435,4 @@ def model(name: str) -> type[BaseModel]:
 
 def is_answer(m: type[BaseModel]) -> bool:
     """Whether ``m`` is one of the answer models (serialised by corral) rather than a request body."""
-    return m.__module__ in (__name__, __name__ + "_runs")
+    return m.__module__ in (__name__, *(f"{__name__}_{s}" for s in SIBLINGS))
