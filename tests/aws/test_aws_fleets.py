@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from aws_server import fleet_server
 from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2, fault_proxy
 
 from corral.backends.aws.launch import user_data
@@ -21,7 +22,7 @@ from corral.domain.records import InstanceRec
 from corral.scheduler.codec import offer_to_json
 from corral.services import cloud_backends
 from corral.workers.orphans import OrphanReaper
-from server_harness import RunningServer, finished_run, make_settings, running_server, wait_for
+from server_harness import RunningServer, finished_run
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -52,24 +53,8 @@ async def server(
     tmp_path_factory: pytest.TempPathFactory, hypervisor: Hypervisor, proxy: FaultProxy
 ) -> AsyncIterator[RunningServer]:
     tmp = tmp_path_factory.mktemp("awsserver")
-    settings = make_settings(tmp, provisioning_timeout=60.0, safety_net_interval=2.0)
-    settings.server_dir.mkdir(parents=True)
-    (settings.server_dir / "config.yml").write_text(CONFIG)
-    async with running_server(settings) as s:
-        async with s.client() as c:
-            r = await c.post(
-                "/api/project/main/fleets/apply",
-                json={"plan": {"spec": {"configuration": FLEET, "profile": {}}}, "force": True},
-            )
-            assert r.status_code == 200, r.text
+    async with fleet_server(tmp, CONFIG, FLEET, hypervisor, cleanup="all", safety_net_interval=2.0) as s:
         yield s
-        async with s.client() as c:
-            await c.post("/api/project/main/fleets/delete", json={"names": ["awsfl"]})
-
-            async def gone() -> bool:
-                return not hypervisor.moto.instances(instance_state_name=["pending", "running", "shutting-down"])
-
-            await wait_for(gone, timeout=60)
 
 
 def _task(i: int) -> dict[str, Any]:

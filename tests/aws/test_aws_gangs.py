@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from aws_server import fleet_server
 from ec2_extras import Reservation
 from moto_harness import REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2, fault_proxy
 
@@ -23,7 +24,7 @@ from corral.scheduler.codec import offer_to_json
 from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.scheduler.types import Offer
 from corral.workers import gangs as worker_gangs
-from server_harness import RunningServer, finished_run, make_settings, running_server, wait_for
+from server_harness import RunningServer, finished_run, wait_for
 
 ON_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 
@@ -61,16 +62,9 @@ def proxy(moto: MotoEC2, hypervisor: Hypervisor, vpc: tuple[str, str, str]) -> I
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(tmp_path_factory: pytest.TempPathFactory, proxy: FaultProxy) -> AsyncIterator[RunningServer]:
-    settings = make_settings(tmp_path_factory.mktemp("gangs"), provisioning_timeout=60.0, safety_net_interval=1.0)
-    settings.server_dir.mkdir(parents=True)
-    (settings.server_dir / "config.yml").write_text(CONFIG)
-    async with running_server(settings) as s:
-        async with s.client() as c:
-            r = await c.post(
-                "/api/project/main/fleets/apply",
-                json={"plan": {"spec": {"configuration": FLEET, "profile": {}}}, "force": True},
-            )
-            assert r.status_code == 200, r.text
+    async with fleet_server(
+        tmp_path_factory.mktemp("gangs"), CONFIG, FLEET, cleanup="none", safety_net_interval=1.0
+    ) as s:
         yield s
 
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from aws_server import fleet_server
 from moto_harness import REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2, fault_proxy
 
-from server_harness import RunningServer, finished_run, get_run, make_settings, running_server, wait_for
+from server_harness import RunningServer, finished_run, get_run, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -49,32 +50,12 @@ def proxy(moto: MotoEC2, hypervisor: Hypervisor, vpc: tuple[str, str, str]) -> I
 async def server(
     tmp_path_factory: pytest.TempPathFactory, hypervisor: Hypervisor, proxy: FaultProxy
 ) -> AsyncIterator[RunningServer]:
-    tmp = tmp_path_factory.mktemp("spotserver")
     # the agent's unreachable timeout is far away: an interruption is found through EC2's API, not by it
-    settings = make_settings(
-        tmp, provisioning_timeout=60.0, safety_net_interval=2.0, instance_check_interval=1.0,
-        agent_unreachable_timeout=600.0,
-    )  # fmt: skip
-    settings.server_dir.mkdir(parents=True)
-    (settings.server_dir / "config.yml").write_text(CONFIG)
-    async with running_server(settings) as s:
-        async with s.client() as c:
-            r = await c.post(
-                "/api/project/main/fleets/apply",
-                json={"plan": {"spec": {"configuration": FLEET, "profile": {}}}, "force": True},
-            )
-            assert r.status_code == 200, r.text
+    async with fleet_server(
+        tmp_path_factory.mktemp("spotserver"), CONFIG, FLEET, hypervisor, cleanup="fleet",
+        safety_net_interval=2.0, instance_check_interval=1.0, agent_unreachable_timeout=600.0,
+    ) as s:  # fmt: skip
         yield s
-        async with s.client() as c:
-            r = await c.post("/api/project/main/fleets/delete", json={"names": ["spotfl"]})
-            assert r.status_code == 200, r.text
-
-            async def gone() -> bool:
-                mine = [i for i in hypervisor.moto.instances(instance_state_name=["pending", "running"])
-                        if {"Key": "corral_fleet", "Value": "spotfl"} in (i.get("Tags") or [])]  # fmt: skip
-                return not mine
-
-            await wait_for(gone, timeout=60)
 
 
 async def test_plans_and_gpus_list_follow_the_spot_policy(server: RunningServer) -> None:

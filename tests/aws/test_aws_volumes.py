@@ -24,10 +24,11 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from aws_server import fleet_server
 from dstack_client_env import CorralServer, DstackCli, client_venv, short_home
 from moto_harness import REGION, VPC_NAME, Hypervisor, MotoEC2
 
-from server_harness import RunningServer, finished_run, make_settings, running_server, wait_for
+from server_harness import RunningServer, finished_run, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -137,19 +138,8 @@ async def server(
     tmp_path_factory: pytest.TempPathFactory, hypervisor: Hypervisor, ebs: EBS
 ) -> AsyncIterator[RunningServer]:
     tmp = tmp_path_factory.mktemp("volserver")
-    settings = make_settings(tmp, provisioning_timeout=60.0, safety_net_interval=1.0, instance_check_interval=1.0)
-    settings.server_dir.mkdir(parents=True)
-    (settings.server_dir / "config.yml").write_text(CONFIG)
-    async with running_server(settings) as s:
-        async with s.client() as c:
-            r = await c.post(
-                "/api/project/main/fleets/apply",
-                json={"plan": {"spec": {"configuration": FLEET, "profile": {}}}, "force": True},
-            )
-            assert r.status_code == 200, r.text
+    async with fleet_server(tmp, CONFIG, FLEET, safety_net_interval=1.0, instance_check_interval=1.0) as s:
         yield s
-        async with s.client() as c:
-            await c.post("/api/project/main/fleets/delete", json={"names": ["volfl"]})
 
 
 async def _volume(c: Any, name: str, status: str = "active") -> dict[str, Any]:
