@@ -6,7 +6,12 @@ machines) and Q queued single-node jobs (a mix of CPU and GPU requests, a few pr
 ``schedule(snapshot, now)`` R times and prints the median pass, placements per second (jobs assigned or
 reserved per second of a pass) and the plan's shape. No database, no server: the decision only.
 
+With ``--quotas`` the jobs come from three projects weighted 1:2:3 that share the fleets (exported by the
+first), each with a ``quota.max`` of 40 % of the CPUs and GPUs: the pass orders them by fair share and
+charges every placement against its project's quota (admissions per second with quotas on).
+
     python benchmarks/schedule_pure.py [--jobs 10000] [--instances 1000] [--fleets 50] [--blocks 4] [--repeat 5]
+    python benchmarks/schedule_pure.py --quotas
 """
 
 from __future__ import annotations
@@ -21,13 +26,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from corral.domain.quotas import Limits, limits_from_doc
 from corral.domain.resources import Gpu, GpuSpec, InstanceResources, Range, Requirements
 from corral.scheduler.schedule import schedule
 from corral.scheduler.types import (
     Assign,
+    FairShare,
     FleetSlot,
     InstanceSlot,
     Offer,
+    ProjectQuota,
     QueuedJob,
     Reserve,
     Snapshot,
@@ -44,7 +52,10 @@ GPU_JOB = Requirements(
 )
 
 
-def build(jobs: int, instances: int, fleets: int, blocks: int, seed: int = 7) -> Snapshot:
+PROJECTS = ("p", "q", "r")
+
+
+def build(jobs: int, instances: int, fleets: int, blocks: int, seed: int = 7, quotas: bool = False) -> Snapshot:
     rng = random.Random(seed)
     per_fleet = max(1, instances // fleets)
     fleet_slots = []
@@ -62,18 +73,31 @@ def build(jobs: int, instances: int, fleets: int, blocks: int, seed: int = 7) ->
             FleetSlot(
                 id=f"f{f}", project_id="p", name=f"fleet-{f}", nodes_min=per_fleet, nodes_max=per_fleet,
                 blocks=blocks, placement="any", offers=(offer,), instances=insts, project_name="main",
+                importer_project_ids=frozenset(PROJECTS[1:]) if quotas else frozenset(),
             )
         )  # fmt: skip
+    owners = [rng.choice(PROJECTS) if quotas else "p" for _ in range(jobs)]
     queue = tuple(
         QueuedJob(
-            id=f"j{n}", run_id=f"r{n}", project_id="p", run_name=f"run-{n}", job_num=0,
+            id=f"j{n}", run_id=f"r{n}", project_id=owners[n], run_name=f"run-{n}", job_num=0,
             priority=rng.choice((0, 0, 0, 10, 50)), submitted_at=float(n),
             requirements=GPU_JOB if rng.random() < 0.2 else CPU_JOB, fleet_names=None,
-            creation_policy="reuse-or-create", wait=WaitPolicy(True), project_name="main",
+            creation_policy="reuse-or-create", wait=WaitPolicy(True),
+            project_name="main" if owners[n] == "p" else owners[n],
         )
         for n in range(jobs)
     )  # fmt: skip
-    return Snapshot(fleets=tuple(fleet_slots), queue=queue)
+    if not quotas:
+        return Snapshot(fleets=tuple(fleet_slots), queue=queue)
+    cpus = sum(i.resources.cpus for f in fleet_slots for i in f.instances if i.resources is not None)
+    gpus = sum(len(i.resources.gpus) for f in fleet_slots for i in f.instances if i.resources is not None)
+    cap = limits_from_doc({"cpu": int(cpus * 0.4), "gpu": int(gpus * 0.4)})
+    return Snapshot(
+        fleets=tuple(fleet_slots),
+        queue=queue,
+        quotas={p: ProjectQuota(cap, {}, frozenset(), p) for p in PROJECTS},
+        shares={p: FairShare(float(w), Limits(), {}) for p, w in zip(PROJECTS, (1, 2, 3), strict=True)},
+    )
 
 
 def main() -> None:
@@ -84,8 +108,9 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--profile", action="store_true", help="print cProfile's top functions of one pass")
+    ap.add_argument("--quotas", action="store_true", help="three projects with quota.max and fair share")
     a = ap.parse_args()
-    snap = build(a.jobs, a.instances, a.fleets, a.blocks)
+    snap = build(a.jobs, a.instances, a.fleets, a.blocks, quotas=a.quotas)
     if a.profile:
         import cProfile
         import pstats
@@ -94,6 +119,7 @@ def main() -> None:
         prof = cProfile.Profile()
         prof.runcall(schedule, snap, 0.0)
         pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+    jobs = {j.id: j for j in snap.queue}
     times, plan = [], None
     for _ in range(a.repeat):
         t = time.perf_counter()
@@ -108,6 +134,17 @@ def main() -> None:
           f"{a.fleets} fleets, {a.blocks} blocks each ({slots} block slots)")  # fmt: skip
     print(f"schedule(): median {med * 1000:.0f} ms per pass (min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})")
     print(f"decisions: {dict(kinds)}")
+    if a.quotas:
+        by = Counter(j.project_id for j in snap.queue)
+        got = Counter(
+            jobs[d.job_id].project_id
+            for g in plan.gangs
+            for d in g.decisions
+            if isinstance(d, (Assign, Reserve)) and d.job_id is not None
+        )
+        print(
+            f"quotas and fair share on (weights 1:2:3, quota.max 40 % each): placed per project {dict(got)} of {dict(by)}"
+        )
     print(f"placements per second: {placed / med:,.0f} ({placed} placed per pass)")
     print(f"jobs decided per second: {a.jobs / med:,.0f}")
 
