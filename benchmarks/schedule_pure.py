@@ -142,9 +142,8 @@ def main() -> None:
             for d in g.decisions
             if isinstance(d, (Assign, Reserve)) and d.job_id is not None
         )
-        print(
-            f"quotas and fair share on (weights 1:2:3, quota.max 40 % each): placed per project {dict(got)} of {dict(by)}"
-        )
+        print(f"quotas and fair share on (weights 1:2:3, quota.max 40 % each): placed per project {dict(got)}")
+        print(f"  of queued per project {dict(by)}")
     print(f"placements per second: {placed / med:,.0f} ({placed} placed per pass)")
     print(f"jobs decided per second: {a.jobs / med:,.0f}")
 
