@@ -3,9 +3,10 @@ instance or offer it lands on, CPUs, memory, price, new instances) and whether t
 within its ``quota.max`` (``Snapshot.quotas``), counting what gangs earlier in the pass took.
 
 A gang that would go above the max waits with a message naming the quota; one whose placement alone
-(with nothing else held) exceeds it fails at once. ``store.plan_apply`` checks the same sums again from
-the database, under a per-project lock, in the transaction that commits the plan. Pure: imports only
-``corral.domain`` and the scheduler's types.
+(with nothing else held) exceeds it fails at once. A gang that fits no fleet now waits for the quota
+rather than for capacity when no placement could keep its project within the max anyway (``at_max``).
+``store.plan_apply`` checks the same sums again from the database, under a per-project lock, in the
+transaction that commits the plan. Pure: imports only ``corral.domain`` and the scheduler's types.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 
 from corral.domain.quotas import GPU_MODEL_PREFIX, Limits, Usage, add, charge, exceeded, label
 from corral.domain.resources import InstanceResources, Requirements
-from corral.scheduler.types import Assign, Decision, InstanceSlot, ProjectQuota, Reserve, Snapshot
+from corral.scheduler.types import Assign, Decision, FleetSlot, InstanceSlot, ProjectQuota, QueuedJob, Reserve, Snapshot
 
 QUOTA_WAIT_PREFIX = "Waiting for quota"
 
@@ -105,6 +106,43 @@ def check(project_id: str, decisions: Sequence[Decision], book: QuotaBook) -> Qu
         dim = alone.split(" 0/")[0] if " 0/" in alone else alone
         need = _need(extra, quota, dim)
         return QuotaVerdict(f"The run exceeds the quota of the project on its own: it needs {need}{where}", never=True)
+    return QuotaVerdict(f"{QUOTA_WAIT_PREFIX}: {over}{where}", never=False)
+
+
+def gpu_models(fleets: Sequence[FleetSlot]) -> frozenset[str]:
+    """The GPU models of the instances and offers of ``fleets``."""
+    return frozenset(
+        g.name.upper()
+        for f in fleets
+        for res in [*(i.resources for i in f.instances), *(o.resources for o in f.offers)]
+        if res is not None
+        for g in res.gpus
+    )
+
+
+def at_max(jobs: Sequence[QueuedJob], models: frozenset[str], book: QuotaBook) -> QuotaVerdict | None:
+    """Why a gang that fits no fleet now would wait for its project's quota even with every fleet free:
+    the GPUs it asks for at least are above what the max leaves of GPUs of any model, or of each of the
+    ``models`` (``gpu_models`` of its fleets) it may get. None: capacity is what it waits for."""
+    head = jobs[0]
+    quota = book.quota(head.project_id)
+    gpu = head.requirements.gpu
+    if quota is None or quota.max.is_empty() or gpu is None or not gpu.count.min:
+        return None
+    used, _on = book.holding(head.project_id)
+    least = float(sum(j.requirements.gpu.count.min or 0 for j in jobs if j.requirements.gpu is not None))
+    over = exceeded(used, {"gpu": least}, quota.max)
+    if over is None:
+        names = {n.upper() for n in gpu.names} if gpu.names else None
+        blocked = [
+            exceeded(used, {GPU_MODEL_PREFIX + m: least}, quota.max)
+            for m in sorted(models)
+            if names is None or m in names
+        ]
+        over = blocked[0] if blocked and all(blocked) else None
+    if over is None:
+        return None
+    where = f" in project {quota.project_name}" if quota.project_name else ""
     return QuotaVerdict(f"{QUOTA_WAIT_PREFIX}: {over}{where}", never=False)
 
 
