@@ -159,14 +159,18 @@ async def test_a_gpu_quota_holds_under_20_concurrent_submitters(
         for i in range(2):
             await _submit(c, "main", f"m-{i}", ["sleep 4"])
 
-        most, messages, used = 0, set(), 0.0
+        most, messages, reasons, used = 0, set(), set(), 0.0
         main_beside = False  # main held the other two slots while team-b held its two and had more waiting
 
         async def drained() -> bool:
             nonlocal most, main_beside, used
-            runs, mains, usage = await asyncio.gather(
-                _runs(c, "team-b"), _runs(c, "main"), c.post("/api/projects/team-b/quotas/usage", json={})
+            runs, mains, usage, queue = await asyncio.gather(
+                _runs(c, "team-b"),
+                _runs(c, "main"),
+                c.post("/api/projects/team-b/quotas/usage", json={}),
+                c.post("/api/scheduling/queue", json={}),
             )
+            reasons.update(e["reason"] for e in queue.json() if e["project_name"] == "team-b" and e["status_message"])
             jobs = [x["latest_job_submission"] or {} for x in runs]
             holding = sum(j.get("status") in HOLDING for j in jobs)
             most = max(most, holding)
@@ -180,6 +184,7 @@ async def test_a_gpu_quota_holds_under_20_concurrent_submitters(
         await wait_for(drained, timeout=120, interval=0.1)
         assert most == 2, most
         assert messages == {"Waiting for quota: gpu A100 2/2 in project team-b"}, messages
+        assert reasons == {"quota"}, reasons  # scheduling/queue's reason for them
         assert 0 < used <= 2, used
         assert main_beside
         runs = await _runs(c, "team-b")
