@@ -429,8 +429,7 @@ def _schedule_gang(
         assert blockers is not None  # no fleet fit: _best_fleet said why
         memo.remember_blockers(kind, version, held_count, blockers)
     if book is not None:  # at its quota.max, more capacity would not start it: it waits for the quota
-        models = memo.screen(("gpu models", kind) if kind is not None else None, lambda: gpu_models(feasible))
-        capped = at_max(jobs, models, book)
+        capped = _at_max(jobs, kind, feasible, book, memo)
         if capped is not None:
             return [Wait(j.id, capped.message) for j in jobs if j.status_message != capped.message]
 
@@ -452,6 +451,21 @@ def _schedule_gang(
         message = "Waiting for capacity: freeing idle instances of this machine for this job"
     waits: list[Decision] = [Wait(j.id, message) for j in jobs if j.status_message != message]
     return [*reclaims, *waits]
+
+
+def _at_max(
+    jobs: list[QueuedJob], kind: Hashable | None, feasible: list[FleetSlot], book: QuotaBook, memo: PassMemo
+) -> QuotaVerdict | None:
+    """``quota_gate.at_max`` for the gang, once per kind of gang and what its project holds in the pass."""
+    key = ("at max", kind, book.version(jobs[0].project_id)) if kind is not None else None
+    if key is not None and key in memo.quota_refused:
+        seen = memo.quota_refused[key]
+        assert seen is None or isinstance(seen, QuotaVerdict)
+        return seen
+    verdict = at_max(jobs, gpu_models(feasible), book)
+    if key is not None:
+        memo.quota_refused[key] = verdict
+    return verdict
 
 
 def _fleet_ids(job: QueuedJob, snapshot: Snapshot, memo: PassMemo) -> Callable[[], set[str]]:
