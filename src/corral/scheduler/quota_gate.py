@@ -6,16 +6,17 @@ A gang that would go above the max waits with a message naming the quota; one wh
 (with nothing else held) exceeds it fails at once. A gang that fits no fleet now waits for the quota
 rather than for capacity when no placement could keep its project within the max anyway (``at_max``).
 ``store.plan_apply`` checks the same sums again from the database, under a per-project lock, in the
-transaction that commits the plan. Pure: imports only ``corral.domain`` and the scheduler's types.
+transaction that commits the plan. Pure: imports only ``corral.domain``, the scheduler's types and its pass memo.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from corral.domain.quotas import GPU_MODEL_PREFIX, Limits, Usage, add, charge, exceeded, label
 from corral.domain.resources import InstanceResources, Requirements
+from corral.scheduler.pass_memo import PassMemo
 from corral.scheduler.types import Assign, Decision, FleetSlot, InstanceSlot, ProjectQuota, QueuedJob, Reserve, Snapshot
 
 QUOTA_WAIT_PREFIX = "Waiting for quota"
@@ -109,6 +110,22 @@ def check(project_id: str, decisions: Sequence[Decision], book: QuotaBook) -> Qu
     return QuotaVerdict(f"{QUOTA_WAIT_PREFIX}: {over}{where}", never=False)
 
 
+def at_max(
+    jobs: Sequence[QueuedJob], kind: Hashable | None, fleets: Sequence[FleetSlot], book: QuotaBook, memo: PassMemo
+) -> QuotaVerdict | None:
+    """Why a gang that fits none of ``fleets`` now would wait for its project's quota even with every fleet
+    free (None: capacity is what it waits for); once per kind of gang and what its project holds."""
+    key = ("at max", kind, book.version(jobs[0].project_id)) if kind is not None else None
+    if key is not None and key in memo.quota_refused:
+        seen = memo.quota_refused[key]
+        assert seen is None or isinstance(seen, QuotaVerdict)
+        return seen
+    verdict = _at_max(jobs, gpu_models(fleets), book)
+    if key is not None:
+        memo.quota_refused[key] = verdict
+    return verdict
+
+
 def gpu_models(fleets: Sequence[FleetSlot]) -> frozenset[str]:
     """The GPU models of the instances and offers of ``fleets``."""
     return frozenset(
@@ -120,10 +137,9 @@ def gpu_models(fleets: Sequence[FleetSlot]) -> frozenset[str]:
     )
 
 
-def at_max(jobs: Sequence[QueuedJob], models: frozenset[str], book: QuotaBook) -> QuotaVerdict | None:
-    """Why a gang that fits no fleet now would wait for its project's quota even with every fleet free:
-    the GPUs it asks for at least are above what the max leaves of GPUs of any model, or of each of the
-    ``models`` (``gpu_models`` of its fleets) it may get. None: capacity is what it waits for."""
+def _at_max(jobs: Sequence[QueuedJob], models: frozenset[str], book: QuotaBook) -> QuotaVerdict | None:
+    """The GPUs the gang asks for at least are above what the max leaves of GPUs of any model, or of each
+    of the ``models`` (``gpu_models`` of its fleets) it may get."""
     head = jobs[0]
     quota = book.quota(head.project_id)
     gpu = head.requirements.gpu

@@ -42,7 +42,7 @@ from corral.scheduler.holds import Reserved
 from corral.scheduler.holds import active as active_holds
 from corral.scheduler.ledger import Ledger, initial_ledger
 from corral.scheduler.pass_memo import PassMemo
-from corral.scheduler.quota_gate import QuotaBook, QuotaVerdict, at_max, gpu_models
+from corral.scheduler.quota_gate import QuotaBook, QuotaVerdict, at_max
 from corral.scheduler.quota_gate import check as quota_check
 from corral.scheduler.types import (
     Assign,
@@ -429,7 +429,7 @@ def _schedule_gang(
         assert blockers is not None  # no fleet fit: _best_fleet said why
         memo.remember_blockers(kind, version, held_count, blockers)
     if book is not None:  # at its quota.max, more capacity would not start it: it waits for the quota
-        capped = _at_max(jobs, kind, feasible, book, memo)
+        capped = at_max(jobs, kind, feasible, book, memo)
         if capped is not None:
             return [Wait(j.id, capped.message) for j in jobs if j.status_message != capped.message]
 
@@ -451,21 +451,6 @@ def _schedule_gang(
         message = "Waiting for capacity: freeing idle instances of this machine for this job"
     waits: list[Decision] = [Wait(j.id, message) for j in jobs if j.status_message != message]
     return [*reclaims, *waits]
-
-
-def _at_max(
-    jobs: list[QueuedJob], kind: Hashable | None, feasible: list[FleetSlot], book: QuotaBook, memo: PassMemo
-) -> QuotaVerdict | None:
-    """``quota_gate.at_max`` for the gang, once per kind of gang and what its project holds in the pass."""
-    key = ("at max", kind, book.version(jobs[0].project_id)) if kind is not None else None
-    if key is not None and key in memo.quota_refused:
-        seen = memo.quota_refused[key]
-        assert seen is None or isinstance(seen, QuotaVerdict)
-        return seen
-    verdict = at_max(jobs, gpu_models(feasible), book)
-    if key is not None:
-        memo.quota_refused[key] = verdict
-    return verdict
 
 
 def _fleet_ids(job: QueuedJob, snapshot: Snapshot, memo: PassMemo) -> Callable[[], set[str]]:
