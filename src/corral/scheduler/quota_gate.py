@@ -115,6 +115,9 @@ def at_max(
 ) -> QuotaVerdict | None:
     """Why a gang that fits none of ``fleets`` now would wait for its project's quota even with every fleet
     free (None: capacity is what it waits for); once per kind of gang and what its project holds."""
+    quota = book.quota(jobs[0].project_id)
+    if quota is None or quota.max.is_empty():
+        return None
     key = ("at max", kind, book.version(jobs[0].project_id)) if kind is not None else None
     if key is not None and key in memo.quota_refused:
         seen = memo.quota_refused[key]
