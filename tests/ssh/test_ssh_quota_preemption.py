@@ -231,11 +231,12 @@ async def test_a_high_priority_run_preempts_what_it_needs_and_the_victims_finish
             first = run["jobs"][0]["job_submissions"][0]
             assert "Preempted by run high" in first["termination_reason_message"], first
             assert "Preempted by run high" in first["status_message"], first
-            words = (await _logs(c, "team-b", run, first)).split()
+            text = await _logs(c, "team-b", run, first)
+            assert "CORRAL_PREEMPTION_MESSAGE='Preempted by run high" in text, text
+            words = text.split()
             deadline = float(next(w for w in words if w.startswith("CORRAL_PREEMPTION_DEADLINE=")).split("=")[1])
             termed = float(words[words.index("TERM") + 1])
             assert termed - 1 <= deadline <= termed + 2 + 1, (termed, deadline)
-            assert any(w.startswith("CORRAL_PREEMPTION_MESSAGE=") for w in words), words
         for name in set(lows) - victims:
             assert _submissions(runs[name]) == [("done", "done_by_runner")], runs[name]
     await _release(hosts, two_gpu_hosts, on=False)
