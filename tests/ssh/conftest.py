@@ -1,6 +1,7 @@
 """Fixtures of the SSH fleet tests: the fake hosts for the whole session (see ``fakehosts`` and
-``ssh_harness``), each test starting with no corral agent on any host and leaving none behind, and a
-server with short SSH timeouts whose fleets are deleted (by corral itself) after each test.
+``ssh_harness``), each test starting with no corral agent on any host and leaving none behind, a
+second GPU host beside ``gpu`` for the tests that need four one-GPU slots, and a server with short SSH
+timeouts whose fleets are deleted (by corral itself) after each test.
 """
 
 from __future__ import annotations
