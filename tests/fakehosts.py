@@ -234,6 +234,11 @@ class FakeHosts:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 host.proc.wait(timeout=10)
         sh("ip", "netns", "del", self._ns(host), check=False)
+        # The namespace (and its end of the link, with the address) goes only once the kernel has reaped
+        # it, which may be seconds later: take the link off the bridge now, so that a host added at the
+        # same address next is the only one answering there.
+        sh("ip", "link", "del", f"cfh{self.n}x{name}", check=False)
+        sh("ip", "neigh", "flush", "to", host.ip, "dev", f"cfh{self.n}br", check=False)
         shutil.rmtree(host.upper_root, ignore_errors=True)
 
     def _prepare_disk(self, host: Host) -> None:

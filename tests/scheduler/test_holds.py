@@ -1,7 +1,8 @@
 """Holds: blocks a preemption freed stay for the run that preempted while it waits and the hold lasts,
 even when fair-share order or age would give them to another project's run; a hold ends when its bound
-passes or its run no longer waits; the preemptor is read back from the victim's stop message; and a run
-that holds capacity preempts nothing more."""
+passes or its run no longer waits; several victims of one run on one instance leave all their blocks held;
+the preemptor is read back from the victim's stop message; and a run that holds capacity preempts nothing
+more."""
 
 from __future__ import annotations
 
@@ -67,6 +68,15 @@ def test_a_run_that_holds_capacity_preempts_nothing_more() -> None:
     plan = schedule(snap, NOW)
     assert {g.run_id: d.instance_id for g in plan.gangs for d in g.decisions if isinstance(d, Assign)} == {"r9": "i1"}
     assert choose(snap, plan, victims[:2], OPEN, ON, NOW, schedule) == ()
+
+
+def test_two_victims_ended_on_one_instance_leave_both_blocks_held_while_their_preemptor_waits() -> None:
+    # both blocks of i0 freed by two victims of r9, which needs more than the host and so still waits
+    snap = cluster(1, [])
+    holds = (Hold("i0", "r9", 1, NOW + 60), Hold("i0", "r9", 1, NOW + 60))
+    snap = replace(snap, queue=(*waiting(5, 0, at=10.0), *waiting(9, 90, gpus=4, at=500.0)), holds=holds)
+    assert assigned(snap) == {}
+    assert assigned(replace(snap, holds=holds[:1])) == {"r5": "i0"}  # one held: the other block is free
 
 
 def test_the_preemptor_is_read_back_from_the_stop_message() -> None:

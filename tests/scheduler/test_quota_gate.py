@@ -1,7 +1,8 @@
 """Hard quotas in the pure pass: over random fleets and queues of two projects (one exporting its fleets to
 the other), no plan takes a project above its ``quota.max`` (GPUs counted per model of the instance or
 offer a job lands on, CPUs, instances, price), reusing within the pass still gives the plan of working
-each gang out afresh, a gang that would go above waits naming the quota, and one that alone exceeds it
+each gang out afresh, a gang that would go above waits naming the quota (also where no fleet has room now,
+when its project has no GPUs of the models it may get left under the max), and one that alone exceeds it
 fails at once."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from test_schedule import GPU_MACHINE, fleet, inst, job
 from test_wait_reasons import ONE_GPU
 
 from corral.domain.quotas import Usage, add, charge, limits_from_doc
-from corral.domain.resources import GpuSpec, Range
+from corral.domain.resources import Gpu, GpuSpec, Range
 from corral.scheduler.schedule import schedule
 from corral.scheduler.types import Assign, Fail, Plan, ProjectQuota, Reserve, Snapshot, Wait
 
@@ -106,6 +107,37 @@ def test_a_gang_above_the_quota_waits_naming_it_and_one_alone_above_fails() -> N
     assert fail.message == (
         "The run exceeds the quota of the project on its own: it needs gpu H200 2 but quota.max allows 1 in project x"
     )
+
+
+def _full_fleet(max_doc: dict[str, object], used: Usage, other: bool = False) -> Snapshot:
+    """Every block busy (``other``: one more instance, of A100s, busy too), project x holding ``used``."""
+    insts = [inst(k, total=2, busy=2, res=GPU_MACHINE) for k in range(2)]
+    if other:
+        insts.append(inst(2, total=2, busy=2, res=replace(GPU_MACHINE, gpus=(Gpu("A100", 81920),) * 2)))
+    queue = tuple(replace(job(i, req=ONE_GPU), project_name="x") for i in range(2))
+    quota = ProjectQuota(limits_from_doc(max_doc), used, frozenset(), "x")
+    return Snapshot(fleets=(fleet(tuple(insts), blocks=2, offers=()),), queue=queue, quotas={"p": quota})
+
+
+def test_a_gang_with_no_room_waits_for_the_quota_where_more_capacity_would_not_start_it() -> None:
+    def messages(snap: Snapshot) -> set[str]:
+        plan = schedule(snap, 0.0)
+        assert plan == schedule(snap, 0.0, reuse=False)
+        decisions = [d for g in plan.gangs for d in g.decisions]
+        assert all(isinstance(d, Wait) for d in decisions) and len(decisions) == 2
+        return {d.message for d in decisions if isinstance(d, Wait)}
+
+    h200 = {"gpu:H200": 2.0, "gpu": 2.0}
+    assert messages(_full_fleet({"gpu": {"H200": 2}}, h200)) == {"Waiting for quota: gpu H200 2/2 in project x"}
+    assert messages(_full_fleet({"gpu": 2}, h200)) == {"Waiting for quota: gpu 2/2 in project x"}
+    # one more GPU within the max, or a model the max leaves open: capacity is what it waits for
+    for snap in (_full_fleet({"gpu": {"H200": 3}}, h200), _full_fleet({"gpu": {"H200": 2}}, h200, other=True)):
+        (message,) = messages(snap)
+        assert message.startswith("Waiting for capacity"), message
+    mixed = _full_fleet({"gpu": {"H200": 2}}, h200, other=True)
+    only_h200 = replace(ONE_GPU, gpu=GpuSpec(names=("H200",), count=Range(1, 1)))
+    mixed = replace(mixed, queue=tuple(replace(j, requirements=only_h200) for j in mixed.queue))
+    assert messages(mixed) == {"Waiting for quota: gpu H200 2/2 in project x"}  # it asks for H200s only
 
 
 def test_without_quotas_the_plan_is_unchanged() -> None:

@@ -1,6 +1,7 @@
 """Fixtures of the SSH fleet tests: the fake hosts for the whole session (see ``fakehosts`` and
-``ssh_harness``), each test starting with no corral agent on any host and leaving none behind, and a
-server with short SSH timeouts whose fleets are deleted (by corral itself) after each test.
+``ssh_harness``), each test starting with no corral agent on any host and leaving none behind, a
+second GPU host beside ``gpu`` for the tests that need four one-GPU slots, and a server with short SSH
+timeouts whose fleets are deleted (by corral itself) after each test.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from ssh_harness import CLEAN_HOST, HOSTS, SSH_SETTINGS, delete_all_fleets, host_run
 
-from fakehosts import FakeHosts
+from fakehosts import FakeHosts, HostSpec
 from server_harness import RunningServer, make_settings, running_server
 
 
@@ -39,6 +40,16 @@ async def hosts(fakehosts: FakeHosts) -> AsyncIterator[FakeHosts]:
         if not host.alive:
             fakehosts.revive(name)
     await asyncio.gather(*(host_run(fakehosts, name, CLEAN_HOST) for name in fakehosts.hosts))
+
+
+@pytest.fixture
+async def two_gpu_hosts(hosts: FakeHosts) -> AsyncIterator[list[str]]:
+    """The harness's ``gpu`` host and one more like it, added for this test and removed after."""
+    hosts.add("gpu2", hosts.unused_ip(), HostSpec(gpus=2))
+    try:
+        yield [hosts.ip("gpu"), hosts.ip("gpu2")]
+    finally:
+        hosts.remove("gpu2")
 
 
 @pytest.fixture

@@ -63,9 +63,13 @@ SSH_SETTINGS: dict[str, Any] = {
 
 async def stop_all_runs(c: httpx.AsyncClient) -> None:
     runs = (await c.post("/api/runs/list", json={})).json()
-    live = [r["run_spec"]["run_name"] for r in runs if r["status"] not in ("done", "failed", "terminated")]
+    live: dict[str, list[str]] = {}
+    for r in runs:
+        if r["status"] not in ("done", "failed", "terminated"):
+            live.setdefault(r["project_name"], []).append(r["run_spec"]["run_name"])
+    for project, names in live.items():
+        await c.post(f"/api/project/{project}/runs/stop", json={"runs_names": names, "abort": True})
     if live:
-        await c.post("/api/project/main/runs/stop", json={"runs_names": live, "abort": True})
 
         async def stopped() -> bool:
             runs = (await c.post("/api/runs/list", json={})).json()

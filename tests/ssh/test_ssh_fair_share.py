@@ -16,23 +16,13 @@ import httpx
 import pytest
 from ssh_harness import SSH_SETTINGS, delete_all_fleets, fleet_settled, ssh_fleet
 
-from fakehosts import FakeHosts, HostSpec
+from fakehosts import FakeHosts
 from server_harness import RunningServer, make_settings, running_server, wait_for
 
 #: Five seconds each: long against the second or so it takes a freed GPU to get its next job on a loaded
 #: machine, so that those gaps do not decide the measured ratio.
 JOB = ["echo S $(date +%s.%N)", "sleep 5", "echo E $(date +%s.%N)"]
 A_JOBS, B_JOBS = 5, 12
-
-
-@pytest.fixture
-async def two_gpu_hosts(hosts: FakeHosts) -> AsyncIterator[list[str]]:
-    """The harness's ``gpu`` host and one more like it, added for this test and removed after."""
-    hosts.add("gpu2", hosts.unused_ip(), HostSpec(gpus=2))
-    try:
-        yield [hosts.ip("gpu"), hosts.ip("gpu2")]
-    finally:
-        hosts.remove("gpu2")
 
 
 async def _submit(c: httpx.AsyncClient, project: str, name: str, commands: list[str], gpu: int) -> None:

@@ -50,7 +50,8 @@ class PassMemo:
         self._hosts: dict[int, tuple[FleetSlot, tuple[str, ...]]] = {}
         self._fits: dict[Hashable, tuple[FleetSlot, str | None]] = {}
         #: (gang kind, ledger version, held fleets, the project's quota version) -> the quota's verdict there
-        #: (``scheduler.quota_gate``): the same kind of gang placed alike is refused alike.
+        #: (``scheduler.quota_gate``): the same kind of gang placed alike is refused alike; and ("at max",
+        #: gang kind, the project's quota version) -> ``quota_gate.at_max``'s verdict for a gang with no room.
         self.quota_refused: dict[Hashable, object] = {}
         self._screens: dict[Hashable, object] = {}
         self._no_room: dict[Hashable, tuple[FleetSlot, tuple[int, ...], str]] = {}

@@ -3,19 +3,21 @@ instance or offer it lands on, CPUs, memory, price, new instances) and whether t
 within its ``quota.max`` (``Snapshot.quotas``), counting what gangs earlier in the pass took.
 
 A gang that would go above the max waits with a message naming the quota; one whose placement alone
-(with nothing else held) exceeds it fails at once. ``store.plan_apply`` checks the same sums again from
-the database, under a per-project lock, in the transaction that commits the plan. Pure: imports only
-``corral.domain`` and the scheduler's types.
+(with nothing else held) exceeds it fails at once. A gang that fits no fleet now waits for the quota
+rather than for capacity when no placement could keep its project within the max anyway (``at_max``).
+``store.plan_apply`` checks the same sums again from the database, under a per-project lock, in the
+transaction that commits the plan. Pure: imports only ``corral.domain``, the scheduler's types and its pass memo.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from corral.domain.quotas import GPU_MODEL_PREFIX, Limits, Usage, add, charge, exceeded, label
 from corral.domain.resources import InstanceResources, Requirements
-from corral.scheduler.types import Assign, Decision, InstanceSlot, ProjectQuota, Reserve, Snapshot
+from corral.scheduler.pass_memo import PassMemo
+from corral.scheduler.types import Assign, Decision, FleetSlot, InstanceSlot, ProjectQuota, QueuedJob, Reserve, Snapshot
 
 QUOTA_WAIT_PREFIX = "Waiting for quota"
 
@@ -105,6 +107,61 @@ def check(project_id: str, decisions: Sequence[Decision], book: QuotaBook) -> Qu
         dim = alone.split(" 0/")[0] if " 0/" in alone else alone
         need = _need(extra, quota, dim)
         return QuotaVerdict(f"The run exceeds the quota of the project on its own: it needs {need}{where}", never=True)
+    return QuotaVerdict(f"{QUOTA_WAIT_PREFIX}: {over}{where}", never=False)
+
+
+def at_max(
+    jobs: Sequence[QueuedJob], kind: Hashable | None, fleets: Sequence[FleetSlot], book: QuotaBook, memo: PassMemo
+) -> QuotaVerdict | None:
+    """Why a gang that fits none of ``fleets`` now would wait for its project's quota even with every fleet
+    free (None: capacity is what it waits for); once per kind of gang and what its project holds."""
+    quota = book.quota(jobs[0].project_id)
+    if quota is None or quota.max.is_empty():
+        return None
+    key = ("at max", kind, book.version(jobs[0].project_id)) if kind is not None else None
+    if key is not None and key in memo.quota_refused:
+        seen = memo.quota_refused[key]
+        assert seen is None or isinstance(seen, QuotaVerdict)
+        return seen
+    verdict = _at_max(jobs, gpu_models(fleets), book)
+    if key is not None:
+        memo.quota_refused[key] = verdict
+    return verdict
+
+
+def gpu_models(fleets: Sequence[FleetSlot]) -> frozenset[str]:
+    """The GPU models of the instances and offers of ``fleets``."""
+    return frozenset(
+        g.name.upper()
+        for f in fleets
+        for res in [*(i.resources for i in f.instances), *(o.resources for o in f.offers)]
+        if res is not None
+        for g in res.gpus
+    )
+
+
+def _at_max(jobs: Sequence[QueuedJob], models: frozenset[str], book: QuotaBook) -> QuotaVerdict | None:
+    """The GPUs the gang asks for at least are above what the max leaves of GPUs of any model, or of each
+    of the ``models`` (``gpu_models`` of its fleets) it may get."""
+    head = jobs[0]
+    quota = book.quota(head.project_id)
+    gpu = head.requirements.gpu
+    if quota is None or quota.max.is_empty() or gpu is None or not gpu.count.min:
+        return None
+    used, _on = book.holding(head.project_id)
+    least = float(sum(j.requirements.gpu.count.min or 0 for j in jobs if j.requirements.gpu is not None))
+    over = exceeded(used, {"gpu": least}, quota.max)
+    if over is None:
+        names = {n.upper() for n in gpu.names} if gpu.names else None
+        blocked = [
+            exceeded(used, {GPU_MODEL_PREFIX + m: least}, quota.max)
+            for m in sorted(models)
+            if names is None or m in names
+        ]
+        over = blocked[0] if blocked and all(blocked) else None
+    if over is None:
+        return None
+    where = f" in project {quota.project_name}" if quota.project_name else ""
     return QuotaVerdict(f"{QUOTA_WAIT_PREFIX}: {over}{where}", never=False)
 
 

@@ -16,8 +16,9 @@ earlier job. ``refusal`` is the verdict ``runs/get_plan`` shows: exactly the fai
 once whatever the capacity.
 
 A gang whose placement would take its project above its ``quota.max`` (``Snapshot.quotas``,
-:mod:`corral.scheduler.quota_gate`) takes nothing and waits with a message naming the quota; one that
-alone exceeds the max fails at once. With ``Snapshot.shares`` the gangs of competing projects are taken
+:mod:`corral.scheduler.quota_gate`) takes nothing and waits with a message naming the quota, as does one
+that fits nowhere now while its project has no GPUs left under the max for it; one that alone exceeds
+the max fails at once. With ``Snapshot.shares`` the gangs of competing projects are taken
 in fair-share order (:mod:`corral.scheduler.fair_share`) instead of queue order. Blocks a preemption
 freed for a run that still waits (``Snapshot.holds``, :mod:`corral.scheduler.holds`) are kept out of
 every other gang's reach; the runs they are held for are placed first.
@@ -37,11 +38,11 @@ from corral.scheduler.fair_share import FairNote, ShareBook, fair_order
 from corral.scheduler.fallbacks import fallbacks
 from corral.scheduler.fleet_upkeep import reclaim_for
 from corral.scheduler.fleet_view import WIRE_NAMES
-from corral.scheduler.holds import Reserved
+from corral.scheduler.holds import Reserved, blocks_by_instance
 from corral.scheduler.holds import active as active_holds
 from corral.scheduler.ledger import Ledger, initial_ledger
 from corral.scheduler.pass_memo import PassMemo
-from corral.scheduler.quota_gate import QuotaBook, QuotaVerdict
+from corral.scheduler.quota_gate import QuotaBook, QuotaVerdict, at_max
 from corral.scheduler.quota_gate import check as quota_check
 from corral.scheduler.types import (
     Assign,
@@ -440,6 +441,10 @@ def _schedule_gang(
             return [Wait(j.id, verdict.message) for j in jobs if j.status_message != verdict.message]
         assert blockers is not None  # no fleet fit: _best_fleet said why
         memo.remember_blockers(kind, version, held_count, blockers)
+    if book is not None:  # at its quota.max, more capacity would not start it: it waits for the quota
+        capped = at_max(jobs, kind, feasible, book, memo)
+        if capped is not None:
+            return [Wait(j.id, capped.message) for j in jobs if j.status_message != capped.message]
 
     if not head.wait.may_wait:
         msg = "Could not reuse any instance for this job" if reuse_only else "Fleet is at capacity"
@@ -495,7 +500,7 @@ def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
                     if shares is not None:
                         shares.take(jobs[0].project_id, decisions)
             if not placed:  # still waiting: the hold stands for the rest of the pass
-                ledger.changed(reserved.take(run_id, {h.instance_id: h.blocks for h in holding[run_id]}))
+                ledger.changed(reserved.take(run_id, blocks_by_instance(holding[run_id])))
     memo = PassMemo()
     ordered = fair_order(list(gangs.items()), shares) if shares is not None else iter(gangs.items())
     earlier: dict[str, tuple[str, float, set[str]]] = {}
