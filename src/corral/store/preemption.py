@@ -43,6 +43,7 @@ async def holding_jobs(conn: AsyncConnection, run_types: Mapping[str, str]) -> t
             jobs.c.ssh_seen_at,
             jobs.c.status,
             jobs.c.stop_requested,
+            jobs.c.termination_reason_message,
             jobs.c.blocks,
             jobs.c.instance_id,
             instances.c.offer,
@@ -80,9 +81,16 @@ async def holding_jobs(conn: AsyncConnection, run_types: Mapping[str, str]) -> t
                 usage=usage,
                 replica_num=int(r.replica_num or 0),
                 stopping=r.stop_requested is not None or r.status == "terminating",
+                preempted_for=r.termination_reason_message if r.stop_requested == PREEMPTED else None,
             )
         )
     return out, types
+
+
+async def busy_blocks(conn: AsyncConnection) -> dict[str, int]:
+    """Each instance's busy blocks now (``instances.busy_blocks``, recounted whenever a job lets go)."""
+    q = sa.select(instances.c.id, instances.c.busy_blocks).where(instances.c.deleted.is_(False))
+    return {r.id: int(r.busy_blocks or 0) for r in await conn.execute(q)}
 
 
 async def stop_victims(conn: AsyncConnection, chosen: Sequence[Preemption], now: float) -> list[Preemption]:
