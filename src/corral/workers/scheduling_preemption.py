@@ -60,15 +60,15 @@ class Preempter:
         async with self.ctx.db.read() as conn:
             running, types = await store.holding_jobs(conn, self._run_types)
             busy_now = await store.busy_blocks(conn)  # after the jobs: what ended meanwhile shows here
-        if freed_since(snapshot, busy_now):
-            # a job ended after the snapshot: its capacity, free or held for its preemptor, is not in the
-            # snapshot, where it would look taken and a waiting run preempt for it: decide on a fresh one
-            self.ctx.wakeups.wake("scheduler")
-            return 0
         live = {j.run_id for j in running}
         self._run_types = {k: v for k, v in {**self._run_types, **types}.items() if k in live}
         chosen = choose(snapshot, plan, running, policies, settings, now, schedule)
         if not chosen:
+            return 0
+        if freed_since(snapshot, busy_now):
+            # a job ended after the snapshot: its capacity, free or held for its preemptor, is not in the
+            # snapshot, where it looks taken and a waiting run may preempt for it: decide on a fresh one
+            self.ctx.wakeups.wake("scheduler")
             return 0
         async with self.ctx.db.write() as conn:
             done = await store.stop_victims(conn, chosen, now)
