@@ -57,6 +57,15 @@ def test_a_preemptor_that_does_not_fit_yet_keeps_what_is_held_for_it() -> None:
     assert assigned(held) == {}  # the other block it needs still runs a victim: nobody takes the freed one
 
 
+def test_holds_of_one_run_on_one_instance_add_up() -> None:
+    # r9 (three GPUs) preempted two one-GPU runs of i0, both ended: both blocks of i0 are its own
+    snap = cluster(2, [running(2, 1), running(3, 1)])
+    big = waiting(9, 90, gpus=3, project="q", at=500.0)
+    holds = (Hold("i0", "r9", 1, NOW + 60), Hold("i0", "r9", 1, NOW + 60))
+    held = replace(snap, queue=(*waiting(5, 0, at=10.0), *big), holds=holds)
+    assert assigned(held) == {}  # r9 does not fit yet; r5 takes neither of its blocks
+
+
 def test_a_run_that_holds_capacity_preempts_nothing_more() -> None:
     victims = [running(0, 0), running(1, 0), running(2, 1, started=5.0)]
     snap = replace(cluster(2, victims), queue=tuple(waiting(9, 90, gpus=2, at=500.0)))

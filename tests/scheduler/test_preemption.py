@@ -1,8 +1,10 @@
 """Preemption's pure decision on small clusters of two-GPU hosts (one GPU a block): a higher-priority run
 takes the place of the fewest, most recently started preemptible gangs of its project; a project below its
 nominal quota reclaims from a borrowing one; never a gang younger than ``min_runtime``, never part of a gang,
-never a service unless its project names services, at most ``max_victims_per_cycle`` gangs; and, driven
-by a Hypothesis state machine, no two runs ever preempt each other back and forth."""
+never a service unless its project names services, at most ``max_victims_per_cycle`` gangs; a run that
+waits as it did still preempts; what a stopping victim frees or a hold keeps is its preemptor's alone; a
+snapshot older than a job's end is seen stale; and, driven by a Hypothesis state machine, no two runs ever
+preempt each other back and forth."""
 
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ from test_wait_reasons import ONE_GPU
 
 from corral.domain.quotas import QuotaPolicy, charge, limits_from_doc
 from corral.scheduler.preemption import RECLAIM, WITHIN_PROJECT, RunningJob, Settings, choose
+from corral.scheduler.preemption_room import freed_since
 from corral.scheduler.schedule import schedule
-from corral.scheduler.types import Assign, QueuedJob, Snapshot
+from corral.scheduler.types import Assign, Hold, QueuedJob, Snapshot
 
 ON = Settings(enabled=True, min_priority_gap=10, min_runtime=0.0, max_victims_per_cycle=8)
 GPU = charge(["H200"], 8, 32768, 0.0, 1, 2)  # one block (one GPU) of GPU_MACHINE
@@ -125,6 +128,46 @@ def test_victims_bounded_per_cycle() -> None:
 def test_stopping_gangs_are_counted_as_freed() -> None:
     run = [running(0, 0, stopping=True), running(1, 0, started=5.0)]
     assert decide(cluster(1, run), waiting(9, 90), run) == []
+
+
+def test_a_run_that_waits_as_it_did_still_preempts() -> None:
+    # its message unchanged, the plan has no decision for it: it still waits, and may still preempt
+    run = [running(i, i // 2, started=float(i)) for i in range(4)]
+    snap = replace(cluster(2, run), queue=tuple(waiting(9, 90)))
+    (message,) = [d.message for g in schedule(snap, 1000.0).gangs for d in g.decisions]  # type: ignore[union-attr]
+    again = [replace(j, status_message=message) for j in waiting(9, 90)]
+    assert decide(cluster(2, run), again, run) == [("v3", "r9", WITHIN_PROJECT)]
+
+
+STOPPED_FOR_R9 = "Preempted by run run-9 (a higher-priority run of its project)"
+
+
+def test_what_a_stopping_victim_frees_is_its_preemptor_s_only() -> None:
+    # v5 stops for r9: r10, before it in order, takes nothing of it and preempts for itself, once
+    run = [running(i, i // 2, started=float(i)) for i in range(6)]
+    run[5] = replace(run[5], stopping=True, preempted_for=STOPPED_FOR_R9)
+    queue = [*waiting(9, 90, at=1.0), *waiting(10, 95, at=2.0)]
+    assert decide(cluster(3, run), queue, run) == [("v4", "r10", WITHIN_PROJECT)]
+    # stopped by a user instead: the first run to fit takes it, the next one preempts
+    run[5] = replace(run[5], preempted_for=None)
+    assert decide(cluster(3, run), queue, run) == [("v4", "r9", WITHIN_PROJECT)]
+
+
+def test_what_is_held_for_a_preemptor_the_plan_leaves_waiting_is_its_own() -> None:
+    # r9 (two GPUs of i0) preempted v0, which ended (its block held for r9), and v1, still stopping; r10
+    # (one GPU, higher priority) counts neither free: it preempts v3, and r9 still gets the whole of i0
+    run = [replace(running(1, 0, started=1.0), stopping=True, preempted_for=STOPPED_FOR_R9)]
+    run += [running(2, 1, started=2.0), running(3, 1, started=3.0)]
+    snap = replace(cluster(2, run), holds=(Hold("i0", "r9", 1, 2000.0),))
+    queue = [*waiting(9, 90, gpus=2, at=1.0), *waiting(10, 95, at=2.0)]
+    assert decide(snap, queue, run) == [("v3", "r10", WITHIN_PROJECT)]
+
+
+def test_a_snapshot_older_than_a_job_s_end_is_seen_stale() -> None:
+    snap = cluster(2, [running(0, 0), running(1, 1), running(2, 1)])
+    assert not freed_since(snap, {"i0": 1, "i1": 2})
+    assert not freed_since(snap, {"i0": 2, "i1": 2, "i9": 1})  # taken meanwhile, or a new instance: not freed
+    assert freed_since(snap, {"i0": 1, "i1": 1})
 
 
 def test_reclaim_from_a_borrowing_project() -> None:

@@ -74,8 +74,9 @@ def active(snapshot: Snapshot, now: float) -> dict[str, list[Hold]]:
     return out
 
 
-def blocks_by_instance(holds: Iterable[Hold]) -> dict[str, int]:
-    """The blocks ``holds`` hold on each instance (several victims of one run may have ended on one)."""
+def by_instance(holds: Iterable[Hold]) -> dict[str, int]:
+    """The blocks ``holds`` keep per instance: a run may hold blocks of one instance from several victims
+    (a preemptor of two GPUs whose victims had one each on the same host), and they add up."""
     out: dict[str, int] = {}
     for h in holds:
         out[h.instance_id] = out.get(h.instance_id, 0) + h.blocks
@@ -90,7 +91,7 @@ class Reserved:
         #: run id -> instance id -> blocks taken out for it
         self.taken: dict[str, dict[str, int]] = {}
         for run_id, hs in holds.items():
-            self.take(run_id, blocks_by_instance(hs))
+            self.take(run_id, by_instance(hs))
 
     def take(self, run_id: str, blocks: Mapping[str, int]) -> list[str]:
         """Take ``blocks`` (what is free of them) out for ``run_id``; the instances changed."""

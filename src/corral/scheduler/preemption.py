@@ -17,6 +17,12 @@ freed), then every victim the run does not actually need is dropped, so victims 
 as possible. At most ``max_victims_per_cycle`` gangs per call, and at most :data:`MAX_TRIES` waiting runs
 tried (the rest are tried at the next pass).
 
+Every run the plan does not place is a waiting run, whether or not its wait message changed. What a
+stopping victim will free, and what a hold keeps (``scheduler.holds``), belongs to the preemptor it names:
+that run is tried first, and no other run's trial counts those blocks free; a run that fits on freed
+capacity takes it for the rest of the call (``scheduler.preemption_room``). Otherwise a run after it would
+wait for capacity already promised, instead of preempting for itself.
+
 No cycles (Kueue's argument): under ``within_project`` the preemptor's priority is strictly higher than its
 victim's, so the victim can never take its place back by that rule; under ``reclaim`` the preemptor's
 project is at or below its nominal quota afterwards and the victim's project was borrowing, so the victim's
@@ -28,17 +34,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 
-from corral.domain.quotas import QuotaPolicy, Usage, add, borrowed, charge
-from corral.scheduler.types import (
-    Assign,
-    FleetSlot,
-    InstanceSlot,
-    Plan,
-    ProjectQuota,
-    QueuedJob,
-    Snapshot,
-    Wait,
+from corral.domain.quotas import QuotaPolicy, Usage, add, borrowed
+from corral.scheduler.preemption_room import RunningJob as RunningJob
+from corral.scheduler.preemption_room import (
+    booked,
+    charge_of,
+    freed,
+    held_for_others,
+    held_for_preemptors,
+    minus,
+    waiting_gangs,
 )
+from corral.scheduler.types import Assign, Plan, QueuedJob, Snapshot
 
 WITHIN_PROJECT = "within_project"
 RECLAIM = "reclaim"
@@ -69,27 +76,6 @@ class Settings:
     min_runtime: float = 600.0
     grace_period: float = 120.0
     max_victims_per_cycle: int = 8
-
-
-@dataclass(frozen=True)
-class RunningJob:
-    """A job that holds capacity: on ``instance_id``, ``blocks`` of it, holding ``usage``."""
-
-    id: str
-    run_id: str
-    run_name: str
-    project_id: str
-    priority: int
-    #: When it started (the victim order and ``min_runtime`` use the latest start of its gang).
-    started_at: float
-    #: Its run's configuration type: ``task``, ``service``, ``dev-environment``.
-    run_type: str
-    instance_id: str
-    blocks: int
-    usage: Mapping[str, float] = field(default_factory=dict)
-    replica_num: int = 0
-    #: A stop was asked for (by a user, the server, or an earlier preemption): it frees its capacity soon.
-    stopping: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,11 +152,14 @@ def choose(
     waiting; ``place`` is ``schedule``. Empty when preemption is off."""
     if not settings.enabled or settings.max_victims_per_cycle <= 0:
         return ()
-    waiting = _waiting_gangs(snapshot, plan)
+    waiting = waiting_gangs(snapshot, plan)
     if not waiting:
         return ()
     stopping = [j for j in running if j.stopping]
-    work = _booked(_freed(snapshot, stopping), plan)
+    held = held_for_preemptors(snapshot, plan, stopping, now)
+    if held:  # what is held for a waiting run (or a stopping victim frees for it) goes to it first
+        waiting.sort(key=lambda js: js[0].run_id not in held)
+    work = booked(freed(snapshot, stopping), plan)
     usage: dict[str, Usage] = {}
     for j in running:
         if not j.stopping:
@@ -205,16 +194,23 @@ def choose(
         if like in hopeless:
             continue
         tries -= 1
-        if _fits(work, jobs, (), now, place) is not None:
-            continue  # it fits without taking anything (capacity a stopping gang frees, or none needed)
-        found = _victims_for(work, jobs, within, reclaim, usage, policies, budget, now, place)
+        fit = _fits(work, jobs, (), now, place, held)
+        if fit is not None:
+            # it fits without taking anything (capacity a stopping gang frees): that capacity is its own in
+            # this call, so that a run after it does not count it free too and wait instead of preempting
+            usage[head.project_id] = add(usage.get(head.project_id, {}), charge_of(work, fit))
+            work = booked(work, fit)
+            held.pop(head.run_id, None)
+            candidates.clear()
+            continue
+        found = _victims_for(work, jobs, within, reclaim, usage, policies, budget, now, place, held)
         if found is None:
             hopeless.add(like)
             continue
         victims, rule, placed = found
         for v in victims:
             pool.remove(v)
-            usage[v.project_id] = _minus(usage.get(v.project_id, {}), v.usage())
+            usage[v.project_id] = minus(usage.get(v.project_id, {}), v.usage())
             out.append(
                 Preemption(
                     v.key[0],
@@ -228,8 +224,9 @@ def choose(
             )
         budget -= len(victims)
         candidates.clear()
-        usage[head.project_id] = add(usage.get(head.project_id, {}), _charge(work, placed))
-        work = _booked(_freed(work, [j for v in victims for j in v.jobs]), placed)
+        usage[head.project_id] = add(usage.get(head.project_id, {}), charge_of(work, placed))
+        work = booked(freed(work, [j for v in victims for j in v.jobs]), placed)
+        held.pop(head.run_id, None)
     return tuple(out)
 
 
@@ -278,18 +275,19 @@ def _victims_for(
     budget: int,
     now: float,
     place: Place,
+    held: Mapping[str, Mapping[str, int]],
 ) -> tuple[list[_Victim], str, Plan] | None:
     head = jobs[0]
     own = policies.get(head.project_id, QuotaPolicy())
     # reclaimable first (their projects are above nominal), then lowest priority, then most recently started
     for candidates in (reclaim + within, within):
         ordered = sorted(candidates, key=lambda v: (v.project_id == head.project_id, v.priority, -v.started_at, v.key))
-        found = _greedy(work, jobs, ordered, budget, now, place)
+        found = _greedy(work, jobs, ordered, budget, now, place, held)
         if found is None:
             continue
         victims, placed = found
         if any(v.project_id != head.project_id for v in victims):
-            after = add(usage.get(head.project_id, {}), _charge(work, placed))
+            after = add(usage.get(head.project_id, {}), charge_of(work, placed))
             if not _within_nominal(after, own):
                 continue  # taking back would put the project above its nominal quota: not a reclaim
             return victims, RECLAIM, placed
@@ -304,20 +302,21 @@ def _greedy(
     budget: int,
     now: float,
     place: Place,
+    held: Mapping[str, Mapping[str, int]],
 ) -> tuple[list[_Victim], Plan] | None:
     """Victims taken in order until the run fits, then those it does not need dropped (Kueue's way)."""
     chosen: list[_Victim] = []
     placed: Plan | None = None
     for v in ordered[: GREEDY_FACTOR * budget]:
         chosen.append(v)
-        placed = _fits(work, jobs, [j for c in chosen for j in c.jobs], now, place)
+        placed = _fits(work, jobs, [j for c in chosen for j in c.jobs], now, place, held)
         if placed is not None:
             break
     if placed is None:
         return None
     for v in list(reversed(chosen[:-1])):
         rest = [c for c in chosen if c is not v]
-        again = _fits(work, jobs, [j for c in rest for j in c.jobs], now, place)
+        again = _fits(work, jobs, [j for c in rest for j in c.jobs], now, place, held)
         if again is not None:
             chosen, placed = rest, again
     if len(chosen) > budget:
@@ -326,88 +325,22 @@ def _greedy(
 
 
 def _fits(
-    work: Snapshot, jobs: tuple[QueuedJob, ...], freed: Sequence[RunningJob], now: float, place: Place
+    work: Snapshot,
+    jobs: tuple[QueuedJob, ...],
+    gone: Sequence[RunningJob],
+    now: float,
+    place: Place,
+    held: Mapping[str, Mapping[str, int]],
 ) -> Plan | None:
-    """The run's placement on existing instances once ``freed`` are gone, None when it still does not fit."""
-    trial = replace(_freed(work, freed), queue=jobs, shares={}, hold_after=None)
+    """The run's placement on existing instances once ``gone`` are gone, None when it still does not fit.
+    The blocks ``held`` for other waiting runs stay taken: the trial's queue is this run alone, so the
+    snapshot's holds bind only its own."""
+    trial = replace(held_for_others(freed(work, gone), held, jobs[0].run_id), queue=jobs, shares={}, hold_after=None)
     plan = place(trial, now)
     decisions = [d for g in plan.gangs for d in g.decisions]
     if len(decisions) == len(jobs) and all(isinstance(d, Assign) for d in decisions):
         return plan
     return None
-
-
-def _waiting_gangs(snapshot: Snapshot, plan: Plan) -> list[tuple[QueuedJob, ...]]:
-    """The gangs the plan leaves waiting, highest priority first, then oldest."""
-    waits = {d.job_id for g in plan.gangs for d in g.decisions if isinstance(d, Wait)}
-    gangs: dict[tuple[str, int], list[QueuedJob]] = {}
-    for q in snapshot.queue:
-        gangs.setdefault((q.run_id, q.replica_num), []).append(q)
-    out = [tuple(js) for js in gangs.values() if any(j.id in waits for j in js)]
-    out.sort(key=lambda js: (-js[0].priority, min(j.submitted_at for j in js), js[0].run_id))
-    return out
-
-
-def _freed(snapshot: Snapshot, gone: Sequence[RunningJob]) -> Snapshot:
-    """The snapshot with what ``gone`` hold given back: their blocks, and their usage against quotas."""
-    if not gone:
-        return snapshot
-    blocks: dict[str, int] = {}
-    for j in gone:
-        blocks[j.instance_id] = blocks.get(j.instance_id, 0) + j.blocks
-    fleets = tuple(_fleet_with(f, blocks, -1) for f in snapshot.fleets)
-    quotas = dict(snapshot.quotas)
-    for j in gone:
-        q = quotas.get(j.project_id)
-        if q is not None:
-            quotas[j.project_id] = ProjectQuota(q.max, _minus(q.used, j.usage), q.instance_ids, q.project_name)
-    return replace(snapshot, fleets=fleets, quotas=quotas)
-
-
-def _booked(snapshot: Snapshot, plan: Plan) -> Snapshot:
-    """The snapshot with the blocks the plan assigns taken."""
-    blocks: dict[str, int] = {}
-    for d in (d for g in plan.gangs for d in g.decisions):
-        if isinstance(d, Assign):
-            blocks[d.instance_id] = blocks.get(d.instance_id, 0) + d.blocks
-    if not blocks:
-        return snapshot
-    return replace(snapshot, fleets=tuple(_fleet_with(f, blocks, 1) for f in snapshot.fleets))
-
-
-def _fleet_with(f: FleetSlot, blocks: Mapping[str, int], sign: int) -> FleetSlot:
-    if not any(i.id in blocks for i in f.instances):
-        return f
-    return replace(f, instances=tuple(_instance_with(i, sign * blocks.get(i.id, 0)) for i in f.instances))
-
-
-def _instance_with(i: InstanceSlot, delta: int) -> InstanceSlot:
-    if delta == 0:
-        return i
-    busy = min(i.total_blocks, max(0, i.busy_blocks + delta))
-    status = i.status
-    if status in ("busy", "idle"):
-        status = "busy" if busy > 0 else "idle"
-    return replace(i, busy_blocks=busy, status=status)
-
-
-def _charge(work: Snapshot, plan: Plan) -> Usage:
-    by_id = {i.id: i for f in work.fleets for i in f.instances}
-    out: Usage = {}
-    for d in (d for g in plan.gangs for d in g.decisions):
-        inst = by_id.get(d.instance_id) if isinstance(d, Assign) else None
-        if inst is None or inst.resources is None or not isinstance(d, Assign):
-            continue
-        r = inst.resources
-        out = add(out, charge([g.name for g in r.gpus], r.cpus, r.memory_mib, inst.price, d.blocks, inst.total_blocks))
-    return out
-
-
-def _minus(a: Mapping[str, float], b: Mapping[str, float]) -> Usage:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = max(0.0, out.get(k, 0.0) - v)
-    return out
 
 
 def _borrowing(above: Mapping[str, float], holds: Mapping[str, float], policy: QuotaPolicy) -> bool:

@@ -38,7 +38,7 @@ from corral.scheduler.fair_share import FairNote, ShareBook, fair_order
 from corral.scheduler.fallbacks import fallbacks
 from corral.scheduler.fleet_upkeep import reclaim_for
 from corral.scheduler.fleet_view import WIRE_NAMES
-from corral.scheduler.holds import Reserved, blocks_by_instance
+from corral.scheduler.holds import Reserved, by_instance
 from corral.scheduler.holds import active as active_holds
 from corral.scheduler.ledger import Ledger, initial_ledger
 from corral.scheduler.pass_memo import PassMemo
@@ -500,7 +500,7 @@ def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
                     if shares is not None:
                         shares.take(jobs[0].project_id, decisions)
             if not placed:  # still waiting: the hold stands for the rest of the pass
-                ledger.changed(reserved.take(run_id, blocks_by_instance(holding[run_id])))
+                ledger.changed(reserved.take(run_id, by_instance(holding[run_id])))
     memo = PassMemo()
     ordered = fair_order(list(gangs.items()), shares) if shares is not None else iter(gangs.items())
     earlier: dict[str, tuple[str, float, set[str]]] = {}

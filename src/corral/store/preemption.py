@@ -9,6 +9,7 @@ Imports only SQLAlchemy, the tables, the quotas store and ``corral.domain``/``co
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,6 +28,8 @@ from corral.store.tables import instances, jobs, runs
 #: ``jobs.stop_requested`` of a job stopped to make room for another run.
 PREEMPTED = "preempted"
 _ACTIVE = ("provisioning", "pulling", "running")
+#: The advisory lock under which victims are stopped (taken before any row lock, by nothing else).
+STOP_LOCK_KEY = 0x636F7272_00000000 | zlib.crc32(b"preemption:stop")
 
 
 async def holding_jobs(conn: AsyncConnection, run_types: Mapping[str, str]) -> tuple[list[RunningJob], dict[str, str]]:
@@ -43,6 +46,7 @@ async def holding_jobs(conn: AsyncConnection, run_types: Mapping[str, str]) -> t
             jobs.c.ssh_seen_at,
             jobs.c.status,
             jobs.c.stop_requested,
+            jobs.c.termination_reason_message,
             jobs.c.blocks,
             jobs.c.instance_id,
             instances.c.offer,
@@ -80,9 +84,16 @@ async def holding_jobs(conn: AsyncConnection, run_types: Mapping[str, str]) -> t
                 usage=usage,
                 replica_num=int(r.replica_num or 0),
                 stopping=r.stop_requested is not None or r.status == "terminating",
+                preempted_for=r.termination_reason_message if r.stop_requested == PREEMPTED else None,
             )
         )
     return out, types
+
+
+async def busy_blocks(conn: AsyncConnection) -> dict[str, int]:
+    """Each instance's busy blocks now (``instances.busy_blocks``, recounted whenever a job lets go)."""
+    q = sa.select(instances.c.id, instances.c.busy_blocks).where(instances.c.deleted.is_(False))
+    return {r.id: int(r.busy_blocks or 0) for r in await conn.execute(q)}
 
 
 async def stop_victims(conn: AsyncConnection, chosen: Sequence[Preemption], now: float) -> list[Preemption]:
@@ -90,9 +101,14 @@ async def stop_victims(conn: AsyncConnection, chosen: Sequence[Preemption], now:
 
     The decision was made on a snapshot, so it is checked again here, rows locked: a gang is stopped only
     if none of its jobs was asked to stop meanwhile, its preemptor still waits, and no gang is already
-    stopping for that preemptor (another server replica acted first on the same queue)."""
+    stopping for that preemptor (another server replica acted first on the same queue). Replicas stop
+    victims one after the other (an advisory lock on Postgres; SQLite's write transaction is exclusive):
+    the last check reads what other transactions stopped, and two replicas stopping different gangs for
+    one preemptor at once would each find none stopping yet."""
     if not chosen:
         return []
+    if conn.dialect.name == "postgresql":
+        await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": STOP_LOCK_KEY})
     stopping = sa.select(jobs.c.termination_reason_message).where(
         jobs.c.stop_requested == PREEMPTED, jobs.c.status.in_((*_ACTIVE, "terminating"))
     )

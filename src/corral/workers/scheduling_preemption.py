@@ -3,7 +3,9 @@ decide (pure ``scheduler.preemption.choose`` on the pass's snapshot and plan), t
 in one short transaction that skips any gang asked to stop meanwhile. The jobs worker sends the stop to the
 agent with the grace period (SIGTERM, a file naming the deadline, SIGKILL at the deadline); the runs worker
 requeues the preempted task whatever its ``retry`` (``workers.runs``). Once the victims have ended, the
-capacity they freed is held for the preemptor (``holds``, ``scheduler.holds``)."""
+capacity they freed is held for the preemptor (``holds``, ``scheduler.holds``). A pass whose snapshot is
+older than a job's end (another replica's worker, say, released an instance meanwhile) decides nothing and
+asks for a new pass: on the stale snapshot the freed capacity would look taken."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 from corral.domain.quotas import QuotaPolicy
 from corral.scheduler.holds import HOLD_FOR, holds_for
 from corral.scheduler.preemption import Settings, choose
+from corral.scheduler.preemption_room import freed_since
 from corral.scheduler.schedule import schedule
 from corral.scheduler.types import Hold, Plan, QueuedJob, Snapshot
 from corral.store import preemption as store
@@ -56,10 +59,16 @@ class Preempter:
             return 0  # nothing is preemptible
         async with self.ctx.db.read() as conn:
             running, types = await store.holding_jobs(conn, self._run_types)
+            busy_now = await store.busy_blocks(conn)  # after the jobs: what ended meanwhile shows here
         live = {j.run_id for j in running}
         self._run_types = {k: v for k, v in {**self._run_types, **types}.items() if k in live}
         chosen = choose(snapshot, plan, running, policies, settings, now, schedule)
         if not chosen:
+            return 0
+        if freed_since(snapshot, busy_now):
+            # a job ended after the snapshot: its capacity, free or held for its preemptor, is not in the
+            # snapshot, where it looks taken and a waiting run may preempt for it: decide on a fresh one
+            self.ctx.wakeups.wake("scheduler")
             return 0
         async with self.ctx.db.write() as conn:
             done = await store.stop_victims(conn, chosen, now)
