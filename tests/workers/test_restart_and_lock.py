@@ -22,7 +22,8 @@ async def test_start_reaps_agents_no_instance_owns(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     (orphan / "agent.pid").write_text(str(proc.pid))
     async with running_server(settings):
-        assert proc.wait(timeout=10) != 0
+        # killed well before its 60 s: -9, or 0 where the server (this same process) reaped it first
+        assert proc.wait(timeout=10) in (0, -9)
         assert not orphan.exists()
 
 

@@ -4,6 +4,10 @@
 transaction that is serialised where the database needs it: ``BEGIN IMMEDIATE`` on SQLite (one writer
 at a time, so a recount inside it sees every committed row) and ordinary transactions on Postgres,
 where ``plan_apply`` takes row locks with ``SELECT ... FOR UPDATE``.
+
+On SQLite the statements run on the event loop's thread (``store/sqlite_inline.py``), the writers of
+the process queue on an asyncio lock before ``BEGIN IMMEDIATE``, and read connections are
+``query_only``.
 """
 
 from __future__ import annotations
@@ -19,16 +23,27 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from corral.store import sqlite_inline
+
 #: The engines' execution option that tells the event recorder (``store/events.py``) how long events are kept.
 EVENTS_TTL_OPTION = "corral_events_ttl"
+#: Seconds a SQLite statement made on the loop's thread waits for a lock another process holds.
+INLINE_BUSY_TIMEOUT = 5.0
 
 
 def _sqlite_engine(url: str, immediate: bool, options: dict[str, Any]) -> AsyncEngine:
     # Every use ends its transaction explicitly (``conn.begin()``), so the pool's rollback on return is
     # only a wasted round trip to the driver's thread.
+    path = url.split("///", 1)[1] if "///" in url else ""
+    extra: dict[str, Any] = {}
+    if path and path != ":memory:" and not path.startswith("file:"):
+        # statements made on the loop's thread (``store/sqlite_inline.py``); a lock wait holds the loop, so
+        # it is short (writers of this process queue on ``Database.write``'s lock, not on SQLite's)
+        extra["async_creator"] = sqlite_inline.creator(path, INLINE_BUSY_TIMEOUT)
     engine = create_async_engine(
         url,
         connect_args={"timeout": 30},
+        **extra,
         pool_size=5 if immediate else 10,
         pool_reset_on_return=None,
         execution_options=options,
@@ -41,8 +56,12 @@ def _sqlite_engine(url: str, immediate: bool, options: dict[str, Any]) -> AsyncE
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
-        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute(f"PRAGMA busy_timeout={int((INLINE_BUSY_TIMEOUT if extra else 30.0) * 1000)}")
         cur.execute("PRAGMA foreign_keys=ON")
+        if not immediate:
+            # a read connection never writes: a write there would wait for SQLite's lock outside the
+            # writers' queue (on the loop's thread, holding the loop); refused at once instead
+            cur.execute("PRAGMA query_only=ON")
         cur.close()
 
     @event.listens_for(engine.sync_engine, "begin")
