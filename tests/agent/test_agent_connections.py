@@ -96,10 +96,14 @@ def test_a_long_poll_outlives_the_idle_timeout(agent: Agent) -> None:
         assert c.get("/jobs/sleeper").status_code == 200  # and the connection still serves
 
 
-def _handler_threads() -> int:
-    """The request handler threads (``Thread-N (process_request_thread)``), not the other threads of the process
-    (a job of an earlier test's agent may be ending meanwhile)."""
-    return sum("process_request_thread" in th.name for th in threading.enumerate())
+def _handler_threads(server: object) -> int:
+    """The request handler threads of ``server`` alone (``Thread-N (process_request_thread)`` bound to it): not
+    the other threads of the process, nor the handlers of another test's agent (its keep-alive connections may
+    be closing meanwhile)."""
+    return sum(
+        "process_request_thread" in th.name and getattr(getattr(th, "_target", None), "__self__", None) is server
+        for th in threading.enumerate()
+    )
 
 
 def test_handler_threads_are_bounded(tmp_path: Path) -> None:
@@ -110,14 +114,14 @@ def test_handler_threads_are_bounded(tmp_path: Path) -> None:
         for h in holders:  # each holds a handler thread in the middle of a request
             h.sendall(b"GET /health HTTP/1.1\r\n")
         deadline = time.monotonic() + 5
-        while _handler_threads() < 3:
+        while _handler_threads(agent.httpd) < 3:
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        before = _handler_threads()
+        before = _handler_threads(agent.httpd)
         r = httpx.get(_url(agent) + "/health", timeout=10)
         assert r.status_code == 503 and "3 connections" in r.json()["error"]
         assert r.headers["connection"] == "close"
-        assert _handler_threads() <= before  # the fourth got no thread (other threads may come and go)
+        assert _handler_threads(agent.httpd) <= before  # the fourth got no thread (other threads may come and go)
         holders.pop().close()
         deadline = time.monotonic() + 5
         while True:  # the freed slot serves the next one

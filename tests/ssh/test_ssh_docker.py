@@ -200,7 +200,8 @@ async def test_job_on_blocks_gets_a_bridge_a_mapped_port_and_limits(server: Runn
         host_port = runtime["ports"]["8080"]
         assert host_port != 8080
         assert await _get(f"http://{dock.ip(HOST)}:{host_port}/") == "hello-from-a-block\n"
-        assert f"mem={memory_mib // 2 * 2**20}\n" in await run_logs(c, await run_get(c, "half"))
+        # The job's output reaches the server with its next log read: wait for it rather than race it.
+        await wait_for(lambda: _logs_contain(c, "half", f"mem={memory_mib // 2 * 2**20}\n"), timeout=15)
         await c.post("/api/project/main/runs/stop", json={"runs_names": ["half"], "abort": False})
         run = await run_status(c, "half", "terminated", "failed", "done")
         assert run["status"] == "terminated", run["latest_job_submission"]
