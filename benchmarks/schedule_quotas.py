@@ -10,9 +10,12 @@ with quotas off), the most each project ever held against its max (never above i
 waits per project.
 
 With ``--fair`` the projects' weights (1:2:3) order the contended GPUs (fair share) and ``--max none``
-drops the quotas: it then prints each project's share of the GPU-seconds in 1-hour windows (after the
-first hour, while jobs arrive) against its entitlement (64 x w / 6 GPUs with every project backlogged:
-``--load 2`` keeps each one's demand above it).
+drops the quotas. It then prints, per 1-hour window (after the first hour, while jobs arrive), each project's
+GPU-time against its entitlement over the same window: at each moment, its nominal quota (``--preempt``) as far
+as it asks for it, then the rest of the GPUs water-filled by weight over what each project asks for (running
+plus queued: weighted max-min, as ``entitlement`` here computes it; 64 x w / 6 GPUs when every project asks
+for more), integrated over the window. Mean and max relative error per project, and Jain's index of the
+got/entitled ratios per window. ``--sizes mixed`` draws jobs of 1/2/4/8 GPUs (40/25/20/15 %).
 
 With ``--preempt`` (fair share on, no ``quota.max`` unless ``--max`` names one) the jobs have mixed
 priorities (70 % at 0, 20 % at 20, 10 % at 90; those at 50 or below preemptible), the projects nominal
@@ -26,6 +29,7 @@ jobs, and each pass also tries preemption: ``--preempt --jobs 2000`` takes a few
 full 10,000 much longer.
 
     python benchmarks/schedule_quotas.py [--jobs 10000] [--seed 7] [--max 16,24,32|none] [--fair] [--load 1.2]
+                                         [--sizes one|mixed] [--warm-up 24] [--windows]
     python benchmarks/schedule_quotas.py --preempt
 """
 
@@ -71,6 +75,75 @@ NOMINAL = dict(zip(PROJECTS, (11, 21, 32), strict=True))
 PRIORITIES = ((0, 0.7), (20, 0.2), (90, 0.1))
 PREEMPTION = Settings(enabled=True, min_priority_gap=10, min_runtime=600.0, grace_period=120.0)
 ONE_BLOCK = charge(["H100"] * 8, 64, 524288, 0.0, 1, 8)
+SIZES = ((1, 0.40), (2, 0.25), (4, 0.20), (8, 0.15))  # --sizes mixed: GPUs per job and their share of the jobs
+
+
+def entitlement(
+    capacity: float, weights: dict[str, float], demand: dict[str, float], nominal: dict[str, float]
+) -> dict[str, float]:
+    """Each project's entitlement now: its nominal quota as far as it asks for it, then the rest of the
+    capacity water-filled by weight (weighted max-min) over what each still asks for. With every project
+    asking for more than its part this is ``capacity * w / sum(w)``; a project asking for less is entitled
+    to what it asks, and the others split what it leaves."""
+    give = {p: min(demand[p], nominal.get(p, 0.0)) for p in weights}
+    scale = min(1.0, capacity / sum(give.values())) if sum(give.values()) else 1.0
+    give = {p: g * scale for p, g in give.items()}
+    left = capacity - sum(give.values())
+    open_ = {p for p in weights if demand[p] - give[p] > 1e-9}
+    while left > 1e-9 and open_:
+        per = left / sum(weights[p] for p in open_)
+        full = {p for p in open_ if demand[p] - give[p] <= per * weights[p]}
+        if not full:
+            for p in open_:
+                give[p] += per * weights[p]
+            break
+        for p in full:
+            left -= demand[p] - give[p]
+            give[p] = demand[p]
+        open_ -= full
+    return give
+
+
+def report_shares(
+    label: str,
+    full: list[int],
+    windows: dict[int, dict[str, float]],
+    entitled: dict[int, dict[str, float]],
+    weights: dict[str, float],
+) -> None:
+    """Each project's GPU-time against its entitlement over the 1-hour ``full`` windows, and Jain's index."""
+    if not full:
+        return
+    print(f"share against entitlement in 1-h windows {label} ({len(full)} windows):")
+    errors: dict[str, list[float]] = {p: [] for p in PROJECTS}
+    jain: list[float] = []
+    capacity = sum(entitled[full[0]].values()) or 1.0
+    for k in full:
+        got, due = windows[k], entitled[k]
+        ratios = []
+        for p in PROJECTS:
+            if due[p] > 0.01 * capacity:  # a project entitled to under 1 % of the window: no ratio
+                errors[p].append(abs(got[p] - due[p]) / due[p])
+                ratios.append(got[p] / due[p])
+        if ratios:
+            jain.append(sum(ratios) ** 2 / (len(ratios) * sum(r * r for r in ratios)))
+    for p in PROJECTS:
+        mean_due = statistics.mean(entitled[k][p] for k in full) / 3600
+        e = errors[p] or [0.0]
+        print(
+            f"  project {p} (weight {weights[p]:.0f}, entitled to {mean_due:.1f} GPUs on average):"
+            f" mean error {statistics.mean(e):.1%}, max {max(e):.1%}"
+        )
+    print(f"  Jain's index of got/entitled per window: mean {statistics.mean(jain):.4f}, min {min(jain):.4f}")
+
+
+def pick_size(rng: random.Random) -> int:
+    pick = rng.random()
+    for size, share in SIZES:
+        if pick < share:
+            return size
+        pick -= share
+    return SIZES[-1][0]
 
 
 def main() -> None:
@@ -81,6 +154,9 @@ def main() -> None:
     ap.add_argument("--fair", action="store_true", help="fair share by the weights 1:2:3")
     ap.add_argument("--load", type=float, default=1.2, help="arrivals against what the GPUs serve")
     ap.add_argument("--preempt", action="store_true", help="mixed priorities, nominal quotas, preemption on")
+    ap.add_argument("--windows", action="store_true", help="print every 1-h window's GPUs got and entitled")
+    ap.add_argument("--warm-up", type=float, default=24.0, help="hours left out of the second share figure")
+    ap.add_argument("--sizes", choices=("one", "mixed"), default="one", help="1 GPU a job, or 1/2/4/8 (40/25/20/15 %%)")
     a = ap.parse_args()
     if a.max is None:
         a.max = "none" if a.preempt else "16,24,32"
@@ -90,6 +166,8 @@ def main() -> None:
     no_max = a.max == "none"
     maxes = dict(zip(PROJECTS, (10**9,) * 3 if no_max else (int(x) for x in a.max.split(",")), strict=True))
     windows: dict[int, dict[str, float]] = {}
+    entitled: dict[int, dict[str, float]] = {}  # window -> project -> GPU-seconds it was entitled to
+    size_of: dict[str, int] = {}  # job -> its GPUs
     hosts, gpus = 8, 8
     median_s = 1800.0
     mean_s = median_s * 1.0  # log-normal with sigma 1 has mean ~1.65x median; rate set from it below
@@ -106,7 +184,8 @@ def main() -> None:
             if pick < p:
                 break
             pick -= p
-        arrivals.append((t, n, project, duration, priority if a.preempt else 0))
+        size = pick_size(rng) if a.sizes == "mixed" else 1
+        arrivals.append((t, n, project, duration, priority if a.preempt else 0, size))
 
     busy: dict[str, int] = {f"h{h}": 0 for h in range(hosts)}
     running: list[tuple[float, str, str, str]] = []  # (ends at, job, host, project)
@@ -144,6 +223,14 @@ def main() -> None:
         busy_gpu_s += sum(busy.values()) * (step - now) if now <= end_of_arrivals else 0.0
         if now <= end_of_arrivals:
             bucket = windows.setdefault(int(now // 3600), dict.fromkeys(PROJECTS, 0.0))
+            ent_bucket = entitled.setdefault(int(now // 3600), dict.fromkeys(PROJECTS, 0.0))
+            demand = {p: float(holding[p]) for p in PROJECTS}
+            for q in queue.values():
+                demand[q.project_id] += size_of[q.id]
+            caps = {p: min(demand[p], float(maxes[p])) for p in PROJECTS}
+            nominal_gpus = {p: float(NOMINAL[p]) for p in PROJECTS} if a.preempt else {}
+            for proj, due_now in entitlement(float(hosts * gpus), weights, caps, nominal_gpus).items():
+                ent_bucket[proj] += due_now * (step - now)
             for p in PROJECTS:
                 bucket[p] += holding[p] * (step - now)
         now = step
@@ -152,28 +239,31 @@ def main() -> None:
             if ends.get(job_id) != at_end:
                 continue  # preempted: it ended at its grace period's end instead
             del ends[job_id]
-            busy[host] -= 1
-            holding[project] -= 1
+            busy[host] -= size_of[job_id]
+            holding[project] -= size_of[job_id]
             on[project][host] -= 1
             started.pop(job_id, None)
             if job_id in victims:  # requeued in its place, its whole duration again; its GPU held
-                holds.append(Hold(host, victims.pop(job_id), 1, now + HOLD_FOR))
+                holds.append(Hold(host, victims.pop(job_id), size_of[job_id], now + HOLD_FOR))
                 old = queued_jobs[job_id]
                 again = replace(old, id=f"{job_id}+", status_message=None)
+                size_of[again.id] = size_of[job_id]
                 queue[again.id] = again
                 queued_jobs[again.id] = again
                 info[again.id] = (project, now, info[job_id][2], info[job_id][3])
                 requeued += 1
         while i < len(arrivals) and arrivals[i][0] <= now:
-            at, n, project, duration, prio = arrivals[i]
+            at, n, project, duration, prio, size = arrivals[i]
+            need = ONE_GPU if size == 1 else replace(ONE_GPU, gpu=GpuSpec(count=Range(size, size)))
             job = QueuedJob(
                 id=f"j{n}", run_id=f"r{n}", project_id=project, run_name=f"run-{n}", job_num=0, priority=prio,
-                submitted_at=at, requirements=ONE_GPU, fleet_names=None, creation_policy="reuse",
+                submitted_at=at, requirements=need, fleet_names=None, creation_policy="reuse",
                 wait=WaitPolicy(True), project_name=project,
             )  # fmt: skip
             queue[job.id] = job
             queued_jobs[job.id] = job
             info[job.id] = (project, at, duration, prio)
+            size_of[job.id] = size
             i += 1
         insts = tuple(
             InstanceSlot(
@@ -235,8 +325,9 @@ def main() -> None:
         if a.preempt:
             live = [
                 RunningJob(
-                    j, queued_jobs[j].run_id, queued_jobs[j].run_name, info[j][0], prio, at, "task", host, 1,
-                    ONE_BLOCK, stopping=j in victims,
+                    j, queued_jobs[j].run_id, queued_jobs[j].run_name, info[j][0], prio, at, "task", host,
+                    size_of[j], ONE_BLOCK if size_of[j] == 1 else charge(["H100"] * 8, 64, 524288, 0.0, size_of[j], 8),
+                    stopping=j in victims,
                 )
                 for j, (at, host, prio) in started.items()
             ]  # fmt: skip
@@ -247,7 +338,7 @@ def main() -> None:
                     at, host, _prio = started[j]
                     ends[j] = now + PREEMPTION.grace_period
                     heapq.heappush(running, (ends[j], j, host, info[j][0]))
-                    lost_gpu_s += ends[j] - at
+                    lost_gpu_s += (ends[j] - at) * size_of[j]
         assert all(holding[p] <= maxes[p] for p in PROJECTS), holding
 
     shown = "none" if no_max else maxes
@@ -258,19 +349,14 @@ def main() -> None:
         f"scheduler time: {sched_s:.2f} s with quotas/shares ({admitted / sched_s:,.0f} admissions/s,"
         f" {passes / sched_s:,.0f} passes/s); about {plain_s:.2f} s for the same passes without either"
     )
-    full = [win for k, win in sorted(windows.items()) if 0 < k < int(end_of_arrivals // 3600)]
-    if full:
-        errors: dict[str, list[float]] = {p: [] for p in PROJECTS}
-        for win in full:
-            total = sum(win.values()) or 1.0
-            for p in PROJECTS:
-                entitled = weights[p] / sum(weights.values())
-                errors[p].append(abs(win[p] / total - entitled) / entitled)
-        for p in PROJECTS:
-            print(
-                f"project {p}: share vs entitlement {weights[p] / 6:.1%} over {len(full)} 1-h windows:"
-                f" mean error {statistics.mean(errors[p]):.1%}, max {max(errors[p]):.1%}"
-            )
+    last = int(end_of_arrivals // 3600)
+    if a.windows:
+        print("hour: GPUs each project held on average / was entitled to")
+        for k in sorted(windows):
+            cells = (f"{p} {windows[k][p] / 3600:5.1f}/{entitled[k][p] / 3600:5.1f}" for p in PROJECTS)
+            print(f"{k:4d}: " + ", ".join(cells))
+    for label, first in (("after the first hour", 1), (f"after a {a.warm_up:.0f}-h warm-up", int(a.warm_up))):
+        report_shares(label, [k for k in sorted(windows) if first <= k < last], windows, entitled, weights)
     util = busy_gpu_s / (hosts * gpus * end_of_arrivals)
     print(f"GPU utilisation while jobs arrive: {util:.1%}")
     if a.preempt:

@@ -39,6 +39,20 @@ class Tail:
     metrics_after: int = 0
 
 
+#: Backends whose instances never have network volumes attached (EBS volumes attach to aws instances only).
+_NO_NETWORK_VOLUMES = frozenset({"local", "ssh", "remote"})
+
+
+def _after_end(job: JobRec) -> tuple[str, ...]:
+    """The workers a job's end wakes: the runs worker (its run's status), the scheduler (the capacity it
+    freed), and the volumes worker (to detach the volumes it had) unless its instance cannot have any -- a
+    drain of short jobs on local or SSH hosts would otherwise run a volumes pass per job for nothing."""
+    backend = (job.job_provisioning_data or {}).get("corral_backend")
+    if backend in _NO_NETWORK_VOLUMES:
+        return ("runs", "scheduler")
+    return ("runs", "scheduler", "volumes")
+
+
 class JobOutcomes:
     ctx: Context
 
@@ -90,7 +104,7 @@ class JobOutcomes:
             )
             if job.instance_id:
                 await fleet_store.release_instance(conn, job.instance_id, now)
-        self.ctx.wakeups.wake("runs", "scheduler", "volumes")  # volumes: detach those the job had
+        self.ctx.wakeups.wake(*_after_end(job))
         return True
 
     async def _finish(
@@ -167,5 +181,5 @@ class JobOutcomes:
                 await fleet_store.release_instance(conn, job.instance_id, now)
             if tail is not None:
                 await leases.release(conn, jobs_table, job.id, tail.token)
-        self.ctx.wakeups.wake("runs", "scheduler", "volumes")  # volumes: detach those the job had
+        self.ctx.wakeups.wake(*_after_end(job))
         return True

@@ -102,7 +102,11 @@ class Workers:
                 await asyncio.wait_for(event.wait(), timeout=interval)
             event.clear()
             try:
+                import time as _t
+                _t0 = _t.perf_counter(); _c0 = _t.thread_time()
                 await fn()
+                with open("/tmp/passes.log", "a") as _f:
+                    _f.write(f"{name} {_t.perf_counter() - _t0:.4f} {_t.thread_time() - _c0:.4f}\n")
             except asyncio.CancelledError:
                 raise
             except Exception:
