@@ -82,11 +82,11 @@ class JobLifecycle:
             job.persist()
         return True
 
-    def _drop_sandbox(self, job: Job) -> None:
+    def _drop_sandbox(self, job: Job, keep_bridge: bool = False) -> None:
         sb, job.sandbox = job.sandbox, None
         if sb is not None:
             try:
-                self.sandboxes.close(sb)
+                self.sandboxes.close(sb, keep_bridge)
             except OSError:
                 log.exception("job %s: cannot release its sandbox", job.sub.job_id)
 
@@ -314,7 +314,8 @@ class JobLifecycle:
         assert job.proc is not None
         rc = job.proc.wait()
         procs.signal_group(job.proc.pid, signal.SIGKILL)  # leftovers of the job's group
-        self._drop_sandbox(job)
+        sandboxed = job.sandbox is not None
+        self._drop_sandbox(job, keep_bridge=True)
         deadline = time.monotonic() + READER_DRAIN_S
         for t in readers:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -322,6 +323,11 @@ class JobLifecycle:
         for t in readers:
             t.join(1.0)
         self._settle(job, _exit_status(rc), f"killed by signal {_signame(-rc)}" if rc < 0 else None)
+        if sandboxed:  # the host's last sandbox takes the bridge with it, once the job is seen finished
+            try:
+                self.sandboxes.bridge_down_if_idle()
+            except OSError:
+                log.exception("job %s: cannot remove the sandbox bridge", job.sub.job_id)
 
     def _settle(self, job: Job, exit_status: int | None, failure: str | None = None) -> None:
         """The job ended: terminated if it was stopped, done on status 0, else failed with ``failure``."""

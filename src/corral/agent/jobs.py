@@ -31,6 +31,8 @@ from .protocol import JobState, JobSubmission, LogEntry, LogsReply
 
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_WAIT_S = 30.0
+#: How long a logs poll waits for the end of a job whose process exited (its output drained, its sandbox released).
+SETTLE_WAIT_S = 0.5
 
 
 class JobRunner(JobLifecycle):
@@ -125,6 +127,16 @@ class JobRunner(JobLifecycle):
                 if known_state is not None and job.state.state != known_state:
                     break
                 remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                job.cond.wait(remaining)
+            # Its process has exited and only its settling (the last output drained, the sandbox released) is
+            # left: a short wait for it answers with the job's end, not with its last output and then, one more
+            # long poll later, its end.
+            proc = job.proc
+            settle_by = min(deadline, time.monotonic() + SETTLE_WAIT_S)
+            while not job.state.finished and proc is not None and proc.returncode is not None:
+                remaining = settle_by - time.monotonic()
                 if remaining <= 0:
                     break
                 job.cond.wait(remaining)

@@ -199,13 +199,25 @@ class Sandboxes:
                 return n
         raise SandboxError(f"all {self.size} sandbox slots of this host are taken (CORRAL_JOB_UID_RANGE)")
 
-    def _release(self, slots: str, slot: int) -> None:
+    def _release(self, slots: str, slot: int, bridge: bool = True) -> None:
+        """Give back ``slot``: its uid's processes killed, its namespace and veth gone; the bridge and its rules
+        too if it was the host's last slot (unless ``bridge`` is False: :meth:`bridge_down_if_idle` later)."""
         kill_uid(self.uid(slot))  # what the job left running outside its process group
         sandbox_net.job_net_down(slot)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(slots, f"{slot}.json"))
-        if not self._records(slots):
+        if bridge and not self._records(slots):
             sandbox_net.bridge_down(self.config.bridge, self.network)
+
+    def bridge_down_if_idle(self) -> None:
+        """The bridge and its NAT rules removed if no slot of the host is taken (a job that started meanwhile
+        keeps them). A job's end calls it once the job is seen finished: the teardown of the host's last
+        sandbox (two processes, tens of ms) is then off the path from the job's exit to its end."""
+        if not self.available:
+            return
+        with self._locked() as slots:
+            if not self._records(slots):
+                sandbox_net.bridge_down(self.config.bridge, self.network)
 
     def release(self, job_id: str) -> None:
         """Give back the slot reserved for a job that never ran in it (it is forgotten)."""
@@ -280,12 +292,13 @@ class Sandboxes:
             raise SandboxError(f"cannot listen for the job's port: {e}") from None
         return sb
 
-    def close(self, sb: JobSandbox) -> None:
+    def close(self, sb: JobSandbox, keep_bridge: bool = False) -> None:
+        """Release the job's sandbox; with ``keep_bridge`` the caller calls :meth:`bridge_down_if_idle` after."""
         for fwd in sb.forwarders.values():
             fwd.close()
         sb.forwarders.clear()
         with self._locked() as slots:
-            self._release(slots, sb.slot)
+            self._release(slots, sb.slot, bridge=not keep_bridge)
 
     def command(
         self,
