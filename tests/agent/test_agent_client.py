@@ -7,7 +7,6 @@ import socket
 import time
 from typing import Any
 
-import httpx
 import pytest
 from agent_harness import TOKEN, AgentProc
 
@@ -68,26 +67,75 @@ async def test_unreachable() -> None:
             await c.health()
 
 
-async def test_invalid_reply_is_agent_error() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        replies: dict[str, Any] = {
-            "/jobs/x": {"job_id": "x", "state": "exploded"},
-            "/jobs": {"not": "a list"},
-            "/info": {"hostname": "h"},
-        }
-        if request.url.path == "/slow":
-            raise httpx.ReadTimeout("slow", request=request)
-        return httpx.Response(200, json=replies[request.url.path])
+async def _canned_agent(replies: dict[str, bytes], slow: set[str]) -> tuple[asyncio.Server, str]:
+    """An HTTP/1.1 server on loopback that answers each path with its canned JSON (keeping the connection),
+    and never answers the paths in ``slow``."""
 
-    c = AgentClient("http://agent", TOKEN)
-    await c.aclose()
-    c._client = httpx.AsyncClient(base_url="http://agent", transport=httpx.MockTransport(handler))
-    with pytest.raises(AgentError, match=r"JobState\.state"):
-        await c.state("x")
-    with pytest.raises(AgentError, match="expected a list"):
-        await c.list_jobs()
-    with pytest.raises(AgentError, match=r"invalid reply to GET /info: HostInfo\."):
-        await c.info()
-    with pytest.raises(AgentUnreachable):
-        await c._request("GET", "/slow")
-    await c.aclose()
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                path = head.split(b" ", 2)[1].decode().split("?")[0]
+                if path in slow:
+                    await asyncio.sleep(30)
+                body = replies[path]
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+                writer.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def test_invalid_reply_is_agent_error() -> None:
+    replies = {
+        "/jobs/x": b'{"job_id": "x", "state": "exploded"}',
+        "/jobs": b'{"not": "a list"}',
+        "/info": b'{"hostname": "h"}',
+        "/text": b"not json",
+    }
+    server, url = await _canned_agent(replies, {"/slow"})
+    async with server, AgentClient(url, TOKEN, timeout=0.5) as c:
+        with pytest.raises(AgentError, match=r"JobState\.state"):
+            await c.state("x")
+        with pytest.raises(AgentError, match="expected a list"):
+            await c.list_jobs()
+        with pytest.raises(AgentError, match=r"invalid reply to GET /info: HostInfo\."):
+            await c.info()
+        with pytest.raises(AgentError, match="the reply is not JSON"):
+            await c._request("GET", "/text")
+        with pytest.raises(AgentUnreachable, match=r"no reply within 0\.5 s"):
+            await c._request("GET", "/slow")
+
+
+async def test_a_connection_the_agent_closed_while_idle_is_replaced_at_once(agent: AgentProc) -> None:
+    """The agent closes connections idle past its idle timeout; the next request on one goes out again on a
+    new connection instead of failing."""
+    async with AgentClient(agent.url, TOKEN) as c:
+        assert (await c.health())["status"] == "ok"
+        idle = list(c._http._idle)
+        assert len(idle) == 1
+        idle[0][1].transport.abort()  # as if the agent had closed it: the request on it gets no reply
+        c._http._idle = [(_LooksOpen(idle[0][0]), _LooksOpen(idle[0][1]))]  # type: ignore[list-item]
+        assert (await c.health())["status"] == "ok"
+        assert len(c._http._idle) == 1 and c._http._idle[0][0] is not idle[0][0]  # a new connection, kept
+
+
+class _LooksOpen:
+    """A closed connection's reader or writer that still looks open (the agent's close not seen yet)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def at_eof(self) -> bool:
+        return False
+
+    def is_closing(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

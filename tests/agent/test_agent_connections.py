@@ -154,3 +154,19 @@ def test_a_403_closes_the_connection_unread(agent: Agent) -> None:
         head = _read_response(s)
         assert head.startswith(b"HTTP/1.1 403") and b"\r\nConnection: close" in head
         assert _closed_within(s, 5.0)
+
+
+def test_replies_on_a_kept_alive_connection_are_not_held_back_by_nagle(agent: Agent) -> None:
+    """A reply's head and body are two writes: without TCP_NODELAY the body waited for the ACK of the head,
+    which the client delays by about 40 ms on Linux -- every call to the agent took 40 ms more than its work.
+    Twenty calls on one connection now take a small fraction of the 800 ms that cost them."""
+    with socket.create_connection(("127.0.0.1", agent.port)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+        s.sendall(request)
+        assert _read_response(s).startswith(b"HTTP/1.1 200")  # the first one warms the path up
+        started = time.monotonic()
+        for _ in range(20):
+            s.sendall(request)
+            assert _read_response(s).startswith(b"HTTP/1.1 200")
+        assert time.monotonic() - started < 0.4

@@ -95,9 +95,27 @@ def sandboxed(tmp_path: Path) -> Iterator[Any]:
         return a
 
     yield factory
+    # A job's end releases its sandbox, and the host's last sandbox the bridge, once the job is seen finished:
+    # the agents stay up until that is done (or 5 s), then are killed, and nothing may be left either way.
+    for a in started:
+        _stop_jobs(a)
+    deadline = time.monotonic() + 5
+    while _left_over(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
     for a in started:
         cleanup(a)
     _nothing_left(tmp_path)
+
+
+def _stop_jobs(agent: AgentProc) -> None:
+    """Abort the agent's unfinished jobs and wait (5 s at most) until each is finished."""
+    try:
+        for st in agent.http.get("/jobs", timeout=2).json():
+            if not st.get("finished_at") and st["state"] in ("pending", "running"):
+                agent.http.post(f"/jobs/{st['job_id']}/stop", json={"abort": True}, timeout=2)
+                agent.wait_finished(st["job_id"], timeout=5)
+    except Exception:  # a dead or wedged agent: cleanup() deals with it
+        pass
 
 
 def test_two_jobs_on_one_port_each_reached_through_the_agent(sandboxed: Any) -> None:

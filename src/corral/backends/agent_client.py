@@ -1,31 +1,27 @@
 """Async client of the host agent's HTTP API (see :mod:`corral.agent.server`).
 
-One ``httpx.AsyncClient`` per agent, reused. Failures come out as two exceptions:
-:class:`AgentUnreachable` (connection refused, timeouts, broken connections: retry later or
+One pool of keep-alive connections per agent (:mod:`corral.backends.agent_http`). Failures come out as two
+exceptions: :class:`AgentUnreachable` (connection refused, timeouts, broken connections: retry later or
 declare the host lost) and :class:`AgentError` (the agent answered, but with a non-2xx status or a
 reply that fails protocol validation; the message says what was wrong). Long-poll calls
-(``logs(wait=...)``) use a read timeout of ``wait + timeout``.
-
-httpx is imported when the first client is made (or by :func:`warm_up`, off the event loop, right after
-the server starts), not with this module: the server's start-up does not wait for it.
+(``logs(wait=...)``) wait up to ``wait + timeout`` for their reply.
 """
 
 from __future__ import annotations
 
+import json as jsonlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import orjson
+
 from corral.agent.protocol import HostInfo, JobState, JobSubmission, LogsReply, ProtocolError
 from corral.agent.protocol_sandbox import AddressReply
+from corral.backends.agent_http import AgentHttp, Unreachable
 
 T = TypeVar("T")
 #: The most output entries one ``logs`` reply carries (fewer in a finished job's reply: all it had left).
 LOGS_LIMIT = 1000
-
-
-def warm_up() -> None:
-    """Import httpx now (called in a thread after start-up, so that the first agent call does not)."""
-    import httpx  # noqa: F401
 
 
 class AgentClientError(Exception):
@@ -48,17 +44,7 @@ class AgentClient:
     def __init__(self, base_url: str, token: str, timeout: float = 5.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        import httpx
-
-        # Agents speak plain HTTP (on localhost or through an SSH tunnel): no TLS context to build,
-        # which keeps a client cheap to create (certificate loading dominated job start-up otherwise).
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(timeout),
-            verify=False,
-            trust_env=False,
-        )
+        self._http = AgentHttp(self.base_url, {"Authorization": f"Bearer {token}"})
 
     async def __aenter__(self) -> AgentClient:
         return self
@@ -67,7 +53,7 @@ class AgentClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._http.aclose()
 
     async def _request(
         self,
@@ -79,31 +65,31 @@ class AgentClient:
         read_timeout: float | None = None,
         content: bytes | None = None,
     ) -> Any:
-        import httpx
-
-        kwargs: dict[str, Any] = {"json": json, "params": params}
-        if content is not None:
-            kwargs["content"] = content
-        if read_timeout is not None:
-            kwargs["timeout"] = httpx.Timeout(self.timeout, read=read_timeout, write=read_timeout)
+        body = content if content is not None else None if json is None else jsonlib.dumps(json).encode()
         try:
-            resp = await self._client.request(method, path, **kwargs)
-        except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
-            raise AgentUnreachable(f"agent at {self.base_url}: {method} {path}: {type(e).__name__}: {e}") from e
-        except httpx.HTTPError as e:
+            resp = await self._http.request(
+                method,
+                path,
+                params=params,
+                body=body,
+                content_type="application/octet-stream" if content is not None else "application/json",
+                connect_timeout=self.timeout,
+                timeout=read_timeout if read_timeout is not None else self.timeout,
+            )
+        except Unreachable as e:
             raise AgentUnreachable(f"agent at {self.base_url}: {method} {path}: {e}") from e
         try:
-            body = resp.json()
+            data = orjson.loads(resp.body) if resp.body else None
         except ValueError:
-            body = None
-        if not resp.is_success:
-            detail = body.get("error") if isinstance(body, dict) else None
+            data = None
+        if not 200 <= resp.status < 300:
+            detail = data.get("error") if isinstance(data, dict) else None
             if not isinstance(detail, str):
-                detail = resp.text[:200]
-            raise AgentError(f"agent {method} {path}: HTTP {resp.status_code}: {detail}", resp.status_code)
-        if body is None and resp.content:
-            raise AgentError(f"agent {method} {path}: the reply is not JSON", resp.status_code)
-        return body
+                detail = resp.body[:200].decode("utf-8", "replace")
+            raise AgentError(f"agent {method} {path}: HTTP {resp.status}: {detail}", resp.status)
+        if data is None and resp.body:
+            raise AgentError(f"agent {method} {path}: the reply is not JSON", resp.status)
+        return data
 
     @staticmethod
     def _parse(what: str, fn: Callable[[Any], T], data: Any) -> T:

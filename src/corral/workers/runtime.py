@@ -29,15 +29,13 @@ WARM_UP_DELAY = 0.5
 
 def warm_up() -> None:
     """What start-up leaves for later, done now in a thread so that no request waits for it: build the
-    configuration and request models, import httpx (agent calls) and cryptography (repo credentials)."""
-    from corral.backends.agent_client import warm_up as agent_client
+    configuration and request models, import cryptography (repo credentials)."""
     from corral.config.parsing import warm_up as configuration
     from corral.schemas.requests import warm_up as requests
     from corral.store.encryption import warm_up as encryption
 
     configuration()
     requests()
-    agent_client()
     encryption()
 
 
@@ -102,11 +100,7 @@ class Workers:
                 await asyncio.wait_for(event.wait(), timeout=interval)
             event.clear()
             try:
-                import time as _t
-                _t0 = _t.perf_counter(); _c0 = _t.thread_time()
                 await fn()
-                with open("/tmp/passes.log", "a") as _f:
-                    _f.write(f"{name} {_t.perf_counter() - _t0:.4f} {_t.thread_time() - _c0:.4f}\n")
             except asyncio.CancelledError:
                 raise
             except Exception:
