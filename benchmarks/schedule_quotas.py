@@ -171,7 +171,8 @@ def main() -> None:
     hosts, gpus = 8, 8
     median_s = 1800.0
     mean_s = median_s * 1.0  # log-normal with sigma 1 has mean ~1.65x median; rate set from it below
-    rate = a.load * hosts * gpus / (mean_s * 1.65)
+    mean_size = sum(size * share for size, share in SIZES) if a.sizes == "mixed" else 1.0
+    rate = a.load * hosts * gpus / (mean_s * 1.65 * mean_size)  # arrivals of GPU-time at ``load`` x the GPUs
     t = 0.0
     arrivals = []
     for n in range(a.jobs):
