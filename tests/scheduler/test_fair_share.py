@@ -139,3 +139,21 @@ def test_a_run_that_waits_behind_a_project_further_below_its_entitlement_says_fa
     # without shares nobody waits for fair share
     plain = schedule(Snapshot(fleets=(f,), queue=queue), 0.0)
     assert all("fair share" not in getattr(d, "message", "") for g in plain.gangs for d in g.decisions)
+
+
+def test_instances_count_in_a_share_only_where_the_nominal_quota_names_them() -> None:
+    """One job on a block of an instance holds the whole instance in an instance count: counted, two jobs of
+    weight 3 on two of two hosts (all the instances) would outweigh one job of weight 1, and the weight-1
+    project would take both freed GPUs; GPUs alone give the second one to the weight-3 project (1:3)."""
+    insts = tuple(inst(k, total=2, busy=1, status="busy", res=GPU_MACHINE) for k in range(2))  # 2 free GPUs
+    f = replace(fleet(insts, blocks=2, offers=()), importer_project_ids=frozenset({"b"}), project_id="a")
+    queue = [replace(job(n, req=ONE_GPU), project_id="a", project_name="a", submitted_at=float(n)) for n in range(3)]
+    queue += [
+        replace(job(100 + n, req=ONE_GPU), project_id="b", project_name="b", submitted_at=50.0 + n) for n in range(3)
+    ]
+    on_both = frozenset(i.id for i in insts)
+    held = {"gpu": 2.0, "cpu": 16.0, "memory": 64.0, "instances": 2.0}
+    shares = {"a": FairShare(weight=1.0), "b": FairShare(weight=3.0, used=held, instance_ids=on_both)}
+    plan = schedule(Snapshot(fleets=(f,), queue=tuple(queue), shares=shares), 0.0)
+    placed = sorted(d.job_id for g in plan.gangs for d in g.decisions if isinstance(d, Assign))
+    assert placed == ["j0-0", "j100-0"], placed

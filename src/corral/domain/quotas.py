@@ -158,14 +158,17 @@ def weighted_share(used: Mapping[str, float], policy: QuotaPolicy, capacity: Map
     """Kueue's weighted dominant resource share: the largest fraction, over the dimensions the pool has
     capacity in, of that capacity held above nominal, divided by the weight (0 while within nominal). A
     dimension the nominal quota does not name has a nominal of 0; GPUs of one model are counted apart
-    only where the nominal names that model (``gpu`` counts them all)."""
+    only where the nominal names that model (``gpu`` counts them all), and instances only where it names
+    them (a job on a block of an instance holds the whole instance in that count: one GPU on each of
+    eight hosts would be all of an eight-host pool)."""
     above = borrowed(used, policy.nominal)
+    named = policy.nominal.amounts
     share = max(
         (
             above.get(d, 0.0) / c
             for d, c in capacity.items()
-            # GPUs of one model count apart only where the nominal quota names that model
-            if c > 0 and (not d.startswith(GPU_MODEL_PREFIX) or d in policy.nominal.amounts)
+            # GPUs of one model, and instances, count only where the nominal quota names them
+            if c > 0 and (not d.startswith(GPU_MODEL_PREFIX) or d in named) and (d != "instances" or d in named)
         ),
         default=0.0,
     )

@@ -29,6 +29,8 @@ class ShareBook:
     _share: dict[str, float] = field(default_factory=dict)
     _capacity: dict[str, Usage] = field(default_factory=dict)
     _instances: dict[str, InstanceSlot] | None = None
+    #: project id -> the instances it holds jobs on, with the pass's placements (loaded with its share).
+    _on: dict[str, set[str]] = field(default_factory=dict)
     #: Moves each time a project's share changes in the pass (``take`` booked something).
     generation: int = 0
 
@@ -59,12 +61,15 @@ class ShareBook:
             if held is None:
                 s = self.snapshot.shares.get(project_id)
                 held = self.used[project_id] = dict(s.used) if s is not None else {}
+                self._on[project_id] = set(s.instance_ids) if s is not None else set()
             self._share[project_id] = weighted_share(held, self.policy(project_id), self.capacity(project_id))
         return self._share[project_id]
 
     def take(self, project_id: str, decisions: Sequence[Decision]) -> None:
         """Book what the decisions place for the project (its share is counted again when next asked)."""
         extra: Usage = {}
+        self.share(project_id)  # loads the holding and the instances it is on
+        on = self._on.setdefault(project_id, set())
         for d in decisions:
             if isinstance(d, Assign):
                 inst = self._instance(d.instance_id)
@@ -74,6 +79,9 @@ class ShareBook:
                 extra = add(
                     extra, charge([g.name for g in r.gpus], r.cpus, r.memory_mib, 0.0, d.blocks, inst.total_blocks)
                 )
+                if d.instance_id not in on:  # counted as the holdings count it: instances it holds jobs on
+                    on.add(d.instance_id)
+                    extra["instances"] = extra.get("instances", 0.0) + 1
             elif isinstance(d, Reserve) and d.job_id is not None:
                 r = d.offer.resources
                 extra = add(
@@ -81,7 +89,6 @@ class ShareBook:
                 )
                 extra["instances"] = extra.get("instances", 0.0) + 1
         if extra:
-            self.share(project_id)  # loads the holding
             self.used[project_id] = add(self.used[project_id], extra)
             self._share.pop(project_id, None)
             self.generation += 1

@@ -151,6 +151,9 @@ class FairShare:
     weight: float = 1.0
     nominal: Limits = field(default_factory=Limits)
     used: Mapping[str, float] = field(default_factory=dict)
+    #: The instances its holding jobs are on (``used["instances"]`` counts them): a placement on another
+    #: one adds an instance to what it holds, one beside its own jobs does not.
+    instance_ids: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

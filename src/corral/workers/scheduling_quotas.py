@@ -48,5 +48,6 @@ def project_shares(
             weight=policy.weight if policy is not None else 1.0,
             nominal=policy.nominal if policy is not None else Limits(),
             used=dict(held.usage) if held is not None else {},
+            instance_ids=held.instance_ids if held is not None else frozenset(),
         )
     return out
