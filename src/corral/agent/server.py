@@ -255,9 +255,7 @@ class _BoundedServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "corral-agent"
-    # TCP_NODELAY: a reply's head and body are two writes; with Nagle's algorithm the body waited for the
-    # ACK of the head, which the client delays (about 40 ms on Linux) on a kept-alive connection: every
-    # call to the agent took 40 ms more than its work
+    # TCP_NODELAY: head and body are two writes, and Nagle held the body for the client's delayed ACK (40 ms)
     disable_nagle_algorithm = True
 
     def setup(self) -> None:

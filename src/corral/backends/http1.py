@@ -24,6 +24,10 @@ class Http1Error(Exception):
     """The upstream's reply is not HTTP/1.x we can read (or the connection ended in the middle of it)."""
 
 
+class NoResponse(Http1Error):
+    """The connection ended before any byte of a response (a kept-alive one the upstream had closed)."""
+
+
 class Stream(Protocol):
     async def readuntil(self, separator: bytes = ...) -> bytes: ...
 
@@ -66,7 +70,9 @@ async def read_response(reader: Stream, method: str) -> Response:
         try:
             raw = await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError as e:
-            raise Http1Error("the connection closed before a response" if not e.partial else "a cut response head")
+            if not e.partial:
+                raise NoResponse("the connection closed before a response") from None
+            raise Http1Error("a cut response head") from None
         except asyncio.LimitOverrunError:
             raise Http1Error(f"the response head is longer than {MAX_HEAD} bytes") from None
         lines = raw[:-4].split(b"\r\n")
