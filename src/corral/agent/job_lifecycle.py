@@ -314,8 +314,11 @@ class JobLifecycle:
         assert job.proc is not None
         rc = job.proc.wait()
         procs.signal_group(job.proc.pid, signal.SIGKILL)  # leftovers of the job's group
-        sandboxed = job.sandbox is not None
-        self._drop_sandbox(job, keep_bridge=True)
+        # Its relays closed and what its uid left running killed now; its namespace (tens of ms: the kernel
+        # waits for the veth's removal) and slot once the job is seen finished, as the bridge.
+        sb, job.sandbox = job.sandbox, None
+        if sb is not None:
+            self.sandboxes.quiesce(sb)
         deadline = time.monotonic() + READER_DRAIN_S
         for t in readers:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -323,11 +326,12 @@ class JobLifecycle:
         for t in readers:
             t.join(1.0)
         self._settle(job, _exit_status(rc), f"killed by signal {_signame(-rc)}" if rc < 0 else None)
-        if sandboxed:  # the host's last sandbox takes the bridge with it, once the job is seen finished
+        if sb is not None:  # the host's last sandbox takes the bridge with it, a moment later
             try:
-                self.sandboxes.bridge_down_if_idle()
+                self.sandboxes.close(sb, keep_bridge=True)
             except OSError:
-                log.exception("job %s: cannot remove the sandbox bridge", job.sub.job_id)
+                log.exception("job %s: cannot release its sandbox", job.sub.job_id)
+            self.sandboxes.bridge_down_later()
 
     def _settle(self, job: Job, exit_status: int | None, failure: str | None = None) -> None:
         """The job ended: terminated if it was stopped, done on status 0, else failed with ``failure``."""

@@ -33,6 +33,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ DEFAULT_STATE_DIR = "/run/corral-sandbox"
 #: dstack's working dir in a container, and so in a sandbox when the configuration names none
 DEFAULT_WORKING_DIR = "/workflow"
 MODES = ("auto", "on", "off")
+#: How long the bridge outlives the host's last sandbox: jobs that follow each other keep one bridge.
+BRIDGE_LINGER_S = 1.0
 
 
 class SandboxError(Exception):
@@ -145,6 +148,8 @@ class Sandboxes:
         self.reason = probe(config)
         self.userns = _user_namespaces()
         self._helper: str | None = None
+        self._timer_lock = threading.Lock()
+        self._bridge_timer: threading.Timer | None = None
 
     @property
     def available(self) -> bool:
@@ -200,24 +205,68 @@ class Sandboxes:
         raise SandboxError(f"all {self.size} sandbox slots of this host are taken (CORRAL_JOB_UID_RANGE)")
 
     def _release(self, slots: str, slot: int, bridge: bool = True) -> None:
-        """Give back ``slot``: its uid's processes killed, its namespace and veth gone; the bridge and its rules
-        too if it was the host's last slot (unless ``bridge`` is False: :meth:`bridge_down_if_idle` later)."""
+        """Give back ``slot`` (the lock held): its uid's processes killed, its namespace and veth gone; the bridge
+        and its rules too if it was the host's last slot (unless ``bridge`` is False: :meth:`bridge_down_if_idle`
+        later)."""
         kill_uid(self.uid(slot))  # what the job left running outside its process group
         sandbox_net.job_net_down(slot)
+        self._forget_slot(slots, slot, bridge)
+
+    def _forget_slot(self, slots: str, slot: int, bridge: bool) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(slots, f"{slot}.json"))
         if bridge and not self._records(slots):
-            sandbox_net.bridge_down(self.config.bridge, self.network)
+            self._bridge_down()
+
+    def _bridge_up(self) -> None:
+        """The bridge and its rules, unless this host's agents already put them up (the lock held): a marker in
+        the state directory, written once they are up and removed before they go, says so."""
+        marker = os.path.join(self.config.state_dir, "bridge")
+        if os.path.exists(marker) and sandbox_net.bridge_exists(self.config.bridge):
+            return
+        sandbox_net.bridge_up(self.config.bridge, self.network)
+        with open(marker, "w") as f:
+            f.write(f"{self.config.bridge} {self.network}\n")
+
+    def _bridge_down(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.config.state_dir, "bridge"))
+        sandbox_net.bridge_down(self.config.bridge, self.network)
 
     def bridge_down_if_idle(self) -> None:
         """The bridge and its NAT rules removed if no slot of the host is taken (a job that started meanwhile
-        keeps them). A job's end calls it once the job is seen finished: the teardown of the host's last
-        sandbox (two processes, tens of ms) is then off the path from the job's exit to its end."""
+        keeps them). A job's end asks for it :data:`BRIDGE_LINGER_S` after the job is seen finished
+        (:meth:`bridge_down_later`): the teardown (two processes, tens of ms) is then off the path from the job's
+        exit to its end, and a host whose jobs follow each other keeps one bridge instead of one per job."""
         if not self.available:
             return
         with self._locked() as slots:
             if not self._records(slots):
-                sandbox_net.bridge_down(self.config.bridge, self.network)
+                self._bridge_down()
+
+    def bridge_down_later(self, delay: float = BRIDGE_LINGER_S) -> None:
+        """:meth:`bridge_down_if_idle` in ``delay`` seconds (one pending check per agent: a later call moves it)."""
+        if not self.available:
+            return
+        with self._timer_lock:
+            if self._bridge_timer is not None:
+                self._bridge_timer.cancel()
+            timer = self._bridge_timer = threading.Timer(delay, self._bridge_check)
+            timer.daemon = True
+            timer.start()
+
+    def _bridge_check(self) -> None:
+        try:
+            self.bridge_down_if_idle()
+        except OSError:
+            log.exception("cannot remove the sandbox bridge")
+
+    def cancel_bridge_check(self) -> None:
+        """Forget a pending :meth:`bridge_down_later` (the agent's shutdown does the check itself: ``reap``)."""
+        with self._timer_lock:
+            if self._bridge_timer is not None:
+                self._bridge_timer.cancel()
+                self._bridge_timer = None
 
     def release(self, job_id: str) -> None:
         """Give back the slot reserved for a job that never ran in it (it is forgotten)."""
@@ -261,25 +310,34 @@ class Sandboxes:
                     sandbox_net.job_net_down(n)
                     released += 1
             if not self._records(slots):
-                sandbox_net.bridge_down(self.config.bridge, self.network)
+                self._bridge_down()
         return released
 
     # ---- one job's sandbox ----------------------------------------------------------------------
     def open(self, job_id: str, ports: list[int], host_network: bool = False) -> JobSandbox:
         """The job's slot, network (its slot's address, the bridge up if it is the first) and port relays;
-        with ``host_network`` only the slot (its uid)."""
+        with ``host_network`` only the slot (its uid).
+
+        The host's lock is held only to reserve the slot (and bring the bridge up): the job's own namespace and
+        veth are made after, as the slot's record (which exists first and goes last) keeps every other agent
+        off them, so that one agent's set-up never waits for another's."""
         try:
             with self._locked() as slots:
                 slot = self._reserve(slots, job_id)
                 if host_network:
                     return JobSandbox(slot=slot, address=None, uid=self.uid(slot), netns=None, userns=self.userns)
                 try:
-                    if not sandbox_net.bridge_exists(self.config.bridge) or len(self._records(slots)) == 1:
-                        sandbox_net.bridge_up(self.config.bridge, self.network)  # the host's first job
-                    netns = sandbox_net.job_net_up(slot, self.address(slot), self.config.bridge, self.network)
+                    self._bridge_up()
                 except sandbox_net.NetError:
-                    self._release(slots, slot)
+                    self._forget_slot(slots, slot, bridge=True)
                     raise
+            try:
+                netns = sandbox_net.job_net_up(slot, self.address(slot), self.config.bridge, self.network)
+            except sandbox_net.NetError:
+                sandbox_net.job_net_down(slot)
+                with self._locked() as slots:
+                    self._forget_slot(slots, slot, bridge=True)
+                raise
         except (sandbox_net.NetError, OSError) as e:
             raise SandboxError(f"cannot set up the job's network: {e}") from None
         address = self.address(slot)
@@ -292,13 +350,23 @@ class Sandboxes:
             raise SandboxError(f"cannot listen for the job's port: {e}") from None
         return sb
 
-    def close(self, sb: JobSandbox, keep_bridge: bool = False) -> None:
-        """Release the job's sandbox; with ``keep_bridge`` the caller calls :meth:`bridge_down_if_idle` after."""
+    def quiesce(self, sb: JobSandbox) -> None:
+        """The job's port relays closed and every process of its uid killed, its slot and network kept
+        (:meth:`close` releases them): what a job's end must do before the job is reported finished."""
         for fwd in sb.forwarders.values():
             fwd.close()
         sb.forwarders.clear()
+        kill_uid(sb.uid)
+
+    def close(self, sb: JobSandbox, keep_bridge: bool = False) -> None:
+        """Release the job's sandbox: its namespace removed outside the host's lock (the slot is still its
+        own), then its slot under it. With ``keep_bridge`` the caller calls :meth:`bridge_down_if_idle` (or
+        :meth:`bridge_down_later`) after."""
+        self.quiesce(sb)
+        if sb.netns is not None:
+            sandbox_net.job_net_down(sb.slot)
         with self._locked() as slots:
-            self._release(slots, sb.slot, bridge=not keep_bridge)
+            self._forget_slot(slots, sb.slot, bridge=not keep_bridge)
 
     def command(
         self,

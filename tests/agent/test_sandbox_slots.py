@@ -1,0 +1,96 @@
+"""The host's sandbox slots under concurrency: the host-wide lock covers only the slot records (and the
+bridge), never one job's network set-up or teardown, and the bridge outlives the last sandbox only briefly
+(jobs that follow each other keep one). Real namespaces, veths and bridge: needs root (CI runs as root)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.agent import sandbox, sandbox_net
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root (CI runs as root)")
+
+
+@pytest.fixture
+def sandboxes(tmp_path: Path) -> Iterator[tuple[sandbox.Sandboxes, sandbox.Sandboxes]]:
+    """Two agents' views of the host (two work dirs, one state directory), as two agents of one host have."""
+    one = sandbox.Sandboxes(str(tmp_path / "one"), sandbox.SandboxConfig(mode="on"))
+    two = sandbox.Sandboxes(str(tmp_path / "two"), sandbox.SandboxConfig(mode="on"))
+    assert one.available, one.reason
+    yield one, two
+    for sbs in (one, two):
+        sbs.cancel_bridge_check()
+        sbs.reap(set())
+
+
+def _others_hold_slots(tmp_path: Path) -> bool:
+    """Whether an agent of another test (running beside this one) holds a slot: the bridge is then theirs too."""
+    slots = Path(sandbox.DEFAULT_STATE_DIR) / "slots"
+    for f in slots.glob("*.json") if slots.is_dir() else []:
+        try:
+            if str(tmp_path) not in f.read_text():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_one_agents_network_teardown_does_not_hold_up_anothers_setup(
+    sandboxes: tuple[sandbox.Sandboxes, sandbox.Sandboxes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two = sandboxes
+    first = one.open("ending", [])
+    real_down = sandbox_net.job_net_down
+
+    def slow_down(slot: int) -> None:  # the kernel taking its time over the ending job's veth
+        if slot == first.slot:
+            time.sleep(1.5)
+        real_down(slot)
+
+    monkeypatch.setattr(sandbox_net, "job_net_down", slow_down)
+    closing = threading.Thread(target=one.close, args=(first,), kwargs={"keep_bridge": True})
+    closing.start()
+    time.sleep(0.2)  # the teardown is under way
+    t0 = time.monotonic()
+    second = two.open("starting", [8000])
+    took = time.monotonic() - t0
+    closing.join()
+    try:
+        assert second.slot != first.slot and second.netns and os.path.exists(second.netns)
+        assert took < 1.0, f"the second agent's job waited {took:.2f} s for the first one's teardown"
+        assert not os.path.exists(first.netns or "")
+    finally:
+        two.close(second)
+
+
+def test_the_bridge_lingers_for_jobs_that_follow_each_other_then_goes(
+    sandboxes: tuple[sandbox.Sandboxes, sandbox.Sandboxes], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    one, _two = sandboxes
+    ups: list[str] = []
+    real_up = sandbox_net.bridge_up
+
+    def counted_up(bridge: str, network: object) -> None:
+        ups.append(bridge)
+        real_up(bridge, network)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sandbox_net, "bridge_up", counted_up)
+    for i in range(3):  # one job after another on the host, each the only one while it runs
+        sb = one.open(f"job-{i}", [])
+        one.close(sb, keep_bridge=True)
+        one.bridge_down_later(0.5)
+        assert os.path.exists(f"/sys/class/net/{one.config.bridge}"), "the bridge went with its job"
+    assert len(ups) <= 1, f"the bridge was put up {len(ups)} times for 3 jobs in a row"
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/sys/class/net/{one.config.bridge}") and time.monotonic() < deadline:
+        if _others_hold_slots(tmp_path):
+            return  # another test's job keeps the bridge: its going is checked by test_sandbox.py's teardown
+        time.sleep(0.05)
+    assert not os.path.exists(f"/sys/class/net/{one.config.bridge}"), "the bridge outlived its linger"
+    assert not os.path.exists(os.path.join(one.config.state_dir, "bridge"))
