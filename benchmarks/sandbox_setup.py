@@ -5,7 +5,9 @@ plain host process. Uses the agent's own code (``corral.agent.sandbox``) on this
 
 Each round starts ``/bin/true`` in a fresh sandbox with one port and a small job tree, waits for it and
 tears the sandbox down. ``steady`` keeps one other sandbox open, so the bridge exists (the usual case on
-a busy host); ``first`` is a lone job, which also creates and removes the bridge and its NAT rules.
+a busy host); ``fresh`` is the same with the launcher a fresh interpreter per job (the fallback where the
+agent's fork server cannot start); ``first`` is a lone job, which also creates and removes the bridge and its
+NAT rules. The machine's CPU per job (all processes and the kernel) is measured over the rounds.
 Figures, not assertions:
 
     sudo python benchmarks/sandbox_setup.py [--rounds 30]
@@ -14,6 +16,7 @@ Figures, not assertions:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import statistics
@@ -37,7 +40,7 @@ def _tree(base: str) -> tuple[dict[str, str], str]:
     return binds, mount
 
 
-def one(sbs: sandbox.Sandboxes, base: str, n: int) -> tuple[float, float, float, float]:
+def one(sbs: sandbox.Sandboxes, base: str, n: int, fork_server: bool = True) -> tuple[float, float, float, float]:
     """(network + relay, launcher up to exec, teardown, total) in ms."""
     job_dir = os.path.join(base, f"job{n}")
     binds, mount = _tree(job_dir)
@@ -45,17 +48,30 @@ def one(sbs: sandbox.Sandboxes, base: str, n: int) -> tuple[float, float, float,
     sb = sbs.open(f"bench-{n}", [8000])
     t1 = time.perf_counter()
     sandbox.chown_tree(os.path.join(job_dir, "workdir"), sb.uid)
-    pipes = sandbox.Pipes.open()
     inside = (0, 0) if sb.userns else None
-    cmd = sbs.command(sb, ["/bin/true"], "/workflow", binds, mount, pipes, inside)
-    proc = sandbox.start(cmd, pipes, inside, sb.uid, cwd=job_dir, env={"PATH": "/usr/bin:/bin"})
+    env = {"PATH": "/usr/bin:/bin"}
+    if fork_server:
+        proc: object = sbs.launch(sb, ["/bin/true"], "/workflow", binds, mount, inside, env, job_dir)
+    else:
+        pipes = sandbox.Pipes.open()
+        cmd = sbs.command(sb, ["/bin/true"], "/workflow", binds, mount, pipes, inside)
+        popen = functools.partial(subprocess.Popen, cmd, pass_fds=(pipes.status_w, pipes.go_r), cwd=job_dir, env=env)
+        proc = sandbox.start(popen, pipes, inside, sb.uid)
     t2 = time.perf_counter()
-    proc.wait()
+    proc.wait()  # type: ignore[attr-defined]
     t3 = time.perf_counter()
     sbs.close(sb)
     t4 = time.perf_counter()
     shutil.rmtree(job_dir, ignore_errors=True)
     return (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t4 - t3) * 1e3, (t2 - t0 + t4 - t3) * 1e3
+
+
+def _busy_ms() -> float:
+    """The machine's busy CPU time so far (every core, every process, the kernel's work included), in ms."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
+    return (user + nice + system + irq + softirq) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 def plain(rounds: int) -> float:
@@ -73,6 +89,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
     base = tempfile.mkdtemp(prefix="corral-bench-sandbox-")
+    os.makedirs(os.path.join(base, "agent"))  # a work dir that is gone would have its slots reaped by other agents
     sbs = sandbox.Sandboxes(os.path.join(base, "agent"), sandbox.SandboxConfig(mode="on"))
     if not sbs.available:
         print(f"no sandbox here: {sbs.reason}", file=sys.stderr)
@@ -82,18 +99,27 @@ def main() -> int:
         first = [one(sbs, base, 1000 + i) for i in range(max(3, args.rounds // 3))]
         anchor = sbs.open("bench-anchor", [])
         try:
+            one(sbs, base, 2000, fork_server=False)
+            cpu0 = _busy_ms()
+            fresh = [one(sbs, base, 3000 + i, fork_server=False) for i in range(args.rounds)]
+            cpu1 = _busy_ms()
             steady = [one(sbs, base, i) for i in range(args.rounds)]
+            cpu2 = _busy_ms()
         finally:
             sbs.close(anchor)
+            sbs.close_launcher()
         base_ms = plain(args.rounds)
     finally:
         sbs.reap(set())  # whatever a failed round left
         shutil.rmtree(base, ignore_errors=True)
     print(f"sandbox set-up and teardown per job (medians of {args.rounds} rounds, ms)")
-    print(f"{'case':<8} {'network':>9} {'launcher':>9} {'teardown':>9} {'total':>9}")
-    for name, rows in (("steady", steady), ("first", first)):
+    print(f"{'case':<8} {'network':>9} {'launcher':>9} {'teardown':>9} {'total':>9}  machine CPU per job")
+    cpu = {"steady": (cpu2 - cpu1) / args.rounds, "fresh": (cpu1 - cpu0) / args.rounds}
+    for name, rows in (("steady", steady), ("fresh", fresh), ("first", first)):
         cols = [statistics.median(r[i] for r in rows) for i in range(4)]
-        print(f"{name:<8} " + " ".join(f"{c:9.1f}" for c in cols))
+        mark = f"  {cpu[name]:9.1f}" if name in cpu else ""
+        print(f"{name:<8} " + " ".join(f"{c:9.1f}" for c in cols) + mark)
+    print("(fresh: as steady, the launcher a fresh interpreter per job instead of a fork of the agent's fork server)")
     print(f"plain host process start (Popen of /bin/true): {base_ms:.1f} ms")
     return 0
 

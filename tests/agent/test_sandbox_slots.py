@@ -20,6 +20,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs roo
 @pytest.fixture
 def sandboxes(tmp_path: Path) -> Iterator[tuple[sandbox.Sandboxes, sandbox.Sandboxes]]:
     """Two agents' views of the host (two work dirs, one state directory), as two agents of one host have."""
+    for name in ("one", "two"):  # an agent's work dir that is gone would have its slots reaped by others
+        (tmp_path / name).mkdir()
     one = sandbox.Sandboxes(str(tmp_path / "one"), sandbox.SandboxConfig(mode="on"))
     two = sandbox.Sandboxes(str(tmp_path / "two"), sandbox.SandboxConfig(mode="on"))
     assert one.available, one.reason
@@ -48,10 +50,10 @@ def test_one_agents_network_teardown_does_not_hold_up_anothers_setup(
     first = one.open("ending", [])
     real_down = sandbox_net.job_net_down
 
-    def slow_down(slot: int) -> None:  # the kernel taking its time over the ending job's veth
+    def slow_down(slot: int, wait: bool = True) -> None:  # the kernel taking its time over the ending job's veth
         if slot == first.slot:
             time.sleep(1.5)
-        real_down(slot)
+        real_down(slot, wait)
 
     monkeypatch.setattr(sandbox_net, "job_net_down", slow_down)
     closing = threading.Thread(target=one.close, args=(first,), kwargs={"keep_bridge": True})

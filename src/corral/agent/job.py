@@ -19,6 +19,7 @@ from .logstore import LogStore
 from .protocol import JobState, JobSubmission
 
 if TYPE_CHECKING:
+    from .launcher_server import Child
     from .sandbox import JobSandbox
 
 
@@ -55,7 +56,7 @@ class Job:
         self.state = state
         self.cond = threading.Condition()
         self.logs = LogStore(job_dir)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | Child | None = None
         #: The git command the setup is running now (killed by a stop).
         self.setup_proc: subprocess.Popen[bytes] | None = None
         self.stop_reason: str | None = None

@@ -31,6 +31,7 @@ from typing import Any
 from . import procs, sandbox, sandbox_layout, volumes, workdir
 from .containers import ContainerRunner
 from .job import NOTICE_FILE, Job, Notice, join_commands
+from .launcher_server import Child
 from .logstore import pump
 from .protocol import JobSubmission
 from .protocol_containers import InstanceMount
@@ -207,11 +208,10 @@ class JobLifecycle:
             argv = [*sub.entrypoint, *sub.commands] if sub.entrypoint else [shell, "-c", join_commands(sub.commands)]
             io: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
             try:
+                proc: subprocess.Popen[bytes] | Child
                 if sb is not None:
-                    pipes = sandbox.Pipes.open()
                     root = os.path.join(job.dir, "root")
-                    cmd = self.sandboxes.command(sb, argv, cwd, binds, root, pipes, inside)
-                    proc = sandbox.start(cmd, pipes, inside, sb.uid, cwd=job.dir, env=env, start_new_session=True, **io)
+                    proc = self.sandboxes.launch(sb, argv, cwd, binds, root, inside, env, job.dir)
                 else:
                     proc = subprocess.Popen(
                         argv, cwd=cwd, env=env, start_new_session=True, close_fds=True, **io, **kwargs

@@ -10,8 +10,9 @@ host, the job's own paths at the absolute places the configuration names, its ui
 
 Why subprocesses and ctypes rather than ``os.unshare``: the agent runs on Python 3.9 (3.12 added it), and
 the namespaces must be entered by a single-threaded process that then ``exec``s the job, never by a fork
-of the threaded agent. ``ip`` and ``iptables``/``nft`` set up the network; a fresh ``python3 -I -S``
-runs the launcher, which needs only ``ctypes`` for ``setns``/``unshare``/``mount``.
+of the threaded agent. ``ip`` and ``iptables``/``nft`` set up the network; the launcher, which needs only
+``ctypes`` for ``setns``/``unshare``/``mount``, is a fork of the agent's launcher server (a ``python3 -I -S``
+started once: :mod:`corral.agent.launcher_server`), or a fresh ``python3 -I -S`` where that cannot start.
 
 Without root, or with a tool missing, :attr:`Sandboxes.reason` says why, the agent logs it at start,
 every job's ``JobState.sandbox.message`` repeats it, and jobs run as plain host processes as before.
@@ -25,7 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import ipaddress
+import itertools
 import json
 import logging
 import marshal
@@ -35,11 +38,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import sandbox_net
+from .launcher_server import Child, LauncherServer, Unavailable
 from .portfwd import Forwarder
 
 log = logging.getLogger("corral.agent")
@@ -148,6 +152,7 @@ class Sandboxes:
         self.reason = probe(config)
         self.userns = _user_namespaces()
         self._helper: str | None = None
+        self._server: LauncherServer | None = None
         self._timer_lock = threading.Lock()
         self._bridge_timer: threading.Timer | None = None
 
@@ -186,7 +191,8 @@ class Sandboxes:
         return self.config.uid_range[0] + slot
 
     def reserve(self, job_id: str) -> int:
-        """The job's slot: the one already recorded for it, else the lowest free one."""
+        """The job's slot: the one already recorded for it, else the lowest free one (one whose last job's veth
+        is gone, if there is one)."""
         with self._locked() as slots:
             return self._reserve(slots, job_id)
 
@@ -195,13 +201,13 @@ class Sandboxes:
         for n, rec in records.items():
             if rec.get("work_dir") == self.work_dir and rec.get("job_id") == job_id:
                 return n
-        for n in range(self.size):
-            if n not in records:
-                with open(os.path.join(slots, f"{n}.json"), "x") as f:
-                    json.dump(
-                        {"work_dir": self.work_dir, "job_id": job_id, "mnt": _mount_ns(), "since": time.time()}, f
-                    )
-                return n
+        # a free slot whose last job's veth the kernel has removed already (else its next job waits for that)
+        free = (n for n in range(self.size) if n not in records)
+        settled = (n for n in range(self.size) if n not in records and not sandbox_net.veth_exists(n))
+        for n in itertools.chain(itertools.islice(settled, 1), itertools.islice(free, 1)):
+            with open(os.path.join(slots, f"{n}.json"), "x") as f:
+                json.dump({"work_dir": self.work_dir, "job_id": job_id, "mnt": _mount_ns(), "since": time.time()}, f)
+            return n
         raise SandboxError(f"all {self.size} sandbox slots of this host are taken (CORRAL_JOB_UID_RANGE)")
 
     def _release(self, slots: str, slot: int, bridge: bool = True) -> None:
@@ -364,21 +370,11 @@ class Sandboxes:
         :meth:`bridge_down_later`) after."""
         self.quiesce(sb)
         if sb.netns is not None:
-            sandbox_net.job_net_down(sb.slot)
+            sandbox_net.job_net_down(sb.slot, wait=False)  # the slot's next job deletes a veth still there
         with self._locked() as slots:
             self._forget_slot(slots, sb.slot, bridge=not keep_bridge)
 
-    def command(
-        self,
-        sb: JobSandbox,
-        argv: list[str],
-        cwd: str,
-        binds: dict[str, str],
-        root: str,
-        pipes: Pipes,
-        inside: tuple[int, int] | None,
-    ) -> list[str]:
-        """The command line that starts ``argv`` in the sandbox (see :mod:`corral.agent.sandbox_exec`)."""
+    def _launcher_source(self) -> str:
         if self._helper is None:
             from . import sandbox_exec  # loads libc: only once a job needs it
 
@@ -389,7 +385,20 @@ class Sandboxes:
                 with open(path) as f:
                     source = f.read()
             self._helper = source
-        spec = {
+        return self._helper
+
+    def spec(
+        self,
+        sb: JobSandbox,
+        argv: list[str],
+        cwd: str,
+        binds: dict[str, str],
+        root: str,
+        pipes: Pipes,
+        inside: tuple[int, int] | None,
+    ) -> dict[str, Any]:
+        """What the launcher is given (see :mod:`corral.agent.sandbox_exec`): plain values only (marshal)."""
+        return {
             "netns": sb.netns,
             "root": root,
             "binds": binds,
@@ -402,8 +411,67 @@ class Sandboxes:
             "inside": list(inside) if inside is not None else None,
             "argv": argv,
         }
+
+    def command(
+        self,
+        sb: JobSandbox,
+        argv: list[str],
+        cwd: str,
+        binds: dict[str, str],
+        root: str,
+        pipes: Pipes,
+        inside: tuple[int, int] | None,
+    ) -> list[str]:
+        """The command line that starts ``argv`` in the sandbox through a launcher process of its own."""
+        spec = self.spec(sb, argv, cwd, binds, root, pipes, inside)
         # marshal (of plain values only): the launcher reads it without importing json
-        return [sys.executable or "python3", "-I", "-S", "-c", self._helper, marshal.dumps(spec).hex()]
+        return [sys.executable or "python3", "-I", "-S", "-c", self._launcher_source(), marshal.dumps(spec).hex()]
+
+    def launch(
+        self,
+        sb: JobSandbox,
+        argv: list[str],
+        cwd: str,
+        binds: dict[str, str],
+        root: str,
+        inside: tuple[int, int] | None,
+        env: dict[str, str],
+        job_dir: str,
+    ) -> subprocess.Popen[bytes] | Child:
+        """Start ``argv`` in the sandbox, forked by this agent's launcher server (a launcher process of its own
+        where that server cannot start), and wait until it runs (:func:`start`). Its stdin is /dev/null, its
+        stdout and stderr pipes; its session is its own."""
+        pipes = Pipes.open()
+        spec = self.spec(sb, argv, cwd, binds, root, pipes, inside)
+        if self._server is None:
+            self._server = LauncherServer(self._launcher_source())
+        try:
+            spawn = functools.partial(self._server.spawn, spec, env, job_dir, pipes.status_w, pipes.go_r)
+            return start(spawn, pipes, inside, sb.uid)
+        except Unavailable as e:
+            log.warning("%s; starting the job's launcher as a process of its own", e)
+        pipes = Pipes.open()
+        cmd = self.command(sb, argv, cwd, binds, root, pipes, inside)
+
+        def popen() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                cmd,
+                pass_fds=(pipes.status_w, pipes.go_r),
+                cwd=job_dir,
+                env=env,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+
+        return start(popen, pipes, inside, sb.uid)
+
+    def close_launcher(self) -> None:
+        """Let the launcher server go (at the agent's shutdown)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
 
 def _user_namespaces() -> bool:
@@ -469,13 +537,18 @@ class Pipes:
 
 
 def start(
-    cmd: list[str], pipes: Pipes, inside: tuple[int, int] | None, uid: int, **popen: Any
-) -> subprocess.Popen[bytes]:
-    """Start the launcher and wait until the job runs (the status pipe closes) or fails (a line on it);
-    on its ``map`` line, map ``inside`` (uid, gid) of its user namespace to ``uid`` outside."""
+    spawn: Callable[[], subprocess.Popen[bytes] | Child], pipes: Pipes, inside: tuple[int, int] | None, uid: int
+) -> subprocess.Popen[bytes] | Child:
+    """Start the launcher (``spawn``: it is given the status pipe's write end and the go pipe's read end, which
+    are closed here once it has them) and wait until the job runs (the status pipe closes) or fails (a line on
+    it); on its ``map`` line, map ``inside`` (uid, gid) of its user namespace to ``uid`` outside."""
     status_r, status_w, go_r, go_w = pipes.status_r, pipes.status_w, pipes.go_r, pipes.go_w
     try:
-        proc = subprocess.Popen(cmd, pass_fds=(status_w, go_r), **popen)
+        proc = spawn()
+    except BaseException:
+        os.close(status_r)
+        os.close(go_w)
+        raise
     finally:
         os.close(status_w)
         os.close(go_r)

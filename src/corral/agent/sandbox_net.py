@@ -137,12 +137,19 @@ def job_mac(address: str) -> str:
     return "02:cc:" + ":".join(f"{b:02x}" for b in ipaddress.IPv4Address(address).packed)
 
 
-def job_net_down(slot: int) -> None:
+def veth_exists(slot: int) -> bool:
+    return os.path.exists(f"/sys/class/net/{veth_name(slot)}")
+
+
+def job_net_down(slot: int, wait: bool = True) -> None:
+    """Remove the slot's namespace. The kernel removes its veth pair with it, a moment later (in the
+    background); with ``wait`` a veth still there is deleted now (a process, and tens of ms while the kernel
+    waits for the namespace's cleanup): what a slot's next job needs before it makes its own."""
     ns = netns_name(slot)
     path = os.path.join(NETNS_DIR, ns)
     if os.path.exists(path) and not _unmount_netns(path):
         _run(["ip", "netns", "del", ns], check=False)
-    if os.path.exists(f"/sys/class/net/{veth_name(slot)}"):
+    if wait and veth_exists(slot):
         _run(["ip", "link", "del", veth_name(slot)], check=False)
 
 
