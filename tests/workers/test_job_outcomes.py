@@ -1,4 +1,5 @@
-"""What a job's end wakes: the volumes worker only where the job's instance can have network volumes."""
+"""What a job's end wakes besides its run's (scoped) runs pass: the volumes worker only where the job's instance
+can have network volumes."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ def _on(provisioning: dict[str, Any] | None) -> tuple[str, ...]:
 
 
 def test_a_job_on_a_local_or_ssh_host_does_not_wake_the_volumes_worker() -> None:
-    assert _on({"backend": "remote", "corral_backend": "local"}) == ("runs", "scheduler")
-    assert _on({"backend": "remote", "corral_backend": "ssh"}) == ("runs", "scheduler")
+    assert _on({"backend": "remote", "corral_backend": "local"}) == ("scheduler",)
+    assert _on({"backend": "remote", "corral_backend": "ssh"}) == ("scheduler",)
 
 
 def test_a_job_on_a_cloud_instance_or_never_started_wakes_it_to_detach_what_it_had() -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import dataclasses
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from corral.store.tables import instances, jobs, projects, runs, users
 @dataclass(frozen=True)
 class QueueRow:
     """A submitted job without an instance. The documents are loaded only for jobs the caller has not
-    seen yet (``known``), so a long queue costs one narrow query per pass, not a JSON parse per job."""
+    seen yet (``load_queue``'s ``known``)."""
 
     id: str
     run_id: str
@@ -67,40 +68,79 @@ async def waiting_jobs(conn: AsyncConnection, project_ids: Collection[str] | Non
     return list((await conn.execute(q)).all())
 
 
-async def load_queue(conn: AsyncConnection, known: Collection[str] = ()) -> list[QueueRow]:
-    """The queue in order: priority (higher first), then submission time."""
-    rows = (await conn.execute(_waiting())).all()
-    unknown = [r.id for r in rows if r.id not in known]
-    docs: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {}
+def _queue_order() -> sa.Select[Any]:
+    """The queue's order and what may change while a job waits (its priority, its status message): what a
+    pass reads of the jobs it has seen before."""
+    return (
+        sa.select(jobs.c.id, jobs.c.priority, jobs.c.status_message)
+        .where(jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
+        .order_by(jobs.c.priority.desc(), sa.func.coalesce(jobs.c.queued_at, jobs.c.submitted_at), jobs.c.id)
+    )
+
+
+_QUEUE_ORDER = _queue_order()
+
+
+async def load_queue(conn: AsyncConnection, known: Mapping[str, QueueRow] | None = None) -> list[QueueRow]:
+    """The queue in order: priority (higher first), then submission time.
+
+    ``known``: the rows the caller has from earlier passes (without their documents). A job among them is read
+    as its id, priority and status message only, and given back as that row (a new one where those changed);
+    only jobs not seen before are read whole, with their documents: a long queue costs one narrow query per
+    pass, not a row and a JSON parse per job."""
+    known = known or {}
+    order = (await conn.execute(_QUEUE_ORDER)).all()
+    unknown = [r.id for r in order if r.id not in known]
+    fresh: dict[str, QueueRow] = {}
     for start in range(0, len(unknown), 500):
         chunk = unknown[start : start + 500]
-        dq = (
-            sa.select(jobs.c.id, jobs.c.job_spec, runs.c.run_spec, users.c.global_role)
+        q = (
+            sa.select(
+                jobs.c.id,
+                jobs.c.run_id,
+                jobs.c.project_id,
+                jobs.c.run_name,
+                jobs.c.job_num,
+                jobs.c.priority,
+                jobs.c.submitted_at,
+                jobs.c.status_message,
+                jobs.c.queued_at,
+                projects.c.name.label("project_name"),
+                jobs.c.job_spec,
+                runs.c.run_spec,
+                users.c.global_role,
+            )
+            .join(projects, projects.c.id == jobs.c.project_id)
             .join(runs, runs.c.id == jobs.c.run_id)
             .join(users, users.c.id == runs.c.user_id)
+            .where(jobs.c.id.in_(chunk))
         )
-        for d in await conn.execute(dq.where(jobs.c.id.in_(chunk))):
-            docs[d.id] = (orjson.loads(d.job_spec), orjson.loads(d.run_spec), d.global_role)
-    out = []
-    for r in rows:
-        job_spec, run_spec, role = docs.get(r.id, (None, None, None))
-        out.append(
-            QueueRow(
-                r.id,
-                r.run_id,
-                r.project_id,
-                r.project_name,
-                r.run_name,
-                r.job_num,
-                r.priority,
-                r.submitted_at,
-                r.status_message,
-                job_spec,
-                run_spec,
-                role,
-                r.queued_at,
+        for d in await conn.execute(q):
+            fresh[d.id] = QueueRow(
+                d.id,
+                d.run_id,
+                d.project_id,
+                d.project_name,
+                d.run_name,
+                d.job_num,
+                d.priority,
+                d.submitted_at,
+                d.status_message,
+                orjson.loads(d.job_spec),
+                orjson.loads(d.run_spec),
+                d.global_role,
+                d.queued_at,
             )
-        )
+    out = []
+    for r in order:
+        row = fresh.get(r.id)
+        if row is None:
+            row = known.get(r.id)
+            if row is None:
+                continue  # placed or removed between the two reads
+            if row.priority != r.priority or row.status_message != r.status_message:
+                row = dataclasses.replace(row, priority=r.priority, status_message=r.status_message)
+        out.append(row)
     return out
 
 

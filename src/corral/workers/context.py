@@ -32,6 +32,10 @@ class Wakeups:
         self._events = {name: asyncio.Event() for name in WORKERS}
         self._listeners: dict[str, list[Callable[[], None]]] = {}
         self.remote: Callable[[tuple[str, ...]], None] | None = None
+        #: Workers whose next pass must be a whole one (woken without a scope; all of them at first).
+        self._whole: set[str] = set(WORKERS)
+        #: Worker -> what its next pass is scoped to (``wake_for``), unless it must be a whole pass.
+        self._scoped: dict[str, set[str]] = {}
 
     def listen(self, name: str, callback: Callable[[], None]) -> None:
         """Call ``callback`` whenever ``name`` is woken, here or in another replica (e.g. ``access``: users,
@@ -47,9 +51,32 @@ class Wakeups:
     def wake_local(self, *names: str) -> None:
         for name in names or WORKERS:
             if name in self._events:
+                self._whole.add(name)
                 self._events[name].set()
             for callback in self._listeners.get(name, ()):
                 callback()
+
+    def wake_for(self, name: str, keys: Iterable[str]) -> None:
+        """Wake worker ``name`` in this process for ``keys`` only (the runs worker: the runs whose jobs this
+        process just changed), so that its pass reads those instead of everything it watches. Other replicas
+        are not woken: this one's pass settles them (and every replica makes a whole pass on its interval)."""
+        self._scoped.setdefault(name, set()).update(keys)
+        self._events[name].set()
+        for callback in self._listeners.get(name, ()):
+            callback()
+
+    def make_whole(self, name: str) -> None:
+        """Worker ``name``'s next pass covers everything (its safety-net pass)."""
+        self._whole.add(name)
+
+    def take(self, name: str) -> frozenset[str] | None:
+        """What worker ``name``'s pass, starting now, must cover: the keys it was woken for since its last
+        pass, or None for everything -- it was also woken without a scope, it is its first pass, or nothing
+        woke it (a pass run directly)."""
+        keys = self._scoped.pop(name, None)
+        whole = name in self._whole
+        self._whole.discard(name)
+        return None if whole or not keys else frozenset(keys)
 
     def event(self, name: str) -> asyncio.Event:
         return self._events[name]

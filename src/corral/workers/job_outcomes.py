@@ -44,17 +44,24 @@ _NO_NETWORK_VOLUMES = frozenset({"local", "ssh", "remote"})
 
 
 def _after_end(job: JobRec) -> tuple[str, ...]:
-    """The workers a job's end wakes: the runs worker (its run's status), the scheduler (the capacity it
-    freed), and the volumes worker (to detach the volumes it had) unless its instance cannot have any -- a
-    drain of short jobs on local or SSH hosts would otherwise run a volumes pass per job for nothing."""
+    """The workers a job's end wakes besides the runs worker (for its run, :meth:`JobOutcomes._ended`): the
+    scheduler (the capacity it freed), and the volumes worker (to detach the volumes it had) unless its
+    instance cannot have any -- a drain of short jobs on local or SSH hosts would otherwise run a volumes pass
+    per job for nothing."""
     backend = (job.job_provisioning_data or {}).get("corral_backend")
     if backend in _NO_NETWORK_VOLUMES:
-        return ("runs", "scheduler")
-    return ("runs", "scheduler", "volumes")
+        return ("scheduler",)
+    return ("scheduler", "volumes")
 
 
 class JobOutcomes:
     ctx: Context
+
+    def _ended(self, job: JobRec) -> None:
+        """Wake what a job's end concerns: its run's status (this process's runs pass, for that run), the
+        capacity it freed and its volumes (``_after_end``)."""
+        self.ctx.wakeups.wake_for("runs", (job.run_id,))
+        self.ctx.wakeups.wake(*_after_end(job))
 
     async def _reload(self, job_id: str) -> JobRec | None:
         async with self.ctx.db.read() as conn:
@@ -72,7 +79,7 @@ class JobOutcomes:
         async with self.ctx.db.write() as conn:
             ok = await run_store.update_job(conn, job.id, values, expect_status=("pulling",))
         if ok and state.state == "running":
-            self.ctx.wakeups.wake("runs")
+            self.ctx.wakeups.wake_for("runs", (job.run_id,))
 
     async def _runtime(self, job: JobRec, state: JobState) -> None:
         """Record what the agent reports of a running job (its working dir once it started)."""
@@ -104,7 +111,7 @@ class JobOutcomes:
             )
             if job.instance_id:
                 await fleet_store.release_instance(conn, job.instance_id, now)
-        self.ctx.wakeups.wake(*_after_end(job))
+        self._ended(job)
         return True
 
     async def _finish(
@@ -181,5 +188,5 @@ class JobOutcomes:
                 await fleet_store.release_instance(conn, job.instance_id, now)
             if tail is not None:
                 await leases.release(conn, jobs_table, job.id, tail.token)
-        self.ctx.wakeups.wake(*_after_end(job))
+        self._ended(job)
         return True

@@ -291,7 +291,7 @@ class Jobs(JobLeases, JobOutcomes):
                 expect_status=("provisioning",),
             )
         if ok:
-            self.ctx.wakeups.wake("runs")
+            self.ctx.wakeups.wake_for("runs", (job.run_id,))
             if state.finished or job.id not in self._followers:
                 # the follower reads the job as it is now before its first poll; it has the run's stored configuration
                 self._follow(job, inst, dict(run.run_spec.get("configuration") or {}))

@@ -158,10 +158,12 @@ class Runs:
         self._give_ups: list[str] = []
 
     async def pass_once(self) -> None:
+        # the runs whose jobs this process changed (``Wakeups.wake_for``), or None: every run that may settle
+        scope = self.ctx.wakeups.take("runs")
         async with self.ctx.db.read() as conn:
             # a pending run waits for its trigger (workers/triggers.py), its jobs are an earlier trigger's; a run
             # only waiting in the queue changes when a job of it does: neither is read
-            states = await run_store.active_run_states(conn, settling=True)
+            states = await run_store.active_run_states(conn, settling=True, run_ids=scope)
             active = [run for run in states if run.status != RunStatus.TERMINATING.value]
             latest_by_run = {run.id: _latest(run) for run in states}
             histories = {run.id: _histories(run) for run in active}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -96,8 +95,10 @@ class Workers:
         event = self.ctx.wakeups.event(name)
         interval = self.ctx.settings.safety_net_interval
         while not self._stopping:
-            with contextlib.suppress(asyncio.TimeoutError):
+            try:
                 await asyncio.wait_for(event.wait(), timeout=interval)
+            except asyncio.TimeoutError:
+                self.ctx.wakeups.make_whole(name)  # the safety net's pass is a whole one
             event.clear()
             try:
                 await fn()

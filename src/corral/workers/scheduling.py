@@ -6,8 +6,10 @@ A gang the commit point rejected (someone else took the capacity meanwhile) is r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -146,6 +148,10 @@ class Scheduling:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._queued: dict[str, QueuedJob] = {}
+        #: The queue's rows the last pass read (without their documents): the next pass reads only what changed.
+        self._rows: dict[str, QueueRow] = {}
+        #: The requirements of the queued jobs, each distinct one once (entries go with the last job using them).
+        self._requirements: weakref.WeakValueDictionary[Requirements, Requirements] = weakref.WeakValueDictionary()
         #: job id -> its run's configuration type (``task``, ``service``, ...), for ``GET /metrics``.
         self._run_types: dict[str, str] = {}
         self._fleet_reqs: dict[tuple[str, str], Requirements | None] = {}
@@ -183,6 +189,11 @@ class Scheduling:
             )
             if job.queued_at is not None:  # a preempted job's new submission waits for its place, whatever its retry
                 cached = QueuedJob(**{**cached.__dict__, "wait": WaitPolicy(True, None)})
+            # one object per distinct requirement (a sweep's jobs ask alike): a pass tells shapes apart by
+            # identity first, so it hashes each distinct requirement once instead of once per queued job
+            same = self._requirements.setdefault(cached.requirements, cached.requirements)
+            if same is not cached.requirements:
+                cached = QueuedJob(**{**cached.__dict__, "requirements": same})
             self._queued[job.id] = cached
             self._run_types[job.id] = str((job.run_spec.get("configuration") or {}).get("type") or "")
         if cached.status_message != job.status_message:
@@ -319,7 +330,7 @@ class Scheduling:
         """One load -> decide -> commit pass. Returns what was committed."""
         now = time.time()
         async with self.ctx.db.read() as conn:
-            queue = await snap.load_queue(conn, known=self._queued.keys())
+            queue = await snap.load_queue(conn, known=self._rows)
             fresh = [r for r in queue if r.id not in self._queued and r.run_spec is not None]
             if any(volume_names(r.run_spec["configuration"]) for r in fresh if r.run_spec is not None):
                 self._volume_places = {(v.project_id, v.name): v for v in await volume_store.list_volumes(conn, None)}
@@ -349,6 +360,12 @@ class Scheduling:
         queued = await self.reserved.located(queued)  # where the runs' own reservations are
         live = {q.id for q in queued}
         self._queued = {k: v for k, v in self._queued.items() if k in live}
+        # the rows as the next pass knows them: without their documents (parsed into ``_queued`` already)
+        self._rows = {
+            r.id: r if r.job_spec is None else dataclasses.replace(r, job_spec=None, run_spec=None)
+            for r in queue
+            if r.id in live
+        }
         self._run_types = {k: v for k, v in self._run_types.items() if k in live}
         limits = self.backend_limits()
         holds = await self.preempter.holds(queued, now)
@@ -379,8 +396,11 @@ class Scheduling:
             self.ctx.wakeups.wake("instances")
         if result.assigned:
             self.ctx.wakeups.wake("jobs")
-        if result.failed or result.assigned:
+        if result.failed:
             self.ctx.wakeups.wake("runs")
+        elif result.assigned:  # the placed jobs' runs go to provisioning: this process's runs pass, for those
+            placed = set(result.assigned)
+            self.ctx.wakeups.wake_for("runs", {q.run_id for q in queued if q.id in placed})
         if result.rejected_runs:
             self.ctx.wakeups.wake("scheduler")
         await self.preempter.pass_once(snapshot, plan, policies, now)

@@ -1,0 +1,97 @@
+"""Scoped passes of the runs worker: a job's change in this process wakes the runs worker for that job's run
+only (``Wakeups.wake_for``), so that a pass reads the runs that changed instead of every run in flight; any
+other wake-up, the first pass and the safety net's pass cover every run. Real SQLite, the real worker."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from corral.settings import Settings
+from corral.store import runs as run_store
+from corral.store.db import Database
+from corral.store.migrate import upgrade
+from corral.store.tables import jobs, projects, runs, users
+from corral.workers.context import Context, Wakeups
+from corral.workers.runs import Runs
+
+
+async def test_a_pass_covers_everything_unless_it_was_woken_for_some_keys_only() -> None:
+    w = Wakeups()
+    heard: list[str] = []
+    w.listen("runs", lambda: heard.append("runs"))
+    assert w.take("runs") is None, "the first pass is a whole one"
+    assert w.take("runs") is None, "so is a pass that nothing woke (run directly)"
+    w.wake_for("runs", ["a"])
+    w.wake_for("runs", ["b"])
+    assert w.event("runs").is_set() and heard == ["runs", "runs"], "listeners (the UI's live pages) hear it"
+    assert w.take("runs") == {"a", "b"}
+    w.wake_for("runs", ["c"])
+    w.wake_local("runs")
+    assert w.take("runs") is None, "a wake-up without a scope makes the next pass a whole one"
+    w.wake_for("runs", ["d"])
+    w.make_whole("runs")
+    assert w.take("runs") is None, "the safety net's pass is a whole one"
+    w.wake_for("runs", ["e"])
+    assert w.take("runs") == {"e"}
+
+
+async def _seed(db: Database) -> None:
+    now = time.time()
+    async with db.write() as conn:
+        await conn.execute(
+            sa.insert(users).values(
+                id="u", name="admin", token="t", token_hash="h", global_role="admin", active=True, deleted=False,
+                created_at=now,
+            )
+        )  # fmt: skip
+        await conn.execute(
+            sa.insert(projects).values(
+                id="p", name="main", owner_id="u", created_at=now, is_public=False, deleted=False, backends="[]"
+            )
+        )
+        spec = json.dumps({"configuration": {"type": "task", "commands": ["true"]}})
+        for name, job_status in (("ran", "done"), ("started", "running")):
+            await conn.execute(
+                sa.insert(runs).values(
+                    id=name, project_id="p", user_id="u", run_name=name, submitted_at=now, last_processed_at=now,
+                    status="provisioning", run_spec=spec, priority=0, deployment_num=0, deleted=False,
+                )
+            )  # fmt: skip
+            await conn.execute(
+                sa.insert(jobs).values(
+                    id=f"{name}-0", run_id=name, project_id="p", run_name=name, job_num=0, replica_num=0,
+                    job_name=f"{name}-0", submission_num=0, deployment_num=0, submitted_at=now,
+                    last_processed_at=now, status=job_status, job_spec="{}", priority=0, blocks=1, log_offset=0,
+                    finished_at=now if job_status == "done" else None,
+                )
+            )  # fmt: skip
+
+
+async def _statuses(db: Database) -> dict[str, str]:
+    async with db.read() as conn:
+        return {r.id: r.status for r in await conn.execute(sa.select(runs.c.id, runs.c.status))}
+
+
+async def test_a_scoped_pass_settles_only_its_runs_and_a_whole_pass_the_rest(tmp_path: Path) -> None:
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    await upgrade(db)
+    ctx = Context(Settings(server_dir=tmp_path, database_url=db.url), db, {})
+    try:
+        await _seed(db)
+        worker = Runs(ctx)
+        ctx.wakeups.take("runs")  # as if the first (whole) pass had run before these jobs changed
+        ctx.wakeups.wake_for("runs", ["started"])
+        await worker.pass_once()
+        assert await _statuses(db) == {"ran": "provisioning", "started": "running"}, "only the woken run is read"
+        async with db.read() as conn:
+            assert [r.id for r in await run_store.active_run_states(conn, settling=True, run_ids=["ran"])] == ["ran"]
+            assert await run_store.active_run_states(conn, settling=True, run_ids=[]) == []
+        ctx.wakeups.wake_local("runs")
+        await worker.pass_once()
+        assert await _statuses(db) == {"ran": "done", "started": "running"}
+    finally:
+        await db.dispose()
