@@ -58,6 +58,8 @@ def test_zipapp_imports_only_the_standard_library(tmp_path: Path) -> None:
         *(f"corral.agent.{m}" for m in ("containers", "docker", "fields", "images", "protocol_containers")),
         *(f"corral.agent.{m}" for m in ("job", "portfwd", "protocol_sandbox", "sandbox", "sandbox_exec")),
         "corral.agent.launcher_server",
+        "corral.agent.sandbox_spare",
+        "corral.agent.sandbox_launch",
         *(f"corral.agent.{m}" for m in ("sandbox_layout", "sandbox_net", "job_lifecycle", "gpus", "volumes")),
         "corral.agent.protocol_session",
         "corral.agent.container_sessions",

@@ -1,9 +1,11 @@
 """The host's sandbox slots under concurrency: the host-wide lock covers only the slot records (and the
-bridge), never one job's network set-up or teardown, and the bridge outlives the last sandbox only briefly
-(jobs that follow each other keep one). Real namespaces, veths and bridge: needs root (CI runs as root)."""
+bridge), never one job's network set-up or teardown; the bridge outlives the last sandbox only briefly
+(jobs that follow each other keep one); an agent's spare network, made after a job, is its next job's.
+Real namespaces, veths and bridge: needs root (CI runs as root)."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from corral.agent import sandbox, sandbox_net
+from corral.agent.sandbox_spare import SPARE_JOB
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root (CI runs as root)")
 
@@ -96,3 +99,43 @@ def test_the_bridge_lingers_for_jobs_that_follow_each_other_then_goes(
         time.sleep(0.05)
     assert not os.path.exists(f"/sys/class/net/{one.config.bridge}"), "the bridge outlived its linger"
     assert not os.path.exists(os.path.join(one.config.state_dir, "bridge"))
+
+
+def _record(slot: int) -> dict[str, object]:
+    path = Path(sandbox.DEFAULT_STATE_DIR) / "slots" / f"{slot}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def test_a_spare_network_made_after_a_job_is_the_next_jobs_and_goes_when_the_agent_is_idle(
+    sandboxes: tuple[sandbox.Sandboxes, sandbox.Sandboxes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, _two = sandboxes
+    one.prepare_spare()
+    assert one._spare is not None
+    spare_slot, spare_ns = one._spare
+    assert os.path.exists(spare_ns) and _record(spare_slot)["job_id"] == SPARE_JOB
+    made: list[int] = []
+    real_up = sandbox_net.job_net_up
+
+    def counted_up(slot: int, *a: object) -> str:
+        made.append(slot)
+        return real_up(slot, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sandbox_net, "job_net_up", counted_up)
+    first = one.open("next", [8000])
+    assert (first.slot, first.netns) == (spare_slot, spare_ns) and made == [], "the next job takes the spare"
+    assert _record(spare_slot)["job_id"] == "next" and 8000 in first.ports()
+    # a job whose slot was reserved ahead (a multi-node run's address given out) keeps that slot
+    one.prepare_spare()
+    assert one._spare is not None
+    made.clear()
+    reserved = one.reserve("ahead")
+    ahead = one.open("ahead", [])
+    assert ahead.slot == reserved != one._spare[0] and made == [reserved]
+    one.release_spare_if_idle()
+    assert one._spare is not None, "the agent runs jobs: its spare stays"
+    one.close(first, keep_bridge=True)
+    one.close(ahead, keep_bridge=True)
+    left = one._spare[0]
+    one.release_spare_if_idle()
+    assert one._spare is None and _record(left) == {}, "an idle agent keeps no spare"

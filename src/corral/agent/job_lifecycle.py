@@ -326,11 +326,13 @@ class JobLifecycle:
         for t in readers:
             t.join(1.0)
         self._settle(job, _exit_status(rc), f"killed by signal {_signame(-rc)}" if rc < 0 else None)
-        if sb is not None:  # the host's last sandbox takes the bridge with it, a moment later
+        if sb is not None:
             try:
                 self.sandboxes.close(sb, keep_bridge=True)
             except OSError:
                 log.exception("job %s: cannot release its sandbox", job.sub.job_id)
+            self.sandboxes.prepare_spare()  # the network of this agent's next job, made now
+            # the spare goes, and the host's last sandbox takes the bridge with it, a moment later if idle
             self.sandboxes.bridge_down_later()
 
     def _settle(self, job: Job, exit_status: int | None, failure: str | None = None) -> None:

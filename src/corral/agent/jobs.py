@@ -218,6 +218,7 @@ class JobRunner(JobLifecycle):
                 self._stop(j, abort=True, reason="stopped")
             self._await(jobs, time.monotonic() + READER_DRAIN_S + 2.0)
         self.sandboxes.cancel_bridge_check()  # reap takes the bridge down now if no slot is left
+        self.sandboxes.stop_spares()  # and gives back the spare network
         self.sandboxes.reap({j.sub.job_id for j in jobs if not j.state.finished})  # and unused reservations
         self.sandboxes.close_launcher()
 

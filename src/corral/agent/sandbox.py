@@ -26,25 +26,27 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import ipaddress
 import itertools
 import json
 import logging
-import marshal
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import sandbox_net
-from .launcher_server import Child, LauncherServer, Unavailable
+from .launcher_server import LauncherServer
 from .portfwd import Forwarder
+from .sandbox_launch import Launching
+from .sandbox_launch import Pipes as Pipes  # named here too, where the agent has always found them
+from .sandbox_launch import SandboxError as SandboxError
+from .sandbox_launch import start as start
+from .sandbox_spare import SPARE_JOB, SpareNetwork
 
 log = logging.getLogger("corral.agent")
 
@@ -57,10 +59,6 @@ DEFAULT_WORKING_DIR = "/workflow"
 MODES = ("auto", "on", "off")
 #: How long the bridge outlives the host's last sandbox: jobs that follow each other keep one bridge.
 BRIDGE_LINGER_S = 1.0
-
-
-class SandboxError(Exception):
-    """The sandbox could not be set up; the message is meant for the user."""
 
 
 def parse_uid_range(text: str) -> tuple[int, int]:
@@ -140,7 +138,7 @@ class JobSandbox:
         return {p: f.port for p, f in self.forwarders.items()}
 
 
-class Sandboxes:
+class Sandboxes(Launching, SpareNetwork):
     """The slots of this host and the sandboxes of this agent's jobs."""
 
     def __init__(self, work_dir: str, config: SandboxConfig) -> None:
@@ -154,6 +152,9 @@ class Sandboxes:
         self._helper: str | None = None
         self._server: LauncherServer | None = None
         self._timer_lock = threading.Lock()
+        self._spare_lock = threading.Lock()
+        self._spare: tuple[int, str] | None = None
+        self._no_spares = False
         self._bridge_timer: threading.Timer | None = None
 
     @property
@@ -263,6 +264,7 @@ class Sandboxes:
 
     def _bridge_check(self) -> None:
         try:
+            self.release_spare_if_idle()
             self.bridge_down_if_idle()
         except OSError:
             log.exception("cannot remove the sandbox bridge")
@@ -317,6 +319,8 @@ class Sandboxes:
                     released += 1
             if not self._records(slots):
                 self._bridge_down()
+        if SPARE_JOB not in live:
+            self.forget_spare()  # its slot was this agent's and not live: given back above
         return released
 
     # ---- one job's sandbox ----------------------------------------------------------------------
@@ -327,25 +331,16 @@ class Sandboxes:
         The host's lock is held only to reserve the slot (and bring the bridge up): the job's own namespace and
         veth are made after, as the slot's record (which exists first and goes last) keeps every other agent
         off them, so that one agent's set-up never waits for another's."""
+        spare = None if host_network else self.take_spare(job_id)
         try:
-            with self._locked() as slots:
-                slot = self._reserve(slots, job_id)
-                if host_network:
-                    return JobSandbox(slot=slot, address=None, uid=self.uid(slot), netns=None, userns=self.userns)
-                try:
-                    self._bridge_up()
-                except sandbox_net.NetError:
-                    self._forget_slot(slots, slot, bridge=True)
-                    raise
-            try:
-                netns = sandbox_net.job_net_up(slot, self.address(slot), self.config.bridge, self.network)
-            except sandbox_net.NetError:
-                sandbox_net.job_net_down(slot)
-                with self._locked() as slots:
-                    self._forget_slot(slots, slot, bridge=True)
-                raise
+            if spare is not None:
+                slot, netns = spare
+            else:
+                slot, netns = self._open_network(job_id, host_network)
         except (sandbox_net.NetError, OSError) as e:
             raise SandboxError(f"cannot set up the job's network: {e}") from None
+        if not netns:
+            return JobSandbox(slot=slot, address=None, uid=self.uid(slot), netns=None, userns=self.userns)
         address = self.address(slot)
         sb = JobSandbox(slot=slot, address=address, uid=self.uid(slot), netns=netns, userns=self.userns)
         try:
@@ -355,6 +350,25 @@ class Sandboxes:
             self.close(sb)
             raise SandboxError(f"cannot listen for the job's port: {e}") from None
         return sb
+
+    def _open_network(self, job_id: str, host_network: bool) -> tuple[int, str]:
+        """The job's slot and its namespace (none with ``host_network``: an empty path)."""
+        with self._locked() as slots:
+            slot = self._reserve(slots, job_id)
+            if host_network:
+                return slot, ""
+            try:
+                self._bridge_up()
+            except sandbox_net.NetError:
+                self._forget_slot(slots, slot, bridge=True)
+                raise
+        try:
+            return slot, sandbox_net.job_net_up(slot, self.address(slot), self.config.bridge, self.network)
+        except sandbox_net.NetError:
+            sandbox_net.job_net_down(slot)
+            with self._locked() as slots:
+                self._forget_slot(slots, slot, bridge=True)
+            raise
 
     def quiesce(self, sb: JobSandbox) -> None:
         """The job's port relays closed and every process of its uid killed, its slot and network kept
@@ -373,105 +387,6 @@ class Sandboxes:
             sandbox_net.job_net_down(sb.slot, wait=False)  # the slot's next job deletes a veth still there
         with self._locked() as slots:
             self._forget_slot(slots, sb.slot, bridge=not keep_bridge)
-
-    def _launcher_source(self) -> str:
-        if self._helper is None:
-            from . import sandbox_exec  # loads libc: only once a job needs it
-
-            path = sandbox_exec.__file__
-            loader = getattr(sandbox_exec, "__loader__", None)
-            source = loader.get_source(sandbox_exec.__name__) if loader is not None else None  # zipapp too
-            if source is None:
-                with open(path) as f:
-                    source = f.read()
-            self._helper = source
-        return self._helper
-
-    def spec(
-        self,
-        sb: JobSandbox,
-        argv: list[str],
-        cwd: str,
-        binds: dict[str, str],
-        root: str,
-        pipes: Pipes,
-        inside: tuple[int, int] | None,
-    ) -> dict[str, Any]:
-        """What the launcher is given (see :mod:`corral.agent.sandbox_exec`): plain values only (marshal)."""
-        return {
-            "netns": sb.netns,
-            "root": root,
-            "binds": binds,
-            "hide": sorted({self.work_dir, *self.config.hide}),
-            "cwd": cwd,
-            "uid": sb.uid,
-            "gid": sb.uid,
-            "status_fd": pipes.status_w,
-            "go_fd": pipes.go_r,
-            "inside": list(inside) if inside is not None else None,
-            "argv": argv,
-        }
-
-    def command(
-        self,
-        sb: JobSandbox,
-        argv: list[str],
-        cwd: str,
-        binds: dict[str, str],
-        root: str,
-        pipes: Pipes,
-        inside: tuple[int, int] | None,
-    ) -> list[str]:
-        """The command line that starts ``argv`` in the sandbox through a launcher process of its own."""
-        spec = self.spec(sb, argv, cwd, binds, root, pipes, inside)
-        # marshal (of plain values only): the launcher reads it without importing json
-        return [sys.executable or "python3", "-I", "-S", "-c", self._launcher_source(), marshal.dumps(spec).hex()]
-
-    def launch(
-        self,
-        sb: JobSandbox,
-        argv: list[str],
-        cwd: str,
-        binds: dict[str, str],
-        root: str,
-        inside: tuple[int, int] | None,
-        env: dict[str, str],
-        job_dir: str,
-    ) -> subprocess.Popen[bytes] | Child:
-        """Start ``argv`` in the sandbox, forked by this agent's launcher server (a launcher process of its own
-        where that server cannot start), and wait until it runs (:func:`start`). Its stdin is /dev/null, its
-        stdout and stderr pipes; its session is its own."""
-        pipes = Pipes.open()
-        spec = self.spec(sb, argv, cwd, binds, root, pipes, inside)
-        if self._server is None:
-            self._server = LauncherServer(self._launcher_source())
-        try:
-            spawn = functools.partial(self._server.spawn, spec, env, job_dir, pipes.status_w, pipes.go_r)
-            return start(spawn, pipes, inside, sb.uid)
-        except Unavailable as e:
-            log.warning("%s; starting the job's launcher as a process of its own", e)
-        pipes = Pipes.open()
-        cmd = self.command(sb, argv, cwd, binds, root, pipes, inside)
-
-        def popen() -> subprocess.Popen[bytes]:
-            return subprocess.Popen(
-                cmd,
-                pass_fds=(pipes.status_w, pipes.go_r),
-                cwd=job_dir,
-                env=env,
-                start_new_session=True,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-
-        return start(popen, pipes, inside, sb.uid)
-
-    def close_launcher(self) -> None:
-        """Let the launcher server go (at the agent's shutdown)."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
 
 
 def _user_namespaces() -> bool:
@@ -518,60 +433,6 @@ def chown_tree(path: str, uid: int) -> None:
     for dirpath, dirnames, filenames in os.walk(path):
         for name in dirnames + filenames:
             os.lchown(os.path.join(dirpath, name), uid, uid)
-
-
-@dataclass(frozen=True)
-class Pipes:
-    """The launcher's status pipe (it writes) and go pipe (the agent writes)."""
-
-    status_r: int
-    status_w: int
-    go_r: int
-    go_w: int
-
-    @classmethod
-    def open(cls) -> Pipes:
-        status_r, status_w = os.pipe()
-        go_r, go_w = os.pipe()
-        return cls(status_r, status_w, go_r, go_w)
-
-
-def start(
-    spawn: Callable[[], subprocess.Popen[bytes] | Child], pipes: Pipes, inside: tuple[int, int] | None, uid: int
-) -> subprocess.Popen[bytes] | Child:
-    """Start the launcher (``spawn``: it is given the status pipe's write end and the go pipe's read end, which
-    are closed here once it has them) and wait until the job runs (the status pipe closes) or fails (a line on
-    it); on its ``map`` line, map ``inside`` (uid, gid) of its user namespace to ``uid`` outside."""
-    status_r, status_w, go_r, go_w = pipes.status_r, pipes.status_w, pipes.go_r, pipes.go_w
-    try:
-        proc = spawn()
-    except BaseException:
-        os.close(status_r)
-        os.close(go_w)
-        raise
-    finally:
-        os.close(status_w)
-        os.close(go_r)
-    words = ""
-    try:
-        with os.fdopen(status_r, "rb") as f:
-            line = f.readline()
-            if line == b"map\n" and inside is not None:
-                for name, value in (("uid_map", inside[0]), ("gid_map", inside[1])):
-                    with open(f"/proc/{proc.pid}/{name}", "w") as m:
-                        m.write(f"{value} {uid} 1\n")
-                os.write(go_w, b"g")
-                line = b""
-            words = (line + f.read(4096)).decode(errors="replace").strip()
-    except OSError as e:
-        words = f"cannot map the job's user: {e}"
-    finally:
-        os.close(go_w)
-    if words:
-        proc.kill()
-        proc.wait()
-        raise SandboxError(words)
-    return proc
 
 
 def inside_ids(user: str | None) -> tuple[int, int]:
