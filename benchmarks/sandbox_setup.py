@@ -54,7 +54,7 @@ def one(sbs: sandbox.Sandboxes, base: str, n: int, fork_server: bool = True) -> 
         proc: object = sbs.launch(sb, ["/bin/true"], "/workflow", binds, mount, inside, env, job_dir)
     else:
         pipes = sandbox.Pipes.open()
-        cmd = sbs.command(sb, ["/bin/true"], "/workflow", binds, mount, pipes, inside)
+        cmd = sbs.command(sbs.spec(sb, ["/bin/true"], "/workflow", binds, mount, pipes, inside))
         popen = functools.partial(subprocess.Popen, cmd, pass_fds=(pipes.status_w, pipes.go_r), cwd=job_dir, env=env)
         proc = sandbox.start(popen, pipes, inside, sb.uid)
     t2 = time.perf_counter()

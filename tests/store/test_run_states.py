@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from test_plan_apply import _db
 
-from corral.store.runs import active_run_states
+from corral.store.run_states import active_run_states
 from corral.store.tables import jobs, runs
 
 

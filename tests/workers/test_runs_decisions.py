@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from corral.domain.retry import Submission
 from corral.domain.statuses import RunTerminationReason
-from corral.store.runs import JobState
+from corral.store.run_states import JobState
 from corral.workers.runs import RetryPlan, decide_run, plan_retry
 
 ON_ERROR = {"on_events": ["error"], "duration": 60}
@@ -78,7 +78,7 @@ def test_a_preempted_job_is_resubmitted_at_once_whatever_its_retry() -> None:
         assert plan == RetryPlan(resubmit=(0,), due=0.0), retry
     # a job failing after a preemption: what failed before it and the preemption do not count against
     # retry.duration (an error at 100, preempted at 500, resubmitted at once, an error at 510)
-    from corral.store.runs import RunState
+    from corral.store.run_states import RunState
 
     early = replace(_job(0, "failed", "container_exited_with_error"), finished_at=100.0)
     was = replace(preempted, submission_num=1, submitted_at=100.0, finished_at=500.0)

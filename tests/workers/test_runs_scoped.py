@@ -11,7 +11,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from corral.settings import Settings
-from corral.store import runs as run_store
+from corral.store import run_states
 from corral.store.db import Database
 from corral.store.migrate import upgrade
 from corral.store.tables import jobs, projects, runs, users
@@ -88,8 +88,8 @@ async def test_a_scoped_pass_settles_only_its_runs_and_a_whole_pass_the_rest(tmp
         await worker.pass_once()
         assert await _statuses(db) == {"ran": "provisioning", "started": "running"}, "only the woken run is read"
         async with db.read() as conn:
-            assert [r.id for r in await run_store.active_run_states(conn, settling=True, run_ids=["ran"])] == ["ran"]
-            assert await run_store.active_run_states(conn, settling=True, run_ids=[]) == []
+            assert [r.id for r in await run_states.active_run_states(conn, settling=True, run_ids=["ran"])] == ["ran"]
+            assert await run_states.active_run_states(conn, settling=True, run_ids=[]) == []
         ctx.wakeups.wake_local("runs")
         await worker.pass_once()
         assert await _statuses(db) == {"ran": "done", "started": "running"}

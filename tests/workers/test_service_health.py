@@ -5,7 +5,7 @@ from its submission or the last time any replica was ready."""
 from __future__ import annotations
 
 from corral.domain.retry import Submission
-from corral.store.runs import JobState
+from corral.store.run_states import JobState
 from corral.workers.service_health import plan_service
 
 
@@ -86,7 +86,7 @@ def test_a_replica_without_capacity_waits_again_while_another_serves() -> None:
 def test_a_preempted_replica_is_resubmitted_at_once() -> None:
     from dataclasses import replace
 
-    from corral.store.runs import RunState
+    from corral.store.run_states import RunState
     from corral.workers.runs import _histories
 
     preempted = replace(_job(0, "failed", False, reason="interrupted_by_no_capacity"), preempted=True)

@@ -328,7 +328,7 @@ class JobLifecycle:
         self._settle(job, _exit_status(rc), f"killed by signal {_signame(-rc)}" if rc < 0 else None)
         if sb is not None:
             try:
-                self.sandboxes.close(sb, keep_bridge=True)
+                self.sandboxes.close(sb, keep_bridge=True, quiesced=True)
             except OSError:
                 log.exception("job %s: cannot release its sandbox", job.sub.job_id)
             self.sandboxes.prepare_spare()  # the network of this agent's next job, made now

@@ -37,13 +37,11 @@ class Unavailable(Exception):
 class Child:
     """A job's process, forked by the fork server: the part of ``subprocess.Popen`` the agent uses."""
 
-    def __init__(self, pid: int, stdout: IO[bytes] | None, stderr: IO[bytes] | None) -> None:
-        self.pid = pid
-        self.stdout = stdout
-        self.stderr = stderr
+    def __init__(self, stdout: IO[bytes], stderr: IO[bytes]) -> None:
+        self.pid = 0  # until the server answers
+        self.stdout: IO[bytes] | None = stdout
+        self.stderr: IO[bytes] | None = stderr
         self.returncode: int | None = None
-        #: the fork server's generation that forked it
-        self.gen = 0
         self._ended = threading.Event()
 
     def _end(self, returncode: int) -> None:
@@ -61,7 +59,7 @@ class Child:
         return self.returncode
 
     def kill(self) -> None:
-        if self.returncode is None:
+        if self.returncode is None and self.pid > 0:
             try:
                 os.kill(self.pid, 9)
             except OSError:
@@ -69,22 +67,23 @@ class Child:
 
 
 class LauncherServer:
+    """The server's process and the reader of its answers. A job's :class:`Child` is known before its request
+    is sent (by request id, then by pid once the server answers), and the server answers a fork before it
+    reports that child's end, so every end finds its child."""
+
     def __init__(self, source: str) -> None:
         self._source = source
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one request at a time, and the server's start
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._ids = itertools.count(1)
-        #: request id -> the pid the server answered (or an exception), set by the reader thread
-        self._answers: dict[int, int] = {}
-        self._answered = threading.Condition()
-        self._children: dict[int, Child] = {}
-        #: exit statuses that arrived before their child was known (never, by the server's order; kept safe)
-        self._early: dict[int, int] = {}
         self._failed = False
-        #: the server's generation (one per start) and those that exited
-        self._gen = 0
-        self._dead: set[int] = set()
+        #: guards what follows; notified when a request is answered
+        self._answered = threading.Condition()
+        #: request id -> the child it asks for, until the server answers with its pid
+        self._pending: dict[int, Child] = {}
+        #: pid -> a child the server forked and has not reported ended
+        self._children: dict[int, Child] = {}
 
     def _start(self) -> socket.socket:
         if self._sock is not None:
@@ -106,14 +105,10 @@ class LauncherServer:
         finally:
             theirs.close()
         self._sock = ours
-        self._gen += 1
-        reader = threading.Thread(
-            target=self._read, args=(ours, self._proc, self._gen), name="launcher-server", daemon=True
-        )
-        reader.start()
+        threading.Thread(target=self._read, args=(ours, self._proc), name="launcher-server", daemon=True).start()
         return ours
 
-    def _read(self, sock: socket.socket, proc: subprocess.Popen[bytes], gen: int) -> None:
+    def _read(self, sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
         while True:
             try:
                 msg = sock.recv(1 << 16)
@@ -122,24 +117,26 @@ class LauncherServer:
             if not msg:
                 break
             kind, key, value = marshal.loads(msg)
-            if kind == "pid":
-                with self._answered:
-                    self._answers[key] = value
+            with self._answered:
+                if kind == "pid":  # key: the request's id, value: the pid (negative: the fork failed)
+                    child = self._pending.pop(key, None)
+                    if child is not None:
+                        child.pid = value
+                        if value > 0:
+                            self._children[value] = child
                     self._answered.notify_all()
-            elif kind == "exit":
-                with self._answered:
-                    child = self._children.pop(key, None)
-                    if child is None:
-                        self._early[key] = value
-                        continue
+                    continue
+                child = self._children.pop(key, None)  # "exit": key the pid, value its wait status
+            if child is not None:
                 child._end(_returncode(value))
-        # the server is gone: whatever it had not reported is lost to it
+        # the server is gone: whatever it had not answered or reported is lost to it (a new server's children
+        # are registered only once ``_sock`` is its own, after this)
         with self._answered:
             if self._sock is sock:
                 self._sock = None
-            lost = [c for c in self._children.values() if c.gen == gen]
-            self._children = {pid: c for pid, c in self._children.items() if c.gen != gen}
-            self._dead.add(gen)
+            lost = list(self._children.values())
+            self._children.clear()
+            self._pending.clear()  # their spawn() sees no pid
             self._answered.notify_all()
         if lost:
             log.error("the launcher's fork server exited with %d job(s) running; they are lost", len(lost))
@@ -156,47 +153,41 @@ class LauncherServer:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         devnull = os.open(os.devnull, os.O_RDONLY)
+        child = Child(os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
         try:
-            pid, gen = self._fork(spec, env, cwd, [devnull, out_w, err_w, status_w, go_r])
+            self._fork(child, spec, env, cwd, [devnull, out_w, err_w, status_w, go_r])
         except BaseException:
-            os.close(out_r)
-            os.close(err_r)
+            for stream in (child.stdout, child.stderr):
+                if stream is not None:
+                    stream.close()
             raise
         finally:
             for fd in (out_w, err_w, devnull):
                 os.close(fd)
-        child = Child(pid, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
-        child.gen = gen
-        with self._answered:
-            early = self._early.pop(pid, None)
-            lost = gen in self._dead
-            if early is None and not lost:
-                self._children[pid] = child
-        if early is not None:
-            child._end(_returncode(early))
-        elif lost:
-            child._end(LOST)
         return child
 
-    def _fork(self, spec: dict[str, Any], env: dict[str, str], cwd: str, fds: list[int]) -> tuple[int, int]:
+    def _fork(self, child: Child, spec: dict[str, Any], env: dict[str, str], cwd: str, fds: list[int]) -> None:
         with self._lock:
             sock = self._start()
-            gen = self._gen
             req_id = next(self._ids)
+            with self._answered:
+                if self._sock is not sock:
+                    raise Unavailable("the launcher's fork server exited")
+                self._pending[req_id] = child
             msg = marshal.dumps({"id": req_id, "spec": spec, "env": env, "cwd": cwd})
             try:
                 socket.send_fds(sock, [msg], fds)
             except OSError as e:
+                with self._answered:
+                    self._pending.pop(req_id, None)
                 raise Unavailable(f"the launcher's fork server is gone: {e}") from None
             with self._answered:
-                while req_id not in self._answers and self._sock is sock:
+                while req_id in self._pending:
                     self._answered.wait(5.0)
-                pid = self._answers.pop(req_id, None)
-        if pid is None:
+        if child.pid == 0:
             raise Unavailable("the launcher's fork server exited")
-        if pid < 0:
+        if child.pid < 0:
             raise OSError("the launcher's fork server could not fork (its message is on the status pipe)")
-        return pid, gen
 
     def close(self) -> None:
         """The server exits once its socket closes (jobs it started run on, as a stopped agent's do)."""

@@ -378,11 +378,12 @@ class Sandboxes(Launching, SpareNetwork):
         sb.forwarders.clear()
         kill_uid(sb.uid)
 
-    def close(self, sb: JobSandbox, keep_bridge: bool = False) -> None:
+    def close(self, sb: JobSandbox, keep_bridge: bool = False, quiesced: bool = False) -> None:
         """Release the job's sandbox: its namespace removed outside the host's lock (the slot is still its
         own), then its slot under it. With ``keep_bridge`` the caller calls :meth:`bridge_down_if_idle` (or
-        :meth:`bridge_down_later`) after."""
-        self.quiesce(sb)
+        :meth:`bridge_down_later`) after; with ``quiesced`` it called :meth:`quiesce` already."""
+        if not quiesced:
+            self.quiesce(sb)
         if sb.netns is not None:
             sandbox_net.job_net_down(sb.slot, wait=False)  # the slot's next job deletes a veth still there
         with self._locked() as slots:

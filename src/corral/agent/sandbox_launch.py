@@ -74,18 +74,8 @@ class Launching:
             "argv": argv,
         }
 
-    def command(
-        self,
-        sb: JobSandbox,
-        argv: list[str],
-        cwd: str,
-        binds: dict[str, str],
-        root: str,
-        pipes: Pipes,
-        inside: tuple[int, int] | None,
-    ) -> list[str]:
-        """The command line that starts ``argv`` in the sandbox through a launcher process of its own."""
-        spec = self.spec(sb, argv, cwd, binds, root, pipes, inside)
+    def command(self, spec: dict[str, Any]) -> list[str]:
+        """The command line that starts the job of ``spec`` through a launcher process of its own."""
         # marshal (of plain values only): the launcher reads it without importing json
         return [sys.executable or "python3", "-I", "-S", "-c", self._launcher_source(), marshal.dumps(spec).hex()]
 
@@ -112,8 +102,8 @@ class Launching:
             return start(spawn, pipes, inside, sb.uid)
         except Unavailable as e:
             log.warning("%s; starting the job's launcher as a process of its own", e)
-        pipes = Pipes.open()
-        cmd = self.command(sb, argv, cwd, binds, root, pipes, inside)
+        pipes = Pipes.open()  # the first were closed with the attempt
+        cmd = self.command(self.spec(sb, argv, cwd, binds, root, pipes, inside))
 
         def popen() -> subprocess.Popen[bytes]:
             return subprocess.Popen(

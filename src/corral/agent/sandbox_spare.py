@@ -15,17 +15,13 @@ gives back any spare a crashed agent left.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import sandbox_net
-
-if TYPE_CHECKING:
-    from .sandbox import SandboxConfig
 
 log = logging.getLogger("corral.agent")
 
@@ -36,8 +32,6 @@ SPARE_JOB = "(spare)"
 class SpareNetwork:
     work_dir: str
     reason: str | None
-    network: ipaddress.IPv4Network
-    config: SandboxConfig
     _spare_lock: threading.Lock
     _spare: tuple[int, str] | None
     _no_spares: bool
@@ -46,19 +40,13 @@ class SpareNetwork:
     def _locked(self) -> contextlib.AbstractContextManager[str]:
         raise NotImplementedError
 
-    def _reserve(self, slots: str, job_id: str) -> int:
+    def _open_network(self, job_id: str, host_network: bool) -> tuple[int, str]:
         raise NotImplementedError
 
     def _forget_slot(self, slots: str, slot: int, bridge: bool) -> None:
         raise NotImplementedError
 
-    def _bridge_up(self) -> None:
-        raise NotImplementedError
-
     def _records(self, slots: str) -> dict[int, dict[str, Any]]:
-        raise NotImplementedError
-
-    def address(self, slot: int) -> str:
         raise NotImplementedError
 
     def prepare_spare(self) -> None:
@@ -68,21 +56,7 @@ class SpareNetwork:
         try:
             if self._spare is not None or self._no_spares:
                 return
-            with self._locked() as slots:
-                slot = self._reserve(slots, SPARE_JOB)
-                try:
-                    self._bridge_up()
-                except sandbox_net.NetError:
-                    self._forget_slot(slots, slot, bridge=True)
-                    raise
-            try:
-                netns = sandbox_net.job_net_up(slot, self.address(slot), self.config.bridge, self.network)
-            except sandbox_net.NetError:
-                sandbox_net.job_net_down(slot)
-                with self._locked() as slots:
-                    self._forget_slot(slots, slot, bridge=True)
-                raise
-            self._spare = (slot, netns)
+            self._spare = self._open_network(SPARE_JOB, host_network=False)
         except (sandbox_net.NetError, OSError) as e:
             log.warning("cannot make a spare sandbox network: %s", e)
         finally:

@@ -39,8 +39,13 @@ class QueueRow:
     queued_at: float | None = None
 
 
+#: A job waiting to be placed, and the scheduler's order: priority (higher first), then submission time.
+_QUEUED = (jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
+_ORDER = (jobs.c.priority.desc(), sa.func.coalesce(jobs.c.queued_at, jobs.c.submitted_at), jobs.c.id)
+
+
 def _waiting() -> sa.Select[Any]:
-    """Jobs waiting to be placed, in the scheduler's order: priority (higher first), then submission time."""
+    """Jobs waiting to be placed, in the scheduler's order, with what names them."""
     return (
         sa.select(
             jobs.c.id,
@@ -55,8 +60,8 @@ def _waiting() -> sa.Select[Any]:
             projects.c.name.label("project_name"),
         )
         .join(projects, projects.c.id == jobs.c.project_id)
-        .where(jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
-        .order_by(jobs.c.priority.desc(), sa.func.coalesce(jobs.c.queued_at, jobs.c.submitted_at), jobs.c.id)
+        .where(*_QUEUED)
+        .order_by(*_ORDER)
     )
 
 
@@ -68,17 +73,9 @@ async def waiting_jobs(conn: AsyncConnection, project_ids: Collection[str] | Non
     return list((await conn.execute(q)).all())
 
 
-def _queue_order() -> sa.Select[Any]:
-    """The queue's order and what may change while a job waits (its priority, its status message): what a
-    pass reads of the jobs it has seen before."""
-    return (
-        sa.select(jobs.c.id, jobs.c.priority, jobs.c.status_message)
-        .where(jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
-        .order_by(jobs.c.priority.desc(), sa.func.coalesce(jobs.c.queued_at, jobs.c.submitted_at), jobs.c.id)
-    )
-
-
-_QUEUE_ORDER = _queue_order()
+#: The queue's order and what may change while a job waits (its priority, its status message): what a pass
+#: reads of the jobs it has seen before.
+_QUEUE_ORDER = sa.select(jobs.c.id, jobs.c.priority, jobs.c.status_message).where(*_QUEUED).order_by(*_ORDER)
 
 
 async def load_queue(conn: AsyncConnection, known: Mapping[str, QueueRow] | None = None) -> list[QueueRow]:
@@ -95,25 +92,12 @@ async def load_queue(conn: AsyncConnection, known: Mapping[str, QueueRow] | None
     for start in range(0, len(unknown), 500):
         chunk = unknown[start : start + 500]
         q = (
-            sa.select(
-                jobs.c.id,
-                jobs.c.run_id,
-                jobs.c.project_id,
-                jobs.c.run_name,
-                jobs.c.job_num,
-                jobs.c.priority,
-                jobs.c.submitted_at,
-                jobs.c.status_message,
-                jobs.c.queued_at,
-                projects.c.name.label("project_name"),
-                jobs.c.job_spec,
-                runs.c.run_spec,
-                users.c.global_role,
-            )
-            .join(projects, projects.c.id == jobs.c.project_id)
+            _waiting()
+            .add_columns(jobs.c.job_spec, runs.c.run_spec, users.c.global_role)
             .join(runs, runs.c.id == jobs.c.run_id)
             .join(users, users.c.id == runs.c.user_id)
             .where(jobs.c.id.in_(chunk))
+            .order_by(None)
         )
         for d in await conn.execute(q):
             fresh[d.id] = QueueRow(

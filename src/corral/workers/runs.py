@@ -24,6 +24,7 @@ from corral.domain.statuses import (
     run_status_from_jobs,
 )
 from corral.store import resubmit as resubmit_store
+from corral.store import run_states
 from corral.store import runs as run_store
 from corral.workers.context import Context
 from corral.workers.service_health import is_service, plan_service
@@ -73,7 +74,7 @@ def decide_run(
     return new.value, termination_reason
 
 
-def replica_verdicts(latest: list[run_store.JobState], verdicts: Mapping[str, Verdict]) -> dict[int, Verdict]:
+def replica_verdicts(latest: list[run_states.JobState], verdicts: Mapping[str, Verdict]) -> dict[int, Verdict]:
     """Each replica's verdict from its jobs' (dstack: any job failing for good fails the replica, then any
     whose retry ran out, else it is resubmitted if any job asks for it). Pure."""
     out: dict[int, Verdict] = {}
@@ -121,7 +122,7 @@ class RetryPlan:
 
 
 def plan_retry(
-    latest: Mapping[tuple[int, int], run_store.JobState],
+    latest: Mapping[tuple[int, int], run_states.JobState],
     histories: History,
     retries: Mapping[str, Mapping[str, object] | None],
     now: float,
@@ -163,7 +164,7 @@ class Runs:
         async with self.ctx.db.read() as conn:
             # a pending run waits for its trigger (workers/triggers.py), its jobs are an earlier trigger's; a run
             # only waiting in the queue changes when a job of it does: neither is read
-            states = await run_store.active_run_states(conn, settling=True, run_ids=scope)
+            states = await run_states.active_run_states(conn, settling=True, run_ids=scope)
             active = [run for run in states if run.status != RunStatus.TERMINATING.value]
             latest_by_run = {run.id: _latest(run) for run in states}
             histories = {run.id: _histories(run) for run in active}
@@ -256,7 +257,7 @@ class Runs:
             await self._stop_jobs(run_id, "server")
         self._give_ups.clear()
 
-    def _give_up(self, run: run_store.RunState, now: float) -> dict[str, object]:
+    def _give_up(self, run: run_states.RunState, now: float) -> dict[str, object]:
         """No replica of the service was ready for its ``retry.duration``: stop it, failing."""
         log.info("service %s: no replica became ready within its retry duration; stopping it", run.name)
         self._give_ups.append(run.id)
@@ -279,8 +280,8 @@ class Runs:
 
     async def _resubmit(
         self,
-        run: run_store.RunState,
-        latest: dict[tuple[int, int], run_store.JobState],
+        run: run_states.RunState,
+        latest: dict[tuple[int, int], run_states.JobState],
         replicas: tuple[int, ...],
         now: float,
     ) -> None:
@@ -329,14 +330,14 @@ def _log_finished(name: str, values: Mapping[str, object]) -> None:
     )
 
 
-def _latest(run: run_store.RunState) -> dict[tuple[int, int], run_store.JobState]:
-    latest: dict[tuple[int, int], run_store.JobState] = {}
+def _latest(run: run_states.RunState) -> dict[tuple[int, int], run_states.JobState]:
+    latest: dict[tuple[int, int], run_states.JobState] = {}
     for j in sorted(run.jobs, key=lambda j: j.submission_num):
         latest[(j.replica_num, j.job_num)] = j
     return latest
 
 
-def _histories(run: run_store.RunState) -> History:
+def _histories(run: run_states.RunState) -> History:
     """Every submission of each job of the run (by replica and job number), oldest first; of a scheduled
     run, only those of the trigger that fired it (its ``retry`` counts from there, as in dstack). A
     preemption starts the history afresh: what ran before it, and the time preempted, do not count against

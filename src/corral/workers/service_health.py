@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from corral.domain.retry import Submission, needs_retry_evaluation, resubmit_at, retry_duration
 from corral.domain.statuses import JobTerminationReason
-from corral.store.runs import JobState
+from corral.store.run_states import JobState
 
 
 @dataclass(frozen=True)
