@@ -139,3 +139,24 @@ def test_a_spare_network_made_after_a_job_is_the_next_jobs_and_goes_when_the_age
     left = one._spare[0]
     one.release_spare_if_idle()
     assert one._spare is None and _record(left) == {}, "an idle agent keeps no spare"
+
+
+def test_the_bridges_marker_counts_only_in_the_network_namespace_that_wrote_it(
+    sandboxes: tuple[sandbox.Sandboxes, sandbox.Sandboxes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, _two = sandboxes
+    sb = one.open("holder", [])  # the bridge is up, and stays while this slot is held
+    try:
+        ups: list[str] = []
+        monkeypatch.setattr(sandbox_net, "bridge_up", lambda bridge, network: ups.append(bridge))
+        marker = Path(one.config.state_dir) / "bridge"
+        with one._locked():
+            one._bridge_up()
+        assert ups == [], "the marker of this namespace: nothing to do"
+        # an agent in a container of its own network, sharing the state directory, wrote it
+        marker.write_text(f"{one.config.bridge} {one.network} net:[1]\n")
+        with one._locked():
+            one._bridge_up()
+        assert ups == [one.config.bridge], "another namespace's marker: the bridge and rules are put up here"
+    finally:
+        one.close(sb, keep_bridge=True)

@@ -227,13 +227,19 @@ class Sandboxes(Launching, SpareNetwork):
 
     def _bridge_up(self) -> None:
         """The bridge and its rules, unless this host's agents already put them up (the lock held): a marker in
-        the state directory, written once they are up and removed before they go, says so."""
+        the state directory, written once they are up and removed before they go, says so -- for the network
+        namespace it names (an agent in a container of its own network may share the state directory)."""
         marker = os.path.join(self.config.state_dir, "bridge")
-        if os.path.exists(marker) and sandbox_net.bridge_exists(self.config.bridge):
-            return
+        mine = f"{self.config.bridge} {self.network} {_net_ns()}\n"
+        try:
+            with open(marker) as f:
+                if f.read() == mine and sandbox_net.bridge_exists(self.config.bridge):
+                    return
+        except OSError:
+            pass
         sandbox_net.bridge_up(self.config.bridge, self.network)
         with open(marker, "w") as f:
-            f.write(f"{self.config.bridge} {self.network}\n")
+            f.write(mine)
 
     def _bridge_down(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -397,6 +403,13 @@ def _user_namespaces() -> bool:
             return int(f.read().strip() or 0) > 0
     except (OSError, ValueError):
         return os.path.exists("/proc/self/ns/user")
+
+
+def _net_ns() -> str:
+    try:
+        return os.readlink("/proc/self/ns/net")
+    except OSError:
+        return ""
 
 
 def _mount_ns() -> str:
