@@ -95,7 +95,10 @@ async def test_multi_node_nodes_meet_at_their_sandbox_addresses(tmp_path: Path) 
         try:
             worker_out = await wait_for(reached, timeout=60)
         except AssertionError:
-            raise AssertionError(last[-3:]) from None
+            master = (await get_run(c, "pair"))["jobs"][0]["job_submissions"][-1]
+            seen = {k: master.get(k) for k in ("status", "termination_reason", "termination_reason_message")}
+            seen["output"] = await _logs(c, "pair", master["id"])
+            raise AssertionError({"worker": last[-3:], "master": seen}) from None
         await c.post("/api/project/main/runs/stop", json={"runs_names": ["pair"], "abort": True})
         run = await finished_run(c, "pair")
         master_out = await _logs(c, "pair", run["jobs"][0]["job_submissions"][-1]["id"])
