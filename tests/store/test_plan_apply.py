@@ -7,6 +7,7 @@ import itertools
 import json
 import time
 
+import pytest
 import sqlalchemy as sa
 
 from corral.domain.resources import InstanceResources
@@ -14,7 +15,8 @@ from corral.scheduler.types import Assign, Fail, Gang, Offer, Plan, Reserve
 from corral.store.db import Database
 from corral.store.migrate import upgrade
 from corral.store.plan_apply import apply_plan
-from corral.store.tables import fleets, instances, jobs, projects, runs, users
+from corral.store.plan_result import JobLease
+from corral.store.tables import event_targets, fleets, instances, jobs, projects, runs, users
 
 OFFER = Offer("local", "local", "local", 0.0, InstanceResources(cpus=4, memory_mib=8192, disk_size_mib=100_000))
 
@@ -198,4 +200,77 @@ async def test_concurrent_reservations_in_different_fleets_never_overfill_the_ho
     results = await asyncio.gather(*(apply_plan(db, p, time.time(), host_pools={"local": 1}) for p in plans))
     assert sum(len(r.reserved) for r in results) == 1
     assert await _count(db) == 1
+    await db.dispose()
+
+
+async def _instance(db: Database, inst_id: str, status: str, agent: bool, total_blocks: int = 1) -> None:
+    now = time.time()
+    async with db.write() as conn:
+        await conn.execute(
+            sa.insert(instances).values(
+                id=inst_id,
+                project_id="p",
+                fleet_id="f",
+                name=inst_id,
+                instance_num=0,
+                status=status,
+                unreachable=False,
+                backend="local",
+                total_blocks=total_blocks,
+                busy_blocks=0,
+                created_at=now,
+                last_processed_at=now,
+                deleted=False,
+                agent=json.dumps({"url": "http://127.0.0.1:9", "token": "x"}) if agent else None,
+            )
+        )
+
+
+async def test_jobs_placed_on_a_ready_instance_are_leased_to_the_committing_replica(db_url: str) -> None:
+    """The replica whose commit places a job on an instance whose agent answers holds the job's lease from that
+    commit on (it starts the job without claiming it); a job placed on an instance still starting is not leased
+    (whoever drives it once its agent answers claims it then)."""
+    db = await _db(db_url)
+    await _instance(db, "ready", "idle", agent=True)
+    await _instance(db, "starting", "provisioning", agent=False)
+    for j in ("a", "b"):
+        await _job(db, j)
+    now = time.time()
+    plan = Plan((Gang("r", (Assign("a", "ready", 1), Assign("b", "starting", 1))),))
+    result = await apply_plan(db, plan, now, lease=JobLease("replica-1", 60.0))
+    assert sorted(result.assigned) == ["a", "b"]
+    assert list(result.leased) == ["a"]
+    async with db.read() as conn:
+        rows = {r.id: r for r in await conn.execute(sa.select(jobs).where(jobs.c.id.in_(["a", "b"])))}
+    assert rows["a"].lock_owner == "replica-1" and rows["a"].lock_token == result.leased["a"]
+    assert rows["a"].lock_expires_at == pytest.approx(now + 60.0)
+    assert rows["b"].lock_owner is None and rows["b"].lock_token is None
+    await db.dispose()
+
+
+async def test_a_rejected_gang_leaves_no_events_and_no_lease(db_url: str) -> None:
+    """The events of a commit are written together before it commits: those of a gang rejected at the commit
+    point are dropped with its savepoint, while the gang committed beside it keeps its own."""
+    db = await _db(db_url)
+    await _instance(db, "one", "idle", agent=True)
+    await _instance(db, "two", "idle", agent=True)
+    for j in ("first", "second", "third"):
+        await _job(db, j)
+    # g2 places "second" (its events recorded) before "third" finds no room: g2 rolls back whole
+    plan = Plan(
+        (
+            Gang("g1", (Assign("first", "one", 1),)),
+            Gang("g2", (Assign("second", "two", 1), Assign("third", "one", 1))),
+        )
+    )
+    result = await apply_plan(db, plan, time.time(), lease=JobLease("replica-1", 60.0))
+    assert result.assigned == ["first"] and result.rejected_runs == ["g2"]
+    assert list(result.leased) == ["first"]
+    async with db.read() as conn:
+        q = sa.select(event_targets.c.entity_id).where(event_targets.c.entity_type.in_(["job", "instance"]))
+        about = [r.entity_id for r in await conn.execute(q)]
+        second = (await conn.execute(sa.select(jobs).where(jobs.c.id == "second"))).one()
+    assert "first" in about and "one" in about
+    assert "second" not in about and "two" not in about and "third" not in about
+    assert second.status == "submitted" and second.lock_owner is None
     await db.dispose()

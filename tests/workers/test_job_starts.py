@@ -1,5 +1,7 @@
-"""Job starts batched per pass (one transaction claims every job a pass starts): under any interleaving of
-two server replicas' passes, stale reads and the jobs' progress, no job is handed to an agent twice.
+"""Job starts batched per pass (one transaction claims every job a pass starts), and jobs a replica's scheduler
+placed and leased in its commit handed straight to that replica's jobs worker: under any interleaving of two
+server replicas' placements, passes, stale reads and the jobs' progress, no job is handed to an agent twice,
+and every job is handed to one.
 
 The jobs worker's passes run for real on a real SQLite database; only the submission to the agent is
 replaced (it records the start, then moves the job on as the real one does: ``running`` guarded by its
@@ -20,15 +22,21 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from corral.domain.records import InstanceRec, JobRec
+from corral.scheduler.types import Assign, Gang, Plan
 from corral.settings import Settings
 from corral.store import runs as run_store
 from corral.store.db import Database
 from corral.store.migrate import upgrade
+from corral.store.plan_apply import apply_plan
+from corral.store.plan_result import JobLease
 from corral.store.tables import fleets, instances, jobs, projects, runs, users
 from corral.workers.context import Context
 from corral.workers.jobs import Jobs
 
 N_JOBS = 4
+#: The jobs placed before the test starts (claimed by a jobs pass); the others wait to be placed by a replica's
+#: scheduler, which leases them in the same commit.
+N_PLACED = 2
 
 
 async def _seed(db: Database) -> None:
@@ -76,9 +84,26 @@ async def _reset(db: Database) -> None:
                 sa.insert(jobs).values(
                     id=f"j{n}", run_id="r", project_id="p", run_name="r", job_num=n, replica_num=0, job_name=f"r-{n}",
                     submission_num=0, deployment_num=0, submitted_at=now, last_processed_at=now,
-                    status="provisioning", job_spec="{}", priority=0, blocks=1, log_offset=0, instance_id="i",
+                    status="provisioning" if n < N_PLACED else "submitted", job_spec="{}", priority=0, blocks=1,
+                    log_offset=0, instance_id="i" if n < N_PLACED else None,
                 )
             )  # fmt: skip
+
+
+async def _place(ctx: Context) -> None:
+    """This replica's scheduler places the first job still waiting, leased to it in the same commit, and hands
+    it to its jobs worker as ``workers/scheduling.py`` does."""
+    async with ctx.db.read() as conn:
+        waiting = (
+            await conn.execute(sa.select(jobs.c.id).where(jobs.c.status == "submitted").order_by(jobs.c.id))
+        ).first()
+    if waiting is None:
+        return
+    now = time.time()
+    lease = JobLease(ctx.replica_id, ctx.settings.job_lease_ttl)
+    plan = Plan((Gang("r", (Assign(waiting.id, "i", 1),), "p"),))
+    result = await apply_plan(ctx.db, plan, now, lease=lease)
+    ctx.hand_over(result.leased, now + lease.ttl)
 
 
 class Replica:
@@ -140,7 +165,9 @@ class Replica:
         await asyncio.sleep(0)  # done callbacks
 
 
-OPS = st.lists(st.tuples(st.sampled_from(("load", "act", "step", "step", "pass")), st.integers(0, 1)), max_size=30)
+OPS = st.lists(
+    st.tuples(st.sampled_from(("load", "act", "step", "step", "pass", "place")), st.integers(0, 1)), max_size=30
+)
 
 
 @st.composite
@@ -167,6 +194,10 @@ def db_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 # the race a pass's stale read opens: the job it read as placed is running by the time it acts, its start's
 # task over and its follower holding the lease
 @example(ops=[("pass", 0), ("load", 0), ("step", 0), ("act", 0)])
+# a whole pass of the other replica reads a job placed and leased here before this replica's jobs worker starts it
+@example(ops=[("place", 0), ("load", 1), ("pass", 0), ("act", 1), ("step", 0)])
+# a stale read of this replica's own pass, acted on after the handed-over job started
+@example(ops=[("load", 0), ("place", 0), ("pass", 0), ("step", 0), ("act", 0)])
 def test_no_job_is_started_twice_under_batched_claims(db_url: str, ops: list[tuple[str, int]]) -> None:
     asyncio.run(_run(Database(db_url), ops))
 
@@ -186,12 +217,15 @@ async def _run(db: Database, ops: list[tuple[str, int]]) -> None:
                 r.loaded = None
             elif op == "pass":
                 await r.jobs.pass_once()
+            elif op == "place":
+                await _place(r.jobs.ctx)
             elif op == "step":
                 await r.step()
             await asyncio.sleep(0)
             assert len(started) == len(set(started)), f"a job was started twice: {started}"
-        for _ in range(3 * N_JOBS):  # the rest: every job still gets started once
+        for _ in range(3 * N_JOBS):  # the rest: every job still gets placed and started once
             for r in replicas:
+                await _place(r.jobs.ctx)
                 await r.jobs.pass_once()
                 await asyncio.sleep(0)
                 while r.gates:

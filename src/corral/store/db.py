@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from corral.store import sqlite_inline
+from corral.store import deferred, sqlite_inline
 
 #: The engines' execution option that tells the event recorder (``store/events.py``) how long events are kept.
 EVENTS_TTL_OPTION = "corral_events_ttl"
@@ -124,14 +124,26 @@ class Database:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
+        """A write transaction; the rows its statements add to events (``store/deferred.py``) are inserted
+        together just before it commits."""
         if self._write_lock is None:
             async with self._write.connect() as conn, conn.begin():
-                yield conn
+                deferred.open_buffer(conn)
+                try:
+                    yield conn
+                    await deferred.flush(conn)
+                finally:
+                    deferred.close_buffer(conn)
             return
         # the connection is taken before the lock and given back after it: the lock covers only the
         # transaction, since every round trip under it makes the other writers wait
         async with self._write.connect() as conn, self._write_lock, conn.begin():
-            yield conn
+            deferred.open_buffer(conn)
+            try:
+                yield conn
+                await deferred.flush(conn)
+            finally:
+                deferred.close_buffer(conn)
 
     async def dispose(self) -> None:
         await self._read.dispose()

@@ -31,6 +31,7 @@ from corral.domain.events import (
     run_target,
     status_change_message,
 )
+from corral.store import deferred, prebuilt
 from corral.store.db import EVENTS_TTL_OPTION
 from corral.store.tables import event_targets, events, instances
 
@@ -75,8 +76,12 @@ async def emit(conn: AsyncConnection, message: str, actor_id: str | None, target
     if ttl_of(conn) <= 0:
         return
     event_id, at = str(uuid.uuid4()), _clock()
-    await conn.execute(_INSERT_EVENT, {"id": event_id, "message": text, "recorded_at": at, "actor_user_id": actor_id})
-    await conn.execute(
+    # written with the transaction's other events just before it commits (``store/deferred.py``)
+    await deferred.insert(
+        conn, _INSERT_EVENT, [{"id": event_id, "message": text, "recorded_at": at, "actor_user_id": actor_id}]
+    )
+    await deferred.insert(
+        conn,
         _INSERT_TARGETS,
         [
             {
@@ -141,6 +146,49 @@ async def tracked_update(
     if not watched or ttl_of(conn) <= 0:
         return int((await conn.execute(sa.update(table).where(where).values(**values))).rowcount)
     return len(await tracked_update_rows(conn, table, where, values, actor_id))
+
+
+async def tracked_update_by_id(
+    conn: AsyncConnection,
+    table: sa.Table,
+    row_id: str,
+    values: Mapping[str, Any],
+    expect_status: Sequence[str] | None = None,
+    actor_id: str | None = None,
+) -> bool:
+    """:func:`tracked_update` of the row ``row_id`` (while its status is one of ``expect_status``, if given) with
+    statements built once (``store/prebuilt.py``); whether it was updated."""
+    if any(isinstance(v, sa.ClauseElement) for v in values.values()):  # a value computed by the database
+        where = table.c.id == row_id
+        if expect_status is not None:
+            where = sa.and_(where, table.c.status.in_(expect_status))
+        return await tracked_update(conn, table, where, values, actor_id) > 0
+    watched = "status" in values or (table is instances and "unreachable" in values)
+    if not watched or ttl_of(conn) <= 0:
+        update = prebuilt.update_by_id(table, frozenset(values), expect_status is not None)
+        return int((await conn.execute(update, prebuilt.params(row_id, values, expect_status))).rowcount) > 0
+    return await tracked_update_row(conn, table, row_id, values, expect_status, actor_id) is not None
+
+
+async def tracked_update_row(
+    conn: AsyncConnection,
+    table: sa.Table,
+    row_id: str,
+    values: Mapping[str, Any],
+    expect_status: Sequence[str] | None = None,
+    actor_id: str | None = None,
+) -> Any:
+    """:func:`tracked_update_by_id` that records the change as an event whatever ``values`` are, and returns the row
+    as it was (its id, status and what names it), or None if it was not updated."""
+    cols = ("id", "status", *_TRACKED[table.name])
+    select = prebuilt.select_by_id(table, cols, expect_status is not None, lock=conn.dialect.name != "sqlite")
+    row = (await conn.execute(select, prebuilt.params(row_id, {}, expect_status))).first()
+    if row is None:
+        return None
+    await conn.execute(prebuilt.update_by_id(table, frozenset(values), False), prebuilt.params(row_id, values))
+    for message in _messages(table.name, row, values):
+        await emit(conn, message, actor_id, [_target(table.name, row)])
+    return row
 
 
 async def tracked_update_rows(

@@ -129,6 +129,12 @@ async def delete_export(conn: AsyncConnection, export_id: str) -> None:
     await conn.execute(sa.delete(exports).where(exports.c.id == export_id))
 
 
+#: Every exported fleet with its export (built once: ``store/prebuilt.py`` says why).
+_EXPORTED = sa.select(exported_fleets.c.fleet_id, exports.c.id, exports.c.is_global, exports.c.project_id).join(
+    exports, exports.c.id == exported_fleets.c.export_id
+)
+
+
 async def fleet_importers(
     conn: AsyncConnection, owners: Collection[str] | None = None, importer: str | None = None
 ) -> dict[str, frozenset[str]]:
@@ -136,12 +142,10 @@ async def fleet_importers(
 
     ``owners`` narrows it to fleets of those projects, ``importer`` to whether that one project imports them
     (a plan needs no more): neither then costs a query over every project or export on the server."""
-    q = sa.select(exported_fleets.c.fleet_id, exports.c.id, exports.c.is_global, exports.c.project_id).join(
-        exports, exports.c.id == exported_fleets.c.export_id
-    )
-    if owners is not None:
-        q = q.where(exports.c.project_id.in_(list(owners)))
-    rows = (await conn.execute(q)).all()
+    if owners is None:
+        rows = (await conn.execute(_EXPORTED)).all()
+    else:
+        rows = (await conn.execute(_EXPORTED.where(exports.c.project_id.in_(list(owners))))).all()
     if not rows:
         return {}
     importers: dict[str, set[str]] = {}

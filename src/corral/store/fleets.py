@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.documents import json_default
 from corral.domain.events import instance_target
 from corral.domain.records import FleetRec, InstanceRec
-from corral.store.events import emit, tracked_update
+from corral.store.events import emit, tracked_update, tracked_update_by_id
 from corral.store.tables import fleets, instances, jobs, projects
 
 LIVE_JOB_STATUSES = ("submitted", "provisioning", "pulling", "running", "terminating")
@@ -71,6 +71,28 @@ def _fleet(row: Any, project_name: str, insts: Sequence[InstanceRec]) -> FleetRe
     )
 
 
+# built once (``store/prebuilt.py`` says why): the instances of the fleets ``:ids``, and those of them that count
+# (not terminated; and an SSH fleet's failed hosts, listed with their errors until the fleet is applied again)
+_INSTANCES_OF = (
+    sa.select(instances)
+    .where(instances.c.fleet_id.in_(sa.bindparam("ids", expanding=True)), instances.c.deleted.is_(False))
+    .order_by(instances.c.instance_num)
+)
+_ACTIVE_INSTANCES_OF = _INSTANCES_OF.where(
+    sa.or_(
+        instances.c.status != "terminated",
+        sa.and_(instances.c.backend == "ssh", instances.c.termination_reason == "error"),
+    )
+)
+#: Every fleet not deleted, newest first, with its project's name (what the scheduler's pass reads).
+_LIVE_FLEETS = (
+    sa.select(fleets, projects.c.name.label("project_name"))
+    .join(projects, projects.c.id == fleets.c.project_id)
+    .where(fleets.c.deleted.is_(False))
+    .order_by(fleets.c.created_at.desc(), fleets.c.id.desc())
+)
+
+
 async def _instances_of(
     conn: AsyncConnection, fleet_rows: Sequence[Any], project_names: dict[str, str], only_active: bool
 ) -> dict[str, list[InstanceRec]]:
@@ -79,11 +101,8 @@ async def _instances_of(
     if not ids:
         return out
     names = {r.id: r.name for r in fleet_rows}
-    q = sa.select(instances).where(instances.c.fleet_id.in_(ids), instances.c.deleted.is_(False))
-    if only_active:  # and an SSH fleet's failed hosts, listed with their errors until the fleet is applied again
-        failed_host = sa.and_(instances.c.backend == "ssh", instances.c.termination_reason == "error")
-        q = q.where(sa.or_(instances.c.status != "terminated", failed_host))
-    for r in await conn.execute(q.order_by(instances.c.instance_num)):
+    q = _ACTIVE_INSTANCES_OF if only_active else _INSTANCES_OF
+    for r in await conn.execute(q, {"ids": ids}):
         out[r.fleet_id].append(instance_from_row(r, project_names[r.project_id], names[r.fleet_id]))
     return out
 
@@ -96,19 +115,24 @@ async def list_fleets(
     ascending: bool = False,
     after: tuple[float, str] | None = None,
 ) -> list[FleetRec]:
-    q = sa.select(fleets, projects.c.name.label("project_name")).join(projects, projects.c.id == fleets.c.project_id)
-    if project_ids is not None:
-        q = q.where(fleets.c.project_id.in_(project_ids))
-    if not include_deleted:
-        q = q.where(fleets.c.deleted.is_(False))
-    if after is not None:
-        cmp = sa.tuple_(fleets.c.created_at, fleets.c.id)
-        q = q.where(cmp > sa.tuple_(*after) if ascending else cmp < sa.tuple_(*after))
-    order = (fleets.c.created_at, fleets.c.id)
-    q = q.order_by(*(c.asc() if ascending else c.desc() for c in order))
-    if limit is not None:
-        q = q.limit(limit)
-    rows = (await conn.execute(q)).all()
+    if project_ids is None and not include_deleted and after is None and not ascending and limit is None:
+        rows = (await conn.execute(_LIVE_FLEETS)).all()
+    else:
+        q = sa.select(fleets, projects.c.name.label("project_name")).join(
+            projects, projects.c.id == fleets.c.project_id
+        )
+        if project_ids is not None:
+            q = q.where(fleets.c.project_id.in_(project_ids))
+        if not include_deleted:
+            q = q.where(fleets.c.deleted.is_(False))
+        if after is not None:
+            cmp = sa.tuple_(fleets.c.created_at, fleets.c.id)
+            q = q.where(cmp > sa.tuple_(*after) if ascending else cmp < sa.tuple_(*after))
+        order = (fleets.c.created_at, fleets.c.id)
+        q = q.order_by(*(c.asc() if ascending else c.desc() for c in order))
+        if limit is not None:
+            q = q.limit(limit)
+        rows = (await conn.execute(q)).all()
     pn = {r.project_id: r.project_name for r in rows}
     insts = await _instances_of(conn, rows, pn, only_active=True)
     return [_fleet(r, r.project_name, insts[r.id]) for r in rows]
@@ -195,16 +219,20 @@ async def get_instance(conn: AsyncConnection, instance_id: str) -> InstanceRec |
     return rows[0] if rows else None
 
 
+#: The instances ``:ids`` with their project's and fleet's names (built once: ``store/prebuilt.py`` says why).
+_INSTANCES_BY_IDS = (
+    sa.select(instances, projects.c.name.label("project_name"), fleets.c.name.label("fleet_name"))
+    .join(projects, projects.c.id == instances.c.project_id)
+    .outerjoin(fleets, fleets.c.id == instances.c.fleet_id)
+    .where(instances.c.id.in_(sa.bindparam("ids", expanding=True)))
+)
+
+
 async def list_instances_by_ids(conn: AsyncConnection, ids: Sequence[str]) -> list[InstanceRec]:
     if not ids:
         return []
-    q = (
-        sa.select(instances, projects.c.name.label("project_name"), fleets.c.name.label("fleet_name"))
-        .join(projects, projects.c.id == instances.c.project_id)
-        .outerjoin(fleets, fleets.c.id == instances.c.fleet_id)
-        .where(instances.c.id.in_(ids))
-    )
-    return [instance_from_row(r, r.project_name, r.fleet_name) for r in await conn.execute(q)]
+    rows = await conn.execute(_INSTANCES_BY_IDS, {"ids": list(ids)})
+    return [instance_from_row(r, r.project_name, r.fleet_name) for r in rows]
 
 
 async def update_instance(
@@ -215,18 +243,18 @@ async def update_instance(
     actor_id: str | None = None,
 ) -> bool:
     """Change an instance; a status or reachability change is recorded as an event."""
-    where = instances.c.id == instance_id
-    if expect_status is not None:
-        where = sa.and_(where, instances.c.status.in_(expect_status))
-    return await tracked_update(conn, instances, where, values, actor_id) > 0
+    return await tracked_update_by_id(conn, instances, instance_id, values, expect_status, actor_id)
+
+
+#: The blocks unfinished jobs hold on an instance (``:_id``), recounted from the job rows.
+_LIVE_BLOCKS = sa.select(sa.func.coalesce(sa.func.sum(jobs.c.blocks), 0)).where(
+    jobs.c.instance_id == sa.bindparam("_id"), jobs.c.status.in_(LIVE_JOB_STATUSES)
+)
 
 
 async def live_blocks_on(conn: AsyncConnection, instance_id: str) -> int:
     """Blocks held by unfinished jobs on an instance, recounted from the job rows."""
-    q = sa.select(sa.func.coalesce(sa.func.sum(jobs.c.blocks), 0)).where(
-        jobs.c.instance_id == instance_id, jobs.c.status.in_(LIVE_JOB_STATUSES)
-    )
-    return int((await conn.execute(q)).scalar_one())
+    return int((await conn.execute(_LIVE_BLOCKS, {"_id": instance_id})).scalar_one())
 
 
 async def release_instance(conn: AsyncConnection, instance_id: str, now: float) -> None:
@@ -235,11 +263,9 @@ async def release_instance(conn: AsyncConnection, instance_id: str, now: float) 
     values: dict[str, Any] = {"busy_blocks": busy, "last_processed_at": now}
     if busy == 0:
         values["last_job_finished_at"] = now
-    await conn.execute(sa.update(instances).where(instances.c.id == instance_id).values(**values))
+    await tracked_update_by_id(conn, instances, instance_id, values)
     if busy == 0:
-        await tracked_update(
-            conn, instances, sa.and_(instances.c.id == instance_id, instances.c.status == "busy"), {"status": "idle"}
-        )
+        await tracked_update_by_id(conn, instances, instance_id, {"status": "idle"}, expect_status=("busy",))
 
 
 def dump(value: Any) -> str:

@@ -64,19 +64,27 @@ async def claim_many(
     return {row_id: token for (row_id,) in rows}
 
 
+_EXTENDS: dict[str, sa.Update] = {}
+_RELEASES: dict[str, sa.Update] = {}
+
+
+def _guarded(table: sa.Table) -> sa.Update:
+    return sa.update(table).where(table.c.id == sa.bindparam("_id"), table.c.lock_token == sa.bindparam("_token"))
+
+
 async def extend(conn: AsyncConnection, table: sa.Table, row_id: str, token: str, now: float, ttl: float) -> bool:
-    res = await conn.execute(
-        sa.update(table).where(table.c.id == row_id, table.c.lock_token == token).values(lock_expires_at=now + ttl)
-    )
+    stmt = _EXTENDS.get(table.name)
+    if stmt is None:  # built once per table (store/prebuilt.py says why)
+        stmt = _EXTENDS[table.name] = _guarded(table).values(lock_expires_at=sa.bindparam("_until"))
+    res = await conn.execute(stmt, {"_id": row_id, "_token": token, "_until": now + ttl})
     return res.rowcount > 0
 
 
 async def release(conn: AsyncConnection, table: sa.Table, row_id: str, token: str) -> bool:
-    res = await conn.execute(
-        sa.update(table)
-        .where(table.c.id == row_id, table.c.lock_token == token)
-        .values(lock_owner=None, lock_token=None, lock_expires_at=None)
-    )
+    stmt = _RELEASES.get(table.name)
+    if stmt is None:
+        stmt = _RELEASES[table.name] = _guarded(table).values(lock_owner=None, lock_token=None, lock_expires_at=None)
+    res = await conn.execute(stmt, {"_id": row_id, "_token": token})
     return res.rowcount > 0
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import uuid
 import zlib
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -43,61 +42,48 @@ from corral.scheduler.blocks import HOST_GPUS_KEY, pick_host_gpus
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.scheduler.types import Assign, Fail, Gang, Plan, Reclaim, Reserve, Wait
+from corral.store import deferred, prebuilt
 from corral.store import quotas as quota_store
 from corral.store.db import Database
-from corral.store.events import emit, tracked_update, tracked_update_rows
-from corral.store.fleets import LIVE_JOB_STATUSES
+from corral.store.events import emit, tracked_update, tracked_update_row
+from corral.store.fleets import live_blocks_on
 from corral.store.plan_holds import held_for_others
+from corral.store.plan_result import ApplyResult, JobLease
 from corral.store.snapshot import host_blocks_used, host_gpus_held
 from corral.store.tables import fleets, instances, jobs
 
 _USABLE = ("pending", "provisioning", "idle", "busy")
 
 
-@dataclass
-class ApplyResult:
-    assigned: list[str] = field(default_factory=list)
-    reserved: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    rejected_runs: list[str] = field(default_factory=list)
-    #: Idle instances set terminating to free the host they were carved out of.
-    reclaimed: list[str] = field(default_factory=list)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.assigned or self.reserved or self.failed or self.reclaimed)
-
-
 class _Rejected(Exception):
     pass
 
 
-async def _busy_blocks(conn: AsyncConnection, instance_id: str) -> int:
-    q = sa.select(sa.func.coalesce(sa.func.sum(jobs.c.blocks), 0)).where(
-        jobs.c.instance_id == instance_id, jobs.c.status.in_(LIVE_JOB_STATUSES)
-    )
-    return int((await conn.execute(q)).scalar_one())
+#: An instance by ``:_id`` (locked on Postgres), built once (``store/prebuilt.py`` says why).
+_INSTANCE = sa.select(instances).where(instances.c.id == sa.bindparam("_id"))
+_INSTANCE_LOCKED = _INSTANCE.with_for_update()
 
 
-async def _assign(db: Database, conn: AsyncConnection, d: Assign, now: float, held_for: str | None) -> None:
-    inst = (await conn.execute(db.for_update(sa.select(instances).where(instances.c.id == d.instance_id)))).first()
+async def _assign(
+    db: Database, conn: AsyncConnection, d: Assign, now: float, held_for: str | None, lease: dict[str, Any] | None
+) -> bool:
+    """Place ``d``'s job on its instance; whether ``lease`` (the lease columns) was taken on it with the placement."""
+    inst = (await conn.execute(_INSTANCE if db.is_sqlite else _INSTANCE_LOCKED, {"_id": d.instance_id})).first()
     if inst is None or inst.status not in _USABLE or inst.unreachable or inst.deleted:
         raise _Rejected
     if inst.termination_reason is not None:  # on its way out (a host removed from its SSH fleet while busy)
         raise _Rejected
-    busy = await _busy_blocks(conn, d.instance_id)
+    busy = await live_blocks_on(conn, d.instance_id)
     total = inst.total_blocks or 1
     if busy + d.blocks > total:
         raise _Rejected
     if held_for is not None and d.blocks > total - busy - await held_for_others(conn, d.instance_id, held_for, now):
         raise _Rejected  # the blocks a preemption freed here wait for the run that preempted
-    job = await _take_job(conn, d.job_id, d.instance_id, d.blocks, now)
+    leased = lease is not None and inst.status in ("idle", "busy") and bool(inst.agent)
+    job = await _take_job(conn, d.job_id, d.instance_id, d.blocks, now, lease if leased else None)
     status = "busy" if inst.status == "idle" else inst.status
-    await conn.execute(
-        sa.update(instances)
-        .where(instances.c.id == d.instance_id)
-        .values(busy_blocks=busy + d.blocks, status=status, last_processed_at=now)
-    )
+    values = {"busy_blocks": busy + d.blocks, "status": status, "last_processed_at": now}
+    await conn.execute(prebuilt.update_by_id(instances, frozenset(values), False), prebuilt.params(inst.id, values))
     target = instance_target(inst.project_id, inst.id, inst.name, inst.fleet_id)
     if status != inst.status:
         await emit(conn, status_change_message("instance", inst.status, status), None, [target])
@@ -107,29 +93,31 @@ async def _assign(db: Database, conn: AsyncConnection, d: Assign, now: float, he
         None,
         [_job_target(job), target],
     )
+    return leased
 
 
 def _job_target(job: Any) -> Any:
     return job_target(job.project_id, job.id, job.job_name, job.run_id)
 
 
-async def _take_job(conn: AsyncConnection, job_id: str, instance_id: str, blocks: int, now: float) -> Any:
-    """Place a waiting job on an instance (its status change recorded); the job as it was."""
-    taken = await tracked_update_rows(
-        conn,
-        jobs,
-        sa.and_(jobs.c.id == job_id, jobs.c.status == "submitted", jobs.c.instance_id.is_(None)),
-        {
-            "instance_id": instance_id,
-            "blocks": blocks,
-            "status": "provisioning",
-            "status_message": None,
-            "last_processed_at": now,
-        },
-    )
-    if len(taken) != 1:  # another replica placed (or failed) this job meanwhile
+async def _take_job(
+    conn: AsyncConnection, job_id: str, instance_id: str, blocks: int, now: float, lease: dict[str, Any] | None = None
+) -> Any:
+    """Place a waiting job on an instance (its status change recorded; ``lease``: the lease columns to set with
+    it); the job as it was. A ``submitted`` job is on no instance: every job row starts so, and leaves it for
+    good when it is placed or failed."""
+    values = {
+        "instance_id": instance_id,
+        "blocks": blocks,
+        "status": "provisioning",
+        "status_message": None,
+        "last_processed_at": now,
+        **(lease or {}),
+    }
+    taken = await tracked_update_row(conn, jobs, job_id, values, expect_status=("submitted",))
+    if taken is None:  # another replica placed (or failed) this job meanwhile
         raise _Rejected
-    return taken[0]
+    return taken
 
 
 async def _count_counted(conn: AsyncConnection, fleet_id: str) -> int:
@@ -253,7 +241,7 @@ async def _fail(conn: AsyncConnection, d: Fail, now: float) -> bool:
 async def _reclaim(db: Database, conn: AsyncConnection, d: Reclaim, now: float) -> bool:
     """Set an instance that is still idle, with no job on it, terminating (``idle_timeout``)."""
     inst = (await conn.execute(db.for_update(sa.select(instances).where(instances.c.id == d.instance_id)))).first()
-    if inst is None or inst.status != "idle" or inst.deleted or await _busy_blocks(conn, d.instance_id):
+    if inst is None or inst.status != "idle" or inst.deleted or await live_blocks_on(conn, d.instance_id):
         return False
     done = await tracked_update(
         conn,
@@ -288,8 +276,10 @@ async def _apply_gang(
     result: ApplyResult,
     quotas: dict[str, Limits],
     holds: bool,
+    lease: dict[str, Any] | None,
 ) -> None:
     assigned: list[str] = []
+    leased: list[str] = []
     reserved: list[str] = []
     failed: list[str] = []
     if all(isinstance(d, (Fail, Wait, Reclaim)) for d in gang.decisions):
@@ -304,12 +294,14 @@ async def _apply_gang(
                 result.reclaimed.append(d.instance_id)
         return
     savepoint = await conn.begin_nested()
+    events_at = deferred.mark(conn)  # the gang's events go with it if it is rejected
     limits = quotas.get(gang.project_id) if gang.project_id else None
     try:
         before = await _holding(conn, gang.project_id) if limits is not None else {}
         for d in gang.decisions:
             if isinstance(d, Assign):
-                await _assign(db, conn, d, now, gang.run_id if holds else None)
+                if await _assign(db, conn, d, now, gang.run_id if holds else None, lease):
+                    leased.append(d.job_id)
                 assigned.append(d.job_id)
             elif isinstance(d, Reserve):
                 reserved.append(await _reserve(db, conn, d, now, backend_caps, pools))
@@ -324,10 +316,13 @@ async def _apply_gang(
             raise _Rejected  # another commit took the project's quota meanwhile
     except _Rejected:
         await savepoint.rollback()
+        deferred.drop_since(conn, events_at)
         result.rejected_runs.append(gang.run_id)
         return
     await savepoint.commit()
     result.assigned += assigned
+    if lease is not None:
+        result.leased.update(dict.fromkeys(leased, lease["lock_token"]))
     result.reserved += reserved
     result.failed += failed
 
@@ -339,18 +334,24 @@ async def apply_plan(
     backend_limits: dict[str, int] | None = None,
     host_pools: dict[str, int] | None = None,
     holds: bool = False,
+    lease: JobLease | None = None,
 ) -> ApplyResult:
     """Commit what still fits of ``plan``; gangs that no longer fit are listed in ``rejected_runs``.
 
     ``backend_limits`` caps the instances of a backend; ``host_pools`` the blocks of the host a backend's
     instances are carved out of (the local machine), recounted from the live instances' offers. With
     ``holds`` (preemption is enabled), the blocks a preemption freed are left to the run that preempted
-    (``store.plan_holds``)."""
+    (``store.plan_holds``). With ``lease``, the jobs placed on a ready instance are leased to its owner in the
+    same write (``ApplyResult.leased``)."""
     result = ApplyResult()
     if plan.is_empty():
         return result
     limits = backend_limits or {}
     pools = host_pools or {}
+    columns = None
+    if lease is not None:
+        token = str(uuid.uuid4())
+        columns = {"lock_owner": lease.owner, "lock_token": token, "lock_expires_at": now + lease.ttl}
     async with db.write() as conn:
         charged = sorted({g.project_id for g in plan.gangs if g.project_id and _takes_capacity(g)})
         quotas = await quota_store.quota_maxes(conn, charged) if charged else {}
@@ -359,7 +360,7 @@ async def apply_plan(
         for backend in _capped_backends(plan, limits, pools):
             await db.serialize(conn, backend_lock_key(backend))
         for gang in plan.gangs:
-            await _apply_gang(db, conn, gang, now, limits, pools, result, quotas, holds)
+            await _apply_gang(db, conn, gang, now, limits, pools, result, quotas, holds, columns)
     return result
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -18,26 +19,39 @@ from corral.store.tables import export_importers, exported_fleets, fleets, insta
 _FINISHED_RUNS = [s.value for s in RunStatus if s.is_finished()]
 
 
+#: Every live project's stored backends (built once: ``store/prebuilt.py`` says why), and those of ``:ids``.
+_BACKENDS = sa.select(projects.c.id, projects.c.backends).where(projects.c.deleted.is_(False))
+_BACKENDS_OF = _BACKENDS.where(projects.c.id.in_(sa.bindparam("ids", expanding=True)))
+
+
+async def _stored_backends(conn: AsyncConnection, project_ids: Collection[str] | None) -> dict[str, Any]:
+    if project_ids is None:
+        rows = await conn.execute(_BACKENDS)
+    else:
+        rows = await conn.execute(_BACKENDS_OF, {"ids": list(project_ids)})
+    return {r.id: json.loads(r.backends or "[]") for r in rows}
+
+
 async def backends_by_project(
     conn: AsyncConnection, project_ids: Collection[str] | None = None
 ) -> dict[str, frozenset[str]]:
     """Project id -> the backend types its stored backends name (every live project, or ``project_ids``)."""
-    q = sa.select(projects.c.id, projects.c.backends).where(projects.c.deleted.is_(False))
-    if project_ids is not None:
-        q = q.where(projects.c.id.in_(list(project_ids)))
-    rows = await conn.execute(q)
-    return {r.id: backend_types(json.loads(r.backends or "[]")) for r in rows}
+    return {k: backend_types(v) for k, v in (await _stored_backends(conn, project_ids)).items()}
 
 
 async def backend_regions_by_project(
     conn: AsyncConnection, project_ids: Collection[str] | None = None
 ) -> dict[str, dict[str, frozenset[str]]]:
     """Project id -> backend type -> the regions its stored backend names (types without ``regions``: absent)."""
-    q = sa.select(projects.c.id, projects.c.backends).where(projects.c.deleted.is_(False))
-    if project_ids is not None:
-        q = q.where(projects.c.id.in_(list(project_ids)))
-    rows = await conn.execute(q)
-    return {r.id: project_regions(json.loads(r.backends or "[]")) for r in rows}
+    return {k: project_regions(v) for k, v in (await _stored_backends(conn, project_ids)).items()}
+
+
+async def backends_and_regions(
+    conn: AsyncConnection, project_ids: Collection[str] | None = None
+) -> tuple[dict[str, frozenset[str]], dict[str, dict[str, frozenset[str]]]]:
+    """:func:`backends_by_project` and :func:`backend_regions_by_project` from one read."""
+    stored = await _stored_backends(conn, project_ids)
+    return {k: backend_types(v) for k, v in stored.items()}, {k: project_regions(v) for k, v in stored.items()}
 
 
 async def active_resources(conn: AsyncConnection, project_id: str) -> tuple[list[str], list[str]]:

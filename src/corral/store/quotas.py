@@ -54,11 +54,17 @@ async def get_policy(conn: AsyncConnection, project_id: str) -> QuotaPolicy | No
     return _policy(row.policy) if row is not None else None
 
 
+#: Every project's quota policy, and those of ``:ids`` (built once: ``store/prebuilt.py`` says why).
+_POLICIES = sa.select(project_quotas.c.project_id, project_quotas.c.policy)
+_POLICIES_OF = _POLICIES.where(project_quotas.c.project_id.in_(sa.bindparam("ids", expanding=True)))
+
+
 async def all_policies(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> dict[str, QuotaPolicy]:
-    q = sa.select(project_quotas.c.project_id, project_quotas.c.policy)
-    if project_ids is not None:
-        q = q.where(project_quotas.c.project_id.in_(list(project_ids)))
-    return {r.project_id: _policy(r.policy) for r in await conn.execute(q)}
+    if project_ids is None:
+        rows = await conn.execute(_POLICIES)
+    else:
+        rows = await conn.execute(_POLICIES_OF, {"ids": list(project_ids)})
+    return {r.project_id: _policy(r.policy) for r in rows}
 
 
 async def set_policy(conn: AsyncConnection, project_id: str, policy: QuotaPolicy) -> None:

@@ -167,7 +167,10 @@ async def get_archive_blob(conn: AsyncConnection, archive_id: str) -> bytes | No
 # ---- runs ---------------------------------------------------------------------------------------------
 
 
+_RUN_USER = sa.select(runs.c.user_id).where(runs.c.id == sa.bindparam("_id"))  # built once (store/prebuilt.py)
+
+
 async def run_user_id(conn: AsyncConnection, run_id: str) -> str | None:
     """Who submitted the run (whose repo credentials and file archives its jobs use)."""
-    row = (await conn.execute(sa.select(runs.c.user_id).where(runs.c.id == run_id))).first()
+    row = (await conn.execute(_RUN_USER, {"_id": run_id})).first()
     return str(row.user_id) if row is not None else None

@@ -70,63 +70,65 @@ _IN_FLIGHT = sa.or_(
 )
 
 
+_RUNS = sa.select(
+    runs.c.id,
+    runs.c.status,
+    runs.c.termination_reason,
+    runs.c.fleet_id,
+    runs.c.run_name,
+    runs.c.submitted_at,
+    runs.c.schedule,
+    runs.c.next_triggered_at,
+)
+_ACTIVE = [runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False)]
+# a scoped pass's statements, built once (``store/prebuilt.py`` says why): the runs of ``:ids`` still active
+_SCOPED = _RUNS.where(*_ACTIVE, runs.c.id.in_(sa.bindparam("ids", expanding=True)))
+_SCOPED_SETTLING = _SCOPED.where(runs.c.status != "pending")
+#: The jobs of the runs ``:runs``, with the fleet of the instance each is on.
+_RUN_JOBS = (
+    sa.select(
+        jobs.c.run_id,
+        jobs.c.replica_num,
+        jobs.c.job_num,
+        jobs.c.submission_num,
+        jobs.c.status,
+        jobs.c.status_message,
+        instances.c.fleet_id,
+        jobs.c.id,
+        jobs.c.termination_reason,
+        jobs.c.instance_id.is_not(None).label("provisioned"),
+        jobs.c.submitted_at,
+        jobs.c.finished_at,
+        jobs.c.ready,
+        jobs.c.ready_at,
+        jobs.c.stop_requested,
+    )
+    .outerjoin(instances, instances.c.id == jobs.c.instance_id)
+    .where(jobs.c.run_id.in_(sa.bindparam("runs", expanding=True)))
+)
+
+
 async def active_run_states(
     conn: AsyncConnection, *, settling: bool = False, run_ids: Collection[str] | None = None
 ) -> list[RunState]:
     """Every active run with its jobs' statuses, in two narrow queries. ``settling``: only the runs whose status
     may have to change (not ``pending`` ones, nor those only waiting in the queue: ``_IN_FLIGHT``). ``run_ids``:
     only those runs (the in-flight test is then skipped: reading them is cheaper than telling)."""
-    where: list[sa.ColumnElement[bool]] = [runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False)]
     if run_ids is not None:
         if not run_ids:
             return []
-        where.append(runs.c.id.in_(list(run_ids)))
-        if settling:
-            where.append(runs.c.status != "pending")
-    elif settling:
-        where.append(_IN_FLIGHT)
-    run_rows = (
-        await conn.execute(
-            sa.select(
-                runs.c.id,
-                runs.c.status,
-                runs.c.termination_reason,
-                runs.c.fleet_id,
-                runs.c.run_name,
-                runs.c.submitted_at,
-                runs.c.schedule,
-                runs.c.next_triggered_at,
-            ).where(*where)
-        )
-    ).all()
+        stmt = _SCOPED_SETTLING if settling else _SCOPED
+        run_rows = (await conn.execute(stmt, {"ids": list(run_ids)})).all()
+    else:
+        where = [*_ACTIVE, _IN_FLIGHT] if settling else _ACTIVE
+        run_rows = (await conn.execute(_RUNS.where(*where))).all()
     if not run_rows:
         return []
     ids = [r.id for r in run_rows]
     by_run: dict[str, list[JobState]] = {i: [] for i in ids}
     for chunk_start in range(0, len(ids), 500):
         chunk = ids[chunk_start : chunk_start + 500]
-        q = (
-            sa.select(
-                jobs.c.run_id,
-                jobs.c.replica_num,
-                jobs.c.job_num,
-                jobs.c.submission_num,
-                jobs.c.status,
-                jobs.c.status_message,
-                instances.c.fleet_id,
-                jobs.c.id,
-                jobs.c.termination_reason,
-                jobs.c.instance_id.is_not(None).label("provisioned"),
-                jobs.c.submitted_at,
-                jobs.c.finished_at,
-                jobs.c.ready,
-                jobs.c.ready_at,
-                jobs.c.stop_requested,
-            )
-            .outerjoin(instances, instances.c.id == jobs.c.instance_id)
-            .where(jobs.c.run_id.in_(chunk))
-        )
-        for r in await conn.execute(q):
+        for r in await conn.execute(_RUN_JOBS, {"runs": chunk}):
             by_run[r.run_id].append(
                 JobState(
                     r.replica_num,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.documents import LazyJSON
 from corral.domain.records import JobRec, LogRec, RunRec
-from corral.store.events import tracked_update
+from corral.store.events import tracked_update_by_id
 from corral.store.tables import fleets, jobs, logs, projects, runs, users
 
 FINISHED_RUN_STATUSES = ("terminated", "failed", "done")
@@ -96,13 +96,19 @@ def _run_select() -> sa.Select[Any]:
     )
 
 
+#: Statements built once (``store/prebuilt.py`` says why): the jobs of the runs ``:runs``, a run and a job by
+#: ``:_id``.
+_JOBS_OF_RUNS = sa.select(jobs).where(jobs.c.run_id.in_(sa.bindparam("runs", expanding=True)))
+_RUN_BY_ID = _run_select().where(runs.c.id == sa.bindparam("_id"))
+_JOB_BY_ID = sa.select(jobs).where(jobs.c.id == sa.bindparam("_id"))
+
+
 async def _jobs_for(
     conn: AsyncConnection, run_ids: Sequence[str], submissions_limit: int | None
 ) -> dict[str, list[JobRec]]:
     out: dict[str, list[JobRec]] = {i: [] for i in run_ids}
     if not run_ids or submissions_limit == 0:
         return out
-    q = sa.select(jobs).where(jobs.c.run_id.in_(run_ids))
     if submissions_limit is not None:
         # Only the latest ``submissions_limit`` submissions of each (replica, job): a window over the index.
         rank = (
@@ -117,7 +123,7 @@ async def _jobs_for(
         q = sa.select(*[sub.c[c.name] for c in jobs.c]).where(sub.c.rnk <= submissions_limit)
         rows = await conn.execute(q)
     else:
-        rows = await conn.execute(q)
+        rows = await conn.execute(_JOBS_OF_RUNS, {"runs": list(run_ids)})
     for r in rows:
         out[r.run_id].append(job_from_row(r))
     for lst in out.values():
@@ -202,7 +208,7 @@ async def get_run(
 
 
 async def get_run_by_id(conn: AsyncConnection, run_id: str) -> RunRec | None:
-    row = (await conn.execute(_run_select().where(runs.c.id == run_id))).first()
+    row = (await conn.execute(_RUN_BY_ID, {"_id": run_id})).first()
     if row is None:
         return None
     return _run(row, (await _jobs_for(conn, [row.id], None))[row.id])
@@ -223,10 +229,7 @@ async def update_run(
     actor_id: str | None = None,
 ) -> bool:
     """Change a run; a status change is recorded as an event (by ``actor_id``, None: the system)."""
-    where = runs.c.id == run_id
-    if expect_status is not None:
-        where = sa.and_(where, runs.c.status.in_(expect_status))
-    return await tracked_update(conn, runs, where, values, actor_id) > 0
+    return await tracked_update_by_id(conn, runs, run_id, values, expect_status, actor_id)
 
 
 async def insert_jobs(conn: AsyncConnection, values: Sequence[dict[str, Any]]) -> None:
@@ -266,21 +269,23 @@ async def update_job(
     actor_id: str | None = None,
 ) -> bool:
     """Change a job; a status change is recorded as an event (with its termination reason and message)."""
-    where = jobs.c.id == job_id
-    if expect_status is not None:
-        where = sa.and_(where, jobs.c.status.in_(expect_status))
-    return await tracked_update(conn, jobs, where, values, actor_id) > 0
+    return await tracked_update_by_id(conn, jobs, job_id, values, expect_status, actor_id)
 
 
-async def list_jobs(conn: AsyncConnection, statuses: Sequence[str], run_id: str | None = None) -> list[JobRec]:
+async def list_jobs(
+    conn: AsyncConnection, statuses: Sequence[str], run_id: str | None = None, ids: Iterable[str] | None = None
+) -> list[JobRec]:
+    """The jobs in ``statuses`` (of run ``run_id``, of ``ids``), oldest first."""
     q = sa.select(jobs).where(jobs.c.status.in_(statuses))
+    if ids is not None:
+        q = q.where(jobs.c.id.in_(list(ids)))
     if run_id is not None:
         q = q.where(jobs.c.run_id == run_id)
     return [job_from_row(r) for r in await conn.execute(q.order_by(jobs.c.submitted_at))]
 
 
 async def get_job(conn: AsyncConnection, job_id: str) -> JobRec | None:
-    row = (await conn.execute(sa.select(jobs).where(jobs.c.id == job_id))).first()
+    row = (await conn.execute(_JOB_BY_ID, {"_id": job_id})).first()
     return job_from_row(row) if row is not None else None
 
 
@@ -288,10 +293,13 @@ async def mark_runs_deleted(conn: AsyncConnection, run_ids: Sequence[str]) -> No
     await conn.execute(sa.update(runs).where(runs.c.id.in_(run_ids)).values(deleted=True))
 
 
+_INSERT_LOGS = sa.insert(logs)
+
+
 async def append_logs(conn: AsyncConnection, job_id: str, entries: Sequence[tuple[float, int, bytes]]) -> None:
     if entries:
         await conn.execute(
-            sa.insert(logs),
+            _INSERT_LOGS,
             [{"job_id": job_id, "timestamp": round(t, 6), "source": s, "message": m} for t, s, m in entries],
         )
 
@@ -343,16 +351,20 @@ async def leased_elsewhere(conn: AsyncConnection, job_ids: Sequence[str], owner:
     return {r.id for r in await conn.execute(q)}
 
 
+#: The agent offset of a job's stored output, while ``:_token`` holds its lease (built once: store/prebuilt.py).
+_LOG_OFFSET = (
+    sa.update(jobs)
+    .where(jobs.c.id == sa.bindparam("_id"), jobs.c.lock_token == sa.bindparam("_token"))
+    .values(log_offset=sa.bindparam("_offset"), disconnected_at=None)
+)
+
+
 async def append_logs_guarded(
     conn: AsyncConnection, job_id: str, token: str, entries: Sequence[tuple[float, int, bytes]], next_offset: int
 ) -> bool:
     """Store output and the agent offset after it -- only while ``token`` still holds the job's lease,
     so a replica that lost the lease never duplicates lines."""
-    res = await conn.execute(
-        sa.update(jobs)
-        .where(jobs.c.id == job_id, jobs.c.lock_token == token)
-        .values(log_offset=next_offset, disconnected_at=None)
-    )
+    res = await conn.execute(_LOG_OFFSET, {"_id": job_id, "_token": token, "_offset": next_offset})
     if res.rowcount == 0:
         return False
     await append_logs(conn, job_id, entries)

@@ -133,37 +133,39 @@ async def load_fleets(conn: AsyncConnection, project_ids: list[str] | None = Non
     return [f for f in await list_fleets(conn, project_ids) if f.status == "active"]
 
 
+#: The offers of ``:backend``'s instances not yet confirmed terminated (built once: ``store/prebuilt.py``).
+_LIVE_OFFERS = sa.select(instances.c.offer).where(
+    instances.c.backend == sa.bindparam("backend"), instances.c.status != "terminated", instances.c.deleted.is_(False)
+)
+
+
 async def backend_usage(conn: AsyncConnection, backend: str) -> int:
-    q = (
-        sa.select(sa.func.count())
-        .select_from(instances)
-        .where(instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False))
-    )
-    return int((await conn.execute(q)).scalar_one())
+    return (await backend_usage_and_blocks(conn, backend))[0]
 
 
 async def host_blocks_used(conn: AsyncConnection, backend: str) -> int:
     """Blocks of ``backend``'s host held by its instances not yet confirmed terminated (each instance's
     offer says how many it was carved out of; instances reserved before hosts were split hold none)."""
-    q = sa.select(instances.c.offer).where(
-        instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False)
-    )
-    used = 0
-    for (offer,) in await conn.execute(q):
+    return (await backend_usage_and_blocks(conn, backend))[1]
+
+
+async def backend_usage_and_blocks(conn: AsyncConnection, backend: str) -> tuple[int, int]:
+    """How many of ``backend``'s instances are not yet confirmed terminated, and the host's blocks they hold
+    (:func:`host_blocks_used`), from one read."""
+    count = used = 0
+    for (offer,) in await conn.execute(_LIVE_OFFERS, {"backend": backend}):
+        count += 1
         data = orjson.loads(offer) if isinstance(offer, (str, bytes)) else offer
         if isinstance(data, dict):
             used += int(data.get("host_blocks") or 0)
-    return used
+    return count, used
 
 
 async def host_gpus_held(conn: AsyncConnection, backend: str) -> set[int]:
     """The GPUs (host indexes) of ``backend``'s host that its instances not yet confirmed terminated own
     (each instance's offer records the ones it was given when it was carved)."""
-    q = sa.select(instances.c.offer).where(
-        instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False)
-    )
     held: set[int] = set()
-    for (offer,) in await conn.execute(q):
+    for (offer,) in await conn.execute(_LIVE_OFFERS, {"backend": backend}):
         data = orjson.loads(offer) if isinstance(offer, (str, bytes)) else offer
         gpus = data.get(HOST_GPUS_KEY) if isinstance(data, dict) else None
         if isinstance(gpus, list):

@@ -101,6 +101,16 @@ class Context:
     telemetry: Telemetry = field(default_factory=Telemetry)
     #: ``config.yml``'s ``scheduling.preemption`` (off unless it says otherwise).
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
+    #: Job id -> (token, expiry) of the lease the scheduler's commit took for this replica on a job it placed
+    #: on a ready instance: the jobs worker adopts it and starts the job without claiming it again.
+    placed_leases: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    def hand_over(self, leased: Mapping[str, str], until: float) -> None:
+        """Jobs this replica's scheduler placed and leased (job id -> lease token, valid until ``until``): this
+        process's jobs worker starts them at once, without claiming them again (other replicas are not woken)."""
+        if leased:
+            self.placed_leases.update((job_id, (token, until)) for job_id, token in leased.items())
+            self.wakeups.wake_for("jobs", leased)
 
     def cipher(self) -> Cipher:
         """The server's cipher (tokens, private keys and credentials at rest)."""

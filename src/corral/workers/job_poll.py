@@ -7,6 +7,7 @@ Imports ``backends`` (the agent client) and the agent's protocol.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from corral.agent.protocol import LogsReply
 from corral.backends.agent_client import AgentClient
@@ -27,6 +28,20 @@ async def logs_unless_poked(
         return await client.logs(job_id, offset, wait=wait, state=known_state, metrics_after=metrics_after)
     poll = asyncio.ensure_future(client.logs(job_id, offset, wait=wait, state=known_state, metrics_after=metrics_after))
     poked = asyncio.ensure_future(poke.wait())
+    try:
+        await asyncio.wait({poll, poked}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        poked.cancel()
+        if not poll.done():
+            poll.cancel()
+    return poll.result() if poll.done() and not poll.cancelled() else None
+
+
+async def poll_unless_poked(poll: asyncio.Future[LogsReply], poke: asyncio.Event | None) -> LogsReply | None:
+    """A long poll sent already (its reply), or None as soon as ``poke`` is set (the poll is dropped)."""
+    if poke is None:
+        return await poll
+    poked: asyncio.Future[Any] = asyncio.ensure_future(poke.wait())
     try:
         await asyncio.wait({poll, poked}, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -1,7 +1,8 @@
 """The jobs worker: hand placed jobs to their instance's agent, follow them, stop them.
 
-Each running job has one follower task that long-polls its agent for output and state, stores the
-output in the database (every replica can serve it) and finishes the job when the agent says it ended.
+A job the scheduler of this replica placed on a ready instance comes leased already (``Context.placed_leases``):
+the pass it wakes reads only those jobs and starts them; any other placed job is claimed first. Each running
+job has one follower task (:mod:`corral.workers.job_follower`) that long-polls its agent for output and state.
 An agent that stays unreachable past ``agent_unreachable_timeout`` fails the job ``instance_unreachable``.
 The submission's contents are :mod:`corral.workers.job_submission`'s, the replica's leases on its jobs
 :mod:`corral.workers.job_leases`'s, and what is recorded from the agent :mod:`corral.workers.job_outcomes`'s.
@@ -10,44 +11,38 @@ The submission's contents are :mod:`corral.workers.job_submission`'s, the replic
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from corral.agent.protocol import JobState, JobSubmission
-from corral.backends.agent_client import LOGS_LIMIT, AgentClient, AgentError, AgentUnreachable
+from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
 from corral.backends.base import AgentEndpoint
 from corral.domain import inactivity
 from corral.domain.interpolation import InterpolationError
-from corral.domain.log_masking import LogMasker
 from corral.domain.node_groups import addresses_view, fill_refs
 from corral.domain.records import InstanceRec, JobRec
 from corral.store import fleets as fleet_store
-from corral.store import metrics as metrics_store
 from corral.store import runs as run_store
 from corral.store.fleets import dump
-from corral.store.preemption import PREEMPTED
 from corral.store.run_secrets import opened_auth
-from corral.workers import job_metrics, job_secrets, job_utilization, job_volumes
+from corral.workers import job_secrets, job_utilization, job_volumes
 from corral.workers.context import Context
 from corral.workers.job_code import JobCodeError, job_code, push_blobs
 from corral.workers.job_container import apply_container, runtime_data, with_agent_state
-from corral.workers.job_leases import JobLeases
-from corral.workers.job_outcomes import JobOutcomes, Tail
-from corral.workers.job_poll import logs_unless_poked
+from corral.workers.job_follower import JobFollowing, Started, known_state
 from corral.workers.job_ports import ports_message
 from corral.workers.job_submission import job_env, job_gpus, ports_taken, provisioning_data, sandbox_message
 
 log = logging.getLogger("corral.jobs")
 SERVER = "terminated_by_server"
-_SOURCES = {"stdout": 0, "stderr": 1}
 #: How long a stopping server waits for its job followers to end at their next wait before cancelling them.
 STOP_GRACE = 5.0
 
 
-class Jobs(JobLeases, JobOutcomes):
+class Jobs(JobFollowing):
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._followers: dict[str, asyncio.Task[None]] = {}
@@ -55,6 +50,8 @@ class Jobs(JobLeases, JobOutcomes):
         self._pokes: dict[str, asyncio.Event] = {}
         self._stopping = False
         self._submitting: set[str] = set()
+        #: Jobs whose lease the scheduler's commit took for this replica, not yet handed to a submission task.
+        self._adopted: set[str] = set()
         #: The submission tasks in flight (``stop_all`` waits for them before the followers they start).
         self._submits: set[asyncio.Task[None]] = set()
         self._clients: dict[tuple[str, str], AgentClient] = {}
@@ -75,12 +72,25 @@ class Jobs(JobLeases, JobOutcomes):
         return client
 
     async def pass_once(self) -> None:
-        await self._act(*await self._load())
+        """A pass over every active job, or -- woken only for the jobs this replica's scheduler just placed and
+        leased (``Context.placed_leases``) -- over those."""
+        scope = self.ctx.wakeups.take("jobs")
+        self._adopt()
+        await self._act(*await self._load(scope))
 
-    async def _load(self) -> tuple[list[JobRec], dict[str, InstanceRec], set[str]]:
-        """The active jobs, their instances, and which of them another replica holds."""
+    def _adopt(self) -> None:
+        """Take over the leases the scheduler's commit took for this replica (as ``_claim`` would have)."""
+        placed, self.ctx.placed_leases = self.ctx.placed_leases, {}
+        for job_id, (token, until) in placed.items():
+            self._leases[job_id] = token
+            self._lease_until[job_id] = until
+            self._adopted.add(job_id)
+
+    async def _load(self, scope: frozenset[str] | None = None) -> tuple[list[JobRec], dict[str, InstanceRec], set[str]]:
+        """The active jobs (those of ``scope`` only, if given), their instances, and which of them another replica
+        holds."""
         async with self.ctx.db.read() as conn:
-            active = await run_store.list_jobs(conn, ("provisioning", "pulling", "running"))
+            active = await run_store.list_jobs(conn, ("provisioning", "pulling", "running"), ids=scope)
             inst_ids = list({j.instance_id for j in active if j.instance_id})
             insts = {i.id: i for i in await fleet_store.list_instances_by_ids(conn, inst_ids)}
             elsewhere = await run_store.leased_elsewhere(conn, [j.id for j in active], self.ctx.replica_id, time.time())
@@ -97,6 +107,9 @@ class Jobs(JobLeases, JobOutcomes):
             if job.status == "provisioning":
                 if job.stop_requested:
                     await self._finish(job, JobState(job.id, "terminated"), stopped=job.stop_requested)
+                    if job.id in self._adopted:
+                        self._adopted.discard(job.id)
+                        await self._release(job.id)
                 elif (
                     inst is not None
                     and inst.status in ("idle", "busy")
@@ -108,37 +121,29 @@ class Jobs(JobLeases, JobOutcomes):
                 self._follow(job, inst)
             elif job.stop_requested and job.id in self._pokes:
                 self._pokes[job.id].set()
-        # the leases of every job this pass starts, in one transaction; each is submitted by one task
-        held = await self._claim_many([j.id for j, _ in starts], ("provisioning",)) if starts else set()
+        # the leases of every job this pass starts and does not hold yet, in one transaction; each is submitted by
+        # one task
+        adopted = {j.id for j, _ in starts if j.id in self._adopted}
+        fresh = [j.id for j, _ in starts if j.id not in adopted]
+        held = adopted | (await self._claim_many(fresh, ("provisioning",)) if fresh else set())
         for job, inst in starts:
             if job.id in held and job.id not in self._submitting:
+                self._adopted.discard(job.id)
                 self._submitting.add(job.id)
                 task = asyncio.create_task(self._submit_once(job, inst))
                 self._submits.add(task)
                 task.add_done_callback(self._done_submitting(job.id))
-
-    def _follow(self, job: JobRec, inst: InstanceRec, conf: dict[str, Any] | None = None) -> None:
-        """Follow the job (``conf``: its run's configuration, if the caller has it at hand); none is started once
-        the server stops (the next server follows it)."""
-        if self._stopping:
-            return
-        self._pokes[job.id] = asyncio.Event()
-        task = asyncio.create_task(self._follower(job, inst, conf))
-        self._followers[job.id] = task
-        task.add_done_callback(self._done_following(job.id))
+        # a lease adopted for a job this pass does not start (stopped, or its instance no longer ready): let it go,
+        # for a whole pass to take the job on
+        for job_id in list(self._adopted):
+            if job_id not in self._submitting and job_id not in self._followers:
+                self._adopted.discard(job_id)
+                await self._release(job_id)
 
     def _done_submitting(self, job_id: str) -> Callable[[asyncio.Task[None]], None]:
         def done(task: asyncio.Task[None]) -> None:
             self._submitting.discard(job_id)
             self._submits.discard(task)
-
-        return done
-
-    def _done_following(self, job_id: str) -> Callable[[asyncio.Task[None]], None]:
-        def done(_task: asyncio.Task[None]) -> None:
-            self._followers.pop(job_id, None)
-            self._pokes.pop(job_id, None)
-            self._secret_values.pop(job_id, None)
 
         return done
 
@@ -271,58 +276,45 @@ class Jobs(JobLeases, JobOutcomes):
         except AgentError as e:
             await self._finish(job, JobState(job.id, "failed", message=str(e)), stopped=None, executor_error=True)
             return
-        # a job is not running before its SSH endpoint accepts connections
-        ssh = await self.ctx.ssh_endpoint() if self.ctx.ssh_endpoint is not None else None
-        now = time.time()
-        async with self.ctx.db.write() as conn:
-            ok = await run_store.update_job(
-                conn,
-                job.id,
-                {
-                    "status": "pulling" if state.state == "pending" and submission.image else "running",
-                    "last_processed_at": now,
-                    "ssh_seen_at": now,  # a dev environment's inactivity runs from its start
-                    "job_provisioning_data": dump(provisioning_data(inst, job.id, ssh)),
-                    "job_runtime_data": dump(
-                        with_agent_state(runtime_data(submission, spec.get("working_dir")), state)
-                    ),
-                    "status_message": sandbox_message(state),
-                },
-                expect_status=("provisioning",),
+        status = "pulling" if state.state == "pending" and submission.image else "running"
+        stored_conf = dict(run.run_spec.get("configuration") or {})
+        # the follower's first long poll, sent now: a short job's end is on its way back while its start is
+        # recorded (a job with a shorter first wait -- inactivity, utilization -- polls from its follower)
+        first = None
+        plain = inactivity.duration_of(stored_conf) is None and job_utilization.policy_of(job) is None
+        if plain and not state.finished:
+            wait = self.ctx.settings.agent_poll_wait
+            first = asyncio.ensure_future(
+                client.logs(job.id, job.log_offset, wait=wait, state=known_state(status), metrics_after=0)
             )
+        # a job is not running before its SSH endpoint accepts connections
+        try:
+            ssh = await self.ctx.ssh_endpoint() if self.ctx.ssh_endpoint is not None else None
+            now = time.time()
+            values: dict[str, Any] = {
+                "status": status,
+                "last_processed_at": now,
+                "ssh_seen_at": now,  # a dev environment's inactivity runs from its start
+                "job_provisioning_data": provisioning_data(inst, job.id, ssh),
+                "job_runtime_data": with_agent_state(runtime_data(submission, spec.get("working_dir")), state),
+                "status_message": sandbox_message(state),
+            }
+            dumped = {k: dump(v) if k.startswith("job_") else v for k, v in values.items()}
+            async with self.ctx.db.write() as conn:
+                ok = await run_store.update_job(conn, job.id, dumped, expect_status=("provisioning",))
+        except BaseException:
+            if first is not None:
+                first.cancel()
+            raise
         if ok:
             self.ctx.wakeups.wake_for("runs", (job.run_id,))
             if state.finished or job.id not in self._followers:
-                # the follower reads the job as it is now before its first poll; it has the run's stored configuration
-                self._follow(job, inst, dict(run.run_spec.get("configuration") or {}))
-
-    async def _values_to_mask(self, job: JobRec) -> tuple[str, ...]:
-        given = self._secret_values.get(job.id)
-        if given is not None:
-            return given
-        spec = job.job_spec
-        auth = opened_auth(self.ctx.cipher, spec.get("registry_auth"))
-        return await job_secrets.mask_values(self.ctx, job.project_id, spec.get("env") or {}, auth)
-
-    async def _inactivity_duration(self, job: JobRec) -> int | None:
-        async with self.ctx.db.read() as conn:
-            run = await run_store.get_run_by_id(conn, job.run_id)
-        return inactivity.duration_of(dict(run.run_spec.get("configuration") or {})) if run is not None else None
-
-    async def _inactive(self, job: JobRec, limit: int) -> bool:
-        """A dev environment idle past its ``inactivity_duration`` is stopped as dstack stops it."""
-        now = time.time()
-        if not inactivity.exceeded(job.ssh_seen_at, limit, now):
-            return False
-        message = inactivity.message(inactivity.inactive_secs(job.ssh_seen_at or now, now), limit)
-        async with self.ctx.db.write() as conn:
-            ok = await run_store.update_job(
-                conn,
-                job.id,
-                {"stop_requested": "inactivity", "termination_reason_message": message},
-                expect_status=("running",),
-            )
-        return ok
+                # the follower has the run's stored configuration, and the job as just written with its first poll
+                started = Started(dataclasses.replace(job, **values), first) if first is not None else None
+                self._follow(job, inst, stored_conf, started)
+                return
+        if first is not None:
+            first.cancel()
 
     def _local_sandboxed(self) -> bool:
         """Whether the local backend's agents run host-process jobs in a sandbox (their own network)."""
@@ -347,132 +339,3 @@ class Jobs(JobLeases, JobOutcomes):
             if address:
                 out[k] = address
         return out
-
-    async def _follower(self, job: JobRec, inst: InstanceRec, conf: dict[str, Any] | None = None) -> None:
-        token = await self._claim(job.id)
-        if token is None:
-            return
-        try:
-            await self._follow_with_lease(job, inst, token, conf)
-        finally:
-            await self._release(job.id)
-
-    async def _follow_with_lease(
-        self, job: JobRec, inst: InstanceRec, token: str, conf: dict[str, Any] | None = None
-    ) -> None:
-        client = self._client(inst)
-        offset = job.log_offset
-        stop_sent: str | None = None
-        poke = self._pokes.get(job.id)
-        idle_limit = inactivity.duration_of(conf) if conf is not None else await self._inactivity_duration(job)
-        policy, next_check = job_utilization.policy_of(job), 0.0  # utilization_policy
-        async with self.ctx.db.read() as conn:
-            metrics_after = await metrics_store.last_timestamp(conn, job.id)  # samples continue from here
-        try:
-            # the job's secret values never reach the stored output (``domain/log_masking.py``)
-            masker = LogMasker(await self._values_to_mask(job))
-            while True:
-                wait = self.ctx.settings.agent_poll_wait
-                if self._stopping:
-                    return  # the server stops: the lease is released, another replica takes the job on
-                if poke is not None:
-                    poke.clear()  # whatever poked us is seen by the reload below
-                current = await self._reload(job.id)
-                if current is None or current.status not in ("running", "pulling", "provisioning"):
-                    return
-                if not await self._keep(job.id):
-                    return  # another replica took the job over
-                if idle_limit is not None and current.status == "running" and not current.stop_requested:
-                    if await self._inactive(current, idle_limit):
-                        continue
-                    seen = current.ssh_seen_at or time.time()
-                    wait = max(0.5, min(wait, seen + idle_limit - time.time() + 0.1))
-                if policy is not None and current.status == "running" and not current.stop_requested:
-                    now = time.time()
-                    if now >= next_check:
-                        next_check = now + job_utilization.CHECK_EVERY_S
-                        if await job_utilization.stop_if_underused(self.ctx, current, policy, now):
-                            continue
-                    wait = max(0.5, min(wait, next_check - now))
-                if current.stop_requested and stop_sent != current.stop_requested:
-                    try:
-                        if current.stop_requested == PREEMPTED:  # SIGTERM and a deadline it can read
-                            grace = self.ctx.preemption.grace_period
-                            await client.stop(
-                                job.id, deadline=time.time() + grace, message=current.termination_reason_message
-                            )
-                        else:
-                            await client.stop(job.id, abort=current.stop_requested == "abort")
-                        stop_sent = current.stop_requested
-                    except (AgentUnreachable, AgentError) as e:
-                        log.warning("stopping %s: %s", job.job_name, e)
-                try:
-                    reply = await logs_unless_poked(
-                        client,
-                        job.id,
-                        offset,
-                        0 if current.stop_requested and not stop_sent else wait,
-                        poke,
-                        "pending" if current.status == "pulling" else None,
-                        metrics_after,
-                    )
-                    if reply is None:
-                        continue
-                except AgentUnreachable:
-                    if await self._unreachable(current):
-                        return
-                    await asyncio.sleep(1.0)
-                    continue
-                except AgentError as e:
-                    await self._finish(
-                        current,
-                        JobState(job.id, "failed", message=f"agent error: {e}"),
-                        stopped=None,
-                        executor_error=True,
-                    )
-                    return
-                points = job_metrics.points_of(reply, job.job_name)
-                if reply.state.finished and len(reply.entries) < LOGS_LIMIT:
-                    # the reply holds all the output left (the agent read it after the job ended): its tail,
-                    # the job's end and the lease's release in one transaction, with no poll after it
-                    if reply.state.working_dir and (current.job_runtime_data or {}).get("working_dir") != (
-                        reply.state.working_dir
-                    ):
-                        await self._runtime(current, reply.state)
-                    fed = masker.feed([(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries])
-                    tail = Tail(token, fed + masker.flush(), reply.next_offset, points, metrics_after)
-                    kept = await self._finish(current, reply.state, stopped=current.stop_requested, tail=tail)
-                    self._drop_lease(job.id)
-                    if kept:
-                        if tail.entries:
-                            self.ctx.wakeups.wake_local("logs")
-                        with contextlib.suppress(AgentUnreachable, AgentError):
-                            await client.forget(job.id)
-                    return
-                if reply.entries or current.disconnected_at is not None:
-                    entries = masker.feed([(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries])
-                    async with self.ctx.db.write() as conn:
-                        kept = await run_store.append_logs_guarded(conn, job.id, token, entries, reply.next_offset)
-                        if kept:
-                            metrics_after = await job_metrics.store(conn, job.id, points, metrics_after)
-                    if not kept:
-                        self._drop_lease(job.id)
-                        return
-                    if entries:
-                        self.ctx.wakeups.wake_local("logs")  # pages following this job's log tail (ui/live.py)
-                    offset = reply.next_offset
-                elif points:
-                    async with self.ctx.db.write() as conn:
-                        metrics_after = await job_metrics.store(conn, job.id, points, metrics_after)
-                if current.status == "pulling" and not reply.state.finished:
-                    await self._pulling(current, reply.state)
-                elif reply.state.working_dir and (current.job_runtime_data or {}).get("working_dir") != (
-                    reply.state.working_dir
-                ):
-                    await self._runtime(current, reply.state)
-                if current.stop_requested and stop_sent is None:
-                    await asyncio.sleep(0.5)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("follower of %s failed", job.job_name)

@@ -43,7 +43,8 @@ from corral.store import exports as export_store
 from corral.store import project_state
 from corral.store import snapshot as snap
 from corral.store import volumes as volume_store
-from corral.store.plan_apply import ApplyResult, apply_plan
+from corral.store.plan_apply import apply_plan
+from corral.store.plan_result import ApplyResult, JobLease
 from corral.store.snapshot import QueueRow
 from corral.workers.context import Context
 from corral.workers.reserved_offers import ReservedOffers
@@ -228,8 +229,7 @@ class Scheduling:
         capacity reservations resolved)."""
         fleets = await snap.load_fleets(conn, project_ids)
         self.importers = await export_store.fleet_importers(conn, project_ids, importer)
-        self.project_backends = await project_state.backends_by_project(conn, project_ids)
-        self.project_regions = await project_state.backend_regions_by_project(conn, project_ids)
+        self.project_backends, self.project_regions = await project_state.backends_and_regions(conn, project_ids)
         return fleets
 
     def _fleet_requirements(self, fleet: FleetRec) -> Requirements | None:
@@ -335,12 +335,11 @@ class Scheduling:
             if any(volume_names(r.run_spec["configuration"]) for r in fresh if r.run_spec is not None):
                 self._volume_places = {(v.project_id, v.name): v for v in await volume_store.list_volumes(conn, None)}
             fleets = await snap.load_fleets(conn)
-            local_used = await snap.backend_usage(conn, "local")
             pools = self.host_pools()
-            pool_used = {b: await snap.host_blocks_used(conn, b) for b in pools}
+            local_used, local_blocks = await snap.backend_usage_and_blocks(conn, "local")
+            pool_used = {b: local_blocks if b == "local" else await snap.host_blocks_used(conn, b) for b in pools}
             self.importers = await export_store.fleet_importers(conn)
-            self.project_backends = await project_state.backends_by_project(conn)
-            self.project_regions = await project_state.backend_regions_by_project(conn)
+            self.project_backends, self.project_regions = await project_state.backends_and_regions(conn)
             policies, holdings = await load_policies(conn)
         await self.reserved.resolve(fleets)  # capacity reservations EC2 was not asked about yet
         slots = tuple(self.fleet_slot(f) for f in fleets)
@@ -388,13 +387,15 @@ class Scheduling:
         upkeep_gangs = [Gang(f"upkeep:{f.id}", (r,)) for f in slots for r in upkeep(f, host_free)]
         if upkeep_gangs or failed_parse:
             plan = Plan(plan.gangs + tuple(upkeep_gangs) + tuple(failed_parse))
-        result = await apply_plan(self.ctx.db, plan, now, limits, pools, holds=self.ctx.preemption.enabled)
+        lease = JobLease(self.ctx.replica_id, self.ctx.settings.job_lease_ttl)
+        result = await apply_plan(self.ctx.db, plan, now, limits, pools, holds=self.ctx.preemption.enabled, lease=lease)
         count_outcomes(self.ctx.telemetry, result, queued, self._run_types, now)
         if result.assigned or result.failed:
             log_outcomes(plan, result, queued, slots)
         if result.reserved or result.reclaimed:
             self.ctx.wakeups.wake("instances")
-        if result.assigned:
+        self.ctx.hand_over(result.leased, now + lease.ttl)  # placed on a ready instance: started by this replica
+        if len(result.assigned) > len(result.leased):  # placed on an instance still starting: whoever drives it
             self.ctx.wakeups.wake("jobs")
         if result.failed:
             self.ctx.wakeups.wake("runs")
