@@ -1,0 +1,58 @@
+"""A write transaction's events are inserted together just before it commits: all of them, in the order they
+were recorded, with their targets; none when the transaction fails; at once on a connection that defers
+nothing."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from corral.domain.events import user_target
+from corral.store import events as event_store
+from corral.store.db import Database
+from corral.store.migrate import upgrade
+from corral.store.tables import event_targets, events
+
+
+async def _messages(db: Database) -> list[str]:
+    async with db.read() as conn:
+        q = sa.select(events.c.message).order_by(events.c.recorded_at)
+        return [r.message for r in await conn.execute(q)]
+
+
+async def test_a_transactions_events_are_written_at_its_commit_in_order(db_url: str) -> None:
+    db = Database(db_url)
+    await upgrade(db)
+    async with db.write() as conn:
+        for n in range(5):
+            await event_store.emit(conn, f"event {n}", None, [user_target(f"u{n}", f"user{n}")])
+        # deferred: not in the database yet, even for the transaction's own reads
+        assert (await conn.execute(sa.select(sa.func.count()).select_from(events))).scalar_one() == 0
+    assert await _messages(db) == [f"event {n}" for n in range(5)]
+    async with db.read() as conn:
+        names = sorted(r.entity_name for r in await conn.execute(sa.select(event_targets.c.entity_name)))
+    assert names == [f"user{n}" for n in range(5)]
+    await db.dispose()
+
+
+async def test_a_failed_transaction_leaves_no_events(db_url: str) -> None:
+    db = Database(db_url)
+    await upgrade(db)
+    with pytest.raises(RuntimeError):
+        async with db.write() as conn:
+            await event_store.emit(conn, "lost", None, [user_target("u", "user")])
+            raise RuntimeError("the change fails")
+    async with db.write() as conn:  # the connection's next transaction starts with nothing deferred
+        await event_store.emit(conn, "kept", None, [user_target("u", "user")])
+    assert await _messages(db) == ["kept"]
+    await db.dispose()
+
+
+async def test_a_connection_outside_a_write_transaction_inserts_at_once(db_url: str) -> None:
+    db = Database(db_url)
+    await upgrade(db)
+    async with db.engine.begin() as conn:
+        await event_store.emit(conn, "direct", None, [user_target("u", "user")])
+        assert (await conn.execute(sa.select(sa.func.count()).select_from(events))).scalar_one() == 1
+    assert await _messages(db) == ["direct"]
+    await db.dispose()
