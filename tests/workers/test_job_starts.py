@@ -238,3 +238,25 @@ async def _run(db: Database, ops: list[tuple[str, int]]) -> None:
                 gate.set()
         await asyncio.sleep(0)
         await db.dispose()
+
+
+def test_a_stopping_server_lets_go_of_the_jobs_its_scheduler_leased_but_did_not_start(db_url: str) -> None:
+    """A job placed and leased by this replica's scheduler, not yet started when the server stops: its lease is
+    released, so the next server (or another replica) starts it at once rather than after the lease's expiry."""
+
+    async def run() -> None:
+        db = Database(db_url)
+        await _reset(db)
+        conf = Settings(server_dir=Path("/nonexistent"), database_url=db.url, job_lease_ttl=300.0)
+        ctx = Context(conf, db, {}, replica_id="replica-0")
+        jobs_worker = Jobs(ctx)
+        await _place(ctx)
+        assert ctx.placed_leases, "the placement was leased to this replica"
+        await jobs_worker.stop_all()
+        async with db.read() as conn:
+            q = sa.select(jobs.c.id, jobs.c.lock_owner).where(jobs.c.status == "provisioning")
+            owners = {r.id: r.lock_owner for r in await conn.execute(q)}
+        assert owners and all(owner is None for owner in owners.values()), owners
+        await db.dispose()
+
+    asyncio.run(run())

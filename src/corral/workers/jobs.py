@@ -151,8 +151,13 @@ class Jobs(JobFollowing):
         """Followers end at their next wait (poked now), so none is cancelled inside a write transaction
         (a cancelled statement can leave SQLite's write lock held, and every later writer waiting on it);
         one still busy after ``STOP_GRACE`` is cancelled. Submissions in flight go first: none is left to start a
-        follower, or to write, once the database is closed."""
+        follower, or to write, once the database is closed. The leases the scheduler took for jobs not started yet
+        are let go, for the next server or another replica to start them at once."""
         self._stopping = True
+        self._adopt()
+        for job_id in list(self._adopted):
+            self._adopted.discard(job_id)
+            await self._release(job_id)
         for tasks in (list(self._submits), None):
             if tasks is None:
                 for poke in self._pokes.values():
