@@ -86,8 +86,8 @@ async def load_queue(conn: AsyncConnection, known: Mapping[str, QueueRow] | None
     only jobs not seen before are read whole, with their documents: a long queue costs one narrow query per
     pass, not a row and a JSON parse per job."""
     known = known or {}
-    order = (await conn.execute(_QUEUE_ORDER)).all()
-    unknown = [r.id for r in order if r.id not in known]
+    order = [tuple(r) for r in await conn.execute(_QUEUE_ORDER)]  # (id, priority, status message)
+    unknown = [r[0] for r in order if r[0] not in known]
     fresh: dict[str, QueueRow] = {}
     for start in range(0, len(unknown), 500):
         chunk = unknown[start : start + 500]
@@ -115,16 +115,17 @@ async def load_queue(conn: AsyncConnection, known: Mapping[str, QueueRow] | None
                 d.global_role,
                 d.queued_at,
             )
-    out = []
-    for r in order:
-        row = fresh.get(r.id)
+    out: list[QueueRow] = []
+    append = out.append
+    for job_id, priority, status_message in order:
+        row = fresh.get(job_id) if fresh else None
         if row is None:
-            row = known.get(r.id)
+            row = known.get(job_id)
             if row is None:
                 continue  # placed or removed between the two reads
-            if row.priority != r.priority or row.status_message != r.status_message:
-                row = dataclasses.replace(row, priority=r.priority, status_message=r.status_message)
-        out.append(row)
+            if row.priority != priority or row.status_message != status_message:
+                row = dataclasses.replace(row, priority=priority, status_message=status_message)
+        append(row)
     return out
 
 

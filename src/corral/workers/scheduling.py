@@ -358,14 +358,17 @@ class Scheduling:
                 )
         queued = await self.reserved.located(queued)  # where the runs' own reservations are
         live = {q.id for q in queued}
-        self._queued = {k: v for k, v in self._queued.items() if k in live}
+        # what left the queue goes from the caches (nothing did where their sizes match the queue's)
+        if len(self._queued) != len(live):
+            self._queued = {k: v for k, v in self._queued.items() if k in live}
+        if len(self._run_types) != len(live):
+            self._run_types = {k: v for k, v in self._run_types.items() if k in live}
         # the rows as the next pass knows them: without their documents (parsed into ``_queued`` already)
         self._rows = {
             r.id: r if r.job_spec is None else dataclasses.replace(r, job_spec=None, run_spec=None)
             for r in queue
             if r.id in live
         }
-        self._run_types = {k: v for k, v in self._run_types.items() if k in live}
         limits = self.backend_limits()
         holds = await self.preempter.holds(queued, now)
         snapshot = Snapshot(
