@@ -43,12 +43,14 @@ async def job_code(ctx: Context, run: RunRec, job: JobRec) -> JobCode:
     repo_type = str(repo_data.get("repo_type") or "virtual")
     code_hash = js.get("repo_code_hash") or spec.get("repo_code_hash")
     wanted = [a for a in js.get("file_archives") or [] if isinstance(a, dict)]
-    async with ctx.db.read() as conn:
-        user_id = await store.run_user_id(conn, run.id)
-        stored = None
-        if repo_type == "remote" and user_id is not None:
-            stored = await store.get_creds(conn, run.project_id, repo_id, user_id)
-        found = await store.archives_by_ids(conn, [str(a.get("id")) for a in wanted])
+    user_id = stored = None
+    found: dict[str, Any] = {}
+    if repo_type == "remote" or wanted:  # the run's user's credentials and archives (none to read otherwise)
+        async with ctx.db.read() as conn:
+            user_id = await store.run_user_id(conn, run.id)
+            if repo_type == "remote" and user_id is not None:
+                stored = await store.get_creds(conn, run.project_id, repo_id, user_id)
+            found = await store.archives_by_ids(conn, [str(a.get("id")) for a in wanted])
     creds: dict[str, Any] = {}
     if repo_type == "remote":
         if stored is None:

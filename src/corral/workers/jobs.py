@@ -93,7 +93,9 @@ class Jobs(JobFollowing):
             active = await run_store.list_jobs(conn, ("provisioning", "pulling", "running"), ids=scope)
             inst_ids = list({j.instance_id for j in active if j.instance_id})
             insts = {i.id: i for i in await fleet_store.list_instances_by_ids(conn, inst_ids)}
-            elsewhere = await run_store.leased_elsewhere(conn, [j.id for j in active], self.ctx.replica_id, time.time())
+            # jobs this replica holds the leases of (handed over by its scheduler) are nobody else's
+            others = [j.id for j in active if j.id not in self._adopted]
+            elsewhere = await run_store.leased_elsewhere(conn, others, self.ctx.replica_id, time.time())
         return active, insts, set(elsewhere)
 
     async def _act(self, active: list[JobRec], insts: dict[str, InstanceRec], elsewhere: set[str]) -> None:
@@ -190,9 +192,10 @@ class Jobs(JobFollowing):
                 for j in (run.jobs if run else ())
                 if j.submission_num == job.submission_num and j.replica_num == job.replica_num
             ]
-            sib_insts = await fleet_store.list_instances_by_ids(
-                conn, [j.instance_id for j in siblings if j.instance_id]
-            )
+            sib_ids = {j.instance_id for j in siblings if j.instance_id}
+            # a single node's instance is the one this pass read
+            alone = sib_ids == {inst.id}
+            sib_insts = [inst] if alone else await fleet_store.list_instances_by_ids(conn, list(sib_ids))
         if run is None:
             return
         ips = {i.id: "127.0.0.1" if i.backend == "local" else (i.hostname or "") for i in sib_insts}
