@@ -47,10 +47,12 @@ def _policy_json(policy: QuotaPolicy) -> str:
     ).decode()
 
 
+#: A project's quota policy (``:_id``), built once (``store/prebuilt.py`` says why): every run's apply reads it.
+_POLICY = sa.select(project_quotas.c.policy).where(project_quotas.c.project_id == sa.bindparam("_id"))
+
+
 async def get_policy(conn: AsyncConnection, project_id: str) -> QuotaPolicy | None:
-    row = (
-        await conn.execute(sa.select(project_quotas.c.policy).where(project_quotas.c.project_id == project_id))
-    ).first()
+    row = (await conn.execute(_POLICY, {"_id": project_id})).first()
     return _policy(row.policy) if row is not None else None
 
 

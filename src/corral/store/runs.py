@@ -232,9 +232,12 @@ async def update_run(
     return await tracked_update_by_id(conn, runs, run_id, values, expect_status, actor_id)
 
 
+_INSERT_JOBS = sa.insert(jobs)
+
+
 async def insert_jobs(conn: AsyncConnection, values: Sequence[dict[str, Any]]) -> None:
     """Several jobs in one statement (a multi-node run's)."""
-    await conn.execute(sa.insert(jobs), [{"log_offset": 0, **v} for v in values])
+    await conn.execute(_INSERT_JOBS, [{"log_offset": 0, **v} for v in values])
 
 
 def new_run_rec(
