@@ -16,7 +16,8 @@ from corral.store.db import Database
 from corral.store.migrate import upgrade
 from corral.store.plan_apply import apply_plan
 from corral.store.plan_result import JobLease
-from corral.store.tables import event_targets, fleets, instances, jobs, projects, runs, users
+from corral.store.tables import event_targets, fleets, instances, jobs, runs
+from store_rows import admin_and_project
 
 OFFER = Offer("local", "local", "local", 0.0, InstanceResources(cpus=4, memory_mib=8192, disk_size_mib=100_000))
 
@@ -26,29 +27,7 @@ async def _db(url: str) -> Database:
     await upgrade(db)
     now = time.time()
     async with db.write() as conn:
-        await conn.execute(
-            sa.insert(users).values(
-                id="u",
-                name="admin",
-                token="t",
-                token_hash="h",
-                global_role="admin",
-                active=True,
-                deleted=False,
-                created_at=now,
-            )
-        )
-        await conn.execute(
-            sa.insert(projects).values(
-                id="p",
-                name="main",
-                owner_id="u",
-                created_at=now,
-                is_public=False,
-                deleted=False,
-                backends="[]",
-            )
-        )
+        await admin_and_project(conn, now)
         spec = {"configuration": {"type": "fleet", "name": "f", "nodes": {"min": 0, "max": 3}}}
         await conn.execute(
             sa.insert(fleets).values(
@@ -115,6 +94,29 @@ async def _count(db: Database) -> int:
         return int((await conn.execute(q)).scalar_one())
 
 
+async def _instance(db: Database, inst_id: str, status: str, agent: bool, total_blocks: int = 1) -> None:
+    now = time.time()
+    async with db.write() as conn:
+        await conn.execute(
+            sa.insert(instances).values(
+                id=inst_id,
+                project_id="p",
+                fleet_id="f",
+                name=inst_id,
+                instance_num=0,
+                status=status,
+                unreachable=False,
+                backend="local",
+                total_blocks=total_blocks,
+                busy_blocks=0,
+                created_at=now,
+                last_processed_at=now,
+                deleted=False,
+                agent=json.dumps({"url": "http://127.0.0.1:9", "token": "x"}) if agent else None,
+            )
+        )
+
+
 async def test_stale_concurrent_plans_never_exceed_nodes_max(db_url: str) -> None:
     db = await _db(db_url)
     ids = [f"j{i}" for i in range(10)]
@@ -148,25 +150,7 @@ async def test_gang_commits_whole_or_not_at_all(db_url: str) -> None:
 
 async def test_assignment_recounts_blocks(db_url: str) -> None:
     db = await _db(db_url)
-    now = time.time()
-    async with db.write() as conn:
-        await conn.execute(
-            sa.insert(instances).values(
-                id="i",
-                project_id="p",
-                fleet_id="f",
-                name="f-0",
-                instance_num=0,
-                status="idle",
-                unreachable=False,
-                backend="local",
-                total_blocks=2,
-                busy_blocks=0,
-                created_at=now,
-                last_processed_at=now,
-                deleted=False,
-            )
-        )
+    await _instance(db, "i", "idle", agent=False, total_blocks=2)
     for j in ("a", "b", "c"):
         await _job(db, j)
     plans = [Plan((Gang(j, (Assign(j, "i", 1),)),)) for j in ("a", "b", "c")]
@@ -201,29 +185,6 @@ async def test_concurrent_reservations_in_different_fleets_never_overfill_the_ho
     assert sum(len(r.reserved) for r in results) == 1
     assert await _count(db) == 1
     await db.dispose()
-
-
-async def _instance(db: Database, inst_id: str, status: str, agent: bool, total_blocks: int = 1) -> None:
-    now = time.time()
-    async with db.write() as conn:
-        await conn.execute(
-            sa.insert(instances).values(
-                id=inst_id,
-                project_id="p",
-                fleet_id="f",
-                name=inst_id,
-                instance_num=0,
-                status=status,
-                unreachable=False,
-                backend="local",
-                total_blocks=total_blocks,
-                busy_blocks=0,
-                created_at=now,
-                last_processed_at=now,
-                deleted=False,
-                agent=json.dumps({"url": "http://127.0.0.1:9", "token": "x"}) if agent else None,
-            )
-        )
 
 
 async def test_jobs_placed_on_a_ready_instance_are_leased_to_the_committing_replica(db_url: str) -> None:

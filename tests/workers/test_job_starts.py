@@ -29,9 +29,10 @@ from corral.store.db import Database
 from corral.store.migrate import upgrade
 from corral.store.plan_apply import apply_plan
 from corral.store.plan_result import JobLease
-from corral.store.tables import fleets, instances, jobs, projects, runs, users
+from corral.store.tables import fleets, instances, jobs, runs
 from corral.workers.context import Context
 from corral.workers.jobs import Jobs
+from store_rows import admin_and_project
 
 N_JOBS = 4
 #: The jobs placed before the test starts (claimed by a jobs pass); the others wait to be placed by a replica's
@@ -42,17 +43,7 @@ N_PLACED = 2
 async def _seed(db: Database) -> None:
     now = time.time()
     async with db.write() as conn:
-        await conn.execute(
-            sa.insert(users).values(
-                id="u", name="admin", token="t", token_hash="h", global_role="admin", active=True, deleted=False,
-                created_at=now,
-            )
-        )  # fmt: skip
-        await conn.execute(
-            sa.insert(projects).values(
-                id="p", name="main", owner_id="u", created_at=now, is_public=False, deleted=False, backends="[]"
-            )
-        )
+        await admin_and_project(conn, now)
         spec = {"configuration": {"type": "fleet", "name": "f", "nodes": 1}}
         await conn.execute(
             sa.insert(fleets).values(

@@ -14,9 +14,10 @@ from corral.settings import Settings
 from corral.store import run_states
 from corral.store.db import Database
 from corral.store.migrate import upgrade
-from corral.store.tables import jobs, projects, runs, users
+from corral.store.tables import jobs, runs
 from corral.workers.context import Context, Wakeups
 from corral.workers.runs import Runs
+from store_rows import admin_and_project
 
 
 async def test_a_pass_covers_everything_unless_it_was_woken_for_some_keys_only() -> None:
@@ -42,17 +43,7 @@ async def test_a_pass_covers_everything_unless_it_was_woken_for_some_keys_only()
 async def _seed(db: Database) -> None:
     now = time.time()
     async with db.write() as conn:
-        await conn.execute(
-            sa.insert(users).values(
-                id="u", name="admin", token="t", token_hash="h", global_role="admin", active=True, deleted=False,
-                created_at=now,
-            )
-        )  # fmt: skip
-        await conn.execute(
-            sa.insert(projects).values(
-                id="p", name="main", owner_id="u", created_at=now, is_public=False, deleted=False, backends="[]"
-            )
-        )
+        await admin_and_project(conn, now)
         spec = json.dumps({"configuration": {"type": "task", "commands": ["true"]}})
         for name, job_status in (("ran", "done"), ("started", "running")):
             await conn.execute(

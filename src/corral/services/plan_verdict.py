@@ -3,7 +3,7 @@
 The plan and the queue must agree: a run that ``schedule`` would fail at once (no fleet, unknown
 ``fleets``, a multi-node task without a cluster fleet, requirements no fleet can ever meet, ``instances``
 matching nothing) gets no offers in its plan and this message, computed by the same pure code
-(``scheduler.schedule.screen``) from the fleets as the scheduling worker would see them. The same view
+(``scheduler.screening.screen``) from the fleets as the scheduling worker would see them. The same view
 gives the offers of the fleets other projects export to the run's project (``scheduler.plan_offers``):
 a project with no backends of its own that imports a fleet sees that fleet's offers, as apply uses it.
 Capacity reservations (the run's ``reservation`` or its fleets') are looked up first, with no transaction
@@ -42,7 +42,7 @@ class PlanScreen:
 async def plan_screen(ctx: Context, project: ProjectRec, spec: dict[str, Any], job_spec: dict[str, Any]) -> PlanScreen:
     """The scheduler's view of the run whose first job is ``job_spec``, from the fleets as they are now."""
     from corral.scheduler.plan_offers import fleet_offers
-    from corral.scheduler.schedule import screen
+    from corral.scheduler.screening import screen
     from corral.scheduler.types import Snapshot
     from corral.services.volumes import check_run
     from corral.workers.scheduling import Scheduling, queued_job

@@ -13,6 +13,7 @@ the process queue on an asyncio lock before ``BEGIN IMMEDIATE``, and read connec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -126,18 +127,9 @@ class Database:
     async def write(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction; the rows its statements add to events (``store/deferred.py``) are inserted
         together just before it commits."""
-        if self._write_lock is None:
-            async with self._write.connect() as conn, conn.begin():
-                deferred.open_buffer(conn)
-                try:
-                    yield conn
-                    await deferred.flush(conn)
-                finally:
-                    deferred.close_buffer(conn)
-            return
-        # the connection is taken before the lock and given back after it: the lock covers only the
+        # the connection is taken before SQLite's lock and given back after it: the lock covers only the
         # transaction, since every round trip under it makes the other writers wait
-        async with self._write.connect() as conn, self._write_lock, conn.begin():
+        async with self._write.connect() as conn, self._write_lock or contextlib.nullcontext(), conn.begin():
             deferred.open_buffer(conn)
             try:
                 yield conn

@@ -133,6 +133,11 @@ def _messages(table: str, row: Any, values: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _watched(table: sa.Table, values: Mapping[str, Any]) -> bool:
+    """Whether changing ``values`` of ``table`` may record an event (a status, an instance's reachability)."""
+    return "status" in values or (table is instances and "unreachable" in values)
+
+
 async def tracked_update(
     conn: AsyncConnection,
     table: sa.Table,
@@ -142,8 +147,7 @@ async def tracked_update(
 ) -> int:
     """``UPDATE table SET values WHERE where``, recording each row's status change (and an instance's
     reachability) as an event of the same transaction; returns how many rows were updated."""
-    watched = "status" in values or (table is instances and "unreachable" in values)
-    if not watched or ttl_of(conn) <= 0:
+    if not _watched(table, values) or ttl_of(conn) <= 0:
         return int((await conn.execute(sa.update(table).where(where).values(**values))).rowcount)
     return len(await tracked_update_rows(conn, table, where, values, actor_id))
 
@@ -163,8 +167,7 @@ async def tracked_update_by_id(
         if expect_status is not None:
             where = sa.and_(where, table.c.status.in_(expect_status))
         return await tracked_update(conn, table, where, values, actor_id) > 0
-    watched = "status" in values or (table is instances and "unreachable" in values)
-    if not watched or ttl_of(conn) <= 0:
+    if not _watched(table, values) or ttl_of(conn) <= 0:
         update = prebuilt.update_by_id(table, frozenset(values), expect_status is not None)
         return int((await conn.execute(update, prebuilt.params(row_id, values, expect_status))).rowcount) > 0
     return await tracked_update_row(conn, table, row_id, values, expect_status, actor_id) is not None

@@ -24,17 +24,10 @@ async def logs_unless_poked(
 ) -> LogsReply | None:
     """The agent's long poll for new output (or a change of the job's state from ``known_state``), with the
     job's samples after ``metrics_after``, or None as soon as ``poke`` is set (the poll is dropped)."""
+    poll = client.logs(job_id, offset, wait=wait, state=known_state, metrics_after=metrics_after)
     if poke is None or wait <= 0:
-        return await client.logs(job_id, offset, wait=wait, state=known_state, metrics_after=metrics_after)
-    poll = asyncio.ensure_future(client.logs(job_id, offset, wait=wait, state=known_state, metrics_after=metrics_after))
-    poked = asyncio.ensure_future(poke.wait())
-    try:
-        await asyncio.wait({poll, poked}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        poked.cancel()
-        if not poll.done():
-            poll.cancel()
-    return poll.result() if poll.done() and not poll.cancelled() else None
+        return await poll
+    return await poll_unless_poked(asyncio.ensure_future(poll), poke)
 
 
 async def poll_unless_poked(poll: asyncio.Future[LogsReply], poke: asyncio.Event | None) -> LogsReply | None:
