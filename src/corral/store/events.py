@@ -161,12 +161,8 @@ async def tracked_update_by_id(
     actor_id: str | None = None,
 ) -> bool:
     """:func:`tracked_update` of the row ``row_id`` (while its status is one of ``expect_status``, if given) with
-    statements built once (``store/prebuilt.py``); whether it was updated."""
-    if any(isinstance(v, sa.ClauseElement) for v in values.values()):  # a value computed by the database
-        where = table.c.id == row_id
-        if expect_status is not None:
-            where = sa.and_(where, table.c.status.in_(expect_status))
-        return await tracked_update(conn, table, where, values, actor_id) > 0
+    statements built once (``store/prebuilt.py``): ``values`` are plain values, bound as parameters; whether it
+    was updated."""
     if not _watched(table, values) or ttl_of(conn) <= 0:
         update = prebuilt.update_by_id(table, frozenset(values), expect_status is not None)
         return int((await conn.execute(update, prebuilt.params(row_id, values, expect_status))).rowcount) > 0
