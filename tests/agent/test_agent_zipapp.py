@@ -65,6 +65,7 @@ def test_zipapp_imports_only_the_standard_library(tmp_path: Path) -> None:
         "corral.agent.container_sessions",
         "corral.agent.metrics",  # the sampler of running jobs
         "corral.agent.protocol_metrics",
+        "corral.agent.netlink",  # a job's network namespace, made over rtnetlink
     }
     if data["stdlib"]:
         stdlib = set(data["stdlib"])

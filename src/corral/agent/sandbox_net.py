@@ -1,7 +1,9 @@
 """The sandbox's network plumbing: corral's bridge with NAT, and one network namespace per job.
 
 Driven through iproute2's ``ip`` (in batch mode: one process per step) and ``iptables-restore`` (or
-``nft`` where iptables is missing), so it works on any Linux host with Python 3.9 and those tools.
+``nft`` where iptables is missing), so it works on any Linux host with Python 3.9 and those tools; a job's
+own network, made once per job, is made over netlink in the agent's process (:mod:`corral.agent.netlink`),
+``ip`` being the fallback.
 
 - **bridge** (:func:`bridge_up`, :func:`bridge_down`): ``corral0`` (configurable) holding the subnet's
   first address as every job's gateway, IPv4 forwarding on, and three rules tagged ``corral-sandbox``:
@@ -16,12 +18,17 @@ Driven through iproute2's ``ip`` (in batch mode: one process per step) and ``ipt
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import shutil
 import subprocess
 
+from . import netlink
+
 NETNS_DIR = "/run/netns"
 RULE_TAG = "corral-sandbox"
+
+log = logging.getLogger("corral.agent")
 
 
 class NetError(Exception):
@@ -109,9 +116,21 @@ def bridge_down(bridge: str, network: ipaddress.IPv4Network) -> None:
 
 
 def job_net_up(slot: int, address: str, bridge: str, network: ipaddress.IPv4Network) -> str:
-    """Create the job's namespace; returns its path (for ``setns``)."""
+    """Create the job's namespace; returns its path (for ``setns``). Made in this process over netlink
+    (:mod:`corral.agent.netlink`) once ``/run/netns`` is the shared mount ``ip`` makes of it; with ``ip``
+    otherwise, or where netlink fails (the first failure is logged)."""
     ns, veth = netns_name(slot), veth_name(slot)
     job_net_down(slot)  # a leftover of the same slot (a crash between steps)
+    path = os.path.join(NETNS_DIR, ns)
+    gateway = network.network_address + 1
+    if _netlink_ok[0] and _netns_dir_shared():
+        try:
+            netlink.make_job_network(path, veth, bridge, job_mac(address), address, network.prefixlen, str(gateway))
+            return path
+        except netlink.NetlinkError as e:
+            _netlink_ok[0] = False
+            log.warning("making job networks over netlink failed (%s); using ip from now on", e)
+            job_net_down(slot)
     _run(
         ["ip", "-batch", "-"],
         f"netns add {ns}\nlink add {veth} type veth peer name eth0 address {job_mac(address)} netns {ns}\n"
@@ -119,13 +138,33 @@ def job_net_up(slot: int, address: str, bridge: str, network: ipaddress.IPv4Netw
         # an entry left by an earlier job at this address with another MAC (from before MACs were fixed)
         f"neigh flush to {address} dev {bridge}\n",
     )
-    gateway = network.network_address + 1
     _run(
         ["ip", "-n", ns, "-batch", "-"],
         f"addr add {address}/{network.prefixlen} dev eth0\nlink set eth0 up\nlink set lo up\n"
         f"route add default via {gateway}\n",
     )
-    return os.path.join(NETNS_DIR, ns)
+    return path
+
+
+#: Whether job networks are made over netlink (until it first fails on this host).
+_netlink_ok = [True]
+_shared_seen = [False]
+
+
+def _netns_dir_shared() -> bool:
+    """Whether ``/run/netns`` is a shared mount (``ip netns add`` makes it one, so that a namespace's mount
+    reaches every mount namespace and its removal too). ``os.path.ismount`` cannot tell: ``ip`` binds the
+    directory on itself."""
+    if not _shared_seen[0]:
+        try:
+            with open("/proc/self/mountinfo") as f:
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 6 and fields[4] == NETNS_DIR and any(x.startswith("shared:") for x in fields[6:]):
+                        _shared_seen[0] = True
+        except OSError:
+            return False
+    return _shared_seen[0]
 
 
 def job_mac(address: str) -> str:
@@ -150,18 +189,26 @@ def job_net_down(slot: int, wait: bool = True) -> None:
     if os.path.exists(path) and not _unmount_netns(path):
         _run(["ip", "netns", "del", ns], check=False)
     if wait and veth_exists(slot):
-        _run(["ip", "link", "del", veth_name(slot)], check=False)
+        try:
+            netlink.delete_link(veth_name(slot))
+        except netlink.NetlinkError:
+            _run(["ip", "link", "del", veth_name(slot)], check=False)
 
 
 def _unmount_netns(path: str) -> bool:
     """What ``ip netns del`` does, without starting it: detach the namespace's bind mount and remove the
-    file (the kernel frees the namespace, and its veth pair, once no process is left in it)."""
+    file (the kernel frees the namespace, and its veth pair, once no process is left in it). Every mount
+    stacked on the file is detached (one propagated back from another mount namespace would otherwise keep
+    the file busy: ``unlink`` refuses a mount point, and the slot's next namespace could not be made)."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.umount2(path.encode(), 2) != 0:  # MNT_DETACH
             return False
+        for _ in range(16):
+            if libc.umount2(path.encode(), 2) != 0:  # EINVAL: no mount left on it
+                break
         os.unlink(path)
         return True
     except (OSError, AttributeError):
