@@ -97,5 +97,5 @@ def join_commands(commands: list[str]) -> str:
 def write_json(path: str, data: Any) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(data, f)
+        f.write(json.dumps(data))  # the C encoder: ``json.dump`` encodes in Python, chunk by chunk
     os.replace(tmp, path)

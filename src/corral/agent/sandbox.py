@@ -207,7 +207,9 @@ class Sandboxes(Launching, SpareNetwork):
         settled = (n for n in range(self.size) if n not in records and not sandbox_net.veth_exists(n))
         for n in itertools.chain(itertools.islice(settled, 1), itertools.islice(free, 1)):
             with open(os.path.join(slots, f"{n}.json"), "x") as f:
-                json.dump({"work_dir": self.work_dir, "job_id": job_id, "mnt": _mount_ns(), "since": time.time()}, f)
+                f.write(
+                    json.dumps({"work_dir": self.work_dir, "job_id": job_id, "mnt": _mount_ns(), "since": time.time()})
+                )
             return n
         raise SandboxError(f"all {self.size} sandbox slots of this host are taken (CORRAL_JOB_UID_RANGE)")
 

@@ -114,5 +114,5 @@ class SpareNetwork:
     def _rewrite(slots: str, slot: int, rec: dict[str, Any]) -> None:
         tmp = os.path.join(slots, f".{slot}.json.tmp")
         with open(tmp, "w") as f:
-            json.dump(rec, f)
+            f.write(json.dumps(rec))
         os.replace(tmp, os.path.join(slots, f"{slot}.json"))
