@@ -118,18 +118,22 @@ def bridge_down(bridge: str, network: ipaddress.IPv4Network) -> None:
 def job_net_up(slot: int, address: str, bridge: str, network: ipaddress.IPv4Network) -> str:
     """Create the job's namespace; returns its path (for ``setns``). Made in this process over netlink
     (:mod:`corral.agent.netlink`) once ``/run/netns`` is the shared mount ``ip`` makes of it; with ``ip``
-    otherwise, or where netlink fails (the first failure is logged)."""
+    otherwise, where netlink fails (logged), and for good after :data:`NETLINK_TRIES` failures in a row."""
     ns, veth = netns_name(slot), veth_name(slot)
     job_net_down(slot)  # a leftover of the same slot (a crash between steps)
     path = os.path.join(NETNS_DIR, ns)
     gateway = network.network_address + 1
-    if _netlink_ok[0] and _netns_dir_shared():
+    if _netlink_failures[0] < NETLINK_TRIES and _netns_dir_shared():
         try:
             netlink.make_job_network(path, veth, bridge, job_mac(address), address, network.prefixlen, str(gateway))
+            _netlink_failures[0] = 0
             return path
         except netlink.NetlinkError as e:
-            _netlink_ok[0] = False
-            log.warning("making job networks over netlink failed (%s); using ip from now on", e)
+            _netlink_failures[0] += 1
+            gives_up = _netlink_failures[0] >= NETLINK_TRIES
+            log.warning(
+                "cannot make a job's network over netlink (%s); with ip%s", e, " from now on" if gives_up else ""
+            )
             job_net_down(slot)
     _run(
         ["ip", "-batch", "-"],
@@ -146,8 +150,9 @@ def job_net_up(slot: int, address: str, bridge: str, network: ipaddress.IPv4Netw
     return path
 
 
-#: Whether job networks are made over netlink (until it first fails on this host).
-_netlink_ok = [True]
+#: Job networks are made with ``ip`` instead of over netlink once netlink failed this many times in a row.
+NETLINK_TRIES = 3
+_netlink_failures = [0]
 _shared_seen = [False]
 
 
