@@ -263,9 +263,10 @@ async def release_instance(conn: AsyncConnection, instance_id: str, now: float) 
     values: dict[str, Any] = {"busy_blocks": busy, "last_processed_at": now}
     if busy == 0:
         values["last_job_finished_at"] = now
+        # a busy instance goes idle in the same write (one that is not busy keeps its status)
+        if await tracked_update_by_id(conn, instances, instance_id, {**values, "status": "idle"}, ("busy",)):
+            return
     await tracked_update_by_id(conn, instances, instance_id, values)
-    if busy == 0:
-        await tracked_update_by_id(conn, instances, instance_id, {"status": "idle"}, expect_status=("busy",))
 
 
 def dump(value: Any) -> str:
