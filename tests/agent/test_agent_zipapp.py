@@ -66,6 +66,7 @@ def test_zipapp_imports_only_the_standard_library(tmp_path: Path) -> None:
         "corral.agent.metrics",  # the sampler of running jobs
         "corral.agent.protocol_metrics",
         "corral.agent.netlink",  # a job's network namespace, made over rtnetlink
+        "corral.agent.slot_owner",  # which agent process holds a sandbox slot
     }
     if data["stdlib"]:
         stdlib = set(data["stdlib"])

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -160,3 +162,38 @@ def test_the_bridges_marker_counts_only_in_the_network_namespace_that_wrote_it(
         assert ups == [one.config.bridge], "another namespace's marker: the bridge and rules are put up here"
     finally:
         one.close(sb, keep_bridge=True)
+
+
+def test_the_slots_of_an_agent_still_ending_are_left_to_it_once_its_work_dir_is_gone(
+    sandboxes: tuple[sandbox.Sandboxes, sandbox.Sandboxes], tmp_path: Path
+) -> None:
+    """An agent whose instance's directory was removed while it was still ending (its slots still its own,
+    and still acted on: its jobs' networks torn down, its spare's) keeps them until its process has ended;
+    another agent's start gave them back at once, and a third agent's namespace at that slot was removed
+    under it. A record written before records named their agent is judged by its work dir alone."""
+    ending, other = sandboxes
+    process = subprocess.Popen(["sleep", "60"])  # the ending agent's process
+    try:
+        slot = ending.reserve("its-job")
+        old = ending.reserve("older-agents-job")
+        with ending._locked() as slots:
+            path = os.path.join(slots, f"{slot}.json")
+            rec = json.loads(Path(path).read_text())
+            stat = Path(f"/proc/{process.pid}/stat").read_text()
+            start = stat[stat.rfind(")") + 2 :].split()[19]
+            Path(path).write_text(json.dumps({**rec, "pid": process.pid, "pid_start": start}))
+            old_path = os.path.join(slots, f"{old}.json")
+            old_rec = json.loads(Path(old_path).read_text())
+            Path(old_path).write_text(json.dumps({k: v for k, v in old_rec.items() if k not in ("pid", "pid_start")}))
+        shutil.rmtree(tmp_path / "one")  # the ending agent's work dir
+        other.reap(set())
+        assert os.path.exists(path), "the slot of an agent still running was given back"
+        assert not os.path.exists(old_path), "a record naming no agent, of a work dir that is gone, stays"
+        process.kill()
+        process.wait()
+        other.reap(set())
+        assert not os.path.exists(path), "the slot of an agent that has ended stays taken"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

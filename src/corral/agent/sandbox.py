@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import sandbox_net
+from . import sandbox_net, slot_owner
 from .launcher_server import LauncherServer
 from .portfwd import Forwarder
 from .sandbox_launch import Launching
@@ -207,9 +207,8 @@ class Sandboxes(Launching, SpareNetwork):
         settled = (n for n in range(self.size) if n not in records and not sandbox_net.veth_exists(n))
         for n in itertools.chain(itertools.islice(settled, 1), itertools.islice(free, 1)):
             with open(os.path.join(slots, f"{n}.json"), "x") as f:
-                f.write(
-                    json.dumps({"work_dir": self.work_dir, "job_id": job_id, "mnt": _mount_ns(), "since": time.time()})
-                )
+                rec = {"work_dir": self.work_dir, "job_id": job_id, "mnt": _mount_ns(), "since": time.time()}
+                f.write(json.dumps({**rec, **slot_owner.owner()}))
             return n
         raise SandboxError(f"all {self.size} sandbox slots of this host are taken (CORRAL_JOB_UID_RANGE)")
 
@@ -318,6 +317,7 @@ class Sandboxes(Launching, SpareNetwork):
                 # an agent whose work dir is gone (seen from the same mount namespace: a host's agents, not
                 # those of a container or chroot that shares the state dir)
                 gone = rec.get("mnt") == _mount_ns() and not os.path.isdir(str(rec.get("work_dir")))
+                gone = gone and not slot_owner.running(rec)  # an agent still ending gives its slots back itself
                 if (mine and rec.get("job_id") not in live) or gone:
                     self._release(slots, n)
                     released += 1
