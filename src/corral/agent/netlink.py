@@ -97,6 +97,7 @@ class Socket:
 
     def __init__(self) -> None:
         self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+        self._sock.settimeout(10.0)  # the kernel acknowledges at once; a reply never seen fails the request
         self._sock.bind((0, 0))
         self._seq = 0
 
