@@ -50,6 +50,8 @@ class Jobs(JobFollowing):
         self._pokes: dict[str, asyncio.Event] = {}
         self._stopping = False
         self._submitting: set[str] = set()
+        #: Jobs asked to stop while their submission was in flight: their follower reads them afresh at once.
+        self._stopped_in_flight: set[str] = set()
         #: Jobs whose lease the scheduler's commit took for this replica, not yet handed to a submission task.
         self._adopted: set[str] = set()
         #: The submission tasks in flight (``stop_all`` waits for them before the followers they start).
@@ -107,7 +109,11 @@ class Jobs(JobFollowing):
                 continue  # another replica drives it; its lease expires if that replica dies
             inst = insts.get(job.instance_id or "")
             if job.status == "provisioning":
-                if job.stop_requested:
+                if job.stop_requested and job.id in self._submitting:
+                    # its agent may be starting it now: the submission records the start, then its follower
+                    # sends the stop (finishing the job here would leave the agent running it, followed by none)
+                    self._stopped_in_flight.add(job.id)
+                elif job.stop_requested:
                     await self._finish(job, JobState(job.id, "terminated"), stopped=job.stop_requested)
                     if job.id in self._adopted:
                         self._adopted.discard(job.id)
@@ -145,6 +151,7 @@ class Jobs(JobFollowing):
     def _done_submitting(self, job_id: str) -> Callable[[asyncio.Task[None]], None]:
         def done(task: asyncio.Task[None]) -> None:
             self._submitting.discard(job_id)
+            self._stopped_in_flight.discard(job_id)
             self._submits.discard(task)
 
         return done
@@ -318,6 +325,10 @@ class Jobs(JobFollowing):
             self.ctx.wakeups.wake_for("runs", (job.run_id,))
             if state.finished or job.id not in self._followers:
                 # the follower has the run's stored configuration, and the job as just written with its first poll
+                # (unless a stop was asked for meanwhile: then it reads the job afresh, and sends the stop at once)
+                if job.id in self._stopped_in_flight and first is not None:
+                    first.cancel()
+                    first = None
                 started = Started(dataclasses.replace(job, **values), first) if first is not None else None
                 self._follow(job, inst, stored_conf, started)
                 return
