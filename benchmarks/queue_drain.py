@@ -9,9 +9,11 @@ With ``--timeline`` it also reads the server's events (every job and run status 
 its database and prints where a job's time went: the median of each stage, the gap on an instance
 between one job ending and the next one placed on it, and one job's timeline. With ``--postgres`` the state
 is a throwaway Postgres cluster served by two server replicas (the submitting clients and the samples split
-between them). Figures, not assertions.
+between them). With ``--cpu`` it prints where the machine's CPU went over the run, per job, by role: the
+server, the agents and the processes they start, the job launchers and the jobs, the kernel's workers, the
+benchmark itself (``benchlib/proc_cpu.py``). Figures, not assertions.
 
-    python benchmarks/queue_drain.py [--jobs 1000] [--timeline] [--postgres]
+    python benchmarks/queue_drain.py [--jobs 1000] [--timeline] [--postgres] [--cpu]
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import proc_cpu
 from benchlib.load import pct
 from benchlib.servers import free_port
 
@@ -71,8 +74,9 @@ def start_servers(tmp: str, db_url: str | None, count: int) -> tuple[list[subpro
     return procs, urls
 
 
-async def main_async(n_jobs: int, timeline: bool, postgres: bool) -> None:
+async def main_async(n_jobs: int, timeline: bool, postgres: bool, cpu: bool = False) -> None:
     cluster = None
+    cpu_lines: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         db_url = None
         if postgres:
@@ -129,6 +133,7 @@ async def main_async(n_jobs: int, timeline: bool, postgres: bool) -> None:
                         r.raise_for_status()
                         apply_lat.append(time.perf_counter() - t)
 
+                cpu_before = proc_cpu.sample() if cpu else None
                 t0 = time.perf_counter()
                 await asyncio.gather(*(submitter(k) for k in range(8)))
                 submitted_in = time.perf_counter() - t0
@@ -150,6 +155,8 @@ async def main_async(n_jobs: int, timeline: bool, postgres: bool) -> None:
                         break
                     await asyncio.sleep(0.25)
                 total = time.perf_counter() - t0
+                if cpu_before is not None:
+                    cpu_lines = proc_cpu.report(cpu_before, proc_cpu.sample(), n_jobs)
                 runs: list[dict[str, Any]] = []
                 prev: tuple[float, str] | None = None
                 while True:
@@ -196,6 +203,8 @@ async def main_async(n_jobs: int, timeline: bool, postgres: bool) -> None:
         f"while draining: ps body p50 {statistics.median(ps_lat) * ms:.0f} ms, p99 {pct(ps_lat, 0.99) * ms:.0f} ms; "
         f"runs/get p50 {statistics.median(get_lat) * ms:.0f} ms, p99 {pct(get_lat, 0.99) * ms:.0f} ms"
     )
+    for line in cpu_lines:
+        print(line)
 
 
 STEPS = ("submitted", "provisioning", "pulling", "running", "done", "run ended")
@@ -284,8 +293,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--timeline", action="store_true", help="print where a job's time went (from the events)")
     parser.add_argument("--postgres", action="store_true", help="a throwaway Postgres cluster, 2 server replicas")
+    parser.add_argument("--cpu", action="store_true", help="print each role's CPU per job (server, agents, ...)")
     args = parser.parse_args()
-    asyncio.run(main_async(args.jobs, args.timeline, args.postgres))
+    asyncio.run(main_async(args.jobs, args.timeline, args.postgres, args.cpu))
 
 
 if __name__ == "__main__":
