@@ -37,7 +37,7 @@ def corral_role(comm: str, cmdline: str) -> str | None:
         return "job launchers"
     if comm.startswith("kworker"):
         return "kernel workers"
-    if os.path.basename(cmdline.split(" ")[1] if " " in cmdline else "").startswith("queue_drain"):
+    if "queue_drain" in cmdline:
         return "benchmark client"
     return None
 

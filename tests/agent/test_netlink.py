@@ -18,7 +18,12 @@ import pytest
 
 from corral.agent import netlink, sandbox_net
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI runs as root)")
+
+@pytest.fixture(autouse=True)
+def _root() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("these tests make network namespaces, veths and a bridge: they need root (CI runs them as root)")
+
 
 NETWORK = ipaddress.IPv4Network("10.251.0.0/24")
 GATEWAY = "10.251.0.1"

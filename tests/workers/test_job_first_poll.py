@@ -9,6 +9,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,19 @@ from corral.backends.agent_client import AgentClient
 from server_harness import fleet_body, get_run, make_settings, running_server, task_body, wait_for
 
 POLL_WAIT = 20.0  # the follower's long poll: a stop that waited for it would take this long
+
+
+async def _stopped_by_user_at_once(c: Any, name: str, asked: float) -> None:
+    """Run ``name`` ends terminated by its user's stop (asked for at ``asked``), well before a long poll would."""
+
+    async def stopped() -> dict[str, Any] | None:
+        run = await get_run(c, name)
+        return run if run["status"] in ("terminated", "failed", "done") else None
+
+    run = await wait_for(stopped, timeout=POLL_WAIT)
+    assert time.monotonic() - asked < POLL_WAIT / 2, "the stop waited for the first long poll to end"
+    sub = run["jobs"][0]["job_submissions"][-1]
+    assert (run["status"], sub["termination_reason"]) == ("terminated", "terminated_by_user"), run
 
 
 async def test_a_stop_cuts_the_first_poll_short_and_a_short_job_ends_from_it(tmp_path: Path) -> None:
@@ -38,15 +52,7 @@ async def test_a_stop_cuts_the_first_poll_short_and_a_short_job_ends_from_it(tmp
         await wait_for(running, timeout=30, interval=0.01)
         asked = time.monotonic()
         await c.post("/api/project/main/runs/stop", json={"runs_names": ["long"], "abort": False})
-
-        async def stopped() -> dict[str, object] | None:
-            run = await get_run(c, "long")
-            return run if run["status"] in ("terminated", "failed", "done") else None
-
-        run = await wait_for(stopped, timeout=POLL_WAIT)
-        assert time.monotonic() - asked < POLL_WAIT / 2, "the stop waited for the first long poll to end"
-        sub = run["jobs"][0]["job_submissions"][-1]
-        assert (run["status"], sub["termination_reason"]) == ("terminated", "terminated_by_user"), run
+        await _stopped_by_user_at_once(c, "long", asked)
 
 
 async def test_a_stop_asked_for_while_the_agent_starts_the_job_is_sent_once_the_start_is_recorded(
@@ -75,16 +81,7 @@ async def test_a_stop_asked_for_while_the_agent_starts_the_job_is_sent_once_the_
         await c.post("/api/project/main/runs/stop", json={"runs_names": ["long"], "abort": False})
         await asyncio.sleep(1.0)  # the jobs worker's pass on the stop, while the agent has not answered yet
         go_on.set()
-        asked = time.monotonic()
-
-        async def stopped() -> dict[str, object] | None:
-            run = await get_run(c, "long")
-            return run if run["status"] in ("terminated", "failed", "done") else None
-
-        run = await wait_for(stopped, timeout=POLL_WAIT)
-        assert time.monotonic() - asked < POLL_WAIT / 2, "the stop waited for the first long poll to end"
-        sub = run["jobs"][0]["job_submissions"][-1]
-        assert (run["status"], sub["termination_reason"]) == ("terminated", "terminated_by_user"), run
+        await _stopped_by_user_at_once(c, "long", time.monotonic())
 
         def left_running() -> bool:
             return subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0

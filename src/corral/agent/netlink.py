@@ -170,7 +170,8 @@ class Socket:
 _libc: list[ctypes.CDLL] = []
 
 
-def _c() -> ctypes.CDLL:
+def libc() -> ctypes.CDLL:
+    """The C library (the interpreter's own symbols), loaded once: ``unshare``, ``mount`` and ``umount2``."""
     if not _libc:
         _libc.append(ctypes.CDLL(None, use_errno=True))
     return _libc[0]
@@ -227,9 +228,9 @@ def _in_own_thread(
         host = Socket()  # made before the thread leaves the host's namespace: it stays in it
         os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
         created = True
-        libc = _c()
-        _check(libc.unshare(CLONE_NEWNET), "create the network namespace")
-        mount = libc.mount(b"/proc/thread-self/ns/net", path.encode(), None, ctypes.c_ulong(MS_BIND), None)
+        c = libc()
+        _check(c.unshare(CLONE_NEWNET), "create the network namespace")
+        mount = c.mount(b"/proc/thread-self/ns/net", path.encode(), None, ctypes.c_ulong(MS_BIND), None)
         _check(mount, f"mount it on {path}")
         mounted = True
         inner = Socket()
@@ -247,7 +248,7 @@ def _in_own_thread(
     except BaseException as e:  # reported to the caller's thread
         failure.append(e)
         if mounted:
-            _c().umount2(path.encode(), MNT_DETACH)
+            libc().umount2(path.encode(), MNT_DETACH)
         if created:
             try:
                 os.unlink(path)

@@ -206,13 +206,11 @@ def _unmount_netns(path: str) -> bool:
     stacked on the file is detached (one propagated back from another mount namespace would otherwise keep
     the file busy: ``unlink`` refuses a mount point, and the slot's next namespace could not be made)."""
     try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.umount2(path.encode(), 2) != 0:  # MNT_DETACH
+        c = netlink.libc()
+        if c.umount2(path.encode(), netlink.MNT_DETACH) != 0:
             return False
         for _ in range(16):
-            if libc.umount2(path.encode(), 2) != 0:  # EINVAL: no mount left on it
+            if c.umount2(path.encode(), netlink.MNT_DETACH) != 0:  # EINVAL: no mount left on it
                 break
         os.unlink(path)
         return True
