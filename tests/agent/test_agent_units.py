@@ -150,3 +150,32 @@ def test_logstore_offsets_and_reopen(tmp_path: Path) -> None:
     again = LogStore(str(tmp_path))
     assert again.count == 3 and again.read(2, 1)[0] == LogEntry(2.0, "stderr", b"\xfferr\n")
     again.close()
+
+
+def test_a_jobs_state_is_rewritten_in_place_as_one_page_while_it_fits_one(tmp_path: Path) -> None:
+    import json
+
+    from corral.agent.job import STATE_PAGE, Job
+
+    job = Job(str(tmp_path), JobSubmission("j", "r", ["true"]), JobState(job_id="j", state="pending"))
+    path = tmp_path / "state.json"
+    job.persist()
+    inode = path.stat().st_ino
+    for state, message in (("running", "a much longer message than the one before it " * 20), ("done", None)):
+        job.state.state, job.state.message = state, message
+        job.persist()
+        assert path.stat().st_ino == inode, "no new file per change"
+        assert path.stat().st_size == STATE_PAGE
+        assert JobState.from_dict(json.loads(path.read_text())) == job.state, "a shorter state over a longer one"
+    job.state.message = "x" * STATE_PAGE  # larger than a page: a new file, renamed over the old one
+    job.persist()
+    assert path.stat().st_ino != inode and json.loads(path.read_text())["message"] == "x" * STATE_PAGE
+    job.state.message = "short again"
+    job.persist()
+    assert json.loads(path.read_text())["message"] == "short again", "a larger file is never written over in part"
+    # a job read back at a start, whose file is larger than a page (written so before): a new file too
+    again = Job(str(tmp_path), job.sub, JobState.from_dict(json.loads(path.read_text())))
+    path.write_text(json.dumps(job.state.to_dict()) + " " * (2 * STATE_PAGE))
+    again.state.state = "failed"
+    again.persist()
+    assert json.loads(path.read_text())["state"] == "failed"

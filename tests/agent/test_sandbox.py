@@ -188,6 +188,38 @@ def test_the_next_job_at_a_reused_address_is_reached_at_once(sandboxed: Any) -> 
     assert sandbox_net.job_mac("10.247.0.2") == "02:cc:0a:f7:00:02"
 
 
+#: Listens on 127.0.0.1:7000, takes one connection of its own and closes it first: the port is left in
+#: TIME_WAIT in the job's namespace after the job has ended.
+_LEAVES_TIME_WAIT = (
+    'python3 -c \'import socket; s = socket.socket(); s.bind(("127.0.0.1", 7000)); s.listen(); '
+    'c = socket.create_connection(("127.0.0.1", 7000)); a, _ = s.accept(); a.close(); c.recv(1); c.close()\''
+)
+
+
+def test_a_jobs_network_serves_the_next_job_only_when_the_job_left_no_socket_in_it(sandboxed: Any) -> None:
+    """A job that left its namespace quiet hands it to the agent's next job (no namespace made or removed: the
+    kernel's cleanup of one is most of a short job's cost); one that left a port in TIME_WAIT does not: the
+    next job gets a fresh namespace, where it binds that port at once."""
+    agent = sandboxed()
+
+    def netns_of(job_id: str, commands: list[str]) -> str:
+        agent.submit(job_id, [*commands, "readlink /proc/self/ns/net"])
+        st = agent.wait_finished(job_id, timeout=30)
+        assert st["state"] == "done", (st, agent.output(job_id))
+        out = agent.output(job_id).decode().split()
+        assert agent.http.delete(f"/jobs/{job_id}").status_code == 200
+        return out[-1]
+
+    first = netns_of("quiet-1", ["true"])
+    second = netns_of("quiet-2", ["true"])
+    assert first.startswith("net:[") and second == first, "a job that left no socket hands its namespace on"
+    third = netns_of("time-wait", [_LEAVES_TIME_WAIT])
+    assert third == first, "the namespace is the one handed on"
+    # the port is free for the next job (its bind, without SO_REUSEADDR, fails in a namespace with the port
+    # in TIME_WAIT: the job would fail)
+    netns_of("after-time-wait", ["python3 -c 'import socket; socket.socket().bind((\"127.0.0.1\", 7000))'"])
+
+
 def test_paths_at_their_absolute_places_over_a_read_only_host(sandboxed: Any, tmp_path: Path) -> None:
     from corral.cli.repo_code import file_archive
 

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -141,6 +142,51 @@ def test_a_spare_network_made_after_a_job_is_the_next_jobs_and_goes_when_the_age
     left = one._spare[0]
     one.release_spare_if_idle()
     assert one._spare is None and _record(left) == {}, "an idle agent keeps no spare"
+
+
+def test_an_ended_jobs_quiet_network_is_kept_as_the_spare_and_a_busy_one_is_not(
+    sandboxes: tuple[sandbox.Sandboxes, sandbox.Sandboxes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, _two = sandboxes
+    first = one.open("first", [])
+    one.quiesce(first)
+    assert first.netns is not None and sandbox_net.netns_quiet(first.netns)
+    assert one.keep_as_spare(first), "a job that left nothing in its namespace hands it on"
+    assert one._spare == (first.slot, first.netns) and _record(first.slot)["job_id"] == SPARE_JOB
+    made: list[int] = []
+    real_up = sandbox_net.job_net_up
+
+    def counted_up(slot: int, *a: object) -> str:
+        made.append(slot)
+        return real_up(slot, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sandbox_net, "job_net_up", counted_up)
+    second = one.open("second", [])
+    assert (second.slot, second.netns, made) == (first.slot, first.netns, []), "the next job takes it as it is"
+    assert _record(second.slot)["job_id"] == "second"
+    # a socket open in the namespace (here one listening, held by this test): the namespace is not handed on
+    assert second.netns is not None
+    holder = subprocess.Popen(
+        ["ip", "netns", "exec", sandbox_net.netns_name(second.slot), sys.executable, "-c",
+         "import socket, sys; s = socket.socket(); s.bind(('127.0.0.1', 7001)); s.listen(); print(1, flush=True); "
+         "sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"1\n"
+        assert not sandbox_net.netns_quiet(second.netns)
+        assert not one.keep_as_spare(second) and one._spare is None
+    finally:
+        holder.kill()
+        holder.wait()
+    one.close(second, keep_bridge=True, quiesced=True)
+    assert not os.path.exists(second.netns), "a namespace not handed on goes"
+    # an agent that has a spare already keeps only that one
+    third = one.open("third", [])
+    one.prepare_spare()
+    assert one._spare is not None and not one.keep_as_spare(third)
+    one.close(third, keep_bridge=True)
+    assert not sandbox_net.netns_quiet("/run/netns/corral-no-such-namespace")
 
 
 def test_the_bridges_marker_counts_only_in_the_network_namespace_that_wrote_it(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.agent import sandbox_layout
+from corral.agent import sandbox_layout, sandbox_net
 from corral.agent.fields import ProtocolError
 from corral.agent.protocol import FileArchiveRef, JobState, JobSubmission
 from corral.agent.protocol_sandbox import AddressReply, SandboxInfo
@@ -80,3 +80,18 @@ def test_the_server_hides_its_state_and_its_sqlite_database(tmp_path: Path) -> N
     assert _state_paths(settings) == (tmp_path / "srv", tmp_path / "db")
     pg = Settings(server_dir=tmp_path / "srv", database_url="postgresql+asyncpg://u:p@h/db")
     assert _state_paths(pg) == (tmp_path / "srv",)
+
+
+def test_a_namespace_is_quiet_only_when_its_sockstat_counts_no_socket() -> None:
+    quiet = (
+        "sockets: used 0\nTCP: inuse 0 orphan 3 tw 0 alloc 40 mem 2\nUDP: inuse 0 mem 0\nUDPLITE: inuse 0\n"
+        "RAW: inuse 0\nFRAG: inuse 0 memory 0\nTCP6: inuse 0\nUDP6: inuse 0\nUDPLITE6: inuse 0\nRAW6: inuse 0\n"
+        "FRAG6: inuse 0 memory 0\n"
+    )
+    assert sandbox_net.sockstat_quiet(quiet), "orphan, alloc and mem count the whole host"
+    assert not sandbox_net.sockstat_quiet(quiet.replace("tw 0", "tw 1")), "a port in TIME_WAIT"
+    assert sandbox_net.sockstat_quiet(quiet.replace("used 0", "used 2")), "netlink and unix sockets are not counted"
+    assert not sandbox_net.sockstat_quiet(quiet.replace("TCP: inuse 0", "TCP: inuse 1")), "a socket still open"
+    assert not sandbox_net.sockstat_quiet(quiet.replace("UDP6: inuse 0", "UDP6: inuse 1"))
+    assert not sandbox_net.sockstat_quiet(quiet.replace(" tw 0", "")), "a kernel that does not count TIME_WAIT"
+    assert not sandbox_net.sockstat_quiet("")

@@ -71,13 +71,23 @@ class Job:
         #: Where a stop with a deadline (a preemption) is written for the job to read, as the job sees it
         #: in ``CORRAL_PREEMPTION_FILE`` and on this host (None: the job has no such file).
         self.notice_path: str | None = None
+        #: Whether ``state.json`` is written in place (None: not known yet, as for a job read back at a start).
+        self._paged: bool | None = None
 
     def snapshot(self) -> JobState:
         with self.cond:
             return JobState.from_dict(self.state.to_dict())
 
     def persist(self) -> None:
-        write_json(os.path.join(self.dir, "state.json"), self.state.to_dict())
+        """Write the job's state to ``state.json``: in place, as one page (:func:`write_page`), while it fits one;
+        a larger state is written whole to a new file renamed over it, and so is every later one."""
+        path = os.path.join(self.dir, "state.json")
+        data = json.dumps(self.state.to_dict()).encode()
+        if self._paged is not False and write_page(path, data, check_size=self._paged is None):
+            self._paged = True
+            return
+        self._paged = False
+        write_json(path, self.state.to_dict())
 
     def notify(self) -> None:
         with self.cond:
@@ -92,6 +102,29 @@ def join_commands(commands: list[str]) -> str:
         cmd = cmd.strip()
         out.append("{ " + cmd + " }" if cmd.endswith("&") else cmd)
     return " && ".join(out)
+
+
+#: The size ``state.json`` is written at in place: one page, which a write replaces whole, never in part.
+STATE_PAGE = 4096
+
+
+def write_page(path: str, data: bytes, check_size: bool = False) -> bool:
+    """Write ``data`` over the start of the file at ``path`` (made if missing), padded with spaces to
+    :data:`STATE_PAGE` (JSON ignores them): one ``pwrite`` of a page that replaces the last one whole, whatever
+    was written before and whenever the agent is killed, with no new file per change (making a file and
+    renaming it over the old one cost a job's start more than its own writes, on a busy disk). False, having
+    written nothing, where ``data`` does not fit the page, or (``check_size``) the file is larger than one:
+    the caller writes a new file instead."""
+    if len(data) > STATE_PAGE:
+        return False
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        if check_size and os.fstat(fd).st_size > STATE_PAGE:
+            return False
+        os.pwrite(fd, data.ljust(STATE_PAGE), 0)
+        return True
+    finally:
+        os.close(fd)
 
 
 def write_json(path: str, data: Any) -> None:

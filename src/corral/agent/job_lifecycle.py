@@ -188,7 +188,6 @@ class JobLifecycle:
                 if "HOME" not in sub.env:
                     env["HOME"] = sub.home_dir
                 sandbox.chown_tree(lay.root, sb.uid)
-                os.makedirs(os.path.join(job.dir, "root"), exist_ok=True)
         except workdir.SetupStopped:
             self._stopped_before_start(job)
             return
@@ -210,7 +209,7 @@ class JobLifecycle:
             try:
                 proc: subprocess.Popen[bytes] | Child
                 if sb is not None:
-                    root = os.path.join(job.dir, "root")
+                    root = self.sandboxes.mount_point()
                     proc = self.sandboxes.launch(sb, argv, cwd, binds, root, inside, env, job.dir)
                 else:
                     proc = subprocess.Popen(
@@ -314,8 +313,9 @@ class JobLifecycle:
         assert job.proc is not None
         rc = job.proc.wait()
         procs.signal_group(job.proc.pid, signal.SIGKILL)  # leftovers of the job's group
-        # Its relays closed and what its uid left running killed now; its namespace (tens of ms: the kernel
-        # waits for the veth's removal) and slot once the job is seen finished, as the bridge.
+        # Its relays closed and what its uid left running killed now; its namespace (kept for the next job, or
+        # removed: tens of ms while the kernel waits for the veth's removal) and slot once the job is seen
+        # finished, as the bridge.
         sb, job.sandbox = job.sandbox, None
         if sb is not None:
             self.sandboxes.quiesce(sb)
@@ -328,10 +328,12 @@ class JobLifecycle:
         self._settle(job, _exit_status(rc), f"killed by signal {_signame(-rc)}" if rc < 0 else None)
         if sb is not None:
             try:
-                self.sandboxes.close(sb, keep_bridge=True, quiesced=True)
+                # the network of this agent's next job: this one's, if the job left nothing in it, else made now
+                if not self.sandboxes.keep_as_spare(sb):
+                    self.sandboxes.close(sb, keep_bridge=True, quiesced=True)
             except OSError:
                 log.exception("job %s: cannot release its sandbox", job.sub.job_id)
-            self.sandboxes.prepare_spare()  # the network of this agent's next job, made now
+            self.sandboxes.prepare_spare()
             # the spare goes, and the host's last sandbox takes the bridge with it, a moment later if idle
             self.sandboxes.bridge_down_later()
 

@@ -2,7 +2,7 @@
 persists their state.
 
 Layout under the agent's work dir: ``jobs/<job_id>/`` holds ``submission.json`` (without repo
-credentials), ``state.json`` (rewritten atomically on every change) and the log files; the job's own
+credentials), ``state.json`` (one page rewritten whole on every change) and the log files; the job's own
 files go to ``jobs/<job_id>/workdir``, which stands in for a container's filesystem: the repo, the
 ``files:`` archives and the working dir are placed in it by :mod:`corral.agent.workdir` (in a thread of
 the job's own when there is a repo or archives to prepare, so ``POST /jobs`` answers at once). When the
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from . import procs, sandbox, workdir
 from .containers import ContainerRunner
 from .docker import Docker
-from .job import Job, JobConflict, JobNotFound, Notice, write_json
+from .job import Job, JobConflict, JobNotFound, Notice
 from .job_lifecycle import READER_DRAIN_S, JobLifecycle
 from .protocol import JobState, JobSubmission, LogEntry, LogsReply
 
@@ -157,7 +157,10 @@ class JobRunner(JobLifecycle):
                 if os.path.exists(job_dir):
                     shutil.rmtree(job_dir, ignore_errors=True)
                 os.makedirs(job_dir)
-                write_json(os.path.join(job_dir, "submission.json"), sub.redacted().to_dict())
+                # written once, in a directory made for it: a file cut short by a crash is one the next start
+                # leaves alone, as it does a job whose state was never written
+                with open(os.path.join(job_dir, "submission.json"), "x") as f:
+                    f.write(json.dumps(sub.redacted().to_dict()))
                 job = Job(job_dir, sub, JobState(job_id=sub.job_id, state="pending"))
                 job.persist()
                 self._jobs[sub.job_id] = job

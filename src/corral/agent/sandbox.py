@@ -17,9 +17,11 @@ started once: :mod:`corral.agent.launcher_server`), or a fresh ``python3 -I -S``
 Without root, or with a tool missing, :attr:`Sandboxes.reason` says why, the agent logs it at start,
 every job's ``JobState.sandbox.message`` repeats it, and jobs run as plain host processes as before.
 
-Nothing is left behind: a job's namespace and veth go when it ends (its mounts with its last process),
-the bridge and its rules when the last slot of the host is released, and an agent that starts again
-(after a crash or ``kill -9``) releases every slot recorded for its work dir whose job no longer runs.
+Nothing is left behind: a job's namespace and veth go when it ends (its mounts with its last process), or
+become the agent's spare for its next job when the job left nothing in them (:mod:`corral.agent.sandbox_spare`,
+given back a moment after the agent's last job), the bridge and its rules when the last slot of the host is
+released, and an agent that starts again (after a crash or ``kill -9``) releases every slot recorded for its
+work dir whose job no longer runs.
 """
 
 from __future__ import annotations
@@ -332,6 +334,13 @@ class Sandboxes(Launching, SpareNetwork):
         return released
 
     # ---- one job's sandbox ----------------------------------------------------------------------
+    def mount_point(self) -> str:
+        """Where a job's root is mounted: in the job's own mount namespace, so one directory serves every job of
+        the agent (none is made per job)."""
+        path = os.path.join(self.work_dir, "sandbox-root")
+        os.makedirs(path, exist_ok=True)
+        return path
+
     def open(self, job_id: str, ports: list[int], host_network: bool = False) -> JobSandbox:
         """The job's slot, network (its slot's address, the bridge up if it is the first) and port relays;
         with ``host_network`` only the slot (its uid).

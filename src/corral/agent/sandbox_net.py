@@ -12,7 +12,8 @@ own network, made once per job, is made over netlink in the agent's process (:mo
   Docker leaves it, still lets jobs out). It exists while at least one job holds an address.
 - **job network** (:func:`job_net_up`, :func:`job_net_down`): a named namespace ``corral-s<slot>`` with
   ``lo`` and ``eth0`` (one end of a veth pair whose host end ``crv<slot>`` is on the bridge), the job's
-  address and a default route through the gateway. Deleting the namespace removes the pair.
+  address and a default route through the gateway. Deleting the namespace removes the pair; one its job
+  left without a socket (:func:`netns_quiet`) may serve the agent's next job instead.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
 
 from . import netlink
 
@@ -216,6 +218,52 @@ def _unmount_netns(path: str) -> bool:
         return True
     except (OSError, AttributeError):
         return False
+
+
+def netns_quiet(path: str) -> bool:
+    """Whether the namespace at ``path`` holds no internet socket: none open, none closing, none in ``TIME_WAIT``.
+
+    Read from its own ``/proc/net/sockstat`` and ``sockstat6`` (the counts of one namespace), in a thread that
+    joins it and ends with it. A namespace its job left quiet can be handed to the agent's next job (nothing
+    of the last job is left in it: its processes are gone, and a job cannot change the namespace itself, whose
+    owner is the host's user namespace); a port in ``TIME_WAIT``, a connection still closing, or a count this
+    kernel does not give (no ``tw``), and the namespace goes instead. False where it cannot be read."""
+    texts: list[str] = []
+
+    def read() -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                if netlink.libc().setns(fd, netlink.CLONE_NEWNET) != 0:
+                    return
+            finally:
+                os.close(fd)
+            for name in ("sockstat", "sockstat6"):
+                with open(f"/proc/thread-self/net/{name}") as f:
+                    texts.append(f.read())
+        except (OSError, AttributeError):
+            texts.clear()
+
+    thread = threading.Thread(target=read, name="netns-sockstat", daemon=True)
+    thread.start()
+    thread.join()
+    return len(texts) == 2 and sockstat_quiet("".join(texts))
+
+
+def sockstat_quiet(text: str) -> bool:
+    """Whether ``sockstat`` text counts no internet socket of its namespace (every protocol's ``inuse``, TCP's
+    ``tw``). Not looked at: ``orphan``, ``alloc`` and ``mem``, which count the whole host, and ``sockets: used``,
+    which counts every family (netlink and unix sockets too, whose count drops only a grace period after
+    they close, and which nothing keeps once their processes are gone)."""
+    seen_tw = False
+    for line in text.splitlines():
+        fields = line.partition(":")[2].split()
+        for i in range(0, len(fields) - 1, 2):  # "key value" pairs
+            key, value = fields[i], fields[i + 1]
+            if key in ("inuse", "tw") and value != "0":
+                return False
+            seen_tw = seen_tw or key == "tw"
+    return seen_tw
 
 
 def leftover_slots() -> list[int]:

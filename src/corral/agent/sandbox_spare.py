@@ -1,13 +1,21 @@
-"""A spare sandbox network per agent: a slot with its namespace and veth made ahead, off any job's path.
+"""A spare sandbox network per agent: a slot with its namespace and veth ready ahead, off any job's path.
 
-Making a job's network takes two ``ip`` processes (about 7 ms, three times that on a busy host), on the
-path from the server's submission to the job running. Once a sandboxed job has ended (and been reported
-finished), the agent makes one spare slot and network for its next job; :meth:`SpareNetwork.take_spare`
-hands it to that job under the host's lock. A spare is a slot like any other (recorded, so that no other
-agent touches it, with :data:`SPARE_JOB` as its job); it is never a job's but fresh, so no job ever sees
-what another left in a namespace. The bridge's linger check (:meth:`Sandboxes.bridge_down_later`) gives it
-back once this agent holds no other slot, so that an idle host keeps nothing; an agent's start (``reap``)
-gives back any spare a crashed agent left.
+Making a job's network costs the host more than anything else the agent does for a short job, most of it in
+the kernel's workers when a namespace goes (the NAT's walk of the connection-tracking table at its veth's
+removal, the namespace's own cleanup). So a sandboxed job that ended is given back in one of two ways:
+
+- its namespace is kept as the agent's spare (:meth:`SpareNetwork.keep_as_spare`) when the job left nothing
+  in it: its processes are killed before (``Sandboxes.quiesce``), a job cannot change the namespace itself
+  (its owner is the host's user namespace, where the job has no capability), and the namespace holds no
+  socket, not even one closing or in ``TIME_WAIT`` (:func:`corral.agent.sandbox_net.netns_quiet`). The slot
+  keeps its address, uid and veth, so its next job finds it as a fresh one would be;
+- else the namespace goes, and the agent makes a fresh spare for its next job (:meth:`prepare_spare`).
+
+:meth:`SpareNetwork.take_spare` hands the spare to the agent's next job under the host's lock. A spare is a
+slot like any other (recorded, so that no other agent touches it, with :data:`SPARE_JOB` as its job). The
+bridge's linger check (:meth:`Sandboxes.bridge_down_later`) gives it back once this agent holds no other
+slot, so that an idle host keeps nothing; an agent's start (``reap``) gives back any spare a crashed agent
+left.
 
 :class:`SpareNetwork` is a base of :class:`corral.agent.sandbox.Sandboxes`, which provides the slots.
 """
@@ -19,9 +27,13 @@ import json
 import logging
 import os
 import threading
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 from . import sandbox_net
+
+if TYPE_CHECKING:
+    from .sandbox import JobSandbox
 
 log = logging.getLogger("corral.agent")
 
@@ -59,6 +71,25 @@ class SpareNetwork:
             self._spare = self._open_network(SPARE_JOB, host_network=False)
         except (sandbox_net.NetError, OSError) as e:
             log.warning("cannot make a spare sandbox network: %s", e)
+        finally:
+            self._spare_lock.release()
+
+    def keep_as_spare(self, sb: JobSandbox) -> bool:
+        """Keep an ended job's network as this agent's spare (its slot recorded under :data:`SPARE_JOB`), if the
+        agent has none and the job left its namespace quiet; whether it was kept (else the caller closes it).
+        The job's processes must be gone already (``Sandboxes.quiesce``)."""
+        if sb.netns is None or self.reason is not None or not self._spare_lock.acquire(blocking=False):
+            return False
+        try:
+            if self._spare is not None or self._no_spares or not sandbox_net.netns_quiet(sb.netns):
+                return False
+            with self._locked() as slots:
+                rec = self._records(slots).get(sb.slot)
+                if rec is None or rec.get("work_dir") != self.work_dir:
+                    return False  # given back meanwhile (a reap)
+                self._rewrite(slots, sb.slot, {**rec, "job_id": SPARE_JOB, "since": time.time()})
+            self._spare = (sb.slot, sb.netns)
+            return True
         finally:
             self._spare_lock.release()
 
