@@ -178,15 +178,63 @@ async def tracked_update_row(
     actor_id: str | None = None,
 ) -> Any:
     """:func:`tracked_update_by_id` that records the change as an event whatever ``values`` are, and returns the row
-    as it was (its id, status and what names it), or None if it was not updated."""
+    as it was (its id, status and what names it), or None if it was not updated.
+
+    A row that must be in one status is updated and named by one statement (``UPDATE ... RETURNING``, where the
+    database has it): its status was that one. A termination reason or message ``values`` set is then given back
+    as set (the event's message takes them from ``values`` either way)."""
     cols = ("id", "status", *_TRACKED[table.name])
+    if (
+        expect_status is not None
+        and len(expect_status) == 1
+        and conn.dialect.update_returning
+        and _IDENTITY[table.name].isdisjoint(values)
+    ):
+        returning = prebuilt.update_returning(table, frozenset(values), cols[2:])
+        got = (await conn.execute(returning, prebuilt.params(row_id, values, expect_status))).first()
+        if got is None:
+            return None
+        row = _Was(row_id, expect_status[0], got)
+    else:
+        row = await _select_then_update(conn, table, cols, row_id, values, expect_status)
+        if row is None:
+            return None
+    for message in _messages(table.name, row, values):
+        await emit(conn, message, actor_id, [_target(table.name, row)])
+    return row
+
+
+class _Was:
+    """A row as it was before an ``UPDATE ... RETURNING``: its id, the status it had to be in, and the returned
+    columns (by name)."""
+
+    def __init__(self, row_id: str, status: str, returned: Any) -> None:
+        self.id, self.status = row_id, status
+        self.__dict__.update(returned._mapping)
+
+
+#: The columns an event reads from the row as it was, never from the new values: they name the row (and an
+#: instance's reachability is compared with its new one). An update that sets one of them reads the row first.
+_IDENTITY: dict[str, frozenset[str]] = {
+    name: frozenset(cols) - {"termination_reason", "termination_reason_message", "status_message"}
+    for name, cols in _TRACKED.items()
+}
+
+
+async def _select_then_update(
+    conn: AsyncConnection,
+    table: sa.Table,
+    cols: tuple[str, ...],
+    row_id: str,
+    values: Mapping[str, Any],
+    expect_status: Sequence[str] | None,
+) -> Any:
+    """The row as it was (locked on Postgres), then updated; None if it is not (or not in ``expect_status``)."""
     select = prebuilt.select_by_id(table, cols, expect_status is not None, lock=conn.dialect.name != "sqlite")
     row = (await conn.execute(select, prebuilt.params(row_id, {}, expect_status))).first()
     if row is None:
         return None
     await conn.execute(prebuilt.update_by_id(table, frozenset(values), False), prebuilt.params(row_id, values))
-    for message in _messages(table.name, row, values):
-        await emit(conn, message, actor_id, [_target(table.name, row)])
     return row
 
 

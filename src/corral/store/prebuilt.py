@@ -51,6 +51,18 @@ def update_by_id(table: sa.Table, columns: frozenset[str], expect: bool) -> sa.U
     return stmt
 
 
+_RETURNING: dict[tuple[str, frozenset[str], tuple[str, ...]], sa.Update] = {}
+
+
+def update_returning(table: sa.Table, columns: frozenset[str], returning: tuple[str, ...]) -> sa.Update:
+    """``UPDATE table SET <columns> WHERE id = :_id AND status IN :_expect RETURNING <returning>``."""
+    key = (table.name, columns, returning)
+    stmt = _RETURNING.get(key)
+    if stmt is None:
+        stmt = _RETURNING[key] = update_by_id(table, columns, True).returning(*(table.c[c] for c in returning))
+    return stmt
+
+
 def select_by_id(table: sa.Table, columns: tuple[str, ...], expect: bool, lock: bool) -> sa.Select[Any]:
     """``SELECT <columns> FROM table WHERE id = :_id [AND status IN :_expect] [FOR UPDATE]``."""
     key = (table.name, columns, expect, lock)

@@ -1,0 +1,85 @@
+"""A tracked update records its row's status change as an event of the same transaction: read-then-update, or
+(a row that must be in one status) one ``UPDATE ... RETURNING``; either way the same event, the row as it was,
+and nothing where the row is not in the status expected."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from corral.store import events as event_store
+from corral.store.db import Database
+from corral.store.migrate import upgrade
+from corral.store.tables import event_targets, events, runs
+from store_rows import admin_and_project
+
+
+async def _db(url: str) -> Database:
+    db = Database(url)
+    await upgrade(db)
+    now = time.time()
+    async with db.write() as conn:
+        await admin_and_project(conn, now)
+        for run_id in ("r1", "r2"):
+            await conn.execute(
+                sa.insert(runs).values(
+                    id=run_id,
+                    project_id="p",
+                    user_id="u",
+                    run_name=f"name-{run_id}",
+                    submitted_at=now,
+                    last_processed_at=now,
+                    status="running",
+                    run_spec="{}",
+                    priority=0,
+                    deployment_num=0,
+                    deleted=False,
+                )
+            )
+    return db
+
+
+async def _events(db: Database) -> list[tuple[str, str]]:
+    async with db.read() as conn:
+        q = (
+            sa.select(events.c.message, event_targets.c.entity_name)
+            .join(event_targets, event_targets.c.event_id == events.c.id)
+            .order_by(events.c.recorded_at)
+        )
+        return [(r.message, r.entity_name) for r in await conn.execute(q)]
+
+
+@pytest.mark.parametrize("expect", [("running",), ("running", "pending")], ids=["returning", "read-then-update"])
+async def test_a_tracked_update_records_the_change_and_gives_the_row_as_it_was(
+    db_url: str, expect: tuple[str, ...]
+) -> None:
+    db = await _db(db_url)
+    values = {"status": "done", "termination_reason": "all_jobs_done", "last_processed_at": time.time()}
+    async with db.write() as conn:
+        row = await event_store.tracked_update_row(conn, runs, "r1", values, expect_status=expect)
+    assert row is not None
+    assert (row.id, row.status, row.project_id, row.run_name) == ("r1", "running", "p", "name-r1")
+    async with db.write() as conn:  # no longer running: nothing changes, nothing is recorded
+        failed = {"status": "failed"}
+        assert await event_store.tracked_update_row(conn, runs, "r1", failed, expect_status=expect) is None
+        assert not await event_store.tracked_update_by_id(conn, runs, "missing", values, expect_status=expect)
+    async with db.read() as conn:
+        got = (await conn.execute(sa.select(runs.c.status, runs.c.termination_reason).where(runs.c.id == "r1"))).one()
+    assert tuple(got) == ("done", "all_jobs_done")
+    recorded = await _events(db)
+    assert len(recorded) == 1 and recorded[0][1] == "name-r1", recorded
+    assert "RUNNING" in recorded[0][0] and "DONE" in recorded[0][0] and "ALL_JOBS_DONE" in recorded[0][0]
+    await db.dispose()
+
+
+async def test_both_ways_record_the_same_event(db_url: str) -> None:
+    db = await _db(db_url)
+    values = {"status": "terminating", "termination_reason": "stopped_by_user"}
+    async with db.write() as conn:
+        assert await event_store.tracked_update_by_id(conn, runs, "r1", values, expect_status=("running",))
+        assert await event_store.tracked_update_by_id(conn, runs, "r2", values, expect_status=("running", "pending"))
+    (one, _), (two, _) = await _events(db)
+    assert one == two, (one, two)
+    await db.dispose()
