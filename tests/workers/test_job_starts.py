@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from corral.domain.records import InstanceRec, JobRec
+from corral.domain.records import InstanceRec, JobRec, RunRec
 from corral.scheduler.types import Assign, Gang, Plan
 from corral.settings import Settings
 from corral.store import runs as run_store
@@ -106,7 +106,7 @@ class Replica:
         self.started = started
         self.gates: list[asyncio.Event] = []
         self.moved = asyncio.Event()
-        self.loaded: tuple[list[JobRec], dict[str, InstanceRec], set[str]] | None = None
+        self.loaded: tuple[list[JobRec], dict[str, InstanceRec], set[str], dict[str, RunRec]] | None = None
         self.jobs._submit_once = self._submit_once  # type: ignore[method-assign]
         self.jobs._follow = self._follow  # type: ignore[method-assign]
 
@@ -116,7 +116,7 @@ class Replica:
         self.moved.set()
         await go.wait()
 
-    async def _submit_once(self, job: JobRec, inst: InstanceRec) -> None:
+    async def _submit_once(self, job: JobRec, inst: InstanceRec, _run: RunRec | None = None) -> None:
         """The agent is handed the job; once it answers, the job is ``running`` (guarded by its status, as the
         real submission records it) and followed; the submission's task ends there, as the real one does."""
         try:

@@ -86,7 +86,8 @@ async def load_queue(conn: AsyncConnection, known: Mapping[str, QueueRow] | None
     only jobs not seen before are read whole, with their documents: a long queue costs one narrow query per
     pass, not a row and a JSON parse per job."""
     known = known or {}
-    order = [tuple(r) for r in await conn.execute(_QUEUE_ORDER)]  # (id, priority, status message)
+    # (id, priority, status message) rows, fetched in one call rather than one fetch per row
+    order = (await conn.execute(_QUEUE_ORDER)).all()
     unknown = [r[0] for r in order if r[0] not in known]
     fresh: dict[str, QueueRow] = {}
     for start in range(0, len(unknown), 500):

@@ -169,24 +169,23 @@ class JobOutcomes:
                 if not await run_store.append_logs_guarded(conn, job.id, tail.token, tail.entries, tail.next_offset):
                     return False
                 await job_metrics.store(conn, job.id, list(tail.points), tail.metrics_after)
-            ok = await run_store.update_job(
-                conn,
-                job.id,
-                {
-                    "status": status,
-                    "termination_reason": reason,
-                    "termination_reason_message": message,
-                    # a preempted job says which run took its place (``runs/get``, ``corral ps``)
-                    "status_message": message if stopped == "preempted" else None,
-                    "exit_status": exit_status,
-                    "finished_at": now,
-                    "last_processed_at": now,
-                },
-                expect_status=("provisioning", "pulling", "running", "terminating"),
-            )
+            values: dict[str, Any] = {
+                "status": status,
+                "termination_reason": reason,
+                "termination_reason_message": message,
+                # a preempted job says which run took its place (``runs/get``, ``corral ps``)
+                "status_message": message if stopped == "preempted" else None,
+                "exit_status": exit_status,
+                "finished_at": now,
+                "last_processed_at": now,
+            }
+            if tail is not None:  # the lease (held: the tail's write above checked it) goes with the end
+                values.update(lock_owner=None, lock_token=None, lock_expires_at=None)
+            expect = ("provisioning", "pulling", "running", "terminating")
+            ok = await run_store.update_job(conn, job.id, values, expect_status=expect)
             if ok and job.instance_id:
                 await fleet_store.release_instance(conn, job.instance_id, now)
-            if tail is not None:
+            if tail is not None and not ok:
                 await leases.release(conn, jobs_table, job.id, tail.token)
         self._ended(job)
         return True

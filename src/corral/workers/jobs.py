@@ -23,7 +23,7 @@ from corral.backends.base import AgentEndpoint
 from corral.domain import inactivity
 from corral.domain.interpolation import InterpolationError
 from corral.domain.node_groups import addresses_view, fill_refs
-from corral.domain.records import InstanceRec, JobRec
+from corral.domain.records import InstanceRec, JobRec, RunRec
 from corral.store import fleets as fleet_store
 from corral.store import runs as run_store
 from corral.store.fleets import dump
@@ -88,19 +88,34 @@ class Jobs(JobFollowing):
             self._lease_until[job_id] = until
             self._adopted.add(job_id)
 
-    async def _load(self, scope: frozenset[str] | None = None) -> tuple[list[JobRec], dict[str, InstanceRec], set[str]]:
-        """The active jobs (those of ``scope`` only, if given), their instances, and which of them another replica
-        holds."""
+    async def _load(
+        self, scope: frozenset[str] | None = None
+    ) -> tuple[list[JobRec], dict[str, InstanceRec], set[str], dict[str, RunRec]]:
+        """The active jobs (those of ``scope`` only, if given), their instances, which of them another replica
+        holds, and the runs of those to start (read here with the rest, not once per job by its submission)."""
         async with self.ctx.db.read() as conn:
             active = await run_store.list_jobs(conn, ("provisioning", "pulling", "running"), ids=scope)
             inst_ids = list({j.instance_id for j in active if j.instance_id})
             insts = {i.id: i for i in await fleet_store.list_instances_by_ids(conn, inst_ids)}
             # jobs this replica holds the leases of (handed over by its scheduler) are nobody else's
             others = [j.id for j in active if j.id not in self._adopted]
-            elsewhere = await run_store.leased_elsewhere(conn, others, self.ctx.replica_id, time.time())
-        return active, insts, set(elsewhere)
+            elsewhere = set(await run_store.leased_elsewhere(conn, others, self.ctx.replica_id, time.time()))
+            starting = {
+                j.run_id
+                for j in active
+                if j.status == "provisioning" and not j.stop_requested and j.id not in self._submitting
+                and j.id not in elsewhere
+            }  # fmt: skip
+            runs = await run_store.runs_by_ids(conn, list(starting)) if starting else {}
+        return active, insts, elsewhere, runs
 
-    async def _act(self, active: list[JobRec], insts: dict[str, InstanceRec], elsewhere: set[str]) -> None:
+    async def _act(
+        self,
+        active: list[JobRec],
+        insts: dict[str, InstanceRec],
+        elsewhere: set[str],
+        runs: dict[str, RunRec] | None = None,
+    ) -> None:
         """Start the placed jobs (what ``_load`` read may be stale by now: the claims decide), follow the
         running ones, poke those to stop."""
         starts: list[tuple[JobRec, InstanceRec]] = []
@@ -138,7 +153,7 @@ class Jobs(JobFollowing):
             if job.id in held and job.id not in self._submitting:
                 self._adopted.discard(job.id)
                 self._submitting.add(job.id)
-                task = asyncio.create_task(self._submit_once(job, inst))
+                task = asyncio.create_task(self._submit_once(job, inst, (runs or {}).get(job.run_id)))
                 self._submits.add(task)
                 task.add_done_callback(self._done_submitting(job.id))
         # a lease adopted for a job this pass does not start (stopped, or its instance no longer ready): let it go,
@@ -181,30 +196,30 @@ class Jobs(JobFollowing):
             await client.aclose()
         self._clients.clear()
 
-    async def _submit_once(self, job: JobRec, inst: InstanceRec) -> None:
+    async def _submit_once(self, job: JobRec, inst: InstanceRec, run: RunRec | None = None) -> None:
         try:
-            await self._submit(job, inst)
+            await self._submit(job, inst, run)
         finally:
             if job.id not in self._followers:
                 await self._release(job.id)
 
-    async def _submit(self, job: JobRec, inst: InstanceRec) -> None:
+    async def _submit(self, job: JobRec, inst: InstanceRec, run: RunRec | None = None) -> None:
+        """Start the job on its agent (``run``: its run, as the pass read it, else read here)."""
         if await self._claim(job.id) is None:
             return
-        async with self.ctx.db.read() as conn:
-            run = await run_store.get_run_by_id(conn, job.run_id)
-            # the nodes of this job's replica (a service's other replicas are not its nodes)
-            siblings = [
-                j
-                for j in (run.jobs if run else ())
-                if j.submission_num == job.submission_num and j.replica_num == job.replica_num
-            ]
-            sib_ids = {j.instance_id for j in siblings if j.instance_id}
-            # a single node's instance is the one this pass read
-            alone = sib_ids == {inst.id}
-            sib_insts = [inst] if alone else await fleet_store.list_instances_by_ids(conn, list(sib_ids))
+        if run is None:
+            async with self.ctx.db.read() as conn:
+                run = await run_store.get_run_by_id(conn, job.run_id)
         if run is None:
             return
+        # the nodes of this job's replica (a service's other replicas are not its nodes)
+        siblings = [j for j in run.jobs if j.submission_num == job.submission_num and j.replica_num == job.replica_num]
+        sib_ids = {j.instance_id for j in siblings if j.instance_id}
+        if sib_ids == {inst.id}:  # a single node's instance is the one the pass read
+            sib_insts = [inst]
+        else:
+            async with self.ctx.db.read() as conn:
+                sib_insts = await fleet_store.list_instances_by_ids(conn, list(sib_ids))
         ips = {i.id: "127.0.0.1" if i.backend == "local" else (i.hostname or "") for i in sib_insts}
         ordered = sorted(siblings, key=lambda j: j.job_num)
         nodes_ips = [ips.get(j.instance_id or "", "") for j in ordered]

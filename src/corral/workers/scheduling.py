@@ -392,9 +392,9 @@ class Scheduling:
             plan = Plan(plan.gangs + tuple(upkeep_gangs) + tuple(failed_parse))
         lease = JobLease(self.ctx.replica_id, self.ctx.settings.job_lease_ttl)
         result = await apply_plan(self.ctx.db, plan, now, limits, pools, holds=self.ctx.preemption.enabled, lease=lease)
-        count_outcomes(self.ctx.telemetry, result, queued, self._run_types, now)
+        count_outcomes(self.ctx.telemetry, result, self._queued, self._run_types, now)
         if result.assigned or result.failed:
-            log_outcomes(plan, result, queued, slots)
+            log_outcomes(plan, result, self._queued, slots)
         if result.reserved or result.reclaimed:
             self.ctx.wakeups.wake("instances")
         self.ctx.hand_over(result.leased, now + lease.ttl)  # placed on a ready instance: started by this replica
@@ -412,15 +412,14 @@ class Scheduling:
 
 
 def count_outcomes(
-    telemetry: Telemetry, result: ApplyResult, queued: list[QueuedJob], run_types: dict[str, str], now: float
+    telemetry: Telemetry, result: ApplyResult, jobs: Mapping[str, QueuedJob], run_types: dict[str, str], now: float
 ) -> None:
-    """The pass's placements, refused gangs and queue waits, for ``GET /metrics``."""
+    """The pass's placements, refused gangs and queue waits, for ``GET /metrics`` (``jobs``: the queue's by id)."""
     if result.rejected_runs:
         telemetry.inc("corral_commit_rejections_total", by=len(result.rejected_runs))
     if not result.assigned:
         return
     telemetry.inc("corral_placements_total", by=len(result.assigned))
-    jobs = {q.id: q for q in queued}
     for job_id in result.assigned:
         job = jobs.get(job_id)
         if job is None:
@@ -442,9 +441,9 @@ def to_selector(sel: Any) -> Selector:
     return Selector(fleet=FleetRef(fleet.name, fleet.project), instance_num=int(sel.instance))
 
 
-def log_outcomes(plan: Plan, result: ApplyResult, queued: list[QueuedJob], fleets: tuple[FleetSlot, ...]) -> None:
-    """One INFO line per job this pass placed (on which instance, or a new one in which fleet) or failed."""
-    jobs = {q.id: q for q in queued}
+def log_outcomes(plan: Plan, result: ApplyResult, jobs: Mapping[str, QueuedJob], fleets: tuple[FleetSlot, ...]) -> None:
+    """One INFO line per job this pass placed (on which instance, or a new one in which fleet) or failed
+    (``jobs``: the queue's by id)."""
     instances = {i.id: (i.name, f.name) for f in fleets for i in f.instances}
     fleet_names = {f.id: f.name for f in fleets}
     assigned, failed = set(result.assigned), set(result.failed)
