@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from corral.domain.resources import InstanceResources
-from corral.scheduler.types import Assign, Fail, Gang, Offer, Plan, Reserve
+from corral.scheduler.types import Assign, Fail, Gang, Offer, Plan, Reserve, Wait
 from corral.store.db import Database
 from corral.store.migrate import upgrade
 from corral.store.plan_apply import apply_plan
@@ -234,4 +234,38 @@ async def test_a_rejected_gang_leaves_no_events_and_no_lease(db_url: str) -> Non
     assert "first" in about and "one" in about
     assert "second" not in about and "two" not in about and "third" not in about
     assert second.status == "submitted" and second.lock_owner is None
+    await db.dispose()
+
+
+async def test_a_lone_job_rejected_between_other_gangs_leaves_them_whole(db_url: str) -> None:
+    """A gang of one job on an existing instance commits without a savepoint (every check that rejects it
+    comes before its first write): rejected, it leaves nothing, and the gangs before and after it commit."""
+    db = await _db(db_url)
+    await _instance(db, "one", "idle", agent=True)
+    for j in ("first", "second", "third"):
+        await _job(db, j)
+    plan = Plan(
+        (
+            Gang("g1", (Assign("first", "one", 1),)),
+            Gang("g2", (Assign("second", "one", 1),)),  # "one" is full by then
+            Gang("g3", (Wait("third", "Waiting for capacity"),)),
+        )
+    )
+    result = await apply_plan(db, plan, time.time(), lease=JobLease("replica-1", 60.0))
+    assert result.assigned == ["first"] and result.rejected_runs == ["g2"] and list(result.leased) == ["first"]
+    async with db.read() as conn:
+        rows = {r.id: r for r in await conn.execute(sa.select(jobs))}
+        q = sa.select(event_targets.c.entity_id).where(event_targets.c.entity_type == "job")
+        about = {r.entity_id for r in await conn.execute(q)}
+        inst = (await conn.execute(sa.select(instances).where(instances.c.id == "one"))).one()
+    assert rows["first"].status == "provisioning" and rows["first"].instance_id == "one"
+    second = rows["second"]
+    assert (second.status, second.instance_id, second.lock_owner, second.status_message) == (
+        "submitted",
+        None,
+        None,
+        None,
+    )
+    assert rows["third"].status_message == "Waiting for capacity"
+    assert inst.busy_blocks == 1 and about == {"first"}
     await db.dispose()

@@ -257,13 +257,17 @@ async def _reclaim(db: Database, conn: AsyncConnection, d: Reclaim, now: float) 
     return done > 0
 
 
+#: A waiting job's status message, unless it reads so already (built once: ``store/prebuilt.py`` says why).
+_WAIT = (
+    sa.update(jobs)
+    .where(jobs.c.id == sa.bindparam("_id"), jobs.c.status == "submitted")
+    .where(sa.or_(jobs.c.status_message.is_(None), jobs.c.status_message != sa.bindparam("_message")))
+    .values(status_message=sa.bindparam("_message"))
+)
+
+
 async def _wait(conn: AsyncConnection, d: Wait) -> None:
-    await conn.execute(
-        sa.update(jobs)
-        .where(jobs.c.id == d.job_id, jobs.c.status == "submitted")
-        .where(sa.or_(jobs.c.status_message.is_(None), jobs.c.status_message != d.message))
-        .values(status_message=d.message)
-    )
+    await conn.execute(_WAIT, {"_id": d.job_id, "_message": d.message})
 
 
 async def _apply_gang(
@@ -293,9 +297,22 @@ async def _apply_gang(
             elif isinstance(d, Reclaim) and await _reclaim(db, conn, d, now):
                 result.reclaimed.append(d.instance_id)
         return
+    limits = quotas.get(gang.project_id) if gang.project_id else None
+    if limits is None and len(gang.decisions) == 1 and isinstance(gang.decisions[0], Assign):
+        # one job on an existing instance: every check that rejects it comes before its first write (the job's
+        # own UPDATE, which writes nothing if the job was taken meanwhile), so no savepoint is needed
+        d = gang.decisions[0]
+        try:
+            leased_one = await _assign(db, conn, d, now, gang.run_id if holds else None, lease)
+        except _Rejected:
+            result.rejected_runs.append(gang.run_id)
+            return
+        result.assigned.append(d.job_id)
+        if leased_one and lease is not None:
+            result.leased[d.job_id] = lease["lock_token"]
+        return
     savepoint = await conn.begin_nested()
     events_at = deferred.mark(conn)  # the gang's events go with it if it is rejected
-    limits = quotas.get(gang.project_id) if gang.project_id else None
     try:
         before = await _holding(conn, gang.project_id) if limits is not None else {}
         for d in gang.decisions:
