@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from corral.domain.records import ProjectRec
 from corral.services.errors import ServiceError
 from corral.workers.context import Context
@@ -15,10 +17,17 @@ async def check(ctx: Context, project: ProjectRec, nodes: int, job_spec: dict[st
     """Refuse (400) a run of ``nodes`` jobs like ``job_spec`` that alone exceeds the project's max."""
     if job_spec is None:
         return
+    async with ctx.db.read() as conn:
+        await check_in(conn, project, nodes, job_spec)
+
+
+async def check_in(conn: AsyncConnection, project: ProjectRec, nodes: int, job_spec: dict[str, Any] | None) -> None:
+    """:func:`check`, with the project's policy read on ``conn`` (the transaction that submits the run)."""
+    if job_spec is None:
+        return
     from corral.store import quotas as store
 
-    async with ctx.db.read() as conn:
-        policy = await store.get_policy(conn, project.id)
+    policy = await store.get_policy(conn, project.id)
     if policy is None or policy.max.is_empty():
         return
     from corral import config

@@ -64,7 +64,6 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
         spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
     )
     await local_admission.check(ctx, project, user, spec, planned[0] if planned else None)
-    await quota_admission.check(ctx, project, nodes_count(conf), planned[0] if planned else None)
     await repos.check_run_code(ctx, project, user, spec)
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
     crons = run_options.schedule_crons(conf, merged, now)
@@ -72,6 +71,8 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
     for _attempt in range(8):
         try:
             async with ctx.db.write() as conn:
+                # read with the submission, not in a transaction of its own (a refusal writes nothing)
+                await quota_admission.check_in(conn, project, nodes_count(conf), planned[0] if planned else None)
                 if explicit:
                     existing = await store.get_run(conn, project.id, run_name=explicit)
                     if existing is not None:
