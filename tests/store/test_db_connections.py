@@ -1,0 +1,42 @@
+"""SQLite connections stay open between transactions (their checkout and return were most of a short
+transaction's CPU): one that ended cleanly serves the next, one whose transaction failed is closed, at most
+``KEEP_IDLE`` wait per engine, and ``dispose`` closes them. Postgres keeps its pool's own behaviour."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from corral.store.db import KEEP_IDLE, Database
+from corral.store.migrate import upgrade
+from corral.store.tables import projects
+
+
+async def test_a_clean_transactions_connection_serves_the_next_and_a_failed_ones_is_closed(db_url: str) -> None:
+    db = Database(db_url)
+    await upgrade(db)
+    async with db.read() as first:
+        pass
+    async with db.read() as second:
+        assert (await second.execute(sa.select(sa.func.count()).select_from(projects))).scalar_one() >= 0
+    if not db.is_sqlite:
+        assert second is not first and db._idle == {}
+        await db.dispose()
+        return
+    assert second is first, "the connection of a clean transaction is used again"
+    with pytest.raises(RuntimeError):
+        async with db.write() as failing:
+            raise RuntimeError("the change fails")
+    assert failing.closed and all(failing not in idle for idle in db._idle.values())
+    async with db.write() as after:  # the next write gets a working connection
+        assert after is not failing
+        await after.execute(sa.text("SELECT 1"))
+    # many at once: each gets a connection of its own, and no more than KEEP_IDLE stay open after
+    opened = [db.read() for _ in range(KEEP_IDLE + 3)]
+    conns = [await cm.__aenter__() for cm in opened]
+    assert len({id(c) for c in conns}) == len(conns)
+    for cm in opened:
+        await cm.__aexit__(None, None, None)
+    assert max(len(idle) for idle in db._idle.values()) == KEEP_IDLE
+    await db.dispose()
+    assert all(c.closed for c in conns) and all(not idle for idle in db._idle.values())
