@@ -403,8 +403,8 @@ class Scheduling:
         if result.failed:
             self.ctx.wakeups.wake("runs")
         elif result.assigned:  # the placed jobs' runs go to provisioning: this process's runs pass, for those
-            placed = set(result.assigned)
-            self.ctx.wakeups.wake_for("runs", {q.run_id for q in queued if q.id in placed})
+            placed = (self._queued.get(job_id) for job_id in result.assigned)
+            self.ctx.wakeups.wake_for("runs", {q.run_id for q in placed if q is not None})
         if result.rejected_runs:
             self.ctx.wakeups.wake("scheduler")
         await self.preempter.pass_once(snapshot, plan, policies, now)
