@@ -414,11 +414,18 @@ class JobLifecycle:
             procs.signal_group(proc.pid, signal.SIGKILL)
 
 
+_USER: list[str] = []
+
+
 def _current_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
+    """The agent's user name (looked up once: the agent's uid never changes, and a lookup reads
+    ``/etc/passwd``)."""
+    if not _USER:
+        try:
+            _USER.append(getpass.getuser())
+        except (KeyError, OSError):
+            _USER.append(str(os.getuid()))
+    return _USER[0]
 
 
 def _stop_message(reason: str, max_duration: float | None) -> str:

@@ -84,7 +84,7 @@ class SpareNetwork:
             if self._spare is not None or self._no_spares or not sandbox_net.netns_quiet(sb.netns):
                 return False
             with self._locked() as slots:
-                rec = self._records(slots).get(sb.slot)
+                rec = self._record(slots, sb.slot)
                 if rec is None or rec.get("work_dir") != self.work_dir:
                     return False  # given back meanwhile (a reap)
                 self._rewrite(slots, sb.slot, {**rec, "job_id": SPARE_JOB, "since": time.time()})
@@ -140,6 +140,16 @@ class SpareNetwork:
         """The spare's slot was given back by a reap (the agent's start or stop)."""
         with self._spare_lock:
             self._spare = None
+
+    @staticmethod
+    def _record(slots: str, slot: int) -> dict[str, Any] | None:
+        """The record of ``slot`` alone (None: not taken, or unreadable)."""
+        try:
+            with open(os.path.join(slots, f"{slot}.json")) as f:
+                rec = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return rec if isinstance(rec, dict) else None
 
     @staticmethod
     def _rewrite(slots: str, slot: int, rec: dict[str, Any]) -> None:

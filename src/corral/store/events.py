@@ -66,13 +66,14 @@ async def emit(conn: AsyncConnection, message: str, actor_id: str | None, target
     if not targets:
         raise ValueError("an event needs at least one target")
     text = clean_message(message)
-    log.debug(
-        "event: %s [%s] by %s",
-        text,
-        ", ".join(f"{t.type} {t.name}" for t in targets),
-        actor_id or "system",
-        extra={"event": "event_recorded"},
-    )
+    if log.isEnabledFor(logging.DEBUG):  # the targets' names are joined only for a log that shows them
+        log.debug(
+            "event: %s [%s] by %s",
+            text,
+            ", ".join(f"{t.type} {t.name}" for t in targets),
+            actor_id or "system",
+            extra={"event": "event_recorded"},
+        )
     if ttl_of(conn) <= 0:
         return
     event_id, at = str(uuid.uuid4()), _clock()
