@@ -109,14 +109,8 @@ def _record(slot: int) -> dict[str, object]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def test_a_spare_network_made_after_a_job_is_the_next_jobs_and_goes_when_the_agent_is_idle(
-    sandboxes: tuple[sandbox.Sandboxes, sandbox.Sandboxes], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    one, _two = sandboxes
-    one.prepare_spare()
-    assert one._spare is not None
-    spare_slot, spare_ns = one._spare
-    assert os.path.exists(spare_ns) and _record(spare_slot)["job_id"] == SPARE_JOB
+def _counting_net_ups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The slots whose network is made from now on (a spare taken makes none)."""
     made: list[int] = []
     real_up = sandbox_net.job_net_up
 
@@ -125,6 +119,18 @@ def test_a_spare_network_made_after_a_job_is_the_next_jobs_and_goes_when_the_age
         return real_up(slot, *a)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sandbox_net, "job_net_up", counted_up)
+    return made
+
+
+def test_a_spare_network_made_after_a_job_is_the_next_jobs_and_goes_when_the_agent_is_idle(
+    sandboxes: tuple[sandbox.Sandboxes, sandbox.Sandboxes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, _two = sandboxes
+    one.prepare_spare()
+    assert one._spare is not None
+    spare_slot, spare_ns = one._spare
+    assert os.path.exists(spare_ns) and _record(spare_slot)["job_id"] == SPARE_JOB
+    made = _counting_net_ups(monkeypatch)
     first = one.open("next", [8000])
     assert (first.slot, first.netns) == (spare_slot, spare_ns) and made == [], "the next job takes the spare"
     assert _record(spare_slot)["job_id"] == "next" and 8000 in first.ports()
@@ -153,14 +159,7 @@ def test_an_ended_jobs_quiet_network_is_kept_as_the_spare_and_a_busy_one_is_not(
     assert first.netns is not None and sandbox_net.netns_quiet(first.netns)
     assert one.keep_as_spare(first), "a job that left nothing in its namespace hands it on"
     assert one._spare == (first.slot, first.netns) and _record(first.slot)["job_id"] == SPARE_JOB
-    made: list[int] = []
-    real_up = sandbox_net.job_net_up
-
-    def counted_up(slot: int, *a: object) -> str:
-        made.append(slot)
-        return real_up(slot, *a)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(sandbox_net, "job_net_up", counted_up)
+    made = _counting_net_ups(monkeypatch)
     second = one.open("second", [])
     assert (second.slot, second.netns, made) == (first.slot, first.netns, []), "the next job takes it as it is"
     assert _record(second.slot)["job_id"] == "second"

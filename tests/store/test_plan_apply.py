@@ -16,8 +16,8 @@ from corral.store.db import Database
 from corral.store.migrate import upgrade
 from corral.store.plan_apply import apply_plan
 from corral.store.plan_result import JobLease
-from corral.store.tables import event_targets, fleets, instances, jobs, runs
-from store_rows import admin_and_project
+from corral.store.tables import event_targets, fleets, instances, jobs
+from store_rows import a_run, admin_and_project
 
 OFFER = Offer("local", "local", "local", 0.0, InstanceResources(cpus=4, memory_mib=8192, disk_size_mib=100_000))
 
@@ -41,21 +41,7 @@ async def _db(url: str) -> Database:
                 deleted=False,
             )
         )
-        await conn.execute(
-            sa.insert(runs).values(
-                id="r",
-                project_id="p",
-                user_id="u",
-                run_name="r",
-                submitted_at=now,
-                last_processed_at=now,
-                status="submitted",
-                run_spec="{}",
-                priority=0,
-                deployment_num=0,
-                deleted=False,
-            )
-        )
+        await a_run(conn, "r", now)
     return db
 
 

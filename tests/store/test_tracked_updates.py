@@ -13,7 +13,7 @@ from corral.store import events as event_store
 from corral.store.db import Database
 from corral.store.migrate import upgrade
 from corral.store.tables import event_targets, events, runs
-from store_rows import admin_and_project
+from store_rows import a_run, admin_and_project
 
 
 async def _db(url: str) -> Database:
@@ -23,21 +23,7 @@ async def _db(url: str) -> Database:
     async with db.write() as conn:
         await admin_and_project(conn, now)
         for run_id in ("r1", "r2"):
-            await conn.execute(
-                sa.insert(runs).values(
-                    id=run_id,
-                    project_id="p",
-                    user_id="u",
-                    run_name=f"name-{run_id}",
-                    submitted_at=now,
-                    last_processed_at=now,
-                    status="running",
-                    run_spec="{}",
-                    priority=0,
-                    deployment_num=0,
-                    deleted=False,
-                )
-            )
+            await a_run(conn, run_id, now, status="running", name=f"name-{run_id}")
     return db
 
 

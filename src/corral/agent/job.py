@@ -82,12 +82,12 @@ class Job:
         """Write the job's state to ``state.json``: in place, as one page (:func:`write_page`), while it fits one;
         a larger state is written whole to a new file renamed over it, and so is every later one."""
         path = os.path.join(self.dir, "state.json")
-        data = json.dumps(self.state.to_dict()).encode()
+        data = json.dumps(self.state.to_dict()).encode()  # the C encoder (``json.dump`` encodes chunk by chunk)
         if self._paged is not False and write_page(path, data, check_size=self._paged is None):
             self._paged = True
             return
         self._paged = False
-        write_json(path, self.state.to_dict())
+        write_whole(path, data)
 
     def notify(self) -> None:
         with self.cond:
@@ -127,8 +127,9 @@ def write_page(path: str, data: bytes, check_size: bool = False) -> bool:
         os.close(fd)
 
 
-def write_json(path: str, data: Any) -> None:
+def write_whole(path: str, data: bytes) -> None:
+    """Replace the file at ``path`` with ``data``: a new file renamed over it."""
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(json.dumps(data))  # the C encoder: ``json.dump`` encodes in Python, chunk by chunk
+    with open(tmp, "wb") as f:
+        f.write(data)
     os.replace(tmp, path)

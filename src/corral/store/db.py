@@ -136,8 +136,8 @@ class Database:
     async def _connection(self, engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
         """A connection of ``engine``: on SQLite one kept open since an earlier transaction ended cleanly (its
         checkout and return are most of a short transaction's CPU), else a new checkout from the pool."""
-        idle = self._idle.get(id(engine)) if self.is_sqlite else None
-        if idle is None:
+        idle = self._idle.get(id(engine))
+        if idle is None:  # Postgres: its pool's own checkout
             async with engine.connect() as conn:
                 yield conn
             return

@@ -298,20 +298,10 @@ async def _apply_gang(
                 result.reclaimed.append(d.instance_id)
         return
     limits = quotas.get(gang.project_id) if gang.project_id else None
-    if limits is None and len(gang.decisions) == 1 and isinstance(gang.decisions[0], Assign):
-        # one job on an existing instance: every check that rejects it comes before its first write (the job's
-        # own UPDATE, which writes nothing if the job was taken meanwhile), so no savepoint is needed
-        d = gang.decisions[0]
-        try:
-            leased_one = await _assign(db, conn, d, now, gang.run_id if holds else None, lease)
-        except _Rejected:
-            result.rejected_runs.append(gang.run_id)
-            return
-        result.assigned.append(d.job_id)
-        if leased_one and lease is not None:
-            result.leased[d.job_id] = lease["lock_token"]
-        return
-    savepoint = await conn.begin_nested()
+    # One job on an existing instance needs no savepoint: every check that rejects it comes before its first
+    # write (the job's own UPDATE, which writes nothing if the job was taken meanwhile).
+    lone = limits is None and len(gang.decisions) == 1 and isinstance(gang.decisions[0], Assign)
+    savepoint = None if lone else await conn.begin_nested()
     events_at = deferred.mark(conn)  # the gang's events go with it if it is rejected
     try:
         before = await _holding(conn, gang.project_id) if limits is not None else {}
@@ -332,11 +322,13 @@ async def _apply_gang(
         if limits is not None and _grows_above(before, await _holding(conn, gang.project_id), limits):
             raise _Rejected  # another commit took the project's quota meanwhile
     except _Rejected:
-        await savepoint.rollback()
+        if savepoint is not None:
+            await savepoint.rollback()
         deferred.drop_since(conn, events_at)
         result.rejected_runs.append(gang.run_id)
         return
-    await savepoint.commit()
+    if savepoint is not None:
+        await savepoint.commit()
     result.assigned += assigned
     if lease is not None:
         result.leased.update(dict.fromkeys(leased, lease["lock_token"]))

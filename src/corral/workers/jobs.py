@@ -100,12 +100,12 @@ class Jobs(JobFollowing):
             # jobs this replica holds the leases of (handed over by its scheduler) are nobody else's
             others = [j.id for j in active if j.id not in self._adopted]
             elsewhere = set(await run_store.leased_elsewhere(conn, others, self.ctx.replica_id, time.time()))
+            left_alone = self._submitting | elsewhere  # started already, or driven by another replica
             starting = {
                 j.run_id
                 for j in active
-                if j.status == "provisioning" and not j.stop_requested and j.id not in self._submitting
-                and j.id not in elsewhere
-            }  # fmt: skip
+                if j.status == "provisioning" and not j.stop_requested and j.id not in left_alone
+            }
             runs = await run_store.runs_by_ids(conn, list(starting)) if starting else {}
         return active, insts, elsewhere, runs
 
