@@ -211,7 +211,7 @@ def _best_fleet(
     return None, blockers
 
 
-def _schedule_gang(
+def schedule_gang(
     jobs: list[QueuedJob],
     snapshot: Snapshot,
     ledger: Ledger,
@@ -296,15 +296,22 @@ def _fleet_ids(job: QueuedJob, snapshot: Snapshot, memo: PassMemo) -> Callable[[
     return lambda: {f.id for f in candidate_fleets(job, snapshot.fleets, memo)}
 
 
+def queue_gangs(queue: Iterable[QueuedJob]) -> dict[tuple[str, int], list[QueuedJob]]:
+    """The queue's gangs (a run's replica: its jobs together), in the order a pass takes them: priority
+    (higher first), then submission time."""
+    gangs: dict[tuple[str, int], list[QueuedJob]] = {}
+    order = sorted(queue, key=lambda j: (-j.priority, j.submitted_at, j.run_id, j.replica_num, j.job_num))
+    for job in order:
+        gangs.setdefault((job.run_id, job.replica_num), []).append(job)
+    return gangs
+
+
 def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
     """The plan for ``snapshot`` at ``now``. ``reuse=False`` works every gang out afresh instead of reusing
     what earlier gangs of the same kind found (see :mod:`corral.scheduler.pass_memo`): the same plan, slower;
     the tests compare the two."""
     ledger = initial_ledger(snapshot)
-    gangs: dict[tuple[str, int], list[QueuedJob]] = {}
-    order = sorted(snapshot.queue, key=lambda j: (-j.priority, j.submitted_at, j.run_id, j.replica_num, j.job_num))
-    for job in order:
-        gangs.setdefault((job.run_id, job.replica_num), []).append(job)
+    gangs = queue_gangs(snapshot.queue)
     out: list[Gang] = []
     held: set[str] = set()
     book = QuotaBook(snapshot) if snapshot.quotas else None
@@ -317,7 +324,7 @@ def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
             placed = False
             for key in [k for k in gangs if k[0] == run_id]:
                 jobs = gangs.pop(key)
-                decisions = _schedule_gang(jobs, snapshot, ledger, now, held, PassMemo(), book)
+                decisions = schedule_gang(jobs, snapshot, ledger, now, held, PassMemo(), book)
                 placed = placed or any(isinstance(d, (Assign, Reserve)) for d in decisions)
                 if decisions:
                     out.append(Gang(run_id, tuple(decisions), jobs[0].project_id))
@@ -333,7 +340,7 @@ def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
     for (run_id, _replica), jobs in ordered:
         note = FairNote(jobs[0], shares, earlier, _fleet_ids(jobs[0], snapshot, memo)) if shares is not None else None
         context = (shares.generation if shares is not None else 0, notes_version)
-        decisions = _schedule_gang(
+        decisions = schedule_gang(
             jobs, snapshot, ledger, now, held, memo if reuse else PassMemo(), book, note, repeat, context
         )
         # (a repeated wait's record would change nothing: its kind recorded the same project, share and fleets)

@@ -7,7 +7,7 @@ reason while the pass takes nothing: the same capacity (the ledger's version and
 earlier jobs), the same quota charge, the same shares and the same fair-share notes (what the projects
 taken earlier recorded, ``fair_share.FairNote``). A gang whose ``context`` (those versions) is the one its
 kind last waited at gets that wait: its jobs whose status message differs, exactly what
-``schedule._schedule_gang`` would decide. What depends on the gang itself is checked here (whether it may
+``schedule.schedule_gang`` would decide. What depends on the gang itself is checked here (whether it may
 wait at all, its retry deadline, the starvation guard); a gang that differs in any of them is worked out
 in full.
 

@@ -24,6 +24,7 @@ from corral.domain.volumes import VolumeRec, placement, volume_names
 from corral.scheduler import offer_filters
 from corral.scheduler.codec import offer_from_json
 from corral.scheduler.fleet_upkeep import upkeep
+from corral.scheduler.head_pass import schedule_head
 from corral.scheduler.schedule import schedule
 from corral.scheduler.types import (
     Assign,
@@ -167,6 +168,12 @@ class Scheduling:
         self._volume_places: dict[tuple[str, str], VolumeRec] = {}
         self.preempter = Preempter(ctx)
         self.reserved = ReservedOffers(ctx)
+        #: Queued jobs the last pass told to wait (or left waiting), over the fleets of ``_fleets_key``: a pass
+        #: over the same fleets works out only the queue's head while capacity lasts (``scheduler.head_pass``).
+        self._settled: set[str] = set()
+        self._fleets_key: tuple[object, ...] = ()
+        #: When the last pass over the whole queue was made (one at least every safety-net interval).
+        self._whole_at = float("-inf")
 
     def _queued_job(self, job: QueueRow) -> QueuedJob:
         cached = self._queued.get(job.id)
@@ -317,6 +324,24 @@ class Scheduling:
             reservation=self.reserved.reservation(fleet),
         )
 
+    def _plan(self, snapshot: Snapshot, now: float) -> Plan:
+        """The pass's plan: ``schedule``'s over the queue's head when the fleets are those the last pass saw
+        and a whole pass was made within the safety-net interval (the rest of the queue was told to wait
+        then and would be told the same), else a whole pass."""
+        key = fleets_key(snapshot.fleets)
+        plan = None
+        if (
+            self._settled
+            and key == self._fleets_key
+            and now - self._whole_at < self.ctx.settings.safety_net_interval
+            and not self.ctx.preemption.enabled
+        ):
+            plan = schedule_head(snapshot, now, self._settled)
+        if plan is None:
+            plan, self._whole_at = schedule(snapshot, now), now
+        self._fleets_key = key
+        return plan
+
     def backend_limits(self) -> dict[str, int]:
         return {"local": self.ctx.settings.local_max_instances} if "local" in self.ctx.computes else {}
 
@@ -381,7 +406,7 @@ class Scheduling:
             shares=project_shares(policies, holdings, {q.project_id for q in queued}),
             holds=holds,
         )
-        plan = schedule(snapshot, now)
+        plan = self._plan(snapshot, now)
         # what the plan leaves of each host, for nodes.min upkeep (never a reservation plan_apply must refuse)
         host_free = {b: total - used for b, (used, total) in snapshot.host_pools.items()}
         for d in (d for g in plan.gangs for d in g.decisions):
@@ -392,6 +417,8 @@ class Scheduling:
             plan = Plan(plan.gangs + tuple(upkeep_gangs) + tuple(failed_parse))
         lease = JobLease(self.ctx.replica_id, self.ctx.settings.job_lease_ttl)
         result = await apply_plan(self.ctx.db, plan, now, limits, pools, holds=self.ctx.preemption.enabled, lease=lease)
+        decided = {d.job_id for g in plan.gangs for d in g.decisions if isinstance(d, (Assign, Reserve, Fail))}
+        self._settled = live - decided
         count_outcomes(self.ctx.telemetry, result, self._queued, self._run_types, now)
         if result.assigned or result.failed:
             log_outcomes(plan, result, self._queued, slots)
@@ -409,6 +436,25 @@ class Scheduling:
             self.ctx.wakeups.wake("scheduler")
         await self.preempter.pass_once(snapshot, plan, policies, now)
         return result
+
+
+def fleets_key(fleets: tuple[FleetSlot, ...]) -> tuple[object, ...]:
+    """What of the fleets decides whether a waiting job could ever be placed or fail, apart from their
+    instances' busy blocks: the fleets, their bounds and offers, and which instances they have."""
+    return tuple(
+        (
+            f.id,
+            f.nodes_min,
+            f.nodes_max,
+            f.blocks,
+            f.placement,
+            f.offers,
+            f.importer_project_ids,
+            f.reservation,
+            tuple((i.id, i.status == "terminating", i.total_blocks) for i in f.instances),
+        )
+        for f in fleets
+    )
 
 
 def count_outcomes(

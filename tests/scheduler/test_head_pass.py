@@ -1,0 +1,101 @@
+"""A pass over the queue's head (``schedule_head``) gives ``schedule``'s plan less only the waits of gangs it
+skipped: the same placements, reservations, reclaims and failures, and for every gang it did work out the
+same decisions; where it cannot show that (quotas, holds, a job past ``hold_after``, a skipped job that
+would fail now) it says so and the caller makes a whole pass."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_pass_memo import busy_queues
+from test_schedule import fleet, inst, job
+
+from corral.scheduler.head_pass import no_room_left, schedule_head
+from corral.scheduler.ledger import initial_ledger
+from corral.scheduler.schedule import schedule
+from corral.scheduler.types import Assign, Decision, Fail, Plan, Reclaim, Reserve, Snapshot, Wait, WaitPolicy
+
+NOW = 100.0
+
+
+def by_job(plan: Plan) -> dict[str, Decision]:
+    return {d.job_id: d for g in plan.gangs for d in g.decisions if not isinstance(d, Reclaim) and d.job_id}
+
+
+def not_waits(plan: Plan) -> list[Decision]:
+    return [d for g in plan.gangs for d in g.decisions if not isinstance(d, Wait)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(busy_queues(), st.data())
+def test_the_head_pass_gives_the_whole_pass_plan_less_skipped_waits(snapshot: Snapshot, data: st.DataObject) -> None:
+    snapshot = replace(snapshot, hold_after=data.draw(st.sampled_from([snapshot.hold_after, None, 1000.0])))
+    whole = schedule(snapshot, NOW)
+    decided = by_job(whole)
+    # settled: jobs an earlier pass over these fleets told to wait (never one this pass places or fails)
+    waiting = sorted(
+        j.id for j in snapshot.queue if not isinstance(decided.get(j.id), (Assign, Reserve, Fail))
+    )
+    settled = set(data.draw(st.lists(st.sampled_from(waiting), unique=True)) if waiting else [])
+    head = schedule_head(snapshot, NOW, settled)
+    if head is None:
+        assert snapshot.hold_after is not None or any(
+            not j.wait.may_wait or (j.wait.deadline is not None and j.wait.deadline <= NOW)
+            for j in snapshot.queue
+            if j.id in settled
+        )
+        return
+    assert not_waits(head) == not_waits(whole)
+    head_decided = by_job(head)
+    for job_id, decision in head_decided.items():
+        assert decided.get(job_id) == decision
+    for job_id in decided.keys() - head_decided.keys():
+        assert job_id in settled and isinstance(decided[job_id], Wait)
+    assert schedule_head(snapshot, NOW, set()) == whole  # nothing settled: the whole pass
+
+
+def drain_snapshot(queued: int, busy: int) -> Snapshot:
+    """Four one-block instances at their fleet's ``nodes.max`` (``busy`` of them running a job) and a sweep."""
+    instances = tuple(inst(i, status="busy" if i < busy else "idle", busy=1 if i < busy else 0) for i in range(4))
+    return Snapshot(fleets=(fleet(instances, nodes_max=4),), queue=tuple(job(i) for i in range(queued)))
+
+
+def test_a_drain_places_the_next_job_and_skips_the_settled_rest() -> None:
+    snapshot = drain_snapshot(1000, busy=3)
+    settled = {j.id for j in snapshot.queue[1:]}
+    head = schedule_head(snapshot, NOW, settled)
+    assert head is not None
+    assert [d for g in head.gangs for d in g.decisions] == [Assign("j0-0", "i3", 1)]
+    assert not_waits(schedule(snapshot, NOW)) == not_waits(head)
+
+
+def test_jobs_not_yet_settled_are_worked_out_and_told_to_wait() -> None:
+    snapshot = drain_snapshot(10, busy=3)
+    head = schedule_head(snapshot, NOW, {f"j{i}-0" for i in range(1, 8)})
+    assert head is not None
+    decided = by_job(head)
+    assert decided["j0-0"] == Assign("j0-0", "i3", 1)
+    assert set(decided) == {"j0-0", "j8-0", "j9-0"} and isinstance(decided["j9-0"], Wait)
+    assert decided["j9-0"] == by_job(schedule(snapshot, NOW))["j9-0"]
+
+
+def test_capacity_left_means_nothing_is_skipped() -> None:
+    snapshot = replace(drain_snapshot(3, busy=0), fleets=(fleet((inst(0),), nodes_max=None),))
+    assert not no_room_left(snapshot, initial_ledger(snapshot))
+    assert schedule_head(snapshot, NOW, {"j1-0", "j2-0"}) == schedule(snapshot, NOW)
+
+
+def test_a_settled_job_past_its_retry_deadline_needs_a_whole_pass() -> None:
+    snapshot = drain_snapshot(5, busy=4)
+    late = replace(snapshot.queue[3], wait=WaitPolicy(True, deadline=NOW - 1))
+    snapshot = replace(snapshot, queue=(*snapshot.queue[:3], late, snapshot.queue[4]))
+    assert schedule_head(snapshot, NOW, {j.id for j in snapshot.queue}) is None
+    assert isinstance(by_job(schedule(snapshot, NOW))[late.id], Fail)
+
+
+def test_a_job_past_the_starvation_guard_needs_a_whole_pass() -> None:
+    snapshot = replace(drain_snapshot(5, busy=4), hold_after=50.0)
+    assert schedule_head(snapshot, NOW, {j.id for j in snapshot.queue}) is None
+    assert schedule_head(replace(snapshot, hold_after=500.0), NOW, {j.id for j in snapshot.queue}) == Plan(())
