@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.records import FleetRec
 from corral.scheduler.blocks import HOST_GPUS_KEY
 from corral.store.fleets import list_fleets
-from corral.store.tables import instances, jobs, projects, runs, users
+from corral.store.tables import QUEUED_SQL, instances, jobs, projects, runs, users
 
 
 @dataclass(frozen=True)
@@ -73,13 +73,18 @@ async def waiting_jobs(conn: AsyncConnection, project_ids: Collection[str] | Non
     return list((await conn.execute(q)).all())
 
 
-#: The queue's order and what may change while a job waits (its priority, its status message): what a pass
-#: reads of the jobs it has seen before.
-_QUEUE_ORDER = sa.select(jobs.c.id, jobs.c.priority, jobs.c.status_message).where(*_QUEUED).order_by(*_ORDER)
+#: The queue and what may change while a job waits (its priority, its status message): what a pass reads of
+#: the jobs it has seen before, from the queue's own index (``ix_jobs_queued``) without touching the table.
+#: SQLite's planner prefers ``ix_jobs_instance_status``, which finds the same rows but reads each from the
+#: table (four times slower for a queue of 1,000 jobs): it is told which index to read.
+_QUEUE_STATE = {
+    "sqlite": sa.text(f"SELECT id, priority, status_message FROM jobs INDEXED BY ix_jobs_queued WHERE {QUEUED_SQL}"),
+    "postgresql": sa.text(f"SELECT id, priority, status_message FROM jobs WHERE {QUEUED_SQL}"),
+}
 
 
 async def load_queue(conn: AsyncConnection, known: Mapping[str, QueueRow] | None = None) -> list[QueueRow]:
-    """The queue in order: priority (higher first), then submission time.
+    """The queue, in no particular order (``scheduler.schedule`` orders it).
 
     ``known``: the rows the caller has from earlier passes (without their documents). A job among them is read
     as its id, priority and status message only, and given back as that row (a new one where those changed);
@@ -87,8 +92,8 @@ async def load_queue(conn: AsyncConnection, known: Mapping[str, QueueRow] | None
     pass, not a row and a JSON parse per job."""
     known = known or {}
     # (id, priority, status message) rows, fetched in one call rather than one fetch per row
-    order = (await conn.execute(_QUEUE_ORDER)).all()
-    unknown = [r[0] for r in order if r[0] not in known]
+    state = (await conn.execute(_QUEUE_STATE[conn.dialect.name])).all()
+    unknown = [r[0] for r in state if r[0] not in known]
     fresh: dict[str, QueueRow] = {}
     for start in range(0, len(unknown), 500):
         chunk = unknown[start : start + 500]
@@ -118,7 +123,7 @@ async def load_queue(conn: AsyncConnection, known: Mapping[str, QueueRow] | None
             )
     out: list[QueueRow] = []
     append = out.append
-    for job_id, priority, status_message in order:
+    for job_id, priority, status_message in state:
         row = fresh.get(job_id) if fresh else None
         if row is None:
             row = known.get(job_id)

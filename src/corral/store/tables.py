@@ -20,18 +20,31 @@ def _live_unique(name: str, *columns: str) -> sa.Index:
     :func:`add_postgres_options` when a Postgres database is opened: given here, it would make SQLAlchemy
     import its Postgres dialect, ~50 ms, in every SQLite server's start-up just to check the argument)."""
     index = sa.Index(name, *columns, unique=True, sqlite_where=sa.text("deleted = 0"))
-    _LIVE_UNIQUE.append(index)
+    _POSTGRES_WHERE.append((index, "deleted = false"))
     return index
 
 
-_LIVE_UNIQUE: list[sa.Index] = []
+#: The partial indexes and their Postgres predicates (see ``_live_unique``).
+_POSTGRES_WHERE: list[tuple[sa.Index, str]] = []
+
+#: A job waiting to be placed, as SQL text: the predicate of the queue's partial index, and the condition
+#: the query that reads that index spells the same way (a bound parameter in its place would keep SQLite
+#: and Postgres' generic plans from using the index).
+QUEUED_SQL = "status = 'submitted' AND instance_id IS NULL"
+
+
+def _partial(name: str, *columns: str, where: str) -> sa.Index:
+    """An index of the rows where ``where`` holds, on SQLite and Postgres."""
+    index = sa.Index(name, *columns, sqlite_where=sa.text(where))
+    _POSTGRES_WHERE.append((index, where))
+    return index
 
 
 def add_postgres_options() -> None:
     """Give the partial indexes their Postgres predicate (idempotent)."""
-    for index in _LIVE_UNIQUE:
+    for index, where in _POSTGRES_WHERE:
         if index.dialect_options["postgresql"]["where"] is None:
-            index.dialect_options["postgresql"]["where"] = sa.text("deleted = false")
+            index.dialect_options["postgresql"]["where"] = sa.text(where)
 
 
 def _lease_columns() -> list[sa.Column[object]]:
@@ -240,6 +253,9 @@ jobs = sa.Table(
     *_lease_columns(),
     sa.Index("uq_jobs_submission", "run_id", "replica_num", "job_num", "submission_num", unique=True),
     sa.Index("ix_jobs_status_queue", "status", "priority", "submitted_at"),
+    #: The queue alone, and all a scheduling pass reads of a job it has seen (``snapshot.load_queue``): the
+    #: pass reads this index, never the table's rows, and its size is the queue's, whatever the history.
+    _partial("ix_jobs_queued", "id", "priority", "status_message", where=QUEUED_SQL),
     sa.Index("ix_jobs_instance_status", "instance_id", "status"),
 )
 
