@@ -35,9 +35,7 @@ def test_the_head_pass_gives_the_whole_pass_plan_less_skipped_waits(snapshot: Sn
     whole = schedule(snapshot, NOW)
     decided = by_job(whole)
     # settled: jobs an earlier pass over these fleets told to wait (never one this pass places or fails)
-    waiting = sorted(
-        j.id for j in snapshot.queue if not isinstance(decided.get(j.id), (Assign, Reserve, Fail))
-    )
+    waiting = sorted(j.id for j in snapshot.queue if not isinstance(decided.get(j.id), (Assign, Reserve, Fail)))
     settled = set(data.draw(st.lists(st.sampled_from(waiting), unique=True)) if waiting else [])
     head = schedule_head(snapshot, NOW, settled)
     if head is None:
