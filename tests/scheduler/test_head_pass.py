@@ -14,8 +14,19 @@ from test_schedule import fleet, inst, job
 
 from corral.scheduler.head_pass import no_room_left, schedule_head
 from corral.scheduler.ledger import initial_ledger
-from corral.scheduler.schedule import schedule
-from corral.scheduler.types import Assign, Decision, Fail, Plan, Reclaim, Reserve, Snapshot, Wait, WaitPolicy
+from corral.scheduler.schedule import queue_gangs, schedule
+from corral.scheduler.types import (
+    Assign,
+    Decision,
+    Fail,
+    Plan,
+    QueuedJob,
+    Reclaim,
+    Reserve,
+    Snapshot,
+    Wait,
+    WaitPolicy,
+)
 
 NOW = 100.0
 
@@ -39,10 +50,12 @@ def test_the_head_pass_gives_the_whole_pass_plan_less_skipped_waits(snapshot: Sn
     settled = set(data.draw(st.lists(st.sampled_from(waiting), unique=True)) if waiting else [])
     head = schedule_head(snapshot, NOW, settled)
     if head is None:
-        assert snapshot.hold_after is not None or any(
-            not j.wait.may_wait or (j.wait.deadline is not None and j.wait.deadline <= NOW)
+        hold_after = snapshot.hold_after
+        assert any(
+            (hold_after is not None and NOW - j.submitted_at >= hold_after)
+            or not j.wait.may_wait
+            or (j.wait.deadline is not None and j.wait.deadline <= NOW)
             for j in snapshot.queue
-            if j.id in settled
         )
         return
     assert not_waits(head) == not_waits(whole)
@@ -52,6 +65,29 @@ def test_the_head_pass_gives_the_whole_pass_plan_less_skipped_waits(snapshot: Sn
     for job_id in decided.keys() - head_decided.keys():
         assert job_id in settled and isinstance(decided[job_id], Wait)
     assert schedule_head(snapshot, NOW, set()) == whole  # nothing settled: the whole pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 5), st.integers(0, 2), st.integers(0, 1), st.integers(0, 3)),
+        max_size=30,
+    )
+)
+def test_queue_gangs_orders_and_groups_as_the_queue_order_says(
+    specs: list[tuple[int, int, int, int, int]],
+) -> None:
+    """Two stable sorts on attribute keys give ``(-priority, submitted_at, run_id, replica_num, job_num)``'s
+    order; jobs of one run's replica form one gang, in the order of its first job."""
+    queue = [
+        replace(job(t, priority=p, run=f"r{run}", num=num), replica_num=replica, id=f"{run}-{replica}-{num}-{k}")
+        for k, (p, t, run, replica, num) in enumerate(specs)
+    ]
+    expected: dict[tuple[str, int], list[QueuedJob]] = {}
+    for j in sorted(queue, key=lambda j: (-j.priority, j.submitted_at, j.run_id, j.replica_num, j.job_num)):
+        expected.setdefault((j.run_id, j.replica_num), []).append(j)
+    got = queue_gangs(queue)
+    assert list(got.items()) == list(expected.items())
 
 
 def drain_snapshot(queued: int, busy: int) -> Snapshot:

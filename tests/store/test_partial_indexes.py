@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.schema import CreateIndex
 
-from corral.store import snapshot, tables
+from corral.store import queue_reader, tables
 from corral.store.db import Database
 from corral.store.migrate import upgrade
 
@@ -43,13 +43,13 @@ async def test_the_queue_is_read_from_its_own_index_alone(db_url: str) -> None:
     await upgrade(db)
     async with db.read() as conn:
         if db.is_sqlite:
-            query = snapshot._QUEUE_STATE["sqlite"]
+            query = queue_reader._QUEUE_STATE["sqlite"]
             plan = [row[-1] for row in (await conn.execute(sa.text(f"EXPLAIN QUERY PLAN {query.text}"))).all()]
             assert plan == ["SCAN jobs USING INDEX ix_jobs_queued"], plan
         else:  # Postgres picks by cost: on an empty table, with the cheaper ways off, that it can
             await conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
             await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
-            query = snapshot._QUEUE_STATE["postgresql"]
+            query = queue_reader._QUEUE_STATE["postgresql"]
             plan = [row[0] for row in (await conn.execute(sa.text(f"EXPLAIN {query.text}"))).all()]
             assert plan[0].startswith("Index Only Scan using ix_jobs_queued"), plan
     await db.dispose()

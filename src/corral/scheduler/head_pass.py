@@ -23,11 +23,14 @@ Pure; imports the scheduler's types, ledger and ``schedule``'s gang step only.
 from __future__ import annotations
 
 from collections.abc import Collection
+from functools import partial
+from itertools import compress
+from operator import attrgetter, is_not
 
 from corral.scheduler.ledger import Ledger, initial_ledger
 from corral.scheduler.pass_memo import PassMemo
 from corral.scheduler.schedule import queue_gangs, schedule_gang
-from corral.scheduler.types import Gang, Plan, Snapshot
+from corral.scheduler.types import Gang, Plan, QueuedJob, Snapshot
 from corral.scheduler.wait_repeat import RepeatWait
 
 
@@ -47,24 +50,53 @@ def schedule_head(snapshot: Snapshot, now: float, settled: Collection[str]) -> P
     run out; None where the caller must make a whole pass (see the module's docstring)."""
     if snapshot.quotas or snapshot.shares or snapshot.holds:
         return None
-    hold_after = snapshot.hold_after
+    queue = snapshot.queue
+    if queue and _must_pass_whole(queue, now, snapshot.hold_after):
+        return None
     ledger = initial_ledger(snapshot)
     memo, repeat, held = PassMemo(), RepeatWait(), set[str]()
     out: list[Gang] = []
-    full = no_room_left(snapshot, ledger)
-    for (run_id, _replica), jobs in queue_gangs(snapshot.queue).items():
-        head = jobs[0]
-        if hold_after is not None and now - head.submitted_at >= hold_after:
-            return None  # it holds the fleets it could use from now on: the rest of the queue sees that
-        if full and all(j.id in settled for j in jobs):
-            wait = head.wait
-            if not wait.may_wait or (wait.deadline is not None and now >= wait.deadline):
-                return None  # it would fail now
-            continue
-        version = ledger.version
+
+    def work_out(run_id: str, jobs: list[QueuedJob]) -> None:
         decisions = schedule_gang(jobs, snapshot, ledger, now, held, memo, None, None, repeat, (0, 0))
         if decisions:
-            out.append(Gang(run_id, tuple(decisions), head.project_id))
-        if not full and ledger.version != version:
-            full = no_room_left(snapshot, ledger)
+            out.append(Gang(run_id, tuple(decisions), jobs[0].project_id))
+
+    gangs = iter(queue_gangs(queue).items())
+    full = no_room_left(snapshot, ledger)
+    if not full:
+        for (run_id, _replica), jobs in gangs:
+            version = ledger.version
+            work_out(run_id, jobs)
+            if ledger.version != version and no_room_left(snapshot, ledger):
+                full = True
+                break
+    if full:  # from here on a gang can only wait or fail: those with a job not settled are worked out
+        unsettled = set(map(_ID, queue)).difference(settled)
+        if unsettled:
+            pending = set(map(_GANG, compress(queue, map(unsettled.__contains__, map(_ID, queue)))))
+            for (run_id, replica), jobs in gangs:
+                if (run_id, replica) in pending:
+                    work_out(run_id, jobs)
     return Plan(tuple(out))
+
+
+def _must_pass_whole(queue: tuple[QueuedJob, ...], now: float, hold_after: float | None) -> bool:
+    """Whether a job waited past ``hold_after`` (it holds the fleets it could use from now on: the rest of
+    the queue sees that), or may not wait or is past its retry deadline (it fails now, and a skipped gang
+    would not). Over the whole queue, in C: a job of the head is worked out either way, and one past its
+    deadline leaves the queue with the whole pass made for it."""
+    if hold_after is not None and min(map(_SUBMITTED, queue)) <= now - hold_after:
+        return True
+    if not all(map(_MAY_WAIT, queue)):
+        return True
+    deadlines = list(filter(_not_none, map(_DEADLINE, queue)))
+    return bool(deadlines) and min(deadlines) <= now
+
+
+_ID = attrgetter("id")
+_GANG = attrgetter("run_id", "replica_num")
+_SUBMITTED = attrgetter("submitted_at")
+_MAY_WAIT = attrgetter("wait.may_wait")
+_DEADLINE = attrgetter("wait.deadline")
+_not_none = partial(is_not, None)

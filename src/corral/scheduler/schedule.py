@@ -29,6 +29,7 @@ The plan is optimistic: ``store.plan_apply`` recounts under locks and rejects wh
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
+from operator import attrgetter
 
 from corral.scheduler.blocks import blocks_needed, total_blocks_for
 from corral.scheduler.fair_share import FairNote, ShareBook, fair_order
@@ -296,14 +297,28 @@ def _fleet_ids(job: QueuedJob, snapshot: Snapshot, memo: PassMemo) -> Callable[[
     return lambda: {f.id for f in candidate_fleets(job, snapshot.fleets, memo)}
 
 
+_ORDER_AFTER_PRIORITY = attrgetter("submitted_at", "run_id", "replica_num", "job_num")
+_PRIORITY = attrgetter("priority")
+_GANG = attrgetter("run_id", "replica_num")
+
+
 def queue_gangs(queue: Iterable[QueuedJob]) -> dict[tuple[str, int], list[QueuedJob]]:
     """The queue's gangs (a run's replica: its jobs together), in the order a pass takes them: priority
-    (higher first), then submission time."""
+    (higher first), then submission time. (Two stable sorts on attribute keys: the order of
+    ``(-priority, submitted_at, run_id, replica_num, job_num)``, compared in C rather than keyed in Python.)"""
+    order = sorted(queue, key=_ORDER_AFTER_PRIORITY)
+    order.sort(key=_PRIORITY, reverse=True)
+    keys = list(map(_GANG, order))
+    if len(set(keys)) == len(keys):  # a gang of one job each (a sweep's queue)
+        return dict(zip(keys, map(_one, order), strict=True))
     gangs: dict[tuple[str, int], list[QueuedJob]] = {}
-    order = sorted(queue, key=lambda j: (-j.priority, j.submitted_at, j.run_id, j.replica_num, j.job_num))
-    for job in order:
-        gangs.setdefault((job.run_id, job.replica_num), []).append(job)
+    for key, job in zip(keys, order, strict=True):
+        gangs.setdefault(key, []).append(job)
     return gangs
+
+
+def _one(job: QueuedJob) -> list[QueuedJob]:
+    return [job]
 
 
 def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:

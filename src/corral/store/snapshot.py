@@ -1,9 +1,8 @@
-"""What the scheduler reads: the queue of unplaced jobs (with their run specs) and the fleets."""
+"""What the scheduler reads: the queue's rows (``queue_reader`` reads them pass after pass) and the fleets."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.records import FleetRec
 from corral.scheduler.blocks import HOST_GPUS_KEY
 from corral.store.fleets import list_fleets
-from corral.store.tables import QUEUED_SQL, instances, jobs, projects, runs, users
+from corral.store.tables import instances, jobs, projects
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ _QUEUED = (jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
 _ORDER = (jobs.c.priority.desc(), sa.func.coalesce(jobs.c.queued_at, jobs.c.submitted_at), jobs.c.id)
 
 
-def _waiting() -> sa.Select[Any]:
+def waiting_query() -> sa.Select[Any]:
     """Jobs waiting to be placed, in the scheduler's order, with what names them."""
     return (
         sa.select(
@@ -67,72 +66,10 @@ def _waiting() -> sa.Select[Any]:
 
 async def waiting_jobs(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> list[Any]:
     """The queue's rows without their documents (``scheduling/queue``), of ``project_ids`` only if given."""
-    q = _waiting().where(projects.c.deleted.is_(False))
+    q = waiting_query().where(projects.c.deleted.is_(False))
     if project_ids is not None:
         q = q.where(jobs.c.project_id.in_(list(project_ids)))
     return list((await conn.execute(q)).all())
-
-
-#: The queue and what may change while a job waits (its priority, its status message): what a pass reads of
-#: the jobs it has seen before, from the queue's own index (``ix_jobs_queued``) without touching the table.
-#: SQLite's planner prefers ``ix_jobs_instance_status``, which finds the same rows but reads each from the
-#: table (four times slower for a queue of 1,000 jobs): it is told which index to read.
-_QUEUE_STATE = {
-    "sqlite": sa.text(f"SELECT id, priority, status_message FROM jobs INDEXED BY ix_jobs_queued WHERE {QUEUED_SQL}"),
-    "postgresql": sa.text(f"SELECT id, priority, status_message FROM jobs WHERE {QUEUED_SQL}"),
-}
-
-
-async def load_queue(conn: AsyncConnection, known: Mapping[str, QueueRow] | None = None) -> list[QueueRow]:
-    """The queue, in no particular order (``scheduler.schedule`` orders it).
-
-    ``known``: the rows the caller has from earlier passes (without their documents). A job among them is read
-    as its id, priority and status message only, and given back as that row (a new one where those changed);
-    only jobs not seen before are read whole, with their documents: a long queue costs one narrow query per
-    pass, not a row and a JSON parse per job."""
-    known = known or {}
-    # (id, priority, status message) rows, fetched in one call rather than one fetch per row
-    state = (await conn.execute(_QUEUE_STATE[conn.dialect.name])).all()
-    unknown = [r[0] for r in state if r[0] not in known]
-    fresh: dict[str, QueueRow] = {}
-    for start in range(0, len(unknown), 500):
-        chunk = unknown[start : start + 500]
-        q = (
-            _waiting()
-            .add_columns(jobs.c.job_spec, runs.c.run_spec, users.c.global_role)
-            .join(runs, runs.c.id == jobs.c.run_id)
-            .join(users, users.c.id == runs.c.user_id)
-            .where(jobs.c.id.in_(chunk))
-            .order_by(None)
-        )
-        for d in await conn.execute(q):
-            fresh[d.id] = QueueRow(
-                d.id,
-                d.run_id,
-                d.project_id,
-                d.project_name,
-                d.run_name,
-                d.job_num,
-                d.priority,
-                d.submitted_at,
-                d.status_message,
-                orjson.loads(d.job_spec),
-                orjson.loads(d.run_spec),
-                d.global_role,
-                d.queued_at,
-            )
-    out: list[QueueRow] = []
-    append = out.append
-    for job_id, priority, status_message in state:
-        row = fresh.get(job_id) if fresh else None
-        if row is None:
-            row = known.get(job_id)
-            if row is None:
-                continue  # placed or removed between the two reads
-            if row.priority != priority or row.status_message != status_message:
-                row = dataclasses.replace(row, priority=priority, status_message=status_message)
-        append(row)
-    return out
 
 
 async def load_fleets(conn: AsyncConnection, project_ids: list[str] | None = None) -> list[FleetRec]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from functools import partial
+from operator import attrgetter, is_
 from typing import Any
 
 from corral.domain.records import FleetRec
@@ -20,6 +22,9 @@ from corral.scheduler.types import Offer, QueuedJob
 from corral.workers.context import Context
 
 log = logging.getLogger("corral.reservations")
+
+_RESERVATION = attrgetter("reservation")
+_is_none = partial(is_, None)
 
 
 class ReservedOffers:
@@ -46,6 +51,8 @@ class ReservedOffers:
 
     async def located(self, jobs: Sequence[QueuedJob]) -> list[QueuedJob]:
         """``jobs``, those of runs with their own ``reservation`` told where it is (once EC2 was asked)."""
+        if all(map(_is_none, map(_RESERVATION, jobs))):  # the usual queue: in C, not a step per job
+            return list(jobs)
         await self._ask({(j.project_name, j.reservation) for j in jobs if j.reservation is not None})
         out = []
         for j in jobs:

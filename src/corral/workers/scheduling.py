@@ -46,6 +46,7 @@ from corral.store import snapshot as snap
 from corral.store import volumes as volume_store
 from corral.store.plan_apply import apply_plan
 from corral.store.plan_result import ApplyResult, JobLease
+from corral.store.queue_reader import QueueChange, QueueReader
 from corral.store.snapshot import QueueRow
 from corral.workers.context import Context
 from corral.workers.reserved_offers import ReservedOffers
@@ -149,9 +150,10 @@ def queued_job(
 class Scheduling:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        #: The queue as the last pass read it, as the scheduler takes it, by job id.
         self._queued: dict[str, QueuedJob] = {}
-        #: The queue's rows the last pass read (without their documents): the next pass reads only what changed.
-        self._rows: dict[str, QueueRow] = {}
+        #: The queue's rows the last pass read: the next pass handles only what changed.
+        self._reader = QueueReader()
         #: The requirements of the queued jobs, each distinct one once (entries go with the last job using them).
         self._requirements: weakref.WeakValueDictionary[Requirements, Requirements] = weakref.WeakValueDictionary()
         #: job id -> its run's configuration type (``task``, ``service``, ...), for ``GET /metrics``.
@@ -175,39 +177,58 @@ class Scheduling:
         #: When the last pass over the whole queue was made (one at least every safety-net interval).
         self._whole_at = float("-inf")
 
-    def _queued_job(self, job: QueueRow) -> QueuedJob:
-        cached = self._queued.get(job.id)
-        if cached is None:
-            if job.job_spec is None or job.run_spec is None:
-                raise ValueError("the job's documents were not loaded")
-            cached = queued_job(
-                job.run_spec,
-                job.job_spec,
-                id=job.id,
-                run_id=job.run_id,
-                project_id=job.project_id,
-                project_name=job.project_name,
-                run_name=job.run_name,
-                job_num=job.job_num,
-                priority=job.priority,
-                submitted_at=job.submitted_at if job.queued_at is None else job.queued_at,
-                max_queue_wait=self.ctx.settings.max_queue_wait,
-                barred_backends=self._barred_backends(job),
-                volume_places=self._volume_places,
-            )
-            if job.queued_at is not None:  # a preempted job's new submission waits for its place, whatever its retry
-                cached = QueuedJob(**{**cached.__dict__, "wait": WaitPolicy(True, None)})
-            # one object per distinct requirement (a sweep's jobs ask alike): a pass tells shapes apart by
-            # identity first, so it hashes each distinct requirement once instead of once per queued job
-            same = self._requirements.setdefault(cached.requirements, cached.requirements)
-            if same is not cached.requirements:
-                cached = QueuedJob(**{**cached.__dict__, "requirements": same})
-            self._queued[job.id] = cached
-            self._run_types[job.id] = str((job.run_spec.get("configuration") or {}).get("type") or "")
-        if cached.status_message != job.status_message:
-            cached = QueuedJob(**{**cached.__dict__, "status_message": job.status_message})
-            self._queued[job.id] = cached
-        return cached
+    def _parsed(self, job: QueueRow) -> QueuedJob:
+        """A job first seen, as the scheduler takes it (its documents read once)."""
+        if job.job_spec is None or job.run_spec is None:
+            raise ValueError("the job's documents were not loaded")
+        parsed = queued_job(
+            job.run_spec,
+            job.job_spec,
+            id=job.id,
+            run_id=job.run_id,
+            project_id=job.project_id,
+            project_name=job.project_name,
+            run_name=job.run_name,
+            job_num=job.job_num,
+            priority=job.priority,
+            submitted_at=job.submitted_at if job.queued_at is None else job.queued_at,
+            max_queue_wait=self.ctx.settings.max_queue_wait,
+            barred_backends=self._barred_backends(job),
+            volume_places=self._volume_places,
+        )
+        changes: dict[str, Any] = {"status_message": job.status_message}
+        if job.queued_at is not None:  # a preempted job's new submission waits for its place, whatever its retry
+            changes["wait"] = WaitPolicy(True, None)
+        # one object per distinct requirement (a sweep's jobs ask alike): a pass tells shapes apart by
+        # identity first, so it hashes each distinct requirement once instead of once per queued job
+        same = self._requirements.setdefault(parsed.requirements, parsed.requirements)
+        if same is not parsed.requirements:
+            changes["requirements"] = same
+        self._run_types[job.id] = str((job.run_spec.get("configuration") or {}).get("type") or "")
+        return dataclasses.replace(parsed, **changes)
+
+    def _take(self, change: QueueChange) -> list[Gang]:
+        """Bring ``_queued`` to the queue just read: the jobs that left it go, the changed ones get their new
+        priority and status message, the fresh ones are parsed. A fresh job whose stored spec cannot be read
+        is failed (the gangs returned) and read whole again by the next pass, should it still wait."""
+        for job_id in change.gone:
+            self._queued.pop(job_id, None)
+            self._run_types.pop(job_id, None)
+        for row in change.changed:
+            cached = self._queued.get(row.id)
+            if cached is not None:
+                self._queued[row.id] = dataclasses.replace(
+                    cached, priority=row.priority, status_message=row.status_message
+                )
+        failed: list[Gang] = []
+        for row in change.fresh:
+            try:
+                self._queued[row.id] = self._parsed(row)
+            except Exception as e:  # a stored spec we cannot read: fail the job, never the worker
+                log.exception("cannot schedule job %s", row.id)
+                self._reader.forget(row.id)
+                failed.append(Gang(row.run_id, (Fail(row.id, f"corral cannot read this job's stored spec: {e}"),)))
+        return failed
 
     def _barred_backends(self, job: QueueRow) -> frozenset[str]:
         """The local backend, for a host-process job of a run whose submitter is not a global admin, while
@@ -355,9 +376,8 @@ class Scheduling:
         """One load -> decide -> commit pass. Returns what was committed."""
         now = time.time()
         async with self.ctx.db.read() as conn:
-            queue = await snap.load_queue(conn, known=self._rows)
-            fresh = [r for r in queue if r.id not in self._queued and r.run_spec is not None]
-            if any(volume_names(r.run_spec["configuration"]) for r in fresh if r.run_spec is not None):
+            change = await self._reader.read(conn)
+            if any(volume_names(r.run_spec["configuration"]) for r in change.fresh if r.run_spec is not None):
                 self._volume_places = {(v.project_id, v.name): v for v in await volume_store.list_volumes(conn, None)}
             fleets = await snap.load_fleets(conn)
             pools = self.host_pools()
@@ -371,39 +391,20 @@ class Scheduling:
         live_fleets = {f.id for f in fleets}  # caches keep only fleets that still exist
         self._fleet_offers = {k: v for k, v in self._fleet_offers.items() if k[0] in live_fleets}
         self._fleet_reqs = {k: v for k, v in self._fleet_reqs.items() if k[0] in live_fleets}
-        queued: list[QueuedJob] = []
-        failed_parse: list[Gang] = []
-        for row in queue:
-            try:
-                queued.append(self._queued_job(row))
-            except Exception as e:  # a stored spec we cannot read: fail the job, never the worker
-                log.exception("cannot schedule job %s", row.id)
-                failed_parse.append(
-                    Gang(row.run_id, (Fail(row.id, f"corral cannot read this job's stored spec: {e}"),))
-                )
-        queued = await self.reserved.located(queued)  # where the runs' own reservations are
-        live = {q.id for q in queued}
-        # what left the queue goes from the caches (nothing did where their sizes match the queue's)
-        if len(self._queued) != len(live):
-            self._queued = {k: v for k, v in self._queued.items() if k in live}
-        if len(self._run_types) != len(live):
-            self._run_types = {k: v for k, v in self._run_types.items() if k in live}
-        # the rows as the next pass knows them: without their documents (parsed into ``_queued`` already)
-        self._rows = {
-            r.id: r if r.job_spec is None else dataclasses.replace(r, job_spec=None, run_spec=None)
-            for r in queue
-            if r.id in live
-        }
+        failed_parse = self._take(change)
+        queued = await self.reserved.located(list(self._queued.values()))  # where the runs' reservations are
+        live = self._queued.keys()
         limits = self.backend_limits()
         holds = await self.preempter.holds(queued, now)
+        names = {q.project_id: q.project_name for q in queued} if policies else {}  # (a step per job: policies only)
         snapshot = Snapshot(
             fleets=slots,
             queue=tuple(queued),
             backend_limits={"local": (local_used, limits["local"])} if "local" in limits else {},
             host_pools={b: (pool_used[b], total) for b, total in pools.items()},
             hold_after=self.ctx.settings.starvation_guard,
-            quotas=project_quotas(policies, holdings, {q.project_id: q.project_name for q in queued}),
-            shares=project_shares(policies, holdings, {q.project_id for q in queued}),
+            quotas=project_quotas(policies, holdings, names),
+            shares=project_shares(policies, holdings, set(names)),
             holds=holds,
         )
         plan = self._plan(snapshot, now)
