@@ -44,12 +44,12 @@ async def test_the_queue_is_read_from_its_own_index_alone(db_url: str) -> None:
     async with db.read() as conn:
         if db.is_sqlite:
             query = queue_reader._QUEUE_STATE["sqlite"]
-            plan = [row[-1] for row in (await conn.execute(sa.text(f"EXPLAIN QUERY PLAN {query.text}"))).all()]
+            plan = [row[-1] for row in (await conn.execute(sa.text(f"EXPLAIN QUERY PLAN {query}"))).all()]
             assert plan == ["SCAN jobs USING INDEX ix_jobs_queued"], plan
         else:  # Postgres picks by cost: on an empty table, with the cheaper ways off, that it can
             await conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
             await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
             query = queue_reader._QUEUE_STATE["postgresql"]
-            plan = [row[0] for row in (await conn.execute(sa.text(f"EXPLAIN {query.text}"))).all()]
+            plan = [row[0] for row in (await conn.execute(sa.text(f"EXPLAIN {query}"))).all()]
             assert plan[0].startswith("Index Only Scan using ix_jobs_queued"), plan
     await db.dispose()
