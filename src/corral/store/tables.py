@@ -253,7 +253,7 @@ jobs = sa.Table(
     *_lease_columns(),
     sa.Index("uq_jobs_submission", "run_id", "replica_num", "job_num", "submission_num", unique=True),
     sa.Index("ix_jobs_status_queue", "status", "priority", "submitted_at"),
-    #: The queue alone, and all a scheduling pass reads of a job it has seen (``snapshot.load_queue``): the
+    #: The queue alone, and all a scheduling pass reads of a job it has seen (``queue_reader``): the
     #: pass reads this index, never the table's rows, and its size is the queue's, whatever the history.
     _partial("ix_jobs_queued", "id", "priority", "status_message", where=QUEUED_SQL),
     sa.Index("ix_jobs_instance_status", "instance_id", "status"),
