@@ -6,6 +6,10 @@ machines) and Q queued single-node jobs (a mix of CPU and GPU requests, a few pr
 ``schedule(snapshot, now)`` R times and prints the median pass, placements per second (jobs assigned or
 reserved per second of a pass) and the plan's shape. No database, no server: the decision only.
 
+Then, without ``--quotas``, the pass a drain makes most: the fleets full with what the first pass placed, the
+rest of the queue told to wait by it, and one block freed by a job's end. It times ``schedule()`` and
+``schedule_head()`` (the scheduling worker's pass over the queue's head, ``scheduler/head_pass.py``) on that.
+
 With ``--quotas`` the jobs come from three projects weighted 1:2:3 that share the fleets (exported by the
 first), each with a ``quota.max`` of 40 % of the CPUs and GPUs: the pass orders them by fair share and
 charges every placement against its project's quota (admissions per second with quotas on).
@@ -22,12 +26,14 @@ import statistics
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from corral.domain.quotas import Limits, limits_from_doc
 from corral.domain.resources import Gpu, GpuSpec, InstanceResources, Range, Requirements
+from corral.scheduler.head_pass import schedule_head
 from corral.scheduler.schedule import schedule
 from corral.scheduler.types import (
     Assign,
@@ -35,10 +41,12 @@ from corral.scheduler.types import (
     FleetSlot,
     InstanceSlot,
     Offer,
+    Plan,
     ProjectQuota,
     QueuedJob,
     Reserve,
     Snapshot,
+    Wait,
     WaitPolicy,
 )
 
@@ -146,6 +154,36 @@ def main() -> None:
         print(f"  of queued per project {dict(by)}")
     print(f"placements per second: {placed / med:,.0f} ({placed} placed per pass)")
     print(f"jobs decided per second: {a.jobs / med:,.0f}")
+    if not a.quotas:
+        drain(snap, plan, a.repeat)
+
+
+def drain(snap: Snapshot, plan: Plan, repeat: int) -> None:
+    """The pass after one job ended, the fleets otherwise full and the rest of the queue told to wait."""
+    told_to_wait = {d.job_id for g in plan.gangs for d in g.decisions if isinstance(d, Wait)}
+    waiting = tuple(j for j in snap.queue if j.id in told_to_wait)
+    fleets = tuple(
+        replace(f, instances=tuple(replace(i, busy_blocks=i.total_blocks, status="busy") for i in f.instances))
+        for f in snap.fleets
+    )
+    n = 1 if len(fleets) > 1 else 0  # a CPU fleet where there is one: an instance has a block free again
+    freed = replace(fleets[n].instances[0], busy_blocks=fleets[n].instances[0].total_blocks - 1)
+    fleets = (*fleets[:n], replace(fleets[n], instances=(freed, *fleets[n].instances[1:])), *fleets[n + 1 :])
+    after = Snapshot(fleets=fleets, queue=waiting)
+    settled = {j.id for j in waiting}
+    whole, head = [], []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        schedule(after, 0.0)
+        whole.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        took = schedule_head(after, 0.0, settled)
+        head.append(time.perf_counter() - t)
+    assert took is not None
+    got = [d for g in took.gangs for d in g.decisions if isinstance(d, Assign)]
+    w, h = statistics.median(whole), statistics.median(head)
+    print(f"a drain's pass: {len(waiting)} queued behind full fleets, one block freed: schedule() {w * 1000:.1f} ms, "
+          f"schedule_head() {h * 1000:.2f} ms ({w / h:.1f}x), placing {len(got)} job")  # fmt: skip
 
 
 if __name__ == "__main__":
