@@ -77,6 +77,26 @@ def test_one_agents_network_teardown_does_not_hold_up_anothers_setup(
         two.close(second)
 
 
+def test_a_jobs_end_never_removes_a_slot_given_back_meanwhile(
+    sandboxes: tuple[sandbox.Sandboxes, sandbox.Sandboxes],
+) -> None:
+    """A job's slot given back while its end was on its way (the job forgotten at once, a reap) may be another
+    agent's job's by the time the end releases the sandbox: that one keeps its namespace and its slot."""
+    one, two = sandboxes
+    ended = one.open("ended", [])
+    one.release("ended")  # given back meanwhile: its namespace went, its slot is free
+    taken = two.open("taken", [])
+    try:
+        assert taken.slot == ended.slot, "the freed slot is the next one taken"
+        assert one.keep_as_spare(ended) is False  # not kept as a spare either: it is not the ended job's now
+        one.close(ended, keep_bridge=True, quiesced=True)
+        assert taken.netns and os.path.exists(taken.netns), "the other agent's namespace was removed"
+        records = two._records(str(Path(sandbox.DEFAULT_STATE_DIR) / "slots"))
+        assert records[taken.slot]["job_id"] == "taken", records
+    finally:
+        two.close(taken)
+
+
 def test_the_bridge_lingers_for_jobs_that_follow_each_other_then_goes(
     sandboxes: tuple[sandbox.Sandboxes, sandbox.Sandboxes], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

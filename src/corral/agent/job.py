@@ -63,6 +63,10 @@ class Job:
         self.timers: list[threading.Timer] = []
         #: The job's sandbox while it runs in one (None: a plain host process or a container).
         self.sandbox: JobSandbox | None = None
+        #: Clear while the job's end gives its sandbox back (kept as the agent's spare, or removed): the job's
+        #: ``forget`` waits for it, so that it never gives back a slot that is being handed on.
+        self.sandbox_given_back = threading.Event()
+        self.sandbox_given_back.set()
         #: How an SSH session joins the running job (see :mod:`corral.agent.sessions`): its main pid when
         #: sandboxed, its uid and gid, its user namespace's ids, its working dir, environment and shell.
         self.session: dict[str, Any] | None = None

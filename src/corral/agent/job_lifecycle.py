@@ -317,8 +317,27 @@ class JobLifecycle:
         # removed: tens of ms while the kernel waits for the veth's removal) and slot once the job is seen
         # finished, as the bridge.
         sb, job.sandbox = job.sandbox, None
-        if sb is not None:
+        if sb is None:
+            self._finish_job(job, readers, stop, rc)
+            return
+        job.sandbox_given_back.clear()  # before the job is seen finished (its forget waits for what follows)
+        try:
             self.sandboxes.quiesce(sb)
+            self._finish_job(job, readers, stop, rc)
+            try:
+                # the network of this agent's next job: this one's, if the job left nothing in it, else made now
+                if not self.sandboxes.keep_as_spare(sb):
+                    self.sandboxes.close(sb, keep_bridge=True, quiesced=True)
+            except OSError:
+                log.exception("job %s: cannot release its sandbox", job.sub.job_id)
+        finally:
+            job.sandbox_given_back.set()
+        self.sandboxes.prepare_spare()
+        # the spare goes, and the host's last sandbox takes the bridge with it, a moment later if idle
+        self.sandboxes.bridge_down_later()
+
+    def _finish_job(self, job: Job, readers: list[threading.Thread], stop: threading.Event, rc: int) -> None:
+        """Its output read to the end, then the job settled (seen finished from here on)."""
         deadline = time.monotonic() + READER_DRAIN_S
         for t in readers:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -326,16 +345,6 @@ class JobLifecycle:
         for t in readers:
             t.join(1.0)
         self._settle(job, _exit_status(rc), f"killed by signal {_signame(-rc)}" if rc < 0 else None)
-        if sb is not None:
-            try:
-                # the network of this agent's next job: this one's, if the job left nothing in it, else made now
-                if not self.sandboxes.keep_as_spare(sb):
-                    self.sandboxes.close(sb, keep_bridge=True, quiesced=True)
-            except OSError:
-                log.exception("job %s: cannot release its sandbox", job.sub.job_id)
-            self.sandboxes.prepare_spare()
-            # the spare goes, and the host's last sandbox takes the bridge with it, a moment later if idle
-            self.sandboxes.bridge_down_later()
 
     def _settle(self, job: Job, exit_status: int | None, failure: str | None = None) -> None:
         """The job ended: terminated if it was stopped, done on status 0, else failed with ``failure``."""

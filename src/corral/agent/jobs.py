@@ -33,6 +33,8 @@ JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_WAIT_S = 30.0
 #: How long a logs poll waits for the end of a job whose process exited (its output drained, its sandbox released).
 SETTLE_WAIT_S = 0.5
+#: How long a job's forget waits for its end to give its sandbox back (a quick step: it is never stuck).
+SANDBOX_GIVE_BACK_S = 5.0
 
 
 class JobRunner(JobLifecycle):
@@ -203,6 +205,7 @@ class JobRunner(JobLifecycle):
             self._jobs.pop(job_id, None)
         if self.on_forget is not None:
             self.on_forget(job_id)
+        job.sandbox_given_back.wait(SANDBOX_GIVE_BACK_S)  # its end hands its slot on or gives it back first
         self.sandboxes.release(job_id)
         job.logs.close()
         shutil.rmtree(job.dir, ignore_errors=True)

@@ -135,6 +135,8 @@ class JobSandbox:
     #: whether the job gets a user namespace (where it is root, or its ``user``)
     userns: bool = False
     forwarders: dict[int, Forwarder] = field(default_factory=dict)
+    #: The job whose slot it is (its record's ``job_id``).
+    job_id: str = ""
 
     def ports(self) -> dict[int, int]:
         return {p: f.port for p, f in self.forwarders.items()}
@@ -357,9 +359,11 @@ class Sandboxes(Launching, SpareNetwork):
         except (sandbox_net.NetError, OSError) as e:
             raise SandboxError(f"cannot set up the job's network: {e}") from None
         if not netns:
-            return JobSandbox(slot=slot, address=None, uid=self.uid(slot), netns=None, userns=self.userns)
+            return JobSandbox(
+                slot=slot, address=None, uid=self.uid(slot), netns=None, userns=self.userns, job_id=job_id
+            )
         address = self.address(slot)
-        sb = JobSandbox(slot=slot, address=address, uid=self.uid(slot), netns=netns, userns=self.userns)
+        sb = JobSandbox(slot=slot, address=address, uid=self.uid(slot), netns=netns, userns=self.userns, job_id=job_id)
         try:
             for port in ports:
                 sb.forwarders[port] = Forwarder(address, port)
@@ -396,15 +400,21 @@ class Sandboxes(Launching, SpareNetwork):
         kill_uid(sb.uid)
 
     def close(self, sb: JobSandbox, keep_bridge: bool = False, quiesced: bool = False) -> None:
-        """Release the job's sandbox: its namespace removed outside the host's lock (the slot is still its
-        own), then its slot under it. With ``keep_bridge`` the caller calls :meth:`bridge_down_if_idle` (or
+        """Release the job's sandbox: its namespace removed outside the host's lock, then its slot under it,
+        both only while the slot is still the job's (else it was given back meanwhile and may be another
+        job's now, of this host's other agents too; the job's ``forget`` waits for this, so that it does not
+        give the slot back in between). With ``keep_bridge`` the caller calls :meth:`bridge_down_if_idle` (or
         :meth:`bridge_down_later`) after; with ``quiesced`` it called :meth:`quiesce` already."""
         if not quiesced:
             self.quiesce(sb)
+        with self._locked() as slots:
+            if not self._holds(slots, sb):
+                return
         if sb.netns is not None:
             sandbox_net.job_net_down(sb.slot, wait=False)  # the slot's next job deletes a veth still there
         with self._locked() as slots:
-            self._forget_slot(slots, sb.slot, bridge=not keep_bridge)
+            if self._holds(slots, sb):
+                self._forget_slot(slots, sb.slot, bridge=not keep_bridge)
 
 
 def _user_namespaces() -> bool:

@@ -85,7 +85,7 @@ class SpareNetwork:
                 return False
             with self._locked() as slots:
                 rec = self._record(slots, sb.slot)
-                if rec is None or rec.get("work_dir") != self.work_dir:
+                if rec is None or not self._holds(slots, sb, rec):
                     return False  # given back meanwhile (a reap)
                 self._rewrite(slots, sb.slot, {**rec, "job_id": SPARE_JOB, "since": time.time()})
             self._spare = (sb.slot, sb.netns)
@@ -140,6 +140,14 @@ class SpareNetwork:
         """The spare's slot was given back by a reap (the agent's start or stop)."""
         with self._spare_lock:
             self._spare = None
+
+    def _holds(self, slots: str, sb: JobSandbox, rec: dict[str, Any] | None = None) -> bool:
+        """Whether ``sb``'s slot is still its job's, on this agent (the host's lock held; ``rec``: its record,
+        read already)."""
+        rec = self._record(slots, sb.slot) if rec is None else rec
+        if rec is None or rec.get("work_dir") != self.work_dir:
+            return False
+        return not sb.job_id or rec.get("job_id") == sb.job_id
 
     @staticmethod
     def _record(slots: str, slot: int) -> dict[str, Any] | None:
