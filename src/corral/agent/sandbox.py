@@ -408,12 +408,12 @@ class Sandboxes(Launching, SpareNetwork):
         if not quiesced:
             self.quiesce(sb)
         with self._locked() as slots:
-            if not self._holds(slots, sb):
+            if not self._holds(sb, self._record(slots, sb.slot)):
                 return
         if sb.netns is not None:
             sandbox_net.job_net_down(sb.slot, wait=False)  # the slot's next job deletes a veth still there
         with self._locked() as slots:
-            if self._holds(slots, sb):
+            if self._holds(sb, self._record(slots, sb.slot)):
                 self._forget_slot(slots, sb.slot, bridge=not keep_bridge)
 
 

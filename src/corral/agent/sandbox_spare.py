@@ -85,7 +85,7 @@ class SpareNetwork:
                 return False
             with self._locked() as slots:
                 rec = self._record(slots, sb.slot)
-                if rec is None or not self._holds(slots, sb, rec):
+                if rec is None or not self._holds(sb, rec):
                     return False  # given back meanwhile (a reap)
                 self._rewrite(slots, sb.slot, {**rec, "job_id": SPARE_JOB, "since": time.time()})
             self._spare = (sb.slot, sb.netns)
@@ -141,10 +141,9 @@ class SpareNetwork:
         with self._spare_lock:
             self._spare = None
 
-    def _holds(self, slots: str, sb: JobSandbox, rec: dict[str, Any] | None = None) -> bool:
-        """Whether ``sb``'s slot is still its job's, on this agent (the host's lock held; ``rec``: its record,
-        read already)."""
-        rec = self._record(slots, sb.slot) if rec is None else rec
+    def _holds(self, sb: JobSandbox, rec: dict[str, Any] | None) -> bool:
+        """Whether ``sb``'s slot is still its job's, on this agent (``rec``: the slot's record, read under the
+        host's lock)."""
         if rec is None or rec.get("work_dir") != self.work_dir:
             return False
         return not sb.job_id or rec.get("job_id") == sb.job_id

@@ -9,7 +9,6 @@ and a few set operations per pass, not a row and a comparison per job.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,39 +45,32 @@ class QueueChange:
 
     #: Jobs first seen, read whole (with their documents), oldest first.
     fresh: list[QueueRow]
-    #: Jobs seen before whose priority or status message changed (without documents).
-    changed: list[QueueRow]
+    #: The new state of the jobs seen before whose priority or status message changed.
+    changed: list[State]
     #: Ids of the jobs that left the queue.
     gone: list[str]
 
 
 @dataclass
 class QueueReader:
-    """The queue's rows as last read (without their documents), and their state."""
+    """The queue's state as last read: each waiting job's by id, and all of it as a set."""
 
-    rows: dict[str, QueueRow] = field(default_factory=dict)
+    known: dict[str, State] = field(default_factory=dict)
     _state: set[State] = field(default_factory=set)
 
     async def read(self, conn: AsyncConnection) -> QueueChange:
         state = await _queue_state(conn)
         came = state - self._state  # new jobs, and jobs whose priority or message changed
         went = self._state - state
-        rows = self.rows
+        known = self.known
         gone = list({s[0] for s in went}.difference(s[0] for s in came))
         for job_id in gone:
-            rows.pop(job_id, None)
-        changed: list[QueueRow] = []
-        unknown: list[str] = []
-        for job_id, priority, message in came:
-            row = rows.get(job_id)
-            if row is None:
-                unknown.append(job_id)
-            else:
-                rows[job_id] = row = dataclasses.replace(row, priority=priority, status_message=message)
-                changed.append(row)
+            del known[job_id]
+        changed = [s for s in came if s[0] in known]
+        unknown = [s[0] for s in came if s[0] not in known]
+        known.update((s[0], s) for s in changed)
         fresh = await _read_whole(conn, unknown)
-        for row in fresh:
-            rows[row.id] = dataclasses.replace(row, job_spec=None, run_spec=None)
+        known.update((r.id, (r.id, r.priority, r.status_message)) for r in fresh)
         missing = set(unknown).difference(r.id for r in fresh)
         if missing:  # placed or removed between the two reads: the next read sees them as they are then
             state = {s for s in state if s[0] not in missing}
@@ -89,9 +81,9 @@ class QueueReader:
     def forget(self, job_id: str) -> None:
         """Read ``job_id`` whole again on the next read, should it still wait (its documents could not be
         used: the pass failed it, and the failure may not have been committed)."""
-        row = self.rows.pop(job_id, None)
-        if row is not None:
-            self._state.discard((job_id, row.priority, row.status_message))
+        seen = self.known.pop(job_id, None)
+        if seen is not None:
+            self._state.discard(seen)
 
 
 async def _read_whole(conn: AsyncConnection, ids: list[str]) -> list[QueueRow]:

@@ -24,8 +24,6 @@ from corral.domain.volumes import VolumeRec, placement, volume_names
 from corral.scheduler import offer_filters
 from corral.scheduler.codec import offer_from_json
 from corral.scheduler.fleet_upkeep import upkeep
-from corral.scheduler.head_pass import schedule_head
-from corral.scheduler.schedule import schedule
 from corral.scheduler.types import (
     Assign,
     Fail,
@@ -50,6 +48,7 @@ from corral.store.queue_reader import QueueChange, QueueReader
 from corral.store.snapshot import QueueRow
 from corral.workers.context import Context
 from corral.workers.reserved_offers import ReservedOffers
+from corral.workers.scheduling_passes import PassChoice
 from corral.workers.scheduling_preemption import Preempter
 from corral.workers.scheduling_quotas import load_policies, project_quotas, project_shares
 
@@ -170,12 +169,8 @@ class Scheduling:
         self._volume_places: dict[tuple[str, str], VolumeRec] = {}
         self.preempter = Preempter(ctx)
         self.reserved = ReservedOffers(ctx)
-        #: Queued jobs the last pass told to wait (or left waiting), over the fleets of ``_fleets_key``: a pass
-        #: over the same fleets works out only the queue's head while capacity lasts (``scheduler.head_pass``).
-        self._settled: set[str] = set()
-        self._fleets_key: tuple[object, ...] = ()
-        #: When the last pass over the whole queue was made (one at least every safety-net interval).
-        self._whole_at = float("-inf")
+        #: A whole pass, or one over the queue's head (``workers/scheduling_passes.py``).
+        self.passes = PassChoice(ctx.settings.safety_net_interval)
 
     def _parsed(self, job: QueueRow) -> QueuedJob:
         """A job first seen, as the scheduler takes it (its documents read once)."""
@@ -214,12 +209,10 @@ class Scheduling:
         for job_id in change.gone:
             self._queued.pop(job_id, None)
             self._run_types.pop(job_id, None)
-        for row in change.changed:
-            cached = self._queued.get(row.id)
+        for job_id, priority, message in change.changed:
+            cached = self._queued.get(job_id)
             if cached is not None:
-                self._queued[row.id] = dataclasses.replace(
-                    cached, priority=row.priority, status_message=row.status_message
-                )
+                self._queued[job_id] = dataclasses.replace(cached, priority=priority, status_message=message)
         failed: list[Gang] = []
         for row in change.fresh:
             try:
@@ -345,24 +338,6 @@ class Scheduling:
             reservation=self.reserved.reservation(fleet),
         )
 
-    def _plan(self, snapshot: Snapshot, now: float) -> Plan:
-        """The pass's plan: ``schedule``'s over the queue's head when the fleets are those the last pass saw
-        and a whole pass was made within the safety-net interval (the rest of the queue was told to wait
-        then and would be told the same), else a whole pass."""
-        key = fleets_key(snapshot.fleets)
-        plan = None
-        if (
-            self._settled
-            and key == self._fleets_key
-            and now - self._whole_at < self.ctx.settings.safety_net_interval
-            and not self.ctx.preemption.enabled
-        ):
-            plan = schedule_head(snapshot, now, self._settled)
-        if plan is None:
-            plan, self._whole_at = schedule(snapshot, now), now
-        self._fleets_key = key
-        return plan
-
     def backend_limits(self) -> dict[str, int]:
         return {"local": self.ctx.settings.local_max_instances} if "local" in self.ctx.computes else {}
 
@@ -407,7 +382,7 @@ class Scheduling:
             shares=project_shares(policies, holdings, set(names)),
             holds=holds,
         )
-        plan = self._plan(snapshot, now)
+        plan = self.passes.plan(snapshot, now, self.ctx.preemption.enabled)
         # what the plan leaves of each host, for nodes.min upkeep (never a reservation plan_apply must refuse)
         host_free = {b: total - used for b, (used, total) in snapshot.host_pools.items()}
         for d in (d for g in plan.gangs for d in g.decisions):
@@ -418,8 +393,7 @@ class Scheduling:
             plan = Plan(plan.gangs + tuple(upkeep_gangs) + tuple(failed_parse))
         lease = JobLease(self.ctx.replica_id, self.ctx.settings.job_lease_ttl)
         result = await apply_plan(self.ctx.db, plan, now, limits, pools, holds=self.ctx.preemption.enabled, lease=lease)
-        decided = {d.job_id for g in plan.gangs for d in g.decisions if isinstance(d, (Assign, Reserve, Fail))}
-        self._settled = live - decided
+        self.passes.planned(plan, live)
         count_outcomes(self.ctx.telemetry, result, self._queued, self._run_types, now)
         if result.assigned or result.failed:
             log_outcomes(plan, result, self._queued, slots)
@@ -437,25 +411,6 @@ class Scheduling:
             self.ctx.wakeups.wake("scheduler")
         await self.preempter.pass_once(snapshot, plan, policies, now)
         return result
-
-
-def fleets_key(fleets: tuple[FleetSlot, ...]) -> tuple[object, ...]:
-    """What of the fleets decides whether a waiting job could ever be placed or fail, apart from their
-    instances' busy blocks: the fleets, their bounds and offers, and which instances they have."""
-    return tuple(
-        (
-            f.id,
-            f.nodes_min,
-            f.nodes_max,
-            f.blocks,
-            f.placement,
-            f.offers,
-            f.importer_project_ids,
-            f.reservation,
-            tuple((i.id, i.status == "terminating", i.total_blocks) for i in f.instances),
-        )
-        for f in fleets
-    )
 
 
 def count_outcomes(

@@ -1,0 +1,56 @@
+"""The worker's choice of pass: over the queue's head while the fleets are those the last pass saw and a
+whole pass was made within the safety-net interval, else a whole pass."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scheduler"))
+
+from test_head_pass import drain_snapshot
+from test_schedule import inst
+
+from corral.scheduler.schedule import schedule
+from corral.scheduler.types import Assign, Plan, Snapshot, Wait
+from corral.workers.scheduling_passes import PassChoice
+
+INTERVAL = 5.0
+
+
+def _kinds(plan: Plan) -> list[str]:
+    return [type(d).__name__ for g in plan.gangs for d in g.decisions]
+
+
+def _settled_after_first(choice: PassChoice, snapshot: Snapshot, now: float) -> Plan:
+    plan = choice.plan(snapshot, now, preemption=False)
+    choice.planned(plan, [j.id for j in snapshot.queue])
+    return plan
+
+
+def _next(snapshot: Snapshot) -> Snapshot:
+    """The first job placed on the one free instance; its end freed that instance again, the rest waits."""
+    return replace(snapshot, queue=snapshot.queue[1:])
+
+
+def test_a_pass_over_the_same_fleets_works_out_the_head_only() -> None:
+    choice = PassChoice(INTERVAL)
+    first = drain_snapshot(50, busy=3)
+    whole = _settled_after_first(choice, first, 100.0)
+    assert _kinds(whole) == ["Assign"] + ["Wait"] * 49  # the first pass is whole: every job told to wait
+    head = choice.plan(_next(first), 101.0, preemption=False)
+    assert [d for g in head.gangs for d in g.decisions] == [Assign("j1-0", "i3", 1)]  # the waits are skipped
+    assert isinstance(schedule(_next(first), 101.0).gangs[-1].decisions[0], Wait)
+
+
+def test_new_fleets_the_safety_net_or_preemption_make_a_whole_pass() -> None:
+    first = drain_snapshot(50, busy=3)
+    later = _next(first)
+    grown = replace(later, fleets=(replace(later.fleets[0], instances=(*later.fleets[0].instances, inst(4))),))
+    for snapshot, now, preemption in ((grown, 101.0, False), (later, 100.0 + INTERVAL, False), (later, 101.0, True)):
+        choice = PassChoice(INTERVAL)
+        _settled_after_first(choice, first, 100.0)
+        plan = choice.plan(snapshot, now, preemption=preemption)
+        assert plan == schedule(snapshot, now), (snapshot is grown, now, preemption)
+        assert "Wait" in _kinds(plan)
