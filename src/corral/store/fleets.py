@@ -127,7 +127,8 @@ async def list_fleets(
             q = q.where(fleets.c.deleted.is_(False))
         if after is not None:
             cmp = sa.tuple_(fleets.c.created_at, fleets.c.id)
-            q = q.where(cmp > sa.tuple_(*after) if ascending else cmp < sa.tuple_(*after))
+            bound = sa.tuple_(*(sa.literal(v) for v in after))
+            q = q.where(cmp > bound if ascending else cmp < bound)
         order = (fleets.c.created_at, fleets.c.id)
         q = q.order_by(*(c.asc() if ascending else c.desc() for c in order))
         if limit is not None:

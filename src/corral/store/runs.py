@@ -152,7 +152,8 @@ def _run_filters(
         q = q.where(runs.c.repo_id == repo_id)
     if after is not None:
         cmp = sa.tuple_(runs.c.submitted_at, runs.c.id)
-        q = q.where(cmp > sa.tuple_(*after) if ascending else cmp < sa.tuple_(*after))
+        bound = sa.tuple_(*(sa.literal(v) for v in after))
+        q = q.where(cmp > bound if ascending else cmp < bound)
     order = (runs.c.submitted_at, runs.c.id)
     q = q.order_by(*(c.asc() if ascending else c.desc() for c in order))
     return q.limit(limit) if limit is not None else q

@@ -8,6 +8,8 @@ several server replicas on Postgres can claim work without a leader.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 metadata = sa.MetaData()
@@ -47,7 +49,7 @@ def add_postgres_options() -> None:
             index.dialect_options["postgresql"]["where"] = sa.text(where)
 
 
-def _lease_columns() -> list[sa.Column[object]]:
+def _lease_columns() -> list[sa.Column[Any]]:
     return [
         sa.Column("lock_owner", sa.String(100), nullable=True),
         sa.Column("lock_token", sa.String(36), nullable=True),
