@@ -25,20 +25,25 @@ print(int(sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64"
           and (3, 10) <= sys.version_info[:2] <= (3, 13) and platform.python_implementation() == "CPython"))
 PY
 )
-stamp=.venv/.corral-lock
-want="$(sha256sum "$lock" pyproject.toml | sha256sum | cut -c1-64) $lock"
+# A stamp per lock: the lock's and pyproject.toml's hash when it was last installed here. The dev lock holds every
+# runtime pin (both are exported from the one uv.lock), so installing it stamps both.
+stamp() { echo ".venv/.corral-lock-$(basename "$1" .txt)"; }
+want="$(sha256sum "$lock" pyproject.toml | sha256sum | cut -c1-64)"
 if [ "$supported" = 1 ]; then
-  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  if [ "$(cat "$(stamp "$lock")" 2>/dev/null)" != "$want" ]; then
     echo "== installing from $lock (hashes checked)"
     .venv/bin/python -m pip install -q --require-hashes --no-deps -r "$lock" 2>&1 | quiet_pip
     .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | quiet_pip
     .venv/bin/python -m pip check >/dev/null || { .venv/bin/python -m pip check >&2; exit 1; }
-    echo "$want" >"$stamp"
+    echo "$want" >"$(stamp "$lock")"
+    if [ "$lock" = requirements/dev.txt ]; then
+      sha256sum requirements/runtime.txt pyproject.toml | sha256sum | cut -c1-64 >"$(stamp requirements/runtime.txt)"
+    fi
   fi
 else
   echo "== no lock for $(.venv/bin/python -c 'import platform,sys; print(platform.python_implementation(), sys.version.split()[0], sys.platform, platform.machine())'):" \
        "installing from the ranges in pyproject.toml (the lock covers CPython 3.10-3.13 on Linux x86-64 and arm64)" >&2
-  rm -f "$stamp"
+  rm -f .venv/.corral-lock-*
   .venv/bin/python -m pip install -q -e ".${extra}" 2>&1 | quiet_pip
 fi
 .venv/bin/python -c "import corral" || { echo "corral failed to install" >&2; exit 1; }

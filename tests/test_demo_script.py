@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import socket
 import subprocess
 import threading
 from pathlib import Path
@@ -53,3 +54,22 @@ def test_the_port_variable_is_the_one_the_server_reads() -> None:
         assert "CORRAL_PORT" not in text, path
     assert "CORRAL_SERVER_PORT" in (REPO / "scripts" / "demo.sh").read_text()
     assert '"CORRAL_SERVER_PORT"' in (REPO / "src" / "corral" / "cli" / "main.py").read_text()
+
+
+def test_the_demo_runs_the_example_task_and_prints_only_corral_and_the_job(tmp_path: Path) -> None:
+    """The README's first command, end to end on the embedded default: the server, the example fleet and task,
+    the task's output. With every Python warning on, nothing a dependency says reaches the terminal (asyncssh,
+    imported by the attached apply, warns about DSA at import)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    env.update(HOME=str(tmp_path), CORRAL_SERVER_PORT=str(port), PYTHONWARNINGS="default", TMPDIR=str(tmp_path))
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "demo.sh")], env=env, capture_output=True, text=True, timeout=300
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "Hello from hello-corral (node 0 of 1)" in out and "step 3" in out and "Exited (0)" in out, out
+    assert "Warning" not in out and "DSA" not in out, out
+    assert "Traceback" not in out and "Error" not in out, out

@@ -3,7 +3,9 @@ line (``CORRAL_LOG_FORMAT=json``), at the server's level, with the chatty librar
 
 Events are logged where they happen, by name (``corral.runs``, ``corral.scheduler``, ``corral.instances``,
 ``corral.api`` for refused requests, ``corral.access`` for the access log, ``corral.server`` for start and
-stop); this module only decides how lines look. Standard library only, and cheap: it is on the start path.
+stop); this module only decides how lines look. Python's warnings come through here too (``py.warnings``),
+less the known, harmless ones of dependencies (``corral.known_warnings``). Standard library only, and cheap:
+it is on the start path.
 Imported by the composition root (``corral.server``).
 """
 
@@ -14,6 +16,8 @@ import logging
 import sys
 import time
 from typing import Any
+
+from corral import known_warnings
 
 FORMATS = ("text", "json")
 LEVELS = ("debug", "info", "warning", "error")
@@ -65,4 +69,7 @@ def configure(level: str = "info", fmt: str = "text", stream: Any = None) -> log
     root.setLevel(level.upper())
     for name in QUIET:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+    # Python warnings become log records in this format (a raw warning line would break a JSON log), less the
+    # known, harmless ones from dependencies.
+    known_warnings.capture_for_server()
     return handler

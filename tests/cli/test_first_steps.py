@@ -150,3 +150,27 @@ def test_json_wherever_a_table_is_printed(fake: FakeClient, cli: CLI) -> None:
         ]
     }
     assert "secret-token" not in result.out and "tok" not in result.out
+
+
+#: What a job on a host without iptables reports as its status (the agent's sandbox probe, as the server relays it).
+NO_SANDBOX = "Runs without a sandbox: missing on this host: iptables or nft (install iproute2 and iptables)"
+
+
+def _column(lines: list[str], header: str) -> str:
+    """The words of one column, read top to bottom (up to the next header, or the line's end)."""
+    heads = lines[0].split()
+    start = lines[0].index(header)
+    following = heads.index(header) + 1
+    end = lines[0].index(heads[following], start) if following < len(heads) else None
+    return " ".join(" ".join(line[start:end] for line in lines[1:]).split())
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+@pytest.mark.parametrize("width", [80, 120])
+def test_a_long_status_wraps_and_the_fix_stays_readable(width: int, verbose: bool) -> None:
+    sub = submission("running", job_provisioning_data=JPD, status_message=NO_SANDBOX)
+    runs = [make_run("no-sandbox", "running", sub)]
+    lines = _render(render.runs_table(runs, verbose=verbose, width=width), width)
+    assert all(len(line.rstrip()) <= width for line in lines), "\n".join(lines)
+    assert "…" not in "\n".join(lines)
+    assert _column(lines, "STATUS") == NO_SANDBOX, "\n".join(lines)

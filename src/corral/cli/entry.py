@@ -106,6 +106,6 @@ def serve_if_plain_server(argv: Sequence[str]) -> None:
 def main() -> None:
     """The ``corral`` console script."""
     serve_if_plain_server(sys.argv[1:])
-    from corral.cli.main import main as typer_main
+    from corral.cli.main import main as typer_main  # (which keeps dependencies' warnings out of the output)
 
     typer_main()

@@ -250,6 +250,9 @@ def print_error(exc: Exception) -> int:
 
 def main() -> None:
     """The ``corral`` console script."""
+    from corral import known_warnings
+
+    known_warnings.capture_for_cli()
     sys.exit(run())
 
 

@@ -239,7 +239,7 @@ _RUN_COLUMNS = {
         tf.Column("INSTANCE", style="grey58", drop_rank=4),
         tf.Column("GPU", drop_rank=5),
         tf.Column("PRICE", style="grey58", drop_rank=2),
-        tf.Column("STATUS"),
+        tf.Column("STATUS", wraps=True, min_width=12, narrowest=12),  # a job's message (the sandbox's, say) wraps
         tf.Column("SUBMITTED", style="grey58", drop_rank=1),
     ),
     True: (
@@ -249,7 +249,7 @@ _RUN_COLUMNS = {
         tf.Column("RESOURCES", style="grey58", drop_rank=5, wraps=True, min_width=16),
         tf.Column("INSTANCE TYPE", style="grey58", drop_rank=1),
         tf.Column("PRICE", style="grey58", drop_rank=2),
-        tf.Column("STATUS"),
+        tf.Column("STATUS", wraps=True, min_width=12, narrowest=12),  # a job's message (the sandbox's, say) wraps
         tf.Column("SUBMITTED", style="grey58", drop_rank=6),
         tf.Column("ERROR", wraps=True, min_width=24),
     ),
@@ -364,7 +364,7 @@ def fleets_table(fleets: Sequence[JSON], project: str, verbose: bool = False, wi
         tf.Column("SPOT", style="grey58", drop_rank=1),
         tf.Column("BACKEND", drop_rank=3),
         tf.Column("PRICE", drop_rank=2),
-        tf.Column("STATUS"),
+        tf.Column("STATUS", wraps=True, min_width=12, narrowest=12),  # an instance's health wraps too
         tf.Column("CREATED", style="grey58", drop_rank=6),
     ]
     if show_errors:

@@ -26,6 +26,8 @@ class Column:
     #: Free text (errors, resources): wraps within ``min_width`` and more instead of widening the table.
     wraps: bool = False
     min_width: int = 16
+    #: How narrow a wrapping column may get on a very narrow screen.
+    narrowest: int = 8
 
 
 def plain_width(markup: str) -> int:
@@ -59,9 +61,10 @@ def choose_columns(columns: Sequence[Column], rows: Sequence[dict[str, str]], wi
     widths = {c.header: needed[c.header] for c in kept}
     spare = width - sum(w + PADDING for w in widths.values())
     wrapping = [c.header for c in kept if c.wraps]
-    if spare < 0 and wrapping:  # a very narrow screen: the free text gets narrower still (never under 8)
+    if spare < 0 and wrapping:  # a very narrow screen: the free text gets narrower still (never under `narrowest`)
+        narrowest = {c.header: c.narrowest for c in kept}
         for header in wrapping:
-            cut = min(-spare, widths[header] - 8)
+            cut = min(-spare, widths[header] - narrowest[header])
             if cut > 0:
                 widths[header] -= cut
                 spare += cut
