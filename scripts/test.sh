@@ -1,8 +1,47 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, types, import rules, the agent on Python 3.9 (vermin), the user guide (mkdocs),
 # the dstack YAML corpus, and pytest (which lists every skip and fails on any that is not a platform condition).
+#
+#   scripts/test.sh            the whole suite, from the lock (what CI runs)
+#   scripts/test.sh --fresh    tomorrow's releases: see fresh() below (not part of CI)
+#   scripts/test.sh ARGS...    the whole suite, with ARGS passed to pytest
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The newest releases that pyproject.toml's ranges allow, in a throwaway venv, through the fast part of the suite:
+# ruff, mypy, the import rules, the pure and unit tests and the server-process tests. Every step runs and says
+# pass or FAIL; the packages that moved past the lock are listed first. Run it before scripts/lock.sh --upgrade.
+fresh() {
+  local venv status=0
+  venv=$(mktemp -d)/venv
+  echo "== a throwaway venv with the newest releases the ranges allow ($venv)"
+  "${PYTHON:-python3}" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip setuptools wheel 2>&1 | grep -v "^WARNING: Location" || true
+  "$venv/bin/python" -m pip install -q --upgrade --upgrade-strategy eager -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+  echo "== packages past the lock (requirements/dev.txt -> fresh)"
+  "$venv/bin/python" scripts/fresh_check.py requirements/dev.txt
+  step() {
+    local name=$1; shift
+    if (export PATH="$venv/bin:$PATH"; "$@") >"$venv/../$name.log" 2>&1; then
+      echo "pass  $name"
+    else
+      echo "FAIL  $name (its output: $venv/../$name.log)"; tail -n 15 "$venv/../$name.log" | sed 's/^/      /'; status=1
+    fi
+  }
+  step ruff ruff check src tests benchmarks scripts
+  step mypy mypy
+  step import-rules lint-imports --no-cache
+  step unit-tests python -m pytest -q -p no:cacheprovider tests/domain tests/scheduler tests/config tests/sdk \
+    tests/cli tests/store tests/test_known_warnings.py
+  step server-process python -m pytest -q -p no:cacheprovider tests/e2e/test_server_process.py tests/test_server_startup.py
+  [ "$status" = 0 ] && echo "== fresh: every step passed" || echo "== fresh: some steps FAILED (see above)"
+  return "$status"
+}
+if [ "${1:-}" = "--fresh" ]; then
+  shift
+  fresh
+  exit $?
+fi
 
 # Debian packages the tests use, installed only when missing (CI runs this as root on a fresh machine).
 # SSH fleet tests: sshd for the fake hosts; iproute2 (netns, veth, bridge) and util-linux (unshare).
@@ -39,6 +78,14 @@ install_test_packages
 scripts/bootstrap.sh --dev
 export PATH="$PWD/.venv/bin:$PATH"
 
+# The lock's exports are what uv.lock says (a hand edit of requirements/*.txt, or a forgotten export, fails here).
+same_export() { diff -q <(uv export -q --frozen --no-emit-project "${@:2}" | grep -v "^#") <(grep -v "^#" "$1") >/dev/null; }
+echo "== lock";          uv lock --check --offline -q \
+  || { echo "uv.lock does not match pyproject.toml: run scripts/lock.sh" >&2; exit 1; }
+same_export requirements/runtime.txt --group build \
+  && same_export requirements/dev.txt --extra dev --group build --group lock \
+  && echo "requirements/*.txt are uv.lock's exports" \
+  || { echo "requirements/*.txt differ from uv.lock's exports: run scripts/lock.sh" >&2; exit 1; }
 echo "== ruff";          ruff check src tests benchmarks scripts
 echo "== mypy";          mypy
 echo "== import rules";  lint-imports --no-cache >/dev/null && echo "all contracts kept"

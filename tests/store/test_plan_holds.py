@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 import sqlalchemy as sa
@@ -63,6 +64,13 @@ async def _setup(db: Database, message: str, ended_ago: float, preemptor_project
             )  # fmt: skip
 
 
+@pytest.fixture
+async def db(db_url: str) -> AsyncIterator[Database]:
+    database = await _db(db_url)
+    yield database
+    await database.dispose()  # (its pooled connections closed, not left to the collector)
+
+
 def _place(job_id: str, run_id: str) -> Plan:
     return Plan((Gang(run_id, (Assign(job_id, "i", 1),)),))
 
@@ -70,8 +78,7 @@ def _place(job_id: str, run_id: str) -> Plan:
 WITHIN = "Preempted by run high (a higher-priority run of its project)"
 
 
-async def test_a_held_block_goes_to_its_preemptor_only(db_url: str) -> None:
-    db = await _db(db_url)
+async def test_a_held_block_goes_to_its_preemptor_only(db: Database) -> None:
     await _setup(db, WITHIN, ended_ago=1.0)
     stale = await apply_plan(db, _place("other-0", "other"), time.time(), holds=True)
     assert stale.rejected_runs == ["other"] and not stale.assigned
@@ -79,20 +86,17 @@ async def test_a_held_block_goes_to_its_preemptor_only(db_url: str) -> None:
     assert placed.assigned == ["high-0"]
 
 
-async def test_without_preemption_nothing_is_held(db_url: str) -> None:
-    db = await _db(db_url)
+async def test_without_preemption_nothing_is_held(db: Database) -> None:
     await _setup(db, WITHIN, ended_ago=1.0)
     assert (await apply_plan(db, _place("other-0", "other"), time.time())).assigned == ["other-0"]
 
 
-async def test_a_hold_ends_with_its_bound(db_url: str) -> None:
-    db = await _db(db_url)
+async def test_a_hold_ends_with_its_bound(db: Database) -> None:
     await _setup(db, WITHIN, ended_ago=HOLD_FOR + 1)
     assert (await apply_plan(db, _place("other-0", "other"), time.time(), holds=True)).assigned == ["other-0"]
 
 
-async def test_a_hold_ends_once_its_preemptor_no_longer_waits(db_url: str) -> None:
-    db = await _db(db_url)
+async def test_a_hold_ends_once_its_preemptor_no_longer_waits(db: Database) -> None:
     await _setup(db, WITHIN, ended_ago=1.0)
     async with db.write() as conn:  # the preemptor was stopped (or placed elsewhere)
         await conn.execute(sa.update(jobs).where(jobs.c.id == "high-0").values(status="terminated"))
@@ -100,9 +104,8 @@ async def test_a_hold_ends_once_its_preemptor_no_longer_waits(db_url: str) -> No
 
 
 @pytest.mark.parametrize("named", ["team-b", "main"])
-async def test_a_reclaiming_preemptor_is_found_by_its_project(db_url: str, named: str) -> None:
+async def test_a_reclaiming_preemptor_is_found_by_its_project(db: Database, named: str) -> None:
     """The stop names the reclaiming run's project: only a waiting run of that name in that project holds."""
-    db = await _db(db_url)
     await _setup(db, f"Preempted by run high of project {named} (a project reclaiming its quota)", 1.0, "q")
     result = await apply_plan(db, _place("other-0", "other"), time.time(), holds=True)
     assert result.assigned == ([] if named == "team-b" else ["other-0"])

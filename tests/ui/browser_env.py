@@ -1,9 +1,12 @@
 """What the web UI's browser tests need, installed or found (never skipped): Debian's chromium (apt-get, by
 ``scripts/test.sh``), Playwright for Python (the ``dev`` extra; its own browser download is never used),
-and axe-core's ``axe.min.js`` (``npm pack``, once, into ``~/.cache/corral-tests``)."""
+and axe-core's ``axe.min.js`` (``npm pack`` of a pinned version, its tarball checked against the npm registry's
+integrity hash recorded here, once, into ``~/.cache/corral-tests``)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import shutil
 import subprocess
 import tarfile
@@ -11,6 +14,8 @@ import tempfile
 from pathlib import Path
 
 AXE_VERSION = "4.14.1"
+#: ``npm view axe-core@4.14.1 dist.integrity`` (the registry's SRI hash of the tarball), checked before use.
+AXE_INTEGRITY = "sha512-FHfa+lmNjQZfJz1q8wKqIDwC6DExcHt/pkjNQb09a3NPjCKg2rhu5qb2S4r76ASyFNNtuFooJpZe37OgudVGtQ=="
 CACHE = Path.home() / ".cache" / "corral-tests"
 
 
@@ -39,7 +44,11 @@ def axe_script() -> Path:
         )
         if out.returncode != 0:
             raise RuntimeError(f"npm pack axe-core@{AXE_VERSION} failed: {out.stderr.strip()}")
-        with tarfile.open(Path(tmp) / f"axe-core-{AXE_VERSION}.tgz") as tar:
+        tgz = Path(tmp) / f"axe-core-{AXE_VERSION}.tgz"
+        got = "sha512-" + base64.b64encode(hashlib.sha512(tgz.read_bytes()).digest()).decode()
+        if got != AXE_INTEGRITY:
+            raise RuntimeError(f"axe-core@{AXE_VERSION}'s tarball is {got}, not the pinned {AXE_INTEGRITY}")
+        with tarfile.open(tgz) as tar:
             member = tar.extractfile("package/axe.min.js")
             assert member is not None
             data = member.read()

@@ -87,7 +87,10 @@ async def test_refused_run_options_name_the_field(tmp_path: Path) -> None:
             ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True
         ).stdout.strip()
         other = "3.9" if host != "3.9" else "3.10"
-        r = await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="py-other", python=other))
+        # (a PATH without uv, whichever this machine has: the dev venv's own, say)
+        no_uv = ":".join(d for d in os.environ["PATH"].split(":") if d and not (Path(d) / "uv").exists())
+        body = task_body(["true"], name="py-other", python=other, env={"PATH": no_uv})
+        r = await c.post("/api/project/main/runs/apply", json=body)
         assert r.status_code == 200, r.text
         ok, bad = await finished_run(c, "py-uv"), await finished_run(c, "py-other")
         assert ok["status"] == "done", ok["latest_job_submission"]
