@@ -1,13 +1,15 @@
 """The test suite's skip policy: a test may skip only for a true platform condition, never because a
 component is missing (a test that needs one installs or starts it, or fails saying what is missing).
 
-A platform skip says so in its reason, which starts with ``PLATFORM``: use :func:`platform_skipif`.
+A platform skip says so in its reason, which starts with ``PLATFORM``: use :func:`platform_skipif` (or
+:func:`needs_root`); ``tests/test_skip_policy.py`` fails on a skip spelled any other way.
 ``tests/conftest.py`` loads this module as a pytest plugin: at the end of every run it prints how many
 tests skipped and why, and any other skip fails the run.
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
@@ -19,6 +21,12 @@ PLATFORM = "platform: "
 def platform_skipif(condition: bool, reason: str) -> pytest.MarkDecorator:
     """Skip when ``condition`` holds, for a platform condition (not a missing component) told by ``reason``."""
     return pytest.mark.skipif(condition, reason=PLATFORM + reason)
+
+
+def needs_root(reason: str) -> pytest.MarkDecorator:
+    """Skip unless root (namespaces, the job sandbox, sshd hosts): a platform condition, told by ``reason``. CI
+    runs as root, so these run there; a contributor's non-root run passes or fails on the other tests' merits."""
+    return platform_skipif(os.geteuid() != 0, reason)
 
 
 def skip_reason(report: pytest.TestReport) -> str:

@@ -43,3 +43,21 @@ def test_needs_docker():
     result.stdout.fnmatch_lines(
         ["*skipped: 3*", "*1  no docker", "*1  postgres is not installed", "*FAILED: 2 test(s)*"]
     )
+
+
+def test_every_skip_in_the_suite_goes_through_the_policy() -> None:
+    """No test spells a skip of its own (``pytest.mark.skipif``, ``pytest.skip``, ``importorskip``): each uses
+    ``platform_skipif`` or ``needs_root``, so a non-root run skips only for platform reasons, saying so."""
+    import re
+    from pathlib import Path
+
+    spelled = re.compile(r"pytest\.(mark\.skipif|skip\(|importorskip)")
+    here = Path(__file__).parent
+    found = [
+        f"{path.relative_to(here)}:{n}"
+        for path in sorted(here.rglob("*.py"))
+        if path.name not in ("skip_policy.py", "test_skip_policy.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if spelled.search(line)
+    ]
+    assert not found, f"skips outside the policy (use skip_policy.platform_skipif or needs_root): {found}"

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from corral.agent import launcher_server, sandbox
+from skip_policy import needs_root
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root (CI runs as root)")
+pytestmark = needs_root("the sandbox needs root (CI runs as root)")
 
 
 @pytest.fixture

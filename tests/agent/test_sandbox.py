@@ -23,8 +23,9 @@ from agent_harness import AgentProc, cleanup, start_agent
 
 from corral.agent import procs, sandbox, sandbox_net
 from corral.agent.zipapp import build_zipapp
+from skip_policy import needs_root
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root (CI runs as root)")
+pytestmark = needs_root("the sandbox needs root (CI runs as root)")
 
 BRIDGE = "corral0"
 

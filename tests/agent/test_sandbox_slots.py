@@ -19,8 +19,9 @@ import pytest
 
 from corral.agent import sandbox, sandbox_net
 from corral.agent.sandbox_spare import SPARE_JOB
+from skip_policy import needs_root
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root (CI runs as root)")
+pytestmark = needs_root("the sandbox needs root (CI runs as root)")
 
 
 @pytest.fixture

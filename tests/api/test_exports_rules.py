@@ -7,14 +7,13 @@ project's own backends or through a local fleet exported to the project."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from server_harness import RunningServer, fleet_body, make_settings, running_server, task_body, wait_for
+from skip_policy import needs_root
 
 
 async def _user(admin: httpx.AsyncClient, name: str, **roles: str) -> str:
@@ -192,7 +191,7 @@ async def test_without_a_sandbox_a_queued_run_never_lands_on_a_local_fleet_expor
         assert "run jobs without a sandbox on this server" in runs["sneak"]["termination_reason_message"]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="platform: the sandbox needs root (CI runs as root)")
+@needs_root("the sandbox needs root (CI runs as root)")
 async def test_a_member_of_the_importing_project_runs_on_the_exported_fleet(tmp_path: Path) -> None:
     async with running_server(make_settings(tmp_path, sandbox="on")) as s:
         tokens = await _setup(s)

@@ -19,7 +19,9 @@ import httpx
 import pytest
 from dstack_client_env import CorralServer, DstackCli, cli_env, corral_server, short_home
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="platform: the job sandbox needs root (CI runs as root)")
+from skip_policy import needs_root
+
+pytestmark = needs_root("the job sandbox needs root (CI runs as root)")
 TOKEN = "e2e-services-token-0123456789"
 RESOURCES = "resources:\n  cpu: 1..\n  memory: 0.1GB..\n  disk: 1GB..\n"
 APP = (

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,9 +23,10 @@ import pytest
 import pytest_asyncio
 
 from server_harness import RunningServer, fleet_body, get_run, make_settings, running_server, wait_for
+from skip_policy import needs_root
 
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="platform: the job sandbox needs root (CI runs as root)"),
+    needs_root("the job sandbox needs root (CI runs as root)"),
     pytest.mark.asyncio(loop_scope="module"),
 ]
 APP = base64.b64encode((Path(__file__).parent / "replica_app.py").read_bytes()).decode()

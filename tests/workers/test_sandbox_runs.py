@@ -6,12 +6,10 @@ without a sandbox admitting only global admins' runs."""
 from __future__ import annotations
 
 import base64
-import os
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from server_harness import (
     RunningServer,
@@ -23,8 +21,9 @@ from server_harness import (
     task_body,
     wait_for,
 )
+from skip_policy import needs_root
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox needs root (CI runs as root)")
+pytestmark = needs_root("the sandbox needs root (CI runs as root)")
 
 
 async def _logs(c: httpx.AsyncClient, run_name: str, submission_id: str) -> str:
