@@ -4,11 +4,11 @@ project made through the API has no backend, so its fleet gets no instance and t
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
 
+from corral.workers.scheduling import Scheduling
 from server_harness import RunningServer, fleet_body, task_body, wait_for
 
 
@@ -54,7 +54,7 @@ async def test_a_plain_user_cannot_run_code_on_the_server_host(server: RunningSe
         assert job["job_provisioning_data"] is None  # never placed on any host
         logs = await c.post("/api/project/mine/logs/poll", json={"run_name": "steal", "job_submission_id": job["id"]})
         assert logs.status_code == 200 and logs.json()["logs"] == []
-        await asyncio.sleep(0.3)  # a scheduler pass that would provision something has had its chance
+        await Scheduling(server.ctx).pass_once()  # a scheduling pass, run here: it provisions nothing
         assert (await c.post("/api/instances/list", json={})).json() == []
         fleets = (await c.post("/api/project/mine/fleets/list", json={})).json()
         assert [f["instances"] for f in fleets] == [[]]

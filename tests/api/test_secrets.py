@@ -15,6 +15,7 @@ import httpx
 import sqlalchemy as sa
 
 from corral.store.tables import secrets
+from corral.workers.scheduling import Scheduling
 from server_harness import (
     RunningServer,
     finished_run,
@@ -208,7 +209,7 @@ async def test_references_are_checked_at_apply_and_a_deleted_secret_ends_the_wai
         await wait_for(lambda: _status(c, "holder", "running"), timeout=30)
         waiting = task_body(["echo never"], name="waiting", env={"T": "${{ secrets.tok }}"})
         assert (await c.post(f"{P}/runs/apply", json=waiting)).status_code == 200
-        await asyncio.sleep(0.5)
+        await Scheduling(s.ctx).pass_once()  # a scheduling pass, run here: the job waits for the instance
         assert (await get_run(c, "waiting"))["status"] == "submitted"
         assert (await c.post(f"{P}/secrets/delete", json={"secrets_names": ["tok"]})).status_code == 200
         await c.post(f"{P}/runs/stop", json={"runs_names": ["holder"], "abort": True})

@@ -4,7 +4,6 @@ changes, proxy jump, and delete cleanup. The server runs in-process; everything 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from ssh_harness import (
     submit,
 )
 
+from corral.workers.scheduling import Scheduling
 from fakehosts import FakeHosts
 from server_harness import RunningServer, wait_for
 
@@ -167,7 +167,7 @@ async def test_host_lost_mid_job_then_back(server: RunningServer, hosts: FakeHos
         assert "unreachable" in out, out
         # A new task waits instead of going to the lost host.
         await submit(c, "after", ["hostname"])
-        await asyncio.sleep(1.5)
+        await Scheduling(server.ctx).pass_once()  # a scheduling pass, run here: it does not place the job
         assert (await run_get(c, "after"))["status"] == "submitted"
 
         hosts.revive("cpu1")  # a reboot without systemd: corral starts the agent again and uses the host

@@ -56,7 +56,10 @@ async def test_one_watcher_for_every_connection(monkeypatch: pytest.MonkeyPatch)
             u()
     first, second = untrack["busy"]
     first()  # it counted: closing it is activity too
-    await asyncio.sleep(0.05)
+    for _ in range(500):
+        if len(seen) >= 2:
+            break
+        await asyncio.sleep(0.01)
     assert seen[-1] == ["busy"] and len(seen) == 2
     second()
     await asyncio.sleep(0.05)

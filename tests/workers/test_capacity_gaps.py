@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -12,6 +13,7 @@ import httpx
 import sqlalchemy as sa
 
 from corral.store.tables import instances, jobs
+from corral.workers.scheduling import Scheduling
 from server_harness import RunningServer, fleet_body, make_settings, running_server, task_body, wait_for
 
 
@@ -24,6 +26,11 @@ def _status_is(c: httpx.AsyncClient, name: str, *statuses: str) -> Callable[[], 
         return (await _run(c, name))["status"] in statuses
 
     return check
+
+
+async def _instance_statuses(s: RunningServer) -> list[str]:
+    async with s.ctx.db.read() as conn:
+        return [r.status for r in (await conn.execute(sa.select(instances.c.status))).all()]
 
 
 class Sampler:
@@ -72,8 +79,11 @@ async def test_terminating_instance_counts_until_backend_confirms(tmp_path: Path
             r = await c.post("/api/project/main/fleets/delete_instances", json={"name": "fl", "instance_nums": [0]})
             assert r.status_code == 200
             await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="second"))
-            await asyncio.sleep(1.0)
-            assert (await _run(c, "second"))["status"] == "submitted"  # waits: the old one still counts
+            # A scheduling pass while the old instance's termination is unconfirmed (it takes 2 s) leaves the job
+            # waiting: the old one still counts.
+            await Scheduling(s.ctx).pass_once()
+            assert (await _run(c, "second"))["status"] == "submitted"
+            assert await _instance_statuses(s) == ["terminating"], "the pass ran before the backend confirmed"
             await wait_for(_status_is(c, "second", "done"), timeout=30)
         assert max(sampler.samples) <= 1
         assert len(sampler.ids) == 2  # a new instance only after the old one was confirmed gone
@@ -178,7 +188,8 @@ async def test_retry_rules(tmp_path: Path) -> None:
         }
         for name, (extra, _) in cases.items():
             await c.post("/api/project/main/runs/apply", json=task_body(["true"], name=name, **extra))
-        await asyncio.sleep(1.0)
+        submitted = time.monotonic()
+        await Scheduling(s.ctx).pass_once()  # the pass that decides each one, run here before asserting
         for name, (_, expected) in cases.items():
             if expected == "failed":
                 await wait_for(_status_is(c, name, "failed"))
@@ -186,9 +197,9 @@ async def test_retry_rules(tmp_path: Path) -> None:
                 assert sub["termination_reason_message"].startswith("Fleet is at capacity: "), name
             else:
                 assert (await _run(c, name))["status"] == "submitted", name
-        # The bounded wait runs out (a safety-net pass notices; the test's interval is 60 s, so wake it).
-        await asyncio.sleep(1.5)
-        s.ctx.wakeups.wake("scheduler")
+        # The bounded wait runs out (a safety-net pass notices; the test's interval is 60 s, so run one).
+        await asyncio.sleep(max(0.0, submitted + 2.2 - time.monotonic()))
+        await Scheduling(s.ctx).pass_once()
         await wait_for(_status_is(c, "no-capacity-2s", "failed"))
         msg = (await _run(c, "no-capacity-2s"))["latest_job_submission"]["termination_reason_message"]
         assert "retry duration" in msg
@@ -212,8 +223,6 @@ async def test_waiting_writes_nothing(tmp_path: Path) -> None:
                 return [tuple(r) for r in (await conn.execute(sa.select(jobs).order_by(jobs.c.id))).all()]
 
         before = await snapshot()
-        from corral.workers.scheduling import Scheduling
-
         sched = Scheduling(s.ctx)
         for _ in range(5):
             result = await sched.pass_once()
