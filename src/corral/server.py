@@ -126,11 +126,11 @@ async def prepare(settings: Settings) -> Prepared:
     from corral.backends.ssh import SSHCompute
     from corral.backends.ssh_secrets import KeyOpener
     from corral.config.server_config import load_server_config
+    from corral.context import Context
     from corral.services import accounts
     from corral.store.db import Database
     from corral.store.encryption import cipher_for
     from corral.store.migrate import upgrade
-    from corral.workers.context import Context
     from corral.workers.runtime import Workers
 
     server_config = load_server_config(settings.server_dir / "config.yml")

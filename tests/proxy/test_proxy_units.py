@@ -15,12 +15,12 @@ import httpx
 import pytest
 
 from corral.backends.http1 import Http1Error, Response, iter_body, read_response
+from corral.context import Wakeups
 from corral.domain.telemetry import Telemetry
 from corral.proxy.app import ServiceProxy
 from corral.proxy.balancer import Balancer
 from corral.proxy.cache import Cache
 from corral.settings import Settings
-from corral.workers.context import Wakeups
 from server_harness import free_port
 
 

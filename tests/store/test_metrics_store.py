@@ -7,13 +7,13 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from corral.context import Context
 from corral.domain.metrics import MetricsPoint, retention_cutoffs
 from corral.settings import Settings
 from corral.store import metrics as m
 from corral.store import tables as t
 from corral.store.db import Database
 from corral.store.migrate import upgrade
-from corral.workers.context import Context
 from corral.workers.metrics_retention import MetricsRetention
 
 S = 1_000_000  # µs

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from corral.context import Context
 from corral.domain.records import InstanceRec, JobRec, RunRec
 from corral.scheduler.types import Assign, Gang, Plan
 from corral.settings import Settings
@@ -30,7 +31,6 @@ from corral.store.migrate import upgrade
 from corral.store.plan_apply import apply_plan
 from corral.store.plan_result import JobLease
 from corral.store.tables import fleets, instances, jobs, runs
-from corral.workers.context import Context
 from corral.workers.jobs import Jobs
 from store_rows import admin_and_project
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from corral.context import Context, Wakeups
 from corral.settings import Settings
 from corral.store import run_states
 from corral.store.db import Database
 from corral.store.migrate import upgrade
 from corral.store.tables import jobs, runs
-from corral.workers.context import Context, Wakeups
 from corral.workers.runs import Runs
 from store_rows import admin_and_project
 

@@ -23,7 +23,7 @@ from corral.api.routes_repos import router as repos_router
 from corral.api.routes_secrets import router as secrets_router
 from corral.api.routes_volumes import router as volumes_router
 from corral.api.routing import RouteTable, starlette_routes
-from corral.workers.context import Context
+from corral.context import Context
 
 TABLES: tuple[RouteTable, ...] = (
     accounts_router,

@@ -20,11 +20,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from corral import DSTACK_API_VERSION
 from corral.api.body import PayloadTooLarge, read_json
 from corral.api.routing import RequestValidationError
+from corral.context import Context
 from corral.domain.documents import json_default
 from corral.domain.records import ProjectRec, UserRec
 from corral.services import accounts
 from corral.services.errors import AccessDenied, Forbidden, InvalidConfiguration, ProjectNotFound, ServiceError
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.api")
 access = logging.getLogger("corral.access")

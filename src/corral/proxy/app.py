@@ -27,6 +27,7 @@ import orjson
 
 from corral.backends.http1 import LAST_CHUNK, Http1Error, chunk, iter_body, read_response, request_head
 from corral.backends.replica_port import open_replica
+from corral.context import Context
 from corral.domain.telemetry import Telemetry
 from corral.proxy.balancer import Balancer
 from corral.proxy.cache import Cache
@@ -36,7 +37,6 @@ from corral.proxy.pool import Conn, Pool, close
 from corral.proxy.stats import RequestCounter
 from corral.services import service_routing
 from corral.services.service_routing import Replica, Route
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.proxy")
 PREFIX = "/proxy/services/"

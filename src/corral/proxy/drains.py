@@ -14,8 +14,8 @@ import logging
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
+from corral.context import Context
 from corral.services import service_drains
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.proxy")
 

@@ -10,8 +10,8 @@ import contextlib
 import logging
 import time
 
+from corral.context import Context
 from corral.services import service_stats
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.proxy")
 

@@ -15,12 +15,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from corral.config.aws_backend import AWSBackendConfig
+from corral.context import Context
 from corral.domain.records import ProjectRec
 from corral.services import cloud_backends
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError
 from corral.store import accounts as account_store
 from corral.store import project_state
-from corral.workers.context import Context
 
 CLOUD_TYPES = ("aws",)
 MASK = "********"

@@ -14,6 +14,7 @@ from typing import Any
 
 import sqlalchemy.exc
 
+from corral.context import Context
 from corral.domain import access
 from corral.domain.records import ProjectRec, UserRec
 from corral.services import input_rules
@@ -23,7 +24,6 @@ from corral.store import exports as store
 from corral.store import fleets as fleet_store
 from corral.store import project_state
 from corral.store.exports import ExportRec
-from corral.workers.context import Context
 
 
 def export_json(e: ExportRec) -> dict[str, Any]:

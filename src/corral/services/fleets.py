@@ -12,6 +12,7 @@ import sqlalchemy.exc
 from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
+from corral.context import Context
 from corral.domain.access import backend_types, usable_computes
 from corral.domain.events import fleet_target
 from corral.domain.fleets import without_ssh_keys
@@ -28,7 +29,6 @@ from corral.store import events
 from corral.store import fleets as store
 from corral.store.encryption import cipher_for
 from corral.store.fleets import dump
-from corral.workers.context import Context
 
 _ADJ = (
     "brave",

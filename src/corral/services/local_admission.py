@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.context import Context
 from corral.domain.records import ProjectRec, UserRec
 from corral.scheduler.types import FleetSlot
 from corral.services.errors import ServiceError
 from corral.store import fleets as fleet_store
-from corral.workers.context import Context
 
 
 def reaches_local(fleet: FleetSlot) -> bool:

@@ -6,12 +6,12 @@ import base64
 from datetime import datetime
 from typing import Any
 
+from corral.context import Context
 from corral.domain.records import ProjectRec
 from corral.domain.times import epoch_seconds
 from corral.services.errors import ResourceNotExists, ServiceError
 from corral.services.serialize import iso
 from corral.store import runs as store
-from corral.workers.context import Context
 
 _SOURCES = {0: "stdout", 1: "stderr"}
 

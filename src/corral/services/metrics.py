@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from corral.context import Context
 from corral.domain.metrics import JobResources, job_series
 from corral.domain.records import JobRec, ProjectRec
 from corral.schemas.requests import JobMetricsQuery
@@ -17,7 +18,6 @@ from corral.services.errors import ResourceNotExists
 from corral.services.serialize import iso
 from corral.store import metrics as metrics_store
 from corral.store import runs as run_store
-from corral.workers.context import Context
 
 
 def _micro(value: datetime | None) -> int | None:

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from corral.context import Context
 from corral.domain.records import ProjectRec
-from corral.workers.context import Context
 
 if TYPE_CHECKING:
     from corral.scheduler.types import FleetSlot, Offer, QueuedJob

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.context import Context
 from corral.domain.telemetry import Family, render
 from corral.store import prometheus as store
-from corral.workers.context import Context
 
 _INSTANCE = (
     ("dstack_instance_duration_seconds_total", "counter", "Total seconds the instance is running"),

@@ -8,9 +8,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.context import Context
 from corral.domain.records import ProjectRec
 from corral.services.errors import ServiceError
-from corral.workers.context import Context
 
 
 async def check(ctx: Context, project: ProjectRec, nodes: int, job_spec: dict[str, Any] | None) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.context import Context
 from corral.domain import quotas as q
 from corral.domain.records import ProjectRec, UserRec
 from corral.scheduler.quota_gate import QUOTA_WAIT_PREFIX
@@ -17,7 +18,6 @@ from corral.store import accounts as account_store
 from corral.store import quotas as store
 from corral.store import snapshot as snapshot_store
 from corral.store.db import Database
-from corral.workers.context import Context
 
 #: Why a run waits, as ``scheduling/queue`` names it.
 REASONS = ("quota", "capacity", "fair_share", "gang")

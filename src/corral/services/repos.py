@@ -21,6 +21,7 @@ import time
 import uuid
 from typing import Any
 
+from corral.context import Context
 from corral.domain.events import Target, project_target
 from corral.domain.records import ProjectRec, UserRec
 from corral.schemas import requests as rq
@@ -28,7 +29,6 @@ from corral.services.errors import ResourceNotExists, ServiceError
 from corral.store import events
 from corral.store import repos as store
 from corral.store.encryption import EncryptionError, cipher_for
-from corral.workers.context import Context
 
 HASH_RE = re.compile(r"^[0-9a-f]{64}$")
 VIRTUAL_REPO_ID = "none"

@@ -12,6 +12,7 @@ from typing import Any
 
 import sqlalchemy.exc
 
+from corral.context import Context
 from corral.domain.events import job_target, run_target
 from corral.domain.records import ProjectRec, UserRec
 from corral.services import (
@@ -32,7 +33,6 @@ from corral.services.runs import SUPPORTED_TYPES, nodes_count, normalize_run_spe
 from corral.store import events, run_secrets
 from corral.store import runs as store
 from corral.store.fleets import dump
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.runs")
 

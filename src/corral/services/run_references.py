@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.context import Context
 from corral.domain.interpolation import InterpolationError, interpolate, references
 from corral.domain.records import ProjectRec
 from corral.services import secrets
 from corral.services.errors import ServiceError
-from corral.workers.context import Context
 
 
 def referencing_fields(configuration: dict[str, Any]) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ import orjson
 from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
+from corral.context import Context
 from corral.domain.documents import json_default
 from corral.domain.events import run_target
 from corral.domain.records import ProjectRec, UserRec
@@ -35,7 +36,6 @@ from corral.services.job_specs import job_specs
 from corral.services.plan_verdict import plan_screen
 from corral.store import events, run_secrets
 from corral.store import runs as store
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.runs")
 SUPPORTED_TYPES = ("task", "service", "dev-environment")

@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
+from corral.context import Context
 from corral.domain import access
 from corral.domain.events import secret_target
 from corral.domain.records import ProjectRec, UserRec
@@ -25,7 +26,6 @@ from corral.store import accounts as account_store
 from corral.store import events
 from corral.store import secrets as store
 from corral.store.encryption import Cipher, open_sealed
-from corral.workers.context import Context
 
 NAME_REGEX = "^[A-Za-z0-9-_]{1,200}$"
 _NAME = re.compile(NAME_REGEX)

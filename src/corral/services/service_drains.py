@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from corral.context import Context
 from corral.store import service_drains as store
-from corral.workers.context import Context
 
 
 async def hold(ctx: Context, job_id: str) -> bool:

@@ -4,11 +4,11 @@ these are its cache misses."""
 
 from __future__ import annotations
 
+from corral.context import Context
 from corral.services import accounts
 from corral.services.errors import Forbidden, ProjectNotFound, ServiceError
 from corral.store import service_replicas
 from corral.store.service_replicas import Replica, Route
-from corral.workers.context import Context
 
 __all__ = ["Replica", "Route", "is_member", "models", "route"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from corral.context import Context
 from corral.store import service_scaling as store
-from corral.workers.context import Context
 
 
 async def record(ctx: Context, counts: Sequence[tuple[str, int, int]], wake: bool = False) -> None:

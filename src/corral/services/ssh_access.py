@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from corral.backends.base import AgentEndpoint
+from corral.context import Context
 from corral.domain.records import JobRec, LogRec, RunRec
 from corral.store import accounts as account_store
 from corral.store import fleets as fleet_store
 from corral.store import public_keys as key_store
 from corral.store import runs as run_store
 from corral.store import ssh_sessions as ssh_session_store
-from corral.workers.context import Context
 
 #: How long after its job ended a job's endpoint still answers (for ``/logs_ws`` to its close), as
 #: dstack's runner waits for its log consumers.

@@ -18,6 +18,7 @@ import sqlalchemy.exc
 from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
+from corral.context import Context
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.volumes import ACTIVE, VolumeRec, placement, refuse_delete, volume_names
 from corral.services import input_rules, serialize
@@ -25,7 +26,6 @@ from corral.services.errors import ResourceExists, ResourceNotExists, ServiceErr
 from corral.services.fleets import random_name
 from corral.store import project_state
 from corral.store import volumes as store
-from corral.workers.context import Context
 
 #: The backends corral makes volumes on.
 VOLUME_BACKENDS = ("aws",)

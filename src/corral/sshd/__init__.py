@@ -6,6 +6,6 @@ job's agent (:mod:`corral.sshd.sessions`: exec, shell with a pty, sftp and scp t
 sftp-server, forwarded connections) and the job's ``/logs_ws`` websocket (:mod:`corral.sshd.logs_ws`).
 
 It is an edge, like ``api/``: it may import ``services`` (who may log in, which job, its output),
-``backends`` (the channel to the agent), ``workers.context`` (the shared context), ``settings`` and
+``backends`` (the channel to the agent), ``context`` (the application context), ``settings`` and
 asyncssh -- never ``store`` directly. Nothing here is imported on the server's start path.
 """

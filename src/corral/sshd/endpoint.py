@@ -27,12 +27,12 @@ from typing import Any
 
 import asyncssh
 
+from corral.context import Context
 from corral.domain import inactivity
 from corral.services import ssh_access
 from corral.services.ssh_access import JobAccess
 from corral.sshd import logs_ws
 from corral.sshd.sessions import JobSession, pipe_both, relay_port
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.sshd")
 

@@ -17,8 +17,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from corral.context import Context
 from corral.services import ssh_access
-from corral.workers.context import Context
 
 _GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 POLL_S = 0.2

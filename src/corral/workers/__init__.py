@@ -1,5 +1,5 @@
 """Reconcilers that drive state forward: schedule -> provision -> drive jobs -> reap.
 Each one loads, decides (pure), acts (no transaction open) and applies (short transaction).
 
-May import: corral.domain, corral.scheduler, corral.store, corral.backends, corral.settings.
+May import: corral.domain, corral.scheduler, corral.store, corral.backends, corral.context, corral.settings.
 """

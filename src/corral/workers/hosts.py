@@ -22,10 +22,10 @@ from collections.abc import Callable
 
 from corral.backends.agent_client import AgentClient, AgentClientError
 from corral.backends.base import AgentEndpoint
+from corral.context import Context
 from corral.domain.records import InstanceRec
 from corral.store import fleets as fleet_store
 from corral.store import runs as run_store
-from corral.workers.context import Context
 from corral.workers.interruptions import Interruptions
 
 log = logging.getLogger("corral.hosts")

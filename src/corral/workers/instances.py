@@ -12,6 +12,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 from corral.backends.base import AgentEndpoint, Compute, Provisioned, ProvisioningError
+from corral.context import Context
 from corral.domain.events import instance_target
 from corral.domain.fleets import nodes_bounds, stuck_message
 from corral.domain.records import InstanceRec
@@ -23,7 +24,6 @@ from corral.store.encryption import seal
 from corral.store.events import EXPIRED_BATCH, delete_expired, emit, tracked_update
 from corral.store.fleets import dump
 from corral.store.tables import instances, jobs
-from corral.workers.context import Context
 from corral.workers.gangs import Gangs
 from corral.workers.orphans import OrphanReaper
 from corral.workers.seal_at_rest import seal_stored_secrets

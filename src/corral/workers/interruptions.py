@@ -17,11 +17,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from corral.context import Context
 from corral.domain.events import instance_target
 from corral.store import fleets as fleet_store
 from corral.store.events import emit, tracked_update
 from corral.store.tables import instances, jobs
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.interruptions")
 

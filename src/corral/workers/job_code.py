@@ -17,10 +17,10 @@ from typing import Any
 
 from corral.agent.protocol import FileArchiveRef, RepoCheckout
 from corral.backends.agent_client import AgentClient
+from corral.context import Context
 from corral.domain.records import JobRec, RunRec
 from corral.store import repos as store
 from corral.store.encryption import EncryptionError, cipher_for
-from corral.workers.context import Context
 
 
 class JobCodeError(Exception):

@@ -20,6 +20,7 @@ from typing import Any
 
 from corral.agent.protocol import JobState, LogsReply
 from corral.backends.agent_client import LOGS_LIMIT, AgentClient, AgentError, AgentUnreachable
+from corral.context import Context
 from corral.domain import inactivity
 from corral.domain.log_masking import LogMasker
 from corral.domain.records import InstanceRec, JobRec
@@ -28,7 +29,6 @@ from corral.store import runs as run_store
 from corral.store.preemption import PREEMPTED
 from corral.store.run_secrets import opened_auth
 from corral.workers import job_metrics, job_secrets, job_utilization
-from corral.workers.context import Context
 from corral.workers.job_leases import JobLeases
 from corral.workers.job_outcomes import JobOutcomes, Tail
 from corral.workers.job_poll import logs_unless_poked, poll_unless_poked

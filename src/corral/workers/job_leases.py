@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 
+from corral.context import Context
 from corral.store import leases
 from corral.store.tables import jobs as jobs_table
-from corral.workers.context import Context
 
 
 class JobLeases:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.agent.protocol import JobState
+from corral.context import Context
 from corral.domain.metrics import MetricsPoint
 from corral.domain.records import JobRec
 from corral.store import fleets as fleet_store
@@ -23,7 +24,6 @@ from corral.store import runs as run_store
 from corral.store.fleets import dump
 from corral.store.tables import jobs as jobs_table
 from corral.workers import job_metrics
-from corral.workers.context import Context
 from corral.workers.job_container import with_agent_state
 
 

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from corral.context import Context
 from corral.domain.interpolation import InterpolationError, interpolate, secret_names
 from corral.store import secrets as store
 from corral.store.encryption import open_sealed
-from corral.workers.context import Context
 
 
 @dataclass(frozen=True)

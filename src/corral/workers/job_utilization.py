@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from corral.context import Context
 from corral.domain import utilization
 from corral.domain.records import JobRec
 from corral.store import metrics as metrics_store
 from corral.store import runs as run_store
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.jobs")
 

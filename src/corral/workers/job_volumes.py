@@ -13,10 +13,10 @@ import time
 from corral.agent.protocol import NetworkMount
 from corral.backends.aws import ec2
 from corral.backends.aws import volumes as ebs
+from corral.context import Context
 from corral.domain.records import InstanceRec, JobRec
 from corral.domain.volumes import network_mounts
 from corral.store import volumes as store
-from corral.workers.context import Context
 from corral.workers.volumes import Volumes
 
 ATTACH_WAIT_S = 120.0

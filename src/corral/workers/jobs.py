@@ -20,6 +20,7 @@ from typing import Any
 from corral.agent.protocol import JobState, JobSubmission
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
 from corral.backends.base import AgentEndpoint
+from corral.context import Context
 from corral.domain import inactivity
 from corral.domain.interpolation import InterpolationError
 from corral.domain.node_groups import addresses_view, fill_refs
@@ -29,7 +30,6 @@ from corral.store import runs as run_store
 from corral.store.fleets import dump
 from corral.store.run_secrets import opened_auth
 from corral.workers import job_secrets, job_utilization, job_volumes
-from corral.workers.context import Context
 from corral.workers.job_code import JobCodeError, job_code, push_blobs
 from corral.workers.job_container import apply_container, runtime_data, with_agent_state
 from corral.workers.job_follower import JobFollowing, Started, known_state

@@ -11,9 +11,9 @@ import asyncio
 import logging
 import time
 
+from corral.context import Context
 from corral.domain.metrics import retention_cutoffs
 from corral.store import metrics as metrics_store
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.workers")
 

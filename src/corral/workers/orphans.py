@@ -16,8 +16,8 @@ import sqlalchemy as sa
 
 from corral.backends.aws.catalog import load as load_catalog
 from corral.backends.aws.gang_cleanup import sweep_groups
+from corral.context import Context
 from corral.store.tables import instances, projects
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.orphans")
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from corral.backends.http1 import Http1Error, simple_request
 from corral.backends.replica_port import open_replica
+from corral.context import Context
 from corral.domain.probes import Streak, due, effective_probes, readiness
 from corral.store import service_replicas as store
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.probes")
 #: How long a connection to a replica's port must stay open to count as accepted (a sandbox's relay

@@ -17,9 +17,9 @@ from functools import partial
 from operator import attrgetter, is_
 from typing import Any
 
+from corral.context import Context
 from corral.domain.records import FleetRec
 from corral.scheduler.types import Offer, QueuedJob
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.reservations")
 

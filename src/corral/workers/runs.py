@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import sqlalchemy.exc
 
+from corral.context import Context
 from corral.domain.cron import next_trigger
 from corral.domain.retry import Submission, Verdict, needs_retry_evaluation, resubmit_at, retry_duration, verdict
 from corral.domain.statuses import (
@@ -26,7 +27,6 @@ from corral.domain.statuses import (
 from corral.store import resubmit as resubmit_store
 from corral.store import run_states
 from corral.store import runs as run_store
-from corral.workers.context import Context
 from corral.workers.service_health import is_service, plan_service
 
 log = logging.getLogger("corral.runs")

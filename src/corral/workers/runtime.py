@@ -6,8 +6,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from corral.context import Context
 from corral.store.notify import PgNotifier
-from corral.workers.context import Context
 from corral.workers.hosts import Hosts
 from corral.workers.instances import Instances
 from corral.workers.jobs import Jobs

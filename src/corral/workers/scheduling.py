@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from corral import config  # lazy: the models load on first use, not at start-up
+from corral.context import Context
 from corral.domain.access import usable_computes
 from corral.domain.fleets import fleet_blocks, fleet_placement, nodes_bounds
 from corral.domain.records import FleetRec
@@ -46,7 +47,6 @@ from corral.store.plan_apply import apply_plan
 from corral.store.plan_result import ApplyResult, JobLease
 from corral.store.queue_reader import QueueChange, QueueReader
 from corral.store.snapshot import QueueRow
-from corral.workers.context import Context
 from corral.workers.reserved_offers import ReservedOffers
 from corral.workers.scheduling_passes import PassChoice
 from corral.workers.scheduling_preemption import Preempter

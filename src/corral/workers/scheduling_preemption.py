@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from corral.context import Context
 from corral.domain.quotas import QuotaPolicy
 from corral.scheduler.holds import HOLD_FOR, holds_for
 from corral.scheduler.preemption import Settings, choose
@@ -20,7 +21,6 @@ from corral.scheduler.preemption_room import freed_since
 from corral.scheduler.schedule import schedule
 from corral.scheduler.types import Hold, Plan, QueuedJob, Snapshot
 from corral.store import preemption as store
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.scheduler")
 

@@ -30,10 +30,10 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
+from corral.context import Context
 from corral.store.encryption import SEALED_PREFIX, Cipher, is_sealed, seal
 from corral.store.fleets import dump
 from corral.store.tables import instances, projects, users
-from corral.workers.context import Context
 from corral.workers.seal_run_specs import seal_run_specs
 from corral.workers.ssh_keys import seal_stored_keys
 

@@ -18,11 +18,11 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
+from corral.context import Context
 from corral.store.fleets import dump
 from corral.store.run_secrets import sealed_job_spec, sealed_run_spec
 from corral.store.server_state import get_state, set_state
 from corral.store.tables import jobs, runs
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.secrets")
 

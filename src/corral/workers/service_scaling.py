@@ -27,13 +27,13 @@ from typing import Any
 import orjson
 import sqlalchemy.exc
 
+from corral.context import Context
 from corral.domain.autoscaling import DEFAULT_WINDOW, Scaling, desired_count
 from corral.domain.retry import needs_retry_evaluation
 from corral.domain.rollout import Phase, ReplicaView, allocate_numbers, decide_group
 from corral.store import service_drains
 from corral.store import service_scaling as store
 from corral.store.service_scaling import JobView, ServiceState
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.services")
 #: Fields of a job spec that differ between replicas of one deployment.

@@ -20,11 +20,11 @@ import orjson
 import sqlalchemy as sa
 
 from corral.backends.ssh_secrets import is_sealed, seal_connection, seal_spec
+from corral.context import Context
 from corral.domain.ssh_keys import connection_private_keys, spec_private_keys
 from corral.store.encryption import Cipher, cipher_for
 from corral.store.fleets import dump
 from corral.store.tables import fleets, instances
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.ssh")
 

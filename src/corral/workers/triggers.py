@@ -15,8 +15,8 @@ import logging
 import time
 from collections.abc import Sequence
 
+from corral.context import Context
 from corral.store import triggers as store
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.triggers")
 

@@ -15,13 +15,13 @@ from typing import Any
 
 from corral.backends.aws import ec2
 from corral.backends.aws import volumes as ebs
+from corral.context import Context
 from corral.domain.statuses import JobStatus
 from corral.domain.volumes import ACTIVE, FAILED, VolumeRec, next_step
 from corral.store import leases
 from corral.store import runs as run_store
 from corral.store import volumes as store
 from corral.store.tables import volumes as volumes_table
-from corral.workers.context import Context
 
 log = logging.getLogger("corral.volumes")
 LEASE_S = 120.0

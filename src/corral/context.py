@@ -1,4 +1,9 @@
-"""What every worker shares: settings, the database, the backends, and the wake-up events."""
+"""The application context: what the workers and every edge (services, api, proxy, sshd, ui) share --
+the settings, the database, the backends, the process's telemetry and the wake-up events.
+
+A neutral module: the workers and the edges import it, and it imports neither. Its fields are declared;
+nothing attaches attributes to it.
+"""
 
 from __future__ import annotations
 
