@@ -14,10 +14,14 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from corral.config.server_config import ServerConfigError
 from corral.settings import Settings
+
+if TYPE_CHECKING:
+    from corral.backends.aws.compute import AWSCompute
+    from corral.backends.base import Compute
 
 log = logging.getLogger("corral.server")
 
@@ -157,7 +161,7 @@ async def prepare(settings: Settings) -> Prepared:
             from corral.services.quotas import apply_config_policies
 
             await apply_config_policies(db, policies)
-    computes: dict[str, Any] = {
+    computes: dict[str, Compute] = {
         "local": LocalCompute(
             settings.instances_dir,
             settings.provisioning_timeout,
@@ -224,7 +228,7 @@ def _aws_regions(server_config: Any) -> frozenset[str] | None:
     return frozenset(r for b in blocks for r in b.regions)
 
 
-def _aws_compute(settings: Settings, db: Any, regions: frozenset[str] | None) -> Any:
+def _aws_compute(settings: Settings, db: Any, regions: frozenset[str] | None) -> AWSCompute:
     """The AWS backend (boto3 is imported on its first EC2 call, not here)."""
     from corral.backends.aws.compute import AWSCompute
     from corral.backends.ssh import SSHCompute

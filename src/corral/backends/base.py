@@ -1,10 +1,23 @@
-"""The ``Compute`` protocol every backend implements, and what it hands back."""
+"""The ``Compute`` protocol every backend implements, what it hands back, and the capabilities some backends
+add to it.
+
+A capability is a ``runtime_checkable`` Protocol: the code that needs one asks ``isinstance(compute, Capability)``
+(never ``getattr`` or ``hasattr``), and mypy checks the implementers against it.
+
+| capability | what it does | implemented by |
+|---|---|---|
+| :class:`GangLauncher` | launches a gang's instances together, all or none | ``aws`` |
+| :class:`InterruptionSource` | says which live instances the provider took away, forgets them | ``aws`` |
+| :class:`PortOpener` | opens a stream to a port on an instance's host (the proxy, the probes) | ``local``, ``ssh`` |
+| :class:`SharedHost` | carves its instances out of one host; says whether its jobs have a sandbox | ``local`` |
+| :class:`GatewayProvisioner` | brings up and tears down a host for a gateway, and says its address | none yet |
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from corral.domain.records import InstanceRec
 from corral.domain.resources import InstanceResources
@@ -86,4 +99,114 @@ class Compute(Protocol):
 
     async def aclose(self) -> None:
         """Release connections and listeners at server shutdown (agents keep running)."""
+        ...
+
+
+# --- capabilities: what some backends add to ``Compute`` -------------------------------------------------
+
+
+@runtime_checkable
+class GangLauncher(Protocol):
+    """A backend that provisions a gang's instances (a multi-node task's cluster fleet) together, all or none
+    (the aws backend: one placement group, ``workers.gangs``)."""
+
+    async def create_gang(self, rows: list[InstanceRec], cluster: bool, reservation: str | None) -> list[Provisioned]:
+        """Bring up every instance of ``rows`` (in their order), in one cluster placement when ``cluster``,
+        in the capacity reservation ``reservation`` if one is named; raises and leaves none when any fails."""
+        ...
+
+
+class LostInstance(Protocol):
+    """An instance the provider took away (a reclaimed spot instance, one terminated outside corral)."""
+
+    @property
+    def row_id(self) -> str:
+        """The id of the instance's row."""
+        ...
+
+    @property
+    def message(self) -> str:
+        """Why it is gone, as the instance's and its jobs' termination message."""
+        ...
+
+
+@runtime_checkable
+class InterruptionSource(Protocol):
+    """A backend that can say which of its live instances the provider took away (``workers.interruptions``)."""
+
+    async def lost_instances(self, live: list[InstanceRec]) -> Sequence[LostInstance]:
+        """Those of ``live`` (idle or busy rows of this backend) that are going or gone."""
+        ...
+
+    async def forget(self, instance_id: str) -> None:
+        """Drop what the server holds of a lost instance (its connection)."""
+        ...
+
+
+@runtime_checkable
+class PortOpener(Protocol):
+    """A backend that reaches a port on its instances' hosts (``backends.replica_port``: the proxy and the
+    probes reach service replicas so)."""
+
+    async def open_port(self, instance: InstanceRec, port: int) -> tuple[Any, Any]:
+        """``(reader, writer)`` to ``port`` on ``instance``'s host; raises ``OSError`` when nothing answers."""
+        ...
+
+
+@runtime_checkable
+class SharedHost(Protocol):
+    """A backend whose instances are carved out of one host (the local backend: this machine)."""
+
+    #: Why the host's agents run host-process jobs without a sandbox (their own network and mounts); None
+    #: when they have one.
+    sandbox_reason: str | None
+
+    def host_blocks(self) -> int:
+        """The host's blocks, shared by all the backend's instances."""
+        ...
+
+
+def sandbox_reason(compute: Compute | None) -> str | None:
+    """Why ``compute``'s jobs run without a sandbox: None when they have one, or when it is no shared host."""
+    return compute.sandbox_reason if isinstance(compute, SharedHost) else None
+
+
+@dataclass(frozen=True)
+class GatewaySpec:
+    """What a gateway's host must be (from the gateway's configuration)."""
+
+    gateway_id: str
+    project_name: str
+    region: str | None = None
+    #: The backend's default when None.
+    instance_type: str | None = None
+    #: False: a private gateway, reachable only inside the provider's network.
+    public_ip: bool = True
+
+
+@dataclass(frozen=True)
+class GatewayHost:
+    """A host a backend brought up for a gateway."""
+
+    #: Where the gateway answers: the IP address or DNS name users point the gateway's domain at.
+    address: str
+    #: How the server reaches the host again (as ``AgentEndpoint.connection``), kept with the gateway.
+    connection: dict[str, Any]
+
+
+@runtime_checkable
+class GatewayProvisioner(Protocol):
+    """A backend that can host a gateway (dstack: ``ComputeWithGatewaySupport``): it brings a host up for one,
+    says its address, and tears it down. Declared for the gateways to come; no backend implements it yet."""
+
+    async def create_gateway(self, spec: GatewaySpec) -> GatewayHost:
+        """Bring up a host for the gateway; raises :class:`ProvisioningError` when it cannot."""
+        ...
+
+    async def gateway_address(self, host: GatewayHost) -> str:
+        """Where the gateway on ``host`` answers now (a cloud may give a host a new address after a stop)."""
+        ...
+
+    async def terminate_gateway(self, spec: GatewaySpec, host: GatewayHost) -> None:
+        """Tear the gateway's host down (a no-op when it is gone already)."""
         ...

@@ -7,17 +7,17 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from corral.backends.base import Compute, PortOpener
 from corral.domain.records import InstanceRec
 
 
 async def open_replica(
-    computes: Mapping[str, Any], instance: InstanceRec, host_port: int, timeout: float
+    computes: Mapping[str, Compute], instance: InstanceRec, host_port: int, timeout: float
 ) -> tuple[Any, Any]:
     """``(reader, writer)`` to ``host_port`` on the instance's host; raises ``OSError`` (nothing listens,
     the host is unreachable) or ``TimeoutError``."""
     compute = computes.get(instance.backend)
-    open_port = getattr(compute, "open_port", None)
-    if open_port is None:
+    if not isinstance(compute, PortOpener):
         raise ConnectionRefusedError(f"backend {instance.backend} cannot reach a replica's port")
-    reader, writer = await asyncio.wait_for(open_port(instance, host_port), timeout)
+    reader, writer = await asyncio.wait_for(compute.open_port(instance, host_port), timeout)
     return reader, writer

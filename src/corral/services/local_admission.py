@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.backends.base import sandbox_reason
 from corral.context import Context
 from corral.domain.records import ProjectRec, UserRec
 from corral.scheduler.types import FleetSlot
@@ -48,7 +49,7 @@ async def check(
     ctx: Context, project: ProjectRec, user: UserRec, spec: dict[str, Any], job_spec: dict[str, Any] | None
 ) -> None:
     """Refuse (400) a run of a user who is not a global admin that could run without a sandbox here."""
-    reason = getattr(ctx.computes.get("local"), "sandbox_reason", None)
+    reason = sandbox_reason(ctx.computes.get("local"))
     if reason is None or user.global_role == "admin":
         return
     conf = spec["configuration"]

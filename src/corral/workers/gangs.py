@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from corral.backends.base import ProvisioningError
+from corral.backends.base import GangLauncher, ProvisioningError
 from corral.domain.records import InstanceRec
 from corral.store import leases
 from corral.store.gangs import PendingGang, note_waiting, pending_gangs
@@ -49,7 +50,8 @@ class Gangs:
 
     async def start(self, pending: list[InstanceRec]) -> list[tuple[tuple[str, ...], asyncio.Task[None]]]:
         """Start provisioning the gangs among ``pending`` (instances no task holds yet); their ids and task."""
-        capable = [i for i in pending if hasattr(self.ctx.computes.get(i.backend), "create_gang")]
+        launchers = {name: c for name, c in self.ctx.computes.items() if isinstance(c, GangLauncher)}
+        capable = [i for i in pending if i.backend in launchers]
         if not capable:
             self.waiting = set()
             return []  # no query in the common case
@@ -60,10 +62,13 @@ class Gangs:
         due = [g for g in gangs if self._not_before.get(g.key, 0.0) <= now]
         self.waiting = {i for g in gangs if g not in due for i in g.instance_ids}
         return [
-            (g.instance_ids, asyncio.create_task(self._provision([by_id[i] for i in g.instance_ids], g))) for g in due
+            (g.instance_ids, asyncio.create_task(self._provision(launchers, [by_id[i] for i in g.instance_ids], g)))
+            for g in due
         ]
 
-    async def _provision(self, rows: list[InstanceRec], gang: PendingGang) -> None:
+    async def _provision(
+        self, launchers: Mapping[str, GangLauncher], rows: list[InstanceRec], gang: PendingGang
+    ) -> None:
         tokens: list[str] = []
         for r in rows:
             token = await self.owner._claim(r)
@@ -73,10 +78,10 @@ class Gangs:
                         await leases.release(conn, instances, held.id, t)
                 return
             tokens.append(token)
-        compute: Any = self.ctx.computes[rows[0].backend]
+        compute = self.ctx.computes[rows[0].backend]
         names = ", ".join(r.name for r in rows)
         try:
-            provisioned = await compute.create_gang(rows, gang.cluster, gang.reservation)
+            provisioned = await launchers[rows[0].backend].create_gang(rows, gang.cluster, gang.reservation)
         except ProvisioningError as e:
             capacity = bool(getattr(e, "capacity", False))
             if waits(capacity, min(r.created_at for r in rows), gang.wait, time.time()):

@@ -17,6 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from corral.backends.base import InterruptionSource
 from corral.context import Context
 from corral.domain.events import instance_target
 from corral.store import fleets as fleet_store
@@ -35,7 +36,7 @@ class Interruptions:
 
     async def pass_once(self) -> int:
         """One pass: the number of instances found lost (and recorded)."""
-        asking = {n: c for n, c in self.ctx.computes.items() if callable(getattr(c, "lost_instances", None))}
+        asking = {n: c for n, c in self.ctx.computes.items() if isinstance(c, InterruptionSource)}
         if not asking:
             return 0
         async with self.ctx.db.read() as conn:
@@ -50,7 +51,7 @@ class Interruptions:
             if not mine:
                 continue
             try:
-                gone = await compute.lost_instances(mine)  # type: ignore[attr-defined]
+                gone = await compute.lost_instances(mine)
             except Exception as e:  # the cloud's API unreachable: the next pass asks again
                 log.warning("asking %s which instances it took away failed: %s", name, e)
                 continue
@@ -111,10 +112,8 @@ class Interruptions:
         return True
 
 
-async def _forget(compute: Any, instance_id: str) -> None:
-    forget = getattr(compute, "forget", None)
-    if callable(forget):
-        try:
-            await forget(instance_id)
-        except Exception as e:
-            log.warning("dropping the link to lost instance %s failed: %s", instance_id, e)
+async def _forget(compute: InterruptionSource, instance_id: str) -> None:
+    try:
+        await compute.forget(instance_id)
+    except Exception as e:
+        log.warning("dropping the link to lost instance %s failed: %s", instance_id, e)

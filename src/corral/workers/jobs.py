@@ -19,7 +19,7 @@ from typing import Any
 
 from corral.agent.protocol import JobState, JobSubmission
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
-from corral.backends.base import AgentEndpoint
+from corral.backends.base import AgentEndpoint, sandbox_reason
 from corral.context import Context
 from corral.domain import inactivity
 from corral.domain.interpolation import InterpolationError
@@ -353,7 +353,7 @@ class Jobs(JobFollowing):
     def _local_sandboxed(self) -> bool:
         """Whether the local backend's agents run host-process jobs in a sandbox (their own network)."""
         local = self.ctx.computes.get("local")
-        return local is not None and getattr(local, "sandbox_reason", None) is None
+        return local is not None and sandbox_reason(local) is None
 
     async def _sandbox_addresses(
         self, ordered: list[JobRec], insts: dict[str, InstanceRec], fallback: list[str]

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from corral import config  # lazy: the models load on first use, not at start-up
+from corral.backends.base import SharedHost, sandbox_reason
 from corral.context import Context
 from corral.domain.access import usable_computes
 from corral.domain.fleets import fleet_blocks, fleet_placement, nodes_bounds
@@ -227,7 +228,7 @@ class Scheduling:
         """The local backend, for a host-process job of a run whose submitter is not a global admin, while
         the local agents have no sandbox (``services.local_admission``). Checked here as well as at apply:
         a queued run may reach a local fleet exported to its project after it was admitted."""
-        reason = getattr(self.ctx.computes.get("local"), "sandbox_reason", None)
+        reason = sandbox_reason(self.ctx.computes.get("local"))
         if reason is None or job.submitter_role == "admin" or job.run_spec is None:
             return frozenset()
         if job.run_spec.get("configuration", {}).get("image") or self.ctx.settings.default_image:
@@ -344,8 +345,7 @@ class Scheduling:
     def host_pools(self) -> dict[str, int]:
         """Backends whose instances are carved out of one host: backend -> the host's blocks."""
         local = self.ctx.computes.get("local")
-        host_blocks = getattr(local, "host_blocks", None)
-        return {"local": int(host_blocks())} if callable(host_blocks) else {}
+        return {"local": int(local.host_blocks())} if isinstance(local, SharedHost) else {}
 
     async def pass_once(self) -> ApplyResult:
         """One load -> decide -> commit pass. Returns what was committed."""
