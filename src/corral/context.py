@@ -13,7 +13,7 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from corral.backends.base import Compute
 from corral.domain.access import backend_types, usable_computes
@@ -26,7 +26,15 @@ from corral.settings import Settings
 from corral.store.db import Database
 from corral.store.encryption import Cipher, cipher_for, open_sealed
 
-WORKERS = ("scheduler", "instances", "jobs", "runs", "triggers", "volumes")
+#: The workers that run a pass when woken (``workers.runtime``), by name.
+WorkerName = Literal["scheduler", "instances", "jobs", "runs", "triggers", "volumes"]
+#: Every name that can be woken: a worker's, or a topic its listeners follow (:meth:`Wakeups.listen`):
+#: ``access`` (users, tokens, projects or members changed: cached authorisations go), ``logs`` (a job's output
+#: was stored: the UI's log tails read it) and ``services`` (a service's runs or replicas changed: the proxy's
+#: routes and the autoscaler).
+WakeUp = Literal[WorkerName, "access", "logs", "services"]
+WORKERS: tuple[WorkerName, ...] = get_args(WorkerName)
+_WAKE_UPS: dict[str, WakeUp] = {name: name for name in get_args(WakeUp)}
 
 
 class Wakeups:
@@ -35,25 +43,25 @@ class Wakeups:
 
     def __init__(self) -> None:
         self._events = {name: asyncio.Event() for name in WORKERS}
-        self._listeners: dict[str, list[Callable[[], None]]] = {}
-        self.remote: Callable[[tuple[str, ...]], None] | None = None
+        self._listeners: dict[WakeUp, list[Callable[[], None]]] = {}
+        self.remote: Callable[[tuple[WakeUp, ...]], None] | None = None
         #: Workers whose next pass must be a whole one (woken without a scope; all of them at first).
-        self._whole: set[str] = set(WORKERS)
+        self._whole: set[WorkerName] = set(WORKERS)
         #: Worker -> what its next pass is scoped to (``wake_for``), unless it must be a whole pass.
-        self._scoped: dict[str, set[str]] = {}
+        self._scoped: dict[WorkerName, set[str]] = {}
 
-    def listen(self, name: str, callback: Callable[[], None]) -> None:
+    def listen(self, name: WakeUp, callback: Callable[[], None]) -> None:
         """Call ``callback`` whenever ``name`` is woken, here or in another replica (e.g. ``access``: users,
         tokens, projects or members changed, so cached authorisations must go)."""
         self._listeners.setdefault(name, []).append(callback)
 
-    def wake(self, *names: str) -> None:
+    def wake(self, *names: WakeUp) -> None:
         chosen = names or WORKERS
         self.wake_local(*chosen)
         if self.remote is not None:
             self.remote(tuple(chosen))
 
-    def wake_local(self, *names: str) -> None:
+    def wake_local(self, *names: WakeUp) -> None:
         for name in names or WORKERS:
             if name in self._events:
                 self._whole.add(name)
@@ -61,7 +69,12 @@ class Wakeups:
             for callback in self._listeners.get(name, ()):
                 callback()
 
-    def wake_for(self, name: str, keys: Iterable[str]) -> None:
+    def wake_remote(self, names: Iterable[str]) -> None:
+        """Wake, in this process, the names another replica woke (as its NOTIFY carried them; a name this
+        version does not know is ignored)."""
+        self.wake_local(*(_WAKE_UPS[n] for n in names if n in _WAKE_UPS))
+
+    def wake_for(self, name: WorkerName, keys: Iterable[str]) -> None:
         """Wake worker ``name`` in this process for ``keys`` only (the runs worker: the runs whose jobs this
         process just changed), so that its pass reads those instead of everything it watches. Other replicas
         are not woken: this one's pass settles them (and every replica makes a whole pass on its interval)."""
@@ -70,11 +83,11 @@ class Wakeups:
         for callback in self._listeners.get(name, ()):
             callback()
 
-    def make_whole(self, name: str) -> None:
+    def make_whole(self, name: WorkerName) -> None:
         """Worker ``name``'s next pass covers everything (its safety-net pass)."""
         self._whole.add(name)
 
-    def take(self, name: str) -> frozenset[str] | None:
+    def take(self, name: WorkerName) -> frozenset[str] | None:
         """What worker ``name``'s pass, starting now, must cover: the keys it was woken for since its last
         pass, or None for everything -- it was also woken without a scope, it is its first pass, or nothing
         woke it (a pass run directly)."""
@@ -83,7 +96,7 @@ class Wakeups:
         self._whole.discard(name)
         return None if whole or not keys else frozenset(keys)
 
-    def event(self, name: str) -> asyncio.Event:
+    def event(self, name: WorkerName) -> asyncio.Event:
         return self._events[name]
 
 

@@ -40,6 +40,18 @@ async def test_a_pass_covers_everything_unless_it_was_woken_for_some_keys_only()
     assert w.take("runs") == {"e"}
 
 
+def test_names_another_replica_woke_wake_this_process_and_unknown_ones_are_ignored() -> None:
+    w = Wakeups()
+    heard: list[str] = []
+    w.listen("access", lambda: heard.append("access"))
+    for name in ("scheduler", "jobs"):
+        w.take(name)
+        w.event(name).clear()
+    w.wake_remote(["scheduler", "access", "a-name-of-a-newer-version"])
+    assert w.event("scheduler").is_set() and not w.event("jobs").is_set()
+    assert heard == ["access"]
+
+
 async def _seed(db: Database) -> None:
     now = time.time()
     async with db.write() as conn:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.agent.protocol import JobState
-from corral.context import Context
+from corral.context import Context, WakeUp
 from corral.domain.metrics import MetricsPoint
 from corral.domain.records import JobRec
 from corral.store import fleets as fleet_store
@@ -43,7 +43,7 @@ class Tail:
 _NO_NETWORK_VOLUMES = frozenset({"local", "ssh", "remote"})
 
 
-def _after_end(job: JobRec) -> tuple[str, ...]:
+def _after_end(job: JobRec) -> tuple[WakeUp, ...]:
     """The workers a job's end wakes besides the runs worker (for its run, :meth:`JobOutcomes._ended`): the
     scheduler (the capacity it freed), and the volumes worker (to detach the volumes it had) unless its
     instance cannot have any -- a drain of short jobs on local or SSH hosts would otherwise run a volumes pass

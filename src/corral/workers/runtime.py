@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from corral.context import Context
+from corral.context import Context, WorkerName
 from corral.store.notify import PgNotifier
 from corral.workers.hosts import Hosts
 from corral.workers.instances import Instances
@@ -60,14 +60,12 @@ class Workers:
         if not self.ctx.db.is_sqlite:
             from corral.store.notify import PgNotifier
 
-            self._notifier = PgNotifier(
-                self.ctx.db.url, self.ctx.replica_id, lambda names: self.ctx.wakeups.wake_local(*names)
-            )
+            self._notifier = PgNotifier(self.ctx.db.url, self.ctx.replica_id, self.ctx.wakeups.wake_remote)
             await self._notifier.start()
             self.ctx.wakeups.remote = self._notifier.notify
         await self.instances.recover()
         self._tasks.append(asyncio.create_task(self._warm_up_later(), name="corral-warm-up"))
-        loops: dict[str, Callable[[], Awaitable[object]]] = {
+        loops: dict[WorkerName, Callable[[], Awaitable[object]]] = {
             "scheduler": self.scheduling.pass_once,
             "instances": self.instances.pass_once,
             "jobs": self.jobs.pass_once,
@@ -91,7 +89,7 @@ class Workers:
         await asyncio.sleep(WARM_UP_DELAY)
         await asyncio.to_thread(warm_up)
 
-    async def _loop(self, name: str, fn: Callable[[], Awaitable[object]]) -> None:
+    async def _loop(self, name: WorkerName, fn: Callable[[], Awaitable[object]]) -> None:
         event = self.ctx.wakeups.event(name)
         interval = self.ctx.settings.safety_net_interval
         while not self._stopping:
