@@ -11,9 +11,12 @@ import asyncio
 import os
 import socket
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Generic, Literal, TypeVar, get_args
+
+import orjson
 
 from corral.backends.base import Compute
 from corral.domain.access import backend_types, usable_computes
@@ -100,6 +103,32 @@ class Wakeups:
         return self._events[name]
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class LRU(Generic[K, V]):
+    """At most ``size`` entries; the least recently used one goes first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: OrderedDict[K, V] = OrderedDict()
+
+    def __contains__(self, key: K) -> bool:
+        return key in self._d
+
+    def get(self, key: K) -> V | None:
+        value = self._d.get(key)
+        if value is not None:
+            self._d.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._d[key] = value
+        if len(self._d) > self.size:
+            self._d.popitem(last=False)
+
+
 @dataclass
 class Context:
     settings: Settings
@@ -122,6 +151,9 @@ class Context:
     #: Job id -> (token, expiry) of the lease the scheduler's commit took for this replica on a job it placed
     #: on a ready instance: the jobs worker adopts it and starts the job without claiming it again.
     placed_leases: dict[str, tuple[str, float]] = field(default_factory=dict)
+    #: Finished runs as ``runs/list`` rendered them (``services.runs``), by (run id, status, last processed at,
+    #: the listing's shape): a run that cannot change any more is read and serialized once.
+    rendered_runs: LRU[tuple[object, ...], orjson.Fragment] = field(default_factory=lambda: LRU(5000))
 
     def hand_over(self, leased: Mapping[str, str], until: float) -> None:
         """Jobs this replica's scheduler placed and leased (job id -> lease token, valid until ``until``): this

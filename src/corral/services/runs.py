@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from typing import Any
 
 import orjson
@@ -221,7 +220,7 @@ async def list_runs(
         after = (ts, body.get("prev_run_id") or "")
     include_jobs = bool(body.get("include_jobs", True))
     limit_subs = body.get("job_submissions_limit")
-    cache = _rendered_runs(ctx)
+    cache = ctx.rendered_runs
     async with ctx.db.read() as conn:
         keys = await store.list_run_keys(
             conn,
@@ -250,34 +249,6 @@ async def list_runs(
                 cache.put(ck, rendered)
         out.append(rendered)
     return out
-
-
-class _LRU:
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._d: OrderedDict[Any, Any] = OrderedDict()
-
-    def __contains__(self, key: Any) -> bool:
-        return key in self._d
-
-    def get(self, key: Any) -> Any:
-        value = self._d.get(key)
-        if value is not None:
-            self._d.move_to_end(key)
-        return value
-
-    def put(self, key: Any, value: Any) -> None:
-        self._d[key] = value
-        if len(self._d) > self.size:
-            self._d.popitem(last=False)
-
-
-def _rendered_runs(ctx: Context) -> _LRU:
-    cache = getattr(ctx, "_rendered_runs", None)
-    if cache is None:
-        cache = _LRU(5000)
-        ctx._rendered_runs = cache  # type: ignore[attr-defined]
-    return cache
 
 
 async def get(ctx: Context, project: ProjectRec, run_name: str | None, run_id: str | None) -> dict[str, Any]:

@@ -71,7 +71,7 @@ async def _not_found(request: Request) -> Response:
     return page(request, "error.html", status=404, title="Not found", message=f"No page at {request.url.path}.")
 
 
-def _routes() -> list[Route]:
+def _routes(feeds: live.LiveFeeds) -> list[Route]:
     get, post = ["GET"], ["POST"]
     table: list[tuple[str, Handler, list[str]]] = [
         ("/", _index, get),
@@ -99,8 +99,8 @@ def _routes() -> list[Route]:
         ("/users/{username}/active", pages_accounts.user_set_active, post),
         ("/users/{username}/refresh_token", pages_accounts.user_refresh_token, post),
         ("/events", pages_events.events_list, get),
-        ("/ui/live/runs", live.runs_stream, get),
-        ("/ui/live/logs", live.logs_stream, get),
+        ("/ui/live/runs", feeds.runs_stream, get),
+        ("/ui/live/logs", feeds.logs_stream, get),
         ("/ui/logs/older", live.logs_older, get),
     ]
     routes = [Route(path, _guarded(h), methods=m) for path, h, m in table]
@@ -126,7 +126,9 @@ class UI:
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
-        self.router = Router(routes=_routes(), default=self._default)
+        #: The live streams' signals and log followers, this server's.
+        self.live = live.LiveFeeds(ctx)
+        self.router = Router(routes=_routes(self.live), default=self._default)
 
     async def _default(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)

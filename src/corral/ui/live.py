@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from corral.api.deps import ctx_of
+from corral.context import Context, WakeUp
 from corral.services import logs
 from corral.services.errors import ResourceNotExists
 from corral.ui import auth
@@ -71,14 +72,41 @@ class _Signal:
             self._waiters.discard(e)
 
 
-def _signal(ctx: Any, *names: str) -> _Signal:
-    """The signal fired by any of the wake-ups ``names`` of this server (listened to once per server)."""
-    signals: dict[tuple[str, ...], _Signal] = ctx.__dict__.setdefault("_ui_signals", {})
-    if names not in signals:
-        signals[names] = _Signal()
-        for name in names:
-            ctx.wakeups.listen(name, signals[names].fire)
-    return signals[names]
+class LiveFeeds:
+    """What the pages' live streams share in one server (the UI holds one): a signal per set of wake-ups,
+    and one log follower per job however many pages show it."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._signals: dict[tuple[WakeUp, ...], _Signal] = {}
+        #: Job id -> the follower of its log tail.
+        self.followers: dict[str, _Follower] = {}
+
+    def signal(self, *names: WakeUp) -> _Signal:
+        """The signal fired by any of the wake-ups ``names`` of this server (listened to once per server)."""
+        if names not in self._signals:
+            self._signals[names] = _Signal()
+            for name in names:
+                self.ctx.wakeups.listen(name, self._signals[names].fire)
+        return self._signals[names]
+
+    def follow(self, project: Any, run_name: str, job_id: str) -> tuple[_Follower, asyncio.Queue[Any]]:
+        """A new page's queue of the job's new lines, from the job's follower (started if none runs)."""
+        f = self.followers.get(job_id)
+        if f is None or f.task is None or f.task.done():
+            f = _Follower(self.ctx, project, run_name, job_id, self.followers)
+            self.followers[job_id] = f
+        q: asyncio.Queue[Any] = asyncio.Queue()
+        f.queues.add(q)
+        if f.task is None:
+            f.task = asyncio.create_task(f.run(self.signal("logs")))
+        return f, q
+
+    async def runs_stream(self, request: Request) -> Response:
+        return await runs_stream(request, self)
+
+    async def logs_stream(self, request: Request) -> Response:
+        return await logs_stream(request, self)
 
 
 # --- run statuses ---------------------------------------------------------------------------------------
@@ -97,7 +125,7 @@ def _state(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def runs_stream(request: Request) -> Response:
+async def runs_stream(request: Request, feeds: LiveFeeds) -> Response:
     """``event: run`` for every run whose status changed (``event: new`` with the row's HTML for a run
     that appeared), for the list's filters (``project``, ``status``, ``user``) or one run (``run``)."""
     s = await auth.require(request)
@@ -112,7 +140,7 @@ async def runs_stream(request: Request) -> Response:
     for ref in q.get("ids", "").split(",")[:200]:
         if ref:
             known[ref] = None  # on the page already: sent once with its current state
-    changed = _signal(ctx_of(request), "runs", "scheduler", "jobs")
+    changed = feeds.signal("runs", "scheduler", "jobs")
     row_macro = environment().get_template("rows.html").module.run_row  # type: ignore[attr-defined]
 
     async def body() -> AsyncIterator[bytes]:
@@ -150,8 +178,10 @@ def _lines(answer: dict[str, Any]) -> list[list[Any]]:
 class _Follower:
     """One job's log tail, shared by every page that shows it."""
 
-    def __init__(self, ctx: Any, project: Any, run_name: str, job_id: str) -> None:
+    def __init__(self, ctx: Context, project: Any, run_name: str, job_id: str, followers: dict[str, _Follower]) -> None:
         self.ctx, self.project, self.run_name, self.job_id = ctx, project, run_name, job_id
+        #: Every follower of this server's pages, by job id (this one leaves it when it ends).
+        self.followers = followers
         self.cursor: str | None = None
         self.queues: set[asyncio.Queue[tuple[int, int, list[list[Any]]]]] = set()
         self.task: asyncio.Task[None] | None = None
@@ -187,22 +217,8 @@ class _Follower:
         except Exception:
             log.exception("following the log of job %s failed", self.job_id)
         finally:
-            followers: dict[str, _Follower] = self.ctx.__dict__.get("_ui_log_followers", {})
-            if followers.get(self.job_id) is self:
-                del followers[self.job_id]
-
-
-def _follow(ctx: Any, project: Any, run_name: str, job_id: str) -> tuple[_Follower, asyncio.Queue[Any]]:
-    followers: dict[str, _Follower] = ctx.__dict__.setdefault("_ui_log_followers", {})
-    f = followers.get(job_id)
-    if f is None or f.task is None or f.task.done():
-        f = _Follower(ctx, project, run_name, job_id)
-        followers[job_id] = f
-    q: asyncio.Queue[Any] = asyncio.Queue()
-    f.queues.add(q)
-    if f.task is None:
-        f.task = asyncio.create_task(f.run(_signal(ctx, "logs")))
-    return f, q
+            if self.followers.get(self.job_id) is self:
+                del self.followers[self.job_id]
 
 
 async def _log_target(request: Request) -> tuple[Any, str, str]:
@@ -213,7 +229,7 @@ async def _log_target(request: Request) -> tuple[Any, str, str]:
     return project, run["run_spec"]["run_name"], job_id
 
 
-async def logs_stream(request: Request) -> Response:
+async def logs_stream(request: Request, feeds: LiveFeeds) -> Response:
     """The job's last lines (``event: lines``, ``id:`` the log cursor), then every new line as it is stored.
     A reconnect (``Last-Event-ID``) resumes after what was sent. New lines come from the job's one shared
     follower; a page reads the store itself only for what it lacks when it joins."""
@@ -226,7 +242,7 @@ async def logs_stream(request: Request) -> Response:
 
     async def body() -> AsyncIterator[bytes]:
         yield b"retry: 1000\n\n"
-        follower, queue = _follow(ctx, project, run_name, job_id)
+        follower, queue = feeds.follow(project, run_name, job_id)
         try:
             if resume.isdigit():
                 sent = int(resume)
