@@ -129,7 +129,7 @@ class LRU(Generic[K, V]):
             self._d.popitem(last=False)
 
 
-@dataclass
+@dataclass(eq=False)  # one object per server: compared and hashed by identity
 class Context:
     settings: Settings
     db: Database

@@ -13,6 +13,7 @@ open, so that the plan's offers are narrowed as placement narrows them (``reserv
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,11 @@ from corral.domain.records import ProjectRec
 
 if TYPE_CHECKING:
     from corral.scheduler.types import FleetSlot, Offer, QueuedJob
+    from corral.workers.snapshot_builder import SnapshotBuilder
+
+#: Each server's builder of the plans' snapshots, by the server's context: one per server, for what it keeps
+#: (each fleet's parsed requirements and matched offers, where EC2 said the capacity reservations are).
+_BUILDERS: weakref.WeakKeyDictionary[Context, SnapshotBuilder] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -45,7 +51,8 @@ async def plan_screen(ctx: Context, project: ProjectRec, spec: dict[str, Any], j
     from corral.scheduler.screening import screen
     from corral.scheduler.types import Snapshot
     from corral.services.volumes import check_run
-    from corral.workers.scheduling import Scheduling, queued_job
+    from corral.workers.queued_jobs import queued_job
+    from corral.workers.snapshot_builder import SnapshotBuilder
 
     # a run's network volumes must exist and be active (dstack: "Volume NAME not found"); placement follows them
     volumes = await check_run(ctx, project.id, spec["configuration"])
@@ -63,10 +70,9 @@ async def plan_screen(ctx: Context, project: ProjectRec, spec: dict[str, Any], j
         max_queue_wait=None,
         volume_places={(project.id, v.name): v for v in volumes},
     )
-    planner = getattr(ctx, "_plan_scheduling", None)
-    if planner is None:  # one per server: it caches each fleet's parsed requirements
-        planner = Scheduling(ctx)
-        ctx._plan_scheduling = planner  # type: ignore[attr-defined]
+    planner = _BUILDERS.get(ctx)
+    if planner is None:
+        planner = _BUILDERS[ctx] = SnapshotBuilder(ctx.computes)
     from corral.store import exports as export_store
 
     async with ctx.db.read() as conn:

@@ -11,13 +11,13 @@ reservation is looked up the same way and given to its queued jobs (``QueuedJob.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from operator import attrgetter, is_
 from typing import Any
 
-from corral.context import Context
+from corral.backends.base import Compute
 from corral.domain.records import FleetRec
 from corral.scheduler.types import Offer, QueuedJob
 
@@ -28,8 +28,8 @@ _is_none = partial(is_, None)
 
 
 class ReservedOffers:
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+    def __init__(self, computes: Mapping[str, Compute]) -> None:
+        self.computes = computes
         #: (project, reservation id) -> where it is (empty: EC2 knows it nowhere).
         self.places: dict[tuple[str, str], tuple[Any, ...]] = {}
 
@@ -63,7 +63,7 @@ class ReservedOffers:
         return out
 
     async def _ask(self, todo: set[tuple[str, str]]) -> None:
-        compute: Any = self.ctx.computes.get("aws")
+        compute: Any = self.computes.get("aws")
         if compute is None or not todo - self.places.keys():
             return
         from corral.backends.aws import reservations

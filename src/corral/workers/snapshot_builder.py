@@ -1,0 +1,146 @@
+"""The scheduler's view of the stored fleets: each fleet as a ``FleetSlot``, with the backends' offers its
+configuration, its project's backends and regions and its capacity reservation allow. Used by the scheduling
+worker's passes and by a plan's verdict (``services.plan_verdict``), each with a builder of its own: a
+builder keeps each fleet's parsed requirements and matched offers while the fleet's spec stays the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from corral import config  # lazy: the models load on first use, not at start-up
+from corral.backends.base import Compute
+from corral.domain.access import usable_computes
+from corral.domain.fleets import fleet_blocks, fleet_placement, nodes_bounds
+from corral.domain.records import FleetRec
+from corral.domain.resources import Requirements, match_requirements
+from corral.scheduler import offer_filters
+from corral.scheduler.codec import offer_from_json
+from corral.scheduler.types import FleetSlot, InstanceSlot, Offer
+from corral.store import exports as export_store
+from corral.store import project_state
+from corral.store import snapshot as snap
+from corral.workers.reserved_offers import ReservedOffers
+
+
+class SnapshotBuilder:
+    def __init__(self, computes: Mapping[str, Compute]) -> None:
+        self.computes = computes
+        self._fleet_reqs: dict[tuple[str, str], Requirements | None] = {}
+        self._fleet_offers: dict[tuple[str, str, str], tuple[Offer, ...]] = {}
+        #: fleet id -> ids of the projects it is exported to (refreshed every pass).
+        self.importers: dict[str, frozenset[str]] = {}
+        #: project id -> the backend types it has (refreshed every pass): a fleet gets offers only from those.
+        self.project_backends: dict[str, frozenset[str]] = {}
+        #: Project id -> backend type -> the regions the project's backend names (offers come from those).
+        self.project_regions: dict[str, dict[str, frozenset[str]]] = {}
+        #: The fleets' and runs' capacity reservations, as EC2 said where they are.
+        self.reserved = ReservedOffers(computes)
+
+    async def load_for(
+        self, conn: Any, project_ids: list[str] | None = None, importer: str | None = None
+    ) -> list[FleetRec]:
+        """The fleets (of ``project_ids``; None: all) and what their slots are built from, loaded for a plan:
+        :meth:`fleet_slot` makes each one's slot (once the caller, with no transaction open, had their
+        capacity reservations resolved)."""
+        fleets = await snap.load_fleets(conn, project_ids)
+        await self.refresh(conn, project_ids, importer)
+        return fleets
+
+    async def refresh(self, conn: Any, project_ids: list[str] | None = None, importer: str | None = None) -> None:
+        """Read again what the slots of the fleets (of ``project_ids``; None: all) are built from besides the
+        fleets: who imports them (with ``importer``, only whether that project does), and the projects'
+        backends and regions."""
+        self.importers = await export_store.fleet_importers(conn, project_ids, importer)
+        self.project_backends, self.project_regions = await project_state.backends_and_regions(conn, project_ids)
+
+    def keep_only(self, live_fleets: set[str]) -> None:
+        """Forget what is kept of fleets that no longer exist."""
+        self._fleet_offers = {k: v for k, v in self._fleet_offers.items() if k[0] in live_fleets}
+        self._fleet_reqs = {k: v for k, v in self._fleet_reqs.items() if k[0] in live_fleets}
+
+    def _fleet_requirements(self, fleet: FleetRec) -> Requirements | None:
+        key = (fleet.id, str(fleet.spec.get("configuration", {}).get("resources")))
+        if key not in self._fleet_reqs:
+            raw = fleet.spec.get("configuration", {}).get("resources")
+            self._fleet_reqs[key] = (
+                config.ResourcesSpec.model_validate(raw).to_requirements() if raw is not None else None
+            )
+        return self._fleet_reqs[key]
+
+    def fleet_offers(self, fleet: FleetRec) -> tuple[Offer, ...]:
+        """The backends' offers the fleet's ``backends`` and ``resources`` allow (cached per fleet spec:
+        backends' offers do not change while the server runs)."""
+        conf = fleet.spec.get("configuration", {})
+        if conf.get("ssh_config"):
+            return ()
+        backends = self.project_backends.get(fleet.project_id, frozenset())
+        regions = self.project_regions.get(fleet.project_id, {})
+        key = (
+            fleet.id,
+            repr((sorted(backends), conf.get("backends"), sorted((k, sorted(v)) for k, v in regions.items()))),
+            repr((conf.get("resources"), self.reserved.known(fleet))),
+        )
+        cached = self._fleet_offers.get(key)
+        if cached is None:
+            cached = self._fleet_offers[key] = self._match_offers(fleet, conf)
+        return cached
+
+    def _match_offers(self, fleet: FleetRec, conf: dict[str, Any]) -> tuple[Offer, ...]:
+        allowed = conf.get("backends")
+        offers: list[Offer] = []
+        for name in usable_computes(self.computes, self.project_backends.get(fleet.project_id, frozenset())):
+            if allowed and name not in allowed and not ({"local", "remote"} & set(allowed)):
+                continue
+            offers.extend(self.computes[name].offers())
+        req = self._fleet_requirements(fleet)
+        if req is not None:
+            offers = [o for o in offers if match_requirements(req, o.resources) is None]
+        offers = offer_filters.in_project_regions(offers, self.project_regions.get(fleet.project_id, {}))
+        offers = self.reserved.narrowed(fleet, offers)  # a ``reservation``'s type in its region
+        # ``backends`` was applied above (with its own rule for ``local``/``remote``)
+        return tuple(offer_filters.filtered(offers, offer_filters.from_conf({**conf, "backends": None})))
+
+    def fleet_slot(self, fleet: FleetRec) -> FleetSlot:
+        nodes_min, nodes_max = nodes_bounds(fleet.spec)
+        slots = []
+        for i in fleet.instances:
+            if i.status == "terminated":
+                continue
+            offer = offer_from_json(i.offer) if i.offer else None
+            slots.append(
+                InstanceSlot(
+                    id=i.id,
+                    fleet_id=fleet.id,
+                    name=i.name,
+                    instance_num=i.instance_num,
+                    # a host removed from its fleet while busy takes no new work: it leaves once free
+                    status="terminating" if i.termination_reason and i.status in ("idle", "busy") else i.status,
+                    resources=offer.resources if offer else None,
+                    total_blocks=i.total_blocks or 1,
+                    busy_blocks=i.busy_blocks,
+                    unreachable=i.unreachable,
+                    price=i.price or 0.0,
+                    hostname=i.hostname,
+                    addresses=tuple((i.agent or {}).get("addresses") or ([i.hostname] if i.hostname else [])),
+                    backend=i.backend,
+                    host_blocks=offer.host_blocks if offer else 0,
+                    offer=offer,
+                )
+            )
+        return FleetSlot(
+            id=fleet.id,
+            project_id=fleet.project_id,
+            name=fleet.name,
+            nodes_min=nodes_min,
+            nodes_max=nodes_max,
+            blocks=fleet_blocks(fleet.spec),
+            placement=fleet_placement(fleet.spec),
+            offers=self.fleet_offers(fleet),
+            instances=tuple(slots),
+            backend_limit_key="local",
+            project_name=fleet.project_name,
+            importer_project_ids=self.importers.get(fleet.id, frozenset()),
+            reservation=self.reserved.reservation(fleet),
+        )
