@@ -131,6 +131,10 @@ class LRU(Generic[K, V]):
 
 @dataclass(eq=False)  # one object per server: compared and hashed by identity
 class Context:
+    """What the workers and the edges of one server process share. Every field is declared here; what only
+    one part uses lives with that part (the UI's live streams: ``ui.live.LiveFeeds``; a plan's snapshot
+    builder: ``services.plan_verdict``)."""
+
     settings: Settings
     db: Database
     computes: dict[str, Compute]

@@ -63,11 +63,14 @@ class ReservedOffers:
         return out
 
     async def _ask(self, todo: set[tuple[str, str]]) -> None:
-        compute: Any = self.computes.get("aws")
+        compute = self.computes.get("aws")
         if compute is None or not todo - self.places.keys():
             return
         from corral.backends.aws import reservations
+        from corral.backends.aws.compute import AWSCompute
 
+        if not isinstance(compute, AWSCompute):
+            return
         for project_name, rid in sorted(todo - self.places.keys()):
             try:
                 self.places[(project_name, rid)] = await reservations.find(compute, project_name, rid)
