@@ -25,6 +25,9 @@ from corral.workers.reserved_offers import ReservedOffers
 
 
 class SnapshotBuilder:
+    """Fleets as slots: :meth:`load_for` (or the fleets and :meth:`refresh`), the reservations resolved
+    (``reserved``, with no transaction open), then :meth:`fleet_slot` for each."""
+
     def __init__(self, computes: Mapping[str, Compute]) -> None:
         self.computes = computes
         self._fleet_reqs: dict[tuple[str, str], Requirements | None] = {}
