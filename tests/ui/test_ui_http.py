@@ -20,6 +20,8 @@ from server_harness import RunningServer, fleet_body, make_settings, running_ser
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 PAGES = ["/runs", "/fleets", "/instances", "/offers", "/projects", "/projects/main", "/users", "/events"]
+#: The tokens of the users the module's server was given (set by ``server``).
+TOKENS: dict[str, str] = {}
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -28,7 +30,7 @@ async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Runn
         r = await c.post("/api/users/create", json={"username": "bob", "global_role": "user"})
         assert r.status_code == 200, r.text
         r = await c.post("/api/users/get_user", json={"username": "bob"})
-        s.ctx.__dict__["bob_token"] = r.json()["creds"]["token"]
+        TOKENS["bob"] = r.json()["creds"]["token"]
         r = await c.post(
             "/api/projects/main/add_members", json={"members": [{"username": "bob", "project_role": "user"}]}
         )
@@ -151,7 +153,7 @@ async def test_forms_need_this_origin_and_the_session_csrf_token(server: Running
 
 async def test_a_member_sees_no_admin_page_and_gets_403(server: RunningServer) -> None:
     async with browser(server) as c:
-        await login(c, server.ctx.__dict__["bob_token"])
+        await login(c, TOKENS["bob"])
         runs = await c.get("/runs")
         assert runs.status_code == 200 and 'href="/users"' not in runs.text
         r = await c.get("/users")
@@ -184,7 +186,7 @@ async def test_secrets_on_the_project_page_by_name_only_for_those_who_may_manage
         got = await api.post("/api/project/main/secrets/get", json={"name": "HF_TOKEN"})
         assert got.status_code == 200 and got.json()["value"] == value
     async with browser(server) as c:
-        await login(c, server.ctx.__dict__["bob_token"])
+        await login(c, TOKENS["bob"])
         page = await c.get("/projects/main")
         assert page.status_code == 200 and 'id="secrets"' not in page.text and "HF_TOKEN" not in page.text
         token = csrf_of(page.text)
@@ -283,7 +285,7 @@ async def test_runs_stream_logs_stream_and_bulk_stop(server: RunningServer) -> N
             r = await api.post("/api/projects/create", json={"project_name": "other"})
             assert r.status_code == 200, r.text
         async with browser(server) as bob:  # a run of a project bob is not in: nothing is stopped
-            await login(bob, server.ctx.__dict__["bob_token"])
+            await login(bob, TOKENS["bob"])
             bob_csrf = csrf_of((await bob.get("/runs")).text)
             r = await bob.post("/runs/stop", data={"csrf": bob_csrf, "run": ["main/ui-a", "other/x"]})
             assert r.status_code == 403
