@@ -7,6 +7,9 @@ run's ``retry`` covers ``no-capacity``, the gang waits whole: its rows stay rese
 it is launched again every ``RETRY_INTERVAL`` seconds until ``retry.duration`` (from its reservation) has
 passed. Otherwise every row and job of it ends alike: ``failed_to_start_due_to_no_capacity`` for
 capacity, ``terminated_by_server`` for any other refusal (the run fails).
+
+The instances worker lends :class:`Gangs` what it does for one instance too: claim its row's lease, record it
+provisioned, record it failed.
 """
 
 from __future__ import annotations
@@ -14,17 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping
 
-from corral.backends.base import GangLauncher, ProvisioningError
+from corral.backends.base import Compute, GangLauncher, Provisioned, ProvisioningError
+from corral.context import Context
 from corral.domain.records import InstanceRec
 from corral.store import leases
 from corral.store.gangs import PendingGang, note_waiting, pending_gangs
 from corral.store.tables import instances
-
-if TYPE_CHECKING:
-    from corral.workers.instances import Instances
 
 log = logging.getLogger("corral.gangs")
 
@@ -33,6 +33,13 @@ REFUSED = "terminated_by_server"
 #: Seconds between two launches of a gang that waits for capacity.
 RETRY_INTERVAL = 15.0
 
+#: Claim an instance's lease: its token, or None when another replica holds it.
+Claim = Callable[[InstanceRec], Awaitable[str | None]]
+#: Record an instance provisioned, under its lease token.
+Record = Callable[[InstanceRec, str, Compute, Provisioned], Awaitable[None]]
+#: Record an instance that could not be provisioned (lease token, message, its jobs' termination reason).
+Failed = Callable[[InstanceRec, str, str, str], Awaitable[None]]
+
 
 def waits(capacity: bool, reserved_at: float, wait: float | None, now: float) -> bool:
     """Whether a gang that could not be launched waits for capacity (else it fails)."""
@@ -40,9 +47,11 @@ def waits(capacity: bool, reserved_at: float, wait: float | None, now: float) ->
 
 
 class Gangs:
-    def __init__(self, owner: Instances) -> None:
-        self.owner = owner
-        self.ctx = owner.ctx
+    def __init__(self, ctx: Context, claim: Claim, record: Record, failed: Failed) -> None:
+        self.ctx = ctx
+        self._claim = claim
+        self._record = record
+        self._failed_one = failed
         #: Gang key -> when it may be launched again (it waits for capacity).
         self._not_before: dict[str, float] = {}
         #: Instances of gangs that wait for capacity now: nobody provisions them meanwhile.
@@ -71,7 +80,7 @@ class Gangs:
     ) -> None:
         tokens: list[str] = []
         for r in rows:
-            token = await self.owner._claim(r)
+            token = await self._claim(r)
             if token is None:  # another replica has (part of) it
                 async with self.ctx.db.write() as conn:
                     for held, t in zip(rows, tokens, strict=False):
@@ -103,8 +112,8 @@ class Gangs:
         self._not_before.pop(gang.key, None)
         log.info("gang %s (%s) launched together", names, gang.key, extra={"event": "gang_launched"})
         for r, t, p in zip(rows, tokens, provisioned, strict=False):
-            await self.owner.record(r, t, compute, p)
+            await self._record(r, t, compute, p)
 
     async def _failed(self, rows: list[InstanceRec], tokens: list[str], message: str, reason: str) -> None:
         for r, t in zip(rows, tokens, strict=False):
-            await self.owner._provisioning_failed(r, t, message, reason)
+            await self._failed_one(r, t, message, reason)

@@ -42,7 +42,7 @@ class Instances:
         #: Instance id -> (failed tries to terminate it, when the first failed), while it is not confirmed.
         self._termination_tries: dict[str, tuple[int, float]] = {}
         self.orphans = OrphanReaper(ctx)
-        self.gangs = Gangs(self)
+        self.gangs = Gangs(ctx, self._claim, self.record, self._provisioning_failed)
 
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
