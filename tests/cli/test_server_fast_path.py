@@ -1,4 +1,5 @@
-"""``corral server``'s fast path (corral.cli.entry) parses exactly as the Typer command does, and skips Typer."""
+"""``corral server``'s fast path (corral.cli.server_fast_path) parses exactly as the Typer command does, and
+skips Typer."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from corral.cli.entry import DEFAULTS, OPTIONS, plain_server_options
 from corral.cli.main import app
+from corral.cli.server_fast_path import DEFAULTS, OPTIONS, plain_server_options
 
 CASES: list[tuple[list[str], dict[str, str]]] = [
     ([], {}),
@@ -70,7 +71,8 @@ def test_anything_else_goes_to_typer(args: list[str]) -> None:
 
 
 def test_fast_path_knows_every_option_of_the_server_command() -> None:
-    """A new option of `corral server` must be taught to corral.cli.entry too (or it would be ignored there)."""
+    """A new option of `corral server` must be taught to corral.cli.server_fast_path too (or it would be ignored
+    there)."""
     params = {p.name: p for p in _server_command().params if p.name != "help"}
     assert set(params) == set(OPTIONS)
     for name, (names, var) in OPTIONS.items():

@@ -6,7 +6,8 @@ that need them. Errors reach the user as one red ``Error: ...`` line with exit c
 traceback (set ``CORRAL_DEBUG=1`` to see one); Ctrl-C exits with 130.
 
 ``main()`` runs the Typer app; ``run(argv)`` runs the CLI in-process and returns the exit code. The console
-script is ``corral.cli.entry.main``: a plain ``corral server`` starts without building this app at all.
+script is ``corral.cli.entry.main``: a plain ``corral server`` starts without building this app at all
+(``corral.cli.server_fast_path``, which ``python -m corral.cli.main`` takes first too).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 if __name__ == "__main__":  # `python -m corral.cli.main`: the console script's fast path for `server` first
-    from corral.cli.entry import serve_if_plain_server
+    from corral.cli.server_fast_path import serve_if_plain_server
 
     serve_if_plain_server(sys.argv[1:])
 
@@ -36,6 +37,7 @@ from corral.cli import (
     secrets_cmd,
     volumes_cmd,
 )
+from corral.cli.errors import print_error, print_error_line
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -194,31 +196,6 @@ _volume_app.command("delete")(_guard(volumes_cmd.volume_delete))
 app.add_typer(_volume_app, name="volume")
 
 
-def error_message(exc: BaseException) -> str:
-    """The one line shown for ``exc``."""
-    from corral.cli.errors import CLIError
-    from corral.sdk.errors import CorralError
-
-    config_mod = sys.modules.get("corral.config")
-    config_error = getattr(config_mod, "ConfigError", None)
-    if isinstance(exc, (CLIError, CorralError)) or (isinstance(config_error, type) and isinstance(exc, config_error)):
-        text = str(exc)
-    elif isinstance(exc, OSError) and exc.strerror:
-        text = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
-    else:
-        text = f"{type(exc).__name__}: {exc} (set CORRAL_DEBUG=1 to see the traceback)"
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return "; ".join(lines) or type(exc).__name__
-
-
-def _print_error(message: str) -> None:
-    line = f"Error: {message}"
-    if sys.stderr.isatty() and not os.environ.get("NO_COLOR"):
-        line = f"\x1b[31m{line}\x1b[0m"
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-
-
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     try:
@@ -228,7 +205,7 @@ def run(argv: list[str] | None = None) -> int:
             return 0
         if isinstance(e.code, int):
             return e.code
-        _print_error(str(e.code))
+        print_error_line(str(e.code))
         return 1
     except KeyboardInterrupt:
         sys.stderr.write("\n")
@@ -240,16 +217,8 @@ def run(argv: list[str] | None = None) -> int:
     return 0
 
 
-def print_error(exc: Exception) -> int:
-    """Show ``exc`` as the one ``Error: ...`` line and return the exit code it calls for."""
-    from corral.cli.errors import CLIError
-
-    _print_error(error_message(exc))
-    return exc.exit_code if isinstance(exc, CLIError) else 1
-
-
 def main() -> None:
-    """The ``corral`` console script."""
+    """Run the CLI on ``sys.argv`` and exit with its code (the console script, after its fast path)."""
     from corral import known_warnings
 
     known_warnings.capture_for_cli()

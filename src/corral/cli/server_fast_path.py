@@ -1,11 +1,13 @@
-"""The ``corral`` console script, with a fast path for a plain ``corral server``.
+"""The fast path for a plain ``corral server``, taken before the Typer app is built.
 
 Building the Typer app and parsing with it costs the server's start-up about a sixth of its CPU time, for
 a few options. So ``corral server`` with nothing but ``--host``, ``-p/--port``, ``-l/--log-level`` and
 ``--access-log`` (or their ``CORRAL_SERVER_*`` variables) goes straight to ``corral.server.main``; anything
-else -- ``--help``, an unknown option, a port that is not a number, every other command -- goes to the
-Typer app in ``corral.cli.main``, which gives the usual help and errors. ``python -m corral.cli.main`` takes the same
-path. ``tests/cli/test_server_fast_path.py`` checks that both parse the same arguments the same way.
+else -- ``--help``, an unknown option, a port that is not a number, every other command -- returns, and the
+caller goes on to the Typer app in ``corral.cli.main``, which gives the usual help and errors. Both ways in
+take it first: the console script (``corral.cli.entry``) and ``python -m corral.cli.main``.
+``tests/cli/test_server_fast_path.py`` checks that it and the Typer command parse the same arguments the same
+way.
 
 Standard library only at import.
 """
@@ -16,6 +18,8 @@ import importlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
+
+from corral.cli.errors import print_error
 
 #: Each option of ``corral server`` (as declared in ``corral.cli.main``): its names, and its environment variable.
 OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -97,15 +101,5 @@ def serve_if_plain_server(argv: Sequence[str]) -> None:
     except Exception as e:
         if os.environ.get("CORRAL_DEBUG"):
             raise
-        from corral.cli.main import print_error
-
         code = print_error(e)
     sys.exit(code)
-
-
-def main() -> None:
-    """The ``corral`` console script."""
-    serve_if_plain_server(sys.argv[1:])
-    from corral.cli.main import main as typer_main  # (which keeps dependencies' warnings out of the output)
-
-    typer_main()
