@@ -149,8 +149,8 @@ def _proxy(replicas: list[Rep], auth: bool = True) -> ServiceProxy:
     async def member(key: tuple[str, str]) -> bool:
         return key[0] == "good"
 
-    proxy.routes._load = load  # type: ignore[assignment]
-    proxy.members._load = member  # type: ignore[assignment]
+    proxy.upstream.routes._load = load  # type: ignore[assignment]
+    proxy.upstream.members._load = member  # type: ignore[assignment]
     return proxy
 
 

@@ -1,4 +1,6 @@
-"""The proxy's ASGI handler: ``/proxy/services/<project>/<run>[/<path>]``, every method.
+"""The proxy's ASGI app: ``/proxy/services/<project>/<run>[/<path>]``, every method, here; the model endpoint
+(``proxy.models``) and WebSocket upgrades (``proxy.ws_route``) in modules of their own, imported on first use.
+All three send requests on through one :class:`corral.proxy.upstream.Upstream`.
 
 As dstack's in-server proxy: ``/proxy/services/<p>/<run>`` answers 308 to its trailing slash; 404
 ``Service <p>/<run> not found`` while the run has no ready replica (checked before auth); 403 without a
@@ -9,75 +11,19 @@ cookies (the UI's session too) never reach the service (and a ``Set-Cookie`` of 
 reaches the caller); every answer carries ``Content-Security-Policy: sandbox ...`` (``SANDBOX_CSP``); the
 replica with the fewest requests in flight is chosen; upstream connections are kept alive; a request that
 could not be delivered is tried once more on another replica; bodies stream both ways; request bodies
-are limited to ``proxy_body_limit`` (64 MiB) as dstack's gateway limits them; WebSocket upgrades pass
-(``proxy.websocket``). Requests are counted for the autoscaler (``proxy.stats``); a service at zero
-replicas holds them until one is ready (``proxy.cold_start``).
+are limited to ``proxy_body_limit`` (64 MiB) as dstack's gateway limits them (all of it ``proxy.upstream``);
+WebSocket upgrades pass (``proxy.websocket``). Requests are counted for the autoscaler (``proxy.stats``); a
+service at zero replicas holds them until one is ready (``proxy.cold_start``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import logging
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
-
-from corral.backends.http1 import LAST_CHUNK, Http1Error, chunk, iter_body, read_response, request_head
-from corral.backends.replica_port import open_replica
 from corral.context import Context
 from corral.domain.telemetry import Telemetry
-from corral.proxy.balancer import Balancer
-from corral.proxy.cache import Cache
-from corral.proxy.cold_start import FULL, ColdStart
-from corral.proxy.drains import Drains
-from corral.proxy.pool import Conn, Pool, close
-from corral.proxy.stats import RequestCounter
-from corral.services import service_routing
-from corral.services.service_routing import Replica, Route
-
-log = logging.getLogger("corral.proxy")
-PREFIX = "/proxy/services/"
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-HOP_BY_HOP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-    }
-)
-_SET_BY_PROXY = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-prefix"})
-IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
-#: Added to every answer of a service: its pages run in a sandbox with an opaque origin, so that their
-#: scripts can neither read nor use the UI's session (the cookie is ``SameSite=Strict`` and never sent for
-#: them), nor read the UI's or the API's answers, though they are served on the server's origin.
-SANDBOX_CSP = b"sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
-#: Cookies of these names are corral's: never sent to a service, never set by one.
-CORRAL_COOKIE_PREFIX = b"corral"
-CONNECT_TIMEOUT = 10.0
-#: A request body up to this size is read before it is sent (so it can be sent to another replica).
-HOLD_BODY = 1 << 20
-#: How long a cached route or membership may live should a wake-up be lost.
-CACHE_TTL = 10.0
-
-
-class _Failed(Exception):
-    """The request could not be delivered to the replica (``sent``: some of it may have reached it)."""
-
-    def __init__(self, why: str, sent: bool) -> None:
-        super().__init__(why)
-        self.sent = sent
+from corral.proxy.asgi import Receive, Scope, Send, bearer_token, json_response
+from corral.proxy.upstream import PREFIX, Upstream
 
 
 def _counting(send: Send, telemetry: Telemetry, project: str, run: str) -> Send:
@@ -92,91 +38,19 @@ def _counting(send: Send, telemetry: Telemetry, project: str, run: str) -> Send:
     return counted
 
 
-async def _json(send: Send, status: int, body: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    data = orjson.dumps(body)
-    hs = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *(headers or [])]
-    await send({"type": "http.response.start", "status": status, "headers": hs})
-    await send({"type": "http.response.body", "body": data})
-
-
-def _cookies_without_corral(value: bytes) -> bytes:
-    kept = [c for c in value.split(b";") if not c.strip().lower().startswith(CORRAL_COOKIE_PREFIX)]
-    return b";".join(kept).strip()
-
-
-def _token(headers: list[tuple[bytes, bytes]]) -> str | None:
-    for k, v in headers:
-        if k == b"authorization":
-            scheme, _, token = v.decode("latin-1").partition(" ")
-            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-    return None
-
-
 class ServiceProxy:
+    """The ASGI app of ``/proxy/`` (see the module's docstring)."""
+
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.routes: Cache[tuple[str, str], Route | None] = Cache(self._load_route, CACHE_TTL)
-        self.members: Cache[tuple[str, str], bool] = Cache(self._load_member, CACHE_TTL)
-        #: Each project's OpenAI models: (name, run name, submitted_at) (``proxy.models``).
-        self.models: Cache[str, list[tuple[str, str, float]]] = Cache(self._load_models, CACHE_TTL)
-        self.balancer = Balancer(ctx.settings.probe_failure_threshold)
-        self.pool = Pool()
-        self.counter = RequestCounter(ctx)
-        self.drains = Drains(ctx, lambda job_id: self.balancer.in_flight.get(job_id, 0))
-        s = ctx.settings
-        self.cold = ColdStart(
-            self.routes,
-            self.counter.flush_now,
-            s.proxy_cold_start_queue,
-            s.proxy_cold_start_timeout,
-            self.counter.count,
-        )
-        self._service_jobs: dict[tuple[str, str], set[str]] = {}
-        ctx.wakeups.listen("services", self._services_changed)
-        ctx.wakeups.listen("access", self.members.clear)
-
-    # ---- caches ------------------------------------------------------------------------------
-    async def _load_route(self, key: tuple[str, str]) -> Route | None:
-        route = await service_routing.route(self.ctx, *key)
-        # connections to replicas no longer in the route are closed now (dstack keeps them, #2238)
-        live = {r.job_id for r in route.replicas} if route else set()
-        gone = self._service_jobs.get(key, set()) - live
-        for job_id in gone:
-            self.pool.drop(job_id)
-            self.balancer.forget_one(job_id)
-        self.drains.left(gone)
-        self._service_jobs[key] = live
-        return route
-
-    async def _load_models(self, project: str) -> list[tuple[str, str, float]]:
-        return await service_routing.models(self.ctx, project)
-
-    async def _load_member(self, key: tuple[str, str]) -> bool:
-        return await service_routing.is_member(self.ctx, *key)
-
-    def _services_changed(self) -> None:
-        self.routes.clear()
-        self.models.clear()
-        self.cold.changed()
-        # routes with replicas this server holds are read again now, not at their next request: a drained
-        # replica is released (and stopped) without waiting for traffic that may never come
-        keys = [k for k, job_ids in self._service_jobs.items() if self.drains.holds_any(job_ids)]
-        if keys:
-            self.drains.spawn(self._reload_routes(keys))
-
-    async def _reload_routes(self, keys: list[tuple[str, str]]) -> None:
-        for key in keys:
-            try:
-                await self.routes.get(key)
-            except Exception:
-                log.debug("could not read the route of %s/%s again", *key, exc_info=True)
+        self.upstream = Upstream(ctx)
 
     # ---- ASGI --------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
             from corral.proxy import ws_route  # wsproto: on the first upgrade only
 
-            await ws_route.handle(self, scope, receive, send)
+            await ws_route.handle(self.upstream, scope, receive, send)
             return
         if scope["type"] != "http":
             return
@@ -184,11 +58,11 @@ class ServiceProxy:
         if path.startswith("/proxy/models/"):
             from corral.proxy import models  # the model endpoint: on its first request only
 
-            await models.handle(self, scope, receive, send)
+            await models.handle(self.upstream, scope, receive, send)
             return
         parts = path[len(PREFIX) :].split("/", 2) if path.startswith(PREFIX) else []
         if len(parts) < 2 or not parts[0] or not parts[1]:
-            await _json(send, 404, {"detail": "Not Found"})
+            await json_response(send, 404, {"detail": "Not Found"})
             return
         project, run = parts[0], parts[1]
         if len(parts) == 2:
@@ -197,271 +71,23 @@ class ServiceProxy:
             await send({"type": "http.response.start", "status": 308, "headers": [(b"location", location)]})
             await send({"type": "http.response.body", "body": b""})
             return
-        route = await self.routes.get((project, run))
+        route = await self.upstream.routes.get((project, run))
         if route is None or not (route.replicas or route.scales_from_zero):
-            await _json(send, 404, {"detail": f"Service {project}/{run} not found"})
+            await json_response(send, 404, {"detail": f"Service {project}/{run} not found"})
             return
         # counted per service that exists (never by names from a URL alone: the labels stay bounded)
         send = _counting(send, self.ctx.telemetry, project, run)
         headers: list[tuple[bytes, bytes]] = list(scope["headers"])
         if route.auth:
-            token = _token(headers)
-            if token is None or not await self.members.get((token, project)):
-                await _json(send, 403, {"detail": f"Unauthenticated or unauthorized to access project {project}"})
+            token = bearer_token(headers)
+            if token is None or not await self.upstream.members.get((token, project)):
+                await json_response(
+                    send, 403, {"detail": f"Unauthenticated or unauthorized to access project {project}"}
+                )
                 return
         if any(k == b"upgrade" for k, _ in headers):
-            await _json(send, 400, {"detail": "Upgrading connections is not supported"})
+            await json_response(send, 400, {"detail": "Upgrading connections is not supported"})
             return
-        served = await self.admit(send, (project, run), route)
+        served = await self.upstream.admit(send, (project, run), route)
         if served is not None:
-            await self._forward(scope, receive, send, served, headers, f"{PREFIX}{project}/{run}")
-
-    async def admit(self, send: Send, key: tuple[str, str], route: Route) -> Route | None:
-        """Count the request for the autoscaler; at zero replicas hold it until one is ready (None: answered
-        already, 503 or 404)."""
-        self.counter.count(route.run_id)
-        if route.replicas:
-            return route
-        got = await self.cold.wait(key, route)
-        if got is None:
-            await _json(send, 404, {"detail": f"Service {key[0]}/{key[1]} not found"})
-            return None
-        if isinstance(got, str):
-            why = "too many requests wait" if got == FULL else "no replica became ready in time"
-            detail = f"Service {key[0]}/{key[1]} is starting from zero replicas ({why}); try again later"
-            await _json(send, 503, {"detail": detail}, [(b"retry-after", b"5")])
-            return None
-        return got
-
-    def _upstream_headers(
-        self, scope: Scope, headers: list[tuple[bytes, bytes]], route: Route, prefix: str
-    ) -> tuple[list[tuple[bytes, bytes]], int | None, bool]:
-        """The headers sent on, the request's Content-Length (None: not given) and whether it is chunked."""
-        named = {t.strip().lower() for k, v in headers if k == b"connection" for t in v.split(b",") if t.strip()}
-        out: list[tuple[bytes, bytes]] = []
-        length: int | None = None
-        chunked = False
-        forwarded_for = b""
-        host = b""
-        for k, v in headers:
-            if k == b"content-length":
-                try:
-                    length = int(v)
-                except ValueError:
-                    length = -1
-                continue
-            if k == b"transfer-encoding":
-                chunked = b"chunked" in v.lower()
-                continue
-            if k in HOP_BY_HOP or k in named or (k in _SET_BY_PROXY and k != b"x-forwarded-for"):
-                continue
-            if k == b"x-forwarded-for":
-                forwarded_for = v
-                continue
-            if k == b"authorization" and route.auth:
-                continue  # corral's credential: it stays with corral (dstack forwards it)
-            if k == b"cookie":
-                v = _cookies_without_corral(v)
-                if not v:
-                    continue
-            if k == b"host":
-                host = v
-            out.append((k, v))
-        client = scope.get("client")
-        client_ip = str(client[0]).encode() if client else b""
-        out.append((b"x-forwarded-for", forwarded_for + b", " + client_ip if forwarded_for else client_ip))
-        out.append((b"x-forwarded-proto", str(scope.get("scheme") or "http").encode()))
-        if host:
-            out.append((b"x-forwarded-host", host))
-        if route.strip_prefix:
-            out.append((b"x-forwarded-prefix", prefix.encode()))
-        return out, length, chunked
-
-    async def _forward(
-        self, scope: Scope, receive: Receive, send: Send, route: Route, headers: list[tuple[bytes, bytes]], prefix: str
-    ) -> None:
-        method: str = scope["method"]
-        up_headers, length, chunked = self._upstream_headers(scope, headers, route, prefix)
-        limit = self.ctx.settings.proxy_body_limit
-        if length is not None and (length < 0 or length > limit):
-            status, msg = (400, "Invalid Content-Length") if length < 0 else (413, "Request body too large")
-            await _json(send, status, {"detail": msg})
-            return
-        path = scope.get("raw_path") or scope["path"].encode()
-        if isinstance(path, bytes):
-            path = path.decode("latin-1")
-        target = path[len(prefix) :] if route.strip_prefix else path
-        query = scope.get("query_string") or b""
-        if query:
-            target += "?" + query.decode("latin-1")
-        # a body of known, small size is read whole first: held, the request can be sent again elsewhere
-        body, more = b"", False
-        if length or chunked:
-            try:
-                body, more = await self._read_held(receive, HOLD_BODY)
-            except _BodyTooLarge:
-                await _json(send, 413, {"detail": "Request body too large"})
-                return
-            except ConnectionError:
-                return
-        if length is not None:
-            up_headers.append((b"content-length", str(length).encode()))
-        elif chunked:
-            if not more:
-                up_headers.append((b"content-length", str(len(body)).encode()))
-            else:
-                up_headers.append((b"transfer-encoding", b"chunked"))
-        stream_body = more
-        use_chunked = chunked and more
-        head = request_head(method, target or "/", up_headers)
-        tried: list[str] = []
-        while True:
-            rep = self.balancer.pick(route.run_id, route.replicas, time.monotonic(), exclude=tried)
-            if rep is None:
-                await _json(send, 502, {"detail": "Error requesting upstream"})
-                return
-            tried.append(rep.job_id)
-            if not await self.drains.hold(rep.job_id):  # it left rotation: this server's route was stale
-                project, _, run = prefix[len(PREFIX) :].partition("/")
-                route = await self._reloaded(project, run, route)
-                continue
-            try:
-                await self._exchange(rep, method, head, body, use_chunked, receive if stream_body else None, send)
-                return
-            except _Failed as e:
-                retry = not stream_body and (not e.sent or method in IDEMPOTENT) and len(tried) < 2
-                if len(route.replicas) < 2:
-                    retry = False
-                log.debug("replica %s of %s: %s%s", rep.replica_num, prefix, e, " (retrying)" if retry else "")
-                if not retry:
-                    await _json(send, 502, {"detail": "Error requesting upstream"})
-                    return
-            except asyncio.TimeoutError:
-                await _json(send, 504, {"detail": "Timed out requesting upstream"})
-                return
-            except _BodyTooLarge:
-                await _json(send, 413, {"detail": "Request body too large"})
-                return
-
-    async def _reloaded(self, project: str, run: str, route: Route) -> Route:
-        """The service's route read again (a replica in it left rotation); the old one if it is gone."""
-        self.routes.forget((project, run))
-        fresh = await self.routes.get((project, run))
-        return route if fresh is None else dataclasses.replace(fresh, strip_prefix=route.strip_prefix)
-
-    async def _read_held(self, receive: Receive, up_to: int) -> tuple[bytes, bool]:
-        """The body's first ``up_to`` bytes or more (whole if it ends by then) and whether more is to come."""
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                raise ConnectionError("the caller went away")
-            data = msg.get("body", b"")
-            parts.append(data)
-            size += len(data)
-            if size > self.ctx.settings.proxy_body_limit:
-                raise _BodyTooLarge
-            if not msg.get("more_body"):
-                return b"".join(parts), False
-            if size >= up_to:
-                return b"".join(parts), True
-
-    async def _dial(self, rep: Replica) -> Conn:
-        return await open_replica(self.ctx.computes, rep.instance, rep.host_port, CONNECT_TIMEOUT)
-
-    async def _exchange(
-        self,
-        rep: Replica,
-        method: str,
-        head: bytes,
-        body: bytes,
-        use_chunked: bool,
-        more: Receive | None,
-        send: Send,
-    ) -> None:
-        """Send the request to ``rep`` and stream its response to the caller; raises ``_Failed`` while
-        nothing has been answered yet."""
-        self.balancer.started(rep.job_id)
-        try:
-            for attempt in range(2):  # a kept-alive connection the replica closed meanwhile: once more, fresh
-                try:
-                    conn, reused = await self.pool.acquire(rep.job_id, lambda: self._dial(rep))
-                except (OSError, asyncio.TimeoutError, ConnectionError) as e:
-                    self.balancer.connect_failed(rep.job_id, time.monotonic())
-                    raise _Failed(f"cannot connect: {e}", sent=False) from None
-                reader, writer = conn
-                try:
-                    writer.write(head)
-                    if body:
-                        writer.write(chunk(body) if use_chunked else body)
-                    if more is not None:
-                        await self._send_rest(writer, more, use_chunked, len(body))
-                    elif use_chunked:
-                        writer.write(LAST_CHUNK)
-                    await writer.drain()
-                    resp = await asyncio.wait_for(read_response(reader, method), self.ctx.settings.proxy_timeout)
-                except asyncio.TimeoutError:
-                    close(conn)
-                    raise
-                except _BodyTooLarge:
-                    close(conn)
-                    raise
-                except (Http1Error, OSError, ConnectionError) as e:
-                    close(conn)
-                    if reused and attempt == 0 and more is None:
-                        continue
-                    if not reused:
-                        self.balancer.connect_failed(rep.job_id, time.monotonic())
-                    raise _Failed(f"no response: {e}", sent=True) from None
-                self.balancer.connected(rep.job_id)
-                await self._respond(rep, conn, resp, send)
-                return
-        finally:
-            self.balancer.finished(rep.job_id)
-            self.drains.finished(rep.job_id)
-
-    async def _send_rest(self, writer: Any, receive: Receive, use_chunked: bool, sent: int) -> None:
-        limit = self.ctx.settings.proxy_body_limit
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                raise ConnectionError("the caller went away")
-            data = msg.get("body", b"")
-            sent += len(data)
-            if sent > limit:
-                raise _BodyTooLarge
-            if data:
-                writer.write(chunk(data) if use_chunked else data)
-                await writer.drain()
-            if not msg.get("more_body"):
-                break
-        if use_chunked:
-            writer.write(LAST_CHUNK)
-
-    async def _respond(self, rep: Replica, conn: Conn, resp: Any, send: Send) -> None:
-        named = {t.strip().lower() for k, v in resp.headers if k == b"connection" for t in v.split(b",")}
-        headers = [
-            (k, v)
-            for k, v in resp.headers
-            if k not in HOP_BY_HOP
-            and k not in named
-            and not (k == b"set-cookie" and v.strip().lower().startswith(CORRAL_COOKIE_PREFIX))
-        ]
-        headers.append((b"content-security-policy", SANDBOX_CSP))
-        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
-        done = False
-        try:
-            async for data in iter_body(conn[0], resp):
-                await send({"type": "http.response.body", "body": data, "more_body": True})
-            done = True
-        finally:
-            if done and resp.keep_alive:
-                self.pool.release(rep.job_id, conn)
-            else:
-                close(conn)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-class _BodyTooLarge(Exception):
-    pass
+            await self.upstream.forward(scope, receive, send, served, headers, f"{PREFIX}{project}/{run}")

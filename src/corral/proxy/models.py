@@ -11,21 +11,19 @@ dstack's 404 ``Model <name> not found in project <project>``.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-if TYPE_CHECKING:
-    from corral.proxy.app import Receive, Scope, Send, ServiceProxy
+from corral.proxy.asgi import Receive, Scope, Send, bearer_token, json_response
+from corral.proxy.upstream import Upstream
 
 PREFIX = "/proxy/models/"
 #: The largest chat request read to find its ``model`` (the proxy's body limit applies beyond).
 MAX_BODY = 16 * 2**20
 
 
-async def handle(proxy: ServiceProxy, scope: Scope, receive: Receive, send: Send) -> None:
-    from corral.proxy.app import _json, _token
-
+async def handle(proxy: Upstream, scope: Scope, receive: Receive, send: Send) -> None:
     path: str = scope["path"]
     project, _, rest = path[len(PREFIX) :].partition("/")
     rest = rest.strip("/")
@@ -33,21 +31,21 @@ async def handle(proxy: ServiceProxy, scope: Scope, receive: Receive, send: Send
         rest = rest[3:]
     method = scope["method"]
     if not project or (rest, method) not in (("models", "GET"), ("chat/completions", "POST")):
-        await _json(send, 404, {"detail": "Not Found"})
+        await json_response(send, 404, {"detail": "Not Found"})
         return
     headers: list[tuple[bytes, bytes]] = list(scope["headers"])
-    token = _token(headers)
+    token = bearer_token(headers)
     if token is None or not await proxy.members.get((token, project)):
-        await _json(send, 403, {"detail": f"Unauthenticated or unauthorized to access project {project}"})
+        await json_response(send, 403, {"detail": f"Unauthenticated or unauthorized to access project {project}"})
         return
     served = await proxy.models.get(project)
     if rest == "models":
         data = [{"object": "model", "id": n, "created": int(at), "owned_by": project} for n, _, at in served]
-        await _json(send, 200, {"object": "list", "data": data})
+        await json_response(send, 200, {"object": "list", "data": data})
         return
     body = await _read(receive)
     if body is None:
-        await _json(send, 413, {"detail": "Request body too large"})
+        await json_response(send, 413, {"detail": "Request body too large"})
         return
     try:
         request = orjson.loads(body)
@@ -55,12 +53,14 @@ async def handle(proxy: ServiceProxy, scope: Scope, receive: Receive, send: Send
         if not isinstance(name, str):
             raise TypeError
     except (orjson.JSONDecodeError, KeyError, TypeError):
-        await _json(send, 422, {"detail": [{"loc": ["body", "model"], "msg": "field required", "type": "missing"}]})
+        await json_response(
+            send, 422, {"detail": [{"loc": ["body", "model"], "msg": "field required", "type": "missing"}]}
+        )
         return
     run = next((r for n, r, _ in served if n == name), None)
     route = await proxy.routes.get((project, run)) if run is not None else None
     if run is None or route is None:
-        await _json(send, 404, {"detail": f"Model {name} not found in project {project}"})
+        await json_response(send, 404, {"detail": f"Model {name} not found in project {project}"})
         return
     route = await proxy.admit(send, (project, run), route)
     if route is None:
@@ -76,7 +76,7 @@ async def handle(proxy: ServiceProxy, scope: Scope, receive: Receive, send: Send
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
-    await proxy._forward(
+    await proxy.forward(
         inner, replay, send, dataclasses.replace(route, strip_prefix=True), headers, f"/proxy/services/{project}/{run}"
     )
 

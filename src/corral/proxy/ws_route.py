@@ -1,23 +1,24 @@
 """A WebSocket to a service through the proxy: the same route, auth, cold start from zero, drain hold and
-choice of replica as a request (``proxy.app``), then bridged to the replica (``proxy.websocket``).
+choice of replica as a request (``proxy.app``, ``proxy.upstream``), then bridged to the replica
+(``proxy.websocket``).
 Imported on the first upgrade only (wsproto)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from typing import TYPE_CHECKING
 
-from corral.proxy.app import PREFIX, Receive, Scope, Send, _token, log
+from corral.proxy.asgi import Receive, Scope, Send, bearer_token
 from corral.proxy.pool import close
+from corral.proxy.upstream import PREFIX, Upstream
 from corral.proxy.websocket import UpstreamRefused, bridge
 from corral.services.service_routing import Route
 
-if TYPE_CHECKING:
-    from corral.proxy.app import ServiceProxy
+log = logging.getLogger("corral.proxy")
 
 
-async def handle(proxy: ServiceProxy, scope: Scope, receive: Receive, send: Send) -> None:
+async def handle(proxy: Upstream, scope: Scope, receive: Receive, send: Send) -> None:
     async def refuse(why: str) -> None:
         log.debug("WebSocket %s refused: %s", scope["path"], why)
         await send({"type": "websocket.close", "code": 1008})
@@ -34,7 +35,7 @@ async def handle(proxy: ServiceProxy, scope: Scope, receive: Receive, send: Send
         return
     headers: list[tuple[bytes, bytes]] = list(scope["headers"])
     if route.auth:
-        token = _token(headers)
+        token = bearer_token(headers)
         if token is None or not await proxy.members.get((token, project)):
             await refuse(f"Unauthenticated or unauthorized to access project {project}")
             return
@@ -47,7 +48,7 @@ async def handle(proxy: ServiceProxy, scope: Scope, receive: Receive, send: Send
             return
         route = got
     prefix = f"{PREFIX}{project}/{run}"
-    up_headers, _, _ = proxy._upstream_headers(scope, headers, route, prefix)
+    up_headers, _, _ = proxy.upstream_headers(scope, headers, route, prefix)
     target = "/" + parts[2] if route.strip_prefix else path
     if scope.get("query_string"):
         target += "?" + scope["query_string"].decode("latin-1")
@@ -60,10 +61,10 @@ async def handle(proxy: ServiceProxy, scope: Scope, receive: Receive, send: Send
             return
         tried.append(rep.job_id)
         if not await proxy.drains.hold(rep.job_id):
-            route = await proxy._reloaded(project, run, route)
+            route = await proxy.reload_route(project, run, route)
             continue
         try:
-            conn = await proxy._dial(rep)
+            conn = await proxy.dial(rep)
         except (OSError, asyncio.TimeoutError, ConnectionError):
             proxy.balancer.connect_failed(rep.job_id, time.monotonic())
             continue
