@@ -79,11 +79,11 @@ async def main_async(n: int, jobs: int) -> None:
 
                 await wait_for(ready, timeout=600, interval=0.2)
                 took = time.monotonic() - t0
-                calls = dict(compute.calls)
+                calls = dict(compute.session.calls)
                 total = sum(calls.values())
                 print(f"{n} instances to ready: {took:.1f} s ({n / took:.2f} instances/s)")
                 print(f"EC2 calls for them: {total} ({total / n:.1f} per instance): {sorted(calls.items())}")
-                before = sum(compute.calls.values())
+                before = sum(compute.session.calls.values())
                 t1 = time.monotonic()
                 for i in range(jobs):
                     conf = {"type": "task", "name": f"b-{i}", "commands": ["echo ok"], "fleets": ["bench"],
@@ -100,7 +100,7 @@ async def main_async(n: int, jobs: int) -> None:
                         return got["status"] in ("done", "failed", "terminated")
 
                     await wait_for(done, timeout=300, interval=0.2)
-                placed = sum(compute.calls.values()) - before
+                placed = sum(compute.session.calls.values()) - before
                 print(
                     f"{jobs} jobs on the fleet: {time.monotonic() - t1:.1f} s, "
                     f"EC2 calls: {placed} ({placed / jobs:.2f} per placed job)"

@@ -82,12 +82,12 @@ async def _launch(server: RunningServer, proxy: FaultProxy, rule: Any, *offers: 
     compute: AWSCompute = server.ctx.computes["aws"]
     project = await compute.project("main")
     rec = _rec()
-    client = await compute._ec2(ec2.client, project.creds, offers[0].region)
+    client = await compute.session.ec2(ec2.client, project.creds, offers[0].region)
     before = len(proxy.launches)
     proxy.fault = rule
     try:
         offer, c, ec2_id = await compute._launch(rec, project, list(offers), client)
-        await compute._ec2(ec2.terminate, c, ec2_id)
+        await compute.session.ec2(ec2.terminate, c, ec2_id)
         assert offer.zone.startswith(offer.region)  # the zone it was launched in (placement follows volumes)
         got: Any = dataclasses.replace(offer, zone="")  # compared with the catalogue's offers
     except ProvisioningError as e:
@@ -101,7 +101,7 @@ async def _launch(server: RunningServer, proxy: FaultProxy, rule: Any, *offers: 
 
 @pytest.fixture(autouse=True)
 def fresh_cache(server: RunningServer) -> None:
-    server.ctx.computes["aws"].unavailable = launch.Unavailable(ttl=60)
+    server.ctx.computes["aws"].session.unavailable = launch.Unavailable(ttl=60)
 
 
 async def test_no_capacity_moves_to_the_next_zone_then_the_next_offer(server: RunningServer, proxy: FaultProxy) -> None:
@@ -152,7 +152,7 @@ async def test_refused_parameters_skip_the_offer_and_attempts_are_bounded(
     got, made = await _launch(server, proxy, lambda lt: "InsufficientInstanceCapacity", *many)
     assert isinstance(got, ProvisioningError) and "InsufficientInstanceCapacity" in str(got)
     assert len(made) == launch.MAX_LAUNCH_ATTEMPTS  # 4 offers x 2 zones would be 8
-    compute.unavailable = launch.Unavailable(ttl=60)
+    compute.session.unavailable = launch.Unavailable(ttl=60)
     got, made = await _launch(server, proxy, lambda lt: "AuthFailure", large, xlarge)
     assert isinstance(got, ProvisioningError) and len(made) == 1  # nothing else would do better
 
@@ -244,7 +244,7 @@ async def test_a_termination_ec2_never_confirms_is_reported_and_keeps_counting(
             )
             assert r.status_code == 200, r.text
             assert await wait_for(lambda: _with_status(instance, "idle"), timeout=60)
-            compute.terminate_timeout = 0.2
+            compute.session.terminate_timeout = 0.2
             proxy.swallow = {"TerminateInstances"}  # EC2 takes the call, and the instance runs on
             await c.post("/api/project/main/fleets/delete", json={"names": ["stuckfl"]})
 
@@ -268,7 +268,7 @@ async def test_a_termination_ec2_never_confirms_is_reported_and_keeps_counting(
         finally:
             proxy.swallow = set()
             proxy.blocked_subnets = set()
-            compute.terminate_timeout = 60.0
+            compute.session.terminate_timeout = 60.0
 
 
 async def _with_status(get: Any, status: str) -> dict[str, Any] | None:

@@ -194,9 +194,9 @@ async def test_a_launch_interrupted_by_a_crash_is_adopted_by_its_tag(
         started_at=None, finished_at=None, last_job_finished_at=None, idle_duration=None,
         termination_reason=None, termination_reason_message=None,
     )  # fmt: skip
-    launches = compute.calls.get("run_instances", 0)
+    launches = compute.session.calls.get("run_instances", 0)
     provisioned = await compute.create_instance(rec)
-    assert compute.calls.get("run_instances", 0) == launches
+    assert compute.session.calls.get("run_instances", 0) == launches
     assert provisioned.agent.connection["aws"]["instance_id"] == ec2_id
     assert provisioned.resources.cpus == 2 and provisioned.resources.memory_mib == 8192  # the type's, not the host's
     await compute.terminate_instance(row_id, provisioned.agent)  # returns once EC2 says terminated

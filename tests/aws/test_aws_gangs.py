@@ -71,7 +71,7 @@ async def server(tmp_path_factory: pytest.TempPathFactory, proxy: FaultProxy) ->
 @pytest.fixture
 def fresh_cache(server: RunningServer) -> None:
     """What an earlier test's refusals taught the compute is forgotten."""
-    server.ctx.computes["aws"].unavailable = launch.Unavailable(ttl=60)
+    server.ctx.computes["aws"].session.unavailable = launch.Unavailable(ttl=60)
 
 
 def _live(moto: MotoEC2, tag: str, value: str) -> list[dict[str, Any]]:
@@ -219,7 +219,7 @@ async def test_a_gang_waits_for_capacity_then_launches_together_in_a_placement_g
     once EC2 has room: one RunInstances for both nodes, in the reservation's zone, in a cluster placement
     group, into the reservation. The groups are deleted: the refused launch's at once, the other's once
     its instances are terminated."""
-    server.ctx.computes["aws"].unavailable = launch.Unavailable(ttl=0)  # the refusal is not remembered
+    server.ctx.computes["aws"].session.unavailable = launch.Unavailable(ttl=0)  # the refusal is not remembered
     monkeypatch.setattr(worker_gangs, "RETRY_INTERVAL", 2.5)  # two passes of the worker wait
     refusals = ["InsufficientInstanceCapacity"]
     before = len(proxy.launches)
@@ -291,14 +291,15 @@ async def test_a_gang_launched_before_a_crash_is_adopted_not_launched_again(
     offer = next(o for o in compute.offers() if o.instance_type == "m7i.large" and o.region == REGION)
     rows = [_row(offer, 0), _row(offer, 1)]
     project = await compute.project("main")
-    client = await compute._ec2(ec2.client, project.creds, REGION)
-    ids, group = await gangs._launch(compute, project, rows, [offer, offer], client, True, None)
+    client = await compute.session.ec2(ec2.client, project.creds, REGION)
+    ids, group = await gangs._launch(compute.session, project, rows, [offer, offer], client, True, None)
     # the reaper's sweep deletes this server's groups no live instance names (a launch that never came)
-    server_id = await compute._server_id()
-    await compute._ec2(placement.create, client, "dstack-main-adopt-unused0", server_id, "main", 0.0)
-    assert "dstack-main-adopt-unused0" in await gang_cleanup.sweep_groups(compute, project, [REGION], 60.0, report=True)
+    server_id = await compute.session.server_id()
+    await compute.session.ec2(placement.create, client, "dstack-main-adopt-unused0", server_id, "main", 0.0)
+    session = compute.session
+    assert "dstack-main-adopt-unused0" in await gang_cleanup.sweep_groups(session, project, [REGION], 60.0, report=True)
     assert "dstack-main-adopt-unused0" in proxy.extras.groups  # "report": only logged
-    await gang_cleanup.sweep_groups(compute, project, [REGION], 60.0, report=False)  # (or the server's own reaper did)
+    await gang_cleanup.sweep_groups(session, project, [REGION], 60.0, report=False)  # (or the server's own reaper did)
     assert "dstack-main-adopt-unused0" in proxy.extras.deleted
     assert group in proxy.extras.groups  # its instances live
     before = len(proxy.launches)

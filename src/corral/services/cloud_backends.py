@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from corral.backends.aws import ec2
-from corral.backends.aws.compute import AWSProject
+from corral.backends.aws.session import AWSProject
 from corral.services.accounts import generate_ssh_keypair
 from corral.services.errors import ServiceError
 from corral.store import accounts as account_store

@@ -201,7 +201,7 @@ async def _reserved(ctx: Context, project: ProjectRec, conf: dict[str, Any], off
     from corral.backends.aws import reservations
 
     try:
-        return reservations.narrowed(offers, await reservations.find(compute, project.name, conf["reservation"]))
+        return reservations.narrowed(offers, await compute.find_reservation(project.name, conf["reservation"]))
     except Exception as e:  # the plan still lists what the fleet's other options allow
         log.warning("could not look capacity reservation %s up: %s", conf["reservation"], e)
         return offers

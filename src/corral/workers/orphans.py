@@ -62,7 +62,7 @@ class OrphanReaper:
             found += len(reaped)
             try:  # placement groups of gangs that no instance holds any more
                 await sweep_groups(
-                    compute,  # type: ignore[arg-type]
+                    compute.session,  # type: ignore[attr-defined]
                     project, regions, self.ctx.settings.orphan_grace, self.ctx.settings.orphan_action == "report",
                 )  # fmt: skip
             except Exception as e:

@@ -66,14 +66,13 @@ class ReservedOffers:
         compute = self.computes.get("aws")
         if compute is None or not todo - self.places.keys():
             return
-        from corral.backends.aws import reservations
         from corral.backends.aws.compute import AWSCompute
 
         if not isinstance(compute, AWSCompute):
             return
         for project_name, rid in sorted(todo - self.places.keys()):
             try:
-                self.places[(project_name, rid)] = await reservations.find(compute, project_name, rid)
+                self.places[(project_name, rid)] = await compute.find_reservation(project_name, rid)
             except Exception as e:  # asked again on the next pass
                 log.warning("could not look capacity reservation %s of %s up: %s", rid, project_name, e)
 

@@ -25,16 +25,14 @@ import dataclasses
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from corral.backends.aws import catalog, ec2, launch, placement, reservations
 from corral.backends.aws import gang_cleanup as cleanup
+from corral.backends.aws.session import AWSProject, AWSSession, Region, candidate_offers
 from corral.backends.base import Provisioned, ProvisioningError
 from corral.domain.records import InstanceRec
 from corral.scheduler.types import Offer
-
-if TYPE_CHECKING:
-    from corral.backends.aws.compute import AWSCompute, AWSProject, _Region
 
 log = logging.getLogger("corral.aws.gangs")
 
@@ -98,20 +96,20 @@ def match_adopted(row_ids: Sequence[str], found: Sequence[dict[str, Any]]) -> di
 
 
 async def create_gang(
-    compute: AWSCompute, rows: Sequence[InstanceRec], cluster: bool, reservation: str | None
+    session: AWSSession, rows: Sequence[InstanceRec], cluster: bool, reservation: str | None
 ) -> list[Provisioned]:
     """Launch and bring up ``rows`` (in order; the first is the gang's lead) together; their
     ``Provisioned`` in the same order, or :class:`GangError` with every instance of the gang terminated."""
     lead = rows[0]
-    project = await compute.project(lead.project_name)
-    candidates = [compute._candidates(r, project) for r in rows]
+    project = await session.project(lead.project_name)
+    candidates = [candidate_offers(r, project) for r in rows]
     primary = [c[0] for c in candidates]
     offers = primary
     region = offers[0].region
     if any(o.region != region for o in offers):
         raise GangError("the nodes of a multi-node run must be in one region", capacity=False)
-    client = await compute._ec2(ec2.client, project.creds, region)
-    found = await compute._ec2(ec2.by_tag, client, launch.TAG_GANG, lead.id)
+    client = await session.ec2(ec2.client, project.creds, region)
+    found = await session.ec2(ec2.by_tag, client, launch.TAG_GANG, lead.id)
     adopted = match_adopted([r.id for r in rows], found)
     group: str | None = None
     if adopted is not None:
@@ -126,13 +124,13 @@ async def create_gang(
         log.info("gang of %s: adopting %s, launched before a restart", lead.name, ", ".join(ids))
     else:
         if found:  # a partial launch: nothing of it is kept
-            await cleanup.rollback(compute, client, [str(i["InstanceId"]) for i in found], None)
-        launched = await _launch_shapes(compute, project, rows, candidates, client, cluster, reservation)
+            await cleanup.rollback(session, client, [str(i["InstanceId"]) for i in found], None)
+        launched = await _launch_shapes(session, project, rows, candidates, client, cluster, reservation)
         ids, group, offers, client = launched
     try:
-        done = await _bring_up(compute, project, rows, offers, client, ids, group)
+        done = await _bring_up(session, project, rows, offers, client, ids, group)
     except ProvisioningError as e:
-        await cleanup.rollback(compute, client, ids, group)
+        await cleanup.rollback(session, client, ids, group)
         raise GangError(f"a node of the gang could not be brought up: {e}", capacity=False) from None
     # a gang that fell back on other offers: each row records the offer it launched
     return [
@@ -141,7 +139,7 @@ async def create_gang(
 
 
 async def _launch_shapes(
-    compute: AWSCompute,
+    session: AWSSession,
     project: AWSProject,
     rows: Sequence[InstanceRec],
     candidates: Sequence[Sequence[Offer]],
@@ -157,11 +155,11 @@ async def _launch_shapes(
         if attempts >= launch.MAX_LAUNCH_ATTEMPTS:
             break
         if shape[0].region != candidates[0][0].region:
-            here = await compute._ec2(ec2.client, project.creds, shape[0].region)
+            here = await session.ec2(ec2.client, project.creds, shape[0].region)
         else:
             here = client
         try:
-            ids, group = await _launch(compute, project, rows, shape, here, cluster, reservation, attempts)
+            ids, group = await _launch(session, project, rows, shape, here, cluster, reservation, attempts)
         except GangError as e:
             if not e.capacity:
                 raise
@@ -173,7 +171,7 @@ async def _launch_shapes(
 
 
 async def _bring_up(
-    compute: AWSCompute,
+    session: AWSSession,
     project: AWSProject,
     rows: Sequence[InstanceRec],
     offers: Sequence[Offer],
@@ -182,7 +180,7 @@ async def _bring_up(
     group: str | None,
 ) -> list[Provisioned]:
     done = await asyncio.gather(
-        *(compute._bring_up(r, project, client, o, i) for r, o, i in zip(rows, offers, ids, strict=False)),
+        *(session.bring_up(r, project, client, o, i) for r, o, i in zip(rows, offers, ids, strict=False)),
         return_exceptions=True,
     )
     errors = [d for d in done if isinstance(d, BaseException)]
@@ -198,7 +196,7 @@ async def _bring_up(
 
 
 async def _launch(
-    compute: AWSCompute,
+    session: AWSSession,
     project: AWSProject,
     rows: Sequence[InstanceRec],
     offers: Sequence[Offer],
@@ -211,13 +209,13 @@ async def _launch(
     placement group (or None)."""
     region = offers[0].region
     try:
-        where = await compute._region(project, region, client)
+        where = await session.region(project, region, client)
     except ProvisioningError as e:
         raise GangError(str(e), capacity=False) from None
     zones = dict(where.zones)
     extra: dict[str, Any] = {}
     if reservation:
-        reserved = await compute._ec2(reservations.lookup, client, region, reservation)
+        reserved = await session.ec2(reservations.lookup, client, region, reservation)
         types = sorted({o.instance_type for o in offers})
         if len(types) > 1:
             why: str | None = f"capacity reservation {reservation} holds one instance type, the nodes are {types}"
@@ -235,15 +233,15 @@ async def _launch(
         extra.update(reservations.launch_params(reserved))
     gpu = bool(offers[0].resources.gpus)
     try:
-        image, _user = await compute._ec2(ec2.image, where.client, project.config, gpu)
+        image, _user = await session.ec2(ec2.image, where.client, project.config, gpu)
     except ec2.AWSError as e:
         raise GangError(f"{region}: {e}", capacity=False) from None
-    server_id = await compute._server_id()
+    server_id = await session.server_id()
     group: str | None = None
     if cluster and all(placement.supports_cluster(o.instance_type) for o in offers):
         group = placement.group_name(project.name, rows[0].fleet_name or "", None)
         try:
-            await compute._ec2(placement.create, client, group, server_id, project.name, time.time())
+            await session.ec2(placement.create, client, group, server_id, project.name, time.time())
         except ec2.AWSError as e:
             raise GangError(f"placement group {group}: {e}", capacity=False) from None
         extra["Placement"] = {**extra.get("Placement", {}), "GroupName": group}
@@ -256,7 +254,7 @@ async def _launch(
     capacity = True
     for zone, subnet in zones.items():
         itypes = {launch.market_key(o.instance_type, o.resources.spot) for o in offers}
-        if any(compute.unavailable.blocked(region, zone, t, time.time()) for t in itypes):
+        if any(session.unavailable.blocked(region, zone, t, time.time()) for t in itypes):
             errors.append(f"{zone}: no capacity lately")
             continue
         if attempt >= launch.MAX_LAUNCH_ATTEMPTS:
@@ -264,9 +262,9 @@ async def _launch(
         attempt += 1
         base = _Params(project, server_id, image, where, subnet, extra, group, rows[0].id)
         if path == "count":
-            got = await _launch_count(compute, base, rows, offers[0], attempt)
+            got = await _launch_count(session, base, rows, offers[0], attempt)
         else:
-            got = await _launch_parallel(compute, base, rows, offers, attempt)
+            got = await _launch_parallel(session, base, rows, offers, attempt)
         if isinstance(got, list):
             return got, group
         error, refused = got
@@ -275,12 +273,12 @@ async def _launch(
         log.info("gang of %s: launch in %s: %s (%s)", rows[0].name, zone, error, verdict)
         if verdict == "capacity":
             for t in refused:
-                compute.unavailable.mark(region, zone, t, time.time())
+                session.unavailable.mark(region, zone, t, time.time())
         if launch.next_move(verdict) != "zone":
             capacity = verdict == "quota"
             break
     if group is not None:
-        await cleanup.delete_group(compute, client, group)
+        await cleanup.delete_group(session, client, group)
     what = ", ".join(sorted({o.instance_type for o in offers}))
     raise GangError(
         f"aws: the {len(rows)} nodes ({what} in {region}) could not be launched together "
@@ -295,7 +293,7 @@ class _Params:
     project: AWSProject
     server_id: str
     image: str
-    where: _Region
+    where: Region
     subnet: str
     extra: dict[str, Any]
     group: str | None
@@ -337,36 +335,36 @@ Refused = tuple[ec2.AWSError, list[str]]
 
 
 async def _launch_count(
-    compute: AWSCompute, p: _Params, rows: Sequence[InstanceRec], offer: Offer, attempt: int
+    session: AWSSession, p: _Params, rows: Sequence[InstanceRec], offer: Offer, attempt: int
 ) -> list[str] | Refused:
     """One RunInstances for every node, then each instance tagged with its own row (by launch index)."""
     params = p.run(offer, rows[0], len(rows), launch.client_token(rows[0].id, attempt))
     key = [launch.market_key(offer.instance_type, offer.resources.spot)]
     try:
-        reply = await compute._ec2(ec2.call, p.where.once, "run_instances", **params)
+        reply = await session.ec2(ec2.call, p.where.once, "run_instances", **params)
     except ec2.AWSError as e:
         return e, key
     launched = sorted(reply["Instances"], key=lambda i: int(i.get("AmiLaunchIndex") or 0))
-    await _cancel_spot_requests(compute, p.where.client, launched)
+    await _cancel_spot_requests(session, p.where.client, launched)
     ids = [str(i["InstanceId"]) for i in launched]
     if len(ids) != len(rows):  # EC2 promises MinCount or nothing; never keep a part
-        await cleanup.rollback(compute, p.where.client, ids, None)
+        await cleanup.rollback(session, p.where.client, ids, None)
         return ec2.AWSError("InsufficientInstanceCapacity", f"{len(ids)} of {len(rows)} instances launched"), key
     for row, ec2_id in zip(rows[1:], ids[1:], strict=False):
         tags = [
             {"Key": launch.TAG_INSTANCE, "Value": row.id},
             {"Key": "Name", "Value": f"corral-{p.project.name}-{row.name}"},
         ]
-        await compute._ec2(ec2.call, p.where.client, "create_tags", Resources=[ec2_id], Tags=tags)
+        await session.ec2(ec2.call, p.where.client, "create_tags", Resources=[ec2_id], Tags=tags)
     return ids
 
 
 async def _launch_parallel(
-    compute: AWSCompute, p: _Params, rows: Sequence[InstanceRec], offers: Sequence[Offer], attempt: int
+    session: AWSSession, p: _Params, rows: Sequence[InstanceRec], offers: Sequence[Offer], attempt: int
 ) -> list[str] | Refused:
     """One RunInstances per node, at once, under ``PARALLEL_DEADLINE``; all terminated if any fails."""
     calls = [
-        compute._ec2(ec2.call, p.where.once, "run_instances", **p.run(o, r, 1, launch.client_token(r.id, attempt)))
+        session.ec2(ec2.call, p.where.once, "run_instances", **p.run(o, r, 1, launch.client_token(r.id, attempt)))
         for r, o in zip(rows, offers, strict=False)
     ]
     tasks = [asyncio.ensure_future(c) for c in calls]
@@ -383,17 +381,17 @@ async def _launch_parallel(
             error = error or (exc if isinstance(exc, ec2.AWSError) else ec2.AWSError("", str(exc)))
             refused.append(launch.market_key(o.instance_type, o.resources.spot))
         else:
-            await _cancel_spot_requests(compute, p.where.client, t.result()["Instances"])
+            await _cancel_spot_requests(session, p.where.client, t.result()["Instances"])
             ids.append(str(t.result()["Instances"][0]["InstanceId"]))
     if error is None:
         return ids
     if ids:
-        await cleanup.rollback(compute, p.where.client, ids, None)
+        await cleanup.rollback(session, p.where.client, ids, None)
     return error, refused
 
 
-async def _cancel_spot_requests(compute: AWSCompute, client: Any, launched: Sequence[dict[str, Any]]) -> None:
+async def _cancel_spot_requests(session: AWSSession, client: Any, launched: Sequence[dict[str, Any]]) -> None:
     """Cancel the one-time spot requests of ``launched`` so that they cannot be fulfilled again."""
     for i in launched:
         if i.get("SpotInstanceRequestId"):
-            await compute._cancel_spot_request(client, str(i["SpotInstanceRequestId"]))
+            await session.cancel_spot_request(client, str(i["SpotInstanceRequestId"]))

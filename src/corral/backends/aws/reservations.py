@@ -2,20 +2,21 @@
 says the instance type and zone (DescribeCapacityReservations), offers are narrowed to that type in its
 region, and the launch targets it (``CapacityReservationSpecification.CapacityReservationTarget``) in its
 zone. :func:`lookup` calls EC2 (a boto3 client, run in a thread by the caller) and :func:`find` looks a
-reservation up in every region a project's backend offers; the rest is pure.
+reservation up in the regions it is given (``AWSCompute.find_reservation``: every region a project's backend
+offers); the rest is pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from corral.backends.aws import ec2
 from corral.scheduler.types import Offer
 
-if TYPE_CHECKING:
-    from corral.backends.aws.compute import AWSCompute
+if TYPE_CHECKING:  # (the plan narrows offers with this module: it loads no SSH code)
+    from corral.backends.aws.session import AWSProject, AWSSession
 
 
 @dataclass(frozen=True)
@@ -82,16 +83,14 @@ def launch_params(r: Reserved) -> dict[str, Any]:
     return params
 
 
-async def find(compute: AWSCompute, project_name: str, reservation_id: str) -> tuple[Reserved, ...]:
-    """Where ``reservation_id`` is: asked in each region of the project's aws backend that has offers
-    (reservation ids are regional; dstack asks every configured region too). Raises on EC2 errors."""
-    project = await compute.project(project_name)
-    configured = project.config.get("regions")
-    regions = sorted({o.region for o in compute.offers() if not configured or o.region in configured})
+async def find(
+    session: AWSSession, project: AWSProject, regions: Sequence[str], reservation_id: str
+) -> tuple[Reserved, ...]:
+    """Where ``reservation_id`` is among ``regions`` (reservation ids are regional). Raises on EC2 errors."""
     found = []
     for region in regions:
-        client = await compute._ec2(ec2.client, project.creds, region)
-        r = await compute._ec2(lookup, client, region, reservation_id)
+        client = await session.ec2(ec2.client, project.creds, region)
+        r = await session.ec2(lookup, client, region, reservation_id)
         if r is not None:
             found.append(r)
     return tuple(found)
