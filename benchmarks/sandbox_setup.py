@@ -51,10 +51,10 @@ def one(sbs: sandbox.Sandboxes, base: str, n: int, fork_server: bool = True) -> 
     inside = (0, 0) if sb.userns else None
     env = {"PATH": "/usr/bin:/bin"}
     if fork_server:
-        proc: object = sbs.launch(sb, ["/bin/true"], "/workflow", binds, mount, inside, env, job_dir)
+        proc: object = sbs.launcher.launch(sb, ["/bin/true"], "/workflow", binds, mount, inside, env, job_dir)
     else:
         pipes = sandbox.Pipes.open()
-        cmd = sbs.command(sbs.spec(sb, ["/bin/true"], "/workflow", binds, mount, pipes, inside))
+        cmd = sbs.launcher.command(sbs.launcher.spec(sb, ["/bin/true"], "/workflow", binds, mount, pipes, inside))
         popen = functools.partial(subprocess.Popen, cmd, pass_fds=(pipes.status_w, pipes.go_r), cwd=job_dir, env=env)
         proc = sandbox.start(popen, pipes, inside, sb.uid)
     t2 = time.perf_counter()
@@ -107,7 +107,7 @@ def main() -> int:
             cpu2 = _busy_ms()
         finally:
             sbs.close(anchor)
-            sbs.close_launcher()
+            sbs.launcher.close()
         base_ms = plain(args.rounds)
     finally:
         sbs.reap(set())  # whatever a failed round left

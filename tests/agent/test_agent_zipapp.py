@@ -60,6 +60,8 @@ def test_zipapp_imports_only_the_standard_library(tmp_path: Path) -> None:
         "corral.agent.launcher_server",
         "corral.agent.sandbox_spare",
         "corral.agent.sandbox_launch",
+        "corral.agent.sandbox_slots",
+        "corral.agent.sandbox_types",
         *(f"corral.agent.{m}" for m in ("sandbox_layout", "sandbox_net", "job_lifecycle", "gpus", "volumes")),
         "corral.agent.protocol_session",
         "corral.agent.container_sessions",

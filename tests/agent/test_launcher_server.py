@@ -27,7 +27,7 @@ def sbs(tmp_path: Path) -> Iterator[sandbox.Sandboxes]:
     s = sandbox.Sandboxes(str(tmp_path / "agent"), sandbox.SandboxConfig(mode="on"))
     assert s.available, s.reason
     yield s
-    s.close_launcher()
+    s.launcher.close()
     s.cancel_bridge_check()
     s.reap(set())
 
@@ -42,7 +42,7 @@ def _launch(sbs: sandbox.Sandboxes, tmp_path: Path, name: str, script: str) -> t
     inside = (0, 0) if sb.userns else None
     env = {"PATH": "/usr/bin:/bin"}
     argv = ["/bin/sh", "-c", script]
-    proc = sbs.launch(sb, argv, "/workflow", binds, str(job_dir / "root"), inside, env, str(job_dir))
+    proc = sbs.launcher.launch(sb, argv, "/workflow", binds, str(job_dir / "root"), inside, env, str(job_dir))
     return proc, sb
 
 
@@ -110,6 +110,6 @@ def test_a_job_that_cannot_start_fails_with_the_launchers_words(sbs: sandbox.San
     inside = (0, 0) if sb.userns else None
     t0 = time.monotonic()
     with pytest.raises(sandbox.SandboxError, match="no-such-dir"):
-        sbs.launch(sb, ["/bin/true"], "/no-such-dir", {}, str(job_dir / "root"), inside, {}, str(job_dir))
+        sbs.launcher.launch(sb, ["/bin/true"], "/no-such-dir", {}, str(job_dir / "root"), inside, {}, str(job_dir))
     assert time.monotonic() - t0 < 10
     sbs.close(sb)

@@ -89,10 +89,10 @@ def test_a_jobs_end_never_removes_a_slot_given_back_meanwhile(
     taken = two.open("taken", [])
     try:
         assert taken.slot == ended.slot, "the freed slot is the next one taken"
-        assert one.keep_as_spare(ended) is False  # not kept as a spare either: it is not the ended job's now
+        assert one.spare.keep(ended) is False  # not kept as a spare either: it is not the ended job's now
         one.close(ended, keep_bridge=True, quiesced=True)
         assert taken.netns and os.path.exists(taken.netns), "the other agent's namespace was removed"
-        records = two._records(str(Path(sandbox.DEFAULT_STATE_DIR) / "slots"))
+        records = two.slots.records(str(Path(sandbox.DEFAULT_STATE_DIR) / "slots"))
         assert records[taken.slot]["job_id"] == "taken", records
     finally:
         two.close(taken)
@@ -147,28 +147,28 @@ def test_a_spare_network_made_after_a_job_is_the_next_jobs_and_goes_when_the_age
     sandboxes: tuple[sandbox.Sandboxes, sandbox.Sandboxes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     one, _two = sandboxes
-    one.prepare_spare()
-    assert one._spare is not None
-    spare_slot, spare_ns = one._spare
+    one.spare.prepare()
+    assert one.spare.held is not None
+    spare_slot, spare_ns = one.spare.held
     assert os.path.exists(spare_ns) and _record(spare_slot)["job_id"] == SPARE_JOB
     made = _counting_net_ups(monkeypatch)
     first = one.open("next", [8000])
     assert (first.slot, first.netns) == (spare_slot, spare_ns) and made == [], "the next job takes the spare"
     assert _record(spare_slot)["job_id"] == "next" and 8000 in first.ports()
     # a job whose slot was reserved ahead (a multi-node run's address given out) keeps that slot
-    one.prepare_spare()
-    assert one._spare is not None
+    one.spare.prepare()
+    assert one.spare.held is not None
     made.clear()
     reserved = one.reserve("ahead")
     ahead = one.open("ahead", [])
-    assert ahead.slot == reserved != one._spare[0] and made == [reserved]
-    one.release_spare_if_idle()
-    assert one._spare is not None, "the agent runs jobs: its spare stays"
+    assert ahead.slot == reserved != one.spare.held[0] and made == [reserved]
+    one.spare.release_if_idle()
+    assert one.spare.held is not None, "the agent runs jobs: its spare stays"
     one.close(first, keep_bridge=True)
     one.close(ahead, keep_bridge=True)
-    left = one._spare[0]
-    one.release_spare_if_idle()
-    assert one._spare is None and _record(left) == {}, "an idle agent keeps no spare"
+    left = one.spare.held[0]
+    one.spare.release_if_idle()
+    assert one.spare.held is None and _record(left) == {}, "an idle agent keeps no spare"
 
 
 def test_an_ended_jobs_quiet_network_is_kept_as_the_spare_and_a_busy_one_is_not(
@@ -178,8 +178,8 @@ def test_an_ended_jobs_quiet_network_is_kept_as_the_spare_and_a_busy_one_is_not(
     first = one.open("first", [])
     one.quiesce(first)
     assert first.netns is not None and sandbox_net.netns_quiet(first.netns)
-    assert one.keep_as_spare(first), "a job that left nothing in its namespace hands it on"
-    assert one._spare == (first.slot, first.netns) and _record(first.slot)["job_id"] == SPARE_JOB
+    assert one.spare.keep(first), "a job that left nothing in its namespace hands it on"
+    assert one.spare.held == (first.slot, first.netns) and _record(first.slot)["job_id"] == SPARE_JOB
     made = _counting_net_ups(monkeypatch)
     second = one.open("second", [])
     assert (second.slot, second.netns, made) == (first.slot, first.netns, []), "the next job takes it as it is"
@@ -195,7 +195,7 @@ def test_an_ended_jobs_quiet_network_is_kept_as_the_spare_and_a_busy_one_is_not(
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"1\n"
         assert not sandbox_net.netns_quiet(second.netns)
-        assert not one.keep_as_spare(second) and one._spare is None
+        assert not one.spare.keep(second) and one.spare.held is None
     finally:
         holder.kill()
         holder.wait()
@@ -203,8 +203,8 @@ def test_an_ended_jobs_quiet_network_is_kept_as_the_spare_and_a_busy_one_is_not(
     assert not os.path.exists(second.netns), "a namespace not handed on goes"
     # an agent that has a spare already keeps only that one
     third = one.open("third", [])
-    one.prepare_spare()
-    assert one._spare is not None and not one.keep_as_spare(third)
+    one.spare.prepare()
+    assert one.spare.held is not None and not one.spare.keep(third)
     one.close(third, keep_bridge=True)
     assert not sandbox_net.netns_quiet("/run/netns/corral-no-such-namespace")
 
@@ -218,13 +218,13 @@ def test_the_bridges_marker_counts_only_in_the_network_namespace_that_wrote_it(
         ups: list[str] = []
         monkeypatch.setattr(sandbox_net, "bridge_up", lambda bridge, network: ups.append(bridge))
         marker = Path(one.config.state_dir) / "bridge"
-        with one._locked():
-            one._bridge_up()
+        with one.slots.locked():
+            one.slots.bridge_up()
         assert ups == [], "the marker of this namespace: nothing to do"
         # an agent in a container of its own network, sharing the state directory, wrote it
-        marker.write_text(f"{one.config.bridge} {one.network} net:[1]\n")
-        with one._locked():
-            one._bridge_up()
+        marker.write_text(f"{one.config.bridge} {one.slots.network} net:[1]\n")
+        with one.slots.locked():
+            one.slots.bridge_up()
         assert ups == [one.config.bridge], "another namespace's marker: the bridge and rules are put up here"
     finally:
         one.close(sb, keep_bridge=True)
@@ -242,7 +242,7 @@ def test_the_slots_of_an_agent_still_ending_are_left_to_it_once_its_work_dir_is_
     try:
         slot = ending.reserve("its-job")
         old = ending.reserve("older-agents-job")
-        with ending._locked() as slots:
+        with ending.slots.locked() as slots:
             path = os.path.join(slots, f"{slot}.json")
             rec = json.loads(Path(path).read_text())
             stat = Path(f"/proc/{process.pid}/stat").read_text()

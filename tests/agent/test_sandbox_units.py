@@ -22,7 +22,7 @@ def test_uid_range_and_subnet_settings() -> None:
             parse_uid_range(bad)
     cfg = SandboxConfig.from_env({"CORRAL_JOB_UID_RANGE": "300000-300009", "CORRAL_SANDBOX_SUBNET": "10.9.0.0/24"})
     sbs = Sandboxes("/nonexistent", cfg)
-    assert sbs.size == 10 and sbs.uid(3) == 300003 and sbs.address(0) == "10.9.0.2"
+    assert sbs.slots.size == 10 and sbs.slots.uid(3) == 300003 and sbs.slots.address(0) == "10.9.0.2"
     with pytest.raises(ValueError, match="CORRAL_SANDBOX_SUBNET"):
         SandboxConfig.from_env({"CORRAL_SANDBOX_SUBNET": "10.9.0.0/30"})
     with pytest.raises(ValueError, match="--sandbox"):

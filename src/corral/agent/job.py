@@ -20,7 +20,7 @@ from .protocol import JobState, JobSubmission
 
 if TYPE_CHECKING:
     from .launcher_server import Child
-    from .sandbox import JobSandbox
+    from .sandbox_types import JobSandbox
 
 
 class JobNotFound(KeyError):

@@ -210,7 +210,7 @@ class JobLifecycle:
                 proc: subprocess.Popen[bytes] | Child
                 if sb is not None:
                     root = self.sandboxes.mount_point()
-                    proc = self.sandboxes.launch(sb, argv, cwd, binds, root, inside, env, job.dir)
+                    proc = self.sandboxes.launcher.launch(sb, argv, cwd, binds, root, inside, env, job.dir)
                 else:
                     proc = subprocess.Popen(
                         argv, cwd=cwd, env=env, start_new_session=True, close_fds=True, **io, **kwargs
@@ -326,13 +326,13 @@ class JobLifecycle:
             self._finish_job(job, readers, stop, rc)
             try:
                 # the network of this agent's next job: this one's, if the job left nothing in it, else made now
-                if not self.sandboxes.keep_as_spare(sb):
+                if not self.sandboxes.spare.keep(sb):
                     self.sandboxes.close(sb, keep_bridge=True, quiesced=True)
             except OSError:
                 log.exception("job %s: cannot release its sandbox", job.sub.job_id)
         finally:
             job.sandbox_given_back.set()
-        self.sandboxes.prepare_spare()
+        self.sandboxes.spare.prepare()
         # the spare goes, and the host's last sandbox takes the bridge with it, a moment later if idle
         self.sandboxes.bridge_down_later()
 

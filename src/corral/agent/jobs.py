@@ -188,7 +188,7 @@ class JobRunner(JobLifecycle):
         with self._lock:
             known = set(self._jobs)
         self.sandboxes.release_stale(known)
-        return self.sandboxes.address(self.sandboxes.reserve(job_id))
+        return self.sandboxes.slots.address(self.sandboxes.reserve(job_id))
 
     def stop(self, job_id: str, abort: bool = False, notice: Notice | None = None) -> JobState:
         """Stop the job (``notice``: with a deadline it can read, e.g. a preemption's)."""
@@ -224,9 +224,9 @@ class JobRunner(JobLifecycle):
                 self._stop(j, abort=True, reason="stopped")
             self._await(jobs, time.monotonic() + READER_DRAIN_S + 2.0)
         self.sandboxes.cancel_bridge_check()  # reap takes the bridge down now if no slot is left
-        self.sandboxes.stop_spares()  # and gives back the spare network
+        self.sandboxes.spare.stop()  # and gives back the spare network
         self.sandboxes.reap({j.sub.job_id for j in jobs if not j.state.finished})  # and unused reservations
-        self.sandboxes.close_launcher()
+        self.sandboxes.launcher.close()
 
     @staticmethod
     def _await(jobs: list[Job], deadline: float) -> None:

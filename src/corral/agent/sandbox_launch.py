@@ -1,9 +1,9 @@
 """Starting a job in its sandbox: the launcher's spec, its fork server, and the wait until the job runs.
 
-:class:`Launching` is a base of :class:`corral.agent.sandbox.Sandboxes` (which sets ``work_dir``, ``config``,
-``_helper`` and ``_server``): it builds what the launcher (:mod:`corral.agent.sandbox_exec`) is given and
-starts it -- forked by the agent's launcher server (:mod:`corral.agent.launcher_server`), or as a process of
-its own where that server cannot start. :func:`start` waits until the job runs (or says why it could not).
+:class:`Launcher` (held by :class:`corral.agent.sandbox.Sandboxes`) builds what the launcher
+(:mod:`corral.agent.sandbox_exec`) is given and starts it -- forked by the agent's launcher server
+(:mod:`corral.agent.launcher_server`), started on the first job, or as a process of its own where that server
+cannot start. :func:`start` waits until the job runs (or says why it could not).
 """
 
 from __future__ import annotations
@@ -16,25 +16,22 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .launcher_server import Child, LauncherServer, Unavailable
-
-if TYPE_CHECKING:
-    from .sandbox import JobSandbox, SandboxConfig
+from .sandbox_types import JobSandbox, SandboxConfig, SandboxError
 
 log = logging.getLogger("corral.agent")
 
 
-class SandboxError(Exception):
-    """The sandbox could not be set up; the message is meant for the user."""
+class Launcher:
+    """Starts this agent's jobs in their sandboxes (``work_dir``: the agent's, hidden from every job)."""
 
-
-class Launching:
-    work_dir: str
-    config: SandboxConfig
-    _helper: str | None
-    _server: LauncherServer | None
+    def __init__(self, config: SandboxConfig, work_dir: str) -> None:
+        self.config = config
+        self.work_dir = work_dir
+        self._helper: str | None = None
+        self._server: LauncherServer | None = None
 
     def _launcher_source(self) -> str:
         if self._helper is None:
@@ -119,7 +116,7 @@ class Launching:
 
         return start(popen, pipes, inside, sb.uid)
 
-    def close_launcher(self) -> None:
+    def close(self) -> None:
         """Let the launcher server go (at the agent's shutdown)."""
         if self._server is not None:
             self._server.close()

@@ -16,7 +16,7 @@ import posixpath
 
 from . import workdir
 from .protocol import JobSubmission
-from .sandbox import DEFAULT_WORKING_DIR
+from .sandbox_types import DEFAULT_WORKING_DIR
 
 
 def submission(sub: JobSubmission) -> JobSubmission:
