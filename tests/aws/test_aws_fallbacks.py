@@ -1,7 +1,7 @@
 """Launch fallbacks against moto, errors injected by the fault proxy: no capacity moves to the next zone,
 then to the reservation's next offer; a quota or limit error skips the region (remembered a while); refused
 parameters skip the offer; at most ``MAX_LAUNCH_ATTEMPTS`` RunInstances per reservation, each with a new
-client token. The launches here are the compute's own (``_launch``): the instances never need to run."""
+client token. The launches here are the compute's own (``run_instances``): the instances never need to run."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ async def _launch(server: RunningServer, proxy: FaultProxy, rule: Any, *offers: 
     before = len(proxy.launches)
     proxy.fault = rule
     try:
-        offer, c, ec2_id = await compute._launch(rec, project, list(offers), client)
+        offer, c, ec2_id = await compute.run_instances(rec, project, list(offers), client)
         await compute.session.ec2(ec2.terminate, c, ec2_id)
         assert offer.zone.startswith(offer.region)  # the zone it was launched in (placement follows volumes)
         got: Any = dataclasses.replace(offer, zone="")  # compared with the catalogue's offers

@@ -90,7 +90,7 @@ class AWSCompute:
             offer, client, ec2_id = found
             log.info("instance %s: adopting %s, launched before a restart", instance.name, ec2_id)
         else:
-            offer, client, ec2_id = await self._launch(instance, project, candidates, client)
+            offer, client, ec2_id = await self.run_instances(instance, project, candidates, client)
         try:
             provisioned = await self.session.bring_up(instance, project, client, offer, ec2_id)
         except Exception:
@@ -117,7 +117,7 @@ class AWSCompute:
                 return dataclasses.replace(offer or candidates[0], zone=zone), c, str(found[0]["InstanceId"])
         return None
 
-    async def _launch(
+    async def run_instances(
         self, instance: InstanceRec, project: AWSProject, candidates: list[Offer], client: Any
     ) -> tuple[Offer, Any, str]:
         """RunInstances for the row: each candidate offer in turn, each of its region's zones in turn, at most
