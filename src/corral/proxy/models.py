@@ -23,7 +23,7 @@ PREFIX = "/proxy/models/"
 MAX_BODY = 16 * 2**20
 
 
-async def handle(proxy: Upstream, scope: Scope, receive: Receive, send: Send) -> None:
+async def handle(upstream: Upstream, scope: Scope, receive: Receive, send: Send) -> None:
     path: str = scope["path"]
     project, _, rest = path[len(PREFIX) :].partition("/")
     rest = rest.strip("/")
@@ -35,10 +35,10 @@ async def handle(proxy: Upstream, scope: Scope, receive: Receive, send: Send) ->
         return
     headers: list[tuple[bytes, bytes]] = list(scope["headers"])
     token = bearer_token(headers)
-    if token is None or not await proxy.members.get((token, project)):
+    if token is None or not await upstream.members.get((token, project)):
         await json_response(send, 403, {"detail": f"Unauthenticated or unauthorized to access project {project}"})
         return
-    served = await proxy.models.get(project)
+    served = await upstream.models.get(project)
     if rest == "models":
         data = [{"object": "model", "id": n, "created": int(at), "owned_by": project} for n, _, at in served]
         await json_response(send, 200, {"object": "list", "data": data})
@@ -58,11 +58,11 @@ async def handle(proxy: Upstream, scope: Scope, receive: Receive, send: Send) ->
         )
         return
     run = next((r for n, r, _ in served if n == name), None)
-    route = await proxy.routes.get((project, run)) if run is not None else None
+    route = await upstream.routes.get((project, run)) if run is not None else None
     if run is None or route is None:
         await json_response(send, 404, {"detail": f"Model {name} not found in project {project}"})
         return
-    route = await proxy.admit(send, (project, run), route)
+    route = await upstream.admit(send, (project, run), route)
     if route is None:
         return
     target = f"/proxy/services/{project}/{run}{route.model_prefix.rstrip('/')}/chat/completions"
@@ -76,7 +76,7 @@ async def handle(proxy: Upstream, scope: Scope, receive: Receive, send: Send) ->
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
-    await proxy.forward(
+    await upstream.forward(
         inner, replay, send, dataclasses.replace(route, strip_prefix=True), headers, f"/proxy/services/{project}/{run}"
     )
 

@@ -18,7 +18,7 @@ from corral.services.service_routing import Route
 log = logging.getLogger("corral.proxy")
 
 
-async def handle(proxy: Upstream, scope: Scope, receive: Receive, send: Send) -> None:
+async def handle(upstream: Upstream, scope: Scope, receive: Receive, send: Send) -> None:
     async def refuse(why: str) -> None:
         log.debug("WebSocket %s refused: %s", scope["path"], why)
         await send({"type": "websocket.close", "code": 1008})
@@ -29,46 +29,46 @@ async def handle(proxy: Upstream, scope: Scope, receive: Receive, send: Send) ->
         await refuse("not a service's path")
         return
     project, run = parts[0], parts[1]
-    route = await proxy.routes.get((project, run))
+    route = await upstream.routes.get((project, run))
     if route is None or not (route.replicas or route.scales_from_zero):
         await refuse(f"Service {project}/{run} not found")
         return
     headers: list[tuple[bytes, bytes]] = list(scope["headers"])
     if route.auth:
         token = bearer_token(headers)
-        if token is None or not await proxy.members.get((token, project)):
+        if token is None or not await upstream.members.get((token, project)):
             await refuse(f"Unauthenticated or unauthorized to access project {project}")
             return
     # counted for the autoscaler, and held while the service starts from zero, as a request is
-    proxy.counter.count(route.run_id)
+    upstream.counter.count(route.run_id)
     if not route.replicas:
-        got = await proxy.cold.wait((project, run), route)
+        got = await upstream.cold.wait((project, run), route)
         if not isinstance(got, Route):
             await send({"type": "websocket.close", "code": 1013})  # try again later
             return
         route = got
     prefix = f"{PREFIX}{project}/{run}"
-    up_headers, _, _ = proxy.upstream_headers(scope, headers, route, prefix)
+    up_headers, _, _ = upstream.upstream_headers(scope, headers, route, prefix)
     target = "/" + parts[2] if route.strip_prefix else path
     if scope.get("query_string"):
         target += "?" + scope["query_string"].decode("latin-1")
     host = next((v.decode("latin-1") for k, v in headers if k == b"host"), "localhost")
     tried: list[str] = []
     while True:
-        rep = proxy.balancer.pick(route.run_id, route.replicas, time.monotonic(), exclude=tried)
+        rep = upstream.balancer.pick(route.run_id, route.replicas, time.monotonic(), exclude=tried)
         if rep is None:
             await send({"type": "websocket.close", "code": 1011})
             return
         tried.append(rep.job_id)
-        if not await proxy.drains.hold(rep.job_id):
-            route = await proxy.reload_route(project, run, route)
+        if not await upstream.drains.hold(rep.job_id):
+            route = await upstream.reload_route(project, run, route)
             continue
         try:
-            conn = await proxy.dial(rep)
+            conn = await upstream.dial(rep)
         except (OSError, asyncio.TimeoutError, ConnectionError):
-            proxy.balancer.connect_failed(rep.job_id, time.monotonic())
+            upstream.balancer.connect_failed(rep.job_id, time.monotonic())
             continue
-        proxy.balancer.started(rep.job_id)
+        upstream.balancer.started(rep.job_id)
         try:
             await bridge(conn, target, host, up_headers, list(scope.get("subprotocols") or ()), receive, send)
         except UpstreamRefused as e:
@@ -77,7 +77,7 @@ async def handle(proxy: Upstream, scope: Scope, receive: Receive, send: Send) ->
         except (OSError, ConnectionError):
             pass  # either side went away
         finally:
-            proxy.balancer.finished(rep.job_id)
-            proxy.drains.finished(rep.job_id)
+            upstream.balancer.finished(rep.job_id)
+            upstream.drains.finished(rep.job_id)
             close(conn)
         return
