@@ -19,10 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.metrics_rows import fresh, runs_with_jobs, samples
 
+from corral.context import Context
 from corral.services.prometheus import render_metrics
 from corral.settings import Settings
 from corral.store import metrics as store
-from corral.workers.context import Context
 
 
 async def main_async(runs: int, running: int, repeats: int, per_job: int) -> None:

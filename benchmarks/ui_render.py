@@ -24,11 +24,11 @@ import sqlalchemy as sa
 from benchlib.metrics_rows import fresh, runs_with_jobs
 
 from corral.api.app import create_app
+from corral.context import Context
 from corral.services import ui_sessions
 from corral.settings import Settings
 from corral.store import tables as t
 from corral.store.accounts import token_hash
-from corral.workers.context import Context
 
 TOKEN = "bench-token"
 OFFER = {"instance_type": "local", "resources": {"cpus": 16, "memory_mib": 131072, "gpus": [], "disk_size_mib": 102400}}
