@@ -4,7 +4,12 @@ The skip policy (``skip_policy``: only platform conditions may skip) is loaded a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+
+# An illegal status change raises in every test, in this process and in the servers it starts
+# (``store/transitions.py``); set before corral is imported, which reads it once.
+os.environ["CORRAL_STRICT_TRANSITIONS"] = "1"
 
 import pytest
 

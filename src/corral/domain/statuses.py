@@ -6,10 +6,19 @@ distinctions belong in the ``*_message`` fields, never in new enum values.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
+from typing import Any
 
 
-class RunStatus(str, Enum):
+class _Status(str, Enum):
+    """A status: compares, hashes and prints as its value (``"running"``), so it goes where a plain string does."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class RunStatus(_Status):
     PENDING = "pending"
     SUBMITTED = "submitted"
     PROVISIONING = "provisioning"
@@ -20,13 +29,10 @@ class RunStatus(str, Enum):
     DONE = "done"
 
     def is_finished(self) -> bool:
-        return self in _RUN_FINISHED
+        return self in FINISHED_RUN
 
 
-_RUN_FINISHED = frozenset({RunStatus.TERMINATED, RunStatus.FAILED, RunStatus.DONE})
-
-
-class JobStatus(str, Enum):
+class JobStatus(_Status):
     SUBMITTED = "submitted"
     PROVISIONING = "provisioning"
     PULLING = "pulling"
@@ -38,13 +44,10 @@ class JobStatus(str, Enum):
     DONE = "done"
 
     def is_finished(self) -> bool:
-        return self in _JOB_FINISHED
+        return self in FINISHED_JOB
 
 
-_JOB_FINISHED = frozenset({JobStatus.TERMINATED, JobStatus.ABORTED, JobStatus.FAILED, JobStatus.DONE})
-
-
-class InstanceStatus(str, Enum):
+class InstanceStatus(_Status):
     PENDING = "pending"
     PROVISIONING = "provisioning"
     IDLE = "idle"
@@ -53,15 +56,48 @@ class InstanceStatus(str, Enum):
     TERMINATED = "terminated"
 
     def is_active(self) -> bool:
-        return self not in (InstanceStatus.TERMINATING, InstanceStatus.TERMINATED)
+        return self not in ENDING_INSTANCE
 
 
-class FleetStatus(str, Enum):
+class FleetStatus(_Status):
     SUBMITTED = "submitted"
     ACTIVE = "active"
     TERMINATING = "terminating"
     TERMINATED = "terminated"
     FAILED = "failed"
+
+
+# --- named sets of statuses: tuples (ordered, for SQL ``IN`` as for ``in``) of values that equal their strings -----
+
+#: A job that has ended for good.
+FINISHED_JOB = (JobStatus.TERMINATED, JobStatus.ABORTED, JobStatus.FAILED, JobStatus.DONE)
+#: A job placed on an instance and not asked to stop: starting or running.
+ACTIVE_JOB = (JobStatus.PROVISIONING, JobStatus.PULLING, JobStatus.RUNNING)
+#: A job that holds its instance's capacity: active, or stopping.
+HOLDING_JOB = (*ACTIVE_JOB, JobStatus.TERMINATING)
+#: A job that has not ended: waiting in the queue, or holding capacity.
+UNFINISHED_JOB = (JobStatus.SUBMITTED, *HOLDING_JOB)
+#: A job a stop still has to ask: waiting or active (neither stopping already nor ended).
+STOPPABLE_JOB = (JobStatus.SUBMITTED, *ACTIVE_JOB)
+
+#: A run that has ended for good.
+FINISHED_RUN = (RunStatus.TERMINATED, RunStatus.FAILED, RunStatus.DONE)
+#: A run that is gone or going: stopping, or ended.
+ENDING_RUN = (RunStatus.TERMINATING, *FINISHED_RUN)
+#: A run whose jobs are wanted now: neither waiting for its next trigger (``pending``) nor stopping nor ended.
+ACTIVE_RUN = (RunStatus.SUBMITTED, RunStatus.PROVISIONING, RunStatus.RUNNING)
+
+#: An instance whose agent answers: it can take jobs.
+READY_INSTANCE = (InstanceStatus.IDLE, InstanceStatus.BUSY)
+#: An instance on its way up, or up: one a job may be placed on.
+USABLE_INSTANCE = (InstanceStatus.PENDING, InstanceStatus.PROVISIONING, *READY_INSTANCE)
+#: An instance that is gone or going.
+ENDING_INSTANCE = (InstanceStatus.TERMINATING, InstanceStatus.TERMINATED)
+#: An instance that is not gone yet (a terminating one still counts: its capacity is still the cloud's bill).
+UNFINISHED_INSTANCE = (*USABLE_INSTANCE, InstanceStatus.TERMINATING)
+
+#: A fleet that is gone or going.
+ENDING_FLEET = (FleetStatus.TERMINATING, FleetStatus.TERMINATED)
 
 
 class RunTerminationReason(str, Enum):
@@ -158,12 +194,18 @@ class IllegalTransition(ValueError):
 
 
 _S = JobStatus
+_JOB_ENDS = frozenset({_S.TERMINATED, _S.ABORTED, _S.FAILED, _S.DONE})
 JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
-    _S.SUBMITTED: frozenset({_S.PROVISIONING, _S.TERMINATING}),
-    _S.PROVISIONING: frozenset({_S.PULLING, _S.RUNNING, _S.TERMINATING}),
-    _S.PULLING: frozenset({_S.RUNNING, _S.TERMINATING}),
-    _S.RUNNING: frozenset({_S.TERMINATING}),
-    _S.TERMINATING: frozenset({_S.TERMINATED, _S.ABORTED, _S.FAILED, _S.DONE}),
+    # A waiting job is on no instance, so it ends at once: failed when no capacity will come (or its instance
+    # could not be provisioned), terminated or aborted when its run is stopped or scaled down -- there is nothing
+    # to stop, so it does not pass through ``terminating``.
+    _S.SUBMITTED: frozenset({_S.PROVISIONING, _S.TERMINATING, _S.TERMINATED, _S.ABORTED, _S.FAILED}),
+    # A placed job ends as its agent reports it (it exited, was stopped by its agent, or could not start), in
+    # whatever status the server last saw it: ``terminating`` is only the server's own stop, waiting for the agent.
+    _S.PROVISIONING: frozenset({_S.PULLING, _S.RUNNING, _S.TERMINATING}) | _JOB_ENDS,
+    _S.PULLING: frozenset({_S.RUNNING, _S.TERMINATING}) | _JOB_ENDS,
+    _S.RUNNING: frozenset({_S.TERMINATING}) | _JOB_ENDS,
+    _S.TERMINATING: _JOB_ENDS,
     _S.TERMINATED: frozenset(),
     _S.ABORTED: frozenset(),
     _S.FAILED: frozenset(),
@@ -171,12 +213,16 @@ JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
 }
 
 _R = RunStatus
+_RUN_ENDS = frozenset({_R.TERMINATED, _R.FAILED, _R.DONE})
 RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    # ``pending``: a scheduled run between triggers; it goes back to it when a trigger's jobs have ended.
     _R.PENDING: frozenset({_R.SUBMITTED, _R.TERMINATING}),
-    _R.SUBMITTED: frozenset({_R.PROVISIONING, _R.RUNNING, _R.TERMINATING, _R.PENDING}),
-    _R.PROVISIONING: frozenset({_R.RUNNING, _R.SUBMITTED, _R.TERMINATING, _R.PENDING}),
-    _R.RUNNING: frozenset({_R.PROVISIONING, _R.SUBMITTED, _R.TERMINATING, _R.PENDING}),
-    _R.TERMINATING: frozenset({_R.TERMINATED, _R.FAILED, _R.DONE, _R.PENDING}),
+    # A run whose jobs have all ended ends in the same step (nothing is left to stop); ``terminating`` is a stop
+    # (by its user, or a failed job's: the others are stopped first).
+    _R.SUBMITTED: frozenset({_R.PROVISIONING, _R.RUNNING, _R.TERMINATING, _R.PENDING}) | _RUN_ENDS,
+    _R.PROVISIONING: frozenset({_R.RUNNING, _R.SUBMITTED, _R.TERMINATING, _R.PENDING}) | _RUN_ENDS,
+    _R.RUNNING: frozenset({_R.PROVISIONING, _R.SUBMITTED, _R.TERMINATING, _R.PENDING}) | _RUN_ENDS,
+    _R.TERMINATING: frozenset({_R.PENDING}) | _RUN_ENDS,
     _R.TERMINATED: frozenset(),
     _R.FAILED: frozenset(),
     _R.DONE: frozenset(),
@@ -186,8 +232,10 @@ _I = InstanceStatus
 INSTANCE_TRANSITIONS: dict[InstanceStatus, frozenset[InstanceStatus]] = {
     _I.PENDING: frozenset({_I.PROVISIONING, _I.IDLE, _I.BUSY, _I.TERMINATING, _I.TERMINATED}),
     _I.PROVISIONING: frozenset({_I.IDLE, _I.BUSY, _I.TERMINATING, _I.TERMINATED}),
-    _I.IDLE: frozenset({_I.BUSY, _I.TERMINATING}),
-    _I.BUSY: frozenset({_I.IDLE, _I.TERMINATING}),
+    # An instance its cloud took away (a spot interruption: ``workers/interruptions.py``) is gone already: there
+    # is nothing to terminate, so it does not pass through ``terminating``.
+    _I.IDLE: frozenset({_I.BUSY, _I.TERMINATING, _I.TERMINATED}),
+    _I.BUSY: frozenset({_I.IDLE, _I.TERMINATING, _I.TERMINATED}),
     _I.TERMINATING: frozenset({_I.TERMINATED}),
     _I.TERMINATED: frozenset(),
 }
@@ -220,6 +268,36 @@ def check_instance_transition(old: InstanceStatus, new: InstanceStatus) -> None:
 def check_fleet_transition(old: FleetStatus, new: FleetStatus) -> None:
     if old != new and new not in FLEET_TRANSITIONS[old]:
         raise IllegalTransition(f"fleet cannot go from {old.value} to {new.value}")
+
+
+#: Per kind of entity: the statuses its rows are inserted with (a run: ``pending`` when scheduled, ``running`` for a
+#: service at zero replicas; a fleet is inserted ``active``: ``submitted`` is dstack's, never written).
+INITIAL: dict[str, tuple[Enum, ...]] = {
+    "job": (JobStatus.SUBMITTED,),
+    "run": (RunStatus.SUBMITTED, RunStatus.PENDING, RunStatus.RUNNING),
+    "instance": (InstanceStatus.PENDING,),
+    "fleet": (FleetStatus.ACTIVE,),
+}
+
+#: Per kind of entity (as events name them): its status enum and transition table.
+TRANSITIONS: dict[str, tuple[type[Enum], Mapping[Any, frozenset[Any]]]] = {
+    "job": (JobStatus, JOB_TRANSITIONS),
+    "run": (RunStatus, RUN_TRANSITIONS),
+    "instance": (InstanceStatus, INSTANCE_TRANSITIONS),
+    "fleet": (FleetStatus, FLEET_TRANSITIONS),
+}
+
+
+def is_legal_transition(kind: str, old: str, new: str) -> bool:
+    """Whether an entity of ``kind`` (``job``, ``run``, ``instance``, ``fleet``) may go from status ``old`` to
+    ``new`` (staying in one is always allowed); a value outside the status enum never is."""
+    if old == new:
+        return True
+    enum, table = TRANSITIONS[kind]
+    try:
+        return enum(new) in table[enum(old)]
+    except ValueError:
+        return False
 
 
 def run_status_from_jobs(jobs: list[JobStatus]) -> RunStatus | None:

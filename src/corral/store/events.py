@@ -3,7 +3,9 @@
 ``emit`` adds an event to the transaction the caller has open -- the one that makes the change the event
 describes -- so an event is committed exactly when its change is, by whichever replica made it, and none
 is left by a change that rolled back. ``tracked_update`` is the UPDATE of a job, instance, run or fleet
-that records its status changes (and an instance's reachability) as it makes them.
+that records its status changes (and an instance's reachability) as it makes them -- and the choke point of
+those changes: each is checked against the transition tables first (``store/transitions.py``), and a row whose
+change is illegal is not written.
 
 Storage follows the database's ``events_ttl`` (``Database``): at most zero stores nothing; older events go
 in batches (``delete_expired``). Reading them is ``store/event_list.py``.
@@ -31,7 +33,7 @@ from corral.domain.events import (
     run_target,
     status_change_message,
 )
-from corral.store import deferred, prebuilt
+from corral.store import deferred, prebuilt, transitions
 from corral.store.db import EVENTS_TTL_OPTION
 from corral.store.tables import event_targets, events, instances
 
@@ -147,8 +149,9 @@ async def tracked_update(
     actor_id: str | None = None,
 ) -> int:
     """``UPDATE table SET values WHERE where``, recording each row's status change (and an instance's
-    reachability) as an event of the same transaction; returns how many rows were updated."""
-    if not _watched(table, values) or ttl_of(conn) <= 0:
+    reachability) as an event of the same transaction; returns how many rows were updated (a row whose status
+    change is illegal is not: ``store/transitions.py``)."""
+    if not transitions.checked(table.name, values) and (not _watched(table, values) or ttl_of(conn) <= 0):
         return int((await conn.execute(sa.update(table).where(where).values(**values))).rowcount)
     return len(await tracked_update_rows(conn, table, where, values, actor_id))
 
@@ -163,7 +166,10 @@ async def tracked_update_by_id(
 ) -> bool:
     """:func:`tracked_update` of the row ``row_id`` (while its status is one of ``expect_status``, if given) with
     statements built once (``store/prebuilt.py``): ``values`` are plain values, bound as parameters; whether it
-    was updated."""
+    was updated. A status change needs no read of the row where every status expected may go to the new one."""
+    checked = transitions.checked(table.name, values)
+    if checked and not transitions.expected_allowed(table.name, expect_status, values["status"]):
+        return await tracked_update_row(conn, table, row_id, values, expect_status, actor_id) is not None
     if not _watched(table, values) or ttl_of(conn) <= 0:
         update = prebuilt.update_by_id(table, frozenset(values), expect_status is not None)
         return int((await conn.execute(update, prebuilt.params(row_id, values, expect_status))).rowcount) > 0
@@ -183,11 +189,15 @@ async def tracked_update_row(
 
     A row that must be in one status is updated and named by one statement (``UPDATE ... RETURNING``, where the
     database has it): its status was that one. A termination reason or message ``values`` set is then given back
-    as set (the event's message takes them from ``values`` either way)."""
+    as set (the event's message takes them from ``values`` either way). A status change the transition tables do
+    not allow from the status the row is in is refused (``store/transitions.py``): the row is not written, and
+    None is returned."""
     cols = ("id", "status", *_TRACKED[table.name])
+    checked = transitions.checked(table.name, values)
     if (
         expect_status is not None
         and len(expect_status) == 1
+        and (not checked or transitions.expected_allowed(table.name, expect_status, values["status"]))
         and conn.dialect.update_returning
         and _IDENTITY[table.name].isdisjoint(values)
     ):
@@ -230,10 +240,15 @@ async def _select_then_update(
     values: Mapping[str, Any],
     expect_status: Sequence[str] | None,
 ) -> Any:
-    """The row as it was (locked on Postgres), then updated; None if it is not (or not in ``expect_status``)."""
+    """The row as it was (locked on Postgres), then updated; None if it is not (or not in ``expect_status``, or
+    its status change is refused)."""
     select = prebuilt.select_by_id(table, cols, expect_status is not None, lock=conn.dialect.name != "sqlite")
     row = (await conn.execute(select, prebuilt.params(row_id, {}, expect_status))).first()
     if row is None:
+        return None
+    if transitions.checked(table.name, values) and not transitions.permit(
+        table.name, row_id, row.status, values["status"]
+    ):
         return None
     await conn.execute(prebuilt.update_by_id(table, frozenset(values), False), prebuilt.params(row_id, values))
     return row
@@ -248,12 +263,17 @@ async def tracked_update_rows(
 ) -> list[Any]:
     """:func:`tracked_update` that returns the rows it updated as they were before (their id, status and
     what names them). The rows are read first -- locked on Postgres; SQLite's write transaction already
-    excludes other writers -- so the old status is exact and the UPDATE touches exactly them."""
+    excludes other writers -- so the old status is exact and the UPDATE touches exactly them. A row whose status
+    change is illegal is left out (``store/transitions.py``): neither written nor returned."""
     cols = [table.c.id, table.c.status, *(table.c[c] for c in _TRACKED[table.name])]
     q = sa.select(*cols).where(where)
     if conn.dialect.name != "sqlite":
         q = q.with_for_update(of=table)
     rows = list((await conn.execute(q)).all())
+    if rows and transitions.checked(table.name, values):
+        # every row checked before any is written: under STRICT a refusal raises with nothing written
+        new = values["status"]
+        rows = [r for r in rows if transitions.permit(table.name, r.id, r.status, new)]
     if not rows:
         return []
     await conn.execute(sa.update(table).where(table.c.id.in_([r.id for r in rows])).values(**values))

@@ -42,7 +42,7 @@ from corral.scheduler.blocks import HOST_GPUS_KEY, pick_host_gpus
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.scheduler.types import Assign, Fail, Gang, Plan, Reclaim, Reserve, Wait
-from corral.store import deferred, prebuilt
+from corral.store import deferred, prebuilt, transitions
 from corral.store import quotas as quota_store
 from corral.store.db import Database
 from corral.store.events import emit, tracked_update, tracked_update_row
@@ -80,8 +80,10 @@ async def _assign(
     if held_for is not None and d.blocks > total - busy - await held_for_others(conn, d.instance_id, held_for, now):
         raise _Rejected  # the blocks a preemption freed here wait for the run that preempted
     leased = lease is not None and inst.status in ("idle", "busy") and bool(inst.agent)
-    job = await _take_job(conn, d.job_id, d.instance_id, d.blocks, now, lease if leased else None)
     status = "busy" if inst.status == "idle" else inst.status
+    if not transitions.permit("instances", inst.id, inst.status, status):  # written below, not tracked_update
+        raise _Rejected
+    job = await _take_job(conn, d.job_id, d.instance_id, d.blocks, now, lease if leased else None)
     values = {"busy_blocks": busy + d.blocks, "status": status, "last_processed_at": now}
     await conn.execute(prebuilt.update_by_id(instances, frozenset(values), False), prebuilt.params(inst.id, values))
     target = instance_target(inst.project_id, inst.id, inst.name, inst.fleet_id)
