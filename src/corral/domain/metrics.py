@@ -17,11 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.domain.statuses import HOLDING_JOB
+
 #: dstack's defaults: ``DSTACK_SERVER_METRICS_RUNNING_TTL_SECONDS`` (1 h) and ``..._FINISHED_TTL_SECONDS`` (7 d).
 DEFAULT_RUNNING_TTL = 3600.0
 DEFAULT_FINISHED_TTL = 7 * 24 * 3600.0
 #: Job statuses whose samples follow the running TTL (the rest: the finished one).
-LIVE_STATUSES = ("provisioning", "pulling", "running", "terminating")
+LIVE_STATUSES = HOLDING_JOB
 
 
 @dataclass(frozen=True)

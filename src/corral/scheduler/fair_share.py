@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from corral.domain.quotas import QuotaPolicy, Usage, add, charge, weighted_share
+from corral.domain.statuses import ENDING_INSTANCE
 from corral.scheduler.types import Assign, Decision, InstanceSlot, QueuedJob, Reserve, Snapshot
 
 Gang = tuple[tuple[str, int], list[QueuedJob]]
@@ -46,7 +47,7 @@ class ShareBook:
                 if f.project_id != project_id and project_id not in f.importer_project_ids:
                     continue
                 for i in f.instances:
-                    if i.resources is None or i.status in ("terminating", "terminated"):
+                    if i.resources is None or i.status in ENDING_INSTANCE:
                         continue
                     r = i.resources
                     total = add(total, charge([g.name for g in r.gpus], r.cpus, r.memory_mib, 0.0, 1, 1))

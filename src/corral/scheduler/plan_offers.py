@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from corral.domain.statuses import READY_INSTANCE
 from corral.scheduler.blocks import blocks_needed, smallest_carves, total_blocks_for
 from corral.scheduler.types import FleetSlot, Offer, QueuedJob
 
-_SHOWN_STATUSES = ("idle", "busy")
+_SHOWN_STATUSES = READY_INSTANCE
 
 
 def fleet_offers(job: QueuedJob, fleets: Iterable[FleetSlot], reuse_only: bool) -> list[tuple[Offer, str]]:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from corral.domain.quotas import Usage, add, charge
+from corral.domain.statuses import READY_INSTANCE
 from corral.scheduler.holds import active as active_holds
 from corral.scheduler.holds import preemptor
 from corral.scheduler.types import (
@@ -147,7 +148,7 @@ def _instance_with(i: InstanceSlot, delta: int) -> InstanceSlot:
         return i
     busy = min(i.total_blocks, max(0, i.busy_blocks + delta))
     status = i.status
-    if status in ("busy", "idle"):
+    if status in READY_INSTANCE:
         status = "busy" if busy > 0 else "idle"
     return replace(i, busy_blocks=busy, status=status)
 

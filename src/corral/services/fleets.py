@@ -18,6 +18,7 @@ from corral.domain.events import fleet_target
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, ProjectRec, UserRec
 from corral.domain.resources import match_requirements
+from corral.domain.statuses import ENDING_FLEET, ENDING_INSTANCE
 from corral.scheduler import offer_filters
 from corral.scheduler.blocks import smallest_carves
 from corral.scheduler.codec import offer_to_json
@@ -292,13 +293,13 @@ async def delete(ctx: Context, project: ProjectRec, names: list[str], user: User
     async with ctx.db.write() as conn:
         for name in names:
             fleet = await store.get_fleet(conn, project.id, name=name)
-            if fleet is None or fleet.status in ("terminating", "terminated"):
+            if fleet is None or fleet.status in ENDING_FLEET:
                 continue
             if await store.fleet_live_job_count(conn, fleet.id):
                 raise ServiceError(f"Failed to delete fleet {name}: it is used by active runs; stop them first")
             await store.update_fleet(conn, fleet.id, {"status": "terminating"}, actor)
             for inst in fleet.instances:
-                if inst.status not in ("terminating", "terminated"):
+                if inst.status not in ENDING_INSTANCE:
                     await store.update_instance(
                         conn,
                         inst.id,
@@ -316,7 +317,7 @@ async def delete_instances(
         if fleet is None:
             raise ResourceNotExists("Fleet not found")
         for inst in fleet.instances:
-            if inst.instance_num not in nums or inst.status in ("terminating", "terminated"):
+            if inst.instance_num not in nums or inst.status in ENDING_INSTANCE:
                 continue
             if inst.status == "busy" or inst.busy_blocks:
                 raise ServiceError(f"Instance {inst.name} is busy; stop its runs first")

@@ -17,6 +17,7 @@ from corral.domain.access import can_manage_secrets
 from corral.domain.cron import next_trigger
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, JobRec, MemberRec, ProjectRec, RunRec, UserRec
+from corral.domain.statuses import FINISHED_RUN
 from corral.scheduler.preemption import PREEMPTED_PREFIX
 from corral.schemas import wire
 from corral.services.credentials import revealed
@@ -261,7 +262,7 @@ def jobs(r: RunRec) -> list[dict[str, Any]]:
 def next_triggered_at(r: RunRec, now: float | None = None) -> str | None:
     """A scheduled run's next trigger, as dstack 0.22.5 shows it: none once the run has finished; the one a
     pending run waits for; else (the run is executing a trigger) the next one after now."""
-    if r.next_triggered_at is None or r.status in ("done", "failed", "terminated"):
+    if r.next_triggered_at is None or r.status in FINISHED_RUN:
         return None
     if r.status == "pending":
         return iso(r.next_triggered_at)

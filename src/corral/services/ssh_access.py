@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from corral.backends.base import AgentEndpoint
 from corral.context import Context
 from corral.domain.records import JobRec, LogRec, RunRec
+from corral.domain.statuses import ACTIVE_JOB
 from corral.store import accounts as account_store
 from corral.store import fleets as fleet_store
 from corral.store import public_keys as key_store
@@ -23,7 +24,7 @@ from corral.store import ssh_sessions as ssh_session_store
 #: How long after its job ended a job's endpoint still answers (for ``/logs_ws`` to its close), as
 #: dstack's runner waits for its log consumers.
 GRACE_S = 300.0
-ACTIVE = ("provisioning", "pulling", "running")
+ACTIVE = ACTIVE_JOB
 
 
 @dataclass(frozen=True)

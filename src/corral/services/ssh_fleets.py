@@ -25,6 +25,7 @@ from corral.backends.ssh_conn import private_key_problem
 from corral.backends.ssh_secrets import seal_connection, seal_spec
 from corral.domain.records import FleetRec, InstanceRec
 from corral.domain.ssh_keys import public_halves
+from corral.domain.statuses import READY_INSTANCE, UNFINISHED_INSTANCE
 from corral.services.errors import ServiceError
 from corral.store import fleets as store
 from corral.store.encryption import Cipher, seal
@@ -157,7 +158,7 @@ async def check_not_in_other_fleets(
     """A host belongs to one fleet at a time (as in dstack)."""
     taken = {
         host_id(_connection(i))
-        for i in await store.list_instances(conn, statuses=("pending", "provisioning", "idle", "busy", "terminating"))
+        for i in await store.list_instances(conn, statuses=UNFINISHED_INSTANCE)
         if i.backend == "ssh" and i.fleet_id != fleet_id and _connection(i)
     }
     clash = [host_id(c) for c in connections if host_id(c) in taken]
@@ -223,7 +224,7 @@ async def sync_hosts(
             changed = True
     for key, inst in current.items():
         if key in wanted:
-            if inst.termination_reason is not None and inst.status in ("idle", "busy"):  # removed, then added back
+            if inst.termination_reason is not None and inst.status in READY_INSTANCE:  # removed, then added back
                 await store.update_instance(
                     conn, inst.id, {"termination_reason": None, "termination_reason_message": None}
                 )

@@ -17,10 +17,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.documents import json_default
 from corral.domain.events import instance_target
 from corral.domain.records import FleetRec, InstanceRec
+from corral.domain.statuses import ENDING_INSTANCE, UNFINISHED_JOB
 from corral.store.events import emit, tracked_update, tracked_update_by_id
 from corral.store.tables import fleets, instances, jobs, projects
 
-LIVE_JOB_STATUSES = ("submitted", "provisioning", "pulling", "running", "terminating")
+LIVE_JOB_STATUSES = UNFINISHED_JOB
 
 
 def _loads(text: str | None) -> Any:
@@ -196,7 +197,7 @@ async def list_instances(
     if statuses is not None:
         q = q.where(instances.c.status.in_(statuses))
     if only_active:
-        q = q.where(instances.c.status.notin_(("terminating", "terminated")))
+        q = q.where(instances.c.status.notin_(ENDING_INSTANCE))
     q = q.order_by(instances.c.created_at.desc(), instances.c.id)
     if limit is not None:
         q = q.limit(limit)

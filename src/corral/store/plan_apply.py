@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.events import instance_target, job_target, status_change_message
 from corral.domain.fleets import nodes_bounds
 from corral.domain.quotas import Limits, Usage
+from corral.domain.statuses import READY_INSTANCE, USABLE_INSTANCE
 from corral.scheduler.blocks import HOST_GPUS_KEY, pick_host_gpus
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.fallbacks import FALLBACKS_KEY
@@ -51,8 +52,6 @@ from corral.store.plan_holds import held_for_others
 from corral.store.plan_result import ApplyResult, JobLease
 from corral.store.snapshot import host_blocks_used, host_gpus_held
 from corral.store.tables import fleets, instances, jobs
-
-_USABLE = ("pending", "provisioning", "idle", "busy")
 
 
 class _Rejected(Exception):
@@ -69,7 +68,7 @@ async def _assign(
 ) -> bool:
     """Place ``d``'s job on its instance; whether ``lease`` (the lease columns) was taken on it with the placement."""
     inst = (await conn.execute(_INSTANCE if db.is_sqlite else _INSTANCE_LOCKED, {"_id": d.instance_id})).first()
-    if inst is None or inst.status not in _USABLE or inst.unreachable or inst.deleted:
+    if inst is None or inst.status not in USABLE_INSTANCE or inst.unreachable or inst.deleted:
         raise _Rejected
     if inst.termination_reason is not None:  # on its way out (a host removed from its SSH fleet while busy)
         raise _Rejected
@@ -79,7 +78,7 @@ async def _assign(
         raise _Rejected
     if held_for is not None and d.blocks > total - busy - await held_for_others(conn, d.instance_id, held_for, now):
         raise _Rejected  # the blocks a preemption freed here wait for the run that preempted
-    leased = lease is not None and inst.status in ("idle", "busy") and bool(inst.agent)
+    leased = lease is not None and inst.status in READY_INSTANCE and bool(inst.agent)
     status = "busy" if inst.status == "idle" else inst.status
     if not transitions.permit("instances", inst.id, inst.status, status):  # written below, not tracked_update
         raise _Rejected

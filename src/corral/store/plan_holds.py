@@ -16,12 +16,12 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.statuses import UNFINISHED_JOB
 from corral.scheduler.holds import HOLD_FOR, preemptor
 from corral.store.tables import jobs, projects
 
 #: ``jobs.stop_requested`` of a job stopped to make room for another run (``store.preemption.PREEMPTED``).
 _PREEMPTED = "preempted"
-_UNENDED = ("submitted", "provisioning", "pulling", "running", "terminating")
 
 
 async def held_for_others(conn: AsyncConnection, instance_id: str, run_id: str, now: float) -> int:
@@ -32,7 +32,7 @@ async def held_for_others(conn: AsyncConnection, instance_id: str, run_id: str, 
                 jobs.c.instance_id == instance_id,
                 jobs.c.stop_requested == _PREEMPTED,
                 jobs.c.finished_at >= now - HOLD_FOR,
-                jobs.c.status.notin_(_UNENDED),
+                jobs.c.status.notin_(UNFINISHED_JOB),
             )
         )
     ).all()

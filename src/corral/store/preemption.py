@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.events import run_target
 from corral.domain.quotas import charge
+from corral.domain.statuses import ACTIVE_JOB, HOLDING_JOB, UNFINISHED_JOB
 from corral.scheduler.holds import Ended
 from corral.scheduler.preemption import Preemption, RunningJob
 from corral.store.events import emit
@@ -27,7 +28,6 @@ from corral.store.tables import instances, jobs, runs
 
 #: ``jobs.stop_requested`` of a job stopped to make room for another run.
 PREEMPTED = "preempted"
-_ACTIVE = ("provisioning", "pulling", "running")
 #: The advisory lock under which victims are stopped (taken before any row lock, by nothing else).
 STOP_LOCK_KEY = 0x636F7272_00000000 | zlib.crc32(b"preemption:stop")
 
@@ -54,7 +54,7 @@ async def holding_jobs(conn: AsyncConnection, run_types: Mapping[str, str]) -> t
             instances.c.total_blocks,
         )
         .join(instances, instances.c.id == jobs.c.instance_id)
-        .where(jobs.c.status.in_((*_ACTIVE, "terminating")))
+        .where(jobs.c.status.in_(HOLDING_JOB))
     )
     rows = (await conn.execute(q)).all()
     unknown = sorted({r.run_id for r in rows} - set(run_types))
@@ -110,7 +110,7 @@ async def stop_victims(conn: AsyncConnection, chosen: Sequence[Preemption], now:
     if conn.dialect.name == "postgresql":
         await conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": STOP_LOCK_KEY})
     stopping = sa.select(jobs.c.termination_reason_message).where(
-        jobs.c.stop_requested == PREEMPTED, jobs.c.status.in_((*_ACTIVE, "terminating"))
+        jobs.c.stop_requested == PREEMPTED, jobs.c.status.in_(HOLDING_JOB)
     )
     busy_for = {m for (m,) in await conn.execute(stopping)}
     waiting = sa.select(jobs.c.run_id).where(
@@ -123,7 +123,7 @@ async def stop_victims(conn: AsyncConnection, chosen: Sequence[Preemption], now:
     for p in chosen:
         if p.preemptor_run_id not in still_waiting or p.message in busy_for:
             continue
-        free = sa.and_(jobs.c.id.in_(list(p.job_ids)), jobs.c.stop_requested.is_(None), jobs.c.status.in_(_ACTIVE))
+        free = sa.and_(jobs.c.id.in_(list(p.job_ids)), jobs.c.stop_requested.is_(None), jobs.c.status.in_(ACTIVE_JOB))
         rows = (await conn.execute(sa.select(jobs.c.id, jobs.c.project_id).where(free).with_for_update())).all()
         if len(rows) != len(p.job_ids):
             continue
@@ -145,7 +145,7 @@ async def ended_victims(conn: AsyncConnection, since: float) -> list[Ended]:
         jobs.c.instance_id, jobs.c.blocks, jobs.c.project_id, jobs.c.termination_reason_message, jobs.c.finished_at
     ).where(
         jobs.c.stop_requested == PREEMPTED,
-        jobs.c.status.notin_(("submitted", *_ACTIVE, "terminating")),
+        jobs.c.status.notin_(UNFINISHED_JOB),
         jobs.c.finished_at >= since,
         jobs.c.instance_id.is_not(None),
     )

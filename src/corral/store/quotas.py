@@ -17,11 +17,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.quotas import Limits, QuotaPolicy, Usage, add, charge, limits_from_doc, limits_to_doc
+from corral.domain.statuses import HOLDING_JOB
 from corral.store import exports as export_store
 from corral.store.tables import fleets, instances, jobs, project_quotas
 
 #: The job statuses that hold capacity against a quota (a stopping job still holds what it is on).
-HOLDING_STATUSES = ("provisioning", "pulling", "running", "terminating")
+HOLDING_STATUSES = HOLDING_JOB
 
 
 def _policy(text: str) -> QuotaPolicy:

@@ -13,11 +13,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.documents import LazyJSON
 from corral.domain.records import JobRec, LogRec, RunRec
+from corral.domain.statuses import FINISHED_JOB, FINISHED_RUN
 from corral.store.events import tracked_update_by_id
 from corral.store.tables import fleets, jobs, logs, projects, runs, users
 
-FINISHED_RUN_STATUSES = ("terminated", "failed", "done")
-FINISHED_JOB_STATUSES = ("terminated", "aborted", "failed", "done")
+FINISHED_RUN_STATUSES = FINISHED_RUN
+FINISHED_JOB_STATUSES = FINISHED_JOB
 
 
 def _loads(text: str | None) -> Any:

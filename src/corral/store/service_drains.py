@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.statuses import FINISHED_JOB
 from corral.store.tables import jobs, service_drains
 
 
@@ -70,6 +71,6 @@ async def prune(conn: AsyncConnection) -> None:
     rows = await conn.execute(
         sa.select(service_drains.c.job_id)
         .join(jobs, jobs.c.id == service_drains.c.job_id)  # from the few rows held, not every job ever
-        .where(jobs.c.status.in_(("terminated", "aborted", "failed", "done")))
+        .where(jobs.c.status.in_(FINISHED_JOB))
     )
     await forget(conn, sorted({r[0] for r in rows}))

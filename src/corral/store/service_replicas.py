@@ -17,11 +17,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.records import InstanceRec
+from corral.domain.statuses import ENDING_RUN
 from corral.store.fleets import instance_from_row
 from corral.store.tables import instances, jobs, projects, runs
 
 #: Statuses of a run that is gone or going (the proxy answers 404 for them, as dstack).
-_ENDED = ("terminating", "terminated", "failed", "done")
+_ENDED = ENDING_RUN
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.events import job_target
+from corral.domain.statuses import ACTIVE_RUN, FINISHED_JOB
 from corral.store.events import emit, tracked_update
 from corral.store.tables import jobs, runs, service_request_stats
 
 #: The statuses of a service whose replica counts are kept (a stopping one is left to its stop).
-LIVE = ("submitted", "provisioning", "running")
+LIVE = ACTIVE_RUN
 #: How long counted requests are kept (the longest window, 300 s, and a margin).
 STATS_KEEP = 360
 
@@ -247,7 +248,7 @@ async def scale_down(conn: AsyncConnection, views: Sequence[JobView], now: float
                     "last_processed_at": now,
                 },
             )
-        elif j.status in ("terminated", "aborted", "failed", "done"):
+        elif j.status in FINISHED_JOB:
             # already ended: marked so that it is not submitted again (workers/service_health)
             await conn.execute(sa.update(jobs).where(jobs.c.id == j.id).values(stop_requested="scaled_down"))
         elif j.stop_requested is None:

@@ -15,6 +15,7 @@ from starlette.responses import RedirectResponse, Response
 
 from corral.api.deps import ctx_of
 from corral.domain.records import ProjectRec
+from corral.domain.statuses import FINISHED_RUN
 from corral.services import accounts, runs
 from corral.services.errors import ResourceNotExists, ServiceError
 from corral.ui import auth
@@ -23,7 +24,7 @@ from corral.ui.pages_events import recent
 from corral.ui.render import absolute, iso, page, relative
 
 PAGE_SIZE = 100
-FINISHED = ("done", "failed", "terminated")
+FINISHED = FINISHED_RUN
 STATUSES = ("pending", "submitted", "provisioning", "running", "terminating", "terminated", "failed", "done")
 
 

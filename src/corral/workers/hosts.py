@@ -24,6 +24,7 @@ from corral.backends.agent_client import AgentClient, AgentClientError
 from corral.backends.base import AgentEndpoint
 from corral.context import Context
 from corral.domain.records import InstanceRec
+from corral.domain.statuses import HOLDING_JOB, READY_INSTANCE
 from corral.store import fleets as fleet_store
 from corral.store import runs as run_store
 from corral.workers.interruptions import Interruptions
@@ -32,7 +33,7 @@ log = logging.getLogger("corral.hosts")
 
 #: Failed checks in a row that flag an instance unreachable.
 FAILURES_TO_FLAG = 2
-_RUNNING_HERE = ("provisioning", "pulling", "running", "terminating")
+_RUNNING_HERE = HOLDING_JOB
 
 
 class Hosts:
@@ -58,7 +59,7 @@ class Hosts:
         if self._asking is None or self._asking.done():
             self._asking = asyncio.create_task(self._ask_clouds())
         async with self.ctx.db.read() as conn:
-            live = [i for i in await fleet_store.list_instances(conn, statuses=("idle", "busy")) if i.agent]
+            live = [i for i in await fleet_store.list_instances(conn, statuses=READY_INSTANCE) if i.agent]
         ids = {i.id for i in live}
         removed = [i.id for i in live if i.status == "idle" and i.backend == "ssh" and i.termination_reason]
         if removed:

@@ -16,6 +16,7 @@ from corral.context import Context
 from corral.domain.events import instance_target
 from corral.domain.fleets import nodes_bounds, stuck_message
 from corral.domain.records import InstanceRec
+from corral.domain.statuses import ENDING_INSTANCE, UNFINISHED_INSTANCE
 from corral.scheduler.codec import offer_to_json, resources_to_json
 from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.store import fleets as fleet_store
@@ -302,7 +303,7 @@ class Instances:
                 if fleet is None:
                     continue
                 nodes_min, _ = nodes_bounds(fleet.spec)
-                live = [i for i in fleet.instances if i.status not in ("terminating", "terminated")]
+                live = [i for i in fleet.instances if i.status not in ENDING_INSTANCE]
                 if len(live) <= nodes_min:
                     continue
                 await fleet_store.update_instance(
@@ -330,9 +331,7 @@ class Instances:
         again, and reap those nobody owns."""
         await seal_stored_secrets(self.ctx)
         async with self.ctx.db.read() as conn:
-            live = await fleet_store.list_instances(
-                conn, statuses=("pending", "provisioning", "idle", "busy", "terminating")
-            )
+            live = await fleet_store.list_instances(conn, statuses=UNFINISHED_INSTANCE)
         for name, compute in self.ctx.computes.items():
             known = {i.id for i in live if i.backend == name}
             reaped = await compute.reap_unknown(known)

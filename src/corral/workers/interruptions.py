@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from corral.backends.base import InterruptionSource
 from corral.context import Context
 from corral.domain.events import instance_target
+from corral.domain.statuses import READY_INSTANCE, STOPPABLE_JOB
 from corral.store import fleets as fleet_store
 from corral.store.events import emit, tracked_update
 from corral.store.tables import instances, jobs
@@ -27,7 +28,7 @@ from corral.store.tables import instances, jobs
 log = logging.getLogger("corral.interruptions")
 
 #: Jobs on a lost instance that end ``interrupted_by_no_capacity`` (those already stopping just end).
-_INTERRUPTED = ("submitted", "provisioning", "pulling", "running")
+_INTERRUPTED = STOPPABLE_JOB
 
 
 class Interruptions:
@@ -42,7 +43,7 @@ class Interruptions:
         async with self.ctx.db.read() as conn:
             live = [
                 i
-                for i in await fleet_store.list_instances(conn, statuses=("idle", "busy"))
+                for i in await fleet_store.list_instances(conn, statuses=READY_INSTANCE)
                 if i.backend in asking and i.agent
             ]
         found = 0
@@ -71,7 +72,7 @@ class Interruptions:
             changed = await tracked_update(
                 conn,
                 instances,
-                sa.and_(instances.c.id == inst.id, instances.c.status.in_(("idle", "busy"))),
+                sa.and_(instances.c.id == inst.id, instances.c.status.in_(READY_INSTANCE)),
                 {
                     "status": "terminated",
                     "termination_reason": "error",

@@ -24,6 +24,7 @@ from corral.context import Context
 from corral.domain import inactivity
 from corral.domain.log_masking import LogMasker
 from corral.domain.records import InstanceRec, JobRec
+from corral.domain.statuses import ACTIVE_JOB
 from corral.store import metrics as metrics_store
 from corral.store import runs as run_store
 from corral.store.preemption import PREEMPTED
@@ -156,7 +157,7 @@ class JobFollowing(JobLeases, JobOutcomes):
                 # the job as its submission just wrote it (a stop requested meanwhile pokes the first poll), else as
                 # stored now
                 current = started.current if started is not None else await self._reload(job.id)
-                if current is None or current.status not in ("running", "pulling", "provisioning"):
+                if current is None or current.status not in ACTIVE_JOB:
                     return
                 if not await self._keep(job.id):
                     return  # another replica took the job over

@@ -18,6 +18,7 @@ from corral.agent.protocol import JobState
 from corral.context import Context, WakeUp
 from corral.domain.metrics import MetricsPoint
 from corral.domain.records import JobRec
+from corral.domain.statuses import ACTIVE_JOB, HOLDING_JOB
 from corral.store import fleets as fleet_store
 from corral.store import leases
 from corral.store import runs as run_store
@@ -107,7 +108,7 @@ class JobOutcomes:
                     "finished_at": now,
                     "last_processed_at": now,
                 },
-                expect_status=("running", "pulling", "provisioning"),
+                expect_status=ACTIVE_JOB,
             )
             if job.instance_id:
                 await fleet_store.release_instance(conn, job.instance_id, now)
@@ -181,7 +182,7 @@ class JobOutcomes:
             }
             if tail is not None:  # the lease (held: the tail's write above checked it) goes with the end
                 values.update(lock_owner=None, lock_token=None, lock_expires_at=None)
-            expect = ("provisioning", "pulling", "running", "terminating")
+            expect = HOLDING_JOB
             ok = await run_store.update_job(conn, job.id, values, expect_status=expect)
             if ok and job.instance_id:
                 await fleet_store.release_instance(conn, job.instance_id, now)

@@ -25,6 +25,7 @@ from corral.domain import inactivity
 from corral.domain.interpolation import InterpolationError
 from corral.domain.node_groups import addresses_view, fill_refs
 from corral.domain.records import InstanceRec, JobRec, RunRec
+from corral.domain.statuses import ACTIVE_JOB, READY_INSTANCE
 from corral.store import fleets as fleet_store
 from corral.store import runs as run_store
 from corral.store.fleets import dump
@@ -94,7 +95,7 @@ class Jobs(JobFollowing):
         """The active jobs (those of ``scope`` only, if given), their instances, which of them another replica
         holds, and the runs of those to start (read here with the rest, not once per job by its submission)."""
         async with self.ctx.db.read() as conn:
-            active = await run_store.list_jobs(conn, ("provisioning", "pulling", "running"), ids=scope)
+            active = await run_store.list_jobs(conn, ACTIVE_JOB, ids=scope)
             inst_ids = list({j.instance_id for j in active if j.instance_id})
             insts = {i.id: i for i in await fleet_store.list_instances_by_ids(conn, inst_ids)}
             # jobs this replica holds the leases of (handed over by its scheduler) are nobody else's
@@ -134,10 +135,7 @@ class Jobs(JobFollowing):
                         self._adopted.discard(job.id)
                         await self._release(job.id)
                 elif (
-                    inst is not None
-                    and inst.status in ("idle", "busy")
-                    and inst.agent
-                    and job.id not in self._submitting
+                    inst is not None and inst.status in READY_INSTANCE and inst.agent and job.id not in self._submitting
                 ):
                     starts.append((job, inst))
             elif job.id not in self._followers and inst is not None and inst.agent:
@@ -228,7 +226,7 @@ class Jobs(JobFollowing):
         one_host = len(ordered) > 1 and all(i.backend == "local" for i in sib_insts)
         by_id = {i.id: i for i in sib_insts}
         ready = all(
-            (x := by_id.get(j.instance_id or "")) is not None and x.agent and x.status in ("idle", "busy")
+            (x := by_id.get(j.instance_id or "")) is not None and x.agent and x.status in READY_INSTANCE
             for j in ordered
         )
         if one_host and not ready:

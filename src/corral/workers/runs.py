@@ -18,6 +18,8 @@ from corral.context import Context
 from corral.domain.cron import next_trigger
 from corral.domain.retry import Submission, Verdict, needs_retry_evaluation, resubmit_at, retry_duration, verdict
 from corral.domain.statuses import (
+    FINISHED_RUN,
+    STOPPABLE_JOB,
     JobStatus,
     JobTerminationReason,
     RunStatus,
@@ -225,7 +227,7 @@ class Runs:
                 values.update(status=status, termination_reason=reason)
                 if status == "terminating" and reason == failure.value:
                     await self._stop_jobs(run.id, "server")
-                if status in ("failed", "done", "terminated"):
+                if status in FINISHED_RUN:
                     failed = next(
                         (j for j in latest.values() if needs_retry_evaluation(j.status, j.termination_reason)), None
                     )
@@ -245,7 +247,7 @@ class Runs:
             async with self.ctx.db.write() as conn:
                 for run_id, values, status in updates:
                     updated = await run_store.update_run(conn, run_id, values, expect_status=(status,))
-                    if updated and values.get("status") in ("failed", "done", "terminated"):
+                    if updated and values.get("status") in FINISHED_RUN:
                         finished.append((run_id, values))
                     elif updated and values.get("status") == RunStatus.PENDING.value:
                         at = values["next_triggered_at"]
@@ -311,9 +313,7 @@ class Runs:
 
     async def _stop_jobs(self, run_id: str, how: str) -> None:
         async with self.ctx.db.write() as conn:
-            for job in await run_store.list_jobs(
-                conn, ("submitted", "provisioning", "pulling", "running"), run_id=run_id
-            ):
+            for job in await run_store.list_jobs(conn, STOPPABLE_JOB, run_id=run_id):
                 await run_store.update_job(conn, job.id, {"stop_requested": how})
         self.ctx.wakeups.wake("jobs")
 

@@ -31,6 +31,7 @@ import orjson
 import sqlalchemy as sa
 
 from corral.context import Context
+from corral.domain.statuses import UNFINISHED_INSTANCE
 from corral.store.encryption import SEALED_PREFIX, Cipher, is_sealed, seal
 from corral.store.fleets import dump
 from corral.store.tables import instances, projects, users
@@ -42,7 +43,7 @@ log = logging.getLogger("corral.secrets")
 _CLEAR_KEY = ("PRIVATE KEY", "PuTTY-User-Key-File")
 #: How an agent's token sealed in an instance's ``agent`` JSON reads (``store.fleets.dump``: no spaces).
 _SEALED_AGENT_TOKEN = f'"token":"{SEALED_PREFIX}'
-_LIVE = ("pending", "provisioning", "idle", "busy", "terminating")
+_LIVE = UNFINISHED_INSTANCE
 
 
 def _key_in_clear(column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:

@@ -31,6 +31,7 @@ from corral.context import Context
 from corral.domain.autoscaling import DEFAULT_WINDOW, Scaling, desired_count
 from corral.domain.retry import needs_retry_evaluation
 from corral.domain.rollout import Phase, ReplicaView, allocate_numbers, decide_group
+from corral.domain.statuses import FINISHED_JOB
 from corral.store import service_drains
 from corral.store import service_scaling as store
 from corral.store.service_scaling import JobView, ServiceState
@@ -38,7 +39,7 @@ from corral.store.service_scaling import JobView, ServiceState
 log = logging.getLogger("corral.services")
 #: Fields of a job spec that differ between replicas of one deployment.
 _PER_REPLICA = ("replica_num", "job_name", "registry_auth")
-_ENDED = ("terminated", "aborted", "failed", "done")
+_ENDED = FINISHED_JOB
 
 
 @dataclass(frozen=True)

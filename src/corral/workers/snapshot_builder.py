@@ -15,6 +15,7 @@ from corral.domain.access import usable_computes
 from corral.domain.fleets import fleet_blocks, fleet_placement, nodes_bounds
 from corral.domain.records import FleetRec
 from corral.domain.resources import Requirements, match_requirements
+from corral.domain.statuses import READY_INSTANCE
 from corral.scheduler import offer_filters
 from corral.scheduler.codec import offer_from_json
 from corral.scheduler.types import FleetSlot, InstanceSlot, Offer
@@ -119,7 +120,7 @@ class SnapshotBuilder:
                     name=i.name,
                     instance_num=i.instance_num,
                     # a host removed from its fleet while busy takes no new work: it leaves once free
-                    status="terminating" if i.termination_reason and i.status in ("idle", "busy") else i.status,
+                    status="terminating" if i.termination_reason and i.status in READY_INSTANCE else i.status,
                     resources=offer.resources if offer else None,
                     total_blocks=i.total_blocks or 1,
                     busy_blocks=i.busy_blocks,
