@@ -5,6 +5,10 @@ MkDocs loads this file as a hook (``hooks:`` in ``mkdocs.yml``): a page containi
 ``<!-- generated: cli -->`` or ``<!-- generated: configuration -->`` gets the generated text in its place.
 ``python scripts/docs_reference.py cli|configuration`` prints the same text.
 
+The lifecycle diagrams (``lifecycles``: from the transition tables of ``domain/statuses.py``) are kept in their
+page between markers instead, so that the page reads as it renders: ``lifecycles --write`` rewrites them, and a
+test fails while the page differs from the tables.
+
 Compatibility notes for single fields live in ``NOTES`` below; every key must name a real field (a test
 checks it), so a renamed field cannot leave a stale note behind.
 """
@@ -175,12 +179,49 @@ def cli_reference() -> str:
     return "\n".join(out)
 
 
-GENERATORS = {"cli": cli_reference, "configuration": configuration_reference}
+def lifecycles() -> str:
+    """Mermaid state diagrams of the statuses of jobs, runs, instances and fleets, from the transition tables."""
+    from corral.domain.statuses import INITIAL, TRANSITIONS
+
+    out: list[str] = []
+    for kind, (statuses, table) in TRANSITIONS.items():
+        out += [f"**{kind.capitalize()}**", "", "```mermaid", "stateDiagram-v2"]
+        out += [f"    [*] --> {s.value}" for s in INITIAL[kind]]
+        for old in statuses:
+            out += [f"    {old.value} --> {new.value}" for new in statuses if new in table[old]]
+            if not table[old]:
+                out.append(f"    {old.value} --> [*]")
+        out += ["```", ""]
+    return "\n".join(out)
+
+
+#: The page with the lifecycle diagrams, and the markers the generated text sits between (kept in the page, so
+#: that it reads as it renders; ``lifecycles --write`` rewrites it, and a test fails while it differs).
+LIFECYCLES_PAGE = "docs/concepts.md"
+LIFECYCLES_BEGIN = (
+    "<!-- lifecycles: generated from the tables of src/corral/domain/statuses.py; "
+    "run `python scripts/docs_reference.py lifecycles --write` after changing them -->"
+)
+LIFECYCLES_END = "<!-- /lifecycles -->"
+
+
+def with_lifecycles(page: str) -> str:
+    """``page`` with the text between the lifecycle markers generated anew."""
+    head, begin, rest = page.partition(LIFECYCLES_BEGIN)
+    _, end, tail = rest.partition(LIFECYCLES_END)
+    if not begin or not end:
+        raise ValueError(f"{LIFECYCLES_PAGE} lacks the lifecycle markers")
+    return f"{head}{LIFECYCLES_BEGIN}\n\n{lifecycles()}{LIFECYCLES_END}{tail}"
+
+
+GENERATORS = {"cli": cli_reference, "configuration": configuration_reference, "lifecycles": lifecycles}
 
 
 def on_page_markdown(markdown: str, **_kwargs: Any) -> str:
     """MkDocs hook: replace each ``<!-- generated: NAME -->`` marker with its generated text."""
     for name, generate in GENERATORS.items():
+        if name == "lifecycles":
+            continue  # kept in its page (``with_lifecycles``)
         marker = f"<!-- generated: {name} -->"
         if marker in markdown:
             markdown = markdown.replace(marker, generate())
@@ -188,6 +229,12 @@ def on_page_markdown(markdown: str, **_kwargs: Any) -> str:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["lifecycles", "--write"]:
+        from pathlib import Path
+
+        page = Path(__file__).resolve().parents[1] / LIFECYCLES_PAGE
+        page.write_text(with_lifecycles(page.read_text()))
+        sys.exit(0)
     if len(sys.argv) != 2 or sys.argv[1] not in GENERATORS:
-        sys.exit(f"usage: {sys.argv[0]} {'|'.join(GENERATORS)}")
+        sys.exit(f"usage: {sys.argv[0]} {'|'.join(GENERATORS)} | lifecycles --write")
     sys.stdout.write(GENERATORS[sys.argv[1]]())

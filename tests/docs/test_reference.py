@@ -67,3 +67,11 @@ def test_every_note_names_a_real_field() -> None:
 def test_hook_replaces_markers() -> None:
     out = _load().on_page_markdown("# CLI\n\n<!-- generated: cli -->\n", page=None)
     assert "<!-- generated" not in out and "## `corral apply`" in out
+
+
+def test_the_lifecycle_diagrams_are_the_transition_tables() -> None:
+    """docs/concepts.md shows the tables as they are: `python scripts/docs_reference.py lifecycles --write`."""
+    module = _load()
+    page = (ROOT / module.LIFECYCLES_PAGE).read_text()
+    assert page == module.with_lifecycles(page), "run: python scripts/docs_reference.py lifecycles --write"
+    assert "    running --> terminating" in page and "    idle --> busy" in page
