@@ -1,7 +1,8 @@
 """Frozen records of the persistent entities, as the store hands them to the rest of corral.
 
 Documents (specs, provisioning data) stay as JSON-compatible dicts: their schema belongs to the
-configuration and wire models, not to the domain.
+configuration and wire models, not to the domain. Statuses are the enums of ``domain/statuses.py``, which
+compare equal to (and print as) their string values.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from corral.domain.statuses import FleetStatus, InstanceStatus, JobStatus, RunStatus
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class InstanceRec:
     fleet_name: str | None
     name: str
     instance_num: int
-    status: str
+    status: InstanceStatus
     unreachable: bool
     backend: str
     region: str | None
@@ -80,7 +83,7 @@ class FleetRec:
     project_name: str
     name: str
     created_at: float
-    status: str
+    status: FleetStatus
     status_message: str | None
     spec: dict[str, Any]
     deleted: bool
@@ -101,7 +104,7 @@ class JobRec:
     submitted_at: float
     last_processed_at: float
     finished_at: float | None
-    status: str
+    status: JobStatus
     status_message: str | None
     termination_reason: str | None
     termination_reason_message: str | None
@@ -134,7 +137,7 @@ class RunRec:
     run_name: str
     submitted_at: float
     last_processed_at: float
-    status: str
+    status: RunStatus
     status_message: str | None
     termination_reason: str | None
     run_spec: Mapping[str, Any]

@@ -67,6 +67,13 @@ class FleetStatus(_Status):
     FAILED = "failed"
 
 
+#: Each status by its value: what a stored value reads as (a dict lookup: a twentieth of calling the enum).
+JOB_STATUS: Mapping[str, JobStatus] = {s.value: s for s in JobStatus}
+RUN_STATUS: Mapping[str, RunStatus] = {s.value: s for s in RunStatus}
+INSTANCE_STATUS: Mapping[str, InstanceStatus] = {s.value: s for s in InstanceStatus}
+FLEET_STATUS: Mapping[str, FleetStatus] = {s.value: s for s in FleetStatus}
+
+
 # --- named sets of statuses: tuples (ordered, for SQL ``IN`` as for ``in``) of values that equal their strings -----
 
 #: A job that has ended for good.

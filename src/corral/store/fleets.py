@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.documents import json_default
 from corral.domain.events import instance_target
 from corral.domain.records import FleetRec, InstanceRec
-from corral.domain.statuses import ENDING_INSTANCE, UNFINISHED_JOB
+from corral.domain.statuses import ENDING_INSTANCE, FLEET_STATUS, INSTANCE_STATUS, UNFINISHED_JOB
 from corral.store.events import emit, tracked_update, tracked_update_by_id
 from corral.store.tables import fleets, instances, jobs, projects
 
@@ -37,7 +37,7 @@ def instance_from_row(row: Any, project_name: str, fleet_name: str | None) -> In
         fleet_name=fleet_name,
         name=row.name,
         instance_num=row.instance_num,
-        status=row.status,
+        status=INSTANCE_STATUS[row.status],
         unreachable=row.unreachable,
         backend=row.backend,
         region=row.region,
@@ -64,7 +64,7 @@ def _fleet(row: Any, project_name: str, insts: Sequence[InstanceRec]) -> FleetRe
         project_name=project_name,
         name=row.name,
         created_at=row.created_at,
-        status=row.status,
+        status=FLEET_STATUS[row.status],
         status_message=row.status_message,
         spec=orjson.loads(row.spec),
         deleted=row.deleted,

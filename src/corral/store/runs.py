@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.documents import LazyJSON
 from corral.domain.records import JobRec, LogRec, RunRec
-from corral.domain.statuses import FINISHED_JOB, FINISHED_RUN
+from corral.domain.statuses import FINISHED_JOB, FINISHED_RUN, JOB_STATUS, RUN_STATUS
 from corral.store.events import tracked_update_by_id
 from corral.store.tables import fleets, jobs, logs, projects, runs, users
 
@@ -39,7 +39,7 @@ def job_from_row(r: Any) -> JobRec:
         submitted_at=r.submitted_at,
         last_processed_at=r.last_processed_at,
         finished_at=r.finished_at,
-        status=r.status,
+        status=JOB_STATUS[r.status],
         status_message=r.status_message,
         termination_reason=r.termination_reason,
         termination_reason_message=r.termination_reason_message,
@@ -69,7 +69,7 @@ def _run(r: Any, run_jobs: Sequence[JobRec]) -> RunRec:
         run_name=r.run_name,
         submitted_at=r.submitted_at,
         last_processed_at=r.last_processed_at,
-        status=r.status,
+        status=RUN_STATUS[r.status],
         status_message=r.status_message,
         termination_reason=r.termination_reason,
         run_spec=LazyJSON(r.run_spec),
