@@ -18,10 +18,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.metrics import LIVE_STATUSES, MetricsPoint
+from corral.domain.statuses import READY_INSTANCE, InstanceStatus
 from corral.store.metrics import latest_points
 from corral.store.tables import fleets, instances, jobs, projects, runs, users
 
-LIVE_INSTANCE_STATUSES = ("provisioning", "idle", "busy", "terminating")
+#: The instances the metrics count: neither pending nor terminated.
+LIVE_INSTANCE_STATUSES = (InstanceStatus.PROVISIONING, *READY_INSTANCE, InstanceStatus.TERMINATING)
 
 
 def _doc(text: str | None) -> dict[str, Any]:
