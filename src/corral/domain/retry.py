@@ -5,7 +5,7 @@ of the same job, ``submission_num + 1``) when its ``retry.on_events`` names the 
 reason maps to and the current streak of failures is younger than ``retry.duration``
 (``retry_window_start``); the whole replica goes again, as in dstack. A job that never got an instance
 is not resubmitted here: corral's queue already waited for capacity as long as ``retry`` allowed
-(DESIGN.md, queue semantics).
+(docs/dev/architecture.md, queue semantics).
 """
 
 from __future__ import annotations

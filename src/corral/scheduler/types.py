@@ -86,7 +86,7 @@ class FleetSlot:
 
 @dataclass(frozen=True)
 class WaitPolicy:
-    """How long a job may wait for capacity (from its ``retry``; see DESIGN.md, queue semantics)."""
+    """How long a job may wait for capacity (from its ``retry``; see docs/dev/architecture.md, queue semantics)."""
 
     may_wait: bool
     deadline: float | None = None

@@ -16,7 +16,7 @@ DEFAULT_RETRY_DURATION = 3600.0
 
 
 def wait_policy(retry: Any, submitted_at: float, server_max: float | None) -> WaitPolicy:
-    """How long a job may wait for capacity, from its ``retry`` (DESIGN.md, queue semantics)."""
+    """How long a job may wait for capacity, from its ``retry`` (docs/dev/architecture.md, queue semantics)."""
     if retry is None:
         return WaitPolicy(True, None if server_max is None else submitted_at + server_max)
     if retry is False:
