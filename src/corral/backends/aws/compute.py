@@ -36,6 +36,15 @@ from corral.scheduler.types import Offer
 log = logging.getLogger("corral.aws")
 
 
+@dataclasses.dataclass
+class _Tries:
+    """The RunInstances calls one row's launch has made (bounded by ``launch.MAX_LAUNCH_ATTEMPTS``) and what
+    each offer, region or zone that was not tried or failed said."""
+
+    attempts: int = 0
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+
 class AWSCompute:
     name = "aws"
 
@@ -127,87 +136,105 @@ class AWSCompute:
         tags = launch.instance_tags(
             server_id, project.name, instance.fleet_name, instance.id, instance.name, project.config.get("tags")
         )
-        public_ip = project.config.get("public_ips") is not False
-        errors: list[str] = []
+        tries = _Tries()
         regions: dict[str, Region] = {}
         images: dict[tuple[str, bool], str] = {}
-        attempt = 0
         for offer in candidates:
-            region, itype = offer.region, launch.market_key(offer.instance_type, offer.resources.spot)
-            if self.session.unavailable.region_blocked(region, time.time()):
-                errors.append(f"{region}: quota reached lately")
+            ready = await self._region_and_image(offer, project, candidates, client, regions, images, tries)
+            if ready is None:
                 continue
-            if region not in regions:
-                c = (
-                    client
-                    if region == candidates[0].region
-                    else await self.session.ec2(ec2.client, project.creds, region)
-                )
-                try:
-                    regions[region] = await self.session.region(project, region, c)
-                except ProvisioningError as e:
-                    if offer is candidates[0] and len(candidates) == 1:
-                        raise
-                    errors.append(str(e))
-                    continue
-            where = regions[region]
-            gpu = bool(offer.resources.gpus)
-            if (region, gpu) not in images:
-                try:
-                    images[(region, gpu)], _user = await self.session.ec2(ec2.image, where.client, project.config, gpu)
-                except ec2.AWSError as e:
-                    errors.append(f"{region} {itype}: {e}")
-                    continue
-            move = "zone"
-            for zone, subnet in launch.in_zone(where.zones, offer.zone).items():
-                if self.session.unavailable.blocked(region, zone, itype, time.time()):
-                    errors.append(f"{zone} {itype}: no capacity lately")
-                    continue
-                if attempt >= launch.MAX_LAUNCH_ATTEMPTS:
-                    break
-                attempt += 1
-                params: dict[str, Any] = {
-                    "ImageId": images[(region, gpu)],
-                    "InstanceType": offer.instance_type,
-                    "MinCount": 1,
-                    "MaxCount": 1,
-                    "ClientToken": launch.client_token(instance.id, attempt),
-                    "UserData": launch.user_data([project.ssh_public_key]),
-                    "BlockDeviceMappings": [
-                        {"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": catalog.DISK_GIB, "VolumeType": "gp3"}}
-                    ],
-                    "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
-                    "NetworkInterfaces": [
-                        {"DeviceIndex": 0, "SubnetId": subnet, "Groups": [where.group],
-                         "AssociatePublicIpAddress": public_ip}
-                    ],
-                }  # fmt: skip
-                if offer.resources.spot:  # one-time, terminated on interruption (dstack's; no MaxPrice)
-                    params["InstanceMarketOptions"] = launch.SPOT_MARKET
-                if project.config.get("iam_instance_profile"):
-                    params["IamInstanceProfile"] = {"Name": project.config["iam_instance_profile"]}
-                try:
-                    reply = await self.session.ec2(ec2.call, where.once, "run_instances", **params)
-                except ec2.AWSError as e:
-                    verdict = launch.classify(e.code)
-                    move = launch.next_move(verdict)
-                    errors.append(f"{zone} {itype}: {e}")
-                    log.info("instance %s: RunInstances %s in %s: %s (%s)", instance.name, itype, zone, e, verdict)
-                    if verdict == "capacity":
-                        self.session.unavailable.mark(region, zone, itype, time.time())
-                    elif verdict == "quota":
-                        self.session.unavailable.mark_region(region, time.time())
-                    if move == "zone":
-                        continue
-                    break
-                launched = reply["Instances"][0]
-                if launched.get("SpotInstanceRequestId"):  # so that the one-time request cannot be fulfilled again
-                    await self.session.cancel_spot_request(where.client, str(launched["SpotInstanceRequestId"]))
-                return dataclasses.replace(offer, zone=zone), where.client, str(launched["InstanceId"])
-            if move == "stop" or attempt >= launch.MAX_LAUNCH_ATTEMPTS:
+            where, image = ready
+            spec = launch.LaunchSpec(
+                image=image,
+                instance_type=offer.instance_type,
+                spot=offer.resources.spot,
+                security_group=where.group,
+                tags=tags,
+                public_key=project.ssh_public_key,
+                public_ip=project.config.get("public_ips") is not False,
+                iam_instance_profile=project.config.get("iam_instance_profile") or None,
+            )
+            launched, move = await self._launch_in_zones(instance, offer, where, spec, tries)
+            if launched is not None:
+                return launched
+            if move == "stop" or tries.attempts >= launch.MAX_LAUNCH_ATTEMPTS:
                 break
         tried = ", ".join(f"{o.instance_type} in {o.region}" for o in candidates)
-        raise ProvisioningError(f"aws: no offer could be launched ({tried}; {attempt} attempt(s)): {'; '.join(errors)}")
+        raise ProvisioningError(
+            f"aws: no offer could be launched ({tried}; {tries.attempts} attempt(s)): {'; '.join(tries.errors)}"
+        )
+
+    async def _region_and_image(
+        self,
+        offer: Offer,
+        project: AWSProject,
+        candidates: list[Offer],
+        client: Any,
+        regions: dict[str, Region],
+        images: dict[tuple[str, bool], str],
+        tries: _Tries,
+    ) -> tuple[Region, str] | None:
+        """The offer's region set up and its image (each looked up once per launch), or None (said in
+        ``tries.errors``) when the region cannot take it now."""
+        region, itype = offer.region, launch.market_key(offer.instance_type, offer.resources.spot)
+        if self.session.unavailable.region_blocked(region, time.time()):
+            tries.errors.append(f"{region}: quota reached lately")
+            return None
+        if region not in regions:
+            c = client if region == candidates[0].region else await self.session.ec2(ec2.client, project.creds, region)
+            try:
+                regions[region] = await self.session.region(project, region, c)
+            except ProvisioningError as e:
+                if offer is candidates[0] and len(candidates) == 1:
+                    raise
+                tries.errors.append(str(e))
+                return None
+        where = regions[region]
+        gpu = bool(offer.resources.gpus)
+        if (region, gpu) not in images:
+            try:
+                images[(region, gpu)], _user = await self.session.ec2(ec2.image, where.client, project.config, gpu)
+            except ec2.AWSError as e:
+                tries.errors.append(f"{region} {itype}: {e}")
+                return None
+        return where, images[(region, gpu)]
+
+    async def _launch_in_zones(
+        self, instance: InstanceRec, offer: Offer, where: Region, spec: launch.LaunchSpec, tries: _Tries
+    ) -> tuple[tuple[Offer, Any, str] | None, str]:
+        """RunInstances of one offer in each of its zones until one launches: (the offer in its zone, the
+        region's client, the EC2 id), or None and where the launch goes next (``launch.next_move``)."""
+        region, itype = offer.region, launch.market_key(offer.instance_type, offer.resources.spot)
+        move = "zone"
+        for zone, subnet in launch.in_zone(where.zones, offer.zone).items():
+            if self.session.unavailable.blocked(region, zone, itype, time.time()):
+                tries.errors.append(f"{zone} {itype}: no capacity lately")
+                continue
+            if tries.attempts >= launch.MAX_LAUNCH_ATTEMPTS:
+                break
+            tries.attempts += 1
+            params = launch.run_params(
+                spec, subnet, 1, launch.client_token(instance.id, tries.attempts), catalog.DISK_GIB
+            )
+            try:
+                reply = await self.session.ec2(ec2.call, where.once, "run_instances", **params)
+            except ec2.AWSError as e:
+                verdict = launch.classify(e.code)
+                move = launch.next_move(verdict)
+                tries.errors.append(f"{zone} {itype}: {e}")
+                log.info("instance %s: RunInstances %s in %s: %s (%s)", instance.name, itype, zone, e, verdict)
+                if verdict == "capacity":
+                    self.session.unavailable.mark(region, zone, itype, time.time())
+                elif verdict == "quota":
+                    self.session.unavailable.mark_region(region, time.time())
+                if move == "zone":
+                    continue
+                break
+            launched = reply["Instances"][0]
+            if launched.get("SpotInstanceRequestId"):  # so that the one-time request cannot be fulfilled again
+                await self.session.cancel_spot_request(where.client, str(launched["SpotInstanceRequestId"]))
+            return (dataclasses.replace(offer, zone=zone), where.client, str(launched["InstanceId"])), move
+        return None, move
 
     async def _terminate_quietly(self, client: Any, ec2_id: str) -> None:
         try:

@@ -195,6 +195,61 @@ async def _bring_up(
     return out
 
 
+async def _reservation_zones(
+    session: AWSSession,
+    client: Any,
+    region: str,
+    zones: dict[str, str],
+    reservation: str | None,
+    offers: Sequence[Offer],
+    nodes: int,
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """The zones (zone -> subnet) the gang may launch in and RunInstances' extra parameters: with a capacity
+    ``reservation``, only its zone and its target, after checking it can hold the ``nodes``."""
+    if not reservation:
+        return zones, {}
+    reserved = await session.ec2(reservations.lookup, client, region, reservation)
+    types = sorted({o.instance_type for o in offers})
+    if len(types) > 1:
+        why: str | None = f"capacity reservation {reservation} holds one instance type, the nodes are {types}"
+    else:
+        why = reservations.problem(reserved, reservation, types[0], nodes)
+    if why is not None:
+        short = reserved is not None and reserved.state == "active" and reserved.available < nodes
+        raise GangError(why, capacity=short)
+    assert reserved is not None
+    if reserved.zone not in zones:
+        raise GangError(
+            f"capacity reservation {reservation} is in {reserved.zone}: the VPC has no subnet there", capacity=False
+        )
+    return {reserved.zone: zones[reserved.zone]}, dict(reservations.launch_params(reserved))
+
+
+async def _placement_group(
+    session: AWSSession,
+    client: Any,
+    project: AWSProject,
+    rows: Sequence[InstanceRec],
+    offers: Sequence[Offer],
+    cluster: bool,
+    server_id: str,
+) -> str | None:
+    """The cluster placement group made for the gang, or None: not asked for, or a type EC2 refuses in one
+    (launched without it, as a log line says)."""
+    if not cluster:
+        return None
+    if not all(placement.supports_cluster(o.instance_type) for o in offers):
+        log.info("gang of %s: %s cannot go into a cluster placement group; launched without one",
+                 rows[0].name, offers[0].instance_type)  # fmt: skip
+        return None
+    group = placement.group_name(project.name, rows[0].fleet_name or "", None)
+    try:
+        await session.ec2(placement.create, client, group, server_id, project.name, time.time())
+    except ec2.AWSError as e:
+        raise GangError(f"placement group {group}: {e}", capacity=False) from None
+    return group
+
+
 async def _launch(
     session: AWSSession,
     project: AWSProject,
@@ -212,42 +267,16 @@ async def _launch(
         where = await session.region(project, region, client)
     except ProvisioningError as e:
         raise GangError(str(e), capacity=False) from None
-    zones = dict(where.zones)
-    extra: dict[str, Any] = {}
-    if reservation:
-        reserved = await session.ec2(reservations.lookup, client, region, reservation)
-        types = sorted({o.instance_type for o in offers})
-        if len(types) > 1:
-            why: str | None = f"capacity reservation {reservation} holds one instance type, the nodes are {types}"
-        else:
-            why = reservations.problem(reserved, reservation, types[0], len(rows))
-        if why is not None:
-            short = reserved is not None and reserved.state == "active" and reserved.available < len(rows)
-            raise GangError(why, capacity=short)
-        assert reserved is not None
-        if reserved.zone not in zones:
-            raise GangError(
-                f"capacity reservation {reservation} is in {reserved.zone}: the VPC has no subnet there", capacity=False
-            )
-        zones = {reserved.zone: zones[reserved.zone]}
-        extra.update(reservations.launch_params(reserved))
+    zones, extra = await _reservation_zones(session, client, region, dict(where.zones), reservation, offers, len(rows))
     gpu = bool(offers[0].resources.gpus)
     try:
         image, _user = await session.ec2(ec2.image, where.client, project.config, gpu)
     except ec2.AWSError as e:
         raise GangError(f"{region}: {e}", capacity=False) from None
     server_id = await session.server_id()
-    group: str | None = None
-    if cluster and all(placement.supports_cluster(o.instance_type) for o in offers):
-        group = placement.group_name(project.name, rows[0].fleet_name or "", None)
-        try:
-            await session.ec2(placement.create, client, group, server_id, project.name, time.time())
-        except ec2.AWSError as e:
-            raise GangError(f"placement group {group}: {e}", capacity=False) from None
+    group = await _placement_group(session, client, project, rows, offers, cluster, server_id)
+    if group is not None:
         extra["Placement"] = {**extra.get("Placement", {}), "GroupName": group}
-    elif cluster:
-        log.info("gang of %s: %s cannot go into a cluster placement group; launched without one",
-                 rows[0].name, offers[0].instance_type)  # fmt: skip
     path = launch_path(offers)
     errors: list[str] = []
     first = attempt
@@ -306,28 +335,18 @@ class _Params:
         tags += [{"Key": launch.TAG_GANG, "Value": self.lead}]
         if self.group:
             tags.append({"Key": TAG_PLACEMENT, "Value": self.group})
-        params: dict[str, Any] = {
-            "ImageId": self.image,
-            "InstanceType": offer.instance_type,
-            "MinCount": count,
-            "MaxCount": count,
-            "ClientToken": token,
-            "UserData": launch.user_data([self.project.ssh_public_key]),
-            "BlockDeviceMappings": [
-                {"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": catalog.DISK_GIB, "VolumeType": "gp3"}}
-            ],
-            "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
-            "NetworkInterfaces": [
-                {"DeviceIndex": 0, "SubnetId": self.subnet, "Groups": [self.where.group],
-                 "AssociatePublicIpAddress": self.project.config.get("public_ips") is not False}
-            ],
-            **self.extra,
-        }  # fmt: skip
-        if offer.resources.spot:
-            params["InstanceMarketOptions"] = launch.SPOT_MARKET
-        if self.project.config.get("iam_instance_profile"):
-            params["IamInstanceProfile"] = {"Name": self.project.config["iam_instance_profile"]}
-        return params
+        spec = launch.LaunchSpec(
+            image=self.image,
+            instance_type=offer.instance_type,
+            spot=offer.resources.spot,
+            security_group=self.where.group,
+            tags=tags,
+            public_key=self.project.ssh_public_key,
+            public_ip=self.project.config.get("public_ips") is not False,
+            iam_instance_profile=self.project.config.get("iam_instance_profile") or None,
+            extra=self.extra,
+        )
+        return launch.run_params(spec, self.subnet, count, token, catalog.DISK_GIB)
 
 
 #: A launch that failed: EC2's error, and the offerings (``launch.market_key``) it refused.

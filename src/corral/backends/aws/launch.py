@@ -1,5 +1,6 @@
 """Pure rules of an EC2 launch: the tags that name an instance's owner, the ``ClientToken`` of an attempt,
-the UserData script, how a RunInstances error is classified, and the short cache of unavailable offerings.
+the UserData script, a RunInstances call's parameters, how its error is classified, and the short cache of
+unavailable offerings.
 
 No boto3, no clocks (``now`` is a parameter).
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 #: Tag keys corral writes on every instance (and reads back: adoption, the reaper).
 TAG_SERVER = "corral_server"
@@ -113,6 +114,50 @@ def user_data(public_keys: list[str]) -> str:
     if len(script.encode()) > USER_DATA_LIMIT:
         raise ValueError(f"the user data is {len(script.encode())} bytes; EC2 takes at most {USER_DATA_LIMIT}")
     return script
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What a RunInstances call launches (one offer, ``count`` instances alike) and with what: the parameters of
+    a single instance's launch and of a gang's are built from it by :func:`run_params`."""
+
+    image: str
+    instance_type: str
+    spot: bool
+    security_group: str
+    tags: list[dict[str, str]]
+    public_key: str
+    public_ip: bool = True
+    iam_instance_profile: str | None = None
+    #: Further parameters (a capacity reservation's target, a placement group).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run_params(spec: LaunchSpec, subnet: str, count: int, token: str, disk_gib: int) -> dict[str, Any]:
+    """RunInstances' parameters (botocore's ``RunInstances`` input shape): ``count`` instances, all or none
+    (``MinCount = MaxCount``), the root volume ``disk_gib`` GiB of gp3, one network interface in ``subnet`` with
+    the security group, a public address unless the project says ``public_ips: false``, and a one-time spot
+    request for a spot offer (:data:`SPOT_MARKET`)."""
+    params: dict[str, Any] = {
+        "ImageId": spec.image,
+        "InstanceType": spec.instance_type,
+        "MinCount": count,
+        "MaxCount": count,
+        "ClientToken": token,
+        "UserData": user_data([spec.public_key]),
+        "BlockDeviceMappings": [{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": disk_gib, "VolumeType": "gp3"}}],
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": spec.tags}],
+        "NetworkInterfaces": [
+            {"DeviceIndex": 0, "SubnetId": subnet, "Groups": [spec.security_group],
+             "AssociatePublicIpAddress": spec.public_ip}
+        ],
+        **spec.extra,
+    }  # fmt: skip
+    if spec.spot:  # one-time, terminated on interruption (dstack's; no MaxPrice)
+        params["InstanceMarketOptions"] = SPOT_MARKET
+    if spec.iam_instance_profile:
+        params["IamInstanceProfile"] = {"Name": spec.iam_instance_profile}
+    return params
 
 
 def next_move(verdict: Verdict) -> Literal["zone", "offer", "region", "stop"]:
