@@ -78,10 +78,10 @@ async def plan_screen(ctx: Context, project: ProjectRec, spec: dict[str, Any], j
     async with ctx.db.read() as conn:
         # the project's own fleets and those other projects export to it: all the run may use
         owners = {project.id, *(e.project_id for e in await export_store.exports_imported_by(conn, project.id))}
-        loaded = await planner.load_for(conn, sorted(owners), importer=project.id)
+        loaded, facts = await planner.load_for(conn, sorted(owners), importer=project.id)
     await planner.reserved.resolve(loaded)  # EC2, with no transaction open
     (head,) = await planner.reserved.located([head])
-    snapshot = Snapshot(fleets=tuple(planner.fleet_slot(f) for f in loaded), queue=(head,))
+    snapshot = Snapshot(fleets=tuple(planner.fleet_slot(f, facts) for f in loaded), queue=(head,))
     screened = screen(head, snapshot)
     if isinstance(screened, str):  # the listing (``for_offers_only``) still shows what the reservation allows
         named = [f for f in snapshot.fleets if head.fleet_names is None or f.name in head.fleet_names]

@@ -2,11 +2,16 @@
 configuration, its project's backends and regions and its capacity reservation allow. Used by the scheduling
 worker's passes and by a plan's verdict (``services.plan_verdict``), each with a builder of its own: a
 builder keeps each fleet's parsed requirements and matched offers while the fleet's spec stays the same.
+
+What a load reads besides the fleets (who imports them, the projects' backends and regions) is a value of its
+own (:class:`FleetFacts`), handed to :meth:`SnapshotBuilder.fleet_slot`: plans made at the same time for
+different projects share one builder, and one plan's facts must not become another's while it waits on EC2.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from corral import config  # lazy: the models load on first use, not at start-up
@@ -25,6 +30,26 @@ from corral.store import snapshot as snap
 from corral.workers.reserved_offers import ReservedOffers
 
 
+@dataclass(frozen=True)
+class FleetFacts:
+    """What the slots of the fleets one load read are built from besides the fleets."""
+
+    #: fleet id -> ids of the projects it is exported to.
+    importers: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: project id -> the backend types it has: a fleet gets offers only from those.
+    project_backends: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: project id -> backend type -> the regions the project's backend names (offers come from those).
+    project_regions: Mapping[str, Mapping[str, frozenset[str]]] = field(default_factory=dict)
+
+
+async def read_facts(conn: Any, project_ids: list[str] | None = None, importer: str | None = None) -> FleetFacts:
+    """Who imports the fleets of ``project_ids`` (None: all; with ``importer``, only whether that project does),
+    and the projects' backends and regions."""
+    importers = await export_store.fleet_importers(conn, project_ids, importer)
+    backends, regions = await project_state.backends_and_regions(conn, project_ids)
+    return FleetFacts(importers, backends, regions)
+
+
 class SnapshotBuilder:
     """Fleets as slots: :meth:`load_for` (or the fleets and :meth:`refresh`), the reservations resolved
     (``reserved``, with no transaction open), then :meth:`fleet_slot` for each."""
@@ -33,31 +58,24 @@ class SnapshotBuilder:
         self.computes = computes
         self._fleet_reqs: dict[tuple[str, str], Requirements | None] = {}
         self._fleet_offers: dict[tuple[str, str, str], tuple[Offer, ...]] = {}
-        #: fleet id -> ids of the projects it is exported to (refreshed every pass).
-        self.importers: dict[str, frozenset[str]] = {}
-        #: project id -> the backend types it has (refreshed every pass): a fleet gets offers only from those.
-        self.project_backends: dict[str, frozenset[str]] = {}
-        #: Project id -> backend type -> the regions the project's backend names (offers come from those).
-        self.project_regions: dict[str, dict[str, frozenset[str]]] = {}
+        #: What the scheduling worker's last pass read (:meth:`refresh`): the facts :meth:`fleet_slot` uses
+        #: when it is given none.
+        self.facts = FleetFacts()
         #: The fleets' and runs' capacity reservations, as EC2 said where they are.
         self.reserved = ReservedOffers(computes)
 
     async def load_for(
         self, conn: Any, project_ids: list[str] | None = None, importer: str | None = None
-    ) -> list[FleetRec]:
+    ) -> tuple[list[FleetRec], FleetFacts]:
         """The fleets (of ``project_ids``; None: all) and what their slots are built from, loaded for a plan:
-        :meth:`fleet_slot` makes each one's slot (once the caller, with no transaction open, had their
-        capacity reservations resolved)."""
-        fleets = await snap.load_fleets(conn, project_ids)
-        await self.refresh(conn, project_ids, importer)
-        return fleets
+        :meth:`fleet_slot` makes each one's slot from them (once the caller, with no transaction open, had
+        their capacity reservations resolved). The builder keeps neither: another plan may load meanwhile."""
+        return await snap.load_fleets(conn, project_ids), await read_facts(conn, project_ids, importer)
 
     async def refresh(self, conn: Any, project_ids: list[str] | None = None, importer: str | None = None) -> None:
-        """Read again what the slots of the fleets (of ``project_ids``; None: all) are built from besides the
-        fleets: who imports them (with ``importer``, only whether that project does), and the projects'
-        backends and regions."""
-        self.importers = await export_store.fleet_importers(conn, project_ids, importer)
-        self.project_backends, self.project_regions = await project_state.backends_and_regions(conn, project_ids)
+        """Read again what the slots of the fleets are built from besides the fleets (:func:`read_facts`), as
+        the facts :meth:`fleet_slot` uses by default (the scheduling worker's passes, one at a time)."""
+        self.facts = await read_facts(conn, project_ids, importer)
 
     def keep_only(self, live_fleets: set[str]) -> None:
         """Forget what is kept of fleets that no longer exist."""
@@ -73,14 +91,15 @@ class SnapshotBuilder:
             )
         return self._fleet_reqs[key]
 
-    def fleet_offers(self, fleet: FleetRec) -> tuple[Offer, ...]:
+    def fleet_offers(self, fleet: FleetRec, facts: FleetFacts | None = None) -> tuple[Offer, ...]:
         """The backends' offers the fleet's ``backends`` and ``resources`` allow (cached per fleet spec:
         backends' offers do not change while the server runs)."""
         conf = fleet.spec.get("configuration", {})
         if conf.get("ssh_config"):
             return ()
-        backends = self.project_backends.get(fleet.project_id, frozenset())
-        regions = self.project_regions.get(fleet.project_id, {})
+        facts = facts or self.facts
+        backends = facts.project_backends.get(fleet.project_id, frozenset())
+        regions = facts.project_regions.get(fleet.project_id, {})
         key = (
             fleet.id,
             repr((sorted(backends), conf.get("backends"), sorted((k, sorted(v)) for k, v in regions.items()))),
@@ -88,25 +107,33 @@ class SnapshotBuilder:
         )
         cached = self._fleet_offers.get(key)
         if cached is None:
-            cached = self._fleet_offers[key] = self._match_offers(fleet, conf)
+            cached = self._fleet_offers[key] = self._match_offers(fleet, conf, backends, regions)
         return cached
 
-    def _match_offers(self, fleet: FleetRec, conf: dict[str, Any]) -> tuple[Offer, ...]:
+    def _match_offers(
+        self,
+        fleet: FleetRec,
+        conf: dict[str, Any],
+        backends: frozenset[str],
+        regions: Mapping[str, frozenset[str]],
+    ) -> tuple[Offer, ...]:
         allowed = conf.get("backends")
         offers: list[Offer] = []
-        for name in usable_computes(self.computes, self.project_backends.get(fleet.project_id, frozenset())):
+        for name in usable_computes(self.computes, backends):
             if allowed and name not in allowed and not ({"local", "remote"} & set(allowed)):
                 continue
             offers.extend(self.computes[name].offers())
         req = self._fleet_requirements(fleet)
         if req is not None:
             offers = [o for o in offers if match_requirements(req, o.resources) is None]
-        offers = offer_filters.in_project_regions(offers, self.project_regions.get(fleet.project_id, {}))
+        offers = offer_filters.in_project_regions(offers, regions)
         offers = self.reserved.narrowed(fleet, offers)  # a ``reservation``'s type in its region
         # ``backends`` was applied above (with its own rule for ``local``/``remote``)
         return tuple(offer_filters.filtered(offers, offer_filters.from_conf({**conf, "backends": None})))
 
-    def fleet_slot(self, fleet: FleetRec) -> FleetSlot:
+    def fleet_slot(self, fleet: FleetRec, facts: FleetFacts | None = None) -> FleetSlot:
+        """The fleet as the scheduler sees it, from ``facts`` (default: the last :meth:`refresh`'s)."""
+        facts = facts or self.facts
         nodes_min, nodes_max = nodes_bounds(fleet.spec)
         slots = []
         for i in fleet.instances:
@@ -141,10 +168,10 @@ class SnapshotBuilder:
             nodes_max=nodes_max,
             blocks=fleet_blocks(fleet.spec),
             placement=fleet_placement(fleet.spec),
-            offers=self.fleet_offers(fleet),
+            offers=self.fleet_offers(fleet, facts),
             instances=tuple(slots),
             backend_limit_key="local",
             project_name=fleet.project_name,
-            importer_project_ids=self.importers.get(fleet.id, frozenset()),
+            importer_project_ids=facts.importers.get(fleet.id, frozenset()),
             reservation=self.reserved.reservation(fleet),
         )
