@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from corral.scheduler.fleet_view import run_backends
-from corral.services.job_specs import job_specs
+from corral.services import run_specs
+from corral.services.job_specs import derive
 from server_harness import finished_run, fleet_body, make_settings, running_server, task_body
 
 FAKE_UV = """#!/bin/sh
@@ -34,13 +35,11 @@ def test_a_run_s_backends_in_corral_s_names() -> None:
 
 
 def test_home_dir_reaches_the_job_spec() -> None:
-    spec = {"configuration": {"type": "task", "commands": ["true"], "home_dir": "/home/me"}, "repo_data": {},
-            "repo_code_hash": None}  # fmt: skip
-
-    class Merged:
-        max_duration = stop_duration = max_price = spot_policy = reservation = retry = utilization_policy = None
-
-    assert job_specs("r", spec, None, Merged())[0]["home_dir"] == "/home/me"
+    spec = run_specs.read(
+        {"configuration": {"type": "task", "commands": ["true"], "home_dir": "/home/me"}, "repo_data": {},
+         "repo_code_hash": None}
+    )  # fmt: skip
+    assert derive(spec, "r").jobs[0]["home_dir"] == "/home/me"
 
 
 async def test_refused_run_options_name_the_field(tmp_path: Path) -> None:

@@ -66,8 +66,8 @@ def _as_dict(data: Any) -> dict[str, Any]:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def parse_run_configuration(data: Mapping[str, Any]) -> AnyRunConfiguration:
-    """A task, service or dev-environment; raises pydantic.ValidationError."""
+def parse_run_configuration(data: object) -> AnyRunConfiguration:
+    """A task, service or dev-environment; raises pydantic.ValidationError (for one that is not a mapping too)."""
     data = _as_dict(data)
     kind = _RunType.model_validate(data).type
     conf: AnyRunConfiguration = RUN_MODELS[kind].model_validate(data)  # type: ignore[assignment]

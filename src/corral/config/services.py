@@ -251,6 +251,13 @@ class _ServiceParams(CoreModel):
             raise ValueError("`replicas` and `groups` are mutually exclusive")
         return data
 
+    @property
+    def port_mapping(self) -> PortMapping:
+        """``port`` as validated: always a ``PortMapping``."""
+        port = self.port
+        assert isinstance(port, PortMapping), port
+        return port
+
     @field_validator("port")
     @classmethod
     def _port(cls, value: Union[int, str, PortMapping]) -> PortMapping:

@@ -11,10 +11,13 @@ May import ``domain`` and ``services.errors``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.domain.names import resource_name_error
 from corral.services.errors import InvalidConfiguration, ServiceError
+
+if TYPE_CHECKING:
+    from corral.config import AnyRunConfiguration
 
 
 def check_resource_name(name: object) -> None:
@@ -37,7 +40,7 @@ def _over(loc: tuple[str | int, ...], value: int, cap: int, var: str) -> Invalid
     )
 
 
-def check_run_caps(conf: Any, settings: Any, loc: tuple[str | int, ...]) -> None:
+def check_run_caps(conf: AnyRunConfiguration, settings: Any, loc: tuple[str | int, ...]) -> None:
     """A task's ``nodes`` (and its groups' ``nodes``, together) and a service's ``replicas`` within the caps."""
     if conf.type == "task":
         groups = getattr(conf, "groups", None) or []

@@ -5,11 +5,17 @@ them and ``runs/apply`` stores them. Pure but for the configuration models."""
 from __future__ import annotations
 
 import posixpath
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from corral import config  # lazy: the models load on first use, not at start-up
 from corral.scheduler import offer_filters
 from corral.services import dev_env, python_env, service_runs
 from corral.services.errors import ServiceError
+from corral.services.run_specs import RunSpec
+
+if TYPE_CHECKING:
+    from corral.config import AnyRunConfiguration
 
 DEFAULT_IMAGE = "dstackai/base:0.16-base-ubuntu24.04"
 LEGACY_REPO_DIR = "/workflow"
@@ -58,11 +64,11 @@ def _unix_user(user: str | None) -> dict[str, Any] | None:
     return out
 
 
-def check_volumes(c: dict[str, Any], default_image: str | None) -> None:
+def check_volumes(conf: AnyRunConfiguration, default_image: str | None) -> None:
     """Instance volumes are mounted into a container: a run with some needs an ``image``. Network volumes
     (``name:/path``) are checked against the project's volumes by ``services.volumes.for_run``."""
-    volumes = [v for v in c.get("volumes") or [] if isinstance(v, dict) and v.get("instance_path")]
-    if volumes and not (c.get("image") or default_image):
+    volumes = [v for v in conf.volumes if isinstance(v, config.InstanceMountPoint) and v.instance_path]
+    if volumes and not (conf.image or default_image):
         raise ServiceError("`volumes` are mounted into the job's container: set `image` to run the job in one")
 
 
@@ -88,18 +94,40 @@ def node_layout(c: dict[str, Any]) -> list[tuple[int, dict[str, Any], int]]:
     return [(0, whole, j) for j in range(nodes)]
 
 
-def job_specs(
-    run_name: str,
-    spec: dict[str, Any],
-    conf: Any,
-    merged: Any,
-    default_image: str | None = None,
-    ide_download_url: str | None = None,
-    templates: bool = False,
+@dataclass(frozen=True)
+class JobSpecs:
+    """A run's job specs, derived once from its ``RunSpec`` (``derive``)."""
+
+    #: One per node (one per replica of every group for a service, ``replicas.min`` of each).
+    jobs: list[dict[str, Any]]
+    #: A service's one template per replica group (``service_runs.group_templates``); empty for other types.
+    templates: list[dict[str, Any]]
+
+    @property
+    def first(self) -> dict[str, Any] | None:
+        return self.jobs[0] if self.jobs else None
+
+
+def derive(
+    spec: RunSpec, run_name: str, default_image: str | None = None, ide_download_url: str | None = None
+) -> JobSpecs:
+    """The run's job specs and, of a service, its replica-group templates, from one build of the node specs."""
+    nodes = _node_specs(spec, run_name, default_image, ide_download_url)
+    conf = spec.conf
+    if conf.type == "service":
+        return JobSpecs(
+            service_runs.replica_job_specs(run_name, nodes[0], conf),
+            service_runs.group_templates(run_name, nodes[0], conf),
+        )
+    return JobSpecs(nodes, [])
+
+
+def _node_specs(
+    spec: RunSpec, run_name: str, default_image: str | None, ide_download_url: str | None
 ) -> list[dict[str, Any]]:
-    """The run's job specs; of a service with ``templates``, one per replica group instead of one per
-    replica (``service_runs.group_templates``)."""
-    c = spec["configuration"]
+    """One job spec per node (a service's one node: the base of its replicas' and templates')."""
+    conf, merged, document = spec.conf, spec.merged, spec.document
+    c = spec.configuration
     layout = node_layout(c)
     nodes = len(layout)
     repo_specs = c.get("repos") or []
@@ -113,22 +141,22 @@ def job_specs(
                 "jobs_per_replica": nodes,
                 "replica_group": "0",
                 "app_specs": _app_specs(group.get("ports") or []),
-                "user": _unix_user(c.get("user")),
+                "user": _unix_user(conf.user),
                 "commands": [
                     *python_env.prelude(c, c.get("python")),
                     *(
                         dev_env.commands(c, run_name, ide_download_url)
-                        if c.get("type") == "dev-environment"
+                        if conf.type == "dev-environment"
                         else list(group.get("commands") or [])
                     ),
                 ],
                 "env": dict(c.get("env") or {}),
-                "home_dir": c.get("home_dir") or "/root",
+                "home_dir": conf.home_dir or "/root",
                 "image_name": python_env.image_name(c, default_image, DEFAULT_IMAGE),
-                "privileged": bool(c.get("privileged")) or c.get("docker") is True,
-                "single_branch": c.get("single_branch")
-                if c.get("single_branch") is not None
-                else c.get("type") != "dev-environment",
+                "privileged": bool(conf.privileged) or conf.docker is True,
+                "single_branch": conf.single_branch
+                if conf.single_branch is not None
+                else conf.type != "dev-environment",
                 "max_duration": _duration(merged.max_duration),
                 "stop_duration": _duration(merged.stop_duration),
                 "utilization_policy": _utilization_json(merged.utilization_policy),
@@ -143,12 +171,12 @@ def job_specs(
                 "retry": _retry_json(merged.retry),
                 "volumes": [],
                 "ssh_key": None,
-                "working_dir": _working_dir(c.get("working_dir")),
-                "repo_data": spec["repo_data"],
-                "repo_code_hash": spec["repo_code_hash"],
-                "repo_dir": repo_specs[0]["path"] if repo_specs else spec.get("repo_dir") or LEGACY_REPO_DIR,
+                "working_dir": _working_dir(conf.working_dir),
+                "repo_data": document["repo_data"],
+                "repo_code_hash": document["repo_code_hash"],
+                "repo_dir": repo_specs[0]["path"] if repo_specs else document.get("repo_dir") or LEGACY_REPO_DIR,
                 "repo_exists_action": repo_specs[0]["if_exists"] if repo_specs else None,
-                "file_archives": list(spec.get("file_archives") or []),
+                "file_archives": list(document.get("file_archives") or []),
                 "service_port": None,
                 "probes": [],
                 "node_group_index": group_index,
@@ -156,8 +184,4 @@ def job_specs(
                 "node_group_job_index": job_index,
             }
         )
-    if c.get("type") == "service":
-        if templates:
-            return service_runs.group_templates(run_name, out[0], conf)
-        return service_runs.replica_job_specs(run_name, out[0], conf)
     return out

@@ -17,6 +17,7 @@ from corral.context import Context
 from corral.domain.records import ProjectRec, UserRec
 from corral.scheduler.types import FleetSlot
 from corral.services.errors import ServiceError
+from corral.services.run_specs import RunSpec
 from corral.store import fleets as fleet_store
 
 
@@ -36,7 +37,7 @@ async def _own_fleets_keep_off(ctx: Context, project: ProjectRec, conf: dict[str
     return all(f is not None and f.spec.get("configuration", {}).get("ssh_config") for f in found)
 
 
-async def _imports_keep_off(ctx: Context, project: ProjectRec, spec: dict[str, Any], job_spec: dict[str, Any]) -> bool:
+async def _imports_keep_off(ctx: Context, project: ProjectRec, spec: RunSpec, job_spec: dict[str, Any]) -> bool:
     """For a project without the local backend: whether no fleet the run could use (exported to the
     project by another) could place it on the local backend, as the scheduler sees the fleets now."""
     from corral.services.plan_verdict import plan_screen
@@ -46,15 +47,15 @@ async def _imports_keep_off(ctx: Context, project: ProjectRec, spec: dict[str, A
 
 
 async def check(
-    ctx: Context, project: ProjectRec, user: UserRec, spec: dict[str, Any], job_spec: dict[str, Any] | None
+    ctx: Context, project: ProjectRec, user: UserRec, spec: RunSpec, job_spec: dict[str, Any] | None
 ) -> None:
     """Refuse (400) a run of a user who is not a global admin that could run without a sandbox here."""
     reason = sandbox_reason(ctx.computes.get("local"))
     if reason is None or user.global_role == "admin":
         return
-    conf = spec["configuration"]
-    if conf.get("image") or ctx.settings.default_image:
+    if spec.conf.image or ctx.settings.default_image:
         return  # a container, not a host process
+    conf = spec.configuration
     backends = conf.get("backends")
     if backends and not {"local", "remote"} & set(backends):
         return

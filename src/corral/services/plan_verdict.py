@@ -23,6 +23,7 @@ from corral.domain.records import ProjectRec
 
 if TYPE_CHECKING:
     from corral.scheduler.types import FleetSlot, Offer, QueuedJob
+    from corral.services.run_specs import RunSpec
     from corral.workers.snapshot_builder import SnapshotBuilder
 
 #: Each server's builder of the plans' snapshots, by the server's context: one per server, for what it keeps
@@ -45,7 +46,7 @@ class PlanScreen:
     reserved: frozenset[Offer] | None = None
 
 
-async def plan_screen(ctx: Context, project: ProjectRec, spec: dict[str, Any], job_spec: dict[str, Any]) -> PlanScreen:
+async def plan_screen(ctx: Context, project: ProjectRec, spec: RunSpec, job_spec: dict[str, Any]) -> PlanScreen:
     """The scheduler's view of the run whose first job is ``job_spec``, from the fleets as they are now."""
     from corral.scheduler.plan_offers import fleet_offers
     from corral.scheduler.screening import screen
@@ -55,7 +56,7 @@ async def plan_screen(ctx: Context, project: ProjectRec, spec: dict[str, Any], j
     from corral.workers.snapshot_builder import SnapshotBuilder
 
     # a run's network volumes must exist and be active (dstack: "Volume NAME not found"); placement follows them
-    volumes = await check_run(ctx, project.id, spec["configuration"])
+    volumes = await check_run(ctx, project.id, spec.configuration)
     head = queued_job(
         spec,
         job_spec,
@@ -63,9 +64,9 @@ async def plan_screen(ctx: Context, project: ProjectRec, spec: dict[str, Any], j
         run_id="plan",
         project_id=project.id,
         project_name=project.name,
-        run_name=spec["run_name"] or "run",
+        run_name=spec.run_name or "run",
         job_num=0,
-        priority=int(spec["configuration"].get("priority") or 0),
+        priority=spec.priority,
         submitted_at=time.time(),
         max_queue_wait=None,
         volume_places={(project.id, v.name): v for v in volumes},
@@ -99,7 +100,7 @@ def _reserved(head: QueuedJob, fleets: Sequence[FleetSlot], narrowed: bool) -> f
     return frozenset(o for f in fleets for o in as_job_sees_it(head, f).offers) if narrowed else None
 
 
-async def plan_verdict(ctx: Context, project: ProjectRec, spec: dict[str, Any], job_spec: dict[str, Any]) -> str | None:
+async def plan_verdict(ctx: Context, project: ProjectRec, spec: RunSpec, job_spec: dict[str, Any]) -> str | None:
     """What the scheduler would fail the run with at once (no fleet, unknown ``fleets``, a multi-node task
     without a cluster fleet, requirements no fleet can ever meet, ...), from the fleets as they are now."""
     return (await plan_screen(ctx, project, spec, job_spec)).error

@@ -19,6 +19,7 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from corral.context import Context
@@ -165,7 +166,7 @@ async def archive_by_hash(ctx: Context, user: UserRec, archive_hash: str) -> dic
     return {"id": found.id, "hash": found.blob_hash}
 
 
-async def check_run_code(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[str, Any]) -> None:
+async def check_run_code(ctx: Context, project: ProjectRec, user: UserRec, spec: Mapping[str, Any]) -> None:
     """Refuse a run whose repo, code or file archives the server does not have (a clear 400 now rather
     than a job that fails on its instance later)."""
     repo_id = str(spec.get("repo_id") or VIRTUAL_REPO_ID)

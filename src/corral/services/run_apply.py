@@ -21,6 +21,7 @@ from corral.services import (
     repos,
     run_options,
     run_references,
+    run_specs,
     serialize,
     service_runs,
     service_updates,
@@ -28,8 +29,8 @@ from corral.services import (
 )
 from corral.services.errors import ServiceError
 from corral.services.fleets import _ADJ, _NOUN
-from corral.services.job_specs import check_volumes, job_specs
-from corral.services.runs import SUPPORTED_TYPES, nodes_count, normalize_run_spec, service_templates
+from corral.services.job_specs import check_volumes
+from corral.services.runs import SUPPORTED_TYPES, derive_job_specs
 from corral.store import events, run_secrets
 from corral.store import runs as store
 from corral.store.fleets import dump
@@ -43,7 +44,8 @@ def random_name() -> str:
 
 
 async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
-    spec, conf, merged = normalize_run_spec(plan.get("run_spec"), ("plan", "run_spec"), user, ctx.settings)
+    spec = run_specs.normalize(plan.get("run_spec"), ("plan", "run_spec"), user, ctx.settings)
+    conf, merged = spec.conf, spec.merged
     if conf.type not in SUPPORTED_TYPES:
         raise ServiceError(
             f"Runs of type `{conf.type}` are not supported yet: corral runs tasks, services and dev environments"
@@ -51,46 +53,49 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
     if conf.type == "service":
         service_runs.check_service(conf)
     run_options.check(conf, merged, ctx.settings.metrics_running_ttl)
-    unset = [k for k, v in (spec["configuration"].get("env") or {}).items() if not isinstance(v, str)]
+    unset = [k for k, v in conf.env.items() if not isinstance(v, str)]
     if unset:
         raise ServiceError(
             f"Environment variable(s) {', '.join(unset)} have no value: give one in `env` "
             "(KEY=VALUE) or export it before `apply` so that the CLI fills it in"
         )
-    check_volumes(spec["configuration"], ctx.settings.default_image)
-    await volumes.check_run(ctx, project.id, spec["configuration"])
-    await run_references.check(ctx, project, spec["configuration"])
-    planned = job_specs(
-        spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
-    )
-    await local_admission.check(ctx, project, user, spec, planned[0] if planned else None)
-    await repos.check_run_code(ctx, project, user, spec)
+    check_volumes(conf, ctx.settings.default_image)
+    await volumes.check_run(ctx, project.id, spec.configuration)
+    await run_references.check(ctx, project, spec.configuration)
+    explicit = spec.run_name
+    # the job specs name the run (job names, a dev environment's commands): derived once for the name tried
+    name = explicit or random_name()
+    derived = derive_job_specs(ctx, spec, name)
+    planned = derived.first
+    await local_admission.check(ctx, project, user, spec, planned)
+    await repos.check_run_code(ctx, project, user, spec.document)
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
     crons = run_options.schedule_crons(conf, merged, now)
-    explicit = spec["run_name"]
-    for _attempt in range(8):
+    for attempt in range(8):
+        if attempt and not explicit:  # the name was taken meanwhile: another name, its own job specs
+            name = random_name()
+            derived = derive_job_specs(ctx, spec, name)
         try:
             async with ctx.db.write() as conn:
                 # read with the submission, not in a transaction of its own (a refusal writes nothing)
-                await quota_admission.check_in(conn, project, nodes_count(conf), planned[0] if planned else None)
+                await quota_admission.check_in(conn, project, spec.nodes, planned)
                 if explicit:
                     existing = await store.get_run(conn, project.id, run_name=explicit)
                     if existing is not None:
                         if existing.status not in store.FINISHED_RUN_STATUSES:
                             stored = run_secrets.revealed(ctx.cipher, existing).run_spec
-                            if stored.get("configuration") == spec["configuration"]:
+                            if spec.same_configuration(stored):
                                 await store.update_run(conn, existing.id, {"last_processed_at": now})
                                 updated = await store.get_run(conn, project.id, run_id=existing.id)
                                 assert updated is not None
                                 return serialize.run(run_secrets.revealed(ctx.cipher, updated))
-                            if conf.type == "service" and stored.get("configuration", {}).get("type") == "service":
-                                spec["run_name"] = explicit
+                            if conf.type == "service" and run_specs.stored_type(stored) == "service":
                                 await service_updates.update(
                                     conn,
                                     ctx.cipher,
                                     existing,
-                                    spec,
-                                    service_templates(ctx, spec, conf, merged),
+                                    spec.named(explicit),
+                                    derived.templates,
                                     user,
                                     plan,
                                     force,
@@ -108,10 +113,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                         await events.emit(
                             conn, "Run deleted", user.id, [run_target(project.id, existing.id, existing.run_name)]
                         )
-                    name = explicit
-                else:
-                    name = random_name()
-                spec["run_name"] = name
+                named = spec.named(name)
                 run_values = {
                     "id": str(uuid.uuid4()),
                     "project_id": project.id,
@@ -123,11 +125,11 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                     "status": "submitted" if crons is None else "pending",
                     "status_message": None,
                     "termination_reason": None,
-                    "run_spec": dump(run_secrets.sealed_run_spec(ctx.cipher(), spec)),
-                    "priority": int(spec["configuration"].get("priority") or 0),
+                    "run_spec": dump(run_secrets.sealed_run_spec(ctx.cipher(), named.as_dict())),
+                    "priority": spec.priority,
                     "fleet_id": None,
                     "deployment_num": 0,
-                    "repo_id": spec["repo_id"],
+                    "repo_id": named.document["repo_id"],
                 }
                 job_values = [
                     {
@@ -148,16 +150,13 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                         "blocks": 1,
                         "ready": False if conf.type == "service" else None,
                     }
-                    for js in job_specs(
-                        name, spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
-                    )
+                    for js in derived.jobs
                 ]
                 if crons is not None:
                     run_values.update(run_options.scheduled_run_values(crons, job_values, now))
                     job_values = []
                 elif conf.type == "service":
-                    templates = service_templates(ctx, spec, conf, merged)
-                    run_values["service_templates"] = service_updates.templates_value(ctx.cipher, templates, 0)
+                    run_values["service_templates"] = service_updates.templates_value(ctx.cipher, derived.templates, 0)
                     if not job_values:
                         run_values["status"] = "running"  # at zero replicas, waiting for requests
                 await store.insert_run(conn, run_values)

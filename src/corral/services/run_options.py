@@ -10,7 +10,7 @@ Pure but for the configuration models; imports ``domain``, ``services.errors`` a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -19,17 +19,20 @@ from corral.domain.node_groups import check_refs
 from corral.services.errors import ServiceError
 from corral.store.triggers import templates_dump
 
+if TYPE_CHECKING:
+    from corral.config import AnyRunConfiguration, ProfileParams, TaskConfiguration
+
 #: Profile options that only shape the cloud instances provisioned for a run (dstack combines them with
 #: the fleet's when it creates one): corral does not apply them to runs yet. (``regions`` and
 #: ``instance_types`` are applied: ``scheduler.offer_filters``; ``reservation`` too: ``scheduler.fleet_view``.)
 _PROVISIONING_ONLY = ("availability_zones", "tags", "backend_options")
 
 
-def _nodes(conf: Any) -> int:
+def _nodes(conf: AnyRunConfiguration) -> int:
     return int(getattr(conf, "nodes_num", None) or 1) if conf.type == "task" else 1
 
 
-def check(conf: Any, merged: Any, metrics_running_ttl: float | None = None) -> None:
+def check(conf: AnyRunConfiguration, merged: ProfileParams, metrics_running_ttl: float | None = None) -> None:
     """Raise ``ServiceError`` (400) for an option corral accepts in the grammar but does not apply, or one
     out of bounds (``utilization_policy.time_window`` beyond the kept samples, ``metrics_running_ttl``)."""
     if conf.type == "task":
@@ -49,9 +52,10 @@ def check(conf: Any, merged: Any, metrics_running_ttl: float | None = None) -> N
             "(how long its idle instances are kept), or remove it from the run"
         )
     nodes = _nodes(conf)
-    if nodes > 1 and getattr(merged.startup_order, "value", "any") not in ("any",):
+    startup = merged.startup_order
+    if nodes > 1 and startup is not None and startup.value != "any":
         raise ServiceError(
-            f"`startup_order: {merged.startup_order.value}` is not supported yet: the jobs of a multi-node task "
+            f"`startup_order: {startup.value}` is not supported yet: the jobs of a multi-node task "
             "start together; remove `startup_order` (or set `any`)"
         )
     if nodes > 1 and getattr(merged.stop_criteria, "value", "all-done") == "master-done":
@@ -70,7 +74,7 @@ def check(conf: Any, merged: Any, metrics_running_ttl: float | None = None) -> N
         raise ServiceError("`schedule`: scheduled services are not supported yet; schedule a task instead")
 
 
-def _check_group_refs(conf: Any) -> None:
+def _check_group_refs(conf: TaskConfiguration) -> None:
     """``${{ groups[i].nodes[j].IP_ADDRESS }}`` in a task's commands must name a node the run has."""
     groups = conf.groups or []
     sizes = [g.nodes for g in groups] if groups else [conf.nodes_num]
@@ -82,7 +86,7 @@ def _check_group_refs(conf: Any) -> None:
                 raise ServiceError(f"`{where}`: {why}")
 
 
-def schedule_crons(conf: Any, merged: Any, now: float) -> list[str] | None:
+def schedule_crons(conf: AnyRunConfiguration, merged: ProfileParams, now: float) -> list[str] | None:
     """The crons of a scheduled run (None: not scheduled); refuses expressions that never fire."""
     if merged.schedule is None:
         return None

@@ -4,88 +4,46 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from pydantic import ValidationError
 
-from corral import config  # lazy: the models load on first use, not at start-up
 from corral.context import Context
 from corral.domain.documents import json_default
 from corral.domain.events import run_target
-from corral.domain.records import ProjectRec, UserRec
+from corral.domain.records import ProjectRec, RunRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.domain.times import epoch_seconds
 from corral.scheduler import offer_filters
 from corral.scheduler.blocks import smallest_carves
 from corral.scheduler.types import Offer
 from corral.services import (
-    input_rules,
     local_admission,
     quota_admission,
     run_options,
     run_references,
+    run_specs,
     serialize,
     service_runs,
     service_updates,
 )
-from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
+from corral.services.errors import ResourceNotExists, ServiceError
 from corral.services.fleets import offer_json
-from corral.services.job_specs import job_specs
+from corral.services.job_specs import JobSpecs, derive
 from corral.services.plan_verdict import plan_screen
+from corral.services.run_specs import RunSpec
 from corral.store import events, run_secrets
 from corral.store import runs as store
+
+if TYPE_CHECKING:
+    from corral.config import AnyRunConfiguration, ProfileParams
 
 log = logging.getLogger("corral.runs")
 SUPPORTED_TYPES = ("task", "service", "dev-environment")
 
 
-def normalize_run_spec(
-    run_spec: Any, loc: tuple[str | int, ...], user: UserRec, settings: Any
-) -> tuple[dict[str, Any], Any, Any]:
-    """The run spec validated (422 naming the field; dstack's name rule; the server's caps) and normalised."""
-    if not isinstance(run_spec, dict):
-        from corral.services.errors import InvalidConfiguration
-
-        raise InvalidConfiguration(
-            [{"type": "dict_type", "loc": ["body", *loc], "msg": "Input should be a valid dictionary"}]
-        )
-    try:
-        conf = config.parse_run_configuration(run_spec.get("configuration"))  # type: ignore[arg-type]
-    except ValidationError as e:
-        raise validation_errors(e, (*loc, "configuration")) from None
-    try:
-        profile = config.parse_profile(run_spec.get("profile"))
-    except ValidationError as e:
-        raise validation_errors(e, (*loc, "profile")) from None
-    input_rules.check_run_caps(conf, settings, (*loc, "configuration"))
-    if run_spec.get("run_name") is not None:
-        input_rules.check_resource_name(run_spec["run_name"])
-    elif conf.name is not None:
-        input_rules.check_resource_name(conf.name)
-    merged = config.effective_profile(profile, conf)
-    normalized = {
-        "run_name": run_spec.get("run_name") or conf.name,
-        "repo_id": run_spec.get("repo_id") or "none",
-        "repo_data": run_spec.get("repo_data") or {"repo_type": "virtual"},
-        "repo_code_hash": run_spec.get("repo_code_hash"),
-        "repo_dir": run_spec.get("repo_dir"),
-        "file_archives": run_spec.get("file_archives") or [],
-        "working_dir": run_spec.get("working_dir"),
-        "configuration_path": run_spec.get("configuration_path"),
-        "configuration": conf.model_dump(mode="json"),
-        "profile": profile.model_dump(mode="json"),
-        "ssh_key_pub": run_spec.get("ssh_key_pub") or user.ssh_public_key,
-    }
-    nodes = int(conf.nodes_num) if conf.type == "task" else 1
-    if merged.instances and len(merged.instances) < nodes:
-        raise ServiceError(
-            f"`instances` specifies {len(merged.instances)} instance(s) but the run requires {nodes} nodes"
-        )
-    return normalized, conf, merged
-
-
-def fitting_offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) -> list[Offer]:
+def fitting_offers(ctx: Context, conf: AnyRunConfiguration, merged: ProfileParams, project: ProjectRec) -> list[Offer]:
     """The project's offers (its backends', in their regions) that hold the run's resources and pass its
     options (``offer_filters``: the rule placement applies too), cheapest first."""
     req = conf.resources.to_requirements()
@@ -98,14 +56,18 @@ def fitting_offers(ctx: Context, conf: Any, merged: Any, project: ProjectRec) ->
     return sorted(fitting, key=lambda o: o.price)
 
 
-def gpu_offers(ctx: Context, project: ProjectRec, user: UserRec, run_spec: Any) -> list[Offer]:
+def gpu_offers(ctx: Context, project: ProjectRec, user: UserRec, run_spec: Mapping[str, Any]) -> list[Offer]:
     """``gpus/list``: the offers with GPUs that the run spec's resources and options allow."""
-    _spec, conf, merged = normalize_run_spec(run_spec, ("run_spec",), user, ctx.settings)
-    return [o for o in fitting_offers(ctx, conf, merged, project) if o.resources.gpus]
+    spec = run_specs.normalize(run_spec, ("run_spec",), user, ctx.settings)
+    return [o for o in fitting_offers(ctx, spec.conf, spec.merged, project) if o.resources.gpus]
 
 
 def _offers(
-    ctx: Context, conf: Any, merged: Any, project: ProjectRec, reserved: frozenset[Offer] | None = None
+    ctx: Context,
+    conf: AnyRunConfiguration,
+    merged: ProfileParams,
+    project: ProjectRec,
+    reserved: frozenset[Offer] | None = None,
 ) -> list[dict[str, Any]]:
     """The plan's new-instance offers; only those of ``reserved`` where a capacity reservation narrows them."""
     if merged.instances is not None or getattr(merged.creation_policy, "value", None) == "reuse":
@@ -117,18 +79,18 @@ def _offers(
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
-    spec, conf, merged = normalize_run_spec(body.get("run_spec"), ("run_spec",), user, ctx.settings)
-    await run_references.check(ctx, project, spec["configuration"])
+    spec = run_specs.normalize(body.get("run_spec"), ("run_spec",), user, ctx.settings)
+    conf, merged = spec.conf, spec.merged
+    await run_references.check(ctx, project, spec.configuration)
     if conf.type == "service":
         service_runs.check_service(conf)
     current = None
-    if spec["run_name"]:
+    if spec.run_name:
         async with ctx.db.read() as conn:
-            current = await store.get_run(conn, project.id, run_name=spec["run_name"])
+            current = await store.get_run(conn, project.id, run_name=spec.run_name)
     max_offers = body.get("max_offers") or 50
-    specs = job_specs(
-        spec["run_name"] or "run", spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url
-    )
+    derived = derive_job_specs(ctx, spec, spec.run_name or "run")
+    specs = derived.jobs
     screened = await plan_screen(ctx, project, spec, specs[0]) if specs else None
     offers = _offers(ctx, conf, merged, project, screened.reserved if screened else None)
     verdict = screened.error if screened else None
@@ -140,7 +102,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
     if verdict is None:
         try:  # what apply refuses outright the plan says too
             await local_admission.check(ctx, project, user, spec, specs[0] if specs else None)
-            await quota_admission.check(ctx, project, nodes_count(conf), specs[0] if specs else None)
+            await quota_admission.check(ctx, project, spec.nodes, specs[0] if specs else None)
         except ServiceError as e:
             verdict = e.msg
     if screened is not None:
@@ -161,17 +123,14 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             "total_offers": len(offers),
             "max_price": max((o["price"] for o in offers), default=None),
         }
-        for js in (
-            service_runs.plan_specs(specs, service_templates(ctx, spec, conf, merged))
-            if conf.type == "service"
-            else specs
-        )
+        for js in (service_runs.plan_specs(specs, derived.templates) if conf.type == "service" else specs)
     ]
+    document = spec.as_dict()
     return {
         "project_name": project.name,
         "user": user.name,
-        "run_spec": spec,
-        "effective_run_spec": spec,
+        "run_spec": document,
+        "effective_run_spec": document,
         "job_plans": plans,
         "current_resource": serialize.run(run_secrets.revealed(ctx.cipher, current))
         if current and current.status not in store.FINISHED_RUN_STATUSES
@@ -185,25 +144,17 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
     }
 
 
-def updatable(ctx: Context, current: Any, spec: dict[str, Any]) -> bool:
+def updatable(ctx: Context, current: RunRec, spec: RunSpec) -> bool:
     """Whether re-applying ``spec`` over the active ``current`` is an update (a service: dstack's rule)."""
-    if spec["configuration"].get("type") != "service":
+    if spec.conf.type != "service":
         return True
     stored = dict(run_secrets.revealed(ctx.cipher, current).run_spec)
-    return service_updates.changed_fields(stored, {**spec, "run_name": current.run_name}) is not None
+    return service_updates.changed_fields(stored, spec.named(current.run_name).as_dict()) is not None
 
 
-def service_templates(ctx: Context, spec: dict[str, Any], conf: Any, merged: Any) -> list[dict[str, Any]]:
-    """A service's replica-group templates (``service_runs.group_templates``)."""
-    name = spec["run_name"] or "run"
-    return job_specs(
-        name, spec, conf, merged, ctx.settings.default_image, ctx.settings.ide_download_url, templates=True
-    )
-
-
-def nodes_count(conf: Any) -> int:
-    """How many nodes (jobs per replica) a run of ``conf`` has."""
-    return int(conf.nodes_num) if conf.type == "task" else 1
+def derive_job_specs(ctx: Context, spec: RunSpec, run_name: str) -> JobSpecs:
+    """The run's job specs (and a service's replica-group templates) with the server's defaults."""
+    return derive(spec, run_name, ctx.settings.default_image, ctx.settings.ide_download_url)
 
 
 async def list_runs(

@@ -4,15 +4,19 @@ template per replica group (what rollouts and autoscaling submit), the probes re
 them into the job spec, and the run's ``service`` field (``url`` = ``/proxy/services/<project>/<run>/``,
 ``model.base_url`` for an OpenAI model).
 
-Pure functions over the parsed configuration and plain dicts; imports ``services.errors`` only.
+Pure functions over the parsed configuration and plain dicts; imports ``services.errors`` (and ``config``'s
+types) only.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.services.errors import ServiceError
+
+if TYPE_CHECKING:
+    from corral.config.services import ReplicaGroup, ServiceConfiguration
 
 #: dstack's server limits (``DSTACK_SERVER_MAX_PROBES_PER_JOB``, ``DSTACK_SERVER_MAX_PROBE_TIMEOUT``).
 MAX_PROBES = 10
@@ -23,7 +27,7 @@ OPENAI_MODEL_PROBE_TIMEOUT = 30
 _GROUP_ONLY_AT_SERVICE_LEVEL = ("image", "docker", "privileged", "python", "nvcc", "spot_policy", "reservation")
 
 
-def check_service(conf: Any) -> None:
+def check_service(conf: ServiceConfiguration) -> None:
     """Raise ``ServiceError`` for what a service may say but corral does not do (yet)."""
     if conf.gateway not in (None, False):
         raise ServiceError(
@@ -64,7 +68,7 @@ def check_service(conf: Any) -> None:
             raise ServiceError(f"`probes[{i}].timeout` cannot be longer than {MAX_PROBE_TIMEOUT}s")
 
 
-def probe_specs(conf: Any) -> list[dict[str, Any]]:
+def probe_specs(conf: ServiceConfiguration) -> list[dict[str, Any]]:
     """dstack's ``ProbeSpec``s: the configured probes with defaults resolved, or an OpenAI model's default
     probe when ``probes`` is omitted (``probes: []`` disables probing)."""
     if conf.probes is None:
@@ -104,7 +108,12 @@ def probe_specs(conf: Any) -> list[dict[str, Any]]:
 
 
 def _group_spec(
-    run_name: str, base: dict[str, Any], conf: Any, group: Any, probes: Any, replica_num: int
+    run_name: str,
+    base: dict[str, Any],
+    conf: ServiceConfiguration,
+    group: ReplicaGroup,
+    probes: list[dict[str, Any]],
+    replica_num: int,
 ) -> dict[str, Any]:
     js = copy.deepcopy(base)
     js.update(
@@ -112,7 +121,7 @@ def _group_spec(
         job_name=f"{run_name}-0-{replica_num}",
         replica_group=group.name,
         commands=list(group.commands or conf.commands or []),
-        service_port=conf.port.container_port,
+        service_port=conf.port_mapping.container_port,
         probes=copy.deepcopy(probes),
     )
     js["requirements"]["resources"] = group.resources.model_dump(mode="json")
@@ -121,7 +130,7 @@ def _group_spec(
     return js
 
 
-def replica_job_specs(run_name: str, base: dict[str, Any], conf: Any) -> list[dict[str, Any]]:
+def replica_job_specs(run_name: str, base: dict[str, Any], conf: ServiceConfiguration) -> list[dict[str, Any]]:
     """One job spec per replica of every group (``replicas.min`` of each), from ``base`` (the run's
     one-node job spec)."""
     probes = probe_specs(conf)
@@ -134,7 +143,7 @@ def replica_job_specs(run_name: str, base: dict[str, Any], conf: Any) -> list[di
     return out
 
 
-def group_templates(run_name: str, base: dict[str, Any], conf: Any) -> list[dict[str, Any]]:
+def group_templates(run_name: str, base: dict[str, Any], conf: ServiceConfiguration) -> list[dict[str, Any]]:
     """One job spec per replica group (``replica_num`` 0): what new replicas of each group are made from
     (rollouts, autoscaling), and what ``runs/get_plan`` shows."""
     probes = probe_specs(conf)

@@ -9,7 +9,7 @@ at a time, ``domain.rollout``). Imports the store and the services' own helpers 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -19,6 +19,9 @@ from corral.services.errors import ServiceError
 from corral.store import events, run_secrets
 from corral.store import runs as store
 from corral.store.fleets import dump
+
+if TYPE_CHECKING:
+    from corral.services.run_specs import RunSpec
 
 #: dstack's ``_UPDATABLE_SPEC_FIELDS`` + the service's ``_TYPE_SPECIFIC_UPDATABLE_SPEC_FIELDS``.
 UPDATABLE_SPEC_FIELDS = (
@@ -99,7 +102,7 @@ async def update(
     conn: Any,
     cipher: Any,
     existing: RunRec,
-    spec: dict[str, Any],
+    spec: RunSpec,
     templates: list[dict[str, Any]],
     user: UserRec,
     plan: dict[str, Any],
@@ -108,7 +111,8 @@ async def update(
     """Start the service's next deployment in place (True), or raise dstack's 400s. ``existing`` is the
     active run of that name, ``spec`` the new run spec (normalised), ``templates`` its groups' job specs."""
     stored = run_secrets.revealed(cipher, existing).run_spec
-    changes = changed_fields(dict(stored), spec)
+    document = spec.as_dict()
+    changes = changed_fields(dict(stored), document)
     if changes is None:
         raise ServiceError(OVERRIDE_ERROR)
     if not force:
@@ -122,8 +126,8 @@ async def update(
         conn,
         existing.id,
         {
-            "run_spec": dump(run_secrets.sealed_run_spec(cipher(), spec)),
-            "priority": int(spec["configuration"].get("priority") or 0),
+            "run_spec": dump(run_secrets.sealed_run_spec(cipher(), document)),
+            "priority": spec.priority,
             "deployment_num": number,
             "service_templates": templates_value(cipher, templates, number),
             "status_message": None,

@@ -1,16 +1,20 @@
-"""A job as the scheduler sees it (``QueuedJob``), from its run's and its own stored documents: for the
-scheduling worker's queue and for a plan's verdict (``services.plan_verdict``)."""
+"""A job as the scheduler sees it (``QueuedJob``), from its run's spec (``services.run_specs``) and its own
+stored job spec: for the scheduling worker's queue and for a plan's verdict (``services.plan_verdict``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.domain.selectors import FleetRef, Selector
 from corral.domain.volumes import VolumeRec, placement, volume_names
 from corral.scheduler import offer_filters
 from corral.scheduler.types import QueuedJob, WaitPolicy
+
+if TYPE_CHECKING:
+    from corral.config import AnyRunConfiguration
+    from corral.services.run_specs import RunSpec
 
 DEFAULT_RETRY_DURATION = 3600.0
 
@@ -30,18 +34,18 @@ def wait_policy(retry: Any, submitted_at: float, server_max: float | None) -> Wa
     return WaitPolicy(True, submitted_at + float(duration if duration is not None else DEFAULT_RETRY_DURATION))
 
 
-def _service_replica_wait(conf: Any, job_spec: dict[str, Any]) -> WaitPolicy | None:
+def _service_replica_wait(conf: AnyRunConfiguration, job_spec: Mapping[str, Any]) -> WaitPolicy | None:
     """A service's replicas after the first wait for capacity whatever its ``retry`` says: one replica
     without room must not fail the service its others serve (the service's own clock, ``retry.duration``
     with no replica ready, ends it; ``workers.service_health``)."""
-    if getattr(conf, "type", None) == "service" and int(job_spec.get("replica_num") or 0) > 0:
+    if conf.type == "service" and int(job_spec.get("replica_num") or 0) > 0:
         return WaitPolicy(True, None)
     return None
 
 
 def queued_job(
-    run_spec: dict[str, Any],
-    job_spec: dict[str, Any],
+    spec: RunSpec,
+    job_spec: Mapping[str, Any],
     *,
     id: str,
     run_id: str,
@@ -55,18 +59,17 @@ def queued_job(
     barred_backends: frozenset[str] = frozenset(),
     volume_places: Mapping[tuple[str, str], VolumeRec] | None = None,
 ) -> QueuedJob:
-    """A job as the scheduler sees it, from its run's and its own stored documents."""
-    conf = config.parse_run_configuration(run_spec["configuration"])
-    profile = config.effective_profile(config.parse_profile(run_spec.get("profile")), conf)
+    """A job as the scheduler sees it, from its run's spec (typed) and its own stored job spec."""
+    conf, profile = spec.conf, spec.merged
     resources = config.ResourcesSpec.model_validate(job_spec["requirements"]["resources"])
     fleets = None
     if profile.fleets is not None:
         fleets = tuple(f.format() if hasattr(f, "format") else str(f) for f in profile.fleets)
-    nodes = int(conf.nodes_num) if conf.type == "task" else 1
+    nodes = spec.nodes
     selectors = None if profile.instances is None else tuple(to_selector(x) for x in profile.instances)
     job_filter = offer_filters.run_filter(profile)
     backends, regions, zones = job_filter.backends, job_filter.regions, None
-    names = volume_names(run_spec["configuration"])
+    names = volume_names(spec.configuration)
     if names:  # placement follows the volumes: their backend, region and zone
         places = volume_places or {}
         missing = [n for n in names if (project_id, n) not in places]

@@ -31,6 +31,8 @@ from corral.scheduler.types import (
     Snapshot,
     WaitPolicy,
 )
+from corral.services import run_specs
+from corral.services.run_specs import RunSpec
 from corral.store import snapshot as snap
 from corral.store import volumes as volume_store
 from corral.store.plan_apply import apply_plan
@@ -69,8 +71,9 @@ class Scheduling:
         """A job first seen, as the scheduler takes it (its documents read once)."""
         if job.job_spec is None or job.run_spec is None:
             raise ValueError("the job's documents were not loaded")
+        spec = run_specs.read(job.run_spec)
         parsed = queued_job(
-            job.run_spec,
+            spec,
             job.job_spec,
             id=job.id,
             run_id=job.run_id,
@@ -81,7 +84,7 @@ class Scheduling:
             priority=job.priority,
             submitted_at=job.submitted_at if job.queued_at is None else job.queued_at,
             max_queue_wait=self.ctx.settings.max_queue_wait,
-            barred_backends=self._barred_backends(job),
+            barred_backends=self._barred_backends(job, spec),
             volume_places=self._volume_places,
         )
         changes: dict[str, Any] = {"status_message": job.status_message}
@@ -92,7 +95,7 @@ class Scheduling:
         same = self._requirements.setdefault(parsed.requirements, parsed.requirements)
         if same is not parsed.requirements:
             changes["requirements"] = same
-        self._run_types[job.id] = str((job.run_spec.get("configuration") or {}).get("type") or "")
+        self._run_types[job.id] = spec.conf.type
         return dataclasses.replace(parsed, **changes)
 
     def _take(self, change: QueueChange) -> list[Gang]:
@@ -116,14 +119,14 @@ class Scheduling:
                 failed.append(Gang(row.run_id, (Fail(row.id, f"corral cannot read this job's stored spec: {e}"),)))
         return failed
 
-    def _barred_backends(self, job: QueueRow) -> frozenset[str]:
+    def _barred_backends(self, job: QueueRow, spec: RunSpec) -> frozenset[str]:
         """The local backend, for a host-process job of a run whose submitter is not a global admin, while
         the local agents have no sandbox (``services.local_admission``). Checked here as well as at apply:
         a queued run may reach a local fleet exported to its project after it was admitted."""
         reason = sandbox_reason(self.ctx.computes.get("local"))
-        if reason is None or job.submitter_role == "admin" or job.run_spec is None:
+        if reason is None or job.submitter_role == "admin":
             return frozenset()
-        if job.run_spec.get("configuration", {}).get("image") or self.ctx.settings.default_image:
+        if spec.conf.image or self.ctx.settings.default_image:
             return frozenset()
         return frozenset({"local"})
 
