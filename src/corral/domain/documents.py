@@ -46,6 +46,12 @@ class LazyJSON(Mapping[str, Any]):
         return f"LazyJSON({self.raw[:60]!r}...)"
 
 
+def run_configuration(run_spec: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The configuration (JSON) a stored run spec document holds: empty where it holds none."""
+    conf = None if run_spec is None else run_spec.get("configuration")
+    return conf if isinstance(conf, Mapping) else {}
+
+
 def json_default(obj: Any) -> Any:
     """``orjson`` hook: embed a lazy document's stored text without parsing it."""
     if isinstance(obj, LazyJSON):

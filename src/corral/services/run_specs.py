@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
+from corral.domain.documents import run_configuration
 from corral.domain.records import UserRec
 from corral.services import input_rules
 from corral.services.errors import InvalidConfiguration, ServiceError, validation_errors
@@ -69,13 +70,12 @@ class RunSpec:
 
     def same_configuration(self, stored: Mapping[str, Any]) -> bool:
         """Whether the stored run spec document ``stored`` has this configuration."""
-        return stored.get(_CONFIGURATION) == self.configuration
+        return run_configuration(stored) == self.configuration
 
 
 def stored_type(stored: Mapping[str, Any]) -> str | None:
     """The run type a stored run spec document names (None where it names none)."""
-    conf = stored.get(_CONFIGURATION)
-    kind = conf.get("type") if isinstance(conf, Mapping) else None
+    kind = run_configuration(stored).get("type")
     return None if kind is None else str(kind)
 
 

@@ -11,6 +11,7 @@ types) only.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from corral.services.errors import ServiceError
@@ -178,7 +179,7 @@ def proxy_path(project_name: str, run_name: str) -> str:
     return f"/proxy/services/{project_name}/{run_name}/"
 
 
-def service_field(project_name: str, run_name: str, configuration: dict[str, Any]) -> dict[str, Any] | None:
+def service_field(project_name: str, run_name: str, configuration: Mapping[str, Any]) -> dict[str, Any] | None:
     """The run's ``service`` (dstack's ``ServiceSpec``) from its stored configuration; None for other types."""
     if configuration.get("type") != "service":
         return None

@@ -9,10 +9,12 @@ at a time, ``domain.rollout``). Imports the store and the services' own helpers 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from corral.domain.documents import run_configuration
 from corral.domain.events import run_target
 from corral.domain.records import RunRec, UserRec
 from corral.services.errors import ServiceError
@@ -63,7 +65,7 @@ OVERRIDE_ERROR = "Cannot override active run. Stop the run first."
 CHANGED_ERROR = "Failed to apply plan. Resource has been changed. Try again or use force apply."
 
 
-def _changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def _changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
 
@@ -73,7 +75,7 @@ def changed_fields(old_spec: dict[str, Any], new_spec: dict[str, Any]) -> list[s
     spec_changes = _changed(old_spec, new_spec)
     if any(k not in UPDATABLE_SPEC_FIELDS for k in spec_changes):
         return None
-    old, new = old_spec.get("configuration") or {}, new_spec.get("configuration") or {}
+    old, new = run_configuration(old_spec), run_configuration(new_spec)
     if old.get("type") != new.get("type"):
         return None
     allowed = set(UPDATABLE_CONF_FIELDS)

@@ -22,6 +22,7 @@ from corral.agent.protocol import JobState, LogsReply
 from corral.backends.agent_client import LOGS_LIMIT, AgentClient, AgentError, AgentUnreachable
 from corral.context import Context
 from corral.domain import inactivity
+from corral.domain.documents import run_configuration
 from corral.domain.log_masking import LogMasker
 from corral.domain.records import InstanceRec, JobRec
 from corral.domain.statuses import ACTIVE_JOB
@@ -94,7 +95,7 @@ class JobFollowing(JobLeases, JobOutcomes):
     async def _inactivity_duration(self, job: JobRec) -> int | None:
         async with self.ctx.db.read() as conn:
             run = await run_store.get_run_by_id(conn, job.run_id)
-        return inactivity.duration_of(dict(run.run_spec.get("configuration") or {})) if run is not None else None
+        return inactivity.duration_of(dict(run_configuration(run.run_spec))) if run is not None else None
 
     async def _inactive(self, job: JobRec, limit: int) -> bool:
         """A dev environment idle past its ``inactivity_duration`` is stopped as dstack stops it."""

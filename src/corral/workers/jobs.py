@@ -22,6 +22,7 @@ from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachab
 from corral.backends.base import AgentEndpoint, sandbox_reason
 from corral.context import Context
 from corral.domain import inactivity
+from corral.domain.documents import run_configuration
 from corral.domain.interpolation import InterpolationError
 from corral.domain.node_groups import addresses_view, fill_refs
 from corral.domain.records import InstanceRec, JobRec, RunRec
@@ -242,7 +243,7 @@ class Jobs(JobFollowing):
             for j, ip in zip(ordered, nodes_ips, strict=True)
         )
         nodes_gpus = [job_gpus(j, by_id[j.instance_id]) if j.instance_id in by_id else 0 for j in ordered]
-        conf = dict(run.run_spec.get("configuration", {}))
+        conf = dict(run_configuration(run.run_spec))
         if conf.get("registry_auth"):
             conf["registry_auth"] = opened_auth(self.ctx.cipher, conf["registry_auth"])
         spec = job.job_spec
@@ -305,7 +306,7 @@ class Jobs(JobFollowing):
             await self._finish(job, JobState(job.id, "failed", message=str(e)), stopped=None, executor_error=True)
             return
         status = "pulling" if state.state == "pending" and submission.image else "running"
-        stored_conf = dict(run.run_spec.get("configuration") or {})
+        stored_conf = dict(run_configuration(run.run_spec))
         # the follower's first long poll, sent now: a short job's end is on its way back while its start is
         # recorded (a job with a shorter first wait -- inactivity, utilization -- polls from its follower)
         first = None

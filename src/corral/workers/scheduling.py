@@ -15,6 +15,7 @@ from typing import Any
 
 from corral.backends.base import SharedHost, sandbox_reason
 from corral.context import Context
+from corral.domain.documents import run_configuration
 from corral.domain.resources import Requirements
 from corral.domain.telemetry import Telemetry
 from corral.domain.volumes import VolumeRec, volume_names
@@ -143,7 +144,7 @@ class Scheduling:
         now = time.time()
         async with self.ctx.db.read() as conn:
             change = await self._reader.read(conn)
-            if any(volume_names(r.run_spec["configuration"]) for r in change.fresh if r.run_spec is not None):
+            if any(volume_names(run_configuration(r.run_spec)) for r in change.fresh):
                 self._volume_places = {(v.project_id, v.name): v for v in await volume_store.list_volumes(conn, None)}
             fleets = await snap.load_fleets(conn)
             pools = self.host_pools()
