@@ -1,6 +1,7 @@
-"""A run's job specs: dstack 0.22.5's ``JobSpec`` documents built from a run spec and its configuration
-(one per node, or per replica for services; a dev environment's commands), as ``runs/get_plan`` shows
-them and ``runs/apply`` stores them. Pure but for the configuration models."""
+"""A run's job specs: dstack 0.22.5's ``JobSpec`` documents built from a typed run spec (``RunSpec``): one
+per node, or per replica for services (with one template per replica group); a dev environment's
+commands. ``derive`` builds them once for a run name, as ``runs/get_plan`` shows them and ``runs/apply``
+stores them. Pure but for the configuration models."""
 
 from __future__ import annotations
 
