@@ -1,4 +1,4 @@
-"""Stored run specs read back typed (``services.run_specs.read``): a run stored by ``runs/apply`` gives the
+"""Stored run specs read back typed (``config.run_spec.read``): a run stored by ``runs/apply`` gives the
 configuration and profile it was submitted with, and the job specs derived from what was read are the ones
 stored with its jobs; documents of the shapes older versions stored (no profile, no normalised fields, a
 service's legacy ``replicas`` list) still read."""
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from corral.services import run_specs
+from corral.config import run_spec
 from corral.services.job_specs import derive
 from corral.store import run_secrets
 from corral.store import runs as run_store
@@ -56,7 +56,7 @@ async def test_a_stored_task_reads_back_typed_and_derives_its_stored_job_specs(s
         "resources": RESOURCES,
     }
     stored, jobs = await _stored(server, {"configuration": conf, "profile": {"max_price": 1.5}})
-    spec = run_specs.read(stored)
+    spec = run_spec.read(stored)
     assert spec.conf.type == "task" and spec.run_name == "stored-task" and spec.priority == 7
     assert spec.conf.env == {"A": "1"} and spec.merged.max_price == 1.5
     assert spec.configuration == stored["configuration"] and spec.as_dict() == stored
@@ -77,7 +77,7 @@ async def test_a_stored_service_reads_back_typed_with_its_replicas(server: Runni
         "resources": RESOURCES,
     }
     stored, jobs = await _stored(server, {"configuration": conf})
-    spec = run_specs.read(stored)
+    spec = run_spec.read(stored)
     assert spec.conf.type == "service" and spec.nodes == 1
     derived = derive(spec, "stored-svc")
     assert derived.jobs == jobs and [j["replica_num"] for j in jobs] == [0, 1]
@@ -86,7 +86,7 @@ async def test_a_stored_service_reads_back_typed_with_its_replicas(server: Runni
 
 def test_older_shaped_documents_still_read() -> None:
     # no profile, none of the fields normalize adds, a service's replica groups as a `replicas` list
-    spec = run_specs.read(
+    spec = run_spec.read(
         {
             "run_name": "old",
             "configuration": {
@@ -99,5 +99,5 @@ def test_older_shaped_documents_still_read() -> None:
     assert spec.conf.type == "service" and spec.profile.max_price is None
     assert [g.name for g in spec.conf.replica_groups] == ["a"]
     assert spec.merged.creation_policy is not None and spec.run_name == "old"
-    task = run_specs.read({"configuration": {"type": "task", "commands": ["true"]}, "profile": None})
+    task = run_spec.read({"configuration": {"type": "task", "commands": ["true"]}, "profile": None})
     assert task.nodes == 1 and task.run_name is None and task.priority == 0

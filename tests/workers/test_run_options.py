@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from corral.config import run_spec
 from corral.scheduler.fleet_view import run_backends
-from corral.services import run_specs
 from corral.services.job_specs import derive
 from server_harness import finished_run, fleet_body, make_settings, running_server, task_body
 
@@ -35,7 +35,7 @@ def test_a_run_s_backends_in_corral_s_names() -> None:
 
 
 def test_home_dir_reaches_the_job_spec() -> None:
-    spec = run_specs.read(
+    spec = run_spec.read(
         {"configuration": {"type": "task", "commands": ["true"], "home_dir": "/home/me"}, "repo_data": {},
          "repo_code_hash": None}
     )  # fmt: skip

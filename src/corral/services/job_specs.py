@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from corral import config  # lazy: the models load on first use, not at start-up
+from corral.config.run_spec import RunSpec
 from corral.scheduler import offer_filters
 from corral.services import dev_env, python_env, service_runs
 from corral.services.errors import ServiceError
-from corral.services.run_specs import RunSpec
 
 if TYPE_CHECKING:
     from corral.config import AnyRunConfiguration

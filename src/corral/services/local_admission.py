@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from corral.backends.base import sandbox_reason
+from corral.config.run_spec import RunSpec
 from corral.context import Context
 from corral.domain.records import ProjectRec, UserRec
 from corral.scheduler.types import FleetSlot
 from corral.services.errors import ServiceError
-from corral.services.run_specs import RunSpec
 from corral.store import fleets as fleet_store
 
 

@@ -22,8 +22,8 @@ from corral.context import Context
 from corral.domain.records import ProjectRec
 
 if TYPE_CHECKING:
+    from corral.config.run_spec import RunSpec
     from corral.scheduler.types import FleetSlot, Offer, QueuedJob
-    from corral.services.run_specs import RunSpec
     from corral.workers.snapshot_builder import SnapshotBuilder
 
 #: Each server's builder of the plans' snapshots, by the server's context: one per server, for what it keeps

@@ -12,6 +12,7 @@ from typing import Any
 
 import sqlalchemy.exc
 
+from corral.config import run_spec
 from corral.context import Context
 from corral.domain.events import job_target, run_target
 from corral.domain.records import ProjectRec, UserRec
@@ -89,7 +90,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
                                 updated = await store.get_run(conn, project.id, run_id=existing.id)
                                 assert updated is not None
                                 return serialize.run(run_secrets.revealed(ctx.cipher, updated))
-                            if conf.type == "service" and run_specs.stored_type(stored) == "service":
+                            if conf.type == "service" and run_spec.stored_type(stored) == "service":
                                 await service_updates.update(
                                     conn,
                                     ctx.cipher,

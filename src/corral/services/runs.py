@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from corral.config.run_spec import RunSpec
 from corral.context import Context
 from corral.domain.documents import json_default
 from corral.domain.events import run_target
@@ -32,7 +33,6 @@ from corral.services.errors import ResourceNotExists, ServiceError
 from corral.services.fleets import offer_json
 from corral.services.job_specs import JobSpecs, derive
 from corral.services.plan_verdict import plan_screen
-from corral.services.run_specs import RunSpec
 from corral.store import events, run_secrets
 from corral.store import runs as store
 

@@ -23,7 +23,7 @@ from corral.store import runs as store
 from corral.store.fleets import dump
 
 if TYPE_CHECKING:
-    from corral.services.run_specs import RunSpec
+    from corral.config.run_spec import RunSpec
 
 #: dstack's ``_UPDATABLE_SPEC_FIELDS`` + the service's ``_TYPE_SPECIFIC_UPDATABLE_SPEC_FIELDS``.
 UPDATABLE_SPEC_FIELDS = (

@@ -1,4 +1,4 @@
-"""A job as the scheduler sees it (``QueuedJob``), from its run's spec (``services.run_specs``) and its own
+"""A job as the scheduler sees it (``QueuedJob``), from its run's spec (``config.run_spec``) and its own
 stored job spec: for the scheduling worker's queue and for a plan's verdict (``services.plan_verdict``)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from corral.scheduler.types import QueuedJob, WaitPolicy
 
 if TYPE_CHECKING:
     from corral.config import AnyRunConfiguration
-    from corral.services.run_specs import RunSpec
+    from corral.config.run_spec import RunSpec
 
 DEFAULT_RETRY_DURATION = 3600.0
 

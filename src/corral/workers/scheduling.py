@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from corral.backends.base import SharedHost, sandbox_reason
+from corral.config import run_spec
+from corral.config.run_spec import RunSpec
 from corral.context import Context
 from corral.domain.documents import run_configuration
 from corral.domain.resources import Requirements
@@ -32,8 +34,6 @@ from corral.scheduler.types import (
     Snapshot,
     WaitPolicy,
 )
-from corral.services import run_specs
-from corral.services.run_specs import RunSpec
 from corral.store import snapshot as snap
 from corral.store import volumes as volume_store
 from corral.store.plan_apply import apply_plan
@@ -72,7 +72,7 @@ class Scheduling:
         """A job first seen, as the scheduler takes it (its documents read once)."""
         if job.job_spec is None or job.run_spec is None:
             raise ValueError("the job's documents were not loaded")
-        spec = run_specs.read(job.run_spec)
+        spec = run_spec.read(job.run_spec)
         parsed = queued_job(
             spec,
             job.job_spec,
