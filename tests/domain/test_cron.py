@@ -11,11 +11,12 @@ import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.config.common import validate_cron
-from corral.domain.cron import next_fire, next_trigger, parse
+from corral.domain.cron import DaySpec, never_firing, next_fire, next_trigger, parse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "config"))
 from _dstack_oracle import dstack_python
@@ -151,3 +152,25 @@ def _sample(rng: random.Random) -> str:
         expression = " ".join((numeric(0, 59), numeric(0, 23), day, rng.choice(["*", numeric(1, 12)]), weekday))
         if _valid(expression):
             return expression
+
+
+def test_an_expression_needs_five_fields() -> None:
+    with pytest.raises(ValueError, match="expected 5 fields"):
+        parse("0 0 * *")
+
+
+def test_never_firing_names_the_expressions_that_never_fire() -> None:
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp()
+    assert never_firing(["0 0 31 2 *", "0 0 * * *", "0 0 30 2 *"], now) == ["0 0 31 2 *", "0 0 30 2 *"]
+
+
+def test_weekday_positions_pick_the_nth_and_the_last_weekday_of_the_month() -> None:
+    # December 2026 starts on a Tuesday; its Mondays are the 7th, 14th, 21st and 28th
+    first_monday = DaySpec(frozenset(), positions=frozenset({(0, 0)}))
+    assert [d for d in range(1, 32) if first_monday.matches(2026, 12, d)] == [7]
+    second_wednesday = DaySpec(frozenset(), positions=frozenset({(1, 2)}))
+    assert [d for d in range(1, 32) if second_wednesday.matches(2026, 12, d)] == [9]
+    last_monday = DaySpec(frozenset(), positions=frozenset({(5, 0)}))
+    assert [d for d in range(1, 32) if last_monday.matches(2026, 12, d)] == [28]
+    fifth_monday = DaySpec(frozenset(), positions=frozenset({(4, 0)}))
+    assert not any(fifth_monday.matches(2026, 12, d) for d in range(1, 32))

@@ -84,3 +84,14 @@ def test_two_streams_in_any_replies_keep_their_order_and_mask_every_value(data: 
     for src, text in streams.items():
         assert got[src] == m.mask(text)
         assert SECRET.encode() not in got[src] and b"other-token-42" not in got[src]
+
+
+def test_a_value_overlapping_a_longer_one_already_masked_is_not_masked_twice() -> None:
+    m = LogMasker(["abcdefgh", "efghij"])
+    assert m.mask(b"x abcdefghij y efghij") == b"x " + MASK + b"ij y " + MASK
+
+
+def test_an_empty_entry_beside_a_masked_one_is_not_stored() -> None:
+    m = LogMasker([SECRET])
+    out = m.feed([(1.0, 0, f"a {SECRET}".encode()), (2.0, 0, b""), (3.0, 0, b" b\n")])
+    assert out == [(1.0, 0, b"a " + MASK), (3.0, 0, b" b\n")]

@@ -45,3 +45,15 @@ def test_without_probes_the_port_is_probed() -> None:
     assert effective_probes([HTTP]) == [HTTP]
     assert _run([True], PORT_PROBE) == [True]
     assert Streak.from_json({"success_streak": 2}) == Streak(2, 0) and Streak.from_json(None) == Streak()
+
+
+def test_a_streak_is_stored_as_json_and_unreadable_json_is_a_fresh_streak() -> None:
+    streak = Streak(3, 0).after(False).after(False)
+    assert streak.to_json() == {"success_streak": 0, "failure_streak": 2}
+    assert Streak.from_json(streak.to_json()) == streak
+    assert Streak.from_json(None) == Streak() and Streak.from_json({"success_streak": None}) == Streak()
+
+
+def test_readiness_stays_as_it_was_while_results_do_not_match_the_probes() -> None:
+    assert readiness(True, [HTTP], [], 3) and not readiness(False, [HTTP], [], 3)
+    assert readiness(True, [], [], 3)

@@ -14,6 +14,7 @@ from corral.domain.quotas import (
     exceeded,
     limits_from_doc,
     limits_to_doc,
+    usage_doc,
     weighted_share,
 )
 
@@ -61,3 +62,24 @@ def test_entitlement_is_nominal_plus_a_weighted_part_of_what_nominals_leave_capp
     assert entitlement("a", policies, capacity, {"a", "b"}) == {"gpu": 8 + 56 / 4}
     assert entitlement("b", policies, capacity, {"a", "b"}) == {"gpu": 20.0}
     assert entitlement("a", policies, capacity, {"a"}) == {"gpu": 64.0}  # alone: everything (work-conserving)
+
+
+def test_a_policy_is_the_default_only_when_it_sets_nothing() -> None:
+    assert QuotaPolicy().is_default()
+    assert not QuotaPolicy(weight=2.0).is_default()
+    assert not QuotaPolicy(max=Limits({"gpu": 1.0})).is_default()
+    assert not QuotaPolicy(preemptible_max_priority=0).is_default()
+    assert not QuotaPolicy(preemptible_run_types=("service",)).is_default()
+
+
+def test_limits_left_empty_in_a_document_are_no_limits() -> None:
+    assert limits_from_doc({"cpu": None, "gpu": {"H100": None, "any": 4}, "memory": 64}) == Limits(
+        {"gpu": 4.0, "memory": 64.0}
+    )
+    assert limits_from_doc(None) == Limits({})
+    assert limits_to_doc(Limits({"cpu": 8.0, "memory": 0.5})) == {"cpu": 8, "memory": 0.5}
+
+
+def test_a_usage_document_leaves_zeros_out_and_rounds() -> None:
+    usage = {"gpu": 2.0, "gpu:H100": 2.0, "cpu": 1e-12, "price": 1.234567}
+    assert usage_doc(usage) == {"price": 1.2346, "gpu": {"H100": 2, "any": 2}}

@@ -243,3 +243,14 @@ def test_describe() -> None:
     assert describe(Requirements()) == "cpu=2.. mem=8GB.. disk=100GB.. gpu=0.."
     req = Requirements(cpu_arch="arm", cpu_count=Range(4, 4), gpu=parse_gpu_spec("nvidia:A100:40GB..:2"), disk=None)
     assert describe(req) == "cpu=arm:4 mem=8GB.. gpu=A100:40GB..:2"
+
+
+def test_a_duration_is_a_number_or_a_string_and_offable_ones_are_never_negative() -> None:
+    with pytest.raises(ValueError, match=r"cannot parse the duration \[1\]"):
+        parse_duration([1])
+    assert parse_off_duration("90") == 90
+    assert parse_off_duration(0) == 0
+    with pytest.raises(ValueError, match="duration cannot be negative"):
+        parse_off_duration(-5)
+    assert parse_idle_duration(True) is None and parse_idle_duration(None) is None
+    assert parse_idle_duration("2h") == 7200 and parse_idle_duration(-7) == -7

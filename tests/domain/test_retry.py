@@ -125,3 +125,12 @@ def test_a_resubmission_never_starts_before_the_failure_nor_waits_past_the_cap(
     due = resubmit_at(history, duration)
     if any(s.provisioned for s in history):
         assert last <= due <= last + MAX_BACKOFF
+
+
+def test_a_submission_that_never_finished_ends_the_streak() -> None:
+    history = [
+        Submission(0.0, 5.0, provisioned=True),
+        Submission(6.0, None, provisioned=True),
+        Submission(20.0, 25.0, provisioned=True),
+    ]
+    assert retry_window_start(history, 3600.0) == 25.0

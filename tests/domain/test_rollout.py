@@ -129,3 +129,11 @@ def test_scale_down_drains_the_least_important_and_numbers_are_reused() -> None:
     d = decide_group(reps, 0, 1, 0.0, DRAIN)
     assert d.stop == ("c",) and d.drain == ("b",)
     assert allocate_numbers(3, [2, 0], [1]) == [0, 2, 3]
+
+
+def test_when_desired_drops_mid_rollout_the_newest_replicas_not_serving_yet_stop() -> None:
+    old = ReplicaView("o", 0, 0, Phase.READY)
+    n1 = ReplicaView("n1", 1, 1, Phase.STARTING, True)
+    n2 = ReplicaView("n2", 2, 1, Phase.STARTING, True)
+    d = decide_group([old, n1, n2], 1, 1, 0.0, DRAIN)
+    assert d.stop == ("n2",) and d.start == 0 and not d.drain and d.rolling

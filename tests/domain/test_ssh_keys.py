@@ -83,3 +83,38 @@ def test_a_connection_holds_its_key_and_its_proxy_jumps() -> None:
     mapped = map_connection_keys(conn, str.lower)
     assert connection_private_keys(mapped) == ["a", "b"] and connection_private_keys(conn) == ["A", "B"]
     assert connection_private_keys({**conn, "proxy_jump": None}) == ["A"]
+
+
+def test_places_without_a_key_or_with_a_key_of_another_shape_are_left_as_they_are() -> None:
+    ssh = {
+        "user": "root",
+        "ssh_key": "not an object",
+        "hosts": [
+            {"hostname": "a"},
+            {"hostname": "b", "ssh_key": {"public": "ssh-ed25519 b", "private": None}},
+            {"hostname": "c", "ssh_key": _key("c"), "proxy_jump": "not an object"},
+        ],
+    }
+    spec = {"configuration": {"type": "fleet", "ssh_config": ssh}}
+    assert spec_private_keys(spec) == ["PRIVATE c"]
+    mapped = map_spec_keys(spec, str.lower)
+    hosts = mapped["configuration"]["ssh_config"]["hosts"]
+    assert hosts[0] == {"hostname": "a"} and hosts[1]["ssh_key"]["private"] is None
+    assert hosts[2]["ssh_key"]["private"] == "private c"
+    assert mapped["configuration"]["ssh_config"]["ssh_key"] == "not an object"
+    halves = public_halves(spec)["configuration"]["ssh_config"]
+    assert halves["ssh_key"] == "not an object" and "ssh_key" not in halves["hosts"][0]
+    assert halves["hosts"][1]["ssh_key"] == {"public": "ssh-ed25519 b"}
+    seen = without_ssh_keys(spec)["configuration"]["ssh_config"]
+    assert seen["ssh_key"] is None and "ssh_key" not in seen["hosts"][0]
+
+
+def test_a_spec_whose_ssh_config_is_not_an_object_holds_no_keys() -> None:
+    spec = {"configuration": {"ssh_config": "junk"}}
+    assert spec_private_keys(spec) == [] and without_ssh_keys(spec) == spec
+
+
+def test_a_connection_without_keys_is_copied_unchanged() -> None:
+    conn = {"host": "h", "private_key": None, "proxy_jump": {"host": "j", "private_key": None}}
+    assert map_connection_keys(conn, str.lower) == conn
+    assert connection_private_keys(conn) == []

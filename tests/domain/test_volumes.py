@@ -15,6 +15,7 @@ from corral.domain.volumes import (
     placement,
     price,
     refuse_delete,
+    volume_names,
 )
 
 V = VolumeRec(
@@ -53,3 +54,18 @@ def test_devices_placement_and_price() -> None:
     with pytest.raises(ValueError, match="elsewhere"):
         placement([b, a])
     assert price(100) == pytest.approx(8.0) and price(100, 4000) == pytest.approx(13.0)
+
+
+def test_a_volume_knows_its_cloud_id_once_provisioned() -> None:
+    assert V.volume_id is None
+    assert dataclasses.replace(V, provisioning={"volume_id": "vol-123"}).volume_id == "vol-123"
+
+
+def test_volume_names_are_those_of_network_mounts_only() -> None:
+    conf = {"volumes": ["data:/data", "/host/cache:/cache", {"name": ["a", "b"], "path": "/m"}]}
+    assert volume_names(conf) == ["data", "a"]
+    assert volume_names({}) == []
+
+
+def test_a_deleted_volume_needs_nothing() -> None:
+    assert next_step(dataclasses.replace(V, deleted=True, to_be_deleted=True)) is None
