@@ -5,6 +5,7 @@ fit into a misfit; an instance built from the minimums fits)."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -23,6 +24,7 @@ from corral.domain.resources import (
     describe,
     format_cpu_spec,
     format_gpu_spec,
+    format_number,
     format_range,
     match_requirements,
     parse_cpu_spec,
@@ -254,3 +256,69 @@ def test_a_duration_is_a_number_or_a_string_and_offable_ones_are_never_negative(
         parse_off_duration(-5)
     assert parse_idle_duration(True) is None and parse_idle_duration(None) is None
     assert parse_idle_duration("2h") == 7200 and parse_idle_duration(-7) == -7
+
+
+def test_a_range_prints_as_its_shorthand() -> None:
+    assert str(Range(2, 8)) == format_range(Range(2, 8))
+    assert str(Range(2, None)) == "2.."
+
+
+def test_memory_is_a_number_of_gb_or_a_size_with_a_unit() -> None:
+    assert parse_memory(" 16 ") == 16.0
+    assert parse_memory("512MB") == 0.5
+    for bad in ("lots", "16XB", None, [16]):
+        with pytest.raises(ValueError, match="invalid memory size"):
+            parse_memory(bad)
+
+
+def test_ranges_are_shorthands_or_plain_values() -> None:
+    assert parse_int_range(4) == Range(4, 4)
+    assert parse_int_range("3") == Range(3, 3)
+    with pytest.raises(ValueError, match=r"invalid range \{'min': 1\}"):
+        parse_int_range({"min": 1})
+    with pytest.raises(ValueError, match=r"invalid memory range \[16\]"):
+        parse_memory_range([16])
+
+
+def test_cpu_shorthands_refuse_empty_unknown_and_repeated_tokens() -> None:
+    assert parse_cpu_spec("ARM:8") == ("arm", Range(8, 8))
+    with pytest.raises(ValueError, match="empty token"):
+        parse_cpu_spec("arm:")
+    with pytest.raises(ValueError, match="'risc' is neither a count nor x86/arm"):
+        parse_cpu_spec("risc:4")
+    with pytest.raises(ValueError, match="more than one count given"):
+        parse_cpu_spec("4:8")
+    with pytest.raises(ValueError, match="more than one arch given"):
+        parse_cpu_spec("x86:arm")
+
+
+def test_a_gpu_shorthand_refuses_an_empty_name() -> None:
+    with pytest.raises(ValueError, match="empty GPU name in 'A100,'"):
+        parse_gpu_spec("A100,:2")
+
+
+def test_numbers_that_are_not_finite_print_as_python_writes_them() -> None:
+    assert format_number(float("inf")) == "inf"
+    assert format_number(float("nan")) == "nan"
+    assert format_number(8) == "8" and format_number(8.0) == "8"
+
+
+def test_describe_shows_total_gpu_memory_and_compute_capability_and_omits_no_gpu() -> None:
+    gpu = GpuSpec(names=("H100",), count=Range(2, 2), total_memory=Range(160.0, None), compute_capability=(9, 0))
+    req = Requirements(cpu_count=Range(4, None), memory=Range(8.0, None), disk=None, gpu=gpu)
+    assert describe(req) == "cpu=4.. mem=8GB.. gpu=H100:2:160GB..:9.0"
+    assert describe(Requirements(disk=None, gpu=None)) == "cpu=2.. mem=8GB.."
+
+
+def test_an_instance_is_refused_for_its_disk_gpu_memory_or_total_gpu_memory() -> None:
+    gpus = (Gpu("A100", 40 * 1024),) * 2
+    res = InstanceResources(cpus=8, memory_mib=65536, gpus=gpus, disk_size_mib=50 * 1024)
+    base = Requirements(cpu_count=Range(1, None), memory=Range(1.0, None), disk=None)
+    assert match_requirements(Requirements(cpu_count=Range(1, None), memory=Range(1.0, None)), res) == (
+        "needs disk 100GB.., instance has 50.0GB"
+    )
+    per_gpu = replace(base, gpu=GpuSpec(count=Range(1, None), memory=Range(80.0, None)))
+    assert match_requirements(per_gpu, res) == "needs gpu memory 80GB.., instance has 40.0GB"
+    total = replace(base, gpu=GpuSpec(count=Range(1, None), total_memory=Range(100.0, None)))
+    assert match_requirements(total, res) == "needs total gpu memory 100GB.., instance has 80.0GB"
+    assert match_requirements(replace(total, gpu=GpuSpec(total_memory=Range(80.0, None))), res) is None
