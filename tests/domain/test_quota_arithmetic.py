@@ -8,6 +8,7 @@ import pytest
 from corral.domain.quotas import (
     Limits,
     QuotaPolicy,
+    add,
     borrowed,
     charge,
     entitlement,
@@ -83,3 +84,7 @@ def test_limits_left_empty_in_a_document_are_no_limits() -> None:
 def test_a_usage_document_leaves_zeros_out_and_rounds() -> None:
     usage = {"gpu": 2.0, "gpu:H100": 2.0, "cpu": 1e-12, "price": 1.234567}
     assert usage_doc(usage) == {"price": 1.2346, "gpu": {"H100": 2, "any": 2}}
+
+
+def test_usages_add_up_dimension_by_dimension() -> None:
+    assert add({"gpu": 1.0, "cpu": 4.0}, {"cpu": 2.0, "memory": 8.0}) == {"gpu": 1.0, "cpu": 6.0, "memory": 8.0}

@@ -322,3 +322,9 @@ def test_an_instance_is_refused_for_its_disk_gpu_memory_or_total_gpu_memory() ->
     total = replace(base, gpu=GpuSpec(count=Range(1, None), total_memory=Range(100.0, None)))
     assert match_requirements(total, res) == "needs total gpu memory 100GB.., instance has 80.0GB"
     assert match_requirements(replace(total, gpu=GpuSpec(total_memory=Range(80.0, None))), res) is None
+
+
+def test_an_instance_is_refused_for_its_gpu_vendor_naming_it() -> None:
+    res = InstanceResources(cpus=8, memory_mib=65536, gpus=(Gpu("MI300X", 192 * 1024, vendor="amd"),))
+    req = Requirements(cpu_count=Range(1, None), memory=Range(1.0, None), disk=None, gpu=parse_gpu_spec("nvidia:1"))
+    assert match_requirements(req, res) == "needs gpu vendor nvidia, instance has amd"
