@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from test_preemption import ON, OPEN, cluster, running, waiting
+from test_schedule import job
 
 from corral.domain.quotas import Limits
 from corral.scheduler.holds import HOLD_FOR, Ended, holds_for, preemptor
@@ -137,3 +138,11 @@ def test_no_other_run_takes_held_blocks_and_expired_holds_change_nothing(
     for h in range(3):
         reserved = sum(b for i, b, _ in held if i == h)
         assert taken.get(f"i{h}", 0) <= max(0, 2 - busy[h] - reserved), (h, taken, held)
+
+
+def test_a_waiting_run_without_a_project_name_is_found_by_its_project_only() -> None:
+    queued = (job(9),)  # run-9 of project id "p", its project's name not known
+    within = Preemption("v", "low", ("j",), "r9", "run-9", WITHIN_PROJECT, "p").message
+    reclaim = Preemption("v", "low", ("j",), "r9", "run-9", RECLAIM, "p").message
+    ended = [Ended("i0", 1, "p", within, NOW - 10), Ended("i1", 1, "q", reclaim, NOW - 10)]
+    assert holds_for(ended, queued, NOW) == (Hold("i0", "r9", 1, NOW - 10 + HOLD_FOR),)
