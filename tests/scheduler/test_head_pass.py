@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from test_pass_memo import busy_queues
 from test_schedule import fleet, inst, job
 
+from corral.domain.quotas import Limits
 from corral.scheduler.head_pass import no_room_left, schedule_head
 from corral.scheduler.ledger import initial_ledger
 from corral.scheduler.schedule import queue_gangs, schedule
@@ -19,7 +20,10 @@ from corral.scheduler.types import (
     Assign,
     Decision,
     Fail,
+    FairShare,
+    Hold,
     Plan,
+    ProjectQuota,
     QueuedJob,
     Reclaim,
     Reserve,
@@ -133,3 +137,19 @@ def test_a_job_past_the_starvation_guard_needs_a_whole_pass() -> None:
     snapshot = replace(drain_snapshot(5, busy=4), hold_after=50.0)
     assert schedule_head(snapshot, NOW, {j.id for j in snapshot.queue}) is None
     assert schedule_head(replace(snapshot, hold_after=500.0), NOW, {j.id for j in snapshot.queue}) == Plan(())
+
+
+def test_quotas_shares_or_holds_need_a_whole_pass() -> None:
+    snap = Snapshot((fleet(),), (job(1),))
+    assert schedule_head(snap, NOW, set()) is not None
+    assert schedule_head(replace(snap, quotas={"p": ProjectQuota(Limits({"gpu": 1.0}))}), NOW, set()) is None
+    assert schedule_head(replace(snap, shares={"p": FairShare()}), NOW, set()) is None
+    assert schedule_head(replace(snap, holds=(Hold("i0", "r1", 1, NOW + 60),)), NOW, set()) is None
+
+
+def test_a_gang_already_told_the_same_wait_gets_no_decision() -> None:
+    full = Snapshot((fleet((inst(0, status="busy", busy=1),), nodes_max=1),), (job(1),))
+    ((wait,),) = [g.decisions for g in schedule(full, NOW).gangs]
+    assert isinstance(wait, Wait)
+    told = replace(full, queue=(replace(job(1), status_message=wait.message),))
+    assert schedule_head(told, NOW, set()) == Plan(())
