@@ -15,8 +15,9 @@ from test_schedule import GPU_MACHINE, fleet, inst, job
 from test_wait_reasons import ONE_GPU
 
 from corral.domain.quotas import limits_from_doc
+from corral.scheduler.fair_share import FairNote, ShareBook
 from corral.scheduler.schedule import schedule
-from corral.scheduler.types import Assign, FairShare, Snapshot, Wait
+from corral.scheduler.types import Assign, FairShare, Offer, Reserve, Snapshot, Wait
 from corral.services.quotas import wait_reason
 
 PROJECTS = ("a", "b", "c")
@@ -157,3 +158,41 @@ def test_instances_count_in_a_share_only_where_the_nominal_quota_names_them() ->
     plan = schedule(Snapshot(fleets=(f,), queue=tuple(queue), shares=shares), 0.0)
     placed = sorted(d.job_id for g in plan.gangs for d in g.decisions if isinstance(d, Assign))
     assert placed == ["j0-0", "j100-0"], placed
+
+
+def _book() -> ShareBook:
+    mine = fleet((inst(0, res=GPU_MACHINE), inst(1, status="terminating", res=GPU_MACHINE)), fid="fa", name="fa")
+    setting_up = replace(inst(2), resources=None)
+    theirs = replace(fleet((inst(3, fleet="fb", res=GPU_MACHINE),), fid="fb", name="fb"), project_id="other")
+    mine = replace(mine, instances=(*mine.instances, setting_up))
+    return ShareBook(Snapshot((mine, theirs), (), shares={"p": FairShare(nominal=limits_from_doc({"gpu": 0}))}))
+
+
+def test_capacity_counts_the_projects_live_instances_with_known_resources_only() -> None:
+    cap = _book().capacity("p")
+    assert cap["gpu"] == 2 and cap["instances"] == 1 and "price_per_hour" not in cap
+
+
+def test_a_reservation_for_a_job_raises_the_share_and_one_for_a_fleet_does_not() -> None:
+    book = _book()
+    before, generation = book.share("p"), book.generation
+    book.take("p", [Reserve("fa", Offer("aws", "p5", "x", 1.0, GPU_MACHINE), 1, 1)])  # upkeep: no job
+    book.take("p", [Assign("j", "i2", 1), Assign("j", "gone", 1)])  # nothing known to charge
+    assert book.generation == generation and book.share("p") == before
+    book.take("p", [Reserve("fa", Offer("aws", "p5", "x", 1.0, GPU_MACHINE), 1, 1, job_id="j")])
+    assert book.generation == generation + 1 and book.used["p"]["instances"] == 1
+    assert book.share("p") > before
+
+
+def test_a_project_is_remembered_at_its_lowest_share_and_with_every_fleet_its_gangs_could_use() -> None:
+    book = _book()
+    earlier: dict[str, tuple[str, float, set[str]]] = {}
+    head = replace(job(1), project_name="alpha")
+    assert FairNote(head, book, earlier, lambda: {"fa"}).record()
+    assert earlier["p"] == ("alpha", book.share("p"), {"fa"})
+    assert not FairNote(head, book, earlier, lambda: {"fa"}).record()  # nothing new
+    assert FairNote(head, book, earlier, lambda: {"fb"}).record()  # another fleet
+    assert earlier["p"][2] == {"fa", "fb"}
+    earlier["p"] = ("alpha", 5.0, {"fa"})  # remembered higher than now
+    assert FairNote(head, book, earlier, lambda: {"fc"}).record()
+    assert earlier["p"] == ("alpha", book.share("p"), {"fa", "fc"})
