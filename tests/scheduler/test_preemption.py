@@ -281,3 +281,25 @@ TestNoCycles = NoCycles.TestCase
 TestNoCycles.settings = hsettings(max_examples=40, stateful_step_count=30, deadline=None)
 TestNoCyclesWithin = NoCyclesWithin.TestCase
 TestNoCyclesWithin.settings = hsettings(max_examples=40, stateful_step_count=30, deadline=None)
+
+
+def test_victims_taken_on_the_way_but_not_needed_in_the_end_are_left_running() -> None:
+    # host 0: v0 (the most recent) beside a job that may not be preempted; host 1: v1 and v2. A 2-GPU run
+    # takes v0, then v1, then v2 before it fits (on host 1): v0 is then not needed and keeps running.
+    run = [
+        running(0, 0, started=50.0),
+        running(3, 0, priority=60, started=0.0),
+        running(1, 1, started=10.0),
+        running(2, 1, started=5.0),
+    ]
+    out = decide(cluster(2, run), waiting(9, 90, gpus=2), run)
+    assert sorted(out) == [("v1", "r9", WITHIN_PROJECT), ("v2", "r9", WITHIN_PROJECT)]
+
+
+def test_a_run_with_something_unhashable_in_its_jobs_is_never_alike_another() -> None:
+    from corral.scheduler.preemption import _likeness
+
+    plain = waiting(1, 90)[0]
+    assert _likeness((plain,)) == _likeness((replace(plain, id="other", run_id="r2"),))
+    odd = replace(plain, fleet_names=["f"])  # type: ignore[arg-type]
+    assert _likeness((odd,)) == odd.run_id
