@@ -18,7 +18,7 @@ from test_wait_reasons import ONE_GPU
 from corral.domain.quotas import Usage, add, charge, limits_from_doc
 from corral.domain.resources import Gpu, GpuSpec, Range
 from corral.scheduler.schedule import schedule
-from corral.scheduler.types import Assign, Fail, Plan, ProjectQuota, Reserve, Snapshot, Wait
+from corral.scheduler.types import Assign, Fail, Offer, Plan, ProjectQuota, Reserve, Snapshot, Wait
 
 
 def _charged(plan: Plan, snapshot: Snapshot, held_on: dict[str, set[str]]) -> dict[str, Usage]:
@@ -157,3 +157,49 @@ def test_a_request_alone_above_the_max_is_named() -> None:
     assert request_exceeds(h100, 2, limits_from_doc({"gpu": 6})) == "gpu 8 but quota.max allows 6"
     assert request_exceeds(h100, 2, limits_from_doc({"instances": 1})) == "instances 2 but quota.max allows 1"
     assert request_exceeds(h100, 1, limits_from_doc({})) is None
+
+
+def test_a_gang_is_charged_for_what_it_takes_and_not_for_a_fleets_own_reservation() -> None:
+    from corral.scheduler.quota_gate import QuotaBook, check
+
+    setting_up = replace(inst(1), resources=None)
+    snap = Snapshot(
+        (fleet((inst(0, res=GPU_MACHINE, total=2), setting_up)),),
+        (),
+        quotas={"p": ProjectQuota(limits_from_doc({"gpu": 1}), project_name="main")},
+    )
+    book = QuotaBook(snap)
+    upkeep_only = [Reserve("f", Offer("aws", "p5", "x", 9.0, GPU_MACHINE), 2, 2)]
+    unknown = [Assign("j1", "gone", 1), Assign("j2", "i1", 1)]  # no longer there, resources not known yet
+    assert check("p", [*upkeep_only, *unknown], book) is None
+    assert book.used["p"].get("gpu", 0.0) == 0.0 and book.used["p"]["instances"] == 1.0
+    assert check("p", [Assign("j3", "i0", 1)], book) is None  # one of the two GPUs
+    verdict = check("p", [Assign("j4", "i0", 1)], book)
+    assert verdict is not None and verdict.message == "Waiting for quota: gpu 1/1 in project main"
+    alone = check("p", [Reserve("f", Offer("aws", "p5", "x", 9.0, GPU_MACHINE), 2, 2, job_id="j5")], QuotaBook(snap))
+    assert alone is not None and alone.never
+    assert (
+        alone.message
+        == "The run exceeds the quota of the project on its own: it needs gpu 2 but quota.max allows 1 in project main"
+    )
+
+
+def test_a_gang_of_no_known_kind_is_checked_against_the_max_every_time() -> None:
+    from corral.scheduler.pass_memo import PassMemo
+    from corral.scheduler.quota_gate import QuotaBook, at_max
+
+    two = replace(ONE_GPU, gpu=GpuSpec(count=Range(2, 2)))
+    snap = Snapshot((fleet(),), (), quotas={"p": ProjectQuota(limits_from_doc({"gpu": 1}), used={"gpu": 0.0})})
+    memo = PassMemo()
+    verdict = at_max([job(1, req=two)], None, snap.fleets, QuotaBook(snap), memo)
+    assert verdict is not None and verdict.message == "Waiting for quota: gpu 0/1" and not verdict.never
+    assert memo.quota_refused == {}
+    assert at_max([job(1, req=ONE_GPU)], None, snap.fleets, QuotaBook(snap), memo) is None
+
+
+def test_a_run_without_gpus_or_without_gpu_names_is_refused_only_by_the_totals() -> None:
+    from corral.scheduler.quota_gate import request_exceeds
+
+    cpu_only = replace(ONE_GPU, gpu=None)
+    assert request_exceeds(cpu_only, 4, limits_from_doc({"gpu": 0, "cpu": 100})) is None
+    assert request_exceeds(ONE_GPU, 1, limits_from_doc({"gpu": {"H100": 0}, "cpu": 100})) is None
