@@ -146,3 +146,14 @@ def test_a_waiting_run_without_a_project_name_is_found_by_its_project_only() -> 
     reclaim = Preemption("v", "low", ("j",), "r9", "run-9", RECLAIM, "p").message
     ended = [Ended("i0", 1, "p", within, NOW - 10), Ended("i1", 1, "q", reclaim, NOW - 10)]
     assert holds_for(ended, queued, NOW) == (Hold("i0", "r9", 1, NOW - 10 + HOLD_FOR),)
+
+
+def test_a_preemptor_already_told_its_wait_keeps_its_hold_without_a_new_decision() -> None:
+    # i0: one block busy, the other held for r9, which needs both and so waits
+    snap = cluster(1, [running(0, 0, priority=60)])
+    queue = (*waiting(5, 0, at=10.0), *waiting(9, 90, gpus=2, at=500.0))
+    snap = replace(snap, queue=queue, holds=(Hold("i0", "r9", 1, NOW + 60),))
+    waits = {d.job_id: d.message for g in schedule(snap, NOW).gangs for d in g.decisions}
+    assert waits["j9-0"].startswith("Waiting for capacity")
+    told = replace(snap, queue=(queue[0], replace(queue[1], status_message=waits["j9-0"])))
+    assert [g.run_id for g in schedule(told, NOW).gangs] == ["r5"] and assigned(told) == {}

@@ -144,3 +144,11 @@ def test_a_jobs_volume_zone_pins_new_instances_and_excludes_other_zones() -> Non
     reserved = [d.offer for g in plan.gangs for d in g.decisions if isinstance(d, Reserve)]
     assert reserved == [in_b]
     assert not offer_filters.passes(in_a, f) and offer_filters.passes(offer, f)
+
+
+def test_a_configurations_options_allow_an_offer_as_the_filter_of_those_options_does() -> None:
+    offer = Offer("aws", "G5.xlarge", "us-east-1", 0.5, InstanceResources(cpus=8, memory_mib=32768))
+    assert offer_filters.allowed(offer, {"backends": ["aws"], "regions": ["US-EAST-1"], "max_price": 1.0})
+    assert not offer_filters.allowed(offer, {"instance_types": ["m7i.large"]})
+    assert not offer_filters.allowed(offer, {"spot_policy": "spot"})
+    assert offer_filters.allowed(offer, {})

@@ -203,3 +203,14 @@ def test_a_run_without_gpus_or_without_gpu_names_is_refused_only_by_the_totals()
     cpu_only = replace(ONE_GPU, gpu=None)
     assert request_exceeds(cpu_only, 4, limits_from_doc({"gpu": 0, "cpu": 100})) is None
     assert request_exceeds(ONE_GPU, 1, limits_from_doc({"gpu": {"H100": 0}, "cpu": 100})) is None
+
+
+def test_a_run_pinned_to_an_instance_waits_for_its_quota_like_any_other() -> None:
+    from corral.domain.selectors import Selector
+
+    pinned = replace(job(1, req=ONE_GPU), selectors=(Selector(name="f-0"),))
+    quota = ProjectQuota(limits_from_doc({"gpu": 1}), used={"gpu": 1.0})
+    snap = Snapshot((fleet((inst(0, res=GPU_MACHINE, total=2),)),), (pinned,), quotas={"p": quota})
+    assert [d for g in schedule(snap, 0.0).gangs for d in g.decisions] == [Wait("j1-0", "Waiting for quota: gpu 1/1")]
+    free = replace(snap, quotas={"p": replace(quota, used={})})
+    assert [d for g in schedule(free, 0.0).gangs for d in g.decisions] == [Assign("j1-0", "i0", 1)]
