@@ -60,3 +60,11 @@ def test_the_cases_by_name() -> None:
     assert desired_count(2, 0, 4, s, 0, 0.0, 599.0) == 2 and desired_count(2, 0, 4, s, 0, 0.0, 600.0) == 0
     assert desired_count(3, 0, 4, s, None, None, 0.0) == 3  # no stats: stays
     assert desired_count(7, 1, 4, None, None, None, 0.0) == 4  # no scaling: clipped (ManualScaler)
+
+
+def test_steady_traffic_keeps_the_count_and_a_drop_scales_down_after_the_delay() -> None:
+    s = Scaling(target=1.0, window=60.0, scale_up_delay=0.0, scale_down_delay=600.0)
+    assert desired_count(2, 0, 4, s, 120, 0.0, 10.0) == 2  # 2 rps at a target of 1: as many as now
+    assert desired_count(3, 0, 4, s, 60, 0.0, 100.0) == 3  # 1 rps, but scaled 100 s ago: stays
+    assert desired_count(3, 0, 4, s, 60, 0.0, 700.0) == 1
+    assert desired_count(3, 0, 4, s, 60, None, 700.0) == 1  # never scaled: at once

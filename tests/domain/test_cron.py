@@ -174,3 +174,11 @@ def test_weekday_positions_pick_the_nth_and_the_last_weekday_of_the_month() -> N
     assert [d for d in range(1, 32) if last_monday.matches(2026, 12, d)] == [28]
     fifth_monday = DaySpec(frozenset(), positions=frozenset({(4, 0)}))
     assert not any(fifth_monday.matches(2026, 12, d) for d in range(1, 32))
+
+
+def test_a_minute_matches_only_when_every_field_does() -> None:
+    spec = parse("30 9 * * mon")
+    assert spec.matches(datetime(2026, 11, 30, 9, 30, 59, tzinfo=timezone.utc))  # a Monday; seconds ignored
+    assert not spec.matches(datetime(2026, 11, 30, 9, 31, tzinfo=timezone.utc))
+    assert not spec.matches(datetime(2026, 11, 30, 10, 30, tzinfo=timezone.utc))
+    assert not spec.matches(datetime(2026, 12, 1, 9, 30, tzinfo=timezone.utc))  # a Tuesday

@@ -95,3 +95,9 @@ def test_an_empty_entry_beside_a_masked_one_is_not_stored() -> None:
     m = LogMasker([SECRET])
     out = m.feed([(1.0, 0, f"a {SECRET}".encode()), (2.0, 0, b""), (3.0, 0, b" b\n")])
     assert out == [(1.0, 0, b"a " + MASK), (3.0, 0, b" b\n")]
+
+
+def test_entries_of_both_streams_in_one_reply_are_masked_apart_and_kept_in_order() -> None:
+    m = LogMasker([SECRET])
+    out = m.feed([(1.0, 0, b"out hunter2-"), (2.0, 1, f"err {SECRET}\n".encode()), (3.0, 0, b"very-secret\n")])
+    assert out == [(1.0, 0, b"out " + MASK + b"\n"), (2.0, 1, b"err " + MASK + b"\n")]

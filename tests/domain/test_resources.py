@@ -328,3 +328,40 @@ def test_an_instance_is_refused_for_its_gpu_vendor_naming_it() -> None:
     res = InstanceResources(cpus=8, memory_mib=65536, gpus=(Gpu("MI300X", 192 * 1024, vendor="amd"),))
     req = Requirements(cpu_count=Range(1, None), memory=Range(1.0, None), disk=None, gpu=parse_gpu_spec("nvidia:1"))
     assert match_requirements(req, res) == "needs gpu vendor nvidia, instance has amd"
+
+
+def test_durations_print_in_their_largest_exact_unit() -> None:
+    assert [format_duration(s) for s in (0, -5, 45, 90, 120, 7200, 86400, 604800, 1209600, 90000)] == [
+        "0s",
+        "-5s",
+        "45s",
+        "90s",
+        "2m",
+        "2h",
+        "1d",
+        "1w",
+        "2w",
+        "25h",
+    ]
+
+
+def test_memory_in_numbers_and_terabytes_is_gb() -> None:
+    assert parse_memory(16) == 16.0 and parse_memory(0.5) == 0.5
+    assert parse_memory("1TB") == 1024.0
+
+
+def test_cpu_and_gpu_shorthands_print_as_users_write_them() -> None:
+    assert format_cpu_spec("arm", Range(4, 8)) == "arm:4..8"
+    assert format_cpu_spec(None, Range(2, None)) == "2.."
+    assert format_gpu_spec(
+        GpuSpec(vendor="nvidia", names=("A100", "H100"), memory=Range(80.0, None), count=Range(2, None))
+    ) == ("nvidia:A100,H100:80GB..:2..")
+    assert format_gpu_spec(GpuSpec(count=Range(1, 1))) == "1"
+    assert parse_gpu_spec(format_gpu_spec(parse_gpu_spec("A100:40GB..80GB:1..2"))) == parse_gpu_spec(
+        "A100:40GB..80GB:1..2"
+    )
+
+
+def test_without_a_gpu_requirement_any_gpus_do() -> None:
+    res = InstanceResources(cpus=8, memory_mib=65536, gpus=(Gpu("H100", 81920),), disk_size_mib=200 * 1024)
+    assert match_requirements(Requirements(gpu=None), res) is None

@@ -134,3 +134,8 @@ def test_a_submission_that_never_finished_ends_the_streak() -> None:
         Submission(20.0, 25.0, provisioned=True),
     ]
     assert retry_window_start(history, 3600.0) == 25.0
+
+
+def test_no_history_or_no_placement_means_resubmitting_at_once() -> None:
+    assert resubmit_at([], 3600.0) == 0.0
+    assert resubmit_at([Submission(0.0, 5.0, provisioned=False)], 3600.0) == 0.0

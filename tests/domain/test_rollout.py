@@ -137,3 +137,9 @@ def test_when_desired_drops_mid_rollout_the_newest_replicas_not_serving_yet_stop
     n2 = ReplicaView("n2", 2, 1, Phase.STARTING, True)
     d = decide_group([old, n1, n2], 1, 1, 0.0, DRAIN)
     assert d.stop == ("n2",) and d.start == 0 and not d.drain and d.rolling
+
+
+def test_a_group_without_out_of_date_replicas_starts_the_missing_ones() -> None:
+    current = ReplicaView("n", 0, 1, Phase.READY)
+    assert decide_group([current], 1, 3, 0.0, DRAIN).start == 2
+    assert decide_group([current], 1, 1, 0.0, DRAIN).start == 0

@@ -123,3 +123,9 @@ def test_a_run_is_as_far_along_as_its_furthest_job() -> None:
     assert run_status_from_jobs([J.TERMINATING, J.DONE]) is RunStatus.RUNNING  # still stopping
     assert run_status_from_jobs([J.DONE, J.FAILED]) is None
     assert run_status_from_jobs([]) is None
+
+
+def test_a_stored_value_outside_the_enum_is_never_a_legal_change() -> None:
+    assert not is_legal_transition("job", "running", "paused")
+    assert not is_legal_transition("fleet", "sleeping", "active")
+    assert is_legal_transition("run", "paused", "paused")  # staying is always allowed

@@ -44,3 +44,24 @@ def test_an_idle_gpu_over_a_covered_window_is_terminated(min_util: int, extra: i
 
 def test_message_is_dstacks() -> None:
     assert message(10, 300.0) == "The job GPU utilization below 10% for 300 seconds"
+
+
+def test_one_gpu_idle_through_a_covered_window_terminates_the_job() -> None:
+    samples = [(float(t), [90, 5]) for t in range(0, 601, 60)]
+    assert low_utilization(10, 600.0, 600.0, samples)
+    assert not low_utilization(3, 600.0, 600.0, samples)
+    # a sample that reached the limit somewhere in the window keeps the GPU
+    assert not low_utilization(10, 600.0, 600.0, [*samples[:-1], (600.0, [90, 50])])
+
+
+def test_a_window_without_enough_samples_is_not_judged() -> None:
+    assert not low_utilization(10, 600.0, 600.0, [])
+    late = [(float(t), [0]) for t in range(120, 601, 60)]  # the oldest 120 s after the window's start
+    assert not low_utilization(10, 600.0, 600.0, late)
+    assert not low_utilization(10, 600.0, 700.0, [(0.0, [0]), (50.0, [0])])  # all older than the window
+
+
+def test_samples_with_fewer_gpus_count_for_the_gpus_they_have() -> None:
+    samples = [(0.0, [0]), (300.0, [0, 80]), (600.0, [0, 2])]
+    assert low_utilization(10, 600.0, 600.0, samples)  # GPU 0 idle throughout
+    assert message(10, 600.0) == "The job GPU utilization below 10% for 600 seconds"

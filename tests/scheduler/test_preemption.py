@@ -303,3 +303,12 @@ def test_a_run_with_something_unhashable_in_its_jobs_is_never_alike_another() ->
     assert _likeness((plain,)) == _likeness((replace(plain, id="other", run_id="r2"),))
     odd = replace(plain, fleet_names=["f"])  # type: ignore[arg-type]
     assert _likeness((odd,)) == odd.run_id
+
+
+def test_a_project_within_its_nominal_quota_is_not_reclaimed_from() -> None:
+    run = [running(i, i // 2, project="q", priority=90, started=float(i)) for i in range(4)]
+    policies = {
+        "p": QuotaPolicy(nominal=limits_from_doc({"gpu": 2})),
+        "q": QuotaPolicy(nominal=limits_from_doc({"gpu": 4}), preemptible_max_priority=100),
+    }
+    assert decide(cluster(2, run), waiting(9, 0, gpus=2), run, policies=policies) == []
