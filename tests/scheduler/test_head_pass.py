@@ -153,3 +153,10 @@ def test_a_gang_already_told_the_same_wait_gets_no_decision() -> None:
     assert isinstance(wait, Wait)
     told = replace(full, queue=(replace(job(1), status_message=wait.message),))
     assert schedule_head(told, NOW, set()) == Plan(())
+
+
+def test_a_queued_job_that_may_not_wait_needs_a_whole_pass() -> None:
+    snap = Snapshot((fleet((inst(0, status="busy", busy=1),), nodes_max=1),), (job(1),))
+    assert schedule_head(snap, NOW, set()) is not None
+    impatient = replace(job(1), wait=WaitPolicy(False))
+    assert schedule_head(replace(snap, queue=(impatient,)), NOW, set()) is None

@@ -157,3 +157,13 @@ def test_a_preemptor_already_told_its_wait_keeps_its_hold_without_a_new_decision
     assert waits["j9-0"].startswith("Waiting for capacity")
     told = replace(snap, queue=(queue[0], replace(queue[1], status_message=waits["j9-0"])))
     assert [g.run_id for g in schedule(told, NOW).gangs] == ["r5"] and assigned(told) == {}
+
+
+def test_a_hold_on_blocks_still_busy_takes_nothing_from_other_runs() -> None:
+    snap = cluster(1, [running(0, 0), running(1, 0)])  # i0 full: its victim has not ended yet
+    snap = replace(
+        snap, queue=(*waiting(5, 0, at=10.0), *waiting(9, 90, at=500.0)), holds=(Hold("i0", "r9", 1, NOW + 60),)
+    )
+    assert assigned(snap) == {}
+    freed = replace(snap, fleets=cluster(1, [running(0, 0)]).fleets)  # one block free: r9's, held for it
+    assert assigned(freed) == {"r9": "i0"}

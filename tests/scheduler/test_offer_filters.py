@@ -152,3 +152,31 @@ def test_a_configurations_options_allow_an_offer_as_the_filter_of_those_options_
     assert not offer_filters.allowed(offer, {"instance_types": ["m7i.large"]})
     assert not offer_filters.allowed(offer, {"spot_policy": "spot"})
     assert offer_filters.allowed(offer, {})
+
+
+def test_a_run_profiles_options_make_its_filter() -> None:
+    profile = SimpleNamespace(
+        backends=["remote"], regions=["EU-west-1"], instance_types=None, max_price=1, spot_policy=None
+    )
+    f = offer_filters.run_filter(profile)
+    assert f == offer_filters.OfferFilter(frozenset({"local", "ssh"}), frozenset({"eu-west-1"}), None, 1.0, False)
+
+
+def test_an_offer_passes_only_the_backends_and_price_a_filter_allows() -> None:
+    res = InstanceResources(cpus=8, memory_mib=32768)
+    cheap, dear = Offer("aws", "m7i", "us-east-1", 0.1, res), Offer("aws", "m7i", "us-east-1", 5.0, res)
+    local = Offer("local", "local", "local", 0.0, res)
+    only_aws = offer_filters.OfferFilter(backends=frozenset({"aws"}))
+    under_one = offer_filters.OfferFilter(max_price=1.0)
+    assert offer_filters.filtered([cheap, dear, local], only_aws, under_one) == [cheap]
+    assert offer_filters.filtered([cheap, dear, local]) == [cheap, dear, local]
+
+
+def test_an_offer_is_pinned_to_the_first_allowed_zone_only_when_it_names_none() -> None:
+    res = InstanceResources(cpus=8, memory_mib=32768)
+    anywhere = Offer("aws", "m7i", "us-east-1", 0.1, res)
+    zoned = dataclasses.replace(anywhere, zone="us-east-1c")
+    f = offer_filters.OfferFilter(zones=frozenset({"us-east-1b", "us-east-1a"}))
+    assert offer_filters.pinned(anywhere, f).zone == "us-east-1a"
+    assert offer_filters.pinned(zoned, f) is zoned
+    assert offer_filters.pinned(anywhere, offer_filters.OfferFilter()) is anywhere

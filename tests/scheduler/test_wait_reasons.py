@@ -8,13 +8,13 @@ from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_schedule import SMALL, fleet, inst, job, snapshots
+from test_schedule import MACHINE, SMALL, fleet, inst, job, snapshots
 
 from corral.domain.resources import Gpu, GpuSpec, InstanceResources, Range
 from corral.domain.selectors import Selector
 from corral.scheduler.blocks import carved_offers
 from corral.scheduler.schedule import refusal, schedule
-from corral.scheduler.types import Assign, Fail, FleetSlot, QueuedJob, Reclaim, Reserve, Snapshot, Wait
+from corral.scheduler.types import Assign, Fail, FleetSlot, Offer, QueuedJob, Reclaim, Reserve, Snapshot, Wait
 
 HOST = InstanceResources(cpus=2, memory_mib=8192, gpus=(), disk_size_mib=100_000, cpu_arch="x86")
 GPU_HOST = InstanceResources(cpus=4, memory_mib=16384, gpus=(Gpu("T4", 16384),), disk_size_mib=100_000)
@@ -148,3 +148,64 @@ def test_only_idle_instances_are_reclaimed_and_nothing_is_placed_on_them(
     by_id = {i.id: i for i in insts}
     assert all(by_id[r].status == "idle" for r in reclaimed)
     assert not reclaimed & {d.instance_id for d in ds if isinstance(d, Assign)}
+
+
+def test_a_reuse_only_run_waits_for_its_fleets_busy_instances() -> None:
+    full = fleet((inst(0, status="busy", busy=1),), nodes_max=None)
+    reuse = replace(job(1), creation_policy="reuse")
+    assert waits(Snapshot(fleets=(full,), queue=(reuse,)))["j1-0"] == (
+        "Waiting for capacity: fleet 'f': its instances are busy and `creation_policy: reuse` allows no new ones"
+    )
+
+
+def test_a_machine_short_of_blocks_names_the_smallest_share_the_job_could_use() -> None:
+    host = InstanceResources(cpus=8, memory_mib=32768, gpus=(), disk_size_mib=100_000, cpu_arch="x86")
+    three_cpus = replace(SMALL, cpu_count=Range(3, None))
+    snap = Snapshot(
+        fleets=(local_fleet(host, 4, nodes_max=None),), queue=(job(1, req=three_cpus),), host_pools={"local": (3, 4)}
+    )
+    assert waits(snap)["j1-0"] == (
+        "Waiting for capacity: fleet 'f': this machine has 1 of its 4 blocks free and a local instance for the job"
+        " needs 2"
+    )
+
+
+def test_of_two_fleets_with_new_instances_the_cheaper_one_is_used() -> None:
+    cheap = Offer("aws", "a", "x", 1.0, MACHINE)
+    dear = Offer("aws", "b", "x", 2.0, MACHINE)
+    snap = Snapshot(
+        fleets=(fleet(name="cheap", fid="c", offers=(cheap,)), fleet(name="dear", fid="d", offers=(dear,))),
+        queue=(job(1),),
+    )
+    (reserve,) = [d for g in schedule(snap, 100.0).gangs for d in g.decisions]
+    assert isinstance(reserve, Reserve) and reserve.fleet_id == "c"
+    swapped = replace(snap, fleets=snap.fleets[::-1])
+    (reserve,) = [d for g in schedule(swapped, 100.0).gangs for d in g.decisions]
+    assert isinstance(reserve, Reserve) and reserve.fleet_id == "c"
+
+
+def test_a_fleet_the_runs_options_leave_empty_is_named_with_those_options() -> None:
+    f = fleet(offers=(Offer("aws", "m7i", "eu-west-1", 1.0, MACHINE),))
+    in_us = replace(job(1), regions=frozenset({"us-east-1"}))
+    assert refusal(in_us, Snapshot((f,), ())) == (
+        "No fleet can ever run this job: fleet 'f': the run's `regions` leave(s) none of its instances or offers"
+    )
+    spot = replace(job(1), spot=True)
+    assert "the run's `spot_policy` leave(s) none" in (refusal(spot, Snapshot((f,), ())) or "")
+
+
+def test_a_fleet_with_no_instances_left_and_no_offers_can_never_run_anything() -> None:
+    ending = fleet((inst(0, status="terminating"),), offers=())
+    assert refusal(job(1), Snapshot((ending,), ())) == (
+        "No fleet can ever run this job: fleet 'f': it has no instances and cannot create any"
+    )
+    assert refusal(job(1), Snapshot((fleet(),), ())) is None
+
+
+def test_a_gang_past_hold_after_is_worked_out_again_rather_than_told_its_kinds_wait() -> None:
+    full = fleet((inst(0, status="busy", busy=1),), nodes_max=1)
+    young = replace(job(1, priority=5), submitted_at=90.0)
+    old = replace(job(2), submitted_at=10.0)
+    snap = Snapshot(fleets=(full,), queue=(young, old), hold_after=50.0)
+    told = waits(snap)
+    assert set(told) == {"j1-0", "j2-0"} and all(m.startswith("Waiting for capacity") for m in told.values())
