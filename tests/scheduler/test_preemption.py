@@ -312,3 +312,21 @@ def test_a_project_within_its_nominal_quota_is_not_reclaimed_from() -> None:
         "q": QuotaPolicy(nominal=limits_from_doc({"gpu": 4}), preemptible_max_priority=100),
     }
     assert decide(cluster(2, run), waiting(9, 0, gpus=2), run, policies=policies) == []
+
+
+def test_nothing_is_preempted_when_no_run_waits() -> None:
+    run = [running(0, 0), running(1, 0)]
+    assert decide(cluster(2, run), [], run) == []
+
+
+def test_reclaiming_never_counts_the_waiting_runs_own_project_among_the_borrowers() -> None:
+    # p (nominal 2) holds one GPU with a run of the same priority as its waiting run: not a victim within p,
+    # nor one to reclaim from; q borrows and gives one back
+    run = [running(0, 0, project="p", priority=0, started=5.0), *(running(i, 1 if i < 3 else 0, project="q",
+           priority=90, started=float(i)) for i in (1, 2, 3))]  # fmt: skip
+    policies = {
+        "p": QuotaPolicy(nominal=limits_from_doc({"gpu": 2}), preemptible_max_priority=100),
+        "q": QuotaPolicy(nominal=limits_from_doc({"gpu": 0.5}), preemptible_max_priority=100),
+    }
+    out = decide(cluster(2, run), waiting(9, 0), run, policies=policies)
+    assert [(v, rule) for v, _, rule in out] == [("v3", RECLAIM)]

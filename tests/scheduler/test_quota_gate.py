@@ -214,3 +214,58 @@ def test_a_run_pinned_to_an_instance_waits_for_its_quota_like_any_other() -> Non
     assert [d for g in schedule(snap, 0.0).gangs for d in g.decisions] == [Wait("j1-0", "Waiting for quota: gpu 1/1")]
     free = replace(snap, quotas={"p": replace(quota, used={})})
     assert [d for g in schedule(free, 0.0).gangs for d in g.decisions] == [Assign("j1-0", "i0", 1)]
+
+
+def test_a_project_without_a_max_is_never_held_back_by_the_quota_gate() -> None:
+    from corral.scheduler.pass_memo import PassMemo
+    from corral.scheduler.quota_gate import QuotaBook, at_max, check
+
+    two = replace(ONE_GPU, gpu=GpuSpec(count=Range(2, 2)))
+    snap = Snapshot((fleet(),), (), quotas={"other": ProjectQuota(limits_from_doc({"gpu": 0}))})
+    book = QuotaBook(snap)
+    assert check("p", [Assign("j", "i0", 1)], book) is None
+    assert at_max([job(1, req=two)], "kind", snap.fleets, book, PassMemo()) is None
+    empty = replace(snap, quotas={"p": ProjectQuota(limits_from_doc({}))})
+    assert check("p", [Assign("j", "i0", 1)], QuotaBook(empty)) is None
+
+
+def test_a_gang_asking_no_gpus_is_never_at_the_gpu_max() -> None:
+    from corral.scheduler.pass_memo import PassMemo
+    from corral.scheduler.quota_gate import QuotaBook, at_max
+
+    snap = Snapshot((fleet(),), (), quotas={"p": ProjectQuota(limits_from_doc({"gpu": 0}))})
+    assert at_max([job(1)], None, snap.fleets, QuotaBook(snap), PassMemo()) is None  # gpu count 0..
+    cpu_only = replace(ONE_GPU, gpu=None)
+    assert at_max([job(1, req=cpu_only)], None, snap.fleets, QuotaBook(snap), PassMemo()) is None
+
+
+def test_a_placement_over_the_max_on_its_own_names_the_dimension_it_needs() -> None:
+    from corral.scheduler.quota_gate import QuotaBook, check
+
+    quota = ProjectQuota(limits_from_doc({"cpu": 100, "gpu": 1}))
+    snap = Snapshot((fleet((inst(0, res=GPU_MACHINE),)),), (), quotas={"p": quota})
+    verdict = check("p", [Assign("j", "i0", 1)], QuotaBook(snap))
+    assert verdict is not None and verdict.never
+    assert (
+        verdict.message == "The run exceeds the quota of the project on its own: it needs gpu 2 but quota.max allows 1"
+    )
+
+
+def test_a_held_run_over_its_quota_waits_for_the_quota_and_keeps_its_hold() -> None:
+    from test_preemption import cluster, running, waiting
+
+    from corral.scheduler.types import Hold
+
+    snap = cluster(1, [running(0, 0, priority=60)])
+    quota = ProjectQuota(limits_from_doc({"gpu": 1}), used={"gpu": 1.0})
+    snap = replace(snap, queue=tuple(waiting(9, 90)), holds=(Hold("i0", "r9", 1, 1060.0),), quotas={"p": quota})
+    decisions = [d for g in schedule(snap, 1000.0).gangs for d in g.decisions]
+    assert decisions == [Wait("j9-0", "Waiting for quota: gpu 1/1")]
+
+
+def test_gangs_of_one_kind_refused_by_the_quota_are_told_the_same_wait() -> None:
+    quota = ProjectQuota(limits_from_doc({"gpu": 1}), used={"gpu": 1.0})
+    idle = tuple(inst(n, res=GPU_MACHINE, total=2) for n in range(2))
+    snap = Snapshot((fleet(idle),), (job(1, req=ONE_GPU), job(2, req=ONE_GPU)), quotas={"p": quota})
+    decisions = [d for g in schedule(snap, 0.0).gangs for d in g.decisions]
+    assert decisions == [Wait("j1-0", "Waiting for quota: gpu 1/1"), Wait("j2-0", "Waiting for quota: gpu 1/1")]
