@@ -37,3 +37,23 @@ def test_a_host_being_set_up_stays_whatever_the_runs_regions() -> None:
     f = fleet((setting_up, placed), offers=())
     seen = as_job_sees_it(replace(job(1), regions=frozenset({"us-east-1"})), f)
     assert seen.instances == (setting_up,) and seen.narrowed_by == ("regions",)
+
+
+def test_options_that_leave_everything_in_place_leave_the_fleet_as_it_is() -> None:
+    here = Offer("aws", "m7i", "us-east-1", 1.0, MACHINE)
+    f = fleet((replace(inst(0), offer=here, backend="aws"),), offers=(here,))
+    assert as_job_sees_it(replace(job(1), regions=frozenset({"us-east-1"})), f) is f
+    assert as_job_sees_it(replace(job(1), barred_backends=frozenset({"local"})), f) is f
+
+
+def test_a_spot_only_run_sees_no_on_demand_offers_and_says_why() -> None:
+    on_demand = Offer("aws", "m7i", "us-east-1", 1.0, MACHINE)
+    seen = as_job_sees_it(replace(job(1), spot=True), fleet(offers=(on_demand,)))
+    assert seen.offers == () and seen.narrowed_by == ("spot_policy",)
+
+
+def test_a_barred_backend_withholds_its_instances_and_offers() -> None:
+    local = Offer("local", "local", "local", 0.0, MACHINE)
+    f = fleet((replace(inst(0), backend="local"),), offers=(local,))
+    seen = as_job_sees_it(replace(job(1), barred_backends=frozenset({"local"})), f)
+    assert (seen.instances, seen.offers, seen.withheld_backends) == ((), (), frozenset({"local"}))
