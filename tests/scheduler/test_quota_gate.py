@@ -18,7 +18,7 @@ from test_wait_reasons import ONE_GPU
 from corral.domain.quotas import Usage, add, charge, limits_from_doc
 from corral.domain.resources import Gpu, GpuSpec, Range
 from corral.scheduler.schedule import schedule
-from corral.scheduler.types import Assign, Fail, Offer, Plan, ProjectQuota, Reserve, Snapshot, Wait
+from corral.scheduler.types import Assign, Fail, FairShare, Offer, Plan, ProjectQuota, Reserve, Snapshot, Wait
 
 
 def _charged(plan: Plan, snapshot: Snapshot, held_on: dict[str, set[str]]) -> dict[str, Usage]:
@@ -267,5 +267,8 @@ def test_gangs_of_one_kind_refused_by_the_quota_are_told_the_same_wait() -> None
     quota = ProjectQuota(limits_from_doc({"gpu": 1}), used={"gpu": 1.0})
     idle = tuple(inst(n, res=GPU_MACHINE, total=2) for n in range(2))
     snap = Snapshot((fleet(idle),), (job(1, req=ONE_GPU), job(2, req=ONE_GPU)), quotas={"p": quota})
-    decisions = [d for g in schedule(snap, 0.0).gangs for d in g.decisions]
-    assert decisions == [Wait("j1-0", "Waiting for quota: gpu 1/1"), Wait("j2-0", "Waiting for quota: gpu 1/1")]
+    told = [Wait("j1-0", "Waiting for quota: gpu 1/1"), Wait("j2-0", "Waiting for quota: gpu 1/1")]
+    assert [d for g in schedule(snap, 0.0).gangs for d in g.decisions] == told
+    # with fair share on as well (the first gang's turn is recorded between the two)
+    shared = replace(snap, shares={"p": FairShare()})
+    assert [d for g in schedule(shared, 0.0).gangs for d in g.decisions] == told
