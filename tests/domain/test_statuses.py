@@ -92,7 +92,7 @@ def test_some_transitions_users_rely_on() -> None:
         check_instance_transition(InstanceStatus.TERMINATING, InstanceStatus.IDLE)
 
 
-def test_a_final_status_goes_nowhere_and_every_status_is_reachable_from_an_initial_one() -> None:
+def test_every_status_is_reachable_from_an_initial_one() -> None:
     for kind, (enum, table) in TRANSITIONS.items():
         seen: set[Enum] = set(INITIAL[kind])
         todo = list(seen)

@@ -202,10 +202,13 @@ def test_a_fleet_with_no_instances_left_and_no_offers_can_never_run_anything() -
     assert refusal(job(1), Snapshot((fleet(),), ())) is None
 
 
-def test_a_gang_past_hold_after_is_worked_out_again_rather_than_told_its_kinds_wait() -> None:
+def test_a_gang_past_hold_after_is_worked_out_again_and_holds_its_fleet() -> None:
+    # the first gang waits; the second, of the same kind but waiting past hold_after, is not told the first
+    # one's wait as is: it holds the fleet, which a third then finds held
     full = fleet((inst(0, status="busy", busy=1),), nodes_max=1)
-    young = replace(job(1, priority=5), submitted_at=90.0)
+    first = replace(job(1, priority=5), submitted_at=90.0)
     old = replace(job(2), submitted_at=10.0)
-    snap = Snapshot(fleets=(full,), queue=(young, old), hold_after=50.0)
-    told = waits(snap)
-    assert set(told) == {"j1-0", "j2-0"} and all(m.startswith("Waiting for capacity") for m in told.values())
+    third = replace(job(3), submitted_at=95.0)
+    told = waits(Snapshot(fleets=(full,), queue=(first, old, third), hold_after=50.0))
+    assert told["j1-0"] == told["j2-0"] == "Waiting for capacity: fleet 'f' has 1 of at most 1 instances, none free"
+    assert told["j3-0"] == "Waiting for capacity: an earlier job that has waited long holds the fleets this job can use"
