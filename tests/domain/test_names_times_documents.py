@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.domain.documents import LazyJSON, json_default
+from corral.domain.documents import LazyJSON, json_default, run_configuration
 from corral.domain.names import project_name_error, resource_name_error, username_error
 from corral.domain.times import epoch_seconds
 
@@ -76,3 +76,11 @@ def test_a_lazy_document_is_embedded_in_json_as_stored_without_parsing() -> None
     assert doc._value is None  # never parsed
     with pytest.raises(TypeError, match="Type is not JSON serializable: set"):
         orjson.dumps({"x": {1}}, default=json_default)
+
+
+def test_a_run_specs_configuration_is_read_as_a_mapping_or_else_empty() -> None:
+    assert run_configuration(LazyJSON('{"configuration": {"type": "task"}}')) == {"type": "task"}
+    assert run_configuration({"configuration": {"type": "service"}}) == {"type": "service"}
+    assert run_configuration(None) == {}
+    assert run_configuration({}) == {}
+    assert run_configuration({"configuration": "task"}) == {}  # an older or broken document
