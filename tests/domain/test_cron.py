@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.config.common import validate_cron
-from corral.domain.cron import DaySpec, never_firing, next_fire, next_trigger, parse
+from corral.domain.cron import never_firing, next_fire, next_trigger, parse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "config"))
 from _dstack_oracle import dstack_python
@@ -164,16 +164,10 @@ def test_never_firing_names_the_expressions_that_never_fire() -> None:
     assert never_firing(["0 0 31 2 *", "0 0 * * *", "0 0 30 2 *"], now) == ["0 0 31 2 *", "0 0 30 2 *"]
 
 
-def test_weekday_positions_pick_the_nth_and_the_last_weekday_of_the_month() -> None:
-    # December 2026 starts on a Tuesday; its Mondays are the 7th, 14th, 21st and 28th
-    first_monday = DaySpec(frozenset(), positions=frozenset({(0, 0)}))
-    assert [d for d in range(1, 32) if first_monday.matches(2026, 12, d)] == [7]
-    second_wednesday = DaySpec(frozenset(), positions=frozenset({(1, 2)}))
-    assert [d for d in range(1, 32) if second_wednesday.matches(2026, 12, d)] == [9]
-    last_monday = DaySpec(frozenset(), positions=frozenset({(5, 0)}))
-    assert [d for d in range(1, 32) if last_monday.matches(2026, 12, d)] == [28]
-    fifth_monday = DaySpec(frozenset(), positions=frozenset({(4, 0)}))
-    assert not any(fifth_monday.matches(2026, 12, d) for d in range(1, 32))
+def test_a_weekday_position_cannot_be_written_in_a_crontab_string() -> None:
+    """APScheduler's ``from_crontab`` (dstack's reader) splits at whitespace, so ``2nd fri`` makes six fields."""
+    with pytest.raises(ValueError, match="expected 5 fields"):
+        parse("0 9 2nd fri * *")
 
 
 def test_a_minute_matches_only_when_every_field_does() -> None:

@@ -6,8 +6,9 @@ The dialect, as APScheduler 3 reads it (and so unlike classic cron in two places
 - five fields: minute (0-59), hour (0-23), day (1-31), month (1-12), day_of_week (0-6 where **0 is
   Monday**, ``mon``..``sun``);
 - each field a comma list of ``*``, ``*/S``, ``A``, ``A-B``, ``A-B/S``, ``A/S`` (from A to the field's
-  maximum), names (``jan-mar``, ``mon-fri``); the day field also takes ``last`` (the month's last day)
-  and ``1st``..``5th``/``last`` + a weekday (``2nd fri``);
+  maximum), names (``jan-mar``, ``mon-fri``); the day field also takes ``last`` (the month's last day).
+  APScheduler's weekday positions (``2nd fri``) cannot be written in a crontab string, whose fields are split
+  at whitespace (``from_crontab``), so neither here;
 - a time fires when **every** field matches it (day and day_of_week together, not either of them).
 
 ``next_fire`` answers the first whole minute at or after a time (rounded up to the second, as
@@ -26,7 +27,6 @@ from datetime import datetime, timedelta, timezone
 
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-POSITIONS = ("1st", "2nd", "3rd", "4th", "5th", "last")
 #: How far ``next_fire`` looks (the longest cycle of a valid expression that fires at all is 28 years:
 #: February 29th on a given weekday).
 HORIZON_DAYS = 29 * 366
@@ -36,27 +36,13 @@ _BOUNDS = {"minute": (0, 59), "hour": (0, 23), "day": (1, 31), "month": (1, 12),
 
 @dataclass(frozen=True)
 class DaySpec:
-    """The day field: plain days of the month, plus ``last`` and weekday positions (``2nd fri``)."""
+    """The day field: plain days of the month, plus ``last`` (the month's last day)."""
 
     days: frozenset[int]
     last: bool = False
-    #: (position 0..4 for 1st..5th or 5 for last, weekday 0..6)
-    positions: frozenset[tuple[int, int]] = frozenset()
 
     def matches(self, year: int, month: int, day: int) -> bool:
-        if day in self.days:
-            return True
-        first_weekday, month_days = calendar.monthrange(year, month)
-        if self.last and day == month_days:
-            return True
-        for position, weekday in self.positions:
-            first_hit = weekday - first_weekday + 1
-            if first_hit <= 0:
-                first_hit += 7
-            target = first_hit + position * 7 if position < 5 else first_hit + ((month_days - first_hit) // 7) * 7
-            if target == day:
-                return True
-        return False
+        return day in self.days or (self.last and day == calendar.monthrange(year, month)[1])
 
 
 @dataclass(frozen=True)
@@ -107,7 +93,6 @@ def parse(expression: str) -> CronSpec:
         raise ValueError(f"invalid cron expression {expression!r}: expected 5 fields")
     parsed: dict[str, set[int]] = {}
     last = False
-    positions: set[tuple[int, int]] = set()
     for name, value in zip(("minute", "hour", "day", "month", "day_of_week"), fields, strict=True):
         out: set[int] = set()
         for raw in value.split(","):
@@ -115,15 +100,13 @@ def parse(expression: str) -> CronSpec:
             words = part.lower().split()
             if name == "day" and words == ["last"]:
                 last = True
-            elif name == "day" and len(words) == 2 and words[0] in POSITIONS:
-                positions.add((POSITIONS.index(words[0]), WEEKDAYS.index(words[1])))
             else:
                 out |= _values(name, part)
         parsed[name] = out
     return CronSpec(
         minutes=frozenset(parsed["minute"]),
         hours=frozenset(parsed["hour"]),
-        day=DaySpec(frozenset(parsed["day"]), last, frozenset(positions)),
+        day=DaySpec(frozenset(parsed["day"]), last),
         months=frozenset(parsed["month"]),
         weekdays=frozenset(parsed["day_of_week"]),
     )

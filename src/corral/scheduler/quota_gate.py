@@ -166,11 +166,9 @@ def _at_max(jobs: Sequence[QueuedJob], models: frozenset[str], book: QuotaBook) 
 
 
 def _need(extra: Usage, quota: ProjectQuota, dim_label: str) -> str:
-    for dim, cap in quota.max.amounts.items():
-        if label(dim) == dim_label:
-            amount = extra.get(dim, 0.0)
-            return f"{dim_label} {amount:g} but quota.max allows {cap:g}"
-    return dim_label
+    """``"<dimension> <amount> but quota.max allows <cap>"`` for a dimension of ``quota.max`` named by its label."""
+    dim, cap = next((d, c) for d, c in quota.max.amounts.items() if label(d) == dim_label)
+    return f"{dim_label} {extra.get(dim, 0.0):g} but quota.max allows {cap:g}"
 
 
 def request_exceeds(req: Requirements, nodes: int, limits: Limits) -> str | None:

@@ -95,14 +95,14 @@ def _never_fits_reason(fleet: FleetSlot, job: QueuedJob, reuse_only: bool) -> st
             return None
         if blocks_needed(job.requirements, inst.resources, inst.total_blocks) is not None:
             return None
-        reasons.append(_why(job.requirements, inst.resources, inst.total_blocks))
+        reasons.append(_why(job.requirements, inst.resources))
     if not reuse_only and (fleet.nodes_max is None or fleet.nodes_max > 0):
         offer_reasons = []
         for offer in fleet.offers:
             total = total_blocks_for(fleet.blocks, offer.resources)
             if blocks_needed(job.requirements, offer.resources, total) is not None:
                 return None
-            offer_reasons.append(_why(job.requirements, offer.resources, total))
+            offer_reasons.append(_why(job.requirements, offer.resources))
         # offers of a host carved into blocks come smallest first: the largest one says what is missing
         reasons.extend(reversed(offer_reasons))
     if reuse_only and not fleet.instances:
@@ -126,11 +126,10 @@ def _never_fits_reason(fleet: FleetSlot, job: QueuedJob, reuse_only: bool) -> st
     return reasons[0]
 
 
-def _why(req: Requirements, res: InstanceResources, total_blocks: int) -> str:
-    reason = match_requirements(req, res)
-    if reason is None and total_blocks > 1:
-        return f"not even all {total_blocks} blocks of an instance are enough"
-    return reason or "does not match"
+def _why(req: Requirements, res: InstanceResources) -> str:
+    """Why an instance (or offer) cannot hold the job: asked only where even all its blocks together (the whole
+    of it: ``blocks.share`` of every block is the instance) fail the requirements, so there is a reason."""
+    return match_requirements(req, res) or "does not match"
 
 
 def _unknown_fleets_message(job: QueuedJob, fleets: Iterable[FleetSlot]) -> str:
