@@ -12,7 +12,7 @@ from corral.domain.records import InstanceRec, JobRec
 from corral.domain.resources import Gpu, InstanceResources
 from corral.scheduler.codec import resources_to_json
 from corral.services.serialize import job_submission
-from corral.workers.job_container import apply_container, runtime_data, with_agent_state
+from corral.workers.jobs.container import apply_container, runtime_data, with_agent_state
 
 A100 = Gpu(name="A100", memory_mib=81920, vendor="nvidia")
 HOST = InstanceResources(cpus=8, memory_mib=65536, gpus=(A100,) * 4, spot=False, disk_size_mib=10**6)
@@ -151,7 +151,7 @@ def test_api_shows_pull_progress_only_while_pulling() -> None:
 def test_dstack_gpu_variables_give_a_blocks_job_its_share() -> None:
     from types import SimpleNamespace
 
-    from corral.workers.job_submission import job_env as _env
+    from corral.workers.jobs.submission import job_env as _env
 
     run = SimpleNamespace(project_name="main", run_spec={"repo_id": "none"})
     whole = _env(_job(blocks=1), run, _inst(total_blocks=1), "127.0.0.1", ["127.0.0.1"])

@@ -8,11 +8,11 @@ from typing import Any
 
 from test_job_container import _job
 
-from corral.workers.job_outcomes import _after_end
+from corral.workers.jobs.outcomes import after_end
 
 
 def _on(provisioning: dict[str, Any] | None) -> tuple[str, ...]:
-    return _after_end(dataclasses.replace(_job(), job_provisioning_data=provisioning))
+    return after_end(dataclasses.replace(_job(), job_provisioning_data=provisioning))
 
 
 def test_a_job_on_a_local_or_ssh_host_does_not_wake_the_volumes_worker() -> None:

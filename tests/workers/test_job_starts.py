@@ -31,7 +31,7 @@ from corral.store.migrate import upgrade
 from corral.store.plan_apply import apply_plan
 from corral.store.plan_result import JobLease
 from corral.store.tables import fleets, instances, jobs, runs
-from corral.workers.jobs import Jobs
+from corral.workers.jobs.driver import Jobs
 from store_rows import admin_and_project
 
 N_JOBS = 4
@@ -107,8 +107,8 @@ class Replica:
         self.gates: list[asyncio.Event] = []
         self.moved = asyncio.Event()
         self.loaded: tuple[list[JobRec], dict[str, InstanceRec], set[str], dict[str, RunRec]] | None = None
-        self.jobs._submit_once = self._submit_once  # type: ignore[method-assign]
-        self.jobs._follow = self._follow  # type: ignore[method-assign]
+        self.jobs.submissions.submit_once = self._submit_once  # type: ignore[method-assign]
+        self.jobs.followers.follow = self._follow  # type: ignore[method-assign]
 
     async def _gate(self) -> None:
         go = asyncio.Event()
@@ -125,16 +125,16 @@ class Replica:
             async with self.jobs.ctx.db.write() as conn:
                 ok = await run_store.update_job(conn, job.id, {"status": "running"}, expect_status=("provisioning",))
             if ok:
-                self.jobs._follow(job, inst)
+                self.jobs.followers.follow(job, inst)
             else:
-                await self.jobs._release(job.id)
+                await self.jobs.leases.release(job.id)
         finally:
             self.moved.set()
 
     def _follow(self, job: JobRec, inst: InstanceRec, conf: dict[str, Any] | None = None) -> None:
         task = asyncio.create_task(self._follower(job))
-        self.jobs._followers[job.id] = task
-        task.add_done_callback(lambda _t: self.jobs._followers.pop(job.id, None))
+        self.jobs.followers.tasks[job.id] = task
+        task.add_done_callback(lambda _t: self.jobs.followers.tasks.pop(job.id, None))
 
     async def _follower(self, job: JobRec) -> None:
         """The job runs until the test lets it end; then it is ``done`` and the lease is let go."""
@@ -142,7 +142,7 @@ class Replica:
             await self._gate()
             async with self.jobs.ctx.db.write() as conn:
                 await run_store.update_job(conn, job.id, {"status": "done"}, expect_status=("running",))
-            await self.jobs._release(job.id)
+            await self.jobs.leases.release(job.id)
         finally:
             self.moved.set()
 

@@ -17,7 +17,7 @@ import pytest
 
 from corral.domain.metrics import MetricsPoint
 from corral.store import metrics as metrics_store
-from corral.workers import job_utilization
+from corral.workers.jobs import utilization as job_utilization
 from server_harness import fleet_body, get_run, make_settings, running_server, task_body, wait_for
 
 GPU = {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB..", "gpu": 1}

@@ -172,7 +172,7 @@ def _job_status_message(j: JobRec) -> str:
 
 def job_submission(j: JobRec, idle_limit: int | None = None) -> dict[str, Any]:
     runtime = dict(j.job_runtime_data) if j.job_runtime_data is not None else None
-    # the pull's progress rides in the runtime data (workers/job_container.py); dstack has it alongside
+    # the pull's progress rides in the runtime data (workers/jobs/container.py); dstack has it alongside
     pull_progress = runtime.pop("image_pull_progress", None) if runtime is not None else None
     return {
         "id": j.id,

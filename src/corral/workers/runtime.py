@@ -10,7 +10,7 @@ from corral.context import Context, WorkerName
 from corral.store.notify import PgNotifier
 from corral.workers.hosts import Hosts
 from corral.workers.instances import Instances
-from corral.workers.jobs import Jobs
+from corral.workers.jobs.driver import Jobs
 from corral.workers.metrics_retention import MetricsRetention
 from corral.workers.probes import Probes
 from corral.workers.runs import Runs

@@ -2,7 +2,7 @@
 
 A job that runs as a host process on a local instance -- or in a container on the host's network -- shares
 this machine's ports with everything else on it: before it starts, each of its ``ports`` is bound once
-here to learn whether it is free. Imports the standard library only.
+here to learn whether it is free. May import: the standard library only.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ through the existing channel), so before ``POST /jobs`` the server pushes each b
 once. Blobs come from the database (any replica can serve them) and are read only when the agent lacks
 them. Anything missing on the server side (a deleted repo's credentials, an archive gone) is a
 :class:`JobCodeError` with a message for the user, which fails the job.
+
+May import: corral.store (repos, encryption), corral.context, the agent client and protocol.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""A running job's ``utilization_policy``, checked by the job's follower (:mod:`corral.workers.jobs`) at
+"""A running job's ``utilization_policy``, checked by the job's follower (:mod:`corral.workers.jobs.follower`) at
 most every :data:`CHECK_EVERY_S`: its GPU utilisation samples of the last ``time_window``
 (``store.metrics.recent_gpu_utilization``, one job's indexed range) judged by dstack's rule
 (:mod:`corral.domain.utilization`). A job that stayed under the policy is asked to stop -- as a dev
 environment past its ``inactivity_duration`` is -- and ends ``terminated`` with
-``terminated_due_to_utilization_policy`` and dstack's message (:mod:`corral.workers.job_outcomes`).
+``terminated_due_to_utilization_policy`` and dstack's message (:mod:`corral.workers.jobs.outcomes`).
+
+May import: corral.domain, corral.store (metrics, runs), corral.context.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ the share's count) and the CPU and memory limits (a share only).
 
 ``image_pull_progress`` has no column of its own: it rides in the job's runtime data and the API
 serializer moves it to dstack's ``JobSubmission.image_pull_progress``.
+
+Pure. May import: corral.domain, corral.scheduler (blocks, codec) and the agent's protocol.
 """
 
 from __future__ import annotations

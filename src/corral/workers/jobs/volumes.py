@@ -3,6 +3,8 @@ AttachVolume on the first free device name (``/dev/sdf``...), waited until EC2 s
 attachment recorded on the volume (its device name, the job it serves) -- the agent then finds, formats if
 new and mounts it. A volume still attached for an earlier job (its detach, by the volumes worker, not
 done yet) makes the job wait (:class:`NotYet`); one that cannot be attached fails it (:class:`AttachError`).
+
+May import: corral.backends.aws, corral.store.volumes, corral.context, corral.workers.volumes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The follower's long poll of a job's agent: new output, a change of state, and the job's resource samples,
 cut short when the follower is poked (a stop to send now).
 
-Imports ``backends`` (the agent client) and the agent's protocol.
+May import: corral.backends (the agent client) and the agent's protocol.
 """
 
 from __future__ import annotations

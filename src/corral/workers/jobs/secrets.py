@@ -4,7 +4,7 @@ keep the references, so no value reaches the database), and the values its outpu
 (:mod:`corral.domain.log_masking`) before it is stored.
 
 A reference that cannot be resolved (the secret was deleted while the job waited) ends the job
-``terminated_by_server`` with dstack's "Secrets interpolation error: ...". Imports: the domain's
+``terminated_by_server`` with dstack's "Secrets interpolation error: ...". May import: the domain's
 interpolation, the store's secrets and encryption.
 """
 

@@ -1,0 +1,212 @@
+"""How a job's end, and what comes before it, is recorded: the pull's progress, an agent that stopped answering
+(``instance_unreachable`` past ``agent_unreachable_timeout``), and the job's end, mapped to dstack's statuses and
+termination reasons (its instance released for the next job). A job whose last reply holds its whole remaining
+output ends in one transaction: the output's tail, its resource samples, its end and the release of this
+replica's lease (:class:`Tail`).
+
+The mapping of an end to dstack's status, reason and message is pure (:func:`end_of`); :class:`JobOutcomes` is
+the component the jobs driver holds that writes it, and wakes what a job's end concerns.
+
+May import: corral.domain, corral.store, corral.context, corral.workers.job_metrics and the container side of
+this package (:mod:`corral.workers.jobs.container`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from corral.agent.protocol import JobState
+from corral.context import Context, WakeUp
+from corral.domain.metrics import MetricsPoint
+from corral.domain.records import JobRec
+from corral.domain.statuses import ACTIVE_JOB, HOLDING_JOB
+from corral.store import fleets as fleet_store
+from corral.store import leases
+from corral.store import runs as run_store
+from corral.store.fleets import dump
+from corral.store.tables import jobs as jobs_table
+from corral.workers import job_metrics
+from corral.workers.jobs.container import with_agent_state
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The rest of a finished job's output (the agent's last reply held all of it), stored with its end."""
+
+    #: This replica's lease on the job: the output is stored only while it holds, and it is released after.
+    token: str
+    entries: Sequence[tuple[float, int, bytes]]
+    next_offset: int
+    points: Sequence[MetricsPoint] = ()
+    metrics_after: int = 0
+
+
+@dataclass(frozen=True)
+class End:
+    """A job's end as dstack records it."""
+
+    status: str
+    reason: str
+    message: str | None
+
+
+#: Backends whose instances never have network volumes attached (EBS volumes attach to aws instances only).
+_NO_NETWORK_VOLUMES = frozenset({"local", "ssh", "remote"})
+
+#: The stops the server asks for (``jobs.stop_requested``) and how the job ends: status, reason, and whether the
+#: message is the one recorded with the stop request (else the fixed one given here, or the agent's).
+_STOPS: dict[str, tuple[str, str, str | None, bool]] = {
+    "abort": ("aborted", "aborted_by_user", None, False),
+    # its replica is submitted again (workers/runs.py)
+    "resubmit": ("terminated", "terminated_by_server", "Run is to be resubmitted", False),
+    # another job of its run failed for good (workers/runs.py)
+    "server": ("terminated", "terminated_by_server", "Stopped: another job of the run failed", False),
+    # a service replica drained and stopped (workers/service_scaling.py)
+    "scaled_down": ("terminated", "scaled_down", "scaled down", False),
+    # a dev environment idle past its inactivity_duration (workers/jobs/follower.py)
+    "inactivity": ("terminated", "inactivity_duration_exceeded", None, True),
+    # another run took its place (workers/scheduling_preemption.py)
+    "preempted": ("failed", "interrupted_by_no_capacity", None, True),
+    # its GPUs stayed under its utilization_policy (workers/jobs/utilization.py)
+    "utilization": ("terminated", "terminated_due_to_utilization_policy", None, True),
+}
+
+
+def after_end(job: JobRec) -> tuple[WakeUp, ...]:
+    """The workers a job's end wakes besides the runs worker (for its run, :meth:`JobOutcomes.ended`): the
+    scheduler (the capacity it freed), and the volumes worker (to detach the volumes it had) unless its
+    instance cannot have any -- a drain of short jobs on local or SSH hosts would otherwise run a volumes pass
+    per job for nothing."""
+    backend = (job.job_provisioning_data or {}).get("corral_backend")
+    if backend in _NO_NETWORK_VOLUMES:
+        return ("scheduler",)
+    return ("scheduler", "volumes")
+
+
+def end_of(job: JobRec, state: JobState, stopped: str | None, executor_error: bool = False) -> End:
+    """How ``job`` ends, from the agent's last ``state`` and the stop the server asked for (``stopped``)."""
+    if stopped:
+        status, reason, fixed, recorded = _STOPS.get(stopped, ("terminated", "terminated_by_user", None, False))
+        message = job.termination_reason_message if recorded else fixed if fixed is not None else state.message
+        return End(status, reason, message)
+    exit_status, message = state.exit_status, state.message
+    if state.termination_reason == "terminated_by_server":  # e.g. a secret it needs is gone
+        return End("terminated", "terminated_by_server", message)
+    if state.state == "done" and (exit_status or 0) == 0:
+        return End("done", "done_by_runner", message)
+    if state.termination_reason == "max_duration_exceeded":
+        return End("terminated", "max_duration_exceeded", message)
+    if state.termination_reason == "ports_binding_failed":
+        return End("failed", "ports_binding_failed", message)
+    if state.termination_reason == "setup_failed":
+        # The repo or `files` could not be set up (dstack's runner reports this the same way).
+        return End("failed", "container_exited_with_error", message)
+    if state.state == "failed" and exit_status is None:
+        # The agent could not start the job at all (no container runtime for `image`, agent restart).
+        reason = "executor_error" if executor_error or state.termination_reason else "creating_container_error"
+        return End("failed", reason, message)
+    if message is None and exit_status is not None:
+        message = f"The job exited with code {exit_status}"
+    return End("failed", "container_exited_with_error", message)
+
+
+class JobOutcomes:
+    """Writes what the agent reports of a job, and its end, for the jobs driver's submissions and followers."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def ended(self, job: JobRec) -> None:
+        """Wake what a job's end concerns: its run's status (this process's runs pass, for that run), the
+        capacity it freed and its volumes (:func:`after_end`)."""
+        self.ctx.wakeups.wake_for("runs", (job.run_id,))
+        self.ctx.wakeups.wake(*after_end(job))
+
+    async def reload(self, job_id: str) -> JobRec | None:
+        async with self.ctx.db.read() as conn:
+            return await run_store.get_job(conn, job_id)
+
+    async def pulling(self, job: JobRec, state: JobState) -> None:
+        """A job whose agent is pulling its image or starting its container: record the pull's progress,
+        and move the job to ``running`` (with its container's ports) once the container runs."""
+        data = with_agent_state(job.job_runtime_data, state)
+        values: dict[str, Any] = {"job_runtime_data": dump(data)}
+        if state.state == "running":
+            values.update(status="running", last_processed_at=time.time(), ssh_seen_at=time.time())
+        elif data == job.job_runtime_data:
+            return
+        async with self.ctx.db.write() as conn:
+            ok = await run_store.update_job(conn, job.id, values, expect_status=("pulling",))
+        if ok and state.state == "running":
+            self.ctx.wakeups.wake_for("runs", (job.run_id,))
+
+    async def runtime(self, job: JobRec, state: JobState) -> None:
+        """Record what the agent reports of a running job (its working dir once it started)."""
+        async with self.ctx.db.write() as conn:
+            await run_store.update_job(
+                conn, job.id, {"job_runtime_data": dump(with_agent_state(job.job_runtime_data, state))}
+            )
+
+    async def unreachable(self, job: JobRec) -> bool:
+        """Record that the job's agent did not answer; True once that lasted past ``agent_unreachable_timeout``
+        (the job failed ``instance_unreachable``)."""
+        now = time.time()
+        if job.disconnected_at is None:
+            async with self.ctx.db.write() as conn:
+                await run_store.update_job(conn, job.id, {"disconnected_at": now})
+            return False
+        if now - job.disconnected_at < self.ctx.settings.agent_unreachable_timeout:
+            return False
+        values = {
+            "status": "failed",
+            "termination_reason": "instance_unreachable",
+            "termination_reason_message": "The instance's agent stopped answering",
+            "finished_at": now,
+            "last_processed_at": now,
+        }
+        async with self.ctx.db.write() as conn:
+            await run_store.update_job(conn, job.id, values, expect_status=ACTIVE_JOB)
+            if job.instance_id:
+                await fleet_store.release_instance(conn, job.instance_id, now)
+        self.ended(job)
+        return True
+
+    async def finish(
+        self,
+        job: JobRec,
+        state: JobState,
+        stopped: str | None,
+        executor_error: bool = False,
+        tail: Tail | None = None,
+    ) -> bool:
+        """Record the job's end (with ``tail``, its last output, and the lease released, in the same transaction);
+        False if ``tail``'s lease no longer held (another replica drives the job: nothing is written)."""
+        now = time.time()
+        end = end_of(job, state, stopped, executor_error)
+        values: dict[str, Any] = {
+            "status": end.status,
+            "termination_reason": end.reason,
+            "termination_reason_message": end.message,
+            # a preempted job says which run took its place (``runs/get``, ``corral ps``)
+            "status_message": end.message if stopped == "preempted" else None,
+            "exit_status": state.exit_status,
+            "finished_at": now,
+            "last_processed_at": now,
+        }
+        if tail is not None:  # the lease (held: the tail's write below checks it) goes with the end
+            values.update(lock_owner=None, lock_token=None, lock_expires_at=None)
+        async with self.ctx.db.write() as conn:
+            if tail is not None:
+                if not await run_store.append_logs_guarded(conn, job.id, tail.token, tail.entries, tail.next_offset):
+                    return False
+                await job_metrics.store(conn, job.id, list(tail.points), tail.metrics_after)
+            ok = await run_store.update_job(conn, job.id, values, expect_status=HOLDING_JOB)
+            if ok and job.instance_id:
+                await fleet_store.release_instance(conn, job.instance_id, now)
+            if tail is not None and not ok:
+                await leases.release(conn, jobs_table, job.id, tail.token)
+        self.ended(job)
+        return True
