@@ -326,7 +326,8 @@ class JobFollower:
         if isinstance(step, Finish):
             return False
         if isinstance(step, Idle):
-            await self._idle(current, step.message)
+            if not await self._idle(current, step.message):
+                await asyncio.sleep(0.5)  # it left ``running`` meanwhile: the next reload sees how
             return True
         wait = step.wait
         if isinstance(step, SendStop):
