@@ -151,7 +151,7 @@ def test_api_shows_pull_progress_only_while_pulling() -> None:
 def test_dstack_gpu_variables_give_a_blocks_job_its_share() -> None:
     from types import SimpleNamespace
 
-    from corral.workers.jobs.submission import job_env as _env
+    from corral.workers.jobs.nodes import job_env as _env
 
     run = SimpleNamespace(project_name="main", run_spec={"repo_id": "none"})
     whole = _env(_job(blocks=1), run, _inst(total_blocks=1), "127.0.0.1", ["127.0.0.1"])

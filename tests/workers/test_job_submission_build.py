@@ -13,8 +13,9 @@ from corral.agent.protocol import JobState, NetworkMount, RepoCheckout
 from corral.domain.records import RunRec
 from corral.settings import Settings
 from corral.workers.jobs.code import JobCode
-from corral.workers.jobs.outcomes import End, end_of
-from corral.workers.jobs.submission import Given, build_submission, nodes_of
+from corral.workers.jobs.nodes import nodes_of
+from corral.workers.jobs.outcomes import End, end_of, started_values
+from corral.workers.jobs.submission import Given, build_submission
 
 SETTINGS = Settings(server_dir=Path("/nonexistent"), database_url="sqlite+aiosqlite://")
 
@@ -98,3 +99,17 @@ def test_how_a_job_ends() -> None:
     assert end_of(job, failed, None, executor_error=True) == End("failed", "executor_error", None)
     setup = JobState("j", "failed", message="no repo", termination_reason="setup_failed")
     assert end_of(job, setup, None) == End("failed", "container_exited_with_error", "no repo")
+
+
+def test_what_is_recorded_of_a_start() -> None:
+    job = _job(status="provisioning")
+    run = _run({"type": "task", "image": "x"})
+    sub = build_submission(job, run, nodes_of(job, _inst(), run, [_inst()]), SETTINGS, Given({}))
+    pending = started_values(job, _inst(), sub, JobState("j", "pending"), ("server", 2222), 5.0)
+    assert pending["status"] == "pulling" and pending["ssh_seen_at"] == 5.0
+    assert (pending["job_provisioning_data"]["hostname"], pending["job_provisioning_data"]["ssh_port"]) == (
+        "server",
+        2222,
+    )
+    running = started_values(job, _inst(), sub, JobState("j", "running"), None, 5.0)
+    assert running["status"] == "running" and running["job_provisioning_data"]["hostname"] == "h"

@@ -1,14 +1,14 @@
-"""How a job's end, and what comes before it, is recorded: the pull's progress, an agent that stopped answering
-(``instance_unreachable`` past ``agent_unreachable_timeout``), and the job's end, mapped to dstack's statuses and
-termination reasons (its instance released for the next job). A job whose last reply holds its whole remaining
-output ends in one transaction: the output's tail, its resource samples, its end and the release of this
-replica's lease (:class:`Tail`).
+"""How a job's end, and what comes before it, is recorded: its start (what the agent answered its submission), the
+pull's progress, an agent that stopped answering (``instance_unreachable`` past ``agent_unreachable_timeout``),
+and the job's end, mapped to dstack's statuses and termination reasons (its instance released for the next job).
+A job whose last reply holds its whole remaining output ends in one transaction: the output's tail, its resource
+samples, its end and the release of this replica's lease (:class:`Tail`).
 
-The mapping of an end to dstack's status, reason and message is pure (:func:`end_of`); :class:`JobOutcomes` is
+What is recorded is decided by pure functions (:func:`started_values`, :func:`end_of`); :class:`JobOutcomes` is
 the component the jobs driver holds that writes it, and wakes what a job's end concerns.
 
-May import: corral.domain, corral.store, corral.context, corral.workers.job_metrics and the container side of
-this package (:mod:`corral.workers.jobs.container`).
+May import: corral.domain, corral.schemas.wire, corral.store, corral.context, corral.workers.job_metrics and the
+container side of this package (:mod:`corral.workers.jobs.container`).
 """
 
 from __future__ import annotations
@@ -18,18 +18,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from corral.agent.protocol import JobState
+from corral.agent.protocol import JobState, JobSubmission
 from corral.context import Context, WakeUp
 from corral.domain.metrics import MetricsPoint
-from corral.domain.records import JobRec
+from corral.domain.records import InstanceRec, JobRec
 from corral.domain.statuses import ACTIVE_JOB, HOLDING_JOB
+from corral.schemas import wire
 from corral.store import fleets as fleet_store
 from corral.store import leases
 from corral.store import runs as run_store
 from corral.store.fleets import dump
 from corral.store.tables import jobs as jobs_table
 from corral.workers import job_metrics
-from corral.workers.jobs.container import with_agent_state
+from corral.workers.jobs.container import runtime_data, with_agent_state
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,52 @@ def end_of(job: JobRec, state: JobState, stopped: str | None, executor_error: bo
     if message is None and exit_status is not None:
         message = f"The job exited with code {exit_status}"
     return End("failed", "container_exited_with_error", message)
+
+
+def sandbox_message(state: JobState) -> str | None:
+    """The job's status message when its agent runs it without a sandbox (saying why)."""
+    return state.sandbox.message if state.sandbox is not None else None
+
+
+def provisioning_data(inst: InstanceRec, job_id: str, ssh: tuple[str, int] | None) -> dict[str, Any]:
+    """dstack's ``job_provisioning_data``: the SSH fields in its ``dockerized`` layout, where ``hostname``
+    and ``ssh_port`` are the server's SSH endpoint and ``username`` names the job (:mod:`corral.sshd`);
+    ``internal_ip`` is the instance's own address."""
+    return {
+        "backend": "remote",
+        "corral_backend": inst.backend,
+        "corral_instance": inst.name,
+        "instance_type": wire.instance_type(inst.offer),
+        "instance_id": inst.id,
+        "hostname": ssh[0] if ssh is not None else inst.hostname or "127.0.0.1",
+        "internal_ip": inst.hostname or "127.0.0.1",
+        "region": inst.region or "local",
+        "price": inst.price or 0.0,
+        "username": job_id,
+        "ssh_port": ssh[1] if ssh is not None else None,
+        "dockerized": True,
+        "ssh_proxy": None,
+        "backend_data": None,
+    }
+
+
+def started_status(sub: JobSubmission, state: JobState) -> str:
+    """The status of a job its agent just took: ``pulling`` while its image is pulled."""
+    return "pulling" if state.state == "pending" and sub.image else "running"
+
+
+def started_values(
+    job: JobRec, inst: InstanceRec, sub: JobSubmission, state: JobState, ssh: tuple[str, int] | None, now: float
+) -> dict[str, Any]:
+    """What is recorded of a job its agent just took (``state``: the agent's answer)."""
+    return {
+        "status": started_status(sub, state),
+        "last_processed_at": now,
+        "ssh_seen_at": now,  # a dev environment's inactivity runs from its start
+        "job_provisioning_data": provisioning_data(inst, job.id, ssh),
+        "job_runtime_data": with_agent_state(runtime_data(sub, job.job_spec.get("working_dir")), state),
+        "status_message": sandbox_message(state),
+    }
 
 
 class JobOutcomes:

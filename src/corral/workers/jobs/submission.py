@@ -3,13 +3,15 @@ from the job, its run, its replica's nodes (:class:`Nodes`) and what was gathere
 secrets filled in, its network volumes attached, its code), and the act step that gathers those, hands the
 submission to the agent and records the start (:class:`Submissions`, held by the jobs driver).
 
-The submission's container side is :mod:`corral.workers.jobs.container`'s, its code
-:mod:`corral.workers.jobs.code`'s, its network volumes :mod:`corral.workers.jobs.volumes`'s and its secrets
-:mod:`corral.workers.jobs.secrets`'s. A job started here is handed to its follower with its first poll sent
+The submission's nodes and their environment are :mod:`corral.workers.jobs.nodes`'s, its container side
+:mod:`corral.workers.jobs.container`'s, its code :mod:`corral.workers.jobs.code`'s, its network volumes
+:mod:`corral.workers.jobs.volumes`'s and its secrets :mod:`corral.workers.jobs.secrets`'s; what is recorded of the
+start :mod:`corral.workers.jobs.outcomes`'s. A job started here is handed to its follower with its first poll sent
 already (:class:`corral.workers.jobs.follower.Started`).
 
 May import: corral.domain, corral.schemas.wire, corral.store, corral.context, corral.settings, the agent client and
-protocol, and this package's container, code, volumes, secrets, ports, utilization, leases, outcomes and follower.
+protocol, and this package's nodes, container, code, volumes, secrets, ports, utilization, leases, outcomes and
+follower.
 """
 
 from __future__ import annotations
@@ -30,8 +32,6 @@ from corral.domain.documents import run_configuration
 from corral.domain.interpolation import InterpolationError
 from corral.domain.node_groups import addresses_view, fill_refs
 from corral.domain.records import InstanceRec, JobRec, RunRec
-from corral.domain.statuses import READY_INSTANCE
-from corral.schemas import wire
 from corral.settings import Settings
 from corral.store import fleets as fleet_store
 from corral.store import runs as run_store
@@ -39,38 +39,17 @@ from corral.store.fleets import dump
 from corral.store.run_secrets import opened_auth
 from corral.workers.jobs import secrets, utilization, volumes
 from corral.workers.jobs.code import JobCode, JobCodeError, job_code, push_blobs
-from corral.workers.jobs.container import apply_container, runtime_data, with_agent_state
+from corral.workers.jobs.container import apply_container
 from corral.workers.jobs.follower import Followers, Started, known_state
 from corral.workers.jobs.leases import JobLeases
-from corral.workers.jobs.outcomes import JobOutcomes
+from corral.workers.jobs.nodes import Nodes, job_env, nodes_of
+from corral.workers.jobs.outcomes import JobOutcomes, started_status, started_values
 from corral.workers.jobs.ports import ports_message, taken_ports
 
 log = logging.getLogger("corral.jobs")
 SERVER = "terminated_by_server"
 
 # -- the pure build ---------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Nodes:
-    """The nodes of a job's replica (a service's other replicas are not its nodes), in rank order."""
-
-    #: The job's own instance.
-    inst: InstanceRec
-    jobs: tuple[JobRec, ...]
-    #: Each node's address: its host's, or on one host its sandbox's.
-    ips: tuple[str, ...]
-    #: Each node's GPUs (node groups may differ).
-    gpus: tuple[int, ...]
-    #: The nodes share one host (the local backend): they meet at their sandboxes' addresses; across hosts they
-    #: keep the hosts' network, where they reach each other.
-    one_host: bool = False
-    #: Every node can be given its nodes' addresses (on one host, a node still starting has none yet).
-    ready: bool = True
-
-    @property
-    def master_ip(self) -> str:
-        return self.ips[0] if self.ips else "127.0.0.1"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,28 +66,6 @@ class Given:
     code: JobCode = dataclasses.field(default_factory=lambda: JobCode(repo=None))
     #: Why its code cannot be given (the job fails ``setup_failed``), once the checks before it passed.
     code_error: str | None = None
-
-
-def nodes_of(job: JobRec, inst: InstanceRec, run: RunRec, insts: list[InstanceRec]) -> Nodes:
-    """The nodes of ``job``'s replica, from its run's jobs and their instances ``insts``."""
-    ordered = sorted(
-        (j for j in run.jobs if j.submission_num == job.submission_num and j.replica_num == job.replica_num),
-        key=lambda j: j.job_num,
-    )
-    ips = {i.id: "127.0.0.1" if i.backend == "local" else (i.hostname or "") for i in insts}
-    by_id = {i.id: i for i in insts}
-    one_host = len(ordered) > 1 and all(i.backend == "local" for i in insts)
-    ready = not one_host or all(
-        (x := by_id.get(j.instance_id or "")) is not None and x.agent and x.status in READY_INSTANCE for j in ordered
-    )
-    return Nodes(
-        inst=inst,
-        jobs=tuple(ordered),
-        ips=tuple(ips.get(j.instance_id or "", "") for j in ordered),
-        gpus=tuple(job_gpus(j, by_id[j.instance_id]) if j.instance_id in by_id else 0 for j in ordered),
-        one_host=one_host,
-        ready=ready,
-    )
 
 
 def build_submission(job: JobRec, run: RunRec, nodes: Nodes, settings: Settings, given: Given) -> JobSubmission:
@@ -142,93 +99,6 @@ def build_submission(job: JobRec, run: RunRec, nodes: Nodes, settings: Settings,
     )
     apply_container(sub, job, conf, nodes.inst, settings.default_image, nodes=len(nodes.jobs))
     return sub
-
-
-def job_gpus(job: JobRec, inst: InstanceRec) -> int:
-    """The GPUs ``job`` has on ``inst``: all of them, or its share of an instance split into blocks."""
-    resources = (inst.offer or {}).get("resources", {})
-    gpus = len(resources.get("gpus") or [])
-    total = inst.total_blocks or 1
-    return gpus // total * job.blocks if total > 1 else gpus
-
-
-def job_env(
-    job: JobRec,
-    run: Any,
-    inst: InstanceRec,
-    master_ip: str,
-    nodes_ips: list[str],
-    env: Mapping[str, Any] | None = None,
-    nodes_gpus: list[int] | None = None,
-) -> dict[str, str]:
-    """The job's environment: its ``env`` (``env``: with its secrets filled in) and dstack's variables.
-    ``nodes_gpus``: each node's GPUs (node groups may differ); ``DSTACK_GPUS_NUM`` is their sum."""
-    spec = job.job_spec
-    gpus_here = job_gpus(job, inst)
-    nodes = int(spec.get("jobs_per_replica") or 1)
-    env = dict(spec.get("env") or {}) if env is None else dict(env)
-    env.update(
-        {
-            "DSTACK_RUN_NAME": job.run_name,
-            "DSTACK_RUN_ID": job.run_id,
-            "DSTACK_JOB_ID": job.id,
-            "DSTACK_PROJECT": run.project_name,
-            "DSTACK_NODE_RANK": str(job.job_num),
-            "DSTACK_NODES_NUM": str(nodes),
-            "DSTACK_MASTER_NODE_IP": master_ip,
-            "DSTACK_NODES_IPS": "\n".join(nodes_ips),
-            "DSTACK_GPUS_PER_NODE": str(gpus_here),
-            "DSTACK_GPUS_NUM": str(sum(nodes_gpus) if nodes_gpus else gpus_here * nodes),
-            "DSTACK_REPO_ID": str(run.run_spec.get("repo_id") or "none"),
-        }
-    )
-    return env  # the agent adds DSTACK_REPO_DIR and DSTACK_WORKING_DIR (it knows where they are)
-
-
-def sandbox_message(state: JobState) -> str | None:
-    """The job's status message when its agent runs it without a sandbox (saying why)."""
-    return state.sandbox.message if state.sandbox is not None else None
-
-
-def provisioning_data(inst: InstanceRec, job_id: str, ssh: tuple[str, int] | None) -> dict[str, Any]:
-    """dstack's ``job_provisioning_data``: the SSH fields in its ``dockerized`` layout, where ``hostname``
-    and ``ssh_port`` are the server's SSH endpoint and ``username`` names the job (:mod:`corral.sshd`);
-    ``internal_ip`` is the instance's own address."""
-    return {
-        "backend": "remote",
-        "corral_backend": inst.backend,
-        "corral_instance": inst.name,
-        "instance_type": wire.instance_type(inst.offer),
-        "instance_id": inst.id,
-        "hostname": ssh[0] if ssh is not None else inst.hostname or "127.0.0.1",
-        "internal_ip": inst.hostname or "127.0.0.1",
-        "region": inst.region or "local",
-        "price": inst.price or 0.0,
-        "username": job_id,
-        "ssh_port": ssh[1] if ssh is not None else None,
-        "dockerized": True,
-        "ssh_proxy": None,
-        "backend_data": None,
-    }
-
-
-def started_status(sub: JobSubmission, state: JobState) -> str:
-    """The status of a job its agent just took: ``pulling`` while its image is pulled."""
-    return "pulling" if state.state == "pending" and sub.image else "running"
-
-
-def started_values(
-    job: JobRec, inst: InstanceRec, sub: JobSubmission, state: JobState, ssh: tuple[str, int] | None, now: float
-) -> dict[str, Any]:
-    """What is recorded of a job its agent just took (``state``: the agent's answer)."""
-    return {
-        "status": started_status(sub, state),
-        "last_processed_at": now,
-        "ssh_seen_at": now,  # a dev environment's inactivity runs from its start
-        "job_provisioning_data": provisioning_data(inst, job.id, ssh),
-        "job_runtime_data": with_agent_state(runtime_data(sub, job.job_spec.get("working_dir")), state),
-        "status_message": sandbox_message(state),
-    }
 
 
 def ports_taken(conf: dict[str, Any], sub: JobSubmission, sandboxed: bool) -> list[int]:
