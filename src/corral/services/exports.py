@@ -12,8 +12,6 @@ import time
 import uuid
 from typing import Any
 
-import sqlalchemy.exc
-
 from corral.context import Context
 from corral.domain import access
 from corral.domain.records import ProjectRec, UserRec
@@ -23,6 +21,7 @@ from corral.store import accounts as account_store
 from corral.store import exports as store
 from corral.store import fleets as fleet_store
 from corral.store import project_state
+from corral.store.errors import Conflict
 from corral.store.exports import ExportRec
 
 
@@ -123,7 +122,7 @@ async def create(ctx: Context, project: ProjectRec, user: UserRec, body: dict[st
                     "created_at": time.time(),
                 },
             )
-        except sqlalchemy.exc.IntegrityError:
+        except Conflict:
             raise ResourceExists(f"Export {name} already exists") from None
         for pid in importers:
             await store.add_importer(conn, str(uuid.uuid4()), export_id, pid)

@@ -8,7 +8,6 @@ import time
 import uuid
 from typing import Any
 
-import sqlalchemy.exc
 from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
@@ -29,6 +28,7 @@ from corral.services.errors import ResourceExists, ResourceNotExists, ServiceErr
 from corral.store import events
 from corral.store import fleets as store
 from corral.store.encryption import cipher_for
+from corral.store.errors import Conflict
 from corral.store.fleets import dump
 
 _ADJ = (
@@ -260,7 +260,7 @@ async def apply(
                         "spec": stored,
                     },
                 )
-            except sqlalchemy.exc.IntegrityError:
+            except Conflict:
                 raise ResourceExists(f"Fleet {name} already exists") from None
             await events.emit(conn, "Fleet created. Status: ACTIVE", actor, [fleet_target(project.id, fleet_id, name)])
         fleet = await store.get_fleet(conn, project.id, fleet_id=fleet_id)

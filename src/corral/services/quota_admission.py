@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from corral.context import Context
 from corral.domain.records import ProjectRec
 from corral.services.errors import ServiceError
+from corral.store.db import Connection
 
 
 async def check(ctx: Context, project: ProjectRec, nodes: int, job_spec: dict[str, Any] | None) -> None:
@@ -21,7 +20,7 @@ async def check(ctx: Context, project: ProjectRec, nodes: int, job_spec: dict[st
         await check_in(conn, project, nodes, job_spec)
 
 
-async def check_in(conn: AsyncConnection, project: ProjectRec, nodes: int, job_spec: dict[str, Any] | None) -> None:
+async def check_in(conn: Connection, project: ProjectRec, nodes: int, job_spec: dict[str, Any] | None) -> None:
     """:func:`check`, with the project's policy read on ``conn`` (the transaction that submits the run)."""
     if job_spec is None:
         return

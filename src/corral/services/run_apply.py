@@ -10,8 +10,6 @@ import time
 import uuid
 from typing import Any
 
-import sqlalchemy.exc
-
 from corral.config import run_spec
 from corral.context import Context
 from corral.domain.events import job_target, run_target
@@ -34,6 +32,7 @@ from corral.services.job_specs import check_volumes
 from corral.services.runs import SUPPORTED_TYPES, derive_job_specs
 from corral.store import events, run_secrets
 from corral.store import runs as store
+from corral.store.errors import Conflict
 from corral.store.fleets import dump
 
 log = logging.getLogger("corral.runs")
@@ -179,7 +178,7 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
             # the response is built from what was written: no read-back inside the write lock
             run = store.new_run_rec(run_values, job_values, project.name, user.name)
             break
-        except sqlalchemy.exc.IntegrityError:
+        except Conflict:
             if explicit:
                 raise ServiceError(f"Run {explicit} already exists", code="resource_exists") from None
             continue

@@ -18,8 +18,6 @@ import secrets
 import uuid
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from corral.backends.base import AgentEndpoint
 from corral.backends.ssh_conn import private_key_problem
 from corral.backends.ssh_secrets import seal_connection, seal_spec
@@ -28,6 +26,7 @@ from corral.domain.ssh_keys import public_halves
 from corral.domain.statuses import READY_INSTANCE, UNFINISHED_INSTANCE
 from corral.services.errors import ServiceError
 from corral.store import fleets as store
+from corral.store.db import Connection
 from corral.store.encryption import Cipher, seal
 
 #: Fleet fields that only choose cloud offers (dstack's ``BackendFleetConfiguraionProps``).
@@ -152,9 +151,7 @@ def _connection(inst: InstanceRec) -> dict[str, Any]:
     return dict((inst.agent or {}).get("connection") or {})
 
 
-async def check_not_in_other_fleets(
-    conn: AsyncConnection, connections: list[dict[str, Any]], fleet_id: str | None
-) -> None:
+async def check_not_in_other_fleets(conn: Connection, connections: list[dict[str, Any]], fleet_id: str | None) -> None:
     """A host belongs to one fleet at a time (as in dstack)."""
     taken = {
         host_id(_connection(i))
@@ -206,7 +203,7 @@ def same_spec(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 async def sync_hosts(
-    conn: AsyncConnection,
+    conn: Connection,
     fleet: FleetRec,
     connections: list[dict[str, Any]],
     now: float,
@@ -278,7 +275,7 @@ async def sync_hosts(
     return changed
 
 
-async def prepare(conn: AsyncConnection, spec: dict[str, Any], current: FleetRec | None) -> list[dict[str, Any]] | None:
+async def prepare(conn: Connection, spec: dict[str, Any], current: FleetRec | None) -> list[dict[str, Any]] | None:
     """The hosts' connections of an SSH fleet spec after every check (400s); None for a cloud fleet."""
     if not is_ssh(spec):
         return None

@@ -14,7 +14,6 @@ import json
 import time
 from typing import Any
 
-import sqlalchemy.exc
 from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
@@ -26,6 +25,7 @@ from corral.services.errors import ResourceExists, ResourceNotExists, ServiceErr
 from corral.services.fleets import random_name
 from corral.store import project_state
 from corral.store import volumes as store
+from corral.store.errors import Conflict
 
 #: The backends corral makes volumes on.
 VOLUME_BACKENDS = ("aws",)
@@ -114,7 +114,7 @@ async def create(ctx: Context, project: ProjectRec, user: UserRec, raw: Any) -> 
                 raise ResourceExists("Resource exists")
             try:
                 vid = await store.create(conn, project.id, user.id, name, {**conf, "name": name}, time.time())
-            except sqlalchemy.exc.IntegrityError:  # made meanwhile by another request
+            except Conflict:  # made meanwhile by another request
                 if conf.get("name") is not None:
                     raise ResourceExists("Resource exists") from None
                 continue

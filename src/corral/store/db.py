@@ -18,13 +18,18 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from corral.store import deferred, sqlite_inline
+from corral.store.errors import Conflict
+
+#: The connection of an open transaction (``Database.read()``/``write()``), as code outside ``store`` names it
+#: when it hands one on to the store's functions.
+Connection: TypeAlias = AsyncConnection
 
 #: The engines' execution option that tells the event recorder (``store/events.py``) how long events are kept.
 EVENTS_TTL_OPTION = "corral_events_ttl"
@@ -160,16 +165,24 @@ class Database:
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction; the rows its statements add to events (``store/deferred.py``) are inserted
-        together just before it commits."""
+        together just before it commits. A unique key taken meanwhile, by a statement or at the commit, raises
+        :class:`~corral.store.errors.Conflict` once the transaction has rolled back."""
         # the connection is taken before SQLite's lock and given back after it: the lock covers only the
         # transaction, since every round trip under it makes the other writers wait
-        async with self._connection(self._write) as conn, self._write_lock or contextlib.nullcontext(), conn.begin():
-            deferred.open_buffer(conn)
-            try:
-                yield conn
-                await deferred.flush(conn)
-            finally:
-                deferred.close_buffer(conn)
+        try:
+            async with (
+                self._connection(self._write) as conn,
+                self._write_lock or contextlib.nullcontext(),
+                conn.begin(),
+            ):
+                deferred.open_buffer(conn)
+                try:
+                    yield conn
+                    await deferred.flush(conn)
+                finally:
+                    deferred.close_buffer(conn)
+        except sa.exc.IntegrityError as e:
+            raise Conflict(str(e.orig)) from e
 
     async def dispose(self) -> None:
         for idle in self._idle.values():

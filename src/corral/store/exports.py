@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.store.errors import Conflict
 from corral.store.tables import export_importers, exported_fleets, exports, fleets, projects
 
 
@@ -80,7 +81,11 @@ async def exports_imported_by(conn: AsyncConnection, project_id: str) -> list[Ex
 
 
 async def insert_export(conn: AsyncConnection, values: dict[str, Any]) -> None:
-    await conn.execute(sa.insert(exports).values(**values))
+    """A new export; :class:`~corral.store.errors.Conflict` if the project has one of that name already."""
+    try:
+        await conn.execute(sa.insert(exports).values(**values))
+    except sa.exc.IntegrityError as e:
+        raise Conflict(str(e.orig)) from e
 
 
 async def update_export(conn: AsyncConnection, export_id: str, values: dict[str, Any]) -> None:

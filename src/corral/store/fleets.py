@@ -18,6 +18,7 @@ from corral.domain.documents import json_default
 from corral.domain.events import instance_target
 from corral.domain.records import FleetRec, InstanceRec
 from corral.domain.statuses import ENDING_INSTANCE, FLEET_STATUS, INSTANCE_STATUS, UNFINISHED_JOB
+from corral.store.errors import Conflict
 from corral.store.events import emit, tracked_update, tracked_update_by_id
 from corral.store.tables import fleets, instances, jobs, projects
 
@@ -157,7 +158,11 @@ async def get_fleet(
 
 
 async def insert_fleet(conn: AsyncConnection, values: dict[str, Any]) -> None:
-    await conn.execute(sa.insert(fleets).values(deleted=False, **values))
+    """A new fleet; :class:`~corral.store.errors.Conflict` if the project has a live one of that name."""
+    try:
+        await conn.execute(sa.insert(fleets).values(deleted=False, **values))
+    except sa.exc.IntegrityError as e:
+        raise Conflict(str(e.orig)) from e
 
 
 async def update_fleet(

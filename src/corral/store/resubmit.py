@@ -37,7 +37,8 @@ async def resubmit_replica(
     """Submit again the jobs whose latest submissions are ``latest`` (ids), once all of them have finished
     (``queued_at``: the time the new submissions keep their place in the queue by, a preempted replica's):
     while some still run, ask them to stop (they hold the capacity the new submissions need) and return
-    False. Raises ``IntegrityError`` (the caller's transaction rolls back) if another replica did it first."""
+    False. If another replica did it first, the caller's transaction rolls back and ``Database.write`` raises
+    :class:`~corral.store.errors.Conflict`."""
     rows = (await conn.execute(sa.select(jobs).where(jobs.c.id.in_(list(latest))))).all()
     if len(rows) != len(latest):
         return False

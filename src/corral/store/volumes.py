@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.volumes import SUBMITTED, VolumeRec
+from corral.store.errors import Conflict
 from corral.store.tables import projects, users, volumes
 
 _COLUMNS = (volumes, projects.c.name.label("project_name"), users.c.name.label("user_name"))
@@ -53,14 +54,18 @@ def _rec(r: Any) -> VolumeRec:
 async def create(
     conn: AsyncConnection, project_id: str, user_id: str, name: str, configuration: dict[str, Any], now: float
 ) -> str:
+    """A new volume's id; :class:`~corral.store.errors.Conflict` if the project has a live one named ``name``."""
     vid = str(uuid.uuid4())
-    await conn.execute(
-        sa.insert(volumes).values(
-            id=vid, project_id=project_id, user_id=user_id, name=name, status=SUBMITTED,
-            configuration=json.dumps(configuration), to_be_deleted=False, deleted=False, created_at=now,
-            last_processed_at=now,
-        )
-    )  # fmt: skip
+    try:
+        await conn.execute(
+            sa.insert(volumes).values(
+                id=vid, project_id=project_id, user_id=user_id, name=name, status=SUBMITTED,
+                configuration=json.dumps(configuration), to_be_deleted=False, deleted=False, created_at=now,
+                last_processed_at=now,
+            )
+        )  # fmt: skip
+    except sa.exc.IntegrityError as e:
+        raise Conflict(str(e.orig)) from e
     return vid
 
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from corral.agent.protocol import LogsReply
 from corral.domain.metrics import MetricsPoint
 from corral.store import metrics as metrics_store
+from corral.store.db import Connection
 
 log = logging.getLogger("corral.jobs")
 
@@ -39,7 +38,7 @@ def points_of(reply: LogsReply, job_name: str) -> list[MetricsPoint]:
     ]
 
 
-async def store(conn: AsyncConnection, job_id: str, points: list[MetricsPoint], cursor: int) -> int:
+async def store(conn: Connection, job_id: str, points: list[MetricsPoint], cursor: int) -> int:
     """Store the samples (in the caller's transaction); returns the cursor of the next poll."""
     if not points:
         return cursor

@@ -12,8 +12,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import sqlalchemy.exc
-
 from corral.context import Context
 from corral.domain.cron import next_trigger
 from corral.domain.retry import Submission, Verdict, needs_retry_evaluation, resubmit_at, retry_duration, verdict
@@ -29,6 +27,7 @@ from corral.domain.statuses import (
 from corral.store import resubmit as resubmit_store
 from corral.store import run_states
 from corral.store import runs as run_store
+from corral.store.errors import Conflict
 from corral.workers.service_health import is_service, plan_service
 
 log = logging.getLogger("corral.runs")
@@ -297,7 +296,7 @@ class Runs:
                     queued_at = run.submitted_at if preempted else None
                     if await resubmit_store.resubmit_replica(conn, run.id, replica, ids, now, queued_at):
                         submitted.append(replica)
-        except sqlalchemy.exc.IntegrityError:
+        except Conflict:
             return  # another server replica resubmitted it first
         if not submitted:  # its other jobs are asked to stop first; their end wakes this worker again
             self.ctx.wakeups.wake("jobs")

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import sqlalchemy.exc
 
 from corral.context import Context
 from corral.domain.autoscaling import DEFAULT_WINDOW, Scaling, desired_count
@@ -34,6 +33,7 @@ from corral.domain.rollout import Phase, ReplicaView, allocate_numbers, decide_g
 from corral.domain.statuses import FINISHED_JOB
 from corral.store import service_drains
 from corral.store import service_scaling as store
+from corral.store.errors import Conflict
 from corral.store.service_scaling import JobView, ServiceState
 
 log = logging.getLogger("corral.services")
@@ -285,7 +285,7 @@ class ServiceScaling:
                     await service_drains.forget(conn, d.stop)
                     if message_changes:
                         await store.set_message(conn, svc.run_id, d.message)
-            except sqlalchemy.exc.IntegrityError:
+            except Conflict:
                 continue  # another server replica took this step first
             if d.changes():
                 changed = True
