@@ -9,8 +9,6 @@ import logging
 import time
 from collections.abc import Callable
 
-import sqlalchemy as sa
-
 from corral.backends.base import AgentEndpoint, Compute, Provisioned, ProvisioningError
 from corral.context import Context
 from corral.domain.events import instance_target
@@ -20,11 +18,11 @@ from corral.domain.statuses import ENDING_INSTANCE, UNFINISHED_INSTANCE
 from corral.scheduler.codec import offer_to_json, resources_to_json
 from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.store import fleets as fleet_store
-from corral.store import leases
+from corral.store import instance_outcomes, leases
 from corral.store.encryption import seal
-from corral.store.events import EXPIRED_BATCH, delete_expired, emit, tracked_update
-from corral.store.fleets import dump
-from corral.store.tables import instances, jobs
+from corral.store.events import EXPIRED_BATCH, delete_expired, emit
+from corral.store.instance_outcomes import ProvisionedInstance
+from corral.store.tables import instances
 from corral.workers.gangs import Gangs
 from corral.workers.orphans import OrphanReaper
 from corral.workers.seal_at_rest import seal_stored_secrets
@@ -131,30 +129,17 @@ class Instances:
             "token": seal(self.ctx.cipher(), provisioned.agent.token),
             "addresses": _addresses(provisioned),
         }
+        found = ProvisionedInstance(
+            agent=stored_agent,
+            hostname=provisioned.hostname,
+            offer=offer,
+            total_blocks=provisioned.total_blocks or inst.total_blocks,
+            region=offer.get("region") or inst.region,
+            price=offer["price"],
+        )
         async with self.ctx.db.write() as conn:
-            busy = await fleet_store.live_blocks_on(conn, inst.id)
-            res = await tracked_update(
-                conn,
-                instances,
-                sa.and_(leases.guard(instances, inst.id, token), instances.c.status == "pending"),
-                {
-                    "status": "busy" if busy else "idle",
-                    "busy_blocks": busy,
-                    "agent": dump(stored_agent),
-                    "hostname": provisioned.hostname,
-                    "offer": dump(offer),
-                    "started_at": now,
-                    "last_processed_at": now,
-                    "last_job_finished_at": None if busy else now,
-                    "total_blocks": provisioned.total_blocks or inst.total_blocks,
-                    "region": offer.get("region") or inst.region,
-                    "price": offer["price"],
-                    "lock_owner": None,
-                    "lock_token": None,
-                    "lock_expires_at": None,
-                },
-            )
-        if res == 0:  # lost the lease, or the instance is being terminated meanwhile
+            recorded_now = await instance_outcomes.record_provisioned(conn, inst.id, token, found, now)
+        if not recorded_now:  # lost the lease, or the instance is being terminated meanwhile
             async with self.ctx.db.read() as conn:
                 now_rec = await fleet_store.get_instance(conn, inst.id)
             recorded = (now_rec.agent or {}).get("url") if now_rec is not None else None
@@ -187,34 +172,7 @@ class Instances:
         )
         now = time.time()
         async with self.ctx.db.write() as conn:
-            await tracked_update(
-                conn,
-                instances,
-                leases.guard(instances, inst.id, token),
-                {
-                    "status": "terminated",
-                    "termination_reason": "error",
-                    "termination_reason_message": message,
-                    "finished_at": now,
-                    "last_processed_at": now,
-                    "lock_owner": None,
-                    "lock_token": None,
-                    "lock_expires_at": None,
-                },
-            )
-            await tracked_update(
-                conn,
-                jobs,
-                sa.and_(jobs.c.instance_id == inst.id, jobs.c.status.in_(("provisioning", "submitted"))),
-                {
-                    "status": "failed",
-                    "termination_reason": reason,
-                    "termination_reason_message": f"Failed to provision instance {inst.name}: {message}",
-                    "status_message": "no capacity",
-                    "finished_at": now,
-                    "last_processed_at": now,
-                },
-            )
+            await instance_outcomes.record_provisioning_failed(conn, inst.id, token, inst.name, message, reason, now)
         self.ctx.wakeups.wake("runs", "scheduler")
 
     async def _terminate(self, inst: InstanceRec) -> None:
@@ -245,32 +203,8 @@ class Instances:
         self._termination_tries.pop(inst.id, None)
         now = time.time()
         async with self.ctx.db.write() as conn:
-            await tracked_update(
-                conn,
-                instances,
-                leases.guard(instances, inst.id, token),
-                {
-                    "status": "terminated",
-                    "finished_at": now,
-                    "last_processed_at": now,
-                    "busy_blocks": 0,
-                    "lock_owner": None,
-                    "lock_token": None,
-                    "lock_expires_at": None,
-                },
-            )
-            # Jobs still bound to a terminated instance cannot go on.
-            await tracked_update(
-                conn,
-                jobs,
-                sa.and_(jobs.c.instance_id == inst.id, jobs.c.status.in_(fleet_store.LIVE_JOB_STATUSES)),
-                {
-                    "status": "terminated",
-                    "termination_reason": "terminated_by_server",
-                    "termination_reason_message": f"Instance {inst.name} was terminated",
-                    "finished_at": now,
-                },
-            )
+            # jobs still bound to a terminated instance cannot go on: they are terminated with it
+            await instance_outcomes.record_terminated(conn, inst.id, token, inst.name, now)
         log.info(
             "instance %s of fleet %s terminated%s",
             inst.name,
@@ -341,8 +275,7 @@ class Instances:
         # (their lease has expired or is cleared here, since this process is the only server on SQLite).
         async with self.ctx.db.write() as conn:
             if self.ctx.db.is_sqlite:
-                await conn.execute(sa.update(instances).values(lock_owner=None, lock_token=None, lock_expires_at=None))
-                await conn.execute(sa.update(jobs).values(lock_owner=None, lock_token=None, lock_expires_at=None))
+                await instance_outcomes.drop_all_leases(conn)
 
 
 def _addresses(p: Provisioned) -> list[str]:

@@ -15,20 +15,15 @@ import logging
 import time
 from typing import Any
 
-import sqlalchemy as sa
-
 from corral.backends.base import InterruptionSource
 from corral.context import Context
 from corral.domain.events import instance_target
-from corral.domain.statuses import READY_INSTANCE, STOPPABLE_JOB
+from corral.domain.statuses import READY_INSTANCE
 from corral.store import fleets as fleet_store
-from corral.store.events import emit, tracked_update
-from corral.store.tables import instances, jobs
+from corral.store import instance_outcomes
+from corral.store.events import emit
 
 log = logging.getLogger("corral.interruptions")
-
-#: Jobs on a lost instance that end ``interrupted_by_no_capacity`` (those already stopping just end).
-_INTERRUPTED = STOPPABLE_JOB
 
 
 class Interruptions:
@@ -69,39 +64,9 @@ class Interruptions:
     async def _record(self, inst: Any, message: str) -> bool:
         now = time.time()
         async with self.ctx.db.write() as conn:
-            changed = await tracked_update(
-                conn,
-                instances,
-                sa.and_(instances.c.id == inst.id, instances.c.status.in_(READY_INSTANCE)),
-                {
-                    "status": "terminated",
-                    "termination_reason": "error",
-                    "termination_reason_message": message,
-                    "finished_at": now,
-                    "last_processed_at": now,
-                    "busy_blocks": 0,
-                },
-            )
-            if not changed:  # corral is terminating it meanwhile, or it is gone already
-                return False
-            await tracked_update(
-                conn,
-                jobs,
-                sa.and_(jobs.c.instance_id == inst.id, jobs.c.status.in_(_INTERRUPTED)),
-                {
-                    "status": "failed",
-                    "termination_reason": "interrupted_by_no_capacity",
-                    "termination_reason_message": message,
-                    "finished_at": now,
-                    "last_processed_at": now,
-                },
-            )
-            await tracked_update(
-                conn,
-                jobs,
-                sa.and_(jobs.c.instance_id == inst.id, jobs.c.status == "terminating"),
-                {"status": "terminated", "finished_at": now, "last_processed_at": now},
-            )
+            # its running jobs end interrupted_by_no_capacity, its stopping ones end
+            if not await instance_outcomes.record_lost(conn, inst.id, message, now):
+                return False  # corral is terminating it meanwhile, or it is gone already
             await emit(conn, message, None, [instance_target(inst.project_id, inst.id, inst.name, inst.fleet_id)])
         log.warning(
             "instance %s of fleet %s: %s",

@@ -1,0 +1,172 @@
+"""What becomes of an instance, and of the jobs bound to it, when its provisioning or termination ends or its
+cloud takes it away: the writes of the instances and interruptions workers, each in the caller's transaction.
+
+A write made under the instance's lease (``store/leases.py``) is guarded by its token and clears the lease as
+it lands, so a stale worker writes nothing. Status changes are recorded as events (``tracked_update``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.statuses import READY_INSTANCE, STOPPABLE_JOB
+from corral.store import leases
+from corral.store.events import tracked_update
+from corral.store.fleets import LIVE_JOB_STATUSES, dump, live_blocks_on
+from corral.store.tables import instances, jobs
+
+#: The lease columns cleared by a write that ends the lease.
+_NO_LEASE = {"lock_owner": None, "lock_token": None, "lock_expires_at": None}
+#: Jobs on a lost instance that end ``interrupted_by_no_capacity`` (those already stopping just end).
+_INTERRUPTED = STOPPABLE_JOB
+
+
+@dataclass(frozen=True)
+class ProvisionedInstance:
+    """What provisioning found, as the instance's row keeps it."""
+
+    #: The agent's endpoint (JSON), its token already sealed.
+    agent: dict[str, Any]
+    hostname: str | None
+    #: The offer launched (JSON), with the resources found.
+    offer: dict[str, Any]
+    total_blocks: int | None
+    region: str | None
+    price: float
+
+
+async def record_provisioned(
+    conn: AsyncConnection, instance_id: str, token: str, found: ProvisionedInstance, now: float
+) -> bool:
+    """Record a provisioned instance (``idle``, or ``busy`` with the blocks its unfinished jobs hold) while its
+    lease ``token`` holds and it is still ``pending``; whether it was recorded (not: the lease was lost, or the
+    instance is being terminated meanwhile)."""
+    busy = await live_blocks_on(conn, instance_id)
+    updated = await tracked_update(
+        conn,
+        instances,
+        sa.and_(leases.guard(instances, instance_id, token), instances.c.status == "pending"),
+        {
+            "status": "busy" if busy else "idle",
+            "busy_blocks": busy,
+            "agent": dump(found.agent),
+            "hostname": found.hostname,
+            "offer": dump(found.offer),
+            "started_at": now,
+            "last_processed_at": now,
+            "last_job_finished_at": None if busy else now,
+            "total_blocks": found.total_blocks,
+            "region": found.region,
+            "price": found.price,
+            **_NO_LEASE,
+        },
+    )
+    return updated > 0
+
+
+async def record_provisioning_failed(
+    conn: AsyncConnection, instance_id: str, token: str, instance_name: str, message: str, reason: str, now: float
+) -> None:
+    """The instance (under its lease ``token``) is terminated with ``message``, and the jobs waiting for it fail
+    with ``reason``."""
+    await tracked_update(
+        conn,
+        instances,
+        leases.guard(instances, instance_id, token),
+        {
+            "status": "terminated",
+            "termination_reason": "error",
+            "termination_reason_message": message,
+            "finished_at": now,
+            "last_processed_at": now,
+            **_NO_LEASE,
+        },
+    )
+    await tracked_update(
+        conn,
+        jobs,
+        sa.and_(jobs.c.instance_id == instance_id, jobs.c.status.in_(("provisioning", "submitted"))),
+        {
+            "status": "failed",
+            "termination_reason": reason,
+            "termination_reason_message": f"Failed to provision instance {instance_name}: {message}",
+            "status_message": "no capacity",
+            "finished_at": now,
+            "last_processed_at": now,
+        },
+    )
+
+
+async def record_terminated(
+    conn: AsyncConnection, instance_id: str, token: str, instance_name: str, now: float
+) -> None:
+    """The backend confirmed the instance (under its lease ``token``) terminated: so is it, holding no blocks, and
+    so are the jobs still bound to it (they cannot go on)."""
+    await tracked_update(
+        conn,
+        instances,
+        leases.guard(instances, instance_id, token),
+        {"status": "terminated", "finished_at": now, "last_processed_at": now, "busy_blocks": 0, **_NO_LEASE},
+    )
+    await tracked_update(
+        conn,
+        jobs,
+        sa.and_(jobs.c.instance_id == instance_id, jobs.c.status.in_(LIVE_JOB_STATUSES)),
+        {
+            "status": "terminated",
+            "termination_reason": "terminated_by_server",
+            "termination_reason_message": f"Instance {instance_name} was terminated",
+            "finished_at": now,
+        },
+    )
+
+
+async def record_lost(conn: AsyncConnection, instance_id: str, message: str, now: float) -> bool:
+    """The cloud took the instance away (a spot interruption): while it is ``idle`` or ``busy`` it is terminated
+    with ``message``, its running jobs fail ``interrupted_by_no_capacity`` and its stopping ones end. Whether it
+    was recorded (not: corral is terminating it meanwhile, or it is gone already)."""
+    changed = await tracked_update(
+        conn,
+        instances,
+        sa.and_(instances.c.id == instance_id, instances.c.status.in_(READY_INSTANCE)),
+        {
+            "status": "terminated",
+            "termination_reason": "error",
+            "termination_reason_message": message,
+            "finished_at": now,
+            "last_processed_at": now,
+            "busy_blocks": 0,
+        },
+    )
+    if not changed:
+        return False
+    await tracked_update(
+        conn,
+        jobs,
+        sa.and_(jobs.c.instance_id == instance_id, jobs.c.status.in_(_INTERRUPTED)),
+        {
+            "status": "failed",
+            "termination_reason": "interrupted_by_no_capacity",
+            "termination_reason_message": message,
+            "finished_at": now,
+            "last_processed_at": now,
+        },
+    )
+    await tracked_update(
+        conn,
+        jobs,
+        sa.and_(jobs.c.instance_id == instance_id, jobs.c.status == "terminating"),
+        {"status": "terminated", "finished_at": now, "last_processed_at": now},
+    )
+    return True
+
+
+async def drop_all_leases(conn: AsyncConnection) -> None:
+    """Every instance's and job's lease is dropped: at start-up on SQLite, where this process is the only server,
+    so a lease held by a previous one died with it."""
+    await conn.execute(sa.update(instances).values(**_NO_LEASE))
+    await conn.execute(sa.update(jobs).values(**_NO_LEASE))
