@@ -192,6 +192,15 @@ class Database:
         if self._write is not self._read:
             await self._write.dispose()
 
+    async def vacuum(self) -> None:
+        """SQLite: rebuild the database file without its free pages (which may hold old values of rewritten rows)
+        and empty the WAL. Outside any transaction."""
+        async with self._write.connect() as conn:
+            raw = await conn.get_raw_connection()
+            driver: Any = raw.driver_connection
+            await driver.execute("VACUUM")
+            await driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     async def serialize(self, conn: AsyncConnection, key: int) -> None:
         """Hold a transaction-scoped lock on ``key`` (Postgres advisory lock; SQLite's write transaction
         is already exclusive), e.g. so that replicas starting together bootstrap once."""

@@ -28,26 +28,15 @@ import logging
 from typing import Any
 
 import orjson
-import sqlalchemy as sa
 
 from corral.context import Context
-from corral.domain.statuses import UNFINISHED_INSTANCE
-from corral.store.encryption import SEALED_PREFIX, Cipher, is_sealed, seal
+from corral.store import secrets_in_clear as in_clear
+from corral.store.encryption import Cipher, is_sealed, seal
 from corral.store.fleets import dump
-from corral.store.tables import instances, projects, users
 from corral.workers.seal_run_specs import seal_run_specs
 from corral.workers.ssh_keys import seal_stored_keys
 
 log = logging.getLogger("corral.secrets")
-
-_CLEAR_KEY = ("PRIVATE KEY", "PuTTY-User-Key-File")
-#: How an agent's token sealed in an instance's ``agent`` JSON reads (``store.fleets.dump``: no spaces).
-_SEALED_AGENT_TOKEN = f'"token":"{SEALED_PREFIX}'
-_LIVE = UNFINISHED_INSTANCE
-
-
-def _key_in_clear(column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
-    return sa.or_(*(column.contains(m) for m in _CLEAR_KEY))
 
 
 async def seal_stored_secrets(ctx: Context) -> int:
@@ -78,67 +67,34 @@ def _sealed_agent(cipher: Cipher, text: str) -> str | None:
 
 async def _seal_accounts_and_agents(ctx: Context) -> int:
     async with ctx.db.read() as conn:
-        user_rows = (
-            await conn.execute(
-                sa.select(users.c.id, users.c.token, users.c.ssh_private_key).where(
-                    sa.or_(sa.not_(users.c.token.startswith(SEALED_PREFIX)), _key_in_clear(users.c.ssh_private_key))
-                )
-            )
-        ).all()
-        project_rows = (
-            await conn.execute(
-                sa.select(projects.c.id, projects.c.ssh_private_key).where(_key_in_clear(projects.c.ssh_private_key))
-            )
-        ).all()
-        agent_rows = (
-            await conn.execute(
-                sa.select(instances.c.id, instances.c.agent).where(
-                    # a terminated instance's agent is gone, and its token with it: only live rows are read
-                    # (by the status index), so a start does not scan every instance ever made
-                    instances.c.status.in_(_LIVE),
-                    instances.c.agent.is_not(None),
-                    sa.not_(instances.c.agent.contains(_SEALED_AGENT_TOKEN)),
-                )
-            )
-        ).all()
+        user_rows = await in_clear.users_with_secrets_in_clear(conn)
+        project_rows = await in_clear.project_keys_in_clear(conn)
+        # a terminated instance's agent is gone, and its token with it: only live rows are read
+        agent_rows = await in_clear.live_agents_with_token_in_clear(conn)
     if not user_rows and not project_rows and not agent_rows:
         return 0
     cipher = ctx.cipher()
-    agent_updates = [(r.id, r.agent, new) for r in agent_rows if (new := _sealed_agent(cipher, r.agent)) is not None]
+    agent_updates = [
+        in_clear.Rewrite(r.row_id, r.text, new)
+        for r in agent_rows
+        if (new := _sealed_agent(cipher, r.text)) is not None
+    ]
+    project_updates = [in_clear.Rewrite(p.row_id, p.text, seal(cipher, p.text)) for p in project_rows]
     rewritten = 0
     async with ctx.db.write() as conn:
-        for r in user_rows:
-            key = r.ssh_private_key
-            q = (
-                sa.update(users)
-                .where(users.c.id == r.id, users.c.token == r.token, _same(users.c.ssh_private_key, key))
-                .values(token=seal(cipher, r.token), ssh_private_key=seal(cipher, key) if key is not None else None)
+        for u in user_rows:
+            key = u.ssh_private_key
+            rewritten += await in_clear.rewrite_user_secrets(
+                conn, u, seal(cipher, u.token), seal(cipher, key) if key is not None else None
             )
-            rewritten += (await conn.execute(q)).rowcount
-        for p in project_rows:
-            q = (
-                sa.update(projects)
-                .where(projects.c.id == p.id, projects.c.ssh_private_key == p.ssh_private_key)
-                .values(ssh_private_key=seal(cipher, p.ssh_private_key))
-            )
-            rewritten += (await conn.execute(q)).rowcount
-        for row_id, old, new in agent_updates:
-            q = sa.update(instances).where(instances.c.id == row_id, instances.c.agent == old).values(agent=new)
-            rewritten += (await conn.execute(q)).rowcount
+        rewritten += await in_clear.rewrite_project_keys(conn, project_updates)
+        rewritten += await in_clear.rewrite_instance_agents(conn, agent_updates)
     if rewritten:
         log.info("sealed the tokens and private keys of %d stored row(s) written before they were encrypted", rewritten)
     return rewritten
 
 
-def _same(column: sa.ColumnElement[Any], value: str | None) -> sa.ColumnElement[bool]:
-    return column.is_(None) if value is None else column == value
-
-
 async def _wipe_sqlite(ctx: Context) -> None:
     """Rebuild the SQLite file without the free pages that held the old values, and empty the WAL."""
-    async with ctx.db.engine.connect() as conn:
-        raw = await conn.get_raw_connection()
-        driver: Any = raw.driver_connection
-        await driver.execute("VACUUM")
-        await driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    await ctx.db.vacuum()
     log.info("vacuumed the database: no value sealed at this start is left in clear in its files")

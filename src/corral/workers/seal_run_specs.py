@@ -16,19 +16,17 @@ import time
 from typing import Any
 
 import orjson
-import sqlalchemy as sa
 
 from corral.context import Context
+from corral.store import secrets_in_clear as in_clear
 from corral.store.fleets import dump
 from corral.store.run_secrets import sealed_job_spec, sealed_run_spec
 from corral.store.server_state import get_state, set_state
-from corral.store.tables import jobs, runs
 
 log = logging.getLogger("corral.secrets")
 
 #: The ``server_state`` key recorded once the pass has run on this database.
 MARKER = "sealed_run_registry_passwords"
-_HAS_AUTH = '"registry_auth":{'
 
 
 def _resealed(text: str, seal: Any) -> str | None:
@@ -44,33 +42,24 @@ async def seal_run_specs(ctx: Context) -> int | None:
     async with ctx.db.read() as conn:
         if await get_state(conn, MARKER) is not None:
             return None
-        run_rows = (
-            await conn.execute(sa.select(runs.c.id, runs.c.run_spec).where(runs.c.run_spec.contains(_HAS_AUTH)))
-        ).all()
-        job_rows = (
-            await conn.execute(sa.select(jobs.c.id, jobs.c.job_spec).where(jobs.c.job_spec.contains(_HAS_AUTH)))
-        ).all()
+        run_rows = await in_clear.run_specs_with_registry_auth(conn)
+        job_rows = await in_clear.job_specs_with_registry_auth(conn)
     cipher = ctx.cipher()  # cheap: AES is loaded on the first encryption
     run_updates = [
-        (r.id, r.run_spec, new)
+        in_clear.Rewrite(r.row_id, r.text, new)
         for r in run_rows
-        if (new := _resealed(r.run_spec, lambda d: sealed_run_spec(cipher, d)))
+        if (new := _resealed(r.text, lambda d: sealed_run_spec(cipher, d)))
     ]
     job_updates = [
-        (r.id, r.job_spec, new)
+        in_clear.Rewrite(r.row_id, r.text, new)
         for r in job_rows
-        if (new := _resealed(r.job_spec, lambda d: sealed_job_spec(cipher, d)))
+        if (new := _resealed(r.text, lambda d: sealed_job_spec(cipher, d)))
     ]
-    rewritten = 0
     async with ctx.db.write() as conn:
         if await get_state(conn, MARKER) is not None:
             return None  # another replica ran it meanwhile
-        for row_id, old, new in run_updates:
-            q = sa.update(runs).where(runs.c.id == row_id, runs.c.run_spec == old).values(run_spec=new)
-            rewritten += (await conn.execute(q)).rowcount
-        for row_id, old, new in job_updates:
-            q = sa.update(jobs).where(jobs.c.id == row_id, jobs.c.job_spec == old).values(job_spec=new)
-            rewritten += (await conn.execute(q)).rowcount
+        rewritten = await in_clear.rewrite_run_specs(conn, run_updates)
+        rewritten += await in_clear.rewrite_job_specs(conn, job_updates)
         await set_state(conn, MARKER, "1", time.time())
     if rewritten:
         log.info(

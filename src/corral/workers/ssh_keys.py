@@ -17,19 +17,15 @@ import logging
 from typing import Any
 
 import orjson
-import sqlalchemy as sa
 
 from corral.backends.ssh_secrets import is_sealed, seal_connection, seal_spec
 from corral.context import Context
 from corral.domain.ssh_keys import connection_private_keys, spec_private_keys
+from corral.store import secrets_in_clear as in_clear
 from corral.store.encryption import Cipher, cipher_for
 from corral.store.fleets import dump
-from corral.store.tables import fleets, instances
 
 log = logging.getLogger("corral.ssh")
-
-#: What a private key in clear contains: PEM and OpenSSH keys, PuTTY's.
-_IN_CLEAR = ("PRIVATE KEY", "PuTTY-User-Key-File")
 
 
 def _in_clear(keys: list[str]) -> bool:
@@ -65,30 +61,19 @@ async def _seal_stored_keys(ctx: Context) -> int:
     async with ctx.db.read() as conn:
         # Only rows with a key in clear are read (a sealed key is base64 after `enc:v1:`): the database
         # filters, so a start costs no more as fleets and instances accumulate.
-        specs = (
-            await conn.execute(
-                sa.select(fleets.c.id, fleets.c.spec).where(sa.or_(*(fleets.c.spec.contains(m) for m in _IN_CLEAR)))
-            )
-        ).all()
-        agents = (
-            await conn.execute(
-                sa.select(instances.c.id, instances.c.agent).where(
-                    instances.c.backend == "ssh", sa.or_(*(instances.c.agent.contains(m) for m in _IN_CLEAR))
-                )
-            )
-        ).all()
+        specs = await in_clear.fleet_specs_with_keys_in_clear(conn)
+        agents = await in_clear.ssh_agents_with_keys_in_clear(conn)
     cipher = cipher_for(ctx.settings)
-    fleet_updates = [(r.id, r.spec, new) for r in specs if (new := _sealed_spec(cipher, r.spec)) is not None]
-    instance_updates = [(r.id, r.agent, new) for r in agents if (new := _sealed_agent(cipher, r.agent)) is not None]
+    fleet_updates = [
+        in_clear.Rewrite(r.row_id, r.text, new) for r in specs if (new := _sealed_spec(cipher, r.text)) is not None
+    ]
+    instance_updates = [
+        in_clear.Rewrite(r.row_id, r.text, new) for r in agents if (new := _sealed_agent(cipher, r.text)) is not None
+    ]
     if not fleet_updates and not instance_updates:
         return 0
-    rewritten = 0
     async with ctx.db.write() as conn:
-        for row_id, old, new in fleet_updates:
-            q = sa.update(fleets).where(fleets.c.id == row_id, fleets.c.spec == old).values(spec=new)
-            rewritten += (await conn.execute(q)).rowcount
-        for row_id, old, new in instance_updates:
-            q = sa.update(instances).where(instances.c.id == row_id, instances.c.agent == old).values(agent=new)
-            rewritten += (await conn.execute(q)).rowcount
+        rewritten = await in_clear.rewrite_fleet_specs(conn, fleet_updates)
+        rewritten += await in_clear.rewrite_instance_agents(conn, instance_updates)
     log.info("sealed the SSH private keys of %d stored row(s) written before keys were encrypted", rewritten)
     return rewritten
