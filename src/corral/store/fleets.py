@@ -242,6 +242,11 @@ async def list_instances_by_ids(conn: AsyncConnection, ids: Sequence[str]) -> li
     return [instance_from_row(r, r.project_name, r.fleet_name) for r in rows]
 
 
+async def instance_statuses(conn: AsyncConnection) -> dict[str, str]:
+    """Every instance's status by its id, terminated and deleted ones included."""
+    return {r.id: r.status for r in await conn.execute(sa.select(instances.c.id, instances.c.status))}
+
+
 async def update_instance(
     conn: AsyncConnection,
     instance_id: str,

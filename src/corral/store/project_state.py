@@ -122,6 +122,13 @@ async def owned_project_count(conn: AsyncConnection, user_id: str) -> int:
     return int((await conn.execute(q)).scalar_one())
 
 
+async def names_naming_backend(conn: AsyncConnection, backend: str) -> list[str]:
+    """The names of the live projects whose stored backends name ``backend`` (a text match on the stored JSON:
+    a project it lists may still not configure that backend)."""
+    q = sa.select(projects.c.name).where(projects.c.deleted.is_(False), projects.c.backends.like(f'%"{backend}"%'))
+    return list((await conn.execute(q)).scalars())
+
+
 async def live_instances_on(conn: AsyncConnection, project_id: str, backend: str) -> int:
     """How many of the project's instances on ``backend`` are not terminated."""
     q = sa.select(sa.func.count()).where(

@@ -12,12 +12,11 @@ from __future__ import annotations
 import logging
 import time
 
-import sqlalchemy as sa
-
 from corral.backends.aws.catalog import load as load_catalog
 from corral.backends.aws.gang_cleanup import sweep_groups
 from corral.context import Context
-from corral.store.tables import instances, projects
+from corral.store import fleets as fleet_store
+from corral.store import project_state
 
 log = logging.getLogger("corral.orphans")
 
@@ -37,15 +36,8 @@ class OrphanReaper:
         if compute is None:
             return 0
         async with self.ctx.db.read() as conn:
-            names = [
-                r.name
-                for r in await conn.execute(
-                    sa.select(projects.c.name, projects.c.backends).where(
-                        projects.c.deleted.is_(False), projects.c.backends.like('%"aws"%')
-                    )
-                )
-            ]
-            rows = {r.id: r.status for r in await conn.execute(sa.select(instances.c.id, instances.c.status))}
+            names = await project_state.names_naming_backend(conn, "aws")
+            rows = await fleet_store.instance_statuses(conn)
         found = 0
         for name in names:
             project = await compute.project(name)  # type: ignore[attr-defined]
