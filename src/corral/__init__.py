@@ -2,7 +2,7 @@
 
 Packages and what they may import (checked by import-linter, see pyproject.toml):
 domain (pure, imports nothing) <- everything; scheduler, config, schemas -> domain only;
-store -> domain (+ scheduler data types); api never imports store; sdk -> schemas only;
+store -> domain, scheduler, settings, and it alone imports sqlalchemy; api never imports store; sdk -> schemas only;
 cli -> sdk, config, schemas; agent -> the standard library only.
 """
 

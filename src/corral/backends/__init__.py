@@ -1,6 +1,10 @@
 """Compute providers behind a small ``Compute`` protocol (offers, create, terminate, list owned),
 and the server-side client of the host agent.
 
-May import: corral.domain, corral.agent.protocol, corral.settings (the agent client speaks HTTP/1.1 itself:
-``agent_http``).
+May import: corral.domain, corral.scheduler (offers and their codec, blocks, fallbacks), the agent's wire
+protocol (corral.agent.protocol*), corral.settings (the agent client speaks HTTP/1.1 itself: ``agent_http``).
+
+Known exceptions (listed in pyproject.toml's contract): ``local.py`` describes and splits this host and runs
+jobs in it with the agent's own modules (sandbox, resources, containers), ``ssh.py`` ships the agent's zipapp,
+and ``ssh_secrets.py`` seals SSH keys with ``store.encryption``.
 """

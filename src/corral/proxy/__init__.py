@@ -5,4 +5,6 @@ ways, least-in-flight choice, keep-alive upstream connections, one retry on anot
 An edge, like ``api``: it asks ``services`` (routes, membership) and reaches replicas through the channel
 ``backends`` has to each host (``backends.replica_port``, ``backends.http1``); never ``store`` directly.
 Imported on the first proxied request, not at start-up.
+
+May import: corral.domain, corral.services, corral.backends, corral.context.
 """

@@ -5,7 +5,8 @@ hop, whose user name names the job, and the ``<run>`` hop inside it), the sessio
 job's agent (:mod:`corral.sshd.sessions`: exec, shell with a pty, sftp and scp through the host's
 sftp-server, forwarded connections) and the job's ``/logs_ws`` websocket (:mod:`corral.sshd.logs_ws`).
 
-It is an edge, like ``api/``: it may import ``services`` (who may log in, which job, its output),
-``backends`` (the channel to the agent), ``context`` (the application context), ``settings`` and
-asyncssh -- never ``store`` directly. Nothing here is imported on the server's start path.
+It is an edge, like ``api/``: it may import ``services`` (who may log in, which job, its output), ``backends``
+(the channel to the agent), the agent's session protocol (``agent.protocol_session``), ``context`` (the
+application context), ``settings`` and asyncssh -- never ``store`` directly. Nothing here is imported on the
+server's start path.
 """

@@ -2,5 +2,10 @@
 Each one loads, decides (pure), acts (no transaction open) and applies (short transaction). The jobs worker is
 the subpackage :mod:`corral.workers.jobs` (its pass, submission, follower, leases and outcomes).
 
-May import: corral.domain, corral.scheduler, corral.store, corral.backends, corral.context, corral.settings.
+May import: corral.domain, corral.scheduler, corral.store, corral.backends, corral.context, corral.settings,
+and the agent's wire protocol (corral.agent.protocol*). No SQL: statements are the store's functions.
+
+Known exceptions (listed in pyproject.toml's contract): ``queued_jobs.py`` and ``snapshot_builder.py`` parse a
+run's stored configuration (corral.config), ``job_submission.py`` names an instance type as the REST API does
+(corral.schemas.wire), and ``runtime.py`` warms up the configuration and request models.
 """
