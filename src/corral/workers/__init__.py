@@ -5,7 +5,8 @@ the subpackage :mod:`corral.workers.jobs` (its pass, submission, follower, lease
 May import: corral.domain, corral.scheduler, corral.store, corral.backends, corral.context, corral.settings,
 and the agent's wire protocol (corral.agent.protocol*). No SQL: statements are the store's functions.
 
-Known exceptions (listed in pyproject.toml's contract): ``queued_jobs.py`` and ``snapshot_builder.py`` parse a
-run's stored configuration (corral.config), ``job_submission.py`` names an instance type as the REST API does
-(corral.schemas.wire), and ``runtime.py`` warms up the configuration and request models.
+Known exceptions (listed in pyproject.toml's contract): ``scheduling.py``, ``queued_jobs.py`` and
+``snapshot_builder.py`` read a run's typed configuration (corral.config, ``config.run_spec``),
+``jobs/outcomes.py`` names an instance type as the REST API does (corral.schemas.wire), and ``runtime.py``
+warms up the configuration and request models.
 """
