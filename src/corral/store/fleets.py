@@ -265,12 +265,26 @@ _LIVE_BLOCKS = sa.select(sa.func.coalesce(sa.func.sum(jobs.c.blocks), 0)).where(
 
 
 async def live_blocks_on(conn: AsyncConnection, instance_id: str) -> int:
-    """Blocks held by unfinished jobs on an instance, recounted from the job rows."""
+    """Blocks held by unfinished jobs on an instance, recounted from the job rows. A writer that stores the count
+    locks the instance's row first (:func:`lock_instance`), so that no job's end commits between its count and
+    its write."""
     return int((await conn.execute(_LIVE_BLOCKS, {"_id": instance_id})).scalar_one())
+
+
+_LOCK_INSTANCE = sa.select(instances.c.id).where(instances.c.id == sa.bindparam("_id")).with_for_update()
+
+
+async def lock_instance(conn: AsyncConnection, instance_id: str) -> None:
+    """Lock an instance's row for the rest of the transaction (``SELECT ... FOR UPDATE`` on Postgres; SQLite's
+    write transaction already excludes every other writer). Taken before a count of its blocks is written: a
+    count read first and written after another transaction's job end committed would leave the instance ``busy``
+    with no job on it, for good."""
+    await conn.execute(_LOCK_INSTANCE, {"_id": instance_id})
 
 
 async def release_instance(conn: AsyncConnection, instance_id: str, now: float) -> None:
     """Recount an instance's busy blocks after a job let go of it; idle when none are left."""
+    await lock_instance(conn, instance_id)  # two jobs ending at once on it: the second counts after the first
     busy = await live_blocks_on(conn, instance_id)
     values: dict[str, Any] = {"busy_blocks": busy, "last_processed_at": now}
     if busy == 0:

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.statuses import READY_INSTANCE, STOPPABLE_JOB
 from corral.store import leases
 from corral.store.events import tracked_update
-from corral.store.fleets import LIVE_JOB_STATUSES, dump, live_blocks_on
+from corral.store.fleets import LIVE_JOB_STATUSES, dump, live_blocks_on, lock_instance
 from corral.store.tables import instances, jobs
 
 #: The lease columns cleared by a write that ends the lease.
@@ -45,6 +45,7 @@ async def record_provisioned(
     """Record a provisioned instance (``idle``, or ``busy`` with the blocks its unfinished jobs hold) while its
     lease ``token`` holds and it is still ``pending``; whether it was recorded (not: the lease was lost, or the
     instance is being terminated meanwhile)."""
+    await lock_instance(conn, instance_id)  # a job's end committed meanwhile is counted, not overwritten
     busy = await live_blocks_on(conn, instance_id)
     updated = await tracked_update(
         conn,
