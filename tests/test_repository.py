@@ -51,3 +51,10 @@ def test_the_pure_core_excludes_nothing_from_coverage() -> None:
     core = [REPO / "src" / "corral" / "domain", REPO / "src" / "corral" / "scheduler"]
     found = [str(p.relative_to(REPO)) for d in core for p in d.rglob("*.py") if "pragma: no cover" in p.read_text()]
     assert not found, found
+
+
+def test_every_test_module_has_a_name_of_its_own() -> None:
+    """pytest imports test modules by their basename (``rootdir``/``pythonpath`` mode): two ``test_x.py`` in two
+    folders make the second fail to collect, which a run of one folder alone does not show."""
+    names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
