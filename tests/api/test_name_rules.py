@@ -111,7 +111,7 @@ async def test_usernames_and_project_names(server: RunningServer) -> None:
 
 
 async def test_generated_names_follow_the_rule() -> None:
-    parts = itertools.product(fleets._ADJ, fleets._NOUN)
+    parts = itertools.product(names.ADJECTIVES, names.NOUNS)
     assert all(names.resource_name_error(f"{a}-{n}-999") is None for a, n in parts)
     assert all(names.resource_name_error(fleets.random_name()) is None for _ in range(200))
     assert all(names.resource_name_error(run_apply.random_name()) is None for _ in range(200))

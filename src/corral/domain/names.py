@@ -8,6 +8,7 @@ nothing of corral.
 
 from __future__ import annotations
 
+import random
 import re
 
 RESOURCE_NAME = "^[a-z][a-z0-9-]{1,40}$"
@@ -17,6 +18,66 @@ PROJECT_NAME = "^[a-zA-Z0-9-_]{1,50}$"
 _RESOURCE = re.compile(RESOURCE_NAME[1:-1])
 _USERNAME = re.compile(USERNAME[1:-1])
 _PROJECT = re.compile(PROJECT_NAME[1:-1])
+
+
+#: The words of generated names (``adjective-animal``), each of which follows the resource name rule.
+ADJECTIVES = (
+    "brave",
+    "calm",
+    "eager",
+    "fancy",
+    "gentle",
+    "happy",
+    "jolly",
+    "kind",
+    "lively",
+    "nice",
+    "proud",
+    "quiet",
+    "shy",
+    "silly",
+    "witty",
+    "zealous",
+    "bold",
+    "bright",
+    "clever",
+    "cool",
+    "swift",
+    "wise",
+    "keen",
+    "lucky",
+)
+NOUNS = (
+    "swan",
+    "turkey",
+    "otter",
+    "panda",
+    "lynx",
+    "heron",
+    "moose",
+    "yak",
+    "gecko",
+    "koala",
+    "bison",
+    "crane",
+    "falcon",
+    "badger",
+    "beaver",
+    "camel",
+    "dingo",
+    "eagle",
+    "ferret",
+    "gopher",
+    "hare",
+    "ibis",
+    "jackal",
+    "lemur",
+)
+
+
+def random_words() -> str:
+    """``adjective-animal``: the start of a generated fleet, volume or run name."""
+    return f"{random.choice(ADJECTIVES)}-{random.choice(NOUNS)}"
 
 
 def _ok(pattern: re.Pattern[str], name: object) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import time
 import uuid
 from typing import Any
@@ -15,6 +14,7 @@ from corral.context import Context
 from corral.domain.access import backend_types, usable_computes
 from corral.domain.events import fleet_target
 from corral.domain.fleets import without_ssh_keys
+from corral.domain.names import random_words
 from corral.domain.records import FleetRec, InstanceRec, ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.domain.statuses import ENDING_FLEET, ENDING_INSTANCE
@@ -31,64 +31,11 @@ from corral.store.encryption import cipher_for
 from corral.store.errors import Conflict
 from corral.store.fleets import dump
 
-_ADJ = (
-    "brave",
-    "calm",
-    "eager",
-    "fancy",
-    "gentle",
-    "happy",
-    "jolly",
-    "kind",
-    "lively",
-    "nice",
-    "proud",
-    "quiet",
-    "shy",
-    "silly",
-    "witty",
-    "zealous",
-    "bold",
-    "bright",
-    "clever",
-    "cool",
-    "swift",
-    "wise",
-    "keen",
-    "lucky",
-)
-_NOUN = (
-    "swan",
-    "turkey",
-    "otter",
-    "panda",
-    "lynx",
-    "heron",
-    "moose",
-    "yak",
-    "gecko",
-    "koala",
-    "bison",
-    "crane",
-    "falcon",
-    "badger",
-    "beaver",
-    "camel",
-    "dingo",
-    "eagle",
-    "ferret",
-    "gopher",
-    "hare",
-    "ibis",
-    "jackal",
-    "lemur",
-)
-
 log = logging.getLogger("corral.fleets")
 
 
 def random_name() -> str:
-    return f"{random.choice(_ADJ)}-{random.choice(_NOUN)}"
+    return random_words()
 
 
 def normalize_spec(spec: dict[str, Any], loc: tuple[str | int, ...], settings: Any) -> dict[str, Any]:
