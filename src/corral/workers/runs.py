@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from corral.context import Context
@@ -153,15 +153,140 @@ def plan_retry(
     return RetryPlan(resubmit=tuple(sorted(by_replica)), due=due)
 
 
+Latest = dict[tuple[int, int], run_states.JobState]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What one pass reads, in one read transaction."""
+
+    states: list[run_states.RunState]
+    #: Each run's latest submission of each job, by (replica, job) number.
+    latest: dict[str, Latest]
+    #: Each run's job histories; only of the runs not terminating (those whose retry is evaluated).
+    histories: dict[str, History]
+    #: The ``retry`` of the jobs whose retry is evaluated.
+    retries: Mapping[str, Mapping[str, object] | None]
+
+
+@dataclass(frozen=True)
+class RunDecision:
+    """What a pass does about one run, in this order: arm its timers, resubmit replicas, stop its jobs
+    (a run failing), write ``values`` (guarded by the status read), and stop its jobs after the write (a
+    service giving up)."""
+
+    run: run_states.RunState
+    wake_at: tuple[float, ...] = ()
+    resubmit: tuple[int, ...] = ()
+    stop_jobs: bool = False
+    values: dict[str, object] | None = None
+    give_up: bool = False
+
+
+def decide_pass(loaded: Loaded, now: float) -> list[RunDecision]:
+    """Each run's decision at ``now`` (the runs that need nothing are left out). Pure."""
+    decisions = (
+        decide_one(run, loaded.latest[run.id], loaded.histories.get(run.id), loaded.retries, now)
+        for run in loaded.states
+    )
+    return [d for d in decisions if d is not None]
+
+
+def decide_one(
+    run: run_states.RunState,
+    latest: Latest,
+    history: History | None,
+    retries: Mapping[str, Mapping[str, object] | None],
+    now: float,
+) -> RunDecision | None:
+    """One run's decision: a service's health (``plan_service``), then its retry (``plan_retry``; a
+    terminating run, with no ``history``, is not retried), then its status from its jobs. Pure."""
+    wakes: tuple[float, ...] = ()
+    if history is not None and is_service(run.jobs):
+        sp = plan_service(latest, history, run.jobs, retries, run.submitted_at, now)
+        if sp.give_up:
+            return RunDecision(run, values=_give_up_values(now), give_up=True)
+        if sp.check_at is not None:
+            wakes = (sp.check_at + 0.01,)
+        if sp.resubmit:
+            return _resubmission(run, wakes, sp.resubmit, sp.due, now)
+    plan = plan_retry(latest, history, retries, now) if history is not None else RetryPlan()
+    if plan.resubmit:
+        return _resubmission(run, wakes, plan.resubmit, plan.due, now)
+    values, stop = settle(run, latest, plan.failure, now)
+    if values is None and not wakes:
+        return None
+    return RunDecision(run, wake_at=wakes, stop_jobs=stop, values=values)
+
+
+def _resubmission(
+    run: run_states.RunState, wakes: tuple[float, ...], replicas: tuple[int, ...], due: float, now: float
+) -> RunDecision:
+    """Resubmit ``replicas`` now, or wake at ``due`` to do it then."""
+    if due > now:
+        return RunDecision(run, wake_at=(*wakes, due))
+    return RunDecision(run, wake_at=wakes, resubmit=replicas)
+
+
+def settle(
+    run: run_states.RunState, latest: Latest, failure: RunTerminationReason, now: float
+) -> tuple[dict[str, object] | None, bool]:
+    """The run's values to write as its jobs make it (None: nothing changes), and whether its jobs are to
+    be stopped first (it fails). Pure."""
+    service = is_service(run.jobs)
+    # a service's scaled-down replicas do not count (dstack); at zero replicas it stays as it is
+    jobs = [
+        (j.status, j.termination_reason)
+        for j in latest.values()
+        if not (service and (j.termination_reason == JobTerminationReason.SCALED_DOWN.value or j.retired))
+    ]
+    decision = decide_run(run.status, run.termination_reason, jobs, failure)
+    if service and decision is not None and run.status == "running" and decision[0] in _BACK:
+        decision = None  # a service scaling up from zero (or replacing a replica) keeps running
+    master = latest.get((0, 0))
+    fleet_id = run.fleet_id or (master.instance_fleet_id if master else None)
+    if decision is None and fleet_id == run.fleet_id:
+        return None, False
+    values: dict[str, object] = {"last_processed_at": now, "fleet_id": fleet_id}
+    if decision is None:
+        return values, False
+    status, reason = decision
+    values.update(status=status, termination_reason=reason)
+    if status in FINISHED_RUN:
+        failed = next((j for j in latest.values() if needs_retry_evaluation(j.status, j.termination_reason)), None)
+        values["status_message"] = failed.status_message if failed else None
+        trigger = rescheduled(run.schedule, reason, now, run.next_triggered_at)
+        if trigger is not None:
+            values.update(
+                status=RunStatus.PENDING.value, termination_reason=None, next_triggered_at=trigger, fleet_id=None
+            )
+    return values, status == "terminating" and reason == failure.value
+
+
+def _give_up_values(now: float) -> dict[str, object]:
+    """No replica of the service was ready for its ``retry.duration``: stop it, failing."""
+    return {
+        "status": RunStatus.TERMINATING.value,
+        "termination_reason": RunTerminationReason.RETRY_LIMIT_EXCEEDED.value,
+        "status_message": "no replica became ready within the retry duration",
+        "last_processed_at": now,
+    }
+
+
 class Runs:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._timer: asyncio.TimerHandle | None = None
-        self._give_ups: list[str] = []
 
     async def pass_once(self) -> None:
         # the runs whose jobs this process changed (``Wakeups.wake_for``), or None: every run that may settle
-        scope = self.ctx.wakeups.take("runs")
+        loaded = await self._load(self.ctx.wakeups.take("runs"))
+        now = time.time()
+        decisions = decide_pass(loaded, now)
+        await self._act(loaded, decisions, now)
+        await self._apply(decisions)
+
+    async def _load(self, scope: Collection[str] | None) -> Loaded:
         async with self.ctx.db.read() as conn:
             # a pending run waits for its trigger (workers/triggers.py), its jobs are an earlier trigger's; a run
             # only waiting in the queue changes when a job of it does: neither is read
@@ -181,93 +306,39 @@ class Runs:
                 )
             ]
             retries = await resubmit_store.retry_specs(conn, to_evaluate)
-        now = time.time()
-        updates: list[tuple[str, dict[str, object], str]] = []
-        for run in states:
-            latest = latest_by_run[run.id]
-            if run.id in histories and is_service(run.jobs):
-                sp = plan_service(latest, histories[run.id], run.jobs, retries, run.submitted_at, now)
-                if sp.give_up:
-                    updates.append((run.id, self._give_up(run, now), run.status))
-                    continue
-                if sp.check_at is not None:
-                    self._wake_at(sp.check_at + 0.01)
-                if sp.resubmit:
-                    if sp.due > now:
-                        self._wake_at(sp.due)
-                    else:
-                        await self._resubmit(run, latest, sp.resubmit, now)
-                    continue
-            plan = plan_retry(latest, histories[run.id], retries, now) if run.id in histories else RetryPlan()
-            if plan.resubmit:
-                if plan.due > now:
-                    self._wake_at(plan.due)
-                else:
-                    await self._resubmit(run, latest, plan.resubmit, now)
-                continue
-            failure = plan.failure
-            service = is_service(run.jobs)
-            # a service's scaled-down replicas do not count (dstack); at zero replicas it stays as it is
-            jobs = [
-                (j.status, j.termination_reason)
-                for j in latest.values()
-                if not (service and (j.termination_reason == JobTerminationReason.SCALED_DOWN.value or j.retired))
-            ]
-            decision = decide_run(run.status, run.termination_reason, jobs, failure)
-            if service and decision is not None and run.status == "running" and decision[0] in _BACK:
-                decision = None  # a service scaling up from zero (or replacing a replica) keeps running
-            master = latest.get((0, 0))
-            fleet_id = run.fleet_id or (master.instance_fleet_id if master else None)
-            if decision is None and fleet_id == run.fleet_id:
-                continue
-            values: dict[str, object] = {"last_processed_at": now, "fleet_id": fleet_id}
-            if decision is not None:
-                status, reason = decision
-                values.update(status=status, termination_reason=reason)
-                if status == "terminating" and reason == failure.value:
-                    await self._stop_jobs(run.id, "server")
-                if status in FINISHED_RUN:
-                    failed = next(
-                        (j for j in latest.values() if needs_retry_evaluation(j.status, j.termination_reason)), None
-                    )
-                    values["status_message"] = failed.status_message if failed else None
-                    trigger = rescheduled(run.schedule, reason, now, run.next_triggered_at)
-                    if trigger is not None:
-                        values.update(
-                            status=RunStatus.PENDING.value,
-                            termination_reason=None,
-                            next_triggered_at=trigger,
-                            fleet_id=None,
-                        )
-            updates.append((run.id, values, run.status))
+        return Loaded(states, latest_by_run, histories, retries)
+
+    async def _act(self, loaded: Loaded, decisions: Sequence[RunDecision], now: float) -> None:
+        """Arm the timers, resubmit the replicas and stop the failing runs' jobs, each in its own write."""
+        for d in decisions:
+            for when in d.wake_at:
+                self._wake_at(when)
+            if d.give_up:
+                log.info("service %s: no replica became ready within its retry duration; stopping it", d.run.name)
+            if d.resubmit:
+                await self._resubmit(d.run, loaded.latest[d.run.id], d.resubmit, now)
+            if d.stop_jobs:
+                await self._stop_jobs(d.run.id, "server")
+
+    async def _apply(self, decisions: Sequence[RunDecision]) -> None:
+        """Write the runs' new values, then stop the jobs of the services given up."""
+        updates = [(d.run, d.values) for d in decisions if d.values is not None]
         if updates:  # one transaction for the whole pass: a burst of finished runs is one write
-            names = {run.id: run.name for run in states}
             finished = []
             async with self.ctx.db.write() as conn:
-                for run_id, values, status in updates:
-                    updated = await run_store.update_run(conn, run_id, values, expect_status=(status,))
+                for run, values in updates:
+                    updated = await run_store.update_run(conn, run.id, values, expect_status=(run.status,))
                     if updated and values.get("status") in FINISHED_RUN:
-                        finished.append((run_id, values))
+                        finished.append((run, values))
                     elif updated and values.get("status") == RunStatus.PENDING.value:
                         at = values["next_triggered_at"]
-                        log.info("run %s: waiting for its next trigger at %s", names.get(run_id), at)
+                        log.info("run %s: waiting for its next trigger at %s", run.name, at)
                         self.ctx.wakeups.wake("triggers")
-            for run_id, values in finished:
-                _log_finished(names.get(run_id) or run_id, values)
-        for run_id in self._give_ups:
-            await self._stop_jobs(run_id, "server")
-        self._give_ups.clear()
-
-    def _give_up(self, run: run_states.RunState, now: float) -> dict[str, object]:
-        """No replica of the service was ready for its ``retry.duration``: stop it, failing."""
-        log.info("service %s: no replica became ready within its retry duration; stopping it", run.name)
-        self._give_ups.append(run.id)
-        return {
-            "status": RunStatus.TERMINATING.value,
-            "termination_reason": RunTerminationReason.RETRY_LIMIT_EXCEEDED.value,
-            "status_message": "no replica became ready within the retry duration",
-            "last_processed_at": now,
-        }
+            for run, values in finished:
+                _log_finished(run.name or run.id, values)
+        for d in decisions:
+            if d.give_up:
+                await self._stop_jobs(d.run.id, "server")
 
     def _wake_at(self, when: float) -> None:
         """Run a pass at ``when`` (wall clock): one timer, the earliest asked for."""
@@ -329,8 +400,8 @@ def _log_finished(name: str, values: Mapping[str, object]) -> None:
     )
 
 
-def _latest(run: run_states.RunState) -> dict[tuple[int, int], run_states.JobState]:
-    latest: dict[tuple[int, int], run_states.JobState] = {}
+def _latest(run: run_states.RunState) -> Latest:
+    latest: Latest = {}
     for j in sorted(run.jobs, key=lambda j: j.submission_num):
         latest[(j.replica_num, j.job_num)] = j
     return latest
