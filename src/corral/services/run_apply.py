@@ -1,6 +1,10 @@
 """Applying a run: submit a new one (its jobs, its secrets' references, its events), update a service in
 place, or keep an unchanged run as it is (dstack's ``runs/apply``). The plan and the checks it shares with
-``runs/get_plan`` are in ``services.runs``."""
+``runs/get_plan`` are in ``services.runs``.
+
+``apply`` is three steps: ``admit`` (every check that refuses before anything is written; the quota is
+read in the write that submits), ``replace_or_update`` (the run of that name, if any) and ``insert_new``
+(the run, its jobs and their events), the last two in one write transaction."""
 
 from __future__ import annotations
 
@@ -182,6 +186,37 @@ async def insert_new(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """On ``conn``, write the run named ``name``, its jobs (none yet for a scheduled run) and their
     events; returns the run's and the jobs' values as written."""
+    run_values, job_values = _new_values(ctx, project, user, spec, derived, name, crons, now)
+    await store.insert_run(conn, run_values)
+    if job_values:
+        await store.insert_jobs(conn, job_values)
+    await events.emit(
+        conn,
+        f"Run submitted. Status: {str(run_values['status']).upper()}",
+        user.id,
+        [run_target(project.id, run_values["id"], name)],
+    )
+    for jv in job_values:
+        await events.emit(
+            conn,
+            "Job created on run submission. Status: SUBMITTED",
+            None,
+            [job_target(project.id, jv["id"], jv["job_name"], run_values["id"])],
+        )
+    return run_values, job_values
+
+
+def _new_values(
+    ctx: Context,
+    project: ProjectRec,
+    user: UserRec,
+    spec: RunSpec,
+    derived: JobSpecs,
+    name: str,
+    crons: list[str] | None,
+    now: float,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The values of the run named ``name`` and of its jobs (none yet for a scheduled run), to insert."""
     conf = spec.conf
     named = spec.named(name)
     run_values: dict[str, Any] = {
@@ -229,22 +264,6 @@ async def insert_new(
         run_values["service_templates"] = service_updates.templates_value(ctx.cipher, derived.templates, 0)
         if not job_values:
             run_values["status"] = "running"  # at zero replicas, waiting for requests
-    await store.insert_run(conn, run_values)
-    if job_values:
-        await store.insert_jobs(conn, job_values)
-    await events.emit(
-        conn,
-        f"Run submitted. Status: {str(run_values['status']).upper()}",
-        user.id,
-        [run_target(project.id, run_values["id"], name)],
-    )
-    for jv in job_values:
-        await events.emit(
-            conn,
-            "Job created on run submission. Status: SUBMITTED",
-            None,
-            [job_target(project.id, jv["id"], jv["job_name"], run_values["id"])],
-        )
     return run_values, job_values
 
 
