@@ -88,3 +88,43 @@ def test_a_preempted_job_is_resubmitted_at_once_whatever_its_retry() -> None:
     assert histories == {(0, 0): [Submission(500.0, 510.0, True)]}
     # counted from the failure at 510 (55 s ago, within 60), not from the one at 100 nor the preemption
     assert plan_retry({(0, 0): after}, histories, {"j0-0": ON_ERROR}, now=565.0).resubmit == (0,)
+
+
+def test_a_pass_decides_each_run_at_the_time_given() -> None:
+    from corral.store.run_states import RunState
+    from corral.workers.runs import Loaded, RunDecision, _histories, _latest, decide_pass
+
+    failed = _job(0, "failed", "container_exited_with_error")
+    retried = RunState("retried", "running", None, None, (failed,))
+    done = RunState("done", "running", None, None, (_job(0, "done"),))
+    waiting = RunState("waiting", "running", None, None, (_job(0, "running"),))
+    states = [retried, done, waiting]
+    loaded = Loaded(
+        states,
+        {r.id: _latest(r) for r in states},
+        {r.id: _histories(r) for r in states},
+        {failed.id: ON_ERROR},
+    )
+    # the failed job is resubmitted at once; the finished run is written; the running one needs nothing
+    assert decide_pass(loaded, now=11.0) == [
+        RunDecision(retried, resubmit=(0,)),
+        RunDecision(
+            done,
+            values={
+                "last_processed_at": 11.0,
+                "fleet_id": None,
+                "status": "done",
+                "termination_reason": "all_jobs_done",
+                "status_message": None,
+            },
+        ),
+    ]
+    # past its retry.duration, the failed run fails; one whose other job still runs stops it, terminating
+    late = decide_pass(loaded, now=100.0)[0]
+    assert not late.stop_jobs and late.values is not None
+    assert (late.values["status"], late.values["termination_reason"]) == ("failed", "retry_limit_exceeded")
+    pair = RunState("pair", "running", None, None, (failed, _job(1, "running")))
+    loaded = Loaded([pair], {pair.id: _latest(pair)}, {pair.id: _histories(pair)}, {failed.id: ON_ERROR})
+    (late,) = decide_pass(loaded, now=100.0)
+    assert late.stop_jobs and late.values is not None
+    assert (late.values["status"], late.values["termination_reason"]) == ("terminating", "retry_limit_exceeded")
