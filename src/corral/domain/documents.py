@@ -52,6 +52,12 @@ def run_configuration(run_spec: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return conf if isinstance(conf, Mapping) else {}
 
 
+def fleet_configuration(fleet_spec: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The configuration (JSON) a stored fleet spec document holds: empty where it holds none."""
+    conf = None if fleet_spec is None else fleet_spec.get("configuration")
+    return conf if isinstance(conf, Mapping) else {}
+
+
 def json_default(obj: Any) -> Any:
     """``orjson`` hook: embed a lazy document's stored text without parsing it."""
     if isinstance(obj, LazyJSON):

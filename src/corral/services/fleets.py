@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
+from corral.config.fleet_spec import CONFIGURATION, FleetSpec
 from corral.context import Context
 from corral.domain.access import backend_types, usable_computes
 from corral.domain.events import fleet_target
@@ -38,29 +40,31 @@ def random_name() -> str:
     return random_words()
 
 
-def normalize_spec(spec: dict[str, Any], loc: tuple[str | int, ...], settings: Any) -> dict[str, Any]:
-    """Validate a FleetSpec (422 naming the field; dstack's name rule; the server's caps) and return
-    dstack's normalised form."""
+def normalize_spec(spec: Any, loc: tuple[str | int, ...], settings: Any) -> FleetSpec:
+    """Validate a FleetSpec (422 naming the field; dstack's name rule; the server's caps) and return it
+    typed, its ``document`` dstack's normalised form."""
     if not isinstance(spec, dict):
         raise validation_errors_from_msg(loc, "Input should be a valid dictionary")
+    raw: dict[str, Any] = spec
     try:
-        conf = config.parse_fleet_configuration(spec.get("configuration"))  # type: ignore[arg-type]
+        conf = config.parse_fleet_configuration(raw[CONFIGURATION])  # the request body requires it
     except ValidationError as e:
-        raise validation_errors(e, (*loc, "configuration")) from None
+        raise validation_errors(e, (*loc, CONFIGURATION)) from None
     try:
         profile = config.parse_profile(spec.get("profile"))
     except ValidationError as e:
         raise validation_errors(e, (*loc, "profile")) from None
     dumped = conf.model_dump(mode="json")
-    input_rules.check_fleet_caps(dumped, settings, (*loc, "configuration"))
-    if dumped.get("name") is not None:
-        input_rules.check_resource_name(dumped["name"])
-    return {
-        "configuration": dumped,
-        "configuration_path": spec.get("configuration_path"),
+    input_rules.check_fleet_caps(dumped, settings, (*loc, CONFIGURATION))
+    if conf.name is not None:
+        input_rules.check_resource_name(conf.name)
+    document = {
+        CONFIGURATION: dumped,
+        "configuration_path": raw.get("configuration_path"),
         "profile": profile.model_dump(mode="json"),
-        "autocreated": bool(spec.get("autocreated", False)),
+        "autocreated": bool(raw.get("autocreated", False)),
     }
+    return FleetSpec(conf=conf, profile=profile, document=document)
 
 
 def validation_errors_from_msg(loc: tuple[str | int, ...], msg: str) -> Exception:
@@ -86,14 +90,13 @@ def offer_json(offer: Offer, blocks: int = 1) -> dict[str, Any]:
     }
 
 
-def fleet_offers(ctx: Context, normalized: dict[str, Any], project: ProjectRec) -> list[Offer]:
+def fleet_offers(ctx: Context, spec: FleetSpec, project: ProjectRec) -> list[Offer]:
     from corral.config import ResourcesSpec
 
-    conf = normalized["configuration"]
-    if conf.get("ssh_config"):
+    if spec.is_ssh:
         return []
-    req = ResourcesSpec.model_validate(conf.get("resources") or {}).to_requirements()
-    f = offer_filters.from_conf(conf)
+    req = (spec.conf.resources or ResourcesSpec()).to_requirements()
+    f = offer_filters.from_conf(spec.configuration)
     return smallest_carves(
         o
         for o in ctx.project_offers(project.backends)
@@ -101,11 +104,11 @@ def fleet_offers(ctx: Context, normalized: dict[str, Any], project: ProjectRec) 
     )
 
 
-def check_backends(ctx: Context, project: ProjectRec, conf: dict[str, Any]) -> None:
+def check_backends(ctx: Context, project: ProjectRec, spec: FleetSpec) -> None:
     """A cloud fleet whose ``backends`` name none the project has on this server could never get an
     instance: refused, naming the backends configured (``local`` goes on the wire as ``remote``)."""
-    wanted = [str(b) for b in conf.get("backends") or []]
-    if not wanted or conf.get("ssh_config"):
+    wanted = [b.value for b in spec.conf.backends or []]
+    if not wanted or spec.is_ssh:
         return
     usable = usable_computes(ctx.computes, backend_types(project.backends))
     configured = sorted({serialize.WIRE_BACKEND.get(n, n) for n in usable if ctx.computes[n].offers()})
@@ -121,17 +124,18 @@ def check_backends(ctx: Context, project: ProjectRec, conf: dict[str, Any]) -> N
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[str, Any]) -> dict[str, Any]:
     normalized = normalize_spec(spec, ("spec",), ctx.settings)
-    check_backends(ctx, project, normalized["configuration"])
-    name = normalized["configuration"].get("name")
+    check_backends(ctx, project, normalized)
+    name = normalized.name
     async with ctx.db.read() as conn:
         current = await store.get_fleet(conn, project.id, name=name) if name else None
         await ssh_fleets.prepare(conn, normalized, current)
-    offers = await _reserved(ctx, project, normalized["configuration"], fleet_offers(ctx, normalized, project))
+    offers = await _reserved(ctx, project, normalized, fleet_offers(ctx, normalized, project))
+    document = normalized.as_dict()
     return {
         "project_name": project.name,
         "user": user.name,
-        "spec": normalized,
-        "effective_spec": without_ssh_keys(normalized),
+        "spec": document,
+        "effective_spec": without_ssh_keys(document),
         "current_resource": serialize.fleet(current) if current else None,
         "offers": [offer_json(o) for o in offers],
         "total_offers": len(offers),
@@ -140,38 +144,38 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[
     }
 
 
-async def _reserved(ctx: Context, project: ProjectRec, conf: dict[str, Any], offers: list[Offer]) -> list[Offer]:
+async def _reserved(ctx: Context, project: ProjectRec, spec: FleetSpec, offers: list[Offer]) -> list[Offer]:
     """``offers`` narrowed to the fleet's capacity reservation (its type in its region), as placement narrows
     them; as they are when EC2 cannot be asked now."""
     compute: Any = ctx.computes.get("aws")
-    if not conf.get("reservation") or compute is None or conf.get("ssh_config"):
+    reservation = spec.conf.reservation
+    if not reservation or compute is None or spec.is_ssh:
         return offers
     from corral.backends.aws import reservations
 
     try:
-        return reservations.narrowed(offers, await compute.find_reservation(project.name, conf["reservation"]))
+        return reservations.narrowed(offers, await compute.find_reservation(project.name, reservation))
     except Exception as e:  # the plan still lists what the fleet's other options allow
-        log.warning("could not look capacity reservation %s up: %s", conf["reservation"], e)
+        log.warning("could not look capacity reservation %s up: %s", reservation, e)
         return offers
 
 
-def _spec_changed(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return a.get("configuration") != b.get("configuration")
+def _spec_changed(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return a.get(CONFIGURATION) != b.get(CONFIGURATION)
 
 
 async def apply(
     ctx: Context, project: ProjectRec, plan: dict[str, Any], force: bool, user: UserRec | None = None
 ) -> dict[str, Any]:
-    normalized = normalize_spec(plan.get("spec"), ("plan", "spec"), ctx.settings)  # type: ignore[arg-type]
-    conf = normalized["configuration"]
-    check_backends(ctx, project, conf)
-    name = conf.get("name") or random_name()
-    conf["name"] = name
+    normalized = normalize_spec(plan.get("spec"), ("plan", "spec"), ctx.settings)
+    check_backends(ctx, project, normalized)
+    name = normalized.name or random_name()
+    normalized = normalized.named(name)
     current_resource = plan.get("current_resource")
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
     cipher = cipher_for(ctx.settings)
     actor = user.id if user else None
-    stored = dump(ssh_fleets.stored_spec(cipher, normalized))  # private keys sealed, before the write lock
+    stored = dump(ssh_fleets.stored_spec(cipher, normalized.as_dict()))  # private keys sealed, before the write lock
     async with ctx.db.write() as conn:
         existing = await store.get_fleet(conn, project.id, name=name)
         ssh_hosts = await ssh_fleets.prepare(conn, normalized, existing)
@@ -185,9 +189,9 @@ async def apply(
             if existing.status != "active":
                 raise ServiceError(f"Fleet {name} is being deleted; wait until it is gone")
             ssh_change = ssh_hosts is not None or ssh_fleets.is_ssh(existing.spec)
-            if ssh_change and (problem := ssh_fleets.update_problem(existing.spec, normalized)):
+            if ssh_change and (problem := ssh_fleets.update_problem(existing.spec, normalized.as_dict())):
                 raise ServiceError(problem)
-            if not ssh_fleets.same_spec(existing.spec, normalized):
+            if not ssh_fleets.same_spec(existing.spec, normalized.as_dict()):
                 await store.update_fleet(conn, existing.id, {"spec": stored, "last_processed_at": now})
                 await events.emit(conn, "Fleet updated", actor, [fleet_target(project.id, existing.id, name)])
             fleet_id = existing.id

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.backends.base import sandbox_reason
+from corral.config import fleet_spec
 from corral.config.run_spec import RunSpec
 from corral.context import Context
 from corral.domain.records import ProjectRec, UserRec
@@ -34,7 +35,7 @@ async def _own_fleets_keep_off(ctx: Context, project: ProjectRec, conf: dict[str
         return False
     async with ctx.db.read() as conn:
         found = [await fleet_store.get_fleet(conn, project.id, name=n) for n in names]
-    return all(f is not None and f.spec.get("configuration", {}).get("ssh_config") for f in found)
+    return all(f is not None and fleet_spec.is_ssh(f.spec) for f in found)
 
 
 async def _imports_keep_off(ctx: Context, project: ProjectRec, spec: RunSpec, job_spec: dict[str, Any]) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 from corral.domain import inactivity
 from corral.domain.access import can_manage_secrets
 from corral.domain.cron import next_trigger
-from corral.domain.documents import run_configuration
+from corral.domain.documents import fleet_configuration, run_configuration
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, JobRec, MemberRec, ProjectRec, RunRec, UserRec
 from corral.domain.statuses import FINISHED_RUN
@@ -133,7 +133,7 @@ def fleet(f: FleetRec) -> dict[str, Any]:
     failed = [i for i in shown if _failed_host(i)]
     status_message = f.status_message
     if status_message is None and failed and f.status == "active":
-        hosts = len(((f.spec.get("configuration") or {}).get("ssh_config") or {}).get("hosts") or [])
+        hosts = len((fleet_configuration(f.spec).get("ssh_config") or {}).get("hosts") or [])
         status_message = f"{len(failed)} of {hosts} hosts failed: " + "; ".join(
             str(i.termination_reason_message or i.hostname) for i in failed
         )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from corral.config.run_spec import CONFIGURATION
 from corral.domain.documents import run_configuration
 from corral.domain.events import run_target
 from corral.domain.records import RunRec, UserRec
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 #: dstack's ``_UPDATABLE_SPEC_FIELDS`` + the service's ``_TYPE_SPECIFIC_UPDATABLE_SPEC_FIELDS``.
 UPDATABLE_SPEC_FIELDS = (
     "configuration_path",
-    "configuration",
+    CONFIGURATION,
     "repo_data",
     "repo_code_hash",
     "file_archives",
@@ -84,7 +85,7 @@ def changed_fields(old_spec: dict[str, Any], new_spec: dict[str, Any]) -> list[s
     conf_changes = _changed(old, new)
     if any(k not in allowed for k in conf_changes):
         return None
-    return [k for k in spec_changes if k != "configuration"] + conf_changes
+    return [k for k in spec_changes if k != CONFIGURATION] + conf_changes
 
 
 def templates_value(cipher: Any, templates: list[dict[str, Any]], deployment_num: int) -> str:

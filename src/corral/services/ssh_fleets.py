@@ -21,6 +21,9 @@ from typing import Any
 from corral.backends.base import AgentEndpoint
 from corral.backends.ssh_conn import private_key_problem
 from corral.backends.ssh_secrets import seal_connection, seal_spec
+from corral.config import fleet_spec
+from corral.config.fleet_spec import FleetSpec
+from corral.domain.documents import fleet_configuration
 from corral.domain.records import FleetRec, InstanceRec
 from corral.domain.ssh_keys import public_halves
 from corral.domain.statuses import READY_INSTANCE, UNFINISHED_INSTANCE
@@ -49,7 +52,8 @@ REMOVED_MESSAGE = "Removed from the fleet: leaves once its jobs finish"
 
 
 def is_ssh(spec: dict[str, Any]) -> bool:
-    return bool((spec.get("configuration") or {}).get("ssh_config"))
+    """Whether a stored fleet spec document configures an SSH fleet."""
+    return fleet_spec.is_ssh(spec)
 
 
 def _hostname(host: Any) -> str:
@@ -176,7 +180,7 @@ def update_problem(current: dict[str, Any], new: dict[str, Any]) -> str | None:
     """Why ``new`` cannot replace ``current`` in place (dstack's rule: only hosts may be added or
     removed), or None when it can. Keys are compared by their public halves (the stored private ones
     are sealed)."""
-    a, b = public_halves(current).get("configuration") or {}, public_halves(new).get("configuration") or {}
+    a, b = fleet_configuration(public_halves(current)), fleet_configuration(public_halves(new))
     if bool(a.get("ssh_config")) != bool(b.get("ssh_config")):
         return "Fleet type changed between cloud and SSH, cannot update"
     changed = [k for k in sorted(set(a) | set(b)) if k not in ("ssh_config", "name") and a.get(k) != b.get(k)]
@@ -199,7 +203,7 @@ def stored_spec(cipher: Cipher, spec: dict[str, Any]) -> dict[str, Any]:
 
 def same_spec(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two fleet specs configure the same fleet (sealed or open, keys compare by public half)."""
-    return public_halves(a).get("configuration") == public_halves(b).get("configuration")
+    return fleet_configuration(public_halves(a)) == fleet_configuration(public_halves(b))
 
 
 async def sync_hosts(
@@ -275,19 +279,19 @@ async def sync_hosts(
     return changed
 
 
-async def prepare(conn: Connection, spec: dict[str, Any], current: FleetRec | None) -> list[dict[str, Any]] | None:
+async def prepare(conn: Connection, spec: FleetSpec, current: FleetRec | None) -> list[dict[str, Any]] | None:
     """The hosts' connections of an SSH fleet spec after every check (400s); None for a cloud fleet."""
-    if not is_ssh(spec):
+    if not spec.is_ssh:
         return None
-    connections = check(spec["configuration"])
+    connections = check(spec.configuration)
     await check_not_in_other_fleets(conn, connections, current.id if current is not None else None)
     return connections
 
 
-def plan_action(current: FleetRec | None, spec: dict[str, Any]) -> str:
+def plan_action(current: FleetRec | None, spec: FleetSpec) -> str:
     """``update`` when applying ``spec`` changes the fleet in place, ``create`` when it re-creates it."""
     if current is None:
         return "create"
-    if (is_ssh(spec) or is_ssh(current.spec)) and update_problem(current.spec, spec) is not None:
+    if (spec.is_ssh or is_ssh(current.spec)) and update_problem(current.spec, spec.as_dict()) is not None:
         return "create"
     return "update"

@@ -27,6 +27,8 @@ from corral.store import project_state
 from corral.store import volumes as store
 from corral.store.errors import Conflict
 
+#: The field of dstack's ``Volume`` (and of ``volumes/create``'s body) that holds the configuration.
+CONFIGURATION = "configuration"
 #: The backends corral makes volumes on.
 VOLUME_BACKENDS = ("aws",)
 _MONTH = 30 * 24 * 3600.0  # clouds charge volumes by 30-day months
@@ -52,7 +54,7 @@ def wire(v: VolumeRec, now: float | None = None) -> dict[str, Any]:
         "name": v.name,
         "user": v.user_name,
         "project_name": v.project_name,
-        "configuration": v.configuration,
+        CONFIGURATION: v.configuration,
         "external": v.external,
         "created_at": serialize.iso(v.created_at),
         "last_processed_at": serialize.iso(v.last_processed_at),
@@ -68,7 +70,7 @@ def wire(v: VolumeRec, now: float | None = None) -> dict[str, Any]:
     }
 
 
-def parse_configuration(raw: Any, loc: tuple[str, ...] = ("configuration",)) -> dict[str, Any]:
+def parse_configuration(raw: Any, loc: tuple[str, ...] = (CONFIGURATION,)) -> dict[str, Any]:
     """The configuration as stored (dstack's document, defaults filled in); a 422 naming the field, or
     dstack's 400s (neither ``size`` nor ``volume_id``; a backend without volumes; a bad name)."""
     try:

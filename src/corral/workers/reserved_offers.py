@@ -18,6 +18,7 @@ from operator import attrgetter, is_
 from typing import Any
 
 from corral.backends.base import Compute
+from corral.domain.documents import fleet_configuration
 from corral.domain.records import FleetRec
 from corral.scheduler.types import Offer, QueuedJob
 
@@ -35,7 +36,7 @@ class ReservedOffers:
 
     @staticmethod
     def reservation(fleet: FleetRec) -> str | None:
-        conf = fleet.spec.get("configuration") or {}
+        conf = fleet_configuration(fleet.spec)
         if conf.get("ssh_config") or not conf.get("reservation"):
             return None
         return str(conf["reservation"])

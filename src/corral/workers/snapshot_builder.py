@@ -17,6 +17,7 @@ from typing import Any
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.backends.base import Compute
 from corral.domain.access import usable_computes
+from corral.domain.documents import fleet_configuration
 from corral.domain.fleets import fleet_blocks, fleet_placement, nodes_bounds
 from corral.domain.records import FleetRec
 from corral.domain.resources import Requirements, match_requirements
@@ -83,9 +84,9 @@ class SnapshotBuilder:
         self._fleet_reqs = {k: v for k, v in self._fleet_reqs.items() if k[0] in live_fleets}
 
     def _fleet_requirements(self, fleet: FleetRec) -> Requirements | None:
-        key = (fleet.id, str(fleet.spec.get("configuration", {}).get("resources")))
+        raw = fleet_configuration(fleet.spec).get("resources")
+        key = (fleet.id, str(raw))
         if key not in self._fleet_reqs:
-            raw = fleet.spec.get("configuration", {}).get("resources")
             self._fleet_reqs[key] = (
                 config.ResourcesSpec.model_validate(raw).to_requirements() if raw is not None else None
             )
@@ -94,7 +95,7 @@ class SnapshotBuilder:
     def fleet_offers(self, fleet: FleetRec, facts: FleetFacts | None = None) -> tuple[Offer, ...]:
         """The backends' offers the fleet's ``backends`` and ``resources`` allow (cached per fleet spec:
         backends' offers do not change while the server runs)."""
-        conf = fleet.spec.get("configuration", {})
+        conf = fleet_configuration(fleet.spec)
         if conf.get("ssh_config"):
             return ()
         facts = facts or self.facts
@@ -113,7 +114,7 @@ class SnapshotBuilder:
     def _match_offers(
         self,
         fleet: FleetRec,
-        conf: dict[str, Any],
+        conf: Mapping[str, Any],
         backends: frozenset[str],
         regions: Mapping[str, frozenset[str]],
     ) -> tuple[Offer, ...]:
