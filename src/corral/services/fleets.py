@@ -27,6 +27,7 @@ from corral.scheduler.types import Offer
 from corral.schemas import wire
 from corral.services import input_rules, serialize, ssh_fleets
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError, validation_errors
+from corral.settings import Settings
 from corral.store import events
 from corral.store import fleets as store
 from corral.store.encryption import cipher_for
@@ -40,18 +41,17 @@ def random_name() -> str:
     return random_words()
 
 
-def normalize_spec(spec: Any, loc: tuple[str | int, ...], settings: Any) -> FleetSpec:
+def normalize_spec(raw: object, loc: tuple[str | int, ...], settings: Settings) -> FleetSpec:
     """Validate a FleetSpec (422 naming the field; dstack's name rule; the server's caps) and return it
     typed, its ``document`` dstack's normalised form."""
-    if not isinstance(spec, dict):
+    if not isinstance(raw, dict):
         raise validation_errors_from_msg(loc, "Input should be a valid dictionary")
-    raw: dict[str, Any] = spec
     try:
         conf = config.parse_fleet_configuration(raw[CONFIGURATION])  # the request body requires it
     except ValidationError as e:
         raise validation_errors(e, (*loc, CONFIGURATION)) from None
     try:
-        profile = config.parse_profile(spec.get("profile"))
+        profile = config.parse_profile(raw.get("profile"))
     except ValidationError as e:
         raise validation_errors(e, (*loc, "profile")) from None
     dumped = conf.model_dump(mode="json")
