@@ -359,7 +359,7 @@ def _stop_quietly_on_signals() -> None:
         signal.signal(sig, lambda *_: None)
 
 
-def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", access_log: bool = False, **_: Any) -> int:
+def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", access_log: bool = False, **_: Any) -> int:  # noqa: PLR0915
     # No cyclic collection while start-up imports and builds long-lived objects (modules, models, routes):
     # the collector would walk them again and again for nothing (measured: ~800 unreachable objects of
     # ~95,000 after start-up's imports, and 50-100 ms of collections). Frozen and re-enabled below.

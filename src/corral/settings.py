@@ -182,7 +182,7 @@ class Settings:
         return self.encryption_key_path or self.server_dir / "data" / "encryption.key"
 
     @staticmethod
-    def from_env(env: dict[str, str] | None = None, **overrides: object) -> Settings:
+    def from_env(env: dict[str, str] | None = None, **overrides: object) -> Settings:  # noqa: C901, PLR0915
         e = dict(os.environ if env is None else env)
         server_dir = Path(e.get("CORRAL_SERVER_DIR") or Path.home() / ".corral" / "server").expanduser()
         db = e.get("CORRAL_DATABASE_URL") or f"sqlite+aiosqlite:///{server_dir / 'data' / 'corral.db'}"

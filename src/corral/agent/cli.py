@@ -37,7 +37,7 @@ def _write_atomic(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace) -> int:  # noqa: C901, PLR0915
     work_dir = os.path.abspath(args.work_dir)
     os.makedirs(work_dir, exist_ok=True)
     try:

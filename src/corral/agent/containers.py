@@ -268,7 +268,7 @@ class ContainerRunner:
         return _remove_containers(self.docker, self.work_dir, is_live)
 
     # ---- launch -----------------------------------------------------------------------------
-    def _launch(self, job: Job) -> None:
+    def _launch(self, job: Job) -> None:  # noqa: PLR0915
         sub = job.sub
         spec = sub.container or ContainerSpec()
         cid: str | None = None

@@ -144,7 +144,7 @@ class JobLifecycle:
             if left:
                 log.warning("job %s: could not unmount %s", job.sub.job_id, ", ".join(left))
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: Job) -> None:  # noqa: C901, PLR0915
         sub = job.sub
         if sub.network_volumes and not self._mount_volumes(job):
             return

@@ -125,7 +125,7 @@ def split_lines(buf: bytearray) -> list[bytes]:
     return out
 
 
-def pump(fd: int, source: str, store: LogStore, notify: Callable[[], None], stop: threading.Event) -> None:
+def pump(fd: int, source: str, store: LogStore, notify: Callable[[], None], stop: threading.Event) -> None:  # noqa: C901
     """Read ``fd`` until EOF (or ``stop``), appending entries to ``store``; closes ``fd``."""
     buf = bytearray()
     partial_since = 0.0

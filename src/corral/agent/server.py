@@ -398,7 +398,7 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True
 
-    def _route(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> tuple[int, Any]:
+    def _route(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> tuple[int, Any]:  # noqa: C901
         agent = self.agent
         if path == "/health" and method == "GET":
             if not getattr(self, "authorized", False):

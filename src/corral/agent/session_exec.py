@@ -51,7 +51,7 @@ def _same_ns(pid: int, kind: str) -> bool:
     return os.stat(f"/proc/{pid}/ns/{kind}").st_ino == os.stat(f"/proc/self/ns/{kind}").st_ino
 
 
-def enter(spec: dict) -> None:  # type: ignore[type-arg]
+def enter(spec: dict) -> None:  # type: ignore[type-arg]  # noqa: C901
     pid = spec.get("pid")
     uid, gid = spec.get("uid"), spec.get("gid")
     libc = _libc()

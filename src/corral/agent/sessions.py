@@ -96,7 +96,7 @@ def argv_for(req: ExecRequest, info: dict[str, Any]) -> list[str]:
     return [shell, "-c", req.command]
 
 
-def run_exec(job: Job, req: ExecRequest, sock: socket.socket, rfile: IO[bytes]) -> None:
+def run_exec(job: Job, req: ExecRequest, sock: socket.socket, rfile: IO[bytes]) -> None:  # noqa: C901, PLR0915
     """Run the session until its command exits (its status sent) or the connection drops."""
     info = session_of(job)
     argv = argv_for(req, info)
@@ -202,7 +202,7 @@ def _pump_out(fd: int, kind: bytes, send: Any) -> None:
             return
 
 
-def _pump_in(rfile: IO[bytes], stdin_fd: int, master: int, proc: subprocess.Popen[bytes], dropped: Any) -> None:
+def _pump_in(rfile: IO[bytes], stdin_fd: int, master: int, proc: subprocess.Popen[bytes], dropped: Any) -> None:  # noqa: C901
     try:
         while True:
             head = rfile.read(HEADER.size)

@@ -80,7 +80,7 @@ def _refusal(kind: str, loc: list[Any], msg: str) -> RequestValidationError:
     return RequestValidationError([{"type": kind, "loc": ["body", *loc], "msg": msg, "input": None}])
 
 
-def check_shape(doc: Any, settings: Any) -> None:
+def check_shape(doc: Any, settings: Any) -> None:  # noqa: C901
     """Refuse (422, the field named) a document deeper, longer or larger than the settings allow."""
     max_depth, max_items, max_chars = settings.max_json_depth, settings.max_list_length, settings.max_string_length
     stack: list[tuple[Any, tuple[Any, ...]]] = [(doc, ())]

@@ -64,7 +64,7 @@ def request_head(method: str, target: str, headers: Iterable[tuple[bytes, bytes]
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-async def read_response(reader: Stream, method: str) -> Response:
+async def read_response(reader: Stream, method: str) -> Response:  # noqa: C901
     """The response head (skipping ``100 Continue``s) and how its body is framed."""
     while True:
         try:

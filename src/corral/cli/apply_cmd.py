@@ -23,7 +23,7 @@ DEFAULT_FILES = (".dstack.yml", ".dstack.yaml")
 RUN_TYPES = ("task", "service", "dev-environment")
 
 
-def apply(
+def apply(  # noqa: C901
     file: Annotated[
         Optional[Path],
         typer.Option(
@@ -248,7 +248,7 @@ def resolve_run_args(commands: list[Any], args: list[str]) -> list[Any]:
 # ---- fleets -------------------------------------------------------------------------------
 
 
-def apply_fleet(
+def apply_fleet(  # noqa: PLR0915
     client: Any, project: str, raw: JSON, configuration_path: str, yes: bool, detach: bool, force: bool
 ) -> None:
     """Plan, confirm and apply a fleet configuration, then watch it provision."""

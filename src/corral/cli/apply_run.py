@@ -26,7 +26,7 @@ _WAITING_RUN = ("submitted", "pending", "provisioning", "terminating")
 _WAITING_JOB = ("submitted", "provisioning", "pulling")
 
 
-def apply_run(
+def apply_run(  # noqa: C901, PLR0915
     client: CorralClient,
     project: str,
     raw: JSON,
@@ -197,7 +197,7 @@ def _ready(run: JSON) -> bool:
     return not (sub and sub.get("status") in _WAITING_JOB and run.get("status") not in f.FINISHED_RUN_STATUSES)
 
 
-def follow_run(client: CorralClient, project: str, run: JSON) -> int:
+def follow_run(client: CorralClient, project: str, run: JSON) -> int:  # noqa: C901
     """Show status changes until the run runs, stream its logs, return its exit code."""
     from rich.markup import escape
 

@@ -68,7 +68,7 @@ def parse_since(value: str, now: datetime) -> datetime:
     return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
 
 
-def event(
+def event(  # noqa: C901
     project: ProjectOption = None,
     since: SinceOption = None,
     watch: WatchOption = False,

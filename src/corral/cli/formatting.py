@@ -247,7 +247,7 @@ def parse_time(value: str | None) -> datetime | None:
     return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
 
 
-def pretty_date(value: str | None, now: datetime | None = None) -> str:
+def pretty_date(value: str | None, now: datetime | None = None) -> str:  # noqa: C901
     """``now``, ``42 sec ago``, ``3 mins ago``, ``yesterday`` ... (dstack's ``pretty_date``)."""
     dt = parse_time(value)
     if dt is None:

@@ -35,7 +35,7 @@ _TRUE = {"1", "true", "t", "yes", "y", "on"}
 _FALSE = {"0", "false", "f", "no", "n", "off"}
 
 
-def plain_server_options(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, str | int | bool] | None:
+def plain_server_options(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, str | int | bool] | None:  # noqa: C901
     """The options of ``argv`` when it is ``server`` with only known, well-formed options; else None."""
     if not argv or argv[0] != "server":
         return None

@@ -75,7 +75,7 @@ def _order(r: ReplicaView) -> tuple[int, int]:
     return (1 if r.phase == Phase.READY else 0, -r.replica_num)
 
 
-def decide_group(
+def decide_group(  # noqa: C901
     replicas: Sequence[ReplicaView],
     deployment_num: int,
     desired: int,

@@ -154,7 +154,7 @@ class Upstream:
             return None
         return got
 
-    def upstream_headers(
+    def upstream_headers(  # noqa: C901
         self, scope: Scope, headers: list[tuple[bytes, bytes]], route: Route, prefix: str
     ) -> tuple[list[tuple[bytes, bytes]], int | None, bool]:
         """The headers sent on, the request's Content-Length (None: not given) and whether it is chunked."""
@@ -198,7 +198,7 @@ class Upstream:
             out.append((b"x-forwarded-prefix", prefix.encode()))
         return out, length, chunked
 
-    async def forward(
+    async def forward(  # noqa: C901, PLR0915
         self, scope: Scope, receive: Receive, send: Send, route: Route, headers: list[tuple[bytes, bytes]], prefix: str
     ) -> None:
         method: str = scope["method"]

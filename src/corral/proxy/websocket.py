@@ -46,7 +46,7 @@ class UpstreamRefused(Exception):
     """The replica did not accept the WebSocket (its status, or why the connection failed)."""
 
 
-async def bridge(
+async def bridge(  # noqa: C901, PLR0915
     conn: tuple[Any, Any],
     target: str,
     host: str,

@@ -18,7 +18,7 @@ from corral.services.service_routing import Route
 log = logging.getLogger("corral.proxy")
 
 
-async def handle(upstream: Upstream, scope: Scope, receive: Receive, send: Send) -> None:
+async def handle(upstream: Upstream, scope: Scope, receive: Receive, send: Send) -> None:  # noqa: C901, PLR0915
     async def refuse(why: str) -> None:
         log.debug("WebSocket %s refused: %s", scope["path"], why)
         await send({"type": "websocket.close", "code": 1008})

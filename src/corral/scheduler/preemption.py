@@ -139,7 +139,7 @@ def preemptible(job: RunningJob, policy: QuotaPolicy | None) -> bool:
     return job.run_type in types and job.priority <= policy.preemptible_max_priority
 
 
-def choose(
+def choose(  # noqa: C901, PLR0915
     snapshot: Snapshot,
     plan: Plan,
     running: Sequence[RunningJob],

@@ -75,7 +75,7 @@ def _placement_order(instances: Iterable[InstanceSlot]) -> list[InstanceSlot]:
     return sorted(usable, key=lambda i: (i.status != "idle", i.price, i.instance_num))
 
 
-def _try_place_in_fleet(
+def _try_place_in_fleet(  # noqa: C901, PLR0915
     jobs: list[QueuedJob], fleet: FleetSlot, ledger: Ledger, snapshot: Snapshot, memo: PassMemo
 ) -> tuple[list[Decision], bool] | str:
     """Place every job of the gang in ``fleet`` using ``ledger`` (mutated). Returns the decisions and
@@ -212,7 +212,7 @@ def _best_fleet(
     return None, blockers
 
 
-def schedule_gang(
+def schedule_gang(  # noqa: C901, PLR0915
     jobs: list[QueuedJob],
     snapshot: Snapshot,
     ledger: Ledger,

@@ -81,7 +81,7 @@ def instance_usable(inst: InstanceSlot) -> bool:
     return inst.status in _USABLE_STATUSES and not inst.unreachable and inst.resources is not None
 
 
-def _never_fits_reason(fleet: FleetSlot, job: QueuedJob, reuse_only: bool) -> str | None:
+def _never_fits_reason(fleet: FleetSlot, job: QueuedJob, reuse_only: bool) -> str | None:  # noqa: C901
     """Why ``job`` can never run in ``fleet`` (None if it could, once capacity frees)."""
     if job.multinode and fleet.placement != "cluster":
         return "multi-node tasks need a fleet with `placement: cluster`"

@@ -134,7 +134,7 @@ async def create(ctx: Context, project: ProjectRec, user: UserRec, body: dict[st
     return export_json(found)
 
 
-async def update(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
+async def update(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:  # noqa: C901
     """Changes to an export of ``project`` (the route admits only its admins and global admins), checked as
     dstack's ``update_export`` checks them."""
     if body.get("add_exported_gateways"):

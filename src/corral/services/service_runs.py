@@ -28,7 +28,7 @@ OPENAI_MODEL_PROBE_TIMEOUT = 30
 _GROUP_ONLY_AT_SERVICE_LEVEL = ("image", "docker", "privileged", "python", "nvcc", "spot_policy", "reservation")
 
 
-def check_service(conf: ServiceConfiguration) -> None:
+def check_service(conf: ServiceConfiguration) -> None:  # noqa: C901
     """Raise ``ServiceError`` for what a service may say but corral does not do (yet)."""
     if conf.gateway not in (None, False):
         raise ServiceError(

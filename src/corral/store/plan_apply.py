@@ -271,7 +271,7 @@ async def _wait(conn: AsyncConnection, d: Wait) -> None:
     await conn.execute(_WAIT, {"_id": d.job_id, "_message": d.message})
 
 
-async def _apply_gang(
+async def _apply_gang(  # noqa: C901
     db: Database,
     conn: AsyncConnection,
     gang: Gang,

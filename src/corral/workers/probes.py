@@ -97,7 +97,7 @@ class Probes:
     def stop(self) -> None:
         self._stopping = True
 
-    async def pass_once(self) -> None:
+    async def pass_once(self) -> None:  # noqa: C901
         async with self.ctx.db.read() as conn:
             replicas = await store.running_replicas(conn, self.ctx.replica_id)  # the jobs this server follows
         now = time.time()

@@ -242,7 +242,7 @@ class ServiceScaling:
     def stop(self) -> None:
         self._stopping = True
 
-    async def pass_once(self) -> None:
+    async def pass_once(self) -> None:  # noqa: C901
         settings = self.ctx.settings
         now = time.time()
         async with self.ctx.db.read() as conn:

@@ -250,7 +250,7 @@ async def _placement_group(
     return group
 
 
-async def _launch(
+async def _launch(  # noqa: C901
     session: AWSSession,
     project: AWSProject,
     rows: Sequence[InstanceRec],

@@ -321,7 +321,7 @@ class JobFollower:
         except Exception:
             log.exception("follower of %s failed", job.job_name)
 
-    async def _step(self, current: JobRec, step: Step) -> bool:
+    async def _step(self, current: JobRec, step: Step) -> bool:  # noqa: C901
         """Act on ``step``; False when the follower ends."""
         if isinstance(step, Finish):
             return False
