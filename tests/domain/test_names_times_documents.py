@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.domain.documents import LazyJSON, json_default, run_configuration
-from corral.domain.names import project_name_error, resource_name_error, username_error
+from corral.domain.documents import LazyJSON, fleet_configuration, json_default, run_configuration
+from corral.domain.names import ADJECTIVES, NOUNS, project_name_error, random_words, resource_name_error, username_error
 from corral.domain.times import epoch_seconds
 
 
@@ -84,3 +84,13 @@ def test_a_run_specs_configuration_is_read_as_a_mapping_or_else_empty() -> None:
     assert run_configuration(None) == {}
     assert run_configuration({}) == {}
     assert run_configuration({"configuration": "task"}) == {}  # an older or broken document
+
+
+def test_a_stored_fleet_spec_gives_its_configuration_or_nothing() -> None:
+    assert fleet_configuration({"configuration": {"type": "fleet", "nodes": 2}}) == {"type": "fleet", "nodes": 2}
+    assert fleet_configuration(None) == {} and fleet_configuration({"configuration": "not a document"}) == {}
+
+
+def test_a_generated_name_starts_with_an_adjective_and_an_animal() -> None:
+    adjective, animal = random_words().split("-")
+    assert adjective in ADJECTIVES and animal in NOUNS
