@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import orjson
 
 from corral.config import fleet_spec
-from corral.domain.documents import fleet_configuration
+from corral.domain.documents import spec_configuration
 from corral.services.fleets import normalize_spec
 
 SETTINGS = SimpleNamespace(max_nodes=100)
@@ -34,5 +34,5 @@ def test_named_keeps_the_document_order_and_leaves_the_original() -> None:
 
 
 def test_stored_documents_without_configuration() -> None:
-    assert fleet_configuration(None) == {} and fleet_configuration({"configuration": None}) == {}
+    assert spec_configuration(None) == {} and spec_configuration({"configuration": None}) == {}
     assert not fleet_spec.is_ssh({}) and not fleet_spec.is_ssh({"configuration": {"ssh_config": None}})

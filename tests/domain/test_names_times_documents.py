@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.domain.documents import LazyJSON, fleet_configuration, json_default, run_configuration
+from corral.domain.documents import LazyJSON, json_default, spec_configuration
 from corral.domain.names import ADJECTIVES, NOUNS, project_name_error, random_words, resource_name_error, username_error
 from corral.domain.times import epoch_seconds
 
@@ -79,16 +79,16 @@ def test_a_lazy_document_is_embedded_in_json_as_stored_without_parsing() -> None
 
 
 def test_a_run_specs_configuration_is_read_as_a_mapping_or_else_empty() -> None:
-    assert run_configuration(LazyJSON('{"configuration": {"type": "task"}}')) == {"type": "task"}
-    assert run_configuration({"configuration": {"type": "service"}}) == {"type": "service"}
-    assert run_configuration(None) == {}
-    assert run_configuration({}) == {}
-    assert run_configuration({"configuration": "task"}) == {}  # an older or broken document
+    assert spec_configuration(LazyJSON('{"configuration": {"type": "task"}}')) == {"type": "task"}
+    assert spec_configuration({"configuration": {"type": "service"}}) == {"type": "service"}
+    assert spec_configuration(None) == {}
+    assert spec_configuration({}) == {}
+    assert spec_configuration({"configuration": "task"}) == {}  # an older or broken document
 
 
 def test_a_stored_fleet_spec_gives_its_configuration_or_nothing() -> None:
-    assert fleet_configuration({"configuration": {"type": "fleet", "nodes": 2}}) == {"type": "fleet", "nodes": 2}
-    assert fleet_configuration(None) == {} and fleet_configuration({"configuration": "not a document"}) == {}
+    assert spec_configuration({"configuration": {"type": "fleet", "nodes": 2}}) == {"type": "fleet", "nodes": 2}
+    assert spec_configuration(None) == {} and spec_configuration({"configuration": "not a document"}) == {}
 
 
 def test_a_generated_name_starts_with_an_adjective_and_an_animal() -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from corral import config  # lazy: the models load on first use, not at start-up
-from corral.domain.documents import fleet_configuration
+from corral.domain.documents import spec_configuration
 
 if TYPE_CHECKING:
     from corral.config import FleetConfiguration, Profile
@@ -61,7 +61,7 @@ class FleetSpec:
 
 def is_ssh(stored: Mapping[str, Any]) -> bool:
     """Whether a stored fleet spec document configures an SSH fleet (no parsing: for hot paths)."""
-    return bool(fleet_configuration(stored).get("ssh_config"))
+    return bool(spec_configuration(stored).get("ssh_config"))
 
 
 def read(document: Mapping[str, Any]) -> FleetSpec:

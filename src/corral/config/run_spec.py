@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from corral import config  # lazy: the models load on first use, not at start-up
-from corral.domain.documents import run_configuration
+from corral.domain.documents import spec_configuration
 
 if TYPE_CHECKING:
     from corral.config import AnyRunConfiguration, Profile, ProfileParams
@@ -63,12 +63,12 @@ class RunSpec:
 
     def same_configuration(self, stored: Mapping[str, Any]) -> bool:
         """Whether the stored run spec document ``stored`` has this configuration."""
-        return run_configuration(stored) == self.configuration
+        return spec_configuration(stored) == self.configuration
 
 
 def stored_type(stored: Mapping[str, Any]) -> str | None:
     """The run type a stored run spec document names (None where it names none)."""
-    kind = run_configuration(stored).get("type")
+    kind = spec_configuration(stored).get("type")
     return None if kind is None else str(kind)
 
 

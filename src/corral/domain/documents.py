@@ -46,15 +46,9 @@ class LazyJSON(Mapping[str, Any]):
         return f"LazyJSON({self.raw[:60]!r}...)"
 
 
-def run_configuration(run_spec: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """The configuration (JSON) a stored run spec document holds: empty where it holds none."""
-    conf = None if run_spec is None else run_spec.get("configuration")
-    return conf if isinstance(conf, Mapping) else {}
-
-
-def fleet_configuration(fleet_spec: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """The configuration (JSON) a stored fleet spec document holds: empty where it holds none."""
-    conf = None if fleet_spec is None else fleet_spec.get("configuration")
+def spec_configuration(spec: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The configuration (JSON) a stored run or fleet spec document holds: empty where it holds none."""
+    conf = None if spec is None else spec.get("configuration")
     return conf if isinstance(conf, Mapping) else {}
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class ServiceError(Exception):
@@ -67,3 +70,14 @@ def validation_errors(exc: Any, prefix: tuple[str | int, ...]) -> InvalidConfigu
                 item["input"] = None
         out.append(item)
     return InvalidConfiguration(out)
+
+
+def validated(parse: Callable[[Any], T], value: object, loc: tuple[str | int, ...]) -> T:
+    """``parse(value)``; a pydantic ``ValidationError`` it raises becomes the 422 naming ``loc``
+    (:func:`validation_errors`)."""
+    from pydantic import ValidationError  # (loaded already by the models ``parse`` validates with)
+
+    try:
+        return parse(value)
+    except ValidationError as e:
+        raise validation_errors(e, loc) from None

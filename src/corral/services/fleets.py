@@ -8,8 +8,6 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.config.fleet_spec import CONFIGURATION, FleetSpec
 from corral.context import Context
@@ -26,7 +24,7 @@ from corral.scheduler.codec import offer_to_json
 from corral.scheduler.types import Offer
 from corral.schemas import wire
 from corral.services import input_rules, serialize, ssh_fleets
-from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError, validation_errors
+from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError, validated
 from corral.settings import Settings
 from corral.store import events
 from corral.store import fleets as store
@@ -46,14 +44,9 @@ def normalize_spec(raw: object, loc: tuple[str | int, ...], settings: Settings) 
     typed, its ``document`` dstack's normalised form."""
     if not isinstance(raw, dict):
         raise validation_errors_from_msg(loc, "Input should be a valid dictionary")
-    try:
-        conf = config.parse_fleet_configuration(raw[CONFIGURATION])  # the request body requires it
-    except ValidationError as e:
-        raise validation_errors(e, (*loc, CONFIGURATION)) from None
-    try:
-        profile = config.parse_profile(raw.get("profile"))
-    except ValidationError as e:
-        raise validation_errors(e, (*loc, "profile")) from None
+    # (the request body requires the configuration)
+    conf = validated(config.parse_fleet_configuration, raw[CONFIGURATION], (*loc, CONFIGURATION))
+    profile = validated(config.parse_profile, raw.get("profile"), (*loc, "profile"))
     dumped = conf.model_dump(mode="json")
     input_rules.check_fleet_caps(dumped, settings, (*loc, CONFIGURATION))
     if conf.name is not None:

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.config.run_spec import CONFIGURATION, RunSpec
 from corral.domain.records import UserRec
 from corral.services import input_rules
-from corral.services.errors import InvalidConfiguration, ServiceError, validation_errors
+from corral.services.errors import InvalidConfiguration, ServiceError, validated
 
 if TYPE_CHECKING:
     from corral.settings import Settings
@@ -28,14 +26,8 @@ def normalize(raw: object, loc: tuple[str | int, ...], user: UserRec, settings: 
         raise InvalidConfiguration(
             [{"type": "dict_type", "loc": ["body", *loc], "msg": "Input should be a valid dictionary"}]
         )
-    try:
-        conf = config.parse_run_configuration(raw.get(CONFIGURATION))
-    except ValidationError as e:
-        raise validation_errors(e, (*loc, CONFIGURATION)) from None
-    try:
-        profile = config.parse_profile(raw.get("profile"))
-    except ValidationError as e:
-        raise validation_errors(e, (*loc, "profile")) from None
+    conf = validated(config.parse_run_configuration, raw.get(CONFIGURATION), (*loc, CONFIGURATION))
+    profile = validated(config.parse_profile, raw.get("profile"), (*loc, "profile"))
     input_rules.check_run_caps(conf, settings, (*loc, CONFIGURATION))
     if raw.get("run_name") is not None:
         input_rules.check_resource_name(raw["run_name"])

@@ -15,7 +15,7 @@ from typing import Any
 from corral.domain import inactivity
 from corral.domain.access import can_manage_secrets
 from corral.domain.cron import next_trigger
-from corral.domain.documents import fleet_configuration, run_configuration
+from corral.domain.documents import spec_configuration
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.records import FleetRec, InstanceRec, JobRec, MemberRec, ProjectRec, RunRec, UserRec
 from corral.domain.statuses import FINISHED_RUN
@@ -133,7 +133,7 @@ def fleet(f: FleetRec) -> dict[str, Any]:
     failed = [i for i in shown if _failed_host(i)]
     status_message = f.status_message
     if status_message is None and failed and f.status == "active":
-        hosts = len((fleet_configuration(f.spec).get("ssh_config") or {}).get("hosts") or [])
+        hosts = len((spec_configuration(f.spec).get("ssh_config") or {}).get("hosts") or [])
         status_message = f"{len(failed)} of {hosts} hosts failed: " + "; ".join(
             str(i.termination_reason_message or i.hostname) for i in failed
         )
@@ -226,7 +226,7 @@ def job_connection_info(r: RunRec, j: JobRec) -> dict[str, Any] | None:
     if j.status != "running":
         return None
     host = r.run_name if (j.job_num, j.replica_num) == (0, 0) else j.job_name
-    conf = run_configuration(r.run_spec)
+    conf = spec_configuration(r.run_spec)
     ide = str(conf.get("ide") or "") if conf.get("type") == "dev-environment" else ""
     working_dir = (j.job_runtime_data or {}).get("working_dir")
     known = ide in IDES
@@ -243,7 +243,7 @@ def job_connection_info(r: RunRec, j: JobRec) -> dict[str, Any] | None:
 
 
 def jobs(r: RunRec) -> list[dict[str, Any]]:
-    idle_limit = inactivity.duration_of(dict(run_configuration(r.run_spec)))
+    idle_limit = inactivity.duration_of(dict(spec_configuration(r.run_spec)))
     grouped: dict[tuple[int, int], list[JobRec]] = {}
     for j in r.jobs:
         grouped.setdefault((j.replica_num, j.job_num), []).append(j)
@@ -267,7 +267,7 @@ def next_triggered_at(r: RunRec, now: float | None = None) -> str | None:
         return None
     if r.status == "pending":
         return iso(r.next_triggered_at)
-    conf = run_configuration(r.run_spec)
+    conf = spec_configuration(r.run_spec)
     schedule = conf.get("schedule") or (r.run_spec.get("profile") or {}).get("schedule") or {}
     crons = schedule.get("cron") or []
     upcoming = next_trigger([crons] if isinstance(crons, str) else crons, time.time() if now is None else now)
@@ -314,7 +314,7 @@ def run(r: RunRec, queue_position: int | None = None) -> dict[str, Any]:
         "jobs": js,
         "latest_job_submission": latest,
         "cost": 0.0,
-        "service": service_field(r.project_name, r.run_name, run_configuration(r.run_spec)),
+        "service": service_field(r.project_name, r.run_name, spec_configuration(r.run_spec)),
         "deployment_num": r.deployment_num,
         "error": None,
         "deleted": r.deleted,

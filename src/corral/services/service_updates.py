@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from corral.config.run_spec import CONFIGURATION
-from corral.domain.documents import run_configuration
+from corral.domain.documents import spec_configuration
 from corral.domain.events import run_target
 from corral.domain.records import RunRec, UserRec
 from corral.services.errors import ServiceError
@@ -76,7 +76,7 @@ def changed_fields(old_spec: dict[str, Any], new_spec: dict[str, Any]) -> list[s
     spec_changes = _changed(old_spec, new_spec)
     if any(k not in UPDATABLE_SPEC_FIELDS for k in spec_changes):
         return None
-    old, new = run_configuration(old_spec), run_configuration(new_spec)
+    old, new = spec_configuration(old_spec), spec_configuration(new_spec)
     if old.get("type") != new.get("type"):
         return None
     allowed = set(UPDATABLE_CONF_FIELDS)

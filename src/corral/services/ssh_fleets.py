@@ -23,7 +23,7 @@ from corral.backends.ssh_conn import private_key_problem
 from corral.backends.ssh_secrets import seal_connection, seal_spec
 from corral.config import fleet_spec
 from corral.config.fleet_spec import FleetSpec
-from corral.domain.documents import fleet_configuration
+from corral.domain.documents import spec_configuration
 from corral.domain.records import FleetRec, InstanceRec
 from corral.domain.ssh_keys import public_halves
 from corral.domain.statuses import READY_INSTANCE, UNFINISHED_INSTANCE
@@ -180,7 +180,7 @@ def update_problem(current: dict[str, Any], new: dict[str, Any]) -> str | None:
     """Why ``new`` cannot replace ``current`` in place (dstack's rule: only hosts may be added or
     removed), or None when it can. Keys are compared by their public halves (the stored private ones
     are sealed)."""
-    a, b = fleet_configuration(public_halves(current)), fleet_configuration(public_halves(new))
+    a, b = spec_configuration(public_halves(current)), spec_configuration(public_halves(new))
     if bool(a.get("ssh_config")) != bool(b.get("ssh_config")):
         return "Fleet type changed between cloud and SSH, cannot update"
     changed = [k for k in sorted(set(a) | set(b)) if k not in ("ssh_config", "name") and a.get(k) != b.get(k)]
@@ -203,7 +203,7 @@ def stored_spec(cipher: Cipher, spec: dict[str, Any]) -> dict[str, Any]:
 
 def same_spec(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two fleet specs configure the same fleet (sealed or open, keys compare by public half)."""
-    return fleet_configuration(public_halves(a)) == fleet_configuration(public_halves(b))
+    return spec_configuration(public_halves(a)) == spec_configuration(public_halves(b))
 
 
 async def sync_hosts(

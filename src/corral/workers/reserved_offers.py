@@ -18,7 +18,7 @@ from operator import attrgetter, is_
 from typing import Any
 
 from corral.backends.base import Compute
-from corral.domain.documents import fleet_configuration
+from corral.domain.documents import spec_configuration
 from corral.domain.records import FleetRec
 from corral.scheduler.types import Offer, QueuedJob
 
@@ -36,7 +36,7 @@ class ReservedOffers:
 
     @staticmethod
     def reservation(fleet: FleetRec) -> str | None:
-        conf = fleet_configuration(fleet.spec)
+        conf = spec_configuration(fleet.spec)
         if conf.get("ssh_config") or not conf.get("reservation"):
             return None
         return str(conf["reservation"])

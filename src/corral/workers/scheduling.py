@@ -17,7 +17,7 @@ from corral.backends.base import SharedHost, sandbox_reason
 from corral.config import run_spec
 from corral.config.run_spec import RunSpec
 from corral.context import Context
-from corral.domain.documents import run_configuration
+from corral.domain.documents import spec_configuration
 from corral.domain.resources import Requirements
 from corral.domain.telemetry import Telemetry
 from corral.domain.volumes import VolumeRec, volume_names
@@ -144,7 +144,7 @@ class Scheduling:
         now = time.time()
         async with self.ctx.db.read() as conn:
             change = await self._reader.read(conn)
-            if any(volume_names(run_configuration(r.run_spec)) for r in change.fresh):
+            if any(volume_names(spec_configuration(r.run_spec)) for r in change.fresh):
                 self._volume_places = {(v.project_id, v.name): v for v in await volume_store.list_volumes(conn, None)}
             fleets = await snap.load_fleets(conn)
             pools = self.host_pools()

@@ -17,7 +17,7 @@ from typing import Any
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.backends.base import Compute
 from corral.domain.access import usable_computes
-from corral.domain.documents import fleet_configuration
+from corral.domain.documents import spec_configuration
 from corral.domain.fleets import fleet_blocks, fleet_placement, nodes_bounds
 from corral.domain.records import FleetRec
 from corral.domain.resources import Requirements, match_requirements
@@ -84,7 +84,7 @@ class SnapshotBuilder:
         self._fleet_reqs = {k: v for k, v in self._fleet_reqs.items() if k[0] in live_fleets}
 
     def _fleet_requirements(self, fleet: FleetRec) -> Requirements | None:
-        raw = fleet_configuration(fleet.spec).get("resources")
+        raw = spec_configuration(fleet.spec).get("resources")
         key = (fleet.id, str(raw))
         if key not in self._fleet_reqs:
             self._fleet_reqs[key] = (
@@ -95,7 +95,7 @@ class SnapshotBuilder:
     def fleet_offers(self, fleet: FleetRec, facts: FleetFacts | None = None) -> tuple[Offer, ...]:
         """The backends' offers the fleet's ``backends`` and ``resources`` allow (cached per fleet spec:
         backends' offers do not change while the server runs)."""
-        conf = fleet_configuration(fleet.spec)
+        conf = spec_configuration(fleet.spec)
         if conf.get("ssh_config"):
             return ()
         facts = facts or self.facts

@@ -27,7 +27,7 @@ from corral.agent.protocol import JobState, LogsReply
 from corral.backends.agent_client import LOGS_LIMIT, AgentClient, AgentError, AgentUnreachable
 from corral.context import Context
 from corral.domain import inactivity
-from corral.domain.documents import run_configuration
+from corral.domain.documents import spec_configuration
 from corral.domain.log_masking import LogMasker
 from corral.domain.records import InstanceRec, JobRec
 from corral.domain.statuses import ACTIVE_JOB
@@ -248,7 +248,7 @@ class Followers:
         if conf is None:
             async with self.ctx.db.read() as conn:
                 run = await run_store.get_run_by_id(conn, job.run_id)
-            conf = dict(run_configuration(run.run_spec)) if run is not None else None
+            conf = dict(spec_configuration(run.run_spec)) if run is not None else None
         return Policies(
             poll_wait=self.ctx.settings.agent_poll_wait,
             idle_limit=inactivity.duration_of(conf) if conf is not None else None,

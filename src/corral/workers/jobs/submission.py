@@ -28,7 +28,7 @@ from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachab
 from corral.backends.base import sandbox_reason
 from corral.context import Context
 from corral.domain import inactivity
-from corral.domain.documents import run_configuration
+from corral.domain.documents import spec_configuration
 from corral.domain.interpolation import InterpolationError
 from corral.domain.node_groups import addresses_view, fill_refs
 from corral.domain.records import InstanceRec, JobRec, RunRec
@@ -71,7 +71,7 @@ class Given:
 def build_submission(job: JobRec, run: RunRec, nodes: Nodes, settings: Settings, given: Given) -> JobSubmission:
     """The job's submission to its agent, whole."""
     spec = job.job_spec
-    conf = dict(run_configuration(run.run_spec))
+    conf = dict(spec_configuration(run.run_spec))
     if conf.get("registry_auth"):
         conf["registry_auth"] = given.registry_auth
     # ${{ groups[i].nodes[j].IP_ADDRESS }} in the commands: the nodes' addresses by group
@@ -212,7 +212,7 @@ class Submissions:
         if not isinstance(given, Given):
             return await self._settle(job, given)
         sub = build_submission(job, run, nodes, self.ctx.settings, given)
-        conf = dict(run_configuration(run.run_spec))
+        conf = dict(spec_configuration(run.run_spec))
         if inst.backend == "local" and (taken := ports_taken(conf, sub, self._local_sandboxed())):
             failed = JobState(job.id, "failed", message=ports_message(taken), termination_reason="ports_binding_failed")
             return await self._settle(job, Fail(failed))
@@ -270,7 +270,7 @@ class Submissions:
 
     async def _given(self, job: JobRec, inst: InstanceRec, run: RunRec) -> Given | Retry | Fail:
         """The job's secrets filled in, its network volumes attached and its code, or why it cannot have them."""
-        conf = dict(run_configuration(run.run_spec))
+        conf = dict(spec_configuration(run.run_spec))
         auth = opened_auth(self.ctx.cipher, conf["registry_auth"]) if conf.get("registry_auth") else None
         try:  # ${{ secrets.NAME }}: filled in here, in memory only (the stored specs keep the references)
             filled = await secrets.fill(self.ctx, job.project_id, job.job_spec.get("env") or {}, auth)
@@ -331,7 +331,7 @@ class Submissions:
         self, job: JobRec, inst: InstanceRec, run: RunRec, client: AgentClient, sub: JobSubmission, state: JobState
     ) -> None:
         """Record that the agent took the job, and follow it."""
-        stored_conf = dict(run_configuration(run.run_spec))
+        stored_conf = dict(spec_configuration(run.run_spec))
         first = self._first_poll(job, stored_conf, client, started_status(sub, state), state)
         try:  # a job is not running before its SSH endpoint accepts connections
             ssh = await self.ctx.ssh_endpoint() if self.ctx.ssh_endpoint is not None else None
