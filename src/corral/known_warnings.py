@@ -29,15 +29,9 @@ import warnings
 #: (module regex, message regex) of each known third-party warning; the category is added in :func:`install_filters`.
 ASYNCSSH_DSA = (r"asyncssh\.crypto\.(misc|dsa)\Z", r"DSA is deprecated")
 
-_installed = False
-
-
 def install_filters() -> None:
-    """Ignore the known third-party warnings above (and only those). Idempotent."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
+    """Ignore the known third-party warnings above (and only those). Idempotent: ``warnings`` keeps one copy of
+    a filter added again."""
     try:
         from cryptography.utils import CryptographyDeprecationWarning
     except ImportError:  # an installation without cryptography cannot import asyncssh either
