@@ -97,6 +97,8 @@ class Settings:
     max_list_length: int = 10_000
     #: The longest string (or object key) in a request body, in characters.
     max_string_length: int = 256 * 1024
+    #: The longest request header (its name and value), in bytes: a longer one is a 431.
+    max_header_bytes: int = 8 * 1024
     #: The most ``nodes`` a task or a fleet may have.
     max_nodes: int = 1000
     #: The most ``replicas`` a service may have (all its replica groups together).
@@ -277,6 +279,7 @@ INPUT_LIMITS = {
     "CORRAL_MAX_JSON_DEPTH": "max_json_depth",
     "CORRAL_MAX_LIST_LENGTH": "max_list_length",
     "CORRAL_MAX_STRING_LENGTH": "max_string_length",
+    "CORRAL_MAX_HEADER_BYTES": "max_header_bytes",
     "CORRAL_MAX_NODES": "max_nodes",
     "CORRAL_MAX_REPLICAS": "max_replicas",
 }

@@ -385,3 +385,69 @@ def test_fuzzing_every_route_finds_no_server_error_and_no_undocumented_answer(se
     positive = [label for label in counts if label.endswith("(positive)")]
     assert len(positive) == len(operations) - len(NOT_FUZZED)
     print(f"fuzzed {len(positive)} routes, {sum(counts.values())} requests in {elapsed:.0f} s")
+
+
+#: Header names the server reads (or a client commonly sends), fuzzed with random values beside random names.
+FUZZED_HEADERS = [
+    "authorization",
+    "x-api-version",
+    "content-type",
+    "cookie",
+    "accept",
+    "accept-encoding",
+    "range",
+    "if-none-match",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "origin",
+    "upgrade",
+    "user-agent",
+]
+#: RFC 9110 §5.6.2: a field name is a token
+_TOKEN = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz"
+#: RFC 9110 §5.5: visible ASCII, space and tab inside, and obs-text (0x80-0xff) in a field value
+_VALUE = st.characters(codec="latin-1", exclude_characters="\r\n\x00", exclude_categories=["Cc"])
+#: The routes whose headers are fuzzed: the API (with and without a project), the proxy, the UI, /metrics.
+HEADER_ROUTES = [
+    ("POST", "/api/runs/list", b"{}"),
+    (
+        "POST",
+        "/api/project/main/runs/get_plan",
+        b'{"run_spec": {"configuration": {"type": "task", "commands": ["true"]}}}',
+    ),
+    ("POST", "/api/project/main/logs/poll", b'{"run_name": "fuzz-run", "job_submission_id": "x"}'),
+    ("GET", "/proxy/services/main/fuzz-run/", b""),
+    ("GET", "/runs", b""),
+    ("GET", "/metrics", b""),
+    ("GET", "/healthcheck", b""),
+]
+HEADER_LIMIT = 8 * 1024  # the documented default of CORRAL_MAX_HEADER_BYTES (docs/security.md)
+
+
+def test_fuzzing_the_headers_finds_no_server_error(seeded: Seeded) -> None:
+    """Random header names and values (up to twice the limit) on each kind of route: never a 5xx, and a
+    header over the limit is always a 431 that names it."""
+    size = st.one_of(st.integers(0, 64), st.integers(HEADER_LIMIT - 64, 2 * HEADER_LIMIT - 600))
+    value = size.flatmap(lambda n: st.text(_VALUE, min_size=n, max_size=n).map(str.strip))
+    name = st.one_of(st.sampled_from(FUZZED_HEADERS), st.text(_TOKEN, min_size=1, max_size=40))
+    wrong: list[str] = []
+    with seeded.client() as c:
+
+        @settings(
+            max_examples=120, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck)
+        )
+        @given(route=st.sampled_from(HEADER_ROUTES), extra=st.dictionaries(name, value, min_size=1, max_size=3))
+        def fuzz(route: tuple[str, str, bytes], extra: dict[str, str]) -> None:
+            method, path, body = route
+            headers = {"content-type": "application/json", **{k: v.encode("latin-1") for k, v in extra.items()}}
+            r = c.request(method, path, content=body, headers=headers)
+            over = [k for k, v in headers.items() if len(k) + len(v) > HEADER_LIMIT]
+            if r.status_code >= 500 or (
+                over and (r.status_code != 431 or repr(over[0]) not in r.json()["detail"][0]["msg"])
+            ):
+                wrong.append(
+                    f"{method} {path} {[(k, len(v)) for k, v in extra.items()]}: {r.status_code} {r.text[:200]}"
+                )
+
+        fuzz()
+    assert not wrong, "\n".join(dict.fromkeys(wrong))

@@ -235,3 +235,38 @@ async def test_no_route_answers_a_server_error_to_malformed_values(server: Runni
                 bodies_sent += 1
                 assert r.status_code < 500, (spec.path, text[:200], r.text[:300])
     assert bodies_sent > 1000
+
+
+async def test_an_oversized_header_is_a_431_naming_it_and_the_body_is_never_read(server: RunningServer) -> None:
+    """8 KiB per header (nginx's default line size): one byte more is refused on the API, the services
+    proxy, the web UI and a WebSocket handshake alike; the declared 200 MB body is never read."""
+    limit = 8 * 1024  # the documented default (docs/security.md)
+    name = "X-Padding"
+    at_limit = "v" * (limit - len(name))
+    head = {"Content-Type": "application/json", "Content-Length": str(HUGE), "Authorization": f"Bearer {server.token}"}
+    for path in ("/api/runs/list", "/proxy/services/main/some-run/", "/runs", "/metrics"):
+        status, body, closed = await _raw(server, "POST", path, {**head, name: at_limit + "v"}, [])
+        assert status == 431 and closed, (path, status, body)
+        assert "'x-padding' is 8193 bytes long" in body.decode() and "CORRAL_MAX_HEADER_BYTES" in body.decode()
+    status, body, _ = await _raw(server, "POST", "/api/runs/list", {name: at_limit, "Content-Length": "2"}, [b"{}"])
+    assert status != 431, body
+    upgrade = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13"}
+    upgrade["Sec-WebSocket-Key"] = "dGhlIHNhbXBsZSBub25jZQ=="
+    status, _, _ = await _raw(server, "GET", "/proxy/services/main/some-run/ws", {**upgrade, name: at_limit + "v"}, [])
+    assert status == 403
+
+
+async def test_a_client_version_of_any_length_is_a_400_that_repeats_at_most_40_characters(
+    server: RunningServer,
+) -> None:
+    """``X-API-Version`` is parsed as major.minor.patch of at most 9 digits each (Python refuses to read
+    an integer of more than 4,300 digits: that was a 500)."""
+    async with server.client() as c:
+        for value in ("9" * 5000, "1.2." + "9" * 5000, "0.19." + "9" * 5000 + "x", "x" * 8000, "1.2.3456789012"):
+            r = await c.post("/api/runs/list", json={}, headers={"X-API-Version": value})
+            assert r.status_code == 400, (value[:20], r.status_code, r.text[:200])
+            msg = r.json()["detail"][0]["msg"]
+            assert msg == "Invalid version: " + (value if len(value) <= 40 else f"{value[:40]}..."), msg
+        for value in ("0.19.30", "0.19.0rc1", "0.20.0"):
+            r = await c.post("/api/runs/list", json={}, headers={"X-API-Version": value})
+            assert r.status_code == 200, (value, r.text)

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from corral.api.deps import AccessCache, AccessLog, VersionCheck, error_handlers
+from corral.api.header_limit import HeaderLimit
 from corral.api.routes_accounts import router as accounts_router
 from corral.api.routes_backends import router as backends_router
 from corral.api.routes_compute import router as compute_router
@@ -145,6 +146,7 @@ def create_app(ctx: Context, workers: Background) -> Starlette:
         routes=[*starlette_routes(*TABLES), *docs],
         middleware=[
             *([Middleware(AccessLog)] if ctx.settings.access_log else []),
+            Middleware(HeaderLimit, limit=ctx.settings.max_header_bytes),
             Middleware(_ProxyFirst, proxy=proxy),
             Middleware(_UIRoutes, ui=_WebUI(ctx) if ctx.settings.ui else None),
             Middleware(VersionCheck),

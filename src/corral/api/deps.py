@@ -125,19 +125,21 @@ async def body_json(request: Request) -> Any:
     return await read_json(request)
 
 
-_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
+#: major.minor.patch at the start of the header (``0.19.0rc1`` is 0.19.0), each part at most 9 digits
+_VERSION = re.compile(r"^(\d{1,9})\.(\d{1,9})\.(\d{1,9})(?!\d)")
 
 
 def check_client_version(value: str | None) -> JSONResponse | None:
     if value is None or value in ("", "0.0.0", "latest"):
         return None
+    shown = value if len(value) <= 40 else value[:40] + "..."
     m = _VERSION.match(value)
     if m is None:
-        return JSONResponse({"detail": [{"msg": f"Invalid version: {value}", "code": None}]}, status_code=400)
+        return JSONResponse({"detail": [{"msg": f"Invalid version: {shown}", "code": None}]}, status_code=400)
     client = tuple(int(x) for x in m.groups())
     server = tuple(int(x) for x in DSTACK_API_VERSION.split("."))
     if client > server and client[:2] != server[:2]:
-        msg = f"The client/CLI version ({value}) is incompatible with the server version ({DSTACK_API_VERSION})."
+        msg = f"The client/CLI version ({shown}) is incompatible with the server version ({DSTACK_API_VERSION})."
         return JSONResponse({"detail": [{"msg": msg, "code": "error"}]}, status_code=400)
     return None
 
