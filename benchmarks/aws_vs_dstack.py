@@ -49,8 +49,9 @@ projects:
         creds: {{type: access_key, access_key: AKIABENCHMARK, secret_key: bench-secret}}
         regions: [{REGION}]
 """
+# Canonical's account (terraform-provider-aws docs, r/instance: ``owners = ["099720109477"] # Canonical``)
 DSTACK_IMAGES = f"""        os_images:
-          cpu: {{name: "{AMI_NAME}", owner: "099720685109", user: ubuntu}}
+          cpu: {{name: "{AMI_NAME}", owner: "099720109477", user: ubuntu}}
 """
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import facts
 from ec2_extras import ACTIONS as EXTRA_ACTIONS
 from ec2_extras import EC2Extras
 
@@ -30,23 +31,33 @@ from server_harness import free_port
 
 REGION = "us-east-1"
 VPC_NAME = "corral-test"
-#: What moto's AMI list is replaced with (``MOTO_AMIS_PATH``): the Ubuntu image corral looks for.
-AMIS = [
-    {
-        "ami_id": "ami-0c0ffee0c0ffee001",
-        "name": "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20261101",
-        "description": "Ubuntu 22.04 (test)",
-        "owner_id": "099720685109",
+
+
+def _ami(ami_id: str, name: str, owner: str, created: str, root: str = facts.UBUNTU_ROOT_DEVICE) -> dict[str, Any]:
+    return {
+        "ami_id": ami_id,
+        "name": name,
+        "description": name,
+        "owner_id": owner,
         "public": True,
         "virtualization_type": "hvm",
         "architecture": "x86_64",
         "state": "available",
         "platform": None,
         "root_device_type": "ebs",
-        "root_device_name": "/dev/sda1",
+        "root_device_name": root,
         "sriov": "simple",
-        "creation_date": "2026-11-01T00:00:00.000Z",
+        "creation_date": created,
     }
+
+
+#: What moto's AMI list is replaced with (``MOTO_AMIS_PATH``): public images under their real owners and
+#: names, as a region has them (``facts``, never corral's constants): Canonical's Ubuntu 22.04 and 24.04
+#: (the newer one must not be taken for a 22.04) and the Deep Learning Base GPU AMI.
+AMIS = [
+    _ami("ami-0c0ffee0c0ffee001", facts.UBUNTU_2204_NAME, facts.CANONICAL_OWNER, "2026-11-01T00:00:00.000Z"),
+    _ami("ami-0c0ffee0c0ffee002", facts.UBUNTU_2404_NAME, facts.CANONICAL_OWNER, "2026-11-15T00:00:00.000Z"),
+    _ami("ami-0c0ffee0c0ffee003", facts.DLAMI_NAME, facts.DLAMI_OWNER, "2026-10-06T00:00:00.000Z"),
 ]
 COUNTED = ("pending", "running", "shutting-down")
 EC2_XMLNS = "http://ec2.amazonaws.com/doc/2016-11-15/"

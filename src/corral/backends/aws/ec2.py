@@ -14,7 +14,9 @@ from typing import Any
 from corral.backends.aws.launch import TAG_INSTANCE, TAG_SERVER
 from corral.backends.aws.orphans import LIVE_STATES, Tagged
 
-UBUNTU = ("ubuntu/images/hvm-ssd*/ubuntu-jammy-22.04-amd64-server-*", "099720685109")
+#: Ubuntu 22.04, owner Canonical (terraform-provider-aws docs, r/instance: ``owners = ["099720109477"] # Canonical``).
+UBUNTU = ("ubuntu/images/hvm-ssd*/ubuntu-jammy-22.04-amd64-server-*", "099720109477")
+#: The Deep Learning Base GPU AMI, owner Amazon (dstack's aws/resources.py ``DLAMI_OWNER_ACCOUNT_ID``).
 DLAMI = ("Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *", "898082745236")
 
 
