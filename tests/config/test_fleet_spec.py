@@ -8,6 +8,7 @@ import orjson
 
 from corral.config import fleet_spec
 from corral.domain.documents import spec_configuration
+from corral.schemas.requests import FleetSpecIn
 from corral.services.fleets import normalize_spec
 
 SETTINGS = SimpleNamespace(max_nodes=100)
@@ -16,7 +17,7 @@ CLOUD = {"type": "fleet", "nodes": "1..3", "resources": {"gpu": "A100:2"}, "back
 
 
 def test_normalized_spec_is_typed_and_reads_back() -> None:
-    spec = normalize_spec({"configuration": CLOUD, "profile": {}}, ("spec",), SETTINGS)
+    spec = normalize_spec(FleetSpecIn(configuration=CLOUD, profile={}), ("spec",), SETTINGS)
     assert not spec.is_ssh and spec.name is None
     assert spec.conf.reservation == "cr-1" and spec.conf.resources is not None
     assert list(spec.document) == ["configuration", "configuration_path", "profile", "autocreated"]
@@ -25,7 +26,7 @@ def test_normalized_spec_is_typed_and_reads_back() -> None:
 
 
 def test_named_keeps_the_document_order_and_leaves_the_original() -> None:
-    spec = normalize_spec({"configuration": SSH, "profile": {}}, ("spec",), SETTINGS)
+    spec = normalize_spec(FleetSpecIn(configuration=SSH, profile={}), ("spec",), SETTINGS)
     named = spec.named("my-fleet")
     assert named.name == "my-fleet" and named.conf.name == "my-fleet"
     assert list(named.configuration) == list(spec.configuration)

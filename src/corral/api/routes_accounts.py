@@ -211,7 +211,7 @@ async def update_project(request: Request, project_name: str) -> FastJSON:
 async def set_members(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name, "manager")
     b = await parse(rq.SetMembersBody, request)
-    await members.set_members(ctx_of(request).db, user, project, [m.model_dump() for m in b.members])
+    await members.set_members(ctx_of(request).db, user, project, b.members)
     forget_access(request)
     return await _project_out(request, project)
 
@@ -220,7 +220,7 @@ async def set_members(request: Request, project_name: str) -> FastJSON:
 async def add_members(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name, "manager_or_public")
     b = await parse(rq.SetMembersBody, request)
-    await members.add_members(ctx_of(request).db, user, project, [m.model_dump() for m in b.members])
+    await members.add_members(ctx_of(request).db, user, project, b.members)
     forget_access(request)
     return await _project_out(request, project)
 

@@ -24,7 +24,7 @@ async def list_backend_types() -> FastJSON:
 async def create_backend(request: Request, project_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "admin")
     b = await parse(rq.BackendConfigBody, request)
-    answer = await backends_api.create(ctx_of(request), project, b.model_dump())
+    answer = await backends_api.create(ctx_of(request), project, b)
     forget_access(request)
     return FastJSON(answer)
 
@@ -33,7 +33,7 @@ async def create_backend(request: Request, project_name: str) -> FastJSON:
 async def update_backend(request: Request, project_name: str) -> FastJSON:
     _user, project = await member(request, project_name, "admin")
     b = await parse(rq.BackendConfigBody, request)
-    answer = await backends_api.update(ctx_of(request), project, b.model_dump())
+    answer = await backends_api.update(ctx_of(request), project, b)
     forget_access(request)
     return FastJSON(answer)
 

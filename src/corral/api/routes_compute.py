@@ -87,14 +87,14 @@ async def get_fleet(request: Request, project_name: str) -> FastJSON:
 async def fleet_plan(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.FleetPlanBody, request)
-    return FastJSON(await fleets.get_plan(ctx_of(request), project, user, b.spec.model_dump()))
+    return FastJSON(await fleets.get_plan(ctx_of(request), project, user, b.spec))
 
 
 @router.post(P + "/fleets/apply", body=rq.ApplyFleetBody, response="Fleet", limit="spec")
 async def fleet_apply(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.ApplyFleetBody, request)
-    return FastJSON(await fleets.apply(ctx_of(request), project, b.plan.model_dump(), b.force, user))
+    return FastJSON(await fleets.apply(ctx_of(request), project, b.plan, b.force, user))
 
 
 @router.post(P + "/fleets/delete", body=rq.NamesBody, response="Null")
@@ -164,20 +164,14 @@ async def list_all_runs(request: Request) -> FastJSON:
     user_id = None
     if b.username:
         user_id = (await accounts.find_user(ctx_of(request).db, b.username)).id
-    body = b.model_dump()
-    body["prev_run_id"] = str(b.prev_run_id) if b.prev_run_id else None
-    body["prev_submitted_at"] = b.prev_submitted_at.isoformat() if b.prev_submitted_at else None
-    return FastJSON(await runs.list_runs(ctx_of(request), ids, body, user_id))
+    return FastJSON(await runs.list_runs(ctx_of(request), ids, b, user_id))
 
 
 @router.post(P + "/runs/list", body=rq.ListRunsBody, response="RunList")
 async def list_runs(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.ListRunsBody, request)
-    body = b.model_dump()
-    body["prev_run_id"] = str(b.prev_run_id) if b.prev_run_id else None
-    body["prev_submitted_at"] = b.prev_submitted_at.isoformat() if b.prev_submitted_at else None
-    return FastJSON(await runs.list_runs(ctx_of(request), [project.id], body, None))
+    return FastJSON(await runs.list_runs(ctx_of(request), [project.id], b, None))
 
 
 @router.post(P + "/runs/get", body=rq.GetRunBody, response="Run")
@@ -191,14 +185,14 @@ async def get_run(request: Request, project_name: str) -> FastJSON:
 async def run_plan(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.RunPlanBody, request)
-    return FastJSON(await runs.get_plan(ctx_of(request), project, user, b.model_dump()))
+    return FastJSON(await runs.get_plan(ctx_of(request), project, user, b))
 
 
 @router.post(P + "/runs/apply", body=rq.ApplyRunBody, response="Run", limit="spec")
 async def run_apply(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.ApplyRunBody, request)
-    return FastJSON(await apply_run(ctx_of(request), project, user, b.plan.model_dump(), b.force))
+    return FastJSON(await apply_run(ctx_of(request), project, user, b.plan, b.force))
 
 
 @router.post(P + "/runs/stop", body=rq.StopRunsBody, response="Null")
@@ -221,11 +215,7 @@ async def run_delete(request: Request, project_name: str) -> FastJSON:
 async def logs_poll(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.PollLogsBody, request)
-    body = b.model_dump()
-    body["job_submission_id"] = str(b.job_submission_id)
-    for key in ("start_time", "end_time"):
-        body[key] = body[key].isoformat() if body[key] else None
-    return FastJSON(await logs.poll(ctx_of(request), project, body))
+    return FastJSON(await logs.poll(ctx_of(request), project, b))
 
 
 # --- gateways: validated, then "not supported yet" ----------------------------------------

@@ -19,14 +19,14 @@ P = "/api/project/{project_name}"
 async def create(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name, "admin")
     b = await parse(rq.CreateExportBody, request)
-    return FastJSON(await exports.create(ctx_of(request), project, user, b.model_dump()))
+    return FastJSON(await exports.create(ctx_of(request), project, user, b))
 
 
 @router.post(P + "/exports/update", body=rq.UpdateExportBody, response="Export")
 async def update(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name, "admin")
     b = await parse(rq.UpdateExportBody, request)
-    return FastJSON(await exports.update(ctx_of(request), project, user, b.model_dump()))
+    return FastJSON(await exports.update(ctx_of(request), project, user, b))
 
 
 @router.post(P + "/exports/delete", body=rq.ExportNameBody, response="Null")

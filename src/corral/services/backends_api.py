@@ -4,7 +4,7 @@ server's ``config.yml`` and is never accepted. Credentials are checked before an
 naming the field), stored sealed (:mod:`corral.services.cloud_backends`) and never answered in clear: an
 access key shows its last four characters, a secret key none.
 
-May import: domain, config, store, backends (through ``cloud_backends``).
+May import: domain, config, schemas, store, backends (through ``cloud_backends``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from corral.config.aws_backend import AWSBackendConfig
 from corral.context import Context
 from corral.domain.records import ProjectRec
+from corral.schemas.requests import BackendConfigBody
 from corral.services import cloud_backends
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError
 from corral.store import accounts as account_store
@@ -33,17 +34,21 @@ def list_types() -> list[str]:
     return [*(["aws"] if importlib.util.find_spec("boto3") is not None else []), "remote"]
 
 
-def _parse(data: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise ServiceError("The backend configuration must be a mapping with a `type` (aws)")
-    kind = data.get("type")
-    if kind not in CLOUD_TYPES:
-        raise ServiceError(
-            f"Backend type {kind!r} cannot be managed through the API: corral's cloud backends are "
-            f"{', '.join(CLOUD_TYPES)} (the local backend is set in the server's config.yml)"
-        )
+def _refuse(kind: object) -> ServiceError:
+    return ServiceError(
+        f"Backend type {kind!r} cannot be managed through the API: corral's cloud backends are "
+        f"{', '.join(CLOUD_TYPES)} (the local backend is set in the server's config.yml)"
+    )
+
+
+def _parse(body: BackendConfigBody) -> dict[str, Any]:
+    """The body's backend configuration checked field by field for its ``type``, as stored (no ``None``s)."""
+    if body.type not in CLOUD_TYPES:
+        raise _refuse(body.type)
     try:
-        return AWSBackendConfig.model_validate(data).model_dump(exclude_none=True)
+        return AWSBackendConfig.model_validate({**(body.model_extra or {}), "type": body.type}).model_dump(
+            exclude_none=True
+        )
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
         raise ServiceError(f"Invalid aws backend configuration: {problems}") from None
@@ -76,8 +81,8 @@ async def _save(ctx: Context, project: ProjectRec, backends: list[dict[str, Any]
     ctx.wakeups.wake("scheduler")
 
 
-async def create(ctx: Context, project: ProjectRec, data: Any) -> dict[str, Any]:
-    doc = _parse(data)
+async def create(ctx: Context, project: ProjectRec, body: BackendConfigBody) -> dict[str, Any]:
+    doc = _parse(body)
     project = await _fresh(ctx, project)
     if _find(project, doc["type"]) is not None:
         raise ResourceExists(f"Backend {doc['type']} already exists")
@@ -87,8 +92,8 @@ async def create(ctx: Context, project: ProjectRec, data: Any) -> dict[str, Any]
     return redacted(stored)
 
 
-async def update(ctx: Context, project: ProjectRec, data: Any) -> dict[str, Any]:
-    doc = _parse(data)
+async def update(ctx: Context, project: ProjectRec, body: BackendConfigBody) -> dict[str, Any]:
+    doc = _parse(body)
     project = await _fresh(ctx, project)
     if _find(project, doc["type"]) is None:
         raise ResourceNotExists(f"Backend {doc['type']} does not exist")
@@ -124,13 +129,19 @@ async def config_info(ctx: Context, project: ProjectRec, kind: str) -> dict[str,
     return redacted(doc)
 
 
-def _yaml(text: str) -> Any:
+def _yaml(text: str) -> BackendConfigBody:
+    """``config_yaml`` as the JSON body it stands for (a mapping with a ``type``)."""
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ServiceError(f"config_yaml is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ServiceError("The backend configuration must be a mapping with a `type` (aws)")
+    if not isinstance(data.get("type"), str):
+        raise _refuse(data.get("type"))
+    return BackendConfigBody.model_validate(data)
 
 
 async def create_yaml(ctx: Context, project: ProjectRec, text: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.context import Context
 from corral.domain import access
@@ -23,6 +23,9 @@ from corral.store import fleets as fleet_store
 from corral.store import project_state
 from corral.store.errors import Conflict
 from corral.store.exports import ExportRec
+
+if TYPE_CHECKING:
+    from corral.schemas.exports import CreateExportBody, UpdateExportBody
 
 
 def export_json(e: ExportRec) -> dict[str, Any]:
@@ -92,14 +95,14 @@ async def _fleet_ids(conn: Any, project: ProjectRec, names: list[str]) -> list[s
     return ids
 
 
-async def create(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
+async def create(ctx: Context, project: ProjectRec, user: UserRec, body: CreateExportBody) -> dict[str, Any]:
     """A new export of ``project``'s fleets (the route admits only its admins and global admins)."""
-    if body.get("exported_gateways"):
+    if body.exported_gateways:
         raise ServiceError("Exporting gateways is not supported yet: corral has no gateways")
-    name = body["name"]
+    name = body.name
     input_rules.check_resource_name(name)
-    if body.get("is_global"):
-        if body.get("importer_projects"):
+    if body.is_global:
+        if body.importer_projects:
             raise ServiceError(
                 "Do not specify any importer projects when creating a global export."
                 " Global exports are automatically imported in all projects"
@@ -109,8 +112,8 @@ async def create(ctx: Context, project: ProjectRec, user: UserRec, body: dict[st
         if await store.get_export(conn, project.id, name) is not None:
             raise ResourceExists(f"Export {name} already exists")
         export_id = str(uuid.uuid4())
-        importers = await _importer_ids(conn, user, project, list(body.get("importer_projects") or []))
-        fleet_ids = await _fleet_ids(conn, project, list(body.get("exported_fleets") or []))
+        importers = await _importer_ids(conn, user, project, list(body.importer_projects))
+        fleet_ids = await _fleet_ids(conn, project, list(body.exported_fleets))
         try:
             await store.insert_export(
                 conn,
@@ -118,7 +121,7 @@ async def create(ctx: Context, project: ProjectRec, user: UserRec, body: dict[st
                     "id": export_id,
                     "project_id": project.id,
                     "name": name,
-                    "is_global": bool(body.get("is_global")),
+                    "is_global": body.is_global,
                     "created_at": time.time(),
                 },
             )
@@ -134,32 +137,32 @@ async def create(ctx: Context, project: ProjectRec, user: UserRec, body: dict[st
     return export_json(found)
 
 
-async def update(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:  # noqa: C901
+async def update(ctx: Context, project: ProjectRec, user: UserRec, body: UpdateExportBody) -> dict[str, Any]:  # noqa: C901
     """Changes to an export of ``project`` (the route admits only its admins and global admins), checked as
     dstack's ``update_export`` checks them."""
-    if body.get("add_exported_gateways"):
+    if body.add_exported_gateways:
         raise ServiceError("Exporting gateways is not supported yet: corral has no gateways")
     changes = (
-        "set_global",
-        "unset_global",
-        "add_importer_projects",
-        "remove_importer_projects",
-        "add_exported_fleets",
-        "remove_exported_fleets",
-        "add_exported_gateways",
-        "remove_exported_gateways",
+        body.set_global,
+        body.unset_global,
+        body.add_importer_projects,
+        body.remove_importer_projects,
+        body.add_exported_fleets,
+        body.remove_exported_fleets,
+        body.add_exported_gateways,
+        body.remove_exported_gateways,
     )
-    adding = list(body.get("add_importer_projects") or [])
-    removing = list(body.get("remove_importer_projects") or [])
+    adding = list(body.add_importer_projects)
+    removing = list(body.remove_importer_projects)
     async with ctx.db.write() as conn:
-        found = await store.get_export(conn, project.id, body["name"])
+        found = await store.get_export(conn, project.id, body.name)
         if found is None:
-            raise ResourceNotExists(f"Export {body['name']!r} not found in project {project.name!r}")
-        if not any(body.get(k) for k in changes):
+            raise ResourceNotExists(f"Export {body.name!r} not found in project {project.name!r}")
+        if not any(changes):
             raise ServiceError("No changes specified")
-        if body.get("set_global") and body.get("unset_global"):
+        if body.set_global and body.unset_global:
             raise ServiceError("Cannot set and unset global at the same time")
-        if (body.get("set_global") or body.get("unset_global")) and (adding or removing):
+        if (body.set_global or body.unset_global) and (adding or removing):
             raise ServiceError("Cannot change global status and add/remove importers at the same time")
         if both := sorted({n.lower() for n in adding} & {n.lower() for n in removing}):
             raise ServiceError(
@@ -169,12 +172,12 @@ async def update(ctx: Context, project: ProjectRec, user: UserRec, body: dict[st
         already = frozenset(name.lower() for _i, _pid, name in found.importers)
         add_ids = await _importer_ids(conn, user, project, adding, already)
         remove_ids = await _importing_ids(conn, found, removing) if removing else []
-        if body.get("set_global"):
+        if body.set_global:
             if found.is_global:
                 raise ServiceError("The export is already global")
             _check_global(user)
             await store.update_export(conn, found.id, {"is_global": True})
-        if body.get("unset_global"):
+        if body.unset_global:
             if not found.is_global:
                 raise ServiceError("The export is already not global")
             await store.update_export(conn, found.id, {"is_global": False})
@@ -182,11 +185,11 @@ async def update(ctx: Context, project: ProjectRec, user: UserRec, body: dict[st
             await store.add_importer(conn, str(uuid.uuid4()), found.id, pid)
         for pid in remove_ids:
             await store.remove_importer(conn, found.id, pid)
-        for fid in await _fleet_ids(conn, project, list(body.get("add_exported_fleets") or [])):
+        for fid in await _fleet_ids(conn, project, list(body.add_exported_fleets)):
             await store.add_fleet(conn, found.id, fid)
-        for fid in await _fleet_ids(conn, project, list(body.get("remove_exported_fleets") or [])):
+        for fid in await _fleet_ids(conn, project, list(body.remove_exported_fleets)):
             await store.remove_fleet(conn, found.id, fid)
-        updated = await store.get_export(conn, project.id, body["name"])
+        updated = await store.get_export(conn, project.id, body.name)
     ctx.wakeups.wake("scheduler")
     assert updated is not None
     return export_json(updated)

@@ -23,6 +23,7 @@ from corral.scheduler.blocks import smallest_carves
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.types import Offer
 from corral.schemas import wire
+from corral.schemas.requests import FleetPlanIn, FleetSpecIn
 from corral.services import input_rules, serialize, ssh_fleets
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError, validated
 from corral.settings import Settings
@@ -39,31 +40,22 @@ def random_name() -> str:
     return random_words()
 
 
-def normalize_spec(raw: object, loc: tuple[str | int, ...], settings: Settings) -> FleetSpec:
+def normalize_spec(raw: FleetSpecIn, loc: tuple[str | int, ...], settings: Settings) -> FleetSpec:
     """Validate a FleetSpec (422 naming the field; dstack's name rule; the server's caps) and return it
     typed, its ``document`` dstack's normalised form."""
-    if not isinstance(raw, dict):
-        raise validation_errors_from_msg(loc, "Input should be a valid dictionary")
-    # (the request body requires the configuration)
-    conf = validated(config.parse_fleet_configuration, raw[CONFIGURATION], (*loc, CONFIGURATION))
-    profile = validated(config.parse_profile, raw.get("profile"), (*loc, "profile"))
+    conf = validated(config.parse_fleet_configuration, raw.configuration, (*loc, CONFIGURATION))
+    profile = validated(config.parse_profile, raw.profile, (*loc, "profile"))
     dumped = conf.model_dump(mode="json")
     input_rules.check_fleet_caps(dumped, settings, (*loc, CONFIGURATION))
     if conf.name is not None:
         input_rules.check_resource_name(conf.name)
     document = {
         CONFIGURATION: dumped,
-        "configuration_path": raw.get("configuration_path"),
+        "configuration_path": raw.configuration_path,
         "profile": profile.model_dump(mode="json"),
-        "autocreated": bool(raw.get("autocreated", False)),
+        "autocreated": raw.autocreated,
     }
     return FleetSpec(conf=conf, profile=profile, document=document)
-
-
-def validation_errors_from_msg(loc: tuple[str | int, ...], msg: str) -> Exception:
-    from corral.services.errors import InvalidConfiguration
-
-    return InvalidConfiguration([{"type": "value_error", "loc": ["body", *loc], "msg": msg}])
 
 
 def offer_json(offer: Offer, blocks: int = 1) -> dict[str, Any]:
@@ -115,7 +107,7 @@ def check_backends(ctx: Context, project: ProjectRec, spec: FleetSpec) -> None:
     )
 
 
-async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: dict[str, Any]) -> dict[str, Any]:
+async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: FleetSpecIn) -> dict[str, Any]:
     normalized = normalize_spec(spec, ("spec",), ctx.settings)
     check_backends(ctx, project, normalized)
     name = normalized.name
@@ -158,13 +150,13 @@ def _spec_changed(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 async def apply(
-    ctx: Context, project: ProjectRec, plan: dict[str, Any], force: bool, user: UserRec | None = None
+    ctx: Context, project: ProjectRec, plan: FleetPlanIn, force: bool, user: UserRec | None = None
 ) -> dict[str, Any]:
-    normalized = normalize_spec(plan.get("spec"), ("plan", "spec"), ctx.settings)
+    normalized = normalize_spec(plan.spec, ("plan", "spec"), ctx.settings)
     check_backends(ctx, project, normalized)
     name = normalized.name or random_name()
     normalized = normalized.named(name)
-    current_resource = plan.get("current_resource")
+    current_resource = plan.current_resource
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
     cipher = cipher_for(ctx.settings)
     actor = user.id if user else None

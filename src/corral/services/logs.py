@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import base64
-from datetime import datetime
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from corral.context import Context
 from corral.domain.records import ProjectRec
@@ -13,13 +13,10 @@ from corral.services.errors import ResourceNotExists, ServiceError
 from corral.services.serialize import iso
 from corral.store import runs as store
 
+if TYPE_CHECKING:
+    from corral.schemas.requests import PollLogsBody
+
 _SOURCES = {0: "stdout", 1: "stderr"}
-
-
-def _ts(value: Any) -> float | None:
-    if value is None:
-        return None
-    return epoch_seconds(datetime.fromisoformat(str(value).replace("Z", "+00:00")))
 
 
 def _after(token: Any) -> int | None:
@@ -33,27 +30,61 @@ def _after(token: Any) -> int | None:
     return int(text)
 
 
-async def poll(ctx: Context, project: ProjectRec, body: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LogQuery:
+    """What a read of a job's log asks for (``logs/poll``'s body, or a page of the web UI)."""
+
+    run_name: str
+    #: The job submission's id.
+    job_id: str
+    descending: bool = False
+    #: The log row to continue after (a ``next_token``; checked as dstack checks it).
+    next_token: str | None = None
+    limit: int = 100
+    #: The window, in seconds since the epoch.
+    start_time: float | None = None
+    end_time: float | None = None
+    #: dstack's diagnostic logs, which corral has none of.
+    diagnose: bool = False
+
+
+async def poll(ctx: Context, project: ProjectRec, body: PollLogsBody) -> dict[str, Any]:
+    """``logs/poll``."""
+    query = LogQuery(
+        run_name=body.run_name,
+        job_id=str(body.job_submission_id),
+        descending=body.descending,
+        next_token=body.next_token,
+        limit=body.limit,
+        start_time=None if body.start_time is None else epoch_seconds(body.start_time),
+        end_time=None if body.end_time is None else epoch_seconds(body.end_time),
+        diagnose=body.diagnose,
+    )
+    return await read(ctx, project, query)
+
+
+async def read(ctx: Context, project: ProjectRec, query: LogQuery) -> dict[str, Any]:
+    """A page of the job's log, as ``logs/poll`` answers it (plus ``corral_cursor``: the last row's id)."""
     async with ctx.db.read() as conn:
-        run = await store.get_run(conn, project.id, run_name=body["run_name"])
+        run = await store.get_run(conn, project.id, run_name=query.run_name)
         if run is None:
             raise ResourceNotExists("Run not found")
-        job_id = str(body["job_submission_id"])
+        job_id = query.job_id
         if not any(j.id == job_id for j in run.jobs):
             raise ResourceNotExists("Job submission not found")
-        if body.get("diagnose"):
+        if query.diagnose:
             return {"logs": [], "external_url": None, "next_token": None}
-        token = body.get("next_token")
+        token = query.next_token
         after = _after(token)
-        limit = int(body.get("limit") or 100)
+        limit = query.limit or 100
         rows = await store.read_logs(
             conn,
             job_id,
             after,
             limit,
-            descending=bool(body.get("descending")),
-            start_time=_ts(body.get("start_time")),
-            end_time=_ts(body.get("end_time")),
+            descending=query.descending,
+            start_time=query.start_time,
+            end_time=query.end_time,
         )
     logs = [
         {

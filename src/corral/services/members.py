@@ -7,7 +7,8 @@ The routes admit the caller (:mod:`corral.api.routes_accounts`); the rules on ad
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from corral.domain import access
 from corral.domain.events import project_target, user_target
@@ -16,6 +17,9 @@ from corral.services.errors import AccessDenied, ServiceError
 from corral.store import accounts as store
 from corral.store import events
 from corral.store.db import Database
+
+if TYPE_CHECKING:
+    from corral.schemas.requests import MemberSetting
 
 
 def _denied(d: access.Denied | None) -> None:
@@ -26,19 +30,19 @@ def _denied(d: access.Denied | None) -> None:
     raise ServiceError(d.msg)
 
 
-async def _resolve_members(conn: Any, members: list[dict[str, Any]], strict: bool) -> list[tuple[str, str]]:
+async def _resolve_members(conn: Any, members: Sequence[MemberSetting], strict: bool) -> list[tuple[str, str]]:
     """``(user_id, role)`` for each entry, matched by name or email; unknown users are skipped (``set_members``,
     as dstack) or an error (``add_members``)."""
-    out = []
+    out: list[tuple[str, str]] = []
     for m in members:
-        found = await _user(conn, m["username"])
+        found = await _user(conn, m.username)
         if found is None:
             if strict:
-                raise ServiceError(f"User not found: {m['username']}")
+                raise ServiceError(f"User not found: {m.username}")
             continue
-        if m["project_role"] not in access.PROJECT_ROLES:
-            raise ServiceError(f"Unknown project role {m['project_role']!r}")
-        out.append((found.id, m["project_role"]))
+        if m.project_role not in access.PROJECT_ROLES:
+            raise ServiceError(f"Unknown project role {m.project_role!r}")
+        out.append((found.id, m.project_role))
     return out
 
 
@@ -46,7 +50,7 @@ async def _user(conn: Any, name_or_email: str) -> UserRec | None:
     return await store.get_user(conn, name_or_email) or await store.get_user_by_email(conn, name_or_email)
 
 
-async def set_members(db: Database, user: UserRec, project: ProjectRec, members: list[dict[str, Any]]) -> None:
+async def set_members(db: Database, user: UserRec, project: ProjectRec, members: Sequence[MemberSetting]) -> None:
     """``set_members`` (the route admits managers): a manager may not change who the admins are."""
     async with db.write() as conn:
         current = await store.list_members(conn, project.id)
@@ -55,7 +59,7 @@ async def set_members(db: Database, user: UserRec, project: ProjectRec, members:
             access.check_set_members(
                 user.global_role,
                 role,
-                [(m["username"], m["project_role"]) for m in members],
+                [(m.username, m.project_role) for m in members],
                 [(m.user.name, m.project_role) for m in current],
             )
         )
@@ -63,7 +67,7 @@ async def set_members(db: Database, user: UserRec, project: ProjectRec, members:
         await _record(conn, user, project, current)
 
 
-async def add_members(db: Database, user: UserRec, project: ProjectRec, members: list[dict[str, Any]]) -> None:
+async def add_members(db: Database, user: UserRec, project: ProjectRec, members: Sequence[MemberSetting]) -> None:
     """``add_members`` (the route admits managers, and anyone to a public project): managers add users and
     managers, admins add anyone, anyone joins a public project alone as ``user``."""
     async with db.write() as conn:
@@ -76,7 +80,7 @@ async def add_members(db: Database, user: UserRec, project: ProjectRec, members:
                 user.email,
                 role,
                 project.is_public,
-                [(m["username"], m["project_role"]) for m in members],
+                [(m.username, m.project_role) for m in members],
             )
         )
         for user_id, new_role in await _resolve_members(conn, members, strict=True):

@@ -21,6 +21,7 @@ from corral.context import Context
 from corral.domain.events import job_target, run_target
 from corral.domain.names import random_words
 from corral.domain.records import ProjectRec, UserRec
+from corral.schemas.requests import RunPlanIn
 from corral.services import (
     local_admission,
     quota_admission,
@@ -67,7 +68,7 @@ class Admission:
     crons: list[str] | None
 
 
-async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any], force: bool) -> dict[str, Any]:
+async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: RunPlanIn, force: bool) -> dict[str, Any]:
     adm = await admit(ctx, project, user, plan)
     spec, conf, now, crons = adm.spec, adm.spec.conf, adm.now, adm.crons
     explicit = spec.run_name
@@ -99,11 +100,11 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str
     return serialize.run(run_secrets.revealed(ctx.cipher, run))
 
 
-async def admit(ctx: Context, project: ProjectRec, user: UserRec, plan: dict[str, Any]) -> Admission:
+async def admit(ctx: Context, project: ProjectRec, user: UserRec, plan: RunPlanIn) -> Admission:
     """Normalize the plan's run spec and make every check that refuses before the write: the type, the
     service's, the options', the environment's, the volumes', the references', the local admission's and
     the code's (the quota is checked in the write, by ``apply``)."""
-    spec = run_specs.normalize(plan.get("run_spec"), ("plan", "run_spec"), user, ctx.settings)
+    spec = run_specs.normalize(plan.run_spec, ("plan", "run_spec"), user, ctx.settings)
     conf, merged = spec.conf, spec.merged
     if conf.type not in SUPPORTED_TYPES:
         raise ServiceError(
@@ -137,7 +138,7 @@ async def replace_or_update(
     conn: Connection,
     project: ProjectRec,
     user: UserRec,
-    plan: dict[str, Any],
+    plan: RunPlanIn,
     force: bool,
     adm: Admission,
 ) -> dict[str, Any] | None:
@@ -159,7 +160,14 @@ async def replace_or_update(
             return serialize.run(run_secrets.revealed(ctx.cipher, updated))
         if spec.conf.type == "service" and run_spec.stored_type(stored) == "service":
             await service_updates.update(
-                conn, ctx.cipher, existing, spec.named(explicit), adm.derived.templates, user, plan, force
+                conn,
+                ctx.cipher,
+                existing,
+                spec.named(explicit),
+                adm.derived.templates,
+                user,
+                plan.current_resource,
+                force,
             )
             updated = await store.get_run(conn, project.id, run_id=existing.id)
             assert updated is not None

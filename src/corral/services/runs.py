@@ -38,6 +38,7 @@ from corral.store import runs as store
 
 if TYPE_CHECKING:
     from corral.config import AnyRunConfiguration, ProfileParams
+    from corral.schemas.requests import ListRunsBody, RunPlanBody
 
 log = logging.getLogger("corral.runs")
 SUPPORTED_TYPES = ("task", "service", "dev-environment")
@@ -58,7 +59,7 @@ def fitting_offers(ctx: Context, conf: AnyRunConfiguration, merged: ProfileParam
 
 def gpu_offers(ctx: Context, project: ProjectRec, user: UserRec, run_spec: Mapping[str, Any]) -> list[Offer]:
     """``gpus/list``: the offers with GPUs that the run spec's resources and options allow."""
-    spec = run_specs.normalize(run_spec, ("run_spec",), user, ctx.settings)
+    spec = run_specs.normalize(run_specs.from_document(run_spec, ("run_spec",)), ("run_spec",), user, ctx.settings)
     return [o for o in fitting_offers(ctx, spec.conf, spec.merged, project) if o.resources.gpus]
 
 
@@ -78,8 +79,8 @@ def _offers(
     return [offer_json(o) for o in smallest_carves(offers)]
 
 
-async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[str, Any]) -> dict[str, Any]:
-    spec = run_specs.normalize(body.get("run_spec"), ("run_spec",), user, ctx.settings)
+async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: RunPlanBody) -> dict[str, Any]:
+    spec = run_specs.normalize(body.run_spec, ("run_spec",), user, ctx.settings)
     conf, merged = spec.conf, spec.merged
     await run_references.check(ctx, project, spec.configuration)
     if conf.type == "service":
@@ -88,7 +89,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
     if spec.run_name:
         async with ctx.db.read() as conn:
             current = await store.get_run(conn, project.id, run_name=spec.run_name)
-    max_offers = body.get("max_offers") or 50
+    max_offers = body.max_offers or 50
     derived = derive_job_specs(ctx, spec, spec.run_name or "run")
     specs = derived.jobs
     screened = await plan_screen(ctx, project, spec, specs[0]) if specs else None
@@ -114,7 +115,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: dict[
             if key not in shown:
                 shown.append(key)
                 offers.append(extra)
-    if verdict is not None and not body.get("for_offers_only"):
+    if verdict is not None and not body.for_offers_only:
         offers = []  # what apply would refuse gets no offers: the official CLI warns before submitting
     plans = [
         {
@@ -157,30 +158,25 @@ def derive_job_specs(ctx: Context, spec: RunSpec, run_name: str) -> JobSpecs:
     return derive(spec, run_name, ctx.settings.default_image, ctx.settings.ide_download_url)
 
 
-async def list_runs(
-    ctx: Context, project_ids: list[str] | None, body: dict[str, Any], user_id: str | None
-) -> list[Any]:
+async def list_runs(ctx: Context, project_ids: list[str] | None, body: ListRunsBody, user_id: str | None) -> list[Any]:
     """A page of runs as rendered JSON (``orjson.Fragment``s). Finished runs never change, so their
     rendering is cached by (id, status, last change, shape); the page costs one narrow query plus the
     full rows of only the runs not cached yet."""
     after = None
-    if body.get("prev_submitted_at") is not None:
-        from datetime import datetime
-
-        ts = epoch_seconds(datetime.fromisoformat(str(body["prev_submitted_at"]).replace("Z", "+00:00")))
-        after = (ts, body.get("prev_run_id") or "")
-    include_jobs = bool(body.get("include_jobs", True))
-    limit_subs = body.get("job_submissions_limit")
+    if body.prev_submitted_at is not None:
+        after = (epoch_seconds(body.prev_submitted_at), str(body.prev_run_id or ""))
+    include_jobs = body.include_jobs
+    limit_subs = body.job_submissions_limit
     cache = ctx.rendered_runs
     async with ctx.db.read() as conn:
         keys = await store.list_run_keys(
             conn,
             project_ids,
-            only_active=bool(body.get("only_active")),
+            only_active=body.only_active,
             user_id=user_id,
-            repo_id=body.get("repo_id"),
-            limit=int(body.get("limit", 100)),
-            ascending=bool(body.get("ascending")),
+            repo_id=body.repo_id,
+            limit=body.limit,
+            ascending=body.ascending,
             after=after,
         )
         shape = (include_jobs, limit_subs)

@@ -108,19 +108,19 @@ async def update(
     spec: RunSpec,
     templates: list[dict[str, Any]],
     user: UserRec,
-    plan: dict[str, Any],
+    current: Mapping[str, Any] | None,
     force: bool,
 ) -> bool:
     """Start the service's next deployment in place (True), or raise dstack's 400s. ``existing`` is the
-    active run of that name, ``spec`` the new run spec (normalised), ``templates`` its groups' job specs."""
+    active run of that name, ``spec`` the new run spec (normalised), ``templates`` its groups' job specs,
+    ``current`` the run the plan was made against (the request's ``current_resource``)."""
     stored = run_secrets.revealed(cipher, existing).run_spec
     document = spec.as_dict()
     changes = changed_fields(dict(stored), document)
     if changes is None:
         raise ServiceError(OVERRIDE_ERROR)
     if not force:
-        current = plan.get("current_resource")
-        if not isinstance(current, dict) or current.get("id") != existing.id:
+        if current is None or current.get("id") != existing.id:
             raise ServiceError(CHANGED_ERROR)
         if current.get("deployment_num", existing.deployment_num) != existing.deployment_num:
             raise ServiceError(CHANGED_ERROR)

@@ -188,22 +188,13 @@ class _Follower:
 
     async def run(self, stored: _Signal) -> None:
         try:
-            latest = await logs.poll(
-                self.ctx,
-                self.project,
-                {"run_name": self.run_name, "job_submission_id": self.job_id, "descending": True, "limit": 1},
+            latest = await logs.read(
+                self.ctx, self.project, logs.LogQuery(self.run_name, self.job_id, descending=True, limit=1)
             )
             self.cursor = latest["corral_cursor"] if latest["logs"] else None
             while self.queues:
-                answer = await logs.poll(
-                    self.ctx,
-                    self.project,
-                    {
-                        "run_name": self.run_name,
-                        "job_submission_id": self.job_id,
-                        "next_token": self.cursor,
-                        "limit": 500,
-                    },
+                answer = await logs.read(
+                    self.ctx, self.project, logs.LogQuery(self.run_name, self.job_id, next_token=self.cursor, limit=500)
                 )
                 if answer["logs"]:
                     before, self.cursor = self.cursor, answer["corral_cursor"]
@@ -235,10 +226,9 @@ async def logs_stream(request: Request, feeds: LiveFeeds) -> Response:
     follower; a page reads the store itself only for what it lacks when it joins."""
     project, run_name, job_id = await _log_target(request)
     ctx = ctx_of(request)
-    base = {"run_name": run_name, "job_submission_id": job_id}
     resume = request.headers.get("last-event-id") or ""
     # the job exists in the run (404 otherwise) before the stream starts
-    await logs.poll(ctx, project, {**base, "descending": True, "limit": 1})
+    await logs.read(ctx, project, logs.LogQuery(run_name, job_id, descending=True, limit=1))
 
     async def body() -> AsyncIterator[bytes]:
         yield b"retry: 1000\n\n"
@@ -247,7 +237,9 @@ async def logs_stream(request: Request, feeds: LiveFeeds) -> Response:
             if resume.isdigit():
                 sent = int(resume)
             else:
-                newest = await logs.poll(ctx, project, {**base, "descending": True, "limit": TAIL_LINES})
+                newest = await logs.read(
+                    ctx, project, logs.LogQuery(run_name, job_id, descending=True, limit=TAIL_LINES)
+                )
                 older = newest["next_token"]
                 yield _event("older", {"before": older})
                 sent = int(older) - 1 if older else 0
@@ -257,8 +249,10 @@ async def logs_stream(request: Request, feeds: LiveFeeds) -> Response:
                 if catch_up:
                     # what this page lacks (joining, after a reconnect, or a batch it missed): read once
                     catch_up = False
-                    answer = await logs.poll(
-                        ctx, project, {**base, "next_token": str(sent) if sent else None, "limit": 1000}
+                    answer = await logs.read(
+                        ctx,
+                        project,
+                        logs.LogQuery(run_name, job_id, next_token=str(sent) if sent else None, limit=1000),
                     )
                     if answer["logs"]:
                         sent = int(answer["corral_cursor"])
@@ -287,15 +281,7 @@ async def logs_older(request: Request) -> Response:
     before = request.query_params.get("before") or ""
     if not before.isdigit():
         return JSONResponse({"lines": [], "before": None})
-    answer = await logs.poll(
-        ctx_of(request),
-        project,
-        {
-            "run_name": run_name,
-            "job_submission_id": job_id,
-            "descending": True,
-            "next_token": before,
-            "limit": TAIL_LINES,
-        },
+    answer = await logs.read(
+        ctx_of(request), project, logs.LogQuery(run_name, job_id, descending=True, next_token=before, limit=TAIL_LINES)
     )
     return JSONResponse({"lines": list(reversed(_lines(answer))), "before": answer["next_token"]})

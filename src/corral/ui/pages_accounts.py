@@ -11,6 +11,7 @@ from starlette.responses import RedirectResponse, Response
 
 from corral.api.deps import ctx_of, forget_access
 from corral.domain import access
+from corral.schemas.requests import MemberSetting
 from corral.services import accounts, members, secrets
 from corral.services.errors import Forbidden, ServiceError
 from corral.ui import auth
@@ -106,7 +107,8 @@ async def member_add(request: Request) -> Response:
         raise ServiceError("username: give the name of the user to add")
     if role not in ROLES:
         raise ServiceError(f"role: one of {', '.join(ROLES)}")
-    await members.add_members(ctx.db, s.user, project, [{"username": username, "project_role": role}])
+    setting = MemberSetting.model_validate({"username": username, "project_role": role})
+    await members.add_members(ctx.db, s.user, project, [setting])
     forget_access(request)
     return RedirectResponse(f"/projects/{project.name}", status_code=303)
 

@@ -16,6 +16,7 @@ from starlette.responses import RedirectResponse, Response
 from corral.api.deps import ctx_of
 from corral.domain.records import ProjectRec
 from corral.domain.statuses import FINISHED_RUN
+from corral.schemas.requests import ListRunsBody
 from corral.services import accounts, runs
 from corral.services.errors import ResourceNotExists, ServiceError
 from corral.ui import auth
@@ -40,24 +41,30 @@ async def visible_runs(
             user_id = (await accounts.find_user(ctx.db, username)).id
         except ResourceNotExists:
             return []
-    base = {"include_jobs": True, "job_submissions_limit": 1}
     if not status:
-        rendered = await runs.list_runs(ctx, ids, {**base, "limit": limit}, user_id)
-        found: list[dict[str, Any]] = orjson.loads(orjson.dumps(rendered))
+        body = ListRunsBody(include_jobs=True, job_submissions_limit=1, limit=limit)
+        found: list[dict[str, Any]] = orjson.loads(orjson.dumps(await runs.list_runs(ctx, ids, body, user_id)))
         return found
-    # a status is looked for page by page, newest first, among the unfinished runs only for an unfinished
-    # status (the service's ``only_active``, as ``runs/list`` has it), and through the latest 1,000 at most
+    # a status is looked for page by page (``runs/list``'s largest), newest first, among the unfinished runs
+    # only for an unfinished status (the service's ``only_active``, as ``runs/list`` has it), and through the
+    # latest 1,000 at most
     found = []
     after: tuple[str, str] | None = None
     scanned = 0
     while len(found) < limit and scanned < 1000:
-        body: dict[str, Any] = {**base, "limit": 200, "only_active": status not in FINISHED}
-        if after is not None:
-            body["prev_submitted_at"], body["prev_run_id"] = after
+        body = ListRunsBody.model_validate(
+            {
+                "include_jobs": True,
+                "job_submissions_limit": 1,
+                "limit": PAGE_SIZE,
+                "only_active": status not in FINISHED,
+                **({"prev_submitted_at": after[0], "prev_run_id": after[1]} if after is not None else {}),
+            }
+        )
         batch: list[dict[str, Any]] = orjson.loads(orjson.dumps(await runs.list_runs(ctx, ids, body, user_id)))
         scanned += len(batch)
         found += [r for r in batch if status == "active" or r["status"] == status]
-        if len(batch) < 200:
+        if len(batch) < PAGE_SIZE:
             break
         after = (batch[-1]["submitted_at"], batch[-1]["id"])
     return found[:limit]
