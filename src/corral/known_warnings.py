@@ -29,6 +29,7 @@ import warnings
 #: (module regex, message regex) of each known third-party warning; the category is added in :func:`install_filters`.
 ASYNCSSH_DSA = (r"asyncssh\.crypto\.(misc|dsa)\Z", r"DSA is deprecated")
 
+
 def install_filters() -> None:
     """Ignore the known third-party warnings above (and only those). Idempotent: ``warnings`` keeps one copy of
     a filter added again."""

@@ -93,6 +93,25 @@ def _check_encryption_key(settings: Settings) -> None:
         raise ServerConfigError(f"Cannot use the encryption key (tokens, private keys, credentials): {e}") from None
 
 
+def _say_where_the_key_is(settings: Settings) -> None:
+    """One line at start: where the key is (and its id); a warning while it sits beside the database."""
+    from corral.store.encryption import cipher_for, key_in_data_dir, key_location
+
+    where, key_id = key_location(settings), cipher_for(settings).key_id
+    log.info("Encryption key: %s (id %s)", where, key_id, extra={"event": "encryption_key", "key_id": key_id})
+    if key_in_data_dir(settings):
+        new = settings.server_dir / "encryption.key"
+        log.warning(
+            "The encryption key is in the data directory (%s), beside the database whose secrets it opens: a copy "
+            "of that directory would carry both. Stop the server and move it: mv %s %s (or point "
+            "CORRAL_SERVER_ENCRYPTION_KEY_FILE at a place outside the state directory)",
+            where,
+            where,
+            new,
+            extra={"event": "encryption_key_in_data_dir"},
+        )
+
+
 def _check_same_key(settings: Settings, stored_admin_token: str) -> None:
     """A server given another key than the one the database's values were sealed with (e.g. a Postgres
     replica without the others' key) could read no token, key or credential: it does not start."""
@@ -140,6 +159,7 @@ async def prepare(settings: Settings) -> Prepared:
     server_config = load_server_config(settings.server_dir / "config.yml")
     private_state_dir(settings)
     _check_encryption_key(settings)
+    _say_where_the_key_is(settings)
     db = Database(settings.database_url, events_ttl=settings.events_ttl)
     await upgrade(db)
     cipher = cipher_for(settings)

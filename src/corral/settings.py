@@ -105,7 +105,8 @@ class Settings:
     max_replicas: int = 1000
     #: Key that encrypts tokens, private keys and credentials at rest (base64 of 32 bytes); None = a key file.
     encryption_key: str | None = None
-    #: The key file when ``encryption_key`` is None (made on first use, mode 0600); None = in the state dir.
+    #: The key file when ``encryption_key`` is None (made on first use, mode 0600); None = in the state dir
+    #: (:attr:`encryption_key_file`).
     encryption_key_path: Path | None = None
     #: Image for jobs whose configuration sets none (None: such jobs run as host processes).
     default_image: str | None = None
@@ -181,7 +182,21 @@ class Settings:
 
     @property
     def encryption_key_file(self) -> Path:
-        return self.encryption_key_path or self.server_dir / "data" / "encryption.key"
+        """Where the key is kept when ``encryption_key`` is None: the file named by
+        ``CORRAL_SERVER_ENCRYPTION_KEY_FILE``, else ``<state dir>/encryption.key``, outside ``data/`` (where
+        the database is), so that a copy of the data directory does not carry the key that opens its
+        secrets. A key an older corral made in ``data/`` stays in use until it is moved
+        (:attr:`legacy_encryption_key_file`)."""
+        if self.encryption_key_path is not None:
+            return self.encryption_key_path
+        default = self.server_dir / "encryption.key"
+        legacy = self.legacy_encryption_key_file
+        return legacy if not default.exists() and legacy.exists() else default
+
+    @property
+    def legacy_encryption_key_file(self) -> Path:
+        """Where corral kept the key before 2026-12: beside the database."""
+        return self.data_dir / "encryption.key"
 
     @staticmethod
     def from_env(env: dict[str, str] | None = None, **overrides: object) -> Settings:  # noqa: C901, PLR0915

@@ -16,6 +16,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 if __name__ == "__main__":  # `python -m corral.cli.main`: the console script's fast path for `server` first
@@ -84,9 +85,18 @@ def _root(
     """corral: an orchestrator for AI and GPU workloads that speaks dstack's API."""
 
 
-@app.command("server")
+_server_app = typer.Typer(
+    help="Start the corral server, or back up and restore its database.",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@_server_app.callback()
 @_guard
 def server(
+    ctx: typer.Context,
     host: Annotated[
         str,
         typer.Option("--host", help="The address to listen on.", envvar="CORRAL_SERVER_HOST", metavar="HOST"),
@@ -117,19 +127,65 @@ def server(
     """Start the corral server (API, scheduler and the local backend) in this process.
 
     Logs go to stderr, one line per event (CORRAL_LOG_FORMAT=json: one JSON object a line)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    code = _server_module("corral.server").main(host=host, port=port, log_level=log_level, access_log=access_log)
+    if code:
+        raise SystemExit(code)
+
+
+def _server_module(name: str) -> Any:
     import importlib
 
     from corral.cli.errors import CLIError
 
     try:
-        serve = importlib.import_module("corral.server")
+        return importlib.import_module(name)
     except ModuleNotFoundError as e:
         if e.name and "corral.api" in e.name:
             raise CLIError("The server is not part of this installation (corral.server is missing)")
         raise
-    code = serve.main(host=host, port=port, log_level=log_level, access_log=access_log)
-    if code:
-        raise SystemExit(code)
+
+
+def _server_admin(command: str, path: Path) -> None:
+    from corral.cli.errors import CLIError
+
+    admin = _server_module("corral.server_admin")
+    settings = _server_module("corral.settings").Settings.from_env()
+    try:
+        getattr(admin, command)(settings, path, typer.echo)
+    except admin.AdminError as e:
+        raise CLIError(str(e)) from None
+
+
+@_server_app.command("backup")
+@_guard
+def server_backup(
+    file: Annotated[
+        Path, typer.Argument(help="The backup file to write (a directory: corral-backup.db in it).", metavar="FILE")
+    ],
+) -> None:
+    """Copy the server's database to FILE, consistently, while the server runs (SQLite).
+
+    The copy holds no encryption key: it says which key id its secrets need; keep that key apart.
+    On Postgres, use pg_dump (see the Postgres docs)."""
+    _server_admin("backup", file)
+
+
+@_server_app.command("restore")
+@_guard
+def server_restore(
+    file: Annotated[Path, typer.Argument(help="A backup made by `corral server backup`.", metavar="FILE")],
+) -> None:
+    """Make FILE the database of a fresh state directory (CORRAL_SERVER_DIR), with the server stopped.
+
+    The key the backup's secrets were sealed with must be given first (its file at
+    CORRAL_SERVER_ENCRYPTION_KEY_FILE or in the state directory, or CORRAL_SERVER_ENCRYPTION_KEY); every sealed
+    value is opened before the database is put in place. An older backup is migrated when the server starts."""
+    _server_admin("restore", file)
+
+
+app.add_typer(_server_app, name="server")
 
 
 _commands: list[tuple[str, Callable[..., Any]]] = [

@@ -5,11 +5,14 @@ registry passwords (:mod:`corral.store.run_secrets`).
 AES-256-GCM with the server key. The key is ``CORRAL_SERVER_ENCRYPTION_KEY`` (base64 of 32 bytes; every
 replica of a Postgres deployment must be given the same one), or the file that
 ``CORRAL_SERVER_ENCRYPTION_KEY_FILE`` names (made on first use when missing), or, when neither is set, a
-key generated on first use and kept in ``<state dir>/data/encryption.key``. A key file is written with
-mode 0600. A stored value reads ``enc:v1:<key id>:<base64(nonce | ciphertext)>``; the key id (a hash
-prefix of the key) lets a value encrypted under another key fail with a message that says so instead of
-a bare decryption error. A stored value without the prefix is a row written before the value was sealed
-(:func:`open_sealed` returns it as it is; the start-up pass of ``workers/seal_at_rest.py`` seals it).
+key generated on first use and kept in ``<state dir>/encryption.key``: outside ``data/``, where the
+database is, so that a copy of the data directory does not carry the key that opens it (a key an older
+corral made in ``data/encryption.key`` stays in use until moved; the server says how at start). A key
+file is written with mode 0600. A stored value reads ``enc:v1:<key id>:<base64(nonce | ciphertext)>``;
+the key id (a hash prefix of the key) lets a value encrypted under another key fail with a message that
+says so instead of a bare decryption error. A stored value without the prefix is a row written before the
+value was sealed (:func:`open_sealed` returns it as it is; the start-up pass of ``workers/seal_at_rest.py``
+seals it).
 
 ``cryptography`` is imported on the first encryption or decryption (or by :func:`warm_up`, in a thread
 after start-up), not at start-up: checking the key at start needs only its length.
@@ -145,3 +148,18 @@ def cipher_for(settings: Settings) -> Cipher:
                 key = _load_or_create(settings.encryption_key_file)
             found = _cache[cache_key] = Cipher(key)
         return found
+
+
+def key_location(settings: Settings) -> str:
+    """Where this server's key comes from, as the server and its commands say it."""
+    return "CORRAL_SERVER_ENCRYPTION_KEY" if settings.encryption_key else str(settings.encryption_key_file)
+
+
+def key_in_data_dir(settings: Settings) -> bool:
+    """The key is a file an older corral made beside the database (a copy of ``data/`` would carry both)."""
+    return not settings.encryption_key and settings.encryption_key_file == settings.legacy_encryption_key_file
+
+
+def has_key(settings: Settings) -> bool:
+    """A key is given or its file exists (:func:`cipher_for` would otherwise make a new one)."""
+    return bool(settings.encryption_key) or settings.encryption_key_file.exists()

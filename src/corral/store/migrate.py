@@ -24,6 +24,13 @@ _ADVISORY_KEY = 0x636F7272616C  # "corral"
 
 def head_revisions() -> set[str]:
     """The head revision ids, read from the migration files (no Alembic import on the hot path)."""
+    revs = known_revisions()
+    parents = {d for d in revs.values() if d}
+    return {r for r in revs if r not in parents}
+
+
+def known_revisions() -> dict[str, str | None]:
+    """Every revision id this corral's migration files know, with the one it follows."""
     revs: dict[str, str | None] = {}
     for path in (_MIGRATIONS / "versions").glob("*.py"):
         src = path.read_text()
@@ -31,8 +38,7 @@ def head_revisions() -> set[str]:
         down = re.search(r"^down_revision\s*=\s*(?:['\"]([^'\"]+)['\"]|None)", src, re.M)
         if rev:
             revs[rev.group(1)] = down.group(1) if down else None
-    parents = {d for d in revs.values() if d}
-    return {r for r in revs if r not in parents}
+    return revs
 
 
 async def _current(db: Database) -> set[str]:
