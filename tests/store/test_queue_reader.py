@@ -6,13 +6,25 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 
+from corral.domain.job_facts import JobFacts, WaitRule, decode, encode
+from corral.domain.resources import Requirements
 from corral.store.db import Database
 from corral.store.migrate import upgrade
 from corral.store.queue_reader import QueueChange, QueueReader
 from corral.store.tables import jobs
 from store_rows import a_run, admin_and_project
+
+#: A job's scheduling facts as ``runs/apply`` writes them.
+FACTS = encode(
+    JobFacts(
+        requirements=Requirements(), fleet_names=("gpus",), creation_policy="reuse-or-create", wait=WaitRule(),
+        nodes=1, selectors=None, backends=None, regions=None, instance_types=None, max_price=None,
+        spot_policy=None, reservation=None, volumes=(), has_image=False, run_type="task",
+    )
+)  # fmt: skip
 
 
 async def _db(url: str) -> Database:
@@ -110,4 +122,23 @@ async def test_a_job_that_leaves_between_the_two_reads_is_not_known(db_url: str)
     assert change.fresh == [] and "a" not in reader.known
     await _set(db, "a", status="submitted")
     assert [r.id for r in (await _read(db, reader)).fresh] == ["a"]
+    await db.dispose()
+
+
+async def test_a_job_with_facts_is_read_without_its_documents(db_url: str) -> None:
+    """A job written with its scheduling facts comes with them and without its documents; one written without
+    them (an older corral's), or with a version this code does not read, comes with its documents instead."""
+    db = await _db(db_url)
+    reader = QueueReader()
+    doc = orjson.loads(FACTS)
+    written = (("new", FACTS), ("old", None), ("newer", orjson.dumps({**doc, "v": 99}).decode()))
+    for num, (job_id, facts) in enumerate(written):
+        await _job(db, job_id, num, 100.0 + num)
+        await _set(db, job_id, scheduling_facts=facts, replica_num=5)
+    rows = {r.id: r for r in (await _read(db, reader)).fresh}
+    assert rows["new"].facts == decode(FACTS) and rows["new"].facts is not None
+    assert rows["new"].job_spec is None and rows["new"].run_spec is None and rows["new"].replica_num == 5
+    for num, job_id in ((1, "old"), (2, "newer")):
+        assert rows[job_id].facts is None
+        assert rows[job_id].job_spec == {"job_num": num} and rows[job_id].run_spec == {}
     await db.dispose()

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.config import run_spec
+from corral.config.job_facts import derive as derive_facts
 from corral.config.run_spec import RunSpec
 from corral.context import Context
+from corral.domain import job_facts
 from corral.domain.events import job_target, run_target
 from corral.domain.names import random_words
 from corral.domain.records import ProjectRec, UserRec
@@ -259,6 +261,7 @@ def _new_values(
             "last_processed_at": now,
             "status": "submitted",
             "job_spec": dump(run_secrets.sealed_job_spec(ctx.cipher(), js)),
+            "scheduling_facts": job_facts.encode(derive_facts(named, js)),
             "priority": run_values["priority"],
             "blocks": 1,
             "ready": False if conf.type == "service" else None,
@@ -269,7 +272,7 @@ def _new_values(
         run_values.update(run_options.scheduled_run_values(crons, job_values, now))
         job_values = []
     elif conf.type == "service":
-        run_values["service_templates"] = service_updates.templates_value(ctx.cipher, derived.templates, 0)
+        run_values["service_templates"] = service_updates.templates_value(ctx.cipher, derived.templates, 0, named)
         if not job_values:
             run_values["status"] = "running"  # at zero replicas, waiting for requests
     return run_values, job_values

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from corral.config.job_facts import derive as derive_facts
 from corral.config.run_spec import CONFIGURATION
+from corral.domain import job_facts
 from corral.domain.documents import spec_configuration
 from corral.domain.events import run_target
 from corral.domain.records import RunRec, UserRec
@@ -88,12 +90,14 @@ def changed_fields(old_spec: dict[str, Any], new_spec: dict[str, Any]) -> list[s
     return [k for k in spec_changes if k != CONFIGURATION] + conf_changes
 
 
-def templates_value(cipher: Any, templates: list[dict[str, Any]], deployment_num: int) -> str:
-    """``runs.service_templates``: each replica group's job spec (sealed as stored) and its deployment."""
+def templates_value(cipher: Any, templates: list[dict[str, Any]], deployment_num: int, spec: RunSpec) -> str:
+    """``runs.service_templates``: each replica group's job spec (sealed as stored), its scheduling facts (the
+    replicas scaled up from it are written with them) and its deployment."""
     return orjson.dumps(
         {
             str(t.get("replica_group") or "0"): {
                 "job_spec": dump(run_secrets.sealed_job_spec(cipher(), t)),
+                "scheduling_facts": job_facts.encode(derive_facts(spec, t)),
                 "deployment_num": deployment_num,
             }
             for t in templates
@@ -132,7 +136,7 @@ async def update(
             "run_spec": dump(run_secrets.sealed_run_spec(cipher(), document)),
             "priority": spec.priority,
             "deployment_num": number,
-            "service_templates": templates_value(cipher, templates, number),
+            "service_templates": templates_value(cipher, templates, number, spec),
             "status_message": None,
         },
         expect_status=(existing.status,),

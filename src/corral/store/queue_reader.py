@@ -3,8 +3,9 @@
 A pass reads the queue's state, ``(id, priority, status message)`` of each waiting job, from the queue's own
 index (``ix_jobs_queued``: no table rows, no sort, its size the queue's), and compares it with the state it
 read before as sets, in C: only the jobs that came, changed or went are handled one by one, and only the new
-ones are read whole (with their documents). A queue of thousands behind a full fleet costs one narrow query
-and a few set operations per pass, not a row and a comparison per job.
+ones are read whole (with their scheduling facts; their documents only where they have none). A queue of
+thousands behind a full fleet costs one narrow query and a few set operations per pass, not a row and a
+comparison per job.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.job_facts import PREFIX, decode
 from corral.store.snapshot import QueueRow, waiting_query
 from corral.store.tables import QUEUED_SQL, jobs, runs, users
 
@@ -86,13 +89,24 @@ class QueueReader:
             self._state.discard(seen)
 
 
+#: A job's documents, read only when its scheduling facts are missing or of another version (to derive them).
+_WITHOUT_FACTS = sa.or_(jobs.c.scheduling_facts.is_(None), sa.not_(jobs.c.scheduling_facts.startswith(PREFIX)))
+
+
 async def _read_whole(conn: AsyncConnection, ids: list[str]) -> list[QueueRow]:
-    """The queue's rows of ``ids`` with their documents (those still waiting), 500 per query."""
+    """The queue's rows of ``ids`` (those still waiting) with their scheduling facts, or their documents for a
+    job stored without facts this code reads, 500 per query."""
     out: list[QueueRow] = []
     for start in range(0, len(ids), 500):
         q = (
             waiting_query()
-            .add_columns(jobs.c.job_spec, runs.c.run_spec, users.c.global_role)
+            .add_columns(
+                jobs.c.replica_num,
+                jobs.c.scheduling_facts,
+                sa.case((_WITHOUT_FACTS, jobs.c.job_spec)).label("job_spec"),
+                sa.case((_WITHOUT_FACTS, runs.c.run_spec)).label("run_spec"),
+                users.c.global_role,
+            )
             .join(runs, runs.c.id == jobs.c.run_id)
             .join(users, users.c.id == runs.c.user_id)
             .where(jobs.c.id.in_(ids[start : start + 500]))
@@ -103,6 +117,7 @@ async def _read_whole(conn: AsyncConnection, ids: list[str]) -> list[QueueRow]:
 
 
 def _row(d: Any) -> QueueRow:
+    facts = decode(d.scheduling_facts) if d.job_spec is None else None
     return QueueRow(
         d.id,
         d.run_id,
@@ -113,8 +128,10 @@ def _row(d: Any) -> QueueRow:
         d.priority,
         d.submitted_at,
         d.status_message,
-        orjson.loads(d.job_spec),
-        orjson.loads(d.run_spec),
+        None if d.job_spec is None else orjson.loads(d.job_spec),
+        None if d.run_spec is None else orjson.loads(d.run_spec),
         d.global_role,
         d.queued_at,
+        facts,
+        d.replica_num,
     )

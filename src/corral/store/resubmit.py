@@ -70,6 +70,7 @@ async def resubmit_replica(
                 "last_processed_at": now,
                 "status": "submitted",
                 "job_spec": r.job_spec,
+                "scheduling_facts": r.scheduling_facts,
                 "priority": r.priority,
                 "blocks": 1,
                 "log_offset": 0,

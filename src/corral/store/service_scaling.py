@@ -57,7 +57,7 @@ class ServiceState:
     deployment_num: int
     priority: int
     configuration: Mapping[str, Any]
-    #: group name -> {"job_spec": stored text, "deployment_num"}
+    #: group name -> {"job_spec": stored text, "scheduling_facts": stored text or absent, "deployment_num"}
     templates: Mapping[str, Mapping[str, Any]]
     jobs: tuple[JobView, ...]
 
@@ -206,6 +206,7 @@ async def add_replicas(
                 "last_processed_at": now,
                 "status": "submitted",
                 "job_spec": orjson.dumps(spec).decode(),
+                "scheduling_facts": template.get("scheduling_facts"),  # (none in older templates: derived when queued)
                 "priority": svc.priority,
                 "blocks": 1,
                 "log_offset": 0,

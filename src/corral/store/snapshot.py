@@ -10,6 +10,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.job_facts import JobFacts
 from corral.domain.records import FleetRec
 from corral.scheduler.blocks import HOST_GPUS_KEY
 from corral.store.fleets import list_fleets
@@ -18,8 +19,8 @@ from corral.store.tables import instances, jobs, projects
 
 @dataclass(frozen=True)
 class QueueRow:
-    """A submitted job without an instance. The documents are loaded only for jobs the caller has not
-    seen yet (``load_queue``'s ``known``)."""
+    """A submitted job without an instance. Its facts, or where it has none its documents, are loaded only for
+    jobs the caller has not seen yet (``queue_reader``)."""
 
     id: str
     run_id: str
@@ -36,6 +37,10 @@ class QueueRow:
     submitter_role: str | None = None
     #: A preempted job's new submission: the time it keeps its place by (``jobs.queued_at``).
     queued_at: float | None = None
+    #: Its scheduling facts as written with it (None: written without them, or in a version this code does not
+    #: read: ``job_spec`` and ``run_spec`` are loaded instead, to derive them from).
+    facts: JobFacts | None = None
+    replica_num: int = 0
 
 
 #: A job waiting to be placed, and the scheduler's order: priority (higher first), then submission time.

@@ -229,6 +229,9 @@ jobs = sa.Table(
     sa.Column("termination_reason_message", sa.Text, nullable=True),
     sa.Column("exit_status", sa.Integer, nullable=True),
     sa.Column("job_spec", sa.Text, nullable=False),
+    #: Its scheduling facts (``domain.job_facts``: versioned compact JSON), derived once when it is written, so
+    #: that a scheduling pass parses no configuration; null: written without them (derived from the specs).
+    sa.Column("scheduling_facts", sa.Text, nullable=True),
     sa.Column("priority", sa.Integer, nullable=False, default=0),
     sa.Column("blocks", sa.Integer, nullable=False, default=1),
     sa.Column("wait_deadline", Time, nullable=True),

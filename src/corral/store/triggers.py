@@ -47,8 +47,8 @@ async def waiting_runs(conn: AsyncConnection) -> list[Waiting]:
 
 def templates_dump(job_values: Sequence[dict[str, Any]]) -> str:
     """The jobs a trigger submits, from the job rows ``runs/apply`` built (their specs already sealed)."""
-    keep = ("run_name", "job_num", "replica_num", "job_name", "job_spec", "priority", "ready")
-    return orjson.dumps([{k: v[k] for k in keep} for v in job_values]).decode()
+    keep = ("run_name", "job_num", "replica_num", "job_name", "job_spec", "scheduling_facts", "priority", "ready")
+    return orjson.dumps([{k: v.get(k) for k in keep} for v in job_values]).decode()
 
 
 async def fire(conn: AsyncConnection, run_id: str, trigger_at: float, now: float) -> bool:
@@ -92,6 +92,7 @@ async def fire(conn: AsyncConnection, run_id: str, trigger_at: float, now: float
             "last_processed_at": now,
             "status": "submitted",
             "job_spec": t["job_spec"],
+            "scheduling_facts": t.get("scheduling_facts"),  # (templates stored before it: derived when queued)
             "priority": t["priority"],
             "blocks": 1,
             "log_offset": 0,

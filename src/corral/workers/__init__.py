@@ -5,8 +5,9 @@ the subpackage :mod:`corral.workers.jobs` (its pass, submission, follower, lease
 May import: corral.domain, corral.scheduler, corral.store, corral.backends, corral.context, corral.settings,
 and the agent's wire protocol (corral.agent.protocol*). No SQL: statements are the store's functions.
 
-Known exceptions (listed in pyproject.toml's contract): ``scheduling.py``, ``queued_jobs.py`` and
-``snapshot_builder.py`` read a run's typed configuration (corral.config, ``config.run_spec``),
+Known exceptions (listed in pyproject.toml's contract): ``queued_jobs.py`` derives a job's scheduling facts
+from its run's typed spec where it was stored without them (``config.job_facts``, ``config.run_spec``), and
+``snapshot_builder.py`` reads a fleet's typed configuration (corral.config),
 ``jobs/outcomes.py`` names an instance type as the REST API does (corral.schemas.wire), and ``runtime.py``
 warms up the configuration and request models.
 """

@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from corral.backends.base import SharedHost, sandbox_reason
-from corral.config import run_spec
-from corral.config.run_spec import RunSpec
 from corral.context import Context
 from corral.domain.documents import spec_configuration
+from corral.domain.job_facts import JobFacts
 from corral.domain.resources import Requirements
 from corral.domain.telemetry import Telemetry
 from corral.domain.volumes import VolumeRec, volume_names
@@ -40,7 +39,7 @@ from corral.store.plan_apply import apply_plan
 from corral.store.plan_result import ApplyResult, JobLease
 from corral.store.queue_reader import QueueChange, QueueReader
 from corral.store.snapshot import QueueRow
-from corral.workers.queued_jobs import queued_job
+from corral.workers.queued_jobs import from_facts, stored_facts
 from corral.workers.scheduling_passes import PassChoice
 from corral.workers.scheduling_preemption import Preempter
 from corral.workers.scheduling_quotas import load_policies, project_quotas, project_shares
@@ -69,23 +68,22 @@ class Scheduling:
         self.passes = PassChoice(ctx.settings.safety_net_interval)
 
     def _parsed(self, job: QueueRow) -> QueuedJob:
-        """A job first seen, as the scheduler takes it (its documents read once)."""
-        if job.job_spec is None or job.run_spec is None:
-            raise ValueError("the job's documents were not loaded")
-        spec = run_spec.read(job.run_spec)
-        parsed = queued_job(
-            spec,
-            job.job_spec,
+        """A job first seen, as the scheduler takes it: from its scheduling facts (derived from its documents,
+        once, for a job stored without them)."""
+        facts = job.facts if job.facts is not None else stored_facts(job.run_spec, job.job_spec)
+        parsed = from_facts(
+            facts,
             id=job.id,
             run_id=job.run_id,
             project_id=job.project_id,
             project_name=job.project_name,
             run_name=job.run_name,
             job_num=job.job_num,
+            replica_num=job.replica_num,
             priority=job.priority,
             submitted_at=job.submitted_at if job.queued_at is None else job.queued_at,
             max_queue_wait=self.ctx.settings.max_queue_wait,
-            barred_backends=self._barred_backends(job, spec),
+            barred_backends=self._barred_backends(job, facts),
             volume_places=self._volume_places,
         )
         changes: dict[str, Any] = {"status_message": job.status_message}
@@ -96,7 +94,7 @@ class Scheduling:
         same = self._requirements.setdefault(parsed.requirements, parsed.requirements)
         if same is not parsed.requirements:
             changes["requirements"] = same
-        self._run_types[job.id] = spec.conf.type
+        self._run_types[job.id] = facts.run_type
         return dataclasses.replace(parsed, **changes)
 
     def _take(self, change: QueueChange) -> list[Gang]:
@@ -120,14 +118,14 @@ class Scheduling:
                 failed.append(Gang(row.run_id, (Fail(row.id, f"corral cannot read this job's stored spec: {e}"),)))
         return failed
 
-    def _barred_backends(self, job: QueueRow, spec: RunSpec) -> frozenset[str]:
+    def _barred_backends(self, job: QueueRow, facts: JobFacts) -> frozenset[str]:
         """The local backend, for a host-process job of a run whose submitter is not a global admin, while
         the local agents have no sandbox (``services.local_admission``). Checked here as well as at apply:
         a queued run may reach a local fleet exported to its project after it was admitted."""
         reason = sandbox_reason(self.ctx.computes.get("local"))
         if reason is None or job.submitter_role == "admin":
             return frozenset()
-        if spec.conf.image or self.ctx.settings.default_image:
+        if facts.has_image or self.ctx.settings.default_image:
             return frozenset()
         return frozenset({"local"})
 
@@ -144,7 +142,7 @@ class Scheduling:
         now = time.time()
         async with self.ctx.db.read() as conn:
             change = await self._reader.read(conn)
-            if any(volume_names(spec_configuration(r.run_spec)) for r in change.fresh):
+            if any(r.facts.volumes if r.facts else volume_names(spec_configuration(r.run_spec)) for r in change.fresh):
                 self._volume_places = {(v.project_id, v.name): v for v in await volume_store.list_volumes(conn, None)}
             fleets = await snap.load_fleets(conn)
             pools = self.host_pools()
