@@ -207,6 +207,8 @@ class Launch:
     count: int = 1
     group: str = ""
     reservation: str = ""
+    #: ``InstanceMarketOptions.MarketType`` ("" when none: on-demand).
+    market: str = ""
 
 
 #: What a fault rule decides for one RunInstances: an EC2 error code to answer, or None to let it through.
@@ -308,6 +310,7 @@ class FaultProxy:
                             form.get("CapacityReservationSpecification.CapacityReservationTarget.CapacityReservationId")
                             or [""]
                         )[0],
+                        market=(form.get("InstanceMarketOptions.MarketType") or [""])[0],
                     )
                     code = "InsufficientInstanceCapacity" if launch.subnet in proxy.blocked_subnets else None
                     code = code or (proxy.fault(launch) if proxy.fault is not None else None)

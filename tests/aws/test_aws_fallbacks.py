@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import facts
 import pytest
 import pytest_asyncio
 from moto_harness import REGION, VPC_NAME, FaultProxy, Hypervisor, Launch, MotoEC2, fault_proxy
@@ -122,20 +123,31 @@ async def test_no_capacity_moves_to_the_next_zone_then_the_next_offer(server: Ru
     assert got == xlarge and [m.instance_type for m in made] == ["c7i.xlarge"]
 
 
-async def test_a_quota_error_skips_the_region_and_is_remembered(server: RunningServer, proxy: FaultProxy) -> None:
+async def test_a_quota_error_skips_that_market_and_quota_group_of_the_region_and_is_remembered(
+    server: RunningServer, proxy: FaultProxy
+) -> None:
+    """EC2's quotas are per market (on-demand, spot) and family group (Standard, G and VT, P...) in a region:
+    a quota error skips the offers that share it, never the region's other groups or markets."""
     compute = server.ctx.computes["aws"]
-    east, east2, west = (
+    east, east2, east_g = (
         _offer(compute, "m7i.large", REGION),
-        _offer(compute, "c7i.xlarge", REGION),
-        _offer(compute, "m7i.large", WEST),
+        _offer(compute, "c7i.xlarge", REGION),  # the same Standard on-demand quota
+        _offer(compute, "g4dn.xlarge", REGION),  # the G and VT quota
     )
-    got, made = await _launch(
-        server, proxy, lambda lt: "VcpuLimitExceeded" if lt.region == REGION else None, east, east2, west
-    )
-    assert got == west
-    assert [(m.region, m.error) for m in made] == [(REGION, "VcpuLimitExceeded"), (WEST, "")]
-    got, made = await _launch(server, proxy, None, east, west)
-    assert got == west and [m.region for m in made] == [WEST]  # the region is skipped a while
+    west = _offer(compute, "m7i.large", WEST)
+    east_spot = _offer(compute, "m7i.large", REGION, spot=True)
+
+    def standard_on_demand_in_east(lt: Launch) -> str | None:
+        standard = lt.instance_type.startswith(("m7i.", "c7i."))
+        return facts.VCPU_LIMIT if lt.region == REGION and standard and not lt.market else None
+
+    got, made = await _launch(server, proxy, standard_on_demand_in_east, east, east2, east_g)
+    assert got == east_g
+    assert [(m.instance_type, m.error) for m in made] == [("m7i.large", facts.VCPU_LIMIT), ("g4dn.xlarge", "")]
+    got, made = await _launch(server, proxy, None, east2, west)
+    assert got == west and [m.region for m in made] == [WEST]  # remembered a while
+    got, made = await _launch(server, proxy, None, east_spot)
+    assert got == east_spot and [m.region for m in made] == [REGION]  # spot has its own quota
 
 
 async def test_refused_parameters_skip_the_offer_and_attempts_are_bounded(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import facts
 import pytest
 
 from corral.backends.aws import catalog, launch
@@ -16,11 +17,49 @@ from corral.scheduler.offer_filters import allowed
 
 
 def test_errors_are_classified() -> None:
-    assert launch.classify("InsufficientInstanceCapacity") == "capacity"
-    assert launch.classify("VcpuLimitExceeded") == launch.classify("InstanceLimitExceeded") == "quota"
+    assert launch.classify(facts.INSUFFICIENT_CAPACITY) == "capacity"
+    assert launch.classify(facts.RESERVATION_FULL) == "capacity"  # a race after the reservation's pre-check
+    assert launch.classify(facts.VCPU_LIMIT) == launch.classify("InstanceLimitExceeded") == "quota"
+    assert launch.classify(facts.SPOT_COUNT_LIMIT) == "quota"
     assert launch.classify("InvalidParameterValue") == "invalid"
     assert launch.classify("RequestLimitExceeded") == "transient"
-    assert launch.classify("AuthFailure") == "other"
+    # EC2's own trouble is transient; a full subnet is the zone's, not the region's
+    for code in (facts.SERVER_INTERNAL, facts.INTERNAL_FAILURE, facts.INSUFFICIENT_ADDRESS_CAPACITY,
+                 facts.INSUFFICIENT_SUBNET_ADDRESSES):  # fmt: skip
+        assert launch.classify(code) == "transient", code
+    assert launch.classify(facts.RESERVATION_PENDING) == "wait"
+    # other *LimitExceeded codes are no quota of the region: no other offer would do better
+    assert launch.classify(facts.TAG_LIMIT_EXCEEDED) == launch.classify(facts.SECURITY_GROUPS_LIMIT) == "other"
+    # the configuration's image, subnet or group: every offer would be refused alike
+    for code in (facts.AMI_NOT_FOUND, facts.SUBNET_NOT_FOUND, facts.GROUP_NOT_FOUND, facts.AUTH_FAILURE):
+        assert launch.classify(code) == "other", code
+
+
+def test_quota_groups_follow_ec2s_on_demand_and_spot_quotas() -> None:
+    groups = {
+        t: launch.quota_group(t)
+        for t in (
+            "m7i.large",
+            "c5.2xlarge",
+            "t3.micro",
+            "r7i.large",
+            "g5.xlarge",
+            "g6e.12xlarge",
+            "vt1.3xlarge",
+            "p4d.24xlarge",
+            "p5.48xlarge",
+            "inf2.xlarge",
+            "trn1.2xlarge",
+            "x2idn.16xlarge",
+            "f1.2xlarge",
+        )
+    }
+    assert groups == {"m7i.large": "standard", "c5.2xlarge": "standard", "t3.micro": "standard",
+                      "r7i.large": "standard", "g5.xlarge": "g", "g6e.12xlarge": "g", "vt1.3xlarge": "g",
+                      "p4d.24xlarge": "p", "p5.48xlarge": "p", "inf2.xlarge": "inf", "trn1.2xlarge": "trn",
+                      "x2idn.16xlarge": "x", "f1.2xlarge": "f"}  # fmt: skip
+    assert launch.quota_key("m7i.large", False) == launch.quota_key("c5.large", False)
+    assert launch.quota_key("m7i.large", True) != launch.quota_key("m7i.large", False)
 
 
 def test_client_token_names_row_and_attempt() -> None:
@@ -54,9 +93,12 @@ def test_unavailable_offerings_and_regions_expire() -> None:
     assert not cache.blocked("us-east-1", "us-east-1b", "g5.xlarge", now=105)
     assert not cache.blocked("us-east-1", "us-east-1a", "g5.2xlarge", now=105)
     assert not cache.blocked("us-east-1", "us-east-1a", "g5.xlarge", now=111)
-    cache.mark_region("eu-west-1", now=100)
-    assert cache.region_blocked("eu-west-1", now=105) and cache.blocked("eu-west-1", "eu-west-1c", "m5.large", 105)
-    assert not cache.region_blocked("eu-west-1", now=111)
+    cache.mark_quota("eu-west-1", "m5.large", False, now=100)
+    assert cache.quota_blocked("eu-west-1", "c5.xlarge", False, now=105)
+    assert not cache.quota_blocked("eu-west-1", "c5.xlarge", True, now=105)  # spot: another quota
+    assert not cache.quota_blocked("eu-west-1", "g5.xlarge", False, now=105)  # G and VT: another quota
+    assert not cache.quota_blocked("us-east-1", "c5.xlarge", False, now=105)
+    assert not cache.quota_blocked("eu-west-1", "c5.xlarge", False, now=111)
 
 
 def test_where_a_launch_goes_after_an_error() -> None:
@@ -64,8 +106,10 @@ def test_where_a_launch_goes_after_an_error() -> None:
              ("InsufficientInstanceCapacity", "RequestLimitExceeded", "InvalidParameterCombination",
               "VcpuLimitExceeded", "InstanceLimitExceeded", "AuthFailure")}  # fmt: skip
     assert moves == {"InsufficientInstanceCapacity": "zone", "RequestLimitExceeded": "zone",
-                     "InvalidParameterCombination": "offer", "VcpuLimitExceeded": "region",
-                     "InstanceLimitExceeded": "region", "AuthFailure": "stop"}  # fmt: skip
+                     "InvalidParameterCombination": "offer", "VcpuLimitExceeded": "offer",
+                     "InstanceLimitExceeded": "offer", "AuthFailure": "stop"}  # fmt: skip
+    assert launch.next_move(launch.classify(facts.INSUFFICIENT_SUBNET_ADDRESSES)) == "zone"
+    assert launch.next_move(launch.classify(facts.RESERVATION_PENDING)) == "stop"
 
 
 def test_fallbacks_are_the_next_offers_that_hold_the_job_alike() -> None:

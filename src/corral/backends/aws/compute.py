@@ -177,8 +177,8 @@ class AWSCompute:
         """The offer's region set up and its image (each looked up once per launch), or None (said in
         ``tries.errors``) when the region cannot take it now."""
         region, itype = offer.region, launch.market_key(offer.instance_type, offer.resources.spot)
-        if self.session.unavailable.region_blocked(region, time.time()):
-            tries.errors.append(f"{region}: quota reached lately")
+        if self.session.unavailable.quota_blocked(region, offer.instance_type, offer.resources.spot, time.time()):
+            tries.errors.append(f"{region} {itype}: quota reached lately")
             return None
         if region not in regions:
             c = client if region == candidates[0].region else await self.session.ec2(ec2.client, project.creds, region)
@@ -225,8 +225,8 @@ class AWSCompute:
                 log.info("instance %s: RunInstances %s in %s: %s (%s)", instance.name, itype, zone, e, verdict)
                 if verdict == "capacity":
                     self.session.unavailable.mark(region, zone, itype, time.time())
-                elif verdict == "quota":
-                    self.session.unavailable.mark_region(region, time.time())
+                elif verdict == "quota":  # that market and quota group only, not the whole region
+                    self.session.unavailable.mark_quota(region, offer.instance_type, offer.resources.spot, time.time())
                 if move == "zone":
                     continue
                 break

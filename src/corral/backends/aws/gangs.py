@@ -250,7 +250,7 @@ async def _placement_group(
     return group
 
 
-async def _launch(  # noqa: C901
+async def _launch(
     session: AWSSession,
     project: AWSProject,
     rows: Sequence[InstanceRec],
@@ -283,7 +283,11 @@ async def _launch(  # noqa: C901
     capacity = True
     for zone, subnet in zones.items():
         itypes = {launch.market_key(o.instance_type, o.resources.spot) for o in offers}
-        if any(session.unavailable.blocked(region, zone, t, time.time()) for t in itypes):
+        now = time.time()
+        if any(session.unavailable.quota_blocked(region, o.instance_type, o.resources.spot, now) for o in offers):
+            errors.append(f"{region}: quota reached lately")
+            break
+        if any(session.unavailable.blocked(region, zone, t, now) for t in itypes):
             errors.append(f"{zone}: no capacity lately")
             continue
         if attempt >= launch.MAX_LAUNCH_ATTEMPTS:
@@ -300,11 +304,9 @@ async def _launch(  # noqa: C901
         verdict = launch.classify(error.code)
         errors.append(f"{zone}: {error}")
         log.info("gang of %s: launch in %s: %s (%s)", rows[0].name, zone, error, verdict)
-        if verdict == "capacity":
-            for t in refused:
-                session.unavailable.mark(region, zone, t, time.time())
+        _remember(session, verdict, region, zone, refused, offers)
         if launch.next_move(verdict) != "zone":
-            capacity = verdict == "quota"
+            capacity = verdict in ("quota", "wait")  # the next shape may launch; a Capacity Block soon will
             break
     if group is not None:
         await cleanup.delete_group(session, client, group)
@@ -315,6 +317,19 @@ async def _launch(  # noqa: C901
         capacity=capacity,
         attempts=attempt,
     )
+
+
+def _remember(
+    session: AWSSession, verdict: launch.Verdict, region: str, zone: str, refused: list[str], offers: Sequence[Offer]
+) -> None:
+    """What later launches skip a while: the ``refused`` offerings of the zone (no capacity), or the market and
+    quota group of ``offers`` in the region (a quota: never the whole region)."""
+    if verdict == "capacity":
+        for t in refused:
+            session.unavailable.mark(region, zone, t, time.time())
+    elif verdict == "quota":
+        for o in offers:
+            session.unavailable.mark_quota(region, o.instance_type, o.resources.spot, time.time())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,32 +35,58 @@ SPOT_MARKET = {
     "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
 }
 
-Verdict = Literal["capacity", "quota", "invalid", "transient", "other"]
+Verdict = Literal["capacity", "quota", "invalid", "transient", "wait", "other"]
 
+# EC2's error codes (AWS "Error codes for the Amazon EC2 API", errors-overview.html):
+#: no room for the offer in this zone (or this reservation): another zone or offer may have some.
 _CAPACITY = {"InsufficientInstanceCapacity", "InsufficientCapacity", "InsufficientHostCapacity",
              "InsufficientReservedInstanceCapacity", "InsufficientCapacityOnHost", "Unsupported",
-             "SpotMaxPriceTooLow"}  # fmt: skip
-_QUOTA = {
-    "InstanceLimitExceeded",
-    "VcpuLimitExceeded",
-    "MaxSpotInstanceCountExceeded",
-    "InsufficientFreeAddressesInSubnet",
-}
-_TRANSIENT = {"RequestLimitExceeded", "InternalError", "Unavailable", "ServiceUnavailable", "Throttling"}
+             "SpotMaxPriceTooLow", "ReservationCapacityExceeded"}  # fmt: skip
+#: the account's quota of a market (on-demand, spot) and family group in the region, not the whole region's.
+_QUOTA = {"InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"}
+#: EC2's own trouble, or a full subnet (per zone: another zone's subnet will do).
+_TRANSIENT = {"RequestLimitExceeded", "InternalError", "Unavailable", "ServiceUnavailable", "Throttling",
+              "ServerInternal", "InternalFailure", "InsufficientAddressCapacity",
+              "InsufficientFreeAddressesInSubnet"}  # fmt: skip
+#: a Capacity Block that is not active yet: the launch waits for it.
+_WAIT = {"InvalidCapacityReservationState.PendingActivation"}
+#: refusals of the offer's own parameters (another offer may be fine); other ``Invalid*`` codes are the
+#: configuration's (its image, subnet, security group...) and stop the launch with their reason.
+_INVALID = ("InvalidParameter", "InvalidInstanceType", "InvalidBlockDeviceMapping")
 
 
 def classify(code: str) -> Verdict:
-    """What a RunInstances error code means for the next try: another zone or offer (``capacity``), no
-    other offer of the region (``quota``), skip this offer (``invalid``), the same again later (``transient``)."""
+    """What a RunInstances error code means for the next try: another zone or offer (``capacity``,
+    ``transient``), no offer of the same market and quota group in the region (``quota``), skip this offer
+    (``invalid``), the reservation is not active yet (``wait``), or nothing else will do better (``other``:
+    credentials, permissions, the configuration's image, subnet or security group)."""
     if code in _CAPACITY:
         return "capacity"
     if code in _TRANSIENT:
         return "transient"
-    if code in _QUOTA or code.endswith("LimitExceeded"):
+    if code in _QUOTA:
         return "quota"
-    if code.startswith(("InvalidParameter", "InvalidInstanceType", "InvalidAMI", "InvalidSubnet", "Invalid")):
+    if code in _WAIT:
+        return "wait"
+    if code.startswith(_INVALID):
         return "invalid"
     return "other"
+
+
+def quota_group(instance_type: str) -> str:
+    """The on-demand and spot quota group of ``instance_type``'s family (EC2 User Guide, "On-Demand Instance
+    quotas": Standard (A, C, D, H, I, M, R, T, Z), F, G and VT, Inf, P, Trn, X, DL, HPC): the letters that
+    start its family name, ``standard`` for the standard families."""
+    family = instance_type.split(".", 1)[0].lower()
+    for group in ("inf", "trn", "dl", "hpc", "vt", "f", "g", "p", "x"):
+        if family.startswith(group):
+            return "g" if group == "vt" else group
+    return "standard"
+
+
+def quota_key(instance_type: str, spot: bool) -> str:
+    """What a quota error blocks: the market (spot or on-demand) and the family's quota group."""
+    return f"quota/{quota_group(instance_type)}/{'spot' if spot else 'on-demand'}"
 
 
 def market_key(instance_type: str, spot: bool) -> str:
@@ -160,23 +186,23 @@ def run_params(spec: LaunchSpec, subnet: str, count: int, token: str, disk_gib: 
     return params
 
 
-def next_move(verdict: Verdict) -> Literal["zone", "offer", "region", "stop"]:
+def next_move(verdict: Verdict) -> Literal["zone", "offer", "stop"]:
     """Where a launch goes after a RunInstances error: the next zone of the same offer (no capacity there,
-    or a transient error), the next offer (this one's parameters are refused), the next region (a quota or
-    limit of this one is reached), or nowhere (anything else: credentials, permissions...)."""
+    or a transient error), the next offer (this one's parameters are refused, or its market and quota group
+    are at their quota in the region: an offer of another group, market or region may launch), or nowhere
+    (anything else: credentials, permissions, the configuration's image or network, a reservation to wait
+    for)."""
     if verdict in ("capacity", "transient"):
         return "zone"
-    if verdict == "invalid":
+    if verdict in ("invalid", "quota"):
         return "offer"
-    if verdict == "quota":
-        return "region"
     return "stop"
 
 
 @dataclass
 class Unavailable:
     """What failed lately, until when: offerings (region, zone, instance type) that answered "insufficient
-    capacity", and regions whose quota or limits were reached (every offering of the region)."""
+    capacity", and quota groups of a market (:func:`quota_key`) whose quota was reached in a region."""
 
     ttl: float = UNAVAILABLE_TTL
     _until: dict[tuple[str, ...], float] = field(default_factory=dict)
@@ -184,14 +210,15 @@ class Unavailable:
     def mark(self, region: str, zone: str, instance_type: str, now: float) -> None:
         self._until[(region, zone, instance_type)] = now + self.ttl
 
-    def mark_region(self, region: str, now: float) -> None:
-        self._until[(region,)] = now + self.ttl
+    def mark_quota(self, region: str, instance_type: str, spot: bool, now: float) -> None:
+        self._until[(region, quota_key(instance_type, spot))] = now + self.ttl
 
-    def region_blocked(self, region: str, now: float) -> bool:
-        return self._live((region,), now)
+    def quota_blocked(self, region: str, instance_type: str, spot: bool, now: float) -> bool:
+        return self._live((region, quota_key(instance_type, spot)), now)
 
     def blocked(self, region: str, zone: str, instance_type: str, now: float) -> bool:
-        return self._live((region,), now) or self._live((region, zone, instance_type), now)
+        """Whether the offering (``instance_type`` as :func:`market_key` writes it) had no capacity lately."""
+        return self._live((region, zone, instance_type), now)
 
     def _live(self, key: tuple[str, ...], now: float) -> bool:
         until = self._until.get(key)
