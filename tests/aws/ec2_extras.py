@@ -21,6 +21,8 @@ class Reservation:
     zone: str
     available: int
     state: str = "active"
+    #: ``default`` or ``capacity-block`` (EC2 API reference, CapacityReservation ``reservationType``).
+    reservation_type: str = "default"
 
 
 @dataclass
@@ -120,7 +122,8 @@ def _reservation_xml(r: Reservation) -> str:
         f"<availabilityZone>{r.zone}</availabilityZone><tenancy>default</tenancy>"
         f"<totalInstanceCount>{r.available}</totalInstanceCount>"
         f"<availableInstanceCount>{r.available}</availableInstanceCount><state>{r.state}</state>"
-        "<instanceMatchCriteria>targeted</instanceMatchCriteria></item>"
+        f"<instanceMatchCriteria>targeted</instanceMatchCriteria><reservationType>{r.reservation_type}</reservationType>"
+        "</item>"
     )
 
 

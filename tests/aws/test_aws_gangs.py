@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import facts
 import pytest
 import pytest_asyncio
 from aws_server import fleet_server
@@ -56,7 +57,9 @@ def proxy(moto: MotoEC2, hypervisor: Hypervisor, vpc: tuple[str, str, str]) -> I
     """No capacity in zone a (no fake hosts there); the reservation is in zone b."""
     with fault_proxy(moto, [vpc[1]]) as fp:
         fp.extras.reservations[RESERVATION] = Reservation(RESERVATION, "m7i.large", f"{REGION}b", 2)
-        fp.extras.reservations[RESERVED_C7I] = Reservation(RESERVED_C7I, "c7i.xlarge", f"{REGION}b", 1)
+        fp.extras.reservations[RESERVED_C7I] = Reservation(
+            RESERVED_C7I, "c7i.xlarge", f"{REGION}b", 1, reservation_type=facts.CAPACITY_BLOCK
+        )
         yield fp
 
 
@@ -140,7 +143,16 @@ def test_reservation_rules() -> None:
     offers = [_offer("m7i.large"), _offer("c7i.xlarge"), _offer("m7i.large", region="us-west-2")]
     assert reservations.narrowed(offers, [r]) == [offers[0]]
     target = reservations.launch_params(r)["CapacityReservationSpecification"]["CapacityReservationTarget"]
-    assert target == {"CapacityReservationId": RESERVATION}
+    assert target == {
+        "CapacityReservationId": RESERVATION
+    } and "InstanceMarketOptions" not in reservations.launch_params(r)
+    block = dataclasses.replace(r, reservation_type=facts.CAPACITY_BLOCK)
+    assert reservations.launch_params(block)["InstanceMarketOptions"] == {"MarketType": facts.CAPACITY_BLOCK}
+    # a Capacity Block before its start, or a reservation short of instances, is waited for; an expired one is not
+    scheduled = dataclasses.replace(block, state="scheduled")
+    assert "not active yet" in str(reservations.problem(scheduled, RESERVATION, "m7i.large", 1))
+    assert reservations.waits(scheduled, 1) and reservations.waits(dataclasses.replace(r, available=1), 2)
+    assert not reservations.waits(dataclasses.replace(r, state="expired"), 1) and not reservations.waits(None, 1)
 
 
 # ---- against moto ----------------------------------------------------------------------------------------
@@ -339,8 +351,9 @@ async def test_a_single_node_run_on_a_reserved_fleet_launches_into_the_reservati
         run = await finished_run(c, "res-one", timeout=120)
         assert run["status"] == "done", run["jobs"][0]["job_submissions"][-1].get("termination_reason_message")
         made = proxy.launches[before:]
-        assert [(m.instance_type, m.count, m.subnet, m.reservation, m.group) for m in made] == [
-            ("c7i.xlarge", 1, vpc[2], RESERVED_C7I, "")
+        # a Capacity Block: the launch names its market, as EC2 requires
+        assert [(m.instance_type, m.count, m.subnet, m.reservation, m.group, m.market) for m in made] == [
+            ("c7i.xlarge", 1, vpc[2], RESERVED_C7I, "", facts.CAPACITY_BLOCK)
         ]
         await c.post("/api/project/main/fleets/delete", json={"names": ["resfl"]})
         await wait_for(lambda: _none_live(hypervisor.moto, "resfl"), timeout=60)
@@ -390,8 +403,9 @@ async def test_a_runs_own_reservation_narrows_its_plan_and_its_new_instance_laun
         run = await finished_run(c, "run-res", timeout=120)
         assert run["status"] == "done", run["jobs"][0]["job_submissions"][-1].get("termination_reason_message")
         made = proxy.launches[before:]
-        assert [(m.instance_type, m.count, m.subnet, m.reservation, m.group) for m in made] == [
-            ("c7i.xlarge", 1, vpc[2], RESERVED_C7I, "")
+        # a Capacity Block: the launch names its market, as EC2 requires
+        assert [(m.instance_type, m.count, m.subnet, m.reservation, m.group, m.market) for m in made] == [
+            ("c7i.xlarge", 1, vpc[2], RESERVED_C7I, "", facts.CAPACITY_BLOCK)
         ]
         await c.post("/api/project/main/fleets/delete", json={"names": ["runresfl", "otherres"]})
         await wait_for(lambda: _none_live(hypervisor.moto, "runresfl"), timeout=60)

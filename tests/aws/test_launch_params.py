@@ -6,7 +6,7 @@ from __future__ import annotations
 import botocore.session
 from botocore.validate import ParamValidator
 
-from corral.backends.aws import launch
+from corral.backends.aws import launch, reservations
 
 
 def _spec() -> launch.LaunchSpec:
@@ -54,3 +54,20 @@ def test_a_gang_into_a_reservation_and_a_placement_group_is_valid_runinstances_i
     _validate(params)
     assert params["MinCount"] == params["MaxCount"] == 4 and "InstanceMarketOptions" not in params
     assert params["NetworkInterfaces"][0]["AssociatePublicIpAddress"] is False and "IamInstanceProfile" not in params
+
+
+def test_a_launch_into_a_capacity_block_is_valid_runinstances_input() -> None:
+    block = reservations.Reserved("cr-0123", "p5.48xlarge", "us-east-1b", "us-east-1", "active", 2,
+                                  reservation_type="capacity-block")  # fmt: skip
+    spec = launch.LaunchSpec(
+        image="ami-0123456789abcdef0",
+        instance_type="p5.48xlarge",
+        spot=False,
+        security_group="sg-0123456789abcdef0",
+        tags=[],
+        public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGx0ZXN0 corral",
+        extra=reservations.launch_params(block),
+    )
+    params = launch.run_params(spec, "subnet-0123456789abcdef0", 2, "corral-row-1-1", 100)
+    _validate(params)
+    assert params["InstanceMarketOptions"] == {"MarketType": "capacity-block"}

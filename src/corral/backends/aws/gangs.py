@@ -215,8 +215,7 @@ async def _reservation_zones(
     else:
         why = reservations.problem(reserved, reservation, types[0], nodes)
     if why is not None:
-        short = reserved is not None and reserved.state == "active" and reserved.available < nodes
-        raise GangError(why, capacity=short)
+        raise GangError(why, capacity=reservations.waits(reserved, nodes))
     assert reserved is not None
     if reserved.zone not in zones:
         raise GangError(

@@ -19,6 +19,14 @@ if TYPE_CHECKING:  # (the plan narrows offers with this module: it loads no SSH 
     from corral.backends.aws.session import AWSProject, AWSSession
 
 
+#: A Capacity Block's ``ReservationType`` and the market a launch into it names (EC2 API reference,
+#: CapacityReservation ``reservationType`` and InstanceMarketOptionsRequest ``MarketType``).
+CAPACITY_BLOCK = "capacity-block"
+#: States of a reservation that will be active later (EC2 API reference, CapacityReservation ``state``: a
+#: Capacity Block is ``scheduled`` until its start, ``payment-pending`` while paid for; ``pending`` while made).
+PENDING_STATES = ("scheduled", "payment-pending", "pending")
+
+
 @dataclass(frozen=True)
 class Reserved:
     """What a capacity reservation holds: where, what, how many are free now."""
@@ -30,6 +38,9 @@ class Reserved:
     state: str
     available: int
     tenancy: str = "default"
+    #: ``default``, or ``capacity-block`` for an EC2 Capacity Block (EC2 API reference, CapacityReservation
+    #: ``reservationType``), which a launch must name as its market.
+    reservation_type: str = "default"
 
 
 def lookup(client: Any, region: str, reservation_id: str) -> Reserved | None:
@@ -50,6 +61,7 @@ def lookup(client: Any, region: str, reservation_id: str) -> Reserved | None:
                 state=str(r.get("State") or ""),
                 available=int(r.get("AvailableInstanceCount") or 0),
                 tenancy=str(r.get("Tenancy") or "default"),
+                reservation_type=str(r.get("ReservationType") or "default"),
             )
     return None
 
@@ -65,7 +77,8 @@ def problem(r: Reserved | None, reservation_id: str, instance_type: str, count: 
     if r is None:
         return f"capacity reservation {reservation_id} was not found (reservation)"
     if r.state != "active":
-        return f"capacity reservation {reservation_id} is {r.state}, not active"
+        later = " yet: waiting for it" if r.state in PENDING_STATES else ""
+        return f"capacity reservation {reservation_id} is {r.state}, not active{later}"
     if r.instance_type != instance_type:
         return f"capacity reservation {reservation_id} holds {r.instance_type}, not {instance_type}"
     if r.available < count:
@@ -73,11 +86,21 @@ def problem(r: Reserved | None, reservation_id: str, instance_type: str, count: 
     return None
 
 
+def waits(r: Reserved | None, count: int) -> bool:
+    """Whether a launch that ``r`` cannot take now may wait for it: it is active but short of free
+    instances, or it is not active yet (a Capacity Block before its start)."""
+    return r is not None and (r.state in PENDING_STATES or (r.state == "active" and r.available < count))
+
+
 def launch_params(r: Reserved) -> dict[str, Any]:
-    """RunInstances' parameters that launch into ``r``."""
+    """RunInstances' parameters that launch into ``r``: its target, and for a Capacity Block its market
+    (``InstanceMarketOptions.MarketType: capacity-block``, as dstack sets it; EC2 User Guide, "Launch instances
+    using Capacity Blocks")."""
     params: dict[str, Any] = {
         "CapacityReservationSpecification": {"CapacityReservationTarget": {"CapacityReservationId": r.reservation_id}}
     }
+    if r.reservation_type == CAPACITY_BLOCK:
+        params["InstanceMarketOptions"] = {"MarketType": CAPACITY_BLOCK}
     if r.tenancy and r.tenancy != "default":
         params["Placement"] = {"Tenancy": r.tenancy}
     return params
