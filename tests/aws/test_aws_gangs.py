@@ -102,6 +102,9 @@ def test_names_types_and_which_launch_path() -> None:
     assert not placement.supports_cluster("t3.large") and not placement.supports_cluster("t2.small")
     assert placement.unused([("a", 0.0), ("b", 0.0), ("c", 90.0)], {"b"}, grace=60.0, now=100.0) == ["a"]
     assert placement.supports_cluster("p5.48xlarge")
+    # every family EC2's placement group rules refuse, and none it accepts
+    assert [t for t in facts.CLUSTER_REFUSED if placement.supports_cluster(t)] == []
+    assert all(placement.supports_cluster(t) for t in facts.CLUSTER_ACCEPTED)
     same = [_offer("m7i.large"), _offer("m7i.large")]
     assert gangs.launch_path(same) == "count"
     assert gangs.launch_path([_offer("m7i.large"), _offer("c7i.xlarge")]) == "parallel"

@@ -3,7 +3,8 @@
 gang's region, ``Placement.GroupName`` on its RunInstances, and ``DeletePlacementGroup`` once its instances
 are gone (``InvalidPlacementGroup.Unknown``: already deleted; ``InvalidPlacementGroup.InUse``: an instance
 still holds it -- the group is deleted by the termination of the last one, tried again until then).
-Burstable types (``t2.``, ``t3.``) cannot be placed in a cluster group: such a gang launches without one.
+Burstable types (``t2.``, ``t3.``, ``t3a.``,
+``t4g.``), ``mac1.`` and ``m7i-flex.`` cannot be placed in a cluster group: such a gang launches without one.
 A group is tagged with this server's id and when it was made (``corral_created``): the orphan reaper
 deletes this server's groups that no live instance names and that are older than its grace (a server
 that died between CreatePlacementGroup and the launch, a deletion that never came).
@@ -23,8 +24,9 @@ from typing import Any
 from corral.backends.aws import ec2
 from corral.backends.aws.launch import OWNER, TAG_PROJECT, TAG_SERVER
 
-#: Instance families EC2 refuses in a cluster placement group (dstack's ``PlacementGroupNotSupportedError``).
-UNSUPPORTED_PREFIXES = ("t2.", "t3.")
+#: Instance families EC2 refuses in a cluster placement group: burstable ones (T2, T3, T3a, T4g), Mac1 and
+#: M7i-flex (EC2 User Guide, "Placement groups", cluster placement group rules).
+UNSUPPORTED_PREFIXES = ("t2.", "t3.", "t3a.", "t4g.", "mac1.", "m7i-flex.")
 #: The tag saying when a group was made (epoch seconds).
 TAG_CREATED = "corral_created"
 #: EC2's limit on a placement group's name.
