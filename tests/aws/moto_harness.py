@@ -244,6 +244,10 @@ class FaultProxy:
         self.lock = threading.Lock()
         #: Actions answered with an empty success and not forwarded (EC2 "accepts" them; nothing happens).
         self.swallow: set[str] = set()
+        #: The same for the calls this rule picks, by action and form (a detach EC2 takes and never does).
+        self.swallow_when: Callable[[str, dict[str, list[str]]], bool] | None = None
+        #: Every call seen, in order: its action and its form.
+        self.requests: list[tuple[str, dict[str, list[str]]]] = []
         self.hold = False
         self.launched = threading.Event()
         self.release = threading.Event()
@@ -287,11 +291,12 @@ class FaultProxy:
                 action = (form.get("Action") or [""])[0] or target.rsplit(".", 1)[-1]
                 with proxy.lock:
                     proxy.calls[action] = proxy.calls.get(action, 0) + 1
+                    proxy.requests.append((action, form))
                 if action in EXTRA_ACTIONS:
                     status, xml = proxy.extras.handle(action, form)
                     self._reply(status, xml, [("Content-Type", "text/xml")])
                     return
-                if action in proxy.swallow:
+                if action in proxy.swallow or (proxy.swallow_when is not None and proxy.swallow_when(action, form)):
                     ok = f'<{action}Response xmlns="{EC2_XMLNS}"><requestId>fault-proxy</requestId></{action}Response>'
                     self._reply(200, ok.encode(), [("Content-Type", "text/xml")])
                     return

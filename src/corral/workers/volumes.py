@@ -119,12 +119,10 @@ class Volumes:
         try:
             if v.volume_id and ec2_id:
                 client = await self.client(v.project_name, v.region)
-                await asyncio.to_thread(ebs.detach, client, v.volume_id, ec2_id, device)
-                deadline = time.monotonic() + DETACH_WAIT_S
-                while await asyncio.to_thread(ebs.state, client, v.volume_id, ec2_id) != "detached":
-                    if time.monotonic() > deadline:
-                        return False
-                    await asyncio.sleep(self.poll)
+                # forced only if a normal detach has not finished within the wait
+                wait = DETACH_WAIT_S
+                if not await asyncio.to_thread(ebs.detach, client, v.volume_id, ec2_id, device, wait, self.poll):
+                    return False
         except ec2.AWSError as e:
             log.warning("volume %s: DetachVolume failed: %s", v.name, e)
             return False

@@ -1,15 +1,19 @@
 """EBS volumes through EC2 (dstack's calls and error handling): CreateVolume (gp3, tagged, in the configured
 zone or the region's first), DescribeVolumes to register an existing one, AttachVolume on the first free
-``/dev/sdf``...``/dev/sdn``, DetachVolume (``Force``) and DeleteVolume, each tolerating what dstack
-tolerates. Blocking, as ``ec2``'s calls: callers run them in a thread.
+``/dev/sdf``...``/dev/sdn``, DetachVolume (forced only when a normal detach did not finish in time) and
+DeleteVolume, each tolerating what dstack tolerates. Blocking, as ``ec2``'s calls: callers run them in a thread.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from corral.backends.aws import ec2
 from corral.domain.volumes import DEVICE_NAMES, price
+
+log = logging.getLogger("corral.volumes")
 
 
 def _provisioning(v: dict[str, Any]) -> dict[str, Any]:
@@ -90,12 +94,33 @@ def state(client: Any, volume_id: str, instance_id: str) -> str:
     return "detached"
 
 
-def detach(client: Any, volume_id: str, instance_id: str, device: str) -> None:
+def _detach(client: Any, volume_id: str, instance_id: str, device: str, force: bool) -> None:
     try:
-        ec2.call(client, "detach_volume", VolumeId=volume_id, InstanceId=instance_id, Device=device, Force=True)
+        ec2.call(client, "detach_volume", VolumeId=volume_id, InstanceId=instance_id, Device=device, Force=force)
     except ec2.AWSError as e:  # dstack's IncorrectState; moto answers InvalidAttachment.NotFound
         if e.code not in ("IncorrectState", "InvalidAttachment.NotFound", "InvalidVolume.NotFound"):
             raise
+
+
+def _detached(client: Any, volume_id: str, instance_id: str, wait: float, poll: float) -> bool:
+    deadline = time.monotonic() + wait
+    while state(client, volume_id, instance_id) != "detached":
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
+    return True
+
+
+def detach(client: Any, volume_id: str, instance_id: str, device: str, wait: float, poll: float) -> bool:
+    """DetachVolume, then wait up to ``wait`` seconds for EC2 to say detached; only when it has not, forced
+    (a forced detach "can lead to data loss or a corrupted file system. Use this option only as a last
+    resort": EC2 API reference, DetachVolume ``Force``) and waited for again. Whether it is detached."""
+    _detach(client, volume_id, instance_id, device, force=False)
+    if _detached(client, volume_id, instance_id, wait, poll):
+        return True
+    log.warning("volume %s: not detached from %s after %gs; forcing the detach", volume_id, instance_id, wait)
+    _detach(client, volume_id, instance_id, device, force=True)
+    return _detached(client, volume_id, instance_id, wait, poll)
 
 
 def delete(client: Any, volume_id: str) -> None:
