@@ -31,12 +31,27 @@ def _provisioning(v: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: DescribeAvailabilityZones' ``ZoneType`` of a region's own zones; Local Zones (``local-zone``, named like
+#: ``us-east-1-atl-2a``) and Wavelength Zones are other types (EC2 API reference, AvailabilityZone ``zoneType``).
+AVAILABILITY_ZONE = "availability-zone"
+
+
+def pick_zone(zones: list[dict[str, Any]]) -> str | None:
+    """The first (by name) available zone of the region itself among DescribeAvailabilityZones' ``zones``: never
+    a Local Zone, which sorts before them (``us-east-1-atl-2a`` < ``us-east-1a``)."""
+    names = sorted(
+        str(z["ZoneName"])
+        for z in zones
+        if z.get("State", "available") == "available" and z.get("ZoneType", AVAILABILITY_ZONE) == AVAILABILITY_ZONE
+    )
+    return names[0] if names else None
+
+
 def first_zone(client: Any) -> str:
-    zones = ec2.call(client, "describe_availability_zones")["AvailabilityZones"]
-    names = sorted(str(z["ZoneName"]) for z in zones if z.get("State", "available") == "available")
-    if not names:
+    zone = pick_zone(ec2.call(client, "describe_availability_zones")["AvailabilityZones"])
+    if zone is None:
         raise ec2.AWSError("", "the region has no available zone")
-    return names[0]
+    return zone
 
 
 def create(client: Any, conf: dict[str, Any], size_gib: int, tags: dict[str, str]) -> dict[str, Any]:

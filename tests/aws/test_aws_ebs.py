@@ -1,10 +1,12 @@
-"""DetachVolume against moto, through the fault proxy: a volume is detached normally, and forced only as the
+"""EBS volumes' EC2 rules: the zone a new volume goes to when none is configured (never a Local Zone), and
+DetachVolume against moto, through the fault proxy: a volume is detached normally, and forced only as the
 last resort AWS says it is (a normal detach that did not finish in time)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import facts
 import pytest
 from moto_harness import AMIS, REGION, FaultProxy, MotoEC2, fault_proxy
 
@@ -59,3 +61,18 @@ def test_a_detach_that_does_not_finish_is_forced_as_a_last_resort(proxy: FaultPr
     client = ec2.client(ec2.Creds("testing", "testing"), REGION)
     assert ebs.detach(client, vid, iid, "/dev/sdf", wait=0.3, poll=0.05)
     assert _forces(proxy, vid) == ["false", "true"]
+
+
+def test_a_new_volume_never_goes_to_a_local_zone() -> None:
+    zones = [
+        {"ZoneName": facts.LOCAL_ZONE_NAME, "State": "available", "ZoneType": "local-zone"},
+        {"ZoneName": "us-east-1b", "State": "available", "ZoneType": facts.ZONE_TYPE_AZ},
+        {"ZoneName": "us-east-1a", "State": "impaired", "ZoneType": facts.ZONE_TYPE_AZ},
+    ]
+    assert facts.LOCAL_ZONE_NAME < "us-east-1a"  # by name it would come first
+    assert ebs.pick_zone(zones) == "us-east-1b"
+    assert ebs.pick_zone(zones[:1]) is None
+
+
+def test_the_first_zone_of_moto_is_one_of_the_regions_own(moto: MotoEC2) -> None:
+    assert ebs.first_zone(moto.client()) == f"{REGION}a"
