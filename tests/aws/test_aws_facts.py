@@ -8,7 +8,8 @@ from fnmatch import fnmatchcase
 import facts
 from moto_harness import AMIS, MotoEC2
 
-from corral.backends.aws import ec2
+from corral.backends.aws import ec2, launch
+from corral.domain import aws_tags
 
 
 def test_the_default_images_are_canonicals_ubuntu_and_amazons_dlami() -> None:
@@ -25,3 +26,17 @@ def test_the_image_lookup_finds_the_public_images_moto_has_under_their_real_owne
     # a newer 24.04 image of the same owner is not a 22.04 one
     assert ec2.image(client, {}, gpu=False) == (by_name[facts.UBUNTU_2204_NAME], "ubuntu")
     assert ec2.image(client, {}, gpu=True) == (by_name[facts.DLAMI_NAME], "ubuntu")
+
+
+def test_tag_limits_are_awss_and_the_room_left_is_computed_from_corrals_own_tags() -> None:
+    assert aws_tags.TAGS_PER_RESOURCE == facts.TAGS_PER_RESOURCE
+    assert (aws_tags.KEY_LIMIT, aws_tags.VALUE_LIMIT) == (facts.TAG_KEY_MAX, facts.TAG_VALUE_MAX)
+    assert aws_tags.RESERVED_PREFIX == facts.TAG_RESERVED_PREFIX
+    # the keys corral writes on a gang member in a placement group: an instance's, its gang's and its group's
+    written = {t["Key"] for t in launch.instance_tags("srv", "main", "fl", "row", "fl-0", None)}
+    written |= {launch.TAG_GANG, launch.TAG_PLACEMENT}
+    assert set(aws_tags.CORRAL_KEYS) == written
+    assert facts.TAGS_PER_RESOURCE - len(written) == aws_tags.USER_TAG_LIMIT
+    # a Name of 256 characters is AWS's limit, not 255
+    name = {t["Key"]: t["Value"] for t in launch.instance_tags("s", "p" * 300, None, "r", "n", None)}["Name"]
+    assert len(name) == facts.TAG_VALUE_MAX

@@ -183,6 +183,18 @@ def test_aws_block_in_config_yml_names_the_field(tmp_path: Path) -> None:
     path.write_text("projects:\n  - name: main\n    backends: [{type: aws}]\n")
     with pytest.raises(ServerConfigError, match="creds"):
         load_server_config(path)
+    # AWS's 50 tags per resource, less corral's own: the admin's tags past what is left are refused
+    too_many = ", ".join(f"k{i}: v" for i in range(facts.TAGS_PER_RESOURCE))
+    path.write_text(
+        f"projects:\n  - name: main\n    backends: [{{type: aws, creds: {{type: default}}, tags: {{{too_many}}}}}]\n"
+    )
+    with pytest.raises(ServerConfigError, match=r"tags: 50 tags, at most \d+"):
+        load_server_config(path)
+    path.write_text(
+        "projects:\n  - name: main\n    backends: [{type: aws, creds: {type: default}, tags: {aws:x: y}}]\n"
+    )
+    with pytest.raises(ServerConfigError, match="reserved for AWS"):
+        load_server_config(path)
 
 
 def test_what_ec2_took_away_and_how_spot_is_asked_for() -> None:

@@ -11,6 +11,8 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from corral.domain import aws_tags
+
 _REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 
 
@@ -74,7 +76,7 @@ class AWSBackendConfig(_Strict):
     @field_validator("tags")
     @classmethod
     def _tags(cls, v: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
-        for key, value in (v or {}).items():
-            if not 1 <= len(key) <= 128 or len(value) > 256 or key.lower().startswith("aws:"):
-                raise ValueError(f"tag {key!r}: keys are 1-128 characters not starting with aws:, values at most 256")
+        why = aws_tags.problem(v or {}, "tags")
+        if why is not None:
+            raise ValueError(why)
         return v

@@ -19,7 +19,7 @@ from corral.backends.base import ProvisioningError
 log = logging.getLogger("corral.aws.gangs")
 
 #: The tag naming the placement group an instance was launched in (its termination deletes the group).
-TAG_PLACEMENT = "corral_placement_group"
+TAG_PLACEMENT = launch.TAG_PLACEMENT
 
 
 async def rollback(session: AWSSession, client: Any, ids: Sequence[str], group: str | None) -> None:

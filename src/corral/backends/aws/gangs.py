@@ -31,6 +31,7 @@ from corral.backends.aws import catalog, ec2, launch, placement, reservations
 from corral.backends.aws import gang_cleanup as cleanup
 from corral.backends.aws.session import AWSProject, AWSSession, Region, candidate_offers
 from corral.backends.base import Provisioned, ProvisioningError
+from corral.domain import aws_tags
 from corral.domain.records import InstanceRec
 from corral.scheduler.types import Offer
 
@@ -386,7 +387,7 @@ async def _launch_count(
     for row, ec2_id in zip(rows[1:], ids[1:], strict=False):
         tags = [
             {"Key": launch.TAG_INSTANCE, "Value": row.id},
-            {"Key": "Name", "Value": f"corral-{p.project.name}-{row.name}"},
+            {"Key": aws_tags.NAME, "Value": aws_tags.name_tag(p.project.name, row.name)},
         ]
         await session.ec2(ec2.call, p.where.client, "create_tags", Resources=[ec2_id], Tags=tags)
     return ids

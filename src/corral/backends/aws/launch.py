@@ -12,14 +12,16 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-#: Tag keys corral writes on every instance (and reads back: adoption, the reaper).
-TAG_SERVER = "corral_server"
-TAG_PROJECT = "corral_project"
-TAG_FLEET = "corral_fleet"
-TAG_INSTANCE = "corral_instance"
-#: On every instance of a gang (a multi-node run's new instances, launched together): its lead row's id.
-TAG_GANG = "corral_gang"
-OWNER = ("owner", "corral")
+from corral.domain import aws_tags
+
+#: Tag keys corral writes on every instance (and reads back: adoption, the reaper): ``domain.aws_tags``.
+TAG_SERVER = aws_tags.TAG_SERVER
+TAG_PROJECT = aws_tags.TAG_PROJECT
+TAG_FLEET = aws_tags.TAG_FLEET
+TAG_INSTANCE = aws_tags.TAG_INSTANCE
+TAG_GANG = aws_tags.TAG_GANG
+TAG_PLACEMENT = aws_tags.TAG_PLACEMENT
+OWNER = aws_tags.OWNER
 #: EC2's limit on UserData (before base64).
 USER_DATA_LIMIT = 16 * 1024
 #: How long a (region, zone, type) that answered "insufficient capacity", or a region whose quota was
@@ -108,11 +110,12 @@ _TAG_BAD = re.compile(r"[^\w .:/=+\-@]")
 def instance_tags(
     server_id: str, project: str, fleet: str | None, instance_id: str, name: str, extra: dict[str, str] | None
 ) -> list[dict[str, str]]:
-    """The instance's tags: the admin's ``tags`` first, then corral's (which they cannot override)."""
-    tags = {k: _TAG_BAD.sub("_", v)[:256] for k, v in (extra or {}).items()}
+    """The instance's tags: the admin's and the fleet's ``tags`` first, then corral's (which they cannot
+    override)."""
+    tags = {k: _TAG_BAD.sub("_", v)[: aws_tags.VALUE_LIMIT] for k, v in (extra or {}).items()}
     tags.update(
         {
-            "Name": f"corral-{project}-{name}"[:255],
+            aws_tags.NAME: aws_tags.name_tag(project, name),
             OWNER[0]: OWNER[1],
             TAG_SERVER: server_id,
             TAG_PROJECT: project,
