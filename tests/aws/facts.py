@@ -32,10 +32,12 @@ DLAMI_NAME = "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 202610
 #: Source: EC2 User Guide, "Device names on Linux instances" (device_naming.html).
 UBUNTU_ROOT_DEVICE = "/dev/sda1"
 AMAZON_LINUX_ROOT_DEVICE = "/dev/xvda"
-#: Amazon Linux 2023's name pattern. Source: EC2 User Guide, "Find an Amazon Linux AMI" (al2023-*-x86_64).
+#: Amazon Linux 2023: owner 137112412989 (Amazon), names ``al2023-ami-<version>-kernel-<k>-x86_64``. Source:
+#: public terraform code, e.g. ``owners = ["137112412989"] # Amazon`` with ``values = ["al2023-ami-*-x86_64"]``;
+#: Amazon Linux 2023 User Guide, "Amazon Linux 2023 on Amazon EC2" (the AMI name format).
+AMAZON_LINUX_OWNER = "137112412989"
+AMAZON_LINUX_PATTERN = "al2023-ami-*-x86_64"
 AMAZON_LINUX_NAME = "al2023-ami-2023.6.20261101.0-kernel-6.1-x86_64"
-#: Amazon's own images' owner alias. Source: EC2 API reference, DescribeImages ``Owners`` ("amazon").
-AMAZON_OWNER_ALIAS = "amazon"
 
 # ---- tags -----------------------------------------------------------------------------------------------
 #: Source: EC2 User Guide, "Tag your Amazon EC2 resources", Tag restrictions (Using_Tags.html#tag-restrictions):

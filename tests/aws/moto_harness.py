@@ -53,11 +53,19 @@ def _ami(ami_id: str, name: str, owner: str, created: str, root: str = facts.UBU
 
 #: What moto's AMI list is replaced with (``MOTO_AMIS_PATH``): public images under their real owners and
 #: names, as a region has them (``facts``, never corral's constants): Canonical's Ubuntu 22.04 and 24.04
-#: (the newer one must not be taken for a 22.04) and the Deep Learning Base GPU AMI.
+#: (the newer one must not be taken for a 22.04), the Deep Learning Base GPU AMI, and Amazon Linux 2023 (its
+#: root device is ``/dev/xvda``: an ``os_images`` choice).
 AMIS = [
     _ami("ami-0c0ffee0c0ffee001", facts.UBUNTU_2204_NAME, facts.CANONICAL_OWNER, "2026-11-01T00:00:00.000Z"),
     _ami("ami-0c0ffee0c0ffee002", facts.UBUNTU_2404_NAME, facts.CANONICAL_OWNER, "2026-11-15T00:00:00.000Z"),
     _ami("ami-0c0ffee0c0ffee003", facts.DLAMI_NAME, facts.DLAMI_OWNER, "2026-10-06T00:00:00.000Z"),
+    _ami(
+        "ami-0c0ffee0c0ffee004",
+        facts.AMAZON_LINUX_NAME,
+        facts.AMAZON_LINUX_OWNER,
+        "2026-11-01T00:00:00.000Z",
+        root=facts.AMAZON_LINUX_ROOT_DEVICE,
+    ),
 ]
 COUNTED = ("pending", "running", "shutting-down")
 EC2_XMLNS = "http://ec2.amazonaws.com/doc/2016-11-15/"

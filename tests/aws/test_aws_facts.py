@@ -24,8 +24,9 @@ def test_the_image_lookup_finds_the_public_images_moto_has_under_their_real_owne
     by_name = {a["name"]: a["ami_id"] for a in AMIS}
     client = moto.client()
     # a newer 24.04 image of the same owner is not a 22.04 one
-    assert ec2.image(client, {}, gpu=False) == (by_name[facts.UBUNTU_2204_NAME], "ubuntu")
-    assert ec2.image(client, {}, gpu=True) == (by_name[facts.DLAMI_NAME], "ubuntu")
+    cpu, gpu = ec2.image(client, {}, gpu=False), ec2.image(client, {}, gpu=True)
+    assert (cpu.image_id, cpu.user, cpu.root_device) == (by_name[facts.UBUNTU_2204_NAME], "ubuntu", "/dev/sda1")
+    assert (gpu.image_id, gpu.user) == (by_name[facts.DLAMI_NAME], "ubuntu")
 
 
 def test_tag_limits_are_awss_and_the_room_left_is_computed_from_corrals_own_tags() -> None:
@@ -40,3 +41,18 @@ def test_tag_limits_are_awss_and_the_room_left_is_computed_from_corrals_own_tags
     # a Name of 256 characters is AWS's limit, not 255
     name = {t["Key"]: t["Value"] for t in launch.instance_tags("s", "p" * 300, None, "r", "n", None)}["Name"]
     assert len(name) == facts.TAG_VALUE_MAX
+
+
+def test_a_custom_images_root_device_is_the_one_its_root_volume_names(moto: MotoEC2) -> None:
+    """An ``os_images`` AMI whose root is ``/dev/xvda`` (Amazon Linux): the launch's 100 GB volume must name it,
+    or EC2 adds a second volume beside the image's own small root."""
+    client = moto.client()
+    made = next(a["ami_id"] for a in AMIS if a["name"] == facts.AMAZON_LINUX_NAME)
+    conf = {"os_images": {"cpu": {"name": facts.AMAZON_LINUX_PATTERN, "owner": facts.AMAZON_LINUX_OWNER,
+                                  "user": "ec2-user"}}}  # fmt: skip
+    got = ec2.image(client, conf, gpu=False)
+    assert (got.image_id, got.user, got.root_device) == (made, "ec2-user", facts.AMAZON_LINUX_ROOT_DEVICE)
+    spec = launch.LaunchSpec(image=got.image_id, instance_type="m7i.large", spot=False, security_group="sg-1",
+                             tags=[], public_key="ssh-ed25519 AAAA k", root_device=got.root_device)  # fmt: skip
+    mapping = launch.run_params(spec, "subnet-1", 1, "corral-row-1", 100)["BlockDeviceMappings"]
+    assert mapping == [{"DeviceName": facts.AMAZON_LINUX_ROOT_DEVICE, "Ebs": {"VolumeSize": 100, "VolumeType": "gp3"}}]

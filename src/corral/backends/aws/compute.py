@@ -138,14 +138,15 @@ class AWSCompute:
         )
         tries = _Tries()
         regions: dict[str, Region] = {}
-        images: dict[tuple[str, bool], str] = {}
+        images: dict[tuple[str, bool], ec2.Image] = {}
         for offer in candidates:
             ready = await self._region_and_image(offer, project, candidates, client, regions, images, tries)
             if ready is None:
                 continue
             where, image = ready
             spec = launch.LaunchSpec(
-                image=image,
+                image=image.image_id,
+                root_device=image.root_device,
                 instance_type=offer.instance_type,
                 spot=offer.resources.spot,
                 security_group=where.group,
@@ -171,9 +172,9 @@ class AWSCompute:
         candidates: list[Offer],
         client: Any,
         regions: dict[str, Region],
-        images: dict[tuple[str, bool], str],
+        images: dict[tuple[str, bool], ec2.Image],
         tries: _Tries,
-    ) -> tuple[Region, str] | None:
+    ) -> tuple[Region, ec2.Image] | None:
         """The offer's region set up and its image (each looked up once per launch), or None (said in
         ``tries.errors``) when the region cannot take it now."""
         region, itype = offer.region, launch.market_key(offer.instance_type, offer.resources.spot)
@@ -193,7 +194,7 @@ class AWSCompute:
         gpu = bool(offer.resources.gpus)
         if (region, gpu) not in images:
             try:
-                images[(region, gpu)], _user = await self.session.ec2(ec2.image, where.client, project.config, gpu)
+                images[(region, gpu)] = await self.session.ec2(ec2.image, where.client, project.config, gpu)
             except ec2.AWSError as e:
                 tries.errors.append(f"{region} {itype}: {e}")
                 return None

@@ -157,8 +157,19 @@ def _create_group(ec2: Any, vpc: str, project: str, name: str) -> str:
     )
 
 
-def image(ec2: Any, conf: dict[str, Any], gpu: bool) -> tuple[str, str]:
-    """The newest available AMI for the instance (``os_images`` if set) and the user it logs in as."""
+@dataclass(frozen=True)
+class Image:
+    """An AMI to launch: its id, the user it logs in as, and its root device (DescribeImages'
+    ``RootDeviceName``: ``/dev/sda1`` on Ubuntu, ``/dev/xvda`` on Amazon Linux), which the launch's 100 GB root
+    volume must name to grow the root disk rather than add a second one."""
+
+    image_id: str
+    user: str
+    root_device: str = "/dev/sda1"
+
+
+def image(ec2: Any, conf: dict[str, Any], gpu: bool) -> Image:
+    """The newest available AMI for the instance (``os_images`` if set)."""
     custom = (conf.get("os_images") or {}).get("nvidia" if gpu else "cpu")
     name, owner = (custom["name"], custom.get("owner") or "self") if custom else (DLAMI if gpu else UBUNTU)
     user = custom["user"] if custom else "ubuntu"
@@ -171,7 +182,7 @@ def image(ec2: Any, conf: dict[str, Any], gpu: bool) -> tuple[str, str]:
     if not found:
         raise AWSError("InvalidAMIID.NotFound", f"no AMI named {name!r} of owner {owner} (os_images)")
     newest = max(found, key=lambda i: str(i.get("CreationDate") or ""))
-    return str(newest["ImageId"]), str(user)
+    return Image(str(newest["ImageId"]), str(user), str(newest.get("RootDeviceName") or "/dev/sda1"))
 
 
 def by_tag(ec2: Any, key: str, value: str, states: tuple[str, ...] = LIVE_STATES) -> list[dict[str, Any]]:

@@ -270,7 +270,7 @@ async def _launch(
     zones, extra = await _reservation_zones(session, client, region, dict(where.zones), reservation, offers, len(rows))
     gpu = bool(offers[0].resources.gpus)
     try:
-        image, _user = await session.ec2(ec2.image, where.client, project.config, gpu)
+        image = await session.ec2(ec2.image, where.client, project.config, gpu)
     except ec2.AWSError as e:
         raise GangError(f"{region}: {e}", capacity=False) from None
     server_id = await session.server_id()
@@ -336,7 +336,7 @@ def _remember(
 class _Params:
     project: AWSProject
     server_id: str
-    image: str
+    image: ec2.Image
     where: Region
     subnet: str
     extra: dict[str, Any]
@@ -351,7 +351,8 @@ class _Params:
         if self.group:
             tags.append({"Key": TAG_PLACEMENT, "Value": self.group})
         spec = launch.LaunchSpec(
-            image=self.image,
+            image=self.image.image_id,
+            root_device=self.image.root_device,
             instance_type=offer.instance_type,
             spot=offer.resources.spot,
             security_group=self.where.group,

@@ -158,6 +158,8 @@ class LaunchSpec:
     public_key: str
     public_ip: bool = True
     iam_instance_profile: str | None = None
+    #: The image's root device: the root volume's ``DeviceName`` (``ec2.Image.root_device``).
+    root_device: str = "/dev/sda1"
     #: Further parameters (a capacity reservation's target, a placement group).
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -174,7 +176,7 @@ def run_params(spec: LaunchSpec, subnet: str, count: int, token: str, disk_gib: 
         "MaxCount": count,
         "ClientToken": token,
         "UserData": user_data([spec.public_key]),
-        "BlockDeviceMappings": [{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": disk_gib, "VolumeType": "gp3"}}],
+        "BlockDeviceMappings": [{"DeviceName": spec.root_device, "Ebs": {"VolumeSize": disk_gib, "VolumeType": "gp3"}}],
         "TagSpecifications": [{"ResourceType": "instance", "Tags": spec.tags}],
         "NetworkInterfaces": [
             {"DeviceIndex": 0, "SubnetId": subnet, "Groups": [spec.security_group],
