@@ -40,7 +40,11 @@ async def test_held_requests_served_full_and_timed_out() -> None:
     cold = ColdStart(routes, trigger, queue=2, timeout=5.0)
     key = ("p", "svc")
     waiters = [asyncio.create_task(cold.wait(key, _route())) for _ in range(2)]
-    await asyncio.sleep(0.05)
+    for _ in range(1000):  # until both are held (each one's first look found no replica)
+        if sum(cold.held.values()) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert sum(cold.held.values()) == 2, cold.held
     assert await cold.wait(key, _route()) == FULL  # beyond the queue: at once
     current["route"] = _route(("a-replica",))
     routes.clear()

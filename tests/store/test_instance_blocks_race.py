@@ -55,9 +55,9 @@ async def _end_job(conn: Connection, job_id: str) -> None:
 
 
 async def _waiting_on_a_lock(db: Database) -> bool:
-    """Whether some transaction waits for a row lock (Postgres); on SQLite a second writer waits in BEGIN."""
+    """Whether some transaction waits for a row lock (Postgres). SQLite takes one writer at a time (the process's
+    write lock, then ``BEGIN IMMEDIATE``): the second cannot begin before the first commits, nothing to wait for."""
     if db.is_sqlite:
-        await asyncio.sleep(0.05)
         return True
     async with db.read() as conn:
         waiting = (await conn.execute(sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted"))).scalar_one()

@@ -49,6 +49,24 @@ async def _setup(db: Database) -> None:
             )  # fmt: skip
 
 
+async def _until_second_waits(db: Database, second: asyncio.Task[list[Preemption]]) -> None:
+    """Until the second transaction waits for the first's lock. Postgres: a lock not granted (``pg_locks``), seen
+    from a third connection. SQLite takes one writer at a time (the process's write lock, then ``BEGIN
+    IMMEDIATE``): the second cannot begin before the first commits, so there is nothing to wait for."""
+    if db.is_sqlite:
+        return
+    deadline = time.monotonic() + 10
+    while True:
+        async with db.read() as conn:
+            waiting = (await conn.execute(sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted"))).scalar_one()
+        if waiting:
+            break
+        assert not second.done(), "the second stop did not wait for the first to commit"
+        assert time.monotonic() < deadline, "the second stop never waited for the first"
+        await asyncio.sleep(0.02)
+    assert not second.done()
+
+
 def _for_high(victim: str) -> Preemption:
     return Preemption(victim, victim, (f"{victim}-0",), "high", "high", WITHIN_PROJECT)
 
@@ -65,8 +83,7 @@ async def test_two_stops_for_one_preemptor_at_once_stop_one_gang(db_url: str) ->
         async with db.write() as conn:
             first = await stop_victims(conn, [_for_high("v0")], time.time())
             second = asyncio.create_task(_stop(db, _for_high("v1")))
-            await asyncio.sleep(0.5)
-            assert not second.done()  # waits for the first to commit
+            await _until_second_waits(db, second)
         assert first == [_for_high("v0")]
         assert await asyncio.wait_for(second, 10) == []
         async with db.read() as conn:
