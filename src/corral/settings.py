@@ -171,6 +171,9 @@ class Settings:
     #: bearer token it then requires (None: none).
     enable_prometheus_metrics: bool = False
     prometheus_auth_token: str | None = None
+    #: The least ``utilization_policy.time_window`` a run may set, in seconds (None: dstack's 5 minutes). For
+    #: checks only (``CORRAL_UTILIZATION_MIN_WINDOW``): a check that cannot wait five minutes for an idle GPU.
+    utilization_min_window: float | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -403,4 +406,13 @@ def _metrics(s: Settings, e: dict[str, str]) -> Settings:
     # dstack turns the endpoint on when the variable is set at all (any value)
     enabled = any(("CORRAL_" if c else "DSTACK_") + "ENABLE_PROMETHEUS_METRICS" in e for c in (True, False))
     _, token = _either(e, "PROMETHEUS_AUTH_TOKEN")
+    raw = e.get("CORRAL_UTILIZATION_MIN_WINDOW")
+    if raw:
+        window = _float_env(e, "CORRAL_UTILIZATION_MIN_WINDOW", None)
+        if window is None or not 1 <= window <= 300:
+            raise SettingsError(
+                f"CORRAL_UTILIZATION_MIN_WINDOW={raw!r} must be a number of seconds from 1 to 300 (dstack's minimum, "
+                "the default); it is for checks that cannot wait five minutes"
+            )
+        s = replace(s, utilization_min_window=window)
     return replace(s, enable_prometheus_metrics=enabled, prometheus_auth_token=token)

@@ -17,7 +17,7 @@ from corral.config.common import CoreModel
 from corral.config.fleets import FleetConfiguration
 from corral.config.gateways_volumes import VOLUME_MODELS, AnyVolumeConfiguration, GatewayConfiguration
 from corral.config.presets import PresetConfiguration
-from corral.config.profiles import Profile
+from corral.config.profiles import UTILIZATION_MIN_WINDOW_KEY, Profile
 from corral.config.runs import DevEnvironmentConfiguration, TaskConfiguration
 from corral.config.services import ServiceConfiguration
 
@@ -66,11 +66,17 @@ def _as_dict(data: Any) -> dict[str, Any]:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def parse_run_configuration(data: object) -> AnyRunConfiguration:
-    """A task, service or dev-environment; raises pydantic.ValidationError (for one that is not a mapping too)."""
+def _window_context(utilization_min_window: Optional[float]) -> Optional[dict[str, float]]:
+    return None if utilization_min_window is None else {UTILIZATION_MIN_WINDOW_KEY: utilization_min_window}
+
+
+def parse_run_configuration(data: object, *, utilization_min_window: Optional[float] = None) -> AnyRunConfiguration:
+    """A task, service or dev-environment; raises pydantic.ValidationError (for one that is not a mapping too).
+    ``utilization_min_window``: the least ``utilization_policy.time_window`` accepted (None: dstack's 5 minutes)."""
     data = _as_dict(data)
     kind = _RunType.model_validate(data).type
-    conf: AnyRunConfiguration = RUN_MODELS[kind].model_validate(data)  # type: ignore[assignment]
+    context = _window_context(utilization_min_window)
+    conf: AnyRunConfiguration = RUN_MODELS[kind].model_validate(data, context=context)  # type: ignore[assignment]
     return conf
 
 
@@ -100,9 +106,12 @@ def parse_configuration(data: Mapping[str, Any]) -> AnyConfiguration:
     return conf
 
 
-def parse_profile(data: Optional[Mapping[str, Any]]) -> Profile:
-    """A `Profile` (`run_spec.profile`, a `profiles.yml` entry); None gives the empty profile."""
-    return Profile() if data is None else Profile.model_validate(dict(data))
+def parse_profile(data: Optional[Mapping[str, Any]], *, utilization_min_window: Optional[float] = None) -> Profile:
+    """A `Profile` (`run_spec.profile`, a `profiles.yml` entry); None gives the empty profile.
+    ``utilization_min_window`` as for :func:`parse_run_configuration`."""
+    if data is None:
+        return Profile()
+    return Profile.model_validate(dict(data), context=_window_context(utilization_min_window))
 
 
 class ConfigError(ValueError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 from typing_extensions import Self
 
 from corral.config.common import (
@@ -27,6 +27,10 @@ DEFAULT_RUN_TERMINATION_IDLE_TIME = 5 * 60
 DEFAULT_FLEET_TERMINATION_IDLE_TIME = 72 * 60 * 60
 DEFAULT_STOP_DURATION = 300
 MIN_UTILIZATION_TIME_WINDOW = 300
+#: The validation-context key that lowers ``utilization_policy.time_window``'s minimum (the server's
+#: ``CORRAL_UTILIZATION_MIN_WINDOW``, for checks that cannot wait five minutes; stored specs were checked when
+#: they were submitted, and are read again with 0).
+UTILIZATION_MIN_WINDOW_KEY = "utilization_min_window"
 
 
 class SpotPolicy(str, Enum):
@@ -79,9 +83,12 @@ class UtilizationPolicy(CoreModel):
 
     @field_validator("time_window")
     @classmethod
-    def _min_window(cls, value: int) -> int:
-        if value < MIN_UTILIZATION_TIME_WINDOW:
-            raise ValueError("Minimum time_window is 5m")
+    def _min_window(cls, value: int, info: ValidationInfo) -> int:
+        context = info.context if isinstance(info.context, dict) else {}
+        least = context.get(UTILIZATION_MIN_WINDOW_KEY, MIN_UTILIZATION_TIME_WINDOW)
+        if value < least:
+            shown = "5m" if least == MIN_UTILIZATION_TIME_WINDOW else f"{least:g}s"
+            raise ValueError(f"Minimum time_window is {shown}")
         return value
 
 

@@ -75,8 +75,9 @@ def stored_type(stored: Mapping[str, Any]) -> str | None:
 def read(document: Mapping[str, Any]) -> RunSpec:
     """A stored run spec document (written by ``services.run_specs.normalize``, of this version or an older
     one), typed; raises pydantic's ``ValidationError`` or ``KeyError`` for one that cannot be read."""
-    conf = config.parse_run_configuration(document[CONFIGURATION])
-    profile = config.parse_profile(document.get("profile"))
+    # checked when it was submitted, under the server's minimum window then: read as it was accepted
+    conf = config.parse_run_configuration(document[CONFIGURATION], utilization_min_window=0)
+    profile = config.parse_profile(document.get("profile"), utilization_min_window=0)
     return RunSpec(conf=conf, profile=profile, merged=config.effective_profile(profile, conf), document=document)
 
 

@@ -8,6 +8,7 @@ May import ``domain``, ``config``, ``schemas``, ``services.errors`` and ``servic
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from corral import config  # lazy: the models load on first use, not at start-up
@@ -24,8 +25,10 @@ if TYPE_CHECKING:
 def normalize(raw: RunSpecIn, loc: tuple[str | int, ...], user: UserRec, settings: Settings) -> RunSpec:
     """The run spec of a request validated (422 naming the field; dstack's name rule; the server's caps) and
     normalised: the configuration and profile parsed once."""
-    conf = validated(config.parse_run_configuration, raw.configuration, (*loc, CONFIGURATION))
-    profile = validated(config.parse_profile, raw.profile, (*loc, "profile"))
+    least = settings.utilization_min_window  # None: dstack's 5 minutes
+    parse_conf = partial(config.parse_run_configuration, utilization_min_window=least)
+    conf = validated(parse_conf, raw.configuration, (*loc, CONFIGURATION))
+    profile = validated(partial(config.parse_profile, utilization_min_window=least), raw.profile, (*loc, "profile"))
     input_rules.check_run_caps(conf, settings, (*loc, CONFIGURATION))
     if raw.run_name is not None:
         input_rules.check_resource_name(raw.run_name)

@@ -253,7 +253,7 @@ class Followers:
             poll_wait=self.ctx.settings.agent_poll_wait,
             idle_limit=inactivity.duration_of(conf) if conf is not None else None,
             utilization_policy=utilization.policy_of(job),
-            utilization_every=utilization.CHECK_EVERY_S,
+            utilization_every=utilization.check_every(utilization.policy_of(job)),
             preemption_grace=self.ctx.preemption.grace_period,
         )
 

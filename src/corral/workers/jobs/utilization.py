@@ -26,6 +26,14 @@ CHECK_EVERY_S = 20.0
 STOP = "utilization"
 
 
+def check_every(policy: tuple[int, float] | None) -> float:
+    """How often a job's utilisation is looked at: every :data:`CHECK_EVERY_S`, or four times per window for a
+    window shorter than that allows (``CORRAL_UTILIZATION_MIN_WINDOW``, for checks)."""
+    if policy is None:
+        return CHECK_EVERY_S
+    return max(0.5, min(CHECK_EVERY_S, policy[1] / 4))
+
+
 def policy_of(job: JobRec) -> tuple[int, float] | None:
     """The job's ``(min_gpu_utilization, time_window)`` (None: no policy)."""
     raw: Any = job.job_spec.get("utilization_policy")
