@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional
 
+from . import nvidia_csv
 from .job import Job
 from .protocol_metrics import MAX_SAMPLES_PER_REPLY, GpuSample, MetricsSample
 
@@ -173,16 +174,18 @@ class ProcTable:
 
 
 def parse_nvidia(out: str) -> dict[int, tuple[int, int]]:
-    """``index, memory.used (MiB), utilization.gpu (%)`` lines -> {index: (bytes, percent)}."""
+    """``index, memory.used (MiB), utilization.gpu (%)`` lines (with or without units) -> {index: (bytes, percent)}."""
     found: dict[int, tuple[int, int]] = {}
     for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
+        parts = nvidia_csv.fields(line)
         if len(parts) < 3:
             continue
-        try:
-            found[int(parts[0])] = (int(float(parts[1]) * 2**20), int(float(parts[2])))
-        except ValueError:
-            continue  # "[N/A]" and the like
+        index, used, util = (nvidia_csv.number(p) for p in parts[:3])
+        if index is None or used is None or util is None:
+            # "[N/A]" (a GPU in MIG mode has no utilization.gpu): no values for it, so its jobs get no GPU
+            # values at all rather than a made-up 0 % that a utilization_policy would act on
+            continue
+        found[int(index)] = (int(used * 2**20), int(util))
     return found
 
 

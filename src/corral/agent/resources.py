@@ -19,6 +19,7 @@ import subprocess
 import sys
 from typing import Any
 
+from . import nvidia_csv
 from .docker import Docker, DockerError
 from .protocol import AGENT_VERSION, GpuDriver, GpuInfo, HostInfo
 
@@ -117,14 +118,11 @@ def nvidia_gpus() -> tuple[list[GpuInfo], GpuDriver | None]:
     gpus: list[GpuInfo] = []
     driver: GpuDriver | None = None
     for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 3 or not parts[0]:
+        parts = nvidia_csv.fields(line)
+        mem = nvidia_csv.number(parts[1]) if len(parts) >= 3 and parts[0] else None
+        if mem is None:
             continue
-        try:
-            mem = int(float(parts[1]))
-        except ValueError:
-            continue
-        gpus.append(GpuInfo(name=convert_nvidia_gpu_name(parts[0]), memory_mib=mem, vendor="nvidia"))
+        gpus.append(GpuInfo(name=convert_nvidia_gpu_name(parts[0]), memory_mib=int(mem), vendor="nvidia"))
         if driver is None and parts[2]:
             driver = GpuDriver(vendor="nvidia", version=parts[2])
     return gpus, driver
