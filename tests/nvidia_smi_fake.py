@@ -4,14 +4,12 @@ agent changes without a capture to match fails its tests rather than meeting a m
 
 ``install(bin_dir)`` writes ``bin_dir/nvidia-smi``; put ``bin_dir`` first on ``PATH``. The sampling query
 answers from the "busy" capture while a process whose command line holds :data:`LOAD_MARKER` runs (the GPU
-check's load, or its CPU stand-in), else from the "idle" one. Standard library only: it runs as a script.
+check's load, or its CPU stand-in), else from the "idle" one.
 """
 
 from __future__ import annotations
 
-import os
 import shlex
-import sys
 from pathlib import Path
 
 H100 = Path(__file__).resolve().parent / "data" / "nvidia-smi" / "h100-80gb-hbm3"
@@ -27,47 +25,23 @@ ANSWERS = {
 
 
 def install(bin_dir: Path, fixtures: Path = H100) -> Path:
-    """Write the fake ``nvidia-smi`` into ``bin_dir``; returns its path."""
+    """Write the fake ``nvidia-smi`` into ``bin_dir`` (a shell script: a sandboxed job's uid runs it too);
+    returns its path."""
     bin_dir.mkdir(parents=True, exist_ok=True)
+    f = shlex.quote(str(fixtures))
+    # ``loa[d]``: the pattern does not match grep's own command line, which holds it
+    busy = f"grep -qs '{LOAD_MARKER[:-1]}[{LOAD_MARKER[-1]}]' /proc/[0-9]*/cmdline"
+    cases = "".join(f"  {shlex.quote(' '.join(args))}) exec cat {f}/{name} ;;\n" for args, name in ANSWERS.items())
     fake = bin_dir / "nvidia-smi"
     fake.write_text(
-        f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(Path(__file__).resolve()))} "
-        f'{shlex.quote(str(fixtures))} "$@"\n'
+        "#!/bin/sh\n# a fake nvidia-smi: captured output of a real one (tests/nvidia_smi_fake.py)\n"
+        'case "$*" in\n'
+        f"{cases}"
+        f"  {shlex.quote(' '.join(SAMPLE_QUERY))})\n"
+        f"    if {busy}; then exec cat {f}/query-index-memory-util-busy.csv; fi\n"
+        f"    exec cat {f}/query-index-memory-util-idle.csv ;;\n"
+        "esac\n"
+        'echo "fake nvidia-smi: no captured output for: nvidia-smi $*" >&2\nexit 2\n'
     )
     fake.chmod(0o755)
     return fake
-
-
-def _loaded() -> bool:
-    marker = LOAD_MARKER.encode()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker in f.read():
-                        return True
-            except OSError:
-                continue
-    return False
-
-
-def answer(fixtures: Path, args: tuple[str, ...]) -> str | None:
-    """What the captured ``nvidia-smi`` printed for ``args`` (None: no capture of that command line)."""
-    if args == SAMPLE_QUERY:
-        return (fixtures / f"query-index-memory-util-{'busy' if _loaded() else 'idle'}.csv").read_text()
-    name = ANSWERS.get(args)
-    return None if name is None else (fixtures / name).read_text()
-
-
-def main(argv: list[str]) -> int:
-    fixtures, args = Path(argv[0]), tuple(argv[1:])
-    out = answer(fixtures, args)
-    if out is None:
-        print(f"fake nvidia-smi: no captured output for: nvidia-smi {shlex.join(args)}", file=sys.stderr)
-        return 2
-    sys.stdout.write(out)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,61 @@
+"""``scripts/gpu_check.py`` as a process, against the fake ``nvidia-smi`` of captured H100 output
+(``tests/nvidia_smi_fake.py``) and with no torch: every server-side item passes (the plan's offer as the
+capture reports the GPU and A100's no-offer, the load run's logs and metrics, the Prometheus series, the
+queue, the utilization policy), the torch and matmul items say ``STAND-IN`` and never ``PASS``, the report
+says the GPU was fake, and the raw ``nvidia-smi`` output it read is kept beside the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nvidia_smi_fake import H100, install
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@pytest.fixture
+def fake_bin() -> Iterator[Path]:
+    """The fake outside /tmp: a sandboxed job has a /tmp of its own, and must find the fake on its PATH."""
+    d = Path(tempfile.mkdtemp(prefix="corral-fake-smi-", dir="/var/tmp"))
+    d.chmod(0o755)
+    install(d)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_the_check_against_captured_h100_output(tmp_path: Path, fake_bin: Path) -> None:
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    env["PATH"] = f"{fake_bin}:{SYSTEM_PATH}"  # a python3 every uid can run, as a sandboxed job's
+    args = ["--fake-bin", str(fake_bin), "--load-seconds", "6", "--policy-window", "3", "--budget", "120"]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), *args], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((out / "report.json").read_text())
+    status = {i["name"]: i["status"] for i in report["items"]}
+    assert status.pop("import torch sees the GPU") == "STAND-IN"
+    assert status.pop("bf16 matmul on the GPU") == "STAND-IN"
+    assert set(status.values()) == {"PASS"} and len(status) == 8, report["items"]
+    details = {i["name"]: i["detail"] for i in report["items"]}
+    assert "[('H100', 81559)]" in details["plan offers the GPU"]
+    assert "A100" in details["plan of gpu: A100"]
+    assert "terminated_due_to_utilization_policy" in details["idle GPU ended by utilization_policy"]
+    assert "max GPU utilisation 100 %" in details["metrics/job during the load"]  # the busy capture
+    text = (out / "report.txt").read_text()
+    assert text.startswith("corral GPU check (FAKE nvidia-smi") and text in done.stdout
+    assert "8 PASS, 0 FAIL, 2 STAND-IN" in text
+    raw = {p.name: p.read_text() for p in (out / "nvidia-smi").iterdir()}
+    assert (H100 / "list-gpus.txt").read_text() in raw["02-list-gpus.txt"]
+    assert any("during-load" in name for name in raw)
+    assert "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-" in (out / "load-run.log").read_text()
