@@ -59,3 +59,19 @@ def test_the_check_against_captured_h100_output(tmp_path: Path, fake_bin: Path) 
     assert (H100 / "list-gpus.txt").read_text() in raw["02-list-gpus.txt"]
     assert any("during-load" in name for name in raw)
     assert "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-" in (out / "load-run.log").read_text()
+
+
+def test_without_fake_bin_a_missing_torch_fails(tmp_path: Path, fake_bin: Path) -> None:
+    """Run as on a real GPU (no ``--fake-bin``; the fake is only found on PATH): no torch is a failure, and the
+    CPU stand-in is no matmul result; the check exits 1."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    env["PATH"] = f"{fake_bin}:{SYSTEM_PATH}"
+    args = ["--load-seconds", "2", "--policy-window", "2", "--budget", "90"]
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), *args], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    status = {i["name"]: i["status"] for i in json.loads((out / "report.json").read_text())["items"]}
+    assert status["import torch sees the GPU"] == "FAIL" and status["bf16 matmul on the GPU"] == "FAIL"
+    assert (out / "report.txt").read_text().startswith("corral GPU check (real nvidia-smi)")
