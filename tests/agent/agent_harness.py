@@ -64,7 +64,8 @@ class AgentProc:
         raise AssertionError(f"job {job_id} did not start")
 
     def output(self, job_id: str, source: str | None = None) -> bytes:
-        """All output of a finished job (pages through the log)."""
+        """All output of a finished job (pages through the log): stdout and stderr, or the one ``source``
+        names (``agent``: the agent's own lines about the job)."""
         out = bytearray()
         offset = 0
         while True:
@@ -72,11 +73,24 @@ class AgentProc:
             assert r.status_code == 200, r.text
             reply = r.json()
             for e in reply["entries"]:
-                if source is None or e["source"] == source:
+                if e["source"] == source or (source is None and e["source"] != "agent"):
                     out += base64.b64decode(e["message_b64"])
             if not reply["entries"]:
                 return bytes(out)
             offset = reply["next_offset"]
+
+    def started_offset(self, job_id: str, timeout: float = 10.0) -> int:
+        """The log offset after the agent's own lines about the job's start: where its output begins."""
+        deadline = time.monotonic() + timeout
+        offset = 0
+        while True:
+            reply = self.http.get(f"/jobs/{job_id}/logs", params={"offset": offset}).json()
+            for e in reply["entries"]:
+                offset += 1
+                if e["source"] == "agent" and base64.b64decode(e["message_b64"]).startswith(b"Process started"):
+                    return offset
+            assert time.monotonic() < deadline, f"job {job_id} did not start"
+            time.sleep(0.02)
 
     def job_dir(self, job_id: str) -> Path:
         return self.work_dir / "jobs" / job_id

@@ -93,7 +93,7 @@ def test_agent_restart_reaps_orphaned_jobs(agent_factory: Any) -> None:
     a.submit("orphan", ["sleep 60 & echo $! > child.pid", "echo started", "sleep 60"])
     a.submit("finished", ["echo kept"])
     a.wait_finished("finished")
-    a.http.get("/jobs/orphan/logs", params={"wait": 5})
+    a.http.get("/jobs/orphan/logs", params={"wait": 5, "offset": a.started_offset("orphan")})
     leader = a.state("orphan")["pid"]
     child = int((a.job_dir("orphan") / "workdir" / "child.pid").read_text())
     os.kill(a.proc.pid, signal.SIGKILL)  # the agent only: its jobs live in their own sessions

@@ -90,8 +90,9 @@ def test_a_long_poll_outlives_the_idle_timeout(agent: Agent) -> None:
         while c.get("/jobs/sleeper").json()["state"] != "running":
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        offset = c.get("/jobs/sleeper/logs").json()["next_offset"]  # after the agent's own lines about its start
         started = time.monotonic()
-        r = c.get("/jobs/sleeper/logs", params={"wait": 2, "state": "running"})
+        r = c.get("/jobs/sleeper/logs", params={"wait": 2, "state": "running", "offset": offset})
         assert r.status_code == 200 and time.monotonic() - started >= 1.5  # waited 4x the idle timeout
         assert c.get("/jobs/sleeper").status_code == 200  # and the connection still serves
 

@@ -54,7 +54,8 @@ def test_stdout_stderr_unicode_and_raw_bytes(agent: AgentProc) -> None:
 def test_partial_line_flushed_after_half_a_second(agent: AgentProc) -> None:
     agent.submit("partial", ["printf 'progress 10%%'", "sleep 2", "echo ' done'"])
     t0 = time.monotonic()
-    r = agent.http.get("/jobs/partial/logs", params={"wait": 5}).json()
+    offset = agent.started_offset("partial")
+    r = agent.http.get("/jobs/partial/logs", params={"wait": 5, "offset": offset}).json()
     assert time.monotonic() - t0 < 1.6
     assert base64.b64decode(r["entries"][0]["message_b64"]) == b"progress 10%"
     agent.wait_finished("partial")
@@ -65,7 +66,7 @@ def test_long_line_split_in_64k_pieces(agent: AgentProc) -> None:
     agent.submit("longline", ["head -c 200000 /dev/zero | tr '\\0' x", "echo"])
     agent.wait_finished("longline")
     entries = agent.http.get("/jobs/longline/logs").json()["entries"]
-    sizes = [len(base64.b64decode(e["message_b64"])) for e in entries]
+    sizes = [len(base64.b64decode(e["message_b64"])) for e in entries if e["source"] != "agent"]
     assert sum(sizes) == 200001 and max(sizes) <= 65536
 
 
@@ -105,7 +106,7 @@ def test_shell_choice(agent: AgentProc) -> None:
 def test_stop_sigterm(agent: AgentProc) -> None:
     agent.submit("stop", ["echo up", "sleep 60"])
     agent.wait_running("stop")
-    agent.http.get("/jobs/stop/logs", params={"wait": 5})
+    agent.http.get("/jobs/stop/logs", params={"wait": 5, "offset": agent.started_offset("stop")})
     t0 = time.monotonic()
     assert agent.http.post("/jobs/stop/stop", json={"abort": False}).status_code == 200
     st = agent.wait_finished("stop")
@@ -116,7 +117,7 @@ def test_stop_sigterm(agent: AgentProc) -> None:
 
 def test_trapped_sigterm_gets_sigkill_after_stop_duration(agent: AgentProc) -> None:
     agent.submit("trap", ["trap 'echo got-term' TERM", "echo ready", "while true; do sleep 0.1; done"], stop_duration=1)
-    agent.http.get("/jobs/trap/logs", params={"wait": 5})
+    agent.http.get("/jobs/trap/logs", params={"wait": 5, "offset": agent.started_offset("trap")})
     t0 = time.monotonic()
     agent.http.post("/jobs/trap/stop", json={})
     st = agent.wait_finished("trap")
@@ -130,7 +131,7 @@ def test_a_stop_with_a_deadline_is_readable_before_sigterm_and_kills_at_it(agent
     said = 'echo "got-term $CORRAL_PREEMPTION_DEADLINE $CORRAL_PREEMPTION_MESSAGE"'
     trap = f"trap '. \"$CORRAL_PREEMPTION_FILE\"; {said}' TERM"
     agent.submit("preempt", [trap, "echo ready", "while true; do sleep 0.1; done"], stop_duration=60)
-    agent.http.get("/jobs/preempt/logs", params={"wait": 5})
+    agent.http.get("/jobs/preempt/logs", params={"wait": 5, "offset": agent.started_offset("preempt")})
     t0, deadline = time.monotonic(), int(time.time()) + 2
     r = agent.http.post("/jobs/preempt/stop", json={"deadline": deadline, "message": "Preempted by run it's-me"})
     assert r.status_code == 200, r.text
@@ -197,19 +198,21 @@ def test_large_output_memory_bounded(agent: AgentProc) -> None:
     assert agent.vm_kib("VmHWM") - rss_before < 25 * 1024, "agent memory grew with the output"
     out = agent.output("big", "stdout")
     assert len(out) == 20_000_000 and out.startswith(line.encode() + b"\n")
-    assert (agent.job_dir("big") / "logs.dat").stat().st_size == 20_000_000 + 4
+    own = len(agent.output("big", "agent"))  # the agent's own lines about the job
+    assert (agent.job_dir("big") / "logs.dat").stat().st_size == 20_000_000 + 4 + own
     assert agent.vm_kib("VmHWM") - rss_before < 40 * 1024
 
 
 def test_long_poll_returns_promptly(agent: AgentProc) -> None:
     agent.submit("lp", ["sleep 0.7", "echo hi", "sleep 60"])
     t0 = time.monotonic()
-    r = agent.http.get("/jobs/lp/logs", params={"offset": 0, "wait": 20}).json()
+    offset = agent.started_offset("lp")
+    r = agent.http.get("/jobs/lp/logs", params={"offset": offset, "wait": 20}).json()
     assert 0.5 < time.monotonic() - t0 < 2.5
     assert base64.b64decode(r["entries"][0]["message_b64"]) == b"hi\n"
-    assert r["next_offset"] == 1 and r["state"]["state"] == "running"
+    assert r["next_offset"] == offset + 1 and r["state"]["state"] == "running"
     t0 = time.monotonic()  # nothing new: waits the full `wait`
-    r = agent.http.get("/jobs/lp/logs", params={"offset": 1, "wait": 0.3}).json()
+    r = agent.http.get("/jobs/lp/logs", params={"offset": offset + 1, "wait": 0.3}).json()
     assert r["entries"] == [] and time.monotonic() - t0 >= 0.29
     agent.http.post("/jobs/lp/stop", json={"abort": True})
     agent.wait_finished("lp")
@@ -218,9 +221,11 @@ def test_long_poll_returns_promptly(agent: AgentProc) -> None:
 def test_long_poll_wakes_on_finish_without_output(agent: AgentProc) -> None:
     agent.submit("lp-exit", ["sleep 0.5", "exit 3"])
     t0 = time.monotonic()
-    r = agent.http.get("/jobs/lp-exit/logs", params={"wait": 20}).json()
+    offset = agent.started_offset("lp-exit")
+    r = agent.http.get("/jobs/lp-exit/logs", params={"wait": 20, "offset": offset}).json()
     assert time.monotonic() - t0 < 2.5
-    assert r["entries"] == [] and r["state"]["state"] == "failed" and r["state"]["exit_status"] == 3
+    assert all(e["source"] == "agent" for e in r["entries"])  # no output: the agent's own lines alone
+    assert r["state"]["state"] == "failed" and r["state"]["exit_status"] == 3
 
 
 def test_image_without_container_runtime(agent_factory: object, tmp_path: Path) -> None:
@@ -242,3 +247,14 @@ def test_idempotent_submit_and_forget(agent: AgentProc) -> None:
     assert not agent.job_dir("idem").exists()
     assert agent.http.get("/jobs/idem").status_code == 404
     assert "idem" not in [s["job_id"] for s in agent.http.get("/jobs").json()]
+
+
+def test_the_agent_s_own_lines_about_a_job_are_kept_apart_from_its_output(agent: AgentProc) -> None:
+    """What the agent did for the job (dstack's runner log, ``dstack logs -d``): under the source ``agent``."""
+    agent.submit("own", ["echo out", "exit 4"])
+    agent.wait_finished("own")
+    assert agent.output("own") == b"out\n"
+    lines = agent.output("own", "agent").decode().splitlines()
+    assert lines[0] == "Job test-run (own) received: a host process", lines
+    assert any(line.startswith("Process started (pid ") for line in lines), lines
+    assert lines[-1] == "Exited with status 4: failed", lines

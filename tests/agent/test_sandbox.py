@@ -281,7 +281,7 @@ def test_a_sandboxed_job_reads_its_deadline_in_its_tmp(sandboxed: Any) -> None:
     agent = sandboxed()
     trap = 'trap \'echo "$CORRAL_PREEMPTION_FILE"; cat "$CORRAL_PREEMPTION_FILE"; exit 0\' TERM'
     agent.submit("preempt", [trap, "echo ready", "while true; do sleep 0.1; done"])
-    agent.http.get("/jobs/preempt/logs", params={"wait": 5})
+    agent.http.get("/jobs/preempt/logs", params={"wait": 5, "offset": agent.started_offset("preempt")})
     agent.http.post("/jobs/preempt/stop", json={"deadline": 2_000_000_000, "message": "Preempted by run high"})
     agent.wait_finished("preempt")
     # (bash may print "Terminated" for its foreground sleep, killed by the same SIGTERM, between the lines)

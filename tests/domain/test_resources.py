@@ -365,3 +365,16 @@ def test_cpu_and_gpu_shorthands_print_as_users_write_them() -> None:
 def test_without_a_gpu_requirement_any_gpus_do() -> None:
     res = InstanceResources(cpus=8, memory_mib=65536, gpus=(Gpu("H100", 81920),), disk_size_mib=200 * 1024)
     assert match_requirements(Requirements(gpu=None), res) is None
+
+
+def test_a_run_s_idle_duration_and_the_shorter_of_the_fleet_s_and_the_run_s() -> None:
+    from corral.domain.durations import run_idle_duration, shorter_idle
+
+    assert run_idle_duration({"configuration": {"idle_duration": "1m"}, "profile": {"idle_duration": 5}}) == 60
+    assert run_idle_duration({"configuration": {}, "profile": {"idle_duration": "off"}}) == -1
+    assert run_idle_duration({"configuration": None, "profile": None}) is None
+    assert run_idle_duration({"configuration": {"idle_duration": "soon"}}) is None
+    # -1 is `off`: no limit, so the other one is the shorter
+    assert [shorter_idle(f, r) for f, r in ((300, None), (None, 60), (-1, 60), (300, -1), (300, 60), (30, 60))] == [
+        300, 60, 60, 300, 60, 30,
+    ]  # fmt: skip

@@ -51,7 +51,6 @@ async def test_refused_run_options_name_the_field(tmp_path: Path) -> None:
             ({"nodes": 2, "stop_criteria": "master-done"}, "stop_criteria"),
             ({"docker": True}, "`docker: true`"),
             ({"dstack": True}, "`dstack: true`"),
-            ({"idle_duration": "1h"}, "`idle_duration`"),
             ({"tags": {"team": "ml"}}, "`tags`"),
         ]
         for extra, words in cases:

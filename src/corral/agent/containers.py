@@ -258,9 +258,11 @@ class ContainerRunner:
         if info.gpu_ids:
             with self._gpu_lock:
                 self._gpus[job.sub.job_id] = list(info.gpu_ids)
-        last = job.logs.read(job.logs.count - 1, 1) if job.logs.count else []
+        # the container's output goes on after its last line stored (the agent's own lines are not its output)
+        tail = job.logs.read(max(0, job.logs.count - 64), 64)
+        last = [e.timestamp for e in tail if e.source != "agent"]
         self._started(job)  # max_duration counts from the container's start, not from this agent's
-        self._follow(job, info.id, last[0].timestamp if last else None)
+        self._follow(job, info.id, last[-1] if last else None)
         return True
 
     def sweep(self, is_live: Callable[[str], bool]) -> int:
@@ -291,6 +293,7 @@ class ContainerRunner:
                 self._settle(job, None, None)
                 return
             self.docker.start(cid)
+            job.diag(f"Container {name} ({cid[:12]}) started, network {network}")
             inspected = self.docker.inspect(cid) or {}
             ports = published_ports(inspected, spec, network)
             session = container_sessions.session_info(inspected)
@@ -334,6 +337,7 @@ class ContainerRunner:
         ref = str(job.sub.image)
         found = self.docker.image(ref)
         if found is not None:
+            job.diag(f"Image {ref} found on the host")
             return found
         spec = job.sub.container or ContainerSpec()
         name, tag = split_image(ref)
@@ -341,6 +345,7 @@ class ContainerRunner:
         if spec.registry_username is not None:
             auth = registry_auth_header(spec.registry_username, spec.registry_password or "", registry_of(name))
         tracker = PullTracker()
+        job.diag(f"Pulling image {ref}")
         self._update(job, image_pull_progress=tracker.snapshot())
         last = time.monotonic()
         events = self.docker.pull(name, tag, auth)
@@ -358,6 +363,7 @@ class ContainerRunner:
         done = tracker.snapshot()
         done.is_total_bytes_final = True
         self._update(job, image_pull_progress=done)
+        job.diag(f"Image {ref} pulled")
         return self.docker.image(ref) or {}
 
     def _lay_out(self, job: Job, image: dict[str, Any]) -> tuple[JobSubmission, str | None]:

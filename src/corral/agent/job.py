@@ -13,6 +13,7 @@ import os
 import shlex
 import subprocess
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from .logstore import LogStore
@@ -77,6 +78,13 @@ class Job:
         self.notice_path: str | None = None
         #: Whether ``state.json`` is written in place (None: not known yet, as for a job read back at a start).
         self._paged: bool | None = None
+
+    def diag(self, text: str) -> None:
+        """A line of the agent's own log of the job (what it does for it: sandbox, mounts, image, process,
+        signals, exit), kept beside its output under the source ``agent``: dstack's runner log, which
+        ``dstack logs -d`` shows."""
+        self.logs.append("agent", [text.encode(errors="replace") + b"\n"], time.time())
+        self.notify()
 
     def snapshot(self) -> JobState:
         with self.cond:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import getpass
 import logging
 import os
+import posixpath
 import shutil
 import signal
 import subprocess
@@ -69,9 +70,14 @@ class JobLifecycle:
         ``JobState.sandbox`` says about running without one. False if the job failed."""
         sbs = self.sandboxes
         if not sbs.available:
+            bound = [v.path for v in job.sub.volumes if not v.optional and v.instance_path != v.path]
+            if bound:  # only a sandbox binds a host directory at another path (an `optional` one is left out)
+                self._fail(job, f"Cannot mount the instance volume(s) at {', '.join(bound)}: {sbs.reason}")
+                return False
             with job.cond:
                 job.state.sandbox = SandboxInfo(message=f"Runs without a sandbox: {sbs.reason}")
                 job.persist()
+            job.diag(f"Runs without a sandbox: {sbs.reason}")
             return True
         try:
             sb = job.sandbox = sbs.open(job.sub.job_id, job.sub.ports, job.sub.host_network)
@@ -81,6 +87,7 @@ class JobLifecycle:
         with job.cond:
             job.state.sandbox = SandboxInfo(address=sb.address, uid=sb.uid, ports=sb.ports())
             job.persist()
+        job.diag(f"Sandbox opened: address {sb.address}, uid {sb.uid}")
         return True
 
     def _drop_sandbox(self, job: Job, keep_bridge: bool = False) -> None:
@@ -92,6 +99,7 @@ class JobLifecycle:
                 log.exception("job %s: cannot release its sandbox", job.sub.job_id)
 
     def _fail(self, job: Job, message: str, reason: str | None = None) -> None:
+        job.diag(f"Job failed: {message}")
         self._drop_sandbox(job)
         self._unmount_volumes(job)
         with job.cond:
@@ -124,6 +132,7 @@ class JobLifecycle:
             for m in sub.network_volumes:
                 point = volumes.mount(m)
                 job.volume_mounts.append(point)
+                job.diag(f"Network volume {m.name} ({m.device_name}) mounted at {point}, for {m.path}")
                 if sub.image and sub.container is not None:
                     sub.container.volumes.append(InstanceMount(point, m.path))
                 elif job.sandbox is not None:
@@ -188,6 +197,7 @@ class JobLifecycle:
                 if "HOME" not in sub.env:
                     env["HOME"] = sub.home_dir
                 sandbox.chown_tree(lay.root, sb.uid)
+                _diag_volumes(job, binds)
         except workdir.SetupStopped:
             self._stopped_before_start(job)
             return
@@ -230,6 +240,7 @@ class JobLifecycle:
                 job.cond.notify_all()
                 return
             job.proc = proc
+            job.diag(f"Process started (pid {proc.pid}): {shell if not sub.entrypoint else sub.entrypoint[0]}")
             job.session = {
                 "pid": proc.pid if sb is not None else None,
                 "uid": sb.uid if sb is not None else kwargs.get("user"),
@@ -364,6 +375,8 @@ class JobLifecycle:
             else:
                 st.state = "failed"
                 st.message = failure or (f"exited with status {exit_status}" if exit_status is not None else None)
+            # under the job's lock: a poll woken by this line sees the job's end with it
+            job.diag(f"Exited with status {exit_status}" + (f" ({failure})" if failure else "") + f": {st.state}")
             job.persist()
             job.cond.notify_all()
 
@@ -385,6 +398,7 @@ class JobLifecycle:
                 self.containers.notify(job, notice.text())
             else:
                 self._write_notice(job, notice)
+        job.diag(f"Stop ({reason}): " + ("SIGKILL" if abort else f"SIGTERM, SIGKILL after {grace:g}s"))
         if setup is not None:
             procs.signal_group(setup.pid, signal.SIGKILL)
         if job.sub.image:
@@ -421,6 +435,15 @@ class JobLifecycle:
         proc = job.proc
         if proc is not None and proc.returncode is None:
             procs.signal_group(proc.pid, signal.SIGKILL)
+
+
+def _diag_volumes(job: Job, binds: dict[str, str]) -> None:
+    """The job's instance volumes, as its sandbox binds them (an ``optional`` one missing on the host: left out)."""
+    for vol in job.sub.volumes:
+        if binds.get(posixpath.normpath(vol.path)) == vol.instance_path:
+            job.diag(f"Instance volume {vol.instance_path} mounted at {vol.path}")
+        else:
+            job.diag(f"Instance volume {vol.instance_path} not mounted at {vol.path}: optional, and not on this host")
 
 
 _USER: list[str] = []

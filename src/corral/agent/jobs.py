@@ -168,6 +168,8 @@ class JobRunner(JobLifecycle):
                 self._jobs[sub.job_id] = job
         if existing is not None:
             return existing.snapshot()  # idempotent
+        what = f"image {sub.image}" if sub.image else "a host process"
+        job.diag(f"Job {sub.run_name} ({sub.job_id}) received: {what}")
         if not sub.image and not self._open_sandbox(job):
             return job.snapshot()
         if sub.repo is not None or sub.file_archives:

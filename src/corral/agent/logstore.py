@@ -20,7 +20,8 @@ from collections.abc import Callable
 from .protocol import LogEntry
 
 _REC = struct.Struct("<dQIB3x")
-SOURCES = ("stdout", "stderr")
+#: ``agent``: the agent's own lines about the job (:meth:`corral.agent.job.Job.diag`).
+SOURCES = ("stdout", "stderr", "agent")
 MAX_ENTRY = 64 * 1024
 PARTIAL_FLUSH_S = 0.5
 #: A reply carries at most this many message bytes (at least one entry).

@@ -27,7 +27,7 @@ AGENT_VERSION = "0.1.0"
 
 JOB_STATES = ("pending", "running", "done", "failed", "terminated")
 FINISHED_STATES = ("done", "failed", "terminated")
-LOG_SOURCES = ("stdout", "stderr")
+LOG_SOURCES = ("stdout", "stderr", "agent")
 CPU_ARCHS = ("x86", "arm")
 
 

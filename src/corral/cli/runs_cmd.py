@@ -106,7 +106,12 @@ def logs(
         bool, typer.Option("-f", "--follow", help="Keep printing new logs until the run finishes.")
     ] = False,
     diagnose: Annotated[
-        bool, typer.Option("-d", "--diagnose", help="Show the agent's diagnostic logs instead.")
+        bool,
+        typer.Option(
+            "-d",
+            "--diagnose",
+            help="Show the agent's own log of the job instead (sandbox, mounts, image, process, exit).",
+        ),
     ] = False,
     replica: Annotated[int, typer.Option("--replica", help="The replica number.", metavar="N")] = 0,
     job: Annotated[int, typer.Option("--job", help="The job number inside the replica.", metavar="N")] = 0,

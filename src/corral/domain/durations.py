@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Literal
 
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 24 * 3600, "w": 7 * 24 * 3600}
@@ -62,3 +63,29 @@ def format_duration(seconds: int) -> str:
         if seconds % size == 0:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def run_idle_duration(run_spec: Mapping[str, object]) -> int | None:
+    """A stored run spec's own ``idle_duration`` (its configuration's, else its profile's, as the merged
+    profile takes it): seconds, -1 for ``off``, None where the run sets none or the value does not parse."""
+    for part in ("configuration", "profile"):
+        section = run_spec.get(part)
+        value = section.get("idle_duration") if isinstance(section, Mapping) else None
+        if value is not None:
+            try:
+                return parse_idle_duration(value)
+            except ValueError:
+                return None
+    return None
+
+
+def shorter_idle(fleet: float | None, run: float | None) -> float | None:
+    """The idle duration of an instance created for a run (as dstack's: the shorter of the fleet's and the
+    run's; -1 is ``off``, no limit); None where neither sets one (the fleets' default applies)."""
+    if run is None:
+        return fleet
+    if fleet is None or fleet < 0:
+        return run
+    if run < 0:
+        return fleet
+    return min(fleet, run)

@@ -151,9 +151,15 @@ class RunRec:
     next_triggered_at: float | None = None
 
 
+#: A stored log line's ``source``: 0 stdout and 1 stderr of the job, this one the agent's own lines about it
+#: (dstack's runner log: ``logs/poll`` with ``diagnose``).
+AGENT_LOG_SOURCE = 2
+
+
 @dataclass(frozen=True)
 class LogRec:
     id: int
     timestamp: float
+    #: 0 stdout, 1 stderr, ``AGENT_LOG_SOURCE``.
     source: int
     message: bytes

@@ -7,16 +7,11 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from corral import config  # lazy: the models load on first use, not at start-up
 from corral.config.run_spec import RunSpec
 from corral.scheduler import offer_filters
 from corral.services import dev_env, python_env, service_runs
-from corral.services.errors import ServiceError
-
-if TYPE_CHECKING:
-    from corral.config import AnyRunConfiguration
 
 DEFAULT_IMAGE = "dstackai/base:0.16-base-ubuntu24.04"
 LEGACY_REPO_DIR = "/workflow"
@@ -63,14 +58,6 @@ def _unix_user(user: str | None) -> dict[str, Any] | None:
     if group:
         out.update({"gid": int(group)} if group.isdigit() else {"groupname": group})
     return out
-
-
-def check_volumes(conf: AnyRunConfiguration, default_image: str | None) -> None:
-    """Instance volumes are mounted into a container: a run with some needs an ``image``. Network volumes
-    (``name:/path``) are checked against the project's volumes by ``services.volumes.for_run``."""
-    volumes = [v for v in conf.volumes if isinstance(v, config.InstanceMountPoint) and v.instance_path]
-    if volumes and not (conf.image or default_image):
-        raise ServiceError("`volumes` are mounted into the job's container: set `image` to run the job in one")
 
 
 def _app_specs(ports: list[Any]) -> list[dict[str, Any]]:

@@ -44,7 +44,8 @@ class LogQuery:
     #: The window, in seconds since the epoch.
     start_time: float | None = None
     end_time: float | None = None
-    #: dstack's diagnostic logs, which corral has none of.
+    #: dstack's diagnostic logs (its runner's log): here the agent's own lines about the job (its sandbox,
+    #: mounts, image, process, signals and exit), shown as ``stdout`` as dstack shows its runner's.
     diagnose: bool = False
 
 
@@ -72,8 +73,6 @@ async def read(ctx: Context, project: ProjectRec, query: LogQuery) -> dict[str, 
         job_id = query.job_id
         if not any(j.id == job_id for j in run.jobs):
             raise ResourceNotExists("Job submission not found")
-        if query.diagnose:
-            return {"logs": [], "external_url": None, "next_token": None}
         token = query.next_token
         after = _after(token)
         limit = query.limit or 100
@@ -85,6 +84,7 @@ async def read(ctx: Context, project: ProjectRec, query: LogQuery) -> dict[str, 
             descending=query.descending,
             start_time=query.start_time,
             end_time=query.end_time,
+            diagnose=query.diagnose,
         )
     logs = [
         {

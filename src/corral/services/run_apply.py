@@ -37,7 +37,7 @@ from corral.services import (
     volumes,
 )
 from corral.services.errors import ServiceError
-from corral.services.job_specs import JobSpecs, check_volumes
+from corral.services.job_specs import JobSpecs
 from corral.services.runs import SUPPORTED_TYPES, derive_job_specs
 from corral.store import events, run_secrets
 from corral.store import runs as store
@@ -121,7 +121,6 @@ async def admit(ctx: Context, project: ProjectRec, user: UserRec, plan: RunPlanI
             f"Environment variable(s) {', '.join(unset)} have no value: give one in `env` "
             "(KEY=VALUE) or export it before `apply` so that the CLI fills it in"
         )
-    check_volumes(conf, ctx.settings.default_image)
     await volumes.check_run(ctx, project.id, spec.configuration)
     await run_references.check(ctx, project, spec.configuration)
     # the job specs name the run (job names, a dev environment's commands): derived once for the name tried

@@ -46,11 +46,6 @@ def check(conf: AnyRunConfiguration, merged: ProfileParams, metrics_running_ttl:
                 f"`{field}` is not applied to runs yet: it only shapes new cloud instances, and corral provisions "
                 f"runs on their fleets' instances; set it in the fleet configuration, or remove it from the run"
             )
-    if merged.idle_duration is not None:
-        raise ServiceError(
-            "`idle_duration` is not applied to runs yet: set `idle_duration` in the fleet configuration "
-            "(how long its idle instances are kept), or remove it from the run"
-        )
     nodes = _nodes(conf)
     startup = merged.startup_order
     if nodes > 1 and startup is not None and startup.value != "any":

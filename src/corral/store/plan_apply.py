@@ -35,6 +35,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.durations import run_idle_duration, shorter_idle
 from corral.domain.events import instance_target, job_target, status_change_message
 from corral.domain.fleets import nodes_bounds
 from corral.domain.quotas import Limits, Usage
@@ -51,7 +52,7 @@ from corral.store.fleets import live_blocks_on
 from corral.store.plan_holds import held_for_others
 from corral.store.plan_result import ApplyResult, JobLease
 from corral.store.snapshot import host_blocks_used, host_gpus_held
-from corral.store.tables import fleets, instances, jobs
+from corral.store.tables import fleets, instances, jobs, runs
 
 
 class _Rejected(Exception):
@@ -121,6 +122,13 @@ async def _take_job(
     return taken
 
 
+async def _run_idle(conn: AsyncConnection, job_id: str) -> int | None:
+    """The ``idle_duration`` the job's run sets (None: none)."""
+    q = sa.select(runs.c.run_spec).select_from(jobs.join(runs, jobs.c.run_id == runs.c.id)).where(jobs.c.id == job_id)
+    text = (await conn.execute(q)).scalar_one_or_none()
+    return run_idle_duration(orjson.loads(text)) if text else None
+
+
 async def _count_counted(conn: AsyncConnection, fleet_id: str) -> int:
     q = (
         sa.select(sa.func.count())
@@ -186,6 +194,9 @@ async def _reserve(
     instance_id = str(uuid.uuid4())
     conf = spec.get("configuration") or {}
     idle = conf.get("idle_duration")
+    idle = float(idle) if isinstance(idle, (int, float)) else None
+    if d.job_id is not None:  # an instance created for a run: the shorter of the fleet's and the run's
+        idle = shorter_idle(idle, await _run_idle(conn, d.job_id))
     await conn.execute(
         sa.insert(instances).values(
             id=instance_id,
@@ -203,7 +214,7 @@ async def _reserve(
             busy_blocks=d.blocks if d.job_id else 0,
             created_at=now,
             last_processed_at=now,
-            idle_duration=float(idle) if isinstance(idle, (int, float)) else None,
+            idle_duration=idle,
             deleted=False,
         )
     )

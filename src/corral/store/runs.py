@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.documents import LazyJSON
-from corral.domain.records import JobRec, LogRec, RunRec
+from corral.domain.records import AGENT_LOG_SOURCE, JobRec, LogRec, RunRec
 from corral.domain.statuses import FINISHED_JOB, FINISHED_RUN, JOB_STATUS, RUN_STATUS
 from corral.store.events import tracked_update_by_id
 from corral.store.tables import fleets, jobs, logs, projects, runs, users
@@ -317,8 +317,13 @@ async def read_logs(
     descending: bool = False,
     start_time: float | None = None,
     end_time: float | None = None,
+    diagnose: bool = False,
 ) -> list[LogRec]:
-    q = sa.select(logs.c.id, logs.c.timestamp, logs.c.source, logs.c.message).where(logs.c.job_id == job_id)
+    """A page of the job's output, or (``diagnose``) of the agent's own lines about it."""
+    agent = logs.c.source == AGENT_LOG_SOURCE
+    q = sa.select(logs.c.id, logs.c.timestamp, logs.c.source, logs.c.message).where(
+        logs.c.job_id == job_id, agent if diagnose else sa.not_(agent)
+    )
     if after_id is not None:
         q = q.where(logs.c.id < after_id if descending else logs.c.id > after_id)
     # Times have microsecond resolution on the wire; ``start_time`` is exclusive (as dstack's).

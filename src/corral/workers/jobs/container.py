@@ -17,6 +17,7 @@ Pure. May import: corral.domain, corral.scheduler (blocks, codec) and the agent'
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from corral.agent.protocol import JobState, JobSubmission
@@ -61,7 +62,7 @@ def apply_container(
     sub.user = conf.get("user")  # a host process: the user it is inside its sandbox
     if not sub.image:
         sub.ports = _ports(conf)  # a sandboxed host process: reached through the agent's relays
-        sub.volumes = _volumes(conf)
+        sub.volumes = instance_mounts(conf)
         return
     if not conf.get("image") and sub.shell is None:
         sub.shell = "bash"  # dstack: /bin/bash in its default image, /bin/sh in the user's own
@@ -77,7 +78,7 @@ def apply_container(
         # collide with the CLI's local forwards of the same numbers, so it gets a bridge and published ports
         network_mode="host" if whole and (inst.backend != "local" or nodes > 1) else "bridge",
         ports=_ports(conf),
-        volumes=_volumes(conf),
+        volumes=instance_mounts(conf),
         gpus=(-1 if whole else len(nvidia)) if nvidia else 0,
         cpus=float(res.cpus) if res and not whole and res.cpus > 0 else None,
         memory_mib=res.memory_mib if res and not whole and res.memory_mib >= 4 else None,
@@ -86,7 +87,8 @@ def apply_container(
     )
 
 
-def _volumes(conf: dict[str, Any]) -> list[InstanceMount]:
+def instance_mounts(conf: Mapping[str, Any]) -> list[InstanceMount]:
+    """The run's instance volumes (``/host/path:/path``): bound into its container, or into its sandbox."""
     return [
         InstanceMount(str(v["instance_path"]), str(v["path"]), bool(v.get("optional")))
         for v in conf.get("volumes") or []

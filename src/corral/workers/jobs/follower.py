@@ -29,7 +29,7 @@ from corral.context import Context
 from corral.domain import inactivity
 from corral.domain.documents import spec_configuration
 from corral.domain.log_masking import LogMasker
-from corral.domain.records import InstanceRec, JobRec
+from corral.domain.records import AGENT_LOG_SOURCE, InstanceRec, JobRec
 from corral.domain.statuses import ACTIVE_JOB
 from corral.store import metrics as metrics_store
 from corral.store import runs as run_store
@@ -42,7 +42,7 @@ from corral.workers.jobs.outcomes import JobOutcomes, Tail
 from corral.workers.jobs.poll import logs_unless_poked, poll_unless_poked
 
 log = logging.getLogger("corral.jobs")
-_SOURCES = {"stdout": 0, "stderr": 1}
+_SOURCES = {"stdout": 0, "stderr": 1, "agent": AGENT_LOG_SOURCE}
 
 
 @dataclasses.dataclass(frozen=True)
