@@ -1,7 +1,8 @@
 """The agent against what a real ``nvidia-smi`` prints (``tests/data/nvidia-smi/``, each capture's source in
-its README): an H100 80GB HBM3 is detected as dstack names it, with the memory and driver the capture shows,
-through the fake that answers only the agent's exact command lines; numbers with units (``81559 MiB``) read
-as without; a GPU in MIG mode (utilization ``[N/A]``) gives no GPU values rather than a made-up 0 %."""
+its README): an H100 80GB HBM3 is detected as dstack names it (in-process and by an agent process), with the
+memory and driver the capture shows, through the fake that answers only the agent's exact command lines;
+numbers with units (``81559 MiB``) read as without; a GPU in MIG mode (utilization ``[N/A]``) gives no GPU
+values rather than a made-up 0 %."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from corral.agent import metrics, resources
-from corral.agent.protocol import GpuDriver, GpuInfo
+from corral.agent.protocol import GpuDriver, GpuInfo, HostInfo
 from nvidia_smi_fake import H100, LOAD_MARKER, install
 
 #: The capture's values, read here from the README's sources (not from the code's constants).
@@ -30,6 +32,14 @@ def test_the_agents_queries_are_the_captured_command_lines(tmp_path: Path, monke
     assert other.returncode == 2 and "no captured output" in other.stderr  # no capture, no made-up answer
     listed = subprocess.run([str(fake), "-L"], capture_output=True, text=True, check=True).stdout
     assert listed.startswith(f"GPU 0: {NAME} (UUID: GPU-")
+
+
+def test_an_agent_process_reports_the_captured_h100(agent_factory: Any, tmp_path: Path) -> None:
+    install(tmp_path / "bin")
+    a = agent_factory("gpu", env={"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"})
+    info = HostInfo.from_dict(a.http.get("/info").json())
+    assert [(g.name, g.memory_mib, g.vendor) for g in info.gpus] == [(SHORT, MEMORY_MIB, "nvidia")]
+    assert info.gpu_driver == GpuDriver("nvidia", DRIVER)
 
 
 def test_the_busy_capture_while_the_load_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,7 @@
-"""``utilization_policy`` end to end (a real server and local agent, a fake ``nvidia-smi`` whose GPUs idle
-at 3 %): a job whose GPU stayed under ``min_gpu_utilization`` for its whole ``time_window`` is terminated as
-dstack 0.22.5 terminates it -- ``terminated_due_to_utilization_policy`` with dstack's message, the run
-``failed``/``job_failed`` -- and a window longer than the samples are kept is a 400 naming the limit.
+"""``utilization_policy`` end to end (a real server and local agent, the fake ``nvidia-smi`` of a captured
+H100 idle at 0 %): a job whose GPU stayed under ``min_gpu_utilization`` for its whole ``time_window`` is
+terminated as dstack 0.22.5 terminates it -- ``terminated_due_to_utilization_policy`` with dstack's message, the
+run ``failed``/``job_failed`` -- and a window longer than the samples are kept is a 400 naming the limit.
 
 The window's earlier samples are written into the store backdated (the policy's smallest window is five
 minutes); the latest ones come from the agent's own sampling."""
@@ -9,7 +9,6 @@ minutes); the latest ones come from the agent's own sampling."""
 from __future__ import annotations
 
 import os
-import stat
 import time
 from pathlib import Path
 
@@ -19,26 +18,14 @@ from corral.domain.metrics import MetricsPoint
 from corral.settings import Settings, SettingsError
 from corral.store import metrics as metrics_store
 from corral.workers.jobs import utilization as job_utilization
+from nvidia_smi_fake import install
 from server_harness import fleet_body, get_run, make_settings, running_server, task_body, wait_for
 
 GPU = {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB..", "gpu": 1}
 
 
-def idle_nvidia_smi(bin_dir: Path) -> None:
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(
-        "#!/bin/sh\n"
-        'case "$*" in\n'
-        "  *utilization.gpu*) echo '0, 100, 3'; echo '1, 100, 3' ;;\n"
-        "  *) echo 'NVIDIA H200, 143771, 550.54.15'; echo 'NVIDIA H200, 143771, 550.54.15' ;;\n"
-        "esac\n"
-    )
-    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
-
-
 async def test_an_idle_gpu_job_is_terminated_by_its_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    idle_nvidia_smi(tmp_path / "bin")
+    install(tmp_path / "bin")  # an H100 idle at 0 % (captured output)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     monkeypatch.setenv("CORRAL_AGENT_METRICS_INTERVAL", "0.3")
     monkeypatch.setattr(job_utilization, "CHECK_EVERY_S", 0.3)
@@ -89,7 +76,7 @@ async def test_a_short_window_needs_the_servers_check_setting(tmp_path: Path, mo
     with pytest.raises(SettingsError, match="from 1 to 300"):
         Settings.from_env({"CORRAL_UTILIZATION_MIN_WINDOW": "0.5"})
     assert Settings.from_env({"CORRAL_UTILIZATION_MIN_WINDOW": "2"}).utilization_min_window == 2.0
-    idle_nvidia_smi(tmp_path / "bin")
+    install(tmp_path / "bin")  # an H100 idle at 0 % (captured output)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     monkeypatch.setenv("CORRAL_AGENT_METRICS_INTERVAL", "0.3")
     policy = {"min_gpu_utilization": 10, "time_window": "3s"}
