@@ -77,6 +77,8 @@ class MotoEC2:
         self.server: Any = None
         self.url = ""
         self.cidr = ""
+        #: The test VPC's public subnet (zone c), made by ``make_vpc``.
+        self.public_subnet = ""
 
     def start(self) -> MotoEC2:
         from moto.server import ThreadedMotoServer
@@ -106,9 +108,11 @@ class MotoEC2:
         )
 
     def make_vpc(self, subnet: str) -> tuple[str, str, str]:
-        """A VPC named ``VPC_NAME`` (10.213.0.0/16) with two subnets: in zone ``a`` one where no host ever
-        answers (the fault proxy refuses launches there), in zone ``b`` ``subnet``.0/24, the fake hosts'
-        network. Returns (VPC, zone a's subnet, zone b's subnet)."""
+        """A VPC named ``VPC_NAME`` (10.213.0.0/16) as a private network is built: private subnets whose main
+        route table sends 0.0.0.0/0 to a NAT gateway -- in zone ``a`` one where no host ever answers (the fault
+        proxy refuses launches there), in zone ``b`` ``subnet``.0/24, the fake hosts' network -- and a public
+        subnet in zone ``c`` (its own route table to an internet gateway) holding the NAT gateway. Returns
+        (VPC, zone a's subnet, zone b's subnet)."""
         ec2 = self.client()
         self.cidr = f"{subnet}.0/24"
         empty = "10.213.0.0/24"  # fake hosts' nets are 10.213.40 and up
@@ -116,20 +120,41 @@ class MotoEC2:
         ec2.create_tags(Resources=[vpc], Tags=[{"Key": "Name", "Value": VPC_NAME}])
         a = ec2.create_subnet(VpcId=vpc, CidrBlock=empty, AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
         b = ec2.create_subnet(VpcId=vpc, CidrBlock=self.cidr, AvailabilityZone=f"{REGION}b")["Subnet"]["SubnetId"]
+        self.public_subnet = self._nat(ec2, vpc, "10.213.1.0/24", f"{REGION}c")
         return vpc, a, b
 
     def make_region_vpc(self, region: str) -> tuple[str, ...]:
-        """A VPC named ``VPC_NAME`` in another ``region``, a subnet in each of two zones (no hosts there:
-        launch tests only). Returns the subnets."""
+        """A VPC named ``VPC_NAME`` in another ``region``, private subnets in each of two zones routed through a
+        NAT gateway (no hosts there: launch tests only). Returns the private subnets."""
         ec2 = self.client(region)
         vpc = ec2.create_vpc(CidrBlock="10.214.0.0/16")["Vpc"]["VpcId"]
         ec2.create_tags(Resources=[vpc], Tags=[{"Key": "Name", "Value": VPC_NAME}])
-        return tuple(
+        private = tuple(
             ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.214.{n}.0/24", AvailabilityZone=f"{region}{z}")["Subnet"][
                 "SubnetId"
             ]
             for n, z in ((1, "a"), (2, "b"))
         )
+        self._nat(ec2, vpc, "10.214.3.0/24", f"{region}c")
+        return private
+
+    @staticmethod
+    def _nat(ec2: Any, vpc: str, cidr: str, zone: str) -> str:
+        """A public subnet of ``vpc`` (routed to a new internet gateway) with a NAT gateway, and the VPC's main
+        route table sending 0.0.0.0/0 to that NAT gateway: the public subnet's id."""
+        igw = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+        ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=vpc)
+        public = ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=zone)["Subnet"]["SubnetId"]
+        table = ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
+        ec2.create_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0", GatewayId=igw)
+        ec2.associate_route_table(RouteTableId=table, SubnetId=public)
+        eip = ec2.allocate_address(Domain="vpc")["AllocationId"]
+        nat = ec2.create_nat_gateway(SubnetId=public, AllocationId=eip)["NatGateway"]["NatGatewayId"]
+        tables = ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc]},
+                                                    {"Name": "association.main", "Values": ["true"]}])  # fmt: skip
+        main = tables["RouteTables"][0]["RouteTableId"]
+        ec2.create_route(RouteTableId=main, DestinationCidrBlock="0.0.0.0/0", NatGatewayId=nat)
+        return str(public)
 
     def instances(self, **filters: list[str]) -> list[dict[str, Any]]:
         f = [{"Name": k.replace("_", "-"), "Values": v} for k, v in filters.items()]

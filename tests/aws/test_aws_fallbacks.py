@@ -34,6 +34,13 @@ projects:
         regions: [{REGION}, {WEST}]
         vpc_name: {VPC_NAME}
         public_ips: false
+  - name: public
+    backends:
+      - type: aws
+        creds: {{type: access_key, access_key: AKIAPUBLIC, secret_key: public-secret}}
+        regions: [{REGION}]
+        vpc_name: {VPC_NAME}
+        public_ips: true
   - name: narrow
     backends:
       - type: aws
@@ -77,11 +84,13 @@ def _rec() -> InstanceRec:
     )  # fmt: skip
 
 
-async def _launch(server: RunningServer, proxy: FaultProxy, rule: Any, *offers: Offer) -> tuple[Any, list[Launch]]:
+async def _launch(
+    server: RunningServer, proxy: FaultProxy, rule: Any, *offers: Offer, project_name: str = "main"
+) -> tuple[Any, list[Launch]]:
     """Launch a fresh row with ``offers`` (the first its own) under the fault ``rule``; what came of it
     (the launched offer, or the ProvisioningError) and the RunInstances calls it made."""
     compute: AWSCompute = server.ctx.computes["aws"]
-    project = await compute.project("main")
+    project = await compute.project(project_name)
     rec = _rec()
     client = await compute.session.ec2(ec2.client, project.creds, offers[0].region)
     before = len(proxy.launches)
@@ -103,6 +112,21 @@ async def _launch(server: RunningServer, proxy: FaultProxy, rule: Any, *offers: 
 @pytest.fixture(autouse=True)
 def fresh_cache(server: RunningServer) -> None:
     server.ctx.computes["aws"].session.unavailable = launch.Unavailable(ttl=60)
+
+
+async def test_a_custom_vpcs_subnets_are_chosen_by_their_route_to_the_internet(
+    server: RunningServer, proxy: FaultProxy, moto: MotoEC2, vpc: tuple[str, str, str]
+) -> None:
+    """The test VPC has private subnets (zones a and b, 0.0.0.0/0 through a NAT gateway) and a public one
+    (zone c, routed to an internet gateway): instances with public IPs go to the public one only, those
+    without to the private ones only, as dstack picks them."""
+    compute = server.ctx.computes["aws"]
+    large = _offer(compute, "m7i.large", REGION)
+    got, made = await _launch(server, proxy, lambda lt: "InsufficientInstanceCapacity", large, project_name="public")
+    assert isinstance(got, ProvisioningError) and [m.subnet for m in made] == [moto.public_subnet]
+    compute.session.unavailable = launch.Unavailable(ttl=60)
+    got, made = await _launch(server, proxy, lambda lt: "InsufficientInstanceCapacity", large)
+    assert isinstance(got, ProvisioningError) and [m.subnet for m in made] == [vpc[1], vpc[2]]
 
 
 async def test_no_capacity_moves_to_the_next_zone_then_the_next_offer(server: RunningServer, proxy: FaultProxy) -> None:

@@ -244,24 +244,24 @@ async def test_backends_api_round_trip_and_refusals(
         assert r.status_code == 400 and "not terminated" in r.text
 
 
-async def test_public_ips_false_without_a_nat_route_is_said_when_the_backend_is_added(
-    server: RunningServer, hypervisor: Hypervisor, caplog: pytest.LogCaptureFixture
+async def test_a_custom_vpc_without_a_usable_subnet_or_a_missing_image_is_refused_when_the_backend_is_added(
+    server: RunningServer, hypervisor: Hypervisor
 ) -> None:
+    """The test VPC has private subnets routed through a NAT gateway and a public one: both modes have a
+    subnet. A VPC whose only subnet has no way out suits neither; an ``os_images`` AMI that is not there is
+    refused too -- before any launch, naming the fields."""
     doc = {"type": "aws", "creds": {"type": "access_key", "access_key": "AKIANAT", "secret_key": "nat-secret"},
            "regions": [REGION], "vpc_name": VPC_NAME, "public_ips": False}  # fmt: skip
-    with caplog.at_level("WARNING", logger="corral.aws"):
-        (warning,) = await cloud_backends.check_aws(doc)
-    assert "no outbound internet" in warning and "NAT gateway" in warning and REGION in warning
-    assert warning in caplog.text
-    # a VPC whose subnet routes 0.0.0.0/0 to a NAT gateway: nothing to say; public IPs: nothing to check
+    assert await cloud_backends.check_aws(doc) == []
+    assert await cloud_backends.check_aws({**doc, "public_ips": True}) == []
     ec2 = hypervisor.moto.client()
     vpc = ec2.create_vpc(CidrBlock="10.215.0.0/16")["Vpc"]["VpcId"]
-    ec2.create_tags(Resources=[vpc], Tags=[{"Key": "Name", "Value": "corral-nat"}])
-    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.215.1.0/24", AvailabilityZone=f"{REGION}a")["Subnet"]
-    eip = ec2.allocate_address(Domain="vpc")["AllocationId"]
-    nat = ec2.create_nat_gateway(SubnetId=subnet["SubnetId"], AllocationId=eip)["NatGateway"]["NatGatewayId"]
-    table = ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
-    ec2.create_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0", NatGatewayId=nat)
-    ec2.associate_route_table(RouteTableId=table, SubnetId=subnet["SubnetId"])
-    assert await cloud_backends.check_aws({**doc, "vpc_name": "corral-nat"}) == []
-    assert await cloud_backends.check_aws({**doc, "public_ips": True}) == []
+    ec2.create_tags(Resources=[vpc], Tags=[{"Key": "Name", "Value": "corral-closed"}])
+    ec2.create_subnet(VpcId=vpc, CidrBlock="10.215.1.0/24", AvailabilityZone=f"{REGION}a")
+    for public_ips, route in ((False, "NAT gateway"), (True, "internet gateway")):
+        with pytest.raises(cloud_backends.BackendInvalid) as e:
+            await cloud_backends.check_aws({**doc, "vpc_name": "corral-closed", "public_ips": public_ips})
+        assert vpc in str(e.value) and "(vpc_name)" in str(e.value) and route in str(e.value)
+        assert "public_ips" in str(e.value)
+    with pytest.raises(cloud_backends.BackendInvalid, match=r"no AMI named 'no-such-ami-\*' .*\(os_images\)"):
+        await cloud_backends.check_aws({**doc, "os_images": {"cpu": {"name": "no-such-ami-*", "user": "ubuntu"}}})

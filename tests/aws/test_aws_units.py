@@ -9,7 +9,7 @@ from pathlib import Path
 import facts
 import pytest
 
-from corral.backends.aws import catalog, launch
+from corral.backends.aws import catalog, ec2, launch
 from corral.backends.aws.interruptions import lost
 from corral.backends.aws.orphans import Tagged, orphans
 from corral.config.server_config import ServerConfigError, load_server_config
@@ -220,3 +220,26 @@ def test_what_ec2_took_away_and_how_spot_is_asked_for() -> None:
     }
     assert launch.market_key("g5.xlarge", True) != launch.market_key("g5.xlarge", False) == "g5.xlarge"
     assert launch.classify("SpotMaxPriceTooLow") == "capacity"
+
+
+def test_subnets_of_a_custom_vpc_are_kept_by_their_route_out() -> None:
+    def table(subnet: str | None, **route: str) -> dict[str, object]:
+        assoc = {"SubnetId": subnet} if subnet else {"Main": True}
+        return {"Associations": [assoc], "Routes": [{"DestinationCidrBlock": "10.0.0.0/16", "GatewayId": "local"},
+                                                    {"DestinationCidrBlock": "0.0.0.0/0", **route}]}  # fmt: skip
+
+    subnets = [{"SubnetId": f"subnet-{z}", "AvailabilityZone": f"us-east-1{z}"} for z in "abcdef"]
+    tables = [
+        table("subnet-a", GatewayId="igw-1"),
+        table("subnet-b", NatGatewayId="nat-1"),
+        table("subnet-c", TransitGatewayId="tgw-1"),
+        table("subnet-d", VpcPeeringConnectionId="pcx-1"),
+        table("subnet-e", GatewayId="vgw-1"),  # a VPN gateway: no way out for either
+        table(None, NatGatewayId="nat-2"),  # the main table: subnet-f has no table of its own
+    ]
+    assert ec2.usable_subnets(subnets, tables, public_ips=True) == {"us-east-1a": "subnet-a"}
+    assert ec2.usable_subnets(subnets, tables, public_ips=False) == {
+        "us-east-1b": "subnet-b", "us-east-1c": "subnet-c", "us-east-1d": "subnet-d", "us-east-1f": "subnet-f"
+    }  # fmt: skip
+    assert len(ec2.usable_subnets(subnets, [], public_ips=None)) == 6  # the default VPC: not checked
+    assert ec2.usable_subnets(subnets, [], public_ips=False) == {}

@@ -67,9 +67,10 @@ def _creds(doc: dict[str, Any]) -> ec2.Creds:
 
 
 async def check_aws(doc: dict[str, Any]) -> list[str]:
-    """The credentials work (STS GetCallerIdentity in the first region); else ``BackendInvalid``. With
-    ``public_ips: false``, also whether the VPC of each region routes to a NAT gateway: the warnings (also
-    logged) say where instances will have no outbound internet."""
+    """The credentials work (STS GetCallerIdentity in the first region); else ``BackendInvalid``. Then, in each
+    region, what a launch would find wrong before any launch: no VPC, no usable subnet in a custom VPC
+    (``vpc_name``, ``vpc_ids``: by route table, for ``public_ips``), no AMI matching ``os_images``
+    (``BackendInvalid`` naming the field). EC2 errors while checking are warnings (also logged)."""
     region = (doc.get("regions") or [CHECK_REGION])[0]
     try:
         await asyncio.to_thread(ec2.check_creds, _creds(doc), region)
@@ -79,32 +80,36 @@ async def check_aws(doc: dict[str, Any]) -> list[str]:
         )
     except ec2.AWSError as e:
         raise BackendInvalid(f"Invalid credentials (creds): AWS refused them: {e}") from None
-    if doc.get("public_ips") is not False:
-        return []
+    if not (doc.get("vpc_name") or doc.get("vpc_ids") or doc.get("os_images") or doc.get("default_vpcs") is False):
+        return []  # the default VPC and images: nothing to check before a launch
     warnings = []
     for r in doc.get("regions") or [CHECK_REGION]:
-        warning = await asyncio.to_thread(_egress_warning, doc, r)
+        problem, warning = await asyncio.to_thread(_region_problem, doc, r)
+        if problem:
+            raise BackendInvalid(f"aws backend: {problem}")
         if warning:
-            log.warning("%s", warning, extra={"event": "aws_no_egress", "region": r})
+            log.warning("%s", warning, extra={"event": "aws_check_failed", "region": r})
             warnings.append(warning)
     return warnings
 
 
-def _egress_warning(doc: dict[str, Any], region: str) -> str | None:
-    """Why instances without public IPs in ``region`` will have no outbound internet (None: a NAT gateway)."""
-    what = "aws backend (public_ips: false)"
+def _region_problem(doc: dict[str, Any], region: str) -> tuple[str | None, str | None]:
+    """What a launch in ``region`` would find wrong in ``doc`` (its VPC, subnets, ``os_images``), and a warning
+    when EC2 could not be asked."""
+    public_ips = doc.get("public_ips") is not False
     try:
         client = ec2.client(_creds(doc), region)
-        vpc = ec2.vpc_id(client, region, doc)
-        if ec2.nat_egress(client, vpc):
-            return None
+        where = ec2.vpc(client, region, doc)
+        if not ec2.subnets_by_zone(client, where, public_ips):
+            return ec2.no_subnet(where, region, public_ips), None
+        for kind in ("cpu", "nvidia"):
+            if (doc.get("os_images") or {}).get(kind):
+                ec2.image(client, doc, kind == "nvidia")
     except ec2.AWSError as e:
-        return f"{what}: could not check the outbound route of {region}'s VPC: {e}"
-    return (
-        f"{what}: no subnet of VPC {vpc} in {region} routes 0.0.0.0/0 to a NAT gateway, so instances launched "
-        "there will have no outbound internet (corral still reaches them at their private IPs; jobs that pull "
-        "images or packages will fail). Add a NAT gateway route, or set public_ips: true"
-    )
+        if not e.code or e.code == "InvalidAMIID.NotFound":  # corral's own finding: no VPC, no such image
+            return f"{region}: {e}", None
+        return None, f"aws backend: could not check {region}'s VPC and images: {e}"
+    return None, None
 
 
 async def server_id(db: Database) -> str:

@@ -72,43 +72,96 @@ def call(ec2: Any, op: str, **params: Any) -> Any:
         raise _error(e) from None
 
 
-def vpc_id(ec2: Any, region: str, conf: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class VPC:
+    """The VPC launches go to in a region, and whether it is the region's default one (chosen by corral) or a
+    custom one the configuration names (``vpc_ids``, ``vpc_name``): only a custom VPC's subnets are checked."""
+
+    vpc_id: str
+    default: bool
+    #: The configuration field that named it (``vpc_ids``, ``vpc_name``; ``default_vpcs`` for the default VPC).
+    field: str
+
+
+def vpc(ec2: Any, region: str, conf: dict[str, Any]) -> VPC:
     """The VPC to launch in: ``vpc_ids[region]``, else the one tagged ``Name=vpc_name``, else (unless
     ``default_vpcs: false``) the region's default VPC."""
     ids = conf.get("vpc_ids") or {}
     if region in ids:
-        return str(ids[region])
+        return VPC(str(ids[region]), False, "vpc_ids")
     if conf.get("vpc_name"):
         vpcs = call(ec2, "describe_vpcs", Filters=[{"Name": "tag:Name", "Values": [conf["vpc_name"]]}])["Vpcs"]
         if not vpcs:
             raise AWSError("", f"no VPC named {conf['vpc_name']!r} in {region} (vpc_name)")
-        return str(vpcs[0]["VpcId"])
+        return VPC(str(vpcs[0]["VpcId"]), False, "vpc_name")
     if conf.get("default_vpcs") is False:
         raise AWSError("", f"no VPC for {region}: add it to vpc_ids, or allow default_vpcs")
     vpcs = call(ec2, "describe_vpcs", Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"]
     if not vpcs:
         raise AWSError("", f"{region} has no default VPC: set vpc_name or vpc_ids")
-    return str(vpcs[0]["VpcId"])
+    return VPC(str(vpcs[0]["VpcId"]), True, "default_vpcs")
 
 
-def nat_egress(ec2: Any, vpc: str) -> bool:
-    """Whether a route table of ``vpc`` that subnets use sends 0.0.0.0/0 to a NAT gateway (what instances
-    without public IPs reach the internet through)."""
-    tables = call(ec2, "describe_route_tables", Filters=[{"Name": "vpc-id", "Values": [vpc]}])["RouteTables"]
+def _route_table(subnet_id: str, tables: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The route table a subnet uses: the one associated with it, else its VPC's main table."""
+    for want in ("SubnetId", "Main"):
+        for t in tables:
+            for a in t.get("Associations") or []:
+                if (a.get("SubnetId") == subnet_id) if want == "SubnetId" else a.get("Main"):
+                    return t
+    return None
+
+
+def reaches_out(table: dict[str, Any] | None, public_ips: bool) -> bool:
+    """Whether a subnet with route ``table`` suits instances with (``public_ips``) or without public IPs, as
+    dstack decides it: public subnets route to an internet gateway (``igw-``); private ones send 0.0.0.0/0 to a
+    NAT gateway, a transit gateway or a peering connection (their only way out)."""
+    routes = (table or {}).get("Routes") or []
+    if public_ips:
+        return any(str(r.get("GatewayId") or "").startswith("igw-") for r in routes)
     return any(
-        r.get("NatGatewayId") and r.get("DestinationCidrBlock") == "0.0.0.0/0" and t.get("Associations")
-        for t in tables
-        for r in t.get("Routes") or []
+        r.get("DestinationCidrBlock") == "0.0.0.0/0"
+        and (r.get("NatGatewayId") or r.get("TransitGatewayId") or r.get("VpcPeeringConnectionId"))
+        for r in routes
     )
 
 
-def subnets_by_zone(ec2: Any, vpc: str) -> dict[str, str]:
-    """One subnet per availability zone of ``vpc`` (the first by id), zones in name order."""
-    found = call(ec2, "describe_subnets", Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"]
+def usable_subnets(
+    subnets: list[dict[str, Any]], tables: list[dict[str, Any]], public_ips: bool | None
+) -> dict[str, str]:
+    """One subnet per availability zone (the first usable by id), zones in name order: every subnet when
+    ``public_ips`` is None (the default VPC: its subnets are public), else those whose route table
+    :func:`reaches_out`."""
     zones: dict[str, str] = {}
-    for s in sorted(found, key=lambda s: (s["AvailabilityZone"], s["SubnetId"])):
-        zones.setdefault(str(s["AvailabilityZone"]), str(s["SubnetId"]))
+    for s in sorted(subnets, key=lambda s: (s["AvailabilityZone"], s["SubnetId"])):
+        sid = str(s["SubnetId"])
+        if public_ips is None or reaches_out(_route_table(sid, tables), public_ips):
+            zones.setdefault(str(s["AvailabilityZone"]), sid)
     return zones
+
+
+def subnets_by_zone(ec2: Any, where: VPC, public_ips: bool) -> dict[str, str]:
+    """The subnets launches in ``where`` use, one per zone (:func:`usable_subnets`; a custom VPC's by route)."""
+    vpc_filter = [{"Name": "vpc-id", "Values": [where.vpc_id]}]
+    found = call(ec2, "describe_subnets", Filters=vpc_filter)["Subnets"]
+    if where.default:
+        return usable_subnets(found, [], None)
+    tables = call(ec2, "describe_route_tables", Filters=vpc_filter)["RouteTables"]
+    return usable_subnets(found, tables, public_ips)
+
+
+def no_subnet(where: VPC, region: str, public_ips: bool) -> str:
+    """Why a region has no subnet to launch in: the message names the fields to change."""
+    if public_ips:
+        return (
+            f"no subnet of VPC {where.vpc_id} in {region} ({where.field}) routes to an internet gateway, as "
+            "instances with public IPs need: add an igw- route to a subnet's route table, or set public_ips: false"
+        )
+    return (
+        f"no subnet of VPC {where.vpc_id} in {region} ({where.field}) routes 0.0.0.0/0 to a NAT gateway, a "
+        "transit gateway or a peering connection, as instances without public IPs (public_ips: false) need to "
+        "reach the internet: add such a route, or set public_ips: true"
+    )
 
 
 def security_group(ec2: Any, vpc: str, project: str) -> str:

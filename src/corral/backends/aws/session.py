@@ -3,7 +3,7 @@
 It owns the hop to boto3 (:meth:`AWSSession.ec2`: every call in a thread, counted by operation), the
 projects' ``type: aws`` documents and keys (:class:`AWSProject`), this server's id (the tag of its instances),
 what launches remember failed lately (``launch.Unavailable``), a region made ready for launches
-(:meth:`AWSSession.region`: the VPC's subnets by zone, the project's security group), a row's candidate
+(:meth:`AWSSession.region`: the VPC's usable subnets by zone, the project's security group), a row's candidate
 offers (:func:`candidate_offers`), and an instance brought up once EC2 launched it (:meth:`AWSSession.bring_up`:
 running, then logged into as root to start the agent, through the SSH backend's code).
 
@@ -125,14 +125,15 @@ class AWSSession:
 
     async def region(self, project: AWSProject, region: str, client: Any) -> Region:
         """``region`` made ready for the project's launches (``client``: one of that region)."""
+        public_ips = project.config.get("public_ips") is not False
         try:
-            vpc = await self.ec2(ec2.vpc_id, client, region, project.config)
-            zones = await self.ec2(ec2.subnets_by_zone, client, vpc)
-            group = await self.ec2(ec2.security_group, client, vpc, project.name)
+            where = await self.ec2(ec2.vpc, client, region, project.config)
+            zones = await self.ec2(ec2.subnets_by_zone, client, where, public_ips)
+            if not zones:
+                raise ProvisioningError(f"aws {region}: {ec2.no_subnet(where, region, public_ips)}")
+            group = await self.ec2(ec2.security_group, client, where.vpc_id, project.name)
         except ec2.AWSError as e:
             raise ProvisioningError(f"aws {region}: {e}") from None
-        if not zones:
-            raise ProvisioningError(f"aws {region}: the VPC {vpc} has no subnets")
         once = await self.ec2(ec2.client, project.creds, region, "ec2", True)
         return Region(client, once, zones, group)
 
