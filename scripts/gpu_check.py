@@ -312,6 +312,18 @@ def stop_server(server: Server) -> None:
             continue
 
 
+#: What a job gets of this environment besides PATH (an agent gives jobs PATH, HOME, LANG, USER, TERM and
+#: their configuration's ``env``): where an image keeps its CUDA libraries, when it says so this way.
+PASSED_ENV = ("LD_LIBRARY_PATH", "CUDA_HOME")
+
+
+def passed_env(report: Report) -> dict[str, str]:
+    env = {k: os.environ[k] for k in PASSED_ENV if os.environ.get(k)}
+    report.facts["load's python3"] = shutil.which("python3") or "none on PATH"
+    report.facts["load's env"] = ", ".join(f"{k}={v}" for k, v in env.items()) or "PATH only"
+    return env
+
+
 def task(name: str, commands: list[str], **conf: Any) -> dict[str, Any]:
     resources = {"cpu": "1..", "memory": "0.5GB..", "disk": "1GB..", "gpu": 1}
     configuration = {"type": "task", "name": name, "commands": commands, "resources": resources, **conf}
@@ -454,7 +466,7 @@ def run_checks(
         "gc-matmul",
         ["nvidia-smi -L", 'echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"',
          f'python3 -c "$GPU_CHECK_LOAD" {LOAD_MARKER} {args.load_seconds}'],
-        env={"GPU_CHECK_LOAD": LOAD},
+        env={"GPU_CHECK_LOAD": LOAD, **passed_env(report)},
     )  # fmt: skip
     policy = {"min_gpu_utilization": 50, "time_window": f"{args.policy_window}s"}
     idle = task("gc-idle", ["sleep 600"], utilization_policy=policy)

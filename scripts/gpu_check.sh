@@ -9,6 +9,8 @@ wheels=${1:?usage: scripts/gpu_check.sh WHEELS_DIR OUT_DIR [gpu_check.py options
 out=${2:?usage: scripts/gpu_check.sh WHEELS_DIR OUT_DIR [gpu_check.py options]}
 shift 2
 py=${PYTHON:-python3}
+# the GPU task runs the python3 on PATH: the one the check runs, when PYTHON names one by its path
+case $py in */*) PATH="$(cd "$(dirname "$py")" && pwd):$PATH"; export PATH ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 site=$(mktemp -d "${TMPDIR:-/tmp}/corral-gpu-check-site.XXXXXX")
 trap 'rm -rf "$site"' EXIT
