@@ -48,8 +48,13 @@ class Settings:
     safety_net_interval: float = 5.0
     #: How long the agent of a new local instance may take to answer.
     provisioning_timeout: float = 60.0
-    #: How long a job's agent may stay unreachable before the job fails ``instance_unreachable``.
+    #: How long the agent of an SSH host or a cloud instance may stay unreachable before its jobs fail
+    #: ``instance_unreachable`` (and a cloud instance is terminated and replaced): brief network loss is normal
+    #: there (docs/runs/lost-hosts.md argues the default).
     agent_unreachable_timeout: float = 120.0
+    #: The same for a local instance, whose agent is a process of this machine: no network to lose, so one that
+    #: stops answering was killed or hangs.
+    local_agent_unreachable_timeout: float = 10.0
     #: How long one SSH handshake with a fleet host may take (a slow host is retried, not given up on).
     ssh_connect_timeout: float = 20.0
     #: Seconds between health checks of every instance's agent (two failures in a row flag it unreachable).
@@ -175,6 +180,10 @@ class Settings:
     #: checks only (``CORRAL_UTILIZATION_MIN_WINDOW``): a check that cannot wait five minutes for an idle GPU.
     utilization_min_window: float | None = None
 
+    def unreachable_timeout(self, backend: str) -> float:
+        """How long an instance of ``backend`` may go without its agent answering before it is given up."""
+        return self.local_agent_unreachable_timeout if backend == "local" else self.agent_unreachable_timeout
+
     @property
     def data_dir(self) -> Path:
         return self.server_dir / "data"
@@ -217,6 +226,7 @@ class Settings:
             job_lease_ttl=_float_env(e, "CORRAL_JOB_LEASE_TTL", 30.0) or 30.0,
             agent_poll_wait=_float_env(e, "CORRAL_AGENT_POLL_WAIT", 10.0) or 10.0,
             agent_unreachable_timeout=_float_env(e, "CORRAL_AGENT_UNREACHABLE_TIMEOUT", 120.0) or 120.0,
+            local_agent_unreachable_timeout=_float_env(e, "CORRAL_LOCAL_AGENT_UNREACHABLE_TIMEOUT", 10.0) or 10.0,
             ssh_connect_timeout=_float_env(e, "CORRAL_SSH_CONNECT_TIMEOUT", 20.0) or 20.0,
             instance_check_interval=_float_env(e, "CORRAL_INSTANCE_CHECK_INTERVAL", 10.0) or 10.0,
             default_stop_duration=_float_env(e, "CORRAL_DEFAULT_STOP_DURATION", 300.0) or 300.0,

@@ -145,6 +145,18 @@ def test_retry_false_fails_instead_of_waiting() -> None:
     assert d == Fail("j1-0", "Fleet is at capacity: fleet 'f' has 1 of at most 1 instances, none free")
 
 
+def test_capacity_being_freed_is_waited_for_even_without_a_no_capacity_retry() -> None:
+    """An instance being terminated (a lost host given up, an idle one retired) frees its place soon: a job
+    whose ``retry`` does not cover no-capacity waits for it instead of failing (its run's retry after a lost
+    host would otherwise fail at once on a fleet of one)."""
+    ending = fleet((inst(0, status="terminating"),), nodes_max=1)
+    (d,) = decisions(Snapshot(fleets=(ending,), queue=(job(1, may_wait=False),)))
+    assert d == Wait("j1-0", "Waiting for capacity: instance f-0 of fleet 'f' is being terminated")
+    two = fleet((inst(0, status="terminating"), inst(1, status="terminating")), nodes_max=2)
+    (d,) = decisions(Snapshot(fleets=(two,), queue=(job(1, may_wait=False),)))
+    assert isinstance(d, Wait) and d.message.endswith("is being terminated (and 1 more)")
+
+
 def test_higher_priority_takes_capacity_first_and_lower_backfills_elsewhere() -> None:
     one_slot = fleet((inst(0),), nodes_max=1)
     ds = decisions(Snapshot(fleets=(one_slot,), queue=(job(1, priority=0), job(2, priority=50))))

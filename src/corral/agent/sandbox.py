@@ -69,6 +69,22 @@ def probe(config: SandboxConfig) -> str | None:
     return None
 
 
+def release_slots_of(work_dir: str, config: SandboxConfig) -> int:
+    """Give back the slots held by the agent of ``work_dir`` whose process is gone (killed: it cannot give
+    them back itself): their uids' processes killed, their networks removed, the bridge too if they were the
+    host's last. Returns how many. Called from outside the agent (``agent/leftovers.py``)."""
+    if probe(config) is not None:
+        return 0
+    slots = Slots(os.path.abspath(work_dir), config)
+    released = 0
+    with slots.locked() as held:
+        for n, rec in slots.records(held).items():
+            if slots.mine(rec) and not slot_owner.running(rec):
+                slots.release(held, n)
+                released += 1
+    return released
+
+
 class Sandboxes:
     """The slots of this host and the sandboxes of this agent's jobs."""
 

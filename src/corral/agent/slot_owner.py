@@ -24,6 +24,8 @@ def _stat_start(pid: int) -> str | None:
     except OSError:
         return None
     fields = stat[stat.rfind(")") + 2 :].split()  # after the command, which may hold spaces and parentheses
+    if not fields or fields[0] in ("Z", "X"):  # a zombie runs no more: killed, not yet waited for
+        return None
     return fields[19] if len(fields) > 19 else None
 
 

@@ -78,6 +78,10 @@ class Provisioned:
 
 class Compute(Protocol):
     name: str
+    #: The backend made its instances and can end and replace them (local agents, cloud VMs): one whose agent
+    #: stays lost past the backend's bound is terminated (``workers/hosts.py``). False for hosts it was given
+    #: (SSH fleets), which it can neither terminate nor replace.
+    owns_hosts: bool
 
     def offers(self) -> list[Offer]: ...
 

@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from corral.agent import sandbox
+from corral.agent import leftovers, sandbox
 from corral.agent.protocol import HostInfo
 from corral.agent.resources import detect_host_info
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
@@ -55,6 +55,7 @@ log = logging.getLogger("corral.local")
 
 class LocalCompute:
     name = "local"
+    owns_hosts = True
 
     def __init__(
         self,
@@ -229,16 +230,22 @@ class LocalCompute:
         return await asyncio.open_connection("127.0.0.1", port)
 
     async def terminate_instance(self, instance_id: str, agent: AgentEndpoint | None) -> None:
+        """Ask the agent to shut down (it ends its jobs and gives back its sandbox slots) and wait for it; an
+        agent that does not take the request (killed, or hung: ``workers/hosts.py`` gave it up) is killed at
+        once, and what it left -- its jobs' processes, its slots -- is ended from here."""
+        asked = False
         if agent is not None:
             client = AgentClient(agent.url, agent.token, timeout=self.request_timeout)
             try:
                 await client.shutdown()
+                asked = True
             except (AgentUnreachable, AgentError):
                 pass
             finally:
                 await client.aclose()
             if agent.pid is not None:
-                await _wait_gone(agent.pid, 15.0)
+                if asked:
+                    await _wait_gone(agent.pid, 15.0)
                 _kill_group(agent.pid)
         proc = self._procs.pop(instance_id, None)
         if proc is not None:
@@ -246,7 +253,21 @@ class LocalCompute:
                 proc.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 pass
-        await self._forget_work_dir(self.instances_dir / instance_id)
+        work_dir = self.instances_dir / instance_id
+        if not asked:
+            killed, slots = await asyncio.to_thread(leftovers.reap, str(work_dir), self._sandbox_config())
+            if killed or slots:
+                log.info(
+                    "instance %s: ended %d leftover job processes and %d sandbox slots", instance_id, killed, slots
+                )
+        await self._forget_work_dir(work_dir)
+
+    def _sandbox_config(self) -> sandbox.SandboxConfig:
+        """The sandbox settings the agents of this server run with (as ``corral.agent serve`` reads them)."""
+        environ = dict(os.environ)
+        if self.uid_range:
+            environ["CORRAL_JOB_UID_RANGE"] = self.uid_range
+        return sandbox.SandboxConfig.from_env(environ, self.sandbox_mode, tuple(str(p) for p in self.hide))
 
     async def _forget_work_dir(self, work_dir: Path) -> None:
         """Remove an agent's work dir, and the containers of its jobs if the agent could not."""

@@ -79,6 +79,7 @@ def internal_ip(connection: dict[str, Any], info: HostInfo) -> str | None:
 
 class SSHCompute:
     name = "ssh"
+    owns_hosts = False
 
     def __init__(
         self,

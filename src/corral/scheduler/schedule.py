@@ -272,6 +272,10 @@ def schedule_gang(  # noqa: C901, PLR0915
             return [Wait(j.id, capped.message) for j in jobs if j.status_message != capped.message]
 
     if not head.wait.may_wait:
+        freeing = _being_terminated(feasible)
+        if freeing:  # capacity that is being freed now is not "no capacity": the job waits for it
+            message = f"Waiting for capacity: {freeing}"
+            return [Wait(j.id, message) for j in jobs if j.status_message != message]
         msg = "Could not reuse any instance for this job" if reuse_only else "Fleet is at capacity"
         return [Fail(j.id, f"{msg}: {'; '.join(blockers)}") for j in jobs]
     if head.wait.deadline is not None and now >= head.wait.deadline:
@@ -291,6 +295,17 @@ def schedule_gang(  # noqa: C901, PLR0915
         repeat.remember(kind, key, message, capacity=True)
     waits: list[Decision] = [Wait(j.id, message) for j in jobs if j.status_message != message]
     return [*reclaims, *waits]
+
+
+def _being_terminated(feasible: list[FleetSlot]) -> str | None:
+    """What of the fleets a job could use is being terminated (an instance given up, retired idle, or removed
+    from its fleet): its place is free once it is gone; None if nothing is."""
+    ending = [(f, i) for f in feasible for i in f.instances if i.status == "terminating"]
+    if not ending:
+        return None
+    fleet, inst = ending[0]
+    more = f" (and {len(ending) - 1} more)" if len(ending) > 1 else ""
+    return f"instance {inst.name} of fleet '{fleet.name}' is being terminated{more}"
 
 
 def _fleet_ids(job: QueuedJob, snapshot: Snapshot, memo: PassMemo) -> Callable[[], set[str]]:

@@ -166,6 +166,47 @@ async def record_lost(conn: AsyncConnection, instance_id: str, message: str, now
     return True
 
 
+async def record_unreachable(conn: AsyncConnection, instance_id: str, message: str, now: float) -> bool:
+    """Its agent stayed lost past its backend's bound and the backend can replace it: while it is ``idle`` or
+    ``busy`` the instance goes ``terminating`` (reason ``unreachable``, holding no blocks: the instances worker
+    ends it, and the slot it holds in its fleet is free once it is gone), its running jobs fail
+    ``instance_unreachable`` (their ``retry`` decides what comes next) and its stopping ones end. Whether it
+    was recorded (not: it is being terminated already, or gone)."""
+    changed = await tracked_update(
+        conn,
+        instances,
+        sa.and_(instances.c.id == instance_id, instances.c.status.in_(READY_INSTANCE)),
+        {
+            "status": "terminating",
+            "termination_reason": "unreachable",
+            "termination_reason_message": message,
+            "last_processed_at": now,
+            "busy_blocks": 0,
+        },
+    )
+    if not changed:
+        return False
+    await tracked_update(
+        conn,
+        jobs,
+        sa.and_(jobs.c.instance_id == instance_id, jobs.c.status.in_(_INTERRUPTED)),
+        {
+            "status": "failed",
+            "termination_reason": "instance_unreachable",
+            "termination_reason_message": message,
+            "finished_at": now,
+            "last_processed_at": now,
+        },
+    )
+    await tracked_update(
+        conn,
+        jobs,
+        sa.and_(jobs.c.instance_id == instance_id, jobs.c.status == "terminating"),
+        {"status": "terminated", "finished_at": now, "last_processed_at": now},
+    )
+    return True
+
+
 async def drop_all_leases(conn: AsyncConnection) -> None:
     """Every instance's and job's lease is dropped: at start-up on SQLite, where this process is the only server,
     so a lease held by a previous one died with it."""

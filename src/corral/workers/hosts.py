@@ -3,8 +3,11 @@
 Every provisioned instance's agent is asked for ``/health``. A failed check asks the instance's backend
 to bring the agent back (an SSH host that rebooted without systemd gets its agent started again); two
 failures in a row set the instance's ``unreachable`` flag -- a flag beside its status, as in dstack:
-the scheduler gives it no work and nothing terminates it (jobs on it fail ``instance_unreachable``
-through the jobs worker's own timeout). The first answer afterwards clears the flag, stops jobs the
+the scheduler gives it no work. An instance its backend made (a local agent, a cloud VM) whose agent stays
+lost past the backend's bound (``Settings.unreachable_timeout``) is given up: its jobs fail
+``instance_unreachable`` and it is terminated, so that its place in the fleet is free for a replacement
+(``domain/lost_hosts.py``). A host the backend was given (SSH) stays flagged; its jobs fail by the same bound
+through the jobs worker. The first answer afterwards clears the flag, stops jobs the
 agent still runs that the server no longer runs there, and wakes the scheduler: the host is used again.
 
 Each instance is checked by its own task, so a host whose SSH handshake is slow delays only itself.
@@ -23,23 +26,23 @@ from collections.abc import Callable
 from corral.backends.agent_client import AgentClient, AgentClientError
 from corral.backends.base import AgentEndpoint
 from corral.context import Context
+from corral.domain.lost_hosts import HostHealth, Verdict, after_check, verdict
 from corral.domain.records import InstanceRec
 from corral.domain.statuses import HOLDING_JOB, READY_INSTANCE
 from corral.store import fleets as fleet_store
+from corral.store import instance_outcomes
 from corral.store import runs as run_store
 from corral.workers.interruptions import Interruptions
 
 log = logging.getLogger("corral.hosts")
 
-#: Failed checks in a row that flag an instance unreachable.
-FAILURES_TO_FLAG = 2
 _RUNNING_HERE = HOLDING_JOB
 
 
 class Hosts:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self._failures: dict[str, int] = {}
+        self._health: dict[str, HostHealth] = {}
         self._checks: dict[str, asyncio.Task[None]] = {}
         self._clients: dict[tuple[str, str], AgentClient] = {}
         self.interruptions = Interruptions(ctx)
@@ -64,7 +67,7 @@ class Hosts:
         removed = [i.id for i in live if i.status == "idle" and i.backend == "ssh" and i.termination_reason]
         if removed:
             await self._retire_removed(removed)
-        self._failures = {k: v for k, v in self._failures.items() if k in ids}
+        self._health = {k: v for k, v in self._health.items() if k in ids}
         for inst in live:
             if inst.id not in self._checks:
                 task = asyncio.create_task(self._check(inst))
@@ -112,6 +115,7 @@ class Hosts:
             return False
 
     async def _check(self, inst: InstanceRec) -> None:
+        started = time.time()
         ok = await self._answers(inst)
         if not ok:
             compute = self.ctx.computes.get(inst.backend)
@@ -121,25 +125,48 @@ class Hosts:
                     ok = await self._answers(inst)
             except Exception as e:  # the host itself is not there (or refuses us): counted below
                 log.debug("recovering %s: %s", inst.name, e)
-        if ok:
-            self._failures.pop(inst.id, None)
+        health = self._health[inst.id] = after_check(self._health.get(inst.id, HostHealth()), ok, started)
+        compute = self.ctx.computes.get(inst.backend)
+        bound = self.ctx.settings.unreachable_timeout(inst.backend)
+        replaceable = compute is not None and compute.owns_hosts
+        step = verdict(health, inst.unreachable, time.time(), bound, replaceable)
+        if step is Verdict.HEALTHY:
+            self._health.pop(inst.id, None)
             if inst.unreachable:
                 await self._reachable_again(inst)
+        elif step is Verdict.FLAG:
+            await self._flag(inst, health)
+        elif step is Verdict.GIVE_UP:
+            await self._give_up(inst, bound)
+
+    async def _flag(self, inst: InstanceRec, health: HostHealth) -> None:
+        log.warning(
+            "instance %s of fleet %s is unreachable (lost: no answer to %d health checks); it takes no new work",
+            inst.name,
+            inst.fleet_name,
+            health.failures,
+            extra={"event": "instance_lost", "instance": inst.name, "fleet": inst.fleet_name},
+        )
+        async with self.ctx.db.write() as conn:
+            await fleet_store.update_instance(conn, inst.id, {"unreachable": True, "last_processed_at": time.time()})
+        self.ctx.wakeups.wake("scheduler")
+
+    async def _give_up(self, inst: InstanceRec, bound: float) -> None:
+        message = f"The instance's agent stopped answering for {bound:g}s; the instance is terminated"
+        async with self.ctx.db.write() as conn:
+            given_up = await instance_outcomes.record_unreachable(conn, inst.id, message, time.time())
+        self._health.pop(inst.id, None)
+        if not given_up:
             return
-        failures = self._failures[inst.id] = self._failures.get(inst.id, 0) + 1
-        if failures >= FAILURES_TO_FLAG and not inst.unreachable:
-            log.warning(
-                "instance %s of fleet %s is unreachable (lost: no answer to %d health checks); it takes no new work",
-                inst.name,
-                inst.fleet_name,
-                failures,
-                extra={"event": "instance_lost", "instance": inst.name, "fleet": inst.fleet_name},
-            )
-            async with self.ctx.db.write() as conn:
-                await fleet_store.update_instance(
-                    conn, inst.id, {"unreachable": True, "last_processed_at": time.time()}
-                )
-            self.ctx.wakeups.wake("scheduler")
+        log.warning(
+            "instance %s of fleet %s given up: its agent did not answer for %gs; its jobs fail instance_unreachable "
+            "and it is terminated",
+            inst.name,
+            inst.fleet_name,
+            bound,
+            extra={"event": "instance_given_up", "instance": inst.name, "fleet": inst.fleet_name},
+        )
+        self.ctx.wakeups.wake("instances", "runs", "jobs", "scheduler")
 
     async def _reachable_again(self, inst: InstanceRec) -> None:
         log.info("instance %s is reachable again", inst.name)

@@ -47,6 +47,7 @@ class _Tries:
 
 class AWSCompute:
     name = "aws"
+    owns_hosts = True
 
     def __init__(
         self,
