@@ -95,7 +95,7 @@ def apply(  # noqa: C901
         ),
     ] = None,
 ) -> None:
-    """Apply a configuration: submit a run, or create or update a fleet."""
+    """Apply a configuration: submit a run, create or update a fleet, or create a volume."""
     from corral.cli.errors import CLIError
 
     if name is not None:
@@ -138,6 +138,12 @@ def apply(  # noqa: C901
             code = apply_run(
                 client, project_name, raw, configuration_path, yes, detach, force, max_offers, repo_options
             )
+            if code:
+                raise typer.Exit(code)
+        elif conf_type == "volume":
+            from corral.cli.apply_volume import apply_volume
+
+            code = apply_volume(client, project_name, raw, configuration_path, yes, detach, force)
             if code:
                 raise typer.Exit(code)
         else:

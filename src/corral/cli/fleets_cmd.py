@@ -1,7 +1,8 @@
-"""``corral fleet [list]`` and ``corral fleet delete NAME [-i NUM]``.
+"""``corral fleet [list]``, ``corral fleet get NAME --json`` and ``corral fleet delete NAME [-i NUM]``.
 
 ``list`` is ``POST /api/project/{p}/fleets/list {"include_imported": true}``; ``delete`` checks
-the fleet with ``fleets/get`` and calls ``fleets/delete`` or ``fleets/delete_instances``.
+the fleet with ``fleets/get`` and calls ``fleets/delete`` or ``fleets/delete_instances``; ``get`` prints
+``fleets/get``'s answer (by name, or ``--id``) as indented JSON, as dstack's ``fleet get`` does.
 """
 
 from typing import Annotated, Optional
@@ -113,3 +114,42 @@ def fleet_delete(
         with out.status("Deleting fleet instances..."):
             client.fleets_delete_instances(project_name, name, nums)
         out.print(f"Fleet [code]{name}[/] instances deleted")
+
+
+def fleet_get(
+    name: Annotated[
+        Optional[str], typer.Argument(help="The fleet (`project/name` for an imported one).", metavar="NAME")
+    ] = None,
+    fleet_id: Annotated[Optional[str], typer.Option("--id", help="The fleet's id (UUID) instead of its name.")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print the fleet as JSON (required, as in dstack).")] = False,
+    project: ProjectOption = None,
+) -> None:
+    """Print a fleet as JSON (`fleets/get`), as `dstack fleet get NAME --json` does."""
+    import json
+    import uuid
+
+    from corral.cli.common import client_for
+    from corral.cli.errors import CLIError
+    from corral.sdk.errors import ResourceNotExistsError
+
+    if (name is None) == (fleet_id is None):
+        raise typer.BadParameter("give the fleet's NAME or --id, not both", param_hint="NAME / --id")
+    if not json_:
+        raise typer.BadParameter("only JSON output is available: add --json", param_hint="--json")
+    if fleet_id is not None:
+        try:
+            uuid.UUID(fleet_id)
+        except ValueError:
+            raise CLIError(f"Invalid UUID format: {fleet_id}") from None
+    client, project_name = client_for(project)
+    with client:
+        try:
+            if fleet_id is not None:
+                fleet = client.fleets_get_by_id(project_name, fleet_id)
+            else:
+                assert name is not None
+                owner, _, short = name.rpartition("/")
+                fleet = client.fleets_get(owner or project_name, short)
+        except ResourceNotExistsError:
+            raise CLIError(f"Fleet {name or fleet_id} not found") from None
+    print(json.dumps(fleet, indent=2))

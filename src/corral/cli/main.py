@@ -30,6 +30,7 @@ from corral.cli import (
     apply_cmd,
     attach_cmd,
     events_cmd,
+    exports_cmd,
     fleets_cmd,
     metrics_cmd,
     offer_cmd,
@@ -203,13 +204,14 @@ for _name, _func in _commands:
     app.command(_name)(_guard(_func))
 
 _fleet_app = typer.Typer(
-    help="List and delete fleets.",
+    help="List, show and delete fleets.",
     invoke_without_command=True,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 _fleet_app.callback()(_guard(fleets_cmd.fleet_list))
 _fleet_app.command("list")(_guard(fleets_cmd.fleet_list_cmd))
+_fleet_app.command("get")(_guard(fleets_cmd.fleet_get))
 _fleet_app.command("delete")(_guard(fleets_cmd.fleet_delete))
 app.add_typer(_fleet_app, name="fleet")
 
@@ -250,6 +252,31 @@ _volume_app.callback()(_guard(volumes_cmd.volume_default))
 _volume_app.command("list")(_guard(volumes_cmd.volume_list))
 _volume_app.command("delete")(_guard(volumes_cmd.volume_delete))
 app.add_typer(_volume_app, name="volume")
+
+
+_export_app = typer.Typer(
+    help="Share the project's fleets with other projects (as `dstack export`).",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+_export_app.callback()(_guard(exports_cmd.export_default))
+_export_app.command("list")(_guard(exports_cmd.export_list))
+_export_app.command("create")(_guard(exports_cmd.export_create))
+_export_app.command("update")(_guard(exports_cmd.export_update))
+_export_app.command("delete")(_guard(exports_cmd.export_delete))
+app.add_typer(_export_app, name="export")
+
+_import_app = typer.Typer(
+    help="The fleets other projects export to this one (as `dstack import`).",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+_import_app.callback()(_guard(exports_cmd.import_default))
+_import_app.command("list")(_guard(exports_cmd.import_list))
+_import_app.command("delete")(_guard(exports_cmd.import_delete))
+app.add_typer(_import_app, name="import")
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -41,42 +41,37 @@ def offer(
         int, typer.Option("--max-offers", help="Show at most this many offers.", min=1, metavar="N")
     ] = 50,
     json_: Annotated[bool, typer.Option("--json", help="Print the offers as JSON.")] = False,
+    group_by: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--group-by",
+            help="Group the offers' GPUs by gpu, backend, region and count (gpu always); repeatable or "
+            "comma-separated, e.g. --group-by gpu,backend.",
+            metavar="FIELDS",
+        ),
+    ] = None,
     project: ProjectOption = None,
 ) -> None:
-    """List the instance offers matching the given resources."""
+    """List the instance offers matching the given resources, or their GPUs grouped (--group-by)."""
     import json
 
     from corral.cli import formatting, render
     from corral.cli.common import client_for
 
-    resources: dict[str, Any] = {"cpu": "1..", "memory": "0GB..", "gpu": "0..", "disk": None}
-    for key, value in (("cpu", cpu), ("memory", memory), ("gpu", gpu)):
-        if value is not None:
-            resources[key] = value
-    if disk is not None:
-        resources["disk"] = disk
-    configuration: dict[str, Any] = {
-        "type": "task",
-        "image": "scratch",
-        "user": "root",
-        "commands": [":"],
-        "resources": resources,
-    }
-    if backend:
-        configuration["backends"] = backend
-    if fleet:
-        configuration["fleets"] = fleet
-    if spot is not None:
-        configuration["spot_policy"] = "spot" if spot else "on-demand"
-    if max_price is not None:
-        configuration["max_price"] = max_price
+    configuration = _configuration(gpu, cpu, memory, disk, backend, fleet, spot, max_price)
     run_spec = {"configuration": configuration, "profile": {"name": "default"}}
 
+    from corral.cli import offer_gpus
+
+    grouped = offer_gpus.parse_group_by(group_by or [])
     client, project_name = client_for(project)
     out = render.console()
     with client:
         if fleet:
             _check_fleets(client, project_name, fleet)
+        if grouped:
+            _print_groups(client, project_name, run_spec, grouped, json_)
+            return
         plan = client.runs_get_plan(project_name, run_spec, max_offers=max_offers, for_offers_only=True)
     job_plan = (plan.get("job_plans") or [{}])[0]
     requirements = (job_plan.get("job_spec") or {}).get("requirements") or {}
@@ -129,3 +124,67 @@ def _check_fleets(client: Any, project: str, names: list[str]) -> None:
     if missing:
         have = ", ".join(sorted(str(f.get("name")) for f in fleets)) or "none"
         raise CLIError(f"Fleet {', '.join(missing)} not found in project {project} (its fleets: {have})")
+
+
+def _print_groups(client: Any, project: str, run_spec: dict[str, Any], group_by: list[str], json_: bool) -> None:
+    """``gpus/list`` grouped as asked, printed as ``dstack offer --group-by`` prints it."""
+    import json
+
+    from corral.cli import formatting, offer_gpus, render
+
+    conf = run_spec["configuration"]
+    gpus = client.gpus_list(project, run_spec, [g for g in group_by if g != "gpu"]).get("gpus") or []
+    spot = {"spot": True, "on-demand": False}.get(str(conf.get("spot_policy")))
+    if json_:
+        requirements = {
+            "resources": conf["resources"], "max_price": conf.get("max_price"), "spot": spot, "reservation": None,
+        }  # fmt: skip
+        print(json.dumps({"project": project, "requirements": requirements, "group_by": group_by, "gpus": gpus}))
+        return
+    out = render.console()
+    rows = [
+        ("Project", project),
+        ("Resources", formatting.format_resources_spec(conf["resources"])),
+        ("Spot policy", "auto" if spot is None else "spot" if spot else "on-demand"),
+        ("Max price", f"${conf['max_price']:3f}".rstrip("0").rstrip(".") if conf.get("max_price") else "-"),
+        ("Reservation", "-"),
+        ("Group by", ", ".join(group_by)),
+    ]
+    out.print(render.props_table(rows))
+    out.print()
+    out.print(offer_gpus.gpu_table(gpus))
+
+
+def _configuration(
+    gpu: Optional[str],
+    cpu: Optional[str],
+    memory: Optional[str],
+    disk: Optional[str],
+    backend: Optional[list[str]],
+    fleet: Optional[list[str]],
+    spot: Optional[bool],
+    max_price: Optional[float],
+) -> dict[str, Any]:
+    """The throw-away task whose plan lists the offers."""
+    resources: dict[str, Any] = {"cpu": "1..", "memory": "0GB..", "gpu": "0..", "disk": None}
+    for key, value in (("cpu", cpu), ("memory", memory), ("gpu", gpu)):
+        if value is not None:
+            resources[key] = value
+    if disk is not None:
+        resources["disk"] = disk
+    configuration: dict[str, Any] = {
+        "type": "task",
+        "image": "scratch",
+        "user": "root",
+        "commands": [":"],
+        "resources": resources,
+    }
+    if backend:
+        configuration["backends"] = backend
+    if fleet:
+        configuration["fleets"] = fleet
+    if spot is not None:
+        configuration["spot_policy"] = "spot" if spot else "on-demand"
+    if max_price is not None:
+        configuration["max_price"] = max_price
+    return configuration

@@ -176,6 +176,51 @@ class CorralClient:
         """``fleets/get`` by name; raises :class:`ResourceNotExistsError` if there is none."""
         return self._obj(f"/api/project/{project}/fleets/get", {"name": name})
 
+    def fleets_get_by_id(self, project: str, fleet_id: str) -> JSONObject:
+        """``fleets/get`` by id; raises :class:`ResourceNotExistsError` if there is none."""
+        return self._obj(f"/api/project/{project}/fleets/get", {"id": fleet_id})
+
+    def gpus_list(self, project: str, run_spec: JSONObject, group_by: list[str]) -> JSONObject:
+        """``gpus/list``: the offers' GPUs grouped by name and memory, and by ``group_by`` (``backend``,
+        ``region``, ``count``); ``{gpus: [...]}``."""
+        return self._obj(f"/api/project/{project}/gpus/list", {"run_spec": run_spec, "group_by": group_by})
+
+    # ---- exports and imports ----------------------------------------------------------------
+
+    def exports_list(self, project: str) -> JSONObject:
+        """``exports/list`` as ``{exports: [...], warnings: [...]}`` (a plain list of exports is read as one
+        with no warnings)."""
+        return self._listing(f"/api/project/{project}/exports/list", "exports")
+
+    def exports_create(self, project: str, body: JSONObject) -> JSONObject:
+        """``exports/create`` (``name``, ``is_global``, ``importer_projects``, ``exported_fleets``...)."""
+        return self._obj(f"/api/project/{project}/exports/create", body)
+
+    def exports_update(self, project: str, body: JSONObject) -> JSONObject:
+        """``exports/update`` (``name``, ``add_importer_projects``, ``remove_exported_fleets``...)."""
+        return self._obj(f"/api/project/{project}/exports/update", body)
+
+    def exports_delete(self, project: str, name: str) -> None:
+        """``exports/delete``."""
+        self._post(f"/api/project/{project}/exports/delete", {"name": name})
+
+    def imports_list(self, project: str) -> JSONObject:
+        """``imports/list`` as ``{imports: [...], warnings: [...]}`` (as ``exports_list``)."""
+        return self._listing(f"/api/project/{project}/imports/list", "imports")
+
+    def _listing(self, path: str, key: str) -> JSONObject:
+        data = self._post(path, None)
+        if isinstance(data, list):
+            return {key: data, "warnings": []}
+        if not isinstance(data, dict):
+            raise ServerError(f"Expected a JSON object or list from {path}, got {type(data).__name__}")
+        return data
+
+    def imports_delete(self, project: str, export_project: str, export_name: str) -> None:
+        """``imports/delete`` of the import of ``export_project/export_name``."""
+        body = {"export_project_name": export_project, "export_name": export_name}
+        self._post(f"/api/project/{project}/imports/delete", body)
+
     def fleets_delete(self, project: str, names: list[str]) -> None:
         """``fleets/delete`` (a missing name is not an error)."""
         self._post(f"/api/project/{project}/fleets/delete", {"names": names})
@@ -212,6 +257,14 @@ class CorralClient:
     def volumes_list(self, project: str) -> list[JSONObject]:
         """``volumes/list``: the project's volumes (dstack's ``Volume``), newest first."""
         return self._list(f"/api/project/{project}/volumes/list")
+
+    def volumes_get(self, project: str, name: str) -> JSONObject:
+        """``volumes/get``; raises :class:`ResourceNotExistsError` if there is none."""
+        return self._obj(f"/api/project/{project}/volumes/get", {"name": name})
+
+    def volumes_create(self, project: str, configuration: JSONObject) -> JSONObject:
+        """``volumes/create`` of a volume configuration; returns the Volume."""
+        return self._obj(f"/api/project/{project}/volumes/create", {"configuration": configuration})
 
     def volumes_delete(self, project: str, names: list[str]) -> None:
         """``volumes/delete`` (a 400 naming a volume in use)."""
