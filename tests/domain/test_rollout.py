@@ -143,3 +143,59 @@ def test_a_group_without_out_of_date_replicas_starts_the_missing_ones() -> None:
     current = ReplicaView("n", 0, 1, Phase.READY)
     assert decide_group([current], 1, 3, 0.0, DRAIN).start == 2
     assert decide_group([current], 1, 1, 0.0, DRAIN).start == 0
+
+
+def _full_fleet_rollout(desired: int) -> list[int]:
+    """A group of ``desired`` old replicas filling its fleet, rolled out step by step: a replica just started
+    waits in the queue until a place is free (a drained replica's, once it is stopped), and one that was placed
+    is ready at the next step. The replicas in rotation after each step."""
+    reps = {f"o{i}": ReplicaView(f"o{i}", i, 0, Phase.READY) for i in range(desired)}
+    counter = [0]
+    serving = []
+    now = 0.0
+    for _ in range(6 * desired + 6):
+        placed = sum(1 for r in reps.values() if not r.waiting_for_capacity)
+        for job_id, r in list(reps.items()):
+            if r.waiting_for_capacity and placed < desired:  # the queue: a free place is taken
+                reps[job_id] = ReplicaView(job_id, r.replica_num, 1, Phase.STARTING, True)
+                placed += 1
+            elif r.phase == Phase.STARTING and not r.waiting_for_capacity:  # placed last step: ready now
+                reps[job_id] = ReplicaView(job_id, r.replica_num, 1, Phase.READY, True)
+        before = set(reps)
+        reps = _apply(reps, decide_group(list(reps.values()), 1, desired, now, DRAIN), 1, now, counter)
+        for job_id in set(reps) - before:  # just started: queued, no place free
+            reps[job_id] = ReplicaView(
+                job_id, reps[job_id].replica_num, 1, Phase.STARTING, True, waiting_for_capacity=True
+            )
+        serving.append(_in_rotation(reps))
+        now += DRAIN + 1  # every drain ends before the next step
+    assert sorted((r.deployment_num, r.phase) for r in reps.values()) == [(1, Phase.READY)] * desired, reps
+    return serving
+
+
+def test_a_rollout_on_a_full_fleet_replaces_one_replica_at_a_time() -> None:
+    for desired in (2, 3, 4):
+        serving = _full_fleet_rollout(desired)
+        assert min(serving) >= desired - 1, serving
+        assert serving[-1] == desired
+
+
+def test_a_single_replica_with_no_room_is_never_taken_down_for_its_successor() -> None:
+    old = ReplicaView("o", 0, 0, Phase.READY)
+    new = ReplicaView("n", 1, 1, Phase.STARTING, True, waiting_for_capacity=True)
+    for t in range(10):
+        d = decide_group([old, new], 1, 1, float(t), DRAIN)
+        assert d == GroupDecision(rolling=True), d
+
+
+def test_on_a_full_fleet_only_one_old_replica_drains_at_a_time() -> None:
+    olds = [ReplicaView(f"o{i}", i, 0, Phase.READY) for i in range(3)]
+    waiting = ReplicaView("n", 3, 1, Phase.STARTING, True, waiting_for_capacity=True)
+    d = decide_group([*olds, waiting], 1, 3, 0.0, DRAIN)
+    assert d.drain == ("o2",), d  # (the surge may queue one more new replica: still desired + 1 at most)
+    draining = ReplicaView("o2", 2, 0, Phase.DRAINING, drain_at=0.0)
+    d = decide_group([olds[0], olds[1], draining, waiting], 1, 3, 0.5, DRAIN)
+    assert d.drain == () and d.stop == (), d
+    # the drained one is gone, the new one still waits for its place: nobody else leaves rotation
+    d = decide_group([olds[0], olds[1], waiting], 1, 3, 10.0, DRAIN)
+    assert d.drain == (), d

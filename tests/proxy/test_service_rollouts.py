@@ -139,6 +139,32 @@ async def test_a_rollout_under_load_loses_no_request_and_ends_on_the_new_version
         await c.post("/api/project/main/runs/stop", json={"runs_names": ["roll"], "abort": True})
 
 
+async def test_a_rollout_on_a_full_fleet_replaces_one_replica_at_a_time_losing_no_request(
+    server: RunningServer,
+) -> None:
+    """Two replicas on a fleet of two instances: the surge replica has no room, so the old replicas are
+    replaced one at a time, one always serving, and the rollout ends on the new version."""
+    async with server.client() as c:
+        r = await c.post("/api/project/main/fleets/apply", json=fleet_body(name="full", nodes="0..2"))
+        assert r.status_code == 200, r.text
+        r = await apply(c, service_conf("tight", "1", replicas=2, fleets=["full"]))
+        assert r.status_code == 200, r.text
+        await serving(c, "tight", 2, 0)
+        loop = Loop(c, "tight")
+        await asyncio.sleep(0.5)
+        r = await apply(c, service_conf("tight", "2", replicas=2, fleets=["full"]))
+        assert r.status_code == 200, r.text
+        await serving(c, "tight", 2, 1)
+        answers = await loop.stop()
+        assert not loop.errors(), loop.errors()[:5]
+        assert answers[-1][1] == "2", answers[-5:]
+        tail = [await c.get("/proxy/services/main/tight/version") for _ in range(10)]
+        assert {t.text for t in tail} == {"2"}
+        fleet = (await c.post("/api/project/main/fleets/get", json={"name": "full"})).json()
+        assert sum(1 for i in fleet["instances"] if i["status"] != "terminated") <= 2
+        await c.post("/api/project/main/runs/stop", json={"runs_names": ["tight"], "abort": True})
+
+
 async def _all_scaled_down(c: httpx.AsyncClient, name: str) -> bool:
     run = await get_run(c, name)
     old = [s for j in run["jobs"] for s in j["job_submissions"] if s["deployment_num"] == 0]

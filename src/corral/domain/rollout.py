@@ -10,8 +10,13 @@ the serving version down):
 * While out-of-date replicas remain, at most ``desired + 1`` replicas are active: a new one is started
   when there is room; an out-of-date replica that is not in rotation is stopped at once; an out-of-date
   replica in rotation is drained only when as many ready replicas as ``desired`` remain without it. A new
-  replica that never becomes ready (no capacity, exits, fails its probes) therefore never takes the old
-  version out of rotation.
+  replica that never becomes ready (exits, fails its probes) therefore never takes the old version out of
+  rotation.
+* On a full fleet (the new replica waits for capacity: the surge has no room) old replicas are replaced one
+  at a time: one old replica in rotation is drained -- its place frees for the new one -- while at least
+  ``desired - 1`` stay in rotation, and only when ``desired`` is more than 1 (a single replica is never
+  taken down for its successor: the rollout says so and waits for room). The next old one goes once the new
+  one is ready and the next new one waits for room in turn.
 * With every replica up to date, the group is scaled to ``desired``: the least important go first
   (not in rotation before in rotation, then the highest ``replica_num``); one in rotation is drained.
 * A drained replica is stopped once no server replica has a request in flight to it (``held`` false),
@@ -51,6 +56,8 @@ class ReplicaView:
     drain_at: float | None = None
     #: Some server replica may have requests in flight to it (``store.service_drains``).
     held: bool = True
+    #: A new replica that is waiting to be placed for lack of capacity (the surge has no room).
+    waiting_for_capacity: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,9 @@ def decide_group(  # noqa: C901
         for r in old_ready[:removable]:
             drain.append(r.job_id)
         remaining_old = len(old_ready) - min(removable, len(old_ready))
+        if not drain and _no_room_for_the_new(replicas, new, old_ready, desired):
+            drain.append(old_ready[0].job_id)  # one at a time: its place goes to the new replica
+            remaining_old -= 1
         # max surge 1: at most desired + 1 active replicas while rolling
         room = desired + 1 - (len(new) + remaining_old)
         start_count = max(0, min(desired - len(new), room))
@@ -136,6 +146,19 @@ def decide_group(  # noqa: C901
         rolling=bool(old),
         wake_at=min(wake) if wake else None,
     )
+
+
+def _no_room_for_the_new(
+    replicas: Sequence[ReplicaView], new: Sequence[ReplicaView], old_ready: Sequence[ReplicaView], desired: int
+) -> bool:
+    """A new replica waits for capacity while old ones serve, none is draining yet, and one of them can leave
+    rotation with ``desired - 1`` still serving (so never the last one, nor with a single replica wanted)."""
+    if desired < 2 or not old_ready or any(r.phase == Phase.DRAINING for r in replicas):
+        return False
+    if not any(r.waiting_for_capacity for r in new):
+        return False
+    serving = len(old_ready) + sum(1 for r in new if r.phase == Phase.READY)
+    return serving - 1 >= desired - 1
 
 
 def allocate_numbers(count: int, inactive: Sequence[int], taken: Sequence[int]) -> list[int]:

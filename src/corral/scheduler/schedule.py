@@ -66,7 +66,11 @@ from corral.scheduler.types import (
 )
 from corral.scheduler.wait_repeat import RepeatWait
 
-__all__ = ["NO_FLEETS_MESSAGE", "SPECIFIED_FLEETS_MESSAGE", "refusal", "schedule", "screen"]
+#: How the status message of a job the scheduler left in the queue for lack of room begins (a job that fits a
+#: fleet's shape but finds it full); ``workers/service_scaling.py`` tells such a replica by it.
+WAITING_FOR_CAPACITY = "Waiting for capacity"
+
+__all__ = ["NO_FLEETS_MESSAGE", "SPECIFIED_FLEETS_MESSAGE", "WAITING_FOR_CAPACITY", "refusal", "schedule", "screen"]
 
 
 def _placement_order(instances: Iterable[InstanceSlot]) -> list[InstanceSlot]:
@@ -274,23 +278,23 @@ def schedule_gang(  # noqa: C901, PLR0915
     if not head.wait.may_wait:
         freeing = _being_terminated(feasible)
         if freeing:  # capacity that is being freed now is not "no capacity": the job waits for it
-            message = f"Waiting for capacity: {freeing}"
+            message = f"{WAITING_FOR_CAPACITY}: {freeing}"
             return [Wait(j.id, message) for j in jobs if j.status_message != message]
         msg = "Could not reuse any instance for this job" if reuse_only else "Fleet is at capacity"
         return [Fail(j.id, f"{msg}: {'; '.join(blockers)}") for j in jobs]
     if head.wait.deadline is not None and now >= head.wait.deadline:
         return [Fail(j.id, "Waited for capacity until the retry duration ran out") for j in jobs]
     if all(f.id in held for f in feasible):
-        message = "Waiting for capacity: an earlier job that has waited long holds the fleets this job can use"
+        message = f"{WAITING_FOR_CAPACITY}: an earlier job that has waited long holds the fleets this job can use"
     else:
         note = fair_note() if fair_note is not None else None
-        message = f"Waiting for capacity ({note})" if note else "Waiting for capacity"
+        message = f"{WAITING_FOR_CAPACITY} ({note})" if note else WAITING_FOR_CAPACITY
         message += ": " + "; ".join(blockers)
     if snapshot.hold_after is not None and now - head.submitted_at >= snapshot.hold_after:
         held.update(f.id for f in feasible)
     reclaims = reclaim_for(jobs, feasible, snapshot, ledger)
     if reclaims:
-        message = "Waiting for capacity: freeing idle instances of this machine for this job"
+        message = f"{WAITING_FOR_CAPACITY}: freeing idle instances of this machine for this job"
     elif repeat is not None:
         repeat.remember(kind, key, message, capacity=True)
     waits: list[Decision] = [Wait(j.id, message) for j in jobs if j.status_message != message]

@@ -31,6 +31,7 @@ from corral.domain.autoscaling import DEFAULT_WINDOW, Scaling, desired_count
 from corral.domain.retry import needs_retry_evaluation
 from corral.domain.rollout import Phase, ReplicaView, allocate_numbers, decide_group
 from corral.domain.statuses import FINISHED_JOB
+from corral.scheduler.schedule import WAITING_FOR_CAPACITY
 from corral.store import service_drains
 from corral.store import service_scaling as store
 from corral.store.errors import Conflict
@@ -139,6 +140,12 @@ def _why_stuck(new: Sequence[JobView], deployment: int) -> str:
     return head + "new replica starting"
 
 
+def _waiting_to_be_placed(j: JobView) -> bool:
+    """The scheduler left the replica in the queue for lack of room: it fits its fleets but they are full."""
+    message = j.status_message or ""
+    return j.status == "submitted" and j.instance_id is None and message.startswith(WAITING_FOR_CAPACITY)
+
+
 def decide_service(
     svc: ServiceState,
     requests: Mapping[str, int] | None,
@@ -190,6 +197,7 @@ def decide_service(
                 same_spec=j.deployment_num < svc.deployment_num and _spec_key(j.job_spec) == tkey,
                 drain_at=j.drain_at,
                 held=held is None or j.id in held,
+                waiting_for_capacity=_waiting_to_be_placed(j),
             )
             for j in active
         ]
