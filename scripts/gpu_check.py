@@ -199,9 +199,10 @@ class Api:
     def run(self, name: str) -> Any:
         return self.post("/api/project/main/runs/get", {"run_name": name})
 
-    def logs(self, run: Any) -> str:
+    def logs(self, run: Any, *, diagnose: bool = False) -> str:
+        """The job's output (``diagnose``: the agent's own log of the job, as ``dstack logs -d``)."""
         body = {"run_name": run["run_spec"]["run_name"], "job_submission_id": run["latest_job_submission"]["id"]}
-        found = self.post("/api/project/main/logs/poll", {**body, "limit": 1000})["logs"]
+        found = self.post("/api/project/main/logs/poll", {**body, "limit": 1000, "diagnose": diagnose})["logs"]
         return b"".join(base64.b64decode(x["message"]) for x in found).decode("utf-8", "replace")
 
 
@@ -412,6 +413,10 @@ def judge_load(report: Report, server: Server, watch: Watch, gpus: list[Gpu], fa
     sub = run["latest_job_submission"] or {}
     report.check("load run ends done", run["status"] == "done", f"{run['status']} ({sub.get('termination_reason')})")
     logs = server.api.logs(run)
+    agent_log = server.api.logs(run, diagnose=True)
+    (Path(report.facts["out"]) / "load-run-agent.log").write_text(agent_log)
+    sandboxed = [ln for ln in agent_log.splitlines() if ln.startswith(("Sandbox opened", "Runs without a sandbox"))]
+    report.facts["load's sandbox"] = sandboxed[0] if sandboxed else "the agent's log of the job does not say"
     (Path(report.facts["out"]) / "load-run.log").write_text(logs)
     listed = re.findall(r"^GPU \d+: (.+?) \(UUID", logs, re.M)
     visible = re.findall(r"^CUDA_VISIBLE_DEVICES=(.*)$", logs, re.M)

@@ -59,6 +59,8 @@ def test_the_check_against_captured_h100_output(tmp_path: Path, fake_bin: Path) 
     assert (H100 / "list-gpus.txt").read_text() in raw["02-list-gpus.txt"]
     assert any("during-load" in name for name in raw)
     assert "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-" in (out / "load-run.log").read_text()
+    # what the sandbox reported for the GPU task (the agent's own log of the job), whichever it was here
+    assert report["facts"]["load's sandbox"].startswith(("Sandbox opened", "Runs without a sandbox"))
 
 
 def test_without_fake_bin_a_missing_torch_fails(tmp_path: Path, fake_bin: Path) -> None:
