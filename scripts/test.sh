@@ -30,6 +30,7 @@ fresh() {
   }
   step ruff ruff check src tests benchmarks scripts
   step mypy mypy
+  step mypy-tests scripts/mypy_tests.sh
   step import-rules lint-imports --no-cache
   step unit-tests python -m pytest -q -p no:cacheprovider tests/domain tests/scheduler tests/config tests/sdk \
     tests/cli tests/store tests/test_known_warnings.py
@@ -88,6 +89,7 @@ same_export requirements/runtime.txt --group build \
   || { echo "requirements/*.txt differ from uv.lock's exports: run scripts/lock.sh" >&2; exit 1; }
 echo "== ruff";          ruff check src tests benchmarks scripts
 echo "== mypy";          mypy
+echo "== mypy (tests)";  scripts/mypy_tests.sh
 echo "== import rules";  lint-imports --no-cache >/dev/null && echo "all contracts kept"
 echo "== agent: Python 3.9 compatibility (vermin)"
 vermin --target=3.9- --violations --no-tips -q src/corral/agent/ && echo "src/corral/agent runs on Python 3.9+"

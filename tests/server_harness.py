@@ -120,7 +120,7 @@ async def finished_run(c: Any, name: str, project: str = "main", timeout: float 
     return dict(await wait_for(check, timeout=timeout, interval=0.1))
 
 
-SEED_BODY = {
+SEED_BODY: dict[str, Any] = {
     "force": True,
     "plan": {
         "run_spec": {

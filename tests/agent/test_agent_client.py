@@ -46,7 +46,7 @@ async def test_client_round_trip(agent: AgentProc) -> None:
 async def test_long_poll_outlives_default_timeout(agent: AgentProc) -> None:
     async with AgentClient(agent.url, TOKEN, timeout=0.5) as c:
         await c.submit(JobSubmission("cli-slow", "run", ["sleep 1", "echo late"]))
-        offset, got = 0, []
+        offset, got = 0, list[bytes]()
         while not got:  # the agent's own lines about the job come first (its output's source is not theirs)
             reply = await c.logs("cli-slow", offset, wait=5)
             offset, got = reply.next_offset, [e.message for e in reply.entries if e.source != "agent"]

@@ -209,7 +209,7 @@ def test_a_jobs_network_serves_the_next_job_only_when_the_job_left_no_socket_in_
         assert st["state"] == "done", (st, agent.output(job_id))
         out = agent.output(job_id).decode().split()
         assert agent.http.delete(f"/jobs/{job_id}").status_code == 200
-        return out[-1]
+        return str(out[-1])
 
     first = netns_of("quiet-1", ["true"])
     second = netns_of("quiet-2", ["true"])

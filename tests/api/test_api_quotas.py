@@ -121,7 +121,7 @@ async def test_usage_and_the_queue_with_a_running_job(tmp_path: Path) -> None:
             assert r.status_code == 200, r.text
 
         async def running() -> bool:
-            return (await get_run(c, "first"))["status"] == "running"
+            return bool((await get_run(c, "first"))["status"] == "running")
 
         await wait_for(running, timeout=60)
         r = await c.post("/api/projects/main/quotas/usage", json={})

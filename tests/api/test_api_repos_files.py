@@ -266,7 +266,7 @@ async def test_run_sees_committed_and_uncommitted_work_and_files(server: Running
         inode = blob.stat().st_ino
 
         # `repos[].path` relative to the working dir; a relative `working_dir` is relative to the repo dir.
-        conf = {"repos": [{"local_path": ".", "path": "src"}], "working_dir": "docs"}
+        conf: dict[str, Any] = {"repos": [{"local_path": ".", "path": "src"}], "working_dir": "docs"}
         run = await _run_to_end(c, _run_body(['pwd; cat readme.md; echo "repo=$DSTACK_REPO_DIR"'], upload, **conf))
         out = await _logs(c, run)
         assert run["status"] == "done", (run["latest_job_submission"], out)
@@ -295,6 +295,7 @@ async def test_a_diff_that_no_longer_applies_fails_the_job_clearly(server: Runni
 
         # A clone that fails says so, with git's words.
         upload.repo_data["repo_hash"] = checkout.head
+        assert upload.repo_creds is not None
         bad = {**upload.repo_creds, "clone_url": str(tmp_path / "missing.git")}
         await c.post(
             f"{P}/repos/init", json={"repo_id": upload.repo_id, "repo_info": upload.repo_info, "repo_creds": bad}

@@ -68,7 +68,7 @@ async def test_a_scripted_session_records_exactly_its_events_in_order(server: Ru
 
         async def running() -> bool:
             got = await get_run(c, "ev-run")
-            return got["status"] == "running" and got["jobs"][0]["job_submissions"][-1]["status"] == "running"
+            return bool(got["status"] == "running" and got["jobs"][0]["job_submissions"][-1]["status"] == "running")
 
         await wait_for(running, timeout=60)
         big = task_body(["true"], name="ev-big", fleets=["evf"], retry=False, resources={"cpu": "512.."})

@@ -59,7 +59,7 @@ def _path(spec: Any) -> str:
     path = spec.path.replace("{project_name}", "main").replace("{run_name}", "r")
     if spec.query_params:
         path += "?" + "&".join(f"{q}=x" for q in spec.query_params)
-    return path
+    return str(path)
 
 
 async def test_every_route_authenticates_before_it_reads_a_body(server: RunningServer) -> None:

@@ -41,7 +41,7 @@ async def test_the_plan_says_what_apply_would_refuse(tmp_path: Path) -> None:
         await c.post("/api/project/main/fleets/apply", json=fleet_body(name="fl"))
         fine = await _plan(c, task_body(["true"]))
         assert fine["corral_plan_error"] is None and fine["job_plans"][0]["offers"]
-        cases = {
+        cases: dict[str, tuple[dict[str, Any], str]] = {
             "unknown-fleet": ({"fleets": ["does-not-exist"]}, "no fleet named 'does-not-exist'"),
             "two-nodes": ({"nodes": 2}, "placement: cluster"),
             "many-gpus": ({"resources": {"cpu": "1..", "memory": "0.1GB..", "gpu": 8}}, "gpu"),

@@ -109,7 +109,7 @@ async def _local_instance_token(server: RunningServer) -> str:
         (inst,) = await wait_for(idle, timeout=30)
     token = (server.settings.instances_dir / inst["id"] / "agent.token").read_text().strip()
     assert len(token) >= 32
-    return token
+    return str(token)
 
 
 async def _run_with_registry_auth(server: RunningServer) -> str:
@@ -184,7 +184,7 @@ async def test_a_copy_of_the_database_holds_no_token_key_or_credential_in_clear(
         creds = {"clone_url": "https://git.example/t/p.git", "oauth_token": "oauth-SECRET-9f8e7d", "private_key": None}
         body = {"repo_id": "r", "repo_info": {"repo_type": "remote", "repo_name": "p"}, "repo_creds": creds}
         assert (await c.post(f"{P}/repos/init", json=body)).status_code == 200
-        secrets["repo oauth token"] = creds["oauth_token"]
+        secrets["repo oauth token"] = str(creds["oauth_token"])
     async with server.client(token=alice["creds"]["token"]) as c:
         refreshed = (await c.post("/api/users/refresh_token", json={"username": "alice"})).json()
         new_token = refreshed["creds"]["token"]

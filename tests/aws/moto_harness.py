@@ -358,7 +358,7 @@ class FaultProxy:
                         status = 500 if code.startswith("Insufficient") else 400
                         self._reply(status, _error_reply(code), [("Content-Type", "text/xml")])
                         return
-                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
+                conn = http.client.HTTPConnection(up.hostname or "127.0.0.1", up.port, timeout=60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()

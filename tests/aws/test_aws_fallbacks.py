@@ -19,6 +19,7 @@ from corral.backends.aws import ec2, launch
 from corral.backends.aws.compute import AWSCompute
 from corral.backends.base import ProvisioningError
 from corral.domain.records import InstanceRec
+from corral.domain.statuses import InstanceStatus
 from corral.scheduler.types import Offer
 from server_harness import RunningServer, finished_run, make_settings, running_server, wait_for
 
@@ -77,7 +78,8 @@ def _offer(compute: AWSCompute, itype: str, region: str, spot: bool = False) -> 
 def _rec() -> InstanceRec:
     return InstanceRec(
         id=str(uuid.uuid4()), project_id="p", project_name="main", fleet_id=None, fleet_name="fb", name="fb-0",
-        instance_num=0, status="pending", unreachable=False, backend="aws", region=REGION, price=0.0, offer=None,
+        instance_num=0, status=InstanceStatus.PENDING, unreachable=False, backend="aws", region=REGION, price=0.0,
+        offer=None,
         total_blocks=1, busy_blocks=0, hostname=None, agent=None, created_at=0.0, started_at=None,
         finished_at=None, last_job_finished_at=None, idle_duration=None, termination_reason=None,
         termination_reason_message=None,

@@ -19,6 +19,7 @@ from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2
 
 from corral.backends.aws.launch import user_data
 from corral.domain.records import InstanceRec
+from corral.domain.statuses import InstanceStatus
 from corral.scheduler.codec import offer_to_json
 from corral.services import cloud_backends
 from corral.workers.orphans import OrphanReaper
@@ -189,7 +190,8 @@ async def test_a_launch_interrupted_by_a_crash_is_adopted_by_its_tag(
     offer = next(o for o in compute.offers() if o.instance_type == "m7i.large" and not o.resources.spot)
     rec = InstanceRec(
         id=row_id, project_id="p", project_name="main", fleet_id=None, fleet_name="awsfl", name="awsfl-9",
-        instance_num=9, status="pending", unreachable=False, backend="aws", region=REGION, price=offer.price,
+        instance_num=9, status=InstanceStatus.PENDING, unreachable=False, backend="aws", region=REGION,
+        price=offer.price,
         offer=offer_to_json(offer), total_blocks=1, busy_blocks=0, hostname=None, agent=None, created_at=0.0,
         started_at=None, finished_at=None, last_job_finished_at=None, idle_duration=None,
         termination_reason=None, termination_reason_message=None,

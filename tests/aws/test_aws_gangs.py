@@ -21,6 +21,7 @@ from moto_harness import REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2, faul
 from corral.backends.aws import ec2, gang_cleanup, gangs, launch, placement, reservations
 from corral.backends.aws.compute import AWSCompute
 from corral.domain.records import InstanceRec
+from corral.domain.statuses import InstanceStatus
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.scheduler.types import Offer
@@ -164,7 +165,8 @@ def test_reservation_rules() -> None:
 def _row(offer: Offer, num: int) -> InstanceRec:
     return InstanceRec(
         id=str(uuid.uuid4()), project_id="p", project_name="main", fleet_id=None, fleet_name="pargang",
-        name=f"pargang-{num}", instance_num=num, status="pending", unreachable=False, backend="aws", region=REGION,
+        name=f"pargang-{num}", instance_num=num, status=InstanceStatus.PENDING, unreachable=False, backend="aws",
+        region=REGION,
         price=offer.price, offer=offer_to_json(offer), total_blocks=1, busy_blocks=0, hostname=None, agent=None,
         created_at=0.0, started_at=None, finished_at=None, last_job_finished_at=None, idle_duration=None,
         termination_reason=None, termination_reason_message=None,
@@ -279,7 +281,7 @@ async def test_a_gang_with_no_room_for_its_type_falls_back_on_its_next_offer_who
     compute: AWSCompute = server.ctx.computes["aws"]
     by_type = {o.instance_type: o for o in compute.offers() if o.region == REGION and not o.resources.spot}
     rows = [_row(by_type["m7i.large"], n) for n in (0, 1)]
-    rows = [dataclasses.replace(r, offer={**r.offer, FALLBACKS_KEY: [offer_to_json(by_type["c7i.xlarge"])]})
+    rows = [dataclasses.replace(r, offer={**(r.offer or {}), FALLBACKS_KEY: [offer_to_json(by_type["c7i.xlarge"])]})
             for r in rows]  # fmt: skip
     before = len(proxy.launches)
     proxy.fault = lambda lt: "InsufficientInstanceCapacity" if lt.instance_type == "m7i.large" else None

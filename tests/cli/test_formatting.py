@@ -9,7 +9,7 @@ import pytest
 
 from corral.cli import formatting as f
 
-DEFAULT_TASK = {
+DEFAULT_TASK: dict[str, Any] = {
     "cpu": {"arch": None, "count": {"min": 2, "max": None}},
     "memory": {"min": 8.0, "max": None},
     "shm_size": None,

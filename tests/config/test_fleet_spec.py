@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from pathlib import Path
 
 import orjson
 
@@ -10,8 +10,9 @@ from corral.config import fleet_spec
 from corral.domain.documents import spec_configuration
 from corral.schemas.requests import FleetSpecIn
 from corral.services.fleets import normalize_spec
+from corral.settings import Settings
 
-SETTINGS = SimpleNamespace(max_nodes=100)
+SETTINGS = Settings(server_dir=Path("/nonexistent"), database_url="sqlite+aiosqlite://", max_nodes=100)
 SSH = {"type": "fleet", "ssh_config": {"user": "u", "hosts": ["10.0.0.1", {"hostname": "h", "blocks": "auto"}]}}
 CLOUD = {"type": "fleet", "nodes": "1..3", "resources": {"gpu": "A100:2"}, "backends": ["aws"], "reservation": "cr-1"}
 

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from pydantic import BaseModel
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -20,12 +22,14 @@ def _load() -> ModuleType:
 
 
 def test_cli_reference_has_every_command_and_option() -> None:
+    import typer.core
     import typer.main
 
     from corral.cli.main import app
 
     text = _load().cli_reference()
     root = typer.main.get_command(app)
+    assert isinstance(root, typer.core.TyperGroup)
     ctx = root.context_class(root, info_name="corral")
     for name in root.list_commands(ctx):
         assert f"## `corral {name}`" in text
@@ -55,7 +59,7 @@ def test_every_note_names_a_real_field() -> None:
     from corral.config import profiles, runs
     from corral.config.fleets import FleetConfiguration
 
-    models = {
+    models: dict[str, type[BaseModel]] = {
         "BaseRunConfiguration": runs.BaseRunConfiguration,
         "ProfileParams": profiles.ProfileParams,
         "FleetConfiguration": FleetConfiguration,

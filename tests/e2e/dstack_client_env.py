@@ -69,7 +69,8 @@ def _build(venv: Path) -> None:
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=_PIP_TIMEOUT)
         except subprocess.TimeoutExpired as e:
-            raise ClientInstallError(f"{' '.join(cmd)} timed out after {_PIP_TIMEOUT}s\n{e.stdout}\n{e.stderr}")
+            said = "\n".join(o.decode() if isinstance(o, bytes) else o or "" for o in (e.stdout, e.stderr))
+            raise ClientInstallError(f"{' '.join(cmd)} timed out after {_PIP_TIMEOUT}s\n{said}")
         log.append(f"$ {' '.join(cmd)}\n{out.stdout}\n{out.stderr}")
         if out.returncode != 0:
             raise ClientInstallError(f"exit code {out.returncode}\n" + "\n".join(log))

@@ -188,7 +188,13 @@ def _events(env: dict[str, str], tmp_path: Path, failing: Path) -> None:
         corral(env, "apply", "-f", str(failing), "-y", "-d")  # a finished run of that name: deleted, submitted again
         assert watch.stdout is not None
         lines_out: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [lines_out.put(x) for x in watch.stdout], daemon=True).start()  # type: ignore[union-attr]
+        out = watch.stdout
+
+        def pump() -> None:
+            for x in out:
+                lines_out.put(x)
+
+        threading.Thread(target=pump, daemon=True).start()
         seen: list[str] = []
         deadline = time.monotonic() + 30
         while not any("[run e2e-fail] Run submitted. Status: SUBMITTED" in line for line in seen):

@@ -53,7 +53,7 @@ def wait_run(cli: DstackCli, name: str, timeout: float = 90) -> dict[str, Any]:
         runs = {r["run_spec"]["run_name"]: r for r in json.loads(cli.ok("ps", "-a", "--json").stdout)["runs"]}
         run = runs.get(name)
         if run is not None and run["status"] in FINISHED:
-            return run
+            return dict(run)
         assert time.monotonic() < deadline, f"{name} did not finish: {run and run['status']}\n{cli.server.log_tail()}"
         time.sleep(0.5)
 

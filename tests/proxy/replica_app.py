@@ -9,6 +9,8 @@ apart, then ``data: [DONE]``. POST /v1/chat/completions: an OpenAI-style answer 
 echoed back as ``echo:<message>``.
 """
 
+from __future__ import annotations
+
 import base64
 import hashlib
 import json
@@ -26,10 +28,10 @@ SICK = os.path.join(os.getcwd(), "sick")
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, *args):
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
-    def _send(self, status, body, ctype="text/plain"):
+    def _send(self, status: int, body: str | bytes, ctype: str = "text/plain") -> None:
         data = body if isinstance(body, bytes) else body.encode()
         self.send_response(status)
         self.send_header("Content-Type", ctype)
@@ -37,7 +39,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _websocket(self):
+    def _websocket(self) -> None:
         key = self.headers["Sec-WebSocket-Key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
         self.send_response(101)
         self.send_header("Upgrade", "websocket")
@@ -65,7 +67,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(head + out)
                 self.wfile.flush()
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         if self.path == "/ws" and self.headers.get("Upgrade", "").lower() == "websocket":
             self._websocket()
             self.close_connection = True
@@ -103,7 +105,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, "no such path: " + self.path)
 
-    def _chunked(self, events, pause):
+    def _chunked(self, events: list[bytes], pause: float) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -114,7 +116,7 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(pause)
         self.wfile.write(b"0\r\n\r\n")
 
-    def do_POST(self):
+    def do_POST(self) -> None:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             body = b""
             while True:

@@ -15,6 +15,7 @@ import pytest
 from corral.proxy import stats
 from corral.proxy.cache import Cache
 from corral.proxy.cold_start import FULL, TIMED_OUT, ColdStart
+from corral.services import service_stats
 from corral.services.service_updates import changed_fields
 from corral.settings import Settings, SettingsError
 from corral.store.service_replicas import Route
@@ -67,7 +68,7 @@ async def test_one_write_per_service_and_second(monkeypatch: pytest.MonkeyPatch)
         written.append(sorted(rows))
         woken.append(wake)
 
-    monkeypatch.setattr(stats.service_stats, "record", record)
+    monkeypatch.setattr(service_stats, "record", record)
     counter = stats.RequestCounter(ctx=None)  # type: ignore[arg-type]
     for _ in range(500):
         counter.count("a")
@@ -86,7 +87,7 @@ async def test_one_write_per_service_and_second(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_what_a_reapply_may_change_in_place() -> None:
-    old = {"run_name": "s", "configuration": {"type": "service", "env": {"V": "1"}, "auth": True}}
+    old: dict[str, Any] = {"run_name": "s", "configuration": {"type": "service", "env": {"V": "1"}, "auth": True}}
     assert changed_fields(old, {**old, "configuration": {**old["configuration"], "env": {"V": "2"}}}) == ["env"]
     assert changed_fields(old, {**old, "configuration": {**old["configuration"], "auth": False}}) is None
     assert changed_fields(old, {**old, "ssh_key_pub": "other"}) is None

@@ -217,7 +217,7 @@ async def test_an_sse_stream_survives_a_scale_down_started_mid_stream(server: Ru
         assert r.status_code == 200, r.text
         await serving(c, "sse", 2, 0)
 
-        async def stream() -> list[bytes]:
+        async def stream() -> list[str]:
             async with c.stream("GET", "/proxy/services/main/sse/long-sse?n=10", timeout=30) as resp:
                 assert resp.status_code == 200
                 return [line async for line in resp.aiter_lines() if line]

@@ -18,7 +18,7 @@ from corral.domain.quotas import Limits
 from corral.scheduler.holds import HOLD_FOR, Ended, holds_for, preemptor
 from corral.scheduler.preemption import RECLAIM, WITHIN_PROJECT, Preemption, choose
 from corral.scheduler.schedule import schedule
-from corral.scheduler.types import Assign, FairShare, Hold, Snapshot
+from corral.scheduler.types import Assign, Fail, FairShare, Hold, Snapshot, Wait
 
 NOW = 1000.0
 
@@ -153,7 +153,7 @@ def test_a_preemptor_already_told_its_wait_keeps_its_hold_without_a_new_decision
     snap = cluster(1, [running(0, 0, priority=60)])
     queue = (*waiting(5, 0, at=10.0), *waiting(9, 90, gpus=2, at=500.0))
     snap = replace(snap, queue=queue, holds=(Hold("i0", "r9", 1, NOW + 60),))
-    waits = {d.job_id: d.message for g in schedule(snap, NOW).gangs for d in g.decisions}
+    waits = {d.job_id: d.message for g in schedule(snap, NOW).gangs for d in g.decisions if isinstance(d, (Wait, Fail))}
     assert waits["j9-0"].startswith("Waiting for capacity")
     told = replace(snap, queue=(queue[0], replace(queue[1], status_message=waits["j9-0"])))
     assert [g.run_id for g in schedule(told, NOW).gangs] == ["r5"] and assigned(told) == {}

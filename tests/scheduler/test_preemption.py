@@ -45,7 +45,8 @@ def cluster(hosts: int, jobs: list[RunningJob], projects: tuple[str, ...] = ("p"
 
 
 def waiting(n: int, priority: int, gpus: int = 1, project: str = "p", at: float = 100.0) -> list[QueuedJob]:
-    req = replace(ONE_GPU, gpu=replace(ONE_GPU.gpu, count=replace(ONE_GPU.gpu.count, min=gpus, max=gpus)))  # type: ignore[arg-type]
+    assert ONE_GPU.gpu is not None
+    req = replace(ONE_GPU, gpu=replace(ONE_GPU.gpu, count=replace(ONE_GPU.gpu.count, min=gpus, max=gpus)))
     return [replace(job(n, priority=priority, req=req), project_id=project, project_name=project, submitted_at=at)]
 
 

@@ -232,7 +232,7 @@ def test_plan_never_overcommits(snapshot: Snapshot) -> None:
         if f.nodes_max is not None:
             assert len(f.instances) + n <= f.nodes_max
     # Blocks of an instance are never over-committed.
-    used = Counter()
+    used: Counter[str] = Counter()
     for d in ds:
         if isinstance(d, Assign):
             used[d.instance_id] += d.blocks

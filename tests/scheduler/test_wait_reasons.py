@@ -14,7 +14,18 @@ from corral.domain.resources import Gpu, GpuSpec, InstanceResources, Range
 from corral.domain.selectors import Selector
 from corral.scheduler.blocks import carved_offers
 from corral.scheduler.schedule import refusal, schedule
-from corral.scheduler.types import Assign, Fail, FleetSlot, Offer, QueuedJob, Reclaim, Reserve, Snapshot, Wait
+from corral.scheduler.types import (
+    Assign,
+    Fail,
+    FleetSlot,
+    InstanceSlot,
+    Offer,
+    QueuedJob,
+    Reclaim,
+    Reserve,
+    Snapshot,
+    Wait,
+)
 
 HOST = InstanceResources(cpus=2, memory_mib=8192, gpus=(), disk_size_mib=100_000, cpu_arch="x86")
 GPU_HOST = InstanceResources(cpus=4, memory_mib=16384, gpus=(Gpu("T4", 16384),), disk_size_mib=100_000)
@@ -110,7 +121,7 @@ def test_the_plan_verdict_is_what_schedule_does(snapshot: Snapshot, fleet_names:
         assert refusal(probe, alone) == (failed[0] if failed else None)
 
 
-def _carved_inst(i: int, blocks: int, status: str = "idle", busy: int = 0) -> object:
+def _carved_inst(i: int, blocks: int, status: str = "idle", busy: int = 0) -> InstanceSlot:
     return replace(
         inst(i, status=status, busy=busy, res=carved_offers("local", HOST, 2)[blocks - 1].resources),
         backend="local",
@@ -140,7 +151,7 @@ def test_only_idle_instances_are_reclaimed_and_nothing_is_placed_on_them(
     insts = tuple(
         _carved_inst(10 + k, b, status=st_, busy=1 if st_ == "busy" else 0) for k, (st_, b) in enumerate(carved)
     )
-    first = replace(snapshot.fleets[0], instances=insts)  # type: ignore[arg-type]
+    first = replace(snapshot.fleets[0], instances=insts)
     used = sum(b for _, b in carved)
     snap = replace(snapshot, fleets=(first, *snapshot.fleets[1:]), host_pools={"local": (used, max(used, 2))})
     ds = [d for g in schedule(snap, 100.0).gangs for d in g.decisions]

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,23 @@ CLEAN_HOST = (
 )
 
 
-async def host_run(fh: FakeHosts, host: str, command: str, user: str = "root") -> asyncssh.SSHCompletedProcess:
+@dataclass(frozen=True)
+class HostRun:
+    """What a command run on a fake host gave: its exit status and its output as text."""
+
+    exit_status: int | None
+    stdout: str
+    stderr: str
+
+
+def _ran(done: asyncssh.SSHCompletedProcess) -> HostRun:
+    def text(out: bytes | str | None) -> str:
+        return out.decode() if isinstance(out, bytes) else (out or "")
+
+    return HostRun(done.exit_status, text(done.stdout), text(done.stderr))
+
+
+async def host_run(fh: FakeHosts, host: str, command: str, user: str = "root") -> HostRun:
     """Run ``command`` on a fake host (as the tests' own SSH client; ``hidden`` through ``gpu``)."""
     key = asyncssh.import_private_key(fh.key.read_text())
     opts: dict[str, Any] = {"username": user, "client_keys": [key], "known_hosts": None, "config": None}
@@ -47,9 +64,9 @@ async def host_run(fh: FakeHosts, host: str, command: str, user: str = "root") -
             asyncssh.connect(fh.ip("gpu"), **opts) as jump,
             asyncssh.connect(fh.ip(host), tunnel=jump, **opts) as conn,
         ):
-            return await conn.run(command, check=False)
+            return _ran(await conn.run(command, check=False))
     async with asyncssh.connect(fh.ip(host), **opts) as conn:
-        return await conn.run(command, check=False)
+        return _ran(await conn.run(command, check=False))
 
 
 SSH_SETTINGS: dict[str, Any] = {

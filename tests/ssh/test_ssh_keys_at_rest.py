@@ -128,7 +128,7 @@ async def test_every_key_of_a_spec_is_sealed_in_its_rows_and_shown_nowhere(tmp_p
     keys = {name: _new_key() for name in ("global", "jump", "host", "host-jump")}
     jump = {"hostname": "10.0.0.9", "user": "root", "identity_file": "~/.ssh/j", "ssh_key": keys["jump"]}
     host_jump = {"hostname": "10.0.0.8", "user": "root", "identity_file": "~/.ssh/hj", "ssh_key": keys["host-jump"]}
-    ssh = {
+    ssh: dict[str, Any] = {
         "user": "root",
         "identity_file": "~/.ssh/g",
         "ssh_key": keys["global"],

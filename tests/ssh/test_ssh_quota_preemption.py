@@ -159,7 +159,9 @@ async def test_a_gpu_quota_holds_under_20_concurrent_submitters(
         for i in range(2):
             await _submit(c, "main", f"m-{i}", ["sleep 4"])
 
-        most, messages, reasons, used = 0, set(), set(), 0.0
+        most, used = 0, 0.0
+        messages: set[str] = set()
+        reasons: set[str] = set()
         main_beside = False  # main held the other two slots while team-b held its two and had more waiting
 
         async def drained() -> bool:

@@ -39,7 +39,8 @@ async def test_one_watcher_for_every_connection(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(ssh_access, "admitted", fake_admitted)
     monkeypatch.setattr(ssh_access, "record_seen", fake_seen)
-    ep = endpoint.Endpoint(SimpleNamespace(), "127.0.0.1", 0, "127.0.0.1")
+    # (no context: the watcher's two calls that read one, ssh_access's, are replaced above)
+    ep = endpoint.Endpoint(SimpleNamespace(), "127.0.0.1", 0, "127.0.0.1")  # type: ignore[arg-type]
     conns = {name: [FakeConn(), FakeConn()] for name in ("busy", "ended-in-grace", "stopped")}
     untrack = {name: [ep.track(name, c) for c in cs] for name, cs in conns.items()}
     ep._opened[conns["busy"][0]] = time.time() - 30  # open long enough to count as activity

@@ -48,5 +48,6 @@ async def test_a_taken_name_is_a_conflict_in_the_transaction_and_out_of_it(db_ur
             await a_run(conn, "r2", now, name="same")
     assert isinstance(raised.value.__cause__, sa.exc.IntegrityError)
     async with db.read() as conn:
-        assert (await conn.execute(sa.select(runs.c.id, runs.c.last_processed_at))).all() == [("r1", now)]
+        rows = (await conn.execute(sa.select(runs.c.id, runs.c.last_processed_at))).all()
+        assert [tuple(r) for r in rows] == [("r1", now)]
     await db.dispose()

@@ -67,6 +67,6 @@ async def test_0008_leaves_the_local_backend_to_main_only(db_url: str) -> None:
         await conn.commit()
         await conn.run_sync(to("head"))
         await conn.commit()
-        rows = dict((await conn.execute(sa.text("SELECT name, backends FROM projects"))).all())
+        rows = {r.name: r.backends for r in (await conn.execute(sa.text("SELECT name, backends FROM projects"))).all()}
     assert rows == {"main": '[{"type": "local"}]', "made-by-api": "[]"}
     await db.dispose()

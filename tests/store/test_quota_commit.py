@@ -59,7 +59,7 @@ def _stale_plans(n_instances: int, n_jobs: int, replicas: int, gang: int) -> lis
     plans: list[list[Gang]] = [[] for _ in range(replicas)]
     for start in range(0, n_jobs, gang):
         for r in range(replicas):
-            decisions = []
+            decisions: list[Assign | Reserve] = []
             for j in range(start, min(start + gang, n_jobs)):
                 slot = (j + r) % (n_instances * 2 + 1)
                 if slot < n_instances * 2:

@@ -38,10 +38,10 @@ async function attempt(name, fn) {
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, *args):
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         body, ctype = (b"ok", "text/plain") if self.path.startswith("/health") else (PAGE, "text/html")
         self.send_response(200)
         self.send_header("Content-Type", ctype)

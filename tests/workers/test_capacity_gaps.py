@@ -95,7 +95,7 @@ async def test_min_equals_max_with_lost_instance_never_exceeds_max(tmp_path: Pat
 
         async def two_idle() -> bool:
             insts = (await c.post("/api/instances/list", json={})).json()
-            return sum(i["status"] == "idle" for i in insts) == 2
+            return bool(sum(i["status"] == "idle" for i in insts) == 2)
 
         await wait_for(two_idle)
         async with Sampler(s) as sampler:
@@ -179,7 +179,7 @@ async def test_retry_rules(tmp_path: Path) -> None:
         await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..1"))
         await c.post("/api/project/main/runs/apply", json=task_body(["sleep 600"], name="holder"))
         await wait_for(_status_is(c, "holder", "running"))
-        cases = {
+        cases: dict[str, tuple[dict[str, Any], str]] = {
             "no-retry-key": ({}, "submitted"),
             "retry-false": ({"retry": False}, "failed"),
             "retry-true": ({"retry": True}, "submitted"),

@@ -76,7 +76,7 @@ async def test_busy_selected_instance_makes_the_job_wait_then_run(server: Runnin
         await c.post("/api/project/main/runs/apply", json=task_body(["sleep 600"], name="holder", instances=["fl-0"]))
 
         async def running() -> bool:
-            return (await get_run(c, "holder"))["status"] == "running"
+            return bool((await get_run(c, "holder"))["status"] == "running")
 
         await wait_for(running)
         await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="pinned", instances=["fl-0"]))

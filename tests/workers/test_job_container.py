@@ -10,6 +10,7 @@ from corral.agent.protocol import JobState, JobSubmission
 from corral.agent.protocol_containers import ContainerInfo, ImagePullProgress
 from corral.domain.records import InstanceRec, JobRec
 from corral.domain.resources import Gpu, InstanceResources
+from corral.domain.statuses import InstanceStatus, JobStatus
 from corral.scheduler.codec import resources_to_json
 from corral.services.serialize import job_submission
 from corral.workers.jobs.container import apply_container, runtime_data, with_agent_state
@@ -21,14 +22,14 @@ HOST = InstanceResources(cpus=8, memory_mib=65536, gpus=(A100,) * 4, spot=False,
 def _inst(total_blocks: int = 1, resources: InstanceResources = HOST) -> InstanceRec:
     return InstanceRec(
         id="i", project_id="p", project_name="main", fleet_id="f", fleet_name="f", name="f-0", instance_num=0,
-        status="busy", unreachable=False, backend="local", region="local", price=0.0,
+        status=InstanceStatus.BUSY, unreachable=False, backend="local", region="local", price=0.0,
         offer={"resources": resources_to_json(resources)}, total_blocks=total_blocks, busy_blocks=1, hostname="h",
         agent=None, created_at=0.0, started_at=0.0, finished_at=None, last_job_finished_at=None,
         idle_duration=None, termination_reason=None, termination_reason_message=None,
     )  # fmt: skip
 
 
-def _job(blocks: int = 1, status: str = "running", runtime: dict[str, Any] | None = None) -> JobRec:
+def _job(blocks: int = 1, status: JobStatus = JobStatus.RUNNING, runtime: dict[str, Any] | None = None) -> JobRec:
     return JobRec(
         id="j", run_id="r", project_id="p", run_name="run", job_num=0, replica_num=0, job_name="run-0-0",
         submission_num=0, deployment_num=0, submitted_at=0.0, last_processed_at=0.0, finished_at=None,
@@ -142,10 +143,10 @@ def test_runtime_data_follows_the_agent() -> None:
 
 def test_api_shows_pull_progress_only_while_pulling() -> None:
     runtime = {"network_mode": "host", "ports": None, "image_pull_progress": {"downloaded_bytes": 1}}
-    shown = job_submission(_job(status="pulling", runtime=runtime))
+    shown = job_submission(_job(status=JobStatus.PULLING, runtime=runtime))
     assert shown["image_pull_progress"] == {"downloaded_bytes": 1}
     assert "image_pull_progress" not in shown["job_runtime_data"]
-    assert job_submission(_job(status="running", runtime=runtime))["image_pull_progress"] is None
+    assert job_submission(_job(status=JobStatus.RUNNING, runtime=runtime))["image_pull_progress"] is None
 
 
 def test_dstack_gpu_variables_give_a_blocks_job_its_share() -> None:

@@ -40,14 +40,14 @@ async def test_a_stop_cuts_the_first_poll_short_and_a_short_job_ends_from_it(tmp
         assert r.status_code == 200, r.text
 
         async def done() -> bool:
-            return (await get_run(c, "short"))["status"] == "done"
+            return bool((await get_run(c, "short"))["status"] == "done")
 
         await wait_for(done, timeout=60)
         r = await c.post("/api/project/main/runs/apply", json=task_body(["sleep 600"], name="long"))
         assert r.status_code == 200, r.text
 
         async def running() -> bool:
-            return (await get_run(c, "long"))["status"] == "running"
+            return bool((await get_run(c, "long"))["status"] == "running")
 
         await wait_for(running, timeout=30, interval=0.01)
         asked = time.monotonic()

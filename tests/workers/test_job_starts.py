@@ -32,6 +32,7 @@ from corral.store.plan_apply import apply_plan
 from corral.store.plan_result import JobLease
 from corral.store.tables import fleets, instances, jobs, runs
 from corral.workers.jobs.driver import Jobs
+from corral.workers.jobs.follower import Started
 from store_rows import admin_and_project
 
 N_JOBS = 4
@@ -116,7 +117,7 @@ class Replica:
         self.moved.set()
         await go.wait()
 
-    async def _submit_once(self, job: JobRec, inst: InstanceRec, _run: RunRec | None = None) -> None:
+    async def _submit_once(self, job: JobRec, inst: InstanceRec, run: RunRec | None = None) -> None:
         """The agent is handed the job; once it answers, the job is ``running`` (guarded by its status, as the
         real submission records it) and followed; the submission's task ends there, as the real one does."""
         try:
@@ -131,7 +132,9 @@ class Replica:
         finally:
             self.moved.set()
 
-    def _follow(self, job: JobRec, inst: InstanceRec, conf: dict[str, Any] | None = None) -> None:
+    def _follow(
+        self, job: JobRec, inst: InstanceRec, conf: dict[str, Any] | None = None, started: Started | None = None
+    ) -> None:
         task = asyncio.create_task(self._follower(job))
         self.jobs.followers.tasks[job.id] = task
         task.add_done_callback(lambda _t: self.jobs.followers.tasks.pop(job.id, None))

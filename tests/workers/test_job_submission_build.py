@@ -11,6 +11,7 @@ from test_job_container import _inst, _job
 
 from corral.agent.protocol import JobState, NetworkMount, RepoCheckout
 from corral.domain.records import RunRec
+from corral.domain.statuses import InstanceStatus, JobStatus, RunStatus
 from corral.settings import Settings
 from corral.workers.jobs.code import JobCode
 from corral.workers.jobs.nodes import nodes_of
@@ -23,7 +24,7 @@ SETTINGS = Settings(server_dir=Path("/nonexistent"), database_url="sqlite+aiosql
 def _run(conf: dict[str, Any], jobs: tuple[Any, ...] = ()) -> RunRec:
     return RunRec(
         id="r", project_id="p", project_name="main", user_name="admin", run_name="run", submitted_at=0.0,
-        last_processed_at=0.0, status="running", status_message=None, termination_reason=None,
+        last_processed_at=0.0, status=RunStatus.RUNNING, status_message=None, termination_reason=None,
         run_spec={"configuration": conf, "repo_id": "repo"}, priority=0, fleet_id=None, fleet_name=None,
         deployment_num=0, deleted=False, jobs=jobs,
     )  # fmt: skip
@@ -68,7 +69,7 @@ def test_nodes_across_hosts_keep_the_hosts_network_and_fill_the_group_addresses(
 def test_nodes_on_one_host_wait_for_every_instance() -> None:
     first = _job()
     second = dataclasses.replace(_job(), id="j2", job_num=1, instance_id="i2")
-    starting = dataclasses.replace(_inst(), id="i2", status="provisioning", agent=None)
+    starting = dataclasses.replace(_inst(), id="i2", status=InstanceStatus.PROVISIONING, agent=None)
     run = _run({"type": "task"}, (first, second))
     nodes = nodes_of(first, _inst(), run, [_inst(), starting])
     assert nodes.one_host and not nodes.ready
@@ -102,7 +103,7 @@ def test_how_a_job_ends() -> None:
 
 
 def test_what_is_recorded_of_a_start() -> None:
-    job = _job(status="provisioning")
+    job = _job(status=JobStatus.PROVISIONING)
     run = _run({"type": "task", "image": "x"})
     sub = build_submission(job, run, nodes_of(job, _inst(), run, [_inst()]), SETTINGS, Given({}))
     pending = started_values(job, _inst(), sub, JobState("j", "pending"), ("server", 2222), 5.0)

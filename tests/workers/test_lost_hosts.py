@@ -72,7 +72,7 @@ async def _lose_the_agent(tmp_path: Path, sig: signal.Signals) -> None:
         agent = json.loads(inst.agent) if isinstance(inst.agent, str) else inst.agent
         work_dir = str(agent["work_dir"])
         await wait_for(lambda: asyncio.to_thread(_slot_records, work_dir), timeout=10)
-        stop, seen = asyncio.Event(), []
+        stop, seen = asyncio.Event(), list[int]()
         sampling = asyncio.create_task(_most_live(s, stop, seen))
         lost_at = time.monotonic()
         os.kill(int(agent["pid"]), sig)

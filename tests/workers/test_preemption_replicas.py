@@ -159,7 +159,7 @@ async def test_high_runs_through_both_replicas_preempt_one_low_run_each(tmp_path
                 await _apply((on_a, on_b)[i % 2], task_body([low], name=name, priority=0))
 
                 async def running(name: str = name) -> bool:
-                    return (await get_run(on_a, name))["status"] == "running"
+                    return bool((await get_run(on_a, name))["status"] == "running")
 
                 await wait_for(running, timeout=30)
             highs = [f"high-{i}" for i in range(HIGH)]

@@ -40,7 +40,7 @@ async def test_high_priority_run_preempts_the_newest_low_one_which_is_requeued(t
         assert r.status_code == 200, r.text
 
         async def running(name: str) -> bool:
-            return (await get_run(c, name))["status"] == "running"
+            return bool((await get_run(c, name))["status"] == "running")
 
         await wait_for(lambda: running("low-a"))
         r = await c.post("/api/project/main/runs/apply", json=task_body([low_b], name="low-b", priority=0))
@@ -136,7 +136,7 @@ async def test_a_project_below_its_nominal_quota_reclaims_from_a_borrowing_one(t
             assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
 
             async def running(name: str = name) -> bool:
-                return (await get_run(c, name))["status"] == "running"
+                return bool((await get_run(c, name))["status"] == "running")
 
             await wait_for(running)
         other = task_body([f"date +%s.%N > {tmp_path}/other-start"], name="other", priority=40)
@@ -179,7 +179,7 @@ async def test_a_multi_node_run_is_preempted_whole_and_requeued_whole(tmp_path: 
         assert (await c.post("/api/project/main/runs/apply", json=body)).status_code == 200
 
         async def running() -> bool:
-            return (await get_run(c, "pair"))["status"] == "running"
+            return bool((await get_run(c, "pair"))["status"] == "running")
 
         await wait_for(running)
         high = task_body([f"touch {tmp_path}/high-ran"], name="high", priority=90)

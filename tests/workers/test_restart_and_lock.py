@@ -38,7 +38,7 @@ async def test_server_restart_reattaches_to_live_agent(tmp_path: Path) -> None:
 
         async def running() -> bool:
             r = (await c.post("/api/project/main/runs/get", json={"run_name": "reattach"})).json()
-            return r["status"] == "running"
+            return bool(r["status"] == "running")
 
         await wait_for(running)
         insts = (await c.post("/api/instances/list", json={})).json()

@@ -44,7 +44,7 @@ def test_home_dir_reaches_the_job_spec() -> None:
 
 async def test_refused_run_options_name_the_field(tmp_path: Path) -> None:
     async with running_server(make_settings(tmp_path)) as s, s.client() as c:
-        cases = [
+        cases: list[tuple[dict[str, Any], str]] = [
             ({"schedule": {"cron": "0 0 31 2 *"}}, "never fire"),
             ({"availability_zones": ["us-east-1a"]}, "`availability_zones`"),
             ({"nodes": 2, "startup_order": "master-first"}, "startup_order"),

@@ -29,7 +29,7 @@ async def test_a_pass_covers_everything_unless_it_was_woken_for_some_keys_only()
     w.wake_for("runs", ["a"])
     w.wake_for("runs", ["b"])
     assert w.event("runs").is_set() and heard == ["runs", "runs"], "listeners (the UI's live pages) hear it"
-    assert w.take("runs") == {"a", "b"}
+    assert w.take("runs") == frozenset({"a", "b"})
     w.wake_for("runs", ["c"])
     w.wake_local("runs")
     assert w.take("runs") is None, "a wake-up without a scope makes the next pass a whole one"
@@ -37,7 +37,7 @@ async def test_a_pass_covers_everything_unless_it_was_woken_for_some_keys_only()
     w.make_whole("runs")
     assert w.take("runs") is None, "the safety net's pass is a whole one"
     w.wake_for("runs", ["e"])
-    assert w.take("runs") == {"e"}
+    assert w.take("runs") == frozenset({"e"})
 
 
 def test_names_another_replica_woke_wake_this_process_and_unknown_ones_are_ignored() -> None:
