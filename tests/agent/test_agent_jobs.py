@@ -258,3 +258,18 @@ def test_the_agent_s_own_lines_about_a_job_are_kept_apart_from_its_output(agent:
     assert lines[0] == "Job test-run (own) received: a host process", lines
     assert any(line.startswith("Process started (pid ") for line in lines), lines
     assert lines[-1] == "Exited with status 4: failed", lines
+
+
+def test_instance_volumes_without_a_sandbox(agent: AgentProc, tmp_path: Path) -> None:
+    """A host process with no sandbox sees the host's paths as they are: a volume at its own path runs, an
+    ``optional`` one elsewhere is left out, and a required one elsewhere fails the job saying why."""
+    (tmp_path / "in.txt").write_text("host-file\n")
+    same = [{"instance_path": str(tmp_path), "path": str(tmp_path)}]
+    optional = [{"instance_path": str(tmp_path), "path": "/data", "optional": True}]
+    agent.submit("vol-same", [f"cat {tmp_path}/in.txt"], volumes=same + optional)
+    assert agent.wait_finished("vol-same")["state"] == "done"
+    assert agent.output("vol-same") == b"host-file\n"
+    agent.submit("vol-elsewhere", ["true"], volumes=[{"instance_path": str(tmp_path), "path": "/data"}])
+    st = agent.wait_finished("vol-elsewhere")
+    assert st["state"] == "failed" and st["message"].startswith("Cannot mount the instance volume(s) at /data: "), st
+    assert "Job failed: Cannot mount the instance volume(s) at /data" in agent.output("vol-elsewhere", "agent").decode()
