@@ -16,12 +16,3 @@ async def test_a_missing_network_volume_is_refused_clearly(server: RunningServer
         # the plan says so too (as dstack's does), never a server error
         plan = await c.post("/api/project/main/runs/get_plan", json={"run_spec": body["plan"]["run_spec"]})
         assert plan.status_code == 400 and plan.json()["detail"][0]["msg"] == message
-
-
-async def test_instance_volumes_need_a_container(server: RunningServer) -> None:
-    async with server.client() as c:
-        r = await c.post("/api/project/main/runs/apply", json=task_body(["true"], volumes=["/host:/mnt"]))
-        assert r.status_code == 400
-        assert "set `image`" in r.json()["detail"][0]["msg"]
-        listed = (await c.post("/api/runs/list", json={})).json()
-        assert listed == []  # nothing half-written
