@@ -317,7 +317,7 @@ class _ServiceParams(CoreModel):
 _Pred = Callable[[ReplicaGroup], bool]
 
 
-def _check_groups(conf: Any, groups: list[ReplicaGroup]) -> None:  # noqa: C901
+def _check_groups(conf: _ServiceParams, groups: list[ReplicaGroup]) -> None:  # noqa: C901
     if conf.scaling is not None:
         raise ValueError(
             "Top-level `scaling` is not allowed when `groups` is set. Specify `scaling` in each replica group instead."
