@@ -148,6 +148,7 @@ def main() -> None:
             AWS_ENDPOINT_URL=proxy.url,
             AWS_EC2_METADATA_DISABLED="true",
             GPUHUNT_CATALOG_URL=gpuhunt_catalog(base / "gpuhunt"),
+            CORRAL_AWS_LIVE_CATALOG="off",  # corral prices from its shipped catalogue, the one dstack gets above
         )
         results = []
         try:

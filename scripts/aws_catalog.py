@@ -1,102 +1,130 @@
-"""Write corral's shipped AWS catalogue (``src/corral/backends/aws/catalog.csv``, gpuhunt's v2 CSV format).
+"""Write corral's shipped AWS catalogue (``src/corral/backends/aws/catalog.csv``, gpuhunt's v2 CSV format)
+from a SkyPilot ``vms.csv`` (schema v7/v8: one row per instance type, region and availability zone).
 
-Two kinds of rows, both marked in ``provider_data``:
+The input is SkyPilot's published AWS catalogue, ``catalogs/v8/aws/vms.csv`` of
+https://github.com/skypilot-org/skypilot-catalog, which SkyPilot's fetcher
+(``sky/catalog/data_fetchers/fetch_aws.py``) builds from AWS's price list (on-demand, Linux, shared
+tenancy), ``DescribeSpotPriceHistory`` (spot, per zone) and ``DescribeInstanceTypeOfferings`` (which
+types each zone offers). ``scripts/data/aws_vms_v8_subset.csv`` holds the rows corral ships: for each
+(type, region) below, the snapshot's row of its cheapest spot zone (or its first zone, when no zone has a
+spot price); its ``GpuInfo`` keeps only the keys read here. See ``SNAPSHOT`` and ``docs/backends/aws.md``.
 
-- ``curated``: on-demand prices hand-entered from AWS's public EC2 price pages (us-east-1, Linux, as of
-  the date in ``CURATED_DATE``), illustrative only -- prices change; give a newer catalogue with
-  ``CORRAL_AWS_CATALOG``. Other regions apply the region factor below.
-- ``generated``: every other instance type of the families corral offers, with CPUs, memory, GPUs and disk
-  from moto's instance-type data (``moto/ec2/resources/instance_types.json.gz``) and a synthetic price:
-  ``0.0104 * vCPUs + 0.0052 * memory GiB + GPU rate * GPUs`` dollars an hour, times the region factor.
-  Not real prices: they only order offers plausibly.
+What the script keeps and how it derives each row, as gpuhunt does for dstack's catalogue
+(``gpuhunt/providers/aws.py``):
 
-Spot rows are 35 % of the on-demand price. Run: ``.venv/bin/python scripts/aws_catalog.py`` (needs moto).
+- only the (type, region) pairs present in the input: no pair is invented;
+- the families in ``FAMILIES``, x86 only, no ``metal`` sizes, no ``nano``/``micro``/``small``;
+- the regions in ``REGIONS``; zones of Local Zones (``usw2-lax1-az1``) are not counted;
+- on-demand price: the row's ``Price``; spot price: the cheapest zone's ``SpotPrice``, and no spot row
+  where no zone has one (p5.4xlarge has no spot market);
+- GPU memory from ``GpuInfo``, except L4: 24 GB, as gpuhunt forces it (``_get_gpu_memory_gib``), so a
+  dstack-style ``L4:24GB`` request matches;
+- ``provider_data`` says where the price came from and when (``source``, ``commit``, ``date``, ``zone``).
+
+Run: ``.venv/bin/python scripts/aws_catalog.py [vms.csv]`` (default: the subset above).
 """
 
 from __future__ import annotations
 
+import ast
 import csv
-import gzip
 import json
 import pathlib
+import sys
+from collections import defaultdict
 
-import moto
-
-CURATED_DATE = "2026-11-01"
-OUT = pathlib.Path(__file__).resolve().parents[1] / "src/corral/backends/aws/catalog.csv"
-REGIONS = {"us-east-1": 1.0, "us-west-2": 1.0, "eu-west-1": 1.12, "eu-central-1": 1.15}
-FAMILIES = ("t3.", "m5.", "m7i.", "c5.", "c7i.", "r7i.", "g4dn.", "g5.", "g6.", "g6e.", "p4d.", "p5.")
-GPU_RATES = {"T4": 0.35, "A10G": 0.75, "L4": 0.55, "L40S": 1.45, "A100": 3.9, "H100": 6.9}
-#: us-east-1 on-demand $/hour, Linux (illustrative, copied by hand on CURATED_DATE).
-CURATED = {
-    "t3.medium": 0.0416,
-    "t3.large": 0.0832,
-    "t3.xlarge": 0.1664,
-    "m5.large": 0.096,
-    "m5.xlarge": 0.192,
-    "m5.2xlarge": 0.384,
-    "c5.xlarge": 0.17,
-    "c5.2xlarge": 0.34,
-    "g4dn.xlarge": 0.526,
-    "g4dn.2xlarge": 0.752,
-    "g5.xlarge": 1.006,
-    "g5.2xlarge": 1.212,
-    "g6.xlarge": 0.8048,
-    "g6e.xlarge": 1.861,
-    "p4d.24xlarge": 21.9576,
-    "p5.48xlarge": 55.04,
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+OUT = ROOT / "src/corral/backends/aws/catalog.csv"
+DEFAULT_INPUT = ROOT / "scripts/data/aws_vms_v8_subset.csv"
+#: The snapshot the shipped rows come from. The file itself carries no date: ``date`` is the day it was
+#: read; its contents (p5.4xlarge, m8a, the June 2025 P4/P5 price cut) place it in late 2025 or after.
+SNAPSHOT = {
+    "source": "skypilot-org/skypilot-catalog catalogs/v8/aws/vms.csv",
+    "commit": "00148f2af3672e2229b4f7bf8157d5a3f36e3c35",
+    "date": "2026-12-06",
 }
+REGIONS = ("us-east-1", "us-west-2", "eu-west-1", "eu-central-1")
+FAMILIES = ("t3.", "m5.", "m7i.", "c5.", "c7i.", "g4dn.", "g5.", "g6.", "g6e.", "p4d.", "p5.")
+SKIPPED_SIZES = (".nano", ".micro", ".small")
+#: gpuhunt reports L4 as 24 GB whatever DescribeInstanceTypes says (22888 MiB); dstack's offers show 24.
+FORCED_GPU_GIB = {"L4": 24.0}
 COLUMNS = [
     "instance_name", "location", "price", "cpu", "memory", "gpu_count", "gpu_name", "gpu_memory",
     "spot", "disk_size", "gpu_vendor", "flags", "cpu_arch", "provider_data",
 ]  # fmt: skip
 
 
+def _wanted(raw: dict[str, str]) -> bool:
+    name = raw["InstanceType"]
+    return (
+        name.startswith(FAMILIES)
+        and "metal" not in name
+        and not name.endswith(SKIPPED_SIZES)
+        and raw["Arch"] == "x86_64"
+        and raw["Region"] in REGIONS
+        and raw["AvailabilityZone"].count("-") == 1  # "use1-az1"; a Local Zone is "usw2-lax1-az1"
+    )
+
+
+def _gpu(raw: dict[str, str]) -> tuple[int, str, str, str]:
+    """(count, name, memory GiB, vendor) of the row's accelerators; (0, "", "", "") without."""
+    if not raw["AcceleratorName"]:
+        return 0, "", "", ""
+    gpus = ast.literal_eval(raw["GpuInfo"])["Gpus"]
+    name = gpus[0]["Name"]
+    gib = FORCED_GPU_GIB.get(name, gpus[0]["MemoryInfo"]["SizeInMiB"] / 1024)
+    return sum(g["Count"] for g in gpus), name, f"{gib:g}", gpus[0]["Manufacturer"].lower()
+
+
+def _rows(zones: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The on-demand row and, when a zone has a spot price, the spot row of one (type, region)."""
+    first = zones[0]
+    count, gpu_name, gpu_gib, vendor = _gpu(first)
+    base = {
+        "instance_name": first["InstanceType"],
+        "location": first["Region"],
+        "cpu": f"{float(first['vCPUs']):g}",
+        "memory": f"{float(first['MemoryGiB']):g}",
+        "gpu_count": str(count),
+        "gpu_name": gpu_name,
+        "gpu_memory": gpu_gib,
+        "disk_size": "",
+        "gpu_vendor": vendor,
+        "flags": "",
+        "cpu_arch": "x86",
+    }
+    meta = {**SNAPSHOT, "price": "AWS price list, on-demand, Linux"}
+    out = [{**base, "price": f"{float(first['Price']):g}", "spot": "False", "provider_data": _json(meta)}]
+    spots = [z for z in zones if z["SpotPrice"]]
+    if spots:
+        cheapest = min(spots, key=lambda z: float(z["SpotPrice"]))
+        meta = {**SNAPSHOT, "price": "DescribeSpotPriceHistory, cheapest zone", "zone": cheapest["AvailabilityZone"]}
+        out.append({**base, "price": f"{float(cheapest['SpotPrice']):g}", "spot": "True", "provider_data": _json(meta)})
+    return out
+
+
+def _json(value: dict[str, str]) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def convert(source: pathlib.Path) -> list[dict[str, str]]:
+    """gpuhunt v2 rows from a SkyPilot ``vms.csv``, sorted by type, region and market."""
+    by_pair: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
+    with source.open(newline="") as f:
+        for raw in csv.DictReader(f):
+            if _wanted(raw) and raw["Price"]:
+                by_pair[(raw["InstanceType"], raw["Region"])].append(raw)
+    return [row for pair in sorted(by_pair) for row in _rows(by_pair[pair])]
+
+
 def main() -> None:
-    path = pathlib.Path(moto.__file__).parent / "ec2/resources/instance_types.json.gz"
-    types = json.loads(gzip.decompress(path.read_bytes()))
-    rows = []
-    for name in sorted(types):
-        if not name.startswith(FAMILIES) or name.endswith(("metal", ".nano", ".micro", ".small")):
-            continue
-        t = types[name]
-        arch = "arm" if "arm64" in t["ProcessorInfo"]["SupportedArchitectures"] else "x86"
-        cpus, mem_gib = t["VCpuInfo"]["DefaultVCpus"], t["MemoryInfo"]["SizeInMiB"] / 1024
-        gpus = (t.get("GpuInfo") or {}).get("Gpus") or []
-        gpu = gpus[0] if gpus else None
-        gpu_count = sum(g["Count"] for g in gpus)
-        curated = name in CURATED
-        base = CURATED.get(name) or (
-            0.0104 * cpus + 0.0052 * mem_gib + (GPU_RATES.get(gpu["Name"], 1.0) * gpu_count if gpu else 0.0)
-        )
-        for region, factor in REGIONS.items():
-            for spot in (False, True):
-                price = base * factor * (0.35 if spot else 1.0)
-                rows.append(
-                    {
-                        "instance_name": name,
-                        "location": region,
-                        "price": f"{price:.4f}",
-                        "cpu": cpus,
-                        "memory": f"{mem_gib:g}",
-                        "gpu_count": gpu_count,
-                        "gpu_name": gpu["Name"] if gpu else "",
-                        "gpu_memory": f"{gpu['MemoryInfo']['SizeInMiB'] / 1024:g}" if gpu else "",
-                        "spot": str(spot),
-                        "disk_size": "",
-                        "gpu_vendor": gpu["Manufacturer"].lower() if gpu else "",
-                        "flags": "",
-                        "cpu_arch": arch,
-                        "provider_data": json.dumps(
-                            {"source": f"curated {CURATED_DATE}" if curated else "generated"}, separators=(",", ":")
-                        ),
-                    }
-                )
+    source = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_INPUT
+    rows = convert(source)
     with OUT.open("w", newline="") as f:
-        w = csv.DictWriter(f, COLUMNS)
+        w = csv.DictWriter(f, COLUMNS, lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
-    print(f"{OUT.name}: {len(rows)} rows")
+    print(f"{OUT.name}: {len(rows)} rows from {source}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ from collections.abc import Iterator
 # An illegal status change raises in every test, in this process and in the servers it starts
 # (``store/transitions.py``); set before corral is imported, which reads it once.
 os.environ["CORRAL_STRICT_TRANSITIONS"] = "1"
+# Servers started from the environment never fetch gpuhunt's public price catalogue (tests stay offline); the
+# live catalogue's tests give theirs a file:// one.
+os.environ.setdefault("CORRAL_AWS_LIVE_CATALOG", "off")
 
 import pytest
 

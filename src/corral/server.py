@@ -251,6 +251,7 @@ def _aws_regions(server_config: Any) -> frozenset[str] | None:
 def _aws_compute(settings: Settings, db: Any, regions: frozenset[str] | None) -> AWSCompute:
     """The AWS backend (boto3 is imported on its first EC2 call, not here)."""
     from corral.backends.aws.compute import AWSCompute
+    from corral.backends.aws.live_catalog import cache_dir
     from corral.backends.ssh import SSHCompute
     from corral.backends.ssh_secrets import KeyOpener
     from corral.services import cloud_backends
@@ -274,6 +275,7 @@ def _aws_compute(settings: Settings, db: Any, regions: frozenset[str] | None) ->
         cloud_backends.project_loader(db, lambda: cipher_for(settings)),
         server_id,
         catalog_path=settings.aws_catalog,
+        live_catalog_dir=cache_dir(settings.server_dir) if settings.aws_live_catalog else None,
         regions=regions,
         provisioning_timeout=settings.provisioning_timeout,
         unavailable_ttl=settings.aws_unavailable_ttl,

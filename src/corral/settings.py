@@ -26,6 +26,8 @@ def _float_env(env: dict[str, str], name: str, default: float | None) -> float |
 
 #: The longest admin token accepted: sealed (``store/encryption.py``) it must fit the 200-character column.
 MAX_ADMIN_TOKEN = 100
+#: gpuhunt's public catalogue bucket, catalogue v3 (gpuhunt ``_internal/catalog.py``: ``CATALOG_URL``).
+GPUHUNT_CATALOG_URL = "https://dstack-gpu-pricing.s3.eu-west-1.amazonaws.com/v3"
 
 
 class SettingsError(ValueError):
@@ -154,6 +156,11 @@ class Settings:
     service_scaling_window: float | None = None
     #: A newer AWS price catalogue (gpuhunt's v2 CSV format) than the one shipped; None: the shipped one.
     aws_catalog: Path | None = None
+    #: The base URL of gpuhunt's published catalogues (``<url>/aws/version``, ``<url>/aws/<v>/catalog.zip``),
+    #: fetched at most daily into the state directory and used instead of the shipped snapshot (unless
+    #: ``aws_catalog`` names a file); None: never fetched. ``CORRAL_AWS_LIVE_CATALOG`` (``off``; default:
+    #: gpuhunt's bucket).
+    aws_live_catalog: str | None = None
     #: How old an instance tagged with this server's id, whose row is missing or terminal, must be before
     #: the reaper acts on it (EC2 lists new instances late; a launch commits its row after the call).
     orphan_grace: float = 600.0
@@ -345,10 +352,20 @@ def _services(s: Settings, e: dict[str, str]) -> Settings:
 
 
 def _clouds(s: Settings, e: dict[str, str]) -> Settings:
-    """``CORRAL_AWS_CATALOG``, ``CORRAL_AWS_UNAVAILABLE_TTL``, ``CORRAL_ORPHAN_GRACE``, ``CORRAL_ORPHAN_ACTION``,
-    ``CORRAL_ORPHAN_INTERVAL``."""
+    """``CORRAL_AWS_CATALOG``, ``CORRAL_AWS_LIVE_CATALOG``, ``CORRAL_AWS_UNAVAILABLE_TTL``, ``CORRAL_ORPHAN_GRACE``,
+    ``CORRAL_ORPHAN_ACTION``, ``CORRAL_ORPHAN_INTERVAL``."""
     if e.get("CORRAL_AWS_CATALOG"):
         s = replace(s, aws_catalog=Path(e["CORRAL_AWS_CATALOG"]).expanduser())
+    live = (e.get("CORRAL_AWS_LIVE_CATALOG") or GPUHUNT_CATALOG_URL).strip()
+    if live.lower() in ("off", "false", "0", "no"):
+        s = replace(s, aws_live_catalog=None)
+    elif live.startswith(("https://", "http://", "file://")):
+        s = replace(s, aws_live_catalog=live)
+    else:
+        raise SettingsError(
+            f"CORRAL_AWS_LIVE_CATALOG={live!r} must be off or a base URL (https://, http:// or file://) of "
+            "gpuhunt's catalogues"
+        )
     grace = _float_env(e, "CORRAL_ORPHAN_GRACE", 600.0)
     interval = _float_env(e, "CORRAL_ORPHAN_INTERVAL", 60.0)
     if grace is None or grace < 0 or interval is None or interval <= 0:

@@ -172,7 +172,7 @@ def test_offers_and_the_instance_show_the_catalogues_prices(restarted: Restarted
         min(o.price for o in catalog.offers(catalog.load(), frozenset({REGION})) if not o.resources.spot)
     )  # cheapest first, on-demand (dstack's default spot_policy)
     (ps,) = [line for line in _corral(restarted, "ps", "-a").splitlines() if "after-crash" in line]
-    assert "aws (us-east-1)" in ps and price["m7i.large"] in ps.split(), ps  # the instance it ran on
+    assert "aws (us-east-1)" in ps and price["t3.large"] in ps.split(), ps  # the instance it ran on
 
     home, work = restarted.tmp / "dstack-home", restarted.tmp / "dstack-work"
     home.mkdir()
@@ -187,3 +187,8 @@ def test_offers_and_the_instance_show_the_catalogues_prices(restarted: Restarted
     dstack_shown = _priced_rows(res.stdout, set(price))
     assert len(dstack_shown) >= 3 and all(p == price[t] for t, p in dstack_shown), cli.explain(res)
     assert dstack_shown[: len(shown)] == shown[: len(dstack_shown)]  # the same offers, in the same order
+    # the catalogue and its date: in `dstack offer --json`'s backend_data, and after `corral offer`'s table
+    data = [o["backend_data"] for o in json.loads(cli.ok("offer", "--json").stdout)["offers"]]
+    assert data and all(d["price_catalog"] and re.fullmatch(r"\d{4}-\d\d-\d\d", d["price_date"]) for d in data)
+    # $0.005/h: AWS public IPv4 charge (AWS News Blog, 2023-07-28)
+    assert f"as of {data[0]['price_date']}; a public IPv4 address adds $0.005/h" in _corral(restarted, "offer")

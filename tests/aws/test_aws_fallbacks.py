@@ -211,7 +211,7 @@ async def test_a_run_lands_on_the_reservations_next_offer_when_its_own_has_no_ca
             json={"plan": {"spec": {"configuration": fleet, "profile": {}}}, "force": True},
         )
         assert r.status_code == 200, r.text
-        proxy.fault = lambda lt: "InsufficientInstanceCapacity" if lt.instance_type == "m7i.large" else None
+        proxy.fault = lambda lt: "InsufficientInstanceCapacity" if lt.instance_type == "t3.large" else None
         try:
             r = await c.post(
                 "/api/project/main/runs/apply", json={"force": True, "plan": {"run_spec": {"configuration": task}}}
@@ -224,11 +224,12 @@ async def test_a_run_lands_on_the_reservations_next_offer_when_its_own_has_no_ca
         sub = run["jobs"][0]["job_submissions"][-1]
         assert run["status"] == "done", sub.get("termination_reason_message")
         (inst,) = [i for i in (await c.post("/api/instances/list", json={})).json() if i["fleet_name"] == "fbfl"]
-        fell_back = _offer(server.ctx.computes["aws"], "c7i.xlarge", REGION)  # m7i.large's next, in price order
-        assert inst["instance_type"]["name"] == "c7i.xlarge" and inst["price"] == fell_back.price
-        assert inst["instance_type"]["resources"]["cpus"] == 4
+        # the cheapest type with 2 CPUs and 8 GB is t3.large; its next, in price order, m5.large
+        fell_back = _offer(server.ctx.computes["aws"], "m5.large", REGION)
+        assert inst["instance_type"]["name"] == "m5.large" and inst["price"] == fell_back.price
+        assert inst["instance_type"]["resources"]["cpus"] == 2
         jpd = sub["job_provisioning_data"]
-        assert jpd["instance_type"]["name"] == "c7i.xlarge" and jpd["price"] == fell_back.price
+        assert jpd["instance_type"]["name"] == "m5.large" and jpd["price"] == fell_back.price
         await c.post("/api/project/main/fleets/delete", json={"names": ["fbfl"]})
 
         async def gone() -> bool:

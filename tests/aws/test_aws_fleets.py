@@ -130,7 +130,7 @@ async def test_seed_scenario_holds_nodes_max_in_ec2(
         refused_first = any(lt.token == f"corral-{tags['corral_instance']}-1" and lt.error for lt in proxy.launches)
         assert inst["ClientToken"] == f"corral-{tags['corral_instance']}-{2 if refused_first else 1}"
         assert inst["Placement"]["AvailabilityZone"] == f"{REGION}b"
-        assert inst["InstanceType"] == "m7i.large"  # the cheapest type with 2 CPUs and 8 GB in the catalogue
+        assert inst["InstanceType"] == "t3.large"  # the cheapest type with 2 CPUs and 8 GB in the catalogue
 
 
 def _launch_by_hand(moto: MotoEC2, tags: dict[str, str], user_data: str = "") -> str:

@@ -1,9 +1,12 @@
 """The AWS backend's pure rules: launch errors classified, client tokens, tags, the UserData script, the
-unavailable-offerings cache, the orphan rule, the catalogue's reader, and the profile's offer filters."""
+unavailable-offerings cache, the orphan rule, the catalogue's reader, the live catalogue's setting, and the
+profile's offer filters."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import re
 from pathlib import Path
 
 import facts
@@ -141,7 +144,9 @@ def test_orphan_rule() -> None:
 
 def test_shipped_catalogue_and_its_errors(tmp_path: Path) -> None:
     rows = catalog.load()
-    assert any(r.source.startswith("curated ") for r in rows) and any(r.source == "generated" for r in rows)
+    # every row names the published catalogue its price comes from, and the day
+    assert {r.source.split(" @ ")[0] for r in rows} == {"skypilot-org/skypilot-catalog catalogs/v8/aws/vms.csv"}
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d", r.date) for r in rows)
     offers = catalog.offers(rows, frozenset({"eu-west-1"}))
     assert offers and {o.region for o in offers} == {"eu-west-1"}
     # on-demand and spot rows alike; a type's spot offer is the cheaper one
@@ -158,6 +163,28 @@ def test_shipped_catalogue_and_its_errors(tmp_path: Path) -> None:
     bad.write_text(catalog.SHIPPED.read_text().splitlines()[0] + "\nm5.large,us-east-1,cheap,2,8,0,,,False,,,,x86,\n")
     with pytest.raises(catalog.CatalogError, match="row 2"):
         catalog.load(bad)
+    # gpuhunt's Graviton rows are skipped (amd64 images only); a catalogue of nothing else is refused
+    header = catalog.SHIPPED.read_text().splitlines()[0]
+    bad.write_text(header + "\nm6g.large,us-east-1,0.077,2,8,0,,,False,,,,arm64,\n")
+    with pytest.raises(catalog.CatalogError, match="no usable row"):
+        catalog.load(bad)
+    bad.write_text(header + "\nm5.large,us-east-1,0.096,2,8,0,,,False,,,,x86,\n")  # no provider_data
+    assert catalog.read(bad, "mine").info == catalog.CatalogInfo(
+        "mine", dt.datetime.now(dt.timezone.utc).date().isoformat()
+    )
+
+
+def test_live_catalogue_setting() -> None:
+    from corral.settings import Settings, SettingsError
+
+    # gpuhunt's public bucket (gpuhunt _internal/catalog.py: CATALOG_URL), unless told otherwise
+    assert Settings.from_env({}).aws_live_catalog == "https://dstack-gpu-pricing.s3.eu-west-1.amazonaws.com/v3"
+    assert Settings.from_env({"CORRAL_AWS_LIVE_CATALOG": "off"}).aws_live_catalog is None
+    assert (
+        Settings.from_env({"CORRAL_AWS_LIVE_CATALOG": "file:///srv/gpuhunt"}).aws_live_catalog == "file:///srv/gpuhunt"
+    )
+    with pytest.raises(SettingsError, match="CORRAL_AWS_LIVE_CATALOG='s3://bucket' must be off or a base URL"):
+        Settings.from_env({"CORRAL_AWS_LIVE_CATALOG": "s3://bucket"})
 
 
 def test_profile_filters() -> None:

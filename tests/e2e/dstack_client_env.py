@@ -285,6 +285,7 @@ def corral_server(tmp: Path, token: str, **env_overrides: str) -> Iterator[Corra
         # the local backend divides the machine among its instances: a machine of 8 blocks whatever runs the tests
         CORRAL_LOCAL_CPUS="8",
         CORRAL_LOCAL_MEMORY="64GB",
+        CORRAL_AWS_LIVE_CATALOG="off",  # tests never fetch gpuhunt's public price catalogue
         PYTHONUNBUFFERED="1",
     )
     env.update(env_overrides)

@@ -1,7 +1,8 @@
 """``corral offer``: what the project's backends and fleets could offer for some resources.
 
 One ``runs/get_plan`` with a throw-away task (``image: scratch``, ``commands: [":"]``, dstack's
-"unconstrained" resources overridden by the options) and ``for_offers_only: true``.
+"unconstrained" resources overridden by the options) and ``for_offers_only: true``. Under the table, a line
+per backend whose offers' ``backend_data`` names the catalogue their prices come from (``price_notes``).
 """
 
 from typing import Annotated, Any, Optional
@@ -52,7 +53,9 @@ def offer(
     ] = None,
     project: ProjectOption = None,
 ) -> None:
-    """List the instance offers matching the given resources, or their GPUs grouped (--group-by)."""
+    """List the instance offers matching the given resources, or their GPUs grouped (--group-by), and where
+    their prices come from (for AWS: the price catalogue and its date, and the public IPv4 charge they leave
+    out)."""
     import json
 
     from corral.cli import formatting, render
@@ -104,14 +107,40 @@ def offer(
         )
     )
     out.print()
-    if offers:
-        out.print(render.offers_table(offers, total, mute_tail_rows=False))
-        out.print()
-        if total > len(offers):
-            price = f"${job_plan.get('max_price') or 0:3f}".rstrip("0").rstrip(".")
-            out.print(f"[secondary] Shown {len(offers)} of {total} offers, {price} max[/]")
-    else:
+    _print_offers(offers, total, job_plan.get("max_price"))
+
+
+def _print_offers(offers: list[dict[str, Any]], total: int, max_price: float | None) -> None:
+    """The offers table, ``Shown N of M offers``, where the prices come from; or the no-offers warning."""
+    from corral.cli import render
+
+    out = render.console()
+    if not offers:
         out.print(render.NO_OFFERS_WARNING)
+        return
+    out.print(render.offers_table(offers, total, mute_tail_rows=False))
+    out.print()
+    if total > len(offers):
+        price = f"${max_price or 0:3f}".rstrip("0").rstrip(".")
+        out.print(f"[secondary] Shown {len(offers)} of {total} offers, {price} max[/]")
+    for line in price_notes(offers):
+        out.print(f"[secondary] {line}[/]")
+
+
+def price_notes(offers: list[dict[str, Any]]) -> list[str]:
+    """One line per backend whose offers say where their prices come from (``backend_data.price_catalog``,
+    ``price_date``) and what they leave out (``public_ipv4_hourly``)."""
+    notes: dict[str, str] = {}
+    for offer in offers:
+        data = offer.get("backend_data") or {}
+        backend = str(offer.get("corral_backend") or offer.get("backend"))
+        if backend in notes or not data.get("price_catalog"):
+            continue
+        note = f"{backend} prices: {data['price_catalog']}, as of {data.get('price_date') or 'an unknown date'}"
+        if data.get("public_ipv4_hourly"):
+            note += f"; a public IPv4 address adds ${data['public_ipv4_hourly']}/h"
+        notes[backend] = note
+    return list(notes.values())
 
 
 def _check_fleets(client: Any, project: str, names: list[str]) -> None:

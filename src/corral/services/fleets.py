@@ -58,15 +58,35 @@ def normalize_spec(raw: FleetSpecIn, loc: tuple[str | int, ...], settings: Setti
     return FleetSpec(conf=conf, profile=profile, document=document)
 
 
-def offer_json(offer: Offer, blocks: int = 1) -> dict[str, Any]:
-    """dstack's ``InstanceOfferWithAvailability`` for a backend offer."""
+def price_sources(ctx: Context) -> dict[str, dict[str, Any]]:
+    """Per backend that prices from a catalogue (aws), where its prices come from, for offers'
+    ``backend_data``: the catalogue (``price_catalog``), its date (``price_date``) and what the prices leave
+    out (``public_ipv4_hourly``: AWS's charge for an instance's public IPv4 address)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, compute in ctx.computes.items():
+        info = getattr(compute, "catalog_info", None)
+        if info is not None:
+            from corral.backends.aws.catalog import PUBLIC_IPV4_HOURLY
+
+            source = info()
+            out[name] = {
+                "price_catalog": source.source,
+                "price_date": source.date,
+                "public_ipv4_hourly": PUBLIC_IPV4_HOURLY,
+            }
+    return out
+
+
+def offer_json(offer: Offer, blocks: int = 1, sources: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """dstack's ``InstanceOfferWithAvailability`` for a backend offer (``sources``: ``price_sources``, for
+    ``backend_data``)."""
     return {
         "backend": serialize.WIRE_BACKEND.get(offer.backend, offer.backend),
         "corral_backend": offer.backend,
         "instance": wire.instance_type(offer_to_json(offer)),
         "region": offer.region,
         "price": offer.price,
-        "backend_data": {},
+        "backend_data": dict((sources or {}).get(offer.backend) or {}),
         "availability": "available",
         "availability_zones": None,
         "instance_runtime": "shim",
@@ -122,7 +142,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: Fleet
         "spec": document,
         "effective_spec": without_ssh_keys(document),
         "current_resource": serialize.fleet(current) if current else None,
-        "offers": [offer_json(o) for o in offers],
+        "offers": [offer_json(o, sources=price_sources(ctx)) for o in offers],
         "total_offers": len(offers),
         "max_offer_price": max((o.price for o in offers), default=None),
         "action": ssh_fleets.plan_action(current, normalized),

@@ -30,7 +30,7 @@ from corral.services import (
     service_updates,
 )
 from corral.services.errors import ResourceNotExists, ServiceError
-from corral.services.fleets import offer_json
+from corral.services.fleets import offer_json, price_sources
 from corral.services.job_specs import JobSpecs, derive
 from corral.services.plan_verdict import plan_screen
 from corral.store import events, run_secrets
@@ -76,7 +76,8 @@ def _offers(
     offers = fitting_offers(ctx, conf, merged, project)
     if reserved is not None:
         offers = [o for o in offers if o in reserved]
-    return [offer_json(o) for o in smallest_carves(offers)]
+    sources = price_sources(ctx)
+    return [offer_json(o, sources=sources) for o in smallest_carves(offers)]
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: RunPlanBody) -> dict[str, Any]:

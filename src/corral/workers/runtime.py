@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from corral.context import Context, WorkerName
 from corral.store.notify import PgNotifier
@@ -18,6 +19,9 @@ from corral.workers.scheduling import Scheduling
 from corral.workers.service_scaling import ServiceScaling
 from corral.workers.triggers import Triggers
 from corral.workers.volumes import Volumes
+
+if TYPE_CHECKING:
+    from corral.workers.aws_catalog import AWSCatalogRefresher
 
 log = logging.getLogger("corral.workers")
 
@@ -51,6 +55,8 @@ class Workers:
         self.probes = Probes(ctx)
         self.service_scaling = ServiceScaling(ctx)
         self.metrics_retention = MetricsRetention(ctx)
+        #: Made at start when the AWS backend prices from gpuhunt's published catalogue (imported then).
+        self.aws_catalog: AWSCatalogRefresher | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._notifier: PgNotifier | None = None
         self._stopping = False
@@ -79,6 +85,11 @@ class Workers:
         self._tasks.append(asyncio.create_task(self.probes.run(), name="corral-probes"))  # service replicas
         self._tasks.append(asyncio.create_task(self.service_scaling.run(), name="corral-service-scaling"))
         self._tasks.append(asyncio.create_task(self.metrics_retention.run(), name="corral-metrics-retention"))
+        if "aws" in self.ctx.computes and self.ctx.settings.aws_live_catalog:  # fetches in a thread, daily at most
+            from corral.workers.aws_catalog import AWSCatalogRefresher
+
+            self.aws_catalog = AWSCatalogRefresher(self.ctx)
+            self._tasks.append(asyncio.create_task(self._aws_catalog_later(), name="corral-aws-catalog"))
         # The first passes (they pick up whatever the last server left) once start-up is over: run at once, they
         # would share the loop and the GIL with the end of start-up and the first requests.
         self._first_passes = asyncio.get_running_loop().call_later(FIRST_PASS_DELAY, self.ctx.wakeups.wake)
@@ -88,6 +99,12 @@ class Workers:
         rest of start-up and the first requests (measured: about 0.1 s of CPU before the first answer)."""
         await asyncio.sleep(WARM_UP_DELAY)
         await asyncio.to_thread(warm_up)
+
+    async def _aws_catalog_later(self) -> None:
+        """The AWS catalogue refresher, once start-up is over (as ``warm_up``)."""
+        await asyncio.sleep(WARM_UP_DELAY)
+        if self.aws_catalog is not None:
+            await self.aws_catalog.run()
 
     async def _loop(self, name: WorkerName, fn: Callable[[], Awaitable[object]]) -> None:
         event = self.ctx.wakeups.event(name)
@@ -112,6 +129,8 @@ class Workers:
         self.service_scaling.stop()
         self.triggers.stop()
         self.metrics_retention.stop()
+        if self.aws_catalog is not None:
+            self.aws_catalog.stop()
         if self._first_passes is not None:
             self._first_passes.cancel()
         if self._notifier is not None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from corral.backends.aws import catalog, ec2, gang_cleanup, gangs, launch, reservations
 from corral.backends.aws.interruptions import Lost, lost
+from corral.backends.aws.live_catalog import CatalogSource
 from corral.backends.aws.orphans import Tagged, orphans
 from corral.backends.aws.session import AWSProject, AWSSession, ProjectLoader, Region, candidate_offers
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
@@ -55,6 +56,7 @@ class AWSCompute:
         projects: ProjectLoader,
         server_id: Callable[[], Awaitable[str]],
         catalog_path: Path | None = None,
+        live_catalog_dir: Path | None = None,
         regions: frozenset[str] | None = None,
         provisioning_timeout: float = 600.0,
         poll: float = 1.0,
@@ -66,7 +68,8 @@ class AWSCompute:
         self.session = AWSSession(
             ssh, projects, server_id, provisioning_timeout, poll, unavailable_ttl, terminate_timeout
         )
-        self._catalog_path = catalog_path
+        #: Where offers are priced from: ``CORRAL_AWS_CATALOG``, the fetched gpuhunt catalogue, or the snapshot.
+        self.catalog = CatalogSource(catalog_path, live_catalog_dir)
         self._offers: list[Offer] | None = None
         #: The regions offered (those the configured backends name; None: every region of the catalogue).
         self.regions = regions
@@ -76,8 +79,18 @@ class AWSCompute:
     # ---- offers --------------------------------------------------------------------------------
     def offers(self) -> list[Offer]:
         if self._offers is None:
-            self._offers = catalog.offers(catalog.load(self._catalog_path), self.regions)
+            self._offers = catalog.offers(self.catalog.current().rows, self.regions)
         return self._offers
+
+    def catalog_info(self) -> catalog.CatalogInfo:
+        """Which catalogue the offers are priced from, and how old it is."""
+        return self.catalog.current().info
+
+    def reload_catalog(self) -> catalog.CatalogInfo:
+        """Price offers from the catalogue as it is now (after a fetch); returns where it comes from."""
+        self.catalog.reload()
+        self._offers = None
+        return self.catalog_info()
 
     async def project(self, name: str) -> AWSProject:
         return await self.session.project(name)
