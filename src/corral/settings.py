@@ -161,13 +161,21 @@ class Settings:
     #: ``aws_catalog`` names a file); None: never fetched. ``CORRAL_AWS_LIVE_CATALOG`` (``off``; default:
     #: gpuhunt's bucket).
     aws_live_catalog: str | None = None
-    #: How old an instance tagged with this server's id, whose row is missing or terminal, must be before
-    #: the reaper acts on it (EC2 lists new instances late; a launch commits its row after the call).
-    orphan_grace: float = 600.0
+    #: How old (by EC2's ``LaunchTime``) an instance tagged with this server's id, whose row is missing or
+    #: terminal, must be before the reaper acts on it. An orphan is gone within ``orphan_grace +
+    #: orphan_interval`` (90 s by default) of its launch. Why 60 s is enough, race by race: the instance's row
+    #: is committed before RunInstances is called, and the reaper reads the rows after EC2 listed the
+    #: instances, so a launch in flight -- on this replica or another sharing the database -- always has its
+    #: row when it is looked at (no grace is needed for it); a row is marked terminated only once
+    #: DescribeInstances said so. What is left is the clock: ``LaunchTime`` is EC2's, ``now`` this server's,
+    #: and 60 s covers any skew of an NTP-synchronised host many times over (a host whose clock is off by
+    #: more than that reaps true orphans that much sooner or later, never a live row's instance).
+    orphan_grace: float = 60.0
     #: What the reaper does with such an orphan: ``terminate`` it, or only ``report`` it (a log line).
     orphan_action: str = "terminate"
-    #: Seconds between two orphan passes over a cloud backend's regions.
-    orphan_interval: float = 60.0
+    #: Seconds between two orphan passes over a cloud backend's regions (one DescribeInstances per project
+    #: and region each).
+    orphan_interval: float = 30.0
     #: Seconds an AWS offering (region, zone, type) that had no capacity, or a region whose quota was
     #: reached, is skipped by later launches.
     aws_unavailable_ttl: float = 120.0
@@ -366,8 +374,8 @@ def _clouds(s: Settings, e: dict[str, str]) -> Settings:
             f"CORRAL_AWS_LIVE_CATALOG={live!r} must be off or a base URL (https://, http:// or file://) of "
             "gpuhunt's catalogues"
         )
-    grace = _float_env(e, "CORRAL_ORPHAN_GRACE", 600.0)
-    interval = _float_env(e, "CORRAL_ORPHAN_INTERVAL", 60.0)
+    grace = _float_env(e, "CORRAL_ORPHAN_GRACE", Settings.orphan_grace)
+    interval = _float_env(e, "CORRAL_ORPHAN_INTERVAL", Settings.orphan_interval)
     if grace is None or grace < 0 or interval is None or interval <= 0:
         raise SettingsError("CORRAL_ORPHAN_GRACE and CORRAL_ORPHAN_INTERVAL must be numbers of seconds")
     ttl = _float_env(e, "CORRAL_AWS_UNAVAILABLE_TTL", 120.0)

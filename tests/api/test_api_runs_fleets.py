@@ -173,6 +173,9 @@ async def test_task_runs_on_local_fleet_and_logs_come_back(server: RunningServer
         assert got["fleet"]["name"] == "fl"
         inst = (await c.post("/api/instances/list", json={})).json()
         assert len(inst) == 1 and inst[0]["status"] == "idle" and inst[0]["backend"] == "remote"
+        # a local host: named by corral's id of the instance, and it bills nothing
+        assert sub["job_provisioning_data"]["instance_id"] == inst[0]["id"]
+        assert sub["job_provisioning_data"]["price"] == 0.0 and got["cost"] == 0.0
 
 
 async def test_failing_task_reports_exit_status(server: RunningServer) -> None:

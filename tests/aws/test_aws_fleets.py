@@ -162,7 +162,7 @@ async def test_orphans_are_reaped_and_untagged_instances_left_alone(
     other_server = _launch_by_hand(moto, {"owner": "corral", "corral_server": "another", "corral_instance": "x"})
     untagged = _launch_by_hand(moto, {"Name": "not-corral"})
     young = OrphanReaper(dataclasses.replace(server.ctx, settings=dataclasses.replace(server.ctx.settings)))
-    assert await young.pass_once(force=True) == 0  # within CORRAL_ORPHAN_GRACE (10 min)
+    assert await young.pass_once(force=True) == 0  # within CORRAL_ORPHAN_GRACE (a minute)
     settings = dataclasses.replace(server.ctx.settings, orphan_grace=0.0, orphan_action="report")
     assert await OrphanReaper(dataclasses.replace(server.ctx, settings=settings)).pass_once(force=True) == 1
     assert _state(moto, orphan) == "running"  # reported only

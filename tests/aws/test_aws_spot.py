@@ -8,6 +8,7 @@ spot instance -- found through DescribeInstances within one host check: the job 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -114,8 +115,10 @@ async def test_a_spot_interruption_is_found_through_ec2_and_resubmitted(
         assert _ec2(moto, first, "InstanceLifecycle") == "spot"  # RunInstances had InstanceMarketOptions
         assert _ec2(moto, od, "InstanceLifecycle") != "spot"
         listed = {i["id"]: i for i in (await c.post("/api/instances/list", json={})).json()}
-        assert listed[first["job_provisioning_data"]["instance_id"]]["instance_type"]["resources"]["spot"] is True
-        assert listed[od["job_provisioning_data"]["instance_id"]]["instance_type"]["resources"]["spot"] is False
+        assert (
+            listed[first["job_provisioning_data"]["corral_instance_id"]]["instance_type"]["resources"]["spot"] is True
+        )
+        assert listed[od["job_provisioning_data"]["corral_instance_id"]]["instance_type"]["resources"]["spot"] is False
 
         moto.client().terminate_instances(InstanceIds=[ec2_id])  # EC2 reclaims it
 
@@ -140,11 +143,30 @@ async def test_a_spot_interruption_is_found_through_ec2_and_resubmitted(
         r = await c.post("/api/project/main/runs/stop", json={"runs_names": ["od", "sp"], "abort": True})
         assert r.status_code == 200, r.text
         for name in ("od", "sp"):
-            await finished_run(c, name, timeout=60)
+            ended = await finished_run(c, name, timeout=60)
+            # each submission on an instance is charged its price for its time there, never for a wait (the
+            # seconds here at the catalogue's cents an hour round to $0 or $0.0001, as dstack rounds)
+            assert 0 <= ended["cost"] <= _most(ended), ended["cost"]
+
+
+def _most(run: dict[str, Any]) -> float:
+    """The most a run can cost: each submission's price for its whole life, submitted to finished."""
+
+    def at(ts: str) -> float:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+    subs = [s for j in run["jobs"] for s in j["job_submissions"] if s["job_provisioning_data"]]
+    most = sum(
+        float(s["job_provisioning_data"]["price"]) * (at(s["finished_at"]) - at(s["submitted_at"])) for s in subs
+    )
+    return round(most / 3600, 4) + 0.0001
 
 
 def _ec2(moto: Any, sub: dict[str, Any], key: str = "InstanceId") -> Any:
-    """``key`` of the EC2 instance of a job submission (found by corral's tag naming the instance row)."""
-    tag = {"Name": "tag:corral_instance", "Values": [sub["job_provisioning_data"]["instance_id"]]}
+    """``key`` of the EC2 instance of a job submission (found by corral's tag naming the instance row), which
+    the submission names as dstack does: backend ``aws``, EC2's instance id, its region."""
+    jpd = sub["job_provisioning_data"]
+    tag = {"Name": "tag:corral_instance", "Values": [jpd["corral_instance_id"]]}
     (inst,) = [i for r in moto.client().describe_instances(Filters=[tag])["Reservations"] for i in r["Instances"]]
+    assert (jpd["backend"], jpd["instance_id"], jpd["region"]) == ("aws", inst["InstanceId"], REGION)
     return inst.get(key)

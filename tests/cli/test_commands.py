@@ -147,6 +147,7 @@ def test_unexpected_exception_has_no_traceback(fake: FakeClient, cli: CLI, monke
 
 def test_ps_table_and_hint(fake: FakeClient, cli: CLI) -> None:
     running = make_run("train", "running", submission("running", job_provisioning_data=JPD))
+    running["cost"] = 1.25  # what the server counted so far
     done = make_run(
         "old",
         "failed",
@@ -160,8 +161,9 @@ def test_ps_table_and_hint(fake: FakeClient, cli: CLI) -> None:
     result = cli("ps")
     assert result.code == 0, result.err
     header = result.out.splitlines()[0].split()
-    assert header == ["NAME", "BACKEND", "INSTANCE", "GPU", "PRICE", "STATUS", "SUBMITTED"]
+    assert header == ["NAME", "BACKEND", "INSTANCE", "GPU", "PRICE", "COST", "STATUS", "SUBMITTED"]
     assert "gpu-fleet-0" in result.out  # which instance each job runs on (beyond dstack)
+    assert "$1.25" in result.out  # the run's cost
     assert "train" in result.out and "local" in result.out and "gpu=H200:140.4GB:1" in result.out
     assert "$0" in result.out
     assert [c[2] for c in fake.calls if c[0] == "runs_list"] == [

@@ -11,17 +11,21 @@ import base64
 import functools
 import json
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
+import sqlalchemy as sa
 from browser_env import axe_script, chromium
 from playwright.async_api import Browser, Page, async_playwright, expect
 
+from corral.store.tables import jobs
 from server_harness import (
     RunningServer,
+    finished_run,
     fleet_body,
     free_port,
     get_run,
@@ -239,4 +243,38 @@ async def test_a_service_page_cannot_act_with_the_admins_rights(browser: Browser
         assert "evil" not in users  # the form post reached the UI without the session, and was refused
         r = await c.post("/api/project/main/runs/stop", json={"runs_names": ["page-svc"], "abort": True})
         assert r.status_code == 200
+    await page.context.close()
+
+
+async def test_the_list_and_a_runs_page_say_where_it_ran_and_what_it_cost(
+    browser: Browser, server: RunningServer
+) -> None:
+    async with server.client() as c:
+        r = await c.post("/api/project/main/runs/apply", json=task_body(["sleep 4"], name="priced-run"))
+        assert r.status_code == 200, r.text
+        run = r.json()
+
+        async def running() -> bool:
+            return bool((await get_run(c, "priced-run"))["status"] == "running")
+
+        await wait_for(running, timeout=30, interval=0.2)
+        # placed half an hour ago at $2.00 an hour, as a job on a cloud instance would have been (this fleet's
+        # local host bills nothing): the run costs $1 and a little more once it ends
+        async with server.ctx.db.write() as conn:
+            await conn.execute(
+                sa.update(jobs).where(jobs.c.run_id == run["id"]).values(price=2.0, placed_at=time.time() - 1800)
+            )
+        ended = await finished_run(c, "priced-run", timeout=30)
+    cost = f"${ended['cost']:.4f}".rstrip("0").rstrip(".")
+    assert cost.startswith("$1.00"), ended["cost"]
+    page = await logged_in(browser, server, server.token, viewport={"width": 1366, "height": 768})
+    row = page.locator(f'tr[data-run="{run["id"]}"]')
+    await expect(row.locator(f'[data-cost="{run["id"]}"]')).to_have_text(cost)
+    await expect(row).to_contain_text("local")  # where it ran: this machine
+    await row.get_by_role("link", name="priced-run").click()
+    await page.wait_for_url(f"**/projects/main/runs/{run['id']}")
+    await expect(page.locator(f'dd[data-cost="{run["id"]}"]')).to_have_text(cost)
+    jobs_table = page.get_by_role("table", name="Jobs and their submissions, newest submission first")
+    await expect(jobs_table.get_by_role("columnheader", name="Backend")).to_be_visible()
+    await expect(jobs_table).to_contain_text("local")
     await page.context.close()

@@ -208,7 +208,15 @@ def _status_cell(text: str, status: str) -> str:
 
 
 def _job_cells(submission: JSON) -> dict[str, str]:
-    cells = {"RESOURCES": "-", "GPU": "-", "PRICE": "-", "BACKEND": "-", "INSTANCE TYPE": "", "INSTANCE": "-"}
+    cells = {
+        "RESOURCES": "-",
+        "GPU": "-",
+        "PRICE": "-",
+        "COST": "",
+        "BACKEND": "-",
+        "INSTANCE TYPE": "",
+        "INSTANCE": "-",
+    }
     jpd = submission.get("job_provisioning_data")
     if not jpd:
         return cells
@@ -239,6 +247,7 @@ _RUN_COLUMNS = {
         tf.Column("INSTANCE", style="grey58", drop_rank=4),
         tf.Column("GPU", drop_rank=5),
         tf.Column("PRICE", style="grey58", drop_rank=2),
+        tf.Column("COST", style="grey58", drop_rank=2),
         tf.Column("STATUS", wraps=True, min_width=12, narrowest=12),  # a job's message (the sandbox's, say) wraps
         tf.Column("SUBMITTED", style="grey58", drop_rank=1),
     ),
@@ -249,6 +258,7 @@ _RUN_COLUMNS = {
         tf.Column("RESOURCES", style="grey58", drop_rank=5, wraps=True, min_width=16),
         tf.Column("INSTANCE TYPE", style="grey58", drop_rank=1),
         tf.Column("PRICE", style="grey58", drop_rank=2),
+        tf.Column("COST", style="grey58", drop_rank=2),
         tf.Column("STATUS", wraps=True, min_width=12, narrowest=12),  # a job's message (the sandbox's, say) wraps
         tf.Column("SUBMITTED", style="grey58", drop_rank=6),
         tf.Column("ERROR", wraps=True, min_width=24),
@@ -257,9 +267,9 @@ _RUN_COLUMNS = {
 
 
 def runs_table(runs: Sequence[JSON], verbose: bool = False, width: int | None = None) -> Table:
-    """``NAME BACKEND INSTANCE GPU PRICE STATUS SUBMITTED`` (``-v``: RESOURCES, INSTANCE TYPE, ERROR), fitted
+    """``NAME BACKEND INSTANCE GPU PRICE COST STATUS SUBMITTED`` (``-v``: RESOURCES, INSTANCE TYPE, ERROR), fitted
     to ``width`` (default: the console's): the least useful columns are dropped first, resources and
-    errors wrap; nothing is cut short."""
+    errors wrap; nothing is cut short. ``COST`` is the run's (its price times its jobs' running time so far)."""
     rows: list[tuple[dict[str, str], str | None]] = []
     for run in runs:
         spec = run.get("run_spec") or {}
@@ -271,6 +281,7 @@ def runs_table(runs: Sequence[JSON], verbose: bool = False, width: int | None = 
             "RESOURCES": "-",
             "GPU": "-",
             "PRICE": "-",
+            "COST": f.format_price(run.get("cost")),
             "BACKEND": "-",
             "INSTANCE": "-",
             "ERROR": escape(str(run.get("error") or "")),
@@ -285,7 +296,7 @@ def runs_table(runs: Sequence[JSON], verbose: bool = False, width: int | None = 
             sub = job["job_submissions"][-1]
             row = _job_cells(sub)
             if len(jobs) == 1:
-                row.update(NAME=run_row["NAME"], SUBMITTED=run_row["SUBMITTED"])
+                row.update(NAME=run_row["NAME"], SUBMITTED=run_row["SUBMITTED"], COST=run_row["COST"])
                 row["ERROR"] = run_row["ERROR"] or escape(str(sub.get("error") or ""))
             else:
                 parts = []

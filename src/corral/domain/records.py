@@ -126,6 +126,10 @@ class JobRec:
     ready: bool | None = None
     #: Its probes' streaks (``[{"success_streak", "failure_streak"}]``), as last recorded.
     probes: tuple[Mapping[str, int], ...] = ()
+    #: The price ($/hour) of its instance when it was placed (0 on local and SSH hosts; None: not placed, or
+    #: stored before prices were), and when it was placed: what its cost counts from (``domain/costs.py``).
+    price: float | None = None
+    placed_at: float | None = None
 
 
 @dataclass(frozen=True)

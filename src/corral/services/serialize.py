@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from corral.domain import inactivity
+from corral.domain import costs, inactivity
 from corral.domain.access import can_manage_secrets
 from corral.domain.cron import next_trigger
 from corral.domain.documents import spec_configuration
@@ -286,7 +286,9 @@ def _preempted_by(subs: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def run(r: RunRec, queue_position: int | None = None) -> dict[str, Any]:
+def run(r: RunRec, queue_position: int | None = None, now: float | None = None) -> dict[str, Any]:
+    """dstack's Run; its ``cost`` is counted over the submissions loaded (all of them, or the latest
+    ``job_submissions_limit`` of each job a list asked for, as dstack's), those still going up to ``now``."""
     js = jobs(r)
     latest = None
     if js:
@@ -313,7 +315,7 @@ def run(r: RunRec, queue_position: int | None = None) -> dict[str, Any]:
         "run_spec": r.run_spec,
         "jobs": js,
         "latest_job_submission": latest,
-        "cost": 0.0,
+        "cost": costs.run_cost(r.jobs, time.time() if now is None else now),
         "service": service_field(r.project_name, r.run_name, spec_configuration(r.run_spec)),
         "deployment_num": r.deployment_num,
         "error": None,

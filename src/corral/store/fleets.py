@@ -242,9 +242,13 @@ async def list_instances_by_ids(conn: AsyncConnection, ids: Sequence[str]) -> li
     return [instance_from_row(r, r.project_name, r.fleet_name) for r in rows]
 
 
-async def instance_statuses(conn: AsyncConnection) -> dict[str, str]:
-    """Every instance's status by its id, terminated and deleted ones included."""
-    return {r.id: r.status for r in await conn.execute(sa.select(instances.c.id, instances.c.status))}
+async def instance_statuses(conn: AsyncConnection, ids: Sequence[str]) -> dict[str, str]:
+    """The status of each instance of ``ids`` that has a row (terminated and deleted ones included)."""
+    out: dict[str, str] = {}
+    for start in range(0, len(ids), 500):  # bounded lists of bound parameters
+        q = sa.select(instances.c.id, instances.c.status).where(instances.c.id.in_(list(ids[start : start + 500])))
+        out.update({r.id: r.status for r in await conn.execute(q)})
+    return out
 
 
 async def update_instance(

@@ -37,6 +37,9 @@ class ProvisionedInstance:
     total_blocks: int | None
     region: str | None
     price: float
+    #: What the jobs placed on it are charged now, when that is not what they were placed at (a cloud launched
+    #: a fallback offer of another price); None: as placed.
+    jobs_price: float | None = None
 
 
 async def record_provisioned(
@@ -66,6 +69,12 @@ async def record_provisioned(
             **_NO_LEASE,
         },
     )
+    if updated and found.jobs_price is not None:
+        await conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.instance_id == instance_id, jobs.c.status == "provisioning")
+            .values(price=found.jobs_price)
+        )
     return updated > 0
 
 

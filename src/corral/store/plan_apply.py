@@ -35,6 +35,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.costs import placed_price
 from corral.domain.durations import run_idle_duration, shorter_idle
 from corral.domain.events import instance_target, job_target, status_change_message
 from corral.domain.fleets import nodes_bounds
@@ -83,7 +84,8 @@ async def _assign(
     status = "busy" if inst.status == "idle" else inst.status
     if not transitions.permit("instances", inst.id, inst.status, status):  # written below, not tracked_update
         raise _Rejected
-    job = await _take_job(conn, d.job_id, d.instance_id, d.blocks, now, lease if leased else None)
+    price = placed_price(inst.backend, inst.price)
+    job = await _take_job(conn, d.job_id, d.instance_id, d.blocks, price, now, lease if leased else None)
     values = {"busy_blocks": busy + d.blocks, "status": status, "last_processed_at": now}
     await conn.execute(prebuilt.update_by_id(instances, frozenset(values), False), prebuilt.params(inst.id, values))
     target = instance_target(inst.project_id, inst.id, inst.name, inst.fleet_id)
@@ -103,14 +105,22 @@ def _job_target(job: Any) -> Any:
 
 
 async def _take_job(
-    conn: AsyncConnection, job_id: str, instance_id: str, blocks: int, now: float, lease: dict[str, Any] | None = None
+    conn: AsyncConnection,
+    job_id: str,
+    instance_id: str,
+    blocks: int,
+    price: float,
+    now: float,
+    lease: dict[str, Any] | None = None,
 ) -> Any:
     """Place a waiting job on an instance (its status change recorded; ``lease``: the lease columns to set with
     it); the job as it was. A ``submitted`` job is on no instance: every job row starts so, and leaves it for
-    good when it is placed or failed."""
+    good when it is placed or failed. The instance's ``price`` now is stored with it: its cost counts from here."""
     values = {
         "instance_id": instance_id,
         "blocks": blocks,
+        "price": price,
+        "placed_at": now,
         "status": "provisioning",
         "status_message": None,
         "last_processed_at": now,
@@ -222,7 +232,7 @@ async def _reserve(
     if d.job_id is None:
         await emit(conn, "Instance created to meet target fleet node count. Status: PENDING", None, [target])
         return instance_id
-    job = await _take_job(conn, d.job_id, instance_id, d.blocks, now)
+    job = await _take_job(conn, d.job_id, instance_id, d.blocks, placed_price(d.offer.backend, d.offer.price), now)
     await emit(conn, "Instance created for job. Instance status: PENDING", None, [target, _job_target(job)])
     await emit(
         conn,

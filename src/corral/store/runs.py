@@ -57,6 +57,8 @@ def job_from_row(r: Any) -> JobRec:
         ssh_seen_at=getattr(r, "ssh_seen_at", None),
         ready=getattr(r, "ready", None),
         probes=tuple(_loads(getattr(r, "probes", None)) or ()),
+        price=getattr(r, "price", None),
+        placed_at=getattr(r, "placed_at", None),
     )
 
 

@@ -239,6 +239,10 @@ jobs = sa.Table(
     #: new submission waits in its run's original place, with no wait deadline (null: ``submitted_at``).
     sa.Column("queued_at", Time, nullable=True),
     sa.Column("instance_id", sa.String(36), sa.ForeignKey("instances.id"), nullable=True),
+    #: The price ($/hour) of its instance when it was placed (0 on local and SSH hosts), and when: its cost
+    #: (``domain/costs.py``) is counted from these, so a price change never rewrites history (null: not placed).
+    sa.Column("price", sa.Float, nullable=True),
+    sa.Column("placed_at", Time, nullable=True),
     sa.Column("job_provisioning_data", sa.Text, nullable=True),
     sa.Column("job_runtime_data", sa.Text, nullable=True),
     sa.Column("stop_requested", sa.String(20), nullable=True),

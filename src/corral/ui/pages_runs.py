@@ -22,7 +22,7 @@ from corral.services.errors import ResourceNotExists, ServiceError
 from corral.ui import auth
 from corral.ui.charts import job_charts
 from corral.ui.pages_events import recent
-from corral.ui.render import absolute, iso, page, relative
+from corral.ui.render import absolute, dollars, iso, page, relative
 
 PAGE_SIZE = 100
 FINISHED = FINISHED_RUN
@@ -90,9 +90,18 @@ def run_row(r: dict[str, Any]) -> dict[str, Any]:
         "submitted_abs": absolute(r.get("submitted_at")),
         "submitted_rel": relative(r.get("submitted_at")),
         "fleet": (r.get("fleet") or {}).get("name") or "",
-        "backend": jpd.get("backend") or "",
+        "backend": where(jpd),
+        "cost": dollars(r.get("cost")),
         "finished": r["status"] in FINISHED,
     }
+
+
+def where(jpd: dict[str, Any]) -> str:
+    """Where a job runs, as dstack's CLI says it: ``aws (us-east-1)``; local and SSH hosts by corral's name
+    (dstack's wire calls both ``remote``)."""
+    name = str(jpd.get("corral_backend") or jpd.get("backend") or "")
+    region = jpd.get("region")
+    return f"{name} ({region})" if name and region and region != name else name
 
 
 async def runs_list(request: Request) -> Response:
@@ -155,6 +164,7 @@ def _jobs(run: dict[str, Any]) -> list[dict[str, Any]]:
                 "submissions": list(reversed(subs)),
                 "latest": latest,
                 "resources": (latest.get("job_provisioning_data") or {}).get("instance_type") or {},
+                "where": [where(s.get("job_provisioning_data") or {}) for s in reversed(subs)],
             }
         )
     return out

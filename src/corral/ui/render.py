@@ -80,6 +80,12 @@ def mib(value: Any) -> str:
     return f"{v / 1024:.0f} GB" if v >= 1024 else f"{v:.0f} MB"
 
 
+def dollars(value: Any) -> str:
+    """``$0.1234`` (trailing zeros dropped; ``$0`` for nothing spent), as ``dstack ps`` writes prices."""
+    amount = float(value or 0.0)
+    return f"${amount:.4f}".rstrip("0").rstrip(".")
+
+
 def time_html(value: Any) -> Markup:
     """A time as the pages show it: relative, with the absolute UTC time beside it and in its tooltip."""
     if not value:
@@ -115,6 +121,7 @@ def environment() -> Environment:
     env.filters["mib"] = mib
     env.globals["time"] = time_html
     env.globals["status"] = status_html
+    env.globals["dollars"] = dollars
     return env
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from corral.backends.base import AgentEndpoint, Compute, Provisioned, ProvisioningError
 from corral.context import Context
+from corral.domain.costs import placed_price
 from corral.domain.events import instance_target
 from corral.domain.fleets import nodes_bounds, stuck_message
 from corral.domain.records import InstanceRec
@@ -136,6 +137,7 @@ class Instances:
             total_blocks=provisioned.total_blocks or inst.total_blocks,
             region=offer.get("region") or inst.region,
             price=offer["price"],
+            jobs_price=placed_price(inst.backend, offer["price"]) if launched is not None else None,
         )
         async with self.ctx.db.write() as conn:
             recorded_now = await instance_outcomes.record_provisioned(conn, inst.id, token, found, now)

@@ -1,6 +1,7 @@
 """The orphan reaper of cloud backends: every ``orphan_interval``, per project with an ``aws`` backend and
 per region it names, the instances tagged with this server's id whose row is missing or terminated and
-older than ``CORRAL_ORPHAN_GRACE`` are terminated (or only reported: ``CORRAL_ORPHAN_ACTION=report``).
+older than ``CORRAL_ORPHAN_GRACE`` are terminated (or only reported: ``CORRAL_ORPHAN_ACTION=report``). The
+rows are read after EC2 listed the instances, and only those the listing names.
 Instances without corral's server tag are never looked at. This server's placement groups that no live
 instance names are deleted after the same grace (``backends.aws.gang_cleanup.sweep_groups``).
 
@@ -37,7 +38,6 @@ class OrphanReaper:
             return 0
         async with self.ctx.db.read() as conn:
             names = await project_state.names_naming_backend(conn, "aws")
-            rows = await fleet_store.instance_statuses(conn)
         found = 0
         for name in names:
             project = await compute.project(name)  # type: ignore[attr-defined]
@@ -46,7 +46,7 @@ class OrphanReaper:
             )
             try:
                 reaped = await compute.reap_orphans(  # type: ignore[attr-defined]
-                    project, regions, rows, self.ctx.settings.orphan_grace, self.ctx.settings.orphan_action
+                    project, regions, self._statuses, self.ctx.settings.orphan_grace, self.ctx.settings.orphan_action
                 )
             except Exception as e:  # EC2 unreachable: the next pass tries again
                 log.warning("orphan pass of project %s failed: %s", name, e)
@@ -60,3 +60,8 @@ class OrphanReaper:
             except Exception as e:
                 log.warning("placement group pass of project %s failed: %s", name, e)
         return found
+
+    async def _statuses(self, ids: list[str]) -> dict[str, str]:
+        """The statuses of the instance rows ``ids`` as committed now (read after EC2 listed the instances)."""
+        async with self.ctx.db.read() as conn:
+            return await fleet_store.instance_statuses(conn, ids)

@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,9 @@ from corral.domain.records import InstanceRec
 from corral.scheduler.types import Offer
 
 log = logging.getLogger("corral.aws")
+
+#: The statuses of the instance rows of the ids given (a missing id: no such row), read when called.
+RowStatuses = Callable[[list[str]], Awaitable[Mapping[str, str]]]
 
 
 @dataclasses.dataclass
@@ -323,15 +326,20 @@ class AWSCompute:
         return await self.ssh.reap_unknown(known_instance_ids)
 
     async def reap_orphans(
-        self, project: AWSProject, regions: list[str], row_status: dict[str, str], grace: float, action: str
+        self, project: AWSProject, regions: list[str], rows: RowStatuses, grace: float, action: str
     ) -> list[Tagged]:
         """Terminate (or, with ``action`` ``report``, only log) this server's instances in ``regions`` whose
-        row is missing or terminated and that were launched more than ``grace`` seconds ago."""
+        row is missing or terminated and that were launched more than ``grace`` seconds ago. The rows are read
+        (``rows``: the statuses of the row ids asked) after EC2 listed the instances: a row is committed before
+        its launch's call, so every instance listed has its row by then, whichever replica launched it."""
         server_id = await self.session.server_id()
         found: list[Tagged] = []
         for region in regions:
             client = await self.session.ec2(ec2.client, project.creds, region)
             tagged = await self.session.ec2(ec2.owned, client, server_id)
+            if not tagged:
+                continue
+            row_status = await rows(sorted({t.row_id for t in tagged}))
             for orphan in orphans(tagged, row_status, grace, time.time()):
                 found.append(orphan)
                 done = "reported only" if action == "report" else "terminating it"

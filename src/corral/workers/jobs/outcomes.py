@@ -7,8 +7,9 @@ samples, its end and the release of this replica's lease (:class:`Tail`).
 What is recorded is decided by pure functions (:func:`started_values`, :func:`end_of`); :class:`JobOutcomes` is
 the component the jobs driver holds that writes it, and wakes what a job's end concerns.
 
-May import: corral.domain, corral.schemas.wire, corral.store, corral.context, corral.workers.job_metrics and the
-container side of this package (:mod:`corral.workers.jobs.container`).
+May import: corral.domain, corral.schemas.wire, corral.scheduler.fleet_view (the backends' names on the wire),
+corral.store, corral.context, corral.workers.job_metrics and the container side of this package
+(:mod:`corral.workers.jobs.container`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from typing import Any
 
 from corral.agent.protocol import JobState, JobSubmission
 from corral.context import Context, WakeUp
+from corral.domain.costs import placed_price
 from corral.domain.metrics import MetricsPoint
 from corral.domain.records import InstanceRec, JobRec
 from corral.domain.statuses import ACTIVE_JOB, HOLDING_JOB
+from corral.scheduler.fleet_view import WIRE_NAMES
 from corral.schemas import wire
 from corral.store import fleets as fleet_store
 from corral.store import leases
@@ -119,20 +122,33 @@ def sandbox_message(state: JobState) -> str | None:
     return state.sandbox.message if state.sandbox is not None else None
 
 
+def _cloud_place(inst: InstanceRec) -> dict[str, Any] | None:
+    """Where a cloud launched the instance (``{"instance_id", "region", ...}``, recorded with its agent when it
+    was provisioned: :mod:`corral.backends.aws.session`); None for local and SSH hosts."""
+    place = ((inst.agent or {}).get("connection") or {}).get(inst.backend)
+    return place if isinstance(place, dict) and place.get("instance_id") else None
+
+
 def provisioning_data(inst: InstanceRec, job_id: str, ssh: tuple[str, int] | None) -> dict[str, Any]:
     """dstack's ``job_provisioning_data``: the SSH fields in its ``dockerized`` layout, where ``hostname``
     and ``ssh_port`` are the server's SSH endpoint and ``username`` names the job (:mod:`corral.sshd`);
-    ``internal_ip`` is the instance's own address."""
+    ``internal_ip`` is the instance's own address. Where the job runs is said as dstack says it: a cloud
+    instance by its backend (``aws``), its region and zone and the cloud's own id (``instance_id``, e.g. EC2's
+    ``i-...``); local and SSH hosts as ``remote``, by corral's id of the instance. The price is the instance's
+    ($/hour; 0 on local and SSH hosts). corral's own names ride in ``corral_*`` fields."""
+    place = _cloud_place(inst)
     return {
-        "backend": "remote",
+        "backend": WIRE_NAMES.get(inst.backend, inst.backend),
         "corral_backend": inst.backend,
         "corral_instance": inst.name,
+        "corral_instance_id": inst.id,
         "instance_type": wire.instance_type(inst.offer),
-        "instance_id": inst.id,
+        "instance_id": str(place["instance_id"]) if place is not None else inst.id,
         "hostname": ssh[0] if ssh is not None else inst.hostname or "127.0.0.1",
         "internal_ip": inst.hostname or "127.0.0.1",
         "region": inst.region or "local",
-        "price": inst.price or 0.0,
+        "availability_zone": str((inst.offer or {}).get("zone") or "") or None,
+        "price": placed_price(inst.backend, inst.price),
         "username": job_id,
         "ssh_port": ssh[1] if ssh is not None else None,
         "dockerized": True,
