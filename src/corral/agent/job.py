@@ -79,11 +79,11 @@ class Job:
         #: Whether ``state.json`` is written in place (None: not known yet, as for a job read back at a start).
         self._paged: bool | None = None
 
-    def diag(self, text: str) -> None:
+    def diag(self, text: str, at: float | None = None) -> None:
         """A line of the agent's own log of the job (what it does for it: sandbox, mounts, image, process,
         signals, exit), kept beside its output under the source ``agent``: dstack's runner log, which
         ``dstack logs -d`` shows."""
-        self.logs.append("agent", [text.encode(errors="replace") + b"\n"], time.time())
+        self.logs.append("agent", [text.encode(errors="replace") + b"\n"], time.time() if at is None else at)
         self.notify()
 
     def snapshot(self) -> JobState:

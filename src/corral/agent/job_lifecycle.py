@@ -376,7 +376,8 @@ class JobLifecycle:
                 st.state = "failed"
                 st.message = failure or (f"exited with status {exit_status}" if exit_status is not None else None)
             # under the job's lock: a poll woken by this line sees the job's end with it
-            job.diag(f"Exited with status {exit_status}" + (f" ({failure})" if failure else "") + f": {st.state}")
+            said = f"Exited with status {exit_status}" + (f" ({failure})" if failure else "") + f": {st.state}"
+            job.diag(said, at=st.finished_at)
             job.persist()
             job.cond.notify_all()
 
