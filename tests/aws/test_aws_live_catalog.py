@@ -9,6 +9,7 @@ The catalogues' prices here are made up to tell the catalogues apart; the shippe
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import os
 import shutil
@@ -20,7 +21,9 @@ from typing import Any
 import pytest
 from moto_harness import REGION, MotoEC2
 
+from corral.services import cloud_backends
 from corral.workers.aws_catalog import AWSCatalogRefresher
+from corral.workers.orphans import OrphanReaper
 from server_harness import RunningServer, make_settings, running_server, wait_for
 
 CONFIG = f"""
@@ -39,7 +42,9 @@ HEADER = (
 DAY = 24 * 3600
 
 
-def publish(base: Path, version: str, g4dn_price: float, archive: bytes | None = None) -> None:
+def publish(
+    base: Path, version: str, g4dn_price: float, archive: bytes | None = None, extra: tuple[str, ...] = ()
+) -> None:
     """A gpuhunt-style catalogue ``version`` under ``base`` whose g4dn.xlarge costs ``g4dn_price`` (``archive``:
     the catalog.zip's bytes instead)."""
     rows = [
@@ -47,6 +52,7 @@ def publish(base: Path, version: str, g4dn_price: float, archive: bytes | None =
         f"g4dn.xlarge,{REGION},{g4dn_price / 4},4,16,1,T4,16,True,,nvidia,,x86,",
         f"m5.large,{REGION},0.01,2,8,0,,,False,,,,x86,",
         f"m6g.large,{REGION},0.001,2,8,0,,,False,,,,arm64,",  # Graviton: not offered (amd64 images only)
+        *extra,
     ]
     if archive is None:
         buf = io.BytesIO()
@@ -165,6 +171,35 @@ def _answer(fifo: Path, text: str) -> None:
         os.write(fd, text.encode())
     finally:
         os.close(fd)
+
+
+async def test_the_orphan_reaper_looks_in_every_region_of_the_catalogue_in_use(moto: MotoEC2, tmp_path: Path) -> None:
+    """A project without ``regions`` is offered every region of the catalogue: the fetched one can name
+    regions the shipped snapshot has not, and the reaper looks for this server's orphans there too."""
+    base = tmp_path / "gpuhunt"
+    far = "ap-south-1"  # not a region of the shipped snapshot
+    publish(base, "20261201", 0.4321, extra=(f"g4dn.xlarge,{far},0.5,4,16,1,T4,16,False,,nvidia,,x86,",))
+    settings = server_settings(tmp_path, base)
+    (settings.server_dir / "config.yml").write_text(CONFIG.replace(f"        regions: [{REGION}]\n", ""))
+    async with running_server(settings) as s:
+        await wait_for(lambda: _offered_in(s, far), timeout=20)
+        ec2 = moto.client(far)
+        image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        me = await cloud_backends.server_id(s.ctx.db)
+        tags = {"owner": "corral", "corral_server": me, "corral_instance": "no-such-row"}
+        orphan = ec2.run_instances(
+            ImageId=image, InstanceType="g4dn.xlarge", MinCount=1, MaxCount=1,
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+        )["Instances"][0]["InstanceId"]  # fmt: skip
+        try:
+            settings = dataclasses.replace(s.ctx.settings, orphan_grace=0.0, orphan_action="report")
+            assert await OrphanReaper(dataclasses.replace(s.ctx, settings=settings)).pass_once(force=True) == 1
+        finally:
+            ec2.terminate_instances(InstanceIds=[orphan])
+
+
+async def _offered_in(s: RunningServer, region: str) -> bool:
+    return any(o["region"] == region for o in await offers(s))
 
 
 async def _priced(s: RunningServer, price: float) -> bool:

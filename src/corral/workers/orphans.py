@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 
-from corral.backends.aws.catalog import load as load_catalog
 from corral.backends.aws.gang_cleanup import sweep_groups
 from corral.context import Context
 from corral.store import fleets as fleet_store
@@ -41,8 +40,9 @@ class OrphanReaper:
         found = 0
         for name in names:
             project = await compute.project(name)  # type: ignore[attr-defined]
+            # no regions configured: every region the backend offers, from the catalogue it prices from now
             regions = project.config.get("regions") or sorted(
-                {r.region for r in load_catalog(self.ctx.settings.aws_catalog)}
+                {r.region for r in compute.catalog.current().rows}  # type: ignore[attr-defined]
             )
             try:
                 reaped = await compute.reap_orphans(  # type: ignore[attr-defined]
