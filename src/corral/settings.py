@@ -194,6 +194,9 @@ class Settings:
     #: The least ``utilization_policy.time_window`` a run may set, in seconds (None: dstack's 5 minutes). For
     #: checks only (``CORRAL_UTILIZATION_MIN_WINDOW``): a check that cannot wait five minutes for an idle GPU.
     utilization_min_window: float | None = None
+    #: The free space the state directory keeps, in bytes (``CORRAL_MIN_FREE_DISK_MB``): below it new runs and
+    #: the storing of jobs' output are refused until space returns (docs/disk-space.md argues the default).
+    min_free_disk: int = 128 * 2**20
 
     def unreachable_timeout(self, backend: str) -> float:
         """How long an instance of ``backend`` may go without its agent answering before it is given up."""
@@ -310,6 +313,7 @@ class Settings:
         s = _services(s, e)
         s = _metrics(s, e)
         s = _clouds(s, e)
+        s = _disk(s, e)
         if overrides:
             s = replace(s, **overrides)  # type: ignore[arg-type]
         return s
@@ -326,6 +330,16 @@ INPUT_LIMITS = {
     "CORRAL_MAX_NODES": "max_nodes",
     "CORRAL_MAX_REPLICAS": "max_replicas",
 }
+
+
+def _disk(s: Settings, e: dict[str, str]) -> Settings:
+    """``CORRAL_MIN_FREE_DISK_MB``: the free space (MiB) the state directory keeps."""
+    raw = e.get("CORRAL_MIN_FREE_DISK_MB")
+    if not raw:
+        return s
+    if not raw.isdigit():
+        raise SettingsError(f"CORRAL_MIN_FREE_DISK_MB={raw!r} must be a whole number of MiB (0: no watermark)")
+    return replace(s, min_free_disk=int(raw) * 2**20)
 
 
 def _input_limits(s: Settings, e: dict[str, str]) -> Settings:

@@ -46,32 +46,67 @@ class LogStore:
             os.ftruncate(self._idx_w, self._count * _REC.size)
         self._data_size = os.fstat(self._dat_w).st_size
         self._closed = False
+        self._dropped_entries = 0
+        self._dropped_bytes = 0
+        self._drop_reason = ""
 
     @property
     def count(self) -> int:
         return self._count
 
     def append(self, source: str, pieces: list[bytes], timestamp: float) -> None:
+        """Store ``pieces``; when the disk refuses them (full), they are counted and dropped -- never raised, so
+        the job's output keeps being drained -- and a line saying so is stored before the next that fits."""
         if not pieces:
             return
-        src = SOURCES.index(source)
         with self._lock:
             if self._closed:
                 return
-            off = self._data_size
-            recs = []
-            for p in pieces:
-                recs.append(_REC.pack(timestamp, off, len(p), src))
-                off += len(p)
+            self._say_dropped(timestamp)
+            if not self._write(pieces, SOURCES.index(source), timestamp):
+                self._dropped_entries += len(pieces)
+                self._dropped_bytes += sum(len(p) for p in pieces)
+
+    def _say_dropped(self, timestamp: float) -> None:
+        """Store the line counting what was dropped, if any was and it fits now."""
+        if self._dropped_entries and self._write([self._dropped_line()], SOURCES.index("agent"), timestamp):
+            self._dropped_entries = self._dropped_bytes = 0
+
+    def _dropped_line(self) -> bytes:
+        return (
+            f"{self._dropped_entries} entries ({self._dropped_bytes} bytes) of output could not be stored on the "
+            f"agent's disk ({self._drop_reason}) and were dropped\n"
+        ).encode()
+
+    def _write(self, pieces: list[bytes], src: int, timestamp: float) -> bool:
+        """Append entries whole or not at all (a partial write is cut off again); False when the disk refused."""
+        off = self._data_size
+        recs = []
+        for p in pieces:
+            recs.append(_REC.pack(timestamp, off, len(p), src))
+            off += len(p)
+        try:
             _write_all(self._dat_w, b"".join(pieces))
             _write_all(self._idx_w, b"".join(recs))
-            self._data_size = off
-            self._count += len(pieces)
+        except OSError as e:
+            self._drop_reason = e.strerror or str(e)
+            os.ftruncate(self._dat_w, self._data_size)  # shrinking needs no space
+            os.ftruncate(self._idx_w, self._count * _REC.size)
+            return False
+        self._data_size = off
+        self._count += len(pieces)
+        return True
+
+    @property
+    def dropped_entries(self) -> int:
+        """Entries dropped since the last line saying so was stored."""
+        return self._dropped_entries
 
     def read(self, offset: int, limit: int) -> list[LogEntry]:
         with self._lock:
             if self._closed:
                 return []
+            self._say_dropped(time.time())  # a job that wrote nothing since is told too
             end = min(self._count, offset + max(0, limit))
             if end <= offset:
                 return []

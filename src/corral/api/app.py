@@ -149,7 +149,7 @@ def create_app(ctx: Context, workers: Background) -> Starlette:
             Middleware(HeaderLimit, limit=ctx.settings.max_header_bytes),
             Middleware(_ProxyFirst, proxy=proxy),
             Middleware(_UIRoutes, ui=_WebUI(ctx) if ctx.settings.ui else None),
-            Middleware(VersionCheck),
+            Middleware(VersionCheck, state_dir=ctx.settings.server_dir),
         ],
         exception_handlers=error_handlers(),
         lifespan=lifespan,

@@ -9,6 +9,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -17,14 +18,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from corral import DSTACK_API_VERSION
+from corral import DSTACK_API_VERSION, diskspace
 from corral.api.body import PayloadTooLarge, read_json
 from corral.api.routing import RequestValidationError
 from corral.context import Context
 from corral.domain.documents import json_default
 from corral.domain.records import ProjectRec, UserRec
 from corral.services import accounts
-from corral.services.errors import AccessDenied, Forbidden, InvalidConfiguration, ProjectNotFound, ServiceError
+from corral.services.errors import (
+    AccessDenied,
+    Forbidden,
+    InvalidConfiguration,
+    ProjectNotFound,
+    ServiceError,
+    StorageFull,
+)
 
 log = logging.getLogger("corral.api")
 access = logging.getLogger("corral.access")
@@ -245,14 +253,32 @@ class AccessLog:
             )
 
 
+def _version_refusal(scope: Scope) -> JSONResponse | None:
+    """The 400 for an API call from an incompatible client (``X-API-Version``), else None."""
+    path: str = scope["path"]
+    if not path.startswith("/api/") or path.startswith("/api/docs"):
+        return None
+    value = None
+    for key, raw in scope["headers"]:
+        if key == b"x-api-version":
+            value = raw.decode("latin-1")
+            break
+    bad = check_client_version(value)
+    if bad is not None:
+        log_rejected(scope["method"], path, 400, f"client version {value}")
+    return bad
+
+
 class VersionCheck:
     """ASGI middleware, outermost of the API's (after the access log and the services proxy): refuses API
     calls from an incompatible client (``X-API-Version``) before routing, answers dstack's 500 body (logging
-    the traceback) for any unhandled error, and closes the connection after an answer given before the
-    request's body was read (an anonymous or oversized body is never read to its end)."""
+    the traceback) for any unhandled error -- but 507, naming ``state_dir`` and its free space, for a write
+    that failed for lack of space (:func:`corral.diskspace.is_disk_full`) -- and closes the connection after an
+    answer given before the request's body was read (an anonymous or oversized body is never read to its end)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, state_dir: Path | None = None) -> None:
         self.app = app
+        self.state_dir = state_dir
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -262,17 +288,10 @@ class VersionCheck:
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
-        if path.startswith("/api/") and not path.startswith("/api/docs"):
-            value = None
-            for key, raw in scope["headers"]:
-                if key == b"x-api-version":
-                    value = raw.decode("latin-1")
-                    break
-            bad = check_client_version(value)
-            if bad is not None:
-                log_rejected(scope["method"], path, 400, f"client version {value}")
-                await bad(scope, receive, send)
-                return
+        bad = _version_refusal(scope)
+        if bad is not None:
+            await bad(scope, receive, send)
+            return
         started = False
         declared = _declared_length(scope)
         body_done = declared == 0
@@ -298,12 +317,20 @@ class VersionCheck:
 
         try:
             await self.app(scope, receive_tracked, send_tracked)
-        except Exception:
-            log.exception("unhandled error on %s", path)
+        except Exception as e:
+            error = self._unhandled(e, scope["method"], path)
             if started:
                 raise
-            error = JSONResponse({"detail": [{"msg": "Internal server error", "code": "error"}]}, status_code=500)
             await error(scope, receive, send)
+
+    def _unhandled(self, e: Exception, method: str, path: str) -> JSONResponse:
+        """The answer to an unhandled error: 507 for a full disk, else dstack's 500 (with the traceback logged)."""
+        if self.state_dir is not None and diskspace.is_disk_full(e):
+            msg = diskspace.refusal(self.state_dir)
+            log.warning("%s %s refused: 507 %s", method, path, msg, extra={"event": "disk_full"})
+            return JSONResponse({"detail": [{"msg": msg, "code": "error"}]}, status_code=507)
+        log.exception("unhandled error on %s", path)
+        return JSONResponse({"detail": [{"msg": "Internal server error", "code": "error"}]}, status_code=500)
 
 
 def _refused(request: Request, status: int, msg: str) -> None:
@@ -323,6 +350,12 @@ async def _service(r: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, ServiceError)
     _refused(r, 400, f"{e.code}: {e.msg}")
     return JSONResponse({"detail": [{"msg": e.msg, "code": e.code}]}, status_code=400)
+
+
+async def _storage_full(r: Request, e: Exception) -> JSONResponse:
+    assert isinstance(e, StorageFull)
+    _refused(r, 507, e.msg)
+    return JSONResponse({"detail": [{"msg": e.msg, "code": e.code}]}, status_code=507)
 
 
 async def _forbidden(r: Request, e: Exception) -> JSONResponse:
@@ -380,6 +413,7 @@ def error_handlers() -> dict[Any, Callable[[Request, Exception], Awaitable[Respo
     """Service errors and request errors as dstack's error bodies (the most specific class wins)."""
     return {
         ServiceError: _service,
+        StorageFull: _storage_full,
         Forbidden: _forbidden,
         AccessDenied: _access_denied,
         NotAuthenticated: _unauth,

@@ -20,6 +20,11 @@ class ServiceError(Exception):
             self.code = code
 
 
+class StorageFull(ServiceError):
+    """507: the server's state directory is below its free-space watermark (or full); the message names it
+    and its free space (:func:`corral.diskspace.refusal`)."""
+
+
 class ResourceNotExists(ServiceError):
     code = "resource_not_exists"
 

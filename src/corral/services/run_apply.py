@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from corral import diskspace
 from corral.config import run_spec
 from corral.config.job_facts import derive as derive_facts
 from corral.config.run_spec import RunSpec
@@ -36,7 +37,7 @@ from corral.services import (
     service_updates,
     volumes,
 )
-from corral.services.errors import ServiceError
+from corral.services.errors import ServiceError, StorageFull
 from corral.services.job_specs import JobSpecs
 from corral.services.runs import SUPPORTED_TYPES, derive_job_specs
 from corral.store import events, run_secrets
@@ -71,6 +72,7 @@ class Admission:
 
 
 async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: RunPlanIn, force: bool) -> dict[str, Any]:
+    refuse_when_low(ctx)
     adm = await admit(ctx, project, user, plan)
     spec, conf, now, crons = adm.spec, adm.spec.conf, adm.now, adm.crons
     explicit = spec.run_name
@@ -100,6 +102,16 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: RunPlanI
     ctx.wakeups.wake("scheduler" if crons is None else "triggers", *(("services",) if conf.type == "service" else ()))
     _log_submitted(name, project, user, len(job_values))
     return serialize.run(run_secrets.revealed(ctx.cipher, run))
+
+
+def refuse_when_low(ctx: Context) -> None:
+    """A new run is refused (507) while the state directory is below its free-space watermark: its output
+    would have nowhere to go. Stops and deletes stay allowed."""
+    watermark = ctx.settings.min_free_disk
+    if watermark and diskspace.below_watermark(ctx.settings.server_dir, watermark) is not None:
+        msg = diskspace.refusal(ctx.settings.server_dir, watermark)
+        log.warning("run refused: %s", msg, extra={"event": "disk_low"})
+        raise StorageFull(msg)
 
 
 async def admit(ctx: Context, project: ProjectRec, user: UserRec, plan: RunPlanIn) -> Admission:

@@ -37,6 +37,7 @@ from corral.store.preemption import PREEMPTED
 from corral.store.run_secrets import opened_auth
 from corral.workers import job_metrics
 from corral.workers.jobs import secrets, utilization
+from corral.workers.jobs.disk_guard import DiskGuard, dropped_note
 from corral.workers.jobs.leases import JobLeases
 from corral.workers.jobs.outcomes import JobOutcomes, Tail
 from corral.workers.jobs.poll import logs_unless_poked, poll_unless_poked
@@ -279,6 +280,7 @@ class JobFollower:
         self.token = ""
         self.masker = LogMasker(())
         self.policies = Policies(poll_wait=self.ctx.settings.agent_poll_wait)
+        self.disk = DiskGuard(self.ctx.settings.server_dir, self.ctx.settings.min_free_disk)
 
     async def run(self, conf: dict[str, Any] | None) -> None:
         try:
@@ -400,7 +402,9 @@ class JobFollower:
         if reply.state.finished and len(reply.entries) < LOGS_LIMIT:
             await self._ended(current, reply, points)
             return False
-        if reply.entries or current.disconnected_at is not None:
+        if reply.entries and self.disk.low(self.job.job_name):
+            await asyncio.sleep(1.0)  # the output stays on the agent, from the same offset, until space returns
+        elif reply.entries or current.disconnected_at is not None:
             entries = self.masker.feed([(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries])
             async with self.ctx.db.write() as conn:
                 kept = await run_store.append_logs_guarded(conn, self.job.id, self.token, entries, reply.next_offset)
@@ -427,7 +431,10 @@ class JobFollower:
         if _new_working_dir(current, reply.state):
             await self.outcomes.runtime(current, reply.state)
         fed = self.masker.feed([(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries])
-        tail = Tail(self.token, fed + self.masker.flush(), reply.next_offset, points, self.metrics_after)
+        fed += self.masker.flush()
+        if fed and self.disk.low(self.job.job_name):  # the job's end is recorded all the same
+            fed = [dropped_note(fed, time.time(), self.ctx.settings.server_dir)]
+        tail = Tail(self.token, fed, reply.next_offset, points, self.metrics_after)
         kept = await self.outcomes.finish(current, reply.state, stopped=current.stop_requested, tail=tail)
         self.leases.drop(self.job.id)
         if kept:

@@ -1,0 +1,92 @@
+"""Disk space of the server's state directory: how much is free, whether an error means "no space left", and
+the message a refused write answers with.
+
+Owns: the free-space measure (``statvfs``), the classification of a failed write as a full disk (the
+operating system's ``ENOSPC``/``EDQUOT``, SQLite's ``SQLITE_FULL``, Postgres's ``53100 disk_full``), and the
+watermark check (:func:`below_watermark`) that workers and services ask before writing what can wait.
+
+May import: the standard library only (no corral package, no database driver), so that every layer may use it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+#: SQLite's primary result code for "database or disk is full" (https://www.sqlite.org/rescode.html#full).
+SQLITE_FULL = 13
+#: Postgres's SQLSTATE ``disk_full`` (https://www.postgresql.org/docs/current/errcodes-appendix.html).
+PG_DISK_FULL = "53100"
+#: The operating system's "no space left on device" and "disk quota exceeded" (errno(3)).
+_OS_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+_SQLITE_FULL_TEXT = "database or disk is full"
+
+
+@dataclass(frozen=True)
+class Space:
+    """The free space of the file system holding ``path``, in bytes (what an unprivileged writer may use)."""
+
+    path: Path
+    free: int
+    total: int
+
+
+def space(path: Path) -> Space:
+    """The free and total space of the file system holding ``path`` (its nearest existing parent)."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    st = os.statvfs(probe)
+    return Space(path, st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize)
+
+
+def below_watermark(path: Path, watermark: int) -> Space | None:
+    """The space of ``path`` when less than ``watermark`` bytes are free there, else None."""
+    s = space(path)
+    return s if s.free < watermark else None
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it wraps: its cause, context, or a database driver's original error)
+    says that a write failed for lack of space."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if _says_full(e):
+            return True
+        todo.extend(x for x in (e.__cause__, e.__context__, getattr(e, "orig", None)) if isinstance(x, BaseException))
+    return False
+
+
+def _says_full(e: BaseException) -> bool:
+    if isinstance(e, OSError) and e.errno in _OS_FULL:
+        return True
+    if getattr(e, "sqlite_errorcode", None) == SQLITE_FULL or _SQLITE_FULL_TEXT in str(e):
+        return True
+    return PG_DISK_FULL in (getattr(e, "sqlstate", None), getattr(e, "pgcode", None))
+
+
+def mib(n: int) -> str:
+    """``n`` bytes in MiB, for messages."""
+    return f"{n / 2**20:.1f} MiB"
+
+
+def refusal(state_dir: Path, watermark: int | None = None) -> str:
+    """Why a write was refused: the state directory, its free space and (when it was the watermark's doing)
+    the watermark, and what to do."""
+    s = space(state_dir)
+    why = (
+        f"less than the {mib(watermark)} kept free (CORRAL_MIN_FREE_DISK_MB)"
+        if watermark is not None
+        else "the write failed for lack of space"
+    )
+    return (
+        f"No space left for the server's state: {mib(s.free)} free of {mib(s.total)} in {state_dir}, {why}. "
+        "Free space there (or grow the disk) and try again; reads keep working, and writes resume by themselves."
+    )

@@ -1,0 +1,97 @@
+"""A full disk under the server's state directory, as a real 64 MB tmpfs (no injected errors): a write that
+fails for lack of space answers 507 naming the directory and its free space, reads keep working, a new run is
+refused below the free-space watermark, and everything heals by itself when space is freed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from server_harness import finished_run, fleet_body, make_settings, running_server, task_body
+from skip_policy import needs_root
+
+pytestmark = needs_root("mounting a tmpfs needs root (CI runs as root)")
+
+MiB = 2**20
+#: The size of the state directory in the issue's timeline.
+DISK = 64 * MiB
+#: The watermark these tests set (the default is larger than their whole disk).
+WATERMARK = 8 * MiB
+#: Resources that fit a local instance whose disk is the 64 MB state directory.
+SMALL = {"cpu": "1..", "memory": "0.1GB..", "disk": "0.01GB.."}
+
+
+def task(name: str, *commands: str) -> dict[str, Any]:
+    return task_body(list(commands), name=name, resources=SMALL)
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: int) -> Iterator[Path]:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def free(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def fill(path: Path, leave: int = 0) -> Path:
+    """A file that takes the disk's free space but ``leave`` bytes (to the last byte when 0)."""
+    filler = path / "filler"
+    chunk = b"\0" * MiB
+    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+        while free(path) - leave >= MiB:
+            f.write(chunk)
+        while leave == 0:
+            f.write(b"\0" * 4096)
+    return filler
+
+
+def refused_for_space(r: Any, state_dir: Path) -> str:
+    assert r.status_code == 507, (r.status_code, r.text)
+    msg = str(r.json()["detail"][0]["msg"])
+    assert str(state_dir) in msg and "MiB free" in msg, msg
+    return msg
+
+
+async def test_a_full_state_dir_refuses_writes_with_507_serves_reads_and_heals_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    with tmpfs(tmp_path / "server", DISK) as state:
+        settings = make_settings(tmp_path, min_free_disk=WATERMARK)
+        async with running_server(settings) as s, s.client() as c:
+            assert (await c.post("/api/project/main/fleets/apply", json=fleet_body(resources=SMALL))).status_code == 200
+            assert (await c.post("/api/project/main/runs/apply", json=task("before", "echo before"))).status_code == 200
+            before = await finished_run(c, "before")
+            sub = before["jobs"][0]["job_submissions"][-1]
+            assert before["status"] == "done", (sub["termination_reason"], sub["termination_reason_message"])
+
+            filler = fill(state)  # to the last byte
+            r = await c.post("/api/users/create", json={"username": "alice", "global_role": "user"})
+            refused_for_space(r, state)  # SQLite's "database or disk is full", answered 507
+            r = await c.post("/api/project/main/runs/apply", json=task("during", "echo during"))
+            assert "CORRAL_MIN_FREE_DISK_MB" in refused_for_space(r, state)
+            # reads keep working
+            assert (await c.post("/api/project/main/runs/list", json={})).status_code == 200
+            assert (await c.post("/api/project/main/runs/get", json={"run_name": "before"})).status_code == 200
+
+            # below the watermark but not full: a new run is still refused, by the watermark
+            filler.unlink()
+            filler = fill(state, leave=WATERMARK // 2)
+            r = await c.post("/api/project/main/runs/apply", json=task("during", "echo during"))
+            assert "CORRAL_MIN_FREE_DISK_MB" in refused_for_space(r, state)
+
+            filler.unlink()  # space returns: everything works again, no restart
+            r = await c.post("/api/users/create", json={"username": "alice", "global_role": "user"})
+            assert r.status_code == 200, r.text
+            assert (await c.post("/api/project/main/runs/apply", json=task("after", "echo after"))).status_code == 200
+            assert (await finished_run(c, "after"))["status"] == "done"
