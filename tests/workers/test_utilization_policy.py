@@ -3,8 +3,9 @@ H100 idle at 0 %): a job whose GPU stayed under ``min_gpu_utilization`` for its 
 terminated as dstack 0.22.5 terminates it -- ``terminated_due_to_utilization_policy`` with dstack's message, the
 run ``failed``/``job_failed`` -- and a window longer than the samples are kept is a 400 naming the limit.
 
-The window's earlier samples are written into the store backdated (the policy's smallest window is five
-minutes); the latest ones come from the agent's own sampling."""
+The five-minute window's samples are written into the store backdated, with the agent's sampling off: a
+sample older than the job's newest stored one is never stored, so one from the agent first would shut them
+out. The short window's test judges the agent's own samples."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ GPU = {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB..", "gpu": 1}
 async def test_an_idle_gpu_job_is_terminated_by_its_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     install(tmp_path / "bin")  # an H100 idle at 0 % (captured output)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    monkeypatch.setenv("CORRAL_AGENT_METRICS_INTERVAL", "0.3")
+    monkeypatch.setenv("CORRAL_AGENT_METRICS_INTERVAL", "0")  # only the samples written below
     monkeypatch.setattr(job_utilization, "CHECK_EVERY_S", 0.3)
     policy = {"min_gpu_utilization": 10, "time_window": "5m"}
     async with running_server(make_settings(tmp_path, agent_poll_wait=1.0)) as s, s.client() as c:
@@ -53,10 +54,10 @@ async def test_an_idle_gpu_job_is_terminated_by_its_policy(tmp_path: Path, monke
         now = time.time()
         earlier = [
             MetricsPoint(int((now - 300 + i * 10) * 1e6), 0, 1, 1, (100,), (3,))
-            for i in range(29)  # 300 s ago up to 20 s ago, every 10 s: the window is covered
+            for i in range(31)  # 300 s ago up to now, every 10 s: the window is covered
         ]
         async with s.ctx.db.write() as conn:
-            await metrics_store.add_points(conn, job_id, earlier)
+            assert await metrics_store.add_points(conn, job_id, earlier) == 31
 
         async def ended() -> dict[str, object] | None:
             run = await get_run(c, "idle-gpu")
