@@ -365,6 +365,9 @@ class Watch:
     samples: int = 0
     prometheus: dict[str, float] = field(default_factory=dict)
     captured: bool = False
+    #: When the idle run was first seen running, and ended (monotonic seconds; 0: not seen).
+    idle_running_at: float = 0.0
+    idle_ended_at: float = 0.0
     load: Any = None
     idle: Any = None
 
@@ -393,6 +396,10 @@ def watch_runs(server: Server, smi: Smi, load: str, idle: str, until: float) -> 
             if not seen or seen[-1] != status:
                 seen.append(status)
         watch.both_running += a == "running" and b == "running"
+        if b == "running" and not watch.idle_running_at:
+            watch.idle_running_at = time.monotonic()
+        if b in finished and watch.idle_running_at and not watch.idle_ended_at:
+            watch.idle_ended_at = time.monotonic()
         if a == "running":
             watch.idle_waiting = (
                 watch.idle_waiting or (watch.idle["latest_job_submission"] or {}).get("corral_waiting") or ""
@@ -440,7 +447,7 @@ def judge_load(report: Report, server: Server, watch: Watch, gpus: list[Gpu], fa
     report.check("Prometheus GPU series of the job", set(watch.prometheus) == set(PROMETHEUS_GPU), shown)
 
 
-def judge_queue_and_policy(report: Report, watch: Watch) -> None:
+def judge_queue_and_policy(report: Report, watch: Watch, window: int) -> None:
     run = watch.idle
     sub = run["latest_job_submission"] or {}
     report.check(
@@ -450,10 +457,12 @@ def judge_queue_and_policy(report: Report, watch: Watch) -> None:
         f"waiting: {watch.idle_waiting[:120]!r}",
     )
     reason = sub.get("termination_reason")
+    idle_for = watch.idle_ended_at - watch.idle_running_at if watch.idle_ended_at else 0.0
     report.check(
         "idle GPU ended by utilization_policy",
-        reason == "terminated_due_to_utilization_policy",
-        f"{sub.get('status')} / {reason}: {sub.get('termination_reason_message')}",
+        reason == "terminated_due_to_utilization_policy" and idle_for >= 0.8 * window,
+        f"{sub.get('status')} / {reason}: {sub.get('termination_reason_message')}; ended {idle_for:.0f} s after "
+        f"it was seen running (window {window} s)",
     )
 
 
@@ -480,7 +489,7 @@ def run_checks(
         time.sleep(1)  # the load first in the queue
     watch = watch_runs(server, smi, "gc-matmul", "gc-idle", until)
     judge_load(report, server, watch, gpus, bool(args.fake_bin))
-    judge_queue_and_policy(report, watch)
+    judge_queue_and_policy(report, watch, args.policy_window)
     for name in ("gc-matmul", "gc-idle"):
         server.api.call("/api/project/main/runs/stop", {"runs_names": [name], "abort": True})
 

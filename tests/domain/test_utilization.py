@@ -65,3 +65,10 @@ def test_samples_with_fewer_gpus_count_for_the_gpus_they_have() -> None:
     samples = [(0.0, [0]), (300.0, [0, 80]), (600.0, [0, 2])]
     assert low_utilization(10, 600.0, 600.0, samples)  # GPU 0 idle throughout
     assert message(10, 600.0) == "The job GPU utilization below 10% for 600 seconds"
+
+
+def test_a_short_window_must_be_covered_for_most_of_it() -> None:
+    """A 30 s window (``CORRAL_UTILIZATION_MIN_WINDOW``, for checks): samples of its last 10 s do not cover it
+    (dstack's minute of slack would), samples from 25 s before do (a fifth of it: 6 s)."""
+    assert not low_utilization(50, 30.0, 100.0, [(float(t), [0]) for t in range(90, 101)])
+    assert low_utilization(50, 30.0, 100.0, [(float(t), [0]) for t in range(75, 101)])
