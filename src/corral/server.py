@@ -194,6 +194,9 @@ async def prepare(settings: Settings) -> Prepared:
             host_cpus=settings.local_cpus,
             host_memory_mib=settings.local_memory_mib,
             host_blocks=settings.local_blocks,
+            # half the watermark: below it the server stores no output, below this the agents store none either,
+            # so the database keeps room for stops, deletes and jobs' ends (docs/disk-space.md)
+            keep_free=settings.min_free_disk // 2,
         ),
         "ssh": SSHCompute(
             settings.server_dir,

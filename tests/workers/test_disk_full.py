@@ -4,6 +4,7 @@ refused below the free-space watermark, and everything heals by itself when spac
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from server_harness import finished_run, fleet_body, make_settings, running_server, task_body
+from server_harness import finished_run, fleet_body, get_run, make_settings, running_server, task_body, wait_for
 from skip_policy import needs_root
 
 pytestmark = needs_root("mounting a tmpfs needs root (CI runs as root)")
@@ -93,5 +94,45 @@ async def test_a_full_state_dir_refuses_writes_with_507_serves_reads_and_heals_w
             filler.unlink()  # space returns: everything works again, no restart
             r = await c.post("/api/users/create", json={"username": "alice", "global_role": "user"})
             assert r.status_code == 200, r.text
+            assert (await c.post("/api/project/main/runs/apply", json=task("after", "echo after"))).status_code == 200
+            assert (await finished_run(c, "after"))["status"] == "done"
+
+
+#: A job that prints as fast as it can, 200-byte lines, for ever.
+FLOOD = "yes " + "x" * 199
+
+
+async def test_a_job_flooding_the_disk_is_held_above_the_floor_and_stops_deletes_and_new_runs_work(
+    tmp_path: Path,
+) -> None:
+    with tmpfs(tmp_path / "server", DISK) as state:
+        settings = make_settings(tmp_path, min_free_disk=WATERMARK)
+        async with running_server(settings) as s, s.client() as c:
+            assert (await c.post("/api/project/main/fleets/apply", json=fleet_body(resources=SMALL))).status_code == 200
+            assert (await c.post("/api/project/main/runs/apply", json=task("flood", FLOOD))).status_code == 200
+
+            async def low() -> bool:
+                return free(state) < WATERMARK // 2 + MiB
+
+            await wait_for(low, timeout=120, interval=0.2)  # the database stopped at 8 MiB, the agent at 4 MiB
+            for _ in range(10):  # the job goes on printing, the disk stays above the agent's floor
+                await asyncio.sleep(0.3)
+                assert free(state) > WATERMARK // 2 - MiB, free(state)
+            assert (await get_run(c, "flood"))["status"] == "running"
+            r = await c.post("/api/project/main/runs/apply", json=task("during", "echo during"))
+            assert "CORRAL_MIN_FREE_DISK_MB" in refused_for_space(r, state)
+            # writes that cannot wait still fit: a user, a stop, the job's end, a delete
+            r = await c.post("/api/users/create", json={"username": "carol", "global_role": "user"})
+            assert r.status_code == 200, r.text
+            r = await c.post("/api/project/main/runs/stop", json={"runs_names": ["flood"], "abort": False})
+            assert r.status_code == 200, r.text
+            assert (await finished_run(c, "flood"))["status"] == "terminated"
+            r = await c.post("/api/project/main/runs/delete", json={"runs_names": ["flood"]})
+            assert r.status_code == 200, r.text
+
+            async def space_back() -> bool:  # the stopped job's output left its agent's disk
+                return free(state) > WATERMARK
+
+            await wait_for(space_back, timeout=30, interval=0.2)
             assert (await c.post("/api/project/main/runs/apply", json=task("after", "echo after"))).status_code == 200
             assert (await finished_run(c, "after"))["status"] == "done"

@@ -24,7 +24,7 @@ import signal
 import sys
 from typing import Any
 
-from . import gpus, metrics, resources, sandbox
+from . import gpus, logstore, metrics, resources, sandbox
 from .server import Agent
 
 log = logging.getLogger("corral.agent")
@@ -57,6 +57,7 @@ def _serve(args: argparse.Namespace) -> int:  # noqa: C901, PLR0915
     except ValueError as e:
         log.error("%s", e)
         return 2
+    logstore.keep_free(args.keep_free)
     try:
         allowed = None if args.gpus is None else gpus.parse_gpus(args.gpus)
     except ValueError as e:
@@ -162,6 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--uid-range", default=None, help="uids of sandboxed jobs, FIRST-LAST (default 200000-265535)")
     serve.add_argument(
         "--hide", action="append", default=[], help="a host path no job may see (repeatable; e.g. the server's state)"
+    )
+    serve.add_argument(
+        "--keep-free",
+        type=int,
+        default=0,
+        help="bytes of its disk the jobs' output leaves free: what would go below is dropped and counted (default 0)",
     )
     serve.add_argument(
         "--gpus",

@@ -22,10 +22,23 @@ from .protocol import LogEntry
 _REC = struct.Struct("<dQIB3x")
 #: ``agent``: the agent's own lines about the job (:meth:`corral.agent.job.Job.diag`).
 SOURCES = ("stdout", "stderr", "agent")
+_AGENT = 2
 MAX_ENTRY = 64 * 1024
 PARTIAL_FLUSH_S = 0.5
 #: A reply carries at most this many message bytes (at least one entry).
 MAX_REPLY_BYTES = 4 * 1024 * 1024
+
+
+class _KeepFree:
+    """The free bytes the agent leaves on its disk (``corral-agent serve --keep-free``): output that would go
+    below is dropped and counted, as when the disk is full. 0: only a full disk stops it."""
+
+    bytes = 0
+
+
+def keep_free(n: int) -> None:
+    """Set how many bytes the agent's output leaves free on its disk."""
+    _KeepFree.bytes = max(0, n)
 
 
 class LogStore:
@@ -69,7 +82,7 @@ class LogStore:
 
     def _say_dropped(self, timestamp: float) -> None:
         """Store the line counting what was dropped, if any was and it fits now."""
-        if self._dropped_entries and self._write([self._dropped_line()], SOURCES.index("agent"), timestamp):
+        if self._dropped_entries and self._write([self._dropped_line()], _AGENT, timestamp):
             self._dropped_entries = self._dropped_bytes = 0
 
     def _dropped_line(self) -> bytes:
@@ -79,12 +92,18 @@ class LogStore:
         ).encode()
 
     def _write(self, pieces: list[bytes], src: int, timestamp: float) -> bool:
-        """Append entries whole or not at all (a partial write is cut off again); False when the disk refused."""
+        """Append entries whole or not at all (a partial write is cut off again); False when the disk refused, or
+        when they would leave less than ``--keep-free`` free on it."""
         off = self._data_size
         recs = []
         for p in pieces:
             recs.append(_REC.pack(timestamp, off, len(p), src))
             off += len(p)
+        if _KeepFree.bytes and src != _AGENT:
+            st = os.fstatvfs(self._dat_w)
+            if st.f_bavail * st.f_frsize - (off - self._data_size) - len(recs) * _REC.size < _KeepFree.bytes:
+                self._drop_reason = f"less than {_KeepFree.bytes} bytes would be left free"
+                return False
         try:
             _write_all(self._dat_w, b"".join(pieces))
             _write_all(self._idx_w, b"".join(recs))

@@ -70,8 +70,11 @@ class LocalCompute:
         host_cpus: int | None = None,
         host_memory_mib: int | None = None,
         host_blocks: int | None = None,
+        keep_free: int = 0,
     ) -> None:
         self.instances_dir = instances_dir
+        #: Bytes of the state directory's disk the agents leave free when storing jobs' output.
+        self.keep_free = keep_free
         #: Paths no job may see (the server's state), besides each agent's own work dir.
         self.hide = (instances_dir, *hide)
         #: Why the agents cannot sandbox host-process jobs here (None: they can).
@@ -187,6 +190,7 @@ class LocalCompute:
                     "--sandbox",
                     self.sandbox_mode,
                     *(["--uid-range", self.uid_range] if self.uid_range else []),
+                    *(["--keep-free", str(self.keep_free)] if self.keep_free else []),
                     *_gpus_args(instance),
                 ],
                 stdin=subprocess.DEVNULL,

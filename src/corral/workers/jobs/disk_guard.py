@@ -1,7 +1,7 @@
 """The free-space watermark as the jobs' followers see it: while the state directory has less free than
 ``CORRAL_MIN_FREE_DISK_MB``, a job's output is left on its agent (not stored, its offset kept) and stored when
-space returns; a job that ends meanwhile is recorded with a line saying how much of its last output was not
-stored. Each change of state is one line in the server's log.
+space returns; a job that ends meanwhile is recorded with a line saying from where its output was not stored.
+Each change of state is one line in the server's log.
 
 May import: corral.diskspace, corral.settings, corral.domain.
 """
@@ -41,11 +41,11 @@ class DiskGuard:
         return below
 
 
-def dropped_note(entries: list[tuple[float, int, bytes]], now: float, state_dir: Path) -> tuple[float, int, bytes]:
-    """The agent line stored instead of a finished job's last output that could not be stored."""
-    size = sum(len(m) for _, _, m in entries)
+def dropped_note(offset: int, now: float, state_dir: Path) -> tuple[float, int, bytes]:
+    """The agent line stored, in place of a job's output from its agent's entry ``offset`` on, when the job
+    ended while that output could not be stored."""
     msg = (
-        f"{len(entries)} entries ({size} bytes) of this job's last output were not stored: the server's state "
-        f"directory {state_dir} was below its free-space watermark (CORRAL_MIN_FREE_DISK_MB) when the job ended\n"
+        f"this job's output from its entry {offset} on was not stored: the server's state directory {state_dir} "
+        "was below its free-space watermark (CORRAL_MIN_FREE_DISK_MB) when the job ended\n"
     )
     return (now, AGENT_LOG_SOURCE, msg.encode())

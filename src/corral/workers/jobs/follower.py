@@ -399,7 +399,8 @@ class JobFollower:
     async def _reply(self, current: JobRec, reply: LogsReply) -> bool:
         """Store what the agent's reply brought; False when the follower ends."""
         points = job_metrics.points_of(reply, self.job.job_name)
-        if reply.state.finished and len(reply.entries) < LOGS_LIMIT:
+        # the job ended: its end is recorded with the rest of its output, or without it while space is low
+        if reply.state.finished and (len(reply.entries) < LOGS_LIMIT or self.disk.low(self.job.job_name)):
             await self._ended(current, reply, points)
             return False
         if reply.entries and self.disk.low(self.job.job_name):
@@ -433,7 +434,7 @@ class JobFollower:
         fed = self.masker.feed([(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries])
         fed += self.masker.flush()
         if fed and self.disk.low(self.job.job_name):  # the job's end is recorded all the same
-            fed = [dropped_note(fed, time.time(), self.ctx.settings.server_dir)]
+            fed = [dropped_note(self.offset, time.time(), self.ctx.settings.server_dir)]
         tail = Tail(self.token, fed, reply.next_offset, points, self.metrics_after)
         kept = await self.outcomes.finish(current, reply.state, stopped=current.stop_requested, tail=tail)
         self.leases.drop(self.job.id)
