@@ -21,7 +21,8 @@ What the script keeps and how it derives each row, as gpuhunt does for dstack's 
   dstack-style ``L4:24GB`` request matches;
 - ``provider_data`` says where the price came from and when (``source``, ``commit``, ``date``, ``zone``).
 
-Run: ``.venv/bin/python scripts/aws_catalog.py [vms.csv]`` (default: the subset above).
+Run: ``.venv/bin/python scripts/aws_catalog.py [vms.csv [out.csv]]`` (default: the subset above, into the
+shipped ``catalog.csv``).
 """
 
 from __future__ import annotations
@@ -119,12 +120,13 @@ def convert(source: pathlib.Path) -> list[dict[str, str]]:
 
 def main() -> None:
     source = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_INPUT
+    out = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else OUT
     rows = convert(source)
-    with OUT.open("w", newline="") as f:
+    with out.open("w", newline="") as f:
         w = csv.DictWriter(f, COLUMNS, lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
-    print(f"{OUT.name}: {len(rows)} rows from {source}")
+    print(f"{out.name}: {len(rows)} rows from {source}")
 
 
 if __name__ == "__main__":
