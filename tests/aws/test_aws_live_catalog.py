@@ -161,6 +161,23 @@ async def test_an_unreachable_catalogue_leaves_the_shipped_snapshot_and_is_logge
     assert not (settings.server_dir / "aws-catalog" / "meta.json").exists()
 
 
+async def test_a_server_where_no_project_uses_aws_never_fetches(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The live catalogue is on by default, but a machine that does not use AWS sends no request for it: the
+    embedded default (and CI's demo) starts without a fetch, and the first project with the AWS backend starts
+    one."""
+    base = tmp_path / "gpuhunt"
+    publish(base, "20261201", 0.4321)
+    settings = make_settings(tmp_path, aws_live_catalog=base.as_uri())
+    caplog.set_level("INFO", logger="corral.aws")
+    async with running_server(settings) as s:
+        refresher = AWSCatalogRefresher(s.ctx)
+        assert not await refresher.pass_once(time.time())
+        assert not (settings.server_dir / "aws-catalog").exists()
+        assert "cannot fetch" not in caplog.text
+
+
 def _answer(fifo: Path, text: str) -> None:
     """Write ``text`` to the fetch waiting on ``fifo`` (none waiting: nothing to do)."""
     try:

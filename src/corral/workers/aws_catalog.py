@@ -1,9 +1,10 @@
-"""The AWS catalogue refresher: while the server runs with the AWS backend and ``CORRAL_AWS_LIVE_CATALOG``
-(and no ``CORRAL_AWS_CATALOG``), it fetches gpuhunt's published AWS catalogue when the cached one is a day
+"""The AWS catalogue refresher: while some project has the AWS backend configured and
+``CORRAL_AWS_LIVE_CATALOG`` is on (and no ``CORRAL_AWS_CATALOG``), it fetches gpuhunt's published AWS catalogue when the cached one is a day
 old or missing (``backends.aws.live_catalog.fetch``, in a thread: start-up and requests never wait for it)
 and has the backend price offers from it. A failed fetch changes nothing -- the backend keeps the cached
 catalogue, or the shipped snapshot -- is logged, and is tried again an hour later. Each change of
-catalogue is logged with its source and date.
+catalogue is logged with its source and date. A server where no project uses AWS never fetches anything (no
+request leaves a machine that does not use the cloud).
 
 Imports ``backends.aws`` and the workers' context.
 """
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, cast
 
 from corral.backends.aws import live_catalog
 from corral.context import Context
+from corral.store import project_state
 
 if TYPE_CHECKING:
     from corral.backends.aws.compute import AWSCompute
@@ -56,6 +58,8 @@ class AWSCatalogRefresher:
             return False
         if self._failed_at is not None and now - self._failed_at < live_catalog.RETRY_AFTER:
             return False
+        if not await self._aws_in_use():
+            return False
         url = self.ctx.settings.aws_live_catalog
         assert url is not None
         try:
@@ -71,6 +75,10 @@ class AWSCatalogRefresher:
             info = compute.reload_catalog()
             log.info("AWS prices: %s", info.label)
         return changed
+
+    async def _aws_in_use(self) -> bool:
+        async with self.ctx.db.read() as conn:
+            return any("aws" in types for types in (await project_state.backends_by_project(conn)).values())
 
     async def run(self) -> None:
         while not self._stopping.is_set():
