@@ -1,12 +1,12 @@
 """The AWS catalogue refresher: while some project has the AWS backend configured and
-``CORRAL_AWS_LIVE_CATALOG`` is on (and no ``CORRAL_AWS_CATALOG``), it fetches gpuhunt's published AWS catalogue when the cached one is a day
-old or missing (``backends.aws.live_catalog.fetch``, in a thread: start-up and requests never wait for it)
-and has the backend price offers from it. A failed fetch changes nothing -- the backend keeps the cached
-catalogue, or the shipped snapshot -- is logged, and is tried again an hour later. Each change of
-catalogue is logged with its source and date. A server where no project uses AWS never fetches anything (no
-request leaves a machine that does not use the cloud).
+``CORRAL_AWS_LIVE_CATALOG`` is on (and no ``CORRAL_AWS_CATALOG``), it fetches gpuhunt's published AWS
+catalogue when the cached one is a day old or missing (``backends.aws.live_catalog.fetch``, in a thread:
+start-up and requests never wait for it) and has the backend price offers from it. A failed fetch changes
+nothing -- the backend keeps the cached catalogue, or the shipped snapshot -- is logged, and is tried again
+an hour later. Each change of catalogue is logged with its source and date. A server where no project uses
+AWS never fetches anything (no request leaves a machine that does not use the cloud).
 
-Imports ``backends.aws`` and the workers' context.
+Imports ``backends.aws``, the workers' context and ``store.project_state``.
 """
 
 from __future__ import annotations
