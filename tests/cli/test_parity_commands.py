@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -133,3 +134,29 @@ def test_apply_volume_shows_the_plan_and_the_server_s_answer(corral: CLI, env: P
     assert "Volume data does not exist yet." in res.out, res
     # this server has no aws backend: its refusal, one line, no traceback
     assert res.code == 1 and "aws" in res.err and "Traceback" not in res.err, res
+
+
+def test_apply_with_profile_options_and_logs_diagnose(corral: CLI, env: Path, server: CorralServer) -> None:
+    (env / "t.dstack.yml").write_text(
+        "type: task\nname: opts\nfleets: [shared]\ncommands: [echo from-the-job]\n"
+        "resources: {cpu: 1.., memory: 0.1GB.., disk: 1GB..}\n"
+    )
+    args = ("--idle-duration", "1m", "--max-price", "1", "--retry-duration", "10m")
+    res = corral("apply", "-f", "t.dstack.yml", *args, "-y", "-d")
+    assert res.code == 0, res
+    deadline = time.monotonic() + 60
+    while True:
+        run = server.api("/api/project/main/runs/get", {"run_name": "opts"}).json()
+        if run["status"] in ("done", "failed", "terminated"):
+            break
+        assert time.monotonic() < deadline, run["status"]
+        time.sleep(0.5)
+    conf = run["run_spec"]["configuration"]
+    assert (conf["idle_duration"], conf["max_price"], conf["retry"]["duration"]) == (60, 1.0, 600), conf
+    assert run["status"] == "done", run["latest_job_submission"]
+    diag = corral("logs", "-d", "opts")
+    assert diag.code == 0 and "Process started (pid " in diag.out and "from-the-job" not in diag.out, diag
+    assert "Exited with status 0: done" in diag.out, diag
+    assert "from-the-job" in corral("logs", "opts").out
+    bad = corral("apply", "-f", "t.dstack.yml", "--idle-duration", "soon", "-y", "-d")
+    assert bad.code == 2 and "--idle-duration" in bad.err and "soon" in bad.err, bad

@@ -85,6 +85,25 @@ def apply(  # noqa: C901
         Optional[str],
         typer.Option("--git-identity", help="A private SSH key to clone a private git repo.", metavar="KEY_FILE"),
     ] = None,
+    max_price: Annotated[
+        Optional[float],
+        typer.Option("--max-price", help="The most an instance may cost per hour (sets `max_price`).", metavar="PRICE"),
+    ] = None,
+    idle_duration: Annotated[
+        Optional[str],
+        typer.Option(
+            "--idle-duration",
+            help="How long the instances created for the run stay idle before they go, e.g. 1m, 1h or off "
+            "(sets `idle_duration`).",
+            metavar="DURATION",
+        ),
+    ] = None,
+    retry_duration: Annotated[
+        Optional[str],
+        typer.Option(
+            "--retry-duration", help="How long to retry the run, e.g. 10m (sets `retry.duration`).", metavar="DURATION"
+        ),
+    ] = None,
     project: ProjectOption = None,
     run_args: Annotated[
         Optional[list[str]],
@@ -118,6 +137,7 @@ def apply(  # noqa: C901
         raise typer.BadParameter("run arguments (${{ run.args }}) apply to tasks and services")
     if conf_type in ("task", "service") and isinstance(raw.get("commands"), list):
         raw["commands"] = resolve_run_args(raw["commands"], run_args or [])
+    raw.update(_profile_options(conf_type, max_price, idle_duration, retry_duration))
     if instance:
         if conf_type not in RUN_TYPES:
             raise typer.BadParameter("--instance applies to runs (task, service, dev-environment), not fleets")
@@ -148,6 +168,32 @@ def apply(  # noqa: C901
                 raise typer.Exit(code)
         else:
             raise CLIError(f"`corral apply` does not support configurations of type {conf_type} yet")
+
+
+def _profile_options(
+    conf_type: str, max_price: Optional[float], idle_duration: Optional[str], retry_duration: Optional[str]
+) -> JSON:
+    """What ``--max-price``, ``--idle-duration`` and ``--retry-duration`` set in the configuration, as dstack's
+    ``apply`` sets them (``--retry-duration`` replaces ``retry`` with one of that duration)."""
+    from corral.domain.durations import parse_duration, parse_idle_duration
+
+    given = {"--max-price": max_price, "--idle-duration": idle_duration, "--retry-duration": retry_duration}
+    used = [k for k, v in given.items() if v is not None]
+    if used and conf_type not in (*RUN_TYPES, "fleet"):
+        raise typer.BadParameter(f"{', '.join(used)} apply to runs and fleets, not to a {conf_type}")
+    out: JSON = {}
+    if max_price is not None:
+        if max_price <= 0:
+            raise typer.BadParameter(f"{max_price:g}: give a price above 0", param_hint="'--max-price'")
+        out["max_price"] = max_price
+    try:
+        if idle_duration is not None:
+            out["idle_duration"] = parse_idle_duration(idle_duration)
+        if retry_duration is not None:
+            out["retry"] = {"duration": parse_duration(retry_duration)}
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="'--idle-duration' / '--retry-duration'") from None
+    return out
 
 
 def _find_file(file: Optional[Path]) -> Path:
