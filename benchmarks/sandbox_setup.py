@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""What a job's sandbox costs: set-up (network namespace, veth, port relay, the launcher's mounts, user
-namespace, exec) and teardown (namespace, veth, slot), per job, beside starting the same command as a
-plain host process. Uses the agent's own code (``corral.agent.sandbox``) on this machine; needs root.
+"""What a job's sandbox costs: set-up (network namespace, veth, port relay, the launcher's mounts, PID,
+IPC and user namespaces, the job's init, fork and exec) and teardown (namespace, veth, slot), per job,
+beside starting the same command as a plain host process. Uses the agent's own code
+(``corral.agent.sandbox``) on this machine; needs root.
 
 Each round starts ``/bin/true`` in a fresh sandbox with one port and a small job tree, waits for it and
 tears the sandbox down. ``steady`` keeps one other sandbox open, so the bridge exists (the usual case on
 a busy host); ``fresh`` is the same with the launcher a fresh interpreter per job (the fallback where the
 agent's fork server cannot start); ``first`` is a lone job, which also creates and removes the bridge and its
-NAT rules. The machine's CPU per job (all processes and the kernel) is measured over the rounds.
+NAT rules. CPU per job is measured over the rounds twice: the machine's (all processes and the kernel: what a
+busy machine's other work inflates) and the benchmark's own (its process, the launcher server and every job
+process, reaped).
 Figures, not assertions:
 
     sudo python benchmarks/sandbox_setup.py [--rounds 30]
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -51,14 +55,14 @@ def one(sbs: sandbox.Sandboxes, base: str, n: int, fork_server: bool = True) -> 
     inside = (0, 0) if sb.userns else None
     env = {"PATH": "/usr/bin:/bin"}
     if fork_server:
-        proc: object = sbs.launcher.launch(sb, ["/bin/true"], "/workflow", binds, mount, inside, env, job_dir)
+        launched = sbs.launcher.launch(sb, ["/bin/true"], "/workflow", binds, mount, inside, env, job_dir)
     else:
         pipes = sandbox.Pipes.open()
         cmd = sbs.launcher.command(sbs.launcher.spec(sb, ["/bin/true"], "/workflow", binds, mount, pipes, inside))
         popen = functools.partial(subprocess.Popen, cmd, pass_fds=(pipes.status_w, pipes.go_r), cwd=job_dir, env=env)
-        proc = sandbox.start(popen, pipes, inside, sb.uid)
+        launched = sandbox.start(popen, pipes, inside, sb.uid)
     t2 = time.perf_counter()
-    proc.wait()  # type: ignore[attr-defined]
+    launched.proc.wait()
     t3 = time.perf_counter()
     sbs.close(sb)
     t4 = time.perf_counter()
@@ -72,6 +76,13 @@ def _busy_ms() -> float:
         fields = f.readline().split()[1:]
     user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
     return (user + nice + system + irq + softirq) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def _own_ms() -> float:
+    """This process's CPU time and its reaped children's (the launcher server's and, through it, every job
+    process's, once the server has been reaped), in ms: the sandbox's own cost, whatever else the machine runs."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime) * 1000
 
 
 def plain(rounds: int) -> float:
@@ -100,11 +111,13 @@ def main() -> int:
         anchor = sbs.open("bench-anchor", [])
         try:
             one(sbs, base, 2000, fork_server=False)
-            cpu0 = _busy_ms()
+            cpu0, own0 = _busy_ms(), _own_ms()
             fresh = [one(sbs, base, 3000 + i, fork_server=False) for i in range(args.rounds)]
-            cpu1 = _busy_ms()
+            sbs.launcher.close()  # its CPU so far counted before the steady rounds, which start another
+            cpu1, own1 = _busy_ms(), _own_ms()
             steady = [one(sbs, base, i) for i in range(args.rounds)]
-            cpu2 = _busy_ms()
+            sbs.launcher.close()  # reaped: the CPU of the server and of every job it forked is counted
+            cpu2, own2 = _busy_ms(), _own_ms()
         finally:
             sbs.close(anchor)
             sbs.launcher.close()
@@ -113,11 +126,12 @@ def main() -> int:
         sbs.reap(set())  # whatever a failed round left
         shutil.rmtree(base, ignore_errors=True)
     print(f"sandbox set-up and teardown per job (medians of {args.rounds} rounds, ms)")
-    print(f"{'case':<8} {'network':>9} {'launcher':>9} {'teardown':>9} {'total':>9}  machine CPU per job")
+    print(f"{'case':<8} {'network':>9} {'launcher':>9} {'teardown':>9} {'total':>9}  CPU per job: machine, own")
     cpu = {"steady": (cpu2 - cpu1) / args.rounds, "fresh": (cpu1 - cpu0) / args.rounds}
+    own = {"steady": (own2 - own1) / args.rounds, "fresh": (own1 - own0) / args.rounds}
     for name, rows in (("steady", steady), ("fresh", fresh), ("first", first)):
         cols = [statistics.median(r[i] for r in rows) for i in range(4)]
-        mark = f"  {cpu[name]:9.1f}" if name in cpu else ""
+        mark = f"  {cpu[name]:9.1f} {own[name]:6.1f}" if name in cpu else ""
         print(f"{name:<8} " + " ".join(f"{c:9.1f}" for c in cols) + mark)
     print("(fresh: as steady, the launcher a fresh interpreter per job instead of a fork of the agent's fork server)")
     print(f"plain host process start (Popen of /bin/true): {base_ms:.1f} ms")

@@ -42,8 +42,8 @@ def _launch(sbs: sandbox.Sandboxes, tmp_path: Path, name: str, script: str) -> t
     inside = (0, 0) if sb.userns else None
     env = {"PATH": "/usr/bin:/bin"}
     argv = ["/bin/sh", "-c", script]
-    proc = sbs.launcher.launch(sb, argv, "/workflow", binds, str(job_dir / "root"), inside, env, str(job_dir))
-    return proc, sb
+    launched = sbs.launcher.launch(sb, argv, "/workflow", binds, str(job_dir / "root"), inside, env, str(job_dir))
+    return launched.proc, sb
 
 
 def _ppid(pid: int) -> int:

@@ -30,6 +30,23 @@ pytestmark = needs_root("the sandbox needs root (CI runs as root)")
 BRIDGE = "corral0"
 
 
+def _job_command(pid: int) -> int:
+    """The host's pid of the job's command (in the job's process group, beside its launcher and init: the
+    newest of them)."""
+    members = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if int(fields[2]) == pid:
+                members.append((int(fields[19]), int(name)))
+    assert len(members) >= 3, members
+    return sorted(members)[2][1]
+
+
 def _put(agent: AgentProc, data: bytes) -> str:
     digest = hashlib.sha256(data).hexdigest()
     assert agent.http.put(f"/blobs/{digest}", content=data).status_code == 200
@@ -320,11 +337,12 @@ def test_secrets_of_the_server_the_agent_and_other_jobs_are_refused(sandboxed: A
         assert time.monotonic() < deadline
         time.sleep(0.05)
     victim_file = agent.job_dir("victim") / "workdir" / "workflow" / "mine.txt"
+    command = _job_command(victim["pid"])
     probes = {
         "db": server / "corral.db",
         "token": token_copy,
         "harness-token": agent.work_dir.parent / f"{agent.work_dir.name}.token",
-        "environ": Path(f"/proc/{victim['pid']}/environ"),
+        "environ": Path(f"/proc/{command}/environ"),
         "files": victim_file,
     }
     agent.submit("thief", [f"cat {p} >/dev/null 2>&1 && echo {k}=READ || echo {k}=refused" for k, p in probes.items()])
@@ -335,7 +353,7 @@ def test_secrets_of_the_server_the_agent_and_other_jobs_are_refused(sandboxed: A
         assert f"{k}=refused" in out, out
     assert "hunter2" not in out
     # the same reads as root on the host work: the refusals come from the sandbox
-    assert b"VICTIM_SECRET=hunter2" in Path(f"/proc/{victim['pid']}/environ").read_bytes()
+    assert b"VICTIM_SECRET=hunter2" in Path(f"/proc/{command}/environ").read_bytes()
     agent.http.post("/jobs/victim/stop", json={"abort": True})
     agent.wait_finished("victim")
 

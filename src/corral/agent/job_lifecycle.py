@@ -218,9 +218,11 @@ class JobLifecycle:
             io: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
             try:
                 proc: subprocess.Popen[bytes] | Child
+                init_pid: int | None = None
                 if sb is not None:
                     root = self.sandboxes.mount_point()
-                    proc = self.sandboxes.launcher.launch(sb, argv, cwd, binds, root, inside, env, job.dir)
+                    launched = self.sandboxes.launcher.launch(sb, argv, cwd, binds, root, inside, env, job.dir)
+                    proc, init_pid = launched.proc, launched.init_pid
                 else:
                     proc = subprocess.Popen(
                         argv, cwd=cwd, env=env, start_new_session=True, close_fds=True, **io, **kwargs
@@ -242,7 +244,8 @@ class JobLifecycle:
             job.proc = proc
             job.diag(f"Process started (pid {proc.pid}): {shell if not sub.entrypoint else sub.entrypoint[0]}")
             job.session = {
-                "pid": proc.pid if sb is not None else None,
+                "pid": init_pid,  # a session joins the namespaces of the job's init (none: a host process)
+                "pidns": init_pid is not None,
                 "uid": sb.uid if sb is not None else kwargs.get("user"),
                 "gid": sb.uid if sb is not None else kwargs.get("group"),
                 "inside": list(inside) if inside is not None else None,

@@ -164,12 +164,15 @@ class ProcTable:
         found.update(pid for pid, sid in self.session.items() if sid == root)
         return sorted(found)
 
-    def usage(self, root: int) -> Optional[tuple[int, int, int]]:
+    def usage(self, root: int, overhead: tuple[int, ...] = ()) -> Optional[tuple[int, int, int]]:
+        """CPU (microseconds) and memory (bytes, twice: usage and working set) of ``root``'s tree; the memory
+        of the ``overhead`` processes (a sandboxed job's launcher and init) is not the job's, their CPU is (it
+        holds what they reaped)."""
         members = self.tree(root)
         if not members:
             return None
         cpu = sum(self.ticks[p] for p in members) * 1_000_000 // _TICKS
-        rss = sum(self.rss[p] for p in members) * _PAGE
+        rss = sum(self.rss[p] for p in members if p not in overhead) * _PAGE
         return cpu, rss, rss
 
 
@@ -220,7 +223,8 @@ class Sampler:
     """Samples the jobs ``running()`` gives, every ``interval`` seconds, in a thread of its own.
 
     ``gpus_of(job)``: the host GPU indexes the job was given, and their vendor (``nvidia``/``amd``; empty:
-    none). ``root_pid(job)``: the pid whose cgroup or tree is the job's (None: not started yet)."""
+    none). ``root_pid(job)``: the pid whose cgroup or tree is the job's (None: not started yet);
+    ``overhead(job)``: the processes of its tree that are the sandbox's, not the job's (their memory is left out)."""
 
     def __init__(
         self,
@@ -229,9 +233,11 @@ class Sampler:
         gpus_of: Callable[[Job], tuple[list[int], str]],
         interval: float = DEFAULT_INTERVAL,
         keep: int = DEFAULT_KEEP,
+        overhead: Callable[[Job], tuple[int, ...]] = lambda job: (),
     ) -> None:
         self.interval = interval
         self._running, self._root_pid, self._gpus_of = running, root_pid, gpus_of
+        self._overhead = overhead
         self._keep = keep
         self._lock = threading.Lock()
         self._samples: dict[str, collections.deque[MetricsSample]] = {}
@@ -302,7 +308,7 @@ class Sampler:
             else:
                 if table is None:
                     table = ProcTable()
-                usage = table.usage(pid)
+                usage = table.usage(pid, self._overhead(job))
             if usage is None:
                 continue
             job_id = job.sub.job_id

@@ -1,27 +1,35 @@
-"""The sandbox launcher: the first process of a sandboxed job, run as root, that becomes the job.
+"""The sandbox launcher: the process of a sandboxed job that the agent knows, run as root, and the job's
+init, which sets the job up and starts its command.
 
 Forked, once per job, by the agent's fork server (:func:`serve`: this file's source run once per agent as
 ``python3 -I -S -c <source> --serve FD``, a single-threaded interpreter that never runs a thread: no fork of
 the threaded agent runs Python code), or, where that server cannot start, run as a process of its own
-(``python3 -I -S -c <source> <spec>``). In this order it
+(``python3 -I -S -c <source> <spec>``). The launcher makes a PID namespace for the job (``unshare(CLONE_NEWPID)``)
+and forks its init, PID 1 there; it stays outside as the job's process for the agent (its pid is the job's
+process group and session), ignores the signals the agent sends the job's group, and ends as the job's
+command ends (its status or its signal). The init, in this order,
 
 1. joins the job's network namespace (``setns`` on ``/run/netns/<name>``);
-2. enters a mount namespace of its own (``unshare(CLONE_NEWNS)``, everything made private), so every
-   mount below vanishes with the job's last process and nothing is ever left on the host;
+2. enters a mount namespace and an IPC namespace of its own (``unshare(CLONE_NEWNS | CLONE_NEWIPC)``,
+   every mount made private), so every mount below vanishes with the job's last process and nothing is
+   ever left on the host, and no SysV or POSIX IPC object of another process is reachable;
 3. builds the job's root on a tmpfs: each host directory bind-mounted read-only, nosuid (recursively),
    except the paths the job owns (``binds``: its working dir, repo dir, ``files:`` targets, ``/tmp``,
    its home), which are its own directories bound read-write, and the ``hide`` paths (the server's
    state, the agent's work dir), which are left out. Only the directories on the way to a job or
-   hidden path are rebuilt level by level; ``/dev`` stays writable with a ``/dev/shm`` of the job's own;
+   hidden path are rebuilt level by level; ``/dev`` stays writable with a ``/dev/shm`` and a
+   ``/dev/mqueue`` of the job's own, and ``/proc`` is a procfs of the job's PID namespace (it lists the
+   job's processes only);
 4. makes it the root (``pivot_root``), drops to the job's uid and gid (no supplementary groups, ``no_new_privs``) --
    inside a user namespace of its own where that uid is root, or the configuration's ``user`` (the agent
-   writes the one-uid mapping when asked on the status pipe) -- and ``exec``s the job's command in its
-   working dir.
+   writes the one-uid mapping when asked on the status pipe) -- forks the job's command (PID 2), which
+   ``exec``s in its working dir, and reaps every process of the namespace until the command ends.
 
-It reports on file descriptor ``status_fd``: ``map`` when it waits for its user mapping (the agent
-answers ``g`` on ``go_fd``), then nothing (the descriptor closes on ``exec``) when the job started, else
-one line saying what failed. Only the standard library, ``ctypes`` for the system calls
-that Python 3.9 lacks (``setns``, ``unshare``, ``mount``, ``mount_setattr``); Linux only.
+It reports on file descriptor ``status_fd``: ``pid N`` (the init's pid on the host), ``map`` when it waits
+for its user mapping (the agent answers ``g`` on ``go_fd``), then nothing (the descriptor closes on the
+command's ``exec``) when the job started, else one line saying what failed. Only the standard library,
+``ctypes`` for the system calls that Python 3.9 lacks (``setns``, ``unshare``, ``mount``,
+``mount_setattr``, ``prctl``); Linux only.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from __future__ import annotations
 import ctypes
 import marshal
 import os
+import resource
+import select  # imported before the job's root hides the interpreter's modules from its init
 import signal
 import sys
 
@@ -39,9 +49,12 @@ if TYPE_CHECKING:
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWIPC = 0x08000000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
+MS_NOEXEC = 8
 MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
@@ -52,6 +65,10 @@ AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
 SYS_MOUNT_SETATTR = 442  # the same number on x86_64 and arm64
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_NAME = 15
+PR_SET_MM, PR_SET_MM_ARG_START, PR_SET_MM_ARG_END = 35, 8, 9
 MNT_DETACH = 2
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}.get(os.uname().machine)
 
@@ -165,6 +182,10 @@ def _build(root: str, path: str, binds: dict[str, str], hide: list[str]) -> None
         target = root + child
         if child in hide:
             continue
+        if child == "/proc":  # the job's PID namespace's own, mounted by its init (this process)
+            os.makedirs(target, exist_ok=True)
+            _mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            continue
         if child in binds:
             _bind(binds[child], target, True)
             continue
@@ -211,7 +232,7 @@ def setup(spec: dict[str, Any]) -> None:
                     f.write(value)
             except OSError:
                 pass  # an older kernel: ports below 1024 stay root's
-    _check(_libc.unshare(CLONE_NEWNS), "create the job's mount namespace")
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "create the job's mount and IPC namespaces")
     _mount("none", "/", "", MS_REC | MS_PRIVATE)
     root = spec["root"].rstrip("/")
     _mount("corral-root", root, "tmpfs", MS_NOSUID, "mode=0755")
@@ -224,6 +245,11 @@ def setup(spec: dict[str, Any]) -> None:
     if os.path.isdir(root + "/dev"):
         os.makedirs(root + "/dev/shm", exist_ok=True)
         _mount("shm", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    if os.path.isdir(root + "/dev/mqueue"):  # the POSIX message queues of the job's IPC namespace
+        try:
+            _mount("mqueue", root + "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        except SandboxError:
+            pass  # a kernel without them: mq_open fails in the job as on such a host
     _mount("none", root, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
     _enter(root)
     uid, gid = int(spec["uid"]), int(spec["gid"])
@@ -250,25 +276,137 @@ def setup(spec: dict[str, Any]) -> None:
 
 
 def launch(spec: dict[str, Any]) -> None:
-    """Set the job up (:func:`setup`) and ``exec`` it; never returns. Failures are reported on ``status_fd``."""
+    """Start the job in a PID namespace of its own; never returns. This process stays outside it, as the
+    job's parent for the agent (:func:`_outside`); its child is the namespace's init (:func:`_init`), which
+    sets the job up and forks the job's command. Failures are reported on ``status_fd``."""
     status = int(spec["status_fd"])
     try:
-        setup(spec)
-    except (SandboxError, OSError, KeyError, ValueError) as e:
+        # CLONE_NEWPID applies to the children made after it: the next fork is PID 1 of the job's namespace
+        _check(_libc.unshare(CLONE_NEWPID), "create the job's PID namespace")
+        report_r, report_w = os.pipe()
+        init = os.fork()
+    except (SandboxError, OSError) as e:
         os.write(status, f"{e}\n".encode())
         os._exit(126)
+    if init == 0:
+        try:
+            os.close(report_r)
+            _init(spec, report_w)
+        finally:
+            os._exit(126)
+    os.close(report_w)
+    os.close(status)
+    os.close(int(spec["go_fd"]))
+    _outside(init, report_r)
+
+
+def _init(spec: dict[str, Any], report: int) -> None:
+    """PID 1 of the job's namespace: set the job up, fork its command, reap every process the namespace
+    hands it, and when the command ends write its wait status on ``report`` and exit (the kernel then kills
+    whatever the job left in the namespace). It has no signal handler, so the kernel gives it no signal
+    but a SIGKILL from outside; the job's signals reach the job directly (the agent signals the process
+    group, which the job's processes share with this one and its parent)."""
+    status = int(spec["status_fd"])
+    try:
+        # the host's /proc, still mounted here, names this process as the host sees it: the agent maps its
+        # user namespace and sessions join its namespaces by this pid
+        os.write(status, f"pid {os.readlink('/proc/self')}\n".encode())
+        _rename(b"corral-init")
+        setup(spec)
+        # after the last change of credentials, which clears both: this process dies with its parent, and
+        # the job (the same uid) can neither read its memory nor trace it
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "set the parent's death signal")
+        _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        if _reader_gone(report):
+            os._exit(126)  # the parent died before the death signal was set
+        try:
+            os.close(int(spec["go_fd"]))  # if the user mapping did not close it
+        except OSError:
+            pass
+        # the job gets the signals' defaults, not what Python set for itself (SIGPIPE and SIGXFSZ ignored,
+        # SIGINT and SIGCHLD handled) or the fork server (SIGINT ignored)
+        for name in ("SIGPIPE", "SIGXFSZ", "SIGCHLD", "SIGINT"):
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                signal.signal(sig, signal.SIG_DFL)
+        job = os.fork()
+    except Exception as e:  # whatever stops the job is said on the status pipe
+        os.write(status, f"{e}\n".encode())
+        os._exit(126)
+    if job == 0:
+        os.close(report)
+        _exec(spec)
+    os.close(status)
+    while True:
+        try:
+            pid, st = os.wait()
+        except ChildProcessError:
+            os._exit(126)
+        if pid == job:
+            break
+    os.write(report, str(st).encode())
+    os._exit(0)
+
+
+_title: list[ctypes.Array[ctypes.c_char]] = []
+
+
+def _rename(name: bytes) -> None:
+    """What ``ps`` in the job shows for its PID 1: ``name``, not the launcher's source (its command line, or
+    in the fallback its spec). Best effort: it takes CAP_SYS_RESOURCE, which this process has until setup
+    drops to the job's uid."""
+    _libc.prctl(PR_SET_NAME, name, 0, 0, 0)
+    _title.append(ctypes.create_string_buffer(name))  # kept: the kernel reads it for /proc/1/cmdline
+    start = ctypes.addressof(_title[0])
+    end = ctypes.c_ulong(start + len(name) + 1)
+    # the kernel wants start <= end after each call: the end first when the new range lies above the old one
+    for field, value in ((PR_SET_MM_ARG_END, end), (PR_SET_MM_ARG_START, ctypes.c_ulong(start))) * 2:
+        _libc.prctl(PR_SET_MM, field, value, 0, 0)
+
+
+def _reader_gone(fd: int) -> bool:
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poll.poll(0))
+
+
+def _exec(spec: dict[str, Any]) -> None:
+    status = int(spec["status_fd"])
     argv = spec["argv"]
     os.set_inheritable(status, False)
-    # the job gets the signals' defaults, not what Python set for itself (SIGPIPE and SIGXFSZ ignored)
-    for name in ("SIGPIPE", "SIGXFSZ", "SIGCHLD"):
-        sig = getattr(signal, name, None)
-        if sig is not None:
-            signal.signal(sig, signal.SIG_DFL)
     try:
         os.execvpe(argv[0], argv, dict(os.environ))
     except OSError as e:
         os.write(status, f"cannot run {argv[0]}: {e.strerror}\n".encode())
-        os._exit(127)
+    os._exit(127)
+
+
+def _outside(init: int, report: int) -> None:
+    """The job's process for the agent (and its fork server, which reaps it): it waits for the namespace's
+    init and ends as the job's command did, with its exit status or by its signal."""
+    for sig in signal.valid_signals():  # the agent signals the whole group: only the job acts on it
+        if sig not in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+            try:
+                signal.signal(sig, signal.SIG_IGN)
+            except (OSError, ValueError):
+                pass
+    while True:
+        try:
+            _, st = os.waitpid(init, 0)
+            break
+        except ChildProcessError:
+            os._exit(126)
+    words = os.read(report, 64)
+    if words:
+        st = int(words)
+    if os.WIFSIGNALED(st):
+        killed = os.WTERMSIG(st)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the job's signal, not a core of this process
+        if killed != signal.SIGKILL:
+            signal.signal(killed, signal.SIG_DFL)
+        os.kill(os.getpid(), killed)
+        os._exit(128 + killed)
+    os._exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 126)
 
 
 def main() -> None:
@@ -317,7 +455,6 @@ def _child(sock: int, wake: tuple[int, int], req: dict[str, Any], fds: list[int]
 
 
 def serve(sock: int) -> None:  # noqa: C901
-    import select
     import socket
 
     os.set_inheritable(sock, False)

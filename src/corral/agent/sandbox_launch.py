@@ -86,7 +86,7 @@ class Launcher:
         inside: tuple[int, int] | None,
         env: dict[str, str],
         job_dir: str,
-    ) -> subprocess.Popen[bytes] | Child:
+    ) -> Launched:
         """Start ``argv`` in the sandbox, forked by this agent's launcher server (a launcher process of its own
         where that server cannot start), and wait until it runs (:func:`start`). Its stdin is /dev/null, its
         stdout and stderr pipes; its session is its own."""
@@ -139,12 +139,22 @@ class Pipes:
         return cls(status_r, status_w, go_r, go_w)
 
 
+@dataclass(frozen=True)
+class Launched:
+    """A job started in its sandbox: ``proc`` its process for the agent (outside the job's PID namespace; its
+    pid is the job's process group and session), ``init_pid`` the host's pid of the job's init (PID 1 of the
+    namespace, in all the job's namespaces: sessions join them through it)."""
+
+    proc: subprocess.Popen[bytes] | Child
+    init_pid: int
+
+
 def start(
     spawn: Callable[[], subprocess.Popen[bytes] | Child], pipes: Pipes, inside: tuple[int, int] | None, uid: int
-) -> subprocess.Popen[bytes] | Child:
+) -> Launched:
     """Start the launcher (``spawn``: it is given the status pipe's write end and the go pipe's read end, which
     are closed here once it has them) and wait until the job runs (the status pipe closes) or fails (a line on
-    it); on its ``map`` line, map ``inside`` (uid, gid) of its user namespace to ``uid`` outside."""
+    it); on its ``map`` line, map ``inside`` (uid, gid) of the init's user namespace to ``uid`` outside."""
     status_r, status_w, go_r, go_w = pipes.status_r, pipes.status_w, pipes.go_r, pipes.go_w
     try:
         proc = spawn()
@@ -155,23 +165,29 @@ def start(
     finally:
         os.close(status_w)
         os.close(go_r)
-    words = ""
+    words, init = "", 0
     try:
         with os.fdopen(status_r, "rb") as f:
-            line = f.readline()
-            if line == b"map\n" and inside is not None:
-                for name, value in (("uid_map", inside[0]), ("gid_map", inside[1])):
-                    with open(f"/proc/{proc.pid}/{name}", "w") as m:
-                        m.write(f"{value} {uid} 1\n")
-                os.write(go_w, b"g")
-                line = b""
-            words = (line + f.read(4096)).decode(errors="replace").strip()
+            while True:
+                line = f.readline()
+                if line.startswith(b"pid ") and line[4:].strip().isdigit():
+                    init = int(line[4:])
+                elif line == b"map\n" and inside is not None and init > 0:
+                    for name, value in (("uid_map", inside[0]), ("gid_map", inside[1])):
+                        with open(f"/proc/{init}/{name}", "w") as m:
+                            m.write(f"{value} {uid} 1\n")
+                    os.write(go_w, b"g")
+                else:
+                    words = (line + f.read(4096)).decode(errors="replace").strip()
+                    break
     except OSError as e:
         words = f"cannot map the job's user: {e}"
     finally:
         os.close(go_w)
+    if not words and init <= 0:
+        words = "the job's launcher did not name the job's init"
     if words:
         proc.kill()
         proc.wait()
         raise SandboxError(words)
-    return proc
+    return Launched(proc, init)

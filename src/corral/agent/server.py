@@ -107,7 +107,9 @@ class Agent:
         self.sandboxes = sandbox.Sandboxes(self.work_dir, sandbox_config or sandbox.SandboxConfig(mode="off"))
         self.runner = JobRunner(self.work_dir, self.container_runtime, docker_host, self.nvidia_gpu_ids, self.sandboxes)
         #: Samples running jobs once serving starts (:mod:`corral.agent.metrics`).
-        self.sampler = metrics.Sampler(self.runner.running, self._root_pid, self._job_gpus, metrics_interval)
+        self.sampler = metrics.Sampler(
+            self.runner.running, self._root_pid, self._job_gpus, metrics_interval, overhead=_sandbox_pids
+        )
         self.runner.on_forget = self.sampler.forget
         self._container_pids: dict[str, int] = {}
         self.httpd = _BoundedServer((host, port), _Handler, max_connections, idle_timeout)
@@ -498,3 +500,11 @@ def _float_param(query: dict[str, list[str]], name: str, default: float, lo: flo
     if not lo <= v:  # also rejects NaN
         raise HttpError(400, f"query parameter {name}: must be >= {lo}")
     return min(v, hi)
+
+
+def _sandbox_pids(job: Job) -> tuple[int, ...]:
+    """A sandboxed job's launcher and init (PID 1 of its namespace): processes of its tree that are not its own."""
+    info = job.session
+    if job.sub.image or not info or not info.get("pidns") or job.state.pid is None:
+        return ()
+    return (job.state.pid, int(info["pid"]))

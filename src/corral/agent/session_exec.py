@@ -3,13 +3,13 @@ session's command.
 
 Started by :mod:`corral.agent.sessions` as ``python3 -I -S -c <this file's source> <spec>`` (a fresh,
 single-threaded interpreter, as :mod:`corral.agent.sandbox_exec`). For a job in a sandbox or a container
-(:mod:`corral.agent.container_sessions`) it joins the job's network and mount namespaces (``setns`` on
-``/proc/<pid>/ns/...``: the job's ``/`` and network) and, when the job has one, its user namespace; a
-container's cgroups are joined first, and its PID namespace last (the command is forked into it, this
-process staying as its parent and ending as it ends). Then it takes the job's uid and gid (no
-supplementary groups, ``no_new_privs``), never more than the job has. With ``tty`` it makes its standard
-input its controlling terminal. Then it ``exec``s the command in the job's working dir with the job's
-environment.
+(:mod:`corral.agent.container_sessions`) it joins the job's network, IPC, mount and PID namespaces
+(``setns`` on ``/proc/<pid>/ns/...`` of the job's init or container: the job's ``/``, network, IPC objects and
+processes) and, when the job has one, its user namespace, last; a container's cgroups are joined first. In a
+joined PID namespace the command is forked into it, this process staying as its parent and ending as it
+ends. Then it takes the job's uid and gid (no supplementary groups, ``no_new_privs``), never more than the
+job has. With ``tty`` it makes its standard input its controlling terminal. Then it ``exec``s the command
+in the job's working dir with the job's environment.
 
 Errors are one line on standard error and exit status 126 (127: the command cannot be run). Only the
 standard library and ``ctypes`` (``setns`` is not in Python 3.9); Linux only.
@@ -29,6 +29,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWIPC = 0x08000000
 PR_SET_NO_NEW_PRIVS = 38
 
 
@@ -64,9 +65,11 @@ def enter(spec: dict) -> None:  # type: ignore[type-arg]  # noqa: C901
     if pid:
         # every namespace file is opened first: joining the mount namespace hides the host's /proc
         fds = []
-        kinds = [("net", CLONE_NEWNET), ("mnt", CLONE_NEWNS), ("user", CLONE_NEWUSER)]
-        if spec.get("pidns"):  # a container's: its /proc shows the session's processes (main() forks into it)
+        # the user namespace last: joining the others takes the host's root, which a joined user namespace ends
+        kinds = [("net", CLONE_NEWNET), ("ipc", CLONE_NEWIPC), ("mnt", CLONE_NEWNS)]
+        if spec.get("pidns"):  # the job's /proc shows the session's processes (main() forks into it)
             kinds.append(("pid", CLONE_NEWPID))
+        kinds.append(("user", CLONE_NEWUSER))
         for kind, flag in kinds:
             if not _same_ns(pid, kind):
                 fds.append((kind, flag, os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY)))
