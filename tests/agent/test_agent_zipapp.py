@@ -63,6 +63,7 @@ def test_zipapp_imports_only_the_standard_library(tmp_path: Path) -> None:
         "corral.agent.sandbox_slots",
         "corral.agent.sandbox_types",
         *(f"corral.agent.{m}" for m in ("sandbox_layout", "sandbox_net", "job_lifecycle", "gpus", "volumes")),
+        "corral.agent.nvidia_csv",  # nvidia-smi's CSV, read by gpus and metrics
         "corral.agent.protocol_session",
         "corral.agent.container_sessions",
         "corral.agent.metrics",  # the sampler of running jobs
