@@ -140,6 +140,12 @@ def test_exit_status_and_stderr_with_docker_timestamps(dagent: AgentFactory) -> 
     assert a.output("fail", "stdout") == b"out\n" and a.output("fail", "stderr") == b"err\n"
     entries = a.http.get("/jobs/fail/logs").json()["entries"]
     assert all(t0 - 1 < e["timestamp"] <= st["finished_at"] for e in entries)
+    # the agent's own lines about it (dstack's runner log): the image, the container, the exit
+    own = a.output("fail", "agent").decode().splitlines()
+    assert own[0] == f"Job test-run (fail) received: image {UBUNTU}", own
+    assert own[1] in (f"Image {UBUNTU} found on the host", f"Pulling image {UBUNTU}"), own
+    assert any(line.startswith("Container corral-fail (") for line in own), own
+    assert own[-1] == "Exited with status 3: failed", own
 
 
 def test_memory_limit_is_enforced_and_cpu_limit_set(dagent: AgentFactory) -> None:
