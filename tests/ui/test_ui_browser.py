@@ -249,17 +249,17 @@ async def test_a_service_page_cannot_act_with_the_admins_rights(browser: Browser
 async def test_the_list_and_a_runs_page_say_where_it_ran_and_what_it_cost(
     browser: Browser, server: RunningServer
 ) -> None:
+    page = await logged_in(browser, server, server.token, viewport={"width": 1366, "height": 768})
+    await expect(page.locator("[data-live-state]")).to_contain_text("Live")
     async with server.client() as c:
         r = await c.post("/api/project/main/runs/apply", json=task_body(["sleep 4"], name="priced-run"))
         assert r.status_code == 200, r.text
         run = r.json()
-
-        async def running() -> bool:
-            return bool((await get_run(c, "priced-run"))["status"] == "running")
-
-        await wait_for(running, timeout=30, interval=0.2)
-        # placed half an hour ago at $2.00 an hour, as a job on a cloud instance would have been (this fleet's
-        # local host bills nothing): the run costs $1 and a little more once it ends
+        row = page.locator(f'tr[data-run="{run["id"]}"]')
+        await expect(row.locator(".status")).to_have_text("running", timeout=30_000)
+        await expect(row.locator(f'[data-cost="{run["id"]}"]')).to_have_text("$0")  # a local host bills nothing
+        # placed half an hour ago at $2.00 an hour, as a job on a cloud instance would have been: the run costs
+        # $1 and a little more once it ends, and the open list shows it without a reload
         async with server.ctx.db.write() as conn:
             await conn.execute(
                 sa.update(jobs).where(jobs.c.run_id == run["id"]).values(price=2.0, placed_at=time.time() - 1800)
@@ -267,8 +267,7 @@ async def test_the_list_and_a_runs_page_say_where_it_ran_and_what_it_cost(
         ended = await finished_run(c, "priced-run", timeout=30)
     cost = f"${ended['cost']:.4f}".rstrip("0").rstrip(".")
     assert cost.startswith("$1.00"), ended["cost"]
-    page = await logged_in(browser, server, server.token, viewport={"width": 1366, "height": 768})
-    row = page.locator(f'tr[data-run="{run["id"]}"]')
+    await expect(row.locator(".status")).to_have_text("done", timeout=15_000)
     await expect(row.locator(f'[data-cost="{run["id"]}"]')).to_have_text(cost)
     await expect(row).to_contain_text("local")  # where it ran: this machine
     await row.get_by_role("link", name="priced-run").click()

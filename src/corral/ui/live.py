@@ -30,7 +30,7 @@ from corral.services import logs
 from corral.services.errors import ResourceNotExists
 from corral.ui import auth
 from corral.ui.pages_runs import find_run, run_row, visible_runs
-from corral.ui.render import environment
+from corral.ui.render import dollars, environment
 
 log = logging.getLogger("corral.ui")
 STREAM_S = 20.0
@@ -117,6 +117,7 @@ def _state(r: dict[str, Any]) -> dict[str, Any]:
         "id": r["id"],
         "status": r["status"],
         "status_message": r.get("status_message") or r["status"],
+        "cost": dollars(r.get("cost")),  # a running run's grows: sent again as its shown value changes
         "jobs": {
             sub["id"]: [sub["status"], sub.get("status_message") or sub["status"]]
             for j in r.get("jobs") or []
