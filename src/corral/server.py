@@ -45,6 +45,15 @@ def private_state_dir(settings: Settings) -> None:
         pass
 
 
+def _settle_disk_reserve(settings: Settings) -> None:
+    """The state directory's emergency reserve (:func:`corral.diskspace.settle_reserve`), said when it was used."""
+    from corral import diskspace
+
+    used = diskspace.settle_reserve(settings.server_dir, settings.min_free_disk)
+    if used is not None:
+        log.warning("%s", used, extra={"event": "disk_full"})
+
+
 def lock_state_dir(settings: Settings) -> IO[str]:
     """Hold an exclusive lock on the state directory for the life of the process."""
     private_state_dir(settings)
@@ -158,6 +167,7 @@ async def prepare(settings: Settings) -> Prepared:
 
     server_config = load_server_config(settings.server_dir / "config.yml")
     private_state_dir(settings)
+    _settle_disk_reserve(settings)
     _check_encryption_key(settings)
     _say_where_the_key_is(settings)
     db = Database(settings.database_url, events_ttl=settings.events_ttl)

@@ -1,6 +1,7 @@
 """A full disk under the server's state directory, as a real 64 MB tmpfs (no injected errors): a write that
 fails for lack of space answers 507 naming the directory and its free space, reads keep working, a new run is
-refused below the free-space watermark, and everything heals by itself when space is freed."""
+refused below the free-space watermark, everything heals by itself when space is freed, and the server starts
+on a full disk."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from server_harness import finished_run, fleet_body, get_run, make_settings, running_server, task_body, wait_for
 from skip_policy import needs_root
@@ -134,5 +137,25 @@ async def test_a_job_flooding_the_disk_is_held_above_the_floor_and_stops_deletes
                 return free(state) > WATERMARK
 
             await wait_for(space_back, timeout=30, interval=0.2)
+            assert (await c.post("/api/project/main/runs/apply", json=task("after", "echo after"))).status_code == 200
+            assert (await finished_run(c, "after"))["status"] == "done"
+
+
+async def test_the_server_starts_on_a_full_disk_and_says_why_writes_are_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with tmpfs(tmp_path / "server", DISK) as state:
+        settings = make_settings(tmp_path, min_free_disk=WATERMARK)
+        async with running_server(settings) as s, s.client() as c:  # the database and the reserve are made
+            assert (await c.post("/api/project/main/fleets/apply", json=fleet_body(resources=SMALL))).status_code == 200
+        filler = fill(state)
+        assert free(state) == 0
+        async with running_server(settings) as s, s.client() as c:
+            said = [r.getMessage() for r in caplog.records if r.name == "corral.server"]
+            assert any(str(state) in m and "reserve" in m and "refused until space returns" in m for m in said), said
+            assert (await c.post("/api/project/main/fleets/list", json={})).status_code == 200
+            r = await c.post("/api/project/main/runs/apply", json=task("during", "echo during"))
+            assert "CORRAL_MIN_FREE_DISK_MB" in refused_for_space(r, state)
+            filler.unlink()  # space returns: no restart needed
             assert (await c.post("/api/project/main/runs/apply", json=task("after", "echo after"))).status_code == 200
             assert (await finished_run(c, "after"))["status"] == "done"

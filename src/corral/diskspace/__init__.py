@@ -90,3 +90,38 @@ def refusal(state_dir: Path, watermark: int | None = None) -> str:
         f"No space left for the server's state: {mib(s.free)} free of {mib(s.total)} in {state_dir}, {why}. "
         "Free space there (or grow the disk) and try again; reads keep working, and writes resume by themselves."
     )
+
+
+#: The emergency reserve: a file of this size kept in the state directory while there is room, deleted when
+#: the server starts on a full disk so that the database can be opened (SQLite must create its ``-wal`` and
+#: ``-shm`` files). CockroachDB keeps such a file for the same reason (its "emergency ballast",
+#: https://www.cockroachlabs.com/docs/stable/cluster-setup-troubleshooting#disks-filling-up).
+RESERVE = 4 * 2**20
+RESERVE_NAME = "disk-reserve"
+
+
+def settle_reserve(state_dir: Path, watermark: int) -> str | None:
+    """At start: delete the reserve when the disk is too full to open the database (what was done, to log),
+    or make it when there is room for it and the watermark."""
+    path = state_dir / RESERVE_NAME
+    s = space(state_dir)
+    if path.exists() and s.free < RESERVE:
+        size = path.stat().st_size
+        path.unlink()
+        return (
+            f"the state directory {state_dir} is full ({mib(s.free)} free): its {mib(size)} reserve "
+            f"({path}) was deleted so that the server could start; new runs and jobs' output are refused until "
+            "space returns"
+        )
+    if not path.exists() and s.free >= RESERVE + watermark:
+        tmp = path.with_name(RESERVE_NAME + ".tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, RESERVE)  # blocks taken for real, not a sparse file
+            finally:
+                os.close(fd)
+            tmp.rename(path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+    return None
