@@ -48,6 +48,8 @@ def make_settings(tmp: Path, **overrides: Any) -> Settings:
         # Tests of the queue, retries, code etc. share files with their jobs through the host; the
         # sandbox (on by default as root) has tests of its own that turn it on.
         sandbox="off",
+        # no emergency reserve file per test server (tests/workers/test_disk_full.py turns it on)
+        disk_reserve=0,
     )
     return replace(base, **overrides)
 

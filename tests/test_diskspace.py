@@ -15,8 +15,12 @@ def test_the_watermark_setting_is_read_in_mib_and_a_bad_value_names_the_variable
     assert Settings.from_env({}).min_free_disk == 128 * 2**20
     assert Settings.from_env({"CORRAL_MIN_FREE_DISK_MB": "8"}).min_free_disk == 8 * 2**20
     assert Settings.from_env({"CORRAL_MIN_FREE_DISK_MB": "0"}).min_free_disk == 0
-    with pytest.raises(SettingsError, match="CORRAL_MIN_FREE_DISK_MB='8GB' must be a whole number of MiB"):
+    with pytest.raises(
+        SettingsError, match="CORRAL_MIN_FREE_DISK_MB='8GB' must be a whole number of MiB \\(0: none\\)"
+    ):
         Settings.from_env({"CORRAL_MIN_FREE_DISK_MB": "8GB"})
+    assert Settings.from_env({}).disk_reserve == 4 * 2**20
+    assert Settings.from_env({"CORRAL_DISK_RESERVE_MB": "0"}).disk_reserve == 0
 
 
 class _AsyncpgLike(Exception):

@@ -49,7 +49,7 @@ def _settle_disk_reserve(settings: Settings) -> None:
     """The state directory's emergency reserve (:func:`corral.diskspace.settle_reserve`), said when it was used."""
     from corral import diskspace
 
-    used = diskspace.settle_reserve(settings.server_dir, settings.min_free_disk)
+    used = diskspace.settle_reserve(settings.server_dir, settings.disk_reserve, settings.min_free_disk)
     if used is not None:
         log.warning("%s", used, extra={"event": "disk_full"})
 

@@ -197,6 +197,9 @@ class Settings:
     #: The free space the state directory keeps, in bytes (``CORRAL_MIN_FREE_DISK_MB``): below it new runs and
     #: the storing of jobs' output are refused until space returns (docs/disk-space.md argues the default).
     min_free_disk: int = 128 * 2**20
+    #: The emergency reserve file kept in the state directory, in bytes (``CORRAL_DISK_RESERVE_MB``; 0: none),
+    #: deleted to start on a full disk.
+    disk_reserve: int = 4 * 2**20
 
     def unreachable_timeout(self, backend: str) -> float:
         """How long an instance of ``backend`` may go without its agent answering before it is given up."""
@@ -333,13 +336,22 @@ INPUT_LIMITS = {
 
 
 def _disk(s: Settings, e: dict[str, str]) -> Settings:
-    """``CORRAL_MIN_FREE_DISK_MB``: the free space (MiB) the state directory keeps."""
-    raw = e.get("CORRAL_MIN_FREE_DISK_MB")
+    """``CORRAL_MIN_FREE_DISK_MB`` (the free space the state directory keeps) and ``CORRAL_DISK_RESERVE_MB``
+    (its emergency reserve), in MiB."""
+    return replace(
+        s,
+        min_free_disk=_mib_env(e, "CORRAL_MIN_FREE_DISK_MB", s.min_free_disk),
+        disk_reserve=_mib_env(e, "CORRAL_DISK_RESERVE_MB", s.disk_reserve),
+    )
+
+
+def _mib_env(e: dict[str, str], name: str, default: int) -> int:
+    raw = e.get(name)
     if not raw:
-        return s
+        return default
     if not raw.isdigit():
-        raise SettingsError(f"CORRAL_MIN_FREE_DISK_MB={raw!r} must be a whole number of MiB (0: no watermark)")
-    return replace(s, min_free_disk=int(raw) * 2**20)
+        raise SettingsError(f"{name}={raw!r} must be a whole number of MiB (0: none)")
+    return int(raw) * 2**20
 
 
 def _input_limits(s: Settings, e: dict[str, str]) -> Settings:

@@ -71,7 +71,7 @@ async def test_a_full_state_dir_refuses_writes_with_507_serves_reads_and_heals_w
     tmp_path: Path,
 ) -> None:
     with tmpfs(tmp_path / "server", DISK) as state:
-        settings = make_settings(tmp_path, min_free_disk=WATERMARK)
+        settings = make_settings(tmp_path, min_free_disk=WATERMARK, disk_reserve=4 * MiB)
         async with running_server(settings) as s, s.client() as c:
             assert (await c.post("/api/project/main/fleets/apply", json=fleet_body(resources=SMALL))).status_code == 200
             assert (await c.post("/api/project/main/runs/apply", json=task("before", "echo before"))).status_code == 200
@@ -109,7 +109,7 @@ async def test_a_job_flooding_the_disk_is_held_above_the_floor_and_stops_deletes
     tmp_path: Path,
 ) -> None:
     with tmpfs(tmp_path / "server", DISK) as state:
-        settings = make_settings(tmp_path, min_free_disk=WATERMARK)
+        settings = make_settings(tmp_path, min_free_disk=WATERMARK, disk_reserve=4 * MiB)
         async with running_server(settings) as s, s.client() as c:
             assert (await c.post("/api/project/main/fleets/apply", json=fleet_body(resources=SMALL))).status_code == 200
             assert (await c.post("/api/project/main/runs/apply", json=task("flood", FLOOD))).status_code == 200
@@ -145,7 +145,7 @@ async def test_the_server_starts_on_a_full_disk_and_says_why_writes_are_refused(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with tmpfs(tmp_path / "server", DISK) as state:
-        settings = make_settings(tmp_path, min_free_disk=WATERMARK)
+        settings = make_settings(tmp_path, min_free_disk=WATERMARK, disk_reserve=4 * MiB)
         async with running_server(settings) as s, s.client() as c:  # the database and the reserve are made
             assert (await c.post("/api/project/main/fleets/apply", json=fleet_body(resources=SMALL))).status_code == 200
         filler = fill(state)

@@ -92,20 +92,19 @@ def refusal(state_dir: Path, watermark: int | None = None) -> str:
     )
 
 
-#: The emergency reserve: a file of this size kept in the state directory while there is room, deleted when
-#: the server starts on a full disk so that the database can be opened (SQLite must create its ``-wal`` and
-#: ``-shm`` files). CockroachDB keeps such a file for the same reason (its "emergency ballast",
+#: The emergency reserve: a file kept in the state directory while there is room, deleted when the server
+#: starts on a full disk so that the database can be opened (SQLite must create its ``-wal`` and ``-shm``
+#: files). CockroachDB keeps such a file for the same reason (its "emergency ballast",
 #: https://www.cockroachlabs.com/docs/stable/cluster-setup-troubleshooting#disks-filling-up).
-RESERVE = 4 * 2**20
 RESERVE_NAME = "disk-reserve"
 
 
-def settle_reserve(state_dir: Path, watermark: int) -> str | None:
-    """At start: delete the reserve when the disk is too full to open the database (what was done, to log),
-    or make it when there is room for it and the watermark."""
+def settle_reserve(state_dir: Path, size: int, watermark: int) -> str | None:
+    """At start: delete the reserve when the disk has less than ``size`` free, too little to open the database
+    (what was done, to log), or make it (``size`` bytes) when there is room for it and the watermark."""
     path = state_dir / RESERVE_NAME
     s = space(state_dir)
-    if path.exists() and s.free < RESERVE:
+    if path.exists() and s.free < max(size, 2**20):
         size = path.stat().st_size
         path.unlink()
         return (
@@ -113,12 +112,12 @@ def settle_reserve(state_dir: Path, watermark: int) -> str | None:
             f"({path}) was deleted so that the server could start; new runs and jobs' output are refused until "
             "space returns"
         )
-    if not path.exists() and s.free >= RESERVE + watermark:
+    if size and not path.exists() and s.free >= size + watermark:
         tmp = path.with_name(RESERVE_NAME + ".tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                os.posix_fallocate(fd, 0, RESERVE)  # blocks taken for real, not a sparse file
+                os.posix_fallocate(fd, 0, size)  # blocks taken for real, not a sparse file
             finally:
                 os.close(fd)
             tmp.rename(path)
