@@ -304,11 +304,21 @@ def stop_server(server: Server) -> None:
         server.proc.wait(30)
     except subprocess.TimeoutExpired:
         server.proc.kill()
-    needle = str(server.state).encode()
+    needle, ours = str(server.state).encode(), []
     for entry in Path("/proc").iterdir():
         try:
             if entry.name.isdigit() and needle in (entry / "cmdline").read_bytes():
                 os.kill(int(entry.name), signal.SIGTERM)
+                ours.append(int(entry.name))
+        except OSError:
+            continue
+    deadline = time.monotonic() + 10  # they stop their jobs and write their state: then the state dir goes
+    while any(Path(f"/proc/{pid}").exists() for pid in ours) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in ours:
+        try:
+            if Path(f"/proc/{pid}").exists():
+                os.kill(pid, signal.SIGKILL)
         except OSError:
             continue
 
@@ -494,6 +504,14 @@ def run_checks(
         server.api.call("/api/project/main/runs/stop", {"runs_names": [name], "abort": True})
 
 
+class Interrupted(Exception):
+    """SIGTERM (``gpu_check.sh``'s time limit): reported as a failure, after the server is stopped."""
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise Interrupted("SIGTERM: the time limit was reached")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path, help="directory for report.txt, report.json, server.log and nvidia-smi/")
@@ -522,6 +540,9 @@ def main(argv: list[str] | None = None) -> int:
     status, detail = torch_probe(bool(args.fake_bin))
     report.facts["torch"] = f"{status}: {detail}"
     report.add("import torch sees the GPU", status, detail)
+    # a timeout's SIGTERM ends the check through ``finally``: the server and its agents (sessions of their own,
+    # which would outlive it) are stopped, and the GPU is not left running the load
+    signal.signal(signal.SIGTERM, _interrupted)
     state = Path(tempfile.mkdtemp(prefix="corral-gpu-check-"))
     args.sandbox = sandbox_mode(args.sandbox, report)
     server = start_server(out, state, args)

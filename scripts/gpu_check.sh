@@ -16,4 +16,5 @@ site=$(mktemp -d "${TMPDIR:-/tmp}/corral-gpu-check-site.XXXXXX")
 trap 'rm -rf "$site"' EXIT
 "$py" -m pip install --quiet --no-index --no-deps --disable-pip-version-check --target "$site" "$wheels"/*.whl
 # the whole check ends within 5 minutes (its runs within --budget, 270 s by default)
-PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" timeout 300 "$py" "$here/gpu_check.py" "$out" "$@"
+# (past 300 s, SIGTERM: it stops its server and agents before it exits; SIGKILL 20 s later if it has not)
+PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" timeout --kill-after=20 300 "$py" "$here/gpu_check.py" "$out" "$@"

@@ -9,15 +9,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from nvidia_smi_fake import H100, install
+from nvidia_smi_fake import H100, LOAD_MARKER, install
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.py"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -77,3 +79,35 @@ def test_without_fake_bin_a_missing_torch_fails(tmp_path: Path, fake_bin: Path) 
     status = {i["name"]: i["status"] for i in json.loads((out / "report.json").read_text())["items"]}
     assert status["import torch sees the GPU"] == "FAIL" and status["bf16 matmul on the GPU"] == "FAIL"
     assert (out / "report.txt").read_text().startswith("corral GPU check (real nvidia-smi)")
+
+
+def _load_processes() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and LOAD_MARKER.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_sigterm_stops_the_server_and_the_load_and_still_reports(tmp_path: Path, fake_bin: Path) -> None:
+    """``gpu_check.sh``'s time limit (SIGTERM) mid-load: the server, its agents and the load are stopped (none
+    left behind on the GPU), and the report so far is written, failing."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    env["PATH"] = f"{fake_bin}:{SYSTEM_PATH}"
+    args = ["--fake-bin", str(fake_bin), "--load-seconds", "120", "--policy-window", "3", "--budget", "150"]
+    with subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(out), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    ) as proc:
+        deadline = time.monotonic() + 90
+        while not list((out / "nvidia-smi").glob("*during-load*")):  # the load runs and is sampled
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
+            time.sleep(0.2)
+        assert _load_processes()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 1
+    assert "FAIL     check ran to the end: Interrupted: SIGTERM" in (out / "report.txt").read_text()
+    assert _load_processes() == []
