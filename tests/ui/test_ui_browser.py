@@ -269,7 +269,7 @@ async def test_the_list_and_a_runs_page_say_where_it_ran_and_what_it_cost(
     assert cost.startswith("$1.00"), ended["cost"]
     await expect(row.locator(".status")).to_have_text("done", timeout=15_000)
     await expect(row.locator(f'[data-cost="{run["id"]}"]')).to_have_text(cost)
-    await expect(row).to_contain_text("local")  # where it ran: this machine
+    await expect(row.locator(f'[data-backend="{run["id"]}"]')).to_have_text("local")  # where it ran: this machine
     await row.get_by_role("link", name="priced-run").click()
     await page.wait_for_url(f"**/projects/main/runs/{run['id']}")
     await expect(page.locator(f'dd[data-cost="{run["id"]}"]')).to_have_text(cost)

@@ -118,6 +118,7 @@ def _state(r: dict[str, Any]) -> dict[str, Any]:
         "status": r["status"],
         "status_message": r.get("status_message") or r["status"],
         "cost": dollars(r.get("cost")),  # a running run's grows: sent again as its shown value changes
+        "backend": run_row(r)["backend"] or "—",  # known once its job got an instance
         "jobs": {
             sub["id"]: [sub["status"], sub.get("status_message") or sub["status"]]
             for j in r.get("jobs") or []

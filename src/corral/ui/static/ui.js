@@ -22,6 +22,7 @@
       document.querySelectorAll('[data-live-status="' + st.id + '"]').forEach(function (el) { setStatus(el, st.status); });
       document.querySelectorAll('[data-live-message="' + st.id + '"]').forEach(function (el) { el.textContent = message; });
       document.querySelectorAll('[data-cost="' + st.id + '"]').forEach(function (el) { el.textContent = st.cost; });
+      document.querySelectorAll('[data-backend="' + st.id + '"]').forEach(function (el) { el.textContent = st.backend; });
       Object.keys(st.jobs || {}).forEach(function (sid) {
         document.querySelectorAll('[data-live-status="' + sid + '"]').forEach(function (el) { setStatus(el, st.jobs[sid][0]); });
         document.querySelectorAll('[data-live-message="' + sid + '"]').forEach(function (el) {
