@@ -21,6 +21,8 @@ def test_the_watermark_setting_is_read_in_mib_and_a_bad_value_names_the_variable
         Settings.from_env({"CORRAL_MIN_FREE_DISK_MB": "8GB"})
     assert Settings.from_env({}).disk_reserve == 4 * 2**20
     assert Settings.from_env({"CORRAL_DISK_RESERVE_MB": "0"}).disk_reserve == 0
+    assert Settings.from_env({}).job_log_limit == 50 * 2**20
+    assert Settings.from_env({"CORRAL_JOB_LOG_LIMIT_MB": "1"}).job_log_limit == 2**20
 
 
 class _AsyncpgLike(Exception):

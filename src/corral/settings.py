@@ -200,6 +200,9 @@ class Settings:
     #: The emergency reserve file kept in the state directory, in bytes (``CORRAL_DISK_RESERVE_MB``; 0: none),
     #: deleted to start on a full disk.
     disk_reserve: int = 4 * 2**20
+    #: The most output stored per job, in bytes (``CORRAL_JOB_LOG_LIMIT_MB``; 0: no limit): past it the oldest is
+    #: dropped, the newest kept (docs/disk-space.md argues the default).
+    job_log_limit: int = 50 * 2**20
 
     def unreachable_timeout(self, backend: str) -> float:
         """How long an instance of ``backend`` may go without its agent answering before it is given up."""
@@ -336,12 +339,13 @@ INPUT_LIMITS = {
 
 
 def _disk(s: Settings, e: dict[str, str]) -> Settings:
-    """``CORRAL_MIN_FREE_DISK_MB`` (the free space the state directory keeps) and ``CORRAL_DISK_RESERVE_MB``
-    (its emergency reserve), in MiB."""
+    """``CORRAL_MIN_FREE_DISK_MB`` (the free space the state directory keeps), ``CORRAL_DISK_RESERVE_MB`` (its
+    emergency reserve) and ``CORRAL_JOB_LOG_LIMIT_MB`` (the output stored per job), in MiB."""
     return replace(
         s,
         min_free_disk=_mib_env(e, "CORRAL_MIN_FREE_DISK_MB", s.min_free_disk),
         disk_reserve=_mib_env(e, "CORRAL_DISK_RESERVE_MB", s.disk_reserve),
+        job_log_limit=_mib_env(e, "CORRAL_JOB_LOG_LIMIT_MB", s.job_log_limit),
     )
 
 

@@ -39,6 +39,7 @@ from corral.workers import job_metrics
 from corral.workers.jobs import secrets, utilization
 from corral.workers.jobs.disk_guard import DiskGuard, dropped_note
 from corral.workers.jobs.leases import JobLeases
+from corral.workers.jobs.log_limit import LogLimit
 from corral.workers.jobs.outcomes import JobOutcomes, Tail
 from corral.workers.jobs.poll import logs_unless_poked, poll_unless_poked
 
@@ -281,6 +282,7 @@ class JobFollower:
         self.masker = LogMasker(())
         self.policies = Policies(poll_wait=self.ctx.settings.agent_poll_wait)
         self.disk = DiskGuard(self.ctx.settings.server_dir, self.ctx.settings.min_free_disk)
+        self.log_limit = LogLimit(self.ctx.settings.job_log_limit)
 
     async def run(self, conf: dict[str, Any] | None) -> None:
         try:
@@ -410,6 +412,7 @@ class JobFollower:
             async with self.ctx.db.write() as conn:
                 kept = await run_store.append_logs_guarded(conn, self.job.id, self.token, entries, reply.next_offset)
                 if kept:
+                    await self.log_limit.appended(conn, self.job.id, self.job.job_name, entries)
                     self.metrics_after = await job_metrics.store(conn, self.job.id, points, self.metrics_after)
             if not kept:
                 self.leases.drop(self.job.id)
