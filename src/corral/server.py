@@ -287,6 +287,7 @@ def _aws_compute(settings: Settings, db: Any, regions: frozenset[str] | None) ->
         ssh,
         cloud_backends.project_loader(db, lambda: cipher_for(settings)),
         server_id,
+        fleets=cloud_backends.fleet_loader(db),
         catalog_path=settings.aws_catalog,
         live_catalog_dir=cache_dir(settings.server_dir) if settings.aws_live_catalog else None,
         regions=regions,

@@ -21,6 +21,8 @@ from corral.backends.base import ProvisioningError
 from corral.domain.records import InstanceRec
 from corral.domain.statuses import InstanceStatus
 from corral.scheduler.types import Offer
+from corral.store.accounts import get_project
+from corral.store.fleets import get_fleet
 from server_harness import RunningServer, finished_run, make_settings, running_server, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -87,13 +89,18 @@ def _rec() -> InstanceRec:
 
 
 async def _launch(
-    server: RunningServer, proxy: FaultProxy, rule: Any, *offers: Offer, project_name: str = "main"
+    server: RunningServer,
+    proxy: FaultProxy,
+    rule: Any,
+    *offers: Offer,
+    project_name: str = "main",
+    rec: InstanceRec | None = None,
 ) -> tuple[Any, list[Launch]]:
-    """Launch a fresh row with ``offers`` (the first its own) under the fault ``rule``; what came of it
-    (the launched offer, or the ProvisioningError) and the RunInstances calls it made."""
+    """Launch a fresh row (or ``rec``) with ``offers`` (the first its own) under the fault ``rule``; what came of
+    it (the launched offer, or the ProvisioningError) and the RunInstances calls it made."""
     compute: AWSCompute = server.ctx.computes["aws"]
     project = await compute.project(project_name)
-    rec = _rec()
+    rec = rec or _rec()
     client = await compute.session.ec2(ec2.client, project.creds, offers[0].region)
     before = len(proxy.launches)
     proxy.fault = rule
@@ -313,3 +320,53 @@ async def test_a_termination_ec2_never_confirms_is_reported_and_keeps_counting(
 async def _with_status(get: Any, status: str) -> dict[str, Any] | None:
     got = await get()
     return got if got and got["status"] == status else None
+
+
+async def test_a_fleets_availability_zones_and_tags_shape_its_launches_and_bad_ones_are_refused(
+    server: RunningServer, proxy: FaultProxy, moto: MotoEC2, vpc: tuple[str, str, str]
+) -> None:
+    """``availability_zones`` restricts the zones (subnets) a fleet's instances launch in; ``tags`` go on
+    every instance and its root volume with the backend's and corral's; both are checked at apply, naming
+    the field."""
+
+    async def apply(**conf: Any) -> Any:
+        fleet = {"type": "fleet", "name": "zonefl", "nodes": "0..1", "backends": ["aws"], **conf}
+        async with server.client() as c:
+            body = {"plan": {"spec": {"configuration": fleet, "profile": {}}}, "force": True}
+            return await c.post("/api/project/main/fleets/apply", json=body)
+
+    r = await apply(availability_zones=["mars-1a"])
+    assert r.status_code == 400 and "availability_zones: 'mars-1a' is not an availability zone name" in r.text
+    r = await apply(availability_zones=["eu-west-1a"])  # the backend's regions: us-east-1, us-west-2
+    assert r.status_code == 400 and "availability_zones: eu-west-1a is in eu-west-1" in r.text
+    too_many = {f"k{i}": "v" for i in range(facts.TAGS_PER_RESOURCE - 7)}  # 43: over what corral's 8 leave
+    r = await apply(tags=too_many)
+    assert r.status_code == 400 and "tags: 43 tags, at most" in r.text, r.text
+    tags = {"team": "research", "cost-center": "ml-42"}
+    r = await apply(availability_zones=[f"{REGION}b"], tags=tags)
+    assert r.status_code == 200, r.text
+    async with server.ctx.db.read() as conn:
+        project = await get_project(conn, "main")
+        assert project is not None
+        fleet = await get_fleet(conn, project.id, name="zonefl")
+    assert fleet is not None
+    compute = server.ctx.computes["aws"]
+    large = _offer(compute, "m7i.large", REGION)
+    row = dataclasses.replace(_rec(), project_id=project.id, fleet_id=fleet.id, fleet_name="zonefl")
+    got, made = await _launch(server, proxy, lambda lt: "InsufficientInstanceCapacity", large, rec=row)
+    assert isinstance(got, ProvisioningError) and [m.subnet for m in made] == [vpc[2]]  # zone b only
+    compute.session.unavailable = launch.Unavailable(ttl=60)
+    row = dataclasses.replace(row, id=str(uuid.uuid4()))
+    before = {i["InstanceId"] for i in moto.instances()}
+    got, made = await _launch(server, proxy, None, large, rec=row)
+    assert got == large and [m.subnet for m in made] == [vpc[2]]
+    (inst,) = [i for i in moto.instances() if i["InstanceId"] not in before]
+    on_instance = {t["Key"]: t["Value"] for t in inst["Tags"]}
+    assert on_instance["team"] == "research" and on_instance["cost-center"] == "ml-42"
+    assert on_instance["corral_fleet"] == "zonefl" and on_instance["corral_instance"] == row.id
+    # the root volume (detached now: the instance was terminated at once) carries the same tags
+    made_for = moto.client().describe_volumes(Filters=[{"Name": "tag:corral_instance", "Values": [row.id]}])
+    (on_volume,) = [{t["Key"]: t["Value"] for t in v.get("Tags") or []} for v in made_for["Volumes"]]
+    assert on_volume["team"] == "research" and on_volume["corral_instance"] == row.id
+    async with server.client() as c:
+        await c.post("/api/project/main/fleets/delete", json={"names": ["zonefl"]})

@@ -20,6 +20,7 @@ from moto_harness import REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2, faul
 
 from corral.backends.aws import ec2, gang_cleanup, gangs, launch, placement, reservations
 from corral.backends.aws.compute import AWSCompute
+from corral.backends.aws.session import FleetOptions
 from corral.domain.records import InstanceRec
 from corral.domain.statuses import InstanceStatus
 from corral.scheduler.codec import offer_to_json
@@ -44,7 +45,8 @@ RESERVATION = "cr-0123456789abcdef0"
 #: Holds a type dearer than the cheapest offer that fits: the fleet's offers are narrowed to it.
 RESERVED_C7I = "cr-0c7i0c7i0c7i0c7i0"
 FLEET = {"type": "fleet", "name": "gangfl", "nodes": "0..2", "backends": ["aws"], "placement": "cluster",
-         "instance_types": ["m7i.large"], "reservation": RESERVATION, "resources": {"cpu": "2.."}}  # fmt: skip
+         "instance_types": ["m7i.large"], "reservation": RESERVATION, "resources": {"cpu": "2.."},
+         "tags": {"team": "gangs"}}  # fmt: skip
 
 
 def _task(name: str) -> dict[str, Any]:
@@ -260,6 +262,14 @@ async def test_a_gang_waits_for_capacity_then_launches_together_in_a_placement_g
         ]
         refused, group = made[0].group, made[1].group
         assert group.startswith("dstack-main-gangfl-") and group in proxy.extras.groups
+        # the fleet's tags are on the group it made and on its instances, beside corral's
+        assert proxy.extras.group_tags[group]["team"] == "gangs" and proxy.extras.group_tags[group]["corral_server"]
+        nodes = [
+            i
+            for i in hypervisor.moto.instances()
+            if {"Key": "corral_placement_group", "Value": group} in (i.get("Tags") or [])
+        ]
+        assert len(nodes) == 2 and all({"Key": "team", "Value": "gangs"} in i["Tags"] for i in nodes)
         assert refused != group and refused in proxy.extras.deleted
         hosts = {j["job_submissions"][-1]["job_provisioning_data"]["internal_ip"] for j in run["jobs"]}
         assert len(hosts) == 2
@@ -309,7 +319,9 @@ async def test_a_gang_launched_before_a_crash_is_adopted_not_launched_again(
     rows = [_row(offer, 0), _row(offer, 1)]
     project = await compute.project("main")
     client = await compute.session.ec2(ec2.client, project.creds, REGION)
-    ids, group = await gangs._launch(compute.session, project, rows, [offer, offer], client, True, None)
+    ids, group = await gangs._launch(
+        compute.session, project, rows, [offer, offer], client, (True, None), FleetOptions()
+    )
     # the reaper's sweep deletes this server's groups no live instance names (a launch that never came)
     server_id = await compute.session.server_id()
     await compute.session.ec2(placement.create, client, "dstack-main-adopt-unused0", server_id, "main", 0.0)

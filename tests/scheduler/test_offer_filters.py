@@ -180,3 +180,12 @@ def test_an_offer_is_pinned_to_the_first_allowed_zone_only_when_it_names_none() 
     assert offer_filters.pinned(anywhere, f).zone == "us-east-1a"
     assert offer_filters.pinned(zoned, f) is zoned
     assert offer_filters.pinned(anywhere, offer_filters.OfferFilter()) is anywhere
+
+
+def test_a_fleets_availability_zones_narrow_its_offers_to_their_regions() -> None:
+    zoned = offer_filters.from_conf({"availability_zones": ["us-east-1b", "us-west-2a"]})
+    assert zoned.regions == frozenset({"us-east-1", "us-west-2"})
+    # the fleet's own regions, when it sets them, are what narrow (the zones are checked to be in them)
+    own = offer_filters.from_conf({"regions": ["us-east-1"], "availability_zones": ["us-east-1b"]})
+    assert own.regions == frozenset({"us-east-1"})
+    assert offer_filters.from_conf({"availability_zones": []}).regions is None

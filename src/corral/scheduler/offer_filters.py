@@ -81,11 +81,14 @@ def run_filter(profile: Any) -> OfferFilter:
 
 
 def from_conf(conf: Mapping[str, Any]) -> OfferFilter:
-    """The filter of a configuration as JSON (a fleet's stored spec, say)."""
+    """The filter of a configuration as JSON (a fleet's stored spec, say). A fleet's ``availability_zones``
+    without ``regions`` narrows offers to the zones' regions (an availability zone's name is its region's and a
+    letter: ``us-east-1a``), where its instances can launch."""
+    zones = conf.get("availability_zones")
+    regions = conf.get("regions") or ([str(z)[:-1] for z in zones] if zones else None)
     return from_options(
-        conf.get("backends"), conf.get("regions"), conf.get("instance_types"), conf.get("max_price"),
-        conf.get("spot_policy"),
-    )  # fmt: skip
+        conf.get("backends"), regions, conf.get("instance_types"), conf.get("max_price"), conf.get("spot_policy")
+    )
 
 
 def instance_passes(offer: Offer, f: OfferFilter) -> bool:

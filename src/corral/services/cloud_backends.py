@@ -16,10 +16,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from corral.backends.aws import ec2
-from corral.backends.aws.session import AWSProject
+from corral.backends.aws.session import AWSProject, FleetOptions
+from corral.domain.documents import spec_configuration
+from corral.domain.records import InstanceRec
 from corral.services.accounts import generate_ssh_keypair
 from corral.services.errors import ServiceError
 from corral.store import accounts as account_store
+from corral.store import fleets as fleet_store
 from corral.store.db import Database
 from corral.store.encryption import Cipher, open_sealed, seal
 from corral.store.server_state import get_state, set_state
@@ -146,5 +149,21 @@ def project_loader(db: Database, cipher: Callable[[], Cipher]) -> Callable[[str]
             if project is None or not project.ssh_public_key or not project.ssh_private_key:
                 return None
         return AWSProject(project.name, opened(cipher, doc), project.ssh_public_key, project.ssh_private_key)
+
+    return load
+
+
+def fleet_loader(db: Database) -> Callable[[InstanceRec], Awaitable[FleetOptions]]:
+    """Reads what an instance's fleet asks of its launch: ``availability_zones`` and ``tags``."""
+
+    async def load(instance: InstanceRec) -> FleetOptions:
+        if not instance.fleet_id:
+            return FleetOptions()
+        async with db.read() as conn:
+            fleet = await fleet_store.get_fleet(conn, instance.project_id, fleet_id=instance.fleet_id)
+        conf = spec_configuration(fleet.spec if fleet is not None else None)
+        zones = conf.get("availability_zones")
+        tags = {str(k): str(v) for k, v in (conf.get("tags") or {}).items()}
+        return FleetOptions(frozenset(str(z) for z in zones) if zones else None, tags)
 
     return load

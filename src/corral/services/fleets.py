@@ -24,7 +24,7 @@ from corral.scheduler.codec import offer_to_json
 from corral.scheduler.types import Offer
 from corral.schemas import wire
 from corral.schemas.requests import FleetPlanIn, FleetSpecIn
-from corral.services import input_rules, serialize, ssh_fleets
+from corral.services import aws_fleets, input_rules, serialize, ssh_fleets
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError, validated
 from corral.settings import Settings
 from corral.store import events
@@ -127,9 +127,16 @@ def check_backends(ctx: Context, project: ProjectRec, spec: FleetSpec) -> None:
     )
 
 
+def _check_aws(project: ProjectRec, spec: FleetSpec) -> None:
+    """A cloud fleet's ``availability_zones`` and ``tags``, as the project's aws backend applies them."""
+    if not spec.is_ssh:
+        aws_fleets.check(project.backends, spec.conf.regions, spec.conf.availability_zones, spec.conf.tags)
+
+
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: FleetSpecIn) -> dict[str, Any]:
     normalized = normalize_spec(spec, ("spec",), ctx.settings)
     check_backends(ctx, project, normalized)
+    _check_aws(project, normalized)
     name = normalized.name
     async with ctx.db.read() as conn:
         current = await store.get_fleet(conn, project.id, name=name) if name else None
@@ -174,6 +181,7 @@ async def apply(
 ) -> dict[str, Any]:
     normalized = normalize_spec(plan.spec, ("plan", "spec"), ctx.settings)
     check_backends(ctx, project, normalized)
+    _check_aws(project, normalized)
     name = normalized.name or random_name()
     normalized = normalized.named(name)
     current_resource = plan.current_resource

@@ -28,7 +28,14 @@ from corral.backends.aws import catalog, ec2, gang_cleanup, gangs, launch, reser
 from corral.backends.aws.interruptions import Lost, lost
 from corral.backends.aws.live_catalog import CatalogSource
 from corral.backends.aws.orphans import Tagged, orphans
-from corral.backends.aws.session import AWSProject, AWSSession, ProjectLoader, Region, candidate_offers
+from corral.backends.aws.session import (
+    AWSProject,
+    AWSSession,
+    FleetLoader,
+    ProjectLoader,
+    Region,
+    candidate_offers,
+)
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
 from corral.backends.ssh import SSHCompute
 from corral.domain.records import InstanceRec
@@ -65,12 +72,14 @@ class AWSCompute:
         poll: float = 1.0,
         unavailable_ttl: float = launch.UNAVAILABLE_TTL,
         terminate_timeout: float = 60.0,
+        fleets: FleetLoader | None = None,
     ) -> None:
         self.ssh = ssh
         #: EC2 (in threads), the projects, the launches' shared parts: used by the gang code too.
         self.session = AWSSession(
-            ssh, projects, server_id, provisioning_timeout, poll, unavailable_ttl, terminate_timeout
-        )
+            ssh, projects, server_id, provisioning_timeout, poll, unavailable_ttl, terminate_timeout,
+            **({"fleets": fleets} if fleets is not None else {}),
+        )  # fmt: skip
         #: Where offers are priced from: ``CORRAL_AWS_CATALOG``, the fetched gpuhunt catalogue, or the snapshot.
         self.catalog = CatalogSource(catalog_path, live_catalog_dir)
         self._offers: list[Offer] | None = None
@@ -150,8 +159,14 @@ class AWSCompute:
         ``MAX_LAUNCH_ATTEMPTS`` calls, each with a new client token; what failed is remembered a while
         (``Unavailable``) so that the next launches do not try it again."""
         server_id = await self.session.server_id()
+        options = await self.session.fleet_options(instance)
         tags = launch.instance_tags(
-            server_id, project.name, instance.fleet_name, instance.id, instance.name, project.config.get("tags")
+            server_id,
+            project.name,
+            instance.fleet_name,
+            instance.id,
+            instance.name,
+            self.session.tags(project, options),
         )
         tries = _Tries()
         regions: dict[str, Region] = {}
@@ -172,7 +187,7 @@ class AWSCompute:
                 public_ip=project.config.get("public_ips") is not False,
                 iam_instance_profile=project.config.get("iam_instance_profile") or None,
             )
-            launched, move = await self._launch_in_zones(instance, offer, where, spec, tries)
+            launched, move = await self._launch_in_zones(instance, offer, where, spec, tries, options.zones)
             if launched is not None:
                 return launched
             if move == "stop" or tries.attempts >= launch.MAX_LAUNCH_ATTEMPTS:
@@ -218,13 +233,25 @@ class AWSCompute:
         return where, images[(region, gpu)]
 
     async def _launch_in_zones(
-        self, instance: InstanceRec, offer: Offer, where: Region, spec: launch.LaunchSpec, tries: _Tries
+        self,
+        instance: InstanceRec,
+        offer: Offer,
+        where: Region,
+        spec: launch.LaunchSpec,
+        tries: _Tries,
+        allowed: frozenset[str] | None,
     ) -> tuple[tuple[Offer, Any, str] | None, str]:
-        """RunInstances of one offer in each of its zones until one launches: (the offer in its zone, the
-        region's client, the EC2 id), or None and where the launch goes next (``launch.next_move``)."""
+        """RunInstances of one offer in each of its zones (of the ``allowed`` ones: the fleet's
+        ``availability_zones``) until one launches: (the offer in its zone, the region's client, the EC2 id), or
+        None and where the launch goes next (``launch.next_move``)."""
         region, itype = offer.region, launch.market_key(offer.instance_type, offer.resources.spot)
         move = "zone"
-        for zone, subnet in launch.in_zone(where.zones, offer.zone).items():
+        zones = launch.in_zone(where.zones, offer.zone, allowed)
+        if not zones and allowed is not None:
+            tries.errors.append(
+                f"{region}: no usable subnet in the fleet's availability_zones ({', '.join(sorted(allowed))})"
+            )
+        for zone, subnet in zones.items():
             if self.session.unavailable.blocked(region, zone, itype, time.time()):
                 tries.errors.append(f"{zone} {itype}: no capacity lately")
                 continue

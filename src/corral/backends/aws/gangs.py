@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from corral.backends.aws import catalog, ec2, launch, placement, reservations
 from corral.backends.aws import gang_cleanup as cleanup
-from corral.backends.aws.session import AWSProject, AWSSession, Region, candidate_offers
+from corral.backends.aws.session import AWSProject, AWSSession, FleetOptions, Region, candidate_offers
 from corral.backends.base import Provisioned, ProvisioningError
 from corral.domain import aws_tags
 from corral.domain.records import InstanceRec
@@ -126,7 +126,8 @@ async def create_gang(
     else:
         if found:  # a partial launch: nothing of it is kept
             await cleanup.rollback(session, client, [str(i["InstanceId"]) for i in found], None)
-        launched = await _launch_shapes(session, project, rows, candidates, client, cluster, reservation)
+        options = await session.fleet_options(lead)
+        launched = await _launch_shapes(session, project, rows, candidates, client, (cluster, reservation), options)
         ids, group, offers, client = launched
     try:
         done = await _bring_up(session, project, rows, offers, client, ids, group)
@@ -145,11 +146,13 @@ async def _launch_shapes(
     rows: Sequence[InstanceRec],
     candidates: Sequence[Sequence[Offer]],
     client: Any,
-    cluster: bool,
-    reservation: str | None,
+    how: tuple[bool, str | None],
+    options: FleetOptions,
 ) -> tuple[list[str], str | None, list[Offer], Any]:
     """Launch the gang as its own offers, else (EC2 had no room for them in any zone) as the next shape of
-    :func:`shapes`, as a single instance falls back; the ids, group, offers launched and region's client."""
+    :func:`shapes`, as a single instance falls back; the ids, group, offers launched and region's client.
+    ``how``: in a cluster placement group or not, into which capacity reservation (or none)."""
+    reservation = how[1]
     errors: list[str] = []
     attempts = 0
     for shape in shapes(candidates, reservation):
@@ -160,7 +163,7 @@ async def _launch_shapes(
         else:
             here = client
         try:
-            ids, group = await _launch(session, project, rows, shape, here, cluster, reservation, attempts)
+            ids, group = await _launch(session, project, rows, shape, here, how, options, attempts)
         except GangError as e:
             if not e.capacity:
                 raise
@@ -232,7 +235,7 @@ async def _placement_group(
     rows: Sequence[InstanceRec],
     offers: Sequence[Offer],
     cluster: bool,
-    server_id: str,
+    owner: tuple[str, dict[str, str]],
 ) -> str | None:
     """The cluster placement group made for the gang, or None: not asked for, or a type EC2 refuses in one
     (launched without it, as a log line says)."""
@@ -244,7 +247,8 @@ async def _placement_group(
         return None
     group = placement.group_name(project.name, rows[0].fleet_name or "", None)
     try:
-        await session.ec2(placement.create, client, group, server_id, project.name, time.time())
+        server_id, tags = owner  # this server's id, and the backend's and the fleet's tags
+        await session.ec2(placement.create, client, group, server_id, project.name, time.time(), tags)
     except ec2.AWSError as e:
         raise GangError(f"placement group {group}: {e}", capacity=False) from None
     return group
@@ -256,27 +260,15 @@ async def _launch(
     rows: Sequence[InstanceRec],
     offers: Sequence[Offer],
     client: Any,
-    cluster: bool,
-    reservation: str | None,
+    how: tuple[bool, str | None],
+    options: FleetOptions,
     attempt: int = 0,
 ) -> tuple[list[str], str | None]:
-    """RunInstances for the gang (``attempt`` calls made for it already); the EC2 ids in row order and the
-    placement group (or None)."""
+    """RunInstances for the gang (``attempt`` calls made for it already) in the fleet's ``availability_zones``,
+    with its tags; the EC2 ids in row order and the placement group (or None)."""
     region = offers[0].region
-    try:
-        where = await session.region(project, region, client)
-    except ProvisioningError as e:
-        raise GangError(str(e), capacity=False) from None
-    zones, extra = await _reservation_zones(session, client, region, dict(where.zones), reservation, offers, len(rows))
-    gpu = bool(offers[0].resources.gpus)
-    try:
-        image = await session.ec2(ec2.image, where.client, project.config, gpu)
-    except ec2.AWSError as e:
-        raise GangError(f"{region}: {e}", capacity=False) from None
-    server_id = await session.server_id()
-    group = await _placement_group(session, client, project, rows, offers, cluster, server_id)
-    if group is not None:
-        extra["Placement"] = {**extra.get("Placement", {}), "GroupName": group}
+    zones, base = await _prepare(session, project, rows, offers, client, how, options)
+    group = base.group
     path = launch_path(offers)
     errors: list[str] = []
     first = attempt
@@ -293,7 +285,7 @@ async def _launch(
         if attempt >= launch.MAX_LAUNCH_ATTEMPTS:
             break
         attempt += 1
-        base = _Params(project, server_id, image, where, subnet, extra, group, rows[0].id)
+        base = dataclasses.replace(base, subnet=subnet)
         if path == "count":
             got = await _launch_count(session, base, rows, offers[0], attempt)
         else:
@@ -319,6 +311,40 @@ async def _launch(
     )
 
 
+async def _prepare(
+    session: AWSSession,
+    project: AWSProject,
+    rows: Sequence[InstanceRec],
+    offers: Sequence[Offer],
+    client: Any,
+    how: tuple[bool, str | None],
+    options: FleetOptions,
+) -> tuple[dict[str, str], _Params]:
+    """The zones (zone -> subnet) the gang may launch in -- the fleet's ``availability_zones``, the capacity
+    reservation's zone -- and the launch's parameters but its subnet: the image, the placement group (made
+    now), the reservation's target, the tags."""
+    cluster, reservation = how
+    region = offers[0].region
+    try:
+        where = await session.region(project, region, client)
+    except ProvisioningError as e:
+        raise GangError(str(e), capacity=False) from None
+    allowed = launch.in_zone(dict(where.zones), "", options.zones)
+    if not allowed:
+        raise GangError(f"{region}: no usable subnet in the fleet's availability_zones", capacity=False)
+    zones, extra = await _reservation_zones(session, client, region, allowed, reservation, offers, len(rows))
+    try:
+        image = await session.ec2(ec2.image, where.client, project.config, bool(offers[0].resources.gpus))
+    except ec2.AWSError as e:
+        raise GangError(f"{region}: {e}", capacity=False) from None
+    server_id = await session.server_id()
+    tags = session.tags(project, options)
+    group = await _placement_group(session, client, project, rows, offers, cluster, (server_id, tags))
+    if group is not None:
+        extra["Placement"] = {**extra.get("Placement", {}), "GroupName": group}
+    return zones, _Params(project, server_id, image, where, "", extra, group, rows[0].id, tags)
+
+
 def _remember(
     session: AWSSession, verdict: launch.Verdict, region: str, zone: str, refused: list[str], offers: Sequence[Offer]
 ) -> None:
@@ -342,11 +368,11 @@ class _Params:
     extra: dict[str, Any]
     group: str | None
     lead: str
+    #: The backend's and the fleet's tags.
+    tags: dict[str, str]
 
     def run(self, offer: Offer, row: InstanceRec, count: int, token: str) -> dict[str, Any]:
-        tags = launch.instance_tags(
-            self.server_id, self.project.name, row.fleet_name, row.id, row.name, self.project.config.get("tags")
-        )
+        tags = launch.instance_tags(self.server_id, self.project.name, row.fleet_name, row.id, row.name, self.tags)
         tags += [{"Key": launch.TAG_GANG, "Value": self.lead}]
         if self.group:
             tags.append({"Key": TAG_PLACEMENT, "Value": self.group})

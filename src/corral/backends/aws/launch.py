@@ -177,7 +177,8 @@ def run_params(spec: LaunchSpec, subnet: str, count: int, token: str, disk_gib: 
         "ClientToken": token,
         "UserData": user_data([spec.public_key]),
         "BlockDeviceMappings": [{"DeviceName": spec.root_device, "Ebs": {"VolumeSize": disk_gib, "VolumeType": "gp3"}}],
-        "TagSpecifications": [{"ResourceType": "instance", "Tags": spec.tags}],
+        # the root volume is tagged as its instance is (it is made for it)
+        "TagSpecifications": [{"ResourceType": t, "Tags": spec.tags} for t in ("instance", "volume")],
         "NetworkInterfaces": [
             {"DeviceIndex": 0, "SubnetId": subnet, "Groups": [spec.security_group],
              "AssociatePublicIpAddress": spec.public_ip}
@@ -235,7 +236,8 @@ class Unavailable:
         return True
 
 
-def in_zone(zones: dict[str, str], zone: str) -> dict[str, str]:
+def in_zone(zones: dict[str, str], zone: str, allowed: frozenset[str] | None = None) -> dict[str, str]:
     """The subnets by zone a launch tries: only ``zone``'s when the offer is pinned to one (a job's
-    volumes are there), else all."""
-    return {z: s for z, s in zones.items() if z == zone} if zone else zones
+    volumes are there), else all; and of those only the ``allowed`` ones (a fleet's ``availability_zones``)."""
+    picked = {z: s for z, s in zones.items() if z == zone} if zone else zones
+    return picked if allowed is None else {z: s for z, s in picked.items() if z in allowed}

@@ -52,9 +52,12 @@ def unused(groups: Iterable[tuple[str, float]], named: set[str], grace: float, n
     return [name for name, made in groups if name not in named and now - made > grace]
 
 
-def create(client: Any, name: str, server_id: str, project: str, now: float) -> None:
-    """Create the cluster group ``name`` (one that exists already is taken as it is: a retried launch)."""
-    tags = [
+def create(
+    client: Any, name: str, server_id: str, project: str, now: float, extra: dict[str, str] | None = None
+) -> None:
+    """Create the cluster group ``name`` (one that exists already is taken as it is: a retried launch), tagged
+    with the ``extra`` tags (the backend's and the fleet's) and corral's own."""
+    tags = [{"Key": k, "Value": v} for k, v in (extra or {}).items()] + [
         {"Key": OWNER[0], "Value": OWNER[1]},
         {"Key": TAG_SERVER, "Value": server_id},
         {"Key": TAG_PROJECT, "Value": project},

@@ -25,6 +25,7 @@ from typing import Any
 from corral.backends.aws import ec2, launch
 from corral.backends.base import Provisioned, ProvisioningError
 from corral.backends.ssh import AUTHORISED_BY_USER_DATA, SSHCompute
+from corral.domain import aws_tags
 from corral.domain.records import InstanceRec
 from corral.scheduler.codec import offer_from_json, resources_from_json
 from corral.scheduler.fallbacks import FALLBACKS_KEY
@@ -52,6 +53,23 @@ class AWSProject:
 
 
 ProjectLoader = Callable[[str], Awaitable[AWSProject | None]]
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """What a fleet's configuration asks of the instances launched for it: the availability zones they may
+    launch in (None: any of the VPC's) and the tags they carry besides corral's and the backend's."""
+
+    zones: frozenset[str] | None = None
+    tags: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+#: The options of the fleet an instance row belongs to (none for a row of no fleet).
+FleetLoader = Callable[[InstanceRec], Awaitable[FleetOptions]]
+
+
+async def _no_options(instance: InstanceRec) -> FleetOptions:
+    return FleetOptions()
 
 
 @dataclass(frozen=True)
@@ -95,9 +113,11 @@ class AWSSession:
         poll: float = 1.0,
         unavailable_ttl: float = launch.UNAVAILABLE_TTL,
         terminate_timeout: float = 60.0,
+        fleets: FleetLoader = _no_options,
     ) -> None:
         self.ssh = ssh
         self._projects = projects
+        self._fleets = fleets
         self._server_id = server_id
         self.provisioning_timeout = provisioning_timeout
         self.poll = poll
@@ -118,6 +138,14 @@ class AWSSession:
         if project is None:
             raise ProvisioningError(f"project {name} has no aws backend configured")
         return project
+
+    async def fleet_options(self, instance: InstanceRec) -> FleetOptions:
+        """What the row's fleet asks of its instances (``availability_zones``, ``tags``)."""
+        return await self._fleets(instance)
+
+    def tags(self, project: AWSProject, options: FleetOptions) -> dict[str, str]:
+        """The tags besides corral's on what is made for a fleet: the backend's, then the fleet's."""
+        return aws_tags.joined(project.config.get("tags"), options.tags)
 
     async def server_id(self) -> str:
         """This server's id: the tag of every instance and placement group it launches."""
