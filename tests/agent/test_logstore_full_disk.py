@@ -7,6 +7,7 @@ import contextlib
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,4 +60,22 @@ def test_a_job_writing_past_a_full_disk_never_blocks_and_what_was_dropped_is_sai
         told = sum(int(e.message.split(b" entries")[0]) for e in after if e.source == "agent")
         assert told + len(lines) == 40000 and store.dropped_entries == 0
         assert len(after) <= len(stored) + 1
+        store.close()
+
+
+def test_output_the_server_stored_leaves_the_agents_disk(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "disk", "16m") as disk:
+        store = LogStore(str(disk))
+        lines = [b"%099d\n" % i for i in range(20000)]  # 2 MB
+        store.append("stdout", lines, time.time())
+        dat = disk / "logs.dat"
+        assert dat.stat().st_blocks * 512 >= 2_000_000
+        store.release(15000)  # the server stored the first 15000 entries
+        assert dat.stat().st_size == 2_000_000  # offsets unchanged
+        assert dat.stat().st_blocks * 512 <= 500_000 + 4096
+        assert [e.message for e in store.read(15000, 10)] == lines[15000:15010]  # what is left reads as before
+        store.release(20000)
+        assert dat.stat().st_blocks * 512 <= 4096  # its last, partly written block
+        store.append("stdout", [b"more\n"], time.time())
+        assert [e.message for e in store.read(20000, 10)] == [b"more\n"]
         store.close()

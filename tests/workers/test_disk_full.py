@@ -1,7 +1,7 @@
 """A full disk under the server's state directory, as a real 64 MB tmpfs (no injected errors): a write that
 fails for lack of space answers 507 naming the directory and its free space, reads keep working, a new run is
-refused below the free-space watermark, everything heals by itself when space is freed, and the server starts
-on a full disk."""
+refused below the free-space watermark, everything heals by itself when space is freed, the server starts
+on a full disk, and a job's output is stored once."""
 
 from __future__ import annotations
 
@@ -159,3 +159,30 @@ async def test_the_server_starts_on_a_full_disk_and_says_why_writes_are_refused(
             filler.unlink()  # space returns: no restart needed
             assert (await c.post("/api/project/main/runs/apply", json=task("after", "echo after"))).status_code == 200
             assert (await finished_run(c, "after"))["status"] == "done"
+
+
+async def test_a_jobs_output_is_stored_once_the_agent_drops_what_the_server_stored(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "server", DISK) as state:
+        settings = make_settings(tmp_path, min_free_disk=WATERMARK, disk_reserve=4 * MiB)
+        async with running_server(settings) as s, s.client() as c:
+            assert (await c.post("/api/project/main/fleets/apply", json=fleet_body(resources=SMALL))).status_code == 200
+            prints = "python3 -c \"import sys\nfor i in range(100000): sys.stdout.write('%099d\\n' % i)\""
+            assert (
+                await c.post("/api/project/main/runs/apply", json=task("once", prints, "sleep 600"))
+            ).status_code == 200
+            (dat,) = await wait_for(lambda: asyncio.to_thread(lambda: list(state.glob("instances/**/logs.dat"))))
+
+            async def all_on_the_agent() -> bool:
+                return dat.stat().st_size >= 10_000_000
+
+            await wait_for(all_on_the_agent, timeout=60, interval=0.2)
+
+            async def released() -> int | None:  # the server stored it all and said so on its next poll
+                held = dat.stat().st_blocks * 512
+                return held if held <= 64 * 1024 else None
+
+            await wait_for(released, timeout=60, interval=0.2)
+            assert dat.stat().st_size >= 10_000_000
+            r = await c.post("/api/project/main/runs/stop", json={"runs_names": ["once"], "abort": True})
+            assert r.status_code == 200
+            assert (await finished_run(c, "once"))["status"] == "terminated"

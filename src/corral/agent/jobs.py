@@ -118,10 +118,15 @@ class JobRunner(JobLifecycle):
             jobs = list(self._jobs.values())
         return [j.snapshot() for j in jobs]
 
-    def logs(self, job_id: str, offset: int, limit: int, wait: float, known_state: str | None = None) -> LogsReply:
+    def logs(
+        self, job_id: str, offset: int, limit: int, wait: float, known_state: str | None = None, release: bool = False
+    ) -> LogsReply:
         """Entries from ``offset``, waiting up to ``wait`` for one, for the job to finish or for its state
-        to change (at once if it is no longer ``known_state``, the state the caller last saw)."""
+        to change (at once if it is no longer ``known_state``, the state the caller last saw); ``release``: the
+        entries before ``offset`` are stored by the server and leave this disk."""
         job = self.get(job_id)
+        if release:
+            job.logs.release(offset)
         deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT_S)
         with job.cond:
             seen = job.state.to_dict()

@@ -10,6 +10,7 @@ newline, and pieces of at most 64 KiB.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import struct
@@ -62,6 +63,7 @@ class LogStore:
         self._dropped_entries = 0
         self._dropped_bytes = 0
         self._drop_reason = ""
+        self._released = 0
 
     @property
     def count(self) -> int:
@@ -146,12 +148,51 @@ class LogStore:
             for ts, o, ln, src in recs
         ]
 
+    def release(self, offset: int) -> None:
+        """The server stored the entries before ``offset``: their bytes leave this disk (the data file keeps
+        its size and offsets, its blocks below them are punched out), so that output is stored once, there."""
+        with self._lock:
+            if self._closed or offset <= 0:
+                return
+            if offset >= self._count:
+                end = self._data_size
+            else:
+                end = _REC.unpack(os.pread(self._idx_r, _REC.size, offset * _REC.size))[1]
+            end -= end % _BLOCK
+            if end > self._released and _punch(self._dat_w, self._released, end):
+                self._released = end
+
     def close(self) -> None:
         with self._lock:
             if not self._closed:
                 self._closed = True
                 for fd in (self._idx_w, self._dat_w, self._idx_r, self._dat_r):
                     os.close(fd)
+
+
+_BLOCK = 4096
+#: fallocate(2)'s FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE (https://man7.org/linux/man-pages/man2/fallocate.2.html)
+_PUNCH_HOLE = 0x01 | 0x02
+
+
+class _Fallocate:
+    """libc's ``fallocate``, loaded on first use (None: not there, or the file system cannot punch holes)."""
+
+    fn: Callable[..., int] | None = None
+    tried = False
+
+
+def _punch(fd: int, start: int, end: int) -> bool:
+    """Free the blocks of ``fd`` between ``start`` and ``end`` (reading them gives zeros); False if not done."""
+    if not _Fallocate.tried:
+        _Fallocate.tried = True
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).fallocate
+            fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+            _Fallocate.fn = fn
+        except (OSError, AttributeError):
+            _Fallocate.fn = None
+    return _Fallocate.fn is not None and _Fallocate.fn(fd, _PUNCH_HOLE, start, end - start) == 0
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -15,10 +15,11 @@ are served at once; one more waits up to a second for a free slot, then gets a 5
     POST   /jobs                         JobSubmission -> JobState (idempotent on job_id)
     GET    /jobs                         [JobState]
     GET    /jobs/{id}                    JobState
-    GET    /jobs/{id}/logs?offset&limit&wait&state&metrics_after   LogsReply (long-poll up to ``wait`` <= 30 s;
-                                         ends early on a state change, at once if the job is no longer
+    GET    /jobs/{id}/logs?offset&limit&wait&state&metrics_after&acked   LogsReply (long-poll up to ``wait``
+                                         <= 30 s; ends early on a state change, at once if the job is no longer
                                          ``state``); with ``metrics_after`` also the job's resource samples
-                                         taken after it (:mod:`corral.agent.metrics`)
+                                         taken after it (:mod:`corral.agent.metrics`); with ``acked=1`` the
+                                         entries before ``offset`` are stored by the server and leave the disk
     POST   /jobs/{id}/stop               {"abort": bool, "deadline"?: unix time, "message"?: str} -> JobState
                                          (a deadline: written to the job's CORRAL_PREEMPTION_FILE, then
                                          SIGTERM, SIGKILL at the deadline)
@@ -443,7 +444,8 @@ class _Handler(BaseHTTPRequestHandler):
             limit = _int_param(query, "limit", 1000, 1, 10000)
             wait = _float_param(query, "wait", 0.0, 0.0, 30.0)
             known = query.get("state", [None])[-1]
-            reply = agent.runner.logs(job_id, offset, limit, wait, known)
+            # ``acked``: the server stored what is before ``offset``
+            reply = agent.runner.logs(job_id, offset, limit, wait, known, release=bool(query.get("acked")))
             if query.get("metrics_after"):
                 reply.metrics = agent.sampler.since(job_id, _int_param(query, "metrics_after", 0, 0, 2**62))
             return 200, reply.to_dict()

@@ -136,11 +136,14 @@ class AgentClient:
         limit: int = LOGS_LIMIT,
         state: str | None = None,
         metrics_after: int | None = None,
+        acked: bool = False,
     ) -> LogsReply:
         """Entries from ``offset``; with ``wait``, a long poll that also ends when the job's state changes
         (at once if it is no longer ``state``); with ``metrics_after`` (µs), also the job's resource samples
-        taken after it."""
+        taken after it; ``acked``: the entries before ``offset`` are stored, the agent may drop them."""
         params: dict[str, Any] = {"offset": offset, "limit": limit, "wait": wait}
+        if acked:
+            params["acked"] = 1
         if state is not None:
             params["state"] = state
         if metrics_after is not None:

@@ -24,7 +24,8 @@ async def logs_unless_poked(
 ) -> LogsReply | None:
     """The agent's long poll for new output (or a change of the job's state from ``known_state``), with the
     job's samples after ``metrics_after``, or None as soon as ``poke`` is set (the poll is dropped)."""
-    poll = client.logs(job_id, offset, wait=wait, state=known_state, metrics_after=metrics_after)
+    # ``offset`` is what the database holds: the agent may drop what is before it (stored once)
+    poll = client.logs(job_id, offset, wait=wait, state=known_state, metrics_after=metrics_after, acked=True)
     if poke is None or wait <= 0:
         return await poll
     return await poll_unless_poked(asyncio.ensure_future(poll), poke)
