@@ -112,6 +112,15 @@ def test_5xx_is_server_error() -> None:
     assert "500" in str(info.value)
 
 
+def test_507_says_the_servers_message_whole() -> None:
+    said = "No space left for the server's state: 0.0 MiB free of 64.0 MiB in /srv/corral, " + "x" * 300
+    handler = respond(507, {"detail": [{"msg": said, "code": "error"}]})
+    with pytest.raises(ServerError) as info:
+        client(handler).runs_list("main")
+    assert info.value.status_code == 507
+    assert str(info.value) == f"{said} (/api/runs/list at {URL})"
+
+
 def test_non_json_answer_is_server_error() -> None:
     handler = lambda request: httpx.Response(200, text="<html>")  # noqa: E731
     with pytest.raises(ServerError):

@@ -468,6 +468,10 @@ def _error_from_response(url: str, path: str, response: httpx.Response) -> Excep
     if status == 422:
         items = detail if isinstance(detail, list) else [detail]
         return ValidationError([_validation_line(item) for item in items])
+    if status == 507:  # the server's disk is full: its message says where, how much is free and what to do
+        items = detail if isinstance(detail, list) else [detail]
+        said = "; ".join(m for m in (_msg(item) for item in items) if m)
+        return ServerError(f"{said or 'The server has no space left'} ({path} at {url})", status)
     text = response.text.strip().replace("\n", " ")[:300]
     return ServerError(f"Server error {status} on {path} at {url}: {text}", status)
 
