@@ -24,7 +24,7 @@ MiB = 2**20
 #: The size of the state directory in the issue's timeline.
 DISK = 64 * MiB
 #: The watermark these tests set (the default is larger than their whole disk).
-WATERMARK = 8 * MiB
+WATERMARK = 16 * MiB
 #: Resources that fit a local instance whose disk is the 64 MB state directory.
 SMALL = {"cpu": "1..", "memory": "0.1GB..", "disk": "0.01GB.."}
 
@@ -117,11 +117,13 @@ async def test_a_job_flooding_the_disk_is_held_above_the_floor_and_stops_deletes
             async def low() -> bool:
                 return free(state) < WATERMARK // 2 + MiB
 
-            await wait_for(low, timeout=120, interval=0.2)  # the database stopped at 8 MiB, the agent at 4 MiB
-            for _ in range(10):  # the job goes on printing; the disk is never full (the agent stops at 4 MiB free,
+            await wait_for(low, timeout=120, interval=0.2)  # the database stopped at 16 MiB, the agent at 8 MiB
+            for _ in range(10):  # the job goes on printing; the disk is never full (the agent stops at 8 MiB free,
                 await asyncio.sleep(0.3)  # the database's own writes -- metrics, events, its WAL -- take a little)
                 assert free(state) > 2 * MiB, free(state)
-            assert (await get_run(c, "flood"))["status"] == "running"
+            flood = await get_run(c, "flood")
+            assert flood["status"] == "running"
+            assert "CORRAL_MIN_FREE_DISK_MB" in flood["status_message"], flood["status_message"]
             r = await c.post("/api/project/main/runs/apply", json=task("during", "echo during"))
             assert "CORRAL_MIN_FREE_DISK_MB" in refused_for_space(r, state)
             # writes that cannot wait still fit: a user, a stop, the job's end, a delete

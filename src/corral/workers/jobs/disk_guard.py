@@ -1,7 +1,7 @@
 """The free-space watermark as the jobs' followers see it: while the state directory has less free than
 ``CORRAL_MIN_FREE_DISK_MB``, a job's output is left on its agent (not stored, its offset kept) and stored when
-space returns; a job that ends meanwhile is recorded with a line saying from where its output was not stored.
-Each change of state is one line in the server's log.
+space returns, and the job's status message says so; a job that ends meanwhile is recorded with a line saying
+from where its output was not stored. Each change of state is one line in the server's log.
 
 May import: corral.diskspace, corral.settings, corral.domain.
 """
@@ -16,6 +16,9 @@ from corral.domain.records import AGENT_LOG_SOURCE
 
 log = logging.getLogger("corral.jobs")
 
+#: A running job's status message while its output waits on its agent (``runs/get``, ``corral ps``).
+PAUSED = "running; output not stored for now: the server's disk is below CORRAL_MIN_FREE_DISK_MB"
+
 
 class DiskGuard:
     """Whether output may be stored now (one per follower: it logs when its job's output pauses and resumes)."""
@@ -24,6 +27,8 @@ class DiskGuard:
         self.state_dir = state_dir
         self.watermark = watermark
         self.paused = False
+        #: Whether the last :meth:`low` changed ``paused``.
+        self.changed = False
 
     def low(self, job_name: str) -> bool:
         """Whether the state directory is below the watermark now (logged when that changes)."""
@@ -37,6 +42,7 @@ class DiskGuard:
             )
         elif self.paused and not below:
             log.info("output of %s is stored again: space returned", job_name, extra={"event": "disk_ok"})
+        self.changed = below != self.paused
         self.paused = below
         return below
 

@@ -37,7 +37,7 @@ from corral.store.preemption import PREEMPTED
 from corral.store.run_secrets import opened_auth
 from corral.workers import job_metrics
 from corral.workers.jobs import secrets, utilization
-from corral.workers.jobs.disk_guard import DiskGuard, dropped_note
+from corral.workers.jobs.disk_guard import PAUSED, DiskGuard, dropped_note
 from corral.workers.jobs.leases import JobLeases
 from corral.workers.jobs.log_limit import LogLimit
 from corral.workers.jobs.outcomes import JobOutcomes, Tail
@@ -405,7 +405,10 @@ class JobFollower:
         if reply.state.finished and (len(reply.entries) < LOGS_LIMIT or self.disk.low(self.job.job_name)):
             await self._ended(current, reply, points)
             return False
-        if reply.entries and self.disk.low(self.job.job_name):
+        low = bool(reply.entries) and self.disk.low(self.job.job_name)
+        if reply.entries and self.disk.changed:
+            await self._say_paused(low)
+        if low:
             await asyncio.sleep(1.0)  # the output stays on the agent, from the same offset, until space returns
         elif reply.entries or current.disconnected_at is not None:
             entries = self.masker.feed([(e.timestamp, _SOURCES.get(e.source, 0), e.message) for e in reply.entries])
@@ -428,6 +431,13 @@ class JobFollower:
         elif _new_working_dir(current, reply.state):
             await self.outcomes.runtime(current, reply.state)
         return True
+
+    async def _say_paused(self, paused: bool) -> None:
+        """The running job's status message says whether its output waits for space (a small write that fits)."""
+        async with self.ctx.db.write() as conn:
+            await run_store.update_job(
+                conn, self.job.id, {"status_message": PAUSED if paused else None}, expect_status=("running",)
+            )
 
     async def _ended(self, current: JobRec, reply: LogsReply, points: list[Any]) -> None:
         """The reply holds all the output left (the agent read it after the job ended): its tail, the job's end
