@@ -22,8 +22,8 @@ command ends (its status or its signal). The init, in this order,
    job's processes only);
 4. makes it the root (``pivot_root``), drops to the job's uid and gid (no supplementary groups, ``no_new_privs``) --
    inside a user namespace of its own where that uid is root, or the configuration's ``user`` (the agent
-   writes the one-uid mapping when asked on the status pipe) -- forks the job's command (PID 2), which
-   ``exec``s in its working dir, and reaps every process of the namespace until the command ends.
+   writes the one-uid mapping when asked on the status pipe) -- starts the job's command (PID 2) in its
+   working dir (``posix_spawn``), and reaps every process of the namespace until the command ends.
 
 It reports on file descriptor ``status_fd``: ``pid N`` (the init's pid on the host), ``map`` when it waits
 for its user mapping (the agent answers ``g`` on ``go_fd``), then nothing (the descriptor closes on the
@@ -278,7 +278,7 @@ def setup(spec: dict[str, Any]) -> None:
 def launch(spec: dict[str, Any]) -> None:
     """Start the job in a PID namespace of its own; never returns. This process stays outside it, as the
     job's parent for the agent (:func:`_outside`); its child is the namespace's init (:func:`_init`), which
-    sets the job up and forks the job's command. Failures are reported on ``status_fd``."""
+    sets the job up and starts the job's command. Failures are reported on ``status_fd``."""
     status = int(spec["status_fd"])
     try:
         # CLONE_NEWPID applies to the children made after it: the next fork is PID 1 of the job's namespace
@@ -301,7 +301,7 @@ def launch(spec: dict[str, Any]) -> None:
 
 
 def _init(spec: dict[str, Any], report: int) -> None:
-    """PID 1 of the job's namespace: set the job up, fork its command, reap every process the namespace
+    """PID 1 of the job's namespace: set the job up, start its command, reap every process the namespace
     hands it, and when the command ends write its wait status on ``report`` and exit (the kernel then kills
     whatever the job left in the namespace). It has no signal handler, so the kernel gives it no signal
     but a SIGKILL from outside; the job's signals reach the job directly (the agent signals the process
@@ -329,13 +329,17 @@ def _init(spec: dict[str, Any], report: int) -> None:
             sig = getattr(signal, name, None)
             if sig is not None:
                 signal.signal(sig, signal.SIG_DFL)
-        job = os.fork()
+        os.set_inheritable(status, False)  # it closes as the command starts: the agent's sign that it runs
+        argv = spec["argv"]
     except Exception as e:  # whatever stops the job is said on the status pipe
         os.write(status, f"{e}\n".encode())
         os._exit(126)
-    if job == 0:
-        os.close(report)
-        _exec(spec)
+    try:
+        # a vfork and exec (posix_spawn): no copy of this interpreter's memory for a process that only execs
+        job = os.posix_spawnp(argv[0], argv, dict(os.environ))
+    except OSError as e:
+        os.write(status, f"cannot run {argv[0]}: {e.strerror}\n".encode())
+        os._exit(127)
     os.close(status)
     while True:
         try:
@@ -368,17 +372,6 @@ def _reader_gone(fd: int) -> bool:
     poll = select.poll()
     poll.register(fd, select.POLLOUT)
     return any(events & select.POLLERR for _, events in poll.poll(0))
-
-
-def _exec(spec: dict[str, Any]) -> None:
-    status = int(spec["status_fd"])
-    argv = spec["argv"]
-    os.set_inheritable(status, False)
-    try:
-        os.execvpe(argv[0], argv, dict(os.environ))
-    except OSError as e:
-        os.write(status, f"cannot run {argv[0]}: {e.strerror}\n".encode())
-    os._exit(127)
 
 
 def _outside(init: int, report: int) -> None:
