@@ -30,21 +30,20 @@ pytestmark = needs_root("the sandbox needs root (CI runs as root)")
 BRIDGE = "corral0"
 
 
-def _job_command(pid: int) -> int:
-    """The host's pid of the job's command (in the job's process group, beside its launcher and init: the
-    newest of them)."""
-    members = []
+def _job_command(pgid: int) -> int:
+    """The host's pid of the job's command: PID 2 of its namespace (its init is PID 1), in the job's group."""
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 stat = Path(f"/proc/{name}/stat").read_text()
+                status = Path(f"/proc/{name}/status").read_text().splitlines()
             except OSError:
                 continue
             fields = stat[stat.rfind(")") + 2 :].split()
-            if int(fields[2]) == pid:
-                members.append((int(fields[19]), int(name)))
-    assert len(members) >= 3, members
-    return sorted(members)[2][1]
+            nspid = next((line.split()[1:] for line in status if line.startswith("NSpid:")), [])
+            if int(fields[2]) == pgid and nspid == [name, "2"]:  # its pid on the host, then in its namespace
+                return int(name)
+    raise AssertionError(f"no command in the job's process group {pgid}")
 
 
 def _put(agent: AgentProc, data: bytes) -> str:

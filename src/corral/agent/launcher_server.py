@@ -2,9 +2,11 @@
 
 A sandboxed job used to start as a fresh ``python3 -I -S`` running the launcher: about 15 ms of CPU and
 20 ms of wall time per job before the launcher's own work. The fork server is that interpreter started
-once per agent; each job is a fork of it. It is the job's parent, so it reaps the job and sends its wait
-status here: :class:`Child` stands for the job's process where the agent held a ``subprocess.Popen``
-(``pid``, ``stdout``, ``stderr``, ``poll``, ``wait``, ``returncode``).
+once per agent; each job is a fork of it, the job's init: PID 1 of a PID namespace of its own, which
+starts the job's command. The server, the init's parent, reaps it and sends its wait status here; the init
+wrote the command's on a pipe of the job's before it ended (the init's own counts when it was killed
+first). :class:`Child` stands for the job's process where the agent held a ``subprocess.Popen`` (``pid``,
+``stdout``, ``stderr``, ``poll``, ``wait``, ``returncode``).
 
 If the server cannot be started, :meth:`LauncherServer.spawn` raises :class:`Unavailable` and the caller
 starts the launcher as a process of its own, as before. If the server dies while jobs run (it never should),
@@ -37,8 +39,9 @@ class Unavailable(Exception):
 class Child:
     """A job's process, forked by the fork server: the part of ``subprocess.Popen`` the agent uses."""
 
-    def __init__(self, stdout: IO[bytes], stderr: IO[bytes]) -> None:
+    def __init__(self, stdout: IO[bytes], stderr: IO[bytes], report: int = -1) -> None:
         self.pid = 0  # until the server answers
+        self._report = report  # the read end of the pipe its init writes the command's wait status on
         self.stdout: IO[bytes] | None = stdout
         self.stderr: IO[bytes] | None = stderr
         self.returncode: int | None = None
@@ -48,6 +51,18 @@ class Child:
         if self.returncode is None:
             self.returncode = returncode
         self._ended.set()
+        if self._report >= 0:
+            os.close(self._report)
+            self._report = -1
+
+    def _reported(self, status: int) -> int:
+        """The wait status of the job's command, as its init wrote it before ending; else (the init was killed
+        first) ``status``, the init's own. Read once the init has ended: its write is there, or never comes."""
+        try:
+            words = os.read(self._report, 64) if self._report >= 0 else b""
+        except OSError:
+            words = b""
+        return int(words) if words.strip().isdigit() else status
 
     def poll(self) -> int | None:
         return self.returncode
@@ -126,9 +141,9 @@ class LauncherServer:
                             self._children[value] = child
                     self._answered.notify_all()
                     continue
-                child = self._children.pop(key, None)  # "exit": key the pid, value its wait status
+                child = self._children.pop(key, None)  # "exit": key the init's pid, value its wait status
             if child is not None:
-                child._end(_returncode(value))
+                child._end(_returncode(child._reported(value)))
         # the server is gone: whatever it had not answered or reported is lost to it (a new server's children
         # are registered only once ``_sock`` is its own, after this)
         with self._answered:
@@ -152,17 +167,19 @@ class LauncherServer:
         through the returned :class:`Child`). The caller keeps ``status_w`` and ``go_r``, and closes them."""
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        report_r, report_w = os.pipe()
         devnull = os.open(os.devnull, os.O_RDONLY)
-        child = Child(os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
+        child = Child(os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"), report_r)
         try:
-            self._fork(child, spec, env, cwd, [devnull, out_w, err_w, status_w, go_r])
+            self._fork(child, spec, env, cwd, [devnull, out_w, err_w, status_w, go_r, report_w])
         except BaseException:
             for stream in (child.stdout, child.stderr):
                 if stream is not None:
                     stream.close()
+            os.close(report_r)
             raise
         finally:
-            for fd in (out_w, err_w, devnull):
+            for fd in (out_w, err_w, devnull, report_w):
                 os.close(fd)
         return child
 

@@ -4,10 +4,11 @@ init, which sets the job up and starts its command.
 Forked, once per job, by the agent's fork server (:func:`serve`: this file's source run once per agent as
 ``python3 -I -S -c <source> --serve FD``, a single-threaded interpreter that never runs a thread: no fork of
 the threaded agent runs Python code), or, where that server cannot start, run as a process of its own
-(``python3 -I -S -c <source> <spec>``). The launcher makes a PID namespace for the job (``unshare(CLONE_NEWPID)``)
-and forks its init, PID 1 there; it stays outside as the job's process for the agent (its pid is the job's
-process group and session), ignores the signals the agent sends the job's group, and ends as the job's
-command ends (its status or its signal). The init, in this order,
+(``python3 -I -S -c <source> <spec>``). The fork server forks each job's init straight into a PID
+namespace of its own (``unshare(CLONE_NEWPID)`` before the fork), where it is PID 1; a launcher of its own
+makes that namespace and forks the init into it, staying outside as the job's process for the agent (its pid
+the job's process group and session), ignoring the signals the agent sends the job's group and ending as
+the job's command ends (its status or its signal). The init, in this order,
 
 1. joins the job's network namespace (``setns`` on ``/run/netns/<name>``);
 2. enters a mount namespace and an IPC namespace of its own (``unshare(CLONE_NEWNS | CLONE_NEWIPC)``,
@@ -44,6 +45,7 @@ import sys
 
 TYPE_CHECKING = False  # no `typing` import: it would cost the launcher more than all its mounts
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 CLONE_NEWNS = 0x00020000
@@ -275,10 +277,15 @@ def setup(spec: dict[str, Any]) -> None:
     os.chdir(spec["cwd"])
 
 
-def launch(spec: dict[str, Any]) -> None:
-    """Start the job in a PID namespace of its own; never returns. This process stays outside it, as the
-    job's parent for the agent (:func:`_outside`); its child is the namespace's init (:func:`_init`), which
-    sets the job up and starts the job's command. Failures are reported on ``status_fd``."""
+def launch(spec: dict[str, Any], report: Callable[[int], object] | None = None) -> None:
+    """Start the job in a PID namespace of its own; never returns. Forked by the fork server, this process
+    is already PID 1 of the job's namespace: it is the job's init (:func:`_init`), which reports the
+    command's wait status with ``report``. Started on its own, it makes the namespace and stays outside it
+    as the job's process for the agent (:func:`_outside`), its child the init. Failures are reported on
+    ``status_fd``."""
+    if report is not None:
+        _init(spec, report, None)
+        return
     status = int(spec["status_fd"])
     try:
         # CLONE_NEWPID applies to the children made after it: the next fork is PID 1 of the job's namespace
@@ -291,7 +298,7 @@ def launch(spec: dict[str, Any]) -> None:
     if init == 0:
         try:
             os.close(report_r)
-            _init(spec, report_w)
+            _init(spec, lambda st: os.write(report_w, str(st).encode()), report_w)
         finally:
             os._exit(126)
     os.close(report_w)
@@ -300,12 +307,13 @@ def launch(spec: dict[str, Any]) -> None:
     _outside(init, report_r)
 
 
-def _init(spec: dict[str, Any], report: int) -> None:
+def _init(spec: dict[str, Any], report: Callable[[int], object], parent: int | None) -> None:
     """PID 1 of the job's namespace: set the job up, start its command, reap every process the namespace
-    hands it, and when the command ends write its wait status on ``report`` and exit (the kernel then kills
-    whatever the job left in the namespace). It has no signal handler, so the kernel gives it no signal
-    but a SIGKILL from outside; the job's signals reach the job directly (the agent signals the process
-    group, which the job's processes share with this one and its parent)."""
+    hands it, and when the command ends ``report`` its wait status and exit (the kernel then kills whatever
+    the job left in the namespace). It has no signal handler, so the kernel gives it no signal but a
+    SIGKILL from outside; the job's signals reach the job directly (the agent signals the process group,
+    which the job's processes share with this one). With ``parent`` (the write end of a pipe its parent
+    reads: a launcher of its own, outside the namespace) it dies with that parent."""
     status = int(spec["status_fd"])
     try:
         # the host's /proc, still mounted here, names this process as the host sees it: the agent maps its
@@ -313,12 +321,13 @@ def _init(spec: dict[str, Any], report: int) -> None:
         os.write(status, f"pid {os.readlink('/proc/self')}\n".encode())
         _rename(b"corral-init")
         setup(spec)
-        # after the last change of credentials, which clears both: this process dies with its parent, and
-        # the job (the same uid) can neither read its memory nor trace it
-        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "set the parent's death signal")
+        # after the last change of credentials, which clears both: the job (the same uid) can neither read
+        # this process's memory nor trace it, and it dies with a launcher of its own
         _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-        if _reader_gone(report):
-            os._exit(126)  # the parent died before the death signal was set
+        if parent is not None:
+            _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "set the parent's death signal")
+            if _reader_gone(parent):
+                os._exit(126)  # the parent died before the death signal was set
         try:
             os.close(int(spec["go_fd"]))  # if the user mapping did not close it
         except OSError:
@@ -348,7 +357,7 @@ def _init(spec: dict[str, Any], report: int) -> None:
             os._exit(126)
         if pid == job:
             break
-    os.write(report, str(st).encode())
+    report(st)
     os._exit(0)
 
 
@@ -413,13 +422,17 @@ def main() -> None:
 # One launcher started once per agent (``--serve FD``) that forks a child per job instead of a fresh
 # interpreter per job (about 15 ms of CPU each). It stays single-threaded: every job is a fork of a process
 # that never ran a thread. On the SOCK_SEQPACKET socket ``FD`` the agent sends one message per job,
-# marshal of {"id", "spec", "env", "cwd"} with five descriptors (stdin, stdout, stderr, the status pipe's
-# write end, the go pipe's read end); the server answers ("pid", id, pid) once the child is forked and
-# ("exit", pid, wait status) when it ends (it is the job's parent, so the one to reap it). It exits when
-# the agent's end of the socket closes; the jobs it started run on, as a stopped agent's do.
+# marshal of {"id", "spec", "env", "cwd"} with six descriptors (stdin, stdout, stderr, the status pipe's
+# write end, the go pipe's read end, the report pipe's write end); the server forks the job's init into a
+# PID namespace of its own and answers ("pid", id, pid) once it is forked and ("exit", pid, wait status) when
+# it ends (it is the init's parent, so the one to reap it). The init writes the wait status of the job's
+# command on the report pipe before it ends. The server exits when the agent's end of the socket closes; the
+# jobs it started run on, as a stopped agent's do.
 
 
 def _child(sock: int, wake: tuple[int, int], req: dict[str, Any], fds: list[int]) -> None:
+    """The job's init, PID 1 of its namespace: it writes the wait status of the job's command on the sixth
+    descriptor (the report pipe, which the agent reads once the server says the init ended)."""
     try:
         signal.set_wakeup_fd(-1)
         for fd in (sock, *wake):
@@ -432,7 +445,8 @@ def _child(sock: int, wake: tuple[int, int], req: dict[str, Any], fds: list[int]
                 os.close(fd)
         spec = dict(req["spec"])
         spec["status_fd"], spec["go_fd"] = fds[3], fds[4]
-        os.set_inheritable(fds[4], False)
+        for fd in fds[4:6]:
+            os.set_inheritable(fd, False)  # not the job's command's
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
@@ -442,15 +456,32 @@ def _child(sock: int, wake: tuple[int, int], req: dict[str, Any], fds: list[int]
         finally:
             os._exit(126)
     try:
-        launch(spec)
+        launch(spec, lambda st: os.write(fds[5], str(st).encode()))
     finally:
         os._exit(126)
 
 
-def serve(sock: int) -> None:  # noqa: C901
+def _fork_into_namespace(own: int, status: int) -> int:
+    """Fork the job's init as PID 1 of a PID namespace of its own (-1: it failed, as said on ``status``); the
+    server goes on making its children in its own namespace (``own``)."""
+    if _libc.unshare(CLONE_NEWPID) != 0:
+        os.write(status, f"create the job's PID namespace: {os.strerror(ctypes.get_errno())}\n".encode())
+        return -1
+    try:
+        pid = os.fork()
+    except OSError as e:
+        pid = -1
+        os.write(status, f"cannot fork the job's init: {e}\n".encode())
+    if pid != 0:
+        _check(_libc.setns(own, CLONE_NEWPID), "return to the fork server's PID namespace")
+    return pid
+
+
+def serve(sock: int) -> None:
     import socket
 
     os.set_inheritable(sock, False)
+    own = os.open("/proc/self/ns/pid", os.O_RDONLY)  # this server's PID namespace, which each job's is made in
     conn = socket.socket(fileno=sock)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -461,17 +492,13 @@ def serve(sock: int) -> None:  # noqa: C901
         ready = select.select([conn.fileno(), wake_r], [], [])[0]
         if conn.fileno() in ready:
             try:
-                msg, fds, _flags, _addr = socket.recv_fds(conn, 1 << 22, 5)
+                msg, fds, _flags, _addr = socket.recv_fds(conn, 1 << 22, 6)
             except OSError:
                 msg, fds = b"", []
             if not msg:
                 return  # the agent is gone
             req = marshal.loads(msg)
-            try:
-                pid = os.fork()
-            except OSError as e:
-                pid = -1
-                os.write(fds[3], f"cannot fork the job's launcher: {e}\n".encode())
+            pid = _fork_into_namespace(own, fds[3])
             if pid == 0:
                 _child(conn.fileno(), (wake_r, wake_w), req, fds)
             for fd in fds:
