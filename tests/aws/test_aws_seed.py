@@ -51,7 +51,7 @@ FLEET = {
     "resources": {"cpu": "2.."},
 }
 #: The test's own price list (gpuhunt's CSV columns): one type at a price of this test's (not AWS's), $3.60 an
-#: hour -- a tenth of a cent a second, so that a run of a second or two costs more than dstack's rounding.
+#: hour -- a tenth of a cent a second, so that a run of a second costs more than dstack's rounding ($0.0001).
 PRICE = 3.6
 CATALOG = (
     "instance_name,location,price,cpu,memory,gpu_count,gpu_name,gpu_memory,spot,disk_size,gpu_vendor,flags,"
@@ -127,8 +127,9 @@ class Sampler:
 
 
 def _task(i: int) -> dict[str, Any]:
-    """The bug report's body, with a command that says where it ran."""
-    conf = {"type": "task", "name": f"seed-{i}", "commands": [f"echo out-{i} on $(hostname -I)"],
+    """The bug report's body, with a command that says where it ran (and lasts a second: an echo alone can
+    end within milliseconds of its placement, which costs less than dstack's rounding shows)."""
+    conf = {"type": "task", "name": f"seed-{i}", "commands": [f"echo out-{i} on $(hostname -I)", "sleep 1"],
             "fleets": ["seedfl"], "creation_policy": "reuse-or-create", "resources": {"cpu": "2.."}}  # fmt: skip
     return {"force": True, "plan": {"run_spec": {"configuration": conf}}}
 
