@@ -155,6 +155,9 @@ async def test_runs_appear_change_status_tail_logs_and_stop(
             return (await get_run(c, "browser-run"))["status"] in ("terminating", "terminated")
 
     await wait_for(stopped, timeout=30)
+    await page.reload()  # a finished run's page: its log read back in full, no live tail
+    await expect(page.locator("[data-log-lines]")).to_contain_text("line-40", timeout=15_000)
+    await audit(page, "run-finished", shots)
     await page.context.close()
 
 
