@@ -22,6 +22,7 @@ from corral.backends.base import Compute
 from corral.domain.access import backend_types, usable_computes
 from corral.domain.records import InstanceRec
 from corral.domain.telemetry import Telemetry
+from corral.policies.rest import RestPolicy
 from corral.scheduler import offer_filters
 from corral.scheduler.preemption import Settings as PreemptionSettings
 from corral.scheduler.types import Offer
@@ -150,6 +151,9 @@ class Context:
     ssh_endpoint_close: Callable[[], Awaitable[None]] | None = None
     #: This process's counters and histograms (``GET /metrics``).
     telemetry: Telemetry = field(default_factory=Telemetry)
+    #: The apply policies of ``config.yml``'s ``plugins``, asked in turn before a run, fleet or volume is applied
+    #: (none: applies are not put to any).
+    policies: tuple[RestPolicy, ...] = ()
     #: ``config.yml``'s ``scheduling.preemption`` (off unless it says otherwise).
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     #: Job id -> (token, expiry) of the lease the scheduler's commit took for this replica on a job it placed

@@ -22,6 +22,7 @@ from corral.settings import Settings
 if TYPE_CHECKING:
     from corral.backends.aws.compute import AWSCompute
     from corral.backends.base import Compute
+    from corral.policies.rest import RestPolicy
 
 log = logging.getLogger("corral.server")
 
@@ -166,6 +167,7 @@ async def prepare(settings: Settings) -> Prepared:
     from corral.workers.runtime import Workers
 
     server_config = load_server_config(settings.server_dir / "config.yml")
+    apply_policies = _policies(settings, server_config.plugins if server_config is not None else [])
     private_state_dir(settings)
     _settle_disk_reserve(settings)
     _check_encryption_key(settings)
@@ -230,6 +232,7 @@ async def prepare(settings: Settings) -> Prepared:
         from corral.workers.scheduling_preemption import settings_of
 
         ctx.preemption = settings_of(server_config.scheduling.preemption)
+    ctx.policies = apply_policies
     ctx.ssh_endpoint, ctx.ssh_endpoint_close = _lazy_ssh_endpoint(ctx)
     return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created)
 
@@ -251,6 +254,21 @@ async def _stored_backends(project: str, backends: list[Any], cipher: Any) -> li
             doc = cloud_backends.sealed(cipher, doc)
         out.append(doc)
     return out
+
+
+def _policies(settings: Settings, plugins: list[str]) -> tuple[RestPolicy, ...]:
+    """The apply policies ``config.yml``'s ``plugins`` enable: ``rest_plugin`` needs its service's URL, as in
+    dstack (which refuses every apply without it; corral refuses to start)."""
+    from corral.policies.rest import RestPolicy
+
+    if not plugins:
+        return ()
+    if settings.plugin_service_uri is None:
+        raise ServerConfigError(
+            f"config.yml: plugins: {plugins[0]} needs the URL of its policy service: set DSTACK_PLUGIN_SERVICE_URI "
+            "(or CORRAL_PLUGIN_SERVICE_URI), e.g. http://127.0.0.1:8000, or remove it from `plugins`"
+        )
+    return tuple(RestPolicy(name, settings.plugin_service_uri, settings.plugin_request_timeout) for name in plugins)
 
 
 def _aws_regions(server_config: Any) -> frozenset[str] | None:

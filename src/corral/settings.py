@@ -203,6 +203,12 @@ class Settings:
     #: The most output stored per job, in bytes (``CORRAL_JOB_LOG_LIMIT_MB``; 0: no limit): past it the oldest is
     #: dropped, the newest kept (docs/disk-space.md argues the default).
     job_log_limit: int = 50 * 2**20
+    #: The policy service that ``config.yml``'s ``plugins: [rest_plugin]`` calls on every apply
+    #: (``CORRAL_PLUGIN_SERVICE_URI``, else dstack's ``DSTACK_PLUGIN_SERVICE_URI``; docs/policies.md).
+    plugin_service_uri: str | None = None
+    #: How long an apply waits for the policy service's answer, in seconds (``CORRAL_PLUGIN_REQUEST_TIMEOUT``;
+    #: dstack 0.22.5's ``PLUGIN_REQUEST_TIMEOUT_SEC`` is 8, in ``dstack/plugins/builtin/rest_plugin/_plugin.py``).
+    plugin_request_timeout: float = 8.0
 
     def unreachable_timeout(self, backend: str) -> float:
         """How long an instance of ``backend`` may go without its agent answering before it is given up."""
@@ -320,6 +326,7 @@ class Settings:
         s = _metrics(s, e)
         s = _clouds(s, e)
         s = _disk(s, e)
+        s = _plugins(s, e)
         if overrides:
             s = replace(s, **overrides)  # type: ignore[arg-type]
         return s
@@ -347,6 +354,18 @@ def _disk(s: Settings, e: dict[str, str]) -> Settings:
         disk_reserve=_mib_env(e, "CORRAL_DISK_RESERVE_MB", s.disk_reserve),
         job_log_limit=_mib_env(e, "CORRAL_JOB_LOG_LIMIT_MB", s.job_log_limit),
     )
+
+
+def _plugins(s: Settings, e: dict[str, str]) -> Settings:
+    """Where the policy service answers (corral's name or dstack's) and how long an apply waits for it."""
+    var, uri = _either(e, "PLUGIN_SERVICE_URI")
+    if uri is not None and not uri.startswith(("http://", "https://")):
+        raise SettingsError(f"{var}={uri!r} must be an http:// or https:// URL, such as http://127.0.0.1:8000")
+    raw = e.get("CORRAL_PLUGIN_REQUEST_TIMEOUT")
+    timeout = _float_env(e, "CORRAL_PLUGIN_REQUEST_TIMEOUT", s.plugin_request_timeout)
+    if timeout is None or not 0 < timeout <= 300:
+        raise SettingsError(f"CORRAL_PLUGIN_REQUEST_TIMEOUT={raw!r} must be a number of seconds, above 0, 300 at most")
+    return replace(s, plugin_service_uri=uri.rstrip("/") if uri else None, plugin_request_timeout=timeout)
 
 
 def _mib_env(e: dict[str, str], name: str, default: int) -> int:

@@ -15,6 +15,7 @@ default_permissions:
   allow_managers_manage_secrets: true
 scheduling:
   preemption: {enabled: false, min_priority_gap: 10, min_runtime: 10m, grace_period: 120s, max_victims_per_cycle: 8}
+plugins: [rest_plugin]         # dstack's key: apply policies asked of the service at DSTACK_PLUGIN_SERVICE_URI
 
 A project's policy (``weight``, ``quota``, ``preemptible_max_priority``, ``preemptible_run_types``) is
 re-applied at each start for the projects that give one; a project listed without any of them keeps the
@@ -26,11 +27,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from corral.config.aws_backend import AWSBackendConfig
 from corral.config.quotas import POLICY_KEYS, ProjectPolicy, Quota, RunType, Scheduling
 from corral.domain.quotas import QuotaPolicy
+
+#: dstack's name of its built-in REST plugin (``_BUILTIN_PLUGINS`` in dstack 0.22.5's ``services/plugins.py``).
+REST_PLUGIN = "rest_plugin"
 
 
 class _Strict(BaseModel):
@@ -75,6 +79,20 @@ class ServerConfig(_Strict):
     projects: list[ProjectEntry] = Field(default_factory=list)
     default_permissions: DefaultPermissions = Field(default_factory=DefaultPermissions)
     scheduling: Scheduling = Field(default_factory=Scheduling)
+    #: dstack's ``plugins``: the server-side plugins enabled, by name. corral has dstack's built-in
+    #: ``rest_plugin`` (docs/policies.md); dstack's other plugins are Python packages it cannot load.
+    plugins: list[str] = Field(default_factory=list)
+
+    @field_validator("plugins")
+    @classmethod
+    def _known_plugins(cls, names: list[str]) -> list[str]:
+        unknown = [n for n in names if n != REST_PLUGIN]
+        if unknown:
+            raise ValueError(
+                f"unknown plugin {', '.join(map(repr, unknown))}: corral has dstack's built-in `{REST_PLUGIN}` "
+                "(a policy service over HTTP) only; list that, or remove the others"
+            )
+        return list(dict.fromkeys(names))
 
 
 class ServerConfigError(ValueError):
@@ -97,4 +115,6 @@ def load_server_config(path: Path) -> ServerConfig | None:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
         )
-        raise ServerConfigError(f"{path}: {problems} (corral supports the `local` and `aws` backends)") from None
+        backends = any("backends" in err["loc"] for err in e.errors())
+        hint = " (corral supports the `local` and `aws` backends)" if backends else ""
+        raise ServerConfigError(f"{path}: {problems}{hint}") from None

@@ -24,7 +24,7 @@ from corral.scheduler.codec import offer_to_json
 from corral.scheduler.types import Offer
 from corral.schemas import wire
 from corral.schemas.requests import FleetPlanIn, FleetSpecIn
-from corral.services import aws_fleets, input_rules, serialize, ssh_fleets
+from corral.services import apply_policies, aws_fleets, input_rules, serialize, ssh_fleets
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError, validated
 from corral.settings import Settings
 from corral.store import events
@@ -133,8 +133,33 @@ def _check_aws(project: ProjectRec, spec: FleetSpec) -> None:
         aws_fleets.check(project.backends, spec.conf.regions, spec.conf.availability_zones, spec.conf.tags)
 
 
+async def with_policies(ctx: Context, project: ProjectRec, user: str, spec: FleetSpec) -> FleetSpec:
+    """``spec`` as the server's policies answer it (``spec`` itself when there are none or they keep it). An SSH
+    fleet's private keys never leave the server: its ``ssh_config`` is sent without them and kept as given."""
+    answered = await apply_policies.ask(ctx, "fleet", project, user, without_ssh_keys(spec.as_dict()))
+    if answered is None:
+        return spec
+    ssh_config = spec.document[CONFIGURATION].get("ssh_config")
+    conf = answered.get(CONFIGURATION)
+    if ssh_config is not None and isinstance(conf, dict):
+        answered = {**answered, CONFIGURATION: {**conf, "ssh_config": ssh_config}}
+
+    def parse() -> FleetSpec:
+        raw = validated(FleetSpecIn.model_validate, _known(answered), apply_policies.ANSWER)
+        return normalize_spec(raw, apply_policies.ANSWER, ctx.settings)
+
+    return apply_policies.reparsed(ctx, "fleet", parse)
+
+
+def _known(document: Mapping[str, object]) -> dict[str, object]:
+    """The fields of a FleetSpec document that corral reads (dstack's model may carry more, e.g.
+    ``merged_profile``)."""
+    return {k: v for k, v in document.items() if k in FleetSpecIn.model_fields}
+
+
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: FleetSpecIn) -> dict[str, Any]:
-    normalized = normalize_spec(spec, ("spec",), ctx.settings)
+    given = normalize_spec(spec, ("spec",), ctx.settings)
+    normalized = await with_policies(ctx, project, user.name, given)  # dstack's effective_spec
     check_backends(ctx, project, normalized)
     _check_aws(project, normalized)
     name = normalized.name
@@ -146,7 +171,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: Fleet
     return {
         "project_name": project.name,
         "user": user.name,
-        "spec": document,
+        "spec": given.as_dict(),
         "effective_spec": without_ssh_keys(document),
         "current_resource": serialize.fleet(current) if current else None,
         "offers": [offer_json(o, sources=price_sources(ctx)) for o in offers],
@@ -180,6 +205,7 @@ async def apply(
     ctx: Context, project: ProjectRec, plan: FleetPlanIn, force: bool, user: UserRec | None = None
 ) -> dict[str, Any]:
     normalized = normalize_spec(plan.spec, ("plan", "spec"), ctx.settings)
+    normalized = await with_policies(ctx, project, user.name if user else project.owner.name, normalized)
     check_backends(ctx, project, normalized)
     _check_aws(project, normalized)
     name = normalized.name or random_name()

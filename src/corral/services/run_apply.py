@@ -26,6 +26,7 @@ from corral.domain.names import random_words
 from corral.domain.records import ProjectRec, UserRec
 from corral.schemas.requests import RunPlanIn
 from corral.services import (
+    apply_policies,
     local_admission,
     quota_admission,
     repos,
@@ -115,10 +116,12 @@ def refuse_when_low(ctx: Context) -> None:
 
 
 async def admit(ctx: Context, project: ProjectRec, user: UserRec, plan: RunPlanIn) -> Admission:
-    """Normalize the plan's run spec and make every check that refuses before the write: the type, the
-    service's, the options', the environment's, the volumes', the references', the local admission's and
-    the code's (the quota is checked in the write, by ``apply``)."""
+    """Normalize the plan's run spec, put it to the server's policies (which may refuse or rewrite it) and
+    make every check that refuses before the write: the type, the service's, the options', the environment's,
+    the volumes', the references', the local admission's and the code's (the quota is checked in the write,
+    by ``apply``)."""
     spec = run_specs.normalize(plan.run_spec, ("plan", "run_spec"), user, ctx.settings)
+    spec = await apply_policies.run(ctx, project, user, spec)
     conf, merged = spec.conf, spec.merged
     if conf.type not in SUPPORTED_TYPES:
         raise ServiceError(

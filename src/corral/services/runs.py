@@ -20,6 +20,7 @@ from corral.scheduler import offer_filters
 from corral.scheduler.blocks import smallest_carves
 from corral.scheduler.types import Offer
 from corral.services import (
+    apply_policies,
     local_admission,
     quota_admission,
     run_options,
@@ -81,7 +82,8 @@ def _offers(
 
 
 async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: RunPlanBody) -> dict[str, Any]:
-    spec = run_specs.normalize(body.run_spec, ("run_spec",), user, ctx.settings)
+    given = run_specs.normalize(body.run_spec, ("run_spec",), user, ctx.settings)
+    spec = await apply_policies.run(ctx, project, user, given)  # dstack's effective_run_spec
     conf, merged = spec.conf, spec.merged
     await run_references.check(ctx, project, spec.configuration)
     if conf.type == "service":
@@ -127,12 +129,11 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: RunPl
         }
         for js in (service_runs.plan_specs(specs, derived.templates) if conf.type == "service" else specs)
     ]
-    document = spec.as_dict()
     return {
         "project_name": project.name,
         "user": user.name,
-        "run_spec": document,
-        "effective_run_spec": document,
+        "run_spec": given.as_dict(),
+        "effective_run_spec": spec.as_dict(),
         "job_plans": plans,
         "current_resource": serialize.run(run_secrets.revealed(ctx.cipher, current))
         if current and current.status not in store.FINISHED_RUN_STATUSES

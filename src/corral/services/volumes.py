@@ -20,7 +20,7 @@ from corral import config  # lazy: the models load on first use, not at start-up
 from corral.context import Context
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.volumes import ACTIVE, VolumeRec, placement, refuse_delete, volume_names
-from corral.services import input_rules, serialize
+from corral.services import apply_policies, input_rules, serialize
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import random_name
 from corral.store import project_state
@@ -98,7 +98,7 @@ def parse_configuration(raw: Any, loc: tuple[str, ...] = (CONFIGURATION,)) -> di
 
 
 async def create(ctx: Context, project: ProjectRec, user: UserRec, raw: Any) -> dict[str, Any]:
-    conf = parse_configuration(raw)
+    conf = await with_policies(ctx, project, user, parse_configuration(raw))
     backend = str(conf["backend"])
     async with ctx.db.read() as conn:
         have = (await project_state.backends_by_project(conn, [project.id])).get(project.id, frozenset())
@@ -125,6 +125,17 @@ async def create(ctx: Context, project: ProjectRec, user: UserRec, raw: Any) -> 
         assert made is not None
         return wire(made)
     raise ServiceError("could not pick a free volume name; name the volume")
+
+
+async def with_policies(ctx: Context, project: ProjectRec, user: UserRec, conf: dict[str, Any]) -> dict[str, Any]:
+    """The configuration as the server's policies answer it: dstack asks them with a ``VolumeSpec`` made of the
+    configuration (``volumes.create_volume`` in dstack 0.22.5) and applies the configuration that comes back."""
+    spec = {CONFIGURATION: conf, "configuration_path": None}
+    answered = await apply_policies.ask(ctx, "volume", project, user.name, spec)
+    if answered is None:
+        return conf
+    loc = (*apply_policies.ANSWER, CONFIGURATION)
+    return apply_policies.reparsed(ctx, "volume", lambda: parse_configuration(answered.get(CONFIGURATION), loc))
 
 
 async def list_volumes(
