@@ -370,3 +370,52 @@ async def test_a_fleets_availability_zones_and_tags_shape_its_launches_and_bad_o
     assert on_volume["team"] == "research" and on_volume["corral_instance"] == row.id
     async with server.client() as c:
         await c.post("/api/project/main/fleets/delete", json={"names": ["zonefl"]})
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        (facts.VCPU_LIMIT, "quota reached"),
+        (facts.SUBNET_NOT_FOUND, "network misconfigured"),
+        (facts.AUTH_FAILURE, "credentials refused"),
+    ],
+)
+async def test_a_run_whose_every_launch_is_refused_for_another_reason_than_capacity_says_that_reason(
+    server: RunningServer, proxy: FaultProxy, code: str, words: str
+) -> None:
+    """Not "no capacity": the job's status and termination message, its instance's and fleet's messages and the
+    events carry EC2's reason (a quota, the network, credentials)."""
+    name = f"why-{words.split()[0]}"
+    fleet = {"type": "fleet", "name": name, "nodes": "0..1", "backends": ["aws"], "regions": [REGION],
+             "resources": {"cpu": "2.."}}  # fmt: skip
+    task = {"type": "task", "name": name, "commands": ["true"], "fleets": [name], "resources": {"cpu": "2.."}}
+    async with server.client() as c:
+        r = await c.post(
+            "/api/project/main/fleets/apply",
+            json={"plan": {"spec": {"configuration": fleet, "profile": {}}}, "force": True},
+        )
+        assert r.status_code == 200, r.text
+        proxy.fault = lambda lt: code
+        try:
+            r = await c.post(
+                "/api/project/main/runs/apply", json={"force": True, "plan": {"run_spec": {"configuration": task}}}
+            )
+            assert r.status_code == 200, r.text
+            run = await finished_run(c, name, timeout=120)
+        finally:
+            proxy.fault = None
+        sub = run["jobs"][0]["job_submissions"][-1]
+        assert run["status"] == "failed" and sub["termination_reason"] == "failed_to_start_due_to_no_capacity"
+        assert sub["status_message"] == words, sub
+        assert f"aws: {words}: " in sub["termination_reason_message"] and code in sub["termination_reason_message"]
+        (inst,) = [i for i in (await c.post("/api/instances/list", json={})).json() if i["fleet_name"] == name]
+        assert (
+            inst["termination_reason_message"].startswith(f"aws: {words}: ")
+            and code in inst["termination_reason_message"]
+        )
+        got = (await c.post("/api/project/main/fleets/get", json={"name": name})).json()
+        assert code in (got["status_message"] or ""), got["status_message"]
+        await c.post("/api/project/main/fleets/delete", json={"names": [name]})
+    async with server.ctx.db.read() as conn:
+        events = (await conn.exec_driver_sql("SELECT message FROM events")).scalars().all()
+    assert any(code in m and words in m for m in events), events[-5:]

@@ -270,3 +270,17 @@ def test_subnets_of_a_custom_vpc_are_kept_by_their_route_out() -> None:
     }  # fmt: skip
     assert len(ec2.usable_subnets(subnets, [], public_ips=None)) == 6  # the default VPC: not checked
     assert ec2.usable_subnets(subnets, [], public_ips=False) == {}
+
+
+def test_what_a_launch_error_tells_the_user() -> None:
+    kinds = {code: launch.failure_kind(code) for code in (
+        facts.INSUFFICIENT_CAPACITY, facts.RESERVATION_PENDING, facts.SERVER_INTERNAL, facts.VCPU_LIMIT,
+        facts.AMI_NOT_FOUND, facts.SUBNET_NOT_FOUND, facts.GROUP_NOT_FOUND, facts.AUTH_FAILURE, facts.UNAUTHORIZED,
+        "InvalidParameterCombination", facts.TAG_LIMIT_EXCEEDED)}  # fmt: skip
+    assert kinds == {
+        facts.INSUFFICIENT_CAPACITY: "no_capacity", facts.RESERVATION_PENDING: "no_capacity",
+        facts.SERVER_INTERNAL: "no_capacity", facts.VCPU_LIMIT: "quota", facts.AMI_NOT_FOUND: "image",
+        facts.SUBNET_NOT_FOUND: "network", facts.GROUP_NOT_FOUND: "network", facts.AUTH_FAILURE: "credentials",
+        facts.UNAUTHORIZED: "credentials", "InvalidParameterCombination": "refused",
+        facts.TAG_LIMIT_EXCEEDED: "refused",
+    }  # fmt: skip

@@ -19,13 +19,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
+from corral.domain.provisioning import FailureKind
 from corral.domain.records import InstanceRec
 from corral.domain.resources import InstanceResources
 from corral.scheduler.types import Offer
 
 
 class ProvisioningError(Exception):
-    """A backend could not create an instance; the message is shown to the user."""
+    """A backend could not create an instance; the message is shown to the user, and ``kind`` says why
+    (``domain.provisioning``: no capacity unless the backend knows better)."""
+
+    def __init__(self, message: str, kind: FailureKind = "no_capacity") -> None:
+        super().__init__(message)
+        self.kind: FailureKind = kind
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,9 @@ def fleet(f: FleetRec) -> dict[str, Any]:
 def _job_status_message(j: JobRec) -> str:
     """The words dstack's server puts here (``_get_job_status_message``); its CLI shows them in ``ps``."""
     if j.status == "failed" and j.termination_reason == "failed_to_start_due_to_no_capacity":
-        return "no fleets" if "No matching fleet found" in (j.termination_reason_message or "") else "no capacity"
+        if "No matching fleet found" in (j.termination_reason_message or ""):
+            return "no fleets"
+        return j.status_message or "no capacity"  # or why the instance could not be had: a quota, no image...
     if j.status == "failed" and j.termination_reason == "container_exited_with_error":
         return f"exited ({j.exit_status})" if j.exit_status is not None else "error"
     if j.status == "failed" and j.termination_reason == "interrupted_by_no_capacity":

@@ -17,7 +17,7 @@ from corral.domain.statuses import READY_INSTANCE, STOPPABLE_JOB
 from corral.store import leases
 from corral.store.events import tracked_update
 from corral.store.fleets import LIVE_JOB_STATUSES, dump, live_blocks_on, lock_instance
-from corral.store.tables import instances, jobs
+from corral.store.tables import fleets, instances, jobs
 
 #: The lease columns cleared by a write that ends the lease.
 _NO_LEASE = {"lock_owner": None, "lock_token": None, "lock_expires_at": None}
@@ -69,6 +69,8 @@ async def record_provisioned(
             **_NO_LEASE,
         },
     )
+    if updated:  # the fleet's last failure is past
+        await _fleet_message(conn, instance_id, None)
     if updated and found.jobs_price is not None:
         await conn.execute(
             sa.update(jobs)
@@ -78,11 +80,33 @@ async def record_provisioned(
     return updated > 0
 
 
+async def _fleet_message(conn: AsyncConnection, instance_id: str, message: str | None) -> None:
+    """The ``status_message`` of the instance's fleet (while it is active): why its last instance could not
+    be provisioned, or None once one was."""
+    fleet_id = (await conn.execute(sa.select(instances.c.fleet_id).where(instances.c.id == instance_id))).scalar()
+    if fleet_id is not None:
+        await conn.execute(
+            sa.update(fleets)
+            .where(
+                fleets.c.id == fleet_id, fleets.c.status == "active", fleets.c.status_message.is_distinct_from(message)
+            )
+            .values(status_message=message)
+        )
+
+
 async def record_provisioning_failed(
-    conn: AsyncConnection, instance_id: str, token: str, instance_name: str, message: str, reason: str, now: float
+    conn: AsyncConnection,
+    instance_id: str,
+    token: str,
+    instance_name: str,
+    message: str,
+    reason: tuple[str, str],
+    now: float,
 ) -> None:
     """The instance (under its lease ``token``) is terminated with ``message``, and the jobs waiting for it fail
-    with ``reason``."""
+    with ``reason``: their termination reason and status message (``no capacity``, ``quota reached``...)."""
+    termination_reason, status_message = reason
+    await _fleet_message(conn, instance_id, f"Instance {instance_name} could not be provisioned: {message}")
     await tracked_update(
         conn,
         instances,
@@ -102,9 +126,9 @@ async def record_provisioning_failed(
         sa.and_(jobs.c.instance_id == instance_id, jobs.c.status.in_(("provisioning", "submitted"))),
         {
             "status": "failed",
-            "termination_reason": reason,
+            "termination_reason": termination_reason,
             "termination_reason_message": f"Failed to provision instance {instance_name}: {message}",
-            "status_message": "no capacity",
+            "status_message": status_message,
             "finished_at": now,
             "last_processed_at": now,
         },

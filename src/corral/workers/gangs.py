@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from corral.backends.base import Compute, GangLauncher, Provisioned, ProvisioningError
 from corral.context import Context
+from corral.domain.provisioning import FailureKind
 from corral.domain.records import InstanceRec
 from corral.store import leases
 from corral.store.gangs import PendingGang, note_waiting, pending_gangs
@@ -38,7 +39,7 @@ Claim = Callable[[InstanceRec], Awaitable[str | None]]
 #: Record an instance provisioned, under its lease token.
 Record = Callable[[InstanceRec, str, Compute, Provisioned], Awaitable[None]]
 #: Record an instance that could not be provisioned (lease token, message, its jobs' termination reason).
-Failed = Callable[[InstanceRec, str, str, str], Awaitable[None]]
+Failed = Callable[[InstanceRec, str, str, str, FailureKind], Awaitable[None]]
 
 
 def waits(capacity: bool, reserved_at: float, wait: float | None, now: float) -> bool:
@@ -103,17 +104,20 @@ class Gangs:
                 return
             self._not_before.pop(gang.key, None)
             reason = NO_CAPACITY if capacity else REFUSED
-            await self._failed(rows, tokens, f"the gang ({names}) could not be launched whole: {e}", reason)
+            message = f"the gang ({names}) could not be launched whole: {e}"
+            await self._failed(rows, tokens, message, reason, e.kind)
             return
         except Exception as e:  # never leave a gang stuck in pending
             log.exception("provisioning the gang %s failed", names)
-            await self._failed(rows, tokens, f"unexpected error launching the gang ({names}): {e}", REFUSED)
+            await self._failed(rows, tokens, f"unexpected error launching the gang ({names}): {e}", REFUSED, "refused")
             return
         self._not_before.pop(gang.key, None)
         log.info("gang %s (%s) launched together", names, gang.key, extra={"event": "gang_launched"})
         for r, t, p in zip(rows, tokens, provisioned, strict=False):
             await self._record(r, t, compute, p)
 
-    async def _failed(self, rows: list[InstanceRec], tokens: list[str], message: str, reason: str) -> None:
+    async def _failed(
+        self, rows: list[InstanceRec], tokens: list[str], message: str, reason: str, kind: FailureKind
+    ) -> None:
         for r, t in zip(rows, tokens, strict=False):
-            await self._failed_one(r, t, message, reason)
+            await self._failed_one(r, t, message, reason, kind)

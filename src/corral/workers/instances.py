@@ -14,6 +14,7 @@ from corral.context import Context
 from corral.domain.costs import placed_price
 from corral.domain.events import instance_target
 from corral.domain.fleets import nodes_bounds, stuck_message
+from corral.domain.provisioning import STATUS_WORDS, FailureKind
 from corral.domain.records import InstanceRec
 from corral.domain.statuses import ENDING_INSTANCE, UNFINISHED_INSTANCE
 from corral.scheduler.codec import offer_to_json, resources_to_json
@@ -104,8 +105,8 @@ class Instances:
             if compute is None:
                 raise ProvisioningError(f"backend {inst.backend!r} is not configured")
             provisioned = await compute.create_instance(inst)
-        except ProvisioningError as e:
-            await self._provisioning_failed(inst, token, str(e))
+        except ProvisioningError as e:  # its kind says why: no capacity, a quota, no image...
+            await self._provisioning_failed(inst, token, str(e), kind=e.kind)
             return
         except Exception as e:  # never leave an instance stuck in pending
             log.exception("provisioning %s failed", inst.name)
@@ -163,7 +164,12 @@ class Instances:
         self.ctx.wakeups.wake("jobs", "scheduler")
 
     async def _provisioning_failed(
-        self, inst: InstanceRec, token: str, message: str, reason: str = "failed_to_start_due_to_no_capacity"
+        self,
+        inst: InstanceRec,
+        token: str,
+        message: str,
+        reason: str = "failed_to_start_due_to_no_capacity",
+        kind: FailureKind = "refused",
     ) -> None:
         log.info(
             "instance %s of fleet %s could not be provisioned: %s",
@@ -174,7 +180,9 @@ class Instances:
         )
         now = time.time()
         async with self.ctx.db.write() as conn:
-            await instance_outcomes.record_provisioning_failed(conn, inst.id, token, inst.name, message, reason, now)
+            await instance_outcomes.record_provisioning_failed(
+                conn, inst.id, token, inst.name, message, (reason, STATUS_WORDS[kind]), now
+            )
         self.ctx.wakeups.wake("runs", "scheduler")
 
     async def _terminate(self, inst: InstanceRec) -> None:

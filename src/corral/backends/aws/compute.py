@@ -38,6 +38,7 @@ from corral.backends.aws.session import (
 )
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
 from corral.backends.ssh import SSHCompute
+from corral.domain.provisioning import STATUS_WORDS, FailureKind
 from corral.domain.records import InstanceRec
 from corral.scheduler.types import Offer
 
@@ -54,6 +55,22 @@ class _Tries:
 
     attempts: int = 0
     errors: list[str] = dataclasses.field(default_factory=list)
+    #: Why each failed, in the same order (``domain.provisioning``).
+    kinds: list[FailureKind] = dataclasses.field(default_factory=list)
+
+    def note(self, kind: FailureKind, text: str) -> None:
+        self.kinds.append(kind)
+        self.errors.append(text)
+
+    def failure(self, candidates: list[Offer]) -> ProvisioningError:
+        """Why nothing launched: no capacity if any offer, zone or region lacked it (waiting may help), else the
+        first other reason (a quota, no image, the network, credentials...), said first."""
+        tried = ", ".join(f"{o.instance_type} in {o.region}" for o in candidates)
+        what = f"no offer could be launched ({tried}; {self.attempts} attempt(s)): {'; '.join(self.errors)}"
+        if "no_capacity" in self.kinds or not self.kinds:
+            return ProvisioningError(f"aws: {what}", "no_capacity")
+        kind = self.kinds[0]
+        return ProvisioningError(f"aws: {STATUS_WORDS[kind]}: {self.errors[0]}; {what}", kind)
 
 
 class AWSCompute:
@@ -192,10 +209,7 @@ class AWSCompute:
                 return launched
             if move == "stop" or tries.attempts >= launch.MAX_LAUNCH_ATTEMPTS:
                 break
-        tried = ", ".join(f"{o.instance_type} in {o.region}" for o in candidates)
-        raise ProvisioningError(
-            f"aws: no offer could be launched ({tried}; {tries.attempts} attempt(s)): {'; '.join(tries.errors)}"
-        )
+        raise tries.failure(candidates)
 
     async def _region_and_image(
         self,
@@ -211,7 +225,7 @@ class AWSCompute:
         ``tries.errors``) when the region cannot take it now."""
         region, itype = offer.region, launch.market_key(offer.instance_type, offer.resources.spot)
         if self.session.unavailable.quota_blocked(region, offer.instance_type, offer.resources.spot, time.time()):
-            tries.errors.append(f"{region} {itype}: quota reached lately")
+            tries.note("quota", f"{region} {itype}: quota reached lately")
             return None
         if region not in regions:
             c = client if region == candidates[0].region else await self.session.ec2(ec2.client, project.creds, region)
@@ -220,7 +234,7 @@ class AWSCompute:
             except ProvisioningError as e:
                 if offer is candidates[0] and len(candidates) == 1:
                     raise
-                tries.errors.append(str(e))
+                tries.note(e.kind, str(e))
                 return None
         where = regions[region]
         gpu = bool(offer.resources.gpus)
@@ -228,7 +242,7 @@ class AWSCompute:
             try:
                 images[(region, gpu)] = await self.session.ec2(ec2.image, where.client, project.config, gpu)
             except ec2.AWSError as e:
-                tries.errors.append(f"{region} {itype}: {e}")
+                tries.note("image", f"{region} {itype}: {e}")
                 return None
         return where, images[(region, gpu)]
 
@@ -248,12 +262,13 @@ class AWSCompute:
         move = "zone"
         zones = launch.in_zone(where.zones, offer.zone, allowed)
         if not zones and allowed is not None:
-            tries.errors.append(
-                f"{region}: no usable subnet in the fleet's availability_zones ({', '.join(sorted(allowed))})"
+            tries.note(
+                "network",
+                f"{region}: no usable subnet in the fleet's availability_zones ({', '.join(sorted(allowed))})",
             )
         for zone, subnet in zones.items():
             if self.session.unavailable.blocked(region, zone, itype, time.time()):
-                tries.errors.append(f"{zone} {itype}: no capacity lately")
+                tries.note("no_capacity", f"{zone} {itype}: no capacity lately")
                 continue
             if tries.attempts >= launch.MAX_LAUNCH_ATTEMPTS:
                 break
@@ -266,7 +281,7 @@ class AWSCompute:
             except ec2.AWSError as e:
                 verdict = launch.classify(e.code)
                 move = launch.next_move(verdict)
-                tries.errors.append(f"{zone} {itype}: {e}")
+                tries.note(launch.failure_kind(e.code), f"{zone} {itype}: {e}")
                 log.info("instance %s: RunInstances %s in %s: %s (%s)", instance.name, itype, zone, e, verdict)
                 if verdict == "capacity":
                     self.session.unavailable.mark(region, zone, itype, time.time())

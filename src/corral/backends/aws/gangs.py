@@ -32,6 +32,7 @@ from corral.backends.aws import gang_cleanup as cleanup
 from corral.backends.aws.session import AWSProject, AWSSession, FleetOptions, Region, candidate_offers
 from corral.backends.base import Provisioned, ProvisioningError
 from corral.domain import aws_tags
+from corral.domain.provisioning import FailureKind
 from corral.domain.records import InstanceRec
 from corral.scheduler.types import Offer
 
@@ -48,8 +49,8 @@ class GangError(ProvisioningError):
     """A gang could not be launched; nothing of it is left running. ``capacity``: EC2 had no room for it
     (the run may wait and try again), else a refusal that trying again will not change."""
 
-    def __init__(self, message: str, capacity: bool, attempts: int = 0) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, capacity: bool, attempts: int = 0, kind: FailureKind | None = None) -> None:
+        super().__init__(message, kind or ("no_capacity" if capacity else "refused"))
         self.capacity = capacity
         #: The RunInstances calls made for it (the gang's launches share ``MAX_LAUNCH_ATTEMPTS``).
         self.attempts = attempts
@@ -273,6 +274,7 @@ async def _launch(
     errors: list[str] = []
     first = attempt
     capacity = True
+    kind: FailureKind = "refused"
     for zone, subnet in zones.items():
         itypes = {launch.market_key(o.instance_type, o.resources.spot) for o in offers}
         now = time.time()
@@ -297,6 +299,7 @@ async def _launch(
         errors.append(f"{zone}: {error}")
         log.info("gang of %s: launch in %s: %s (%s)", rows[0].name, zone, error, verdict)
         _remember(session, verdict, region, zone, refused, offers)
+        kind = launch.failure_kind(error.code)
         if launch.next_move(verdict) != "zone":
             capacity = verdict in ("quota", "wait")  # the next shape may launch; a Capacity Block soon will
             break
@@ -308,6 +311,7 @@ async def _launch(
         f"({attempt - first} attempt(s)): {'; '.join(errors) or 'no zone to try'}",
         capacity=capacity,
         attempts=attempt,
+        kind=None if capacity else kind,
     )
 
 
@@ -328,15 +332,15 @@ async def _prepare(
     try:
         where = await session.region(project, region, client)
     except ProvisioningError as e:
-        raise GangError(str(e), capacity=False) from None
+        raise GangError(str(e), capacity=False, kind=e.kind) from None
     allowed = launch.in_zone(dict(where.zones), "", options.zones)
     if not allowed:
-        raise GangError(f"{region}: no usable subnet in the fleet's availability_zones", capacity=False)
+        raise GangError(f"{region}: no usable subnet in the fleet's availability_zones", capacity=False, kind="network")
     zones, extra = await _reservation_zones(session, client, region, allowed, reservation, offers, len(rows))
     try:
         image = await session.ec2(ec2.image, where.client, project.config, bool(offers[0].resources.gpus))
     except ec2.AWSError as e:
-        raise GangError(f"{region}: {e}", capacity=False) from None
+        raise GangError(f"{region}: {e}", capacity=False, kind="image") from None
     server_id = await session.server_id()
     tags = session.tags(project, options)
     group = await _placement_group(session, client, project, rows, offers, cluster, (server_id, tags))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from corral.domain import aws_tags
+from corral.domain.provisioning import FailureKind
 
 #: Tag keys corral writes on every instance (and reads back: adoption, the reaper): ``domain.aws_tags``.
 TAG_SERVER = aws_tags.TAG_SERVER
@@ -73,6 +74,27 @@ def classify(code: str) -> Verdict:
     if code.startswith(_INVALID):
         return "invalid"
     return "other"
+
+
+#: EC2 codes of credentials or permissions refused (AWS "Error codes for the Amazon EC2 API": common client errors).
+_CREDENTIALS = {"AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "SignatureDoesNotMatch",
+                "OptInRequired", "Blocked", "PendingVerification"}  # fmt: skip
+
+
+def failure_kind(code: str) -> FailureKind:
+    """What an EC2 error code says to the user about a launch that failed (``domain.provisioning``)."""
+    verdict = classify(code)
+    if verdict in ("capacity", "transient", "wait"):
+        return "no_capacity"
+    if verdict == "quota":
+        return "quota"
+    if code.startswith("InvalidAMI"):
+        return "image"
+    if code.startswith(("InvalidSubnet", "InvalidGroup", "InvalidSecurityGroup", "InvalidVpc")):
+        return "network"
+    if code in _CREDENTIALS:
+        return "credentials"
+    return "refused"
 
 
 def quota_group(instance_type: str) -> str:

@@ -158,10 +158,11 @@ class AWSSession:
             where = await self.ec2(ec2.vpc, client, region, project.config)
             zones = await self.ec2(ec2.subnets_by_zone, client, where, public_ips)
             if not zones:
-                raise ProvisioningError(f"aws {region}: {ec2.no_subnet(where, region, public_ips)}")
+                raise ProvisioningError(f"aws {region}: {ec2.no_subnet(where, region, public_ips)}", "network")
             group = await self.ec2(ec2.security_group, client, where.vpc_id, project.name)
         except ec2.AWSError as e:
-            raise ProvisioningError(f"aws {region}: {e}") from None
+            kind = launch.failure_kind(e.code) if e.code else "network"
+            raise ProvisioningError(f"aws {region}: {e}", "network" if kind == "refused" else kind) from None
         once = await self.ec2(ec2.client, project.creds, region, "ec2", True)
         return Region(client, once, zones, group)
 
