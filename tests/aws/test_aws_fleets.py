@@ -265,5 +265,8 @@ async def test_a_custom_vpc_without_a_usable_subnet_or_a_missing_image_is_refuse
             await cloud_backends.check_aws({**doc, "vpc_name": "corral-closed", "public_ips": public_ips})
         assert vpc in str(e.value) and "(vpc_name)" in str(e.value) and route in str(e.value)
         assert "public_ips" in str(e.value)
+    by_id = {k: v for k, v in doc.items() if k != "vpc_name"} | {"vpc_ids": {REGION: vpc}}
+    with pytest.raises(cloud_backends.BackendInvalid, match=r"\(vpc_ids\)"):
+        await cloud_backends.check_aws(by_id)
     with pytest.raises(cloud_backends.BackendInvalid, match=r"no AMI named 'no-such-ami-\*' .*\(os_images\)"):
         await cloud_backends.check_aws({**doc, "os_images": {"cpu": {"name": "no-such-ami-*", "user": "ubuntu"}}})
