@@ -172,7 +172,9 @@ async def test_a_jobs_output_is_stored_once_the_agent_drops_what_the_server_stor
             assert (
                 await c.post("/api/project/main/runs/apply", json=task("once", prints, "sleep 600"))
             ).status_code == 200
-            (dat,) = await wait_for(lambda: asyncio.to_thread(lambda: list(state.glob("instances/**/logs.dat"))))
+            found = await wait_for(lambda: asyncio.to_thread(lambda: list(state.glob("instances/**/logs.dat"))))
+            (dat,) = found
+            assert isinstance(dat, Path)
 
             async def all_on_the_agent() -> bool:
                 return dat.stat().st_size >= 10_000_000
