@@ -175,6 +175,14 @@ async def test_an_ssh_fleets_private_keys_are_not_sent_to_the_policy_service(tmp
             assert r.json()["effective_spec"]["configuration"]["placement"] == "cluster"
             assert r.json()["effective_spec"]["configuration"]["ssh_config"]["hosts"][0]["hostname"] == "192.0.2.10"
     assert seen and all(secret not in json.dumps(body) for _, body in seen)
+    # a policy that gives an SSH fleet what only cloud fleets have: the refusal says the policy's spec is at fault
+    with policy_service(platform_policy) as (uri, _):
+        async with server_with(tmp_path / "tags", uri) as s, s.client() as c:
+            r = await c.post("/api/project/main/fleets/get_plan", json={"spec": spec})
+            assert r.status_code == 400, r.text
+            msg = r.json()["detail"][0]["msg"]
+            assert msg.startswith(f"The fleet spec that the policy service rest_plugin ({uri}) answered is not valid")
+            assert "does not support the following fields: ['tags']" in msg
     assert seen[0][1]["spec"]["configuration"]["ssh_config"]["hosts"][0]["hostname"] == "192.0.2.10"
 
 

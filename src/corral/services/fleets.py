@@ -144,9 +144,14 @@ async def with_policies(ctx: Context, project: ProjectRec, user: str, spec: Flee
     if ssh_config is not None and isinstance(conf, dict):
         answered = {**answered, CONFIGURATION: {**conf, "ssh_config": ssh_config}}
 
-    def parse() -> FleetSpec:
+    def parse() -> FleetSpec:  # with the checks that refuse a fleet's spec, so that a refusal names the policy
         raw = validated(FleetSpecIn.model_validate, _known(answered), apply_policies.ANSWER)
-        return normalize_spec(raw, apply_policies.ANSWER, ctx.settings)
+        out = normalize_spec(raw, apply_policies.ANSWER, ctx.settings)
+        check_backends(ctx, project, out)
+        _check_aws(project, out)
+        if out.is_ssh:
+            ssh_fleets.check(out.configuration)
+        return out
 
     return apply_policies.reparsed(ctx, "fleet", parse)
 
