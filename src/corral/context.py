@@ -1,5 +1,5 @@
 """The application context: what the workers and every edge (services, api, proxy, sshd, ui) share --
-the settings, the database, the backends, the process's telemetry and the wake-up events.
+the settings, the database, the backends, the apply policies, the process's telemetry and the wake-up events.
 
 A neutral module: the workers and the edges import it, and it imports neither. Its fields are declared;
 nothing attaches attributes to it.

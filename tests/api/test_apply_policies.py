@@ -153,6 +153,30 @@ async def test_a_policy_refuses_a_run_over_two_gpus_and_tags_every_fleet(tmp_pat
     assert seen[-1][1]["spec"]["configuration"]["backend"] == "aws"
 
 
+async def test_the_run_a_policy_changes_is_the_run_planned_stored_and_run(tmp_path: Path) -> None:
+    def labels(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        conf = body["spec"]["configuration"]
+        conf["env"] = {**(conf.get("env") or {}), "TEAM": body["project"]}
+        conf["max_duration"] = "1h"
+        return {"spec": body["spec"], "error": None}
+
+    with policy_service(labels) as (uri, seen):
+        async with server_with(tmp_path, uri) as s, s.client() as c:
+            given = run_body("labelled")["plan"]["run_spec"]
+            plan = await c.post("/api/project/main/runs/get_plan", json={"run_spec": given})
+            assert plan.status_code == 200, plan.text
+            assert "TEAM" not in (plan.json()["run_spec"]["configuration"].get("env") or {})
+            assert plan.json()["effective_run_spec"]["configuration"]["env"] == {"TEAM": "main"}
+            assert plan.json()["job_plans"][0]["job_spec"]["env"]["TEAM"] == "main"
+            r = await c.post("/api/project/main/runs/apply", json=run_body("labelled"))
+            assert r.status_code == 200, r.text
+            conf = r.json()["run_spec"]["configuration"]
+            assert conf["env"] == {"TEAM": "main"} and conf["max_duration"] == 3600
+            assert r.json()["jobs"][0]["job_spec"]["max_duration"] == 3600
+            await c.post("/api/project/main/runs/stop", json={"runs_names": ["labelled"], "abort": True})
+    assert [p for p, _ in seen] == [RUN_ENDPOINT, RUN_ENDPOINT]
+
+
 async def test_an_ssh_fleets_private_keys_are_not_sent_to_the_policy_service(tmp_path: Path) -> None:
     import asyncssh
 
