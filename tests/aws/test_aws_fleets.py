@@ -17,6 +17,7 @@ import pytest_asyncio
 from aws_server import fleet_server
 from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2, fault_proxy
 
+from corral.backends.aws import ec2
 from corral.backends.aws.launch import user_data
 from corral.domain.records import InstanceRec
 from corral.domain.statuses import InstanceStatus
@@ -270,3 +271,13 @@ async def test_a_custom_vpc_without_a_usable_subnet_or_a_missing_image_is_refuse
         await cloud_backends.check_aws(by_id)
     with pytest.raises(cloud_backends.BackendInvalid, match=r"no AMI named 'no-such-ami-\*' .*\(os_images\)"):
         await cloud_backends.check_aws({**doc, "os_images": {"cpu": {"name": "no-such-ami-*", "user": "ubuntu"}}})
+
+
+async def test_the_projects_security_group_carries_the_backends_tags(hypervisor: Hypervisor) -> None:
+    client = hypervisor.moto.client()
+    vpc = client.create_vpc(CidrBlock="10.216.0.0/16")["Vpc"]["VpcId"]
+    made = ec2.security_group(client, vpc, "tagged", {"team": "ml", "owner": "someone"})
+    (group,) = client.describe_security_groups(GroupIds=[made])["SecurityGroups"]
+    tags = {t["Key"]: t["Value"] for t in group["Tags"]}
+    assert tags == {"team": "ml", "owner": "corral", "corral_project": "tagged"}  # corral's own win
+    assert ec2.security_group(client, vpc, "tagged", {"team": "ml"}) == made  # found, not made again

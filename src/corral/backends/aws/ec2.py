@@ -164,8 +164,9 @@ def no_subnet(where: VPC, region: str, public_ips: bool) -> str:
     )
 
 
-def security_group(ec2: Any, vpc: str, project: str) -> str:
-    """The project's security group in ``vpc`` (made on first use): SSH in, everything within the group."""
+def security_group(ec2: Any, vpc: str, project: str, tags: dict[str, str] | None = None) -> str:
+    """The project's security group in ``vpc`` (made on first use, tagged with the backend's ``tags`` and
+    corral's): SSH in, everything within the group."""
     name = f"corral_{project}"
     found = call(
         ec2,
@@ -175,11 +176,11 @@ def security_group(ec2: Any, vpc: str, project: str) -> str:
     if found:
         return str(found[0]["GroupId"])
     try:
-        group = _create_group(ec2, vpc, project, name)
+        group = _create_group(ec2, vpc, project, name, tags or {})
     except AWSError as e:  # another launch made it meanwhile
         if e.code != "InvalidGroup.Duplicate":
             raise
-        return security_group(ec2, vpc, project)
+        return security_group(ec2, vpc, project, tags)
     rules = [
         {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]},
         {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]},
@@ -192,7 +193,8 @@ def security_group(ec2: Any, vpc: str, project: str) -> str:
     return group
 
 
-def _create_group(ec2: Any, vpc: str, project: str, name: str) -> str:
+def _create_group(ec2: Any, vpc: str, project: str, name: str, tags: dict[str, str]) -> str:
+    own = [{"Key": "owner", "Value": "corral"}, {"Key": "corral_project", "Value": project}]
     return str(
         call(
             ec2,
@@ -203,7 +205,8 @@ def _create_group(ec2: Any, vpc: str, project: str, name: str) -> str:
             TagSpecifications=[
                 {
                     "ResourceType": "security-group",
-                    "Tags": [{"Key": "owner", "Value": "corral"}, {"Key": "corral_project", "Value": project}],
+                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items() if k not in ("owner", "corral_project")]
+                    + own,
                 }
             ],
         )["GroupId"]

@@ -159,7 +159,8 @@ class AWSSession:
             zones = await self.ec2(ec2.subnets_by_zone, client, where, public_ips)
             if not zones:
                 raise ProvisioningError(f"aws {region}: {ec2.no_subnet(where, region, public_ips)}", "network")
-            group = await self.ec2(ec2.security_group, client, where.vpc_id, project.name)
+            admin_tags = dict(project.config.get("tags") or {})  # the project's group: the backend's tags only
+            group = await self.ec2(ec2.security_group, client, where.vpc_id, project.name, admin_tags)
         except ec2.AWSError as e:
             kind = launch.failure_kind(e.code) if e.code else "network"
             raise ProvisioningError(f"aws {region}: {e}", "network" if kind == "refused" else kind) from None
