@@ -8,6 +8,7 @@ import json
 import sqlalchemy as sa
 
 from corral.domain.metrics import MetricsPoint
+from corral.store import run_counts
 from corral.store import tables as t
 from corral.store.db import Database
 from corral.store.migrate import upgrade
@@ -58,6 +59,7 @@ async def runs_with_jobs(db: Database, n: int, live: int, now: float) -> list[st
     async with db.write() as conn:
         await conn.execute(sa.insert(t.runs), run_rows)
         await conn.execute(sa.insert(t.jobs), job_rows)
+        await run_counts.recount(conn)  # written around the store: count them as the store would have
     return [f"j{i}" for i in range(n)]
 
 

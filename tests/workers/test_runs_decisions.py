@@ -6,7 +6,7 @@ from __future__ import annotations
 from corral.domain.retry import Submission
 from corral.domain.statuses import RunTerminationReason
 from corral.store.run_states import JobState
-from corral.workers.runs import RetryPlan, decide_run, plan_retry
+from corral.workers.runs import RetryPlan, decide_run, plan_retry, retried_whole
 
 ON_ERROR = {"on_events": ["error"], "duration": 60}
 
@@ -128,3 +128,15 @@ def test_a_pass_decides_each_run_at_the_time_given() -> None:
     (late,) = decide_pass(loaded, now=100.0)
     assert late.stop_jobs and late.values is not None
     assert (late.values["status"], late.values["termination_reason"]) == ("terminating", "retry_limit_exceeded")
+
+
+def test_a_run_is_retried_whole_when_no_other_replica_is_left_running() -> None:
+    """dstack 0.22.5 sends a run back to ``pending`` (and counts it in ``dstack_pending_runs_total``) only when
+    none of its replicas is left; a replica retried while another serves is not."""
+    one = {(0, 0): _job(0, "failed", "container_exited_with_error")}
+    assert retried_whole(one, [0])
+    assert not retried_whole(one, [])  # nothing resubmitted yet (its other jobs were asked to stop first)
+    two = {**one, (1, 0): _job(0, "running", replica=1)}
+    assert not retried_whole(two, [0])
+    assert retried_whole({**one, (1, 0): _job(0, "failed", "container_exited_with_error", replica=1)}, [0, 1])
+    assert retried_whole({**one, (1, 0): _job(0, "terminated", "scaled_down", replica=1)}, [0])

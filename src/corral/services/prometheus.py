@@ -5,8 +5,8 @@ dstack's (``services/prometheus/custom_metrics.py`` and ``client_metrics.py`` in
 (``dstack_run_count_total``, ``_terminated_total``, ``_failed_total``, ``_done_total``), job series from each
 live job's newest sample (``dstack_job_cpu_time_seconds_total``, ``dstack_job_memory_usage_bytes``,
 ``dstack_job_gpu_usage_ratio``, ...), with dstack's labels; then this process's counters and histograms
-(``dstack_submit_to_provision_duration_seconds``; dstack's ``dstack_pending_runs_total`` is not kept: corral
-resubmits a run without a ``pending`` status). corral's:
+(``dstack_submit_to_provision_duration_seconds``), and ``dstack_pending_runs_total`` from the counts kept in the
+database (``store/run_counts.py``: a run retried whole, where dstack's run goes back to ``pending``). corral's:
 ``corral_queue_length{project,fleet}``, ``corral_queue_wait_seconds``, ``corral_placements_total``,
 ``corral_commit_rejections_total``, ``corral_preemptions_total``,
 ``corral_proxy_requests_total{project,run,code}``; for each project with a quota policy
@@ -21,6 +21,7 @@ from typing import Any
 from corral.context import Context
 from corral.domain.telemetry import Family, render
 from corral.store import prometheus as store
+from corral.store import run_counts
 
 _INSTANCE = (
     ("dstack_instance_duration_seconds_total", "counter", "Total seconds the instance is running"),
@@ -46,6 +47,11 @@ _JOB = (
     ("dstack_job_gpu_memory_total_bytes", "gauge", "Total GPU memory allocated for the job, bytes"),
     ("dstack_job_gpu_memory_usage_bytes", "gauge", "GPU memory used by the job, bytes"),
 )
+#: dstack 0.22.5's name, type, help and labels (https://github.com/dstackai/dstack, 0.22.5,
+#: src/dstack/_internal/server/services/prometheus/client_metrics.py, ``RunMetrics._pending_runs_total``); its
+#: runs processing calls ``increment_pending_runs`` when an active run goes to ``pending`` (retried, no replica
+#: left running), which corral counts as a run retried whole (``store/run_counts.py``).
+_PENDING = ("dstack_pending_runs_total", "counter", "Number of pending runs")
 _QUEUE = ("corral_queue_length", "gauge", "Jobs waiting in the queue, by project and the fleet their run is bound to")
 
 
@@ -68,10 +74,26 @@ def _num(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
+def _run_families(counts: dict[tuple[str, str], dict[str, int]], pending: dict[tuple[str, str], int]) -> list[Family]:
+    """dstack's run counts by project and user, then its pending runs by project and run type."""
+    run_f = _families(_RUN)
+    for (project, user), statuses in counts.items():
+        labels = {"dstack_project_name": project, "dstack_user_name": user}
+        run_f["dstack_run_count_total"].add(labels, sum(statuses.values()))
+        run_f["dstack_run_count_terminated_total"].add(labels, statuses.get("terminated", 0))
+        run_f["dstack_run_count_failed_total"].add(labels, statuses.get("failed", 0))
+        run_f["dstack_run_count_done_total"].add(labels, statuses.get("done", 0))
+    pending_f = Family(*_PENDING)
+    for (project, run_type), n in pending.items():
+        pending_f.add({"project_name": project, "run_type": run_type}, n)
+    return [*run_f.values(), pending_f]
+
+
 async def render_metrics(ctx: Context, now: float) -> str:
     async with ctx.db.read() as conn:
         insts = await store.live_instances(conn)
-        counts = await store.run_counts(conn)
+        counts = await run_counts.by_status(conn)
+        pending = await run_counts.pending(conn)
         live = await store.live_jobs(conn)
         queue = await store.queue_lengths(conn)
     inst_f = _families(_INSTANCE)
@@ -91,13 +113,7 @@ async def render_metrics(ctx: Context, now: float) -> str:
         inst_f["dstack_instance_duration_seconds_total"].add(labels, max(0.0, now - i.created_at))
         inst_f["dstack_instance_price_dollars_per_hour"].add(labels, i.price)
         inst_f["dstack_instance_gpu_count"].add(labels, len(gpus))
-    run_f = _families(_RUN)
-    for (project, user), statuses in counts.items():
-        labels = {"dstack_project_name": project, "dstack_user_name": user}
-        run_f["dstack_run_count_total"].add(labels, sum(statuses.values()))
-        run_f["dstack_run_count_terminated_total"].add(labels, statuses.get("terminated", 0))
-        run_f["dstack_run_count_failed_total"].add(labels, statuses.get("failed", 0))
-        run_f["dstack_run_count_done_total"].add(labels, statuses.get("done", 0))
+    run_f = _run_families(counts, pending)
     job_f = _families(_JOB)
     for j in live:
         if not j.provisioning:
@@ -142,5 +158,5 @@ async def render_metrics(ctx: Context, now: float) -> str:
     from corral.services.quotas import metric_families
 
     quota_f = await metric_families(ctx)
-    families = [*inst_f.values(), *run_f.values(), *job_f.values(), queue_f, *quota_f, *ctx.telemetry.families()]
+    families = [*inst_f.values(), *run_f, *job_f.values(), queue_f, *quota_f, *ctx.telemetry.families()]
     return render(families)

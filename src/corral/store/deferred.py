@@ -1,11 +1,14 @@
-"""Inserts deferred to the end of a write transaction: rows many statements of one transaction add to the same
-table (its events and their targets) go in one multi-row statement per table, just before the commit, instead
-of a round trip each.
+"""Inserts and counts deferred to the end of a write transaction: rows many statements of one transaction add to
+the same table (its events and their targets) go in one multi-row statement per table, just before the commit,
+instead of a round trip each; additions to kept counts (``store/run_counts.py``) are summed per key and written
+then too, every counter in one order (by its name, then its keys), so that on Postgres two transactions lock the
+count rows they share in the same order, and only for the moment before their commits.
 
-``Database.write`` opens the buffer and flushes it; :func:`insert` adds rows to it (or, on a connection without
-one, inserts them at once). A savepoint that rolls back drops the rows added since it began (:func:`mark`,
-:func:`drop_since`), so a rejected gang of ``plan_apply`` leaves none. Rows keep the order they were added in,
-and a table's rows are inserted before those of a table first added after it (events before their targets).
+``Database.write`` opens the buffer and flushes it; :func:`insert` adds rows to it and :func:`count` counts
+(or, on a connection without one, they are written at once). A savepoint that rolls back drops what was added
+since it began (:func:`mark`, :func:`drop_since`), so a rejected gang of ``plan_apply`` leaves no row and counts
+nothing. Rows keep the order they were added in, and a table's rows are inserted before those of a table first
+added after it (events before their targets).
 
 Imports sqlalchemy only.
 """
@@ -13,7 +16,8 @@ Imports sqlalchemy only.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -25,14 +29,31 @@ _BUFFERS: weakref.WeakKeyDictionary[AsyncConnection, list[tuple[sa.Insert, Mappi
 )
 
 
+@dataclass(frozen=True)
+class Counter:
+    """Kept counts: ``write`` adds the summed deltas (no zero among them) to the rows of their keys, in the
+    order given (sorted)."""
+
+    name: str
+    write: Callable[[AsyncConnection, Sequence[tuple[tuple[str, ...], int]]], Awaitable[None]]
+
+
+#: Connection -> the (counter, key, delta) additions of its open write transaction, in order.
+_TALLIES: weakref.WeakKeyDictionary[AsyncConnection, list[tuple[Counter, tuple[str, ...], int]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def open_buffer(conn: AsyncConnection) -> None:
-    """Defer ``conn``'s inserts from now until :func:`flush`."""
+    """Defer ``conn``'s inserts and counts from now until :func:`flush`."""
     _BUFFERS[conn] = []
+    _TALLIES[conn] = []
 
 
 def close_buffer(conn: AsyncConnection) -> None:
     """Forget what is still deferred (the transaction rolled back)."""
     _BUFFERS.pop(conn, None)
+    _TALLIES.pop(conn, None)
 
 
 async def insert(conn: AsyncConnection, stmt: sa.Insert, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -47,21 +68,53 @@ async def insert(conn: AsyncConnection, stmt: sa.Insert, rows: Sequence[Mapping[
     buffer.extend((stmt, row) for row in rows)
 
 
-def mark(conn: AsyncConnection) -> int:
-    """Where ``conn``'s buffer stands now (for :func:`drop_since`)."""
-    buffer = _BUFFERS.get(conn)
-    return len(buffer) if buffer is not None else 0
+async def count(conn: AsyncConnection, counter: Counter, key: tuple[str, ...], delta: int) -> None:
+    """Add ``delta`` to ``counter``'s count of ``key`` at the end of ``conn``'s transaction, or now where it
+    defers nothing."""
+    tallies = _TALLIES.get(conn)
+    if tallies is None:
+        if delta:
+            await counter.write(conn, [(key, delta)])
+        return
+    tallies.append((counter, key, delta))
 
 
-def drop_since(conn: AsyncConnection, at: int) -> None:
-    """Drop the rows added since :func:`mark` said ``at`` (a savepoint rolled back)."""
-    buffer = _BUFFERS.get(conn)
+def mark(conn: AsyncConnection) -> tuple[int, int]:
+    """Where ``conn``'s buffers stand now (for :func:`drop_since`)."""
+    buffer, tallies = _BUFFERS.get(conn), _TALLIES.get(conn)
+    return (len(buffer) if buffer is not None else 0, len(tallies) if tallies is not None else 0)
+
+
+def drop_since(conn: AsyncConnection, at: tuple[int, int]) -> None:
+    """Drop the rows and counts added since :func:`mark` said ``at`` (a savepoint rolled back)."""
+    buffer, tallies = _BUFFERS.get(conn), _TALLIES.get(conn)
     if buffer is not None:
-        del buffer[at:]
+        del buffer[at[0] :]
+    if tallies is not None:
+        del tallies[at[1] :]
 
 
 async def flush(conn: AsyncConnection) -> None:
-    """Insert what is deferred: one statement per table, tables in the order they were first added to."""
+    """Insert what is deferred: one statement per table, tables in the order they were first added to; then
+    the counts, summed, counter by counter (by name) and key by key (sorted)."""
+    await _flush_inserts(conn)
+    tallies = _TALLIES.get(conn)
+    if not tallies:
+        return
+    _TALLIES[conn] = []
+    sums: dict[str, dict[tuple[str, ...], int]] = {}
+    counters: dict[str, Counter] = {}
+    for counter, key, delta in tallies:
+        counters[counter.name] = counter
+        by_key = sums.setdefault(counter.name, {})
+        by_key[key] = by_key.get(key, 0) + delta
+    for name in sorted(sums):
+        changes = sorted((key, delta) for key, delta in sums[name].items() if delta)
+        if changes:
+            await counters[name].write(conn, changes)
+
+
+async def _flush_inserts(conn: AsyncConnection) -> None:
     buffer = _BUFFERS.get(conn)
     if not buffer:
         return

@@ -5,7 +5,8 @@ describes -- so an event is committed exactly when its change is, by whichever r
 is left by a change that rolled back. ``tracked_update`` is the UPDATE of a job, instance, run or fleet
 that records its status changes (and an instance's reachability) as it makes them -- and the choke point of
 those changes: each is checked against the transition tables first (``store/transitions.py``), and a row whose
-change is illegal is not written.
+change is illegal is not written. A run's status change moves the run between the kept counts
+(``store/run_counts.py``) in the same transaction.
 
 Storage follows the database's ``events_ttl`` (``Database``): at most zero stores nothing; older events go
 in batches (``delete_expired``). Reading them is ``store/event_list.py``.
@@ -33,9 +34,9 @@ from corral.domain.events import (
     run_target,
     status_change_message,
 )
-from corral.store import deferred, prebuilt, transitions
+from corral.store import deferred, prebuilt, run_counts, transitions
 from corral.store.db import EVENTS_TTL_OPTION
-from corral.store.tables import event_targets, events, instances
+from corral.store.tables import event_targets, events, instances, runs
 
 log = logging.getLogger("corral.events")
 
@@ -107,7 +108,7 @@ async def emit(conn: AsyncConnection, message: str, actor_id: str | None, target
 _TRACKED: dict[str, tuple[str, ...]] = {
     "jobs": ("project_id", "job_name", "run_id", "termination_reason", "termination_reason_message"),
     "instances": ("project_id", "name", "fleet_id", "termination_reason", "termination_reason_message", "unreachable"),
-    "runs": ("project_id", "run_name", "termination_reason"),
+    "runs": ("project_id", "run_name", "termination_reason", "user_id"),
     "fleets": ("project_id", "name", "status_message"),
 }
 _KIND = {"jobs": "job", "instances": "instance", "runs": "run", "fleets": "fleet"}
@@ -141,6 +142,17 @@ def _watched(table: sa.Table, values: Mapping[str, Any]) -> bool:
     return "status" in values or (table is instances and "unreachable" in values)
 
 
+def _counted(table: sa.Table, values: Mapping[str, Any]) -> bool:
+    """Whether changing ``values`` of ``table`` moves rows between kept counts (a run's status)."""
+    return table is runs and "status" in values
+
+
+async def _recount(conn: AsyncConnection, table: sa.Table, row: Any, values: Mapping[str, Any]) -> None:
+    """Move the row updated (``row``: as it was) to the count of its new status, where one is kept."""
+    if _counted(table, values):
+        await run_counts.status_changed(conn, row.project_id, row.user_id, row.status, values["status"])
+
+
 async def tracked_update(
     conn: AsyncConnection,
     table: sa.Table,
@@ -170,7 +182,7 @@ async def tracked_update_by_id(
     checked = transitions.checked(table.name, values)
     if checked and not transitions.expected_allowed(table.name, expect_status, values["status"]):
         return await tracked_update_row(conn, table, row_id, values, expect_status, actor_id) is not None
-    if not _watched(table, values) or ttl_of(conn) <= 0:
+    if not _counted(table, values) and (not _watched(table, values) or ttl_of(conn) <= 0):
         update = prebuilt.update_by_id(table, frozenset(values), expect_status is not None)
         return int((await conn.execute(update, prebuilt.params(row_id, values, expect_status))).rowcount) > 0
     return await tracked_update_row(conn, table, row_id, values, expect_status, actor_id) is not None
@@ -210,6 +222,7 @@ async def tracked_update_row(
         row = await _select_then_update(conn, table, cols, row_id, values, expect_status)
         if row is None:
             return None
+    await _recount(conn, table, row, values)
     for message in _messages(table.name, row, values):
         await emit(conn, message, actor_id, [_target(table.name, row)])
     return row
@@ -278,6 +291,7 @@ async def tracked_update_rows(
         return []
     await conn.execute(sa.update(table).where(table.c.id.in_([r.id for r in rows])).values(**values))
     for row in rows:
+        await _recount(conn, table, row, values)
         for message in _messages(table.name, row, values):
             await emit(conn, message, actor_id, [_target(table.name, row)])
     return rows

@@ -2,8 +2,8 @@
 counts by project, user and status, and the queue's length by project and fleet.
 
 The instance, job and queue reads cover current state only (rows in a live status, by their status
-indexes): their cost follows what runs now, not history. The run counts are one ``GROUP BY`` over the runs
-(dstack's series counts every run ever submitted); a covering index keeps it an index-only count.
+indexes): their cost follows what runs now, not history. The run counts (dstack's series count every run ever
+submitted) are the counts kept with every run's writes (``store/run_counts.py``), not a count of the runs.
 
 Imports ``domain`` and sqlalchemy only.
 """
@@ -120,29 +120,6 @@ async def live_jobs(conn: AsyncConnection) -> list[LiveJob]:
             )
         )
     return out
-
-
-async def run_counts(conn: AsyncConnection) -> dict[tuple[str, str], dict[str, int]]:
-    """(project, user) -> {status: runs}."""
-    q = sa.select(runs.c.project_id, runs.c.user_id, runs.c.status, sa.func.count()).group_by(
-        runs.c.project_id, runs.c.user_id, runs.c.status
-    )
-    counted = list(await conn.execute(q))
-    names = {
-        r[0]: r[1]
-        for r in await conn.execute(
-            sa.select(projects.c.id, projects.c.name).where(projects.c.id.in_({c[0] for c in counted}))
-        )
-    }
-    people = {
-        r[0]: r[1]
-        for r in await conn.execute(sa.select(users.c.id, users.c.name).where(users.c.id.in_({c[1] for c in counted})))
-    }
-    out: dict[tuple[str, str], dict[str, int]] = {}
-    for project_id, user_id, status, n in counted:
-        key = (names.get(project_id, ""), people.get(user_id, ""))
-        out.setdefault(key, {})[status] = out.get(key, {}).get(status, 0) + int(n)
-    return dict(sorted(out.items()))
 
 
 async def queue_lengths(conn: AsyncConnection) -> dict[tuple[str, str], int]:

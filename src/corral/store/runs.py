@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.documents import LazyJSON
 from corral.domain.records import AGENT_LOG_SOURCE, JobRec, LogRec, RunRec
 from corral.domain.statuses import FINISHED_JOB, FINISHED_RUN, JOB_STATUS, RUN_STATUS
+from corral.store import run_counts
 from corral.store.events import tracked_update_by_id
 from corral.store.tables import fleets, jobs, logs, projects, runs, users
 
@@ -222,7 +223,9 @@ _INSERT_RUN = sa.insert(runs)  # parameters at execute time: one cached compiled
 
 
 async def insert_run(conn: AsyncConnection, values: dict[str, Any]) -> None:
+    """Insert a run, counted by its status in the same transaction (``store/run_counts.py``)."""
     await conn.execute(_INSERT_RUN, {"deleted": False, **values})
+    await run_counts.runs_inserted(conn, [(values["project_id"], values["user_id"], values["status"])])
 
 
 async def update_run(

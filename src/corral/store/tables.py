@@ -479,3 +479,24 @@ event_targets = sa.Table(
     sa.Index("ix_event_targets_run", "entity_run_id", "recorded_at"),
     sa.Index("ix_event_targets_fleet", "entity_fleet_id", "recorded_at"),
 )
+
+#: How many runs each user of each project has in each status, kept by every write of a run's status in the
+#: same transaction (``store/run_counts.py``): ``GET /metrics`` reads these few rows, not the runs.
+run_counts = sa.Table(
+    "run_counts",
+    metadata,
+    sa.Column("project_id", sa.String(36), primary_key=True),
+    sa.Column("user_id", sa.String(36), primary_key=True),
+    sa.Column("status", sa.String(20), primary_key=True),
+    sa.Column("count", sa.Integer, nullable=False),
+)
+
+#: How many times the runs of each project and configuration type were retried whole (dstack: went back to
+#: ``pending``), kept with the retry's own transaction (``store/run_counts.py``).
+run_pending_counts = sa.Table(
+    "run_pending_counts",
+    metadata,
+    sa.Column("project_id", sa.String(36), primary_key=True),
+    sa.Column("run_type", sa.String(20), primary_key=True),
+    sa.Column("count", sa.Integer, nullable=False),
+)

@@ -16,6 +16,7 @@ from corral.context import Context
 from corral.domain.cron import next_trigger
 from corral.domain.retry import Submission, Verdict, needs_retry_evaluation, resubmit_at, retry_duration, verdict
 from corral.domain.statuses import (
+    FINISHED_JOB,
     FINISHED_RUN,
     STOPPABLE_JOB,
     JobStatus,
@@ -25,7 +26,7 @@ from corral.domain.statuses import (
     run_status_from_jobs,
 )
 from corral.store import resubmit as resubmit_store
-from corral.store import run_states
+from corral.store import run_counts, run_states
 from corral.store import runs as run_store
 from corral.store.errors import Conflict
 from corral.workers.service_health import is_service, plan_service
@@ -367,6 +368,8 @@ class Runs:
                     queued_at = run.submitted_at if preempted else None
                     if await resubmit_store.resubmit_replica(conn, run.id, replica, ids, now, queued_at):
                         submitted.append(replica)
+                if retried_whole(latest, submitted):
+                    await run_counts.retried_whole(conn, run.id)  # dstack: the run goes back to pending
         except Conflict:
             return  # another server replica resubmitted it first
         if not submitted:  # its other jobs are asked to stop first; their end wakes this worker again
@@ -386,6 +389,15 @@ class Runs:
             for job in await run_store.list_jobs(conn, STOPPABLE_JOB, run_id=run_id):
                 await run_store.update_job(conn, job.id, {"stop_requested": how})
         self.ctx.wakeups.wake("jobs")
+
+
+def retried_whole(latest: Mapping[tuple[int, int], run_states.JobState], resubmitted: Collection[int]) -> bool:
+    """Whether resubmitting the replicas ``resubmitted`` retries the run whole: some were, and no other replica
+    of the run still has a job that has not finished (dstack's run goes back to ``pending`` then; a replica
+    resubmitted while others still run is retried alone)."""
+    return bool(resubmitted) and not any(
+        j.replica_num not in resubmitted and j.status not in FINISHED_JOB for j in latest.values()
+    )
 
 
 def _log_finished(name: str, values: Mapping[str, object]) -> None:

@@ -1,0 +1,124 @@
+"""The kept run counts ``GET /metrics`` serves: how many runs each user of each project has in each status
+(``run_counts``), and how many times the runs of each project and configuration type were retried whole
+(``run_pending_counts``, dstack's ``dstack_pending_runs_total``).
+
+Each count changes in the transaction that changes what it counts: a run inserted (``store/runs.py``), a run's
+status changed at the choke point (``store/events.py``'s tracked updates), a run retried whole (the runs
+worker). The additions are deferred to the transaction's end and summed (``store/deferred.py``), so that a
+transaction writes each count row once, just before it commits, and transactions lock shared rows in one order.
+A deleted run is still counted, as dstack counts it (its runs are marked deleted, never removed). A scrape
+reads these rows only: its cost follows the number of projects, users and statuses, not of runs ever submitted.
+
+Imports sqlalchemy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.store import deferred
+from corral.store.tables import projects, run_counts, run_pending_counts, runs, users
+
+
+def _insert(conn: AsyncConnection, table: sa.Table) -> Any:
+    """An INSERT with ON CONFLICT, in the connection's dialect (a SQLite server never loads the Postgres one)."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert(table)
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert(table)
+
+
+def _adder(table: sa.Table, keys: tuple[str, ...]) -> deferred.Counter:
+    async def write(conn: AsyncConnection, changes: Sequence[tuple[tuple[str, ...], int]]) -> None:
+        rows = [{**dict(zip(keys, key, strict=True)), "count": delta} for key, delta in changes]
+        stmt = _insert(conn, table).values(rows)
+        await conn.execute(
+            stmt.on_conflict_do_update(index_elements=list(keys), set_={"count": table.c.count + stmt.excluded.count})
+        )
+
+    return deferred.Counter(table.name, write)
+
+
+_STATUS = _adder(run_counts, ("project_id", "user_id", "status"))
+_PENDING = _adder(run_pending_counts, ("project_id", "run_type"))
+
+
+async def runs_inserted(conn: AsyncConnection, rows: Iterable[tuple[str, str, str]]) -> None:
+    """Count runs just inserted, each as (project id, user id, status)."""
+    for project_id, user_id, status in rows:
+        await deferred.count(conn, _STATUS, (project_id, user_id, status), 1)
+
+
+async def status_changed(conn: AsyncConnection, project_id: str, user_id: str, old: str, new: str) -> None:
+    """Move a run of ``user_id`` in ``project_id`` from the count of ``old`` to that of ``new``."""
+    if old == new:
+        return
+    await deferred.count(conn, _STATUS, (project_id, user_id, old), -1)
+    await deferred.count(conn, _STATUS, (project_id, user_id, new), 1)
+
+
+async def retried_whole(conn: AsyncConnection, run_id: str) -> None:
+    """Count a retry of the whole run ``run_id`` (none of its replicas was left running): dstack's run going
+    back to ``pending``, by the run's project and configuration type."""
+    row = (await conn.execute(sa.select(runs.c.project_id, runs.c.run_spec).where(runs.c.id == run_id))).first()
+    if row is None:
+        return
+    await deferred.count(conn, _PENDING, (row.project_id, run_type(row.run_spec)), 1)
+
+
+def run_type(run_spec: str | None) -> str:
+    """The configuration type of a stored run spec ("" where it has none)."""
+    try:
+        doc = orjson.loads(run_spec or "{}")
+    except orjson.JSONDecodeError:
+        return ""
+    conf = doc.get("configuration") if isinstance(doc, dict) else None
+    kind = conf.get("type") if isinstance(conf, dict) else None
+    return kind if isinstance(kind, str) else ""
+
+
+async def recount(conn: AsyncConnection) -> None:
+    """Set the status counts to a count of the runs (one ``GROUP BY`` over all of them: for runs written
+    around the store, as a benchmark's bulk load; migration 0032 does the same once)."""
+    await conn.execute(sa.delete(run_counts))
+    counted = sa.select(runs.c.project_id, runs.c.user_id, runs.c.status, sa.func.count()).group_by(
+        runs.c.project_id, runs.c.user_id, runs.c.status
+    )
+    await conn.execute(sa.insert(run_counts).from_select(["project_id", "user_id", "status", "count"], counted))
+
+
+async def by_status(conn: AsyncConnection) -> dict[tuple[str, str], dict[str, int]]:
+    """(project name, user name) -> {status: runs}, from the kept counts (one row per project, user and
+    status ever used)."""
+    q = (
+        sa.select(projects.c.name, users.c.name, run_counts.c.status, run_counts.c.count)
+        .select_from(run_counts)
+        .join(projects, projects.c.id == run_counts.c.project_id)
+        .join(users, users.c.id == run_counts.c.user_id)
+        .where(run_counts.c.count != 0)
+    )
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for project, user, status, n in await conn.execute(q):
+        statuses = out.setdefault((project, user), {})
+        statuses[status] = statuses.get(status, 0) + int(n)
+    return dict(sorted(out.items()))
+
+
+async def pending(conn: AsyncConnection) -> dict[tuple[str, str], int]:
+    """(project name, run type) -> retries of whole runs, from the kept counts."""
+    q = (
+        sa.select(projects.c.name, run_pending_counts.c.run_type, run_pending_counts.c.count)
+        .select_from(run_pending_counts)
+        .join(projects, projects.c.id == run_pending_counts.c.project_id)
+        .where(run_pending_counts.c.count != 0)
+        .order_by(projects.c.name, run_pending_counts.c.run_type)
+    )
+    return {(r[0], r[1]): int(r[2]) for r in await conn.execute(q)}
