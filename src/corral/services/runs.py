@@ -15,6 +15,7 @@ from corral.domain.documents import json_default
 from corral.domain.events import run_target
 from corral.domain.records import ProjectRec, RunRec, UserRec
 from corral.domain.resources import match_requirements
+from corral.domain.statuses import FINISHED_RUN, RunStatus
 from corral.domain.times import epoch_seconds
 from corral.scheduler import offer_filters
 from corral.scheduler.blocks import smallest_carves
@@ -213,6 +214,10 @@ async def get(ctx: Context, project: ProjectRec, run_name: str | None, run_id: s
     return serialize.run(run_secrets.revealed(ctx.cipher, run), queue_position=position)
 
 
+#: The statuses a user's stop moves a run out of (a run that finished meanwhile is left as it is).
+_UNFINISHED_RUN = tuple(s.value for s in RunStatus if s not in FINISHED_RUN)
+
+
 async def stop(ctx: Context, project: ProjectRec, names: list[str], abort: bool, user: UserRec | None = None) -> None:
     now = time.time()
     actor = user.id if user else None
@@ -224,12 +229,15 @@ async def stop(ctx: Context, project: ProjectRec, names: list[str], abort: bool,
             run = await store.get_run(conn, project.id, run_name=name)
             if run is None or run.status in store.FINISHED_RUN_STATUSES:
                 continue
-            await store.update_run(
+            stopping = await store.update_run(
                 conn,
                 run.id,
                 {"status": "terminating", "termination_reason": reason, "last_processed_at": now},
+                expect_status=_UNFINISHED_RUN,
                 actor_id=actor,
             )
+            if not stopping:
+                continue  # it finished since it was read (the runs worker, on Postgres): nothing left to stop
             for job in run.jobs:
                 if job.status == "submitted" and job.instance_id is None:
                     await store.update_job(
