@@ -10,6 +10,7 @@ check's load, or its CPU stand-in), else from the "idle" one.
 from __future__ import annotations
 
 import shlex
+import shutil
 from pathlib import Path
 
 H100 = Path(__file__).resolve().parent / "data" / "nvidia-smi" / "h100-80gb-hbm3"
@@ -28,7 +29,14 @@ def install(bin_dir: Path, fixtures: Path = H100) -> Path:
     """Write the fake ``nvidia-smi`` into ``bin_dir`` (a shell script: a sandboxed job's uid runs it too);
     returns its path."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    f = shlex.quote(str(fixtures))
+    # the captures are copied beside the fake: a sandboxed job may not see the checkout (its own /tmp hides a
+    # checkout under /tmp, as a CI runner's may be)
+    captures = bin_dir / "nvidia-smi-captures"
+    shutil.rmtree(captures, ignore_errors=True)
+    shutil.copytree(fixtures, captures)
+    for path in (captures, *captures.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    f = shlex.quote(str(captures))
     # ``loa[d]``: the pattern does not match grep's own command line, which holds it
     busy = f"grep -qs '{LOAD_MARKER[:-1]}[{LOAD_MARKER[-1]}]' /proc/[0-9]*/cmdline"
     cases = "".join(f"  {shlex.quote(' '.join(args))}) exec cat {f}/{name} ;;\n" for args, name in ANSWERS.items())

@@ -132,7 +132,7 @@ def fleet(f: FleetRec) -> dict[str, Any]:
     shown = [i for i in f.instances if i.status != "terminated" or f.status == "terminated" or _failed_host(i)]
     failed = [i for i in shown if _failed_host(i)]
     status_message = f.status_message
-    if status_message is None and failed and f.status == "active":
+    if failed and f.status == "active":  # every failed host's error, rather than the last failure alone
         hosts = len((spec_configuration(f.spec).get("ssh_config") or {}).get("hosts") or [])
         status_message = f"{len(failed)} of {hosts} hosts failed: " + "; ".join(
             str(i.termination_reason_message or i.hostname) for i in failed
