@@ -190,3 +190,32 @@ async def test_a_jobs_output_is_stored_once_the_agent_drops_what_the_server_stor
             r = await c.post("/api/project/main/runs/stop", json={"runs_names": ["once"], "abort": True})
             assert r.status_code == 200
             assert (await finished_run(c, "once"))["status"] == "terminated"
+
+
+async def test_a_stop_and_a_delete_are_written_on_a_disk_full_to_the_last_byte(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Something else than corral filled the disk to the last byte: a stop and a delete -- what frees space --
+    still go through, written in the room the emergency reserve gives back."""
+    with tmpfs(tmp_path / "server", DISK) as state:
+        settings = make_settings(tmp_path, min_free_disk=WATERMARK, disk_reserve=4 * MiB)
+        async with running_server(settings) as s, s.client() as c:
+            assert (state / "disk-reserve").exists()
+            assert (await c.post("/api/project/main/fleets/apply", json=fleet_body(resources=SMALL))).status_code == 200
+            assert (await c.post("/api/project/main/runs/apply", json=task("held", "sleep 600"))).status_code == 200
+
+            async def running() -> bool:
+                return str((await get_run(c, "held"))["status"]) == "running"
+
+            await wait_for(running, timeout=60)
+            filler = fill(state)  # to the last byte
+            r = await c.post("/api/users/create", json={"username": "bob", "global_role": "user"})
+            refused_for_space(r, state)
+            r = await c.post("/api/project/main/runs/stop", json={"runs_names": ["held"], "abort": True})
+            assert r.status_code == 200, r.text
+            assert not (state / "disk-reserve").exists()
+            assert "emergency reserve was released" in caplog.text
+            assert (await finished_run(c, "held"))["status"] == "terminated"
+            r = await c.post("/api/project/main/runs/delete", json={"runs_names": ["held"]})
+            assert r.status_code == 200, r.text
+            filler.unlink()

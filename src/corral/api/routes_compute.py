@@ -3,12 +3,14 @@ lists the official CLI reads (events, secrets, metrics, GPUs)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import ValidationError
 from starlette.requests import Request
 
-from corral import config  # lazy: the models load on first use, not at start-up
+from corral import config, diskspace  # config lazy: the models load on first use, not at start-up
 from corral.api.deps import FastJSON, ctx_of, current_user, member
 from corral.api.routes_accounts import parse
 from corral.api.routing import RequestValidationError, RouteTable
@@ -18,6 +20,8 @@ from corral.schemas import requests as rq
 from corral.services import accounts, events, exports, fleets, input_rules, logs, runs, serialize
 from corral.services.errors import Forbidden, ResourceNotExists, ServiceError, validation_errors
 from corral.services.run_apply import apply as apply_run
+
+log = logging.getLogger("corral.api")
 
 router = RouteTable()
 P = "/api/project/{project_name}"
@@ -97,11 +101,30 @@ async def fleet_apply(request: Request, project_name: str) -> FastJSON:
     return FastJSON(await fleets.apply(ctx_of(request), project, b.plan, b.force, user))
 
 
+async def _freeing_space(request: Request, call: Callable[[], Awaitable[object]]) -> None:
+    """A stop or a delete: what frees space. One that could not be written for lack of it is written again
+    once the state directory's emergency reserve (``diskspace.release_reserve``) has given its room back."""
+    try:
+        await call()
+    except Exception as e:
+        settings = ctx_of(request).settings
+        if not diskspace.is_disk_full(e) or not diskspace.release_reserve(settings.server_dir):
+            raise
+        log.warning(
+            "the disk of %s is full: its emergency reserve was released so that %s could be written (it is made "
+            "again at the next start with room)",
+            settings.server_dir,
+            request.url.path,
+            extra={"event": "disk_reserve_released"},
+        )
+        await call()
+
+
 @router.post(P + "/fleets/delete", body=rq.NamesBody, response="Null")
 async def fleet_delete(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.NamesBody, request)
-    await fleets.delete(ctx_of(request), project, b.names, user)
+    await _freeing_space(request, lambda: fleets.delete(ctx_of(request), project, b.names, user))
     return FastJSON(None)
 
 
@@ -199,7 +222,7 @@ async def run_apply(request: Request, project_name: str) -> FastJSON:
 async def run_stop(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.StopRunsBody, request)
-    await runs.stop(ctx_of(request), project, b.runs_names, b.abort, user)
+    await _freeing_space(request, lambda: runs.stop(ctx_of(request), project, b.runs_names, b.abort, user))
     return FastJSON(None)
 
 
@@ -207,7 +230,7 @@ async def run_stop(request: Request, project_name: str) -> FastJSON:
 async def run_delete(request: Request, project_name: str) -> FastJSON:
     user, project = await member(request, project_name)
     b = await parse(rq.DeleteRunsBody, request)
-    await runs.delete(ctx_of(request), project, b.runs_names, user)
+    await _freeing_space(request, lambda: runs.delete(ctx_of(request), project, b.runs_names, user))
     return FastJSON(None)
 
 

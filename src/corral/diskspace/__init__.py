@@ -99,6 +99,18 @@ def refusal(state_dir: Path, watermark: int | None = None) -> str:
 RESERVE_NAME = "disk-reserve"
 
 
+def release_reserve(state_dir: Path) -> int:
+    """Delete the reserve now (a stop or a delete that could not be written on a full disk gets its room): the
+    bytes it gave back (0: there was none). It is made again at the next start with room."""
+    path = state_dir / RESERVE_NAME
+    try:
+        size = path.stat().st_size
+        path.unlink()
+    except FileNotFoundError:
+        return 0
+    return size
+
+
 def settle_reserve(state_dir: Path, size: int, watermark: int) -> str | None:
     """At start: delete the reserve when the disk has less than ``size`` free, too little to open the database
     (what was done, to log), or make it (``size`` bytes) when there is room for it and the watermark."""
