@@ -103,3 +103,31 @@ async def test_refused_run_options_name_the_field(tmp_path: Path) -> None:
             json={"run_spec": task_body(["true"], tags={"a": "b"})["plan"]["run_spec"]},
         )
         assert plan.status_code == 200 and "`tags`" in plan.json()["corral_plan_error"], plan.text
+
+
+def _job(conf: dict[str, Any]) -> dict[str, Any]:
+    spec = run_spec.read({"configuration": conf, "repo_data": {}, "repo_code_hash": None})
+    job: dict[str, Any] = derive(spec, "r").jobs[0]
+    return job
+
+
+def test_single_branch_reaches_the_job_spec_with_dstacks_defaults() -> None:
+    task = {"type": "task", "commands": ["true"]}
+    dev = {"type": "dev-environment", "ide": "vscode"}
+    assert _job(task)["single_branch"] is True
+    assert _job(dev)["single_branch"] is False
+    assert _job({**task, "single_branch": False})["single_branch"] is False
+    assert _job({**dev, "single_branch": True})["single_branch"] is True
+
+
+def test_nvcc_without_an_image_checks_the_hosts_compiler_before_the_commands() -> None:
+    task = {"type": "task", "commands": ["echo hi"]}
+    check = [c for c in _job({**task, "nvcc": True})["commands"] if "command -v nvcc" in c]
+    assert len(check) == 1 and "`nvcc: true`" in check[0]
+    assert not any("nvcc" in c for c in _job(task)["commands"])
+
+
+def test_a_dev_environments_setup_runs_before_its_init() -> None:
+    dev = {"type": "dev-environment", "ide": "vscode", "setup": ["echo set-up"], "init": ["echo in-it"]}
+    script = "\n".join(_job(dev)["commands"])
+    assert "echo set-up" in script and script.index("echo set-up") < script.index("echo in-it")

@@ -93,6 +93,11 @@ def parse_configuration(raw: Any, loc: tuple[str, ...] = (CONFIGURATION,)) -> di
             "External volumes do not support auto_cleanup_duration. "
             "Auto-cleanup only works for volumes created and managed by dstack."
         )
+    if acd is not None and str(acd) not in ("off", "-1"):
+        raise ServiceError(
+            "`auto_cleanup_duration` (deleting a volume some time after its last use) is not supported yet: "
+            "remove it or set it to `off`, and delete the volume when done (`dstack volume delete`)"
+        )
     out: dict[str, Any] = json.loads(conf.model_dump_json())
     return out
 
