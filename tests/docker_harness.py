@@ -89,6 +89,73 @@ def busybox_rootfs(extra: dict[str, bytes] | None = None, executable: tuple[str,
     return buf.getvalue()
 
 
+#: What a docker-in-docker image needs of the host's Debian packages (docker.io, containerd, runc): the
+#: engine, its CLI, containerd with its runc shim, runc and docker-init.
+DIND_BINARIES = (
+    "/usr/sbin/dockerd",
+    "/usr/bin/docker",
+    "/usr/bin/containerd",
+    "/usr/bin/containerd-shim-runc-v2",
+    "/usr/sbin/runc",
+    "/usr/bin/docker-init",
+)
+
+#: The image's ``start-dockerd``, as dstack's dind image has one on its PATH (dstack's
+#: docker/dind/start-dockerd: it starts dockerd and waits for its API, printing its log and exiting 102 if it
+#: does not come up). This one starts it in the background with the vfs storage driver (overlayfs does not nest
+#: in the job's own overlay root) and no bridge or iptables.
+START_DOCKERD = b"""#!/bin/sh
+dockerd --storage-driver=vfs --bridge=none --iptables=false --ip-forward=false --ip-masq=false \
+  >/var/log/dockerd.log 2>&1 &
+i=0
+until docker version >/dev/null 2>&1; do
+  i=$((i + 1))
+  if [ "$i" -gt 150 ]; then echo 'failed to start dockerd:'; tail -20 /var/log/dockerd.log; exit 102; fi
+  sleep 0.1
+done
+echo 'dockerd started'
+"""
+
+
+def _shared_libraries(binary: str) -> list[str]:
+    """The shared libraries ``ldd`` says ``binary`` loads (paths as it names them)."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        parts = line.split()
+        if "=>" in parts and len(parts) > 2 and parts[2].startswith("/"):
+            found.append(parts[2])
+        elif parts and parts[0].startswith("/"):
+            found.append(parts[0])
+    return found
+
+
+def dind_rootfs() -> bytes:
+    """A tar of a docker-in-docker root filesystem: busybox, ``/bin/bash`` (a wrapper of busybox sh, as the
+    job's shell is bash), the host's Docker binaries with the libraries they load, ``start-dockerd`` and a
+    busybox root filesystem at ``/images/tiny.tar`` for the inner engine to ``docker import``."""
+    missing = [b for b in DIND_BINARIES if not Path(b).exists()]
+    if missing:
+        raise RuntimeError(f"the docker-in-docker image needs {', '.join(missing)}: scripts/test.sh installs docker.io")
+    extra: dict[str, bytes] = {
+        "bin/bash": b'#!/bin/sh\nexec /bin/sh "$@"\n',
+        "usr/local/bin/start-dockerd": START_DOCKERD,
+        "images/tiny.tar": busybox_rootfs(),
+        "var/log/.keep": b"",
+        "var/lib/docker/.keep": b"",
+        "run/.keep": b"",
+    }
+    executable = ["bin/bash", "usr/local/bin/start-dockerd"]
+    for binary in DIND_BINARIES:
+        name = "usr/bin/" + os.path.basename(binary)
+        extra[name] = Path(binary).read_bytes()
+        executable.append(name)
+        for lib in _shared_libraries(binary):
+            extra[lib.lstrip("/")] = Path(os.path.realpath(lib)).read_bytes()
+            executable.append(lib.lstrip("/"))
+    return busybox_rootfs(extra, tuple(executable))
+
+
 BRIDGE_PREFIX = "crldk"
 CGROUP_PREFIX = "corral-test-"
 

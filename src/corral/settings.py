@@ -117,6 +117,10 @@ class Settings:
     encryption_key_path: Path | None = None
     #: Image for jobs whose configuration sets none (None: such jobs run as host processes).
     default_image: str | None = None
+    #: The image ``docker: true`` jobs run in (dstack 0.22.5's ``DSTACK_DIND_IMAGE``, default ``dstackai/dind``).
+    dind_image: str = "dstackai/dind"
+    #: Whether runs may set ``docker: true``: its privileged container is not isolated from its host.
+    allow_docker_in_docker: bool = True
     #: The Docker engine local agents use for jobs with an image (None: ``DOCKER_HOST`` or the default socket).
     docker_host: str | None = None
     #: Host-process jobs of local agents in a sandbox: ``auto`` (when the server runs as root), ``on``, ``off``.
@@ -322,6 +326,7 @@ class Settings:
             except ValueError:
                 raise SettingsError("CORRAL_LOCAL_MAX_INSTANCES must be an integer") from None
         s = _local_host(s, e)
+        s = _docker_in_docker(s, e)
         s = _services(s, e)
         s = _metrics(s, e)
         s = _clouds(s, e)
@@ -461,6 +466,19 @@ def _local_host(s: Settings, e: dict[str, str]) -> Settings:
         if gb <= 0:
             raise SettingsError(f"CORRAL_LOCAL_MEMORY={raw!r} must be a size such as 16GB or 512MB")
         s = replace(s, local_memory_mib=int(gb * 1024))
+    return s
+
+
+def _docker_in_docker(s: Settings, e: dict[str, str]) -> Settings:
+    """``CORRAL_DIND_IMAGE`` (else dstack's ``DSTACK_DIND_IMAGE``) and ``CORRAL_ALLOW_DOCKER_IN_DOCKER``."""
+    _, image = _either(e, "DIND_IMAGE")
+    if image is not None:
+        s = replace(s, dind_image=image)
+    raw = e.get("CORRAL_ALLOW_DOCKER_IN_DOCKER")
+    if raw:
+        if raw.lower() not in ("1", "true", "on", "0", "false", "off"):
+            raise SettingsError(f"CORRAL_ALLOW_DOCKER_IN_DOCKER={raw!r} must be true or false")
+        s = replace(s, allow_docker_in_docker=raw.lower() in ("1", "true", "on"))
     return s
 
 

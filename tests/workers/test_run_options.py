@@ -49,7 +49,6 @@ async def test_refused_run_options_name_the_field(tmp_path: Path) -> None:
             ({"availability_zones": ["us-east-1a"]}, "`availability_zones`"),
             ({"nodes": 2, "startup_order": "master-first"}, "startup_order"),
             ({"nodes": 2, "stop_criteria": "master-done"}, "stop_criteria"),
-            ({"docker": True}, "`docker: true`"),
             ({"dstack": True}, "`dstack: true`"),
             ({"tags": {"team": "ml"}}, "`tags`"),
         ]

@@ -52,6 +52,10 @@ LABEL_RUN = "corral.run_name"
 PROGRESS_EVERY_S = 0.5
 READER_DRAIN_S = 2.0
 _NVIDIA_HINT = " (does the host have the NVIDIA Container Toolkit and `nvidia` runtime configured?)"
+_CAPS_HINT = (
+    " (a privileged container, as `privileged: true` and `docker: true` ask, gets every capability; "
+    "this host's Docker engine runs without some of them, e.g. inside another container)"
+)
 
 
 class ContainerError(Exception):
@@ -312,6 +316,7 @@ class ContainerRunner:
         except DockerError as e:
             self._cleanup(job, cid)
             hint = _NVIDIA_HINT if "device driver" in e.message and "nvidia" in e.message else ""
+            hint = _CAPS_HINT if spec.privileged and "unable to apply caps" in e.message else hint
             self._fail(job, f"Cannot start a container of image `{job.sub.image}`: {e.message}{hint}", None)
             return
         except Exception as e:  # never leave a job pending forever

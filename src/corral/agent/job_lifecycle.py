@@ -59,6 +59,19 @@ def resolve_shell(shell: str | None) -> str:
     raise ValueError(f"invalid shell {shell!r}: use sh, bash or an absolute path")
 
 
+def _no_docker_message(sub: JobSubmission) -> str:
+    """Why a job that needs a container cannot run on this host, and what to change."""
+    if sub.container is not None and sub.container.docker_in_docker:
+        return (
+            "The job sets `docker: true`, but this host has no Docker engine to run its docker-in-docker "
+            f"container (`{sub.image}`, privileged) on; run it in a fleet whose hosts have Docker, or remove `docker`"
+        )
+    return (
+        f"The job sets `image: {sub.image}`, but this host has no container runtime (Docker); "
+        "remove `image` to run on the host, or add Docker to the host"
+    )
+
+
 class JobLifecycle:
     sandboxes: sandbox.Sandboxes
     blobs: workdir.BlobStore
@@ -159,11 +172,7 @@ class JobLifecycle:
             return
         if sub.image:
             if self._container_runtime() is None:
-                self._fail(
-                    job,
-                    f"The job sets `image: {sub.image}`, but this host has no container runtime (Docker); "
-                    "remove `image` to run on the host, or add Docker to the host",
-                )
+                self._fail(job, _no_docker_message(sub))
                 return
             self.containers.start(job)
             return

@@ -39,9 +39,11 @@ class InstanceMount:
 class ContainerSpec:
     """How a job with an ``image`` runs (``JobSubmission.container``). ``gpus``: 0 none, -1 all of the
     host's GPUs, N > 0 that many (the agent picks free ones). ``cpus``/``memory_mib`` are limits (set
-    when the job holds only some blocks of the instance). ``registry_*`` authenticate the pull."""
+    when the job holds only some blocks of the instance). ``registry_*`` authenticate the pull.
+    ``docker_in_docker``: the run set ``docker: true`` (the image is the docker-in-docker one)."""
 
     privileged: bool = False
+    docker_in_docker: bool = False
     shm_size_mib: int | None = None
     network_mode: str = "host"
     ports: list[int] = field(default_factory=list)
@@ -55,6 +57,7 @@ class ContainerSpec:
     def to_dict(self) -> dict[str, Any]:
         return {
             "privileged": self.privileged,
+            "docker_in_docker": self.docker_in_docker,
             "shm_size_mib": self.shm_size_mib,
             "network_mode": self.network_mode,
             "ports": list(self.ports),
@@ -80,6 +83,7 @@ class ContainerSpec:
             raise ProtocolError(f"{w}.volumes: expected a list")
         out = cls(
             privileged=_bool(d, "privileged", w),
+            docker_in_docker=_bool(d, "docker_in_docker", w),
             shm_size_mib=_int(d, "shm_size_mib", w, optional=True, minimum=1),
             network_mode=_choice(d, "network_mode", w, NETWORK_MODES) if d.get("network_mode") else "host",
             ports=list(ports),

@@ -75,7 +75,7 @@ def derive(spec: RunSpec, job_spec: Mapping[str, Any]) -> JobFacts:
         spot_policy=None if spot is None else str(getattr(spot, "value", spot)),
         reservation=str(profile.reservation) if profile.reservation else None,
         volumes=tuple(volume_names(spec.configuration)),
-        has_image=bool(spec.conf.image),
+        has_image=bool(spec.conf.image) or spec.conf.docker is True,  # docker: true runs in a container
         run_type=str(spec.conf.type),
     )
 

@@ -14,6 +14,11 @@ from corral.scheduler import offer_filters
 from corral.services import dev_env, python_env, service_runs
 
 DEFAULT_IMAGE = "dstackai/base:0.16-base-ubuntu24.04"
+#: dstack 0.22.5's image for ``docker: true`` (``DSTACK_DIND_IMAGE``, src/dstack/_internal/settings.py) and the
+#: command its job configurator puts before the run's own (``_dstack_image_commands``,
+#: src/dstack/_internal/server/services/jobs/configurators/base.py): the image's script that starts dockerd.
+DIND_IMAGE = "dstackai/dind"
+DIND_START = ("start-dockerd",)
 LEGACY_REPO_DIR = "/workflow"
 
 
@@ -97,10 +102,15 @@ class JobSpecs:
 
 
 def derive(
-    spec: RunSpec, run_name: str, default_image: str | None = None, ide_download_url: str | None = None
+    spec: RunSpec,
+    run_name: str,
+    default_image: str | None = None,
+    ide_download_url: str | None = None,
+    dind_image: str = DIND_IMAGE,
 ) -> JobSpecs:
-    """The run's job specs and, of a service, its replica-group templates, from one build of the node specs."""
-    nodes = _node_specs(spec, run_name, default_image, ide_download_url)
+    """The run's job specs and, of a service, its replica-group templates, from one build of the node specs
+    (``dind_image``: the image of a ``docker: true`` run)."""
+    nodes = _node_specs(spec, run_name, default_image, ide_download_url, dind_image)
     conf = spec.conf
     if conf.type == "service":
         return JobSpecs(
@@ -111,7 +121,7 @@ def derive(
 
 
 def _node_specs(
-    spec: RunSpec, run_name: str, default_image: str | None, ide_download_url: str | None
+    spec: RunSpec, run_name: str, default_image: str | None, ide_download_url: str | None, dind_image: str
 ) -> list[dict[str, Any]]:
     """One job spec per node (a service's one node: the base of its replicas' and templates')."""
     conf, merged, document = spec.conf, spec.merged, spec.document
@@ -131,6 +141,7 @@ def _node_specs(
                 "app_specs": _app_specs(group.get("ports") or []),
                 "user": _unix_user(conf.user),
                 "commands": [
+                    *(DIND_START if conf.docker is True else ()),
                     *python_env.prelude(c, c.get("python")),
                     *(
                         dev_env.commands(c, run_name, ide_download_url)
@@ -140,7 +151,9 @@ def _node_specs(
                 ],
                 "env": dict(c.get("env") or {}),
                 "home_dir": conf.home_dir or "/root",
-                "image_name": python_env.image_name(c, default_image, DEFAULT_IMAGE),
+                "image_name": dind_image
+                if conf.docker is True
+                else python_env.image_name(c, default_image, DEFAULT_IMAGE),
                 "privileged": bool(conf.privileged) or conf.docker is True,
                 "single_branch": conf.single_branch
                 if conf.single_branch is not None

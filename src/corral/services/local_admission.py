@@ -54,7 +54,7 @@ async def check(
     reason = sandbox_reason(ctx.computes.get("local"))
     if reason is None or user.global_role == "admin":
         return
-    if spec.conf.image or ctx.settings.default_image:
+    if spec.conf.image or spec.conf.docker is True or ctx.settings.default_image:
         return  # a container, not a host process
     conf = spec.configuration
     backends = conf.get("backends")

@@ -129,7 +129,7 @@ async def admit(ctx: Context, project: ProjectRec, user: UserRec, plan: RunPlanI
         )
     if conf.type == "service":
         service_runs.check_service(conf)
-    run_options.check(conf, merged, ctx.settings.metrics_running_ttl)
+    run_options.check(conf, merged, ctx.settings.metrics_running_ttl, ctx.settings.allow_docker_in_docker)
     unset = [k for k, v in conf.env.items() if not isinstance(v, str)]
     if unset:
         raise ServiceError(

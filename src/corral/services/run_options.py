@@ -32,9 +32,15 @@ def _nodes(conf: AnyRunConfiguration) -> int:
     return int(getattr(conf, "nodes_num", None) or 1) if conf.type == "task" else 1
 
 
-def check(conf: AnyRunConfiguration, merged: ProfileParams, metrics_running_ttl: float | None = None) -> None:
-    """Raise ``ServiceError`` (400) for an option corral accepts in the grammar but does not apply, or one
-    out of bounds (``utilization_policy.time_window`` beyond the kept samples, ``metrics_running_ttl``)."""
+def check(
+    conf: AnyRunConfiguration,
+    merged: ProfileParams,
+    metrics_running_ttl: float | None = None,
+    allow_docker: bool = True,
+) -> None:
+    """Raise ``ServiceError`` (400) for an option corral accepts in the grammar but does not apply, one
+    out of bounds (``utilization_policy.time_window`` beyond the kept samples, ``metrics_running_ttl``), or
+    ``docker: true`` where the server's admin turned it off (``allow_docker``)."""
     if conf.type == "task":
         _check_group_refs(conf)
     policy = merged.utilization_policy
@@ -58,10 +64,11 @@ def check(conf: AnyRunConfiguration, merged: ProfileParams, metrics_running_ttl:
             "`stop_criteria: master-done` is not supported yet: a multi-node task ends when all its jobs are "
             "done; remove `stop_criteria` (or set `all-done`)"
         )
-    if conf.docker is True:
+    if conf.docker is True and not allow_docker:
         raise ServiceError(
-            "`docker: true` (Docker inside the job, in dstack's docker-in-docker image) is not supported yet: "
-            "set `image` to an image that has Docker, with `privileged: true`"
+            "`docker: true` is turned off on this server (CORRAL_ALLOW_DOCKER_IN_DOCKER=false): its job runs in "
+            "a privileged container, which is not isolated from its host; remove `docker`, or ask the server's "
+            "admin to allow it"
         )
     if conf.dstack:
         raise ServiceError("`dstack: true` (the server reachable from inside the run) is not supported yet; remove it")

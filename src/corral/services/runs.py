@@ -100,7 +100,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: RunPl
     offers = _offers(ctx, conf, merged, project, screened.reserved if screened else None)
     verdict = screened.error if screened else None
     try:  # an option apply refuses: the plan says so
-        run_options.check(conf, merged, ctx.settings.metrics_running_ttl)
+        run_options.check(conf, merged, ctx.settings.metrics_running_ttl, ctx.settings.allow_docker_in_docker)
         run_options.schedule_crons(conf, merged, time.time())
     except ServiceError as e:
         verdict = e.msg
@@ -158,7 +158,8 @@ def updatable(ctx: Context, current: RunRec, spec: RunSpec) -> bool:
 
 def derive_job_specs(ctx: Context, spec: RunSpec, run_name: str) -> JobSpecs:
     """The run's job specs (and a service's replica-group templates) with the server's defaults."""
-    return derive(spec, run_name, ctx.settings.default_image, ctx.settings.ide_download_url)
+    s = ctx.settings
+    return derive(spec, run_name, s.default_image, s.ide_download_url, s.dind_image)
 
 
 async def list_runs(ctx: Context, project_ids: list[str] | None, body: ListRunsBody, user_id: str | None) -> list[Any]:

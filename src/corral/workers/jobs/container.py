@@ -56,7 +56,9 @@ def apply_container(
     user of the image, or for a host process the user it is inside its sandbox)."""
     if conf.get("entrypoint"):
         sub.entrypoint = shlex.split(str(conf["entrypoint"]))
-    sub.image = conf.get("image") or default_image
+    docker = conf.get("docker") is True
+    # dstack: `docker: true` runs in its docker-in-docker image, named in the job spec when it was made
+    sub.image = str(job.job_spec.get("image_name") or "") if docker else conf.get("image") or default_image
     if sub.image and not conf.get("image") and conf.get("nvcc") and "-base-" in sub.image:
         sub.image = sub.image.replace("-base-", "-devel-")  # dstack: `nvcc` picks its image's devel variant
     sub.user = conf.get("user")  # a host process: the user it is inside its sandbox
@@ -71,7 +73,8 @@ def apply_container(
     auth = conf.get("registry_auth") or {}
     shm = (conf.get("resources") or {}).get("shm_size")
     sub.container = ContainerSpec(
-        privileged=bool(conf.get("privileged")) or conf.get("docker") is True,
+        privileged=bool(conf.get("privileged")) or docker,
+        docker_in_docker=docker,
         shm_size_mib=int(float(shm) * 1024) if shm else None,
         # the host's network only where it is needed: a whole host of an SSH fleet, or the nodes of a
         # multi-node run (they meet at the hosts' addresses); on the local backend a job's ports would

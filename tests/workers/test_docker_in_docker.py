@@ -1,0 +1,119 @@
+"""``docker: true`` (Docker inside the job): the job runs in the docker-in-docker image, privileged, with
+``start-dockerd`` before its commands, as dstack 0.22.5 runs it; a host without Docker fails it saying why;
+``CORRAL_ALLOW_DOCKER_IN_DOCKER=false`` refuses it with a 400 naming the field and the setting."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from corral.settings import Settings, SettingsError
+from docker_harness import UBUNTU, DockerEngine, dind_rootfs
+from server_harness import finished_run, fleet_body, make_settings, running_server, task_body
+
+#: dstack 0.22.5: ``DSTACK_DIND_IMAGE`` defaults to ``dstackai/dind`` (src/dstack/_internal/settings.py), and
+#: its job configurator puts ``start-dockerd`` before a ``docker: true`` run's commands and makes the job
+#: privileged (src/dstack/_internal/server/services/jobs/configurators/base.py).
+DSTACK_DIND_IMAGE = "dstackai/dind"
+DSTACK_DIND_FIRST_COMMAND = "start-dockerd"
+
+#: The docker-in-docker image the tests make (``docker import``: no registry can be reached from here).
+TEST_DIND_IMAGE = "corral-test/dind:1"
+
+
+async def _logs(c: httpx.AsyncClient, run: dict[str, Any]) -> str:
+    body = {"run_name": run["run_spec"]["run_name"], "job_submission_id": run["latest_job_submission"]["id"]}
+    r = await c.post("/api/project/main/logs/poll", json={**body, "limit": 1000})
+    return b"".join(base64.b64decode(x["message"]) for x in r.json()["logs"]).decode()
+
+
+def test_the_settings_of_docker_in_docker() -> None:
+    assert Settings.from_env({}).allow_docker_in_docker is True
+    assert Settings.from_env({"CORRAL_ALLOW_DOCKER_IN_DOCKER": "false"}).allow_docker_in_docker is False
+    assert Settings.from_env({}).dind_image == DSTACK_DIND_IMAGE
+    assert Settings.from_env({"DSTACK_DIND_IMAGE": "me/dind:2"}).dind_image == "me/dind:2"
+    with pytest.raises(SettingsError, match="CORRAL_ALLOW_DOCKER_IN_DOCKER='maybe' must be true or false"):
+        Settings.from_env({"CORRAL_ALLOW_DOCKER_IN_DOCKER": "maybe"})
+
+
+async def test_the_plan_of_a_docker_run_is_dstack_s(tmp_path: Path) -> None:
+    async with running_server(make_settings(tmp_path)) as s, s.client() as c:
+        plan = await c.post("/api/project/main/runs/get_plan", json=task_body(["docker info"], docker=True)["plan"])
+        assert plan.status_code == 200, plan.text
+        spec = plan.json()["job_plans"][0]["job_spec"]
+        assert spec["image_name"] == DSTACK_DIND_IMAGE
+        assert spec["privileged"] is True
+        assert spec["commands"] == [DSTACK_DIND_FIRST_COMMAND, "docker info"]
+
+
+async def test_the_admin_setting_refuses_docker_with_a_400(tmp_path: Path) -> None:
+    async with running_server(make_settings(tmp_path, allow_docker_in_docker=False)) as s, s.client() as c:
+        r = await c.post("/api/project/main/runs/apply", json=task_body(["docker info"], docker=True))
+        assert r.status_code == 400, r.text
+        msg = r.json()["detail"][0]["msg"]
+        assert "`docker: true`" in msg and "CORRAL_ALLOW_DOCKER_IN_DOCKER=false" in msg and "remove `docker`" in msg
+        plan = await c.post("/api/project/main/runs/get_plan", json=task_body(["docker info"], docker=True)["plan"])
+        assert "CORRAL_ALLOW_DOCKER_IN_DOCKER=false" in plan.json()["corral_plan_error"]
+        # runs without `docker` are not affected
+        assert (await c.post("/api/project/main/runs/apply", json=task_body(["true"]))).status_code == 200
+
+
+async def test_a_host_without_docker_fails_the_run_saying_why(tmp_path: Path) -> None:
+    no_engine = f"unix://{tmp_path / 'no-docker.sock'}"  # nothing listens there: the host has no Docker
+    async with running_server(make_settings(tmp_path, docker_host=no_engine)) as s, s.client() as c:
+        assert (await c.post("/api/project/main/fleets/apply", json=fleet_body())).status_code == 200
+        r = await c.post("/api/project/main/runs/apply", json=task_body(["docker info"], docker=True))
+        assert r.status_code == 200, r.text
+        got = await finished_run(c, r.json()["run_spec"]["run_name"])
+        sub = got["latest_job_submission"]
+        assert got["status"] == "failed", sub
+        message = sub["termination_reason_message"]
+        assert "`docker: true`" in message and "no Docker engine" in message, message
+        assert "whose hosts have Docker" in message, message
+
+
+@pytest.fixture(scope="module")
+def dind_image(docker_engine: DockerEngine) -> Iterator[str]:
+    docker_engine.import_image(TEST_DIND_IMAGE, dind_rootfs())
+    yield TEST_DIND_IMAGE
+    docker_engine.cli("rmi", TEST_DIND_IMAGE, check=False)
+
+
+def _privileged_containers_start(engine: DockerEngine) -> tuple[bool, str]:
+    """Whether this machine's engine can start a privileged container at all (a root without every
+    capability, as inside another container, cannot) and the engine's error if not."""
+    out = engine.cli("run", "--rm", "--privileged", UBUNTU, "true", check=False)
+    return out.returncode == 0, out.stderr
+
+
+async def test_docker_runs_inside_the_job(tmp_path: Path, docker_engine: DockerEngine, dind_image: str) -> None:
+    settings = make_settings(tmp_path, docker_host=docker_engine.host, dind_image=dind_image)
+    commands = [
+        "docker import /images/tiny.tar tiny:1 >/dev/null",
+        "docker run --rm --network none tiny:1 echo hello from the inner container",
+        "docker info --format 'inner storage: {{.Driver}}'",
+    ]
+    async with running_server(settings) as s, s.client() as c:
+        assert (await c.post("/api/project/main/fleets/apply", json=fleet_body())).status_code == 200
+        r = await c.post("/api/project/main/runs/apply", json=task_body(commands, docker=True))
+        assert r.status_code == 200, r.text
+        assert r.json()["jobs"][0]["job_spec"]["image_name"] == dind_image
+        got = await finished_run(c, r.json()["run_spec"]["run_name"], timeout=120)
+        sub = got["latest_job_submission"]
+        privileged, engine_error = _privileged_containers_start(docker_engine)
+        if not privileged:  # this machine cannot run any privileged container: the run says so clearly
+            assert "unable to apply caps" in engine_error, engine_error
+            assert got["status"] == "failed", sub
+            assert "unable to apply caps" in sub["termination_reason_message"], sub
+            assert "a privileged container" in sub["termination_reason_message"], sub
+            return
+        assert got["status"] == "done", (sub, await _logs(c, got))
+        out = await _logs(c, got)
+        assert "dockerd started\n" in out and "hello from the inner container\n" in out, out
+        assert "inner storage: vfs\n" in out, out
+    assert docker_engine.containers("corral.agent") == []
