@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from corral.domain.retry import Submission
 from corral.domain.statuses import RunTerminationReason
-from corral.store.run_states import JobState
-from corral.workers.runs import RetryPlan, decide_run, plan_retry, retried_whole
+from corral.store.run_states import JobState, RunState
+from corral.workers.runs import RetryPlan, decide_run, plan_retry, retried_whole, settle
 
 ON_ERROR = {"on_events": ["error"], "duration": 60}
 
@@ -140,3 +140,22 @@ def test_a_run_is_retried_whole_when_no_other_replica_is_left_running() -> None:
     assert not retried_whole(two, [0])
     assert retried_whole({**one, (1, 0): _job(0, "failed", "container_exited_with_error", replica=1)}, [0, 1])
     assert retried_whole({**one, (1, 0): _job(0, "terminated", "scaled_down", replica=1)}, [0])
+
+
+def test_master_done_ends_the_run_unless_a_failure_does_first() -> None:
+    def run(master_done: bool, status: str = "running") -> RunState:
+        return RunState("r", status, None, None, (), stop_on_master_done=master_done)
+
+    latest = {(0, 0): _job(0, "done"), (0, 1): _job(1, "running")}
+    values, stop = settle(run(True), latest, RunTerminationReason.JOB_FAILED, 5.0)
+    assert values is not None and (values["status"], values["termination_reason"]) == ("terminating", "all_jobs_done")
+    assert stop == "master_done"
+    # all-done: the worker still runs, so does the run
+    assert settle(run(False), latest, RunTerminationReason.JOB_FAILED, 5.0) == (None, None)
+    # a worker that failed fails the run first (dstack checks failures before master-done)
+    failed = {**latest, (0, 1): _job(1, "failed", "container_exited_with_error")}
+    values, stop = settle(run(True), failed, RunTerminationReason.JOB_FAILED, 5.0)
+    assert values is not None and (values["status"], values["termination_reason"]) == ("failed", "job_failed")
+    assert stop is None
+    # once terminating, the run waits for its jobs to end, then is done
+    assert settle(run(True, "terminating"), latest, RunTerminationReason.JOB_FAILED, 5.0) == (None, None)

@@ -259,6 +259,7 @@ def _new_values(
         "fleet_id": None,
         "deployment_num": 0,
         "repo_id": named.document["repo_id"],
+        "stop_on_master_done": getattr(spec.merged.stop_criteria, "value", None) == "master-done",
     }
     job_values: list[dict[str, Any]] = [
         {

@@ -59,11 +59,6 @@ def check(
             f"`startup_order: {startup.value}` is not supported yet: the jobs of a multi-node task "
             "start together; remove `startup_order` (or set `any`)"
         )
-    if nodes > 1 and getattr(merged.stop_criteria, "value", "all-done") == "master-done":
-        raise ServiceError(
-            "`stop_criteria: master-done` is not supported yet: a multi-node task ends when all its jobs are "
-            "done; remove `stop_criteria` (or set `all-done`)"
-        )
     if conf.docker is True and not allow_docker:
         raise ServiceError(
             "`docker: true` is turned off on this server (CORRAL_ALLOW_DOCKER_IN_DOCKER=false): its job runs in "

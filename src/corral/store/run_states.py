@@ -53,6 +53,8 @@ class RunState:
     schedule: tuple[str, ...] | None = None
     #: A scheduled run's trigger: the one it waits for (pending), or the one that fired it.
     next_triggered_at: float | None = None
+    #: ``stop_criteria: master-done``: it ends done once a master job (``job_num`` 0) is done.
+    stop_on_master_done: bool = False
 
 
 #: A run only waiting in the queue: ``submitted``, and every job of it (every submission) a ``submitted`` task
@@ -79,6 +81,7 @@ _RUNS = sa.select(
     runs.c.submitted_at,
     runs.c.schedule,
     runs.c.next_triggered_at,
+    runs.c.stop_on_master_done,
 )
 _ACTIVE = [runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False)]
 # a scoped pass's statements, built once (``store/prebuilt.py`` says why): the runs of ``:ids`` still active
@@ -159,6 +162,7 @@ async def active_run_states(
             r.submitted_at,
             tuple(orjson.loads(r.schedule)) if r.schedule else None,
             r.next_triggered_at,
+            bool(r.stop_on_master_done),
         )
         for r in run_rows
     ]

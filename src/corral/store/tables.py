@@ -198,6 +198,8 @@ runs = sa.Table(
     #: A service's replica groups as its current deployment submits them (JSON ``{group: {"job_spec",
     #: "deployment_num"}}``, job specs sealed as the jobs table holds them): rollouts and autoscaling.
     sa.Column("service_templates", sa.Text, nullable=True),
+    #: ``stop_criteria: master-done``: the run ends done once its master job is (None, false: ``all-done``).
+    sa.Column("stop_on_master_done", sa.Boolean, nullable=True),
     *_lease_columns(),
     _live_unique("ux_runs_project_name_live", "project_id", "run_name"),
     sa.Index("ix_runs_project_submitted", "project_id", "submitted_at", "id"),

@@ -179,7 +179,8 @@ class RunDecision:
     run: run_states.RunState
     wake_at: tuple[float, ...] = ()
     resubmit: tuple[int, ...] = ()
-    stop_jobs: bool = False
+    #: Stop the run's jobs, and how (``jobs.stop_requested``: ``server``, a run failing; ``master_done``).
+    stop_jobs: str | None = None
     values: dict[str, object] | None = None
     give_up: bool = False
 
@@ -231,9 +232,9 @@ def _resubmission(
 
 def settle(
     run: run_states.RunState, latest: Latest, failure: RunTerminationReason, now: float
-) -> tuple[dict[str, object] | None, bool]:
-    """The run's values to write as its jobs make it (None: nothing changes), and whether its jobs are to
-    be stopped first (it fails). Pure."""
+) -> tuple[dict[str, object] | None, str | None]:
+    """The run's values to write as its jobs make it (None: nothing changes), and how its jobs are to be
+    stopped first (``server``: it fails; ``master_done``: its master job is done; None: not stopped). Pure."""
     service = is_service(run.jobs)
     # a service's scaled-down replicas do not count (dstack); at zero replicas it stays as it is
     jobs = [
@@ -244,13 +245,16 @@ def settle(
     decision = decide_run(run.status, run.termination_reason, jobs, failure)
     if service and decision is not None and run.status == "running" and decision[0] in _BACK:
         decision = None  # a service scaling up from zero (or replacing a replica) keeps running
+    master_done = stops_on_master_done(run, latest, decision)
+    if master_done:
+        decision = RunStatus.TERMINATING.value, RunTerminationReason.ALL_JOBS_DONE.value
     master = latest.get((0, 0))
     fleet_id = run.fleet_id or (master.instance_fleet_id if master else None)
     if decision is None and fleet_id == run.fleet_id:
-        return None, False
+        return None, None
     values: dict[str, object] = {"last_processed_at": now, "fleet_id": fleet_id}
     if decision is None:
-        return values, False
+        return values, None
     status, reason = decision
     values.update(status=status, termination_reason=reason)
     if status in FINISHED_RUN:
@@ -261,7 +265,20 @@ def settle(
             values.update(
                 status=RunStatus.PENDING.value, termination_reason=None, next_triggered_at=trigger, fleet_id=None
             )
-    return values, status == "terminating" and reason == failure.value
+    if master_done:
+        return values, "master_done"
+    return values, "server" if status == "terminating" and reason == failure.value else None
+
+
+def stops_on_master_done(run: run_states.RunState, latest: Latest, decision: tuple[str, str | None] | None) -> bool:
+    """Whether the run ends now because a master job (``job_num`` 0) is done while others still run: its
+    ``stop_criteria`` is ``master-done`` and its jobs do not already end it (a failure comes first), as in
+    dstack 0.22.5 (``_should_stop_on_master_done``: the run goes ``terminating`` with ``all_jobs_done``). Pure."""
+    if not run.stop_on_master_done or run.status == RunStatus.TERMINATING.value:
+        return False
+    if decision is not None and (decision[0] in FINISHED_RUN or decision[0] == RunStatus.TERMINATING.value):
+        return False
+    return any(j.job_num == 0 and j.status == JobStatus.DONE.value for j in latest.values())
 
 
 def _give_up_values(now: float) -> dict[str, object]:
@@ -318,8 +335,8 @@ class Runs:
                 log.info("service %s: no replica became ready within its retry duration; stopping it", d.run.name)
             if d.resubmit:
                 await self._resubmit(d.run, loaded.latest[d.run.id], d.resubmit, now)
-            if d.stop_jobs:
-                await self._stop_jobs(d.run.id, "server")
+            if d.stop_jobs is not None:
+                await self._stop_jobs(d.run.id, d.stop_jobs)
 
     async def _apply(self, decisions: Sequence[RunDecision]) -> None:
         """Write the runs' new values, then stop the jobs of the services given up."""

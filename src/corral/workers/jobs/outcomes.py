@@ -68,6 +68,9 @@ _STOPS: dict[str, tuple[str, str, str | None, bool]] = {
     "resubmit": ("terminated", "terminated_by_server", "Run is to be resubmitted", False),
     # another job of its run failed for good (workers/runs.py)
     "server": ("terminated", "terminated_by_server", "Stopped: another job of the run failed", False),
+    # the master job of a `stop_criteria: master-done` run is done (workers/runs.py); dstack 0.22.5 ends the
+    # others as its run's reason says: all_jobs_done -> done_by_runner
+    "master_done": ("done", "done_by_runner", "Stopped: the master job is done (stop_criteria: master-done)", False),
     # a service replica drained and stopped (workers/service_scaling.py)
     "scaled_down": ("terminated", "scaled_down", "scaled down", False),
     # a dev environment idle past its inactivity_duration (workers/jobs/follower.py)
