@@ -169,6 +169,7 @@ def test_container_wire_round_trips_and_old_messages() -> None:
         entrypoint=["/bin/echo"],
         container=ContainerSpec(
             privileged=True,
+            docker_in_docker=True,
             shm_size_mib=64,
             network_mode="bridge",
             ports=[80],
@@ -193,6 +194,7 @@ def test_container_wire_round_trips_and_old_messages() -> None:
     # What an agent or server without containers sent/understood still parses.
     old = JobSubmission.from_dict({"job_id": "j", "run_name": "r", "commands": ["x"]})
     assert old.container is None and old.entrypoint is None
+    assert _sub(container={"privileged": True}).container == ContainerSpec(privileged=True, docker_in_docker=False)
     assert JobState.from_dict({"job_id": "j", "state": "running"}).container is None
 
 
@@ -206,6 +208,7 @@ def test_container_wire_round_trips_and_old_messages() -> None:
         ({"cpus": 0}, "ContainerSpec.cpus"),
         ({"memory_mib": 1}, "ContainerSpec.memory_mib"),
         ({"privileged": "yes"}, "ContainerSpec.privileged"),
+        ({"docker_in_docker": 1}, "ContainerSpec.docker_in_docker"),
         ({"volumes": [{"instance_path": "rel", "path": "/x"}]}, "ContainerSpec.volumes[].instance_path"),
         ({"volumes": [{"instance_path": "/x"}]}, "ContainerSpec.volumes[].path"),
     ],

@@ -84,6 +84,15 @@ def test_an_image_and_the_registry_auth_given_make_a_container() -> None:
     assert (sub.container.registry_username, sub.container.registry_password) == ("u", "clear")
 
 
+def test_docker_true_runs_in_the_image_its_job_spec_names_privileged_under_bash() -> None:
+    job = dataclasses.replace(_job(), job_spec={"image_name": "me/dind:2", "commands": ["start-dockerd", "docker ps"]})
+    run = _run({"type": "task", "docker": True, "commands": ["docker ps"]})
+    default = dataclasses.replace(SETTINGS, default_image="corral/default:1")  # not for docker: true
+    sub = build_submission(job, run, nodes_of(job, _inst(), run, [_inst()]), default, Given({}))
+    assert (sub.image, sub.shell, sub.commands) == ("me/dind:2", "bash", ["start-dockerd", "docker ps"])
+    assert sub.container is not None and sub.container.privileged and sub.container.docker_in_docker
+
+
 def test_how_a_job_ends() -> None:
     job = dataclasses.replace(_job(), termination_reason_message="idle for an hour")
     done = JobState("j", "done", exit_status=0)
