@@ -47,7 +47,6 @@ async def test_refused_run_options_name_the_field(tmp_path: Path) -> None:
         cases: list[tuple[dict[str, Any], str]] = [
             ({"schedule": {"cron": "0 0 31 2 *"}}, "never fire"),
             ({"availability_zones": ["us-east-1a"]}, "`availability_zones`"),
-            ({"nodes": 2, "startup_order": "master-first"}, "startup_order"),
             ({"dstack": True}, "`dstack: true`"),
             ({"tags": {"team": "ml"}}, "`tags`"),
         ]

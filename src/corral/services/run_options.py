@@ -28,10 +28,6 @@ if TYPE_CHECKING:
 _PROVISIONING_ONLY = ("availability_zones", "tags", "backend_options")
 
 
-def _nodes(conf: AnyRunConfiguration) -> int:
-    return int(getattr(conf, "nodes_num", None) or 1) if conf.type == "task" else 1
-
-
 def check(
     conf: AnyRunConfiguration,
     merged: ProfileParams,
@@ -52,13 +48,6 @@ def check(
                 f"`{field}` is not applied to runs yet: it only shapes new cloud instances, and corral provisions "
                 f"runs on their fleets' instances; set it in the fleet configuration, or remove it from the run"
             )
-    nodes = _nodes(conf)
-    startup = merged.startup_order
-    if nodes > 1 and startup is not None and startup.value != "any":
-        raise ServiceError(
-            f"`startup_order: {startup.value}` is not supported yet: the jobs of a multi-node task "
-            "start together; remove `startup_order` (or set `any`)"
-        )
     if conf.docker is True and not allow_docker:
         raise ServiceError(
             "`docker: true` is turned off on this server (CORRAL_ALLOW_DOCKER_IN_DOCKER=false): its job runs in "

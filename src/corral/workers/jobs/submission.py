@@ -32,6 +32,7 @@ from corral.domain.documents import spec_configuration
 from corral.domain.interpolation import InterpolationError
 from corral.domain.node_groups import addresses_view, fill_refs
 from corral.domain.records import InstanceRec, JobRec, RunRec
+from corral.domain.startup_order import job_waits_for
 from corral.settings import Settings
 from corral.store import fleets as fleet_store
 from corral.store import runs as run_store
@@ -208,6 +209,8 @@ class Submissions:
         nodes = await self._nodes(job, inst, run)
         if not nodes.ready:
             return await self._settle(job, Retry(0.5))  # a node's address is not known yet
+        if job_waits_for(job, run) is not None:
+            return await self._settle(job, Retry(0.5))  # its run's startup_order starts another node first
         given = await self._given(job, inst, run)
         if not isinstance(given, Given):
             return await self._settle(job, given)
