@@ -11,16 +11,19 @@ import base64
 import functools
 import json
 import os
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import pytest_asyncio
 import sqlalchemy as sa
 from browser_env import axe_script, chromium
 from playwright.async_api import Browser, Page, async_playwright, expect
+from ui_rows import a_volume
 
 from corral.store.tables import jobs
 from server_harness import (
@@ -38,6 +41,9 @@ from server_harness import (
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 AXE_SOURCE = functools.cache(lambda: axe_script().read_text() + "\n;undefined")
 SERVICE_APP = base64.b64encode((Path(__file__).parent / "service_page.py").read_bytes()).decode()
+#: The model service of the playground's test: ``tests/proxy``'s replica, whose ``/v1/chat/completions``
+#: streams ``hello from <$MODEL>`` in three SSE chunks.
+MODEL_APP = base64.b64encode((Path(__file__).parent.parent / "proxy" / "replica_app.py").read_bytes()).decode()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -165,11 +171,15 @@ async def test_every_page_passes_axe_and_fits_a_phone(browser: Browser, server: 
     page = await logged_in(browser, server, server.token, viewport={"width": 1366, "height": 768})
     async with server.client() as c:
         fleet = (await c.post("/api/project/main/fleets/get", json={"name": "fl"})).json()
+    await a_volume(server, "main", "vol-shown")
     for name, path in [
         ("fleets", "/fleets"),
         ("fleet", f"/projects/main/fleets/{fleet['id']}"),
         ("instances", "/instances"),
         ("offers", "/offers"),
+        ("volumes", "/volumes"),
+        ("models-none", "/models"),
+        ("new-run", "/runs/new"),
         ("projects", "/projects"),
         ("project", "/projects/main"),
         ("users", "/users"),
@@ -280,3 +290,104 @@ async def test_the_list_and_a_runs_page_say_where_it_ran_and_what_it_cost(
     await expect(jobs_table.get_by_role("columnheader", name="Backend")).to_be_visible()
     await expect(jobs_table).to_contain_text("local")
     await page.context.close()
+
+
+async def test_new_run_page_plans_then_applies_and_names_a_bad_field(
+    browser: Browser, server: RunningServer, shots: Path
+) -> None:
+    page = await logged_in(browser, server, server.token, viewport={"width": 1366, "height": 768})
+    await page.get_by_role("link", name="New run").click()
+    await page.wait_for_url("**/runs/new")
+    conf = page.get_by_label("Configuration (YAML, as in a .dstack.yml)")
+    await conf.fill("type: task\nname: page-run\ncommands: [echo hi]\nresources:\n  cpu: lots\n")
+    await page.get_by_role("button", name="Show plan").click()
+    await expect(page.get_by_role("alert")).to_contain_text("configuration.")
+    await expect(page.get_by_role("alert")).to_contain_text("cpu")
+    await audit(page, "new-run-refused", shots)
+    await conf.fill("type: task\nname: page-run\ncommands: [echo hi]\nresources:\n  cpu: 1..\n  memory: 0.1GB..\n")
+    await page.get_by_role("button", name="Show plan").click()
+    await expect(page.get_by_role("heading", name="Plan for page-run")).to_be_visible()
+    await expect(page.locator("[data-plan-action]")).to_have_text("create")
+    await audit(page, "new-run-plan", shots)
+    async with server.client() as c:
+        r = await c.post("/api/project/main/runs/get", json={"run_name": "page-run"})
+        assert r.status_code == 400  # the plan submitted nothing
+    await page.get_by_role("button", name="Apply").click()
+    await page.wait_for_url("**/projects/main/runs/*")
+    await expect(page.locator("h1")).to_contain_text("page-run")
+
+    async def done() -> bool:
+        async with server.client() as c:
+            return bool((await get_run(c, "page-run"))["status"] == "done")
+
+    await wait_for(done, timeout=60)
+    await page.context.close()
+
+
+async def test_models_page_and_a_playground_streaming_with_the_session(
+    browser: Browser, server: RunningServer, shots: Path
+) -> None:
+    port = free_port()
+    conf = {
+        "type": "service",
+        "name": "chat-svc",
+        "port": port,
+        "model": "org/chat",
+        "env": {"MODEL": "org/chat"},
+        "commands": [f"echo {MODEL_APP} | base64 -d > app.py", f"exec python3 app.py {port}"],
+        "resources": {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."},
+    }
+    async with server.client() as c:
+        r = await c.post(
+            "/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": conf}}}
+        )
+        assert r.status_code == 200, r.text
+
+        async def ready() -> bool:
+            got = await get_run(c, "chat-svc")
+            return any(j["job_submissions"][-1].get("corral_ready") for j in got["jobs"])
+
+        await wait_for(ready, timeout=60, interval=0.2)
+        r = await c.post("/api/users/create", json={"username": "eve", "global_role": "user"})
+        assert r.status_code == 200, r.text
+    page = await logged_in(browser, server, await token_of(server, "bob"), viewport={"width": 1366, "height": 768})
+    await page.get_by_role("navigation", name="Main").get_by_role("link", name="Models").click()
+    row = page.get_by_role("row").filter(has_text="org/chat")
+    await expect(row).to_contain_text("chat-svc")
+    await audit(page, "models", shots)
+    await row.get_by_role("link", name="Chat with org/chat").click()
+    await page.wait_for_url(re.compile(r"/projects/main/models/playground\?model=org(%2F|/)chat$"))
+    requests: list[dict[str, Any]] = []
+    page.on("request", lambda rq: requests.append({"url": rq.url, "headers": rq.headers, "body": rq.post_data}))
+    await page.get_by_label("Message").fill("hi there")
+    await page.get_by_role("button", name="Send").click()
+    answer = page.locator(".chat-assistant p")
+    await expect(answer).to_have_text("hello from org/chat", timeout=15_000)
+    await expect(page.locator("[data-chat-state]")).to_have_text("Answered.")
+    sent = next(rq for rq in requests if rq["url"].endswith("/proxy/models/main/chat/completions"))
+    assert "authorization" not in sent["headers"]  # the session, not a token
+    assert json.loads(sent["body"])["stream"] is True
+    await audit(page, "playground", shots)
+    # the endpoint with the session cookie alone (no CSRF token, or another origin) is refused
+    cookies = {c["name"]: c["value"] for c in await page.context.cookies()}
+    csrf = await page.get_attribute("[data-playground]", "data-csrf")
+    body = {"model": "org/chat", "messages": [{"role": "user", "content": "hi"}]}
+    url = "/proxy/models/main/chat/completions"
+    async with httpx.AsyncClient(base_url=server.url, cookies=cookies, timeout=30) as raw:
+        r = await raw.post(url, json=body, headers={"Origin": server.url})
+        assert r.status_code == 403, r.text
+        r = await raw.post(url, json=body, headers={"Origin": "http://evil.example", "X-Corral-CSRF": csrf or ""})
+        assert r.status_code == 403, r.text
+        r = await raw.post(url, json=body, headers={"Origin": server.url, "X-Corral-CSRF": csrf or ""})
+        assert r.status_code == 200 and r.json()["model"] == "org/chat", r.text
+    await page.context.close()
+    # a user of no project sees no model and may not open the playground
+    eve = await logged_in(browser, server, await token_of(server, "eve"))
+    await eve.goto("/models")
+    await expect(eve.get_by_text("No models yet.")).to_be_visible()
+    response = await eve.goto("/projects/main/models/playground?model=org%2Fchat")
+    assert response is not None and response.status == 403
+    await eve.context.close()
+    async with server.client() as c:
+        r = await c.post("/api/project/main/runs/stop", json={"runs_names": ["chat-svc"], "abort": True})
+        assert r.status_code == 200

@@ -15,11 +15,12 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
+from ui_rows import a_volume
 
 from server_harness import RunningServer, fleet_body, make_settings, running_server, task_body, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-PAGES = ["/runs", "/fleets", "/instances", "/offers", "/projects", "/projects/main", "/users", "/events"]
+PAGES = ["/runs", "/fleets", "/instances", "/volumes", "/offers", "/projects", "/projects/main", "/users", "/events"]
 #: The tokens of the users the module's server was given (set by ``server``).
 TOKENS: dict[str, str] = {}
 
@@ -304,3 +305,90 @@ async def test_runs_stream_logs_stream_and_bulk_stop(server: RunningServer) -> N
         return True
 
     await wait_for(stopped, timeout=30)
+
+
+async def test_volumes_page_shows_a_members_projects_volumes_and_deletes_as_the_api(server: RunningServer) -> None:
+    async with server.client() as api:
+        r = await api.post("/api/projects/create", json={"project_name": "vols-elsewhere"})
+        assert r.status_code == 200, r.text
+    await a_volume(server, "main", "vol-main")
+    await a_volume(server, "vols-elsewhere", "vol-hidden")
+    async with browser(server) as c:
+        await login(c, server.token)
+        page = await c.get("/volumes")
+        assert page.status_code == 200 and "vol-main" in page.text and "vol-hidden" in page.text
+        assert "eu-west-1" in page.text and "100GB" in page.text
+    async with browser(server) as c:
+        await login(c, TOKENS["bob"])
+        page = await c.get("/volumes")
+        assert page.status_code == 200 and "vol-main" in page.text and "vol-hidden" not in page.text
+        other = await c.get("/volumes?project=vols-elsewhere")
+        assert other.status_code == 200 and "vol-hidden" not in other.text
+        token = csrf_of(page.text)
+        r = await c.post("/projects/vols-elsewhere/volumes/vol-hidden/delete", data={"csrf": token})
+        assert r.status_code == 403
+        r = await c.post("/projects/main/volumes/vol-main/delete", data={"csrf": "0" * 64})
+        assert r.status_code == 403
+        async with server.client() as api:
+            got = await api.post("/api/project/vols-elsewhere/volumes/get", json={"name": "vol-hidden"})
+            assert got.status_code == 200 and not got.json()["deleted"]
+        r = await c.post("/projects/main/volumes/vol-main/delete", data={"csrf": token})
+        assert r.status_code == 303 and r.headers["location"] == "/volumes", r.text
+    from corral.store import accounts, volumes
+
+    async with server.ctx.db.read() as conn:
+        main = await accounts.get_project(conn, "main")
+        assert main is not None
+        found = await volumes.by_names(conn, main.id, ["vol-main"])
+    assert not found or found[0].to_be_deleted or found[0].deleted
+
+
+async def test_new_run_page_shows_the_plan_first_then_applies_and_names_bad_fields(server: RunningServer) -> None:
+    doc = "type: task\nname: from-the-page\ncommands:\n  - sleep 1\nresources:\n  cpu: 1..\n  memory: 0.1GB..\n"
+    async with server.client() as api:
+        r = await api.post("/api/projects/create", json={"project_name": "runs-elsewhere"})
+        assert r.status_code == 200, r.text
+        r = await api.post("/api/project/main/fleets/apply", json=fleet_body(name="runs-page", nodes="0..1"))
+        assert r.status_code == 200, r.text
+    async with browser(server) as c:
+        await login(c, TOKENS["bob"])
+        form = await c.get("/runs/new")
+        assert form.status_code == 200 and '<option value="main"' in form.text
+        assert "runs-elsewhere" not in form.text  # only the projects bob is in
+        token = csrf_of(form.text)
+        post = {"csrf": token, "project": "main", "step": "plan"}
+        r = await c.post("/runs/new", data={**post, "configuration": "type: task\ncommands: [unclosed\n"})
+        assert r.status_code == 400 and "configuration: not valid YAML at line" in r.text
+        assert "commands: [unclosed" in r.text  # the document is kept as typed
+        r = await c.post("/runs/new", data={**post, "configuration": "- a list"})
+        assert r.status_code == 400 and "configuration: a mapping of fields" in r.text
+        r = await c.post("/runs/new", data={**post, "configuration": "type: task\ncommands: [echo]\nnodes: lots\n"})
+        assert r.status_code == 400 and re.search(r"<li>configuration(\.[a-z_-]+)*\.nodes: ", r.text), r.text
+        r = await c.post("/runs/new", data={**post, "configuration": doc, "project": "runs-elsewhere"})
+        assert r.status_code == 403
+        r = await c.post("/runs/new", data={**post, "configuration": doc, "csrf": "0" * 64})
+        assert r.status_code == 403
+        # this server's local backend runs jobs unsandboxed: the plan says bob's run would be refused, and it is
+        r = await c.post("/runs/new", data={**post, "configuration": doc})
+        assert r.status_code == 200 and "Plan for from-the-page" in r.text, r.text
+        assert "data-plan-error>It would fail at once: This server" in r.text, re.findall(
+            r"data-plan-error>[^<]*", r.text
+        )
+        r = await c.post("/runs/new", data={**post, "configuration": doc, "step": "apply"})
+        assert r.status_code == 400 and "only global admins may" in r.text
+    async with browser(server) as c:
+        await login(c, server.token)
+        token = csrf_of((await c.get("/runs/new")).text)
+        post = {"csrf": token, "project": "main", "configuration": doc}
+        r = await c.post("/runs/new", data={**post, "step": "plan"})
+        assert r.status_code == 200 and "data-plan-action>create<" in r.text and ">Apply</button>" in r.text
+        assert "data-plan-error" not in r.text
+        async with server.client() as api:
+            got = await api.post("/api/project/main/runs/get", json={"run_name": "from-the-page"})
+            assert got.status_code == 400  # a plan submits nothing
+        r = await c.post("/runs/new", data={**post, "step": "apply"})
+        assert r.status_code == 303 and r.headers["location"].startswith("/projects/main/runs/"), r.text
+    async with server.client() as api:
+        got = await api.post("/api/project/main/runs/get", json={"run_name": "from-the-page"})
+        assert got.status_code == 200 and got.json()["user"] == "admin"
+        assert r.headers["location"].split("?")[0].endswith(got.json()["id"])

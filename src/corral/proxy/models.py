@@ -4,19 +4,24 @@ serve (``model`` in OpenAI format; the newest run of a name wins); ``POST …/ch
 request to the service whose model the body's ``model`` names -- at its ``model.prefix`` (``/v1``) --
 through the same balancing, counting and scale-from-zero as ``/proxy/services/``, its answer streamed
 back unchanged (SSE included). ``v1/models`` and ``v1/chat/completions`` are accepted too. A project
-member's token is always required (dstack: ``ProxyAuth(auto_enforce=True)``); an unknown model is
-dstack's 404 ``Model <name> not found in project <project>``.
+member's token is always required (dstack: ``ProxyAuth(auto_enforce=True)``), or, for the web UI's
+playground, a member's UI session: its cookie, its CSRF token in ``X-Corral-CSRF`` and an ``Origin`` naming
+this server (a page of another origin, or a service's sandboxed page, has neither the token nor the
+origin); an unknown model is dstack's 404 ``Model <name> not found in project <project>``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from http.cookies import CookieError, SimpleCookie
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
 from corral.proxy.asgi import Receive, Scope, Send, bearer_token, json_response
 from corral.proxy.upstream import Upstream
+from corral.services import service_routing, ui_sessions
 
 PREFIX = "/proxy/models/"
 #: The largest chat request read to find its ``model`` (the proxy's body limit applies beyond).
@@ -35,7 +40,12 @@ async def handle(upstream: Upstream, scope: Scope, receive: Receive, send: Send)
         return
     headers: list[tuple[bytes, bytes]] = list(scope["headers"])
     token = bearer_token(headers)
-    if token is None or not await upstream.members.get((token, project)):
+    allowed = (
+        await upstream.members.get((token, project))
+        if token is not None
+        else await _by_session(upstream, headers, project)
+    )
+    if not allowed:
         await json_response(send, 403, {"detail": f"Unauthenticated or unauthorized to access project {project}"})
         return
     served = await upstream.models.get(project)
@@ -95,3 +105,25 @@ async def _read(receive: Receive) -> bytes | None:
         parts.append(data)
         if not msg.get("more_body"):
             return b"".join(parts)
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str:
+    return next((v.decode("latin-1") for k, v in headers if k == name), "")
+
+
+async def _by_session(upstream: Upstream, headers: list[tuple[bytes, bytes]], project: str) -> bool:
+    """The web UI's session of a member of ``project`` (see the module's docstring)."""
+    origin, host = urlsplit(_header(headers, b"origin")), _header(headers, b"host")
+    if not host or origin.scheme not in ("http", "https") or origin.netloc.lower() != host.lower():
+        return False
+    cookies: SimpleCookie = SimpleCookie()
+    try:
+        cookies.load(_header(headers, b"cookie"))
+    except CookieError:
+        return False
+    session = cookies.get(ui_sessions.COOKIE)
+    if session is None:
+        return False
+    return await service_routing.session_member(
+        upstream.ctx, session.value, _header(headers, b"x-corral-csrf"), project
+    )

@@ -5,12 +5,12 @@ these are its cache misses."""
 from __future__ import annotations
 
 from corral.context import Context
-from corral.services import accounts
+from corral.services import accounts, ui_sessions
 from corral.services.errors import Forbidden, ProjectNotFound, ServiceError
 from corral.store import service_replicas
 from corral.store.service_replicas import Replica, Route
 
-__all__ = ["Replica", "Route", "is_member", "models", "route"]
+__all__ = ["Replica", "Route", "is_member", "models", "route", "session_member"]
 
 
 async def route(ctx: Context, project_name: str, run_name: str) -> Route | None:
@@ -30,5 +30,21 @@ async def is_member(ctx: Context, token: str, project_name: str) -> bool:
         user = await accounts.authenticate(ctx.db, token)
         await accounts.project_access(ctx.db, user, project_name, "member")
     except (Forbidden, ProjectNotFound, ServiceError):
+        return False
+    return True
+
+
+async def session_member(ctx: Context, session_id: str, csrf: str, project_name: str) -> bool:
+    """Whether the web UI's session ``session_id``, with its CSRF token ``csrf`` (which only the UI's own
+    pages hold), is a user who may use the project: how the UI's model playground calls the model endpoint
+    with the browser's session rather than a token typed in the page."""
+    if not session_id or not ui_sessions.csrf_ok(session_id, csrf):
+        return False
+    user = await ui_sessions.resolve(ctx.db, session_id)
+    if user is None:
+        return False
+    try:
+        await accounts.project_access(ctx.db, user, project_name, "member")
+    except (Forbidden, ProjectNotFound):
         return False
     return True

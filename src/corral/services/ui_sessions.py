@@ -17,6 +17,8 @@ from corral.store.db import Database
 
 #: How long a session lasts without a new login.
 SESSION_TTL_S = 12 * 3600.0
+#: The session cookie's name (HttpOnly, ``SameSite=Strict``).
+COOKIE = "corral_session"
 
 
 async def login(db: Database, token: str, now: float | None = None) -> tuple[str, UserRec]:

@@ -16,7 +16,17 @@ from starlette.routing import Route, Router
 from starlette.types import Message, Receive, Scope, Send
 
 from corral.services.errors import Forbidden, ProjectNotFound, ResourceNotExists, ServiceError
-from corral.ui import auth, live, pages_accounts, pages_events, pages_resources, pages_runs
+from corral.ui import (
+    auth,
+    live,
+    pages_accounts,
+    pages_events,
+    pages_models,
+    pages_resources,
+    pages_run_new,
+    pages_runs,
+    pages_volumes,
+)
 from corral.ui.render import HERE, SECURITY_HEADERS, page
 
 log = logging.getLogger("corral.ui")
@@ -81,6 +91,8 @@ def _routes(feeds: live.LiveFeeds) -> list[Route]:
         ("/logout", auth.logout, post),
         ("/runs", pages_runs.runs_list, get),
         ("/runs/stop", pages_runs.stop_many, post),
+        ("/runs/new", pages_run_new.new_run_form, get),
+        ("/runs/new", pages_run_new.new_run_submit, post),
         ("/projects/{project}/runs/{run}", pages_runs.run_page, get),
         ("/projects/{project}/runs/{run}/stop", pages_runs.stop_one, post),
         ("/fleets", pages_resources.fleets_list, get),
@@ -88,6 +100,10 @@ def _routes(feeds: live.LiveFeeds) -> list[Route]:
         ("/projects/{project}/fleets/{fleet}/delete", pages_resources.fleet_delete, post),
         ("/instances", pages_resources.instances_list, get),
         ("/offers", pages_resources.offers_list, get),
+        ("/volumes", pages_volumes.volumes_list, get),
+        ("/models", pages_models.models_list, get),
+        ("/projects/{project}/models/playground", pages_models.playground, get),
+        ("/projects/{project}/volumes/{volume}/delete", pages_volumes.volume_delete, post),
         ("/projects", pages_accounts.projects_list, get),
         ("/projects/{project}", pages_accounts.project_page, get),
         ("/projects/{project}/members/add", pages_accounts.member_add, post),

@@ -17,7 +17,7 @@ from corral.services import ui_sessions
 from corral.services.errors import Forbidden
 from corral.ui.render import page
 
-COOKIE = "corral_session"
+COOKIE = ui_sessions.COOKIE
 
 
 @dataclass(frozen=True)

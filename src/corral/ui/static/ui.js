@@ -85,8 +85,80 @@
     });
   }
 
+  // the model playground: chat completions streamed (SSE over fetch) from the project's model endpoint, with
+  // the page's session (the cookie) and its CSRF token; every piece is written as text
+  function sseContent(line) {
+    if (line.indexOf("data:") !== 0) return "";
+    var data = line.slice(5).trim();
+    if (!data || data === "[DONE]") return "";
+    try {
+      var choice = (JSON.parse(data).choices || [])[0] || {};
+      return (choice.delta && choice.delta.content) || (choice.message && choice.message.content) || "";
+    } catch (e) { return ""; }
+  }
+
+  function playground(box) {
+    var chat = box.querySelector("[data-chat]");
+    var form = box.querySelector("[data-chat-form]");
+    var state = box.querySelector("[data-chat-state]");
+    var input = form.querySelector("textarea");
+    var button = form.querySelector("button");
+    var messages = [];
+    function add(role, text) {
+      var li = document.createElement("li");
+      li.className = "chat-" + role;
+      var who = document.createElement("strong");
+      who.textContent = role === "user" ? "You" : box.dataset.model;
+      var body = document.createElement("p");
+      body.textContent = text;
+      li.appendChild(who);
+      li.appendChild(body);
+      chat.appendChild(li);
+      return body;
+    }
+    function stream(r, out) {
+      if (!r.ok) return r.text().then(function (t) { throw new Error("The model endpoint answered " + r.status + ": " + t.slice(0, 300)); });
+      var reader = r.body.getReader(), decoder = new TextDecoder(), rest = "";
+      function pump() {
+        return reader.read().then(function (got) {
+          if (got.done) return;
+          var lines = (rest + decoder.decode(got.value, { stream: true })).split("\n");
+          rest = lines.pop();
+          lines.forEach(function (line) { out.textContent += sseContent(line); });
+          return pump();
+        });
+      }
+      return pump();
+    }
+    form.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      var text = input.value.trim();
+      if (!text) return;
+      messages.push({ role: "user", content: text });
+      add("user", text);
+      input.value = "";
+      var out = add("assistant", "");
+      button.disabled = true;
+      state.textContent = "Answering…";
+      fetch(box.dataset.endpoint, {
+        method: "POST", credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-Corral-CSRF": box.dataset.csrf },
+        body: JSON.stringify({ model: box.dataset.model, messages: messages, stream: true })
+      }).then(function (r) { return stream(r, out); }).then(function () {
+        messages.push({ role: "assistant", content: out.textContent });
+        state.textContent = "Answered.";
+      }, function (e) {
+        messages.pop();
+        out.parentNode.className = "chat-error";
+        out.textContent = e.message;
+        state.textContent = "The request failed.";
+      }).then(function () { button.disabled = false; input.focus(); });
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-live-runs]").forEach(liveRuns);
     document.querySelectorAll("[data-logs]").forEach(liveLogs);
+    document.querySelectorAll("[data-playground]").forEach(playground);
   });
 })();
