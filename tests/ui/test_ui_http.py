@@ -392,3 +392,33 @@ async def test_new_run_page_shows_the_plan_first_then_applies_and_names_bad_fiel
         got = await api.post("/api/project/main/runs/get", json={"run_name": "from-the-page"})
         assert got.status_code == 200 and got.json()["user"] == "admin"
         assert r.headers["location"].split("?")[0].endswith(got.json()["id"])
+
+
+async def test_new_run_page_updates_a_service_it_planned_against(server: RunningServer) -> None:
+    service = {"type": "service", "name": "page-svc", "port": 8000, "commands": ["sleep 600"]}
+    async with server.client() as api:
+        r = await api.post("/api/project/main/fleets/apply", json=fleet_body(name="page-svc-fleet", nodes="0..1"))
+        assert r.status_code == 200, r.text
+        r = await api.post("/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {
+            "configuration": {**service, "env": {"V": "1"}}}}})  # fmt: skip
+        assert r.status_code == 200, r.text
+    doc = "type: service\nname: page-svc\nport: 8000\ncommands: [sleep 600]\nenv:\n  V: '2'\n"
+    async with browser(server) as c:
+        await login(c, server.token)
+        post = {"csrf": csrf_of((await c.get("/runs/new")).text), "project": "main", "configuration": doc}
+        plan = await c.post("/runs/new", data={**post, "step": "plan"})
+        assert plan.status_code == 200 and "data-plan-action>update<" in plan.text, plan.text
+        current = dict(re.findall(r'name="(current_id|current_deployment)" value="([^"]*)"', plan.text))
+        assert current["current_id"] and current["current_deployment"] == "0", current
+        r = await c.post("/runs/new", data={**post, **current, "step": "apply"})
+        assert r.status_code == 303, r.text
+        # applied again against the same, now older, deployment: refused as the API refuses it
+        r = await c.post(
+            "/runs/new", data={**post, **current, "configuration": doc.replace("'2'", "'3'"), "step": "apply"}
+        )
+        assert r.status_code == 400 and "Resource has been changed" in r.text, r.text
+    async with server.client() as api:
+        got = (await api.post("/api/project/main/runs/get", json={"run_name": "page-svc"})).json()
+        assert got["deployment_num"] == 1 and got["run_spec"]["configuration"]["env"]["V"] == "2"
+        r = await api.post("/api/project/main/runs/stop", json={"runs_names": ["page-svc"], "abort": True})
+        assert r.status_code == 200

@@ -74,7 +74,10 @@ def plan_view(plan: dict[str, Any]) -> dict[str, Any]:
         for o in first.get("offers") or []
     ]
     effective = (plan.get("effective_run_spec") or {}).get(CONFIGURATION) or {}
+    current = plan.get("current_resource") or {}
     return {
+        "current_id": current.get("id") or "",
+        "current_deployment": current.get("deployment_num", ""),
         "action": plan.get("action"),
         "error": plan.get("corral_plan_error"),
         "jobs": len(jobs),
@@ -84,6 +87,16 @@ def plan_view(plan: dict[str, Any]) -> dict[str, Any]:
         "effective": yaml.safe_dump(effective, sort_keys=False),
         "run_name": (plan.get("effective_run_spec") or {}).get("run_name") or effective.get("name"),
     }
+
+
+def planned_against(form: dict[str, list[str]]) -> dict[str, Any] | None:
+    """The run the plan was made against (``current_resource``: its id and deployment), as the plan's form
+    carries it: applying then updates that run in place, or is refused if it changed since."""
+    run_id = (form.get("current_id") or [""])[0]
+    deployment = (form.get("current_deployment") or [""])[0]
+    if not run_id:
+        return None
+    return {"id": run_id, **({"deployment_num": int(deployment)} if deployment.isdigit() else {})}
 
 
 async def _projects(request: Request, s: auth.Session) -> list[str]:
@@ -116,7 +129,8 @@ async def new_run_submit(request: Request) -> Response:
     try:
         spec = {"run_spec": {CONFIGURATION: parse_document(text)}}
         if step == "apply":
-            run = await apply_run(ctx, project, s.user, RunPlanIn.model_validate(spec), False)
+            planned = RunPlanIn.model_validate({**spec, "current_resource": planned_against(form)})
+            run = await apply_run(ctx, project, s.user, planned, False)
             return RedirectResponse(f"/projects/{project.name}/runs/{run['id']}?notice=Submitted", status_code=303)
         plan = await runs.get_plan(ctx, project, s.user, RunPlanBody.model_validate(spec))
     except Refused as e:
