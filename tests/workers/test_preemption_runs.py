@@ -5,11 +5,13 @@ victim gets SIGTERM with its deadline readable in ``CORRAL_PREEMPTION_FILE``, it
 ``retry``), keeping its place in the queue ahead of a run submitted after it (the run's status message
 naming the preemptor meanwhile), and finishes after the preemptor; the other low run is untouched. A
 multi-node run is preempted and requeued whole, and a project below its nominal quota reclaims an exported
-instance from a borrowing project, which then goes to it although another project's run waits too."""
+instance from a borrowing project, which then goes to it although another project's run waits too. A
+preempted dev environment is not requeued: its run ends failed, its message naming the preemptor."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 
 from server_harness import fleet_body, get_run, make_settings, running_server, task_body, wait_for
@@ -194,3 +196,48 @@ async def test_a_multi_node_run_is_preempted_whole_and_requeued_whole(tmp_path: 
         per_node = [[(x["status"], x["termination_reason"]) for x in j["job_submissions"]] for j in pair["jobs"]]
         assert per_node == [[("failed", "interrupted_by_no_capacity"), ("done", "done_by_runner")]] * 2, per_node
         assert (tmp_path / "notice-0").exists() and (tmp_path / "notice-1").exists()
+
+
+DEV_CONFIG = """
+projects:
+  - name: main
+    preemptible_max_priority: 50
+    preemptible_run_types: [dev-environment]
+scheduling:
+  preemption: {enabled: true, min_priority_gap: 10, min_runtime: 0, grace_period: 1s}
+"""
+
+
+async def test_a_preempted_dev_environment_ends_and_says_why_instead_of_being_requeued(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    settings.server_dir.mkdir(parents=True)
+    (settings.server_dir / "config.yml").write_text(DEV_CONFIG)
+    async with running_server(settings) as s, s.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..1"))
+        dev = {"type": "dev-environment", "name": "dev", "ide": "vscode", "priority": 0}
+        r = await c.post(
+            "/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": dev}}}
+        )
+        assert r.status_code == 200, r.text
+
+        async def status(name: str) -> str:
+            return str((await get_run(c, name))["status"])
+
+        await wait_for(lambda: _is(status("dev"), "running"), timeout=60)
+        r = await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="high", priority=90))
+        assert r.status_code == 200, r.text
+
+        async def finished(name: str) -> dict[str, object] | None:
+            run = await get_run(c, name)
+            return run if run["status"] in ("done", "failed", "terminated") else None
+
+        dev_run = await wait_for(lambda: finished("dev"), timeout=30)
+        assert (dev_run["status"], dev_run["termination_reason"]) == ("failed", "job_failed"), dev_run
+        assert str(dev_run["status_message"]).startswith("Preempted by run high"), dev_run
+        subs = dev_run["jobs"][0]["job_submissions"]
+        assert [(x["status"], x["termination_reason"]) for x in subs] == [("failed", "interrupted_by_no_capacity")]
+        assert (await wait_for(lambda: finished("high"), timeout=30))["status"] == "done"
+
+
+async def _is(value: Awaitable[str], expected: str) -> bool:
+    return await value == expected

@@ -3,6 +3,8 @@ failed jobs (resubmit a replica, with backoff; fail; retry limit exceeded)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from corral.domain.retry import Submission
 from corral.domain.statuses import RunTerminationReason
 from corral.store.run_states import JobState, RunState
@@ -159,3 +161,15 @@ def test_master_done_ends_the_run_unless_a_failure_does_first() -> None:
     assert stop is None
     # once terminating, the run waits for its jobs to end, then is done
     assert settle(run(True, "terminating"), latest, RunTerminationReason.JOB_FAILED, 5.0) == (None, None)
+
+
+def test_a_preempted_dev_environment_is_not_requeued_whatever_its_retry() -> None:
+    preempted = dataclasses.replace(_job(0, "failed", "interrupted_by_no_capacity"), preempted=True)
+    latest = {(0, 0): preempted}
+    histories = {(0, 0): [Submission(0.0, 10.0, True)]}
+    on_interruption = {"on_events": ["interruption"], "duration": 3600}
+    # a task's is always requeued, whatever its retry
+    assert plan_retry(latest, histories, {preempted.id: None}, 20.0).resubmit == (0,)
+    # a dev environment's ends the run (job_failed), even with a retry that covers interruptions
+    for retry in (None, on_interruption):
+        assert plan_retry(latest, histories, {preempted.id: retry}, 20.0, interactive={preempted.id}) == RetryPlan()

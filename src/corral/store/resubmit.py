@@ -12,6 +12,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain import job_facts
 from corral.domain.events import job_target
 from corral.store.events import emit
 from corral.store.runs import FINISHED_JOB_STATUSES
@@ -24,6 +25,23 @@ async def retry_specs(conn: AsyncConnection, job_ids: Sequence[str]) -> dict[str
         return {}
     rows = await conn.execute(sa.select(jobs.c.id, jobs.c.job_spec).where(jobs.c.id.in_(job_ids)))
     return {r.id: (orjson.loads(r.job_spec) or {}).get("retry") for r in rows}
+
+
+async def dev_environment_jobs(conn: AsyncConnection, job_ids: Sequence[str]) -> frozenset[str]:
+    """Of ``job_ids``, the jobs of dev environments (as their stored scheduling facts say; a job stored
+    without them, or with facts of a version this code does not read, counts as a task's)."""
+    if not job_ids:
+        return frozenset()
+    rows = await conn.execute(sa.select(jobs.c.id, jobs.c.scheduling_facts).where(jobs.c.id.in_(list(job_ids))))
+    out = set()
+    for r in rows:
+        try:
+            facts = job_facts.decode(r.scheduling_facts)
+        except (ValueError, KeyError, TypeError):
+            facts = None
+        if facts is not None and facts.run_type == "dev-environment":
+            out.add(r.id)
+    return frozenset(out)
 
 
 async def resubmit_replica(

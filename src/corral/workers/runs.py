@@ -128,11 +128,14 @@ def plan_retry(
     histories: History,
     retries: Mapping[str, Mapping[str, object] | None],
     now: float,
+    interactive: Collection[str] = (),
 ) -> RetryPlan:
     """Resubmit, fail for good, or fail because the retry ran out (dstack's rules, ``domain.retry``); a
-    preempted job is always resubmitted, at once, whatever its ``retry``. Pure."""
+    preempted job is always resubmitted, at once, whatever its ``retry``, unless it is a dev environment's
+    (``interactive``: job ids): that one ends its run, whatever its ``retry``, since a dev environment started
+    afresh elsewhere is not the one its user left, and its run's message names the preemptor. Pure."""
     verdicts = {
-        j.id: Verdict.RESUBMIT
+        j.id: _preempted_verdict(j, interactive)
         if j.preempted and j.status == JobStatus.FAILED.value
         else verdict(j.termination_reason, retries.get(j.id), histories.get(key, []), now)
         for key, j in latest.items()
@@ -154,6 +157,10 @@ def plan_retry(
     return RetryPlan(resubmit=tuple(sorted(by_replica)), due=due)
 
 
+def _preempted_verdict(job: run_states.JobState, interactive: Collection[str]) -> Verdict:
+    return Verdict.FAIL if job.id in interactive else Verdict.RESUBMIT
+
+
 Latest = dict[tuple[int, int], run_states.JobState]
 
 
@@ -168,6 +175,8 @@ class Loaded:
     histories: dict[str, History]
     #: The ``retry`` of the jobs whose retry is evaluated.
     retries: Mapping[str, Mapping[str, object] | None]
+    #: Of the preempted jobs of the runs not terminating, the dev environments' (not requeued: ``plan_retry``).
+    interactive: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -188,7 +197,7 @@ class RunDecision:
 def decide_pass(loaded: Loaded, now: float) -> list[RunDecision]:
     """Each run's decision at ``now`` (the runs that need nothing are left out). Pure."""
     decisions = (
-        decide_one(run, loaded.latest[run.id], loaded.histories.get(run.id), loaded.retries, now)
+        decide_one(run, loaded.latest[run.id], loaded.histories.get(run.id), loaded.retries, now, loaded.interactive)
         for run in loaded.states
     )
     return [d for d in decisions if d is not None]
@@ -200,6 +209,7 @@ def decide_one(
     history: History | None,
     retries: Mapping[str, Mapping[str, object] | None],
     now: float,
+    interactive: Collection[str] = (),
 ) -> RunDecision | None:
     """One run's decision: a service's health (``plan_service``), then its retry (``plan_retry``; a
     terminating run, with no ``history``, is not retried), then its status from its jobs. Pure."""
@@ -212,7 +222,7 @@ def decide_one(
             wakes = (sp.check_at + 0.01,)
         if sp.resubmit:
             return _resubmission(run, wakes, sp.resubmit, sp.due, now)
-    plan = plan_retry(latest, history, retries, now) if history is not None else RetryPlan()
+    plan = plan_retry(latest, history, retries, now, interactive) if history is not None else RetryPlan()
     if plan.resubmit:
         return _resubmission(run, wakes, plan.resubmit, plan.due, now)
     values, stop = settle(run, latest, plan.failure, now)
@@ -324,7 +334,15 @@ class Runs:
                 )
             ]
             retries = await resubmit_store.retry_specs(conn, to_evaluate)
-        return Loaded(states, latest_by_run, histories, retries)
+            # a preempted dev environment is not requeued (``plan_retry``)
+            preempted = [
+                j.id
+                for run in active
+                for j in latest_by_run[run.id].values()
+                if j.preempted and j.status == JobStatus.FAILED.value
+            ]
+            interactive = await resubmit_store.dev_environment_jobs(conn, preempted)
+        return Loaded(states, latest_by_run, histories, retries, interactive)
 
     async def _act(self, loaded: Loaded, decisions: Sequence[RunDecision], now: float) -> None:
         """Arm the timers, resubmit the replicas and stop the failing runs' jobs, each in its own write."""
