@@ -68,7 +68,7 @@ def _request(conf: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if kind == "volume":
         return "volumes/create", {"configuration": conf}
     if kind == "fleet":
-        return "fleets/apply", {"plan": {"spec": {"configuration": conf, "profile": {}}}}
+        return "fleets/apply", {"force": False, "plan": {"spec": {"configuration": conf, "profile": {}}}}
     if kind in ("service", "dev-environment"):
         return "runs/apply", {"force": False, "plan": {"run_spec": {"configuration": conf}}}
     return "runs/apply", task_body(["true"], **conf)

@@ -1,4 +1,4 @@
-"""No field of dstack 0.22.5's run configurations, profiles or AWS volume configurations is accepted and then
+"""No field of dstack 0.22.5's run configurations, profiles, fleet or AWS volume configurations is accepted and then
 silently ignored: each is applied (``option_effects.yaml`` names the test that shows its effect) or refused
 (it names a configuration the API answers with a 400 naming the field), or both for a field applied in part.
 
@@ -20,7 +20,7 @@ import pytest
 import yaml
 from dstack_client_env import DSTACK_VERSION, ClientInstallError, client_venv
 
-from server_harness import make_settings, running_server, task_body
+from server_harness import fleet_body, make_settings, running_server, task_body
 
 ROOT = Path(__file__).resolve().parents[2]
 MAP = Path(__file__).with_name("option_effects.yaml")
@@ -28,10 +28,11 @@ MAP = Path(__file__).with_name("option_effects.yaml")
 # The models whose fields are checked, by the map's section they belong to.
 _FIELDS = r"""
 import json
-from dstack._internal.core.models import configurations, profiles, volumes
+from dstack._internal.core.models import configurations, fleets, profiles, volumes
 models = {
     "run": [configurations.TaskConfiguration, configurations.ServiceConfiguration,
             configurations.DevEnvironmentConfiguration, profiles.ProfileParams],
+    "fleet": [fleets.FleetConfiguration],
     "volume": [volumes.AWSVolumeConfiguration],
 }
 print(json.dumps({k: sorted({f for m in ms for f in m.model_fields}) for k, ms in models.items()}))
@@ -81,6 +82,8 @@ def test_every_test_the_map_names_exists() -> None:
 def _request(section: str, conf: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if section == "volume":
         return "volumes/create", {"configuration": {"type": "volume", "backend": "aws", "region": "r", **conf}}
+    if section == "fleet":
+        return "fleets/apply", fleet_body(**conf)
     if conf.get("type") in ("service", "dev-environment"):
         return "runs/apply", {"force": False, "plan": {"run_spec": {"configuration": conf}}}
     return "runs/apply", task_body(["true"], **conf)

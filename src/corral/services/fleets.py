@@ -128,9 +128,21 @@ def check_backends(ctx: Context, project: ProjectRec, spec: FleetSpec) -> None:
 
 
 def _check_aws(project: ProjectRec, spec: FleetSpec) -> None:
-    """A cloud fleet's ``availability_zones`` and ``tags``, as the project's aws backend applies them."""
-    if not spec.is_ssh:
-        aws_fleets.check(project.backends, spec.conf.regions, spec.conf.availability_zones, spec.conf.tags)
+    """A cloud fleet's ``availability_zones`` and ``tags``, as the project's aws backend applies them, and the
+    options of a cloud fleet corral does not apply yet (``retry``, ``backend_options``): refused, naming them."""
+    if spec.is_ssh:
+        return  # an SSH fleet's cloud-only options are refused by ssh_fleets.check
+    aws_fleets.check(project.backends, spec.conf.regions, spec.conf.availability_zones, spec.conf.tags)
+    if spec.conf.retry is not None and spec.conf.retry is not False:
+        raise ServiceError(
+            "A fleet's `retry` (how long to retry provisioning its instances) is not supported yet; "
+            "remove `retry` from the fleet"
+        )
+    if spec.conf.backend_options:
+        raise ServiceError(
+            "A fleet's `backend_options` (Vast.ai offer options) is not supported yet: corral has no vastai "
+            "backend; remove `backend_options` from the fleet"
+        )
 
 
 async def with_policies(ctx: Context, project: ProjectRec, user: str, spec: FleetSpec) -> FleetSpec:
