@@ -36,13 +36,26 @@ def _insert(conn: AsyncConnection, table: sa.Table) -> Any:
     return sqlite.insert(table)
 
 
+#: (dialect, table) -> its "add to the count" statement, built once: executed with the rows as parameters, it is
+#: compiled once per dialect (a statement built per transaction costs its cache key every time).
+_UPSERTS: dict[tuple[str, str], Any] = {}
+
+
+def _upsert(conn: AsyncConnection, table: sa.Table, keys: tuple[str, ...]) -> Any:
+    key = (conn.dialect.name, table.name)
+    stmt = _UPSERTS.get(key)
+    if stmt is None:
+        ins = _insert(conn, table)
+        stmt = _UPSERTS[key] = ins.on_conflict_do_update(
+            index_elements=list(keys), set_={"count": table.c.count + ins.excluded.count}
+        )
+    return stmt
+
+
 def _adder(table: sa.Table, keys: tuple[str, ...]) -> deferred.Counter:
     async def write(conn: AsyncConnection, changes: Sequence[tuple[tuple[str, ...], int]]) -> None:
         rows = [{**dict(zip(keys, key, strict=True)), "count": delta} for key, delta in changes]
-        stmt = _insert(conn, table).values(rows)
-        await conn.execute(
-            stmt.on_conflict_do_update(index_elements=list(keys), set_={"count": table.c.count + stmt.excluded.count})
-        )
+        await conn.execute(_upsert(conn, table, keys), rows if len(rows) > 1 else rows[0])
 
     return deferred.Counter(table.name, write)
 
