@@ -36,12 +36,14 @@ def _user(row: Any) -> UserRec:
 
 async def get_user_by_token(conn: AsyncConnection, token: str) -> UserRec | None:
     wanted = token_hash(token)
-    row = (await conn.execute(sa.select(users).where(users.c.token_hash == wanted, users.c.deleted.is_(False)))).first()
+    row = (
+        await conn.execute(sa.select(users).where(users.c.token_hash == wanted, users.c.deleted == sa.false()))
+    ).first()
     return _user(row) if row is not None and hmac.compare_digest(row.token_hash, wanted) else None
 
 
 async def get_user(conn: AsyncConnection, name: str) -> UserRec | None:
-    row = (await conn.execute(sa.select(users).where(users.c.name == name, users.c.deleted.is_(False)))).first()
+    row = (await conn.execute(sa.select(users).where(users.c.name == name, users.c.deleted == sa.false()))).first()
     return _user(row) if row is not None else None
 
 
@@ -51,7 +53,7 @@ async def get_user_by_id(conn: AsyncConnection, user_id: str) -> UserRec | None:
 
 
 async def list_users(conn: AsyncConnection) -> list[UserRec]:
-    rows = await conn.execute(sa.select(users).where(users.c.deleted.is_(False)).order_by(users.c.created_at.desc()))
+    rows = await conn.execute(sa.select(users).where(users.c.deleted == sa.false()).order_by(users.c.created_at.desc()))
     return [_user(r) for r in rows]
 
 
@@ -113,12 +115,14 @@ def _owner_of(row: Any) -> UserRec:
 
 
 async def get_project(conn: AsyncConnection, name: str) -> ProjectRec | None:
-    row = (await conn.execute(_project_select().where(projects.c.name == name, projects.c.deleted.is_(False)))).first()
+    row = (
+        await conn.execute(_project_select().where(projects.c.name == name, projects.c.deleted == sa.false()))
+    ).first()
     return _project(row, _owner_of(row)) if row is not None else None
 
 
 async def list_projects(conn: AsyncConnection, member_user_id: str | None) -> list[ProjectRec]:
-    q = _project_select().where(projects.c.deleted.is_(False))
+    q = _project_select().where(projects.c.deleted == sa.false())
     if member_user_id is not None:
         sub = sa.select(members.c.project_id).where(members.c.user_id == member_user_id)
         q = q.where(sa.or_(projects.c.id.in_(sub), projects.c.is_public.is_(True)))
@@ -144,7 +148,7 @@ async def list_members(conn: AsyncConnection, project_id: str) -> list[MemberRec
     rows = await conn.execute(
         sa.select(users, members.c.project_role)
         .join(members, members.c.user_id == users.c.id)
-        .where(members.c.project_id == project_id, users.c.deleted.is_(False))
+        .where(members.c.project_id == project_id, users.c.deleted == sa.false())
         .order_by(members.c.member_num)
     )
     return [MemberRec(_user(r), r.project_role) for r in rows]
@@ -206,5 +210,5 @@ async def set_project_backends(conn: AsyncConnection, project_id: str, backends_
 
 async def get_user_by_email(conn: AsyncConnection, email: str) -> UserRec | None:
     """dstack matches member names against emails too (``set_members``, ``add_members``, ...)."""
-    row = (await conn.execute(sa.select(users).where(users.c.email == email, users.c.deleted.is_(False)))).first()
+    row = (await conn.execute(sa.select(users).where(users.c.email == email, users.c.deleted == sa.false()))).first()
     return _user(row) if row is not None else None

@@ -32,7 +32,7 @@ async def _load(conn: AsyncConnection, rows: Sequence[Any]) -> list[ExportRec]:
     q = (
         sa.select(export_importers.c.export_id, export_importers.c.id, projects.c.id.label("pid"), projects.c.name)
         .join(projects, projects.c.id == export_importers.c.project_id)
-        .where(export_importers.c.export_id.in_(ids), projects.c.deleted.is_(False))
+        .where(export_importers.c.export_id.in_(ids), projects.c.deleted == sa.false())
         .order_by(projects.c.name)
     )
     for r in await conn.execute(q):
@@ -41,7 +41,7 @@ async def _load(conn: AsyncConnection, rows: Sequence[Any]) -> list[ExportRec]:
     q2 = (
         sa.select(exported_fleets.c.export_id, fleets.c.id, fleets.c.name)
         .join(fleets, fleets.c.id == exported_fleets.c.fleet_id)
-        .where(exported_fleets.c.export_id.in_(ids), fleets.c.deleted.is_(False))
+        .where(exported_fleets.c.export_id.in_(ids), fleets.c.deleted == sa.false())
         .order_by(fleets.c.name)
     )
     for f in await conn.execute(q2):
@@ -74,7 +74,7 @@ async def exports_imported_by(conn: AsyncConnection, project_id: str) -> list[Ex
     explicit = sa.select(export_importers.c.export_id).where(export_importers.c.project_id == project_id)
     q = _select().where(
         exports.c.project_id != project_id,
-        projects.c.deleted.is_(False),
+        projects.c.deleted == sa.false(),
         sa.or_(exports.c.id.in_(explicit), exports.c.is_global.is_(True)),
     )
     return await _load(conn, (await conn.execute(q.order_by(exports.c.name))).all())
@@ -164,7 +164,7 @@ async def fleet_importers(
     for row in rows:
         if row.is_global:
             if everyone is None:
-                q = sa.select(projects.c.id).where(projects.c.deleted.is_(False))
+                q = sa.select(projects.c.id).where(projects.c.deleted == sa.false())
                 if importer is not None:
                     q = q.where(projects.c.id == importer)
                 everyone = {p.id for p in await conn.execute(q)}

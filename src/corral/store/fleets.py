@@ -77,7 +77,7 @@ def _fleet(row: Any, project_name: str, insts: Sequence[InstanceRec]) -> FleetRe
 # (not terminated; and an SSH fleet's failed hosts, listed with their errors until the fleet is applied again)
 _INSTANCES_OF = (
     sa.select(instances)
-    .where(instances.c.fleet_id.in_(sa.bindparam("ids", expanding=True)), instances.c.deleted.is_(False))
+    .where(instances.c.fleet_id.in_(sa.bindparam("ids", expanding=True)), instances.c.deleted == sa.false())
     .order_by(instances.c.instance_num)
 )
 _ACTIVE_INSTANCES_OF = _INSTANCES_OF.where(
@@ -90,7 +90,7 @@ _ACTIVE_INSTANCES_OF = _INSTANCES_OF.where(
 _LIVE_FLEETS = (
     sa.select(fleets, projects.c.name.label("project_name"))
     .join(projects, projects.c.id == fleets.c.project_id)
-    .where(fleets.c.deleted.is_(False))
+    .where(fleets.c.deleted == sa.false())
     .order_by(fleets.c.created_at.desc(), fleets.c.id.desc())
 )
 
@@ -126,7 +126,7 @@ async def list_fleets(
         if project_ids is not None:
             q = q.where(fleets.c.project_id.in_(project_ids))
         if not include_deleted:
-            q = q.where(fleets.c.deleted.is_(False))
+            q = q.where(fleets.c.deleted == sa.false())
         if after is not None:
             cmp = sa.tuple_(fleets.c.created_at, fleets.c.id)
             bound = sa.tuple_(*(sa.literal(v) for v in after))
@@ -149,7 +149,7 @@ async def get_fleet(
     if fleet_id is not None:
         q = q.where(fleets.c.id == fleet_id)
     else:
-        q = q.where(fleets.c.name == name, fleets.c.deleted.is_(False))
+        q = q.where(fleets.c.name == name, fleets.c.deleted == sa.false())
     row = (await conn.execute(q)).first()
     if row is None:
         return None
@@ -193,7 +193,7 @@ async def list_instances(
         sa.select(instances, projects.c.name.label("project_name"), fleets.c.name.label("fleet_name"))
         .join(projects, projects.c.id == instances.c.project_id)
         .outerjoin(fleets, fleets.c.id == instances.c.fleet_id)
-        .where(instances.c.deleted.is_(False))
+        .where(instances.c.deleted == sa.false())
     )
     if project_ids is not None:
         q = q.where(instances.c.project_id.in_(project_ids))

@@ -146,7 +146,7 @@ async def _count_counted(conn: AsyncConnection, fleet_id: str) -> int:
         .where(
             instances.c.fleet_id == fleet_id,
             instances.c.status != "terminated",
-            instances.c.deleted.is_(False),
+            instances.c.deleted == sa.false(),
         )
     )
     return int((await conn.execute(q)).scalar_one())
@@ -154,7 +154,7 @@ async def _count_counted(conn: AsyncConnection, fleet_id: str) -> int:
 
 async def _next_instance_num(conn: AsyncConnection, fleet_id: str) -> int:
     q = sa.select(instances.c.instance_num).where(
-        instances.c.fleet_id == fleet_id, instances.c.status != "terminated", instances.c.deleted.is_(False)
+        instances.c.fleet_id == fleet_id, instances.c.status != "terminated", instances.c.deleted == sa.false()
     )
     used = {r.instance_num for r in await conn.execute(q)}
     n = 0
@@ -167,7 +167,7 @@ async def _count_backend(conn: AsyncConnection, backend: str) -> int:
     q = (
         sa.select(sa.func.count())
         .select_from(instances)
-        .where(instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted.is_(False))
+        .where(instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted == sa.false())
     )
     return int((await conn.execute(q)).scalar_one())
 

@@ -64,6 +64,6 @@ async def _waits_other_than(
     if project_name is None:
         q = q.where(jobs.c.project_id == victim_project_id)
     else:
-        named = sa.select(projects.c.id).where(projects.c.name == project_name, projects.c.deleted.is_(False))
+        named = sa.select(projects.c.id).where(projects.c.name == project_name, projects.c.deleted == sa.false())
         q = q.where(jobs.c.project_id.in_(named))
     return (await conn.execute(q.limit(1))).first() is not None

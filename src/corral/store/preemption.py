@@ -92,7 +92,7 @@ async def holding_jobs(conn: AsyncConnection, run_types: Mapping[str, str]) -> t
 
 async def busy_blocks(conn: AsyncConnection) -> dict[str, int]:
     """Each instance's busy blocks now (``instances.busy_blocks``, recounted whenever a job lets go)."""
-    q = sa.select(instances.c.id, instances.c.busy_blocks).where(instances.c.deleted.is_(False))
+    q = sa.select(instances.c.id, instances.c.busy_blocks).where(instances.c.deleted == sa.false())
     return {r.id: int(r.busy_blocks or 0) for r in await conn.execute(q)}
 
 

@@ -20,7 +20,7 @@ _FINISHED_RUNS = [s.value for s in RunStatus if s.is_finished()]
 
 
 #: Every live project's stored backends (built once: ``store/prebuilt.py`` says why), and those of ``:ids``.
-_BACKENDS = sa.select(projects.c.id, projects.c.backends).where(projects.c.deleted.is_(False))
+_BACKENDS = sa.select(projects.c.id, projects.c.backends).where(projects.c.deleted == sa.false())
 _BACKENDS_OF = _BACKENDS.where(projects.c.id.in_(sa.bindparam("ids", expanding=True)))
 
 
@@ -59,13 +59,13 @@ async def active_resources(conn: AsyncConnection, project_id: str) -> tuple[list
     run_names = (
         await conn.execute(
             sa.select(runs.c.run_name).where(
-                runs.c.project_id == project_id, runs.c.deleted.is_(False), runs.c.status.not_in(_FINISHED_RUNS)
+                runs.c.project_id == project_id, runs.c.deleted == sa.false(), runs.c.status.not_in(_FINISHED_RUNS)
             )
         )
     ).scalars()
     fleet_names = (
         await conn.execute(
-            sa.select(fleets.c.name).where(fleets.c.project_id == project_id, fleets.c.deleted.is_(False))
+            sa.select(fleets.c.name).where(fleets.c.project_id == project_id, fleets.c.deleted == sa.false())
         )
     ).scalars()
     return list(run_names), list(fleet_names)
@@ -74,17 +74,17 @@ async def active_resources(conn: AsyncConnection, project_id: str) -> tuple[list
 async def member_projects_without_fleets(conn: AsyncConnection, user_id: str) -> list[str]:
     """Ids of the live projects ``user_id`` is a member of that have no fleet not deleted, neither their own
     nor imported; oldest first (dstack's ``list_projects_with_no_active_fleets``)."""
-    own = sa.select(fleets.c.id).where(fleets.c.project_id == projects.c.id, fleets.c.deleted.is_(False))
+    own = sa.select(fleets.c.id).where(fleets.c.project_id == projects.c.id, fleets.c.deleted == sa.false())
     imported = (
         sa.select(fleets.c.id)
         .join(exported_fleets, exported_fleets.c.fleet_id == fleets.c.id)
         .join(export_importers, export_importers.c.export_id == exported_fleets.c.export_id)
-        .where(export_importers.c.project_id == projects.c.id, fleets.c.deleted.is_(False))
+        .where(export_importers.c.project_id == projects.c.id, fleets.c.deleted == sa.false())
     )
     q = (
         sa.select(projects.c.id)
         .join(members, sa.and_(members.c.project_id == projects.c.id, members.c.user_id == user_id))
-        .where(projects.c.deleted.is_(False), ~sa.exists(own), ~sa.exists(imported))
+        .where(projects.c.deleted == sa.false(), ~sa.exists(own), ~sa.exists(imported))
         .order_by(projects.c.created_at, projects.c.id)
     )
     return list((await conn.execute(q)).scalars())
@@ -99,7 +99,7 @@ async def member_project_ids(conn: AsyncConnection, user_id: str, names: Sequenc
     q = (
         sa.select(projects.c.id)
         .join(members, sa.and_(members.c.project_id == projects.c.id, members.c.user_id == user_id))
-        .where(projects.c.deleted.is_(False))
+        .where(projects.c.deleted == sa.false())
     )
     if names is not None:
         q = q.where(projects.c.name.in_(list(names)))
@@ -107,7 +107,7 @@ async def member_project_ids(conn: AsyncConnection, user_id: str, names: Sequenc
 
 
 async def all_project_ids(conn: AsyncConnection, names: Sequence[str] | None = None) -> list[str]:
-    q = sa.select(projects.c.id).where(projects.c.deleted.is_(False))
+    q = sa.select(projects.c.id).where(projects.c.deleted == sa.false())
     if names is not None:
         q = q.where(projects.c.name.in_(list(names)))
     return list((await conn.execute(q)).scalars())
@@ -117,7 +117,7 @@ async def owned_project_count(conn: AsyncConnection, user_id: str) -> int:
     q = (
         sa.select(sa.func.count())
         .select_from(projects)
-        .where(projects.c.owner_id == user_id, projects.c.deleted.is_(False))
+        .where(projects.c.owner_id == user_id, projects.c.deleted == sa.false())
     )
     return int((await conn.execute(q)).scalar_one())
 
@@ -125,7 +125,7 @@ async def owned_project_count(conn: AsyncConnection, user_id: str) -> int:
 async def names_naming_backend(conn: AsyncConnection, backend: str) -> list[str]:
     """The names of the live projects whose stored backends name ``backend`` (a text match on the stored JSON:
     a project it lists may still not configure that backend)."""
-    q = sa.select(projects.c.name).where(projects.c.deleted.is_(False), projects.c.backends.like(f'%"{backend}"%'))
+    q = sa.select(projects.c.name).where(projects.c.deleted == sa.false(), projects.c.backends.like(f'%"{backend}"%'))
     return list((await conn.execute(q)).scalars())
 
 

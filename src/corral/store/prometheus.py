@@ -78,7 +78,7 @@ async def live_instances(conn: AsyncConnection) -> list[LiveInstance]:
         )
         .join(projects, projects.c.id == instances.c.project_id)
         .outerjoin(fleets, fleets.c.id == instances.c.fleet_id)
-        .where(instances.c.status.in_(LIVE_INSTANCE_STATUSES), instances.c.deleted.is_(False))
+        .where(instances.c.status.in_(LIVE_INSTANCE_STATUSES), instances.c.deleted == sa.false())
         .order_by(projects.c.name, instances.c.name)
     )
     return [

@@ -148,7 +148,7 @@ class Pool:
 
 async def project_pool(conn: AsyncConnection, project_id: str) -> Pool:
     importers = await export_store.fleet_importers(conn)
-    rows = (await conn.execute(sa.select(fleets.c.id, fleets.c.project_id).where(fleets.c.deleted.is_(False)))).all()
+    rows = (await conn.execute(sa.select(fleets.c.id, fleets.c.project_id).where(fleets.c.deleted == sa.false()))).all()
     mine = [r for r in rows if r.project_id == project_id or project_id in importers.get(r.id, frozenset())]
     sharing = {project_id}
     for r in mine:
@@ -159,7 +159,7 @@ async def project_pool(conn: AsyncConnection, project_id: str) -> Pool:
         iq = sa.select(instances.c.offer, instances.c.price).where(
             instances.c.fleet_id.in_([r.id for r in mine]),
             instances.c.status != "terminated",
-            instances.c.deleted.is_(False),
+            instances.c.deleted == sa.false(),
         )
         for inst in await conn.execute(iq):
             gpus, cpus, mem = offer_parts(inst.offer)

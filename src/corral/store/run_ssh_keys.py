@@ -38,7 +38,7 @@ async def replace_run_keys(conn: AsyncConnection, user_id: str, old_pub: str, ne
         await conn.execute(
             sa.select(runs.c.id, runs.c.run_spec).where(
                 runs.c.user_id == user_id,
-                runs.c.deleted.is_(False),
+                runs.c.deleted == sa.false(),
                 reachable,
                 runs.c.run_spec.contains(body, autoescape=True),
             )

@@ -83,7 +83,7 @@ _RUNS = sa.select(
     runs.c.next_triggered_at,
     runs.c.stop_on_master_done,
 )
-_ACTIVE = [runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted.is_(False)]
+_ACTIVE = [runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted == sa.false()]
 # a scoped pass's statements, built once (``store/prebuilt.py`` says why): the runs of ``:ids`` still active
 _SCOPED = _RUNS.where(*_ACTIVE, runs.c.id.in_(sa.bindparam("ids", expanding=True)))
 _SCOPED_SETTLING = _SCOPED.where(runs.c.status != "pending")

@@ -145,7 +145,7 @@ def _run_filters(
     ascending: bool,
     after: tuple[float, str] | None,
 ) -> sa.Select[Any]:
-    q = q.where(runs.c.deleted.is_(False))
+    q = q.where(runs.c.deleted == sa.false())
     if project_ids is not None:
         q = q.where(runs.c.project_id.in_(project_ids))
     if only_active:
@@ -205,7 +205,7 @@ async def get_run(
     if run_id is not None:
         q = q.where(runs.c.id == run_id)
     else:
-        q = q.where(runs.c.run_name == run_name, runs.c.deleted.is_(False))
+        q = q.where(runs.c.run_name == run_name, runs.c.deleted == sa.false())
     row = (await conn.execute(q)).first()
     if row is None:
         return None

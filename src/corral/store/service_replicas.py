@@ -92,7 +92,7 @@ async def _replicas(conn: AsyncConnection, where: Any) -> list[Replica]:
             jobs.c.status == "running",
             jobs.c.ready.is_not(None),
             jobs.c.instance_id.is_not(None),
-            runs.c.deleted.is_(False),
+            runs.c.deleted == sa.false(),
             where,
         )
     )
@@ -141,9 +141,9 @@ async def route(conn: AsyncConnection, project_name: str, run_name: str) -> Rout
             .join(projects, projects.c.id == runs.c.project_id)
             .where(
                 projects.c.name == project_name,
-                projects.c.deleted.is_(False),
+                projects.c.deleted == sa.false(),
                 runs.c.run_name == run_name,
-                runs.c.deleted.is_(False),
+                runs.c.deleted == sa.false(),
                 runs.c.status.notin_(_ENDED),
             )
             .order_by(runs.c.submitted_at.desc())
@@ -202,8 +202,8 @@ async def models(conn: AsyncConnection, project_name: str) -> list[tuple[str, st
             .join(projects, projects.c.id == runs.c.project_id)
             .where(
                 projects.c.name == project_name,
-                projects.c.deleted.is_(False),
-                runs.c.deleted.is_(False),
+                projects.c.deleted == sa.false(),
+                runs.c.deleted == sa.false(),
                 runs.c.status.notin_(_ENDED),
                 runs.c.service_templates.is_not(None),
             )

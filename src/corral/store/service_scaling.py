@@ -75,7 +75,7 @@ async def live_services(conn: AsyncConnection) -> list[ServiceState]:
                 runs.c.priority,
                 runs.c.run_spec,
                 runs.c.service_templates,
-            ).where(runs.c.service_templates.is_not(None), runs.c.status.in_(LIVE), runs.c.deleted.is_(False))
+            ).where(runs.c.service_templates.is_not(None), runs.c.status.in_(LIVE), runs.c.deleted == sa.false())
         )
     ).all()
     if not rows:

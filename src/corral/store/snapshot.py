@@ -71,7 +71,7 @@ def waiting_query() -> sa.Select[Any]:
 
 async def waiting_jobs(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> list[Any]:
     """The queue's rows without their documents (``scheduling/queue``), of ``project_ids`` only if given."""
-    q = waiting_query().where(projects.c.deleted.is_(False))
+    q = waiting_query().where(projects.c.deleted == sa.false())
     if project_ids is not None:
         q = q.where(jobs.c.project_id.in_(list(project_ids)))
     return list((await conn.execute(q)).all())
@@ -84,7 +84,9 @@ async def load_fleets(conn: AsyncConnection, project_ids: list[str] | None = Non
 
 #: The offers of ``:backend``'s instances not yet confirmed terminated (built once: ``store/prebuilt.py``).
 _LIVE_OFFERS = sa.select(instances.c.offer).where(
-    instances.c.backend == sa.bindparam("backend"), instances.c.status != "terminated", instances.c.deleted.is_(False)
+    instances.c.backend == sa.bindparam("backend"),
+    instances.c.status != "terminated",
+    instances.c.deleted == sa.false(),
 )
 
 

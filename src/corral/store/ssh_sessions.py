@@ -28,7 +28,7 @@ async def reachability(conn: AsyncConnection, job_ids: Sequence[str]) -> dict[st
     rows = await conn.execute(
         sa.select(jobs.c.id, jobs.c.status, jobs.c.termination_reason, jobs.c.finished_at)
         .join(runs, runs.c.id == jobs.c.run_id)
-        .where(jobs.c.id.in_(list(job_ids)), runs.c.deleted.is_(False))
+        .where(jobs.c.id.in_(list(job_ids)), runs.c.deleted == sa.false())
     )
     return {r.id: Reachability(r.status, r.termination_reason, r.finished_at) for r in rows}
 

@@ -39,7 +39,7 @@ async def waiting_runs(conn: AsyncConnection) -> list[Waiting]:
     """Every pending run that waits for a trigger (one narrow, indexed query)."""
     rows = await conn.execute(
         sa.select(runs.c.id, runs.c.run_name, runs.c.next_triggered_at).where(
-            runs.c.status == "pending", runs.c.next_triggered_at.is_not(None), runs.c.deleted.is_(False)
+            runs.c.status == "pending", runs.c.next_triggered_at.is_not(None), runs.c.deleted == sa.false()
         )
     )
     return [Waiting(r.id, r.run_name, float(r.next_triggered_at)) for r in rows]
@@ -58,7 +58,7 @@ async def fire(conn: AsyncConnection, run_id: str, trigger_at: float, now: float
         runs.c.id == run_id,
         runs.c.status == "pending",
         runs.c.next_triggered_at == trigger_at,
-        runs.c.deleted.is_(False),
+        runs.c.deleted == sa.false(),
     )
     row = (await conn.execute(sa.select(runs.c.project_id, runs.c.job_templates).where(where))).first()
     if row is None or not row.job_templates:

@@ -48,7 +48,7 @@ async def resolve(conn: AsyncConnection, session_id: str, now: float) -> UserRec
                 ui_sessions.c.id_hash == session_hash(session_id),
                 ui_sessions.c.expires_at > now,
                 ui_sessions.c.token_hash == users.c.token_hash,
-                users.c.deleted.is_(False),
+                users.c.deleted == sa.false(),
                 users.c.active.is_(True),
             )
         )
