@@ -3,28 +3,17 @@ it cannot store, never stores half an entry, and says what it dropped once a lin
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from corral.agent.logstore import LogStore, pump
 from skip_policy import needs_root
+from tmpfs_mount import tmpfs
 
 pytestmark = needs_root("mounting a tmpfs needs root (CI runs as root)")
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def test_a_job_writing_past_a_full_disk_never_blocks_and_what_was_dropped_is_said(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from moto_harness import Hypervisor, MotoEC2
+from moto_harness import FaultProxy, Hypervisor, MotoEC2, fault_proxy
 
 from fakehosts import FakeHosts
 
@@ -53,3 +53,12 @@ def hypervisor(moto: MotoEC2, cloud_hosts: FakeHosts, vpc: tuple[str, str, str])
         yield hv
     finally:
         hv.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(moto: MotoEC2, hypervisor: Hypervisor, vpc: tuple[str, str, str]) -> Iterator[FaultProxy]:
+    """corral reaches EC2 through the fault proxy, which has no capacity in zone a (the VPC's first zone: no fake
+    hosts there). A module that needs other faults defines its own ``proxy``."""
+    _vpc, zone_a, _zone_b = vpc
+    with fault_proxy(moto, [zone_a]) as fp:
+        yield fp

@@ -9,13 +9,13 @@ import asyncio
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
 from aws_server import fleet_server
-from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2, fault_proxy
+from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2
 
 from corral.backends.aws import ec2
 from corral.backends.aws.launch import user_data
@@ -40,14 +40,6 @@ projects:
         tags: {{team: ml}}
 """
 FLEET = {"type": "fleet", "name": "awsfl", "nodes": "0..3", "backends": ["aws"], "resources": {"cpu": "2.."}}
-
-
-@pytest.fixture(scope="module")
-def proxy(moto: MotoEC2, hypervisor: Hypervisor, vpc: tuple[str, str, str]) -> Iterator[FaultProxy]:
-    """corral reaches EC2 through the fault proxy, which has no capacity in zone a (the VPC's first zone)."""
-    _vpc, zone_a, _zone_b = vpc
-    with fault_proxy(moto, [zone_a]) as fp:
-        yield fp
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
 from aws_server import fleet_server
-from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2, fault_proxy
+from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2
 
 from corral.services import cloud_backends
 from corral.settings import Settings
@@ -33,13 +33,6 @@ projects:
 FLEET = {"type": "fleet", "name": "orphfl", "nodes": "0..1", "backends": ["aws"], "resources": {"cpu": "2.."}}
 #: What the task asks for: an orphan must be gone within two minutes of its launch.
 BOUND = 120.0
-
-
-@pytest.fixture(scope="module")
-def proxy(moto: MotoEC2, hypervisor: Hypervisor, vpc: tuple[str, str, str]) -> Iterator[FaultProxy]:
-    """corral reaches EC2 through the fault proxy, which has no capacity in zone a (no fake hosts there)."""
-    with fault_proxy(moto, [vpc[1]]) as fp:
-        yield fp
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -16,7 +16,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +25,7 @@ import pytest_asyncio
 from aws_server import fleet_server
 from dstack_client_env import cli_env, client_venv, short_home
 from facts import UBUNTU_2204_NAME
-from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2, fault_proxy
+from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2
 
 from corral.services import cloud_backends
 from server_harness import RunningServer, finished_run
@@ -60,13 +60,6 @@ CATALOG = (
 LIVE = ["pending", "running", "stopping", "stopped", "shutting-down"]
 #: What the task asks: an orphan is gone within two minutes of its launch.
 ORPHAN_BOUND = 120.0
-
-
-@pytest.fixture(scope="module")
-def proxy(moto: MotoEC2, hypervisor: Hypervisor, vpc: tuple[str, str, str]) -> Iterator[FaultProxy]:
-    """corral reaches EC2 through the fault proxy, which has no capacity in zone a (no fake hosts there)."""
-    with fault_proxy(moto, [vpc[1]]) as fp:
-        yield fp
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -7,14 +7,14 @@ spot instance -- found through DescribeInstances within one host check: the job 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
 import pytest
 import pytest_asyncio
 from aws_server import fleet_server
-from moto_harness import REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2, fault_proxy
+from moto_harness import REGION, VPC_NAME, FaultProxy, Hypervisor
 
 from server_harness import RunningServer, finished_run, get_run, wait_for
 
@@ -38,13 +38,6 @@ def _task(name: str, commands: list[str], **conf: Any) -> dict[str, Any]:
     configuration = {"type": "task", "name": name, "commands": commands, "fleets": ["spotfl"],
                      "resources": {"cpu": "2.."}, **conf}  # fmt: skip
     return {"force": True, "plan": {"run_spec": {"configuration": configuration}}}
-
-
-@pytest.fixture(scope="module")
-def proxy(moto: MotoEC2, hypervisor: Hypervisor, vpc: tuple[str, str, str]) -> Iterator[FaultProxy]:
-    """corral reaches EC2 through the fault proxy, which has no capacity in zone a (no fake hosts there)."""
-    with fault_proxy(moto, [vpc[1]]) as fp:
-        yield fp
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

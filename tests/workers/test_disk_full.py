@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import pytest
 
 from server_harness import finished_run, fleet_body, get_run, make_settings, running_server, task_body, wait_for
 from skip_policy import needs_root
+from tmpfs_mount import tmpfs
 
 pytestmark = needs_root("mounting a tmpfs needs root (CI runs as root)")
 
@@ -31,16 +30,6 @@ SMALL = {"cpu": "1..", "memory": "0.1GB..", "disk": "0.01GB.."}
 
 def task(name: str, *commands: str) -> dict[str, Any]:
     return task_body(list(commands), name=name, resources=SMALL)
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: int) -> Iterator[Path]:
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def free(path: Path) -> int:

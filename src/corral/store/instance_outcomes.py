@@ -176,27 +176,9 @@ async def record_lost(conn: AsyncConnection, instance_id: str, message: str, now
             "busy_blocks": 0,
         },
     )
-    if not changed:
-        return False
-    await tracked_update(
-        conn,
-        jobs,
-        sa.and_(jobs.c.instance_id == instance_id, jobs.c.status.in_(_INTERRUPTED)),
-        {
-            "status": "failed",
-            "termination_reason": "interrupted_by_no_capacity",
-            "termination_reason_message": message,
-            "finished_at": now,
-            "last_processed_at": now,
-        },
-    )
-    await tracked_update(
-        conn,
-        jobs,
-        sa.and_(jobs.c.instance_id == instance_id, jobs.c.status == "terminating"),
-        {"status": "terminated", "finished_at": now, "last_processed_at": now},
-    )
-    return True
+    if changed:
+        await _end_jobs_on(conn, instance_id, "interrupted_by_no_capacity", message, now)
+    return bool(changed)
 
 
 async def record_unreachable(conn: AsyncConnection, instance_id: str, message: str, now: float) -> bool:
@@ -217,15 +199,20 @@ async def record_unreachable(conn: AsyncConnection, instance_id: str, message: s
             "busy_blocks": 0,
         },
     )
-    if not changed:
-        return False
+    if changed:
+        await _end_jobs_on(conn, instance_id, "instance_unreachable", message, now)
+    return bool(changed)
+
+
+async def _end_jobs_on(conn: AsyncConnection, instance_id: str, reason: str, message: str, now: float) -> None:
+    """The jobs of an instance that is gone (or given up): running ones fail with ``reason``, stopping ones end."""
     await tracked_update(
         conn,
         jobs,
         sa.and_(jobs.c.instance_id == instance_id, jobs.c.status.in_(_INTERRUPTED)),
         {
             "status": "failed",
-            "termination_reason": "instance_unreachable",
+            "termination_reason": reason,
             "termination_reason_message": message,
             "finished_at": now,
             "last_processed_at": now,
@@ -237,7 +224,6 @@ async def record_unreachable(conn: AsyncConnection, instance_id: str, message: s
         sa.and_(jobs.c.instance_id == instance_id, jobs.c.status == "terminating"),
         {"status": "terminated", "finished_at": now, "last_processed_at": now},
     )
-    return True
 
 
 async def drop_all_leases(conn: AsyncConnection) -> None:
