@@ -67,12 +67,24 @@ install_test_packages() {
   # npm fetches axe-core for the accessibility audit (cached under ~/.cache/corral-tests).
   command -v chromium >/dev/null || missing+=(chromium)
   command -v npm >/dev/null || missing+=(npm)
-  [ ${#missing[@]} -gt 0 ] || return 0
+  # The Slurm backend's test cluster (tests/slurm_harness.py): Debian's Slurm daemons, its client and munge,
+  # without their recommends (installed on their own below).
+  local slurm=()
+  command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sinfo >/dev/null \
+    && command -v munged >/dev/null || slurm+=(slurmctld slurmd slurm-client munge)
+  [ $((${#missing[@]} + ${#slurm[@]})) -gt 0 ] || return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "== apt-get install ${missing[*]}"
-    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    apt-get update -qq >/dev/null
+    if [ ${#missing[@]} -gt 0 ]; then
+      echo "== apt-get install ${missing[*]}"
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    if [ ${#slurm[@]} -gt 0 ]; then
+      echo "== apt-get install --no-install-recommends ${slurm[*]}"
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${slurm[@]}" >/dev/null
+    fi
   else
-    echo "== missing: ${missing[*]} (not root or no apt-get: the tests that need them will fail saying so)"
+    echo "== missing: ${missing[*]} ${slurm[*]} (not root or no apt-get: the tests that need them will fail saying so)"
   fi
 }
 install_test_packages

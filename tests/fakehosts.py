@@ -74,6 +74,9 @@ class HostSpec:
     nologin_user: bool = False
     #: Its own ``dockerd`` at /var/run/docker.sock (see the module's docstring).
     docker: bool = False
+    #: Directories of this machine mounted into the host at each boot, ``{path inside: path here}``: a file
+    #: system every host shares (an NFS ``/home``).
+    binds: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -311,6 +314,10 @@ class FakeHosts:
             # sockets, pid files) would show through the overlay and change under it
             f"mount -t tmpfs -o mode=755 tmpfs {m}/run && mkdir -p {m}/run/sshd {m}/run/lock && "
             f"hostname {host.name} && "
+            + "".join(
+                f"mkdir -p {m}{inside} && mount --bind {shlex.quote(here)} {m}{inside} && "
+                for inside, here in host.spec.binds.items()
+            )
         ) + (
             fakehost_docker.boot_script(
                 m, self.docker_data(host.name), f"/cfh{self.n}-{host.name}", f"{self.subnet}.0/24", SSHD
