@@ -1,6 +1,7 @@
 """Command line of the agent.
 
-    python -m corral.agent serve --work-dir DIR --token-file FILE [--host 127.0.0.1] [--port 0]
+    python -m corral.agent serve --work-dir DIR (--token-file FILE | --endpoint-file FILE)
+                                 [--host 127.0.0.1] [--port 0]
                                  [--docker-host unix:///var/run/docker.sock]
                                  [--sandbox auto|on|off] [--uid-range FIRST-LAST] [--hide PATH ...]
     python3 -I agent.pyz serve ...            (the same, from the zipapp)
@@ -12,6 +13,11 @@ Once listening, ``serve`` writes ``DIR/agent.pid`` and then ``DIR/agent.port`` (
 port file appearing means the agent is ready) and logs to stderr. SIGTERM or SIGINT do what
 ``POST /shutdown`` does: stop all jobs (gracefully, bounded) and exit 0. Both files are removed
 on a clean exit.
+
+``--endpoint-file FILE`` (an agent started inside a Slurm allocation, on a node the server cannot log in to):
+without ``--token-file`` the agent picks its own token; once listening it writes ``{"url", "token"}`` as JSON
+to FILE (atomically, mode 0600, its directory made if missing), which the server reads through the cluster's
+shared home. The file is removed on a clean exit.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ import argparse
 import json
 import logging
 import os
+import secrets
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -37,17 +45,42 @@ def _write_atomic(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _serve(args: argparse.Namespace) -> int:  # noqa: C901, PLR0915
-    work_dir = os.path.abspath(args.work_dir)
-    os.makedirs(work_dir, exist_ok=True)
+def write_endpoint(path: str, host: str, port: int, token: str) -> None:
+    """``{url, token}`` for the server, readable by the agent's user alone, written whole or not at all."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    url_host = f"[{host}]" if ":" in host else host
+    os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"url": f"http://{url_host}:{port}", "token": token}, f)
+    os.replace(tmp, path)
+
+
+def _read_token(args: argparse.Namespace) -> str | None:
+    if args.token_file is None:
+        if args.endpoint_file is None:
+            log.error("give --token-file, or --endpoint-file for an agent that picks its own token")
+            return None
+        return secrets.token_hex(24)
     try:
         with open(args.token_file) as f:
             token = f.read().strip()
     except OSError as e:
         log.error("cannot read the token file: %s", e)
-        return 2
+        return None
     if not token:
         log.error("the token file %s is empty", args.token_file)
+        return None
+    return token
+
+
+def _serve(args: argparse.Namespace) -> int:  # noqa: C901, PLR0915
+    work_dir = os.path.abspath(args.work_dir)
+    os.makedirs(work_dir, exist_ok=True)
+    token = _read_token(args)
+    if token is None:
         return 2
     try:
         environ = dict(os.environ)
@@ -109,11 +142,13 @@ def _serve(args: argparse.Namespace) -> int:  # noqa: C901, PLR0915
     port_path = os.path.join(work_dir, "agent.port")
     _write_atomic(pid_path, f"{os.getpid()}\n")
     _write_atomic(port_path, f"{agent.port}\n")
+    if args.endpoint_file is not None:
+        write_endpoint(args.endpoint_file, args.host, agent.port, token)
     log.info("corral agent listening on %s:%d (work dir %s)", args.host, agent.port, work_dir)
     try:
         agent.serve_forever()
     finally:
-        for path in (port_path, pid_path):
+        for path in (port_path, pid_path, *((args.endpoint_file,) if args.endpoint_file else ())):
             try:
                 os.unlink(path)
             except OSError:
@@ -145,7 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the agent's HTTP API")
     serve.add_argument("--work-dir", required=True, help="where jobs, logs and state live")
-    serve.add_argument("--token-file", required=True, help="file holding the bearer token")
+    serve.add_argument("--token-file", default=None, help="file holding the bearer token")
+    serve.add_argument(
+        "--endpoint-file",
+        default=None,
+        help="write {url, token} as JSON here once listening (mode 0600); without --token-file the agent "
+        "picks its own token (an agent in a Slurm allocation)",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=0, help="port (0 = pick a free one)")
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ...")
