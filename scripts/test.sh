@@ -63,6 +63,9 @@ install_test_packages() {
   dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" || missing+=(busybox-static)
   # Postgres tests (tests/pg_harness.py): a throwaway cluster from initdb + pg_ctl.
   compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null || missing+=(postgresql)
+  # The ACME tests (tests/pebble_harness.py): pebble, a private ACME CA, and pebble-challtestsrv as its DNS server
+  # (the Debian package ships both).
+  command -v pebble >/dev/null && command -v pebble-challtestsrv >/dev/null || missing+=(pebble)
   # The web UI's browser tests (tests/ui/test_ui_browser.py): Debian's chromium, driven by Playwright;
   # npm fetches axe-core for the accessibility audit (cached under ~/.cache/corral-tests).
   command -v chromium >/dev/null || missing+=(chromium)

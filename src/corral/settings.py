@@ -26,6 +26,8 @@ def _float_env(env: dict[str, str], name: str, default: float | None) -> float |
 
 #: The longest admin token accepted: sealed (``store/encryption.py``) it must fit the 200-character column.
 MAX_ADMIN_TOKEN = 100
+#: Let's Encrypt's production ACME directory (https://letsencrypt.org/docs/client-options/, "ACME v2 endpoint").
+LETS_ENCRYPT_DIRECTORY = "https://acme-v02.api.letsencrypt.org/directory"
 #: gpuhunt's public catalogue bucket, catalogue v3 (gpuhunt ``_internal/catalog.py``: ``CATALOG_URL``).
 GPUHUNT_CATALOG_URL = "https://dstack-gpu-pricing.s3.eu-west-1.amazonaws.com/v3"
 
@@ -213,6 +215,15 @@ class Settings:
     #: How long an apply waits for the policy service's answer, in seconds (``CORRAL_PLUGIN_REQUEST_TIMEOUT``;
     #: dstack 0.22.5's ``PLUGIN_REQUEST_TIMEOUT_SEC`` is 8, in ``dstack/plugins/builtin/rest_plugin/_plugin.py``).
     plugin_request_timeout: float = 8.0
+    #: The ACME directory gateways' certificates come from (``CORRAL_ACME_SERVER``, else dstack's
+    #: ``DSTACK_ACME_SERVER``; default Let's Encrypt's production directory; docs/gateways.md#certificates).
+    acme_server: str = LETS_ENCRYPT_DIRECTORY
+    #: External Account Binding credentials for that CA (``CORRAL_ACME_EAB_KID`` and ``CORRAL_ACME_EAB_HMAC_KEY``,
+    #: else dstack's ``DSTACK_ACME_EAB_*``): both or neither.
+    acme_eab_kid: str | None = None
+    acme_eab_hmac_key: str | None = None
+    #: The PEM file the ACME server's TLS is verified against (``CORRAL_ACME_CA_BUNDLE``; None: the system store).
+    acme_ca_bundle: Path | None = None
 
     def unreachable_timeout(self, backend: str) -> float:
         """How long an instance of ``backend`` may go without its agent answering before it is given up."""
@@ -332,6 +343,7 @@ class Settings:
         s = _clouds(s, e)
         s = _disk(s, e)
         s = _plugins(s, e)
+        s = _acme(s, e)
         if overrides:
             s = replace(s, **overrides)  # type: ignore[arg-type]
         return s
@@ -518,3 +530,28 @@ def _metrics(s: Settings, e: dict[str, str]) -> Settings:
             )
         s = replace(s, utilization_min_window=window)
     return replace(s, enable_prometheus_metrics=enabled, prometheus_auth_token=token)
+
+
+def _acme(s: Settings, e: dict[str, str]) -> Settings:
+    """The ACME CA of gateways' certificates: ``CORRAL_ACME_*``, else dstack's ``DSTACK_ACME_*``."""
+    var, server = _either(e, "ACME_SERVER")
+    if server is not None and not server.startswith(("https://", "http://")):
+        raise SettingsError(f"{var}={server!r} must be the URL of an ACME directory, such as {LETS_ENCRYPT_DIRECTORY}")
+    kid_var, kid = _either(e, "ACME_EAB_KID")
+    key_var, key = _either(e, "ACME_EAB_HMAC_KEY")
+    if (kid is None) != (key is None):
+        given, missing = (kid_var, key_var) if key is None else (key_var, kid_var)
+        raise SettingsError(f"{given} is set but {missing} is not: External Account Binding needs both")
+    bundle = e.get("CORRAL_ACME_CA_BUNDLE") or None
+    if bundle is not None and not Path(bundle).expanduser().is_file():
+        raise SettingsError(
+            f"CORRAL_ACME_CA_BUNDLE={bundle!r} is not a file: point it at the PEM of the CA that the ACME server's "
+            "TLS certificate chains to, or unset it to use the system store"
+        )
+    return replace(
+        s,
+        acme_server=server or LETS_ENCRYPT_DIRECTORY,
+        acme_eab_kid=kid,
+        acme_eab_hmac_key=key,
+        acme_ca_bundle=Path(bundle).expanduser() if bundle else None,
+    )

@@ -1,0 +1,374 @@
+"""The ACME client: one certificate for one host name by HTTP-01 (RFC 8555 §7 and §8.3).
+
+``AcmeClient(directory_url, ...).issue(host, publish=..., withdraw=...)`` registers the account when it has none
+yet (again when the CA no longer knows it), orders, has the caller publish each token's key authorization where
+the CA fetches it (``http://<host>/.well-known/acme-challenge/<token>``), asks the CA to validate, polls (honouring
+``Retry-After``), withdraws the token whatever happened, finalizes with a CSR for a fresh P-256 key and downloads
+the chain. A ``badNonce`` is retried with the nonce that came with it (RFC 8555 §6.5); every other problem
+document becomes an :class:`AcmeError`.
+
+May import: ``corral.acme``'s own modules, ``corral.settings`` (a constant), httpx, cryptography and the standard
+library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import re
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from corral.acme import jws
+from corral.acme.errors import (
+    CA_BUNDLE_SETTING,
+    SERVER_SETTING,
+    AcmeError,
+    Problem,
+    challenge_error,
+    problem_error,
+)
+from corral.settings import LETS_ENCRYPT_DIRECTORY
+
+log = logging.getLogger(__name__)
+
+#: RFC 8555 §6.2 (requests) and §9.1 (the certificate chain).
+JOSE, PEM_CHAIN = "application/jose+json", "application/pem-certificate-chain"
+#: How many ``badNonce`` answers in a row one request may get before the issuance fails.
+MAX_BAD_NONCE = 8
+#: One HTTP request to the CA (the issuance as a whole has its own, longer, timeout).
+REQUEST_TIMEOUT = 20.0
+#: RFC 8555 §8.3: a token holds base64url characters only; anything else is not put in a URL path.
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
+Publish = Callable[[str, str], Awaitable[None]]
+Withdraw = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class EabCredentials:
+    """External Account Binding credentials from the CA (RFC 8555 §7.3.4): a key id and a base64url MAC key."""
+
+    kid: str
+    hmac_key_b64url: str
+
+
+@dataclass(frozen=True)
+class Issued:
+    """A certificate: the PEM chain (leaf first), its private key's PEM and its validity."""
+
+    fullchain_pem: str
+    key_pem: str
+    not_before: datetime
+    not_after: datetime
+
+
+class AcmeClient:
+    """An ACME account at one CA; :meth:`issue` gets certificates. Safe to share between concurrent issuances."""
+
+    def __init__(
+        self,
+        directory_url: str,
+        *,
+        ca_bundle: str | Path | None = None,
+        eab: EabCredentials | None = None,
+        account_key_pem: bytes | None = None,
+        timeout: float = 60.0,
+        poll_interval: float = 1.0,
+    ) -> None:
+        self.directory_url = directory_url
+        self.eab = eab
+        self.timeout = timeout
+        self.poll_interval = poll_interval
+        self._key = jws.generate_account_key() if account_key_pem is None else jws.load_account_key(account_key_pem)
+        self._jwk = jws.public_jwk(self._key.public_key())
+        self._verify = _tls_context(ca_bundle)
+        self._directory: dict[str, Any] | None = None
+        #: The account's URL (the ``kid`` of signed requests) once registered.
+        self.account_url: str | None = None
+
+    @property
+    def account_key_pem(self) -> bytes:
+        """The account key (PKCS #8 PEM), for the caller to seal and pass back next time."""
+        return jws.key_pem(self._key)
+
+    def key_authorization(self, token: str) -> str:
+        """RFC 8555 §8.1: the token, a dot, and the account key's RFC 7638 thumbprint."""
+        return f"{token}.{self._jwk.thumbprint()}"
+
+    async def issue(self, host: str, *, publish: Publish, withdraw: Withdraw, address: str | None = None) -> Issued:
+        """A certificate for ``host`` (``address``: where its DNS should point, named in error messages)."""
+        try:
+            return await asyncio.wait_for(self._issue(host, publish, withdraw, address), self.timeout)
+        except asyncio.TimeoutError:
+            where = f"the gateway's address {address}" if address else "the gateway's address"
+            raise AcmeError(
+                "timeout",
+                f"no certificate for {host} within {self.timeout:g} s: make sure DNS for {host} points at {where} "
+                "and that port 80 there is reachable from the internet",
+            ) from None
+
+    async def _issue(self, host: str, publish: Publish, withdraw: Withdraw, address: str | None) -> Issued:
+        async with httpx.AsyncClient(verify=self._verify, timeout=REQUEST_TIMEOUT) as http:
+            s = _Session(self, http)
+            directory = await s.directory()
+            if self.account_url is None:
+                await s.register()
+            doing = f"ordering a certificate for {host}"
+            resp = await s.post(directory["newOrder"], {"identifiers": [{"type": "dns", "value": host}]}, doing=doing)
+            order_url, order = _location(resp, doing), _json(resp, doing)
+            for authz_url in order.get("authorizations") or []:
+                await s.authorize(str(authz_url), host, publish, withdraw, address)
+            order = await s.poll(order_url, {"pending"}, doing=f"waiting for the order of {host}")
+            if order.get("status") != "ready":
+                raise _order_error(order, host)
+            key = ec.generate_private_key(ec.SECP256R1())
+            doing = f"finalizing the certificate of {host}"
+            await s.post(str(order["finalize"]), {"csr": jws.b64url(_csr(key, host))}, doing=doing)
+            order = await s.poll(order_url, {"ready", "processing"}, doing=doing)
+            if order.get("status") != "valid" or not order.get("certificate"):
+                raise _order_error(order, host)
+            doing = f"downloading the certificate of {host}"
+            resp = await s.post(
+                str(order["certificate"]), None, doing=doing, accept="application/pem-certificate-chain"
+            )
+            return _issued(resp.text, key, host)
+
+
+class _Session:
+    """One issuance's connection to the CA and its nonce; the account and directory are the client's."""
+
+    def __init__(self, client: AcmeClient, http: httpx.AsyncClient) -> None:
+        self.client = client
+        self.http = http
+        self.nonce: str | None = None
+
+    async def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        try:
+            resp = await self.http.request(method, url, **kwargs)
+        except (httpx.HTTPError, httpx.InvalidURL) as e:
+            raise _transport_error(e, self.client.directory_url) from None
+        if nonce := resp.headers.get("Replay-Nonce"):
+            self.nonce = nonce
+        return resp
+
+    async def directory(self) -> dict[str, Any]:
+        if self.client._directory is None:
+            url = self.client.directory_url
+            resp = await self._send("GET", url)
+            body: object = None
+            if resp.status_code == 200:
+                try:
+                    body = resp.json()
+                except ValueError:
+                    body = None
+            if not (isinstance(body, dict) and all(isinstance(body.get(k), str) for k in _DIRECTORY_KEYS)):
+                raise AcmeError(
+                    "directory",
+                    f"{url} is not an ACME directory (HTTP {resp.status_code}): set {SERVER_SETTING} to your CA's "
+                    f"directory URL, such as Let's Encrypt's {LETS_ENCRYPT_DIRECTORY}",
+                )
+            self.client._directory = body
+        return self.client._directory
+
+    async def _take_nonce(self) -> str:
+        if self.nonce is None:
+            doing = "asking the ACME server for a nonce"
+            resp = await self._send("HEAD", (await self.directory())["newNonce"])
+            if self.nonce is None:
+                raise problem_error(Problem("serverInternal", "no Replay-Nonce header", resp.status_code), doing)
+        nonce, self.nonce = self.nonce, None
+        return nonce
+
+    async def post(
+        self, url: str, payload: object | None, *, doing: str, as_jwk: bool = False, accept: str = "application/json"
+    ) -> httpx.Response:
+        """A signed POST (``payload`` None: POST-as-GET); ``badNonce`` retried, a forgotten account re-registered."""
+        reregistered = False
+        for _ in range(MAX_BAD_NONCE + 1):
+            kid = None if as_jwk else self.client.account_url
+            body = jws.jws(self.client._key, payload, url=url, nonce=await self._take_nonce(), kid=kid)
+            resp = await self._send(
+                "POST",
+                url,
+                content=json.dumps(body),
+                headers={"Content-Type": "application/jose+json", "Accept": accept},
+            )
+            if resp.status_code < 400:
+                return resp
+            problem = Problem.parse(_maybe_json(resp), resp.status_code)
+            if problem.type == "badNonce":
+                continue
+            if problem.type == "accountDoesNotExist" and not as_jwk and not reregistered:
+                log.info("the ACME server no longer knows account %s; registering again", self.client.account_url)
+                await self.register()
+                reregistered = True
+                continue
+            raise problem_error(problem, doing)
+        raise AcmeError("server", f"the ACME server kept answering badNonce while {doing}: try again later")
+
+    async def register(self) -> None:
+        """newAccount (RFC 8555 §7.3): terms agreed, bound to the external account when credentials are given."""
+        url = (await self.directory())["newAccount"]
+        payload: dict[str, object] = {"termsOfServiceAgreed": True}
+        eab = self.client.eab
+        if eab is not None:
+            payload["externalAccountBinding"] = jws.eab_jws(
+                self.client._jwk, kid=eab.kid, hmac_key_b64url=eab.hmac_key_b64url, url=url
+            )
+        doing = "registering the account"
+        resp = await self.post(url, payload, doing=doing, as_jwk=True)
+        self.client.account_url = _location(resp, doing)
+
+    async def poll(self, url: str, pending: set[str], *, doing: str) -> dict[str, Any]:
+        """POST-as-GET ``url`` until its status leaves ``pending``, waiting as ``Retry-After`` says."""
+        while True:
+            resp = await self.post(url, None, doing=doing)
+            obj = _json(resp, doing)
+            if obj.get("status") not in pending:
+                return obj
+            await asyncio.sleep(_retry_after(resp, self.client.poll_interval))
+
+    async def authorize(self, url: str, host: str, publish: Publish, withdraw: Withdraw, address: str | None) -> None:
+        """One authorization by HTTP-01: publish the key authorization, respond, poll, withdraw (always)."""
+        doing = f"validating {host}"
+        authz = _json(await self.post(url, None, doing=doing), doing)
+        if authz.get("status") == "valid":
+            return
+        challenge = _http01(authz)
+        if challenge is None:
+            raise AcmeError("refused", f"the CA offers no HTTP-01 challenge for {host}; corral uses HTTP-01 only")
+        token = str(challenge.get("token", ""))
+        if not _TOKEN.fullmatch(token):
+            raise AcmeError("server", f"the CA sent a challenge token for {host} that is not base64url")
+        try:
+            await publish(token, self.client.key_authorization(token))
+            await self.post(str(challenge["url"]), {}, doing=doing)
+            authz = await self.poll(url, {"pending"}, doing=doing)
+        finally:
+            try:
+                await withdraw(token)
+            except Exception:
+                log.warning("withdrawing the ACME challenge of %s failed", host, exc_info=True)
+        if authz.get("status") != "valid":
+            challenge = _http01(authz) or {}
+            raise challenge_error(Problem.parse(challenge.get("error"), 403), host, address)
+
+
+_DIRECTORY_KEYS = ("newNonce", "newAccount", "newOrder")
+
+
+def _tls_context(ca_bundle: str | Path | None) -> ssl.SSLContext:
+    if ca_bundle is None:
+        return ssl.create_default_context()
+    try:
+        return ssl.create_default_context(cafile=str(ca_bundle))
+    except (OSError, ssl.SSLError) as e:
+        raise AcmeError(
+            "ca_bundle",
+            f"{CA_BUNDLE_SETTING}={ca_bundle} cannot be used as the CA bundle ({e}): point it at a readable PEM file "
+            "of the certificates that the ACME server's TLS chains to, or unset it to use the system store",
+        ) from None
+
+
+def _transport_error(e: Exception, directory_url: str) -> AcmeError:
+    chain: BaseException | None = e
+    while chain is not None:
+        if isinstance(chain, ssl.SSLCertVerificationError):
+            return AcmeError(
+                "ca_untrusted",
+                f"the TLS certificate of the ACME server {directory_url} is not trusted ({chain.verify_message}): "
+                f"set {CA_BUNDLE_SETTING} to a PEM file of the CA that signed it (a private ACME server), or check "
+                f"{SERVER_SETTING}",
+            )
+        chain = chain.__cause__ or chain.__context__
+    if isinstance(e, httpx.TimeoutException):
+        kind, what = "unreachable", "did not answer in time"
+    elif isinstance(e, httpx.UnsupportedProtocol | httpx.InvalidURL):
+        kind, what = "directory", "is not an http(s) URL"
+    else:
+        kind, what = "unreachable", f"could not be reached ({e or type(e).__name__})"
+    return AcmeError(kind, f"the ACME server {directory_url} {what}: check {SERVER_SETTING}")
+
+
+def _maybe_json(resp: httpx.Response) -> object:
+    try:
+        return resp.json()
+    except ValueError:
+        return None
+
+
+def _json(resp: httpx.Response, doing: str) -> dict[str, Any]:
+    body = _maybe_json(resp)
+    if not isinstance(body, dict):
+        raise AcmeError("server", f"the ACME server answered {doing} with something that is not a JSON object")
+    return body
+
+
+def _location(resp: httpx.Response, doing: str) -> str:
+    location = resp.headers.get("Location")
+    if not location:
+        raise AcmeError("server", f"the ACME server answered {doing} without a Location header")
+    return str(location)
+
+
+def _retry_after(resp: httpx.Response, default: float) -> float:
+    """``Retry-After`` in seconds (a number or an HTTP date, RFC 9110 §10.2.3), within [0, 10]; else ``default``."""
+    raw = resp.headers.get("Retry-After")
+    if not raw:
+        return default
+    if raw.strip().isdigit():
+        return min(float(raw), 10.0)
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return default
+    return max(0.0, min((when - datetime.now(timezone.utc)).total_seconds(), 10.0))
+
+
+def _http01(authz: dict[str, Any]) -> dict[str, Any] | None:
+    for challenge in authz.get("challenges") or []:
+        if isinstance(challenge, dict) and challenge.get("type") == "http-01":
+            return challenge
+    return None
+
+
+def _order_error(order: dict[str, Any], host: str) -> AcmeError:
+    problem = order.get("error")
+    if problem is not None:
+        return problem_error(Problem.parse(problem, 403), f"issuing the certificate of {host}")
+    return AcmeError("server", f"the order of {host} ended {order.get('status')!r} without saying why")
+
+
+def _csr(key: ec.EllipticCurvePrivateKey, host: str) -> bytes:
+    builder = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+    )
+    return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.DER)
+
+
+def _issued(chain_pem: str, key: ec.EllipticCurvePrivateKey, host: str) -> Issued:
+    try:
+        leaf = x509.load_pem_x509_certificates(chain_pem.encode("ascii"))[0]
+    except (ValueError, UnicodeEncodeError, IndexError):
+        raise AcmeError("server", f"the ACME server sent a certificate chain for {host} that does not parse") from None
+    return Issued(
+        fullchain_pem=chain_pem,
+        key_pem=jws.key_pem(key).decode("ascii"),
+        not_before=leaf.not_valid_before_utc,
+        not_after=leaf.not_valid_after_utc,
+    )
