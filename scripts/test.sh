@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, types, import rules, the agent on Python 3.9 (vermin), the user guide (mkdocs),
+# The whole test suite: lint, types, import rules, the agent and the gateway on Python 3.9 (vermin), the user guide (mkdocs),
 # the dstack YAML corpus, and pytest (which lists every skip and fails on any that is not a platform condition).
 #
 #   scripts/test.sh            the whole suite, from the lock (what CI runs)
@@ -106,8 +106,9 @@ echo "== ruff";          ruff check src tests benchmarks scripts
 echo "== mypy";          mypy
 echo "== mypy (tests)";  scripts/mypy_tests.sh
 echo "== import rules";  lint-imports --no-cache >/dev/null && echo "all contracts kept"
-echo "== agent: Python 3.9 compatibility (vermin)"
+echo "== agent and gateway: Python 3.9 compatibility (vermin)"
 vermin --target=3.9- --violations --no-tips -q src/corral/agent/ && echo "src/corral/agent runs on Python 3.9+"
+vermin --target=3.9- --violations --no-tips -q src/corral/gateway/ && echo "src/corral/gateway runs on Python 3.9+"
 echo "== user guide (mkdocs build --strict)"
 NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$(mktemp -d)" && echo "docs build"
 echo "== YAML corpus (configuration models)"

@@ -204,6 +204,10 @@ class FakeHosts:
     def _ns(self, host: Host) -> str:
         return f"cfh{self.n}h{host.name}"
 
+    def netns(self, name: str) -> str:
+        """The network namespace of host ``name`` (to run a process with its address: ``ip netns exec NS``)."""
+        return self._ns(self.hosts[name])
+
     def add(self, name: str, ip: str, spec: HostSpec | None = None, wait: bool = True) -> Host:
         """A new host at ``ip`` (inside this /24) while the others run: a machine a cloud just started.
         ``name`` is at most 4 characters (interface names are short); root's key is the test key until

@@ -3,7 +3,7 @@
 Packages and what they may import (checked by import-linter, see pyproject.toml):
 domain (pure, imports nothing) <- everything; scheduler, config, schemas -> domain only;
 store -> domain, scheduler, settings, and it alone imports sqlalchemy; api never imports store; sdk -> schemas only;
-cli -> sdk, config, schemas; agent -> the standard library only.
+cli -> sdk, config, schemas; agent and gateway -> the standard library only.
 """
 
 __version__ = "0.1.0"

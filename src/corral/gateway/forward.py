@@ -1,0 +1,195 @@
+"""Talking to the corral server: the token check (``POST /api/projects/<p>/get``) and forwarding one request to
+``{server_url}{target}`` with its body and answer streamed, websockets relayed both ways after a 101."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from .core.model import Config
+from .httpio import (
+    HOP_BY_HOP,
+    Framing,
+    Head,
+    Headers,
+    HttpError,
+    parse_response,
+    read_head,
+    relay_body,
+    render,
+    response_framing,
+)
+
+log = logging.getLogger("corral.gateway")
+CONNECT_TIMEOUT = 10.0
+AUTH_TIMEOUT = 10.0
+CLIENT_BODY_TIMEOUT = 60.0  # nginx's client_body_timeout default
+GATEWAY_HEADER = "X-Corral-Gateway"
+
+
+class UpstreamError(Exception):
+    """The server could not be reached or answered badly (the client gets a 502 or 504)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def _connect(config: Config) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    try:
+        return await asyncio.wait_for(asyncio.open_connection(config.host, config.port), CONNECT_TIMEOUT)
+    except (OSError, asyncio.TimeoutError) as e:
+        raise UpstreamError(502, f"cannot reach the corral server at {config.server_url}: {e or 'timeout'}") from None
+
+
+async def check_token(config: Config, project: str, authorization: str) -> bool:
+    """Whether the server lets ``authorization`` read ``project`` (any 2xx: yes; 401/403/404: no)."""
+    reader, writer = await _connect(config)
+    try:
+        writer.write(
+            render(
+                f"POST /api/projects/{project}/get HTTP/1.1",
+                [
+                    ("Host", f"{config.host}:{config.port}"),
+                    ("Authorization", authorization),
+                    ("Content-Type", "application/json"),
+                    ("Content-Length", "2"),
+                    ("Connection", "close"),
+                ],
+            )
+            + b"{}"
+        )
+        await writer.drain()
+        raw = await read_head(reader, AUTH_TIMEOUT)
+        if raw is None:
+            raise UpstreamError(502, "the corral server closed the connection during the token check")
+        status = parse_response(raw).status
+    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, HttpError) as e:
+        raise UpstreamError(502, f"the token check at the corral server failed: {e or 'timeout'}") from None
+    finally:
+        writer.close()
+    if 200 <= status < 300:
+        return True
+    if status in (400, 401, 403, 404):
+        return False
+    raise UpstreamError(502, f"the token check at the corral server answered {status}")
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One request to forward: its head, the client's address and the route's limits."""
+
+    head: Head
+    target: str
+    client_ip: str
+    body: Framing
+    body_limit: int
+    read_timeout: float
+    websocket: bool
+
+
+def _upstream_head(config: Config, ex: Exchange) -> bytes:
+    headers: Headers = [
+        (k, v)
+        for k, v in ex.head.headers
+        if k.lower() not in HOP_BY_HOP and k.lower() not in ("x-real-ip", GATEWAY_HEADER.lower())
+    ]
+    headers += [("X-Real-IP", ex.client_ip), (GATEWAY_HEADER, config.secret)]
+    if ex.websocket:
+        headers += [("Connection", "Upgrade"), ("Upgrade", ex.head.get("upgrade") or "websocket")]
+    else:
+        headers.append(("Connection", "close"))
+    return render(f"{ex.head.method} {ex.target} HTTP/1.1", headers)
+
+
+def _client_head(resp: Head, framing: Framing, close: bool) -> bytes:
+    headers = [(k, v) for k, v in resp.headers if k.lower() not in ("connection", "keep-alive", "proxy-connection")]
+    if resp.status == 101:
+        headers += [("Connection", "Upgrade")]
+        upgrade = resp.get("upgrade")
+        if upgrade:
+            headers = [(k, v) for k, v in headers if k.lower() != "upgrade"] + [("Upgrade", upgrade)]
+    elif close or framing.kind == "close":
+        headers.append(("Connection", "close"))
+    return render(f"HTTP/1.1 {resp.status} {resp.reason}".rstrip(), headers)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                break
+            writer.write(data)
+            await writer.drain()
+    except (OSError, asyncio.CancelledError):
+        pass
+    finally:
+        if writer.can_write_eof():
+            try:
+                writer.write_eof()
+            except OSError:
+                pass
+
+
+async def _relay_both_ways(
+    client_r: asyncio.StreamReader,
+    client_w: asyncio.StreamWriter,
+    up_r: asyncio.StreamReader,
+    up_w: asyncio.StreamWriter,
+) -> None:
+    """A websocket after its 101: bytes both ways until one side closes, then a short grace for the other."""
+    tasks = [asyncio.ensure_future(_pipe(client_r, up_w)), asyncio.ensure_future(_pipe(up_r, client_w))]
+    try:
+        _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def forward(
+    config: Config,
+    ex: Exchange,
+    client_r: asyncio.StreamReader,
+    client_w: asyncio.StreamWriter,
+    client_keepalive: bool,
+) -> bool:
+    """Forward ``ex``; returns whether the client connection can serve another request. Raises
+    :class:`UpstreamError` or :class:`HttpError` only before anything of the answer reached the client."""
+    up_r, up_w = await _connect(config)
+    try:
+        up_w.write(_upstream_head(config, ex))
+        try:
+            await relay_body(client_r, up_w, ex.body, CLIENT_BODY_TIMEOUT, ex.body_limit)
+        except OSError as e:
+            raise UpstreamError(502, f"the corral server closed the connection while the body was sent: {e}") from None
+        try:
+            raw = await read_head(up_r, ex.read_timeout)
+        except asyncio.TimeoutError:
+            raise UpstreamError(
+                504, f"the service did not answer within read_timeout ({ex.read_timeout:g} s)"
+            ) from None
+        except (OSError, HttpError):
+            raw = None
+        if raw is None:
+            raise UpstreamError(502, "the corral server closed the connection without an answer")
+        resp = parse_response(raw)
+        if resp.status == 101 and ex.websocket:
+            client_w.write(_client_head(resp, Framing("none"), False))
+            await client_w.drain()
+            await _relay_both_ways(client_r, client_w, up_r, up_w)
+            return False
+        framing = response_framing(resp, ex.head.method)
+        keep = client_keepalive and framing.kind != "close"
+        client_w.write(_client_head(resp, framing, not keep))
+        try:
+            await relay_body(up_r, client_w, framing, ex.read_timeout)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, HttpError) as e:
+            log.warning("the answer to %s %s was cut: %s", ex.head.method, ex.target, e or "read_timeout")
+            return False
+        return keep
+    finally:
+        up_w.close()
