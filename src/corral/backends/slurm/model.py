@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from corral.backends.slurm.batch import SiteOptions
 from corral.domain.gpu_models import GpuModel, parse_gpu_model
 
 
@@ -31,7 +32,12 @@ class SlurmClusterConfig:
     qos: str | None = None
     time_limit: str | None = None
     reservation: str | None = None
-    sbatch_options: tuple[str, ...] = ()
+    #: Further sbatch options, name (without dashes) to value (None: a flag).
+    sbatch_options: tuple[tuple[str, str | None], ...] = ()
+
+    def site_options(self) -> SiteOptions:
+        """What this cluster's configuration adds to every job it runs."""
+        return SiteOptions(self.account, self.qos, self.reservation, self.time_limit, self.sbatch_options)
 
     def gpu_model(self, partition: str) -> GpuModel | None:
         """The model of the GPUs of ``partition``'s nodes (None: not a GPU partition)."""
@@ -66,5 +72,7 @@ def cluster_config(doc: Mapping[str, Any]) -> SlurmClusterConfig:
         qos=doc.get("qos"),
         time_limit=doc.get("time_limit"),
         reservation=doc.get("reservation"),
-        sbatch_options=tuple(str(o) for o in doc.get("sbatch_options") or ()),
+        sbatch_options=tuple(
+            (str(k), None if v is None else str(v)) for k, v in (doc.get("sbatch_options") or {}).items()
+        ),
     )
