@@ -39,6 +39,7 @@ from corral.acme.errors import (
     Problem,
     challenge_error,
     problem_error,
+    timeout_error,
 )
 from corral.settings import LETS_ENCRYPT_DIRECTORY
 
@@ -113,12 +114,7 @@ class AcmeClient:
         try:
             return await asyncio.wait_for(self._issue(host, publish, withdraw, address), self.timeout)
         except asyncio.TimeoutError:
-            where = f"the gateway's address {address}" if address else "the gateway's address"
-            raise AcmeError(
-                "timeout",
-                f"no certificate for {host} within {self.timeout:g} s: make sure DNS for {host} points at {where} "
-                "and that port 80 there is reachable from the internet",
-            ) from None
+            raise timeout_error(host, address, self.timeout) from None
 
     async def _issue(self, host: str, publish: Publish, withdraw: Withdraw, address: str | None) -> Issued:
         async with httpx.AsyncClient(verify=self._verify, timeout=REQUEST_TIMEOUT) as http:
@@ -210,6 +206,7 @@ class _Session:
                 return resp
             problem = Problem.parse(_maybe_json(resp), resp.status_code)
             if problem.type == "badNonce":
+                log.debug("badNonce from %s; retrying with the fresh nonce", url)
                 continue
             if problem.type == "accountDoesNotExist" and not as_jwk and not reregistered:
                 log.info("the ACME server no longer knows account %s; registering again", self.client.account_url)

@@ -50,14 +50,14 @@ class Problem:
         return Problem(raw_type.removeprefix(ACME_ERROR_NS), detail, status)
 
 
-def _dns_fix(host: str, address: str | None) -> str:
+def _point_dns(host: str, address: str | None) -> str:
     where = f"the gateway's address {address}" if address else "the gateway's address"
-    return f"make sure DNS for {host} points at {where} and that port 80 there is reachable from the internet"
+    return f"make sure DNS for {host} points at {where}"
 
 
 def challenge_error(problem: Problem, host: str, address: str | None) -> AcmeError:
     """The error of a failed HTTP-01 validation of ``host`` (the CA fetched, or failed to fetch, the token)."""
-    fix = _dns_fix(host, address)
+    fix = f"{_point_dns(host, address)} and that port 80 there is reachable from the internet"
     if problem.type == "dns":
         return AcmeError("dns", f"the CA could not resolve {host} ({problem.detail}): {fix}")
     if problem.type == "connection":
@@ -66,9 +66,17 @@ def challenge_error(problem: Problem, host: str, address: str | None) -> AcmeErr
         return AcmeError(
             "unauthorized",
             f"the CA fetched the challenge from {host} but got the wrong answer ({problem.detail}): "
-            f"{fix}, not at another server",
+            f"{_point_dns(host, address)}, not at another server",
         )
     return problem_error(problem, f"validating {host}")
+
+
+def timeout_error(host: str, address: str | None, seconds: float) -> AcmeError:
+    return AcmeError(
+        "timeout",
+        f"no certificate for {host} within {seconds:g} s: {_point_dns(host, address)} and that port 80 there is "
+        "reachable from the internet",
+    )
 
 
 def problem_error(problem: Problem, doing: str) -> AcmeError:
