@@ -6,5 +6,5 @@ protocol (corral.agent.protocol*), corral.settings (the agent client speaks HTTP
 
 Known exceptions (listed in pyproject.toml's contract): ``local.py`` describes and splits this host and runs
 jobs in it with the agent's own modules (sandbox, resources, containers), ``ssh.py`` ships the agent's zipapp,
-and ``ssh_secrets.py`` seals SSH keys with ``store.encryption``.
+and ``ssh_secrets.py`` seals SSH keys with ``store.encryption``; ``slurm.compute`` ships the zipapp too.
 """

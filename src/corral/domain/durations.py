@@ -89,3 +89,16 @@ def shorter_idle(fleet: float | None, run: float | None) -> float | None:
     if run < 0:
         return fleet
     return min(fleet, run)
+
+
+#: Backends whose instances end with their job unless the fleet or the run sets ``idle_duration``: an idle
+#: Slurm allocation would hold nodes other users of a shared cluster are queueing for.
+ENDS_WITH_ITS_JOB = frozenset({"slurm"})
+
+
+def idle_limit(row_idle: float | None, backend: str, default: float) -> float:
+    """How long an idle instance stays: its own ``idle_duration``, else 0 on a backend whose instances end with
+    their job, else the server's default."""
+    if row_idle is not None:
+        return row_idle
+    return 0.0 if backend in ENDS_WITH_ITS_JOB else default

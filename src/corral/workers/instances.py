@@ -12,6 +12,7 @@ from collections.abc import Callable
 from corral.backends.base import AgentEndpoint, Compute, Provisioned, ProvisioningError
 from corral.context import Context
 from corral.domain.costs import placed_price
+from corral.domain.durations import idle_limit
 from corral.domain.events import instance_target
 from corral.domain.fleets import nodes_bounds, stuck_message
 from corral.domain.provisioning import STATUS_WORDS, FailureKind
@@ -229,9 +230,7 @@ class Instances:
         now = time.time()
         due = []
         for inst in idle:
-            limit = (
-                inst.idle_duration if inst.idle_duration is not None else self.ctx.settings.default_fleet_idle_duration
-            )
+            limit = idle_limit(inst.idle_duration, inst.backend, self.ctx.settings.default_fleet_idle_duration)
             if limit < 0:
                 continue
             since = inst.last_job_finished_at or inst.started_at or inst.created_at
