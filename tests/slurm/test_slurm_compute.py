@@ -1,0 +1,199 @@
+"""``SlurmCompute`` against the real test cluster: an allocation per instance (a gang: one allocation of N nodes),
+its agent reached through the login node, Slurm's pending reason said while it waits, a job Slurm can never start
+refused, termination by ``scancel``, the reaper, and allocations that end outside corral reported lost."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from corral.backends.base import ProvisioningError
+from corral.backends.slurm.batch import SiteOptions
+from corral.backends.slurm.cluster import SlurmCluster
+from corral.backends.slurm.compute import Cluster, Hooks, SlurmCompute
+from corral.backends.slurm.model import SlurmClusterConfig
+from corral.domain.records import InstanceRec
+from corral.domain.statuses import InstanceStatus
+from skip_policy import needs_root
+from slurm_harness import CLUSTER_NAME, CPU_NODES, HOME, USER, SlurmTestCluster
+
+pytestmark = needs_root("the Slurm cluster runs in network namespaces")
+
+SERVER = "srv-test"
+CPU_OFFER = {"cpus": 1, "memory_mib": 1000, "gpus": []}
+
+
+@dataclass
+class Rows:
+    """The instance rows' statuses as the server would answer, and what the backend said on their jobs."""
+
+    statuses: dict[str, str] = field(default_factory=dict)
+    notes: list[tuple[list[str], str]] = field(default_factory=list)
+
+    async def server_id(self) -> str:
+        return SERVER
+
+    async def row_statuses(self, ids: list[str]) -> Mapping[str, str]:
+        return {i: self.statuses[i] for i in ids if i in self.statuses}
+
+    async def note(self, ids: list[str], message: str) -> None:
+        self.notes.append((ids, message))
+
+
+class OneCluster:
+    def __init__(self, cluster: SlurmCluster) -> None:
+        self.cluster = cluster
+
+    async def get(self, project: str, cluster: str) -> tuple[Cluster, SiteOptions]:
+        assert cluster == CLUSTER_NAME
+        return self.cluster, SiteOptions()
+
+    async def all(self) -> Sequence[Cluster]:
+        return [self.cluster]
+
+
+@dataclass
+class Backend:
+    compute: SlurmCompute
+    rows: Rows
+    cluster: SlurmCluster
+
+
+@pytest.fixture
+async def backend(slurm: SlurmTestCluster, tmp_path: Path) -> AsyncIterator[Backend]:
+    config = SlurmClusterConfig(name=CLUSTER_NAME, hostname=slurm.login_ip, user=USER)
+    cluster = SlurmCluster(config, slurm.key_pem())
+    rows = Rows()
+    hooks = Hooks(rows.server_id, rows.row_statuses, rows.note)
+    compute = SlurmCompute(OneCluster(cluster), hooks, tmp_path, max_pending=60.0, poll=0.5)
+    try:
+        yield Backend(compute, rows, cluster)
+    finally:
+        await compute.aclose()
+        await cluster.aclose()
+
+
+def _row(rows: Rows, partition: str = "cpu", resources: dict[str, Any] | None = None, num: int = 0) -> InstanceRec:
+    rid = str(uuid.uuid4())
+    rows.statuses[rid] = "pending"
+    offer = {"backend": "slurm", "instance_type": "node", "region": CLUSTER_NAME, "price": 0.0, "zone": partition}
+    offer["resources"] = resources or CPU_OFFER
+    return InstanceRec(
+        id=rid, project_id="p", project_name="main", fleet_id="f", fleet_name="fl", name=f"fl-{num}",
+        instance_num=num, status=InstanceStatus.PENDING, unreachable=False, backend="slurm", region=CLUSTER_NAME,
+        price=0.0, offer=offer, total_blocks=1, busy_blocks=0, hostname=None, agent=None, created_at=time.time(),
+        started_at=None, finished_at=None, last_job_finished_at=None, idle_duration=None,
+        termination_reason=None, termination_reason_message=None,
+    )  # fmt: skip
+
+
+def _provisioned_row(row: InstanceRec, agent: dict[str, Any]) -> InstanceRec:
+    return dataclasses.replace(row, status=InstanceStatus.BUSY, agent=agent)
+
+
+def _corral_jobs(slurm: SlurmTestCluster) -> list[dict[str, str]]:
+    return [j for j in slurm.squeue() if j["name"].startswith("corral-") and j["state"] in ("PENDING", "RUNNING")]
+
+
+async def _run_job(url: str, token: str, command: str) -> str:
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=20) as http:
+        body = {"job_id": "j1", "run_name": "r", "commands": [command]}
+        assert (await http.post("/jobs", json=body)).status_code == 200
+        deadline = time.monotonic() + 20
+        while (state := (await http.get("/jobs/j1")).json())["state"] not in ("done", "failed"):
+            assert time.monotonic() < deadline, state
+            await asyncio.sleep(0.1)
+        assert state["state"] == "done", state
+        entries = (await http.get("/jobs/j1/logs")).json()["entries"]
+    return "".join(base64.b64decode(e["message_b64"]).decode() for e in entries)
+
+
+async def test_an_instance_is_an_allocation_its_agent_runs_jobs_and_scancel_ends_it(
+    slurm: SlurmTestCluster, backend: Backend
+) -> None:
+    row = _row(backend.rows)
+    p = await backend.compute.create_instance(row)
+    assert p.hostname in CPU_NODES and p.internal_ip and p.agent.connection
+    [job] = _corral_jobs(slurm)
+    assert job["name"] == f"corral-{row.id}" and job["state"] == "RUNNING" and job["nodes"] == p.hostname
+    live = _provisioned_row(row, p.agent.to_json())
+    url = backend.compute.agent_url(live)
+    assert url.startswith("http://127.0.0.1:")
+    logs = await _run_job(url, p.agent.token, "echo hello from $(hostname) as $(id -un)")
+    assert f"hello from {p.hostname} as {USER}" in logs
+    assert await backend.compute.lost_instances([live]) == []
+    t0 = time.monotonic()
+    await backend.compute.terminate_instance(row.id, p.agent)
+    assert not _corral_jobs(slurm) and time.monotonic() - t0 < 15
+    assert not slurm.as_user(f"ls {HOME}/.corral/slurm").split()  # the job's endpoint dir and output removed
+
+
+async def test_a_gang_is_one_allocation_in_rank_order(slurm: SlurmTestCluster, backend: Backend) -> None:
+    rows = [_row(backend.rows, num=i) for i in range(2)]
+    ps = await backend.compute.create_gang(rows, True, None)
+    [job] = _corral_jobs(slurm)
+    assert job["name"] == f"corral-{rows[0].id}"
+    hostnames = [p.hostname for p in ps]
+    assert len(set(hostnames)) == 2
+    order = slurm.as_user(f"scontrol show hostnames {job['nodes']}").split()
+    assert hostnames == order  # rank 0 first: the order of the allocation's node list
+    await backend.compute.terminate_instance(rows[0].id, ps[0].agent)
+    assert not _corral_jobs(slurm)
+
+
+async def test_pending_reason_is_said_and_an_unwanted_row_cancels_its_job(
+    slurm: SlurmTestCluster, backend: Backend
+) -> None:
+    for _ in CPU_NODES:  # the cpu partition full
+        slurm.as_user("sbatch -p cpu -N1 --exclusive --wrap 'sleep 300' -o /dev/null")
+    row = _row(backend.rows)
+    task = asyncio.create_task(backend.compute.create_instance(row))
+    deadline = time.monotonic() + 20
+    while not backend.rows.notes:
+        assert time.monotonic() < deadline and not task.done()
+        await asyncio.sleep(0.1)
+    ids, message = backend.rows.notes[0]
+    assert ids == [row.id] and "pending: Resources" in message
+    backend.rows.statuses[row.id] = "terminated"  # the fleet was deleted meanwhile
+    with pytest.raises(ProvisioningError, match="no longer wanted"):
+        await asyncio.wait_for(task, 30)
+    assert not _corral_jobs(slurm)
+
+
+async def test_a_job_slurm_can_never_start_fails_with_slurms_reason(slurm: SlurmTestCluster, backend: Backend) -> None:
+    row = _row(backend.rows, resources={"cpus": 64, "memory_mib": 1000, "gpus": []})  # more than any cpu node
+    with pytest.raises(ProvisioningError, match="Slurm says the job can never start: PartitionConfig"):
+        await backend.compute.create_instance(row)
+    assert not _corral_jobs(slurm)
+    gpus = [{"name": "A100", "memory_mib": 81920}]
+    row = _row(backend.rows, resources={"cpus": 1, "memory_mib": 1000, "gpus": gpus})  # GPUs from the cpu partition
+    with pytest.raises(ProvisioningError, match=r"sbatch refused the allocation: .*not available"):
+        await backend.compute.create_instance(row)
+    assert not _corral_jobs(slurm)
+
+
+async def test_reaper_and_lost_allocations(slurm: SlurmTestCluster, backend: Backend) -> None:
+    kept, orphan = _row(backend.rows), _row(backend.rows)
+    p_kept = await backend.compute.create_instance(kept)
+    await backend.compute.create_instance(orphan)
+    assert len(_corral_jobs(slurm)) == 2
+    assert len(await backend.compute.reap_unknown({kept.id})) == 1
+    [job] = _corral_jobs(slurm)
+    assert job["name"] == f"corral-{kept.id}"
+    slurm.root("login", f"scancel {job['id']}")  # ended outside corral
+    live = _provisioned_row(kept, p_kept.agent.to_json())
+    deadline = time.monotonic() + 15
+    while not (lost := await backend.compute.lost_instances([live])):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.5)
+    assert lost[0].row_id == kept.id and f"Slurm job {job['id']}" in lost[0].message
