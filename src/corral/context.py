@@ -31,7 +31,7 @@ from corral.store.db import Database
 from corral.store.encryption import Cipher, cipher_for, open_sealed
 
 #: The workers that run a pass when woken (``workers.runtime``), by name.
-WorkerName = Literal["scheduler", "instances", "jobs", "runs", "triggers", "volumes"]
+WorkerName = Literal["scheduler", "instances", "jobs", "runs", "triggers", "volumes", "gateways"]
 #: Every name that can be woken: a worker's, or a topic its listeners follow (:meth:`Wakeups.listen`):
 #: ``access`` (users, tokens, projects or members changed: cached authorisations go), ``logs`` (a job's output
 #: was stored: the UI's log tails read it) and ``services`` (a service's runs or replicas changed: the proxy's

@@ -175,6 +175,17 @@ ROUTES: list[tuple[str, str, str, str | None, Any, str, dict[str, str]]] = [
     ("POST", P + "/gateways/list", "member_or_public", None, {}, "200", {}),
     ("POST", P + "/gateways/get", "member_or_public", None, {"name": "gw"}, "400", {}),
     ("POST", P + "/gateways/delete", "admin", None, {"names": ["gw"]}, "200", {}),
+    ("POST", P + "/gateways/create", "admin", None, {"configuration": _GATEWAY}, "400", {}),
+    ("POST", P + "/gateways/set_default", "admin", None, {"name": "gw"}, "400", {}),
+    (
+        "POST",
+        P + "/gateways/set_wildcard_domain",
+        "admin",
+        None,
+        {"name": "gw", "wildcard_domain": "a.test"},
+        "400",
+        {},
+    ),
     # routers/volumes.py: every project route is ProjectMember
     (
         "POST",

@@ -23,6 +23,7 @@ from corral.domain.statuses import (
     RunStatus,
     RunTerminationReason,
     check_fleet_transition,
+    check_gateway_transition,
     check_instance_transition,
     check_job_transition,
     check_run_transition,
@@ -35,6 +36,7 @@ CHECKS: dict[str, Callable[[object, object], None]] = {
     "run": check_run_transition,  # type: ignore[dict-item]
     "instance": check_instance_transition,  # type: ignore[dict-item]
     "fleet": check_fleet_transition,  # type: ignore[dict-item]
+    "gateway": check_gateway_transition,  # type: ignore[dict-item]
 }
 
 

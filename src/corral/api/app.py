@@ -18,6 +18,7 @@ from corral.api.routes_accounts import router as accounts_router
 from corral.api.routes_backends import router as backends_router
 from corral.api.routes_compute import router as compute_router
 from corral.api.routes_exports import router as exports_router
+from corral.api.routes_gateways import router as gateways_router
 from corral.api.routes_prometheus import router as prometheus_router
 from corral.api.routes_quotas import router as quotas_router
 from corral.api.routes_repos import router as repos_router
@@ -31,6 +32,7 @@ TABLES: tuple[RouteTable, ...] = (
     backends_router,
     compute_router,
     exports_router,
+    gateways_router,
     repos_router,
     secrets_router,
     prometheus_router,

@@ -1,5 +1,5 @@
-"""Routers: fleets, instances, runs, logs; gateways (validated, not supported yet); the small
-lists the official CLI reads (events, secrets, metrics, GPUs)."""
+"""Routers: fleets, instances, runs, logs; the small lists the official CLI reads (events, secrets, metrics,
+GPUs). Gateways have their own router (``routes_gateways``)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.requests import Request
 
-from corral import config, diskspace  # config lazy: the models load on first use, not at start-up
+from corral import diskspace  # config lazy: the models load on first use, not at start-up
 from corral.api.deps import FastJSON, ctx_of, current_user, member
 from corral.api.routes_accounts import parse
 from corral.api.routing import RequestValidationError, RouteTable
 from corral.domain.records import ProjectRec, UserRec
 from corral.domain.times import epoch_seconds
 from corral.schemas import requests as rq
-from corral.services import accounts, events, exports, fleets, input_rules, logs, runs, serialize
-from corral.services.errors import Forbidden, ResourceNotExists, ServiceError, validation_errors
+from corral.services import accounts, events, exports, fleets, logs, runs, serialize
+from corral.services.errors import Forbidden, ResourceNotExists
 from corral.services.run_apply import apply as apply_run
 
 log = logging.getLogger("corral.api")
@@ -239,65 +239,6 @@ async def logs_poll(request: Request, project_name: str) -> FastJSON:
     _u, project = await member(request, project_name)
     b = await parse(rq.PollLogsBody, request)
     return FastJSON(await logs.poll(ctx_of(request), project, b))
-
-
-# --- gateways: validated, then "not supported yet" ----------------------------------------
-# (the routes that always refuse record no response model: the document gives them no 200)
-
-
-def _not_supported(what: str) -> ServiceError:
-    return ServiceError(f"{what} are not supported yet by corral")
-
-
-def _validate(fn: Any, conf: dict[str, Any], loc: tuple[str, ...]) -> None:
-    """The configuration parses (422 naming the field) and its name follows dstack's rule (a 400)."""
-    try:
-        parsed = fn(conf)
-    except ValidationError as e:
-        raise validation_errors(e, loc) from None
-    if getattr(parsed, "name", None) is not None:
-        input_rules.check_resource_name(parsed.name)
-
-
-# gateways: reads admit public access (ProjectMemberOrPublicAccess, check_can_access_gateway); changes are
-# for project admins (ProjectAdmin), as in dstack's routers/gateways.py.
-
-
-@router.post(P + "/gateways/get_plan", body=rq.GatewayPlanBody, limit="spec")
-async def gateway_plan(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name, "admin")
-    b = await parse(rq.GatewayPlanBody, request)
-    _validate(config.parse_gateway_configuration, b.spec.configuration, ("spec", "configuration"))
-    raise _not_supported("Gateways")
-
-
-@router.post(P + "/gateways/apply", body=rq.GatewayApplyBody, limit="spec")
-async def gateway_apply(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name, "admin")
-    b = await parse(rq.GatewayApplyBody, request)
-    _validate(config.parse_gateway_configuration, b.plan.spec.configuration, ("plan", "spec", "configuration"))
-    raise _not_supported("Gateways")
-
-
-@router.post(P + "/gateways/list", body=rq.ListGatewaysBody, response="EmptyList")
-async def gateway_list(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name, "member_or_public")
-    await parse(rq.ListGatewaysBody, request)
-    return FastJSON([])
-
-
-@router.post(P + "/gateways/get", body=rq.NameBody)
-async def gateway_get(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name, "member_or_public")
-    await parse(rq.NameBody, request)
-    raise ServiceError("Gateway not found", code="resource_not_exists")
-
-
-@router.post(P + "/gateways/delete", body=rq.NamesBody, response="Null")
-async def gateway_delete(request: Request, project_name: str) -> FastJSON:
-    await member(request, project_name, "admin")
-    await parse(rq.NamesBody, request)
-    return FastJSON(None)
 
 
 @router.post("/api/events/list", body=rq.ListEventsBody, response="EventList")

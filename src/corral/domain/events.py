@@ -59,6 +59,13 @@ def fleet_target(project_id: str, fleet_id: str, name: str) -> Target:
     return Target("fleet", project_id, fleet_id, name, fleet_id=fleet_id)
 
 
+def gateway_target(project_id: str, gateway_id: str, name: str) -> Target:
+    """A gateway. Its events, in the transaction of each change: ``Gateway created. Status: SUBMITTED``,
+    ``Gateway updated. Changed fields: ...``, ``Gateway set as project default`` / ``unset``, its status
+    changes, ``Gateway marked for deletion`` and ``Gateway deleted`` (dstack 0.22.5's texts)."""
+    return Target("gateway", project_id, gateway_id, name)
+
+
 def instance_target(project_id: str, instance_id: str, name: str, fleet_id: str | None) -> Target:
     return Target("instance", project_id, instance_id, name, fleet_id=fleet_id)
 
@@ -99,9 +106,9 @@ def status_change_message(
     """``Run status changed RUNNING -> TERMINATING. Termination reason: STOPPED_BY_USER`` (dstack's words).
 
     The reason is told where the change says an end: to ``terminating``, or to a final status not reached
-    through ``terminating`` (corral's jobs end without it). Fleets tell their status message instead."""
+    through ``terminating`` (corral's jobs end without it). Fleets and gateways tell their status message instead."""
     msg = f"{kind.capitalize()} status changed {old.upper()} -> {new.upper()}"
-    if kind == "fleet":
+    if kind in ("fleet", "gateway"):
         return msg + f" ({reason_message})" if reason_message else msg
     if new == "terminating" or (new in _FINISHED and old != "terminating"):
         msg += _reason(reason, reason_message if kind != "run" else None)

@@ -74,6 +74,8 @@ class InstanceRec:
     termination_reason: str | None
     termination_reason_message: str | None
     job_name: str | None = None
+    #: The gateway held on this instance (no job is placed on it meanwhile).
+    gateway_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -67,11 +67,21 @@ class FleetStatus(_Status):
     FAILED = "failed"
 
 
+class GatewayStatus(_Status):
+    """dstack 0.22.5's ``GatewayStatus`` (``core/models/gateways.py``)."""
+
+    SUBMITTED = "submitted"
+    PROVISIONING = "provisioning"
+    RUNNING = "running"
+    FAILED = "failed"
+
+
 #: Each status by its value: what a stored value reads as (a dict lookup: a twentieth of calling the enum).
 JOB_STATUS: Mapping[str, JobStatus] = {s.value: s for s in JobStatus}
 RUN_STATUS: Mapping[str, RunStatus] = {s.value: s for s in RunStatus}
 INSTANCE_STATUS: Mapping[str, InstanceStatus] = {s.value: s for s in InstanceStatus}
 FLEET_STATUS: Mapping[str, FleetStatus] = {s.value: s for s in FleetStatus}
+GATEWAY_STATUS: Mapping[str, GatewayStatus] = {s.value: s for s in GatewayStatus}
 
 
 # --- named sets of statuses: tuples (ordered, for SQL ``IN`` as for ``in``) of values that equal their strings -----
@@ -256,6 +266,17 @@ FLEET_TRANSITIONS: dict[FleetStatus, frozenset[FleetStatus]] = {
     _F.FAILED: frozenset({_F.TERMINATING, _F.TERMINATED}),
 }
 
+_G = GatewayStatus
+GATEWAY_TRANSITIONS: dict[GatewayStatus, frozenset[GatewayStatus]] = {
+    # A gateway is held on its host from the start: one whose host cannot be found fails at once.
+    _G.SUBMITTED: frozenset({_G.PROVISIONING, _G.RUNNING, _G.FAILED}),
+    _G.PROVISIONING: frozenset({_G.RUNNING, _G.FAILED}),
+    # A running gateway whose process must be deployed again (its host restarted) provisions again.
+    _G.RUNNING: frozenset({_G.PROVISIONING, _G.FAILED}),
+    # A failed gateway is deleted and applied again (dstack: "Delete it and re-apply").
+    _G.FAILED: frozenset(),
+}
+
 
 def check_job_transition(old: JobStatus, new: JobStatus) -> None:
     if old != new and new not in JOB_TRANSITIONS[old]:
@@ -277,6 +298,11 @@ def check_fleet_transition(old: FleetStatus, new: FleetStatus) -> None:
         raise IllegalTransition(f"fleet cannot go from {old.value} to {new.value}")
 
 
+def check_gateway_transition(old: GatewayStatus, new: GatewayStatus) -> None:
+    if old != new and new not in GATEWAY_TRANSITIONS[old]:
+        raise IllegalTransition(f"gateway cannot go from {old.value} to {new.value}")
+
+
 #: Per kind of entity: the statuses its rows are inserted with (a run: ``pending`` when scheduled, ``running`` for a
 #: service at zero replicas; a fleet is inserted ``active``: ``submitted`` is dstack's, never written).
 INITIAL: dict[str, tuple[Enum, ...]] = {
@@ -284,6 +310,7 @@ INITIAL: dict[str, tuple[Enum, ...]] = {
     "run": (RunStatus.SUBMITTED, RunStatus.PENDING, RunStatus.RUNNING),
     "instance": (InstanceStatus.PENDING,),
     "fleet": (FleetStatus.ACTIVE,),
+    "gateway": (GatewayStatus.SUBMITTED,),
 }
 
 #: Per kind of entity (as events name them): its status enum and transition table.
@@ -292,12 +319,13 @@ TRANSITIONS: dict[str, tuple[type[Enum], Mapping[Any, frozenset[Any]]]] = {
     "run": (RunStatus, RUN_TRANSITIONS),
     "instance": (InstanceStatus, INSTANCE_TRANSITIONS),
     "fleet": (FleetStatus, FLEET_TRANSITIONS),
+    "gateway": (GatewayStatus, GATEWAY_TRANSITIONS),
 }
 
 
 def is_legal_transition(kind: str, old: str, new: str) -> bool:
-    """Whether an entity of ``kind`` (``job``, ``run``, ``instance``, ``fleet``) may go from status ``old`` to
-    ``new`` (staying in one is always allowed); a value outside the status enum never is."""
+    """Whether an entity of ``kind`` (``job``, ``run``, ``instance``, ``fleet``, ``gateway``) may go from status
+    ``old`` to ``new`` (staying in one is always allowed); a value outside the status enum never is."""
     if old == new:
         return True
     enum, table = TRANSITIONS[kind]

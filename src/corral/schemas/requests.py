@@ -314,6 +314,20 @@ class GatewayApplyBody(Body):
     force: bool = False
 
 
+class GatewayCreateBody(Body):
+    configuration: dict[str, Any]
+
+
+class GatewaySetDefaultBody(Body):
+    name: str
+    gateway_project: str | None = None
+
+
+class GatewaySetWildcardDomainBody(Body):
+    name: str
+    wildcard_domain: str
+
+
 class QuotaSetBody(Body):
     """A project's scheduling policy (``config.quotas.ProjectPolicy`` checks it field by field)."""
 

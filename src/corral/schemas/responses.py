@@ -9,9 +9,9 @@ and the fuzzing run, ``tests/api/test_fuzz.py``).
 Every model admits extra fields (corral's ``corral_*`` additions ride along, as dstack's client ignores
 them); the fields listed are the ones corral always sends. Configurations, job specs and provisioning
 data are dstack's large nested documents and are given as objects. Runs, logs, metrics and GPUs have a
-module of their own (:mod:`corral.schemas.responses_runs`), as do volumes (``responses_volumes``) and the
-scheduling policies and queue (``responses_scheduling``); :func:`model` finds a route's model by name in
-any of them. Imports: ``domain`` and pydantic only.
+module of their own (:mod:`corral.schemas.responses_runs`), as do volumes (``responses_volumes``), gateways
+(``responses_gateways``) and the scheduling policies and queue (``responses_scheduling``); :func:`model`
+finds a route's model by name in any of them. Imports: ``domain`` and pydantic only.
 """
 
 from __future__ import annotations
@@ -398,7 +398,7 @@ class EventList(RootModel[list[Event]]):
 
 
 class EmptyList(RootModel[list[AnyObject]]):
-    """Always empty: corral has none of these yet (gateways, templates)."""
+    """Always empty: corral has none of these yet (templates)."""
 
 
 class Null(RootModel[None]):
@@ -417,7 +417,7 @@ class BackendInfoYAML(Out):
 
 
 #: The modules beside this one that hold answer models: ``responses_runs`` and so on.
-SIBLINGS = ("runs", "volumes", "scheduling")
+SIBLINGS = ("runs", "volumes", "scheduling", "gateways")
 
 
 def model(name: str) -> type[BaseModel]:

@@ -20,9 +20,10 @@ from corral.store.db import Database
 
 
 async def list_events(db: Database, user: UserRec, body: ListEventsBody) -> list[dict[str, Any]]:
-    within = body.within()
+    within, target = body.within(), body.target()
     if within is not None and within[0] == "gateway":
-        return []  # corral has no gateways yet: nothing is within one
+        # a gateway's events are its own (corral's gateway has one host, whose events are the instance's)
+        target, within = ("gateway", within[1]), None
     prev = body.prev_recorded_at
     if prev is not None and prev.tzinfo is None:
         prev = prev.replace(tzinfo=timezone.utc)  # dstack's client sends UTC
@@ -33,7 +34,7 @@ async def list_events(db: Database, user: UserRec, body: ListEventsBody) -> list
             store.EventQuery(
                 visible_projects=visible,
                 viewer_id=user.id,
-                target=body.target(),
+                target=target,
                 within=within,
                 include_types=list(body.include_target_types) if body.include_target_types else None,
                 actors=[str(a) if a is not None else None for a in body.actors] if body.actors is not None else None,

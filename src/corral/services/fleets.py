@@ -304,6 +304,11 @@ async def delete(ctx: Context, project: ProjectRec, names: list[str], user: User
                 continue
             if await store.fleet_live_job_count(conn, fleet.id):
                 raise ServiceError(f"Failed to delete fleet {name}: it is used by active runs; stop them first")
+            held = [i.hostname or i.name for i in fleet.instances if i.gateway_id and i.status not in ENDING_INSTANCE]
+            if held:
+                raise ServiceError(
+                    f"Failed to delete fleet {name}: its host {held[0]} holds a gateway; delete the gateway first"
+                )
             await store.update_fleet(conn, fleet.id, {"status": "terminating"}, actor)
             for inst in fleet.instances:
                 if inst.status not in ENDING_INSTANCE:

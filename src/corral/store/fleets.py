@@ -55,6 +55,7 @@ def instance_from_row(row: Any, project_name: str, fleet_name: str | None) -> In
         idle_duration=row.idle_duration,
         termination_reason=row.termination_reason,
         termination_reason_message=row.termination_reason_message,
+        gateway_id=row.gateway_id,
     )
 
 

@@ -20,6 +20,10 @@ an assignment takes only what is free beyond the blocks a preemption freed for a
 locked first (an advisory lock each, in id order, before the backend locks and any row lock), so that
 commits from several replicas for one project are counted one after the other.
 
+A gateway's host is capacity too: :func:`hold_for_gateway` takes an idle instance of an SSH fleet for a
+gateway (``busy`` with every block, ``gateway_id`` set: no assignment or reclaim takes it while it is held)
+and :func:`release_gateway_hold` gives it back.
+
 No network call happens here. The events of what it commits (jobs placed or failed, instances created,
 busy or reclaimed) are written in the same transaction and savepoint, so a rejected gang leaves none.
 """
@@ -29,6 +33,7 @@ from __future__ import annotations
 import json
 import uuid
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -48,8 +53,8 @@ from corral.scheduler.types import Assign, Fail, Gang, Plan, Reclaim, Reserve, W
 from corral.store import deferred, prebuilt, transitions
 from corral.store import quotas as quota_store
 from corral.store.db import Database
-from corral.store.events import emit, tracked_update, tracked_update_row
-from corral.store.fleets import live_blocks_on
+from corral.store.events import emit, tracked_update, tracked_update_by_id, tracked_update_row
+from corral.store.fleets import live_blocks_on, lock_instance, release_instance
 from corral.store.plan_holds import held_for_others
 from corral.store.plan_result import ApplyResult, JobLease
 from corral.store.snapshot import host_blocks_used, host_gpus_held
@@ -73,6 +78,8 @@ async def _assign(
     if inst is None or inst.status not in USABLE_INSTANCE or inst.unreachable or inst.deleted:
         raise _Rejected
     if inst.termination_reason is not None:  # on its way out (a host removed from its SSH fleet while busy)
+        raise _Rejected
+    if inst.gateway_id is not None:  # the host of a gateway (``hold_for_gateway``)
         raise _Rejected
     busy = await live_blocks_on(conn, d.instance_id)
     total = inst.total_blocks or 1
@@ -263,7 +270,9 @@ async def _fail(conn: AsyncConnection, d: Fail, now: float) -> bool:
 async def _reclaim(db: Database, conn: AsyncConnection, d: Reclaim, now: float) -> bool:
     """Set an instance that is still idle, with no job on it, terminating (``idle_timeout``)."""
     inst = (await conn.execute(db.for_update(sa.select(instances).where(instances.c.id == d.instance_id)))).first()
-    if inst is None or inst.status != "idle" or inst.deleted or await live_blocks_on(conn, d.instance_id):
+    if inst is None or inst.status != "idle" or inst.deleted or inst.gateway_id is not None:
+        return False
+    if await live_blocks_on(conn, d.instance_id):
         return False
     done = await tracked_update(
         conn,
@@ -435,3 +444,59 @@ def _capped_backends(plan: Plan, limits: dict[str, int], pools: dict[str, int]) 
         if isinstance(d, Reserve) and (d.offer.backend in limits or (d.offer.host_blocks and d.offer.backend in pools))
     }
     return sorted(found)
+
+
+@dataclass(frozen=True)
+class GatewayHost:
+    """The instance a gateway is held on: its id, name and address, and how its agent is reached."""
+
+    instance_id: str
+    name: str
+    hostname: str | None
+    agent: dict[str, Any] | None
+
+
+async def hold_for_gateway(
+    db: Database, conn: AsyncConnection, fleet_id: str, gateway_id: str, taken_hosts: set[str], now: float
+) -> GatewayHost | None:
+    """Hold an idle instance of the fleet ``fleet_id`` for the gateway ``gateway_id``, in ``conn``'s write
+    transaction: ``busy`` with every block, ``gateway_id`` set, so that the scheduler sees it full and the commit
+    point refuses to place a job on it or reclaim it. An instance on its way out, unreachable, with a job on it,
+    or at an address in ``taken_hosts`` (another gateway's host) is not taken. None when no instance is left."""
+    q = (
+        sa.select(instances)
+        .where(
+            instances.c.fleet_id == fleet_id,
+            instances.c.status == "idle",
+            instances.c.deleted == sa.false(),
+            instances.c.gateway_id.is_(None),
+            instances.c.termination_reason.is_(None),
+            instances.c.unreachable == sa.false(),
+        )
+        .order_by(instances.c.instance_num)
+    )
+    for inst in (await conn.execute(db.for_update(q))).all():
+        if inst.hostname in taken_hosts or await live_blocks_on(conn, inst.id):
+            continue
+        total = inst.total_blocks or 1
+        values = {"gateway_id": gateway_id, "busy_blocks": total, "status": "busy", "last_processed_at": now}
+        if not await tracked_update_by_id(conn, instances, inst.id, values, ("idle",)):
+            continue
+        target = instance_target(inst.project_id, inst.id, inst.name, inst.fleet_id)
+        await emit(conn, f"Instance held for a gateway. Instance blocks: {total}/{total} busy", None, [target])
+        return GatewayHost(inst.id, inst.name, inst.hostname, orjson.loads(inst.agent) if inst.agent else None)
+    return None
+
+
+async def release_gateway_hold(conn: AsyncConnection, instance_id: str, gateway_id: str, now: float) -> bool:
+    """Give back the instance held for ``gateway_id`` (idle again when no job is on it); whether it was held."""
+    await lock_instance(conn, instance_id)
+    res = await conn.execute(
+        sa.update(instances)
+        .where(instances.c.id == instance_id, instances.c.gateway_id == gateway_id)
+        .values(gateway_id=None)
+    )
+    if not res.rowcount:
+        return False
+    await release_instance(conn, instance_id, now)
+    return True

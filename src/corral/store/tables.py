@@ -42,6 +42,13 @@ def _partial(name: str, *columns: str, where: str) -> sa.Index:
     return index
 
 
+def _unique_where(name: str, *columns: str, where: str, pg_where: str) -> sa.Index:
+    """Unique among the rows where ``where`` holds (``pg_where``: its Postgres spelling)."""
+    index = sa.Index(name, *columns, unique=True, sqlite_where=sa.text(where))
+    _POSTGRES_WHERE.append((index, pg_where))
+    return index
+
+
 def add_postgres_options() -> None:
     """Give the partial indexes their Postgres predicate (idempotent)."""
     for index, where in _POSTGRES_WHERE:
@@ -141,6 +148,9 @@ instances = sa.Table(
     sa.Column("deleted", sa.Boolean, nullable=False, default=False),
     sa.Column("last_processed_at", Time, nullable=False),
     *_lease_columns(),
+    #: The gateway held on this instance (an SSH fleet's host): no job is placed on it while it is set
+    #: (written by ``plan_apply``'s gateway hold, the one writer of capacity).
+    sa.Column("gateway_id", sa.String(36), nullable=True),
     sa.Index("ix_instances_fleet_status", "fleet_id", "status"),
     sa.Index("ix_instances_status", "status"),
 )
@@ -172,6 +182,37 @@ volumes = sa.Table(
     sa.Index("ix_volumes_status", "status"),
 )
 
+#: Gateways (dstack's ``type: gateway``): the configuration as dstack's wire dump, the status, the project's
+#: default (at most one per project), the SSH fleet host it is held on (``instance_id``) and its address
+#: (``hostname``), its secret hashed (sha256: what the in-server proxy compares) and sealed (the server's own
+#: use), and what its operation keeps to reach it again (``connection``, JSON; ``last_seen_at``). A deletion
+#: marks it (``to_be_deleted``); the row goes once its host is released.
+gateways = sa.Table(
+    "gateways",
+    metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("project_id", sa.String(36), sa.ForeignKey("projects.id"), nullable=False),
+    sa.Column("name", sa.String(100), nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("status_message", sa.Text, nullable=True),
+    sa.Column("configuration", sa.Text, nullable=False),
+    sa.Column("wildcard_domain", sa.String(300), nullable=True),
+    sa.Column("is_default", sa.Boolean, nullable=False, default=False),
+    sa.Column("to_be_deleted", sa.Boolean, nullable=False, default=False),
+    sa.Column("created_at", Time, nullable=False),
+    sa.Column("last_processed_at", Time, nullable=False),
+    sa.Column("instance_id", sa.String(36), sa.ForeignKey("instances.id"), nullable=True),
+    sa.Column("hostname", sa.String(200), nullable=True),
+    sa.Column("secret_hash", sa.String(64), nullable=True),
+    sa.Column("secret_sealed", sa.Text, nullable=True),
+    sa.Column("connection", sa.Text, nullable=True),
+    sa.Column("last_seen_at", Time, nullable=True),
+    *_lease_columns(),
+    sa.Index("ux_gateways_project_name", "project_id", "name", unique=True),
+    _unique_where("ux_gateways_project_default", "project_id", where="is_default = 1", pg_where="is_default = true"),
+    sa.Index("ix_gateways_instance", "instance_id"),
+)
+
 runs = sa.Table(
     "runs",
     metadata,
@@ -201,6 +242,8 @@ runs = sa.Table(
     #: ``stop_criteria: master-done``: the run ends done once its master job is (None, false: ``all-done``).
     sa.Column("stop_on_master_done", sa.Boolean, nullable=True),
     *_lease_columns(),
+    #: The gateway a service is published on (None: the in-server proxy, or not a service).
+    sa.Column("gateway_id", sa.String(36), nullable=True),
     _live_unique("ux_runs_project_name_live", "project_id", "run_name"),
     sa.Index("ix_runs_project_submitted", "project_id", "submitted_at", "id"),
     sa.Index("ix_runs_submitted", "submitted_at", "id"),

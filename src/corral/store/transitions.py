@@ -56,9 +56,14 @@ def expected_allowed(table: str, expect: Sequence[str] | None, new: str) -> bool
 def permit(table: str, row_id: str, old: str, new: str) -> bool:
     """Whether the row ``row_id`` of ``table`` may go from ``old`` to ``new``; an illegal change raises
     :class:`IllegalTransition` under :data:`STRICT`, else it is logged as refused and False is returned."""
-    if allowed(table, old, new):
+    return permit_kind(KINDS[table], row_id, old, new)
+
+
+def permit_kind(kind: str, row_id: str, old: str, new: str) -> bool:
+    """:func:`permit` for an entity of ``kind`` (a kind of ``domain.statuses.TRANSITIONS``, e.g. ``gateway``,
+    whose writer checks its own changes rather than through ``tracked_update``)."""
+    if is_legal_transition(kind, old, new):
         return True
-    kind = KINDS[table]
     message = f"{kind} {row_id} cannot go from {old} to {new}: the status change was refused and not written"
     if STRICT:
         raise IllegalTransition(message)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from corral.context import Context, WorkerName
 from corral.store.notify import PgNotifier
+from corral.workers.gateways import Gateways
 from corral.workers.hosts import Hosts
 from corral.workers.instances import Instances
 from corral.workers.jobs.driver import Jobs
@@ -51,6 +52,7 @@ class Workers:
         self.runs = Runs(ctx)
         self.triggers = Triggers(ctx)
         self.volumes = Volumes(ctx)
+        self.gateways = Gateways(ctx)
         self.hosts = Hosts(ctx)
         self.probes = Probes(ctx)
         self.service_scaling = ServiceScaling(ctx)
@@ -78,6 +80,7 @@ class Workers:
             "runs": self.runs.pass_once,
             "triggers": self.triggers.pass_once,
             "volumes": self.volumes.pass_once,
+            "gateways": self.gateways.pass_once,
         }
         for name, fn in loops.items():
             self._tasks.append(asyncio.create_task(self._loop(name, fn), name=f"corral-{name}"))

@@ -1,0 +1,256 @@
+"""Gateways (dstack 0.22.5's ``type: gateway``): the record, the configuration rules corral applies, what an
+apply does to an existing gateway, and what a service published on a gateway is (its host, URL, model URL,
+and the registration the gateway's operation sends to the gateway's process).
+
+Where a gateway runs in corral: ``backend: remote`` and ``region: <an SSH fleet of the project>``; the gateway
+is held on one idle instance of that fleet (dstack 0.22.5 has no such gateway: "You can create gateways with
+the aws, azure, gcp, or kubernetes backends", dstack's docs, concepts/gateways; an on-prem gateway was asked
+for in dstack issue #1402).
+
+Pure: imports the standard library and ``domain`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from corral.domain.interpolation import InterpolationError, interpolate
+from corral.domain.statuses import GatewayStatus
+
+#: The wire backends corral hosts gateways on (an SSH fleet's host: ``remote``, as dstack names those).
+GATEWAY_BACKENDS = ("remote",)
+#: How many replicas a gateway may have: one host (dstack's default cap is 9, ``DSTACK_SERVER_GATEWAY_MAX_REPLICAS``,
+#: for cloud VMs behind a load balancer; corral's gateway is one fleet host).
+MAX_REPLICAS = 1
+#: The fields an apply may change in place (dstack 0.22.5 ``_CONF_UPDATABLE_FIELDS``); any other is a re-create.
+UPDATABLE_FIELDS = ("domain", "default", "replicas")
+#: dstack's effective default of a service's ``https`` (``SERVICE_HTTPS_DEFAULT``).
+HTTPS_DEFAULT = True
+#: The message of a gateway whose fleet has no idle instance to hold.
+NO_IDLE_HOST = "No idle instance in fleet {fleet} to host the gateway"
+
+
+@dataclass(frozen=True)
+class GatewayRec:
+    """A gateway row. ``configuration`` is dstack's wire dump of its ``GatewayConfiguration`` as applied (its
+    ``domain`` kept equal to ``wildcard_domain``); ``instance_id``/``hostname``: the fleet host it is held on
+    and its address; ``secret_hash``: sha256 of its secret (what the in-server proxy compares against);
+    ``secret_sealed``: the secret sealed with the server's key (the server's own use: the gateway process's
+    configuration); ``connection``/``last_seen_at``: what the gateway's operation keeps to reach it again."""
+
+    id: str
+    project_id: str
+    project_name: str
+    name: str
+    status: GatewayStatus
+    status_message: str | None
+    configuration: Mapping[str, Any]
+    wildcard_domain: str | None
+    is_default: bool
+    to_be_deleted: bool
+    created_at: float
+    instance_id: str | None
+    hostname: str | None
+    secret_hash: str | None
+    secret_sealed: str | None
+    connection: Mapping[str, Any] | None
+    last_seen_at: float | None
+
+    @property
+    def fleet_name(self) -> str:
+        """The SSH fleet the gateway's host is taken from (its ``region``)."""
+        return str(self.configuration.get("region") or "")
+
+    @property
+    def has_certificate(self) -> bool:
+        """Whether the gateway serves TLS (``certificate`` is not null)."""
+        return self.configuration.get("certificate") is not None
+
+
+def configuration_error(conf: Mapping[str, Any]) -> str | None:
+    """dstack's 400 for a gateway configuration corral cannot host (``conf``: the wire dump, defaults filled
+    in), or None. The messages are dstack's where dstack has one (``services/gateways/__init__.py``)."""
+    backend = str(conf.get("backend"))
+    if backend not in GATEWAY_BACKENDS:
+        return (
+            f"Gateways are not supported for {backend} backend. "
+            f"Available backends with gateway support: {list(GATEWAY_BACKENDS)}"
+        )
+    if conf.get("public_ip") is False:
+        return (
+            f"Private gateways are not supported for {backend} backend. "
+            "Available backends with private gateway support: []"
+        )
+    replicas = conf.get("replicas")
+    if replicas is not None and int(replicas) > MAX_REPLICAS:
+        return f"Cannot provision {replicas} gateway replicas. This server allows at most {MAX_REPLICAS}"
+    if conf.get("load_balancer") is not None:
+        return "`load_balancer: { type: alb }` is supported for `aws` and `gcp` backends only"
+    cert = conf.get("certificate")
+    if isinstance(cert, Mapping) and cert.get("type") != "lets-encrypt":
+        kind = cert.get("type")
+        return f"The `{kind}` certificate type is not supported for {backend} backend: use lets-encrypt or null"
+    if conf.get("instance_type") is not None:
+        return (
+            "`instance_type` does not apply to a gateway on an SSH fleet's host (backend: remote): the gateway "
+            "takes an idle instance of the fleet `region` names. Remove `instance_type`"
+        )
+    domain = conf.get("domain")
+    if domain is not None:
+        try:
+            project_domain(str(domain), "main")
+        except InterpolationError as e:
+            return f"Cannot interpolate gateway domain name: {e}"
+    return None
+
+
+def project_domain(wildcard_domain: str, project_name: str) -> str:
+    """The gateway's domain as a project's services use it: a leading ``*.`` stripped and
+    ``${{ run.project_name }}`` interpolated (dstack's ``get_gateway_configuration`` + interpolation)."""
+    domain = wildcard_domain[2:] if wildcard_domain.startswith("*.") else wildcard_domain
+    return interpolate(domain, {"run": {"project_name": project_name}})
+
+
+def changed_fields(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The configuration fields ``new`` changes (``default`` unset in ``new`` changes nothing: dstack's
+    client omits it when unset), in the wire dump's order."""
+    keys = list(new) + [k for k in old if k not in new]
+    return [k for k in keys if old.get(k) != new.get(k) and not (k == "default" and new.get(k) is None)]
+
+
+def updatable_in_place(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether applying ``new`` over ``old`` changes only what an apply may change in place."""
+    return all(f in UPDATABLE_FIELDS for f in changed_fields(old, new))
+
+
+def apply_refusal(gateway: GatewayRec, new: Mapping[str, Any]) -> str | None:
+    """dstack's 400 for applying ``new`` to the existing ``gateway`` in place, or None when it may be."""
+    if gateway.to_be_deleted:
+        return f"Gateway '{gateway.name}' is being deleted. Try again later."
+    if gateway.status == GatewayStatus.FAILED:
+        return f"Gateway '{gateway.name}' is in FAILED status and cannot be updated in-place. Delete it and re-apply."
+    if not updatable_in_place(gateway.configuration, new):
+        return f"Gateway '{gateway.name}' cannot be updated in-place. Delete it and re-apply."
+    return None
+
+
+# --- services on a gateway ----------------------------------------------------------------------------
+
+
+class Unpublishable(ValueError):
+    """A service cannot be published on the gateway chosen (dstack's 400; the message is dstack's)."""
+
+
+def publish_refusal(gateway: GatewayRec) -> str | None:
+    """Why a service cannot be put on ``gateway`` now (dstack's ``assign_service`` checks), or None."""
+    if gateway.to_be_deleted:
+        return f"Gateway {gateway.name} is marked for deletion"
+    if gateway.instance_id is None:
+        return "Gateway has no instance associated with it"
+    if gateway.status != GatewayStatus.RUNNING:
+        return "Gateway status is not running"
+    if not gateway.wildcard_domain:
+        return "Domain is required for gateway"
+    return None
+
+
+def service_https(https: bool | Literal["auto"] | None, gateway: GatewayRec) -> bool:
+    """Whether a service on ``gateway`` is served over HTTPS (its ``https``: true by default, ``auto``: iff the
+    gateway has a certificate); :class:`Unpublishable` for HTTPS on a gateway without a certificate."""
+    if https == "auto":
+        return gateway.has_certificate
+    wanted = HTTPS_DEFAULT if https is None else bool(https)
+    if wanted and not gateway.has_certificate:
+        raise Unpublishable("Cannot run HTTPS service on gateway with no SSL certificates configured")
+    return wanted
+
+
+def service_host(run_name: str, gateway: GatewayRec, project_name: str) -> str:
+    """``<run>.<domain>``: where a service of ``project_name`` is published on ``gateway``."""
+    return f"{run_name}.{project_domain(gateway.wildcard_domain or '', project_name)}"
+
+
+def service_url(host: str, https: bool) -> str:
+    """dstack's ``Run.service.url`` on a gateway: no trailing slash."""
+    return f"{'https' if https else 'http'}://{host}"
+
+
+def model_base_url(url: str, model: Mapping[str, Any], gateway: GatewayRec, project_name: str) -> str:
+    """dstack's ``Run.service.model.base_url`` on a gateway: an OpenAI-format model's is the service's URL with
+    the model's ``prefix``; any other model's is the gateway's model endpoint ``<scheme>://gateway.<domain>``
+    (https iff the gateway has a certificate)."""
+    if model.get("format", "openai") == "openai":
+        return url + str(model.get("prefix") or "/v1")
+    scheme = "https" if gateway.has_certificate else "http"
+    return f"{scheme}://gateway.{project_domain(gateway.wildcard_domain or '', project_name)}"
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """A service's rate limit as the gateway applies it (dstack's ``RateLimit``): requests under ``prefix``
+    (longest prefix wins), per ``key`` (``ip_address``, or the value of ``header``), ``rps`` with ``burst``."""
+
+    prefix: str
+    key: Literal["ip_address", "header"]
+    header: str | None
+    rps: float
+    burst: int
+
+
+@dataclass(frozen=True)
+class ServiceModel:
+    """A service's ``model`` (what the gateway's model endpoint serves)."""
+
+    name: str
+    type: str
+    format: str
+    prefix: str
+
+
+@dataclass(frozen=True)
+class GatewayService:
+    """A service that should be registered on a gateway: where it is published (``host``, ``https``), whether
+    the gateway checks the caller's token (``auth``), its ``rate_limits``, its ``model`` and the path on the
+    server the gateway forwards to (``upstream_path``: the in-server proxy's, ``/proxy/services/<p>/<run>/``)."""
+
+    project_name: str
+    run_name: str
+    run_id: str
+    host: str
+    https: bool
+    auth: bool
+    rate_limits: tuple[RateLimit, ...]
+    model: ServiceModel | None
+    upstream_path: str
+
+
+def rate_limits(raw: Sequence[Mapping[str, Any]]) -> tuple[RateLimit, ...]:
+    """A service configuration's ``rate_limits`` (wire dump, defaults filled in) as values."""
+    out = []
+    for r in raw:
+        key = r.get("key") or {}
+        kind: Literal["ip_address", "header"] = "header" if key.get("type") == "header" else "ip_address"
+        out.append(
+            RateLimit(
+                prefix=str(r.get("prefix") or "/"),
+                key=kind,
+                header=str(key["header"]) if kind == "header" else None,
+                rps=float(r["rps"]),
+                burst=int(r.get("burst") or 0),
+            )
+        )
+    return tuple(out)
+
+
+def service_model(raw: Mapping[str, Any] | None) -> ServiceModel | None:
+    """A service configuration's ``model`` (wire dump) as a value."""
+    if raw is None:
+        return None
+    return ServiceModel(
+        name=str(raw.get("name")),
+        type=str(raw.get("type") or "chat"),
+        format=str(raw.get("format") or "openai"),
+        prefix=str(raw.get("prefix") or "/v1"),
+    )

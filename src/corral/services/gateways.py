@@ -1,0 +1,327 @@
+"""Gateways, as dstack 0.22.5's ``gateways/*`` routes have them: list and get (project members, or anyone
+for a public project), get_plan, apply, create (deprecated), delete, set_default and set_wildcard_domain
+(project admins).
+
+A gateway runs on a host of an SSH fleet of its project: ``backend: remote``, ``region: <fleet name>``. It is
+created ``submitted`` and holds one idle instance of that fleet from then on (``plan_apply.hold_for_gateway``:
+the scheduler places no job there while the gateway exists); a fleet with no idle instance leaves it
+``failed`` with a message naming the fleet. Its deployment and operation are the gateways worker's
+(``workers/gateways.py``). A deletion marks it; the worker releases its host and removes it. A gateway that
+services are published on is not deleted: the refusal names them (dstack deletes it anyway, and a service
+left on a deleted gateway broke a later gateway: dstack issue #3131).
+
+Imports ``config``, ``domain``, ``schemas``'s requests, ``store`` and the services' errors and policies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from corral import config  # lazy: the models load on first use, not at start-up
+from corral.context import Context
+from corral.domain.gateways import (
+    NO_IDLE_HOST,
+    GatewayRec,
+    apply_refusal,
+    changed_fields,
+    configuration_error,
+    updatable_in_place,
+)
+from corral.domain.records import FleetRec, ProjectRec, UserRec
+from corral.domain.statuses import GatewayStatus
+from corral.services import apply_policies, input_rules
+from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
+from corral.services.fleets import random_name
+from corral.services.serialize import iso
+from corral.store import encryption, plan_apply
+from corral.store import fleets as fleet_store
+from corral.store import gateways as store
+from corral.store.errors import Conflict
+
+CONFIGURATION = "configuration"
+#: A gateway's replica status by the gateway's (dstack's ``GatewayReplicaStatus`` values).
+_REPLICA_STATUS = {"submitted": "submitted", "provisioning": "provisioning", "running": "running"}
+
+
+def wire(g: GatewayRec) -> dict[str, Any]:
+    """dstack's ``Gateway`` (``configuration.default`` and ``.domain`` kept equal to ``default`` and
+    ``wildcard_domain``; ``backend``, ``region``, ``ip_address``, ``instance_id``: null, as since dstack 0.21)."""
+    replicas = []
+    if g.instance_id is not None:
+        status = "terminating" if g.to_be_deleted else _REPLICA_STATUS.get(g.status.value, "terminated")
+        replicas.append(
+            {
+                "hostname": g.hostname, "replica_num": 0, "backend": "remote", "region": g.fleet_name,
+                "created_at": iso(g.created_at), "status": status,
+                "status_message": g.status_message if g.status == GatewayStatus.FAILED else None,
+            }
+        )  # fmt: skip
+    return {
+        "id": g.id,
+        "name": g.name,
+        "project_name": g.project_name,
+        CONFIGURATION: {**g.configuration, "default": g.is_default, "domain": g.wildcard_domain},
+        "created_at": iso(g.created_at),
+        "status": g.status.value,
+        "status_message": g.status_message,
+        "hostname": None,
+        "wildcard_domain": g.wildcard_domain,
+        "default": g.is_default,
+        "replicas": replicas,
+        "backend": None,
+        "region": None,
+        "ip_address": None,
+        "instance_id": None,
+    }
+
+
+def parse_configuration(raw: Any, loc: tuple[str | int, ...]) -> dict[str, Any]:
+    """The configuration as stored (dstack's wire dump, defaults filled in); a 422 naming the field, or a 400
+    (dstack's name rule; a backend or option corral cannot host a gateway with)."""
+    if isinstance(raw, dict) and "router" in raw and raw["router"] is None:
+        raw = {k: v for k, v in raw.items() if k != "router"}  # dstack drops it (0.20.27-0.20.29 clients)
+    try:
+        conf = config.parse_gateway_configuration(raw if isinstance(raw, dict) else {})
+    except ValidationError as e:
+        raise validation_errors(e, loc) from None
+    if conf.name is not None:
+        input_rules.check_resource_name(conf.name)
+    out: dict[str, Any] = json.loads(conf.model_dump_json())
+    refusal = configuration_error(out)
+    if refusal is not None:
+        raise ServiceError(refusal)
+    return out
+
+
+async def _checked(
+    ctx: Context, project: ProjectRec, user: UserRec, raw: Any, path: str | None, loc: tuple[str | int, ...]
+) -> dict[str, Any]:
+    """The configuration parsed, put to the server's policies (dstack's ``GatewaySpec``) and checked again."""
+    conf = parse_configuration(raw, (*loc, CONFIGURATION))
+    spec = {CONFIGURATION: conf, "configuration_path": path}
+    answered = await apply_policies.ask(ctx, "gateway", project, user.name, spec)
+    if answered is not None:
+        got = answered.get(CONFIGURATION)
+        conf = apply_policies.reparsed(
+            ctx, "gateway", lambda: parse_configuration(got, (*apply_policies.ANSWER, CONFIGURATION))
+        )
+    await _host_fleet(ctx, project, conf)
+    return conf
+
+
+async def _host_fleet(ctx: Context, project: ProjectRec, conf: Mapping[str, Any]) -> FleetRec:
+    """The SSH fleet ``region`` names (a 400 saying what to fix when the project has none of that name)."""
+    region = str(conf.get("region"))
+    async with ctx.db.read() as conn:
+        fleet = await fleet_store.get_fleet(conn, project.id, name=region)
+    if fleet is None or fleet.deleted or fleet.status not in ("active", "submitted"):
+        raise ServiceError(
+            f"Fleet {region} not found in project {project.name}: a gateway with `backend: remote` runs on a host "
+            "of the SSH fleet `region` names; create the fleet first, or fix `region`"
+        )
+    if not (fleet.spec.get(CONFIGURATION) or {}).get("ssh_config"):
+        raise ServiceError(
+            f"Fleet {region} is not an SSH fleet: a gateway with `backend: remote` runs on a host of an SSH fleet "
+            "(`ssh_config`), which has its own address and ports 80 and 443; fix `region`"
+        )
+    return fleet
+
+
+async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, raw: Any, path: str | None) -> dict[str, Any]:
+    """dstack's ``GatewayPlan``: ``create``, or ``update`` when a gateway of that name exists (its
+    ``current_resource``), unless it cannot be updated in place (then ``create``)."""
+    conf = await _checked(ctx, project, user, raw, path, ("spec",))
+    current = None
+    if conf.get("name") is not None:
+        async with ctx.db.read() as conn:
+            current = await store.by_name(conn, project.id, str(conf["name"]))
+    action = "create"
+    if current is not None:
+        if current.to_be_deleted:
+            raise ServiceError(f"Gateway '{current.name}' is being deleted. Try again later.")
+        # a failed gateway is re-created (the CLI deletes it, then applies), never updated in place
+        in_place = current.status != GatewayStatus.FAILED and updatable_in_place(current.configuration, conf)
+        action = "update" if in_place else "create"
+    spec = {CONFIGURATION: conf, "configuration_path": path}
+    return {
+        "project_name": project.name,
+        "user": user.name,
+        "spec": spec,
+        "effective_spec": spec,
+        "current_resource": wire(current) if current is not None else None,
+        "action": action,
+    }
+
+
+def _same_resource(g: GatewayRec, current: Mapping[str, Any] | None) -> bool:
+    """Whether the ``current_resource`` a plan was made with is still the gateway (same id and configuration,
+    ``default`` aside: it is the project's, not the configuration's)."""
+    if current is None or str(current.get("id")) != g.id:
+        return False
+    theirs = current.get(CONFIGURATION)
+    if not isinstance(theirs, dict):
+        return False
+    try:
+        theirs = json.loads(config.parse_gateway_configuration(theirs).model_dump_json())
+    except ValidationError:
+        return False
+    ours = wire(g)[CONFIGURATION]
+    return {**theirs, "default": None} == {**ours, "default": None}
+
+
+async def apply(
+    ctx: Context,
+    project: ProjectRec,
+    user: UserRec,
+    raw: Any,
+    path: str | None,
+    current: Mapping[str, Any] | None,
+    force: bool,
+) -> dict[str, Any]:
+    """``gateways/apply``: create the gateway, or update the one of that name in place."""
+    conf = await _checked(ctx, project, user, raw, path, ("plan", "spec"))
+    name = conf.get("name")
+    if name is None:
+        return await create_checked(ctx, project, user, conf)
+    async with ctx.db.read() as conn:
+        existing = await store.by_name(conn, project.id, str(name))
+    if existing is None:
+        return await create_checked(ctx, project, user, conf)
+    if not force and not _same_resource(existing, current):
+        raise ServiceError("Failed to apply plan. Resource has been changed. Try again or use force apply.")
+    refusal = apply_refusal(existing, conf)
+    if refusal is not None:
+        raise ServiceError(refusal)
+    return await _update(ctx, project, user, existing, conf)
+
+
+async def _update(
+    ctx: Context, project: ProjectRec, user: UserRec, g: GatewayRec, conf: dict[str, Any]
+) -> dict[str, Any]:
+    changed = changed_fields(g.configuration, conf)
+    async with ctx.db.write() as conn:
+        now_ = await store.get(conn, g.id)
+        if now_ is None:
+            raise ResourceNotExists("Resource not found")
+        if changed:
+            kept = {**conf, "default": conf.get("default") if conf.get("default") is not None else now_.is_default}
+            await store.update_configuration(conn, now_, kept, changed, user.id)
+        if conf.get("default") is True:
+            await store.set_default(conn, project.id, now_, user.id)
+        elif conf.get("default") is False and now_.is_default:
+            await store.set_default(conn, project.id, None, user.id)
+        made = await store.get(conn, g.id)
+    assert made is not None
+    ctx.wakeups.wake("gateways")
+    return wire(made)
+
+
+async def create(ctx: Context, project: ProjectRec, user: UserRec, raw: Any) -> dict[str, Any]:
+    """``gateways/create`` (deprecated in dstack): a new gateway, the name taken or refused."""
+    conf = await _checked(ctx, project, user, raw, None, ())
+    if conf.get("name") is not None:
+        async with ctx.db.read() as conn:
+            if await store.by_name(conn, project.id, str(conf["name"])) is not None:
+                raise ServiceError("Gateway with this name already exists", code="resource_exists")
+    return await create_checked(ctx, project, user, conf)
+
+
+async def create_checked(ctx: Context, project: ProjectRec, user: UserRec, conf: dict[str, Any]) -> dict[str, Any]:
+    """A new gateway of a checked configuration, held on an idle instance of its fleet (or ``failed``)."""
+    fleet = await _host_fleet(ctx, project, conf)
+    secret = secrets.token_urlsafe(32)
+    sealed = encryption.seal(ctx.cipher(), secret)
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    for _ in range(5):
+        now = time.time()
+        async with ctx.db.write() as conn:
+            name = conf.get("name")
+            if name is None:
+                taken = await store.names_in_use(conn, project.id)
+                name = next(n for n in iter(random_name, None) if n not in taken)
+            try:
+                g = await store.create(
+                    conn, project.id, str(name), {**conf, "name": name}, digest, sealed, now, user.id
+                )
+            except Conflict:
+                if conf.get("name") is not None:
+                    raise ServiceError("Gateway with this name already exists", code="resource_exists") from None
+                continue
+            if conf.get("default") is True or (
+                conf.get("default") is None and await store.default_of(conn, project.id) is None
+            ):
+                await store.set_default(conn, project.id, g, user.id)
+            hosts = await store.hostnames_in_use(conn)
+            host = await plan_apply.hold_for_gateway(ctx.db, conn, fleet.id, g.id, hosts, now)
+            if host is None:
+                await store.set_status(conn, g.id, GatewayStatus.FAILED, now, NO_IDLE_HOST.format(fleet=fleet.name))
+            else:
+                await store.set_host(conn, g.id, host.instance_id, host.hostname)
+            made = await store.get(conn, g.id)
+        assert made is not None
+        ctx.wakeups.wake("gateways", "scheduler")
+        return wire(made)
+    raise ServiceError("could not pick a free gateway name; name the gateway")
+
+
+async def list_gateways(ctx: Context, project: ProjectRec) -> list[dict[str, Any]]:
+    async with ctx.db.read() as conn:
+        return [wire(g) for g in await store.of_project(conn, project.id)]
+
+
+async def _named(ctx: Context, project: ProjectRec, name: str) -> GatewayRec:
+    async with ctx.db.read() as conn:
+        g = await store.by_name(conn, project.id, name)
+    if g is None:
+        raise ResourceNotExists("Resource not found")
+    return g
+
+
+async def get(ctx: Context, project: ProjectRec, name: str) -> dict[str, Any]:
+    return wire(await _named(ctx, project, name))
+
+
+async def delete(ctx: Context, project: ProjectRec, user: UserRec, names: list[str]) -> None:
+    """Mark the named gateways for deletion (unknown names are ignored, as dstack does); a gateway that services
+    are published on is refused, naming them."""
+    async with ctx.db.write() as conn:
+        found = await store.by_names(conn, project.id, names)
+        for g in found:
+            runs = await store.services_on(conn, g.id)
+            if runs:
+                raise ServiceError(
+                    f"Gateway {g.name} publishes services {', '.join(runs)}: stop them, or move them to another "
+                    "gateway (`gateway:` in their configuration), then delete the gateway"
+                )
+        await store.mark_to_be_deleted(conn, found, user.id)
+    if found:
+        ctx.wakeups.wake("gateways")
+
+
+async def set_default(ctx: Context, project: ProjectRec, user: UserRec, name: str) -> None:
+    async with ctx.db.write() as conn:
+        g = await store.by_name(conn, project.id, name)
+        if g is None:
+            raise ResourceNotExists("Resource not found")
+        if g.to_be_deleted:
+            raise ServiceError("Cannot set gateway marked for deletion as default")
+        await store.set_default(conn, project.id, g, user.id)
+
+
+async def set_wildcard_domain(
+    ctx: Context, project: ProjectRec, user: UserRec, name: str, domain: str | None
+) -> dict[str, Any]:
+    """``set_wildcard_domain`` (deprecated in dstack): the domain of an existing gateway, as an in-place apply."""
+    g = await _named(ctx, project, name)
+    conf = {**g.configuration, "domain": domain}
+    refusal = configuration_error(conf)
+    if refusal is not None:
+        raise ServiceError(refusal)
+    return await _update(ctx, project, user, g, {**conf, "default": None})
