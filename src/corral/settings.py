@@ -185,6 +185,9 @@ class Settings:
     #: Seconds an AWS offering (region, zone, type) that had no capacity, or a region whose quota was
     #: reached, is skipped by later launches.
     aws_unavailable_ttl: float = 120.0
+    #: Seconds a submitted Slurm allocation may pend before it is cancelled and its run fails with Slurm's
+    #: reason (``CORRAL_SLURM_MAX_PENDING``; 0: no limit). One Slurm says can never start is cancelled at once.
+    slurm_max_pending: float = 1800.0
     #: Failed tries to terminate an instance (a cloud that does not confirm it) before it is reported stuck:
     #: an event, and its message says so. It keeps counting against ``nodes.max`` and is tried again.
     termination_stuck_tries: int = 3
@@ -448,6 +451,10 @@ def _clouds(s: Settings, e: dict[str, str]) -> Settings:
     if ttl is None or ttl < 0:
         raise SettingsError("CORRAL_AWS_UNAVAILABLE_TTL must be a number of seconds (0: remember nothing)")
     s = replace(s, aws_unavailable_ttl=ttl)
+    pending = _float_env(e, "CORRAL_SLURM_MAX_PENDING", Settings.slurm_max_pending)
+    if pending is None or pending < 0:
+        raise SettingsError("CORRAL_SLURM_MAX_PENDING must be a number of seconds (0: no limit)")
+    s = replace(s, slurm_max_pending=pending)
     raw = e.get("CORRAL_TERMINATION_STUCK_TRIES")
     if raw:
         if not raw.isdigit() or int(raw) < 1:

@@ -64,3 +64,13 @@ def test_endpoint_lines() -> None:
     assert states.all_written(nodes[:1], 1) and not states.all_written(nodes[:2], 2)
     assert not states.all_written(nodes[:1], 2)
     assert states.parse_endpoints("n6 10.0.0.6") == [states.NodeEndpoint("n6", "10.0.0.6", None, None)]
+
+
+def test_the_longest_pending_time_setting() -> None:
+    from corral.settings import Settings, SettingsError
+
+    assert Settings.from_env({}).slurm_max_pending == 1800.0
+    assert Settings.from_env({"CORRAL_SLURM_MAX_PENDING": "0"}).slurm_max_pending == 0.0
+    assert Settings.from_env({"CORRAL_SLURM_MAX_PENDING": "90"}).slurm_max_pending == 90.0
+    with pytest.raises(SettingsError, match="CORRAL_SLURM_MAX_PENDING must be a number of seconds"):
+        Settings.from_env({"CORRAL_SLURM_MAX_PENDING": "-5"})
