@@ -115,12 +115,12 @@ echo "== YAML corpus (configuration models)"
 python scripts/check_yaml_corpus.py
 echo "== YAML corpus (plan endpoints of a running server)"
 python scripts/corpus_against_server.py
-echo "== branch coverage of the pure core (domain, scheduler: [tool.coverage] in pyproject.toml)"
-coverage run -m pytest -q -p no:cacheprovider tests/domain tests/scheduler >/dev/null
+echo "== branch coverage of the pure core (domain, scheduler, gateway.core: [tool.coverage] in pyproject.toml)"
+coverage run -m pytest -q -p no:cacheprovider tests/domain tests/scheduler tests/gateway/core >/dev/null
 total=$(coverage report --format=total) \
   || { coverage report; echo "the pure core's coverage fell below the floor (fail_under)" >&2; rm -f .coverage; exit 1; }
 rm -f .coverage
-echo "domain and scheduler: ${total}% covered (lines and branches)"
+echo "domain, scheduler and gateway.core: ${total}% covered (lines and branches)"
 # Two workers, each a whole test file at a time (module fixtures: one server, one fleet per file), so one
 # worker's waits on subprocesses overlap the other's work. CORRAL_TEST_WORKERS=0 runs the suite in-process.
 echo "== pytest (${CORRAL_TEST_WORKERS:-2} workers)"
