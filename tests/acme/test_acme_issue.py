@@ -4,6 +4,7 @@ system store (the negative control)."""
 
 from __future__ import annotations
 
+import logging
 import pathlib
 import ssl
 
@@ -53,8 +54,9 @@ async def test_an_account_key_given_back_is_the_same_account(lab: PebbleLab, res
 
 
 async def test_after_the_ca_restarts_the_client_registers_again_and_the_new_chain_needs_the_new_root(
-    tmp_path_factory: pytest.TempPathFactory, tmp_path: pathlib.Path
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="corral.acme.client")
     own = PebbleLab(tmp_path_factory.mktemp("pebble-restart")).start()
     try:
         web = start_responder(own, "web", tmp_path)
@@ -69,6 +71,7 @@ async def test_after_the_ca_restarts_the_client_registers_again_and_the_new_chai
         after = await client.issue("svc.example.test", publish=web.publish, withdraw=web.withdraw)
 
         assert client.account_url is not None and client.account_url != old_account
+        assert f"no longer knows account {old_account}" in caplog.text  # the CA said so (accountDoesNotExist)
         handshake(after, "svc.example.test", trusting(new_root), tmp_path)
         with pytest.raises(ssl.SSLCertVerificationError):
             handshake(after, "svc.example.test", trusting(old_root), tmp_path)

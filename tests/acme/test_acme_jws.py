@@ -7,6 +7,7 @@ import base64
 import hashlib
 import hmac
 import json
+from datetime import datetime, timezone
 
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
@@ -14,8 +15,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from corral.acme import AcmeClient, AcmeError
+from corral.acme.client import retry_after
 from corral.acme.errors import Problem, problem_error
 from corral.acme.jws import Jwk, eab_jws, jws, load_account_key, public_jwk
+from corral.acme.messages import Authorization, Directory, Order
 
 #: RFC 7638 §3.1 (https://www.rfc-editor.org/rfc/rfc7638#section-3.1): the example RSA key's members and the
 #: thumbprint the RFC gives for it.
@@ -130,3 +133,31 @@ def test_problem_documents_become_errors_of_a_kind(body: object, status: int, ki
     error = problem_error(Problem.parse(body, status), "ordering a certificate for a.example.test")
     assert error.kind == kind
     assert "ordering a certificate for a.example.test" in error.message or kind in ("caa", "rejected_identifier")
+
+
+NOW = datetime(2026, 12, 6, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        (None, 1.0),  # no Retry-After: the client's interval
+        ("3", 3.0),
+        ("3600", 10.0),  # a long wait is capped (the issuance's own timeout bounds the whole)
+        ("Sun, 06 Dec 2026 12:00:04 GMT", 4.0),  # an HTTP date (RFC 9110 §10.2.3)
+        ("Sun, 06 Dec 2026 11:00:00 GMT", 0.0),  # already past
+        ("soon", 1.0),
+    ],
+)
+def test_retry_after_as_seconds_or_a_date(header: str | None, seconds: float) -> None:
+    assert retry_after(header, 1.0, NOW) == seconds
+
+
+def test_a_challenge_token_that_is_not_base64url_makes_the_authorization_malformed() -> None:
+    good = {"status": "pending", "challenges": [{"type": "http-01", "url": "https://ca/chall/1", "token": "aB-_9"}]}
+    parsed = Authorization.parse(good)
+    assert parsed is not None and parsed.http01() is not None
+    bad = {"status": "pending", "challenges": [{"type": "http-01", "url": "https://ca/chall/1", "token": "../x"}]}
+    assert Authorization.parse(bad) is None
+    assert Order.parse({"status": "pending", "finalize": "https://ca/f", "authorizations": [1]}) is None
+    assert Directory.parse({"newNonce": "n", "newAccount": "a"}) is None

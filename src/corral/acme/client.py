@@ -17,13 +17,12 @@ import asyncio
 import email.utils
 import json
 import logging
-import re
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import httpx
 from cryptography import x509
@@ -41,6 +40,7 @@ from corral.acme.errors import (
     problem_error,
     timeout_error,
 )
+from corral.acme.messages import Authorization, Directory, Order
 from corral.settings import LETS_ENCRYPT_DIRECTORY
 
 log = logging.getLogger(__name__)
@@ -51,9 +51,10 @@ JOSE, PEM_CHAIN = "application/jose+json", "application/pem-certificate-chain"
 MAX_BAD_NONCE = 8
 #: One HTTP request to the CA (the issuance as a whole has its own, longer, timeout).
 REQUEST_TIMEOUT = 20.0
-#: RFC 8555 §8.3: a token holds base64url characters only; anything else is not put in a URL path.
-_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
+#: The longest wait between two polls that a ``Retry-After`` may ask for (the issuance's timeout bounds the whole).
+MAX_POLL_WAIT = 10.0
 
+_R = TypeVar("_R", Order, Authorization)
 Publish = Callable[[str, str], Awaitable[None]]
 Withdraw = Callable[[str], Awaitable[None]]
 
@@ -96,7 +97,7 @@ class AcmeClient:
         self._key = jws.generate_account_key() if account_key_pem is None else jws.load_account_key(account_key_pem)
         self._jwk = jws.public_jwk(self._key.public_key())
         self._verify = _tls_context(ca_bundle)
-        self._directory: dict[str, Any] | None = None
+        self._directory: Directory | None = None
         #: The account's URL (the ``kid`` of signed requests) once registered.
         self.account_url: str | None = None
 
@@ -123,23 +124,21 @@ class AcmeClient:
             if self.account_url is None:
                 await s.register()
             doing = f"ordering a certificate for {host}"
-            resp = await s.post(directory["newOrder"], {"identifiers": [{"type": "dns", "value": host}]}, doing=doing)
-            order_url, order = _location(resp, doing), _json(resp, doing)
-            for authz_url in order.get("authorizations") or []:
-                await s.authorize(str(authz_url), host, publish, withdraw, address)
-            order = await s.poll(order_url, {"pending"}, doing=f"waiting for the order of {host}")
-            if order.get("status") != "ready":
+            resp = await s.post(directory.new_order, {"identifiers": [{"type": "dns", "value": host}]}, doing=doing)
+            order_url, order = _location(resp, doing), _parsed(Order.parse, resp, doing)
+            for authz_url in order.authorizations:
+                await s.authorize(authz_url, host, publish, withdraw, address)
+            order = await s.poll(order_url, Order.parse, {"pending"}, doing=f"waiting for the order of {host}")
+            if order.status != "ready":
                 raise _order_error(order, host)
             key = ec.generate_private_key(ec.SECP256R1())
             doing = f"finalizing the certificate of {host}"
-            await s.post(str(order["finalize"]), {"csr": jws.b64url(_csr(key, host))}, doing=doing)
-            order = await s.poll(order_url, {"ready", "processing"}, doing=doing)
-            if order.get("status") != "valid" or not order.get("certificate"):
+            await s.post(order.finalize, {"csr": jws.b64url(_csr(key, host))}, doing=doing)
+            order = await s.poll(order_url, Order.parse, {"ready", "processing"}, doing=doing)
+            if order.status != "valid" or order.certificate is None:
                 raise _order_error(order, host)
             doing = f"downloading the certificate of {host}"
-            resp = await s.post(
-                str(order["certificate"]), None, doing=doing, accept="application/pem-certificate-chain"
-            )
+            resp = await s.post(order.certificate, None, doing=doing, accept=PEM_CHAIN)
             return _issued(resp.text, key, host)
 
 
@@ -151,38 +150,35 @@ class _Session:
         self.http = http
         self.nonce: str | None = None
 
-    async def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    async def _send(
+        self, method: str, url: str, *, content: str | None = None, headers: dict[str, str] | None = None
+    ) -> httpx.Response:
         try:
-            resp = await self.http.request(method, url, **kwargs)
+            resp = await self.http.request(method, url, content=content, headers=headers)
         except (httpx.HTTPError, httpx.InvalidURL) as e:
             raise _transport_error(e, self.client.directory_url) from None
         if nonce := resp.headers.get("Replay-Nonce"):
             self.nonce = nonce
         return resp
 
-    async def directory(self) -> dict[str, Any]:
+    async def directory(self) -> Directory:
         if self.client._directory is None:
             url = self.client.directory_url
             resp = await self._send("GET", url)
-            body: object = None
-            if resp.status_code == 200:
-                try:
-                    body = resp.json()
-                except ValueError:
-                    body = None
-            if not (isinstance(body, dict) and all(isinstance(body.get(k), str) for k in _DIRECTORY_KEYS)):
+            directory = Directory.parse(_maybe_json(resp)) if resp.status_code == 200 else None
+            if directory is None:
                 raise AcmeError(
                     "directory",
                     f"{url} is not an ACME directory (HTTP {resp.status_code}): set {SERVER_SETTING} to your CA's "
                     f"directory URL, such as Let's Encrypt's {LETS_ENCRYPT_DIRECTORY}",
                 )
-            self.client._directory = body
+            self.client._directory = directory
         return self.client._directory
 
     async def _take_nonce(self) -> str:
         if self.nonce is None:
             doing = "asking the ACME server for a nonce"
-            resp = await self._send("HEAD", (await self.directory())["newNonce"])
+            resp = await self._send("HEAD", (await self.directory()).new_nonce)
             if self.nonce is None:
                 raise problem_error(Problem("serverInternal", "no Replay-Nonce header", resp.status_code), doing)
         nonce, self.nonce = self.nonce, None
@@ -196,12 +192,8 @@ class _Session:
         for _ in range(MAX_BAD_NONCE + 1):
             kid = None if as_jwk else self.client.account_url
             body = jws.jws(self.client._key, payload, url=url, nonce=await self._take_nonce(), kid=kid)
-            resp = await self._send(
-                "POST",
-                url,
-                content=json.dumps(body),
-                headers={"Content-Type": "application/jose+json", "Accept": accept},
-            )
+            headers = {"Content-Type": JOSE, "Accept": accept}
+            resp = await self._send("POST", url, content=json.dumps(body), headers=headers)
             if resp.status_code < 400:
                 return resp
             problem = Problem.parse(_maybe_json(resp), resp.status_code)
@@ -218,7 +210,7 @@ class _Session:
 
     async def register(self) -> None:
         """newAccount (RFC 8555 §7.3): terms agreed, bound to the external account when credentials are given."""
-        url = (await self.directory())["newAccount"]
+        url = (await self.directory()).new_account
         payload: dict[str, object] = {"termsOfServiceAgreed": True}
         eab = self.client.eab
         if eab is not None:
@@ -229,42 +221,37 @@ class _Session:
         resp = await self.post(url, payload, doing=doing, as_jwk=True)
         self.client.account_url = _location(resp, doing)
 
-    async def poll(self, url: str, pending: set[str], *, doing: str) -> dict[str, Any]:
+    async def poll(self, url: str, parse: Callable[[object], _R | None], pending: set[str], *, doing: str) -> _R:
         """POST-as-GET ``url`` until its status leaves ``pending``, waiting as ``Retry-After`` says."""
         while True:
             resp = await self.post(url, None, doing=doing)
-            obj = _json(resp, doing)
-            if obj.get("status") not in pending:
-                return obj
-            await asyncio.sleep(_retry_after(resp, self.client.poll_interval))
+            resource = _parsed(parse, resp, doing)
+            if resource.status not in pending:
+                return resource
+            await asyncio.sleep(retry_after(resp.headers.get("Retry-After"), self.client.poll_interval, _utcnow()))
 
     async def authorize(self, url: str, host: str, publish: Publish, withdraw: Withdraw, address: str | None) -> None:
         """One authorization by HTTP-01: publish the key authorization, respond, poll, withdraw (always)."""
         doing = f"validating {host}"
-        authz = _json(await self.post(url, None, doing=doing), doing)
-        if authz.get("status") == "valid":
+        authz = _parsed(Authorization.parse, await self.post(url, None, doing=doing), doing)
+        if authz.status == "valid":
             return
-        challenge = _http01(authz)
+        challenge = authz.http01()
         if challenge is None:
             raise AcmeError("refused", f"the CA offers no HTTP-01 challenge for {host}; corral uses HTTP-01 only")
-        token = str(challenge.get("token", ""))
-        if not _TOKEN.fullmatch(token):
-            raise AcmeError("server", f"the CA sent a challenge token for {host} that is not base64url")
         try:
-            await publish(token, self.client.key_authorization(token))
-            await self.post(str(challenge["url"]), {}, doing=doing)
-            authz = await self.poll(url, {"pending"}, doing=doing)
+            await publish(challenge.token, self.client.key_authorization(challenge.token))
+            await self.post(challenge.url, {}, doing=doing)
+            authz = await self.poll(url, Authorization.parse, {"pending"}, doing=doing)
         finally:
             try:
-                await withdraw(token)
+                await withdraw(challenge.token)
             except Exception:
                 log.warning("withdrawing the ACME challenge of %s failed", host, exc_info=True)
-        if authz.get("status") != "valid":
-            challenge = _http01(authz) or {}
-            raise challenge_error(Problem.parse(challenge.get("error"), 403), host, address)
-
-
-_DIRECTORY_KEYS = ("newNonce", "newAccount", "newOrder")
+        if authz.status != "valid":
+            failed = authz.http01()
+            problem = failed.error if failed is not None else None
+            raise challenge_error(problem or Problem("serverInternal", f"status {authz.status}", 403), host, address)
 
 
 def _tls_context(ca_bundle: str | Path | None) -> ssl.SSLContext:
@@ -307,11 +294,31 @@ def _maybe_json(resp: httpx.Response) -> object:
         return None
 
 
-def _json(resp: httpx.Response, doing: str) -> dict[str, Any]:
-    body = _maybe_json(resp)
-    if not isinstance(body, dict):
-        raise AcmeError("server", f"the ACME server answered {doing} with something that is not a JSON object")
-    return body
+def _parsed(parse: Callable[[object], _R | None], resp: httpx.Response, doing: str) -> _R:
+    resource = parse(_maybe_json(resp))
+    if resource is None:
+        raise AcmeError("server", f"the ACME server answered {doing} with a malformed document")
+    return resource
+
+
+def retry_after(header: str | None, default: float, now: datetime) -> float:
+    """Seconds to wait before polling again: ``Retry-After`` as a number or an HTTP date (RFC 9110 §10.2.3), within
+    [0, 10]; ``default`` without one."""
+    if not header:
+        return default
+    if header.strip().isdigit():
+        return min(float(header), MAX_POLL_WAIT)
+    try:
+        when = email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return default
+    if when.tzinfo is None:
+        return default
+    return max(0.0, min((when - now).total_seconds(), MAX_POLL_WAIT))
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
 
 
 def _location(resp: httpx.Response, doing: str) -> str:
@@ -321,32 +328,10 @@ def _location(resp: httpx.Response, doing: str) -> str:
     return str(location)
 
 
-def _retry_after(resp: httpx.Response, default: float) -> float:
-    """``Retry-After`` in seconds (a number or an HTTP date, RFC 9110 §10.2.3), within [0, 10]; else ``default``."""
-    raw = resp.headers.get("Retry-After")
-    if not raw:
-        return default
-    if raw.strip().isdigit():
-        return min(float(raw), 10.0)
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return default
-    return max(0.0, min((when - datetime.now(timezone.utc)).total_seconds(), 10.0))
-
-
-def _http01(authz: dict[str, Any]) -> dict[str, Any] | None:
-    for challenge in authz.get("challenges") or []:
-        if isinstance(challenge, dict) and challenge.get("type") == "http-01":
-            return challenge
-    return None
-
-
-def _order_error(order: dict[str, Any], host: str) -> AcmeError:
-    problem = order.get("error")
-    if problem is not None:
-        return problem_error(Problem.parse(problem, 403), f"issuing the certificate of {host}")
-    return AcmeError("server", f"the order of {host} ended {order.get('status')!r} without saying why")
+def _order_error(order: Order, host: str) -> AcmeError:
+    if order.error is not None:
+        return problem_error(order.error, f"issuing the certificate of {host}")
+    return AcmeError("server", f"the order of {host} ended {order.status!r} without saying why")
 
 
 def _csr(key: ec.EllipticCurvePrivateKey, host: str) -> bytes:
