@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import ast
-import glob
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +12,7 @@ from typing import Any
 
 import corral.agent
 from corral.agent.zipapp import build_zipapp
+from old_python import OLDEST_PYTHON, find_python
 from skip_policy import platform_skipif
 
 AGENT_DIR = Path(corral.agent.__file__).parent
@@ -90,34 +89,6 @@ def test_zipapp_runs_a_job_under_isolated_python(agent_factory: Any, tmp_path: P
     a.submit("z", ["echo from-zipapp"])
     assert a.wait_finished("z")["state"] == "done"
     assert a.output("z") == b"from-zipapp\n"
-
-
-#: The oldest Python the agent supports (its sources are checked for it statically by ``vermin --target=3.9-``
-#: in scripts/test.sh); the zipapp also runs under it here when such an interpreter is on PATH.
-OLDEST_PYTHON = "3.9"
-
-
-def find_python(version: str) -> str | None:
-    """A working ``python<version>``: on PATH, else a pyenv install of that version (a pyenv shim alone
-    may not run when that version is not selected)."""
-    pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
-    candidates = [
-        shutil.which(f"python{version}"),
-        *sorted(glob.glob(f"{pyenv_root}/versions/{version}.*/bin/python3")),
-    ]
-    for candidate in filter(None, candidates):
-        try:
-            out = subprocess.run(
-                [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if out.returncode == 0 and out.stdout.strip() == version:
-            return candidate
-    return None
 
 
 _OLD_PYTHON = find_python(OLDEST_PYTHON)

@@ -199,8 +199,10 @@ class GatewayProc:
         management: str,
         prefix: Sequence[str] = (),
         mgmt_via: tuple[str, int] | None = None,
+        python: str | None = None,
     ) -> None:
         self.directory = directory
+        self.python = python or base_python()
         self.http, self.https, self.management = http, https, management
         self.prefix = list(prefix)
         directory.mkdir(parents=True, exist_ok=True)
@@ -214,7 +216,7 @@ class GatewayProc:
     def argv(self) -> list[str]:
         return [
             *self.prefix,
-            base_python(),
+            self.python,
             "-I",
             str(self.pyz),
             "serve",

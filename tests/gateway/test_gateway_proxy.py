@@ -276,3 +276,41 @@ def test_certificates_are_checked_and_services_idempotent(gateway: GatewayProc, 
     )["services"]
     assert json.loads(state.read_text())["config"]["secret"] == "gw-secret"
     assert TOKEN not in state.read_text()
+
+
+def test_sigterm_lets_an_open_stream_finish_and_refuses_new_connections(tmp_path: Path, stand_in: StandIn) -> None:
+    g = GatewayProc(
+        tmp_path / "gw",
+        http=f"127.0.0.1:{free_port()}",
+        https=f"127.0.0.1:{free_port()}",
+        management=f"127.0.0.1:{free_port()}",
+    ).start()
+    try:
+        g.ok("PUT", "/api/config", {"server_url": stand_in.url, "secret": "s"})
+        host = put_service(g, "term")
+        stand_in.next_event.clear()
+        with socket.create_connection(("127.0.0.1", _port(g)), timeout=5) as s:
+            s.sendall(f"GET /sse HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            data = b""
+            while b"data: one" not in data:
+                data += s.recv(65536)
+            assert g.proc is not None
+            g.proc.terminate()
+            deadline = time.monotonic() + 5
+            while True:  # the listeners close at once
+                try:
+                    socket.create_connection(("127.0.0.1", _port(g)), timeout=1).close()
+                except ConnectionRefusedError:
+                    break
+                assert time.monotonic() < deadline, "still accepting after SIGTERM"
+                time.sleep(0.05)
+            stand_in.next_event.set()
+            while not data.endswith(b"0\r\n\r\n"):
+                chunk = s.recv(65536)
+                assert chunk, data
+                data += chunk
+        assert b"data: two" in data
+        assert g.stop() == 0
+    finally:
+        if g.proc is not None and g.proc.poll() is None:
+            g.proc.kill()

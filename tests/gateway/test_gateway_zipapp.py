@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import ast
+import http.client
 import json
+import socket
+import ssl
 import subprocess
 from pathlib import Path
 
-from gw_harness import base_python
+from gw_harness import GOOD, GatewayProc, PrivateCA, StandIn, base_python, free_port, service_body
 
 import corral.gateway
 from corral.gateway.zipapp import build_zipapp, content_hash
+from old_python import OLDEST_PYTHON, find_python
+from skip_policy import platform_skipif
 
 GATEWAY_DIR = Path(corral.gateway.__file__).parent
 
@@ -77,3 +82,42 @@ def test_the_command_line_refuses_bad_flags(tmp_path: Path) -> None:
         [*base, str(tmp_path / "missing"), "--management", "127.0.0.1:1"], capture_output=True, text=True
     )
     assert out.returncode == 2 and "cannot read the token file" in out.stderr
+
+
+_OLD_PYTHON = find_python(OLDEST_PYTHON)
+
+
+@platform_skipif(_OLD_PYTHON is None, f"no Python {OLDEST_PYTHON} interpreter here (Debian 12 ships only 3.11)")
+def test_zipapp_serves_under_the_oldest_supported_python(tmp_path: Path) -> None:
+    assert _OLD_PYTHON is not None
+    stand_in = StandIn()
+    https_port = free_port()
+    g = GatewayProc(
+        tmp_path / "gw",
+        http=f"127.0.0.1:{free_port()}",
+        https=f"127.0.0.1:{https_port}",
+        management=f"127.0.0.1:{free_port()}",
+        python=_OLD_PYTHON,
+    ).start()
+    try:
+        ca = PrivateCA(tmp_path)
+        g.ok("PUT", "/api/config", {"server_url": stand_in.url, "secret": "s"})
+        g.ok("PUT", "/api/services/p/r", service_body("a.gw.test", auth=True))
+        chain, key, _ = ca.issue("a.gw.test")
+        g.ok("PUT", "/api/certificates/a.gw.test", {"fullchain_pem": chain, "key_pem": key})
+        assert g.mgmt("PUT", "/api/services/p/r", {"host": "a.gw.test"})[0] == 400
+        ctx = ssl.create_default_context(cafile=str(ca.path))
+        conn = http.client.HTTPSConnection("127.0.0.1", https_port, timeout=10, context=ctx)
+        conn.sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", https_port)), server_hostname="a.gw.test")
+        conn.request("GET", "/old", headers={"Host": "a.gw.test", "Authorization": GOOD})
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read())["path"] == "/proxy/services/p/r/old"
+        conn.close()
+        assert g.stop() == 0
+    finally:
+        stand_in.close()
+        if g.proc is not None and g.proc.poll() is None:
+            g.proc.kill()
+    assert (
+        f"Python {OLDEST_PYTHON}" in subprocess.run([_OLD_PYTHON, "--version"], capture_output=True, text=True).stdout
+    )

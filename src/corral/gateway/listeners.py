@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from typing import Optional
 
 from .core import ratelimit, routing
@@ -42,8 +41,10 @@ async def handle_client(gw: Gateway, reader: asyncio.StreamReader, writer: async
             if not await _serve_one(gw, head, reader, writer, https, client_ip):
                 return
             timeout = KEEPALIVE_TIMEOUT
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ssl.SSLError, HttpError):
+    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, HttpError):
         return
+    except Exception:  # a bug must not take the gateway down: say it and close this connection
+        log.exception("a request from %s", client_ip)
     finally:
         writer.close()
 

@@ -135,6 +135,9 @@ async def _answer_one(gw: Gateway, reader: asyncio.StreamReader, head: Head) -> 
         status, value = _route(gw, head.method, [p for p in path[5:].split("/") if p], body)
     except model.BadRequest as e:
         return 400, {"detail": str(e)}, True
+    except OSError as e:
+        log.error("cannot write the state directory %s: %s", gw.state_dir, e)
+        return 500, {"detail": f"the gateway cannot write its state directory: {e}"}, True
     return status, value, True
 
 
