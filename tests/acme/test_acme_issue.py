@@ -13,6 +13,7 @@ from acme_tls import handshake, trusting
 from acme_web import Responder, start_responder
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from corral.acme import AcmeClient, Issued
 from pebble_harness import PebbleLab
@@ -79,3 +80,12 @@ async def test_after_the_ca_restarts_the_client_registers_again_and_the_new_chai
             handshake(before, "svc.example.test", trusting(new_root), tmp_path)
     finally:
         own.stop()
+
+
+async def test_an_rsa_account_key_signs_with_rs256_and_is_accepted(lab: PebbleLab, responder: Responder) -> None:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    client = AcmeClient(lab.directory_url, ca_bundle=lab.ca_bundle, account_key_pem=pem)
+    issued = await client.issue("rsa.example.test", publish=responder.publish, withdraw=responder.withdraw)
+    assert leaf_of(issued).subject.rfc4514_string() == "CN=rsa.example.test"
+    assert client.account_key_pem == pem
