@@ -99,10 +99,15 @@ class StandIn:
         self.token_checks: list[tuple[str, str]] = []
         self.requests: list[dict[str, Any]] = []
         self.next_event = threading.Event()
+        self.connections: list[socket.socket] = []
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                stand_in.connections.append(self.connection)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -116,6 +121,13 @@ class StandIn:
         self.httpd.daemon_threads = True
         self.url = f"http://{address}:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def drop_connections(self) -> None:
+        """Close every connection from the server's side (as a server does with idle kept-alive ones)."""
+        for conn in self.connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        self.connections.clear()
 
     def close(self) -> None:
         self.next_event.set()
@@ -149,7 +161,13 @@ class StandIn:
             self._send(h, 200 if ok else 403, b'{"project_name": "%s"}' % project.encode() if ok else b"{}")
             return
         body = self._body(h)
-        seen = {"method": h.command, "path": h.path, "headers": dict(h.headers.items()), "body": body.decode()}
+        seen = {
+            "method": h.command,
+            "path": h.path,
+            "headers": dict(h.headers.items()),
+            "body": body.decode(),
+            "peer": list(h.client_address),
+        }
         self.requests.append(seen)
         if h.path.endswith("/sse"):
             self._sse(h)

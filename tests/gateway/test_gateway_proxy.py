@@ -86,6 +86,19 @@ def test_forwarding_keeps_the_request_and_adds_the_gateway_secret(gateway: Gatew
     assert request(gateway, host, "GET", "/a/../../other/r/x")[0] == 400
 
 
+def test_connections_to_the_server_are_kept_alive_and_renewed(gateway: GatewayProc, stand_in: StandIn) -> None:
+    host = put_service(gateway, "pooled")
+    peers = [json.loads(request(gateway, host, "GET", f"/{i}")[1])["peer"] for i in range(3)]
+    assert peers[0] == peers[1] == peers[2], "one upstream connection for requests one after another"
+    stand_in.drop_connections()  # the server closes its idle connections
+    time.sleep(0.2)
+    status, body, _ = request(gateway, host, "POST", "/after", b"body")
+    assert status == 200 and json.loads(body)["body"] == "body" and json.loads(body)["peer"] != peers[0]
+    stand_in.drop_connections()
+    status, body, _ = request(gateway, host, "GET", "/again")  # however fast: a request without a body is resent
+    assert status == 200
+
+
 def test_auth_403_and_the_60s_cache(gateway: GatewayProc, stand_in: StandIn) -> None:
     host = put_service(gateway, "authed", auth=True)
     expected = b"Unauthenticated or unauthorized to access project p\n"

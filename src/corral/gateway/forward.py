@@ -1,10 +1,14 @@
 """Talking to the corral server: the token check (``POST /api/projects/<p>/get``) and forwarding one request to
-``{server_url}{target}`` with its body and answer streamed, websockets relayed both ways after a 101."""
+``{server_url}{target}`` with its body and answer streamed, websockets relayed both ways after a 101. Connections to
+the server are kept alive and reused (:class:`UpstreamPool`): over the server's SSH connection each new one would
+open a channel, a round trip before the request even starts."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import deque
 from dataclasses import dataclass
 
 from .core.model import Config
@@ -76,6 +80,37 @@ async def check_token(config: Config, project: str, authorization: str) -> bool:
     raise UpstreamError(502, f"the token check at the corral server answered {status}")
 
 
+Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class UpstreamPool:
+    """Idle keep-alive connections to the server, newest last; one idle longer than ``idle_timeout`` is closed
+    rather than reused (uvicorn, the server's HTTP server, closes idle ones after 5 s by default)."""
+
+    def __init__(self, max_idle: int = 64, idle_timeout: float = 4.0) -> None:
+        self.max_idle = max_idle
+        self.idle_timeout = idle_timeout
+        self._idle: deque[tuple[str, int, Conn, float]] = deque()
+
+    def take(self, config: Config) -> Conn | None:
+        now = time.monotonic()
+        while self._idle:
+            host, port, conn, since = self._idle.pop()
+            if (host, port) == (config.host, config.port) and now - since < self.idle_timeout and not conn[0].at_eof():
+                return conn
+            conn[1].close()
+        return None
+
+    def give(self, config: Config, conn: Conn) -> None:
+        self._idle.append((config.host, config.port, conn, time.monotonic()))
+        while len(self._idle) > self.max_idle:
+            self._idle.popleft()[2][1].close()
+
+    def close(self) -> None:
+        while self._idle:
+            self._idle.pop()[2][1].close()
+
+
 @dataclass(frozen=True)
 class Exchange:
     """One request to forward: its head, the client's address and the route's limits."""
@@ -98,8 +133,6 @@ def _upstream_head(config: Config, ex: Exchange) -> bytes:
     headers += [("X-Real-IP", ex.client_ip), (GATEWAY_HEADER, config.secret)]
     if ex.websocket:
         headers += [("Connection", "Upgrade"), ("Upgrade", ex.head.get("upgrade") or "websocket")]
-    else:
-        headers.append(("Connection", "close"))
     return render(f"{ex.head.method} {ex.target} HTTP/1.1", headers)
 
 
@@ -150,33 +183,62 @@ async def _relay_both_ways(
             task.cancel()
 
 
+async def _send(config: Config, ex: Exchange, conn: Conn, client_r: asyncio.StreamReader) -> Head | None:
+    """Send the request on ``conn`` and read the answer's head; None when the server closed the connection
+    before answering (a kept-alive connection it had just closed)."""
+    up_r, up_w = conn
+    up_w.write(_upstream_head(config, ex))
+    try:
+        await relay_body(client_r, up_w, ex.body, CLIENT_BODY_TIMEOUT, ex.body_limit)
+    except OSError as e:
+        raise UpstreamError(502, f"the corral server closed the connection while the body was sent: {e}") from None
+    try:
+        raw = await read_head(up_r, ex.read_timeout)
+    except asyncio.TimeoutError:
+        raise UpstreamError(504, f"the service did not answer within read_timeout ({ex.read_timeout:g} s)") from None
+    except (OSError, HttpError):
+        raw = None
+    return None if raw is None else parse_response(raw)
+
+
+async def _open_and_send(
+    config: Config, ex: Exchange, client_r: asyncio.StreamReader, pool: UpstreamPool
+) -> tuple[Conn, Head]:
+    """A kept-alive connection if there is one (a request without a body is sent again on a new connection if
+    the old one turns out closed), else a new one."""
+    conn = None if ex.websocket else pool.take(config)
+    if conn is not None:
+        resp = await _send(config, ex, conn, client_r)
+        if resp is not None:
+            return conn, resp
+        conn[1].close()
+        if ex.body.kind != "none":
+            raise UpstreamError(502, "the corral server closed a kept-alive connection while the request was sent")
+    conn = await _connect(config)
+    try:
+        resp = await _send(config, ex, conn, client_r)
+    except BaseException:
+        conn[1].close()
+        raise
+    if resp is None:
+        conn[1].close()
+        raise UpstreamError(502, "the corral server closed the connection without an answer")
+    return conn, resp
+
+
 async def forward(
     config: Config,
     ex: Exchange,
     client_r: asyncio.StreamReader,
     client_w: asyncio.StreamWriter,
     client_keepalive: bool,
+    pool: UpstreamPool,
 ) -> bool:
     """Forward ``ex``; returns whether the client connection can serve another request. Raises
     :class:`UpstreamError` or :class:`HttpError` only before anything of the answer reached the client."""
-    up_r, up_w = await _connect(config)
+    (up_r, up_w), resp = await _open_and_send(config, ex, client_r, pool)
+    reusable = False
     try:
-        up_w.write(_upstream_head(config, ex))
-        try:
-            await relay_body(client_r, up_w, ex.body, CLIENT_BODY_TIMEOUT, ex.body_limit)
-        except OSError as e:
-            raise UpstreamError(502, f"the corral server closed the connection while the body was sent: {e}") from None
-        try:
-            raw = await read_head(up_r, ex.read_timeout)
-        except asyncio.TimeoutError:
-            raise UpstreamError(
-                504, f"the service did not answer within read_timeout ({ex.read_timeout:g} s)"
-            ) from None
-        except (OSError, HttpError):
-            raw = None
-        if raw is None:
-            raise UpstreamError(502, "the corral server closed the connection without an answer")
-        resp = parse_response(raw)
         if resp.status == 101 and ex.websocket:
             client_w.write(_client_head(resp, Framing("none"), False))
             await client_w.drain()
@@ -190,6 +252,10 @@ async def forward(
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, HttpError) as e:
             log.warning("the answer to %s %s was cut: %s", ex.head.method, ex.target, e or "read_timeout")
             return False
+        reusable = framing.kind != "close" and resp.version == "HTTP/1.1" and "close" not in resp.tokens("connection")
         return keep
     finally:
-        up_w.close()
+        if reusable:
+            pool.give(config, (up_r, up_w))
+        else:
+            up_w.close()

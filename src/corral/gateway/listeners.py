@@ -92,7 +92,7 @@ async def _serve_one(
     exchange = Exchange(head, decision.target, client_ip, body, limit, float(decision.read_timeout), websocket)
     stats = gw.stats_of(decision.service)
     try:
-        return await forward(config, exchange, reader, writer, _keepalive(head))
+        return await forward(config, exchange, reader, writer, _keepalive(head), gw.upstream)
     except UpstreamError as e:
         log.warning("%s %s%s: %s", head.method, host, head.target.split("?", 1)[0], e)
         return await _answer(writer, routing.Answer(e.status, f"{e}\n".encode()), False)

@@ -16,6 +16,7 @@ from .core.model import State
 from .core.ratelimit import Buckets
 from .core.routing import Table, build_table
 from .core.stats import ServiceStats
+from .forward import UpstreamPool
 
 
 class Gateway:
@@ -29,6 +30,7 @@ class Gateway:
         self.buckets = Buckets()
         self.stats: dict[tuple[str, str], ServiceStats] = {}
         self.auth = AuthCache()
+        self.upstream = UpstreamPool()
         self.started_at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.connections: set[asyncio.Task[None]] = set()
 
