@@ -4,6 +4,7 @@
 * :class:`StandIn`: a tiny real HTTP server in the test playing the corral server's part: it answers the token
   check ``POST /api/projects/<p>/get`` (``Bearer good`` is allowed) and, under ``/proxy/...``, echoes what it
   received as JSON, streams server-sent events on ``.../sse`` (one event, then the next only once the test says),
+  sends a 103 before its answer on ``.../early``,
   echoes websocket bytes on ``.../ws`` after a 101, and sleeps on ``.../slow``.
 * :class:`GatewayProc`: the process, on loopback ports (no root) or in a network namespace of its own (its own
   address with its own :80 and :443); ``mgmt`` calls its management API.
@@ -173,6 +174,9 @@ class StandIn:
             self._sse(h)
         elif h.path.endswith("/ws"):
             self._websocket(h)
+        elif h.path.endswith("/early"):  # an interim answer first (103 Early Hints), then the answer
+            h.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+            self._send(h, 200, b"after hints")
         elif h.path.endswith("/slow"):
             time.sleep(3)
             self._send(h, 200, b"late")

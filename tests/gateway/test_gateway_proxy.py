@@ -99,6 +99,32 @@ def test_connections_to_the_server_are_kept_alive_and_renewed(gateway: GatewayPr
     assert status == 200
 
 
+def raw_exchange(g: GatewayProc, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", _port(g)), timeout=5) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+def test_malformed_requests_and_interim_answers(gateway: GatewayProc, stand_in: StandIn) -> None:
+    host = put_service(gateway, "strict")
+    before = len(stand_in.requests)
+    for bad in (
+        f"GET / HTTP/1.1\r\nHost: {host}\r\nX-A: a\nX-Injected: b\r\n\r\n",
+        f"POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        f"POST / HTTP/1.1\r\nHost: {host}\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+        f"GET / HTTP/1.1\r\nHost: {host}\r\n Folded: x\r\n\r\n",
+        "GET /\x00 HTTP/1.1\r\n\r\n",
+        "NOT HTTP\r\n\r\n",
+    ):
+        assert raw_exchange(gateway, bad.encode()).startswith(b"HTTP/1.1 400"), bad
+    assert len(stand_in.requests) == before, "nothing malformed reached the server"
+    status, body, _ = request(gateway, host, "GET", "/early")
+    assert (status, body) == (200, b"after hints")
+
+
 def test_auth_403_and_the_60s_cache(gateway: GatewayProc, stand_in: StandIn) -> None:
     host = put_service(gateway, "authed", auth=True)
     expected = b"Unauthenticated or unauthorized to access project p\n"

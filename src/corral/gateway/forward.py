@@ -192,13 +192,21 @@ async def _send(config: Config, ex: Exchange, conn: Conn, client_r: asyncio.Stre
         await relay_body(client_r, up_w, ex.body, CLIENT_BODY_TIMEOUT, ex.body_limit)
     except OSError as e:
         raise UpstreamError(502, f"the corral server closed the connection while the body was sent: {e}") from None
-    try:
-        raw = await read_head(up_r, ex.read_timeout)
-    except asyncio.TimeoutError:
-        raise UpstreamError(504, f"the service did not answer within read_timeout ({ex.read_timeout:g} s)") from None
-    except (OSError, HttpError):
-        raw = None
-    return None if raw is None else parse_response(raw)
+    while True:
+        try:
+            raw = await read_head(up_r, ex.read_timeout)
+        except asyncio.TimeoutError:
+            raise UpstreamError(
+                504, f"the service did not answer within read_timeout ({ex.read_timeout:g} s)"
+            ) from None
+        except (OSError, HttpError):
+            raw = None
+        if raw is None:
+            return None
+        resp = parse_response(raw)
+        if not 100 <= resp.status < 200 or resp.status == 101:
+            return resp
+        # an interim answer (103 Early Hints, a 100 Continue the server sent anyway): the final one follows
 
 
 async def _open_and_send(
@@ -208,7 +216,11 @@ async def _open_and_send(
     the old one turns out closed), else a new one."""
     conn = None if ex.websocket else pool.take(config)
     if conn is not None:
-        resp = await _send(config, ex, conn, client_r)
+        try:
+            resp = await _send(config, ex, conn, client_r)
+        except BaseException:
+            conn[1].close()
+            raise
         if resp is not None:
             return conn, resp
         conn[1].close()

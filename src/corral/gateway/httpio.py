@@ -83,6 +83,8 @@ async def read_head(reader: asyncio.StreamReader, timeout: float) -> Optional[by
 def _fields(lines: list[bytes]) -> Headers:
     headers: Headers = []
     for line in lines:
+        if b"\r" in line or b"\n" in line or b"\0" in line:  # a lone CR or LF could split a line downstream
+            raise HttpError(400, "A header line holds a bare CR, LF or NUL")
         name, sep, value = line.decode("latin-1").partition(":")
         if not sep or not name or name != name.strip() or any(c in name for c in " \t"):
             raise HttpError(400, "A header line is malformed")
@@ -93,6 +95,8 @@ def _fields(lines: list[bytes]) -> Headers:
 def parse_request(raw: bytes) -> Head:
     lines = raw[:-4].split(b"\r\n")
     parts = lines[0].decode("latin-1").split(" ")
+    if any(c in lines[0] for c in (b"\r", b"\n", b"\0", b"\t")):
+        raise HttpError(400, "The request line holds a control character")
     if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0") or not parts[0].isalpha():
         raise HttpError(400, "The request line is not HTTP/1.1")
     return Head(version=parts[2], headers=_fields(lines[1:]), method=parts[0].upper(), target=parts[1])
