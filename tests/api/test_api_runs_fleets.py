@@ -271,12 +271,12 @@ async def test_unsupported_types_validate_then_400(server: RunningServer) -> Non
     async with server.client() as c:
         svc = {"type": "service", "port": 8000, "commands": ["python -m http.server"], "gateway": "gw"}
         r = await c.post("/api/project/main/runs/get_plan", json={"run_spec": {"configuration": svc}})
-        assert r.status_code == 400 and "not supported yet" in r.json()["detail"][0]["msg"]
+        assert r.status_code == 400 and r.json()["detail"][0]["msg"] == "Gateway gw does not exist in project main"
         r = await c.post(
             "/api/project/main/runs/apply",
             json={"force": False, "plan": {"run_spec": {"configuration": svc}}},
         )
-        assert r.status_code == 400 and "not supported yet" in r.json()["detail"][0]["msg"]
+        assert r.status_code == 400 and r.json()["detail"][0]["code"] == "resource_not_exists"
         gw = {
             "type": "gateway",
             "name": "gw",

@@ -96,8 +96,8 @@ async def test_groups_number_replicas_globally_and_plan_one_job_per_group(server
 @pytest.mark.parametrize(
     ("conf", "words"),
     [
-        ({"gateway": "gw"}, "`gateway`"),
-        ({"gateway": True}, "`gateway`"),
+        ({"gateway": "gw"}, "Gateway gw does not exist in project main"),
+        ({"gateway": True}, "The service requires a gateway, but there is no default gateway in the project"),
         ({"rate_limits": [{"rps": 10}]}, "`rate_limits`"),
         ({"https": False}, "`https`"),
         ({"replicas": 0}, "at least one replica"),

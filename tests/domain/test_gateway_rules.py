@@ -11,12 +11,13 @@ import pytest
 from corral.domain.events import gateway_target, status_change_message
 from corral.domain.gateways import (
     GatewayRec,
-    Unpublishable,
     apply_refusal,
     changed_fields,
     configuration_error,
+    https_refusal,
     model_base_url,
     project_domain,
+    publication,
     publish_refusal,
     rate_limits,
     service_host,
@@ -108,26 +109,29 @@ def test_when_a_service_cannot_be_published() -> None:
 
 
 def test_the_scheme_of_a_service() -> None:
-    plain = gateway(configuration={**CONF, "certificate": None})
-    assert service_https(None, gateway()) is True
-    assert service_https(False, gateway()) is False
-    assert service_https("auto", gateway()) is True
-    assert service_https("auto", plain) is False
-    assert service_https(False, plain) is False
-    with pytest.raises(Unpublishable, match="Cannot run HTTPS service on gateway with no SSL certificates"):
-        service_https(None, plain)
+    assert service_https(None, True) is True
+    assert service_https(False, True) is False
+    assert service_https("auto", True) is True
+    assert service_https("auto", False) is False
+    assert https_refusal(None, True) is None and https_refusal("auto", False) is None
+    assert https_refusal(False, False) is None
+    assert https_refusal(None, False) == "Cannot run HTTPS service on gateway with no SSL certificates configured"
+    assert https_refusal(True, False) is not None
 
 
 def test_the_url_and_model_url_of_a_service() -> None:
-    g = gateway(wildcard_domain="*.example.test")
-    host = service_host("svc", g, "main")
+    pub = publication(gateway(wildcard_domain="*.example.test"))
+    assert (pub.gateway_name, pub.wildcard_domain, pub.has_certificate) == ("gw", "*.example.test", True)
+    host = service_host("svc", pub, "main")
     assert host == "svc.example.test"
     url = service_url(host, True)
     assert url == "https://svc.example.test"
     assert service_url(host, False) == "http://svc.example.test"
-    assert model_base_url(url, {"format": "openai", "prefix": "/v1"}, g, "main") == "https://svc.example.test/v1"
-    assert model_base_url(url, {"format": "tgi"}, g, "main") == "https://gateway.example.test"
-    plain = replace(g, configuration={**CONF, "certificate": None})
+    assert model_base_url(url, {"format": "openai", "prefix": "/v1"}, pub, "main") == "https://svc.example.test/v1"
+    assert model_base_url(url, {"format": "tgi"}, pub, "main") == "https://gateway.example.test"
+    plain = publication(gateway(configuration={**CONF, "certificate": None}, wildcard_domain=None))
+    assert plain.wildcard_domain == "" and not plain.has_certificate
+    plain = replace(plain, wildcard_domain="example.test")
     assert model_base_url("http://svc.example.test", {"format": "tgi"}, plain, "main") == "http://gateway.example.test"
 
 

@@ -5,11 +5,15 @@ in place or is refused as dstack 0.22.5 refuses it, and deleting the gateway giv
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import httpx
 from ssh_harness import apply_fleet, fleet_settled, get_fleet, run_get, run_status, ssh_fleet, submit
 
+from corral.domain.statuses import GatewayStatus
+from corral.services import gateways as gateway_services
+from corral.store import gateways as gateway_store
 from fakehosts import FakeHosts
 from server_harness import RunningServer, wait_for
 
@@ -119,3 +123,85 @@ async def test_a_gateway_holds_a_fleet_host_until_it_is_deleted(server: RunningS
         assert messages[-2:] == ["Gateway marked for deletion", "Gateway deleted"], messages
         r = await c.post("/api/events/list", json={"within_gateways": [gw["id"]], "ascending": True})
         assert [e["message"] for e in r.json()] == messages
+
+
+async def _running(server: RunningServer, gateway_id: str) -> None:
+    """Move the gateway to ``running`` through the store, as the gateways worker does once its process is deployed
+    and answers (the deployment itself is not part of this test)."""
+    async with server.ctx.db.write() as conn:
+        for status in (GatewayStatus.PROVISIONING, GatewayStatus.RUNNING):
+            assert await gateway_store.set_status(conn, gateway_id, status, time.time())
+
+
+def service(name: str, **kw: Any) -> dict[str, Any]:
+    small = {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."}
+    return {
+        "type": "service",
+        "name": name,
+        "port": 8000,
+        "commands": ["sleep 600"],
+        "fleets": ["edge"],
+        "resources": small,
+        **kw,
+    }
+
+
+async def run_apply(c: httpx.AsyncClient, conf: dict[str, Any], current: Any = None) -> httpx.Response:
+    return await c.post(
+        "/api/project/main/runs/apply",
+        json={"plan": {"run_spec": {"configuration": conf}, "current_resource": current}, "force": False},
+    )
+
+
+async def test_a_service_is_published_on_its_gateway(server: RunningServer, hosts: FakeHosts) -> None:
+    async with server.client() as c:
+        await apply_fleet(c, ssh_fleet(hosts, "edge", [hosts.ip("cpu1")]))
+        await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+        r = await run_apply(c, service("svc", gateway=True))
+        assert detail(r) == "The service requires a gateway, but there is no default gateway in the project"
+        assert r.json()["detail"][0]["code"] == "resource_not_exists"
+        r = await run_apply(c, service("svc", gateway="nope"))
+        assert detail(r) == "Gateway nope does not exist in project main"
+
+        domain = "*.${{ run.project_name }}.example.test"
+        r = await apply(c, gateway_conf("gw", domain=domain, certificate=None))
+        assert r.status_code == 200, r.text
+        gw = r.json()
+        r = await c.post("/api/project/main/runs/get_plan", json={"run_spec": {"configuration": service("svc")}})
+        assert detail(r) == "Gateway status is not running"  # omitted: the project's default gateway
+        await _running(server, gw["id"])
+        r = await run_apply(c, service("svc"))
+        assert detail(r) == "Cannot run HTTPS service on gateway with no SSL certificates configured"
+
+        limits = [{"prefix": "/v1", "key": {"type": "header", "header": "X-Key"}, "rps": 2, "burst": 4}]
+        r = await run_apply(c, service("svc", https="auto", rate_limits=limits, model="llama"))
+        assert r.status_code == 200, r.text
+        assert r.json()["service"]["url"] == "http://svc.main.example.test"
+        assert r.json()["service"]["model"]["base_url"] == "http://svc.main.example.test/v1"
+        got = await run_get(c, "svc")
+        assert (got["status"], got["service"]["url"]) == ("submitted", "http://svc.main.example.test")
+        registered = await gateway_services.services_to_register(server.ctx, gw["id"])
+        assert [(s.run_name, s.host, s.https, s.auth, s.upstream_path) for s in registered] == [
+            ("svc", "svc.main.example.test", False, True, "/proxy/services/main/svc/")
+        ]
+        limit = registered[0].rate_limits[0]
+        assert (limit.prefix, limit.key, limit.header, limit.rps, limit.burst) == ("/v1", "header", "X-Key", 2.0, 4)
+        assert registered[0].model is not None and registered[0].model.name == "llama"
+
+        # gateway: false -> the in-server proxy; then moved onto the gateway in place
+        r = await run_apply(c, service("svc2", gateway=False, https="auto"))
+        assert r.status_code == 200 and r.json()["service"]["url"] == "/proxy/services/main/svc2/", r.text
+        moved = service("svc2", gateway="gw", https="auto")
+        p = await c.post("/api/project/main/runs/get_plan", json={"run_spec": {"configuration": moved}})
+        assert p.status_code == 200, p.text
+        r = await run_apply(c, moved, p.json()["current_resource"])
+        assert r.status_code == 200, r.text
+        assert (await run_get(c, "svc2"))["service"]["url"] == "http://svc2.main.example.test"
+
+        r = await c.post(G + "/delete", json={"names": ["gw"]})
+        assert detail(r).startswith("Gateway gw publishes services svc, svc2: stop them"), r.text
+        await c.post("/api/project/main/runs/stop", json={"runs_names": ["svc", "svc2"], "abort": True})
+        await run_status(c, "svc", "terminated", "failed", "done")
+        await run_status(c, "svc2", "terminated", "failed", "done")
+        assert (await c.post(G + "/delete", json={"names": ["gw"]})).status_code == 200
+        await wait_for(lambda: gone(c, "gw"), timeout=20)

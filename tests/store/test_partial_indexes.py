@@ -16,12 +16,14 @@ async def test_live_unique_indexes_have_the_predicate_the_migrations_built(db_ur
     db = Database(db_url)
     await upgrade(db)
     live = "deleted = 0" if db.is_sqlite else "deleted = false"
-    # projects, fleets, runs, volumes; the queue
+    # projects, fleets, runs, volumes; a project's one default gateway; the queue
     assert [i.name for i, _ in tables._POSTGRES_WHERE][-1] == "ix_jobs_queued"
-    assert len(tables._POSTGRES_WHERE) == 5
+    assert len(tables._POSTGRES_WHERE) == 6
     async with db.read() as conn:
         for index, where in tables._POSTGRES_WHERE:
             expected = live if where == "deleted = false" else where
+            if index.name == "ux_gateways_project_default":
+                expected = "is_default = 1" if db.is_sqlite else "is_default = true"
             ddl = str(CreateIndex(index).compile(dialect=conn.dialect))
             assert ddl.endswith(f"WHERE {expected}"), ddl
             if db.is_sqlite:
@@ -31,6 +33,8 @@ async def test_live_unique_indexes_have_the_predicate_the_migrations_built(db_ur
             built = (await conn.execute(query, {"n": index.name})).scalar_one()
             if where == "deleted = false":
                 assert expected in built, built
+            elif index.name == "ux_gateways_project_default":  # Postgres writes it: WHERE (is_default = true)
+                assert "is_default" in built and ("= 1" in built or "true" in built), built
             else:  # Postgres writes the predicate its own way: ((status)::text = 'submitted'::text) AND ...
                 assert "'submitted'" in built and "instance_id IS NULL" in built, built
     await db.dispose()

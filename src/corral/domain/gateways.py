@@ -139,10 +139,6 @@ def apply_refusal(gateway: GatewayRec, new: Mapping[str, Any]) -> str | None:
 # --- services on a gateway ----------------------------------------------------------------------------
 
 
-class Unpublishable(ValueError):
-    """A service cannot be published on the gateway chosen (dstack's 400; the message is dstack's)."""
-
-
 def publish_refusal(gateway: GatewayRec) -> str | None:
     """Why a service cannot be put on ``gateway`` now (dstack's ``assign_service`` checks), or None."""
     if gateway.to_be_deleted:
@@ -156,20 +152,38 @@ def publish_refusal(gateway: GatewayRec) -> str | None:
     return None
 
 
-def service_https(https: bool | Literal["auto"] | None, gateway: GatewayRec) -> bool:
-    """Whether a service on ``gateway`` is served over HTTPS (its ``https``: true by default, ``auto``: iff the
-    gateway has a certificate); :class:`Unpublishable` for HTTPS on a gateway without a certificate."""
+@dataclass(frozen=True)
+class Publication:
+    """Where a service is published: its gateway's name and wildcard domain, and whether the gateway serves TLS
+    (what a run keeps of its gateway to tell its URL)."""
+
+    gateway_name: str
+    wildcard_domain: str
+    has_certificate: bool
+
+
+def publication(gateway: GatewayRec) -> Publication:
+    return Publication(gateway.name, gateway.wildcard_domain or "", gateway.has_certificate)
+
+
+def https_refusal(https: bool | Literal["auto"] | None, has_certificate: bool) -> str | None:
+    """dstack's 400 for a service's ``https`` on a gateway with or without a certificate, or None."""
+    if https != "auto" and (HTTPS_DEFAULT if https is None else bool(https)) and not has_certificate:
+        return "Cannot run HTTPS service on gateway with no SSL certificates configured"
+    return None
+
+
+def service_https(https: bool | Literal["auto"] | None, has_certificate: bool) -> bool:
+    """Whether a service on a gateway is served over HTTPS: its ``https`` (true by default; ``auto``: iff the
+    gateway has a certificate)."""
     if https == "auto":
-        return gateway.has_certificate
-    wanted = HTTPS_DEFAULT if https is None else bool(https)
-    if wanted and not gateway.has_certificate:
-        raise Unpublishable("Cannot run HTTPS service on gateway with no SSL certificates configured")
-    return wanted
+        return has_certificate
+    return HTTPS_DEFAULT if https is None else bool(https)
 
 
-def service_host(run_name: str, gateway: GatewayRec, project_name: str) -> str:
-    """``<run>.<domain>``: where a service of ``project_name`` is published on ``gateway``."""
-    return f"{run_name}.{project_domain(gateway.wildcard_domain or '', project_name)}"
+def service_host(run_name: str, pub: Publication, project_name: str) -> str:
+    """``<run>.<domain>``: where a service of ``project_name`` is published on its gateway."""
+    return f"{run_name}.{project_domain(pub.wildcard_domain, project_name)}"
 
 
 def service_url(host: str, https: bool) -> str:
@@ -177,14 +191,14 @@ def service_url(host: str, https: bool) -> str:
     return f"{'https' if https else 'http'}://{host}"
 
 
-def model_base_url(url: str, model: Mapping[str, Any], gateway: GatewayRec, project_name: str) -> str:
+def model_base_url(url: str, model: Mapping[str, Any], pub: Publication, project_name: str) -> str:
     """dstack's ``Run.service.model.base_url`` on a gateway: an OpenAI-format model's is the service's URL with
     the model's ``prefix``; any other model's is the gateway's model endpoint ``<scheme>://gateway.<domain>``
     (https iff the gateway has a certificate)."""
     if model.get("format", "openai") == "openai":
         return url + str(model.get("prefix") or "/v1")
-    scheme = "https" if gateway.has_certificate else "http"
-    return f"{scheme}://gateway.{project_domain(gateway.wildcard_domain or '', project_name)}"
+    scheme = "https" if pub.has_certificate else "http"
+    return f"{scheme}://gateway.{project_domain(pub.wildcard_domain, project_name)}"
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from corral.domain.gateways import Publication
 from corral.domain.statuses import FleetStatus, InstanceStatus, JobStatus, RunStatus
 
 
@@ -155,6 +156,8 @@ class RunRec:
     jobs: tuple[JobRec, ...] = ()
     #: ``schedule``: the trigger a pending run waits for (or the one that fired it); None: not scheduled.
     next_triggered_at: float | None = None
+    #: The gateway a service is published on (None: the in-server proxy, or not a service).
+    gateway: Publication | None = None
 
 
 #: A stored log line's ``source``: 0 stdout and 1 stderr of the job, this one the agent's own lines about it

@@ -20,18 +20,27 @@ import json
 import secrets
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.context import Context
+from corral.domain.documents import spec_configuration
 from corral.domain.gateways import (
     NO_IDLE_HOST,
     GatewayRec,
+    GatewayService,
     apply_refusal,
     changed_fields,
     configuration_error,
+    https_refusal,
+    publication,
+    publish_refusal,
+    rate_limits,
+    service_host,
+    service_https,
+    service_model,
     updatable_in_place,
 )
 from corral.domain.records import FleetRec, ProjectRec, UserRec
@@ -40,11 +49,18 @@ from corral.services import apply_policies, input_rules
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import random_name
 from corral.services.serialize import iso
+from corral.services.service_runs import proxy_path
 from corral.store import encryption, plan_apply
 from corral.store import fleets as fleet_store
 from corral.store import gateways as store
+from corral.store import runs as run_store
 from corral.store.errors import Conflict
 
+if TYPE_CHECKING:
+    from corral.config.common import EntityReference
+
+#: A service's ``gateway``: a name, ``project/name`` (parsed), true (the default gateway), false (none) or omitted.
+GatewayRef = Union[bool, "EntityReference", str, None]
 CONFIGURATION = "configuration"
 #: A gateway's replica status by the gateway's (dstack's ``GatewayReplicaStatus`` values).
 _REPLICA_STATUS = {"submitted": "submitted", "provisioning": "provisioning", "running": "running"}
@@ -325,3 +341,66 @@ async def set_wildcard_domain(
     if refusal is not None:
         raise ServiceError(refusal)
     return await _update(ctx, project, user, g, {**conf, "default": None})
+
+
+# --- services on a gateway ------------------------------------------------------------------------------
+
+
+async def for_service(
+    ctx: Context, project: ProjectRec, gateway: GatewayRef, https: bool | Literal["auto"] | None
+) -> GatewayRec | None:
+    """The gateway a service of ``project`` is published on, by its ``gateway`` (dstack's ``assign_service``):
+    a name (or ``project/name``) → that gateway, ``false`` → none (the in-server proxy), omitted → the project's
+    default gateway if it has one, ``true`` → the default gateway, which must exist. dstack's 400s when the
+    gateway cannot take it (being deleted, no host, not running, no domain, HTTPS without a certificate)."""
+    if gateway is False:
+        return None
+    async with ctx.db.read() as conn:
+        if gateway is None or gateway is True:
+            found = await store.default_of(conn, project.id)
+            if found is None and gateway is True:
+                raise ResourceNotExists(
+                    "The service requires a gateway, but there is no default gateway in the project"
+                )
+        else:
+            owner = gateway.project if not isinstance(gateway, str) else None
+            name = gateway.name if not isinstance(gateway, str) else gateway
+            if owner not in (None, project.name):
+                raise ServiceError(
+                    f"`gateway`: {owner}/{name} is a gateway of another project; corral does not import gateways "
+                    "yet: name a gateway of this project"
+                )
+            found = await store.by_name(conn, project.id, name)
+            if found is None:
+                raise ResourceNotExists(f"Gateway {name} does not exist in project {project.name}")
+    if found is None:
+        return None
+    refusal = publish_refusal(found) or https_refusal(https, found.has_certificate)
+    if refusal is not None:
+        raise ServiceError(refusal)
+    return found
+
+
+async def services_to_register(ctx: Context, gateway_id: str) -> list[GatewayService]:
+    """The services that should be registered on the gateway ``gateway_id``: its unfinished service runs, each
+    with its host, scheme, auth, rate limits, model and the in-server proxy's path the gateway forwards to."""
+    async with ctx.db.read() as conn:
+        g = await store.get(conn, gateway_id)
+        ids = await store.service_run_ids(conn, gateway_id)
+        found = await run_store.runs_by_ids(conn, ids, include_jobs=False)
+    if g is None:
+        return []
+    pub = publication(g)
+    out = []
+    for r in sorted(found.values(), key=lambda r: r.run_name):
+        conf = spec_configuration(r.run_spec)
+        host = service_host(r.run_name, pub, r.project_name)
+        out.append(
+            GatewayService(
+                project_name=r.project_name, run_name=r.run_name, run_id=r.id, host=host,
+                https=service_https(conf.get("https"), pub.has_certificate), auth=bool(conf.get("auth", True)),
+                rate_limits=rate_limits(conf.get("rate_limits") or []), model=service_model(conf.get("model")),
+                upstream_path=proxy_path(r.project_name, r.run_name),
+            )
+        )  # fmt: skip
+    return out

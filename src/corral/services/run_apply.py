@@ -22,11 +22,13 @@ from corral.config.run_spec import RunSpec
 from corral.context import Context
 from corral.domain import job_facts
 from corral.domain.events import job_target, run_target
+from corral.domain.gateways import GatewayRec, publication
 from corral.domain.names import random_words
 from corral.domain.records import ProjectRec, UserRec
 from corral.schemas.requests import RunPlanIn
 from corral.services import (
     apply_policies,
+    gateways,
     local_admission,
     quota_admission,
     repos,
@@ -70,6 +72,8 @@ class Admission:
     now: float
     #: The crons of a scheduled run (None: not scheduled).
     crons: list[str] | None
+    #: The gateway a service is published on (None: the in-server proxy, or not a service).
+    gateway: GatewayRec | None = None
 
 
 async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: RunPlanIn, force: bool) -> dict[str, Any]:
@@ -90,9 +94,12 @@ async def apply(ctx: Context, project: ProjectRec, user: UserRec, plan: RunPlanI
                     kept = await replace_or_update(ctx, conn, project, user, plan, force, adm)
                     if kept is not None:
                         return kept
-                run_values, job_values = await insert_new(ctx, conn, project, user, spec, derived, name, crons, now)
+                run_values, job_values = await insert_new(
+                    ctx, conn, project, user, spec, derived, name, crons, now, adm.gateway
+                )
             # the response is built from what was written: no read-back inside the write lock
-            run = store.new_run_rec(run_values, job_values, project.name, user.name)
+            pub = publication(adm.gateway) if adm.gateway is not None else None
+            run = store.new_run_rec(run_values, job_values, project.name, user.name, pub)
             break
         except Conflict:
             if explicit:
@@ -127,8 +134,10 @@ async def admit(ctx: Context, project: ProjectRec, user: UserRec, plan: RunPlanI
         raise ServiceError(
             f"Runs of type `{conf.type}` are not supported yet: corral runs tasks, services and dev environments"
         )
+    gateway = None
     if conf.type == "service":
-        service_runs.check_service(conf)
+        gateway = await gateways.for_service(ctx, project, conf.gateway, conf.https)
+        service_runs.check_service(conf, on_gateway=gateway is not None)
     run_options.check(conf, merged, ctx.settings.metrics_running_ttl, ctx.settings.allow_docker_in_docker)
     unset = [k for k, v in conf.env.items() if not isinstance(v, str)]
     if unset:
@@ -146,7 +155,7 @@ async def admit(ctx: Context, project: ProjectRec, user: UserRec, plan: RunPlanI
     await repos.check_run_code(ctx, project, user, spec.document)
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
     crons = run_options.schedule_crons(conf, merged, now)
-    return Admission(spec=spec, name=name, derived=derived, planned=planned, now=now, crons=crons)
+    return Admission(spec=spec, name=name, derived=derived, planned=planned, now=now, crons=crons, gateway=gateway)
 
 
 async def replace_or_update(
@@ -185,6 +194,8 @@ async def replace_or_update(
                 plan.current_resource,
                 force,
             )
+            # an in-place change of `gateway` (dstack's PR #4221): the service moves to its new gateway
+            await store.update_run(conn, existing.id, {"gateway_id": adm.gateway.id if adm.gateway else None})
             updated = await store.get_run(conn, project.id, run_id=existing.id)
             assert updated is not None
             ctx.wakeups.wake("services")
@@ -207,10 +218,13 @@ async def insert_new(
     name: str,
     crons: list[str] | None,
     now: float,
+    gateway: GatewayRec | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """On ``conn``, write the run named ``name``, its jobs (none yet for a scheduled run) and their
-    events; returns the run's and the jobs' values as written."""
+    """On ``conn``, write the run named ``name`` (published on ``gateway``, if given), its jobs (none yet for a
+    scheduled run) and their events; returns the run's and the jobs' values as written."""
     run_values, job_values = _new_values(ctx, project, user, spec, derived, name, crons, now)
+    if gateway is not None:
+        run_values["gateway_id"] = gateway.id
     await store.insert_run(conn, run_values)
     if job_values:
         await store.insert_jobs(conn, job_values)
@@ -220,6 +234,8 @@ async def insert_new(
         user.id,
         [run_target(project.id, run_values["id"], name)],
     )
+    if gateway is not None:
+        await events.emit(conn, "Service assigned to gateway", None, [run_target(project.id, run_values["id"], name)])
     for jv in job_values:
         await events.emit(
             conn,

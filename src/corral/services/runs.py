@@ -22,6 +22,7 @@ from corral.scheduler.blocks import smallest_carves
 from corral.scheduler.types import Offer
 from corral.services import (
     apply_policies,
+    gateways,
     local_admission,
     quota_admission,
     run_options,
@@ -88,7 +89,8 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: RunPl
     conf, merged = spec.conf, spec.merged
     await run_references.check(ctx, project, spec.configuration)
     if conf.type == "service":
-        service_runs.check_service(conf)
+        on_gateway = await gateways.for_service(ctx, project, conf.gateway, conf.https) is not None
+        service_runs.check_service(conf, on_gateway=on_gateway)
     current = None
     if spec.run_name:
         async with ctx.db.read() as conn:

@@ -318,7 +318,7 @@ def run(r: RunRec, queue_position: int | None = None, now: float | None = None) 
         "jobs": js,
         "latest_job_submission": latest,
         "cost": costs.run_cost(r.jobs, time.time() if now is None else now),
-        "service": service_field(r.project_name, r.run_name, spec_configuration(r.run_spec)),
+        "service": service_field(r.project_name, r.run_name, spec_configuration(r.run_spec), r.gateway),
         "deployment_num": r.deployment_num,
         "error": None,
         "deleted": r.deleted,

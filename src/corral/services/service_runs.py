@@ -1,11 +1,11 @@
 """The `service` run type at submission: what corral's in-server proxy refuses (a 400 naming the field),
 one job spec per replica (``replica_num`` global across replica groups, as dstack numbers them) and one
 template per replica group (what rollouts and autoscaling submit), the probes resolved as dstack writes
-them into the job spec, and the run's ``service`` field (``url`` = ``/proxy/services/<project>/<run>/``,
-``model.base_url`` for an OpenAI model).
+them into the job spec, and the run's ``service`` field (``url`` = ``/proxy/services/<project>/<run>/``, or
+``<scheme>://<run>.<domain>`` on a gateway; ``model.base_url``).
 
-Pure functions over the parsed configuration and plain dicts; imports ``services.errors`` (and ``config``'s
-types) only.
+Pure functions over the parsed configuration and plain dicts; imports ``services.errors``, ``domain.gateways``
+(and ``config``'s types) only.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from corral.domain.gateways import Publication, model_base_url, service_host, service_https, service_url
 from corral.services.errors import ServiceError
 
 if TYPE_CHECKING:
@@ -28,19 +29,15 @@ OPENAI_MODEL_PROBE_TIMEOUT = 30
 _GROUP_ONLY_AT_SERVICE_LEVEL = ("image", "docker", "privileged", "python", "nvcc", "spot_policy", "reservation")
 
 
-def check_service(conf: ServiceConfiguration) -> None:  # noqa: C901
-    """Raise ``ServiceError`` for what a service may say but corral does not do (yet)."""
-    if conf.gateway not in (None, False):
-        raise ServiceError(
-            "`gateway`: gateways are not supported yet; services are published by the server's own proxy at "
-            "/proxy/services/<project>/<run>/. Remove `gateway` (or set `gateway: false`)"
-        )
-    if conf.rate_limits:
+def check_service(conf: ServiceConfiguration, on_gateway: bool = False) -> None:  # noqa: C901
+    """Raise ``ServiceError`` for what a service may say but corral does not do (yet); ``on_gateway``: it is
+    published on a gateway (which applies ``rate_limits`` and serves ``https: false``)."""
+    if conf.rate_limits and not on_gateway:
         raise ServiceError(
             "`rate_limits` are not supported when running services without a gateway: remove `rate_limits` "
             "from the service configuration"
         )
-    if conf.https is False:
+    if conf.https is False and not on_gateway:
         raise ServiceError("`https`: Setting `https: False` is not allowed without a gateway.")
     if conf.model is not None and conf.model.format == "tgi":
         raise ServiceError(
@@ -179,17 +176,26 @@ def proxy_path(project_name: str, run_name: str) -> str:
     return f"/proxy/services/{project_name}/{run_name}/"
 
 
-def service_field(project_name: str, run_name: str, configuration: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The run's ``service`` (dstack's ``ServiceSpec``) from its stored configuration; None for other types."""
+def service_field(
+    project_name: str, run_name: str, configuration: Mapping[str, Any], gateway: Publication | None = None
+) -> dict[str, Any] | None:
+    """The run's ``service`` (dstack's ``ServiceSpec``) from its stored configuration and the gateway it is
+    published on (None: the in-server proxy); None for other types. On a gateway, ``url`` is
+    ``<scheme>://<run>.<domain>`` and a model's ``base_url`` as dstack 0.22.5 makes them (``domain/gateways.py``)."""
     if configuration.get("type") != "service":
         return None
-    url = proxy_path(project_name, run_name)
     model = configuration.get("model")
+    if gateway is not None:
+        https = service_https(configuration.get("https"), gateway.has_certificate)
+        url = service_url(service_host(run_name, gateway, project_name), https)
+        base_url = model_base_url(url, model, gateway, project_name) if isinstance(model, dict) else ""
+    else:
+        url = proxy_path(project_name, run_name)
+        base_url = url.rstrip("/") + str(model.get("prefix") or "/v1") if isinstance(model, dict) else ""
     if not isinstance(model, dict):
         return {"url": url, "model": None, "options": {}}
-    prefix = str(model.get("prefix") or "/v1")
     return {
         "url": url,
-        "model": {"name": model.get("name"), "base_url": url.rstrip("/") + prefix, "type": model.get("type", "chat")},
+        "model": {"name": model.get("name"), "base_url": base_url, "type": model.get("type", "chat")},
         "options": {"openai": {"model": model}},
     }

@@ -166,6 +166,16 @@ async def services_on(conn: AsyncConnection, gateway_id: str) -> list[str]:
     return sorted(r[0] for r in await conn.execute(q))
 
 
+async def service_run_ids(conn: AsyncConnection, gateway_id: str) -> list[str]:
+    """The ids of the unfinished runs published on the gateway."""
+    q = sa.select(runs.c.id).where(
+        runs.c.gateway_id == gateway_id,
+        runs.c.deleted == sa.false(),
+        runs.c.status.not_in([s.value for s in FINISHED_RUN]),
+    )
+    return [r[0] for r in await conn.execute(q)]
+
+
 async def update_configuration(
     conn: AsyncConnection, g: GatewayRec, configuration: Mapping[str, Any], changed: Sequence[str], actor_id: str | None
 ) -> None:

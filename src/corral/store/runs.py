@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,11 +12,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.documents import LazyJSON
+from corral.domain.gateways import Publication
 from corral.domain.records import AGENT_LOG_SOURCE, JobRec, LogRec, RunRec
 from corral.domain.statuses import FINISHED_JOB, FINISHED_RUN, JOB_STATUS, RUN_STATUS
 from corral.store import run_counts
 from corral.store.events import tracked_update_by_id
-from corral.store.tables import fleets, jobs, logs, projects, runs, users
+from corral.store.tables import fleets, gateways, jobs, logs, projects, runs, users
 
 FINISHED_RUN_STATUSES = FINISHED_RUN
 FINISHED_JOB_STATUSES = FINISHED_JOB
@@ -83,7 +84,17 @@ def _run(r: Any, run_jobs: Sequence[JobRec]) -> RunRec:
         deleted=r.deleted,
         jobs=tuple(run_jobs),
         next_triggered_at=getattr(r, "next_triggered_at", None),
+        gateway=_publication(r),
     )
+
+
+def _publication(r: Any) -> Publication | None:
+    """Where the run is published, when its gateway is still there."""
+    name = getattr(r, "gateway_name", None)
+    if name is None:
+        return None
+    certificate = orjson.loads(r.gateway_configuration).get("certificate")
+    return Publication(name, r.gateway_domain or "", certificate is not None)
 
 
 def _run_select() -> sa.Select[Any]:
@@ -93,10 +104,14 @@ def _run_select() -> sa.Select[Any]:
             projects.c.name.label("project_name"),
             users.c.name.label("user_name"),
             fleets.c.name.label("fleet_name"),
+            gateways.c.name.label("gateway_name"),
+            gateways.c.wildcard_domain.label("gateway_domain"),
+            gateways.c.configuration.label("gateway_configuration"),
         )
         .join(projects, projects.c.id == runs.c.project_id)
         .join(users, users.c.id == runs.c.user_id)
         .outerjoin(fleets, fleets.c.id == runs.c.fleet_id)
+        .outerjoin(gateways, gateways.c.id == runs.c.gateway_id)
     )
 
 
@@ -248,9 +263,14 @@ async def insert_jobs(conn: AsyncConnection, values: Sequence[dict[str, Any]]) -
 
 
 def new_run_rec(
-    run_values: dict[str, Any], job_values: Sequence[dict[str, Any]], project_name: str, user_name: str
+    run_values: dict[str, Any],
+    job_values: Sequence[dict[str, Any]],
+    project_name: str,
+    user_name: str,
+    gateway: Publication | None = None,
 ) -> RunRec:
-    """The record of a run just inserted with ``run_values`` and ``job_values`` (as a read would give it)."""
+    """The record of a run just inserted with ``run_values`` and ``job_values`` (as a read would give it; its
+    ``gateway``: where it is published, as the apply found it)."""
     defaults = {
         "finished_at": None,
         "status_message": None,
@@ -268,7 +288,7 @@ def new_run_rec(
     }
     run_jobs = [job_from_row(SimpleNamespace(**{**defaults, **v})) for v in job_values]
     row = SimpleNamespace(**run_values, project_name=project_name, user_name=user_name, fleet_name=None, deleted=False)
-    return _run(row, run_jobs)
+    return replace(_run(row, run_jobs), gateway=gateway)
 
 
 async def update_job(
