@@ -353,3 +353,22 @@ def test_sigterm_lets_an_open_stream_finish_and_refuses_new_connections(tmp_path
     finally:
         if g.proc is not None and g.proc.poll() is None:
             g.proc.kill()
+
+
+def test_the_open_files_limit_is_raised_to_the_hard_one(tmp_path: Path) -> None:
+    """Started with a soft limit of 256 open files (``prlimit``), the gateway lifts it to the hard limit."""
+    g = GatewayProc(
+        tmp_path / "gw",
+        http=f"127.0.0.1:{free_port()}",
+        https=f"127.0.0.1:{free_port()}",
+        management=f"127.0.0.1:{free_port()}",
+        prefix=["prlimit", "--nofile=256:4096", "--"],
+    ).start()
+    try:
+        assert g.proc is not None
+        limits = Path(f"/proc/{g.proc.pid}/limits").read_text()
+        soft, hard = next(line.split()[3:5] for line in limits.splitlines() if line.startswith("Max open files"))
+        assert (soft, hard) == ("4096", "4096")
+        assert "corral gateway" in g.log.read_text() and "(Python 3." in g.log.read_text()
+    finally:
+        assert g.stop() == 0

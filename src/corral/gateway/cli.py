@@ -15,8 +15,11 @@ import argparse
 import asyncio
 import ipaddress
 import logging
+import platform
 import sys
 from typing import Optional
+
+import corral
 
 from .app import serve
 from .live import Gateway
@@ -59,6 +62,21 @@ def _listen(value: str, flag: str) -> Optional[str]:
     return None if value == "off" else _address(value, flag)
 
 
+def _raise_open_files() -> None:
+    """Every client takes a descriptor and every forwarded request one more: lift the soft limit on open files to
+    the hard one (dstack's gateway needed the same: its issue #3984, fixed with LimitNOFILE=65535)."""
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as e:
+            log.warning("cannot raise the open files limit from %d to %d: %s", soft, hard, e)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s corral-gateway %(message)s")
     parser = _parser()
@@ -76,6 +94,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not token:
         log.error("the token file %s is empty", args.token_file)
         return 2
+    _raise_open_files()
     gw = Gateway(args.state_dir, token)
     try:
         for problem in gw.load():
@@ -84,7 +103,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         log.error("cannot load the state directory: %s", e)
         return 2
     log.info(
-        "state from %s: %d services, %d entrypoints, %d certificates",
+        "corral gateway %s (Python %s); state from %s: %d services, %d entrypoints, %d certificates",
+        getattr(corral, "__version__", "unknown"),
+        platform.python_version(),
         args.state_dir,
         len(gw.state.services),
         len(gw.state.entrypoints),
