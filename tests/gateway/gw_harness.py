@@ -5,7 +5,7 @@
   check ``POST /api/projects/<p>/get`` (``Bearer good`` is allowed) and, under ``/proxy/...``, echoes what it
   received as JSON, streams server-sent events on ``.../sse`` (one event, then the next only once the test says),
   sends a 103 before its answer on ``.../early``,
-  echoes websocket bytes on ``.../ws`` after a 101, and sleeps on ``.../slow``.
+  echoes websocket bytes on ``.../ws`` after a 101, and answers ``.../slow`` after 5 s.
 * :class:`GatewayProc`: the process, on loopback ports (no root) or in a network namespace of its own (its own
   address with its own :80 and :443); ``mgmt`` calls its management API.
 """
@@ -178,7 +178,7 @@ class StandIn:
             h.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
             self._send(h, 200, b"after hints")
         elif h.path.endswith("/slow"):
-            time.sleep(3)
+            time.sleep(5)
             self._send(h, 200, b"late")
         else:
             self._send(h, 200, json.dumps(seen).encode())

@@ -142,14 +142,17 @@ def test_auth_403_and_the_60s_cache(gateway: GatewayProc, stand_in: StandIn) -> 
 
 
 def test_rate_limits_429_longest_prefix_and_not_counted(gateway: GatewayProc, stand_in: StandIn) -> None:
+    # one request a minute (the lowest rate): the refusals below cannot depend on how fast the machine is; the
+    # bucket's refill is unit-tested with the clock given (tests/gateway/core/test_ratelimit.py)
+    rps = 1 / 60
     host = put_service(
         gateway,
         "limited",
         auth=True,
         rate_limits=[
-            {"prefix": "/", "key": {"type": "ip_address"}, "rps": 1},
-            {"prefix": "/burst", "key": {"type": "ip_address"}, "rps": 1, "burst": 3},
-            {"prefix": "/hdr", "key": {"type": "header", "header": "X-User"}, "rps": 1},
+            {"prefix": "/", "key": {"type": "ip_address"}, "rps": rps},
+            {"prefix": "/burst", "key": {"type": "ip_address"}, "rps": rps, "burst": 3},
+            {"prefix": "/hdr", "key": {"type": "header", "header": "X-User"}, "rps": rps},
         ],
     )
     good = {"Authorization": GOOD}
@@ -162,8 +165,9 @@ def test_rate_limits_429_longest_prefix_and_not_counted(gateway: GatewayProc, st
     assert request(gateway, host, "GET", "/hdr", headers={**good, "X-User": "u1"})[0] == 429
     assert request(gateway, host, "GET", "/hdr", headers={**good, "X-User": "u2"})[0] == 200
     assert request(gateway, host, "GET", "/hdr", headers=good)[0] == 200
-    assert stats_of(gateway, "limited")["60"]["requests"] == 1 + 4 + 3
-    time.sleep(1.1)  # rps 1: one request per 1000 ms again
+    assert stats_of(gateway, "limited")["60"]["requests"] == 1 + 4 + 3, "429s are not hits"
+    # a changed limit applies at once
+    put_service(gateway, "limited", auth=True, rate_limits=[{"prefix": "/", "key": {"type": "ip_address"}, "rps": 100}])
     assert request(gateway, host, "GET", "/c", headers=good)[0] == 200
 
 
@@ -214,8 +218,8 @@ def test_client_max_body_size_and_read_timeout(gateway: GatewayProc, stand_in: S
         assert s.recv(65536).startswith(b"HTTP/1.1 413")
     assert len(stand_in.requests) - before in (1, 2), "the 11-byte body never left the gateway"
     started = time.monotonic()
-    assert request(gateway, host, "GET", "/slow")[0] == 504
-    assert time.monotonic() - started < 2.5
+    assert request(gateway, host, "GET", "/slow")[0] == 504  # the stand-in answers after 5 s
+    assert time.monotonic() - started < 4
 
 
 def test_model_endpoint_with_and_without_v1(gateway: GatewayProc, stand_in: StandIn) -> None:
