@@ -68,11 +68,15 @@ class RunningServer:
 
 @contextlib.asynccontextmanager
 async def running_server(settings: Settings) -> AsyncIterator[RunningServer]:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))  # held from now on: the server is told its own address before it starts
+    port = int(sock.getsockname()[1])
+    settings = replace(settings, host="127.0.0.1", port=port)
     prepared = await prepare(settings)
-    port = free_port()
     config = uvicorn.Config(prepared.app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets=[sock]))
     deadline = time.monotonic() + 10
     while not server.started:
         if task.done():

@@ -13,7 +13,8 @@ replica with the fewest requests in flight is chosen; upstream connections are k
 could not be delivered is tried once more on another replica; bodies stream both ways; request bodies
 are limited to ``proxy_body_limit`` (64 MiB) as dstack's gateway limits them (all of it ``proxy.upstream``);
 WebSocket upgrades pass (``proxy.websocket``). Requests are counted for the autoscaler (``proxy.stats``); a
-service at zero replicas holds them until one is ready (``proxy.cold_start``).
+service at zero replicas holds them until one is ready (``proxy.cold_start``). A request a gateway of this
+server forwards (``proxy.gateway_trust``) skips the token check and is not counted: the gateway did both.
 """
 
 from __future__ import annotations
@@ -78,7 +79,9 @@ class ServiceProxy:
         # counted per service that exists (never by names from a URL alone: the labels stay bounded)
         send = _counting(send, self.ctx.telemetry, project, run)
         headers: list[tuple[bytes, bytes]] = list(scope["headers"])
-        if route.auth:
+        # a gateway of this server has checked the caller and counts the request itself
+        from_gateway = await self.upstream.gateways.trusted(headers)
+        if route.auth and not from_gateway:
             token = bearer_token(headers)
             if token is None or not await self.upstream.members.get((token, project)):
                 await json_response(
@@ -88,6 +91,6 @@ class ServiceProxy:
         if any(k == b"upgrade" for k, _ in headers):
             await json_response(send, 400, {"detail": "Upgrading connections is not supported"})
             return
-        served = await self.upstream.admit(send, (project, run), route)
+        served = await self.upstream.admit(send, (project, run), route, counted=not from_gateway)
         if served is not None:
             await self.upstream.forward(scope, receive, send, served, headers, f"{PREFIX}{project}/{run}")

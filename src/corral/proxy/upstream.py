@@ -25,6 +25,7 @@ from corral.proxy.balancer import Balancer
 from corral.proxy.cache import Cache
 from corral.proxy.cold_start import FULL, ColdStart
 from corral.proxy.drains import Drains
+from corral.proxy.gateway_trust import GatewayTrust
 from corral.proxy.pool import Conn, Pool, close
 from corral.proxy.stats import RequestCounter
 from corral.services import service_routing
@@ -48,6 +49,8 @@ HOP_BY_HOP = frozenset(
     }
 )
 _SET_BY_PROXY = frozenset({b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-prefix"})
+#: Never sent on to a replica: a gateway's secret (``proxy.gateway_trust``).
+_KEPT_BACK = frozenset({b"x-corral-gateway"})
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 #: Added to every answer of a service: its pages run in a sandbox with an opaque origin, so that their
 #: scripts can neither read nor use the UI's session (the cookie is ``SameSite=Strict`` and never sent for
@@ -87,6 +90,8 @@ class Upstream:
         self.balancer = Balancer(ctx.settings.probe_failure_threshold)
         self.pool = Pool()
         self.counter = RequestCounter(ctx)
+        #: Which requests come from a gateway of this server (``proxy.gateway_trust``).
+        self.gateways = GatewayTrust(ctx)
         self.drains = Drains(ctx, lambda job_id: self.balancer.in_flight.get(job_id, 0))
         s = ctx.settings
         self.cold = ColdStart(
@@ -137,10 +142,12 @@ class Upstream:
                 log.debug("could not read the route of %s/%s again", *key, exc_info=True)
 
     # ---- requests to replicas ----------------------------------------------------------------
-    async def admit(self, send: Send, key: tuple[str, str], route: Route) -> Route | None:
-        """Count the request for the autoscaler; at zero replicas hold it until one is ready (None: answered
-        already, 503 or 404)."""
-        self.counter.count(route.run_id)
+    async def admit(self, send: Send, key: tuple[str, str], route: Route, counted: bool = True) -> Route | None:
+        """Count the request for the autoscaler (unless a gateway counts it: ``counted`` false); at zero
+        replicas hold it until one is ready (None: answered already, 503 or 404). A request held at zero
+        replicas is counted here in any case: it wakes the service now (a gateway counts it once answered)."""
+        if counted or not route.replicas:
+            self.counter.count(route.run_id)
         if route.replicas:
             return route
         got = await self.cold.wait(key, route)
@@ -174,7 +181,7 @@ class Upstream:
             if k == b"transfer-encoding":
                 chunked = b"chunked" in v.lower()
                 continue
-            if k in HOP_BY_HOP or k in named or (k in _SET_BY_PROXY and k != b"x-forwarded-for"):
+            if k in HOP_BY_HOP or k in named or k in _KEPT_BACK or (k in _SET_BY_PROXY and k != b"x-forwarded-for"):
                 continue
             if k == b"x-forwarded-for":
                 forwarded_for = v

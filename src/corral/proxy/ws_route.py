@@ -34,13 +34,15 @@ async def handle(upstream: Upstream, scope: Scope, receive: Receive, send: Send)
         await refuse(f"Service {project}/{run} not found")
         return
     headers: list[tuple[bytes, bytes]] = list(scope["headers"])
-    if route.auth:
+    from_gateway = await upstream.gateways.trusted(headers)  # it checked the caller, and counts the request
+    if route.auth and not from_gateway:
         token = bearer_token(headers)
         if token is None or not await upstream.members.get((token, project)):
             await refuse(f"Unauthenticated or unauthorized to access project {project}")
             return
     # counted for the autoscaler, and held while the service starts from zero, as a request is
-    upstream.counter.count(route.run_id)
+    if not from_gateway or not route.replicas:  # held at zero replicas: counted here too (see ``Upstream.admit``)
+        upstream.counter.count(route.run_id)
     if not route.replicas:
         got = await upstream.cold.wait((project, run), route)
         if not isinstance(got, Route):

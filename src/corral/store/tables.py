@@ -545,3 +545,26 @@ run_pending_counts = sa.Table(
     sa.Column("run_type", sa.String(20), primary_key=True),
     sa.Column("count", sa.Integer, nullable=False),
 )
+
+#: ACME accounts (the gateways' certificates), one per directory URL: the account key sealed with the server's
+#: key (``store/gateway_ops.py``).
+acme_accounts = sa.Table(
+    "acme_accounts",
+    metadata,
+    sa.Column("directory_url", sa.String(500), primary_key=True),
+    sa.Column("key_sealed", sa.Text, nullable=False),
+    sa.Column("created_at", Time, nullable=False),
+)
+
+#: Each gateway's certificates as the server got them (validity), and the last failure to get one (when and
+#: why: what the renewal rule waits on and what a user reads), per host.
+gateway_certificates = sa.Table(
+    "gateway_certificates",
+    metadata,
+    sa.Column("gateway_id", sa.String(36), primary_key=True),
+    sa.Column("host", sa.String(300), primary_key=True),
+    sa.Column("not_before", Time, nullable=True),
+    sa.Column("not_after", Time, nullable=True),
+    sa.Column("failed_at", Time, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+)

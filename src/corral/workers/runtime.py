@@ -146,6 +146,7 @@ class Workers:
         if self.ctx.ssh_endpoint_close is not None:
             await self.ctx.ssh_endpoint_close()
         await self.hosts.stop()
+        await self.gateways.close()
         await self.instances.drain()
         for compute in self.ctx.computes.values():
             await compute.aclose()

@@ -1,0 +1,336 @@
+"""A gateway run for real by the server: deployed on an SSH fleet's host, its certificate got from a private ACME
+CA (pebble) by HTTP-01, a service on the local fleet served at ``https://<run>.<domain>`` (verified against
+pebble's root only; the system store refuses it; 403 without a token), its process killed and started again by
+the next pass, the host gone ("Gateway unreachable") and back, a certificate refused when DNS points at a host
+with nothing on port 80, and deleting it closes ports 80/443 and gives the host back to jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import socket
+import ssl
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from ssh_harness import SSH_SETTINGS, apply_fleet, fleet_settled, get_fleet, host_run, ssh_fleet, stop_all_runs
+
+import gateway_client
+from fakehosts import FakeHosts
+from pebble_harness import PebbleLab
+from server_harness import RunningServer, fleet_body, get_run, make_settings, running_server, wait_for
+
+G = "/api/project/main/gateways"
+DOMAIN = "gw.example.test"
+APP = base64.b64encode((Path(__file__).parent.parent / "proxy" / "replica_app.py").read_bytes()).decode()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PebbleLab]:
+    pebble = PebbleLab(tmp_path_factory.mktemp("pebble")).start()
+    try:
+        yield pebble
+    finally:
+        pebble.stop()
+
+
+@pytest.fixture
+async def server(tmp_path: Path, hosts: FakeHosts, lab: PebbleLab) -> AsyncIterator[RunningServer]:
+    settings = make_settings(
+        tmp_path,
+        **{**SSH_SETTINGS, "safety_net_interval": 1.0, "provisioning_timeout": 20.0},
+        acme_server=lab.directory_url,
+        acme_ca_bundle=lab.ca_bundle,
+        sandbox="on",  # the replicas in their own network namespaces
+    )
+    async with running_server(settings) as s:
+        yield s
+
+
+def _open(ip: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((ip, port)) == 0
+
+
+async def gateway(c: httpx.AsyncClient, name: str) -> dict[str, Any] | None:
+    r = await c.post(G + "/get", json={"name": name})
+    return dict(r.json()) if r.status_code == 200 else None
+
+
+async def gateway_is(c: httpx.AsyncClient, name: str, status: str) -> dict[str, Any] | None:
+    g = await gateway(c, name)
+    if g is not None and g["status"] == "failed" and status != "failed":
+        raise AssertionError(f"the gateway failed: {g['status_message']}")
+    return g if g is not None and g["status"] == status else None
+
+
+async def publish(server: RunningServer, run_name: str, gateway_id: str) -> None:
+    """Put the service on the gateway (as the service's ``gateway:`` does)."""
+    import sqlalchemy as sa
+
+    from corral.store.tables import runs
+
+    async with server.ctx.db.write() as conn:
+        await conn.execute(sa.update(runs).where(runs.c.run_name == run_name).values(gateway_id=gateway_id))
+    server.ctx.wakeups.wake("gateways")
+
+
+async def start_service(c: httpx.AsyncClient, name: str) -> None:
+    if (await c.post("/api/project/main/fleets/get", json={"name": "local"})).status_code != 200:
+        r = await c.post("/api/project/main/fleets/apply", json=fleet_body(name="local", nodes="0..2"))
+        assert r.status_code == 200, r.text
+    conf = {
+        "type": "service", "name": name, "port": 8000,
+        "commands": [f"echo {APP} | base64 -d > app.py", "exec python3 app.py 8000"],
+        "resources": {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."}, "fleets": ["local"],
+    }  # fmt: skip
+    r = await c.post(
+        "/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": conf}}}
+    )
+    assert r.status_code == 200, r.text
+
+    async def ready() -> bool:
+        run = await get_run(c, name)
+        return any(j["job_submissions"][-1].get("corral_ready") for j in run["jobs"])
+
+    await wait_for(ready, timeout=60, interval=0.3)
+
+
+async def test_a_gateway_serves_a_service_over_tls_and_is_removed(
+    server: RunningServer, hosts: FakeHosts, lab: PebbleLab, tmp_path: Path
+) -> None:
+    ip = hosts.ip("cpu1")
+    lab.set_default_ipv4(ip)
+    root = tmp_path / "pebble-root.pem"
+    root.write_text(lab.root_pem())
+    host = f"svc.{DOMAIN}"
+    async with server.client() as c:
+        await apply_fleet(c, ssh_fleet(hosts, "edge", [ip]))
+        await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+        await start_service(c, "svc")
+        conf = {"type": "gateway", "name": "gw", "backend": "remote", "region": "edge", "domain": DOMAIN}
+        r = await c.post(G + "/apply", json={"plan": {"spec": {"configuration": conf}}, "force": False})
+        assert r.status_code == 200, r.text
+        gw = await wait_for(lambda: gateway_is(c, "gw", "running"), timeout=60)
+        assert _open(ip, 80) and _open(ip, 443)
+        await publish(server, "svc", gw["id"])
+
+        async def served() -> gateway_client.Answer | None:
+            with contextlib.suppress(OSError, ssl.SSLError, asyncio.TimeoutError):
+                got = await gateway_client.request(
+                    ip, host, "/whoami", cafile=str(root), headers={"Authorization": f"Bearer {server.token}"}
+                )
+                return got if got.status == 200 else None
+            return None
+
+        await wait_for(served, timeout=60, interval=0.5)
+        anon = await gateway_client.request(ip, host, "/whoami", cafile=str(root))
+        assert anon.status == 403, anon
+        assert b"Unauthenticated or unauthorized to access project main" in anon.body
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await gateway_client.request(ip, host, "/whoami", cafile=None)  # the system store refuses pebble's root
+        plain = await gateway_client.request(ip, host, "/whoami", cafile=None, port=80, tls=False)
+        assert plain.status == 301 and plain.headers["location"] == f"https://{host}/whoami"
+
+        # the gateway's process dies: the next pass starts it again, and it serves what it kept
+        await host_run(hosts, "cpu1", "kill -9 $(cat ~/.corral-gateway/gateway.pid)")
+        await wait_for(served, timeout=30, interval=0.5)
+
+        r = await c.post("/api/events/list", json={"target_gateways": [gw["id"]], "ascending": True})
+        messages = [e["message"] for e in r.json()]
+        assert f"Certificate for {host} issued" in messages, messages
+
+        # deleted (its service stopped first): ports 80/443 closed, the host is the fleet's again
+        r = await c.post(G + "/delete", json={"names": ["gw"]})
+        assert r.status_code == 400 and "publishes services svc" in r.text, r.text
+        await stop_all_runs(c)
+        r = await c.post(G + "/delete", json={"names": ["gw"]})
+        assert r.status_code == 200, r.text
+        await wait_for(lambda: _gone(c, "gw"), timeout=30)
+        assert not _open(ip, 80) and not _open(ip, 443)
+        inst = (await get_fleet(c, "edge"))["instances"][0]
+        assert inst["status"] == "idle", inst
+
+
+async def _gone(c: httpx.AsyncClient, name: str) -> bool:
+    return await gateway(c, name) is None
+
+
+async def _served(ip: str, host: str, root: Path, token: str) -> gateway_client.Answer | None:
+    with contextlib.suppress(OSError, ssl.SSLError, asyncio.TimeoutError):
+        got = await gateway_client.request(
+            ip, host, "/whoami", cafile=str(root), headers={"Authorization": f"Bearer {token}"}
+        )
+        return got if got.status == 200 else None
+    return None
+
+
+async def _messages(c: httpx.AsyncClient, **target: list[str]) -> list[str]:
+    r = await c.post("/api/events/list", json={**target, "ascending": True})
+    return [e["message"] for e in r.json()]
+
+
+async def test_restart_unreachable_host_and_a_certificate_dns_cannot_get(
+    hosts: FakeHosts, lab: PebbleLab, tmp_path: Path
+) -> None:
+    ip = hosts.ip("cpu1")
+    lab.set_default_ipv4(ip)
+    bad_host = f"bad.{DOMAIN}"
+    lab.add_a(bad_host + ".", [hosts.gateway])  # DNS points at an address with nothing on port 80
+    root = tmp_path / "pebble-root.pem"
+    root.write_text(lab.root_pem())
+    host = f"svc.{DOMAIN}"
+    settings = make_settings(
+        tmp_path,
+        **{**SSH_SETTINGS, "safety_net_interval": 1.0, "provisioning_timeout": 20.0},
+        acme_server=lab.directory_url,
+        acme_ca_bundle=lab.ca_bundle,
+        sandbox="on",
+    )
+    try:
+        async with running_server(settings) as s, s.client() as c:
+            token = s.token
+            await apply_fleet(c, ssh_fleet(hosts, "edge", [ip]))
+            await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+            await start_service(c, "svc")
+            await start_service(c, "bad")
+            conf = {"type": "gateway", "name": "gw", "backend": "remote", "region": "edge", "domain": DOMAIN}
+            r = await c.post(G + "/apply", json={"plan": {"spec": {"configuration": conf}}, "force": False})
+            assert r.status_code == 200, r.text
+            gw = await wait_for(lambda: gateway_is(c, "gw", "running"), timeout=60)
+            await publish(s, "svc", gw["id"])
+            await publish(s, "bad", gw["id"])
+            await wait_for(lambda: _served(ip, host, root, token), timeout=60, interval=0.5)
+
+            async def cert_error() -> str | None:
+                g = await gateway(c, "gw")
+                return g["status_message"] if g and bad_host in (g["status_message"] or "") else None
+
+            message = await wait_for(cert_error, timeout=60, interval=0.5)
+            assert message.startswith(f"Certificate for {bad_host}: "), message
+            assert hosts.gateway in message, message  # the address DNS points at, named
+            bad_run = await get_run(c, "bad")
+            assert bad_run["status"] == "running"  # the run goes on
+            events = await _messages(c, target_runs=[bad_run["id"]])
+            assert any(m.startswith(f"Certificate for {bad_host} failed: ") for m in events), events
+
+            # the host goes away: "Gateway unreachable"; back (rebooted: the process gone): served again
+            hosts.kill("cpu1")
+
+            async def unreachable() -> bool:
+                g = await gateway(c, "gw")
+                return bool(g and (g["status_message"] or "").startswith("Gateway unreachable: "))
+
+            await wait_for(unreachable, timeout=60, interval=0.5)
+            assert (await gateway(c, "gw") or {})["status"] == "running"
+            hosts.revive("cpu1")
+            await wait_for(lambda: _served(ip, host, root, token), timeout=60, interval=0.5)
+            events = await _messages(c, target_gateways=[gw["id"]])
+            assert any(m.startswith("Gateway unreachable: ") for m in events), events
+            assert "Gateway reachable again" in events, events
+        # the server stops; the gateway goes on running (it reaches the services through the server) ...
+        assert _open(ip, 443) and not await _served(ip, host, root, token)
+        async with running_server(settings) as s, s.client() as c:
+            # ... and a restarted server reaches it again through new forwards
+            await wait_for(lambda: _served(ip, host, root, token), timeout=30, interval=0.5)
+            await stop_all_runs(c)
+            assert (await c.post(G + "/delete", json={"names": ["gw"]})).status_code == 200
+            await wait_for(lambda: _gone(c, "gw"), timeout=30)
+            assert not _open(ip, 80)
+    finally:
+        lab.clear_a(bad_host + ".")
+
+
+async def test_model_endpoint_and_scaling_from_zero_on_the_gateways_counts(
+    hosts: FakeHosts, lab: PebbleLab, tmp_path: Path
+) -> None:
+    from corral.store import gateway_ops
+
+    ip = hosts.ip("cpu1")
+    lab.set_default_ipv4(ip)
+    root = tmp_path / "pebble-root.pem"
+    root.write_text(lab.root_pem())
+    settings = make_settings(
+        tmp_path,
+        **{**SSH_SETTINGS, "safety_net_interval": 1.0, "provisioning_timeout": 20.0},
+        acme_server=lab.directory_url,
+        acme_ca_bundle=lab.ca_bundle,
+        sandbox="on",
+        service_scaling_tick=0.2,
+        service_scaling_window=4.0,
+    )
+    async with running_server(settings) as s, s.client() as c:
+        auth = {"Authorization": f"Bearer {s.token}"}
+        await apply_fleet(c, ssh_fleet(hosts, "edge", [ip]))
+        await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+        r = await c.post("/api/project/main/fleets/apply", json=fleet_body(name="local", nodes="0..2"))
+        assert r.status_code == 200, r.text
+        conf = {
+            "type": "service", "name": "llm", "port": 8000, "model": "org/m", "env": {"MODEL": "org/m"},
+            "commands": [f"echo {APP} | base64 -d > app.py", "exec python3 app.py 8000"],
+            "resources": {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."}, "fleets": ["local"],
+            "probes": [{"type": "http", "url": "/health", "interval": "1s"}],
+            "replicas": "0..1",
+            "scaling": {"metric": "rps", "target": 100, "scale_up_delay": "1s", "scale_down_delay": "3s"},
+        }  # fmt: skip
+        r = await c.post(
+            "/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": conf}}}
+        )
+        assert r.status_code == 200, r.text
+        gconf = {"type": "gateway", "name": "gw", "backend": "remote", "region": "edge", "domain": DOMAIN}
+        r = await c.post(G + "/apply", json={"plan": {"spec": {"configuration": gconf}}, "force": False})
+        assert r.status_code == 200, r.text
+        gw = await wait_for(lambda: gateway_is(c, "gw", "running"), timeout=60)
+        await publish(s, "llm", gw["id"])
+        entry = f"gateway.{DOMAIN}"
+
+        async def entry_certified() -> bool:
+            with contextlib.suppress(OSError, ssl.SSLError, asyncio.TimeoutError):
+                got = await gateway_client.request(ip, entry, "/models", cafile=str(root), headers=auth)
+                return got.status == 200
+            return False
+
+        await wait_for(entry_certified, timeout=60, interval=0.5)
+        models = await gateway_client.request(ip, entry, "/models", cafile=str(root), headers=auth)
+        assert [m["id"] for m in json.loads(models.body)["data"]] == ["org/m"], models
+        # at zero replicas: a request to the service's host is held until the service has scaled up
+        chat: dict[str, Any] = {"model": "org/m", "messages": [{"role": "user", "content": "hi"}]}
+        got = await gateway_client.request(
+            ip, f"llm.{DOMAIN}", "/v1/chat/completions", cafile=str(root), method="POST",
+            body=json.dumps(chat).encode(), headers={**auth, "Content-Type": "application/json"}, timeout=90,
+        )  # fmt: skip
+        assert got.status == 200 and json.loads(got.body)["model"] == "org/m", got
+        # the model endpoint, streamed, with and without /v1
+        chat["stream"] = True
+        for path in ("/chat/completions", "/v1/chat/completions"):
+            got = await gateway_client.request(
+                ip, entry, path, cafile=str(root), method="POST", body=json.dumps(chat).encode(),
+                headers={**auth, "Content-Type": "application/json"}, timeout=90,
+            )  # fmt: skip
+            assert got.status == 200, got
+            events = [line for line in got.body.decode().splitlines() if line.startswith("data: ")]
+            assert events[-1] == "data: [DONE]" and "org/m" in events[-2], events
+        anon = await gateway_client.request(ip, entry, "/models", cafile=str(root))
+        assert anon.status == 403, anon
+
+        async def counted_by_gateway() -> int:
+            """The requests recorded from the gateway's stats (rows under its own name)."""
+            run_id = (await get_run(c, "llm"))["id"]
+            async with s.ctx.db.read() as conn:
+                rows = await gateway_ops.recorded_requests(conn, f"gateway:{gw['id']}", [run_id], 0)
+            return rows.get(run_id, 0)
+
+        assert await wait_for(counted_by_gateway, timeout=20, interval=0.5) >= 1
+
+        async def scaled_to_zero() -> bool:
+            run = await get_run(c, "llm")
+            live = [j["job_submissions"][-1] for j in run["jobs"]]
+            return bool(live) and all(x["status"] in ("terminated", "done", "aborted") for x in live)
+
+        await wait_for(scaled_to_zero, timeout=60, interval=0.5)  # no traffic: back to zero
