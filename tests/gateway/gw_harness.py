@@ -2,10 +2,10 @@
 
 * :class:`PrivateCA`: a certificate authority of the test's own (``cryptography``), issuing per-host certificates.
 * :class:`StandIn`: a tiny real HTTP server in the test playing the corral server's part: it answers the token
-  check ``POST /api/projects/<p>/get`` (``Bearer good`` is allowed) and, under ``/proxy/...``, echoes what it
-  received as JSON, streams server-sent events on ``.../sse`` (one event, then the next only once the test says),
-  sends a 103 before its answer on ``.../early``,
-  echoes websocket bytes on ``.../ws`` after a 101, and answers ``.../slow`` after 5 s.
+  check ``POST /api/projects/<p>/get`` (``Bearer good`` is allowed, ``Bearer slow`` refused after 0.5 s) and,
+  under ``/proxy/...``, echoes what it received as JSON, streams server-sent events on ``.../sse`` (one event,
+  then the next only once the test says), sends a 103 before its answer on ``.../early``, echoes websocket bytes
+  on ``.../ws`` after a 101, and answers ``.../slow`` after 5 s.
 * :class:`GatewayProc`: the process, on loopback ports (no root) or in a network namespace of its own (its own
   address with its own :80 and :443); ``mgmt`` calls its management API.
 """
@@ -37,6 +37,7 @@ from corral.gateway.zipapp import build_zipapp
 
 TOKEN = "test-management-token"
 GOOD = "Bearer good"
+SLOW = "Bearer slow"  # refused, after 0.5 s
 
 
 def base_python() -> str:
@@ -158,6 +159,8 @@ class StandIn:
             project = h.path.split("/")[3]
             self._body(h)
             self.token_checks.append((project, h.headers.get("Authorization", "")))
+            if h.headers.get("Authorization") == SLOW:
+                time.sleep(0.5)
             ok = h.headers.get("Authorization") == GOOD
             self._send(h, 200 if ok else 403, b'{"project_name": "%s"}' % project.encode() if ok else b"{}")
             return

@@ -4,6 +4,7 @@ endpoint, stats, and the management API's authentication and validation."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import http.client
 import json
 import socket
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gw_harness import GOOD, TOKEN, GatewayProc, PrivateCA, StandIn, free_port, service_body
+from gw_harness import GOOD, SLOW, TOKEN, GatewayProc, PrivateCA, StandIn, free_port, service_body
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +140,16 @@ def test_auth_403_and_the_60s_cache(gateway: GatewayProc, stand_in: StandIn) -> 
     assert request(gateway, host, "GET", "/", headers={"Authorization": "Bearer bad"})[0] == 403
     assert len(stand_in.token_checks) == asked, "both answers came from the cache"
     assert stats_of(gateway, "authed")["30"]["requests"] == 2, "refusals are not hits"
+
+
+def test_concurrent_requests_with_one_token_ask_the_server_once(gateway: GatewayProc, stand_in: StandIn) -> None:
+    host = put_service(gateway, "herd", auth=True)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        statuses = list(
+            pool.map(lambda i: request(gateway, host, "GET", f"/{i}", headers={"Authorization": SLOW})[0], range(8))
+        )
+    assert statuses == [403] * 8
+    assert stand_in.token_checks.count(("p", SLOW)) == 1
 
 
 def test_rate_limits_429_longest_prefix_and_not_counted(gateway: GatewayProc, stand_in: StandIn) -> None:

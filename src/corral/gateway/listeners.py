@@ -127,8 +127,14 @@ async def _check_auth(
         return denied
     allowed = gw.auth.get(project, authorization, now)
     if allowed is None:
+        key = (project, authorization)
+        check = gw.auth_checks.get(key)
+        if check is None:  # one question to the server, however many requests with this token wait for it
+            check = asyncio.ensure_future(check_token(config, project, authorization))
+            gw.auth_checks[key] = check
+            check.add_done_callback(lambda _: gw.auth_checks.pop(key, None))
         try:
-            allowed = await check_token(config, project, authorization)
+            allowed = await asyncio.shield(check)
         except UpstreamError as e:
             log.warning("token check for project %s: %s", project, e)
             return routing.Answer(e.status, f"{e}\n".encode())

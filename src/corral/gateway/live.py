@@ -30,6 +30,7 @@ class Gateway:
         self.buckets = Buckets()
         self.stats: dict[tuple[str, str], ServiceStats] = {}
         self.auth = AuthCache()
+        self.auth_checks: dict[tuple[str, str], asyncio.Future[bool]] = {}
         self.upstream = UpstreamPool()
         self.started_at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.connections: set[asyncio.Task[None]] = set()
