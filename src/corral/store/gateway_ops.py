@@ -23,7 +23,8 @@ from corral.domain.gateway_ops import CertificateState
 from corral.domain.gateways import (
     GatewayRec,
     GatewayService,
-    Unpublishable,
+    https_refusal,
+    publication,
     rate_limits,
     service_host,
     service_https,
@@ -159,10 +160,9 @@ async def services_to_register(conn: AsyncConnection, g: GatewayRec) -> list[Gat
     out = []
     for r in await conn.execute(q.order_by(runs.c.run_name)):
         conf = (orjson.loads(r.run_spec) or {}).get("configuration") or {}
-        try:
-            https = service_https(conf.get("https"), g)
-        except Unpublishable:
+        if https_refusal(conf.get("https"), g.has_certificate) is not None:
             continue
+        https = service_https(conf.get("https"), g.has_certificate)
         raw_model = conf.get("model")
         model = service_model({"name": raw_model} if isinstance(raw_model, str) else raw_model)
         out.append(
@@ -170,7 +170,7 @@ async def services_to_register(conn: AsyncConnection, g: GatewayRec) -> list[Gat
                 project_name=g.project_name,
                 run_name=r.run_name,
                 run_id=r.id,
-                host=service_host(r.run_name, g, g.project_name),
+                host=service_host(r.run_name, publication(g), g.project_name),
                 https=https,
                 auth=conf.get("auth", True) is not False,
                 rate_limits=rate_limits(conf.get("rate_limits") or []),
