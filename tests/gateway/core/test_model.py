@@ -23,7 +23,9 @@ LIMITS = [
 def test_a_full_service() -> None:
     svc = model.parse_service("p", "r", _svc(host="A.GW.test", rate_limits=LIMITS, read_timeout=9))
     assert svc.host == "a.gw.test" and svc.read_timeout == 9
-    assert svc.client_max_body_size == model.DEFAULT_CLIENT_MAX_BODY_SIZE
+    # dstack 0.22.5 defaults: DSTACK_DEFAULT_SERVICE_CLIENT_MAX_BODY_SIZE 64 MiB, DSTACK_SERVICE_CLIENT_TIMEOUT 300 s
+    plain = model.parse_service("p", "r", _svc())
+    assert (plain.client_max_body_size, plain.read_timeout) == (64 * 1024 * 1024, 300)
     assert svc.rate_limits == (model.RateLimit("/", None, 2.0, 0), model.RateLimit("/v1", "X-Api-Key", 0.5, 4))
     assert model.parse_service("p", "r", model.service_json(svc)) == svc
 
