@@ -28,7 +28,7 @@ from .httpio import (
 log = logging.getLogger("corral.gateway")
 CONNECT_TIMEOUT = 10.0
 AUTH_TIMEOUT = 10.0
-CLIENT_BODY_TIMEOUT = 60.0  # nginx's client_body_timeout default
+CLIENT_BODY_TIMEOUT = 60.0  # nginx's client_body_timeout default (nginx.org docs, ngx_http_core_module)
 GATEWAY_HEADER = "X-Corral-Gateway"
 
 
@@ -85,7 +85,8 @@ Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 class UpstreamPool:
     """Idle keep-alive connections to the server, newest last; one idle longer than ``idle_timeout`` is closed
-    rather than reused (uvicorn, the server's HTTP server, closes idle ones after 5 s by default)."""
+    rather than reused (uvicorn, the server's HTTP server, closes idle ones after 5 s by default: its settings
+    docs, ``--timeout-keep-alive``)."""
 
     def __init__(self, max_idle: int = 64, idle_timeout: float = 4.0) -> None:
         self.max_idle = max_idle

@@ -15,7 +15,7 @@ from .live import Gateway
 
 log = logging.getLogger("corral.gateway")
 FIRST_HEAD_TIMEOUT = 60.0
-KEEPALIVE_TIMEOUT = 75.0  # nginx's keepalive_timeout default
+KEEPALIVE_TIMEOUT = 75.0  # nginx's keepalive_timeout default (nginx.org docs, ngx_http_core_module)
 
 
 def _peer_ip(writer: asyncio.StreamWriter) -> str:
