@@ -83,6 +83,14 @@ def test_forwarding_keeps_the_request_and_adds_the_gateway_secret(gateway: Gatew
         conn.request("GET", f"/k{i}", headers={"Host": host})
         assert json.loads(conn.getresponse().read())["path"] == f"/proxy/services/p/echo/k{i}"
     conn.close()
+    # bodies larger than a read, with a length or chunked, arrive whole
+    big = bytes(range(256)) * 8192  # 2 MiB
+    status, body, _ = request(gateway, host, "PUT", "/big", big.hex().encode())
+    assert status == 200 and json.loads(body)["body"] == big.hex()
+    conn = http.client.HTTPConnection("127.0.0.1", _port(gateway), timeout=15)
+    conn.request("POST", "/chunks", body=iter([b"a" * 70000, b"b" * 3, b"c" * 100000]), headers={"Host": host})
+    assert json.loads(conn.getresponse().read())["body"] == "a" * 70000 + "bbb" + "c" * 100000
+    conn.close()
     # a dot segment could climb out of the service's upstream path
     assert request(gateway, host, "GET", "/a/../../other/r/x")[0] == 400
 
