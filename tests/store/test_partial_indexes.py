@@ -4,26 +4,36 @@ and it is the one the migrations built."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateIndex
 
-from corral.store import queue_reader, tables
+from corral.store import preemption, queue_reader, run_states, runs, tables
 from corral.store.db import Database
 from corral.store.migrate import upgrade
+from store_rows import admin_and_project
+
+#: The partial indexes other than the live-unique ones, and what Postgres's rendering of each predicate holds.
+POSTGRES_TERMS = {
+    "ux_gateways_project_default": ("is_default",),
+    "ix_runs_active": ("'terminated'", "'failed'", "'done'"),
+    "ix_runs_project_active": ("'terminated'", "'failed'", "'done'"),
+    "ix_jobs_queued": ("'submitted'", "instance_id IS NULL"),
+    "ix_jobs_preempted": ("'preempted'",),
+}
 
 
 async def test_live_unique_indexes_have_the_predicate_the_migrations_built(db_url: str) -> None:
     db = Database(db_url)
     await upgrade(db)
-    live = "deleted = 0" if db.is_sqlite else "deleted = false"
-    # projects, fleets, runs, volumes; a project's one default gateway; the queue
-    assert [i.name for i, _ in tables._POSTGRES_WHERE][-1] == "ix_jobs_queued"
-    assert len(tables._POSTGRES_WHERE) == 6
+    # projects, fleets, volumes, gateways' default, runs; the active runs; the queue, the preempted jobs
+    assert [i.name for i, _ in tables._POSTGRES_WHERE if i.name in POSTGRES_TERMS] == list(POSTGRES_TERMS)
+    assert len(tables._POSTGRES_WHERE) == 9
     async with db.read() as conn:
         for index, where in tables._POSTGRES_WHERE:
-            expected = live if where == "deleted = false" else where
-            if index.name == "ux_gateways_project_default":
-                expected = "is_default = 1" if db.is_sqlite else "is_default = true"
+            expected = str(index.dialect_options["sqlite"]["where"]) if db.is_sqlite else where
             ddl = str(CreateIndex(index).compile(dialect=conn.dialect))
             assert ddl.endswith(f"WHERE {expected}"), ddl
             if db.is_sqlite:
@@ -31,12 +41,14 @@ async def test_live_unique_indexes_have_the_predicate_the_migrations_built(db_ur
             else:
                 query = sa.text("SELECT indexdef FROM pg_indexes WHERE indexname = :n")
             built = (await conn.execute(query, {"n": index.name})).scalar_one()
-            if where == "deleted = false":
+            if db.is_sqlite:
+                assert built.endswith(f"WHERE {expected}"), built
+            elif where == "deleted = false":
                 assert expected in built, built
             elif index.name == "ux_gateways_project_default":  # Postgres writes it: WHERE (is_default = true)
                 assert "is_default" in built and ("= 1" in built or "true" in built), built
             else:  # Postgres writes the predicate its own way: ((status)::text = 'submitted'::text) AND ...
-                assert "'submitted'" in built and "instance_id IS NULL" in built, built
+                assert all(term in built for term in POSTGRES_TERMS[str(index.name)]), built
     await db.dispose()
 
 
@@ -56,4 +68,64 @@ async def test_the_queue_is_read_from_its_own_index_alone(db_url: str) -> None:
             query = queue_reader._QUEUE_STATE["postgresql"]
             plan = [row[0] for row in (await conn.execute(sa.text(f"EXPLAIN {query}"))).all()]
             assert plan[0].startswith("Index Only Scan using ix_jobs_queued"), plan
+    await db.dispose()
+
+
+async def _plan(conn: AsyncConnection, statement: sa.Select[Any], sqlite: bool) -> str:
+    sql = str(statement.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+    explain = "EXPLAIN QUERY PLAN" if sqlite else "EXPLAIN"
+    return " | ".join(str(r[-1] if sqlite else r[0]) for r in (await conn.exec_driver_sql(f"{explain} {sql}")).all())
+
+
+async def _history(conn: AsyncConnection, finished: int) -> None:
+    """``finished`` runs that ended (one job each, on instance ``i``, every tenth preempted) and two active runs,
+    in project ``p``."""
+    await admin_and_project(conn, 0.0)
+    statuses = ["done", "failed", "terminated"]
+    run_rows = [
+        {"id": f"r{i}", "project_id": "p", "user_id": "u", "run_name": f"r{i}", "submitted_at": float(i),
+         "last_processed_at": float(i), "status": statuses[i % 3] if i < finished else "running", "run_spec": "{}",
+         "priority": 0, "deployment_num": 0, "deleted": False}
+        for i in range(finished + 2)
+    ]  # fmt: skip
+    job_rows = [
+        {"id": f"j{i}", "run_id": f"r{i}", "project_id": "p", "run_name": f"r{i}", "job_num": 0, "replica_num": 0,
+         "job_name": f"r{i}-0-0", "submission_num": 0, "deployment_num": 0, "submitted_at": float(i),
+         "last_processed_at": float(i), "finished_at": float(i), "status": "terminated", "job_spec": "{}",
+         "priority": 0, "blocks": 1, "log_offset": 0, "instance_id": "i",
+         "stop_requested": "preempted" if i % 10 == 0 else None}
+        for i in range(finished)
+    ]  # fmt: skip
+    await conn.execute(
+        sa.insert(tables.instances).values(
+            id="i", project_id="p", name="i", instance_num=0, status="idle", backend="ssh", created_at=0.0,
+            last_processed_at=0.0,
+        )
+    )  # fmt: skip
+    await conn.execute(sa.insert(tables.runs), run_rows)
+    await conn.execute(sa.insert(tables.jobs), job_rows)
+    if conn.dialect.name == "postgresql":
+        await conn.exec_driver_sql("ANALYZE runs")
+        await conn.exec_driver_sql("ANALYZE jobs")
+
+
+async def test_active_runs_and_preempted_jobs_are_read_from_their_own_indexes(db_url: str) -> None:
+    """With a history of finished runs, a project's active runs (``dstack ps``), every active run (the runs
+    worker's pass), the active runs of every project (an admin's list) and the recent preemption victims are read
+    from partial indexes whose size is the live workload's, not from indexes of the whole history."""
+    db = Database(db_url)
+    await upgrade(db)
+    active = ("ix_runs_active", "ix_runs_project_active")
+    cases = [
+        (runs.run_keys_query(["p"], only_active=True), ("ix_runs_project_active",)),
+        (runs.run_keys_query(None, only_active=True), ("ix_runs_active",)),
+        (run_states.ACTIVE_RUNS, active),  # unordered: either is the active runs alone
+        (preemption.ENDED_VICTIMS.params(since=0.0), ("ix_jobs_preempted",)),
+    ]
+    async with db.write() as conn:
+        await _history(conn, 3000)
+    async with db.read() as conn:
+        for statement, indexes in cases:
+            plan = await _plan(conn, statement, db.is_sqlite)
+            assert any(f" {index}" in plan for index in indexes), (indexes, plan)
     await db.dispose()

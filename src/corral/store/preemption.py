@@ -24,7 +24,7 @@ from corral.scheduler.holds import Ended
 from corral.scheduler.preemption import Preemption, RunningJob
 from corral.store.events import emit
 from corral.store.quotas import offer_parts
-from corral.store.tables import instances, jobs, runs
+from corral.store.tables import PREEMPTED_SQL, instances, jobs, runs
 
 #: ``jobs.stop_requested`` of a job stopped to make room for another run.
 PREEMPTED = "preempted"
@@ -139,17 +139,21 @@ async def stop_victims(conn: AsyncConnection, chosen: Sequence[Preemption], now:
     return done
 
 
+#: The preempted jobs that ended at ``:since`` or later (built once); the predicate of ix_jobs_preempted comes
+#: first, spelled as it is, so that the victims alone are read.
+ENDED_VICTIMS = sa.select(
+    jobs.c.instance_id, jobs.c.blocks, jobs.c.project_id, jobs.c.termination_reason_message, jobs.c.finished_at
+).where(
+    sa.text(f"jobs.{PREEMPTED_SQL}"),
+    jobs.c.status.notin_(UNFINISHED_JOB),
+    jobs.c.finished_at >= sa.bindparam("since"),
+    jobs.c.instance_id.is_not(None),
+)
+
+
 async def ended_victims(conn: AsyncConnection, since: float) -> list[Ended]:
     """The preempted jobs that ended at ``since`` or later, with the instance blocks they gave back."""
-    q = sa.select(
-        jobs.c.instance_id, jobs.c.blocks, jobs.c.project_id, jobs.c.termination_reason_message, jobs.c.finished_at
-    ).where(
-        jobs.c.stop_requested == PREEMPTED,
-        jobs.c.status.notin_(UNFINISHED_JOB),
-        jobs.c.finished_at >= since,
-        jobs.c.instance_id.is_not(None),
-    )
     return [
         Ended(r.instance_id, int(r.blocks or 1), r.project_id, r.termination_reason_message or "", float(r.finished_at))
-        for r in await conn.execute(q)
+        for r in await conn.execute(ENDED_VICTIMS, {"since": since})
     ]

@@ -12,12 +12,17 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.access import backend_types
-from corral.domain.statuses import RunStatus
 from corral.scheduler.offer_filters import project_regions
-from corral.store.tables import export_importers, exported_fleets, fleets, instances, members, projects, runs
-
-_FINISHED_RUNS = [s.value for s in RunStatus if s.is_finished()]
-
+from corral.store.tables import (
+    ACTIVE_RUN_WHERE,
+    export_importers,
+    exported_fleets,
+    fleets,
+    instances,
+    members,
+    projects,
+    runs,
+)
 
 #: Every live project's stored backends (built once: ``store/prebuilt.py`` says why), and those of ``:ids``.
 _BACKENDS = sa.select(projects.c.id, projects.c.backends).where(projects.c.deleted == sa.false())
@@ -59,7 +64,7 @@ async def active_resources(conn: AsyncConnection, project_id: str) -> tuple[list
     run_names = (
         await conn.execute(
             sa.select(runs.c.run_name).where(
-                runs.c.project_id == project_id, runs.c.deleted == sa.false(), runs.c.status.not_in(_FINISHED_RUNS)
+                runs.c.project_id == project_id, runs.c.deleted == sa.false(), sa.text(ACTIVE_RUN_WHERE)
             )
         )
     ).scalars()

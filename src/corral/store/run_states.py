@@ -9,8 +9,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.store.runs import FINISHED_RUN_STATUSES
-from corral.store.tables import instances, jobs, runs
+from corral.store.tables import ACTIVE_RUN_WHERE, instances, jobs, runs
 
 
 @dataclass(frozen=True)
@@ -83,9 +82,12 @@ _RUNS = sa.select(
     runs.c.next_triggered_at,
     runs.c.stop_on_master_done,
 )
-_ACTIVE = [runs.c.status.notin_(FINISHED_RUN_STATUSES), runs.c.deleted == sa.false()]
+#: Spelled as the active runs' partial index's predicate, so that a pass reads that index, not the history.
+_ACTIVE = sa.and_(sa.text(ACTIVE_RUN_WHERE), runs.c.deleted == sa.false())
+#: Every active run (a whole pass's first query).
+ACTIVE_RUNS = _RUNS.where(_ACTIVE)
 # a scoped pass's statements, built once (``store/prebuilt.py`` says why): the runs of ``:ids`` still active
-_SCOPED = _RUNS.where(*_ACTIVE, runs.c.id.in_(sa.bindparam("ids", expanding=True)))
+_SCOPED = _RUNS.where(_ACTIVE, runs.c.id.in_(sa.bindparam("ids", expanding=True)))
 _SCOPED_SETTLING = _SCOPED.where(runs.c.status != "pending")
 #: The jobs of the runs ``:runs``, with the fleet of the instance each is on.
 _RUN_JOBS = (
@@ -123,8 +125,7 @@ async def active_run_states(
         stmt = _SCOPED_SETTLING if settling else _SCOPED
         run_rows = (await conn.execute(stmt, {"ids": list(run_ids)})).all()
     else:
-        where = [*_ACTIVE, _IN_FLIGHT] if settling else _ACTIVE
-        run_rows = (await conn.execute(_RUNS.where(*where))).all()
+        run_rows = (await conn.execute(ACTIVE_RUNS.where(_IN_FLIGHT) if settling else ACTIVE_RUNS)).all()
     if not run_rows:
         return []
     ids = [r.id for r in run_rows]

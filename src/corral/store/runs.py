@@ -17,7 +17,7 @@ from corral.domain.records import AGENT_LOG_SOURCE, JobRec, LogRec, RunRec
 from corral.domain.statuses import FINISHED_JOB, FINISHED_RUN, JOB_STATUS, RUN_STATUS
 from corral.store import run_counts
 from corral.store.events import tracked_update_by_id
-from corral.store.tables import fleets, gateways, jobs, logs, projects, runs, users
+from corral.store.tables import ACTIVE_RUN_WHERE, fleets, gateways, jobs, logs, projects, runs, users
 
 FINISHED_RUN_STATUSES = FINISHED_RUN
 FINISHED_JOB_STATUSES = FINISHED_JOB
@@ -164,7 +164,7 @@ def _run_filters(
     if project_ids is not None:
         q = q.where(runs.c.project_id.in_(project_ids))
     if only_active:
-        q = q.where(runs.c.status.notin_(FINISHED_RUN_STATUSES))
+        q = q.where(sa.text(ACTIVE_RUN_WHERE))  # the active runs' partial indexes
     if user_id is not None:
         q = q.where(runs.c.user_id == user_id)
     if repo_id is not None:
@@ -198,9 +198,22 @@ async def list_run_keys(
     after: tuple[float, str] | None = None,
 ) -> list[RunKey]:
     """A page of runs (filters and keyset order as dstack's runs/list), as keys only (one narrow indexed query)."""
-    q = sa.select(runs.c.id, runs.c.status, runs.c.last_processed_at)
-    q = _run_filters(q, project_ids, only_active, user_id, repo_id, limit, ascending, after)
+    q = run_keys_query(project_ids, only_active, user_id, repo_id, limit, ascending, after)
     return [RunKey(r.id, r.status, r.last_processed_at) for r in await conn.execute(q)]
+
+
+def run_keys_query(
+    project_ids: Sequence[str] | None,
+    only_active: bool = False,
+    user_id: str | None = None,
+    repo_id: str | None = None,
+    limit: int | None = 100,
+    ascending: bool = False,
+    after: tuple[float, str] | None = None,
+) -> sa.Select[Any]:
+    """The statement of :func:`list_run_keys`."""
+    q = sa.select(runs.c.id, runs.c.status, runs.c.last_processed_at)
+    return _run_filters(q, project_ids, only_active, user_id, repo_id, limit, ascending, after)
 
 
 async def runs_by_ids(

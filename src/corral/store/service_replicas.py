@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.records import InstanceRec
 from corral.domain.statuses import ENDING_RUN
 from corral.store.fleets import instance_from_row
-from corral.store.tables import instances, jobs, projects, runs
+from corral.store.tables import ACTIVE_RUN_WHERE, instances, jobs, projects, runs
 
 #: Statuses of a run that is gone or going (the proxy answers 404 for them, as dstack).
 _ENDED = ENDING_RUN
@@ -204,6 +204,7 @@ async def models(conn: AsyncConnection, project_name: str) -> list[tuple[str, st
                 projects.c.name == project_name,
                 projects.c.deleted == sa.false(),
                 runs.c.deleted == sa.false(),
+                sa.text(ACTIVE_RUN_WHERE),  # implied by the next: it lets the project's active runs' index serve
                 runs.c.status.notin_(_ENDED),
                 runs.c.service_templates.is_not(None),
             )

@@ -34,6 +34,16 @@ _POSTGRES_WHERE: list[tuple[sa.Index, str]] = []
 #: and Postgres' generic plans from using the index).
 QUEUED_SQL = "status = 'submitted' AND instance_id IS NULL"
 
+#: A run that has not finished (terminated, failed, done), as SQL text: the predicate of the active runs' partial
+#: indexes, and the condition the queries that read them spell the same way (as ``QUEUED_SQL``): the runs
+#: worker, ``dstack ps`` and a project's live runs read the few active runs, not a year of finished ones.
+ACTIVE_RUN_SQL = "status NOT IN ('terminated', 'failed', 'done')"
+#: ``ACTIVE_RUN_SQL`` naming the runs table, for a query that joins another table with a ``status``.
+ACTIVE_RUN_WHERE = f"runs.{ACTIVE_RUN_SQL}"
+#: A job a preemption stopped (``store/preemption.py``), as SQL text: its partial index's predicate, so that a
+#: scheduling pass with preemption on finds the recent victims among those few, not among every job.
+PREEMPTED_SQL = "stop_requested = 'preempted'"
+
 
 def _partial(name: str, *columns: str, where: str) -> sa.Index:
     """An index of the rows where ``where`` holds, on SQLite and Postgres."""
@@ -251,6 +261,9 @@ runs = sa.Table(
     sa.Index("ix_runs_next_triggered_at", "next_triggered_at"),
     #: ``GET /metrics``'s run counts by project, user and status: an index-only count.
     sa.Index("ix_runs_project_user_status", "project_id", "user_id", "status"),
+    #: The active runs alone, newest last (all of them; a project's): their size is the live workload's.
+    _partial("ix_runs_active", "submitted_at", "id", where=ACTIVE_RUN_SQL),
+    _partial("ix_runs_project_active", "project_id", "submitted_at", "id", where=ACTIVE_RUN_SQL),
 )
 
 jobs = sa.Table(
@@ -311,6 +324,7 @@ jobs = sa.Table(
     #: pass reads this index, never the table's rows, and its size is the queue's, whatever the history.
     _partial("ix_jobs_queued", "id", "priority", "status_message", where=QUEUED_SQL),
     sa.Index("ix_jobs_instance_status", "instance_id", "status"),
+    _partial("ix_jobs_preempted", "finished_at", where=PREEMPTED_SQL),
 )
 
 logs = sa.Table(
