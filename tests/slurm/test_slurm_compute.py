@@ -123,14 +123,15 @@ async def test_an_instance_is_an_allocation_its_agent_runs_jobs_and_scancel_ends
 ) -> None:
     row = _row(backend.rows)
     p = await backend.compute.create_instance(row)
-    assert p.hostname in CPU_NODES and p.internal_ip and p.agent.connection
+    node = p.addresses[0]
+    assert node in CPU_NODES and p.hostname == p.internal_ip == slurm.hosts.ip(node) and p.agent.connection
     [job] = _corral_jobs(slurm)
-    assert job["name"] == f"corral-{row.id}" and job["state"] == "RUNNING" and job["nodes"] == p.hostname
+    assert job["name"] == f"corral-{row.id}" and job["state"] == "RUNNING" and job["nodes"] == node
     live = _provisioned_row(row, p.agent.to_json())
     url = backend.compute.agent_url(live)
     assert url.startswith("http://127.0.0.1:")
     logs = await _run_job(url, p.agent.token, "echo hello from $(hostname) as $(id -un)")
-    assert f"hello from {p.hostname} as {USER}" in logs
+    assert f"hello from {node} as {USER}" in logs
     assert await backend.compute.lost_instances([live]) == []
     t0 = time.monotonic()
     await backend.compute.terminate_instance(row.id, p.agent)
@@ -143,7 +144,7 @@ async def test_a_gang_is_one_allocation_in_rank_order(slurm: SlurmTestCluster, b
     ps = await backend.compute.create_gang(rows, True, None)
     [job] = _corral_jobs(slurm)
     assert job["name"] == f"corral-{rows[0].id}"
-    hostnames = [p.hostname for p in ps]
+    hostnames = [p.addresses[0] for p in ps]
     assert len(set(hostnames)) == 2
     order = slurm.as_user(f"scontrol show hostnames {job['nodes']}").split()
     assert hostnames == order  # rank 0 first: the order of the allocation's node list

@@ -24,3 +24,7 @@ def test_a_job_on_a_cloud_instance_or_never_started_wakes_it_to_detach_what_it_h
     assert "volumes" in _on({"backend": "remote", "corral_backend": "aws"})
     # its volumes are attached before the agent is asked to start it: a job that failed there has none recorded
     assert "volumes" in _on(None)
+
+
+def test_a_job_on_slurm_wakes_the_instances_worker_to_end_its_allocation() -> None:
+    assert _on({"backend": "slurm", "corral_backend": "slurm"}) == ("scheduler", "instances")

@@ -22,7 +22,3 @@ STATUS_WORDS: dict[FailureKind, str] = {
     "credentials": "credentials refused",
     "refused": "launch refused",
 }
-
-#: Backends whose multi-node runs are always launched whole, whatever the fleet's ``placement``: a Slurm
-#: allocation of N nodes starts all of them or none (N one-node allocations could half-start and deadlock).
-GANG_BACKENDS = frozenset({"slurm"})

@@ -1,6 +1,5 @@
 """Gangs waiting to be launched: the pending instances that jobs of one multi-node run were committed to
-(``plan_apply`` reserves a gang whole or not at all), in a fleet with ``placement: cluster`` (on Slurm: any
-fleet, ``domain.provisioning.GANG_BACKENDS``), with what
+(``plan_apply`` reserves a gang whole or not at all), in a fleet with ``placement: cluster``, with what
 their launch needs -- the run's or the fleet's ``reservation``. A lone instance that launches into a
 capacity reservation is a gang of one.
 """
@@ -14,7 +13,6 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.domain.provisioning import GANG_BACKENDS
 from corral.domain.retry import retry_duration
 from corral.store.tables import fleets, instances, jobs
 
@@ -41,9 +39,7 @@ async def pending_gangs(conn: AsyncConnection, instance_ids: Sequence[str]) -> l
     if not instance_ids:
         return []
     q = (
-        sa.select(
-            instances.c.id, instances.c.instance_num, instances.c.backend, jobs.c.run_id, jobs.c.job_spec, fleets.c.spec
-        )
+        sa.select(instances.c.id, instances.c.instance_num, jobs.c.run_id, jobs.c.job_spec, fleets.c.spec)
         .select_from(instances.outerjoin(jobs, jobs.c.instance_id == instances.c.id))
         .join(fleets, fleets.c.id == instances.c.fleet_id)
         .where(instances.c.id.in_(list(instance_ids)), instances.c.status == "pending")
@@ -55,8 +51,7 @@ async def pending_gangs(conn: AsyncConnection, instance_ids: Sequence[str]) -> l
         req = (orjson.loads(r.job_spec).get("requirements") or {}) if r.job_spec else {}
         # the run's own, else the fleet's (a run whose differs gets no new instance in the fleet: ``fleet_view``)
         reservation = req.get("reservation") or conf.get("reservation") or None
-        whole = conf.get("placement") == "cluster" or r.backend in GANG_BACKENDS
-        cluster = whole and bool(req.get("multinode"))
+        cluster = conf.get("placement") == "cluster" and bool(req.get("multinode"))
         if not cluster and not reservation:
             continue
         retry = (orjson.loads(r.job_spec).get("retry") if r.job_spec else None) or {}

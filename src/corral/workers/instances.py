@@ -184,7 +184,7 @@ class Instances:
             await instance_outcomes.record_provisioning_failed(
                 conn, inst.id, token, inst.name, message, (reason, STATUS_WORDS[kind]), now
             )
-        self.ctx.wakeups.wake("runs", "scheduler")
+        self.ctx.wakeups.wake("runs", "scheduler", "instances")  # "instances": a deleted fleet it was the last of ends
 
     async def _terminate(self, inst: InstanceRec) -> None:
         token = await self._claim(inst)

@@ -31,6 +31,9 @@ _SEPARATOR = "--corral-slurm-squeue--"
 CONNECT_TIMEOUT = 10.0
 #: The shortest time between two passes of ``sinfo``/``squeue`` (one per cluster, whoever asks).
 MIN_INTERVAL = 2.0
+#: Commands run at once on the connection: OpenSSH's sshd allows 10 sessions per connection (``MaxSessions``,
+#: sshd_config(5)); the channels to agents are not sessions and are not counted.
+MAX_SESSIONS = 8
 #: ``scontrol show -o node`` is asked at most this often unless a caller asks for fresher.
 DETAILS_MAX_AGE = 60.0
 
@@ -79,6 +82,7 @@ class SlurmCluster:
         self._pass: asyncio.Future[parse.ClusterSnapshot] | None = None
         self._details: tuple[float, tuple[parse.NodeDetail, ...]] | None = None
         self._calls: dict[str, deque[float]] = {}
+        self._sessions = asyncio.Semaphore(MAX_SESSIONS)
 
     @property
     def name(self) -> str:
@@ -108,7 +112,8 @@ class SlurmCluster:
 
     async def _run(self, cmd: str, input: str | None, timeout: float) -> CommandResult:
         script = f"echo {BOUNDARY}; echo {BOUNDARY} >&2; {cmd}"
-        res: Any = await self._link.run(f"bash -lc {shlex.quote(script)}", input=input, timeout=timeout)
+        async with self._sessions:  # sshd refuses sessions past MaxSessions, and the refusal drops the connection
+            res: Any = await self._link.run(f"bash -lc {shlex.quote(script)}", input=input, timeout=timeout)
         status = res.exit_status if res.exit_status is not None else -1
         return CommandResult(status, _after_boundary(res.stdout), _after_boundary(res.stderr))
 

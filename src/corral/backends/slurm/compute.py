@@ -289,7 +289,7 @@ class SlurmCompute:
         resources = resources_from_json(offer.get("resources") or {"cpus": 1, "memory_mib": 1024})
         return Provisioned(
             agent=endpoint,
-            hostname=node.node,
+            hostname=node.addr,  # what jobs see as the instance's address (DSTACK_MASTER_NODE_IP...)
             resources=resources,
             internal_ip=node.addr,
             addresses=(node.node, node.addr),

@@ -22,6 +22,7 @@ from typing import Any
 from corral.agent.protocol import JobState, JobSubmission
 from corral.context import Context, WakeUp
 from corral.domain.costs import placed_price
+from corral.domain.durations import ENDS_WITH_ITS_JOB
 from corral.domain.metrics import MetricsPoint
 from corral.domain.records import InstanceRec, JobRec
 from corral.domain.statuses import ACTIVE_JOB, HOLDING_JOB
@@ -58,7 +59,7 @@ class End:
 
 
 #: Backends whose instances never have network volumes attached (EBS volumes attach to aws instances only).
-_NO_NETWORK_VOLUMES = frozenset({"local", "ssh", "remote"})
+_NO_NETWORK_VOLUMES = frozenset({"local", "ssh", "remote", "slurm"})
 
 #: The stops the server asks for (``jobs.stop_requested``) and how the job ends: status, reason, and whether the
 #: message is the one recorded with the stop request (else the fixed one given here, or the agent's).
@@ -84,13 +85,15 @@ _STOPS: dict[str, tuple[str, str, str | None, bool]] = {
 
 def after_end(job: JobRec) -> tuple[WakeUp, ...]:
     """The workers a job's end wakes besides the runs worker (for its run, :meth:`JobOutcomes.ended`): the
-    scheduler (the capacity it freed), and the volumes worker (to detach the volumes it had) unless its
-    instance cannot have any -- a drain of short jobs on local or SSH hosts would otherwise run a volumes pass
-    per job for nothing."""
+    scheduler (the capacity it freed), the instances worker where the instance ends with its job (Slurm), and
+    the volumes worker (to detach the volumes it had) unless its instance cannot have any -- a drain of short
+    jobs on local or SSH hosts would otherwise run a volumes pass per job for nothing."""
     backend = (job.job_provisioning_data or {}).get("corral_backend")
+    # an instance that ends with its job (a Slurm allocation, idle_duration 0) is retired by the next instances pass
+    ends: tuple[WakeUp, ...] = ("instances",) if backend in ENDS_WITH_ITS_JOB else ()
     if backend in _NO_NETWORK_VOLUMES:
-        return ("scheduler",)
-    return ("scheduler", "volumes")
+        return ("scheduler", *ends)
+    return ("scheduler", "volumes", *ends)
 
 
 def end_of(job: JobRec, state: JobState, stopped: str | None, executor_error: bool = False) -> End:
