@@ -278,7 +278,10 @@ def test_management_api_needs_its_token(gateway: GatewayProc) -> None:
     assert gateway.mgmt("PUT", "/api/config", {"server_url": "http://127.0.0.1:1", "secret": "x"}, token=None)[0] == 401
     health = gateway.ok("GET", "/api/health")
     assert set(health) == {"version", "started_at"}
-    assert gateway.mgmt("GET", "/api/nothing")[0] == 404
+    for method, path in (("GET", "/api/nothing"), ("DELETE", "/api/certificates/a.t"), ("GET", "/api/config")):
+        assert gateway.mgmt(method, path)[0] == 404, (method, path)
+    assert gateway.mgmt("PUT", "/api/", {})[0] == 404
+    assert gateway.mgmt("GET", "/elsewhere")[0] == 404
 
 
 @pytest.mark.parametrize(

@@ -66,37 +66,56 @@ def _put_certificate(gw: Gateway, host: str, body: object) -> Reply:
     return _ok({"not_after": not_after})
 
 
-def _route(gw: Gateway, method: str, parts: list[str], body: object) -> Reply:  # noqa: C901 - one line per route
+def _config(gw: Gateway, method: str, _: list[str], body: object) -> Reply:
     s = gw.state
-    if method == "GET" and parts == ["health"]:
-        return _health(gw)
-    if method == "GET" and parts == ["services"]:
-        return _services(gw)
-    if method == "GET" and parts == ["certificates"]:
-        return _certificates(gw)
-    if method == "GET" and parts == ["stats"]:
-        return _stats(gw)
-    if method == "PUT" and parts == ["config"]:
-        config = model.parse_config(body)
-        return _put(gw, model.State(config, s.services, s.entrypoints, s.challenges, s.certificates), "configured")
-    if len(parts) == 3 and parts[0] == "services" and method in ("PUT", "DELETE"):
-        project, run = parts[1], parts[2]
-        if method == "DELETE":
-            return _put(gw, model.delete_service(s, project, run), f"service {project}/{run} removed")
-        svc = model.parse_service(project, run, body)
-        return _put(gw, model.put_service(s, svc), f"service {project}/{run} at {svc.host} (https: {svc.https})")
-    if len(parts) == 2 and parts[0] == "entrypoints" and method in ("PUT", "DELETE"):
-        if method == "DELETE":
-            return _put(gw, model.delete_entrypoint(s, parts[1].lower()), f"entrypoint {parts[1]} removed")
-        ep = model.parse_entrypoint(parts[1], body)
-        return _put(gw, model.put_entrypoint(s, ep), f"entrypoint {ep.host} of project {ep.project}")
-    if len(parts) == 2 and parts[0] == "challenges" and method in ("PUT", "DELETE"):
-        token = model.check_token(parts[1])
-        if method == "DELETE":
-            return _put(gw, model.delete_challenge(s, token), f"challenge {token} withdrawn")
-        return _put(gw, model.put_challenge(s, token, model.parse_challenge(body)), f"challenge {token} published")
-    if len(parts) == 2 and parts[0] == "certificates" and method == "PUT":
-        return _put_certificate(gw, parts[1], body)
+    config = model.parse_config(body)
+    return _put(gw, model.State(config, s.services, s.entrypoints, s.challenges, s.certificates), "configured")
+
+
+def _service(gw: Gateway, method: str, names: list[str], body: object) -> Reply:
+    project, run = names
+    if method == "DELETE":
+        return _put(gw, model.delete_service(gw.state, project, run), f"service {project}/{run} removed")
+    svc = model.parse_service(project, run, body)
+    return _put(gw, model.put_service(gw.state, svc), f"service {project}/{run} at {svc.host} (https: {svc.https})")
+
+
+def _entrypoint(gw: Gateway, method: str, names: list[str], body: object) -> Reply:
+    if method == "DELETE":
+        return _put(gw, model.delete_entrypoint(gw.state, names[0].lower()), f"entrypoint {names[0]} removed")
+    ep = model.parse_entrypoint(names[0], body)
+    return _put(gw, model.put_entrypoint(gw.state, ep), f"entrypoint {ep.host} of project {ep.project}")
+
+
+def _challenge(gw: Gateway, method: str, names: list[str], body: object) -> Reply:
+    token = model.check_token(names[0])
+    if method == "DELETE":
+        return _put(gw, model.delete_challenge(gw.state, token), f"challenge {token} withdrawn")
+    state = model.put_challenge(gw.state, token, model.parse_challenge(body))
+    return _put(gw, state, f"challenge {token} published")
+
+
+def _certificate(gw: Gateway, method: str, names: list[str], body: object) -> Reply:
+    return _put_certificate(gw, names[0], body)
+
+
+_READS = {"health": _health, "services": _services, "certificates": _certificates, "stats": _stats}
+#: (first path segment, how many names follow) -> the methods it takes and its handler
+_WRITES = {
+    ("config", 0): (("PUT",), _config),
+    ("services", 2): (("PUT", "DELETE"), _service),
+    ("entrypoints", 1): (("PUT", "DELETE"), _entrypoint),
+    ("challenges", 1): (("PUT", "DELETE"), _challenge),
+    ("certificates", 1): (("PUT",), _certificate),
+}
+
+
+def _route(gw: Gateway, method: str, parts: list[str], body: object) -> Reply:
+    if method == "GET" and len(parts) == 1 and parts[0] in _READS:
+        return _READS[parts[0]](gw)
+    entry = _WRITES.get((parts[0], len(parts) - 1)) if parts else None
+    if entry is not None and method in entry[0]:
+        return entry[1](gw, method, parts[1:], body)
     return 404, {"detail": f"no route {method} /api/{'/'.join(parts)}"}
 
 
