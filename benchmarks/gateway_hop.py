@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""A request through a gateway beside the in-server proxy alone: same service, same machine.
+
+Starts a corral server in this process (SQLite, the local backend; the job sandbox when run as root), applies a
+one-replica service whose app is a tiny asyncio HTTP/1.1 server answering ``ok``, and a gateway of this server
+(its row, with its secret) whose process, the real zipapp, runs on this machine's loopback: plain HTTP on a free
+port, configured and given the service (``auth: true``) through its management API, as the server's gateways
+worker does over SSH. A load client in a second process then sends GET requests over keep-alive connections,
+with a member's token: through ``/proxy/services/main/bench/`` (the in-server proxy alone), then to the gateway
+with the service's host name (gateway -> the server's proxy -> the replica). Prints requests per second and
+p50/p99 latency at concurrency 1 and 16, and the load average. Figures, not assertions.
+
+On a real gateway host the gateway reaches the server through the reverse forward of the server's SSH
+connection, a hop this measurement leaves out; TLS is left out too (``benchmarks/gateway_throughput.py``
+measures the gateway process alone, TLS included).
+
+    python benchmarks/gateway_hop.py [--requests 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib.in_process import InProcess, in_process_server
+
+APP = b"""
+import asyncio
+BODY = b"HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nContent-Type: text/plain\\r\\n\\r\\nok"
+async def serve(r, w):
+    try:
+        while True:
+            await r.readuntil(b"\\r\\n\\r\\n")
+            w.write(BODY)
+    except Exception:
+        w.close()
+async def main():
+    s = await asyncio.start_server(serve, "0.0.0.0", 8000)
+    await s.serve_forever()
+asyncio.run(main())
+"""
+SECRET = "gateway-hop-benchmark-secret"
+MGMT_TOKEN = "gatewayhopmanagementtoken"
+HOST = "bench.gw.bench"
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---- the load client (a second process) ---------------------------------------------------------
+async def _worker(port: int, head: bytes, n: int, out: list[float]) -> None:
+    from corral.backends.http1 import iter_body, read_response
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for _ in range(n):
+        t0 = time.perf_counter()
+        writer.write(head)
+        resp = await read_response(reader, "GET")
+        async for _chunk in iter_body(reader, resp):
+            pass
+        if resp.status != 200:
+            raise SystemExit(f"HTTP {resp.status}")
+        out.append(time.perf_counter() - t0)
+    writer.close()
+
+
+async def _load(port: int, host: str, path: str, token: str, requests: int, concurrency: int) -> dict[str, float]:
+    head = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nUser-Agent: bench\r\n\r\n".encode()
+    await _worker(port, head, 200, [])  # warm-up
+    lat: list[float] = []
+    t0 = time.perf_counter()
+    per = requests // concurrency
+    await asyncio.gather(*(_worker(port, head, per, lat) for _ in range(concurrency)))
+    wall = time.perf_counter() - t0
+    return {"rps": len(lat) / wall, "p50_ms": statistics.median(lat) * 1000, "p99_ms": pct(lat, 0.99) * 1000}
+
+
+def run_client(port: int, host: str, path: str, token: str, requests: int, concurrency: int) -> dict[str, float]:
+    argv = [sys.executable, __file__, "--client", str(port), host, path, token, str(requests), str(concurrency)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout))
+
+
+# ---- the server and the gateway (this process and its child) ----------------------------------------
+async def _service(srv: InProcess) -> None:
+    import httpx
+
+    app = base64.b64encode(APP).decode()
+    async with httpx.AsyncClient(base_url=srv.url, headers={"Authorization": f"Bearer {srv.token}"}, timeout=30) as c:
+        fleet = {"type": "fleet", "name": "bench", "nodes": "0..1", "resources": {"cpu": "1.."}}
+        await c.post(
+            "/api/project/main/fleets/apply",
+            json={"force": False, "plan": {"spec": {"configuration": fleet, "profile": {}}}},
+        )
+        conf = {
+            "type": "service", "name": "bench", "port": 8000,
+            "commands": [f"echo {app} | base64 -d > app.py", "exec python3 app.py"],
+            "resources": {"cpu": "1..", "memory": "0.1GB.."},
+        }  # fmt: skip
+        r = await c.post(
+            "/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": conf}}}
+        )
+        r.raise_for_status()
+        deadline = time.monotonic() + 120
+        while True:
+            run = (await c.post("/api/project/main/runs/get", json={"run_name": "bench"})).json()
+            sub = run["jobs"][0]["job_submissions"][-1]
+            if sub["status"] == "running" and sub.get("corral_ready"):
+                return
+            if time.monotonic() > deadline or run["status"] in ("failed", "terminated"):
+                why = sub.get("termination_reason_message")
+                raise SystemExit(f"the service did not become ready: {run['status']} {sub['status']} {why}")
+            await asyncio.sleep(0.2)
+
+
+async def _gateway(srv: InProcess, work: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """The gateway's row (its secret) and its process on loopback, configured with the service."""
+    from corral.backends.gateway_api import GatewayApi, GatewayUnreachable
+    from corral.domain.gateway_ops import registration_body
+    from corral.domain.gateways import GatewayService
+    from corral.gateway.zipapp import build_zipapp
+    from corral.store import accounts
+    from corral.store import gateways as gateway_store
+
+    ctx = srv.prepared.ctx
+    async with ctx.db.write() as conn:
+        project = await accounts.get_project(conn, "main")
+        assert project is not None
+        conf = {"type": "gateway", "name": "hop", "backend": "remote", "region": "bench", "domain": "gw.bench"}
+        digest = hashlib.sha256(SECRET.encode()).hexdigest()
+        await gateway_store.create(conn, project.id, "hop", conf, digest, "unused", time.time(), None)
+    zipapp = build_zipapp(work / "corral-gateway.pyz")
+    (work / "token").write_text(MGMT_TOKEN)
+    mgmt, http = free_port(), free_port()
+    argv = [
+        sys.executable, "-I", str(zipapp), "serve", "--state-dir", str(work / "state"),
+        "--management", f"127.0.0.1:{mgmt}", "--token-file", str(work / "token"),
+        "--http", f"127.0.0.1:{http}", "--https", "off",
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(work / "gateway.log", "wb"))  # noqa: SIM115
+    api = GatewayApi(f"http://127.0.0.1:{mgmt}", MGMT_TOKEN)
+    try:
+        for _ in range(100):
+            try:
+                await api.health()
+                break
+            except GatewayUnreachable:
+                await asyncio.sleep(0.1)
+        await api.configure(srv.url, SECRET)
+        svc = GatewayService(
+            project_name="main", run_name="bench", run_id="", host=HOST, https=False, auth=True,
+            rate_limits=(), model=None, upstream_path="/proxy/services/main/bench/",
+        )  # fmt: skip
+        await api.register("main", "bench", registration_body(svc))
+    finally:
+        await api.aclose()
+    return proc, http
+
+
+async def bench(requests: int) -> None:
+    async with in_process_server("corral-gateway-hop-", local_cpus=4, local_memory_mib=8192) as srv:
+        await _service(srv)
+        with tempfile.TemporaryDirectory(prefix="corral-gateway-hop-") as tmp:
+            proc, http = await _gateway(srv, Path(tmp))
+            try:
+                server_port = int(srv.url.rsplit(":", 1)[1])
+                paths = {
+                    "in-server proxy": (server_port, f"127.0.0.1:{server_port}", "/proxy/services/main/bench/"),
+                    "gateway + proxy": (http, HOST, "/"),
+                }
+                results: dict[tuple[str, int], dict[str, float]] = {}
+                for name, (port, host, path) in paths.items():
+                    for conc in (1, 16):
+                        results[(name, conc)] = await asyncio.to_thread(
+                            run_client, port, host, path, srv.token, requests, conc
+                        )
+            finally:
+                proc.terminate()
+                proc.wait(10)
+    load = os.getloadavg()
+    print(f"gateway hop ({requests} GETs per figure, keep-alive, a member's token, sandbox={srv.settings.sandbox})")
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs")
+    print(f"{'path':<18}{'conc':>5}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
+    for (name, conc), res in results.items():
+        print(f"{name:<18}{conc:>5}{res['rps']:>10.0f}{res['p50_ms']:>10.3f}{res['p99_ms']:>10.3f}")
+    for conc in (1, 16):
+        p, g = results[("in-server proxy", conc)], results[("gateway + proxy", conc)]
+        print(f"added by the gateway at concurrency {conc}: p50 {g['p50_ms'] - p['p50_ms']:.3f} ms, "
+              f"p99 {g['p99_ms'] - p['p99_ms']:.3f} ms")  # fmt: skip
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        port, host, path, token, n, conc = sys.argv[2:8]
+        print(json.dumps(asyncio.run(_load(int(port), host, path, token, int(n), int(conc)))))
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=3000)
+    args = parser.parse_args()
+    asyncio.run(bench(args.requests))
+
+
+if __name__ == "__main__":
+    main()
