@@ -5,7 +5,7 @@
   check ``POST /api/projects/<p>/get`` (``Bearer good`` is allowed, ``Bearer slow`` refused after 0.5 s) and,
   under ``/proxy/...``, echoes what it received as JSON, streams server-sent events on ``.../sse`` (one event,
   then the next only once the test says), sends a 103 before its answer on ``.../early``, echoes websocket bytes
-  on ``.../ws`` after a 101, and answers ``.../slow`` after 5 s.
+  on ``.../ws`` after a 101, sends a 101 unasked on ``.../rogue-upgrade``, and answers ``.../slow`` after 5 s.
 * :class:`GatewayProc`: the process, on loopback ports (no root) or in a network namespace of its own (its own
   address with its own :80 and :443); ``mgmt`` calls its management API.
 """
@@ -177,6 +177,10 @@ class StandIn:
             self._sse(h)
         elif h.path.endswith("/ws"):
             self._websocket(h)
+        elif h.path.endswith("/rogue-upgrade"):  # a 101 nobody asked for
+            h.send_response(101)
+            h.end_headers()
+            h.close_connection = True
         elif h.path.endswith("/early"):  # an interim answer first (103 Early Hints), then the answer
             h.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
             self._send(h, 200, b"after hints")

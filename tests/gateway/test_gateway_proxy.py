@@ -132,6 +132,7 @@ def test_malformed_requests_and_interim_answers(gateway: GatewayProc, stand_in: 
     assert len(stand_in.requests) == before, "nothing malformed reached the server"
     status, body, _ = request(gateway, host, "GET", "/early")
     assert (status, body) == (200, b"after hints")
+    assert request(gateway, host, "GET", "/rogue-upgrade")[0] == 502
 
 
 def test_auth_403_and_the_60s_cache(gateway: GatewayProc, stand_in: StandIn) -> None:

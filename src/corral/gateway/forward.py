@@ -205,6 +205,8 @@ async def _send(config: Config, ex: Exchange, conn: Conn, client_r: asyncio.Stre
         if raw is None:
             return None
         resp = parse_response(raw)
+        if resp.status == 101 and not ex.websocket:
+            raise UpstreamError(502, "the corral server switched protocols on a request that did not ask to")
         if not 100 <= resp.status < 200 or resp.status == 101:
             return resp
         # an interim answer (103 Early Hints, a 100 Continue the server sent anyway): the final one follows

@@ -42,7 +42,7 @@ class HttpError(Exception):
         self.message = message
 
 
-@dataclass
+@dataclass(frozen=True)
 class Head:
     """A request head (``method``, ``target``) or a response head (``status``, ``reason``)."""
 
