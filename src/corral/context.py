@@ -19,6 +19,7 @@ from typing import Any, Generic, Literal, TypeVar, get_args
 import orjson
 
 from corral.backends.base import Compute
+from corral.backends.slurm.registry import SlurmRegistry
 from corral.domain.access import backend_types, usable_computes
 from corral.domain.records import InstanceRec
 from corral.domain.telemetry import Telemetry
@@ -151,6 +152,8 @@ class Context:
     ssh_endpoint_close: Callable[[], Awaitable[None]] | None = None
     #: This process's counters and histograms (``GET /metrics``).
     telemetry: Telemetry = field(default_factory=Telemetry)
+    #: The Slurm clusters of the projects' ``slurm`` backends (``services.slurm_backends`` sets them).
+    slurm: SlurmRegistry = field(default_factory=SlurmRegistry)
     #: The apply policies of ``config.yml``'s ``plugins``, asked in turn before a run, fleet or volume is applied
     #: (none: applies are not put to any).
     policies: tuple[RestPolicy, ...] = ()

@@ -22,6 +22,8 @@ from corral.settings import Settings
 if TYPE_CHECKING:
     from corral.backends.aws.compute import AWSCompute
     from corral.backends.base import Compute
+    from corral.backends.slurm.compute import SlurmCompute
+    from corral.backends.slurm.registry import SlurmRegistry
     from corral.policies.rest import RestPolicy
 
 log = logging.getLogger("corral.server")
@@ -156,6 +158,7 @@ async def prepare(settings: Settings) -> Prepared:
     """Migrate, bootstrap and build the app (used by ``corral server`` and by tests)."""
     from corral.api.app import create_app
     from corral.backends.local import LocalCompute
+    from corral.backends.slurm.registry import SlurmRegistry
     from corral.backends.ssh import SSHCompute
     from corral.backends.ssh_secrets import KeyOpener
     from corral.config.server_config import load_server_config
@@ -181,6 +184,7 @@ async def prepare(settings: Settings) -> Prepared:
     except ServerConfigError:
         await db.dispose()
         raise
+    slurm = SlurmRegistry()
     if server_config is not None:
         try:
             projects = [(p.name, await _stored_backends(p.name, p.backends, cipher)) for p in server_config.projects]
@@ -220,11 +224,13 @@ async def prepare(settings: Settings) -> Prepared:
             uid_range=settings.job_uid_range,
         ),
         "aws": _aws_compute(settings, db, _aws_regions(server_config)),
+        "slurm": await _slurm_compute(settings, db, slurm),
     }
     ctx = Context(
         settings=settings,
         db=db,
         computes=computes,
+        slurm=slurm,
         managers_manage_secrets=server_config is not None
         and server_config.default_permissions.allow_managers_manage_secrets,
     )
@@ -252,8 +258,28 @@ async def _stored_backends(project: str, backends: list[Any], cipher: Any) -> li
             except ServiceError as e:
                 raise ServerConfigError(f"config.yml: project {project}: backend aws: {e.msg}") from None
             doc = cloud_backends.sealed(cipher, doc)
+        elif doc.get("type") == "slurm":
+            doc = await _checked_slurm(project, doc, cipher)
         out.append(doc)
     return out
+
+
+async def _checked_slurm(project: str, doc: dict[str, Any], cipher: Any) -> dict[str, Any]:
+    """A ``config.yml`` slurm backend checked against its clusters (a start-up error naming the project and the
+    field when one does not work), sealed as stored."""
+    import asyncio
+
+    from corral.backends.slurm.registry import SlurmRegistry
+    from corral.services import slurm_backends
+    from corral.services.errors import ServiceError
+
+    try:
+        doc = slurm_backends.parse(doc, from_api=False)
+        clusters = await slurm_backends.check(SlurmRegistry(), project, doc)
+    except ServiceError as e:
+        raise ServerConfigError(f"config.yml: project {project}: backend slurm: {e.msg}") from None
+    await asyncio.gather(*(c.aclose() for c in clusters))
+    return slurm_backends.sealed(cipher, doc)
 
 
 def _policies(settings: Settings, plugins: list[str]) -> tuple[RestPolicy, ...]:
@@ -312,6 +338,18 @@ def _aws_compute(settings: Settings, db: Any, regions: frozenset[str] | None) ->
         provisioning_timeout=settings.provisioning_timeout,
         unavailable_ttl=settings.aws_unavailable_ttl,
     )
+
+
+async def _slurm_compute(settings: Settings, db: Any, registry: SlurmRegistry) -> SlurmCompute:
+    """The Slurm backend over every project's clusters (stored backends loaded; nothing connects until used)."""
+    from corral.backends.slurm.compute import SlurmCompute
+    from corral.services import slurm_backends
+    from corral.services.slurm_hooks import slurm_hooks
+    from corral.store.encryption import cipher_for
+
+    await slurm_backends.load_all(db, lambda: cipher_for(settings), registry)
+    await slurm_backends.first_pass(registry)
+    return SlurmCompute(registry, slurm_hooks(db), settings.server_dir / "slurm", offers=registry.offers)
 
 
 def _lazy_ssh_endpoint(ctx: Any) -> tuple[Any, Any]:

@@ -130,7 +130,7 @@ async def test_projects_create_list_get_delete(server: RunningServer) -> None:
 
 async def test_backends_list_types(server: RunningServer) -> None:
     async with server.client() as c:
-        assert (await c.post("/api/backends/list_types")).json() == ["aws", "remote"]  # boto3 is installed
+        assert (await c.post("/api/backends/list_types")).json() == ["aws", "remote", "slurm"]  # boto3 is installed
 
 
 async def test_minimal_endpoints_the_official_cli_calls(server: RunningServer) -> None:

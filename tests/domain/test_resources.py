@@ -324,6 +324,12 @@ def test_an_instance_is_refused_for_its_disk_gpu_memory_or_total_gpu_memory() ->
     assert match_requirements(replace(total, gpu=GpuSpec(total_memory=Range(80.0, None))), res) is None
 
 
+def test_a_disk_of_unknown_size_fits_any_disk_requirement() -> None:
+    """A Slurm node's disk is not known (0): dstack does not match the disk requirement against it."""
+    unknown = InstanceResources(cpus=4, memory_mib=16000)
+    assert match_requirements(Requirements(cpu_count=Range(1, None), memory=Range(1.0, None)), unknown) is None
+
+
 def test_an_instance_is_refused_for_its_gpu_vendor_naming_it() -> None:
     res = InstanceResources(cpus=8, memory_mib=65536, gpus=(Gpu("MI300X", 192 * 1024, vendor="amd"),))
     req = Requirements(cpu_count=Range(1, None), memory=Range(1.0, None), disk=None, gpu=parse_gpu_spec("nvidia:1"))

@@ -108,6 +108,19 @@ def test_the_options_as_dstack_applies_them() -> None:
     assert offer_filters.in_project_regions([aws, local], regions) == [local]
 
 
+def test_a_slurm_backends_regions_are_its_clusters() -> None:
+    res = InstanceResources(cpus=4, memory_mib=16000, gpus=())
+    mine, theirs = Offer("slurm", "n1", "hpc-a", 0.0, res, zone="cpu"), Offer("slurm", "n1", "hpc-b", 0.0, res)
+    stored: list[Any] = [
+        {"type": "slurm", "clusters": [{"name": "hpc-a"}, "not a cluster"]},
+        "not a backend",
+        {"type": ""},
+    ]
+    regions = offer_filters.project_regions(stored)
+    assert regions == {"slurm": frozenset({"hpc-a"})}
+    assert offer_filters.in_project_regions([mine, theirs], regions) == [mine]
+
+
 def test_a_runs_reservation_narrows_new_instances_as_dstacks_does() -> None:
     res = InstanceResources(cpus=2, memory_mib=8192, gpus=())
     there = Offer("aws", "c7i.xlarge", "us-east-1", 0.2, res)

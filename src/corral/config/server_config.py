@@ -7,6 +7,8 @@ projects:
       - type: local
       - type: aws              # dstack's block: creds, regions, vpc_name / vpc_ids, public_ips, ...
         creds: {type: access_key, access_key: AKIA..., secret_key: ...}
+      - type: slurm            # dstack's block: clusters (login node, user, key, partitions) + corral's extensions
+        clusters: [{name: hpc, hostname: login.example.org, user: alice, private_key: {path: ~/.ssh/id_ed25519}}]
     weight: 1                  # fair-share weight and quotas (corral.config.quotas); omitted: no limit
     quota: {nominal: {gpu: 8}, max: {gpu: {H100: 8, any: 16}, price_per_hour: 40}}
     preemptible_max_priority: 49   # its tasks of priority <= 49 may be preempted (null: none)
@@ -31,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from corral.config.aws_backend import AWSBackendConfig
 from corral.config.quotas import POLICY_KEYS, ProjectPolicy, Quota, RunType, Scheduling
+from corral.config.slurm_backend import SlurmBackendConfig
 from corral.domain.quotas import QuotaPolicy
 
 #: dstack's name of its built-in REST plugin (``_BUILTIN_PLUGINS`` in dstack 0.22.5's ``services/plugins.py``).
@@ -45,11 +48,11 @@ class BackendEntry(_Strict):
     type: Literal["local"]
 
 
-def _local() -> BackendEntry | AWSBackendConfig:
+def _local() -> BackendEntry | AWSBackendConfig | SlurmBackendConfig:
     return BackendEntry(type="local")
 
 
-AnyBackend = Annotated[Union[BackendEntry, AWSBackendConfig], Field(discriminator="type")]
+AnyBackend = Annotated[Union[BackendEntry, AWSBackendConfig, SlurmBackendConfig], Field(discriminator="type")]
 
 
 class ProjectEntry(_Strict):
@@ -116,5 +119,5 @@ def load_server_config(path: Path) -> ServerConfig | None:
             f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
         )
         backends = any("backends" in err["loc"] for err in e.errors())
-        hint = " (corral supports the `local` and `aws` backends)" if backends else ""
+        hint = " (corral supports the `local`, `aws` and `slurm` backends)" if backends else ""
         raise ServerConfigError(f"{path}: {problems}{hint}") from None

@@ -322,7 +322,8 @@ def match_requirements(req: Requirements, res: InstanceResources) -> str | None:
     """None if `res` satisfies `req`, otherwise a short reason naming the first unmet requirement.
 
     GPU filters (vendor, name, memory) apply to instances that have GPUs; an instance without GPUs
-    fits any GPU spec whose count allows 0. Compute capability is not checked (instances do not
+    fits any GPU spec whose count allows 0. A disk size of 0 is not known (dstack's rule for Slurm nodes): it
+    fits any disk requirement. Compute capability is not checked (instances do not
     report it).
     """
     if req.cpu_arch and res.cpu_arch and req.cpu_arch != res.cpu_arch:
@@ -332,7 +333,7 @@ def match_requirements(req: Requirements, res: InstanceResources) -> str | None:
     mem = _gb(res.memory_mib)
     if not req.memory.contains(mem):
         return f"needs memory {format_range(req.memory, 'GB')}, instance has {mem:.1f}GB"
-    if req.disk is not None:
+    if req.disk is not None and res.disk_size_mib > 0:  # 0: not known (a Slurm node), not matched
         disk = _gb(res.disk_size_mib)
         if not req.disk.contains(disk):
             return f"needs disk {format_range(req.disk, 'GB')}, instance has {disk:.1f}GB"

@@ -142,11 +142,18 @@ def filtered(offers: Iterable[Offer], *filters: OfferFilter) -> list[Offer]:
 
 
 def project_regions(backends: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[str]]:
-    """Backend type -> the regions a project's stored backends name (types without ``regions``: absent)."""
+    """Backend type -> the regions a project's stored backends name (types without ``regions``: absent). A
+    ``slurm`` backend's regions are its clusters' names (dstack: a cluster is a region)."""
     out: dict[str, frozenset[str]] = {}
     for b in backends:
-        if isinstance(b, Mapping) and b.get("type") and b.get("regions"):
-            out[str(b["type"])] = out.get(str(b["type"]), frozenset()) | {str(r) for r in b["regions"]}
+        if not isinstance(b, Mapping) or not b.get("type"):
+            continue
+        kind = str(b["type"])
+        if kind == "slurm":
+            names = {str(c.get("name")) for c in b.get("clusters") or [] if isinstance(c, Mapping)}
+            out[kind] = out.get(kind, frozenset()) | names
+        elif b.get("regions"):
+            out[kind] = out.get(kind, frozenset()) | {str(r) for r in b["regions"]}
     return out
 
 

@@ -1,8 +1,9 @@
 """The backends API (dstack's ``routers/backends.py``): a project's cloud backends created, updated, read
-and deleted, as JSON or as YAML. Only cloud backends (``aws``) are managed here: ``local`` belongs to the
+and deleted, as JSON or as YAML. Only ``aws`` and ``slurm`` are managed here: ``local`` belongs to the
 server's ``config.yml`` and is never accepted. Credentials are checked before anything is written (a 400
-naming the field), stored sealed (:mod:`corral.services.cloud_backends`) and never answered in clear: an
-access key shows its last four characters, a secret key none.
+naming the field), stored sealed (:mod:`corral.services.cloud_backends`, :mod:`corral.services.slurm_backends`)
+and never answered in clear: an access key shows its last four characters, a secret key none; a Slurm cluster's
+login node, user and key are not answered at all (as dstack).
 
 May import: domain, config, schemas, store, backends (through ``cloud_backends``).
 """
@@ -14,16 +15,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from corral.backends.slurm.cluster import SlurmCluster
 from corral.config.aws_backend import AWSBackendConfig
 from corral.context import Context
 from corral.domain.records import ProjectRec
 from corral.schemas.requests import BackendConfigBody
-from corral.services import cloud_backends
+from corral.services import cloud_backends, slurm_backends
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError
 from corral.store import accounts as account_store
 from corral.store import project_state
 
-CLOUD_TYPES = ("aws",)
+CLOUD_TYPES = ("aws", "slurm")
 MASK = "********"
 
 
@@ -31,7 +33,7 @@ def list_types() -> list[str]:
     """The backend types this server can run (``remote``: SSH fleets and this machine)."""
     import importlib.util
 
-    return [*(["aws"] if importlib.util.find_spec("boto3") is not None else []), "remote"]
+    return [*(["aws"] if importlib.util.find_spec("boto3") is not None else []), "remote", "slurm"]
 
 
 def _refuse(kind: object) -> ServiceError:
@@ -45,6 +47,8 @@ def _parse(body: BackendConfigBody) -> dict[str, Any]:
     """The body's backend configuration checked field by field for its ``type``, as stored (no ``None``s)."""
     if body.type not in CLOUD_TYPES:
         raise _refuse(body.type)
+    if body.type == "slurm":
+        return slurm_backends.parse({**(body.model_extra or {}), "type": body.type}, from_api=True)
     try:
         return AWSBackendConfig.model_validate({**(body.model_extra or {}), "type": body.type}).model_dump(
             exclude_none=True
@@ -56,6 +60,8 @@ def _parse(body: BackendConfigBody) -> dict[str, Any]:
 
 def redacted(doc: dict[str, Any]) -> dict[str, Any]:
     """A stored backend as answered: no credential in clear (nor sealed)."""
+    if doc.get("type") == "slurm":
+        return slurm_backends.redacted(doc)
     out = {k: v for k, v in doc.items() if k != "creds"}
     creds = doc.get("creds") or {}
     if creds.get("type") == "access_key":
@@ -86,9 +92,10 @@ async def create(ctx: Context, project: ProjectRec, body: BackendConfigBody) -> 
     project = await _fresh(ctx, project)
     if _find(project, doc["type"]) is not None:
         raise ResourceExists(f"Backend {doc['type']} already exists")
-    await cloud_backends.check_aws(doc)
-    stored = cloud_backends.sealed(ctx.cipher(), doc)
+    stored, clusters = await _checked(ctx, project, doc)
     await _save(ctx, project, [*project.backends, stored])
+    if doc["type"] == "slurm":
+        await slurm_backends.register(ctx.slurm, project.name, clusters)
     return redacted(stored)
 
 
@@ -97,10 +104,21 @@ async def update(ctx: Context, project: ProjectRec, body: BackendConfigBody) -> 
     project = await _fresh(ctx, project)
     if _find(project, doc["type"]) is None:
         raise ResourceNotExists(f"Backend {doc['type']} does not exist")
-    await cloud_backends.check_aws(doc)
-    stored = cloud_backends.sealed(ctx.cipher(), doc)
+    stored, clusters = await _checked(ctx, project, doc)
     await _save(ctx, project, [stored if b.get("type") == doc["type"] else dict(b) for b in project.backends])
+    if doc["type"] == "slurm":
+        await slurm_backends.register(ctx.slurm, project.name, clusters)
     return redacted(stored)
+
+
+async def _checked(ctx: Context, project: ProjectRec, doc: dict[str, Any]) -> tuple[dict[str, Any], list[SlurmCluster]]:
+    """``doc`` checked against its provider (a 400 naming the field when it does not work), as stored, and a
+    slurm backend's clusters (connected by the check: the Slurm backend takes them over)."""
+    if doc["type"] == "slurm":
+        clusters = await slurm_backends.check(ctx.slurm, project.name, doc)
+        return slurm_backends.sealed(ctx.cipher(), doc), list(clusters)
+    await cloud_backends.check_aws(doc)
+    return cloud_backends.sealed(ctx.cipher(), doc), []
 
 
 async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
@@ -108,7 +126,7 @@ async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
     project = await _fresh(ctx, project)
     for name in names:
         if name not in CLOUD_TYPES:
-            raise ServiceError(f"Backend {name!r} cannot be deleted through the API (corral's: aws)")
+            raise ServiceError(f"Backend {name!r} cannot be deleted through the API (corral's: aws, slurm)")
         if _find(project, name) is None:
             raise ResourceNotExists(f"Backend {name} does not exist")
     async with ctx.db.read() as conn:
@@ -119,6 +137,8 @@ async def delete(ctx: Context, project: ProjectRec, names: list[str]) -> None:
                     f"Backend {name} has {live} instance(s) that are not terminated: delete its fleets first"
                 )
     await _save(ctx, project, [dict(b) for b in project.backends if b.get("type") not in names])
+    if "slurm" in names:
+        await slurm_backends.register(ctx.slurm, project.name, [])
 
 
 async def config_info(ctx: Context, project: ProjectRec, kind: str) -> dict[str, Any]:
@@ -138,7 +158,7 @@ def _yaml(text: str) -> BackendConfigBody:
     except yaml.YAMLError as e:
         raise ServiceError(f"config_yaml is not valid YAML: {e}") from None
     if not isinstance(data, dict):
-        raise ServiceError("The backend configuration must be a mapping with a `type` (aws)")
+        raise ServiceError("The backend configuration must be a mapping with a `type` (aws, slurm)")
     if not isinstance(data.get("type"), str):
         raise _refuse(data.get("type"))
     return BackendConfigBody.model_validate(data)
