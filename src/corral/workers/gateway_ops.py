@@ -10,13 +10,13 @@ transactions).
   adopted), the forwards opened, ``PUT /api/config`` -> ``running``. A failure trying again cannot help (the
   login refused, no root for ports 80/443) -> ``failed`` with the reason; others are tried again until
   ``provisioning_timeout`` has passed since the gateway was created.
-* ``running``: the gateway configured again whenever the reverse forward's host port changed (a new SSH
-  connection, a restarted server); the registrations reconciled with what it serves (extra ones withdrawn:
-  dstack #3046); certificates got for the HTTPS hosts that lack one or are due for renewal (a failure is an
-  event on the gateway and the service and the gateway's status message, with the host named; the run goes
-  on); stats turned into request counts for the autoscaler. A gateway that does not answer gets the status
-  message and event ``Gateway unreachable`` (its services keep their in-server proxy URL); it is deployed
-  again when its host answers SSH but the process is gone.
+* ``running``: the gateway sent its configuration (this server's end of the reverse forward, which changes with
+  a new SSH connection or a restarted server; the same configuration is a no-op for it); the registrations
+  reconciled with what it serves (extra ones withdrawn: dstack #3046); certificates got for the HTTPS hosts
+  that lack one or are due for renewal (a failure is an event on the gateway and the service and the gateway's
+  status message, with the host named; the run goes on); stats turned into request counts for the autoscaler.
+  A gateway that does not answer gets the status message and event ``Gateway unreachable`` (its services keep
+  their in-server proxy URL); it is deployed again when its host answers SSH but the process is gone.
 * marked for deletion: its services withdrawn, the process stopped and removed (ports 80/443 closed), its
   host given back to jobs, the row removed.
 
@@ -156,14 +156,15 @@ class GatewayOperator:
         return self._build
 
     async def _configure(self, g: GatewayRec, link: GatewayLink, api: GatewayApi) -> None:
-        """``PUT /api/config`` when the reverse forward is new (or this server never configured it)."""
+        """``PUT /api/config`` with this server's end of the reverse forward, every pass (the same body is a
+        no-op for the gateway; another server replica may have configured its own forward since). A new forward,
+        or this server's first pass, sends the services again too."""
         server_url = await link.server_url()
-        if self.configured.get(g.id) == link.generation:
-            return
         await api.configure(server_url, self.ctx.reveal(g.secret_sealed or ""))
-        self.configured[g.id] = link.generation
-        self.sent.pop(g.id, None)  # a gateway configured again is sent its services again
-        self.sent_entrypoints.pop(g.id, None)
+        if self.configured.get(g.id) != link.generation:
+            self.configured[g.id] = link.generation
+            self.sent.pop(g.id, None)
+            self.sent_entrypoints.pop(g.id, None)
 
     # ---- deploy ------------------------------------------------------------------------------
     async def _deploy(self, g: GatewayRec) -> None:
