@@ -190,6 +190,14 @@ class SlurmTestCluster:
         self.root(LOGIN, f"scontrol update nodename={node} state=resume")
         self.wait_nodes((node,), "idle")
 
+    def stop_controller(self) -> None:
+        """Stop ``slurmctld`` (its state stays): the cluster's commands fail until :meth:`start_controller`."""
+        self.root(CONTROLLER, "kill $(cat /run/slurmctld.pid); while [ -e /run/slurmctld.pid ]; do sleep 0.05; done")
+
+    def start_controller(self) -> None:
+        self.root(CONTROLLER, "/usr/sbin/slurmctld >>/var/log/slurm/slurmctld.out 2>&1")
+        self.wait_nodes(NODES, "idle", timeout=60)
+
     def cancel_all(self) -> None:
         """Cancel every job (a test's own leftovers) and wait until no job holds a node."""
         self.root(LOGIN, "scancel -u " + USER + " || true")
