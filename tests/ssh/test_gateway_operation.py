@@ -323,6 +323,23 @@ async def test_model_endpoint_and_scaling_from_zero_on_the_gateways_counts(
         anon = await gateway_client.request(ip, entry, "/models", cafile=str(root))
         assert anon.status == 403, anon
 
+        # a service whose host is the model endpoint's: the gateway refuses it, the run is told (and waits on)
+        clash = {**conf, "name": "gateway", "fleets": ["edge"], "replicas": 1}
+        clash.pop("scaling")
+        r = await c.post(
+            "/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": clash}}}
+        )
+        assert r.status_code == 200, r.text
+        await publish(s, "gateway", gw["id"])
+
+        async def refused() -> list[str] | None:
+            got = await _messages(c, target_runs=[r.json()["id"]])
+            found = [m for m in got if m.startswith("Service registration on gateway gw failed: ")]
+            return found or None
+
+        (told,) = await wait_for(refused, timeout=30, interval=0.5)
+        assert f"gateway.{DOMAIN}" in told, told
+
         async def counted_by_gateway() -> int:
             """The requests recorded from the gateway's stats (rows under its own name)."""
             run_id = (await get_run(c, "llm"))["id"]

@@ -76,6 +76,8 @@ class GatewayOperator:
         self.sent: dict[str, dict[tuple[str, str], Mapping[str, Any]]] = {}
         self.sent_entrypoints: dict[str, set[Entrypoint]] = {}
         self.configured: dict[str, int] = {}
+        #: (gateway, run) -> the reason the gateway last refused the run's registration (told once).
+        self.refusals: dict[tuple[str, str], str] = {}
         self._build: GatewayBuild | None = None
         self._acme: AcmeClient | None = None
         self._open = KeyOpener(ctx.cipher)
@@ -286,13 +288,28 @@ class GatewayOperator:
                 sent.pop((project, run), None)
                 log.info("gateway %s: withdrew %s/%s", g.name, project, run)
             for svc, body in plan.register:
-                await api.register(svc.project_name, svc.run_name, body)
+                try:
+                    await api.register(svc.project_name, svc.run_name, body)
+                except GatewayRefused as e:  # tried again next pass; told once per reason
+                    await self._refused(g, svc, e.detail)
+                    continue
                 sent[(svc.project_name, svc.run_name)] = body
+                self.refusals.pop((g.id, svc.run_id), None)
                 log.info("gateway %s: registered %s/%s at %s", g.name, svc.project_name, svc.run_name, svc.host)
         except GatewayUnreachable as e:
             raise _Unreachable(str(e)) from None
         except GatewayRefused as e:
-            log.warning("gateway %s: a registration was refused: %s", g.name, e)
+            log.warning("gateway %s: the gateway refused a request: %s", g.name, e)
+
+    async def _refused(self, g: GatewayRec, svc: GatewayService, detail: str) -> None:
+        """A registration the gateway refused: an event on the gateway and the run (once per reason)."""
+        log.warning("gateway %s: registering %s refused: %s", g.name, svc.run_name, detail)
+        if self.refusals.get((g.id, svc.run_id)) == detail:
+            return
+        self.refusals[(g.id, svc.run_id)] = detail
+        targets = [_target(g), run_target(g.project_id, svc.run_id, svc.run_name)]
+        async with self.ctx.db.write() as conn:
+            await ops_store.event(conn, f"Service registration on gateway {g.name} failed: {detail}", targets)
 
     async def _stats(self, g: GatewayRec, api: GatewayApi, desired: Sequence[GatewayService]) -> None:
         """The gateway's counts for its services, written as requests for the autoscaler."""
