@@ -5,15 +5,15 @@ in place or is refused as dstack 0.22.5 refuses it, and deleting the gateway giv
 from __future__ import annotations
 
 import asyncio
-import time
+import json
+from pathlib import Path
 from typing import Any
 
 import httpx
-from ssh_harness import apply_fleet, fleet_settled, get_fleet, run_get, run_status, ssh_fleet, submit
+import yaml
+from ssh_harness import apply_fleet, corral_cli, fleet_settled, get_fleet, run_get, run_status, ssh_fleet, submit
 
-from corral.domain.statuses import GatewayStatus
 from corral.services import gateways as gateway_services
-from corral.store import gateways as gateway_store
 from fakehosts import FakeHosts
 from server_harness import RunningServer, wait_for
 
@@ -112,8 +112,8 @@ async def test_a_gateway_holds_a_fleet_host_until_it_is_deleted(server: RunningS
         assert [(g["name"], g["default"]) for g in listed] == [("gw", False), ("gw2", True)]
 
         assert (await c.post(G + "/delete", json={"names": ["gw", "gw2", "unknown"]})).status_code == 200
-        await wait_for(lambda: gone(c, "gw"), timeout=20)
-        await wait_for(lambda: gone(c, "gw2"), timeout=20)
+        await wait_for(lambda: gone(c, "gw"), timeout=60)
+        await wait_for(lambda: gone(c, "gw2"), timeout=60)
         await run_status(c, "waits", "done", timeout=60)  # the host is the fleet's again
 
         r = await c.post("/api/events/list", json={"target_gateways": [gw["id"]], "ascending": True})
@@ -125,12 +125,15 @@ async def test_a_gateway_holds_a_fleet_host_until_it_is_deleted(server: RunningS
         assert [e["message"] for e in r.json()] == messages
 
 
-async def _running(server: RunningServer, gateway_id: str) -> None:
-    """Move the gateway to ``running`` through the store, as the gateways worker does once its process is deployed
-    and answers (the deployment itself is not part of this test)."""
-    async with server.ctx.db.write() as conn:
-        for status in (GatewayStatus.PROVISIONING, GatewayStatus.RUNNING):
-            assert await gateway_store.set_status(conn, gateway_id, status, time.time())
+async def _running(c: httpx.AsyncClient, name: str) -> None:
+    """Wait until the gateways worker has deployed the gateway on its host and it answers (``running``)."""
+
+    async def running() -> bool:
+        got = (await c.post(G + "/get", json={"name": name})).json()
+        assert got["status"] != "failed", got
+        return bool(got["status"] == "running")
+
+    await wait_for(running, timeout=90, interval=0.3)
 
 
 def service(name: str, **kw: Any) -> dict[str, Any]:
@@ -169,7 +172,7 @@ async def test_a_service_is_published_on_its_gateway(server: RunningServer, host
         gw = r.json()
         r = await c.post("/api/project/main/runs/get_plan", json={"run_spec": {"configuration": service("svc")}})
         assert detail(r) == "Gateway status is not running"  # omitted: the project's default gateway
-        await _running(server, gw["id"])
+        await _running(c, "gw")
         r = await run_apply(c, service("svc"))
         assert detail(r) == "Cannot run HTTPS service on gateway with no SSL certificates configured"
 
@@ -201,7 +204,51 @@ async def test_a_service_is_published_on_its_gateway(server: RunningServer, host
         r = await c.post(G + "/delete", json={"names": ["gw"]})
         assert detail(r).startswith("Gateway gw publishes services svc, svc2: stop them"), r.text
         await c.post("/api/project/main/runs/stop", json={"runs_names": ["svc", "svc2"], "abort": True})
-        await run_status(c, "svc", "terminated", "failed", "done")
-        await run_status(c, "svc2", "terminated", "failed", "done")
+        await run_status(c, "svc", "terminated", "failed", "done", timeout=60)
+        await run_status(c, "svc2", "terminated", "failed", "done", timeout=60)
         assert (await c.post(G + "/delete", json={"names": ["gw"]})).status_code == 200
-        await wait_for(lambda: gone(c, "gw"), timeout=20)
+        await wait_for(lambda: gone(c, "gw"), timeout=60)
+
+
+async def test_the_corral_cli_applies_lists_updates_and_deletes_a_gateway(
+    server: RunningServer, hosts: FakeHosts, tmp_path: Path
+) -> None:
+    ip = hosts.ip("cpu1")
+    async with server.client() as c:
+        await apply_fleet(c, ssh_fleet(hosts, "edge", [ip]))
+        await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+    gw_file = tmp_path / "gw.dstack.yml"
+    gw_file.write_text(yaml.safe_dump(gateway_conf("gw")))
+
+    code, out = await corral_cli(server, tmp_path, "apply", "-f", str(gw_file), "-y", "-d")
+    assert code == 0 and "Create the gateway?" not in out and "Gateway configuration submitted" in out, out
+    assert "Backend" in out and "remote" in out and "Domain" in out and "example.test" in out, out
+    code, out = await corral_cli(server, tmp_path, "gateway", "list", "-v")
+    lines = [line.strip() for line in out.splitlines()]
+    header = next(line for line in lines if line.startswith("NAME"))
+    assert header.split() == ["NAME", "BACKEND", "HOSTNAME", "DOMAIN", "DEFAULT", "STATUS", "CREATED", "ERROR"]
+    row = next(line for line in lines if line.startswith("gw "))
+    assert row.split()[:6] == ["gw", "remote", "(edge)", ip, "example.test", "✓"], out
+    assert row.split()[6] in ("submitted", "provisioning", "running"), out
+    code, out = await corral_cli(server, tmp_path, "gateway", "get", "gw", "--json")
+    assert code == 0 and json.loads(out)["replicas"][0]["hostname"] == ip, out
+    code, out = await corral_cli(server, tmp_path, "apply", "-f", str(gw_file), "-y")
+    assert code == 0 and "No configuration changes detected. Use --force to apply anyway." in out, out
+
+    gw_file.write_text(yaml.safe_dump(gateway_conf("gw", domain="two.test")))
+    code, out = await corral_cli(server, tmp_path, "apply", "-f", str(gw_file), "-y", "-d")
+    assert code == 0 and "Found gateway gw. Configuration changes detected." in out, out
+    code, out = await corral_cli(server, tmp_path, "gateway", "update", "gw", "--set-default", "--domain", "three.test")
+    assert code == 0 and "three.test" in out, out
+
+    # a second gateway finds no idle host: the attached apply follows it to `failed`
+    other = tmp_path / "gw2.dstack.yml"
+    other.write_text(yaml.safe_dump(gateway_conf("gw2")))
+    code, out = await corral_cli(server, tmp_path, "apply", "-f", str(other), "-y")
+    assert code == 1 and "Gateway failed: No idle instance in fleet edge to host the gateway" in out, out
+
+    for name in ("gw2", "gw"):
+        code, out = await corral_cli(server, tmp_path, "gateway", "delete", name, "-y")
+        assert code == 0 and f"Gateway {name} deleted" in out, out
+    code, out = await corral_cli(server, tmp_path, "gateway", "get", "gw")
+    assert code == 1 and "Gateway gw does not exist in project main" in out, out

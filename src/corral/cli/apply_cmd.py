@@ -114,7 +114,7 @@ def apply(  # noqa: C901
         ),
     ] = None,
 ) -> None:
-    """Apply a configuration: submit a run, create or update a fleet, or create a volume."""
+    """Apply a configuration: submit a run, create or update a fleet or a gateway, or create a volume."""
     from corral.cli.errors import CLIError
 
     if name is not None:
@@ -160,14 +160,25 @@ def apply(  # noqa: C901
             )
             if code:
                 raise typer.Exit(code)
-        elif conf_type == "volume":
-            from corral.cli.apply_volume import apply_volume
-
-            code = apply_volume(client, project_name, raw, configuration_path, yes, detach, force)
+        elif conf_type in ("volume", "gateway"):
+            code = _apply_resource(conf_type, client, project_name, raw, configuration_path, yes, detach, force)
             if code:
                 raise typer.Exit(code)
         else:
             raise CLIError(f"`corral apply` does not support configurations of type {conf_type} yet")
+
+
+def _apply_resource(
+    conf_type: str, client: Any, project: str, raw: JSON, path: str, yes: bool, detach: bool, force: bool
+) -> int:
+    """``apply`` of a volume or a gateway; the exit code."""
+    if conf_type == "volume":
+        from corral.cli.apply_volume import apply_volume
+
+        return apply_volume(client, project, raw, path, yes, detach, force)
+    from corral.cli.apply_gateway import apply_gateway
+
+    return apply_gateway(client, project, raw, path, yes, detach, force)
 
 
 def _profile_options(

@@ -32,6 +32,7 @@ from corral.cli import (
     events_cmd,
     exports_cmd,
     fleets_cmd,
+    gateway_cmd,
     metrics_cmd,
     offer_cmd,
     projects_cmd,
@@ -252,6 +253,19 @@ _volume_app.callback()(_guard(volumes_cmd.volume_default))
 _volume_app.command("list")(_guard(volumes_cmd.volume_list))
 _volume_app.command("delete")(_guard(volumes_cmd.volume_delete))
 app.add_typer(_volume_app, name="volume")
+
+_gateway_app = typer.Typer(
+    help="List, show, update and delete the project's gateways.",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+_gateway_app.callback()(_guard(gateway_cmd.gateway_default))
+_gateway_app.command("list")(_guard(gateway_cmd.gateway_list))
+_gateway_app.command("get")(_guard(gateway_cmd.gateway_get))
+_gateway_app.command("update")(_guard(gateway_cmd.gateway_update))
+_gateway_app.command("delete")(_guard(gateway_cmd.gateway_delete))
+app.add_typer(_gateway_app, name="gateway")
 
 
 _export_app = typer.Typer(

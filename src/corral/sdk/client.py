@@ -270,6 +270,37 @@ class CorralClient:
         """``volumes/delete`` (a 400 naming a volume in use)."""
         self._post(f"/api/project/{project}/volumes/delete", {"names": names})
 
+    # ---- gateways -----------------------------------------------------------------------
+
+    def gateways_list(self, project: str) -> list[JSONObject]:
+        """``gateways/list``: the project's gateways (dstack's ``Gateway``)."""
+        return self._list(f"/api/project/{project}/gateways/list", {"include_imported": True})
+
+    def gateways_get(self, project: str, name: str) -> JSONObject:
+        """``gateways/get``; raises :class:`ResourceNotExistsError` if there is none."""
+        return self._obj(f"/api/project/{project}/gateways/get", {"name": name})
+
+    def gateways_get_plan(self, project: str, configuration: JSONObject, path: str | None) -> JSONObject:
+        """``gateways/get_plan``: dstack's ``GatewayPlan`` (``action`` create or update)."""
+        spec = {"configuration": configuration, "configuration_path": path}
+        return self._obj(f"/api/project/{project}/gateways/get_plan", {"spec": spec})
+
+    def gateways_apply(self, project: str, plan: JSONObject, force: bool) -> JSONObject:
+        """``gateways/apply`` of a plan (its ``spec`` and ``current_resource``); returns the Gateway."""
+        body = {"plan": {"spec": plan["spec"], "current_resource": plan.get("current_resource")}, "force": force}
+        return self._obj(f"/api/project/{project}/gateways/apply", body)
+
+    def gateways_delete(self, project: str, names: list[str]) -> None:
+        """``gateways/delete``: marks them; the server tears them down and removes them."""
+        self._post(f"/api/project/{project}/gateways/delete", {"names": names})
+
+    def gateways_set_default(self, project: str, name: str) -> None:
+        self._post(f"/api/project/{project}/gateways/set_default", {"name": name})
+
+    def gateways_set_wildcard_domain(self, project: str, name: str, domain: str) -> JSONObject:
+        body = {"name": name, "wildcard_domain": domain}
+        return self._obj(f"/api/project/{project}/gateways/set_wildcard_domain", body)
+
     # ---- instances ----------------------------------------------------------------------
 
     def instances_list(
