@@ -280,8 +280,8 @@ async def test_model_endpoint_and_scaling_from_zero_on_the_gateways_counts(
             "commands": [f"echo {APP} | base64 -d > app.py", "exec python3 app.py 8000"],
             "resources": {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."}, "fleets": ["local"],
             "probes": [{"type": "http", "url": "/health", "interval": "1s"}],
-            "replicas": "0..1",
-            "scaling": {"metric": "rps", "target": 100, "scale_up_delay": "1s", "scale_down_delay": "3s"},
+            "replicas": "0..2",
+            "scaling": {"metric": "rps", "target": 2, "scale_up_delay": "1s", "scale_down_delay": "3s"},
         }  # fmt: skip
         r = await c.post(
             "/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": conf}}}
@@ -348,6 +348,21 @@ async def test_model_endpoint_and_scaling_from_zero_on_the_gateways_counts(
             return rows.get(run_id, 0)
 
         assert await wait_for(counted_by_gateway, timeout=20, interval=0.5) >= 1
+
+        # under load through the gateway (about 10 rps, target 2 a replica): a second replica, on the gateway's
+        # counts alone (the in-server proxy does not count what a gateway forwards to a service with replicas)
+        async def two_ready() -> bool:
+            run = await get_run(c, "llm")
+            live = [j["job_submissions"][-1] for j in run["jobs"]]
+            return sum(1 for x in live if x["status"] == "running" and x.get("corral_ready")) == 2
+
+        deadline = asyncio.get_running_loop().time() + 60
+        while not await two_ready():
+            assert asyncio.get_running_loop().time() < deadline, await get_run(c, "llm")
+            for _ in range(5):
+                got = await gateway_client.request(ip, f"llm.{DOMAIN}", "/whoami", cafile=str(root), headers=auth)
+                assert got.status == 200, got
+                await asyncio.sleep(0.1)
 
         async def scaled_to_zero() -> bool:
             run = await get_run(c, "llm")
