@@ -115,6 +115,7 @@ async def test_a_working_backend_is_stored_sealed_and_answered_without_credentia
             "mapped to two GPU models",
         ),
         ({"account": "research"}, "clusters[0].account", "config.yml only"),
+        ({"private_key": {"path": "/etc/shadow"}}, "clusters[0].private_key.path", "give the key itself"),
         ({"hostname": None}, "clusters[0].hostname", "Field required"),
     ],
 )

@@ -47,11 +47,19 @@ def parse(data: Mapping[str, Any], from_api: bool) -> dict[str, Any]:
     From the API, corral's extensions are refused (they belong to the server's ``config.yml``)."""
     if from_api:
         for i, c in enumerate(data.get("clusters") or []):
-            given = [k for k in EXTENSIONS if isinstance(c, Mapping) and k in c]
+            if not isinstance(c, Mapping):
+                continue
+            given = [k for k in EXTENSIONS if k in c]
             if given:
                 raise ServiceError(
                     f"Invalid slurm backend configuration: clusters[{i}].{given[0]}: corral's extensions "
                     f"({', '.join(EXTENSIONS)}) are set in the server's config.yml only"
+                )
+            key = c.get("private_key")
+            if isinstance(key, Mapping) and key.get("path") and not key.get("content"):
+                raise ServiceError(
+                    f"Invalid slurm backend configuration: clusters[{i}].private_key.path: a path names a file on "
+                    "the server (config.yml only); give the key itself as private_key.content"
                 )
     try:
         doc = SlurmBackendConfig.model_validate(dict(data)).model_dump(exclude_none=True)
