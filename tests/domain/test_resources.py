@@ -336,6 +336,23 @@ def test_an_instance_is_refused_for_its_gpu_vendor_naming_it() -> None:
     assert match_requirements(req, res) == "needs gpu vendor nvidia, instance has amd"
 
 
+def test_a_compute_capability_is_a_minimum_only_a_known_nvidia_model_meets() -> None:
+    # Compute capabilities as NVIDIA lists them (developer.nvidia.com/cuda-gpus): T4 7.5, A100 8.0, H100 9.0.
+    def fits(gpu: Gpu, cc: tuple[int, int]) -> str | None:
+        res = InstanceResources(cpus=8, memory_mib=65536, gpus=(gpu,))
+        spec = GpuSpec(count=Range(1, None), compute_capability=cc)
+        return match_requirements(
+            Requirements(cpu_count=Range(1, None), memory=Range(1.0, None), disk=None, gpu=spec), res
+        )
+
+    assert fits(Gpu("A100", 80 * 1024), (8, 0)) is None
+    assert fits(Gpu("h100", 80 * 1024), (8, 6)) is None
+    assert fits(Gpu("T4", 16 * 1024), (8, 0)) == "needs gpu compute capability 8.0+, instance has T4 (7.5)"
+    unknown = "needs gpu compute capability 7.0+, instance has {} (an unknown one)"
+    assert fits(Gpu("FutureGPU", 80 * 1024), (7, 0)) == unknown.format("FutureGPU")
+    assert fits(Gpu("MI300X", 192 * 1024, vendor="amd"), (7, 0)) == unknown.format("MI300X")
+
+
 def test_durations_print_in_their_largest_exact_unit() -> None:
     assert [format_duration(s) for s in (0, -5, 45, 90, 120, 7200, 86400, 604800, 1209600, 90000)] == [
         "0s",

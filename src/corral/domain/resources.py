@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from corral.domain import compute_capability
+
 N = TypeVar("N", int, float)
 
 GPU_VENDORS = ("nvidia", "amd", "google", "intel", "tenstorrent")
@@ -321,10 +323,10 @@ def _gb(mib: int) -> float:
 def match_requirements(req: Requirements, res: InstanceResources) -> str | None:
     """None if `res` satisfies `req`, otherwise a short reason naming the first unmet requirement.
 
-    GPU filters (vendor, name, memory) apply to instances that have GPUs; an instance without GPUs
-    fits any GPU spec whose count allows 0. A disk size of 0 is not known (dstack's rule for Slurm nodes): it
-    fits any disk requirement. Compute capability is not checked (instances do not
-    report it).
+    GPU filters (vendor, name, memory, compute capability) apply to instances that have GPUs; an instance
+    without GPUs fits any GPU spec whose count allows 0. A disk size of 0 is not known (dstack's rule for Slurm
+    nodes): it fits any disk requirement. A compute capability is a minimum that only an NVIDIA model of known
+    capability meets (``domain/compute_capability.py``), as in dstack 0.22.5.
     """
     if req.cpu_arch and res.cpu_arch and req.cpu_arch != res.cpu_arch:
         return f"needs cpu arch {req.cpu_arch}, instance is {res.cpu_arch}"
@@ -354,6 +356,13 @@ def _match_gpu(spec: GpuSpec, gpus: tuple[Gpu, ...]) -> str | None:
             return f"needs gpu {','.join(spec.names)}, instance has {gpu.name}"
         if spec.memory is not None and not spec.memory.contains(_gb(gpu.memory_mib)):
             return f"needs gpu memory {format_range(spec.memory, 'GB')}, instance has {_gb(gpu.memory_mib):.1f}GB"
+        if spec.compute_capability is not None:
+            have = compute_capability.of_gpu(gpu.vendor, gpu.name)
+            if have is None or have < spec.compute_capability:
+                known = "an unknown one" if have is None else "{}.{}".format(*have)
+                return "needs gpu compute capability {}.{}+, instance has {} ({})".format(
+                    *spec.compute_capability, gpu.name, known
+                )
     if spec.total_memory is not None:
         total = sum(_gb(g.memory_mib) for g in gpus)
         if not spec.total_memory.contains(total):
