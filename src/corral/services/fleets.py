@@ -129,7 +129,8 @@ def check_backends(ctx: Context, project: ProjectRec, spec: FleetSpec) -> None:
 
 def _check_aws(project: ProjectRec, spec: FleetSpec) -> None:
     """A cloud fleet's ``availability_zones`` and ``tags``, as the project's aws backend applies them, and the
-    options of a cloud fleet corral does not apply yet (``retry``, ``backend_options``): refused, naming them."""
+    options of a cloud fleet corral does not apply yet (``retry``, ``backend_options``, a ``nodes.target`` above
+    ``nodes.min``): refused, naming them."""
     if spec.is_ssh:
         return  # an SSH fleet's cloud-only options are refused by ssh_fleets.check
     aws_fleets.check(project.backends, spec.conf.regions, spec.conf.availability_zones, spec.conf.tags)
@@ -142,6 +143,13 @@ def _check_aws(project: ProjectRec, spec: FleetSpec) -> None:
         raise ServiceError(
             "A fleet's `backend_options` (Vast.ai offer options) is not supported yet: corral has no vastai "
             "backend; remove `backend_options` from the fleet"
+        )
+    nodes = spec.conf.nodes
+    if nodes is not None and nodes.target != nodes.min:
+        raise ServiceError(
+            f"A fleet's `nodes.target` ({nodes.target} instances made at apply, above `nodes.min` {nodes.min}) is "
+            "not supported yet: corral makes `nodes.min` instances at apply and more as runs need them, up to "
+            "`nodes.max`. Remove `target` or set it to `min`"
         )
 
 
