@@ -2,7 +2,8 @@
 
 GET /whoami: the job's id. GET /headers: the path and headers it got, as JSON. GET /health: 200 unless
 the file ``sick`` exists in its directory (GET /sick creates it, GET /well removes it). GET /sse: three
-server-sent events, 0.3 s apart, chunked. POST /echo: the body back (Content-Length or chunked). GET /die:
+server-sent events, 0.3 s apart, chunked. POST /echo: the body back (Content-Length or chunked). POST /probe:
+200 only with the header ``X-Probe: yes`` and the body ``ping``. GET /die:
 the process kills itself with SIGKILL. GET /version: ``$VERSION``. GET /long-sse?n=N: N events 0.25 s
 apart, then ``data: [DONE]``. POST /v1/chat/completions: an OpenAI-style answer naming ``$MODEL``
 (streamed as SSE chunks and ``data: [DONE]`` with ``"stream": true``). GET /ws (WebSocket): every message
@@ -142,6 +143,9 @@ class Handler(BaseHTTPRequestHandler):
                     "choices": [{"message": {"role": "assistant", "content": "hello from " + model}}],
                 }
                 self._send(200, json.dumps(answer), "application/json")
+            return
+        if self.path == "/probe":
+            self._send(200 if self.headers.get("X-Probe") == "yes" and body == b"ping" else 400, "probe")
             return
         self._send(200, body, "application/octet-stream")
 

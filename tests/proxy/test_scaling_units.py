@@ -1,8 +1,8 @@
 """Services II's parts without a server: held requests at zero replicas (served once a replica appears,
 a fast ``full`` beyond the queue, ``timed out`` past the timeout, woken by a route change), the
 request counter (one write per service and second however many requests, the count written at once for a
-cold start), dstack's rule of what a re-apply may change in place, and the settings from the
-environment."""
+cold start), dstack's rule of what a re-apply may change in place, each replica group's range and scaling
+as the scaling worker reads them, and the settings from the environment."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from corral.config.parsing import parse_run_configuration
+from corral.domain.autoscaling import Scaling
 from corral.proxy import stats
 from corral.proxy.cache import Cache
 from corral.proxy.cold_start import FULL, TIMED_OUT, ColdStart
@@ -19,6 +21,7 @@ from corral.services import service_stats
 from corral.services.service_updates import changed_fields
 from corral.settings import Settings, SettingsError
 from corral.store.service_replicas import Route
+from corral.workers.service_scaling import GroupConf, group_confs
 
 
 def _route(replicas: tuple[Any, ...] = ()) -> Route:
@@ -94,6 +97,26 @@ def test_what_a_reapply_may_change_in_place() -> None:
     assert changed_fields(old, {**old, "repo_code_hash": "h"}) == ["repo_code_hash"]
     https = {**old, "configuration": {**old["configuration"], "https": True}}
     assert changed_fields(old, https) == ["https"]
+
+
+def test_each_replica_group_scales_on_its_own_range_and_scaling() -> None:
+    scaling = {"metric": "rps", "target": 5, "window": "30s", "scale_up_delay": "30s", "scale_down_delay": "5m"}
+    conf = parse_run_configuration(
+        {
+            "type": "service",
+            "port": 8000,
+            "groups": [
+                {"name": "a", "replicas": "0..3", "commands": ["x"], "scaling": scaling},
+                {"name": "b", "replicas": 2, "commands": ["y"]},
+            ],
+        }
+    )
+    stored = conf.model_dump(mode="json")  # the configuration as a run stores it
+    assert group_confs(stored, None) == [
+        GroupConf("a", 0, 3, Scaling(target=5.0, window=30.0, scale_up_delay=30.0, scale_down_delay=300.0)),
+        GroupConf("b", 2, 2, None),
+    ]
+    assert group_confs(stored, 2.0)[0].scaling == Scaling(5.0, 2.0, 30.0, 300.0)  # the server's window setting
 
 
 def test_settings_from_the_environment(tmp_path: Path) -> None:

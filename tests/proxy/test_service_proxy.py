@@ -186,6 +186,21 @@ async def test_a_replica_failing_its_probes_leaves_traffic_and_comes_back(server
         assert sick in await who(c, 6)
 
 
+async def test_a_probes_method_headers_and_body_are_sent(server: RunningServer) -> None:
+    # POST /probe answers 200 only to this method, header and body: a probe sent without them never passes
+    probe = {"type": "http", "url": "/probe", "method": "post", "headers": [{"name": "X-Probe", "value": "yes"}]}
+    body = service_body("probed", probes=[{**probe, "body": "ping", "interval": "1s", "timeout": "5s"}])
+    async with server.client() as c:
+        r = await c.post("/api/project/main/runs/apply", json=body)
+        assert r.status_code == 200, r.text
+
+        async def ready() -> dict[int, dict[str, Any]] | None:
+            return await ready_replicas(c, "probed") or None
+
+        await wait_for(ready, timeout=60, interval=0.2)
+        await c.post("/api/project/main/runs/stop", json={"runs_names": ["probed"], "abort": True})
+
+
 async def test_kill_9_of_a_replica_keeps_the_run_running_and_a_new_one_serves(server: RunningServer) -> None:
     async with server.client() as c:
         subs = await both_ready(c)

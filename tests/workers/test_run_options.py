@@ -1,5 +1,5 @@
 """Run options corral accepts in dstack's grammar but does not apply are refused with a 400 naming the
-field (and the plan says so first); ``home_dir`` and a run's ``backends`` are applied."""
+field (and the plan says so first); ``home_dir``, a run's ``backends`` and each node group's own options are applied."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.config import run_spec
+from corral.config.parsing import parse_run_configuration
 from corral.scheduler.fleet_view import run_backends
 from corral.services.job_specs import derive
 from server_harness import finished_run, fleet_body, make_settings, running_server, task_body
@@ -106,6 +107,20 @@ def _job(conf: dict[str, Any]) -> dict[str, Any]:
     spec = run_spec.read({"configuration": conf, "repo_data": {}, "repo_code_hash": None})
     job: dict[str, Any] = derive(spec, "r").jobs[0]
     return job
+
+
+def test_each_node_group_s_commands_ports_and_resources_reach_its_own_nodes() -> None:
+    groups = [
+        {"name": "head", "nodes": 1, "commands": ["lead"], "ports": ["8080:80"], "resources": {"cpu": "2.."}},
+        {"name": "work", "nodes": 2, "commands": ["follow"], "resources": {"cpu": "4..", "gpu": "A100:2"}},
+    ]
+    conf = parse_run_configuration({"type": "task", "groups": groups}).model_dump(mode="json")  # as a run stores it
+    jobs = derive(run_spec.read({"configuration": conf, "repo_data": {}, "repo_code_hash": None}), "r").jobs
+    assert [j["commands"][-1] for j in jobs] == ["lead", "follow", "follow"]
+    assert [[(a["port"], a["map_to_port"]) for a in j["app_specs"]] for j in jobs] == [[(80, 8080)], [], []]
+    resources = [j["requirements"]["resources"] for j in jobs]
+    assert [r["cpu"]["count"]["min"] for r in resources] == [2, 4, 4]
+    assert [r["gpu"]["name"] for r in resources] == [None, ["A100"], ["A100"]]
 
 
 def test_single_branch_reaches_the_job_spec_with_dstacks_defaults() -> None:
