@@ -75,16 +75,25 @@ class PgCluster:
         if out.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed:\n{out.stdout}\n{out.stderr}")
 
-    def create_database(self) -> str:
-        """A fresh database; returns its SQLAlchemy URL (asyncpg)."""
+    def psql(self, sql: str, database: str = "postgres") -> str:
+        """Run ``sql`` as the superuser; its output."""
+        argv = [_bin("psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", database, "-qAtc", sql]
+        return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60).stdout
+
+    def create_database(self, tablespace: str | None = None) -> str:
+        """A fresh database (in ``tablespace`` when given); returns its SQLAlchemy URL (asyncpg)."""
         name = f"t_{uuid.uuid4().hex[:12]}"
-        subprocess.run(
-            [_bin("psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-qc", f"CREATE DATABASE {name}"],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        self.psql(f"CREATE DATABASE {name}" + (f" TABLESPACE {tablespace}" if tablespace else ""))
         return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/{name}"
+
+    def create_tablespace(self, path: Path) -> str:
+        """A tablespace at ``path`` (made empty, given to the server's user); returns its name."""
+        path.mkdir()
+        if self._as_postgres:
+            shutil.chown(path, "postgres", "postgres")
+        name = f"ts_{uuid.uuid4().hex[:12]}"
+        self.psql(f"CREATE TABLESPACE {name} LOCATION '{path}'")
+        return name
 
     def stop(self) -> None:
         try:

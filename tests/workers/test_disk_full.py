@@ -6,8 +6,6 @@ on a full disk, and a job's output is stored once."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +13,10 @@ import pytest
 
 from server_harness import finished_run, fleet_body, get_run, make_settings, running_server, task_body, wait_for
 from skip_policy import needs_root
-from tmpfs_mount import tmpfs
+from tmpfs_mount import MiB, fill, free, tmpfs
 
 pytestmark = needs_root("mounting a tmpfs needs root (CI runs as root)")
 
-MiB = 2**20
 #: The size of the state directory in the issue's timeline.
 DISK = 64 * MiB
 #: The watermark these tests set (the default is larger than their whole disk).
@@ -30,23 +27,6 @@ SMALL = {"cpu": "1..", "memory": "0.1GB..", "disk": "0.01GB.."}
 
 def task(name: str, *commands: str) -> dict[str, Any]:
     return task_body(list(commands), name=name, resources=SMALL)
-
-
-def free(path: Path) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
-def fill(path: Path, leave: int = 0) -> Path:
-    """A file that takes the disk's free space but ``leave`` bytes (to the last byte when 0)."""
-    filler = path / "filler"
-    chunk = b"\0" * MiB
-    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
-        while free(path) - leave >= MiB:
-            f.write(chunk)
-        while leave == 0:
-            f.write(b"\0" * 4096)
-    return filler
 
 
 def refused_for_space(r: Any, state_dir: Path) -> str:

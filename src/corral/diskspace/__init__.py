@@ -48,20 +48,25 @@ def below_watermark(path: Path, watermark: int) -> Space | None:
     return s if s.free < watermark else None
 
 
-def is_disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` (or an error it wraps: its cause, context, or a database driver's original error)
-    says that a write failed for lack of space."""
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the errors it wraps: its cause, its context, a database driver's original error."""
     seen: set[int] = set()
     todo: list[BaseException] = [exc]
+    out: list[BaseException] = []
     while todo:
         e = todo.pop()
         if id(e) in seen:
             continue
         seen.add(id(e))
-        if _says_full(e):
-            return True
+        out.append(e)
         todo.extend(x for x in (e.__cause__, e.__context__, getattr(e, "orig", None)) if isinstance(x, BaseException))
-    return False
+    return out
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it wraps: its cause, context, or a database driver's original error)
+    says that a write failed for lack of space."""
+    return any(_says_full(e) for e in _chain(exc))
 
 
 def _says_full(e: BaseException) -> bool:
@@ -69,6 +74,10 @@ def _says_full(e: BaseException) -> bool:
         return True
     if getattr(e, "sqlite_errorcode", None) == SQLITE_FULL or _SQLITE_FULL_TEXT in str(e):
         return True
+    return _postgres_full(e)
+
+
+def _postgres_full(e: BaseException) -> bool:
     return PG_DISK_FULL in (getattr(e, "sqlstate", None), getattr(e, "pgcode", None))
 
 
@@ -89,6 +98,18 @@ def refusal(state_dir: Path, watermark: int | None = None) -> str:
     return (
         f"No space left for the server's state: {mib(s.free)} free of {mib(s.total)} in {state_dir}, {why}. "
         "Free space there (or grow the disk) and try again; reads keep working, and writes resume by themselves."
+    )
+
+
+def refusal_for(state_dir: Path, exc: BaseException) -> str:
+    """Why a write that failed with ``exc`` (a full disk) was refused: Postgres's own words when the database's
+    disk is the full one (it is not the state directory's with Postgres), else :func:`refusal`."""
+    said = next((str(e) for e in _chain(exc) if _postgres_full(e) and str(e)), None)
+    if said is None:
+        return refusal(state_dir)
+    return (
+        f"No space left in the database: Postgres answered {PG_DISK_FULL} disk_full ({said}). Free space on the "
+        "database's disk (or grow it) and try again; reads keep working, and writes resume by themselves."
     )
 
 
