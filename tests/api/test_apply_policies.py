@@ -1,6 +1,7 @@
 """Apply policies (``config.yml``'s ``plugins: [rest_plugin]``): a policy service on loopback, answering as dstack's
-REST plugin expects, refuses a run over 2 GPUs and tags every fleet; one that is down, slow or answers nonsense
-refuses the apply (fails closed) with a 400 naming the policy, and a refused apply writes nothing."""
+REST plugin expects, refuses a run over 2 GPUs, tags every fleet and refuses or rewrites a gateway; one that is
+down, slow or answers nonsense refuses the apply (fails closed) with a 400 naming the policy, and a refused apply
+writes nothing."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from server_harness import RunningServer, free_port, make_settings, running_serv
 RUN_ENDPOINT = "/apply_policies/on_run_apply"
 FLEET_ENDPOINT = "/apply_policies/on_fleet_apply"
 VOLUME_ENDPOINT = "/apply_policies/on_volume_apply"
+GATEWAY_ENDPOINT = "/apply_policies/on_gateway_apply"
 
 Policy = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -151,6 +153,43 @@ async def test_a_policy_refuses_a_run_over_two_gpus_and_tags_every_fleet(tmp_pat
     assert body["spec"]["configuration"]["resources"]["gpu"]["count"] == {"min": 4, "max": 4}
     assert body["spec"]["run_name"] == "big"
     assert seen[-1][1]["spec"]["configuration"]["backend"] == "aws"
+
+
+def gateway_policy(path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Gateways only for the platform's domain, each on the project's own edge fleet."""
+    spec = body["spec"]
+    conf = spec["configuration"]
+    if not str(conf.get("domain") or "").endswith(".corp.test"):
+        return {"spec": spec, "error": "gateways serve *.corp.test only"}
+    conf["region"] = f"edge-{body['project']}"
+    return {"spec": spec, "error": None}
+
+
+async def test_a_policy_refuses_or_rewrites_a_gateway(tmp_path: Path) -> None:
+    g = "/api/project/main/gateways"
+    gw = {"type": "gateway", "name": "gw", "backend": "remote", "region": "edge", "domain": "example.test"}
+    with policy_service(gateway_policy) as (uri, seen):
+        async with server_with(tmp_path, uri) as s, s.client() as c:
+            for r in (
+                await c.post(g + "/get_plan", json={"spec": {"configuration": gw}}),
+                await c.post(g + "/apply", json={"plan": {"spec": {"configuration": gw}}, "force": False}),
+                await c.post(g + "/create", json={"configuration": gw}),
+            ):
+                assert r.status_code == 400, r.text
+                msg = r.json()["detail"][0]["msg"]
+                assert "gateways serve *.corp.test only" in msg and "rest_plugin" in msg, msg
+            # what the policy rewrote is what is checked: the fleet it names, not the one asked for
+            ours = {**gw, "domain": "gw.corp.test"}
+            r = await c.post(g + "/get_plan", json={"spec": {"configuration": ours}})
+            assert r.status_code == 400 and "Fleet edge-main not found in project main" in r.text, r.text
+            r = await c.post(g + "/apply", json={"plan": {"spec": {"configuration": ours}}, "force": False})
+            assert r.status_code == 400 and "Fleet edge-main not found in project main" in r.text, r.text
+            assert (await c.post(g + "/list", json={})).json() == []  # nothing written
+    assert [p for p, _ in seen] == [GATEWAY_ENDPOINT] * 5
+    body = seen[0][1]
+    assert (body["user"], body["project"]) == ("admin", "main")
+    sent = body["spec"]["configuration"]
+    assert (sent["domain"], sent["region"]) == ("example.test", "edge")
 
 
 async def test_the_run_a_policy_changes_is_the_run_planned_stored_and_run(tmp_path: Path) -> None:
