@@ -183,6 +183,8 @@ async def test_a_service_is_published_on_its_gateway(server: RunningServer, host
         assert r.json()["service"]["model"]["base_url"] == "http://svc.main.example.test/v1"
         got = await run_get(c, "svc")
         assert (got["status"], got["service"]["url"]) == ("submitted", "http://svc.main.example.test")
+        r = await c.post("/api/events/list", json={"target_runs": [got["id"]], "ascending": True})
+        assert "Service assigned to gateway" in [e["message"] for e in r.json()], r.text
         registered = await gateway_services.services_to_register(server.ctx, gw["id"])
         assert [(s.run_name, s.host, s.https, s.auth, s.upstream_path) for s in registered] == [
             ("svc", "svc.main.example.test", False, True, "/proxy/services/main/svc/")

@@ -98,7 +98,7 @@ async def _fleet_ids(conn: Any, project: ProjectRec, names: list[str]) -> list[s
 async def create(ctx: Context, project: ProjectRec, user: UserRec, body: CreateExportBody) -> dict[str, Any]:
     """A new export of ``project``'s fleets (the route admits only its admins and global admins)."""
     if body.exported_gateways:
-        raise ServiceError("Exporting gateways is not supported yet: corral has no gateways")
+        raise ServiceError("Exporting gateways is not supported yet: a gateway publishes its own project's services")
     name = body.name
     input_rules.check_resource_name(name)
     if body.is_global:
@@ -141,7 +141,7 @@ async def update(ctx: Context, project: ProjectRec, user: UserRec, body: UpdateE
     """Changes to an export of ``project`` (the route admits only its admins and global admins), checked as
     dstack's ``update_export`` checks them."""
     if body.add_exported_gateways:
-        raise ServiceError("Exporting gateways is not supported yet: corral has no gateways")
+        raise ServiceError("Exporting gateways is not supported yet: a gateway publishes its own project's services")
     changes = (
         body.set_global,
         body.unset_global,
