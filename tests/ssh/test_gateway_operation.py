@@ -18,7 +18,16 @@ from typing import Any
 
 import httpx
 import pytest
-from ssh_harness import SSH_SETTINGS, apply_fleet, fleet_settled, get_fleet, host_run, ssh_fleet, stop_all_runs
+from ssh_harness import (
+    SSH_SETTINGS,
+    apply_fleet,
+    delete_all_fleets,
+    fleet_settled,
+    get_fleet,
+    host_run,
+    ssh_fleet,
+    stop_all_runs,
+)
 
 import gateway_client
 from fakehosts import FakeHosts
@@ -145,6 +154,11 @@ async def test_a_gateway_serves_a_service_over_tls_and_is_removed(
         r = await c.post("/api/events/list", json={"target_gateways": [gw["id"]], "ascending": True})
         messages = [e["message"] for e in r.json()]
         assert f"Certificate for {host} issued" in messages, messages
+        async with server.ctx.db.read() as conn:  # the ACME account key is kept sealed
+            from corral.store import gateway_ops
+
+            sealed = await gateway_ops.acme_account(conn, lab.directory_url)
+        assert sealed is not None and sealed.startswith("enc:") and "PRIVATE KEY" not in sealed, sealed
 
         # deleted (its service stopped first): ports 80/443 closed, the host is the fleet's again
         r = await c.post(G + "/delete", json={"names": ["gw"]})
@@ -370,3 +384,35 @@ async def test_model_endpoint_and_scaling_from_zero_on_the_gateways_counts(
             return bool(live) and all(x["status"] in ("terminated", "done", "aborted") for x in live)
 
         await wait_for(scaled_to_zero, timeout=60, interval=0.5)  # no traffic: back to zero
+
+
+async def test_a_fleet_login_that_is_not_root_fails_the_gateway_with_the_reason(
+    hosts: FakeHosts, tmp_path: Path
+) -> None:
+    key = Path(f"{hosts.key}.pub").read_text().strip()
+    setup = (
+        "id gwuser >/dev/null 2>&1 || useradd -m -s /bin/sh gwuser; usermod -p '*' gwuser; mkdir -p ~gwuser/.ssh; "
+        f"echo '{key}' > ~gwuser/.ssh/authorized_keys; chown -R gwuser ~gwuser/.ssh; chmod 700 ~gwuser/.ssh"
+    )
+    assert (await host_run(hosts, "cpu2", setup)).exit_status == 0
+    # a login that is not root runs the host's agent without a sandbox
+    settings = make_settings(tmp_path, **{**SSH_SETTINGS, "safety_net_interval": 1.0}, sandbox="off")
+    try:
+        async with running_server(settings) as server, server.client() as c:
+            fleet = ssh_fleet(hosts, "edge", [hosts.ip("cpu2")])
+            fleet["ssh_config"]["user"] = "gwuser"
+            await apply_fleet(c, fleet)
+            settled = await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+            assert [i["status"] for i in settled["instances"]] == ["idle"], settled["instances"]
+            conf = {"type": "gateway", "name": "gw", "backend": "remote", "region": "edge", "domain": DOMAIN}
+            r = await c.post(G + "/apply", json={"plan": {"spec": {"configuration": conf}}, "force": False})
+            assert r.status_code == 200, r.text
+            failed = await wait_for(lambda: gateway_is(c, "gw", "failed"), timeout=60)
+            assert "needs root" in failed["status_message"] and "gwuser" in failed["status_message"], failed
+            events = await _messages(c, target_gateways=[failed["id"]])
+            assert any("PROVISIONING -> FAILED" in m and "needs root" in m for m in events), events
+            assert (await c.post(G + "/delete", json={"names": ["gw"]})).status_code == 200
+            await wait_for(lambda: _gone(c, "gw"), timeout=30)
+            await delete_all_fleets(c)
+    finally:
+        await host_run(hosts, "cpu2", "pkill -u gwuser; userdel -r gwuser; true")
