@@ -115,8 +115,9 @@ echo "== YAML corpus (configuration models)"
 python scripts/check_yaml_corpus.py
 echo "== YAML corpus (plan endpoints of a running server)"
 python scripts/corpus_against_server.py
-echo "== branch coverage of the pure core (domain, scheduler, gateway.core: [tool.coverage] in pyproject.toml)"
-coverage run -m pytest -q -p no:cacheprovider tests/domain tests/scheduler tests/gateway/core >/dev/null
+echo "== branch coverage of the pure core (domain, scheduler, gateway.core, Slurm's parsers and offers: [tool.coverage])"
+coverage run -m pytest -q -p no:cacheprovider tests/domain tests/scheduler tests/gateway/core \
+  tests/slurm/test_slurm_parse.py tests/slurm/test_slurm_offer_rules.py >/dev/null
 total=$(coverage report --format=total) \
   || { coverage report; echo "the pure core's coverage fell below the floor (fail_under)" >&2; rm -f .coverage; exit 1; }
 rm -f .coverage
