@@ -26,7 +26,6 @@ from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.context import Context
-from corral.domain.documents import spec_configuration
 from corral.domain.gateways import (
     NO_IDLE_HOST,
     GatewayRec,
@@ -35,12 +34,7 @@ from corral.domain.gateways import (
     changed_fields,
     configuration_error,
     https_refusal,
-    publication,
     publish_refusal,
-    rate_limits,
-    service_host,
-    service_https,
-    service_model,
     updatable_in_place,
 )
 from corral.domain.records import FleetRec, ProjectRec, UserRec
@@ -49,11 +43,9 @@ from corral.services import apply_policies, input_rules
 from corral.services.errors import ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import random_name
 from corral.services.serialize import iso
-from corral.services.service_runs import proxy_path
-from corral.store import encryption, plan_apply
+from corral.store import encryption, gateway_ops, plan_apply
 from corral.store import fleets as fleet_store
 from corral.store import gateways as store
-from corral.store import runs as run_store
 from corral.store.errors import Conflict
 
 if TYPE_CHECKING:
@@ -383,24 +375,8 @@ async def for_service(
 
 async def services_to_register(ctx: Context, gateway_id: str) -> list[GatewayService]:
     """The services that should be registered on the gateway ``gateway_id``: its unfinished service runs, each
-    with its host, scheme, auth, rate limits, model and the in-server proxy's path the gateway forwards to."""
+    with its host, scheme, auth, rate limits, model and the in-server proxy's path the gateway forwards to (the
+    one rule the gateways' operation applies too: ``store.gateway_ops.services_to_register``)."""
     async with ctx.db.read() as conn:
         g = await store.get(conn, gateway_id)
-        ids = await store.service_run_ids(conn, gateway_id)
-        found = await run_store.runs_by_ids(conn, ids, include_jobs=False)
-    if g is None:
-        return []
-    pub = publication(g)
-    out = []
-    for r in sorted(found.values(), key=lambda r: r.run_name):
-        conf = spec_configuration(r.run_spec)
-        host = service_host(r.run_name, pub, r.project_name)
-        out.append(
-            GatewayService(
-                project_name=r.project_name, run_name=r.run_name, run_id=r.id, host=host,
-                https=service_https(conf.get("https"), pub.has_certificate), auth=bool(conf.get("auth", True)),
-                rate_limits=rate_limits(conf.get("rate_limits") or []), model=service_model(conf.get("model")),
-                upstream_path=proxy_path(r.project_name, r.run_name),
-            )
-        )  # fmt: skip
-    return out
+        return [] if g is None else await gateway_ops.services_to_register(conn, g)
