@@ -127,6 +127,19 @@ def check_backends(ctx: Context, project: ProjectRec, spec: FleetSpec) -> None:
     )
 
 
+def _check_options(project: ProjectRec, spec: FleetSpec) -> None:
+    """A fleet's options that corral applies only in part, or not: a ``resources.shm_size`` (a job's shared memory
+    is its run's ``shm_size``; dstack only folds the fleet's into the offers' requirements, which never filter on
+    it) is refused, naming it; then the cloud fleet's options (:func:`_check_aws`)."""
+    resources = spec.conf.resources
+    if resources is not None and resources.shm_size is not None:
+        raise ServiceError(
+            "A fleet's `resources.shm_size` has no effect: a job's shared memory is set by its run's "
+            "`resources.shm_size`. Remove `shm_size` from the fleet's `resources`"
+        )
+    _check_aws(project, spec)
+
+
 def _check_aws(project: ProjectRec, spec: FleetSpec) -> None:
     """A cloud fleet's ``availability_zones`` and ``tags``, as the project's aws backend applies them, and the
     options of a cloud fleet corral does not apply yet (``retry``, ``backend_options``, a ``nodes.target`` above
@@ -168,7 +181,7 @@ async def with_policies(ctx: Context, project: ProjectRec, user: str, spec: Flee
         raw = validated(FleetSpecIn.model_validate, _known(answered), apply_policies.ANSWER)
         out = normalize_spec(raw, apply_policies.ANSWER, ctx.settings)
         check_backends(ctx, project, out)
-        _check_aws(project, out)
+        _check_options(project, out)
         if out.is_ssh:
             ssh_fleets.check(out.configuration)
         return out
@@ -186,7 +199,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, spec: Fleet
     given = normalize_spec(spec, ("spec",), ctx.settings)
     normalized = await with_policies(ctx, project, user.name, given)  # dstack's effective_spec
     check_backends(ctx, project, normalized)
-    _check_aws(project, normalized)
+    _check_options(project, normalized)
     name = normalized.name
     async with ctx.db.read() as conn:
         current = await store.get_fleet(conn, project.id, name=name) if name else None
@@ -232,7 +245,7 @@ async def apply(
     normalized = normalize_spec(plan.spec, ("plan", "spec"), ctx.settings)
     normalized = await with_policies(ctx, project, user.name if user else project.owner.name, normalized)
     check_backends(ctx, project, normalized)
-    _check_aws(project, normalized)
+    _check_options(project, normalized)
     name = normalized.name or random_name()
     normalized = normalized.named(name)
     current_resource = plan.current_resource
