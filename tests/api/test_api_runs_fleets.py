@@ -35,6 +35,22 @@ async def _logs(c: httpx.AsyncClient, run: dict[str, Any]) -> bytes:
     return b"".join(base64.b64decode(x["message"]) for x in r.json()["logs"])
 
 
+async def test_a_fleets_resources_narrow_the_offers_it_may_have(server: RunningServer) -> None:
+    async def offers(resources: dict[str, Any]) -> int:
+        conf = {**SEED_FLEET, "name": "narrow", "resources": resources}
+        r = await c.post("/api/project/main/fleets/get_plan", json={"spec": {"configuration": conf, "profile": {}}})
+        assert r.status_code == 200, r.text
+        total: int = r.json()["total_offers"]
+        return total
+
+    async with server.client() as c:
+        assert await offers({"cpu": "1..", "memory": "0.1GB.."}) == 1
+        assert await offers({"cpu": "1000.."}) == 0
+        assert await offers({"cpu": "1..", "memory": "100000GB.."}) == 0
+        assert await offers({"cpu": "1..", "disk": "100000000GB.."}) == 0
+        assert await offers({"cpu": "1..", "gpu": 1}) == 0  # this machine has no GPU
+
+
 async def test_fleet_plan_apply_get_list_delete(server: RunningServer) -> None:
     async with server.client() as c:
         plan = (
