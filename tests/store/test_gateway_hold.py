@@ -10,10 +10,11 @@ import time
 import sqlalchemy as sa
 
 from corral.scheduler.types import Assign, Gang, Plan
+from corral.store import gateways as gateway_store
 from corral.store.db import Database
 from corral.store.migrate import upgrade
 from corral.store.plan_apply import apply_plan, hold_for_gateway, release_gateway_hold
-from corral.store.tables import fleets, instances, jobs
+from corral.store.tables import fleets, instances, jobs, runs
 from store_rows import a_run, admin_and_project
 
 
@@ -78,4 +79,19 @@ async def test_a_held_host_takes_no_job_until_it_is_released(db_url: str) -> Non
     assert await _instance(db, "h0") == ("idle", 0, None)
     placed = await apply_plan(db, Plan((Gang("r", (Assign("j", "h0", 1),)),)), time.time())
     assert placed.assigned == ["j"]
+    await db.dispose()
+
+
+async def test_a_gateway_row_is_locked_and_its_services_counted(db_url: str) -> None:
+    db = await _db(db_url)
+    conf = {"type": "gateway", "name": "gw", "backend": "remote", "region": "edge", "domain": "example.test"}
+    async with db.write() as conn:
+        made = await gateway_store.create(conn, "p", "gw", conf, "0" * 64, "sealed", time.time(), "u")
+        await conn.execute(sa.update(runs).where(runs.c.id == "r").values(gateway_id=made.id))
+    async with db.write() as conn:
+        got = await gateway_store.locked(conn, made.id)
+        assert got is not None and (got.name, got.status, got.wildcard_domain) == ("gw", "submitted", "example.test")
+        assert await gateway_store.services_on(conn, made.id) == ["r"]
+        assert await gateway_store.service_run_ids(conn, made.id) == ["r"]
+        assert await gateway_store.locked(conn, "no-such-gateway") is None
     await db.dispose()

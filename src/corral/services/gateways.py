@@ -300,7 +300,7 @@ async def delete(ctx: Context, project: ProjectRec, user: UserRec, names: list[s
     """Mark the named gateways for deletion (unknown names are ignored, as dstack does); a gateway that services
     are published on is refused, naming them."""
     async with ctx.db.write() as conn:
-        found = await store.by_names(conn, project.id, names)
+        found = [g for g in await store.by_names(conn, project.id, names) if await store.locked(conn, g.id)]
         for g in found:
             runs = await store.services_on(conn, g.id)
             if runs:

@@ -44,6 +44,7 @@ from corral.services.errors import ServiceError, StorageFull
 from corral.services.job_specs import JobSpecs
 from corral.services.runs import SUPPORTED_TYPES, derive_job_specs
 from corral.store import events, run_secrets
+from corral.store import gateways as gateway_store
 from corral.store import runs as store
 from corral.store.db import Connection
 from corral.store.errors import Conflict
@@ -224,6 +225,9 @@ async def insert_new(
     scheduled run) and their events; returns the run's and the jobs' values as written."""
     run_values, job_values = _new_values(ctx, project, user, spec, derived, name, crons, now)
     if gateway is not None:
+        held = await gateway_store.locked(conn, gateway.id)  # its deletion waits for this write, or came first
+        if held is None or held.to_be_deleted:
+            raise ServiceError(f"Gateway {gateway.name} is marked for deletion")
         run_values["gateway_id"] = gateway.id
     await store.insert_run(conn, run_values)
     if job_values:

@@ -102,6 +102,14 @@ async def get(conn: AsyncConnection, gateway_id: str) -> GatewayRec | None:
     return _rec(r) if r is not None else None
 
 
+async def locked(conn: AsyncConnection, gateway_id: str) -> GatewayRec | None:
+    """The gateway, its row locked for the rest of the transaction (Postgres; SQLite's write transaction
+    excludes other writers already): a service published on it and its deletion are written one after the
+    other, never both on a stale read."""
+    r = (await conn.execute(_SELECT.where(gateways.c.id == gateway_id).with_for_update(of=gateways))).first()
+    return _rec(r) if r is not None else None
+
+
 async def by_name(conn: AsyncConnection, project_id: str, name: str) -> GatewayRec | None:
     q = _SELECT.where(gateways.c.project_id == project_id, gateways.c.name == name)
     r = (await conn.execute(q)).first()
