@@ -31,6 +31,13 @@ def test_an_offer_without_a_zone_stores_none_and_old_rows_read_with_defaults() -
     old = {"backend": "local", "instance_type": "local", "region": "local", "price": "0",
            "resources": {"cpus": 2, "memory_mib": 1024}, "host_blocks": None}  # fmt: skip
     assert offer_from_json(old) == offer
+    assert "gpu_jobs_only" not in offer_to_json(offer)
+
+
+def test_an_offer_for_gpu_jobs_only_says_so() -> None:
+    offer = Offer("slurm", "g1", "hpc", 0.0, RES, zone="gpu", gpu_jobs_only=True)
+    data = json.loads(json.dumps(offer_to_json(offer)))
+    assert data["gpu_jobs_only"] is True and offer_from_json(data) == offer
 
 
 def test_resources_ignore_keys_a_newer_server_wrote() -> None:

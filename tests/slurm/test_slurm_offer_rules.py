@@ -41,6 +41,7 @@ def test_every_node_once_per_partition_cpu_first_gpu_in_shares() -> None:
         16000,
     )
     assert {(o.backend, o.region, o.price) for o in offers} == {("slurm", "tc", 0.0)}
+    assert [o.gpu_jobs_only for o in offers] == [False] * 4 + [True] * 2
     assert whole.resources.gpus[0] == Gpu("A100", 81920)
 
 

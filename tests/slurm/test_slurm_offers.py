@@ -1,6 +1,7 @@
 """Offers of a Slurm cluster through a server whose ``config.yml`` names it (dstack's fields): one per node and
 partition as Slurm reports it, region = the cluster, zone = the partition, price 0; GPUs only in the GPU
-partition, as the model it is mapped to; a drained node gone from ``corral offer`` one refresh later."""
+partition, as the model it is mapped to, and the GPU partition only for runs that ask for GPUs; a drained node
+gone from ``corral offer`` one refresh later."""
 
 from __future__ import annotations
 
@@ -89,16 +90,17 @@ async def test_corral_offer_lists_every_node_of_the_cluster(
     corral: Callable[..., str], slurm: SlurmTestCluster
 ) -> None:
     offers = await _offers(corral, "--memory", "1GB..")
-    assert sorted({_where(o) for o in offers}) == sorted((n, "testcluster") for n in CPU_NODES + GPU_NODES)
-    by_node = {o["instance"]["name"]: o for o in offers}  # the GPU node's whole share last
+    assert sorted(_where(o) for o in offers) == sorted((n, "testcluster") for n in CPU_NODES)  # no GPU asked for
+    offers += await _offers(corral, "--memory", "1GB..", "--gpu", "2")
+    by_node = {o["instance"]["name"]: o for o in offers}
     assert {o["backend"] for o in offers} == {"slurm"} and {o["price"] for o in offers} == {0}
     assert by_node["n1"]["instance"]["resources"]["cpus"] == 4
     assert by_node["n1"]["instance"]["resources"]["memory_mib"] == 16000
     assert by_node["n1"]["instance"]["resources"]["gpus"] == []
     gpus = by_node["g1"]["instance"]["resources"]["gpus"]
     assert [(g["name"], g["memory_mib"], g["vendor"]) for g in gpus] == [("A100", 80 * 1024, "nvidia")] * 2
-    table = await asyncio.to_thread(corral, "offer")
-    assert "slurm (testcluster)" in table and "g1" in table
+    table = await asyncio.to_thread(corral, "offer", "--gpu", "1..")
+    assert "slurm (testcluster)" in table and "g1" in table and "n1" not in table
 
 
 async def test_gpu_offers_only_on_the_gpu_node(corral: Callable[..., str], slurm: SlurmTestCluster) -> None:
@@ -140,14 +142,14 @@ async def test_fleet_and_run_plans_list_the_partitions_nodes(server: RunningServ
     async with server.client() as c:
         r = await c.post("/api/project/main/fleets/get_plan", json={"spec": spec})
         assert r.status_code == 200, r.text
-        assert {o["instance"]["name"] for o in r.json()["offers"]} == set(CPU_NODES + GPU_NODES)
+        assert {o["instance"]["name"] for o in r.json()["offers"]} == set(CPU_NODES + GPU_NODES)  # a fleet: any run
         body = {"force": False, "plan": {"spec": spec, "current_resource": None}}
         assert (await c.post("/api/project/main/fleets/apply", json=body)).status_code == 200
         try:
             r = await c.post("/api/project/main/runs/get_plan", json=task({"cpu": "1..", "memory": "1GB.."}))
             assert r.status_code == 200, r.text
             offers = r.json()["job_plans"][0]["offers"]
-            assert {o["instance"]["name"] for o in offers} >= set(CPU_NODES), r.text
+            assert {o["instance"]["name"] for o in offers} == set(CPU_NODES), r.text
             assert {(o["backend"], o["region"]) for o in offers} == {("slurm", "testcluster")}
             r = await c.post("/api/project/main/runs/get_plan", json=task({"gpu": "A100:1", "memory": "1GB.."}))
             assert [o["instance"]["name"] for o in r.json()["job_plans"][0]["offers"]] == ["g1"]

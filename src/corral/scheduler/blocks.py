@@ -48,6 +48,16 @@ def blocks_needed(req: Requirements, resources: InstanceResources, total_blocks:
     return None
 
 
+def takes_job(req: Requirements, offer: Offer) -> bool:
+    """Whether a new instance of ``offer`` may hold a job of ``req``: an offer for GPU jobs only (a Slurm GPU
+    partition's node) takes the jobs that ask for at least one GPU."""
+    return not offer.gpu_jobs_only or (req.gpu is not None and (req.gpu.count.min or 0) >= 1)
+
+
+#: Why an offer for GPU jobs only does not take a job that asks for none.
+GPU_JOBS_ONLY = "its offer takes only jobs that ask for GPUs (a GPU partition); set `gpu:` to use it"
+
+
 def carved_offers(backend: str, host: InstanceResources, host_blocks: int) -> tuple[Offer, ...]:
     """The instances a host split into ``host_blocks`` equal blocks can be carved into: one offer per size,
     1 block up to the whole host, smallest first (the scheduler takes the first that fits the job), each

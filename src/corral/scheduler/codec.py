@@ -30,6 +30,7 @@ def offer_to_json(offer: Offer) -> dict[str, Any]:
         "host_blocks": offer.host_blocks,
         "host_total_blocks": offer.host_total_blocks,
         **({"zone": offer.zone} if offer.zone else {}),
+        **({"gpu_jobs_only": True} if offer.gpu_jobs_only else {}),
     }
 
 
@@ -43,4 +44,5 @@ def offer_from_json(data: dict[str, Any]) -> Offer:
         host_blocks=int(data.get("host_blocks") or 0),
         host_total_blocks=int(data.get("host_total_blocks") or 0),
         zone=str(data.get("zone") or ""),
+        gpu_jobs_only=bool(data.get("gpu_jobs_only")),
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from corral.domain.resources import Requirements
-from corral.scheduler.blocks import blocks_needed, total_blocks_for
+from corral.scheduler.blocks import blocks_needed, takes_job, total_blocks_for
 from corral.scheduler.types import Offer
 
 #: Where an instance row's ``offer`` lists them (each as ``codec.offer_to_json``).
@@ -36,7 +36,7 @@ def fallbacks(
             continue
         if total_blocks_for(blocks, offer.resources) != total:
             continue
-        if req is not None and blocks_needed(req, offer.resources, total) != need:
+        if req is not None and (not takes_job(req, offer) or blocks_needed(req, offer.resources, total) != need):
             continue
         out.append(offer)
     return tuple(out)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from operator import attrgetter
 
-from corral.scheduler.blocks import blocks_needed, total_blocks_for
+from corral.scheduler.blocks import blocks_needed, takes_job, total_blocks_for
 from corral.scheduler.fair_share import FairNote, ShareBook, fair_order
 from corral.scheduler.fallbacks import fallbacks
 from corral.scheduler.fleet_upkeep import reclaim_for
@@ -136,7 +136,9 @@ def _try_place_in_fleet(  # noqa: C901, PLR0915
         host_short: str | None = None
         for offer in sorted(fleet.offers, key=lambda o: o.price):
             total = total_blocks_for(fleet.blocks, offer.resources)
-            need = blocks_needed(job.requirements, offer.resources, total)
+            need = (
+                blocks_needed(job.requirements, offer.resources, total) if takes_job(job.requirements, offer) else None
+            )
             if need is None:
                 continue
             pool = snapshot.host_pools.get(offer.backend) if offer.host_blocks else None

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from corral.domain.resources import InstanceResources, Requirements, match_requirements
 from corral.domain.selectors import FleetRef, InstanceIdentity, Selector, matches
-from corral.scheduler.blocks import blocks_needed, total_blocks_for
+from corral.scheduler.blocks import GPU_JOBS_ONLY, blocks_needed, takes_job, total_blocks_for
 from corral.scheduler.fleet_view import WIRE_NAMES
 from corral.scheduler.pass_memo import PassMemo
 from corral.scheduler.types import FleetSlot, InstanceSlot, QueuedJob, Snapshot
@@ -99,6 +99,9 @@ def _never_fits_reason(fleet: FleetSlot, job: QueuedJob, reuse_only: bool) -> st
     if not reuse_only and (fleet.nodes_max is None or fleet.nodes_max > 0):
         offer_reasons = []
         for offer in fleet.offers:
+            if not takes_job(job.requirements, offer):
+                offer_reasons.append(GPU_JOBS_ONLY)
+                continue
             total = total_blocks_for(fleet.blocks, offer.resources)
             if blocks_needed(job.requirements, offer.resources, total) is not None:
                 return None

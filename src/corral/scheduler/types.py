@@ -30,6 +30,9 @@ class Offer:
     host_total_blocks: int = 0
     #: The availability zone it is (or must be) in; "" where the backend picks one (a catalogue offer).
     zone: str = ""
+    #: A new instance of it takes only jobs that ask for GPUs (a Slurm GPU partition's node: dstack sends runs
+    #: without GPUs to the CPU partitions).
+    gpu_jobs_only: bool = False
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from corral.domain.resources import match_requirements
 from corral.domain.statuses import FINISHED_RUN, RunStatus
 from corral.domain.times import epoch_seconds
 from corral.scheduler import offer_filters
-from corral.scheduler.blocks import smallest_carves
+from corral.scheduler.blocks import smallest_carves, takes_job
 from corral.scheduler.types import Offer
 from corral.services import (
     apply_policies,
@@ -55,7 +55,7 @@ def fitting_offers(ctx: Context, conf: AnyRunConfiguration, merged: ProfileParam
     fitting = (
         o
         for o in ctx.project_offers(project.backends)
-        if match_requirements(req, o.resources) is None and offer_filters.passes(o, f)
+        if match_requirements(req, o.resources) is None and takes_job(req, o) and offer_filters.passes(o, f)
     )
     return sorted(fitting, key=lambda o: o.price)
 

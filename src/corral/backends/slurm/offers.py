@@ -63,4 +63,5 @@ def _offer(config: SlurmClusterConfig, node: SlurmNode, partition: str, model: G
         price=0.0,
         resources=_resources(node, model, share),
         zone=partition,
+        gpu_jobs_only=model is not None,
     )
