@@ -242,6 +242,10 @@ async def test_the_corral_cli_applies_lists_updates_and_deletes_a_gateway(
     assert code == 0 and "Found gateway gw. Configuration changes detected." in out, out
     code, out = await corral_cli(server, tmp_path, "gateway", "update", "gw", "--set-default", "--domain", "three.test")
     assert code == 0 and "three.test" in out, out
+    code, out = await corral_cli(server, tmp_path, "gateway", "update", "gw")
+    assert code == 1 and "Nothing to update: give --set-default and/or --domain D" in out, out
+    code, out = await corral_cli(server, tmp_path, "gateway", "list", "-w", "--json")
+    assert code == 1 and "--json cannot be used with --watch" in out, out
 
     # a second gateway finds no idle host: the attached apply follows it to `failed`
     other = tmp_path / "gw2.dstack.yml"

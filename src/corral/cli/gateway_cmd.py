@@ -1,7 +1,7 @@
 """``corral gateway [list] | get NAME | update NAME | delete NAME``: a project's gateways, as dstack 0.22.5's
 ``dstack gateway`` shows and changes them (``gateways/list``, ``get``, ``set_default``, ``set_wildcard_domain``,
 ``delete``). ``list`` prints dstack's columns (``NAME BACKEND HOSTNAME DOMAIN DEFAULT STATUS``; ``-v`` adds
-``CREATED`` and ``ERROR``); ``delete`` waits until the gateway is gone.
+``CREATED`` and ``ERROR``; ``-w`` refreshes it); ``delete`` waits until the gateway is gone.
 """
 
 from __future__ import annotations
@@ -23,28 +23,50 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print the answer as JS
 POLL_S = 1.0
 
 
+WatchOption = Annotated[bool, typer.Option("-w", "--watch", help="Refresh the table until Ctrl-C.")]
+
+
 def gateway_default(
-    ctx: typer.Context, project: ProjectOption = None, verbose: VerboseOption = False, json_: JsonOption = False
+    ctx: typer.Context,
+    project: ProjectOption = None,
+    verbose: VerboseOption = False,
+    watch: WatchOption = False,
+    json_: JsonOption = False,
 ) -> None:
     """Manage the project's gateways; without a subcommand, list them."""
     if ctx.invoked_subcommand is None:
-        gateway_list(project=project, verbose=verbose, json_=json_)
+        gateway_list(project=project, verbose=verbose, watch=watch, json_=json_)
 
 
-def gateway_list(project: ProjectOption = None, verbose: VerboseOption = False, json_: JsonOption = False) -> None:
+def gateway_list(
+    project: ProjectOption = None, verbose: VerboseOption = False, watch: WatchOption = False, json_: JsonOption = False
+) -> None:
     """List the project's gateways: backend (region), host address, domain, default, status."""
     from corral.cli import render
     from corral.cli.common import client_for
+    from corral.cli.errors import CLIError
 
+    if watch and json_:
+        raise CLIError("--json cannot be used with --watch")
     client, project_name = client_for(project)
     with client:
-        found = client.gateways_list(project_name)
-    if json_:
-        import json
+        if json_:
+            import json
 
-        print(json.dumps(found, indent=2))
-        return
-    render.console().print(gateways_table(found, verbose))
+            print(json.dumps(client.gateways_list(project_name), indent=2))
+            return
+        if not watch:
+            render.console().print(gateways_table(client.gateways_list(project_name), verbose))
+            return
+        from rich.live import Live
+
+        try:
+            with Live(console=render.console(), refresh_per_second=1) as live:
+                while True:
+                    live.update(gateways_table(client.gateways_list(project_name), verbose))
+                    time.sleep(2)
+        except KeyboardInterrupt:
+            pass
 
 
 def _cells(g: JSON) -> tuple[str, str, str]:

@@ -196,7 +196,7 @@ async def replace_or_update(
                 force,
             )
             # an in-place change of `gateway` (dstack's PR #4221): the service moves to its new gateway
-            await store.update_run(conn, existing.id, {"gateway_id": adm.gateway.id if adm.gateway else None})
+            await store.update_run(conn, existing.id, {"gateway_id": await _published_on(conn, adm.gateway)})
             updated = await store.get_run(conn, project.id, run_id=existing.id)
             assert updated is not None
             ctx.wakeups.wake("services")
@@ -225,10 +225,7 @@ async def insert_new(
     scheduled run) and their events; returns the run's and the jobs' values as written."""
     run_values, job_values = _new_values(ctx, project, user, spec, derived, name, crons, now)
     if gateway is not None:
-        held = await gateway_store.locked(conn, gateway.id)  # its deletion waits for this write, or came first
-        if held is None or held.to_be_deleted:
-            raise ServiceError(f"Gateway {gateway.name} is marked for deletion")
-        run_values["gateway_id"] = gateway.id
+        run_values["gateway_id"] = await _published_on(conn, gateway)
     await store.insert_run(conn, run_values)
     if job_values:
         await store.insert_jobs(conn, job_values)
@@ -248,6 +245,17 @@ async def insert_new(
             [job_target(project.id, jv["id"], jv["job_name"], run_values["id"])],
         )
     return run_values, job_values
+
+
+async def _published_on(conn: Connection, gateway: GatewayRec | None) -> str | None:
+    """The id of the gateway a service is written as published on, its row locked: its deletion waits for this
+    write, or came first (then the gateway is refused, as dstack refuses one marked for deletion)."""
+    if gateway is None:
+        return None
+    held = await gateway_store.locked(conn, gateway.id)
+    if held is None or held.to_be_deleted:
+        raise ServiceError(f"Gateway {gateway.name} is marked for deletion")
+    return held.id
 
 
 def _new_values(
