@@ -4,13 +4,11 @@ and it is the one the migrations built."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateIndex
 
-from corral.store import preemption, queue_reader, run_states, runs, tables
+from corral.store import instance_outcomes, preemption, queue_reader, run_states, runs, service_drains, tables
 from corral.store.db import Database
 from corral.store.migrate import upgrade
 from store_rows import admin_and_project
@@ -22,15 +20,16 @@ POSTGRES_TERMS = {
     "ix_runs_project_active": ("'terminated'", "'failed'", "'done'"),
     "ix_jobs_queued": ("'submitted'", "instance_id IS NULL"),
     "ix_jobs_preempted": ("'preempted'",),
+    "ix_jobs_leased": ("lock_owner IS NOT NULL",),
 }
 
 
 async def test_live_unique_indexes_have_the_predicate_the_migrations_built(db_url: str) -> None:
     db = Database(db_url)
     await upgrade(db)
-    # projects, fleets, volumes, gateways' default, runs; the active runs; the queue, the preempted jobs
+    # projects, fleets, volumes, gateways' default, runs; the active runs; the queue, preempted and leased jobs
     assert [i.name for i, _ in tables._POSTGRES_WHERE if i.name in POSTGRES_TERMS] == list(POSTGRES_TERMS)
-    assert len(tables._POSTGRES_WHERE) == 9
+    assert len(tables._POSTGRES_WHERE) == 10
     async with db.read() as conn:
         for index, where in tables._POSTGRES_WHERE:
             expected = str(index.dialect_options["sqlite"]["where"]) if db.is_sqlite else where
@@ -71,7 +70,7 @@ async def test_the_queue_is_read_from_its_own_index_alone(db_url: str) -> None:
     await db.dispose()
 
 
-async def _plan(conn: AsyncConnection, statement: sa.Select[Any], sqlite: bool) -> str:
+async def _plan(conn: AsyncConnection, statement: sa.ClauseElement, sqlite: bool) -> str:
     sql = str(statement.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
     explain = "EXPLAIN QUERY PLAN" if sqlite else "EXPLAIN"
     return " | ".join(str(r[-1] if sqlite else r[0]) for r in (await conn.exec_driver_sql(f"{explain} {sql}")).all())
@@ -93,7 +92,7 @@ async def _history(conn: AsyncConnection, finished: int) -> None:
          "job_name": f"r{i}-0-0", "submission_num": 0, "deployment_num": 0, "submitted_at": float(i),
          "last_processed_at": float(i), "finished_at": float(i), "status": "terminated", "job_spec": "{}",
          "priority": 0, "blocks": 1, "log_offset": 0, "instance_id": "i",
-         "stop_requested": "preempted" if i % 10 == 0 else None}
+         "stop_requested": "preempted" if i % 10 == 0 else None, "lock_owner": "srv" if i % 100 == 0 else None}
         for i in range(finished)
     ]  # fmt: skip
     await conn.execute(
@@ -111,8 +110,9 @@ async def _history(conn: AsyncConnection, finished: int) -> None:
 
 async def test_active_runs_and_preempted_jobs_are_read_from_their_own_indexes(db_url: str) -> None:
     """With a history of finished runs, a project's active runs (``dstack ps``), every active run (the runs
-    worker's pass), the active runs of every project (an admin's list) and the recent preemption victims are read
-    from partial indexes whose size is the live workload's, not from indexes of the whole history."""
+    worker's pass), the active runs of every project (an admin's list), the recent preemption victims and the
+    leased jobs (dropped at a SQLite server's start) are read from partial indexes whose size is the live
+    workload's, not from indexes of the whole history."""
     db = Database(db_url)
     await upgrade(db)
     active = ("ix_runs_active", "ix_runs_project_active")
@@ -121,6 +121,7 @@ async def test_active_runs_and_preempted_jobs_are_read_from_their_own_indexes(db
         (runs.run_keys_query(None, only_active=True), ("ix_runs_active",)),
         (run_states.ACTIVE_RUNS, active),  # unordered: either is the active runs alone
         (preemption.ENDED_VICTIMS.params(since=0.0), ("ix_jobs_preempted",)),
+        (instance_outcomes.DROP_JOB_LEASES, ("ix_jobs_leased",)),
     ]
     async with db.write() as conn:
         await _history(conn, 3000)
@@ -128,4 +129,7 @@ async def test_active_runs_and_preempted_jobs_are_read_from_their_own_indexes(db
         for statement, indexes in cases:
             plan = await _plan(conn, statement, db.is_sqlite)
             assert any(f" {index}" in plan for index in indexes), (indexes, plan)
+        # the service drains held (few) are pruned by looking their jobs up, never by walking the finished jobs
+        plan = await _plan(conn, service_drains.ENDED_DRAINS, db.is_sqlite)
+        assert "ix_jobs_status_queue" not in plan and "service_drains" in plan, plan
     await db.dispose()

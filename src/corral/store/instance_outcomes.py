@@ -17,7 +17,7 @@ from corral.domain.statuses import READY_INSTANCE, STOPPABLE_JOB
 from corral.store import leases
 from corral.store.events import tracked_update
 from corral.store.fleets import LIVE_JOB_STATUSES, dump, live_blocks_on, lock_instance
-from corral.store.tables import fleets, instances, jobs
+from corral.store.tables import LEASED_SQL, fleets, instances, jobs
 
 #: The lease columns cleared by a write that ends the lease.
 _NO_LEASE = {"lock_owner": None, "lock_token": None, "lock_expires_at": None}
@@ -226,8 +226,14 @@ async def _end_jobs_on(conn: AsyncConnection, instance_id: str, reason: str, mes
     )
 
 
+#: Only the rows that hold a lease are written (every job ever was rewritten at each start: seconds, and the WAL
+#: as large as the table, with a year of history); a job's from the leased jobs' own partial index.
+DROP_INSTANCE_LEASES = sa.update(instances).where(instances.c.lock_owner.is_not(None)).values(**_NO_LEASE)
+DROP_JOB_LEASES = sa.update(jobs).where(sa.text(f"jobs.{LEASED_SQL}")).values(**_NO_LEASE)
+
+
 async def drop_all_leases(conn: AsyncConnection) -> None:
     """Every instance's and job's lease is dropped: at start-up on SQLite, where this process is the only server,
     so a lease held by a previous one died with it."""
-    await conn.execute(sa.update(instances).values(**_NO_LEASE))
-    await conn.execute(sa.update(jobs).values(**_NO_LEASE))
+    await conn.execute(DROP_INSTANCE_LEASES)
+    await conn.execute(DROP_JOB_LEASES)

@@ -66,11 +66,13 @@ async def forget(conn: AsyncConnection, job_ids: Sequence[str]) -> None:
         await conn.execute(sa.delete(service_drains).where(service_drains.c.job_id.in_(list(job_ids))))
 
 
+#: The rows of replicas that ended, read from the few rows held, each job looked up by its id (a join lets SQLite
+#: walk every finished job ever, by status, and look each one up here: 1.6 s with a million).
+ENDED_DRAINS = sa.select(service_drains.c.job_id).where(
+    sa.exists().where(jobs.c.id == service_drains.c.job_id, jobs.c.status.in_(FINISHED_JOB))
+)
+
+
 async def prune(conn: AsyncConnection) -> None:
     """Drop the rows of replicas that ended (a server replica that died holding them never released them)."""
-    rows = await conn.execute(
-        sa.select(service_drains.c.job_id)
-        .join(jobs, jobs.c.id == service_drains.c.job_id)  # from the few rows held, not every job ever
-        .where(jobs.c.status.in_(FINISHED_JOB))
-    )
-    await forget(conn, sorted({r[0] for r in rows}))
+    await forget(conn, sorted({r[0] for r in await conn.execute(ENDED_DRAINS)}))

@@ -43,6 +43,9 @@ ACTIVE_RUN_WHERE = f"runs.{ACTIVE_RUN_SQL}"
 #: A job a preemption stopped (``store/preemption.py``), as SQL text: its partial index's predicate, so that a
 #: scheduling pass with preemption on finds the recent victims among those few, not among every job.
 PREEMPTED_SQL = "stop_requested = 'preempted'"
+#: A job some server holds a lease on, as SQL text: its partial index's predicate, so that dropping the leases at
+#: start-up (SQLite) reads the few leased jobs, not every job.
+LEASED_SQL = "lock_owner IS NOT NULL"
 
 
 def _partial(name: str, *columns: str, where: str) -> sa.Index:
@@ -325,6 +328,7 @@ jobs = sa.Table(
     _partial("ix_jobs_queued", "id", "priority", "status_message", where=QUEUED_SQL),
     sa.Index("ix_jobs_instance_status", "instance_id", "status"),
     _partial("ix_jobs_preempted", "finished_at", where=PREEMPTED_SQL),
+    _partial("ix_jobs_leased", "id", where=LEASED_SQL),
 )
 
 logs = sa.Table(
