@@ -1,7 +1,8 @@
 """The official dstack 0.22.5 CLI, unchanged, with gateways on an SSH fleet's host (see ``fakehosts``):
 ``dstack apply -f gateway.yml -y -d`` creates a gateway that holds the fleet's host, ``dstack gateway list`` and
 ``get --json`` parse corral's answers with the client's own models, ``dstack gateway update --set-default`` moves
-the project's default, ``dstack gateway delete -y`` removes the gateways and gives the host back to the fleet.
+the project's default, ``dstack gateway delete -y`` and ``dstack delete -f gateway.yml -y`` remove the gateways and
+give the host back to the fleet.
 (The gateway's process and its traffic: ``test_gateway_official_client.py``.)"""
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def test_gateways_with_the_official_client(hosts: FakeHosts, tmp_path: Path, sho
         assert {n: g["default"] for n, g in _gateways(server).items()} == {"gw": False, "gw2": True}
 
         cli.ok("gateway", "delete", "gw", "-y", timeout=60)
-        cli.ok("gateway", "delete", "gw2", "-y", timeout=60)
+        cli.ok("delete", "-f", "gw2.dstack.yml", "-y", timeout=60)
         _wait(lambda: not _gateways(server), cli)
         _wait(lambda: [i["status"] for i in fleet()["instances"]] == ["idle"], cli)  # the host is the fleet's again
         cli.ok("fleet", "delete", "edge", "-y")
