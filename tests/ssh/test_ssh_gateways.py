@@ -5,17 +5,33 @@ in place or is refused as dstack 0.22.5 refuses it, and deleting the gateway giv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
-from ssh_harness import apply_fleet, corral_cli, fleet_settled, get_fleet, run_get, run_status, ssh_fleet, submit
+from ssh_harness import (
+    SSH_SETTINGS,
+    apply_fleet,
+    corral_cli,
+    delete_all_fleets,
+    fleet_settled,
+    get_fleet,
+    run_get,
+    run_status,
+    ssh_fleet,
+    submit,
+)
 
 from corral.services import gateways as gateway_services
 from fakehosts import FakeHosts
-from server_harness import RunningServer, wait_for
+from server_harness import RunningServer, make_settings, running_server, wait_for
 
 G = "/api/project/main/gateways"
 
@@ -258,3 +274,52 @@ async def test_the_corral_cli_applies_lists_updates_and_deletes_a_gateway(
         assert code == 0 and f"Gateway {name} deleted" in out, out
     code, out = await corral_cli(server, tmp_path, "gateway", "get", "gw")
     assert code == 1 and "Gateway gw does not exist in project main" in out, out
+
+
+@contextlib.contextmanager
+def tagging_policy() -> Iterator[str]:
+    """A policy service (dstack's rest_plugin protocol) that tags every gateway ``team: <project>``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            spec = body["spec"]
+            if self.path.endswith("/on_gateway_apply"):
+                spec["configuration"]["tags"] = {"team": body["project"]}
+            out = json.dumps({"spec": spec, "error": None}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+async def test_a_gateways_plan_shows_the_spec_asked_and_the_one_its_policies_made(
+    tmp_path: Path, hosts: FakeHosts
+) -> None:
+    with tagging_policy() as uri:
+        settings = replace(make_settings(tmp_path, **SSH_SETTINGS), plugin_service_uri=uri)
+        settings.server_dir.mkdir(parents=True)
+        (settings.server_dir / "config.yml").write_text("plugins:\n  - rest_plugin\n")
+        async with running_server(settings) as s, s.client() as c:
+            await apply_fleet(c, ssh_fleet(hosts, "edge", [hosts.ip("cpu1")]))
+            await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+            p = await plan(c, gateway_conf("gw"))
+            assert p["spec"]["configuration"]["tags"] is None
+            assert p["effective_spec"]["configuration"]["tags"] == {"team": "main"}
+            r = await apply(c, gateway_conf("gw"), p["current_resource"])
+            assert r.status_code == 200 and r.json()["configuration"]["tags"] == {"team": "main"}, r.text
+            assert (await c.post(G + "/delete", json={"names": ["gw"]})).status_code == 200
+            await wait_for(lambda: gone(c, "gw"), timeout=60)
+            await delete_all_fleets(c)

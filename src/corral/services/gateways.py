@@ -157,12 +157,12 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, raw: Any, p
         # a failed gateway is re-created (the CLI deletes it, then applies), never updated in place
         in_place = current.status != GatewayStatus.FAILED and updatable_in_place(current.configuration, conf)
         action = "update" if in_place else "create"
-    spec = {CONFIGURATION: conf, "configuration_path": path}
+    given = parse_configuration(raw, ("spec", CONFIGURATION))  # the spec as asked; the effective one: policies'
     return {
         "project_name": project.name,
         "user": user.name,
-        "spec": spec,
-        "effective_spec": spec,
+        "spec": {CONFIGURATION: given, "configuration_path": path},
+        "effective_spec": {CONFIGURATION: conf, "configuration_path": path},
         "current_resource": wire(current) if current is not None else None,
         "action": action,
     }
