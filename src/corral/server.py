@@ -187,8 +187,11 @@ async def prepare(settings: Settings) -> Prepared:
     slurm = SlurmRegistry()
     if server_config is not None:
         try:
-            projects = [(p.name, await _stored_backends(p.name, p.backends, cipher)) for p in server_config.projects]
+            projects = [
+                (p.name, await _stored_backends(p.name, p.backends, cipher, slurm)) for p in server_config.projects
+            ]
         except ServerConfigError:
+            await slurm.aclose()
             await db.dispose()
             raise
         await accounts.apply_server_config(db, boot.admin, projects, cipher=cipher)
@@ -243,9 +246,11 @@ async def prepare(settings: Settings) -> Prepared:
     return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created)
 
 
-async def _stored_backends(project: str, backends: list[Any], cipher: Any) -> list[dict[str, Any]]:
+async def _stored_backends(
+    project: str, backends: list[Any], cipher: Any, slurm: SlurmRegistry
+) -> list[dict[str, Any]]:
     """A ``config.yml`` project's backends as stored: a cloud backend's credentials checked (a start-up
-    error naming the project when they do not work) and sealed."""
+    error naming the project when they do not work) and sealed; a slurm backend's clusters handed to ``slurm``."""
     out: list[dict[str, Any]] = []
     for b in backends:
         doc = b.model_dump(exclude_none=True)
@@ -259,26 +264,23 @@ async def _stored_backends(project: str, backends: list[Any], cipher: Any) -> li
                 raise ServerConfigError(f"config.yml: project {project}: backend aws: {e.msg}") from None
             doc = cloud_backends.sealed(cipher, doc)
         elif doc.get("type") == "slurm":
-            doc = await _checked_slurm(project, doc, cipher)
+            doc = await _checked_slurm(project, doc, cipher, slurm)
         out.append(doc)
     return out
 
 
-async def _checked_slurm(project: str, doc: dict[str, Any], cipher: Any) -> dict[str, Any]:
+async def _checked_slurm(project: str, doc: dict[str, Any], cipher: Any, slurm: SlurmRegistry) -> dict[str, Any]:
     """A ``config.yml`` slurm backend checked against its clusters (a start-up error naming the project and the
-    field when one does not work), sealed as stored."""
-    import asyncio
-
-    from corral.backends.slurm.registry import SlurmRegistry
+    field when one does not work, or when another project names a cluster alike), sealed as stored."""
     from corral.services import slurm_backends
     from corral.services.errors import ServiceError
 
     try:
         doc = slurm_backends.parse(doc, from_api=False)
-        clusters = await slurm_backends.check(SlurmRegistry(), project, doc)
+        clusters = await slurm_backends.check(slurm, project, doc)
     except ServiceError as e:
         raise ServerConfigError(f"config.yml: project {project}: backend slurm: {e.msg}") from None
-    await asyncio.gather(*(c.aclose() for c in clusters))
+    await slurm_backends.register(slurm, project, clusters)
     return slurm_backends.sealed(cipher, doc)
 
 

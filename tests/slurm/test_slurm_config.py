@@ -176,6 +176,14 @@ async def test_config_yml_takes_the_extensions_and_a_broken_one_stops_the_start(
             ServerConfigError, match=rf"project main: backend slurm: .*{field.replace('[', '.').replace(']', '.')}"
         ):
             await prepare(settings)
+    other = (
+        _config_yml(slurm, slurm.user_key).replace("- name: main", "- name: other").replace(f"user: {USER}", "user: x")
+    )
+    (settings.server_dir / "config.yml").write_text(_config_yml(slurm, slurm.user_key) + other.split("\n", 1)[1])
+    with pytest.raises(
+        ServerConfigError, match=r"project other: backend slurm: .*clusters\[0\]\.name: project main has"
+    ):
+        await prepare(settings)
     (settings.server_dir / "config.yml").write_text(_config_yml(slurm, slurm.hosts.wrong_key))
     with pytest.raises(ServerConfigError, match=r"project main: backend slurm: .*clusters\[0\]\.private_key: "):
         await prepare(settings)
