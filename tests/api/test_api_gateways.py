@@ -38,10 +38,12 @@ async def test_no_gateway_yet(server: RunningServer) -> None:
 
 async def test_what_corral_cannot_host_is_refused(server: RunningServer) -> None:
     async with server.client() as c:
-        r = await c.post(G + "/get_plan", json={"spec": {"configuration": conf(backend="aws")}})
+        r = await c.post(G + "/get_plan", json={"spec": {"configuration": conf(backend="gcp")}})
         assert refused(r) == (
-            "Gateways are not supported for aws backend. Available backends with gateway support: ['remote']"
+            "Gateways are not supported for gcp backend. Available backends with gateway support: ['remote', 'aws']"
         )
+        r = await c.post(G + "/get_plan", json={"spec": {"configuration": conf(backend="aws", region="us-east-1")}})
+        assert refused(r).startswith("Project main has no aws backend: a gateway with `backend: aws` runs on a VM")
         r = await c.post(
             G + "/apply", json={"plan": {"spec": {"configuration": conf(public_ip=False)}}, "force": False}
         )

@@ -43,6 +43,11 @@ def test_next_step() -> None:
     assert ops.next_step(gateway(status=GatewayStatus.SUBMITTED, instance_id=None)) == "wait"
     assert ops.next_step(gateway()) == "operate"
     assert ops.next_step(gateway(status=GatewayStatus.FAILED)) == "wait"
+    # a gateway on a VM of its own: the VM first, then the deploy at its address
+    aws = {"backend": "aws", "region": "us-east-1"}
+    assert ops.next_step(gateway(status=GatewayStatus.SUBMITTED, configuration=aws, hostname=None)) == "provision"
+    assert ops.next_step(gateway(status=GatewayStatus.PROVISIONING, configuration=aws, hostname=None)) == "provision"
+    assert ops.next_step(gateway(status=GatewayStatus.PROVISIONING, configuration=aws, instance_id=None)) == "deploy"
 
 
 def test_registration_body_carries_rate_limits_of_both_keys() -> None:

@@ -56,10 +56,14 @@ def test_a_remote_gateway_on_a_fleet_is_accepted() -> None:
     ("change", "message"),
     [
         (
-            {"backend": "aws"},
-            "Gateways are not supported for aws backend. Available backends with gateway support: ['remote']",
+            {"backend": "gcp"},
+            "Gateways are not supported for gcp backend. Available backends with gateway support: ['remote', 'aws']",
         ),
-        ({"public_ip": False}, "Private gateways are not supported for remote backend"),
+        (
+            {"public_ip": False},
+            "Private gateways are not supported for remote backend. Available backends with "
+            "private gateway support: ['aws']",
+        ),
         ({"replicas": 2}, "Cannot provision 2 gateway replicas. This server allows at most 1"),
         ({"load_balancer": {"type": "alb"}}, "`load_balancer: { type: alb }` is supported for `aws` and `gcp`"),
         ({"certificate": {"type": "acm", "arn": "x"}}, "The `acm` certificate type is not supported for remote"),
@@ -69,6 +73,31 @@ def test_a_remote_gateway_on_a_fleet_is_accepted() -> None:
 )
 def test_what_corral_cannot_host_is_refused_with_dstacks_words(change: dict[str, Any], message: str) -> None:
     got = configuration_error({**CONF, **change})
+    assert got is not None and got.startswith(message), got
+
+
+AWS = {**CONF, "backend": "aws", "region": "us-east-1"}
+
+
+def test_an_aws_gateway_is_a_vm_of_its_own() -> None:
+    assert configuration_error(AWS) is None
+    assert configuration_error({**AWS, "instance_type": "t3.small", "tags": {"team": "a"}}) is None
+    # a private gateway serves plain HTTP only: a CA cannot reach it to validate a certificate
+    assert configuration_error({**AWS, "public_ip": False, "certificate": None}) is None
+    g = gateway(configuration=AWS)
+    assert g.backend == "aws" and g.own_vm and not gateway().own_vm and gateway().backend == "remote"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"public_ip": False}, "lets-encrypt certificate type is not supported for private gateways"),
+        ({"load_balancer": {"type": "alb"}}, "`load_balancer: { type: alb }` is not supported by corral's aws"),
+        ({"certificate": {"type": "acm", "arn": "x"}}, "The `acm` certificate type is not supported for aws"),
+    ],
+)
+def test_what_an_aws_gateway_refuses(change: dict[str, Any], message: str) -> None:
+    got = configuration_error({**AWS, **change})
     assert got is not None and got.startswith(message), got
 
 
@@ -104,6 +133,10 @@ def test_when_a_service_cannot_be_published() -> None:
     assert publish_refusal(gateway()) is None
     assert publish_refusal(gateway(to_be_deleted=True)) == "Gateway gw is marked for deletion"
     assert publish_refusal(gateway(instance_id=None)) == "Gateway has no instance associated with it"
+    # a gateway on a VM of its own has no fleet instance: its VM's address is its host
+    assert publish_refusal(gateway(instance_id=None, configuration=AWS)) is None
+    no_vm_yet = gateway(instance_id=None, hostname=None, configuration=AWS)
+    assert publish_refusal(no_vm_yet) == "Gateway has no instance associated with it"
     assert publish_refusal(gateway(status=GatewayStatus.PROVISIONING)) == "Gateway status is not running"
     assert publish_refusal(gateway(wildcard_domain=None)) == "Domain is required for gateway"
 

@@ -30,8 +30,9 @@ def test_each_backend_has_its_capabilities() -> None:
     assert not issubclass(SSHCompute, GangLauncher) and not issubclass(SSHCompute, InterruptionSource)
     assert issubclass(LocalCompute, PortOpener)
     assert not issubclass(LocalCompute, GangLauncher) and not issubclass(LocalCompute, InterruptionSource)
-    for cls in (AWSCompute, SSHCompute, LocalCompute):
-        assert not issubclass(cls, GatewayProvisioner)  # declared for the gateways to come
+    assert issubclass(AWSCompute, GatewayProvisioner)  # a VM of its own per gateway
+    for cls in (SSHCompute, LocalCompute):
+        assert not issubclass(cls, GatewayProvisioner)  # their gateways take a fleet's host
 
 
 class _Host:

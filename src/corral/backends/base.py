@@ -10,13 +10,13 @@ A capability is a ``runtime_checkable`` Protocol: the code that needs one asks `
 | :class:`InterruptionSource` | says which live instances the provider took away, forgets them | ``aws`` |
 | :class:`PortOpener` | opens a stream to a port on an instance's host (the proxy, the probes) | ``local``, ``ssh`` |
 | :class:`SharedHost` | carves its instances out of one host; says whether its jobs have a sandbox | ``local`` |
-| :class:`GatewayProvisioner` | brings up and tears down a host for a gateway, and says its address | none yet |
+| :class:`GatewayProvisioner` | brings up and tears down a host for a gateway, and says its address | ``aws`` |
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from corral.domain.provisioning import FailureKind
@@ -192,6 +192,13 @@ class GatewaySpec:
     instance_type: str | None = None
     #: False: a private gateway, reachable only inside the provider's network.
     public_ip: bool = True
+    #: The gateway's name (in the host's display name).
+    name: str = ""
+    #: The configuration's ``tags``, put on what is made for the gateway beside the backend's.
+    tags: Mapping[str, str] = field(default_factory=dict)
+    #: The gateway's own SSH key: the public part is authorised on the host, the private part (sealed) logs in.
+    public_key: str = ""
+    private_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -207,7 +214,7 @@ class GatewayHost:
 @runtime_checkable
 class GatewayProvisioner(Protocol):
     """A backend that can host a gateway (dstack: ``ComputeWithGatewaySupport``): it brings a host up for one,
-    says its address, and tears it down. Declared for the gateways to come; no backend implements it yet."""
+    says its address, and tears it down (``aws``: a VM of its own, ``backends.aws.gateway_vm``)."""
 
     async def create_gateway(self, spec: GatewaySpec) -> GatewayHost:
         """Bring up a host for the gateway; raises :class:`ProvisioningError` when it cannot."""

@@ -69,3 +69,17 @@ class KeyOpener:
                 f"the stored {self._what} cannot be decrypted: {e} (was CORRAL_SERVER_ENCRYPTION_KEY or the "
                 "server's encryption.key changed? Restore it, or delete the fleet and apply it again)"
             ) from None
+
+
+def new_keypair(comment: str) -> tuple[str, str]:
+    """A fresh ed25519 key pair (the private key in OpenSSH's format, the public one as ``authorized_keys``
+    takes it, with ``comment``): a gateway's own login key, sealed by its caller before it is stored."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    ).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return private, f"{public.decode()} {comment}"

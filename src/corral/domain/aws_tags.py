@@ -30,6 +30,8 @@ TAG_INSTANCE = "corral_instance"
 TAG_GANG = "corral_gang"
 #: On every instance of a gang in a cluster placement group: the group's name.
 TAG_PLACEMENT = "corral_placement_group"
+#: On a gateway's VM: the gateway's id (its ``corral_instance`` holds the same id, which the reaper reads).
+TAG_GATEWAY = "corral_gateway"
 #: Every key corral may write on one resource: a gang member in a placement group has them all (volumes,
 #: placement and security groups have fewer).
 CORRAL_KEYS = (NAME, OWNER[0], TAG_SERVER, TAG_PROJECT, TAG_FLEET, TAG_INSTANCE, TAG_GANG, TAG_PLACEMENT)

@@ -19,7 +19,7 @@ from corral.domain.certificates import CertificateDates, attempt_due
 from corral.domain.gateways import GatewayRec, GatewayService, project_domain
 from corral.domain.statuses import GatewayStatus
 
-Step = Literal["delete", "deploy", "operate", "wait"]
+Step = Literal["delete", "provision", "deploy", "operate", "wait"]
 #: The stats window (seconds) a pass turns into requests for the autoscaler: dstack's shortest, so a pass
 #: every few seconds sees each request once.
 STATS_WINDOW = 30
@@ -76,10 +76,13 @@ class Registrations:
 
 def next_step(g: GatewayRec) -> Step:
     """What a pass does with the gateway: remove it, deploy it (again after a restart in the middle of a
-    deploy: a gateway is never left in ``provisioning``), look after it, or nothing (not held on a host)."""
+    deploy: a gateway is never left in ``provisioning``), look after it, or nothing (not held on a host). A
+    gateway on a VM of its own (``aws``) has its VM brought up first (``provision``) until it has an address."""
     if g.to_be_deleted:
         return "delete"
     if g.status in (GatewayStatus.SUBMITTED, GatewayStatus.PROVISIONING):
+        if g.own_vm:
+            return "deploy" if g.hostname is not None else "provision"
         return "deploy" if g.instance_id is not None else "wait"
     if g.status == GatewayStatus.RUNNING:
         return "operate"

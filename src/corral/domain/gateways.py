@@ -19,8 +19,13 @@ from typing import Any, Literal
 from corral.domain.interpolation import InterpolationError, interpolate
 from corral.domain.statuses import GatewayStatus
 
-#: The wire backends corral hosts gateways on (an SSH fleet's host: ``remote``, as dstack names those).
-GATEWAY_BACKENDS = ("remote",)
+#: The wire backends corral hosts gateways on: an SSH fleet's host (``remote``, as dstack names those), and a VM of
+#: its own on ``aws`` (as dstack's ``ComputeWithGatewaySupport`` does).
+GATEWAY_BACKENDS = ("remote", "aws")
+#: The backends whose gateways may be private (``public_ip: false``; dstack's ``ComputeWithPrivateGatewaySupport``).
+PRIVATE_GATEWAY_BACKENDS = ("aws",)
+#: An aws gateway's instance type when the configuration names none (dstack's aws default, reference §1).
+AWS_INSTANCE_TYPE = "t3.micro"
 #: How many replicas a gateway may have: one host (dstack's default cap is 9, ``DSTACK_SERVER_GATEWAY_MAX_REPLICAS``,
 #: for cloud VMs behind a load balancer; corral's gateway is one fleet host).
 MAX_REPLICAS = 1
@@ -64,6 +69,16 @@ class GatewayRec:
         return str(self.configuration.get("region") or "")
 
     @property
+    def backend(self) -> str:
+        """Where the gateway runs: ``remote`` (an SSH fleet's host) or ``aws`` (a VM of its own)."""
+        return str(self.configuration.get("backend") or "remote")
+
+    @property
+    def own_vm(self) -> bool:
+        """Whether the gateway runs on a VM the backend brings up for it (not on a fleet's host)."""
+        return self.backend != "remote"
+
+    @property
     def has_certificate(self) -> bool:
         """Whether the gateway serves TLS (``certificate`` is not null)."""
         return self.configuration.get("certificate") is not None
@@ -78,21 +93,26 @@ def configuration_error(conf: Mapping[str, Any]) -> str | None:
             f"Gateways are not supported for {backend} backend. "
             f"Available backends with gateway support: {list(GATEWAY_BACKENDS)}"
         )
-    if conf.get("public_ip") is False:
+    private = conf.get("public_ip") is False
+    if private and backend not in PRIVATE_GATEWAY_BACKENDS:
         return (
             f"Private gateways are not supported for {backend} backend. "
-            "Available backends with private gateway support: []"
+            f"Available backends with private gateway support: {list(PRIVATE_GATEWAY_BACKENDS)}"
         )
     replicas = conf.get("replicas")
     if replicas is not None and int(replicas) > MAX_REPLICAS:
         return f"Cannot provision {replicas} gateway replicas. This server allows at most {MAX_REPLICAS}"
     if conf.get("load_balancer") is not None:
+        if backend == "aws":
+            return (
+                "`load_balancer: { type: alb }` is not supported by corral's aws gateways: the gateway is one VM "
+                "with its own address. Remove `load_balancer`"
+            )
         return "`load_balancer: { type: alb }` is supported for `aws` and `gcp` backends only"
-    cert = conf.get("certificate")
-    if isinstance(cert, Mapping) and cert.get("type") != "lets-encrypt":
-        kind = cert.get("type")
-        return f"The `{kind}` certificate type is not supported for {backend} backend: use lets-encrypt or null"
-    if conf.get("instance_type") is not None:
+    refusal = _certificate_error(conf.get("certificate"), backend, private)
+    if refusal is not None:
+        return refusal
+    if backend == "remote" and conf.get("instance_type") is not None:
         return (
             "`instance_type` does not apply to a gateway on an SSH fleet's host (backend: remote): the gateway "
             "takes an idle instance of the fleet `region` names. Remove `instance_type`"
@@ -103,6 +123,22 @@ def configuration_error(conf: Mapping[str, Any]) -> str | None:
             project_domain(str(domain), "main")
         except InterpolationError as e:
             return f"Cannot interpolate gateway domain name: {e}"
+    return None
+
+
+def _certificate_error(cert: Any, backend: str, private: bool) -> str | None:
+    """Why ``certificate`` cannot be had on the gateway (None when it can): corral gets Let's Encrypt's (or
+    another ACME CA's) certificates by HTTP-01, which a private gateway cannot answer (dstack's rule)."""
+    if not isinstance(cert, Mapping):
+        return None
+    kind = cert.get("type")
+    if kind != "lets-encrypt":
+        return f"The `{kind}` certificate type is not supported for {backend} backend: use lets-encrypt or null"
+    if private:
+        return (
+            "lets-encrypt certificate type is not supported for private gateways: the CA cannot reach a gateway "
+            "without a public IP. Set `certificate: null` (HTTP only) or `public_ip: true`"
+        )
     return None
 
 
@@ -143,7 +179,7 @@ def publish_refusal(gateway: GatewayRec) -> str | None:
     """Why a service cannot be put on ``gateway`` now (dstack's ``assign_service`` checks), or None."""
     if gateway.to_be_deleted:
         return f"Gateway {gateway.name} is marked for deletion"
-    if gateway.instance_id is None:
+    if gateway.instance_id is None and not (gateway.own_vm and gateway.hostname):
         return "Gateway has no instance associated with it"
     if gateway.status != GatewayStatus.RUNNING:
         return "Gateway status is not running"

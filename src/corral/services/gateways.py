@@ -5,10 +5,12 @@ for a public project), get_plan, apply, create (deprecated), delete, set_default
 A gateway runs on a host of an SSH fleet of its project: ``backend: remote``, ``region: <fleet name>``. It is
 created ``submitted`` and holds one idle instance of that fleet from then on (``plan_apply.hold_for_gateway``:
 the scheduler places no job there while the gateway exists); a fleet with no idle instance leaves it
-``failed`` with a message naming the fleet. Its deployment and operation are the gateways worker's
-(``workers/gateways.py``). A deletion marks it; the worker releases its host and removes it. A gateway that
-services are published on is not deleted: the refusal names them (dstack deletes it anyway, and a service
-left on a deleted gateway broke a later gateway: dstack issue #3131).
+``failed`` with a message naming the fleet. With ``backend: aws`` (the project has an aws backend) it runs on
+a VM of its own, which the gateways worker brings up (``backends.aws.gateway_vm``). Its deployment and
+operation are the gateways worker's (``workers/gateways.py``). A deletion marks it; the worker releases its
+host (or terminates its VM) and removes it. A gateway that services are published on is not deleted: the
+refusal names them (dstack deletes it anyway, and a service left on a deleted gateway broke a later gateway:
+dstack issue #3131).
 
 Imports ``config``, ``domain``, ``schemas``'s requests, ``store`` and the services' errors and policies.
 """
@@ -26,6 +28,7 @@ from pydantic import ValidationError
 
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.context import Context
+from corral.domain import aws_tags
 from corral.domain.gateways import (
     NO_IDLE_HOST,
     GatewayRec,
@@ -62,11 +65,11 @@ def wire(g: GatewayRec) -> dict[str, Any]:
     """dstack's ``Gateway`` (``configuration.default`` and ``.domain`` kept equal to ``default`` and
     ``wildcard_domain``; ``backend``, ``region``, ``ip_address``, ``instance_id``: null, as since dstack 0.21)."""
     replicas = []
-    if g.instance_id is not None:
+    if g.instance_id is not None or (g.own_vm and g.hostname):
         status = "terminating" if g.to_be_deleted else _REPLICA_STATUS.get(g.status.value, "terminated")
         replicas.append(
             {
-                "hostname": g.hostname, "replica_num": 0, "backend": "remote", "region": g.fleet_name,
+                "hostname": g.hostname, "replica_num": 0, "backend": g.backend, "region": g.fleet_name,
                 "created_at": iso(g.created_at), "status": status,
                 "status_message": g.status_message if g.status == GatewayStatus.FAILED else None,
             }
@@ -124,7 +127,30 @@ async def _checked(
     return conf
 
 
-async def _host_fleet(ctx: Context, project: ProjectRec, conf: Mapping[str, Any]) -> FleetRec:
+def _aws_backend(project: ProjectRec, conf: Mapping[str, Any]) -> None:
+    """A 400 saying what to fix when the project's aws backend cannot host the gateway ``conf`` describes."""
+    doc = next((b for b in project.backends if b.get("type") == "aws"), None)
+    if doc is None:
+        raise ServiceError(
+            f"Project {project.name} has no aws backend: a gateway with `backend: aws` runs on a VM of the "
+            "project's aws backend; configure the backend first, or use `backend: remote` on an SSH fleet"
+        )
+    region, regions = str(conf.get("region")), doc.get("regions")
+    if regions and region not in regions:
+        raise ServiceError(
+            f"region: {region} is not among the aws backend's regions ({', '.join(regions)}): fix `region`"
+        )
+    problem = aws_tags.problem(dict(conf.get("tags") or {}), "tags")
+    if problem is not None:
+        raise ServiceError(problem)
+
+
+async def _host_fleet(ctx: Context, project: ProjectRec, conf: Mapping[str, Any]) -> FleetRec | None:
+    """Where the gateway runs: the SSH fleet ``region`` names (a 400 saying what to fix when the project has none
+    of that name), or None for a gateway on a VM of its own (its backend checked)."""
+    if conf.get("backend") == "aws":
+        _aws_backend(project, conf)
+        return None
     """The SSH fleet ``region`` names (a 400 saying what to fix when the project has none of that name)."""
     region = str(conf.get("region"))
     async with ctx.db.read() as conn:
@@ -266,17 +292,23 @@ async def create_checked(ctx: Context, project: ProjectRec, user: UserRec, conf:
                 conf.get("default") is None and await store.default_of(conn, project.id) is None
             ):
                 await store.set_default(conn, project.id, g, user.id)
-            hosts = await store.hostnames_in_use(conn)
-            host = await plan_apply.hold_for_gateway(ctx.db, conn, fleet.id, g.id, hosts, now)
-            if host is None:
-                await store.set_status(conn, g.id, GatewayStatus.FAILED, now, NO_IDLE_HOST.format(fleet=fleet.name))
-            else:
-                await store.set_host(conn, g.id, host.instance_id, host.hostname)
+            if fleet is not None:
+                await _hold(ctx, conn, fleet, g.id, now)
             made = await store.get(conn, g.id)
         assert made is not None
         ctx.wakeups.wake("gateways", "scheduler")
         return wire(made)
     raise ServiceError("could not pick a free gateway name; name the gateway")
+
+
+async def _hold(ctx: Context, conn: Any, fleet: FleetRec, gateway_id: str, now: float) -> None:
+    """Hold an idle host of ``fleet`` for the gateway (or fail it, naming the fleet)."""
+    hosts = await store.hostnames_in_use(conn)
+    host = await plan_apply.hold_for_gateway(ctx.db, conn, fleet.id, gateway_id, hosts, now)
+    if host is None:
+        await store.set_status(conn, gateway_id, GatewayStatus.FAILED, now, NO_IDLE_HOST.format(fleet=fleet.name))
+    else:
+        await store.set_host(conn, gateway_id, host.instance_id, host.hostname)
 
 
 async def list_gateways(ctx: Context, project: ProjectRec) -> list[dict[str, Any]]:

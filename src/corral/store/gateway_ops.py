@@ -48,6 +48,14 @@ async def live(conn: AsyncConnection) -> list[GatewayRec]:
     return [found[i] for i in ids if i in found]
 
 
+async def statuses(conn: AsyncConnection, ids: Sequence[str]) -> dict[str, str]:
+    """The statuses of the gateways of ``ids`` that exist (the orphan reaper reads a gateway VM's row here)."""
+    if not ids:
+        return {}
+    q = sa.select(gateways.c.id, gateways.c.status).where(gateways.c.id.in_(list(ids)))
+    return {str(r.id): str(r.status) for r in await conn.execute(q)}
+
+
 async def secret_hashes(conn: AsyncConnection) -> frozenset[str]:
     """The secret hashes of every gateway (sha256, hex)."""
     q = sa.select(gateways.c.secret_hash).where(gateways.c.secret_hash.is_not(None))

@@ -33,10 +33,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from corral.backends.base import GatewayHost, GatewayProvisioner, GatewaySpec, ProvisioningError
 from corral.backends.gateway_api import GatewayApi, GatewayRefused, GatewayUnreachable
 from corral.backends.gateway_link import GatewayBuild, GatewayLink
 from corral.backends.ssh_conn import SshError, SshTarget
-from corral.backends.ssh_secrets import KeyOpener
+from corral.backends.ssh_secrets import KeyOpener, new_keypair
 from corral.context import Context
 from corral.domain import gateway_ops as rules
 from corral.domain.events import gateway_target, run_target
@@ -97,6 +98,8 @@ class GatewayOperator:
             try:
                 if step == "delete":
                     await self._delete(g)
+                elif step == "provision":
+                    await self._provision(g)
                 elif step == "deploy":
                     await self._deploy(g)
                 else:
@@ -138,8 +141,12 @@ class GatewayOperator:
             mgmt = self._open.named("gateway token")(mgmt)
         link = self.links.get(g.id)
         if link is None:
-            async with self.ctx.db.read() as conn:
-                ssh = await ops_store.instance_connection(conn, g.instance_id or "")
+            if g.own_vm:  # its VM's login, kept with the gateway when the VM came up
+                vm = (g.connection or {}).get(_VM)
+                ssh = dict(vm) if isinstance(vm, Mapping) else None
+            else:
+                async with self.ctx.db.read() as conn:
+                    ssh = await ops_store.instance_connection(conn, g.instance_id or "")
             if ssh is None:
                 raise SshError(f"the gateway's host (instance {g.instance_id}) has no SSH connection details", True)
             s = self.ctx.settings
@@ -181,7 +188,9 @@ class GatewayOperator:
             await self._configure(g, link, api)
             version = await api.health()
         except (SshError, GatewayUnreachable, GatewayRefused) as e:
-            permanent = isinstance(e, GatewayRefused) or (isinstance(e, SshError) and e.permanent)
+            # a new VM's sshd may answer before cloud-init has authorised the gateway's key: tried again
+            refused_login = isinstance(e, SshError) and e.permanent and not g.own_vm
+            permanent = isinstance(e, GatewayRefused) or refused_login
             late = now - g.created_at > self.ctx.settings.provisioning_timeout
             log.info("gateway %s: deploy failed: %s", g.name, e)
             if permanent or late:
@@ -201,9 +210,67 @@ class GatewayOperator:
         )
         self.ctx.wakeups.wake("gateways")
 
+    # ---- provision (a gateway on a VM of its own) ---------------------------------------------
+    async def _provision(self, g: GatewayRec) -> None:
+        """The gateway's VM brought up by its backend (``GatewayProvisioner``), with a key of the gateway's own
+        made first and kept sealed (a VM a launch made before a restart is adopted, with the same key); its
+        address and login are kept with the gateway, and the next pass deploys on it as on a fleet's host."""
+        now = time.time()
+        compute = self.ctx.computes.get(g.backend)
+        if not isinstance(compute, GatewayProvisioner):
+            why = f"The project has no {g.backend} backend to host the gateway: configure it, or use another backend"
+            async with self.ctx.db.write() as conn:
+                await store.set_status(conn, g.id, _G.FAILED, now, why)
+            return
+        if g.status == _G.SUBMITTED:
+            async with self.ctx.db.write() as conn:
+                await store.set_status(conn, g.id, _G.PROVISIONING, now, expect=(_G.SUBMITTED,))
+        kept = dict(g.connection or {})
+        if not isinstance(kept.get(_VM_KEY), str):
+            private, public = new_keypair(f"corral-gateway-{g.name}")
+            kept.update({_VM_KEY: self.ctx.cipher().encrypt(private), _VM_PUBLIC_KEY: public})
+            async with self.ctx.db.write() as conn:
+                await store.set_connection(conn, g.id, kept, g.last_seen_at)
+        try:
+            host = await compute.create_gateway(_vm_spec(g, kept))
+        except ProvisioningError as e:
+            late = now - g.created_at > self.ctx.settings.provisioning_timeout
+            log.info("gateway %s: its VM: %s", g.name, e)
+            if late or e.kind != "no_capacity":
+                async with self.ctx.db.write() as conn:
+                    await store.set_status(conn, g.id, _G.FAILED, time.time(), f"Failed to provision the gateway: {e}")
+            return
+        kept[_VM] = dict(host.connection)
+        async with self.ctx.db.write() as conn:
+            await store.set_connection(conn, g.id, kept, g.last_seen_at)
+            await store.set_host(conn, g.id, None, host.address)
+        log.info("gateway %s: its %s VM is up at %s", g.name, g.backend, host.address)
+        self.ctx.wakeups.wake("gateways")
+
+    async def _terminate_vm(self, g: GatewayRec) -> bool:
+        """The gateway's VM terminated (True), or not yet (False: the next pass tries again)."""
+        compute = self.ctx.computes.get(g.backend)
+        if not isinstance(compute, GatewayProvisioner):
+            log.warning("gateway %s: no %s backend to terminate its VM; the orphan reaper's", g.name, g.backend)
+            return True
+        kept = dict(g.connection or {})
+        vm = kept.get(_VM)
+        try:
+            host = GatewayHost(g.hostname or "", dict(vm) if isinstance(vm, Mapping) else {})
+            await compute.terminate_gateway(_vm_spec(g, kept), host)
+        except ProvisioningError as e:
+            log.warning("gateway %s: terminating its VM: %s (tried again)", g.name, e)
+            return False
+        log.info("gateway %s: its VM terminated", g.name)
+        return True
+
     # ---- delete ------------------------------------------------------------------------------
     async def _delete(self, g: GatewayRec) -> None:
-        if g.instance_id is not None:
+        if g.own_vm:  # the VM goes, and the gateway's program with it
+            await self._forget(g.id)
+            if not await self._terminate_vm(g):
+                return
+        elif g.instance_id is not None:
             try:
                 link, api, _ = await self._link(g)
                 try:
@@ -413,6 +480,21 @@ class GatewayOperator:
                     made = client(kept)
             self._acme = made
         return self._acme
+
+
+#: What a gateway on a VM of its own keeps in its ``connection``: its key (sealed), the public part, the VM's login.
+_VM_KEY, _VM_PUBLIC_KEY, _VM = "vm_key", "vm_public_key", "vm"
+
+
+def _vm_spec(g: GatewayRec, kept: Mapping[str, Any]) -> GatewaySpec:
+    """What the gateway's VM must be: its configuration's region, type, ``public_ip`` and ``tags``, its key."""
+    conf = g.configuration
+    return GatewaySpec(
+        gateway_id=g.id, project_name=g.project_name, region=str(conf.get("region") or "") or None,
+        instance_type=conf.get("instance_type") or None, public_ip=conf.get("public_ip") is not False,
+        name=g.name, tags=dict(conf.get("tags") or {}), public_key=str(kept.get(_VM_PUBLIC_KEY) or ""),
+        private_key=str(kept.get(_VM_KEY) or ""),
+    )  # fmt: skip
 
 
 async def _seen(conn: Any, gateway_id: str) -> None:

@@ -2,6 +2,7 @@
 per region it names, the instances tagged with this server's id whose row is missing or terminated and
 older than ``CORRAL_ORPHAN_GRACE`` are terminated (or only reported: ``CORRAL_ORPHAN_ACTION=report``). The
 rows are read after EC2 listed the instances, and only those the listing names.
+A gateway's VM carries its gateway's id as its row: it is an orphan when that gateway's row is gone.
 Instances without corral's server tag are never looked at. This server's placement groups that no live
 instance names are deleted after the same grace (``backends.aws.gang_cleanup.sweep_groups``).
 
@@ -16,6 +17,7 @@ import time
 from corral.backends.aws.gang_cleanup import sweep_groups
 from corral.context import Context
 from corral.store import fleets as fleet_store
+from corral.store import gateway_ops as gateway_store
 from corral.store import project_state
 
 log = logging.getLogger("corral.orphans")
@@ -62,6 +64,8 @@ class OrphanReaper:
         return found
 
     async def _statuses(self, ids: list[str]) -> dict[str, str]:
-        """The statuses of the instance rows ``ids`` as committed now (read after EC2 listed the instances)."""
+        """The statuses of the rows ``ids`` as committed now (read after EC2 listed the instances): instance rows,
+        and for the other ids, gateway rows (a gateway's VM)."""
         async with self.ctx.db.read() as conn:
-            return await fleet_store.instance_statuses(conn, ids)
+            found = await fleet_store.instance_statuses(conn, ids)
+            return {**await gateway_store.statuses(conn, [i for i in ids if i not in found]), **found}

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from corral.backends.aws import catalog, ec2, gang_cleanup, gangs, launch, reservations
+from corral.backends.aws import catalog, ec2, gang_cleanup, gangs, gateway_vm, launch, reservations
 from corral.backends.aws.interruptions import Lost, lost
 from corral.backends.aws.live_catalog import CatalogSource
 from corral.backends.aws.orphans import Tagged, orphans
@@ -36,7 +36,7 @@ from corral.backends.aws.session import (
     Region,
     candidate_offers,
 )
-from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
+from corral.backends.base import AgentEndpoint, GatewayHost, GatewaySpec, Provisioned, ProvisioningError
 from corral.backends.ssh import SSHCompute
 from corral.domain.provisioning import STATUS_WORDS, FailureKind
 from corral.domain.records import InstanceRec
@@ -392,6 +392,22 @@ class AWSCompute:
                     continue
                 await self.session.ec2(ec2.terminate, client, orphan.instance_id)
         return found
+
+    # ---- gateways (``GatewayProvisioner``: a VM of its own per gateway) ---------------------------
+    async def create_gateway(self, spec: GatewaySpec) -> GatewayHost:
+        try:
+            return await gateway_vm.create(self.session, spec)
+        except ec2.AWSError as e:  # a call around the launch: throttled, refused...
+            raise ProvisioningError(f"aws: {e}", launch.failure_kind(e.code) if e.code else "no_capacity") from None
+
+    async def gateway_address(self, host: GatewayHost) -> str:
+        return await gateway_vm.address(self.session, host)
+
+    async def terminate_gateway(self, spec: GatewaySpec, host: GatewayHost) -> None:
+        try:
+            await gateway_vm.terminate(self.session, spec, host)
+        except ec2.AWSError as e:
+            raise ProvisioningError(f"aws: terminating the gateway's VM: {e}", launch.failure_kind(e.code)) from None
 
     async def aclose(self) -> None:
         await self.ssh.aclose()
