@@ -1,5 +1,6 @@
 """The agent's connections: idle ones time out, handler threads are bounded, long polls are not cut,
-``/health`` says nothing without the token, and a 403 closes the connection."""
+``/health`` says nothing without the token, a 403 closes the connection, and connections made together
+wait to be accepted."""
 
 from __future__ import annotations
 
@@ -171,3 +172,32 @@ def test_replies_on_a_kept_alive_connection_are_not_held_back_by_nagle(agent: Ag
             s.sendall(request)
             assert _read_response(s).startswith(b"HTTP/1.1 200")
         assert time.monotonic() - started < 0.4
+
+
+def test_connections_made_together_wait_to_be_accepted(tmp_path: Path) -> None:
+    """Before the agent accepts any (it is not serving yet), 40 connections made at once all complete: the
+    listen backlog holds as many as the agent serves, not socketserver's 5 (past it, Linux drops the SYN and
+    the client tries again a second later)."""
+    agent = Agent(str(tmp_path / "w"), TOKEN, max_connections=64)
+    socks = []
+    try:
+        for _ in range(40):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", agent.port))
+            socks.append(s)
+        time.sleep(0.3)
+        # a completed handshake makes the socket writable with no error; a dropped SYN leaves it connecting
+        pending = []
+        for s in socks:
+            s.settimeout(0.0)
+            try:
+                s.send(b"")
+            except OSError as e:
+                pending.append(e)
+        assert not pending, f"{len(pending)} of 40 connections not accepted by the kernel: {pending[:3]}"
+    finally:
+        for s in socks:
+            s.close()
+        agent.runner.shutdown()
+        agent.httpd.server_close()

@@ -223,6 +223,10 @@ class _BoundedServer(ThreadingHTTPServer):
     _BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
 
     def __init__(self, address: tuple[str, int], handler: Any, max_connections: int, idle_timeout: float) -> None:
+        # the listen backlog (socketserver's default is 5): connections made together -- the server's checks,
+        # submissions and long polls of one host -- wait to be accepted instead of having their SYN dropped
+        # and retried a second later
+        self.request_queue_size = max(max_connections, 5)
         super().__init__(address, handler)
         self.idle_timeout = idle_timeout
         self.max_connections = max_connections
