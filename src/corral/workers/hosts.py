@@ -10,7 +10,11 @@ lost past the backend's bound (``Settings.unreachable_timeout``) is given up: it
 through the jobs worker. The first answer afterwards clears the flag, stops jobs the
 agent still runs that the server no longer runs there, and wakes the scheduler: the host is used again.
 
-Each instance is checked by its own task, so a host whose SSH handshake is slow delays only itself.
+Each instance is checked by its own task, so a host whose SSH handshake is slow delays only itself; at most
+``CHECKS_AT_ONCE`` checks talk to agents at a time, and a check's timeout starts when it does. Thousands of
+hosts checked all at once (each exchange through its SSH tunnel) made a round longer than the request
+timeout on a busy server: the checks at the back timed out waiting for the server's own loop, and healthy
+hosts were flagged unreachable and bootstrapped again (``benchmarks/hollow_fleet.py``, 2,000 SSH hosts).
 Cloud backends are asked, in a task of their own, which of their instances they took away
 (``workers.interruptions``).
 Hosts removed from an SSH fleet while busy leave here once they are free.
@@ -37,6 +41,9 @@ from corral.workers.interruptions import Interruptions
 log = logging.getLogger("corral.hosts")
 
 _RUNNING_HERE = HOLDING_JOB
+#: Health checks talking to agents at once; the others wait their turn before their timeout starts (the
+#: recovery after a failed check, an SSH login, waits for no turn).
+CHECKS_AT_ONCE = 32
 
 
 class Hosts:
@@ -47,6 +54,7 @@ class Hosts:
         self._clients: dict[tuple[str, str], AgentClient] = {}
         self.interruptions = Interruptions(ctx)
         self._asking: asyncio.Task[int] | None = None
+        self._slots = asyncio.Semaphore(CHECKS_AT_ONCE)
 
     async def run(self) -> None:
         while True:
@@ -115,14 +123,16 @@ class Hosts:
             return False
 
     async def _check(self, inst: InstanceRec) -> None:
-        started = time.time()
-        ok = await self._answers(inst)
+        async with self._slots:
+            started = time.time()
+            ok = await self._answers(inst)
         if not ok:
             compute = self.ctx.computes.get(inst.backend)
             try:
                 if compute is not None:
                     await compute.recover(inst)
-                    ok = await self._answers(inst)
+                    async with self._slots:
+                        ok = await self._answers(inst)
             except Exception as e:  # the host itself is not there (or refuses us): counted below
                 log.debug("recovering %s: %s", inst.name, e)
         health = self._health[inst.id] = after_check(self._health.get(inst.id, HostHealth()), ok, started)
