@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from corral.backends.slurm.model import GpuPartitions, SlurmClusterConfig, cluster_config
-from corral.backends.slurm.offers import node_offers
+from corral.backends.slurm.offers import cpu_shares, node_offers
 from corral.backends.slurm.parse import ClusterSnapshot, parse_sinfo
 from corral.domain.gpu_models import GpuModel
 from corral.domain.resources import Gpu
@@ -25,14 +25,12 @@ def _snap(text: str) -> ClusterSnapshot:
 
 def test_every_node_once_per_partition_cpu_first_gpu_in_shares() -> None:
     offers = node_offers(CONFIG, _snap((DATA / "sinfo-idle.txt").read_text()))
-    assert [(o.instance_type, o.zone, len(o.resources.gpus)) for o in offers] == [
-        ("n1", "cpu", 0),
-        ("n2", "cpu", 0),
-        ("n3", "cpu", 0),
-        ("n4", "cpu", 0),
-        ("g1", "gpu", 1),
-        ("g1", "gpu", 2),
+    assert [(o.instance_type, o.zone, o.resources.cpus, len(o.resources.gpus)) for o in offers] == [
+        *[(n, "cpu", k, 0) for n in ("n1", "n2", "n3", "n4") for k in (1, 2, 4)],
+        ("g1", "gpu", 2, 1),
+        ("g1", "gpu", 4, 2),
     ]
+    assert [o.resources.memory_mib for o in offers[:3]] == [4000, 8000, 16000]
     half, whole = offers[-2:]
     assert (half.resources.cpus, half.resources.memory_mib, whole.resources.cpus, whole.resources.memory_mib) == (
         2,
@@ -41,7 +39,7 @@ def test_every_node_once_per_partition_cpu_first_gpu_in_shares() -> None:
         16000,
     )
     assert {(o.backend, o.region, o.price) for o in offers} == {("slurm", "tc", 0.0)}
-    assert [o.gpu_jobs_only for o in offers] == [False] * 4 + [True] * 2
+    assert [o.gpu_jobs_only for o in offers] == [False] * 12 + [True] * 2
     assert whole.resources.gpus[0] == Gpu("A100", 81920)
 
 
@@ -60,14 +58,20 @@ def test_partitions_by_the_configuration() -> None:
         "c|3|idle|down|down|1:00:00|8|1000|(null)\n"  # a partition that is down
     )
     snap = _snap(text)
-    assert [(o.instance_type, o.zone) for o in node_offers(CONFIG, snap)] == [("a", "cpu")]
+    assert [(o.instance_type, o.zone, o.resources.cpus) for o in node_offers(CONFIG, snap)] == [
+        ("a", "cpu", k) for k in (1, 2, 4, 8)
+    ]
     default = cluster_config(
         {"name": "tc", "hostname": "h", "user": "u", "gpu_partitions": [{"gpu": "A100:80GB", "partitions": ["gpu"]}]}
     )
-    assert [(o.instance_type, o.zone) for o in node_offers(default, snap)] == [("a", "cpu"), ("a", "debug")]
+    assert {(o.instance_type, o.zone) for o in node_offers(default, snap)} == {("a", "cpu"), ("a", "debug")}
     assert default.cpu_partitions is None and default.port == 22 and default.named_partitions() == ("gpu",)
     assert CONFIG.named_partitions() == ("gpu", "cpu")
     assert default.is_cpu_partition("nowhere", ("cpu",)) is False
+
+
+def test_cpu_shares_are_powers_of_two_and_the_whole_node() -> None:
+    assert [cpu_shares(n) for n in (1, 2, 6, 8)] == [[1], [1, 2], [1, 2, 4, 6], [1, 2, 4, 8]]
 
 
 def test_the_stored_document_as_the_backend_reads_it() -> None:

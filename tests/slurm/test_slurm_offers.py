@@ -90,9 +90,10 @@ async def test_corral_offer_lists_every_node_of_the_cluster(
     corral: Callable[..., str], slurm: SlurmTestCluster
 ) -> None:
     offers = await _offers(corral, "--memory", "1GB..")
-    assert sorted(_where(o) for o in offers) == sorted((n, "testcluster") for n in CPU_NODES)  # no GPU asked for
+    assert sorted({_where(o) for o in offers}) == sorted((n, "testcluster") for n in CPU_NODES)  # no GPU asked for
+    assert sorted(o["instance"]["resources"]["cpus"] for o in offers if o["instance"]["name"] == "n1") == [1, 2, 4]
     offers += await _offers(corral, "--memory", "1GB..", "--gpu", "2")
-    by_node = {o["instance"]["name"]: o for o in offers}
+    by_node = {o["instance"]["name"]: o for o in offers}  # each node's largest share last
     assert {o["backend"] for o in offers} == {"slurm"} and {o["price"] for o in offers} == {0}
     assert by_node["n1"]["instance"]["resources"]["cpus"] == 4
     assert by_node["n1"]["instance"]["resources"]["memory_mib"] == 16000
