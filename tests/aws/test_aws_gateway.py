@@ -20,8 +20,8 @@ import httpx
 import pytest
 import pytest_asyncio
 import sqlalchemy as sa
-from facts import CANONICAL_OWNER, UBUNTU_2204_NAME
-from moto_harness import AMIS, REGION, VPC_NAME, Hypervisor, MotoEC2
+from facts import CANONICAL_OWNER, INSUFFICIENT_CAPACITY, UBUNTU_2204_NAME, VCPU_LIMIT
+from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2
 
 import gateway_client
 from corral.backends.base import GatewayHost, GatewayProvisioner
@@ -80,7 +80,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PebbleLab]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server(
-    tmp_path_factory: pytest.TempPathFactory, hypervisor: Hypervisor, public_zone_b: str, lab: PebbleLab
+    tmp_path_factory: pytest.TempPathFactory,
+    hypervisor: Hypervisor,
+    public_zone_b: str,
+    lab: PebbleLab,
+    proxy: FaultProxy,
 ) -> AsyncIterator[RunningServer]:
     settings = make_settings(
         tmp_path_factory.mktemp("gw-aws"),
@@ -253,6 +257,31 @@ async def test_a_gateway_vm_whose_row_is_gone_is_reaped_within_the_grace(
     await wait_for(reaped, timeout=GRACE + 4 * INTERVAL + 20)
     launched = vm["LaunchTime"].timestamp()
     assert time.monotonic() - lost_at <= GRACE + 4 * INTERVAL + 20 and launched > 0
+
+
+async def test_a_launch_ec2_refuses_fails_the_gateway_with_ec2s_reason_and_capacity_tries_another_zone(
+    server: RunningServer, moto: MotoEC2, proxy: FaultProxy, public_zone_b: str
+) -> None:
+    seen = len(proxy.launches)
+    # no capacity in zone b: the next public zone's subnet is tried (c, where no fake host answers: not run)
+    proxy.fault = lambda lt: INSUFFICIENT_CAPACITY if lt.subnet == public_zone_b else VCPU_LIMIT
+    try:
+        conf = {"type": "gateway", "name": "gw-quota", "backend": "aws", "region": REGION, "certificate": None}
+        async with server.client() as c:
+            r = await _apply(c, conf)
+            assert r.status_code == 200, r.text
+            gw = await wait_for(lambda: _gateway(c, "gw-quota", "failed"), timeout=60, interval=0.5)
+            tried = proxy.launches[seen:]
+            assert [lt.subnet for lt in tried] == [public_zone_b, moto.public_subnet], tried
+            assert [lt.error for lt in tried] == [INSUFFICIENT_CAPACITY, VCPU_LIMIT]
+            assert all(lt.token.startswith(f"corral-{gw['id']}-") for lt in tried)
+            assert gw["status_message"].startswith("Failed to provision the gateway: aws: the gateway's VM: "), gw
+            assert VCPU_LIMIT in gw["status_message"] and _gateway_vms(moto, gw["id"]) == []
+            r = await c.post(G + "/delete", json={"names": ["gw-quota"]})
+            assert r.status_code == 200, r.text
+            await wait_for(lambda: _gone(c, "gw-quota"), timeout=30)
+    finally:
+        proxy.fault = None
 
 
 async def _finished(c: httpx.AsyncClient, name: str) -> bool:
