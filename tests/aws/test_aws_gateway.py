@@ -148,14 +148,15 @@ async def _publish(server: RunningServer, run_name: str, gateway_id: str) -> Non
 
 async def test_what_an_aws_gateway_refuses(server: RunningServer) -> None:
     base = {"type": "gateway", "name": "no", "backend": "aws", "region": REGION, "domain": DOMAIN}
+    refusals: list[tuple[dict[str, Any], str]] = [
+        ({"public_ip": False}, "lets-encrypt certificate type is not supported for private gateways"),
+        ({"load_balancer": {"type": "alb"}}, "is not supported by corral's aws gateways"),
+        ({"certificate": {"type": "acm", "arn": "arn:aws:acm:x"}}, "The `acm` certificate type is not supported"),
+        ({"region": "eu-west-1"}, "region: eu-west-1 is not among the aws backend's regions"),
+        ({"tags": {"corral_server": "x"}}, "tags: corral_server is corral's own tag"),
+    ]
     async with server.client() as c:
-        for change, said in [
-            ({"public_ip": False}, "lets-encrypt certificate type is not supported for private gateways"),
-            ({"load_balancer": {"type": "alb"}}, "is not supported by corral's aws gateways"),
-            ({"certificate": {"type": "acm", "arn": "arn:aws:acm:x"}}, "The `acm` certificate type is not supported"),
-            ({"region": "eu-west-1"}, "region: eu-west-1 is not among the aws backend's regions"),
-            ({"tags": {"corral_server": "x"}}, "tags: corral_server is corral's own tag"),
-        ]:
+        for change, said in refusals:
             r = await _apply(c, {**base, **change})
             assert r.status_code == 400 and said in r.text, (change, r.text)
         assert (await c.post(G + "/list", json={})).json() == []
