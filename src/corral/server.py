@@ -351,7 +351,13 @@ async def _slurm_compute(settings: Settings, db: Any, registry: SlurmRegistry) -
 
     await slurm_backends.load_all(db, lambda: cipher_for(settings), registry)
     await slurm_backends.first_pass(registry)
-    return SlurmCompute(registry, slurm_hooks(db), settings.server_dir / "slurm", offers=registry.offers)
+    return SlurmCompute(
+        registry,
+        slurm_hooks(db),
+        settings.server_dir / "slurm",
+        offers=registry.offers,
+        max_pending=settings.slurm_max_pending,
+    )
 
 
 def _lazy_ssh_endpoint(ctx: Any) -> tuple[Any, Any]:

@@ -47,9 +47,13 @@ def _asyncssh() -> Any:
 class SshError(Exception):
     """Reaching a host over SSH failed; the message names the host and says why."""
 
-    def __init__(self, message: str, permanent: bool = False, login_refused: bool = False) -> None:
+    def __init__(
+        self, message: str, permanent: bool = False, login_refused: bool = False, session_refused: bool = False
+    ) -> None:
         super().__init__(message)
         self.permanent = permanent
+        #: The connection is up but the host refused one more session on it (try again shortly).
+        self.session_refused = session_refused
         #: The host did not accept the key (permanent for a host someone set up; a new cloud instance may
         #: not have authorised it yet).
         self.login_refused = login_refused
@@ -245,6 +249,8 @@ class HostLink:
             return await conn.run(command, input=data, check=False, timeout=timeout, encoding=None)
         except _asyncssh().TimeoutError:
             raise SshError(f"{self.target.label()}: a command did not finish within {timeout:.0f}s") from None
+        except _asyncssh().ChannelOpenError as e:  # the host refused a session (sshd's MaxSessions): the link is fine
+            raise SshError(f"{self.target.label()}: the host refused a session: {e}", session_refused=True) from None
         except (_asyncssh().Error, OSError) as e:
             self._drop()
             raise SshError(f"{self.target.label()}: the connection broke: {e}") from None

@@ -38,6 +38,7 @@ from corral.services import (
     serialize,
     service_runs,
     service_updates,
+    slurm_admission,
     volumes,
 )
 from corral.services.errors import ServiceError, StorageFull
@@ -153,6 +154,7 @@ async def admit(ctx: Context, project: ProjectRec, user: UserRec, plan: RunPlanI
     derived = derive_job_specs(ctx, spec, name)
     planned = derived.first
     await local_admission.check(ctx, project, user, spec, planned)
+    await slurm_admission.check(ctx, project, spec, planned)
     await repos.check_run_code(ctx, project, user, spec.document)
     now = round(time.time(), 6)  # microseconds: the wire resolution, so keyset pages are exact
     crons = run_options.schedule_crons(conf, merged, now)

@@ -31,6 +31,7 @@ from corral.services import (
     serialize,
     service_runs,
     service_updates,
+    slurm_admission,
 )
 from corral.services.errors import ResourceNotExists, ServiceError
 from corral.services.fleets import offer_json, price_sources
@@ -109,6 +110,7 @@ async def get_plan(ctx: Context, project: ProjectRec, user: UserRec, body: RunPl
     if verdict is None:
         try:  # what apply refuses outright the plan says too
             await local_admission.check(ctx, project, user, spec, specs[0] if specs else None)
+            await slurm_admission.check(ctx, project, spec, specs[0] if specs else None)
             await quota_admission.check(ctx, project, spec.nodes, specs[0] if specs else None)
         except ServiceError as e:
             verdict = e.msg

@@ -149,6 +149,7 @@ class Instances:
             recorded = (now_rec.agent or {}).get("url") if now_rec is not None else None
             if recorded != provisioned.agent.url:  # never kill an agent another replica recorded (adopted)
                 await compute.terminate_instance(inst.id, provisioned.agent)
+            self.ctx.wakeups.wake("instances")  # a row terminated meanwhile ends on the next pass, not the safety net
             return
         res_json = offer["resources"]
         log.info(

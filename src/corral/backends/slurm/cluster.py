@@ -32,8 +32,11 @@ CONNECT_TIMEOUT = 10.0
 #: The shortest time between two passes of ``sinfo``/``squeue`` (one per cluster, whoever asks).
 MIN_INTERVAL = 2.0
 #: Commands run at once on the connection: OpenSSH's sshd allows 10 sessions per connection (``MaxSessions``,
-#: sshd_config(5)); the channels to agents are not sessions and are not counted.
-MAX_SESSIONS = 8
+#: sshd_config(5)) and counts a finished command's session until its close is through, so 8 at a time was refused
+#: ("Session request failed") under load on the test cluster; the channels to agents are not sessions.
+MAX_SESSIONS = 4
+#: Tries of a command whose session the login node refused.
+SESSION_TRIES = 8
 #: ``scontrol show -o node`` is asked at most this often unless a caller asks for fresher.
 DETAILS_MAX_AGE = 60.0
 
@@ -112,8 +115,15 @@ class SlurmCluster:
 
     async def _run(self, cmd: str, input: str | None, timeout: float) -> CommandResult:
         script = f"echo {BOUNDARY}; echo {BOUNDARY} >&2; {cmd}"
-        async with self._sessions:  # sshd refuses sessions past MaxSessions, and the refusal drops the connection
-            res: Any = await self._link.run(f"bash -lc {shlex.quote(script)}", input=input, timeout=timeout)
+        for attempt in range(SESSION_TRIES):
+            try:
+                async with self._sessions:  # sshd refuses sessions past MaxSessions
+                    res: Any = await self._link.run(f"bash -lc {shlex.quote(script)}", input=input, timeout=timeout)
+                break
+            except SshError as e:  # a refused session: the ones closing are counted a moment longer
+                if not e.session_refused or attempt == SESSION_TRIES - 1:
+                    raise
+                await asyncio.sleep(0.1 * (attempt + 1))
         status = res.exit_status if res.exit_status is not None else -1
         return CommandResult(status, _after_boundary(res.stdout), _after_boundary(res.stderr))
 

@@ -131,6 +131,7 @@ class SlurmCompute:
         self.poll = poll
         self.request_timeout = request_timeout
         self._homes: dict[int, _Home] = {}
+        self._uploading: dict[int, asyncio.Lock] = {}
         self._tunnels: dict[str, Tunnel] = {}
 
     def offers(self) -> list[Offer]:
@@ -138,10 +139,17 @@ class SlurmCompute:
 
     # ---- the agent on the cluster ------------------------------------------------------------
     async def _home(self, cluster: Cluster) -> _Home:
-        """The cluster user's home and python3, with this build of the agent uploaded there (once)."""
+        """The cluster user's home and python3, with this build of the agent uploaded there (once: concurrent
+        provisionings wait for the first)."""
         known = self._homes.get(id(cluster))
         if known is not None:
             return known
+        lock = self._uploading.setdefault(id(cluster), asyncio.Lock())
+        async with lock:
+            known = self._homes.get(id(cluster))
+            return known if known is not None else await self._upload(cluster)
+
+    async def _upload(self, cluster: Cluster) -> _Home:
         digest = content_hash()
         probe = await cluster.run('echo "home=$HOME"; echo "python=$(command -v python3)"', timeout=30)
         facts = dict(line.split("=", 1) for line in _text(probe.stdout).splitlines() if "=" in line)
@@ -151,7 +159,8 @@ class SlurmCompute:
         path = batch.agent_path(home, digest)
         data = base64.b64encode(build_zipapp(self.cache_dir / "agent.pyz").read_bytes()).decode()
         q = shlex.quote(path)
-        command = f"test -s {q} || {{ mkdir -p $(dirname {q}) && base64 -d > {q}.tmp && mv -f {q}.tmp {q}; }}"
+        tmp = shlex.quote(f"{path}.tmp") + ".$$"  # another server may upload the same build at the same time
+        command = f"test -s {q} || {{ mkdir -p $(dirname {q}) && base64 -d > {tmp} && mv -f {tmp} {q}; }}"
         result = await cluster.run(command, input=data, timeout=120)
         if result.exit_status != 0:
             raise ProvisioningError(f"slurm: cannot upload the agent to {path}: {_tail(_text(result.stderr))}")
