@@ -24,7 +24,8 @@ from facts import CANONICAL_OWNER, INSUFFICIENT_CAPACITY, UBUNTU_2204_NAME, VCPU
 from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2
 
 import gateway_client
-from corral.backends.base import GatewayHost, GatewayProvisioner
+from corral.backends.base import GatewayHost, GatewayProvisioner, GatewaySpec
+from corral.backends.ssh_secrets import new_keypair
 from pebble_harness import PebbleLab
 from server_harness import RunningServer, fleet_body, get_run, make_settings, running_server, wait_for
 
@@ -283,6 +284,25 @@ async def test_a_launch_ec2_refuses_fails_the_gateway_with_ec2s_reason_and_capac
             await wait_for(lambda: _gone(c, "gw-quota"), timeout=30)
     finally:
         proxy.fault = None
+
+
+async def test_a_gateway_vm_launched_before_a_restart_is_adopted_not_launched_again(
+    server: RunningServer, moto: MotoEC2, proxy: FaultProxy
+) -> None:
+    aws = server.ctx.computes["aws"]
+    assert isinstance(aws, GatewayProvisioner)
+    _private, public = new_keypair("test")
+    spec = GatewaySpec("gw-adopt-row", "main", REGION, name="adopt", public_key=public, private_key="sealed")
+    seen = len(proxy.launches)
+    first = await aws.create_gateway(spec)
+    again = await aws.create_gateway(spec)  # as the worker does after a restart in the middle of the launch
+    assert first == again and len(proxy.launches) == seen + 1
+    (vm,) = _gateway_vms(moto, "gw-adopt-row")
+    assert vm["InstanceId"] == first.connection["aws"]["instance_id"] and first.address == vm["PublicIpAddress"]
+    await aws.terminate_gateway(spec, again)  # returns once EC2 says terminated
+    (vm,) = _gateway_vms(moto, "gw-adopt-row")
+    assert vm["State"]["Name"] == "terminated"
+    await aws.terminate_gateway(spec, again)  # gone already: a no-op
 
 
 async def _finished(c: httpx.AsyncClient, name: str) -> bool:

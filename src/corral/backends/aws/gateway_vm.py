@@ -31,23 +31,25 @@ from corral.domain import aws_tags
 #: The gateway's tag: the gateway's id (beside ``corral_instance``, which holds the same id for the reaper).
 TAG_GATEWAY = aws_tags.TAG_GATEWAY
 #: The ports a gateway's security group opens to the world: SSH (the server's connection), HTTP (ACME's
-#: HTTP-01 challenges and the redirect) and HTTPS -- dstack's gateway group ``dstack_gw_sg_<project>``, open on
-#: 22, 80 and 443 (dstack 0.22.5 ``core/backends/aws/resources.py``, ``create_gateway_security_group``).
+#: HTTP-01 challenges and the redirect) and HTTPS -- as dstack's gateway group ``dstack_gw_sg_<project>``,
+#: open to the world on 22, 80 and 443 (dstack 0.22.5, ``core/backends/aws``: its gateway's security group).
 GATEWAY_PORTS = (22, 80, 443)
-#: The root volume of a gateway's VM (GiB): the program, its state and its certificates only; the Ubuntu 22.04
-#: AMI's root snapshot is 8 GiB (DescribeImages' ``BlockDeviceMappings``), which the volume may not be under.
+#: The root volume of a gateway's VM (GiB), corral's choice: it holds the gateway's program, state and
+#: certificates only (an instance's 100 GiB would be paid for nothing). An ``os_images.cpu`` image whose root
+#: snapshot is larger is refused by RunInstances, and the gateway fails with EC2's reason.
 GATEWAY_DISK_GIB = 10
 
 
 def group_name(project: str) -> str:
     """``corral_gw_<project>``: the project's gateways' security group (a name up to 255 characters that does
-    not start with ``sg-``: AWS's CreateSecurityGroup ``GroupName``)."""
+    not start with ``sg-``: AWS's CreateSecurityGroup ``GroupName``, aws-facts I6)."""
     return f"corral_gw_{project}"[:255]
 
 
 def ingress_rules() -> list[dict[str, Any]]:
-    """AuthorizeSecurityGroupIngress' ``IpPermissions`` of the gateway group: tcp :data:`GATEWAY_PORTS` from
-    0.0.0.0/0."""
+    """AuthorizeSecurityGroupIngress' ``IpPermissions`` (botocore's input shape: ``IpProtocol``, ``FromPort``,
+    ``ToPort``, ``IpRanges``) of the gateway group: tcp :data:`GATEWAY_PORTS` from 0.0.0.0/0. A new group lets
+    everything out already (its default egress rule, aws-facts I5)."""
     return [
         {"IpProtocol": "tcp", "FromPort": p, "ToPort": p, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]} for p in GATEWAY_PORTS
     ]
