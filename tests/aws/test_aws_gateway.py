@@ -24,7 +24,7 @@ from facts import CANONICAL_OWNER, INSUFFICIENT_CAPACITY, UBUNTU_2204_NAME, VCPU
 from moto_harness import AMIS, REGION, VPC_NAME, FaultProxy, Hypervisor, MotoEC2
 
 import gateway_client
-from corral.backends.base import GatewayHost, GatewayProvisioner, GatewaySpec
+from corral.backends.base import GatewayHost, GatewayProvisioner, GatewaySpec, ProvisioningError
 from corral.backends.ssh_secrets import new_keypair
 from pebble_harness import PebbleLab
 from server_harness import RunningServer, fleet_body, get_run, make_settings, running_server, wait_for
@@ -303,6 +303,24 @@ async def test_a_gateway_vm_launched_before_a_restart_is_adopted_not_launched_ag
     (vm,) = _gateway_vms(moto, "gw-adopt-row")
     assert vm["State"]["Name"] == "terminated"
     await aws.terminate_gateway(spec, again)  # gone already: a no-op
+
+
+async def test_a_private_gateway_launches_in_a_subnet_routed_through_nat_without_a_public_ip(
+    server: RunningServer, proxy: FaultProxy, vpc: tuple[str, str, str]
+) -> None:
+    """``public_ip: false``: the backend's subnet choice for private instances (zone a's, routed through the NAT
+    gateway; the proxy has no capacity there, so the launch stops at its answer) and no public address."""
+    aws = server.ctx.computes["aws"]
+    assert isinstance(aws, GatewayProvisioner)
+    _vpc, zone_a, _zone_b = vpc
+    spec = GatewaySpec("gw-private-row", "main", REGION, public_ip=False, name="private", public_key="k")
+    seen = len(proxy.launches)
+    with pytest.raises(ProvisioningError, match="no zone of us-east-1 could launch the gateway's VM") as got:
+        await aws.create_gateway(spec)
+    assert got.value.kind == "no_capacity"  # tried again by the worker until the provisioning timeout
+    assert [(lt.subnet, lt.error) for lt in proxy.launches[seen:]] == [(zone_a, INSUFFICIENT_CAPACITY)]
+    (form,) = [f for action, f in proxy.requests if action == "RunInstances"][-1:]
+    assert form["NetworkInterface.1.AssociatePublicIpAddress"] == ["false"], form
 
 
 async def _finished(c: httpx.AsyncClient, name: str) -> bool:
