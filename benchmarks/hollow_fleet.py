@@ -30,9 +30,10 @@ processes' CPU seconds and peak RSS; the database's growth (SQLite's files, or `
 - ``max_over_cap``: the most blocks ever in use beyond a host's blocks, or beyond a fleet's (its hosts
   times their blocks), and the most instances ever in use by the capped project beyond its ``quota.max``
   ``instances`` (smaller than its fleet's hosts, so that cap is exercised): each must be 0;
-- ``order_inversions``: jobs of one project and fleet (all of one shape) where a job started while one of
-  higher priority, or of the same priority applied earlier, had been applied more than ``--slack`` seconds
-  before and started more than ``--slack`` seconds after it (the scheduler's order: priority, then submission
+- ``order_inversions``: jobs of one project and fleet (all of one shape) where a job took the fleet's last
+  free block (or the capped project's last instance under its quota) while one of higher priority, or of the
+  same priority applied earlier, had been applied more than ``--slack`` seconds before and started more than
+  ``--slack`` seconds after it (the scheduler's order: priority, then submission
   time). A host sees a job when the jobs worker hands it over, which follows its placement by a delay that
   varies from job to job (up to 12 s, p90 8.6 s, with 2,000 hosts on a busy 2-core machine), so order is
   checked only to that slack (default 15 s); placements closer together than that are not told apart;
@@ -262,14 +263,18 @@ async def wait_drained(c: httpx.AsyncClient, timeout: float) -> bool:
 
 
 # ---- the checks, from the hollow hosts' record -----------------------------------------------------------
-def over_caps(b: Bench, ran: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:
-    """The most blocks ever in use beyond a host's or a fleet's blocks, and instances beyond the quota; and
-    the most blocks one fleet and the capped project's instances ever had in use (the caps were reached)."""
+Caps = tuple[dict[str, int], dict[str, int], dict[str, bool]]
+
+
+def over_caps(b: Bench, ran: list[dict[str, Any]]) -> Caps:
+    """The most blocks ever in use beyond a host's or a fleet's blocks, and instances beyond the quota; the
+    most blocks one fleet and the capped project's instances ever had in use (the caps were reached); and for
+    each run, whether its start left its fleet no free block (or the capped project at its quota)."""
     fleet_of = {h: name for name, (_, hosts) in b.fleets.items() for h in hosts}
     marks = []
     for r in ran:
-        marks.append((r["start"], 1, r["host"]))
-        marks.append((r["end"] if r["end"] is not None else float("inf"), -1, r["host"]))
+        marks.append((r["start"], 1, r["host"], r["run_name"]))
+        marks.append((r["end"] if r["end"] is not None else float("inf"), -1, r["host"], r["run_name"]))
     marks.sort(key=lambda m: (m[0], m[1]))  # at one instant, an end before a start
     on_host: dict[str, int] = {}
     on_fleet: dict[str, int] = {}
@@ -277,7 +282,8 @@ def over_caps(b: Bench, ran: list[dict[str, Any]]) -> tuple[dict[str, int], dict
     capped_busy = 0
     worst = {"host": 0, "fleet": 0, "quota_instances": 0, "unknown_host": 0}
     peak = {"fleet_blocks": 0, "quota_instances": 0}  # how close the busiest fleet and the quota came
-    for _, delta, host in marks:
+    tight: dict[str, bool] = {}
+    for _, delta, host, run in marks:
         fleet = fleet_of.get(host)
         if fleet is None:
             worst["unknown_host"] += delta > 0
@@ -292,12 +298,19 @@ def over_caps(b: Bench, ran: list[dict[str, Any]]) -> tuple[dict[str, int], dict
         worst["quota_instances"] = max(worst["quota_instances"], capped_busy - b.quota_instances)
         peak["fleet_blocks"] = max(peak["fleet_blocks"], on_fleet[fleet])
         peak["quota_instances"] = max(peak["quota_instances"], capped_busy)
-    return worst, peak
+        if delta > 0:
+            full = on_fleet[fleet] >= len(b.fleets[fleet][1]) * b.args.blocks
+            tight[run] = full or (host in capped_hosts and capped_busy >= b.quota_instances)
+    return worst, peak, tight
 
 
-def order_inversions(b: Bench, start_of: dict[str, float], examples: list[str] | None = None) -> int:
-    """Jobs that started while one that should go first (higher priority, or the same priority applied
-    earlier) of their project and fleet had waited more than ``--slack`` seconds and started later."""
+def order_inversions(
+    b: Bench, start_of: dict[str, float], tight: dict[str, bool], examples: list[str] | None = None
+) -> int:
+    """Jobs that took their fleet's last free block (or the capped project's last instance under its quota)
+    while one that should go first (higher priority, or the same priority applied earlier) of their project
+    and fleet had waited more than ``--slack`` seconds and started more than that later: capacity the waiting
+    job could have used. (A waiting job that had room beside them waited for something else: latency.)"""
     slack, inf = b.args.slack, float("inf")
     groups: dict[tuple[str, str], list[Applied]] = {}
     for a in b.applied:
@@ -314,7 +327,7 @@ def order_inversions(b: Bench, start_of: dict[str, float], examples: list[str] |
             by_level[p] = ([a.applied_at for a in level], prefix)
         for a in jobs:
             s = start_of.get(a.run_name)
-            if s is None:
+            if s is None or not tight.get(a.run_name):
                 continue
             for p, (applied, prefix) in by_level.items():
                 if p < a.priority:
@@ -337,7 +350,7 @@ def check(b: Bench, record: dict[str, Any], t0: float) -> dict[str, Any]:
         if r["run_name"] in start_of:
             twice.append(f"{r['run_name']} on {r['host']} ({r['job_id']}, {r['outcome']})")
         start_of.setdefault(r["run_name"], r["start"])
-    worst, peak = over_caps(b, ran)
+    worst, peak, tight = over_caps(b, ran)
     examples: list[str] = []
     starts = sorted(start_of.values())
     applied_at = {a.run_name: a.applied_at for a in b.applied}
@@ -358,7 +371,7 @@ def check(b: Bench, record: dict[str, Any], t0: float) -> dict[str, Any]:
             "quota_max_instances": b.quota_instances,
         },
         "ran_twice": len(twice),
-        "order_inversions": order_inversions(b, start_of, examples),
+        "order_inversions": order_inversions(b, start_of, tight, examples),
         "examples": {"ran_twice": twice[:5], "order_inversions": examples},
         "placements_per_s": len(starts) / max(1e-9, starts[-1] - t0) if starts else 0.0,
         "apply_to_running_free_p50_s": statistics.median(first) if first else None,

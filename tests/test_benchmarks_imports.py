@@ -78,6 +78,10 @@ def test_the_hollow_fleet_checks_find_an_overrun_and_an_inversion(tmp_path: Path
     over = [*clean, ran("h1", "e", 2, 4), ran("c2", "f", 1, 2)]
     assert hf.over_caps(b, over)[0] == {"host": 1, "fleet": 1, "quota_instances": 1, "unknown_host": 0}
 
+    assert hf.over_caps(b, clean)[2] == {"a": False, "b": False, "c": True, "d": True}  # c filled f, d the quota
+
     b.applied = [hf.Applied("hi", "main", "f", 90, 0.0), hf.Applied("lo", "main", "f", 10, 0.0)]
-    assert hf.order_inversions(b, {"hi": 1.0, "lo": 2.0}) == 0
-    assert hf.order_inversions(b, {"hi": 9.0, "lo": 2.0}) == 1  # the lower one went first, the higher waiting
+    assert hf.order_inversions(b, {"hi": 1.0, "lo": 2.0}, {"lo": True, "hi": True}) == 0
+    # the lower one took the last block, the higher one waiting: an inversion; with room left, only latency
+    assert hf.order_inversions(b, {"hi": 9.0, "lo": 2.0}, {"lo": True}) == 1
+    assert hf.order_inversions(b, {"hi": 9.0, "lo": 2.0}, {"lo": False}) == 0
