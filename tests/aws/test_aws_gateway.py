@@ -118,11 +118,11 @@ async def _apply(c: httpx.AsyncClient, conf: dict[str, Any]) -> httpx.Response:
     return await c.post(G + "/apply", json={"plan": {"spec": {"configuration": conf}}, "force": False})
 
 
-async def _start_service(c: httpx.AsyncClient, name: str) -> None:
+async def _start_service(c: httpx.AsyncClient, name: str, gateway: str) -> dict[str, Any]:
     r = await c.post("/api/project/main/fleets/apply", json=fleet_body(name="local", nodes="0..1"))
     assert r.status_code == 200, r.text
     conf = {
-        "type": "service", "name": name, "port": 8000, "gateway": False,
+        "type": "service", "name": name, "port": 8000, "gateway": gateway,
         "commands": [f"echo {APP} | base64 -d > app.py", "exec python3 app.py 8000"],
         "resources": {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."}, "fleets": ["local"],
     }  # fmt: skip
@@ -136,15 +136,7 @@ async def _start_service(c: httpx.AsyncClient, name: str) -> None:
         return any(j["job_submissions"][-1].get("corral_ready") for j in run["jobs"])
 
     await wait_for(ready, timeout=90, interval=0.3)
-
-
-async def _publish(server: RunningServer, run_name: str, gateway_id: str) -> None:
-    """Put the running service on the gateway (as its ``gateway:`` does at apply)."""
-    from corral.store.tables import runs
-
-    async with server.ctx.db.write() as conn:
-        await conn.execute(sa.update(runs).where(runs.c.run_name == run_name).values(gateway_id=gateway_id))
-    server.ctx.wakeups.wake("gateways")
+    return await get_run(c, name)
 
 
 async def test_what_an_aws_gateway_refuses(server: RunningServer) -> None:
@@ -170,7 +162,6 @@ async def test_a_gateway_on_its_own_vm_serves_over_tls_and_deleting_it_terminate
     root.write_text(lab.root_pem())
     host = f"svc.{DOMAIN}"
     async with server.client() as c:
-        await _start_service(c, "svc")
         conf = {"type": "gateway", "name": "gw", "backend": "aws", "region": REGION, "domain": DOMAIN,
                 "tags": {"cost": "gateways"}}  # fmt: skip
         r = await _apply(c, conf)
@@ -208,7 +199,8 @@ async def test_a_gateway_on_its_own_vm_serves_over_tls_and_deleting_it_terminate
 
         ip = vm["PrivateIpAddress"]  # the fake host booted there (the lab's DNS says the domain is there)
         lab.set_default_ipv4(ip)
-        await _publish(server, "svc", gw["id"])
+        run = await _start_service(c, "svc", "gw")  # published on the gateway, as dstack's service says it
+        assert run["service"]["url"] == f"https://{host}", run["service"]
 
         async def served() -> gateway_client.Answer | None:
             with contextlib.suppress(OSError, ssl.SSLError, asyncio.TimeoutError):
