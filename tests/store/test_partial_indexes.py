@@ -78,7 +78,7 @@ async def _plan(conn: AsyncConnection, statement: sa.ClauseElement, sqlite: bool
 
 async def _history(conn: AsyncConnection, finished: int) -> None:
     """``finished`` runs that ended (one job each, on instance ``i``, every tenth preempted) and two active runs,
-    in project ``p``."""
+    in project ``p``; all but the first two (user ``v``'s) by user ``u``."""
     await admin_and_project(conn, 0.0)
     statuses = ["done", "failed", "terminated"]
     run_rows = [
@@ -101,6 +101,13 @@ async def _history(conn: AsyncConnection, finished: int) -> None:
             last_processed_at=0.0,
         )
     )  # fmt: skip
+    await conn.execute(
+        sa.insert(tables.users).values(
+            id="v", name="few", token="t2", token_hash="h2", global_role="user", active=True, deleted=False,
+            created_at=0.0,
+        )
+    )  # fmt: skip
+    run_rows[0]["user_id"] = run_rows[1]["user_id"] = "v"
     await conn.execute(sa.insert(tables.runs), run_rows)
     await conn.execute(sa.insert(tables.jobs), job_rows)
     if conn.dialect.name == "postgresql":
@@ -112,7 +119,7 @@ async def test_active_runs_and_preempted_jobs_are_read_from_their_own_indexes(db
     """With a history of finished runs, a project's active runs (``dstack ps``), every active run (the runs
     worker's pass), the active runs of every project (an admin's list), the recent preemption victims and the
     leased jobs (dropped at a SQLite server's start) are read from partial indexes whose size is the live
-    workload's, not from indexes of the whole history."""
+    workload's, not from indexes of the whole history; a user's runs from their own index."""
     db = Database(db_url)
     await upgrade(db)
     active = ("ix_runs_active", "ix_runs_project_active")
@@ -122,6 +129,7 @@ async def test_active_runs_and_preempted_jobs_are_read_from_their_own_indexes(db
         (run_states.ACTIVE_RUNS, active),  # unordered: either is the active runs alone
         (preemption.ENDED_VICTIMS.params(since=0.0), ("ix_jobs_preempted",)),
         (instance_outcomes.DROP_JOB_LEASES, ("ix_jobs_leased",)),
+        (runs.run_keys_query(None, user_id="v"), ("ix_runs_user_submitted",)),  # a user with 2 runs of 3,002
     ]
     async with db.write() as conn:
         await _history(conn, 3000)

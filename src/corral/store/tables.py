@@ -262,6 +262,9 @@ runs = sa.Table(
     sa.Index("ix_runs_submitted", "submitted_at", "id"),
     sa.Index("ix_runs_status", "status"),
     sa.Index("ix_runs_next_triggered_at", "next_triggered_at"),
+    #: A user's runs, newest first (``runs/list`` by ``username``, the UI's user filter): the keyset walks that
+    #: user's runs alone, not every user's newest until it has a page of theirs.
+    sa.Index("ix_runs_user_submitted", "user_id", "submitted_at", "id"),
     #: ``GET /metrics``'s run counts by project, user and status: an index-only count.
     sa.Index("ix_runs_project_user_status", "project_id", "user_id", "status"),
     #: The active runs alone, newest last (all of them; a project's): their size is the live workload's.
