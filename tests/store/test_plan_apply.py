@@ -255,3 +255,21 @@ async def test_a_lone_job_rejected_between_other_gangs_leaves_them_whole(db_url:
     assert rows["third"].status_message == "Waiting for capacity"
     assert inst.busy_blocks == 1 and about == {"first"}
     await db.dispose()
+
+
+async def test_concurrent_plans_taking_instances_in_opposite_orders_do_not_deadlock(db_url: str) -> None:
+    """Two replicas' plans assign to the same two instances in opposite orders (each its own queue's order):
+    each gang locks its instance's row, so without one order for a whole plan each commit holds one instance
+    and waits for the other's (Postgres: ``deadlock detected``, the pass fails and runs again)."""
+    db = await _db(db_url)
+    await _instance(db, "x", "idle", agent=True, total_blocks=8)
+    await _instance(db, "y", "idle", agent=True, total_blocks=8)
+    for round_ in range(4):
+        jobs_ = [f"r{round_}-{n}" for n in range(4)]
+        for j in jobs_:
+            await _job(db, j)
+        a = Plan((Gang(jobs_[0], (Assign(jobs_[0], "x", 1),)), Gang(jobs_[1], (Assign(jobs_[1], "y", 1),))))
+        b = Plan((Gang(jobs_[2], (Assign(jobs_[2], "y", 1),)), Gang(jobs_[3], (Assign(jobs_[3], "x", 1),))))
+        results = await asyncio.gather(apply_plan(db, a, time.time()), apply_plan(db, b, time.time()))
+        assert sorted(j for r in results for j in r.assigned) == sorted(jobs_)
+    await db.dispose()

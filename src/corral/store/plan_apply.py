@@ -3,7 +3,10 @@
 ``apply_plan`` commits a scheduler ``Plan`` in one short write transaction. For each gang (the jobs of
 one run) it locks what the decisions touch -- the fleet row for a reservation, the instance row for an
 assignment (``SELECT ... FOR UPDATE`` on Postgres; SQLite's ``BEGIN IMMEDIATE`` already excludes every
-other writer) -- recounts from current rows, and commits the gang whole or not at all (a savepoint).
+other writer) -- recounts from current rows, and commits the gang whole or not at all (a savepoint). The
+rows a whole plan will lock are locked first, in one order (its fleets', then its instances', each sorted by
+id): gang by gang in plan order, two replicas' plans touching the same instances in different orders each held
+one and waited for the other's (Postgres: ``deadlock detected``; ``benchmarks/hollow_fleet.py --postgres``).
 
 A new instance carved out of a shared host (the local machine) is committed only while the blocks of
 that host held by live instances, recounted from their rows, leave room for it; it is given the host's
@@ -399,9 +402,26 @@ async def apply_plan(
             await db.serialize(conn, project_lock_key(project_id))
         for backend in _capped_backends(plan, limits, pools):
             await db.serialize(conn, backend_lock_key(backend))
+        await _lock_rows(db, conn, plan)
         for gang in plan.gangs:
             await _apply_gang(db, conn, gang, now, limits, pools, result, quotas, holds, columns)
     return result
+
+
+async def _lock_rows(db: Database, conn: AsyncConnection, plan: Plan) -> None:
+    """Lock the fleet rows the plan reserves in and the instance rows it assigns to or reclaims, each kind
+    sorted, before any gang takes them (nothing on SQLite, whose write transaction excludes every writer)."""
+    if db.is_sqlite:
+        return
+    decisions = [d for gang in plan.gangs for d in gang.decisions]
+    fleet_ids = sorted({d.fleet_id for d in decisions if isinstance(d, Reserve)})
+    instance_ids = sorted({d.instance_id for d in decisions if isinstance(d, (Assign, Reclaim))})
+    if fleet_ids:
+        await conn.execute(
+            db.for_update(sa.select(fleets.c.id).where(fleets.c.id.in_(fleet_ids)).order_by(fleets.c.id))
+        )
+    for instance_id in instance_ids:
+        await lock_instance(conn, instance_id)
 
 
 def _takes_capacity(gang: Gang) -> bool:
