@@ -110,6 +110,12 @@ def _remove_net(n: int) -> None:
                     os.kill(int(pid), signal.SIGKILL)
             sh("ip", "netns", "del", ns, check=False)
     sh("ip", "link", "del", f"cfh{n}br", check=False)
+    # a host's veth outlives its namespace while a killed process still holds it: a later run of net n could not
+    # make its own (``ip link add cfh<n>v<i>``: "File exists")
+    for line in sh("ip", "-o", "link", "show", check=False).stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if name.startswith(f"cfh{n}v") and name[len(f"cfh{n}v") :].isdigit():
+            sh("ip", "link", "del", name, check=False)
     fakehost_docker.remove_cgroups(f"cfh{n}-")
     shutil.rmtree(f"/dev/shm/corral-fakehosts-{n}", ignore_errors=True)
     (OWNERS / str(n)).unlink(missing_ok=True)

@@ -285,8 +285,9 @@ async def test_fleet_deletion_leaves_no_slurm_job(slurm: SlurmTestCluster, serve
         slurm.as_user("sbatch -p cpu -N1 --exclusive --wrap 'sleep 300' -o /dev/null")
     async with server.client() as c:
         await apply_fleet(c)
-        await submit(c, "run-a", ["sleep 600"])
-        await submit(c, "run-b", ["sleep 600"])
+        whole_node = {"cpu": "4..", "memory": "0.1GB.."}  # one per node: the second pends in Slurm
+        await submit(c, "run-a", ["sleep 600"], resources=whole_node)
+        await submit(c, "run-b", ["sleep 600"], resources=whole_node)
 
         async def one_running_one_pending() -> bool:
             states = sorted(j["state"] for j in corral_jobs(slurm))
