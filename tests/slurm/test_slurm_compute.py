@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral.backends.base import ProvisioningError
+from corral.backends.base import GangLauncher, InterruptionSource, PortOpener, ProvisioningError
 from corral.backends.slurm.batch import SiteOptions
 from corral.backends.slurm.cluster import SlurmCluster
 from corral.backends.slurm.compute import Cluster, Hooks, SlurmCompute
@@ -198,3 +198,9 @@ async def test_reaper_and_lost_allocations(slurm: SlurmTestCluster, backend: Bac
         assert time.monotonic() < deadline
         await asyncio.sleep(0.5)
     assert lost[0].row_id == kept.id and f"Slurm job {job['id']}" in lost[0].message
+
+
+async def test_the_capabilities_it_has(backend: Backend) -> None:
+    assert isinstance(backend.compute, GangLauncher)  # a multi-node run is one allocation
+    assert isinstance(backend.compute, InterruptionSource)  # allocations ended outside corral
+    assert isinstance(backend.compute, PortOpener)  # services' replicas on the nodes

@@ -6,9 +6,9 @@ A capability is a ``runtime_checkable`` Protocol: the code that needs one asks `
 
 | capability | what it does | implemented by |
 |---|---|---|
-| :class:`GangLauncher` | launches a gang's instances together, all or none | ``aws`` |
-| :class:`InterruptionSource` | says which live instances the provider took away, forgets them | ``aws`` |
-| :class:`PortOpener` | opens a stream to a port on an instance's host (the proxy, the probes) | ``local``, ``ssh`` |
+| :class:`GangLauncher` | launches a gang's instances together, all or none | ``aws``, ``slurm`` |
+| :class:`InterruptionSource` | says which live instances the provider took away, forgets them | ``aws``, ``slurm`` |
+| :class:`PortOpener` | opens a stream to a port on an instance's host (the proxy, the probes) | ``local``, ``ssh``, ``slurm`` |
 | :class:`SharedHost` | carves its instances out of one host; says whether its jobs have a sandbox | ``local`` |
 | :class:`GatewayProvisioner` | brings up and tears down a host for a gateway, and says its address | ``aws`` |
 """
