@@ -211,7 +211,7 @@ async def test_a_two_node_task_is_one_allocation_whose_nodes_talk(
         'print("got", c.recv(100).decode())\'; '
         "else "
         "python3 -c 'import socket,time,os\n"
-        "for i in range(100):\n"
+        "for i in range(600):\n"  # rank 0 may start later: up to a minute
         "    try:\n"
         '        s=socket.create_connection((os.environ["DSTACK_MASTER_NODE_IP"], 29511)); break\n'
         "    except OSError: time.sleep(0.1)\n"
