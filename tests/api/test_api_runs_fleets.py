@@ -301,8 +301,12 @@ async def test_unsupported_types_validate_then_400(server: RunningServer) -> Non
             "domain": "example.com",
         }
         r = await c.post("/api/project/main/gateways/get_plan", json={"spec": {"configuration": gw}})
+        assert r.status_code == 400  # aws hosts gateways, but this project has no aws backend
+        assert r.json()["detail"][0]["msg"].startswith("Project main has no aws backend")
+        gcp = {**gw, "backend": "gcp"}
+        r = await c.post("/api/project/main/gateways/get_plan", json={"spec": {"configuration": gcp}})
         assert r.status_code == 400
-        assert r.json()["detail"][0]["msg"].startswith("Gateways are not supported for aws backend")
+        assert r.json()["detail"][0]["msg"].startswith("Gateways are not supported for gcp backend")
         vol = {"type": "volume", "name": "vol", "backend": "aws", "region": "us-east-1", "size": "100GB"}
         r = await c.post("/api/project/main/volumes/create", json={"configuration": vol})
         assert r.status_code == 400

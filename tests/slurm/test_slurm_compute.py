@@ -157,6 +157,11 @@ async def test_pending_reason_is_said_and_an_unwanted_row_cancels_its_job(
 ) -> None:
     for _ in CPU_NODES:  # the cpu partition full
         slurm.as_user("sbatch -p cpu -N1 --exclusive --wrap 'sleep 300' -o /dev/null")
+    # Once they all run, a new job waits for Resources (while one still pends, Slurm says Priority).
+    deadline = time.monotonic() + 30
+    while sum(j["state"] == "RUNNING" for j in slurm.squeue()) < len(CPU_NODES):
+        assert time.monotonic() < deadline, slurm.squeue()
+        await asyncio.sleep(0.2)
     row = _row(backend.rows)
     task = asyncio.create_task(backend.compute.create_instance(row))
     deadline = time.monotonic() + 20

@@ -35,7 +35,7 @@ HOSTS = {
 #: Kill everything but sshd and this shell (agents and their jobs), remove what corral installed.
 CLEAN_HOST = (
     "ps -eo pid=,comm= | awk '$2 !~ /^(sshd|bash|sh|ps|awk|xargs)$/ {print $1}' | xargs -r kill -9; "
-    'rm -rf "$HOME/.corral-agent" /etc/systemd/system/corral-agent.service; true'
+    'rm -rf "$HOME/.corral-agent" "$HOME/.corral-gateway" /etc/systemd/system/corral-agent.service; true'
 )
 
 

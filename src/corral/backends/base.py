@@ -8,7 +8,7 @@ A capability is a ``runtime_checkable`` Protocol: the code that needs one asks `
 |---|---|---|
 | :class:`GangLauncher` | launches a gang's instances together, all or none | ``aws``, ``slurm`` |
 | :class:`InterruptionSource` | says which live instances the provider took away, forgets them | ``aws``, ``slurm`` |
-| :class:`PortOpener` | opens a stream to a port on an instance's host (the proxy, the probes) | ``local``, ``ssh``, ``slurm`` |
+| :class:`PortOpener` | opens a stream to a port on an instance's host (proxy, probes) | ``local``, ``ssh``, ``slurm`` |
 | :class:`SharedHost` | carves its instances out of one host; says whether its jobs have a sandbox | ``local`` |
 | :class:`GatewayProvisioner` | brings up and tears down a host for a gateway, and says its address | ``aws`` |
 """

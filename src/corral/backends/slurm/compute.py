@@ -351,17 +351,25 @@ class SlurmCompute:
 
     # ---- termination -------------------------------------------------------------------------
     async def _cancel(self, conn: Cluster, job_id: str, wait: float = 0.0) -> None:
-        """``scancel`` the job; with ``wait``, until Slurm no longer runs it (raises past that, to be retried)."""
+        """``scancel`` the job; with ``wait``, until Slurm no longer runs it (raises past that, to be retried).
+
+        A job in ``COMPLETING`` is waited for too, within ``wait``, but never raised for: its step daemon writes
+        the cancellation line into the job's output file on its way out, which would bring back a file removed
+        before it is done; a node stuck completing only delays the removal.
+        """
         result = await conn.run(f"scancel {job_id}")
         if result.exit_status != 0 and "Invalid job id" not in _text(result.stderr):
             raise RuntimeError(f"scancel {job_id} failed: {_tail(_text(result.stderr))}")
         deadline = time.monotonic() + wait
         while wait > 0:
             job = _job(await conn.snapshot(max_age=0), job_id)
-            if job is None or job.state not in ("PENDING", "RUNNING", "CONFIGURING", "SUSPENDED"):
+            running = job is not None and job.state in ("PENDING", "RUNNING", "CONFIGURING", "SUSPENDED")
+            if job is None or not (running or job.state == "COMPLETING"):
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"Slurm job {job_id} is still {job.state} after scancel")
+                if running:
+                    raise RuntimeError(f"Slurm job {job_id} is still {job.state} after scancel")
+                return
             await asyncio.sleep(0.5)
 
     async def terminate_instance(self, instance_id: str, agent: AgentEndpoint | None) -> None:
