@@ -160,7 +160,12 @@ class SlurmCompute:
         data = base64.b64encode(build_zipapp(self.cache_dir / "agent.pyz").read_bytes()).decode()
         q = shlex.quote(path)
         tmp = shlex.quote(f"{path}.tmp") + ".$$"  # another server may upload the same build at the same time
-        command = f"test -s {q} || {{ mkdir -p $(dirname {q}) && base64 -d > {tmp} && mv -f {tmp} {q}; }}"
+        # An agent already there still reads its input to the end: a command that exits before taking all of it
+        # closes the channel under the writer ("Channel not open for sending"), which reads as a broken connection.
+        command = (
+            f"if test -s {q}; then cat > /dev/null; "
+            f"else mkdir -p $(dirname {q}) && base64 -d > {tmp} && mv -f {tmp} {q}; fi"
+        )
         result = await cluster.run(command, input=data, timeout=120)
         if result.exit_status != 0:
             raise ProvisioningError(f"slurm: cannot upload the agent to {path}: {_tail(_text(result.stderr))}")
