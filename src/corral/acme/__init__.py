@@ -6,8 +6,8 @@ Binding (RFC 8555 §7.3.4), the order, its authorizations and their HTTP-01 chal
 P-256 key per certificate), finalization and the chain's download; and the translation of every ACME problem
 document (RFC 8555 §6.7) into an :class:`AcmeError` whose message a user can act on.
 
-May import: nothing of corral (the caller reads ``Settings`` and passes the directory URL, the CA bundle and the
-EAB credentials in); httpx and cryptography.
+May import: of corral only ``settings`` (the Let's Encrypt directory constant; the caller reads ``Settings`` and
+passes the directory URL, the CA bundle and the EAB credentials in); httpx and cryptography.
 
 Why not certbot's ``acme`` library: it would pull pyOpenSSL and josepy into the server (two more packages to
 lock and patch, one of them a deprecated binding), its API is synchronous (the server would run each issuance
