@@ -58,3 +58,17 @@ async def request(
     raw = await asyncio.wait_for(reader.read(), timeout)
     writer.close()
     return _parse(raw)
+
+
+async def certified(address: str, host: str, *, cafile: str, port: int = 443, timeout: float = 5.0) -> bool:
+    """Whether the gateway completes a TLS handshake for ``host`` with a certificate ``cafile`` verifies; no
+    request is sent, so nothing is counted or woken."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(address, port, ssl=ctx, server_hostname=host), timeout
+        )
+    except (OSError, ssl.SSLError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    return True

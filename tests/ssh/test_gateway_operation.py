@@ -317,6 +317,10 @@ async def test_model_endpoint_and_scaling_from_zero_on_the_gateways_counts(
         await wait_for(entry_certified, timeout=60, interval=0.5)
         models = await gateway_client.request(ip, entry, "/models", cafile=str(root), headers=auth)
         assert [m["id"] for m in json.loads(models.body)["data"]] == ["org/m"], models
+        # the service's own name is certified apart from the entry's; until then SNI refuses it
+        await wait_for(
+            lambda: gateway_client.certified(ip, f"llm.{DOMAIN}", cafile=str(root)), timeout=60, interval=0.5
+        )
         # at zero replicas: a request to the service's host is held until the service has scaled up
         chat: dict[str, Any] = {"model": "org/m", "messages": [{"role": "user", "content": "hi"}]}
         got = await gateway_client.request(
