@@ -237,6 +237,8 @@ class JobOutcomes:
             "last_processed_at": now,
         }
         async with self.ctx.db.write() as conn:
+            if job.instance_id:  # the instance's row before the job's: see :meth:`finish`
+                await fleet_store.lock_instance(conn, job.instance_id)
             await run_store.update_job(conn, job.id, values, expect_status=ACTIVE_JOB)
             if job.instance_id:
                 await fleet_store.release_instance(conn, job.instance_id, now)
@@ -268,6 +270,11 @@ class JobOutcomes:
         if tail is not None:  # the lease (held: the tail's write below checks it) goes with the end
             values.update(lock_owner=None, lock_token=None, lock_expires_at=None)
         async with self.ctx.db.write() as conn:
+            if job.instance_id:
+                # the instance's row first, as the commit point takes it: a second write of the job's row below
+                # has Postgres check its keys, share-locking the instance's row, and two ends on one host that
+                # each held that and asked for the row to release it deadlocked
+                await fleet_store.lock_instance(conn, job.instance_id)
             if tail is not None:
                 if not await run_store.append_logs_guarded(conn, job.id, tail.token, tail.entries, tail.next_offset):
                     return False
