@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateIndex
 
-from corral.store import instance_outcomes, preemption, queue_reader, run_states, runs, service_drains, tables
+from corral.store import fleet_reader, instance_outcomes, preemption, queue_reader, run_states, runs, service_drains, tables
 from corral.store.db import Database
 from corral.store.migrate import upgrade
 from store_rows import admin_and_project
@@ -21,15 +21,17 @@ POSTGRES_TERMS = {
     "ix_jobs_queued": ("'submitted'", "instance_id IS NULL"),
     "ix_jobs_preempted": ("'preempted'",),
     "ix_jobs_leased": ("lock_owner IS NOT NULL",),
+    "ix_instances_live": ("NOT deleted", "'terminated'"),
 }
 
 
 async def test_live_unique_indexes_have_the_predicate_the_migrations_built(db_url: str) -> None:
     db = Database(db_url)
     await upgrade(db)
-    # projects, fleets, volumes, gateways' default, runs; the active runs; the queue, preempted and leased jobs
-    assert [i.name for i, _ in tables._POSTGRES_WHERE if i.name in POSTGRES_TERMS] == list(POSTGRES_TERMS)
-    assert len(tables._POSTGRES_WHERE) == 10
+    # projects, fleets, live instances, volumes, gateways' default, runs; the active runs; the queue, preempted and
+    # leased jobs
+    assert sorted(i.name for i, _ in tables._POSTGRES_WHERE if i.name in POSTGRES_TERMS) == sorted(POSTGRES_TERMS)
+    assert len(tables._POSTGRES_WHERE) == 11
     async with db.read() as conn:
         for index, where in tables._POSTGRES_WHERE:
             expected = str(index.dialect_options["sqlite"]["where"]) if db.is_sqlite else where
@@ -67,6 +69,25 @@ async def test_the_queue_is_read_from_its_own_index_alone(db_url: str) -> None:
             query = queue_reader._QUEUE_STATE["postgresql"]
             plan = [row[0] for row in (await conn.execute(sa.text(f"EXPLAIN {query}"))).all()]
             assert plan[0].startswith("Index Only Scan using ix_jobs_queued"), plan
+    await db.dispose()
+
+
+async def test_the_live_instances_state_is_read_from_its_own_index_alone(db_url: str) -> None:
+    """A scheduling pass reads every live instance's (id, fleet, version) from ``ix_instances_live`` without the
+    table's rows (``store/fleet_reader.py``), whatever the terminated instances of the history."""
+    db = Database(db_url)
+    await upgrade(db)
+    async with db.read() as conn:
+        if db.is_sqlite:
+            query = fleet_reader.STATE_SQL["sqlite"]
+            plan = [row[-1] for row in (await conn.execute(sa.text(f"EXPLAIN QUERY PLAN {query}"))).all()]
+            assert plan == ["SCAN instances USING COVERING INDEX ix_instances_live"], plan
+        else:
+            await conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
+            await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+            query = fleet_reader.STATE_SQL["postgresql"]
+            plan = [row[0] for row in (await conn.execute(sa.text(f"EXPLAIN {query}"))).all()]
+            assert plan[0].startswith("Index Only Scan using ix_instances_live"), plan
     await db.dispose()
 
 

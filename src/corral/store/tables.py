@@ -46,6 +46,9 @@ PREEMPTED_SQL = "stop_requested = 'preempted'"
 #: A job some server holds a lease on, as SQL text: its partial index's predicate, so that dropping the leases at
 #: start-up (SQLite) reads the few leased jobs, not every job.
 LEASED_SQL = "lock_owner IS NOT NULL"
+#: An instance not deleted and not yet confirmed terminated, as SQL text: the predicate of ``ix_instances_live``,
+#: whose rows are what a scheduling pass reads of every instance (``store/fleet_reader.py``).
+LIVE_INSTANCE_SQL = "NOT deleted AND status != 'terminated'"
 
 
 def _partial(name: str, *columns: str, where: str) -> sa.Index:
@@ -164,8 +167,19 @@ instances = sa.Table(
     #: The gateway held on this instance (an SSH fleet's host): no job is placed on it while it is set
     #: (written by ``plan_apply``'s gateway hold, the one writer of capacity).
     sa.Column("gateway_id", sa.String(36), nullable=True),
+    #: Moved by every UPDATE of the row that SQLAlchemy builds (``onupdate``: no writer sets it, none can forget
+    #: it): a scheduling pass reads every live instance's version and reads whole only the rows whose moved.
+    sa.Column(
+        "version",
+        sa.Integer,
+        nullable=False,
+        default=0,
+        server_default=sa.text("0"),
+        onupdate=sa.literal_column("version + 1"),
+    ),
     sa.Index("ix_instances_fleet_status", "fleet_id", "status"),
     sa.Index("ix_instances_status", "status"),
+    _partial("ix_instances_live", "id", "fleet_id", "version", "status", "deleted", where=LIVE_INSTANCE_SQL),
 )
 
 #: Network volumes (EBS on aws): what the project asked (``configuration``, dstack's document), what the

@@ -35,6 +35,7 @@ from corral.scheduler.types import (
 )
 from corral.store import snapshot as snap
 from corral.store import volumes as volume_store
+from corral.store.fleet_reader import FleetReader
 from corral.store.plan_apply import apply_plan
 from corral.store.plan_result import ApplyResult, JobLease
 from corral.store.queue_reader import QueueChange, QueueReader
@@ -55,6 +56,8 @@ class Scheduling:
         self._queued: dict[str, QueuedJob] = {}
         #: The queue's rows the last pass read: the next pass handles only what changed.
         self._reader = QueueReader()
+        #: The fleets and instances the last pass read: the next pass reads whole only the instances that changed.
+        self._fleets = FleetReader()
         #: The requirements of the queued jobs, each distinct one once (entries go with the last job using them).
         self._requirements: weakref.WeakValueDictionary[Requirements, Requirements] = weakref.WeakValueDictionary()
         #: job id -> its run's configuration type (``task``, ``service``, ...), for ``GET /metrics``.
@@ -144,7 +147,7 @@ class Scheduling:
             change = await self._reader.read(conn)
             if any(r.facts.volumes if r.facts else volume_names(spec_configuration(r.run_spec)) for r in change.fresh):
                 self._volume_places = {(v.project_id, v.name): v for v in await volume_store.list_volumes(conn, None)}
-            fleets = await snap.load_fleets(conn)
+            fleets = await self._fleets.read(conn)
             pools = self.host_pools()
             local_used, local_blocks = await snap.backend_usage_and_blocks(conn, "local")
             pool_used = {b: local_blocks if b == "local" else await snap.host_blocks_used(conn, b) for b in pools}

@@ -19,7 +19,7 @@ from corral.backends.base import Compute
 from corral.domain.access import usable_computes
 from corral.domain.documents import spec_configuration
 from corral.domain.fleets import fleet_blocks, fleet_placement, nodes_bounds
-from corral.domain.records import FleetRec
+from corral.domain.records import FleetRec, InstanceRec
 from corral.domain.resources import Requirements, match_requirements
 from corral.domain.statuses import READY_INSTANCE
 from corral.scheduler import offer_filters
@@ -29,6 +29,10 @@ from corral.store import exports as export_store
 from corral.store import project_state
 from corral.store import snapshot as snap
 from corral.workers.reserved_offers import ReservedOffers
+
+#: A fleet's instances as last made into slots: the records' tuple, the slots, and each record with its slot by id.
+_Made = dict[str, tuple[InstanceRec, "InstanceSlot | None"]]
+_MadeSlots = tuple[tuple[InstanceRec, ...], tuple[InstanceSlot, ...], _Made]
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ class SnapshotBuilder:
         self.facts = FleetFacts()
         #: The fleets' and runs' capacity reservations, as EC2 said where they are.
         self.reserved = ReservedOffers(computes)
+        #: fleet id -> its instances as last made into slots (the tuple), their slots, and each one's record and
+        #: slot by id: records read again unchanged (``store/fleet_reader.py`` keeps them) are not made again.
+        self._instance_slots: dict[str, _MadeSlots] = {}
 
     async def load_for(
         self, conn: Any, project_ids: list[str] | None = None, importer: str | None = None
@@ -82,6 +89,7 @@ class SnapshotBuilder:
         """Forget what is kept of fleets that no longer exist."""
         self._fleet_offers = {k: v for k, v in self._fleet_offers.items() if k[0] in live_fleets}
         self._fleet_reqs = {k: v for k, v in self._fleet_reqs.items() if k[0] in live_fleets}
+        self._instance_slots = {k: v for k, v in self._instance_slots.items() if k in live_fleets}
 
     def _fleet_requirements(self, fleet: FleetRec) -> Requirements | None:
         raw = spec_configuration(fleet.spec).get("resources")
@@ -136,31 +144,6 @@ class SnapshotBuilder:
         """The fleet as the scheduler sees it, from ``facts`` (default: the last :meth:`refresh`'s)."""
         facts = facts or self.facts
         nodes_min, nodes_max = nodes_bounds(fleet.spec)
-        slots = []
-        for i in fleet.instances:
-            if i.status == "terminated":
-                continue
-            offer = offer_from_json(i.offer) if i.offer else None
-            slots.append(
-                InstanceSlot(
-                    id=i.id,
-                    fleet_id=fleet.id,
-                    name=i.name,
-                    instance_num=i.instance_num,
-                    # a host removed from its fleet while busy takes no new work: it leaves once free
-                    status="terminating" if i.termination_reason and i.status in READY_INSTANCE else i.status,
-                    resources=offer.resources if offer else None,
-                    total_blocks=i.total_blocks or 1,
-                    busy_blocks=i.busy_blocks,
-                    unreachable=i.unreachable,
-                    price=i.price or 0.0,
-                    hostname=i.hostname,
-                    addresses=tuple((i.agent or {}).get("addresses") or ([i.hostname] if i.hostname else [])),
-                    backend=i.backend,
-                    host_blocks=offer.host_blocks if offer else 0,
-                    offer=offer,
-                )
-            )
         return FleetSlot(
             id=fleet.id,
             project_id=fleet.project_id,
@@ -170,9 +153,48 @@ class SnapshotBuilder:
             blocks=fleet_blocks(fleet.spec),
             placement=fleet_placement(fleet.spec),
             offers=self.fleet_offers(fleet, facts),
-            instances=tuple(slots),
+            instances=self._slots_of(fleet),
             backend_limit_key="local",
             project_name=fleet.project_name,
             importer_project_ids=facts.importers.get(fleet.id, frozenset()),
             reservation=self.reserved.reservation(fleet),
         )
+
+    def _slots_of(self, fleet: FleetRec) -> tuple[InstanceSlot, ...]:
+        """The fleet's instances as slots (its terminated ones left out), each made once per record."""
+        kept = self._instance_slots.get(fleet.id)
+        if kept is not None and kept[0] is fleet.instances:
+            return kept[1]
+        made = kept[2] if kept is not None else {}
+        now: _Made = {}
+        for i in fleet.instances:
+            old = made.get(i.id)
+            now[i.id] = old if old is not None and old[0] is i else (i, instance_slot(fleet.id, i))
+        slots = tuple(slot for _, slot in now.values() if slot is not None)
+        self._instance_slots[fleet.id] = (fleet.instances, slots, now)
+        return slots
+
+
+def instance_slot(fleet_id: str, i: InstanceRec) -> InstanceSlot | None:
+    """An instance as the scheduler sees it (None: terminated)."""
+    if i.status == "terminated":
+        return None
+    offer = offer_from_json(i.offer) if i.offer else None
+    return InstanceSlot(
+        id=i.id,
+        fleet_id=fleet_id,
+        name=i.name,
+        instance_num=i.instance_num,
+        # a host removed from its fleet while busy takes no new work: it leaves once free
+        status="terminating" if i.termination_reason and i.status in READY_INSTANCE else i.status,
+        resources=offer.resources if offer else None,
+        total_blocks=i.total_blocks or 1,
+        busy_blocks=i.busy_blocks,
+        unreachable=i.unreachable,
+        price=i.price or 0.0,
+        hostname=i.hostname,
+        addresses=tuple((i.agent or {}).get("addresses") or ([i.hostname] if i.hostname else [])),
+        backend=i.backend,
+        host_blocks=offer.host_blocks if offer else 0,
+        offer=offer,
+    )
