@@ -70,3 +70,44 @@ async def test_0008_leaves_the_local_backend_to_main_only(db_url: str) -> None:
         rows = {r.name: r.backends for r in (await conn.execute(sa.text("SELECT name, backends FROM projects"))).all()}
     assert rows == {"main": '[{"type": "local"}]', "made-by-api": "[]"}
     await db.dispose()
+
+
+async def test_0043_adds_the_instances_version_to_a_database_whose_jobs_reference_its_instances(db_url: str) -> None:
+    """The column is added in place: on SQLite a copy of the table could not replace one whose rows jobs reference."""
+    from alembic import command
+
+    db = Database(db_url)
+
+    def to(rev: str) -> Any:
+        def run(sync_conn: sa.Connection) -> None:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = sync_conn
+            command.upgrade(cfg, rev)
+
+        return run
+
+    rows = {
+        "users": "(id, name, token, token_hash, global_role, active, deleted, created_at) "
+        "VALUES ('u', 'admin', 't', 'h', 'admin', true, false, 0)",
+        "projects": "(id, name, owner_id, created_at, is_public, deleted, backends) "
+        "VALUES ('p', 'main', 'u', 0, false, false, '[]')",
+        "instances": "(id, project_id, name, instance_num, status, unreachable, backend, busy_blocks, created_at, "
+        "deleted, last_processed_at) VALUES ('i', 'p', 'i', 0, 'busy', false, 'ssh', 1, 0, false, 0)",
+        "runs": "(id, project_id, user_id, run_name, submitted_at, last_processed_at, status, run_spec, priority, "
+        "deployment_num, deleted) VALUES ('r', 'p', 'u', 'r', 0, 0, 'running', '{}', 0, 0, false)",
+        "jobs": "(id, run_id, project_id, run_name, job_num, replica_num, job_name, submission_num, deployment_num, "
+        "submitted_at, last_processed_at, status, job_spec, priority, blocks, log_offset, instance_id) "
+        "VALUES ('j', 'r', 'p', 'r', 0, 0, 'j', 0, 0, 0, 0, 'running', '{}', 0, 1, 0, 'i')",
+    }
+    async with db.engine.connect() as conn:
+        await conn.run_sync(to("0040"))
+        for table, values in rows.items():
+            await conn.execute(sa.text(f"INSERT INTO {table} {values}"))
+        await conn.commit()
+        await conn.run_sync(to("head"))
+        await conn.commit()
+        got = (
+            await conn.execute(sa.text("SELECT i.version FROM instances i JOIN jobs j ON j.instance_id = i.id"))
+        ).all()
+    assert [tuple(r) for r in got] == [(0,)]
+    await db.dispose()

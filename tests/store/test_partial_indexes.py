@@ -8,7 +8,16 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateIndex
 
-from corral.store import fleet_reader, instance_outcomes, preemption, queue_reader, run_states, runs, service_drains, tables
+from corral.store import (
+    fleet_reader,
+    instance_outcomes,
+    preemption,
+    queue_reader,
+    run_states,
+    runs,
+    service_drains,
+    tables,
+)
 from corral.store.db import Database
 from corral.store.migrate import upgrade
 from store_rows import admin_and_project

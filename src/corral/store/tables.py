@@ -174,7 +174,7 @@ instances = sa.Table(
         sa.Integer,
         nullable=False,
         default=0,
-        server_default=sa.text("0"),
+        server_default="0",
         onupdate=sa.literal_column("version + 1"),
     ),
     sa.Index("ix_instances_fleet_status", "fleet_id", "status"),

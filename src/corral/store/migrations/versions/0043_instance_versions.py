@@ -19,8 +19,10 @@ _LIVE = "NOT deleted AND status != 'terminated'"
 
 
 def upgrade() -> None:
+    # a plain string default: SQLite then adds the column in place; a SQL expression would have Alembic copy the
+    # table into a new one, and dropping the old one fails while jobs, volumes or gateways reference its rows
     with op.batch_alter_table("instances", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("version", sa.Integer(), nullable=False, server_default=sa.text("0")))
+        batch_op.add_column(sa.Column("version", sa.Integer(), nullable=False, server_default="0"))
     op.create_index(
         "ix_instances_live",
         "instances",
