@@ -62,7 +62,10 @@ class SnapshotBuilder:
     def __init__(self, computes: Mapping[str, Compute]) -> None:
         self.computes = computes
         self._fleet_reqs: dict[tuple[str, str], Requirements | None] = {}
-        self._fleet_offers: dict[tuple[str, str, str], tuple[Offer, ...]] = {}
+        #: The offers of a fleet's configuration, its project's backends and regions and where its reservation is.
+        self._fleet_offers: dict[str, tuple[Offer, ...]] = {}
+        #: fleet id -> the record and the other inputs its slot was last made from, and that slot.
+        self._slots: dict[str, tuple[FleetRec, tuple[object, ...], FleetSlot]] = {}
         #: What the scheduling worker's last pass read (:meth:`refresh`): the facts :meth:`fleet_slot` uses
         #: when it is given none.
         self.facts = FleetFacts()
@@ -87,9 +90,11 @@ class SnapshotBuilder:
 
     def keep_only(self, live_fleets: set[str]) -> None:
         """Forget what is kept of fleets that no longer exist."""
-        self._fleet_offers = {k: v for k, v in self._fleet_offers.items() if k[0] in live_fleets}
         self._fleet_reqs = {k: v for k, v in self._fleet_reqs.items() if k[0] in live_fleets}
         self._instance_slots = {k: v for k, v in self._instance_slots.items() if k in live_fleets}
+        self._slots = {k: v for k, v in self._slots.items() if k in live_fleets}
+        if len(self._fleet_offers) > 4 * max(len(live_fleets), 64):  # configurations gone: start again
+            self._fleet_offers.clear()
 
     def _fleet_requirements(self, fleet: FleetRec) -> Requirements | None:
         raw = spec_configuration(fleet.spec).get("resources")
@@ -109,10 +114,14 @@ class SnapshotBuilder:
         facts = facts or self.facts
         backends = facts.project_backends.get(fleet.project_id, frozenset())
         regions = facts.project_regions.get(fleet.project_id, {})
-        key = (
-            fleet.id,
-            repr((sorted(backends), conf.get("backends"), sorted((k, sorted(v)) for k, v in regions.items()))),
-            repr((conf.get("resources"), self.reserved.known(fleet))),
+        # what the offers are made of, whichever fleet it is: fleets configured alike (but for their names) share them
+        key = repr(
+            (
+                sorted(backends),
+                sorted((k, sorted(v)) for k, v in regions.items()),
+                sorted((k, v) for k, v in conf.items() if k != "name"),
+                self.reserved.known(fleet),
+            )
         )
         cached = self._fleet_offers.get(key)
         if cached is None:
@@ -141,8 +150,24 @@ class SnapshotBuilder:
         return tuple(offer_filters.filtered(offers, offer_filters.from_conf({**conf, "backends": None})))
 
     def fleet_slot(self, fleet: FleetRec, facts: FleetFacts | None = None) -> FleetSlot:
-        """The fleet as the scheduler sees it, from ``facts`` (default: the last :meth:`refresh`'s)."""
+        """The fleet as the scheduler sees it, from ``facts`` (default: the last :meth:`refresh`'s): the slot made
+        last time while the record is the same object (``store/fleet_reader.py`` keeps those) and the facts about
+        it are the same."""
         facts = facts or self.facts
+        inputs = (
+            facts.importers.get(fleet.id, frozenset()),
+            facts.project_backends.get(fleet.project_id, frozenset()),
+            facts.project_regions.get(fleet.project_id, {}),
+            self.reserved.known(fleet),
+        )
+        kept = self._slots.get(fleet.id)
+        if kept is not None and kept[0] is fleet and kept[1] == inputs:
+            return kept[2]
+        slot = self._make_slot(fleet, facts)
+        self._slots[fleet.id] = (fleet, inputs, slot)
+        return slot
+
+    def _make_slot(self, fleet: FleetRec, facts: FleetFacts) -> FleetSlot:
         nodes_min, nodes_max = nodes_bounds(fleet.spec)
         return FleetSlot(
             id=fleet.id,
