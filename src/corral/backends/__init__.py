@@ -1,5 +1,6 @@
 """Compute providers behind a small ``Compute`` protocol (offers, create, terminate, list owned),
-the server-side client of the host agent, and the channel to a gateway's host (``gateway_link``: the process
+the server-side client of the host agent, the local port forwarded to an agent that SSH fleets and Slurm share
+(``local_forward``), and the channel to a gateway's host (``gateway_link``: the process
 deployed over SSH, a local and a reverse forward) with the client of its management API (``gateway_api``, httpx).
 
 May import: corral.domain, corral.scheduler (offers and their codec, blocks, fallbacks), the agent's wire

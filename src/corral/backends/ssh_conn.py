@@ -2,9 +2,10 @@
 
 A :class:`HostLink` owns one host's SSH connection -- made through the host's ``proxy_jump`` when it
 has one, reused by every command and tunnel, and made again on demand after it drops -- and a local
-TCP listener on 127.0.0.1 whose every connection is forwarded over that SSH connection to the agent's
-port on the host's loopback. The agent never listens on a public address; the server reaches it only
-through this tunnel, at a local URL that stays the same for the life of the server process.
+TCP listener on 127.0.0.1 (:class:`~corral.backends.local_forward.LocalForward`) whose every connection is
+forwarded over that SSH connection to the agent's port on the host's loopback. The agent never listens on a
+public address; the server reaches it only through this tunnel, at a local URL that stays the same for the
+life of the server process.
 
 A handshake slower than a health check's patience is not abandoned: one connection attempt at a time
 runs up to ``connect_timeout`` and every caller shares its outcome, so a slow host is reached by the
@@ -20,13 +21,12 @@ refused, the key cannot be read or opened) and transient otherwise (no route, re
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from corral.backends.local_forward import ByteReader, ByteWriter, LocalForward
 from corral.backends.ssh_secrets import KeyOpener
 
 if TYPE_CHECKING:
@@ -157,24 +157,6 @@ async def _open(
         raise SshError(f"{target.label()}: SSH failed: {e}") from None
 
 
-async def _pipe(reader: Any, writer: Any) -> None:
-    try:
-        while True:
-            data = await reader.read(65536)
-            if not data:
-                break
-            writer.write(data)
-            await writer.drain()
-    except (OSError, _asyncssh().Error, asyncio.IncompleteReadError):
-        pass
-    finally:
-        with contextlib.suppress(Exception):
-            if writer.can_write_eof():
-                writer.write_eof()
-            else:
-                writer.close()
-
-
 class HostLink:
     """One host: a reused SSH connection and the local end of the tunnel to its agent."""
 
@@ -196,10 +178,8 @@ class HostLink:
         self._conn: asyncssh.SSHClientConnection | None = None
         self._jump: asyncssh.SSHClientConnection | None = None
         self._connecting: asyncio.Future[asyncssh.SSHClientConnection] | None = None
-        self._sock: socket.socket | None = None
-        self._server: asyncio.AbstractServer | None = None
-        self._starting: asyncio.Task[None] | None = None
-        self._pipes: set[asyncio.Task[None]] = set()
+        #: The local end of the tunnel to the agent.
+        self._forward = LocalForward(self._open_agent, target.label())
         self._closed = False
 
     # ---- the SSH connection ------------------------------------------------------------------
@@ -258,61 +238,23 @@ class HostLink:
     # ---- the tunnel to the agent -------------------------------------------------------------
     def local_url(self) -> str:
         """``http://127.0.0.1:PORT``: a local port forwarded to the agent (listening from now on)."""
-        if self._sock is None:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", 0))
-            sock.listen(64)
-            sock.setblocking(False)
-            self._sock = sock
-            self._starting = asyncio.get_running_loop().create_task(self._serve(sock))
-        return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        return self._forward.local_url()
 
-    async def _serve(self, sock: socket.socket) -> None:
-        self._server = await asyncio.start_server(self._forward, sock=sock)
-
-    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._pipes.add(task)
+    async def _open_agent(self) -> tuple[ByteReader, ByteWriter]:
+        """A channel to the agent's port on the host's loopback (its port read from its port file when unknown)."""
+        conn = await self.connection()
+        if self.remote_port is None:
+            self.remote_port = await self._read_agent_port(self)
         try:
-            try:
-                conn = await self.connection()
-                if self.remote_port is None:
-                    self.remote_port = await self._read_agent_port(self)
-                remote_reader, remote_writer = await conn.open_connection("127.0.0.1", self.remote_port)
-            except _asyncssh().ChannelOpenError as e:
-                self.remote_port = None  # the agent moved or is down: read its port file again next time
-                log.debug("%s: agent port not open: %s", self.target.label(), e)
-                writer.close()
-                return
-            except Exception as e:  # unreachable host, no port file: the client sees a closed connection
-                log.debug("%s: no tunnel: %s", self.target.label(), e)
-                writer.close()
-                return
-            await asyncio.gather(_pipe(reader, remote_writer), _pipe(remote_reader, writer))
-        except asyncio.CancelledError:
-            pass  # the link is closing; ending quietly keeps asyncio's server callback from logging it
-        finally:
-            with contextlib.suppress(Exception):
-                writer.close()
-            if task is not None:
-                self._pipes.discard(task)
+            return await conn.open_connection("127.0.0.1", self.remote_port)
+        except _asyncssh().ChannelOpenError:
+            self.remote_port = None  # the agent moved or is down: read its port file again next time
+            raise
 
     async def close(self) -> None:
         """Stop listening, end open tunnels and close the SSH connection."""
         self._closed = True
-        if self._starting is not None:
-            with contextlib.suppress(Exception):
-                await self._starting
-        if self._server is not None:
-            self._server.close()
-        elif self._sock is not None:
-            self._sock.close()
-        for task in list(self._pipes):
-            task.cancel()
-        if self._pipes:
-            await asyncio.gather(*self._pipes, return_exceptions=True)
+        await self._forward.close()
         if self._connecting is not None and not self._connecting.done():
             self._connecting.cancel()
         self._drop()

@@ -8,7 +8,8 @@ of :mod:`.states`: cancelled when Slurm says it can never start, or after ``max_
 endpoint file (``{url, token}``, in the allocation's node order: rank 0 first) and ask each agent what it is.
 
 The server reaches an agent through a local port forwarded over the cluster's one SSH connection
-(:mod:`.tunnel`); ``open_port`` reaches a replica's port on the node the same way. Terminating an instance
+(:class:`~corral.backends.local_forward.LocalForward`, opening a channel to the node's agent through the
+login node); ``open_port`` reaches a replica's port on the node the same way. Terminating an instance
 ``scancel``s its allocation (a run's graceful stop -- the agent's SIGTERM to the job and its ``stop_duration`` --
 happened before, when the jobs worker stopped the job) and waits until Slurm no longer runs it. The reaper
 cancels this server's jobs whose rows are gone; :meth:`lost_instances` reports rows whose allocation ended or
@@ -32,8 +33,8 @@ from typing import Any, Protocol
 from corral.agent.zipapp import build_zipapp, content_hash
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
+from corral.backends.local_forward import LocalForward
 from corral.backends.slurm import batch, states
-from corral.backends.slurm.tunnel import Tunnel
 from corral.domain.records import InstanceRec
 from corral.scheduler.codec import resources_from_json
 from corral.scheduler.types import Offer
@@ -132,7 +133,7 @@ class SlurmCompute:
         self.request_timeout = request_timeout
         self._homes: dict[int, _Home] = {}
         self._uploading: dict[int, asyncio.Lock] = {}
-        self._tunnels: dict[str, Tunnel] = {}
+        self._tunnels: dict[str, LocalForward] = {}
 
     def offers(self) -> list[Offer]:
         return self._offers()
@@ -310,14 +311,14 @@ class SlurmCompute:
         )
 
     # ---- reaching agents ---------------------------------------------------------------------
-    def _tunnel(self, instance_id: str, conn: Cluster, host: str, port: int) -> Tunnel:
+    def _tunnel(self, instance_id: str, conn: Cluster, host: str, port: int) -> LocalForward:
         tunnel = self._tunnels.get(instance_id)
         if tunnel is None:
 
             async def opener() -> tuple[Any, Any]:
                 return await conn.open_connection(host, port)
 
-            tunnel = Tunnel(opener, f"{host}:{port}")
+            tunnel = LocalForward(opener, f"{host}:{port}")
             self._tunnels[instance_id] = tunnel
         return tunnel
 
@@ -338,7 +339,7 @@ class SlurmCompute:
                 conn, _site = await self._clusters.get(project, cluster)
                 return await conn.open_connection(host, port)
 
-            tunnel = Tunnel(opener, f"{host}:{port}")
+            tunnel = LocalForward(opener, f"{host}:{port}")
             self._tunnels[instance.id] = tunnel
         return tunnel.local_url()
 
