@@ -4,8 +4,8 @@ the subpackage :mod:`corral.workers.jobs` (its pass, submission, follower, lease
 
 May import: corral.domain, corral.scheduler, corral.store, corral.backends, corral.context, corral.settings,
 corral.diskspace, and the agent's wire protocol (corral.agent.protocol*); the gateways' operation
-(``gateway_ops.py``) also the gateway's zipapp builder (corral.gateway.zipapp) and the ACME client (corral.acme),
-on first use. No SQL: statements are the store's functions.
+(``gateway_ops.py``) also the gateway's zipapp builder (corral.gateway.zipapp), and its certificates
+(``gateway_certs.py``) the ACME client (corral.acme), on first use. No SQL: statements are the store's functions.
 
 Known exceptions (listed in pyproject.toml's contract): ``queued_jobs.py`` derives a job's scheduling facts
 from its run's typed spec where it was stored without them (``config.job_facts``, ``config.run_spec``), and

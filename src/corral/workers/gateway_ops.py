@@ -5,6 +5,7 @@ Each pass, per gateway (under its lease, so one server replica acts on it): load
 ``domain.gateway_ops``) -> act (SSH and the gateway's management API, no transaction open) -> apply (short
 transactions).
 
+* a gateway on a VM of its own, until its VM has an address: the VM brought up (:mod:`.gateway_vms`).
 * ``submitted``/``provisioning`` (a restart in the middle of a deploy deploys again, never leaves it in
   ``provisioning``: dstack #2677): the zipapp uploaded when the host's differs, the process started (or
   adopted), the forwards opened, ``PUT /api/config`` -> ``running``. A failure trying again cannot help (the
@@ -13,15 +14,16 @@ transactions).
 * ``running``: the gateway sent its configuration (this server's end of the reverse forward, which changes with
   a new SSH connection or a restarted server; the same configuration is a no-op for it); the registrations
   reconciled with what it serves (extra ones withdrawn: dstack #3046); certificates got for the HTTPS hosts
-  that lack one or are due for renewal (a failure is an event on the gateway and the service and the gateway's
-  status message, with the host named; the run goes on); stats turned into request counts for the autoscaler.
+  that lack one or are due for renewal (:mod:`.gateway_certs`; a failure is an event on the gateway and the
+  service and the gateway's status message, with the host named; the run goes on); stats turned into request
+  counts for the autoscaler.
   A gateway that does not answer gets the status message and event ``Gateway unreachable`` (its services keep
   their in-server proxy URL); it is deployed again when its host answers SSH but the process is gone.
 * marked for deletion: its services withdrawn, the process stopped and removed (ports 80/443 closed), its
-  host given back to jobs, the row removed.
+  host given back to jobs (or its own VM terminated), the row removed.
 
-Imports ``domain``, ``store``, ``backends``, ``context``, ``settings``, and on first use the gateway's zipapp
-builder (``corral.gateway.zipapp``) and the ACME client (``corral.acme``).
+Imports ``domain``, ``store``, ``backends``, ``context``, ``settings``, the two modules above, and on first use
+the gateway's zipapp builder (``corral.gateway.zipapp``).
 """
 
 from __future__ import annotations
@@ -30,14 +32,12 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from corral.backends.base import GatewayHost, GatewayProvisioner, GatewaySpec, ProvisioningError
 from corral.backends.gateway_api import GatewayApi, GatewayRefused, GatewayUnreachable
 from corral.backends.gateway_link import GatewayBuild, GatewayLink
 from corral.backends.ssh_conn import SshError, SshTarget
-from corral.backends.ssh_secrets import KeyOpener, new_keypair
+from corral.backends.ssh_secrets import KeyOpener
 from corral.context import Context
 from corral.domain import gateway_ops as rules
 from corral.domain.events import gateway_target, run_target
@@ -48,17 +48,12 @@ from corral.store import gateway_ops as ops_store
 from corral.store import gateways as store
 from corral.store import plan_apply
 from corral.store import service_scaling as scaling_store
-
-if TYPE_CHECKING:
-    from corral.acme.client import AcmeClient
+from corral.workers import gateway_vms
+from corral.workers.gateway_certs import GatewayCertificates
 
 log = logging.getLogger("corral.gateways")
 
 _G = GatewayStatus
-
-
-def _iso(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 class _Unreachable(Exception):
@@ -80,7 +75,7 @@ class GatewayOperator:
         #: (gateway, run) -> the reason the gateway last refused the run's registration (told once).
         self.refusals: dict[tuple[str, str], str] = {}
         self._build: GatewayBuild | None = None
-        self._acme: AcmeClient | None = None
+        self.certificates = GatewayCertificates(ctx)
         self._open = KeyOpener(ctx.cipher)
 
     # ---- the pass ----------------------------------------------------------------------------
@@ -99,7 +94,7 @@ class GatewayOperator:
                 if step == "delete":
                     await self._delete(g)
                 elif step == "provision":
-                    await self._provision(g)
+                    await gateway_vms.provision(self.ctx, g)
                 elif step == "deploy":
                     await self._deploy(g)
                 else:
@@ -142,8 +137,7 @@ class GatewayOperator:
         link = self.links.get(g.id)
         if link is None:
             if g.own_vm:  # its VM's login, kept with the gateway when the VM came up
-                vm = (g.connection or {}).get(_VM)
-                ssh = dict(vm) if isinstance(vm, Mapping) else None
+                ssh = gateway_vms.vm_login(g)
             else:
                 async with self.ctx.db.read() as conn:
                     ssh = await ops_store.instance_connection(conn, g.instance_id or "")
@@ -210,65 +204,11 @@ class GatewayOperator:
         )
         self.ctx.wakeups.wake("gateways")
 
-    # ---- provision (a gateway on a VM of its own) ---------------------------------------------
-    async def _provision(self, g: GatewayRec) -> None:
-        """The gateway's VM brought up by its backend (``GatewayProvisioner``), with a key of the gateway's own
-        made first and kept sealed (a VM a launch made before a restart is adopted, with the same key); its
-        address and login are kept with the gateway, and the next pass deploys on it as on a fleet's host."""
-        now = time.time()
-        compute = self.ctx.computes.get(g.backend)
-        if not isinstance(compute, GatewayProvisioner):
-            why = f"The project has no {g.backend} backend to host the gateway: configure it, or use another backend"
-            async with self.ctx.db.write() as conn:
-                await store.set_status(conn, g.id, _G.FAILED, now, why)
-            return
-        if g.status == _G.SUBMITTED:
-            async with self.ctx.db.write() as conn:
-                await store.set_status(conn, g.id, _G.PROVISIONING, now, expect=(_G.SUBMITTED,))
-        kept = dict(g.connection or {})
-        if not isinstance(kept.get(_VM_KEY), str):
-            private, public = new_keypair(f"corral-gateway-{g.name}")
-            kept.update({_VM_KEY: self.ctx.cipher().encrypt(private), _VM_PUBLIC_KEY: public})
-            async with self.ctx.db.write() as conn:
-                await store.set_connection(conn, g.id, kept, g.last_seen_at)
-        try:
-            host = await compute.create_gateway(_vm_spec(g, kept))
-        except ProvisioningError as e:
-            late = now - g.created_at > self.ctx.settings.provisioning_timeout
-            log.info("gateway %s: its VM: %s", g.name, e)
-            if late or e.kind != "no_capacity":
-                async with self.ctx.db.write() as conn:
-                    await store.set_status(conn, g.id, _G.FAILED, time.time(), f"Failed to provision the gateway: {e}")
-            return
-        kept[_VM] = dict(host.connection)
-        async with self.ctx.db.write() as conn:
-            await store.set_connection(conn, g.id, kept, g.last_seen_at)
-            await store.set_host(conn, g.id, None, host.address)
-        log.info("gateway %s: its %s VM is up at %s", g.name, g.backend, host.address)
-        self.ctx.wakeups.wake("gateways")
-
-    async def _terminate_vm(self, g: GatewayRec) -> bool:
-        """The gateway's VM terminated (True), or not yet (False: the next pass tries again)."""
-        compute = self.ctx.computes.get(g.backend)
-        if not isinstance(compute, GatewayProvisioner):
-            log.warning("gateway %s: no %s backend to terminate its VM; the orphan reaper's", g.name, g.backend)
-            return True
-        kept = dict(g.connection or {})
-        vm = kept.get(_VM)
-        try:
-            host = GatewayHost(g.hostname or "", dict(vm) if isinstance(vm, Mapping) else {})
-            await compute.terminate_gateway(_vm_spec(g, kept), host)
-        except ProvisioningError as e:
-            log.warning("gateway %s: terminating its VM: %s (tried again)", g.name, e)
-            return False
-        log.info("gateway %s: its VM terminated", g.name)
-        return True
-
     # ---- delete ------------------------------------------------------------------------------
     async def _delete(self, g: GatewayRec) -> None:
         if g.own_vm:  # the VM goes, and the gateway's program with it
             await self._forget(g.id)
-            if not await self._terminate_vm(g):
+            if not await gateway_vms.terminate(self.ctx, g):
                 return
         elif g.instance_id is not None:
             try:
@@ -303,9 +243,9 @@ class GatewayOperator:
         try:
             api = await self._reach(g)
             await self._register(g, api, desired)
-            cert_errors = await self._certify(g, api, desired, known)
+            cert_errors = await self.certificates.certify(g, api, desired, known)
             await self._stats(g, api, desired)
-        except _Unreachable as e:
+        except (_Unreachable, GatewayUnreachable) as e:
             unreachable = str(e)
         message = rules.status_message(unreachable, cert_errors)
         if message == g.status_message:
@@ -401,100 +341,6 @@ class GatewayOperator:
             await scaling_store.record_requests(conn, server, rows)
         if rows:
             self.ctx.wakeups.wake("services")
-
-    # ---- certificates ------------------------------------------------------------------------
-    async def _certify(
-        self,
-        g: GatewayRec,
-        api: GatewayApi,
-        desired: Sequence[GatewayService],
-        known: Mapping[str, rules.CertificateState],
-    ) -> dict[str, str]:
-        """Certificates for the HTTPS hosts that need one now; the errors of hosts still without one."""
-        points = [e for s in desired if (e := rules.entrypoint(g, s)) is not None]
-        hosts = rules.certificate_hosts(desired, points) if g.has_certificate else []
-        if not hosts:
-            return {}
-        try:
-            on_gateway = {h: _iso(t) for h, t in (await api.certificates()).items()}
-        except GatewayUnreachable as e:
-            raise _Unreachable(str(e)) from None
-        except GatewayRefused as e:
-            log.warning("gateway %s: its certificates could not be listed: %s", g.name, e)
-            return {}
-        for host in rules.hosts_to_certify(hosts, on_gateway, known, time.time()):
-            if await self._issue(g, api, host, desired):
-                on_gateway[host] = time.time()
-        async with self.ctx.db.read() as conn:
-            now_known = await ops_store.certificates(conn, g.id)
-        return {h: s.error for h, s in now_known.items() if h in hosts and h not in on_gateway and s.error}
-
-    async def _issue(self, g: GatewayRec, api: GatewayApi, host: str, desired: Sequence[GatewayService]) -> bool:
-        from corral.acme.errors import AcmeError
-
-        targets = [_target(g)] + [run_target(g.project_id, s.run_id, s.run_name) for s in desired if s.host == host]
-        try:
-            acme = await self._acme_client()
-            issued = await acme.issue(
-                host, publish=api.put_challenge, withdraw=api.delete_challenge, address=g.hostname
-            )
-            await api.put_certificate(host, issued.fullchain_pem, issued.key_pem)
-        except (AcmeError, GatewayRefused, GatewayUnreachable) as e:
-            why = str(e)
-            log.warning("gateway %s: no certificate for %s: %s", g.name, host, why)
-            async with self.ctx.db.write() as conn:
-                await ops_store.certificate_failed(conn, g.id, host, time.time(), why)
-                await ops_store.event(conn, f"Certificate for {host} failed: {why}", targets)
-            return False
-        async with self.ctx.db.write() as conn:
-            await ops_store.certificate_issued(
-                conn, g.id, host, issued.not_before.timestamp(), issued.not_after.timestamp()
-            )
-            await ops_store.event(conn, f"Certificate for {host} issued", targets)
-        log.info("gateway %s: certificate for %s until %s", g.name, host, issued.not_after.isoformat())
-        return True
-
-    async def _acme_client(self) -> AcmeClient:
-        """The server's ACME account at the configured directory (its key made once and kept sealed)."""
-        if self._acme is None:
-            from corral.acme.client import AcmeClient, EabCredentials
-
-            s = self.ctx.settings
-            eab = (
-                EabCredentials(s.acme_eab_kid, s.acme_eab_hmac_key) if s.acme_eab_kid and s.acme_eab_hmac_key else None
-            )
-
-            def client(key: str | None) -> AcmeClient:
-                pem = self.ctx.reveal(key).encode() if key is not None else None
-                return AcmeClient(s.acme_server, ca_bundle=s.acme_ca_bundle, eab=eab, account_key_pem=pem)
-
-            async with self.ctx.db.read() as conn:
-                stored = await ops_store.acme_account(conn, s.acme_server)
-            made = client(stored)
-            if stored is None:
-                sealed = self.ctx.cipher().encrypt(made.account_key_pem.decode())
-                async with self.ctx.db.write() as conn:
-                    await ops_store.save_acme_account(conn, s.acme_server, sealed, time.time())
-                    kept = await ops_store.acme_account(conn, s.acme_server)
-                if kept is not None and kept != sealed:  # another server replica kept its key first
-                    made = client(kept)
-            self._acme = made
-        return self._acme
-
-
-#: What a gateway on a VM of its own keeps in its ``connection``: its key (sealed), the public part, the VM's login.
-_VM_KEY, _VM_PUBLIC_KEY, _VM = "vm_key", "vm_public_key", "vm"
-
-
-def _vm_spec(g: GatewayRec, kept: Mapping[str, Any]) -> GatewaySpec:
-    """What the gateway's VM must be: its configuration's region, type, ``public_ip`` and ``tags``, its key."""
-    conf = g.configuration
-    return GatewaySpec(
-        gateway_id=g.id, project_name=g.project_name, region=str(conf.get("region") or "") or None,
-        instance_type=conf.get("instance_type") or None, public_ip=conf.get("public_ip") is not False,
-        name=g.name, tags=dict(conf.get("tags") or {}), public_key=str(kept.get(_VM_PUBLIC_KEY) or ""),
-        private_key=str(kept.get(_VM_KEY) or ""),
-    )  # fmt: skip
 
 
 async def _seen(conn: Any, gateway_id: str) -> None:
