@@ -6,8 +6,8 @@ its own mount, UTS and PID namespaces and a chroot into a copy-on-write overlay 
 root), with a fresh ``/tmp`` and ``/run`` (tmpfs, as at boot). Needs root, iproute2, util-linux (``unshare``) and
 openssh-server.
 
-Parallel runs on one machine cannot collide: each ``FakeHosts`` claims a free /24 by creating its
-bridge (``cfh<N>br``, 10.213.N.0/24) -- creating the bridge is the atomic claim -- and records its pid
+Parallel runs on one machine cannot collide: each ``FakeHosts`` claims a free /24 (``bridge_net``) by creating
+its bridge (``cfh<N>br``, 10.213.N.0/24) -- creating the bridge is the atomic claim -- and records its pid
 under /run/corral-fakehosts; leftovers of a crashed run (its pid is gone) are removed at the next start.
 
 A host can be killed (every process of it dies at once, like a power cut: the address then refuses
@@ -26,16 +26,18 @@ import os
 import pathlib
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 
+import bridge_net
 import fakehost_docker
+from bridge_net import sh as sh  # re-exported: the SSH tests run commands with it too
 
 OWNERS = pathlib.Path("/run/corral-fakehosts")
+TAG = "cfh"  # bridge cfh<N>br, namespaces cfh<N>h<name> (bridge_net)
 SSHD = "/usr/sbin/sshd -D -f /etc/ssh/fakehost/sshd_config -E /var/log/sshd.log"
 FIRST_NET, LAST_NET = 40, 250
 
@@ -51,10 +53,6 @@ gpu='{{"gpu": 0, "asic": {{"market_name": "AMD Instinct MI300X"}}, '\
 '"vram": {{"size": {{"value": 196592, "unit": "MB"}}}}, "driver": {{"version": "6.8.5"}}}}'
 printf '['; i=1; while [ $i -le {count} ]; do [ $i -gt 1 ] && printf ','; printf '%s' "$gpu"; i=$((i+1)); done; echo ']'
 """
-
-
-def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, check=check, capture_output=True, text=True)
 
 
 @dataclass
@@ -89,27 +87,9 @@ class Host:
     alive: bool = field(default=False)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _remove_net(n: int) -> None:
     """Tear down everything of net ``n``: its namespaces (and their processes), its bridge, its disks."""
-    prefix = f"cfh{n}h"
-    for line in sh("ip", "netns", "list", check=False).stdout.splitlines():
-        ns = line.split()[0] if line.split() else ""
-        if ns.startswith(prefix):
-            for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
-            sh("ip", "netns", "del", ns, check=False)
-    sh("ip", "link", "del", f"cfh{n}br", check=False)
+    bridge_net.remove(TAG, n)
     # a host's veth outlives its namespace while a killed process still holds it: a later run of net n could not
     # make its own (``ip link add cfh<n>v<i>``: "File exists")
     for line in sh("ip", "-o", "link", "show", check=False).stdout.splitlines():
@@ -123,22 +103,8 @@ def _remove_net(n: int) -> None:
 
 def reap_stale() -> None:
     """Remove the nets of runs that died without cleaning up (their owner pid is gone)."""
-    for line in sh("ip", "-o", "link", "show", "type", "bridge", check=False).stdout.splitlines():
-        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-        if not (name.startswith("cfh") and name.endswith("br") and name[3:-2].isdigit()):
-            continue
-        n = int(name[3:-2])
-        try:
-            owner = int((OWNERS / str(n)).read_text())
-        except (OSError, ValueError):
-            owner = -1
-        if owner <= 0 or not _pid_alive(owner):
-            _remove_net(n)
-
-
-def _subnet_in_use(subnet: str) -> bool:
-    routes = sh("ip", "-4", "route", "show", check=False).stdout
-    return any(line.startswith(subnet + ".") for line in routes.splitlines())
+    for n in bridge_net.stale_nets(TAG, OWNERS):
+        _remove_net(n)
 
 
 class FakeHosts:
@@ -167,40 +133,20 @@ class FakeHosts:
         return f"{self.subnet}.250"
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def _claim_net(self) -> None:
-        OWNERS.mkdir(parents=True, exist_ok=True)
-        for n in range(FIRST_NET, LAST_NET):
-            if _subnet_in_use(f"10.213.{n}"):
-                continue
-            if sh("ip", "link", "add", f"cfh{n}br", "type", "bridge", check=False).returncode != 0:
-                continue  # another run holds it
-            self.n = n
-            (OWNERS / str(n)).write_text(str(os.getpid()))
-            return
-        raise RuntimeError("no free 10.213.N.0/24 for fake hosts")
-
     def start(self) -> FakeHosts:
         reap_stale()
         self.base.mkdir(parents=True, exist_ok=True)
         for key in (self.key, self.wrong_key):
             if not key.exists():
                 sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "corral-test", "-f", str(key))
-        self._claim_net()
-        bridge = f"cfh{self.n}br"
-        sh("ip", "addr", "add", f"{self.gateway}/24", "dev", bridge)
-        sh("ip", "link", "set", bridge, "up")
+        self.n = bridge_net.claim(TAG, "10.213", OWNERS, range(FIRST_NET, LAST_NET), "fake hosts")
+        bridge = f"{TAG}{self.n}br"
         up = pathlib.Path(f"/dev/shm/corral-fakehosts-{self.n}")  # not on the '/' file system
         for i, (name, spec) in enumerate(self.specs.items(), start=1):
             host = Host(name=name, ip=f"{self.subnet}.{10 + i}", spec=spec, upper_root=up / name)
             self.hosts[name] = host
             self._prepare_disk(host)
-            ns = self._ns(host)
-            sh("ip", "netns", "add", ns)
-            sh("ip", "link", "add", f"cfh{self.n}v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-            sh("ip", "link", "set", f"cfh{self.n}v{i}", "master", bridge, "up")
-            sh("ip", "-n", ns, "addr", "add", f"{host.ip}/24", "dev", "eth0")
-            sh("ip", "-n", ns, "link", "set", "eth0", "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            bridge_net.plug(self._ns(host), f"cfh{self.n}v{i}", bridge, host.ip)
             self._boot(host)
         for host in self.hosts.values():
             self._wait_sshd(host)
@@ -227,13 +173,7 @@ class FakeHosts:
         )
         self.hosts[name] = host
         self._prepare_disk(host)
-        ns, veth = self._ns(host), f"cfh{self.n}x{name}"
-        sh("ip", "netns", "add", ns)
-        sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-        sh("ip", "link", "set", veth, "master", f"cfh{self.n}br", "up")
-        sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
-        sh("ip", "-n", ns, "link", "set", "eth0", "up")
-        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        bridge_net.plug(self._ns(host), f"cfh{self.n}x{name}", f"cfh{self.n}br", ip)
         self._boot(host)
         if wait:
             self._wait_sshd(host)

@@ -1,8 +1,8 @@
 """A private ACME CA for tests: Debian's ``pebble`` and ``pebble-challtestsrv``, started for real, offline.
 
-The recipe is the one of the gateway lab (pebble 2.4.0): the harness claims a /24 of its own (bridge
-``cpb<N>br``, 10.77.N.0/24, the bridge at ``.1``; creating the bridge is the atomic claim, and a pid file under
-/run/corral-pebble lets the next start remove what a crashed run left), makes a throwaway CA with
+The recipe is the one of the gateway lab (pebble 2.4.0): the harness claims a /24 of its own with ``bridge_net``
+(bridge ``cpb<N>br``, 10.77.N.0/24, the bridge at ``.1``; creating the bridge is the atomic claim, and a pid file
+under /run/corral-pebble lets the next start remove what a crashed run left), makes a throwaway CA with
 ``cryptography`` and a certificate for pebble's API (pebble's API speaks HTTPS only; its IP SAN is the bridge's
 address), starts ``pebble-challtestsrv`` as the DNS server (A questions get no answer until told with
 :meth:`PebbleLab.set_default_ipv4` or :meth:`PebbleLab.add_a`), and ``pebble`` resolving through it and validating
@@ -42,13 +42,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+import bridge_net
+
 OWNERS = pathlib.Path("/run/corral-pebble")
+TAG = "cpb"  # bridge cpb<N>br, namespaces cpb<N>h<name> (bridge_net)
 FIRST_NET, LAST_NET = 40, 250
 ACME_PORT, MANAGEMENT_PORT, DNS_PORT, DNS_MANAGEMENT_PORT = 14000, 15000, 8053, 8055
-
-
-def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, check=check, capture_output=True, text=True)
 
 
 def require() -> None:
@@ -62,47 +61,20 @@ def require() -> None:
         )
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _remove_net(n: int) -> None:
-    prefix = f"cpb{n}h"
-    for line in sh("ip", "netns", "list", check=False).stdout.splitlines():
-        ns = line.split()[0] if line.split() else ""
-        if ns.startswith(prefix):
-            for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
-            sh("ip", "netns", "del", ns, check=False)
-    sh("ip", "link", "del", f"cpb{n}br", check=False)
+    bridge_net.remove(TAG, n)
     (OWNERS / str(n)).unlink(missing_ok=True)
 
 
 def reap_stale() -> None:
     """Remove the nets of labs whose process died without cleaning up."""
-    for line in sh("ip", "-o", "link", "show", "type", "bridge", check=False).stdout.splitlines():
-        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-        if not (name.startswith("cpb") and name.endswith("br") and name[3:-2].isdigit()):
-            continue
-        n = int(name[3:-2])
-        try:
-            owner = int((OWNERS / str(n)).read_text())
-        except (OSError, ValueError):
-            owner = -1
-        if owner <= 0 or not _pid_alive(owner):
-            # pebble and challtestsrv listen on the bridge's address: kill them by the pids they recorded
-            for pidfile in OWNERS.glob(f"{n}.*.pid"):
-                with contextlib.suppress(ProcessLookupError, ValueError, OSError):
-                    os.kill(int(pidfile.read_text()), signal.SIGKILL)
-                pidfile.unlink(missing_ok=True)
-            _remove_net(n)
+    for n in bridge_net.stale_nets(TAG, OWNERS):
+        # pebble and challtestsrv listen on the bridge's address: kill them by the pids they recorded
+        for pidfile in OWNERS.glob(f"{n}.*.pid"):
+            with contextlib.suppress(ProcessLookupError, ValueError, OSError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            pidfile.unlink(missing_ok=True)
+        _remove_net(n)
 
 
 def throwaway_ca(base: pathlib.Path, ip: str) -> pathlib.Path:
@@ -188,28 +160,12 @@ class PebbleLab:
         return self.base / "ca.pem"
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def _claim_net(self) -> None:
-        OWNERS.mkdir(parents=True, exist_ok=True)
-        routes = sh("ip", "-4", "route", "show", check=False).stdout
-        for n in range(FIRST_NET, LAST_NET):
-            if any(line.startswith(f"10.77.{n}.") for line in routes.splitlines()):
-                continue
-            if sh("ip", "link", "add", f"cpb{n}br", "type", "bridge", check=False).returncode != 0:
-                continue  # another lab holds it
-            self.n = n
-            (OWNERS / str(n)).write_text(str(os.getpid()))
-            return
-        raise RuntimeError("no free 10.77.N.0/24 for the pebble lab")
-
     def start(self) -> PebbleLab:
         require()
         reap_stale()
         self.base.mkdir(parents=True, exist_ok=True)
-        self._claim_net()
+        self.n = bridge_net.claim(TAG, "10.77", OWNERS, range(FIRST_NET, LAST_NET), "the pebble lab")
         try:
-            bridge = f"cpb{self.n}br"
-            sh("ip", "addr", "add", f"{self.bridge_ip}/24", "dev", bridge)
-            sh("ip", "link", "set", bridge, "up")
             throwaway_ca(self.base, self.bridge_ip)
             self._start_dns()
             self._write_config()
@@ -347,13 +303,8 @@ class PebbleLab:
         """A namespace at the next address of the /24 (``.11`` first); ``name`` at most 4 characters."""
         assert len(name) <= 4 and name not in self.hosts
         ip = f"{self.subnet}.{11 + len(self.hosts)}"
-        ns, veth = f"cpb{self.n}h{name}", f"cpb{self.n}v{name}"
-        sh("ip", "netns", "add", ns)
-        sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-        sh("ip", "link", "set", veth, "master", f"cpb{self.n}br", "up")
-        sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
-        sh("ip", "-n", ns, "link", "set", "eth0", "up")
-        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        ns = f"{TAG}{self.n}h{name}"
+        bridge_net.plug(ns, f"{TAG}{self.n}v{name}", f"{TAG}{self.n}br", ip)
         host = LabHost(name=name, ns=ns, ip=ip)
         self.hosts[name] = host
         return host
