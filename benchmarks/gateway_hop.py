@@ -21,12 +21,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import hashlib
 import json
 import os
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,64 +32,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.in_process import InProcess, in_process_server
+from benchlib.ok_service import load, start_ok_service
+from benchlib.servers import free_port
 
-APP = b"""
-import asyncio
-BODY = b"HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nContent-Type: text/plain\\r\\n\\r\\nok"
-async def serve(r, w):
-    try:
-        while True:
-            await r.readuntil(b"\\r\\n\\r\\n")
-            w.write(BODY)
-    except Exception:
-        w.close()
-async def main():
-    s = await asyncio.start_server(serve, "0.0.0.0", 8000)
-    await s.serve_forever()
-asyncio.run(main())
-"""
 SECRET = "gateway-hop-benchmark-secret"
 MGMT_TOKEN = "gatewayhopmanagementtoken"
 HOST = "bench.gw.bench"
 
 
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # ---- the load client (a second process) ---------------------------------------------------------
-async def _worker(port: int, head: bytes, n: int, out: list[float]) -> None:
-    from corral.backends.http1 import iter_body, read_response
-
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    for _ in range(n):
-        t0 = time.perf_counter()
-        writer.write(head)
-        resp = await read_response(reader, "GET")
-        async for _chunk in iter_body(reader, resp):
-            pass
-        if resp.status != 200:
-            raise SystemExit(f"HTTP {resp.status}")
-        out.append(time.perf_counter() - t0)
-    writer.close()
-
-
 async def _load(port: int, host: str, path: str, token: str, requests: int, concurrency: int) -> dict[str, float]:
     head = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nUser-Agent: bench\r\n\r\n".encode()
-    await _worker(port, head, 200, [])  # warm-up
-    lat: list[float] = []
-    t0 = time.perf_counter()
-    per = requests // concurrency
-    await asyncio.gather(*(_worker(port, head, per, lat) for _ in range(concurrency)))
-    wall = time.perf_counter() - t0
-    return {"rps": len(lat) / wall, "p50_ms": statistics.median(lat) * 1000, "p99_ms": pct(lat, 0.99) * 1000}
+    return await load(port, head, requests, concurrency)
 
 
 def run_client(port: int, host: str, path: str, token: str, requests: int, concurrency: int) -> dict[str, float]:
@@ -105,32 +56,8 @@ def run_client(port: int, host: str, path: str, token: str, requests: int, concu
 async def _service(srv: InProcess) -> None:
     import httpx
 
-    app = base64.b64encode(APP).decode()
     async with httpx.AsyncClient(base_url=srv.url, headers={"Authorization": f"Bearer {srv.token}"}, timeout=30) as c:
-        fleet = {"type": "fleet", "name": "bench", "nodes": "0..1", "resources": {"cpu": "1.."}}
-        await c.post(
-            "/api/project/main/fleets/apply",
-            json={"force": False, "plan": {"spec": {"configuration": fleet, "profile": {}}}},
-        )
-        conf = {
-            "type": "service", "name": "bench", "port": 8000,
-            "commands": [f"echo {app} | base64 -d > app.py", "exec python3 app.py"],
-            "resources": {"cpu": "1..", "memory": "0.1GB.."},
-        }  # fmt: skip
-        r = await c.post(
-            "/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": conf}}}
-        )
-        r.raise_for_status()
-        deadline = time.monotonic() + 120
-        while True:
-            run = (await c.post("/api/project/main/runs/get", json={"run_name": "bench"})).json()
-            sub = run["jobs"][0]["job_submissions"][-1]
-            if sub["status"] == "running" and sub.get("corral_ready"):
-                return
-            if time.monotonic() > deadline or run["status"] in ("failed", "terminated"):
-                why = sub.get("termination_reason_message")
-                raise SystemExit(f"the service did not become ready: {run['status']} {sub['status']} {why}")
-            await asyncio.sleep(0.2)
+        await start_ok_service(c)
 
 
 async def _gateway(srv: InProcess, work: Path) -> tuple[subprocess.Popen[bytes], int]:

@@ -16,58 +16,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.in_process import InProcess, in_process_server
-
-APP = b"""
-import asyncio
-BODY = b"HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nContent-Type: text/plain\\r\\n\\r\\nok"
-async def serve(r, w):
-    try:
-        while True:
-            await r.readuntil(b"\\r\\n\\r\\n")
-            w.write(BODY)
-    except Exception:
-        w.close()
-async def main():
-    s = await asyncio.start_server(serve, "0.0.0.0", 8000)
-    await s.serve_forever()
-asyncio.run(main())
-"""
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
+from benchlib.ok_service import load, start_ok_service
 
 
 # ---- the load client (a second process) ---------------------------------------------------------
-async def _worker(host: str, port: int, head: bytes, n: int, out: list[float]) -> None:
-    from corral.backends.http1 import iter_body, read_response
-
-    reader, writer = await asyncio.open_connection(host, port)
-    for _ in range(n):
-        t0 = time.perf_counter()
-        writer.write(head)
-        resp = await read_response(reader, "GET")
-        async for _chunk in iter_body(reader, resp):
-            pass
-        if resp.status not in (200, 404):
-            raise SystemExit(f"HTTP {resp.status}")
-        out.append(time.perf_counter() - t0)
-    writer.close()
-
-
 async def _load(url: str, token: str, requests: int, concurrency: int) -> dict[str, float]:
     rest = url.removeprefix("http://")
     hostport, _, path = rest.partition("/")
@@ -75,20 +36,7 @@ async def _load(url: str, token: str, requests: int, concurrency: int) -> dict[s
     head = (
         f"GET /{path} HTTP/1.1\r\nHost: {hostport}\r\nAuthorization: Bearer {token}\r\nUser-Agent: bench\r\n\r\n"
     ).encode()
-    warm: list[float] = []
-    await _worker(host, int(port), head, 200, warm)
-    lat: list[float] = []
-    t0 = time.perf_counter()
-    per = requests // concurrency
-    await asyncio.gather(*(_worker(host, int(port), head, per, lat) for _ in range(concurrency)))
-    wall = time.perf_counter() - t0
-    return {
-        "rps": len(lat) / wall,
-        "p50_ms": statistics.median(lat) * 1000,
-        "p99_ms": pct(lat, 0.99) * 1000,
-        "wall_s": wall,
-        "requests": len(lat),
-    }
+    return await load(int(port), head, requests, concurrency, ok=(200, 404), host=host)
 
 
 def client_main(url: str, token: str, requests: int, concurrency: int) -> None:
@@ -126,33 +74,8 @@ async def _measure(srv: InProcess, requests: int) -> None:
     for engine in {id(e): e for e in (db._read, db._write)}.values():
         event.listen(engine.sync_engine, "before_cursor_execute", count)
     base = srv.url
-    app = base64.b64encode(APP).decode()
     async with httpx.AsyncClient(base_url=base, headers={"Authorization": "Bearer bench-token"}, timeout=30) as c:
-        fleet = {"type": "fleet", "name": "bench", "nodes": "0..1", "resources": {"cpu": "1.."}}
-        await c.post(
-            "/api/project/main/fleets/apply",
-            json={"force": False, "plan": {"spec": {"configuration": fleet, "profile": {}}}},
-        )
-        conf = {
-            "type": "service",
-            "name": "bench",
-            "port": 8000,
-            "commands": [f"echo {app} | base64 -d > app.py", "exec python3 app.py"],
-            "resources": {"cpu": "1..", "memory": "0.1GB.."},
-        }
-        r = await c.post(
-            "/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": conf}}}
-        )
-        r.raise_for_status()
-        deadline = time.monotonic() + 120
-        while True:
-            run = (await c.post("/api/project/main/runs/get", json={"run_name": "bench"})).json()
-            sub = run["jobs"][0]["job_submissions"][-1]
-            if sub["status"] == "running" and sub.get("corral_ready"):
-                break
-            if time.monotonic() > deadline or run["status"] in ("failed", "terminated"):
-                raise SystemExit(f"the service did not become ready: {run['status']} {sub['status']}")
-            await asyncio.sleep(0.2)
+        sub = await start_ok_service(c)
         host_port = (sub.get("job_runtime_data") or {}).get("ports", {}) or {}
         direct = f"http://127.0.0.1:{host_port.get('8000', 8000)}/"
         proxied = f"{base}/proxy/services/main/bench/"
