@@ -10,4 +10,6 @@ certificate's dates).
 
 May import: the standard library only (Python 3.9+), nothing of corral but itself: it ships as its own zipapp
 (``python3 -I corral-gateway.pyz serve ...``) to hosts that have only the ``python3`` they already carry.
+One exception, outside the archive: ``zipapp``'s build, run where the archive is built, imports the archive
+writer it shares with the agent's (``corral.zipapps``, standard library only) when it is called.
 """
