@@ -13,7 +13,8 @@ that host held by live instances, recounted from their rows, leave room for it; 
 GPUs (indexes, recorded in its offer) that none of those instances owns.
 
 What ``nodes.max`` caps is every instance of the fleet that is not yet confirmed terminated:
-reserved-but-not-provisioned, provisioning, idle, busy and terminating ones. Free blocks of an
+reserved-but-not-provisioned, provisioning, idle, busy and terminating ones, recounted in this
+transaction (:mod:`corral.store.capacity_counts` reads what a reservation counts). Free blocks of an
 instance are recounted from the unfinished jobs assigned to it, never taken from a stale counter.
 A gang of a project with a ``quota.max`` is committed only while what the project's provisioning,
 pulling, running and stopping jobs hold, recounted from their rows after the gang's writes, stays within
@@ -44,7 +45,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.costs import placed_price
-from corral.domain.durations import run_idle_duration, shorter_idle
+from corral.domain.durations import shorter_idle
 from corral.domain.events import instance_target, job_target, status_change_message
 from corral.domain.fleets import nodes_bounds
 from corral.domain.quotas import Limits, Usage
@@ -53,7 +54,7 @@ from corral.scheduler.blocks import HOST_GPUS_KEY, pick_host_gpus
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.scheduler.types import Assign, Fail, Gang, Plan, Reclaim, Reserve, Wait
-from corral.store import deferred, prebuilt, transitions
+from corral.store import capacity_counts, deferred, prebuilt, transitions
 from corral.store import quotas as quota_store
 from corral.store.db import Database
 from corral.store.events import emit, tracked_update, tracked_update_by_id, tracked_update_row
@@ -61,7 +62,7 @@ from corral.store.fleets import live_blocks_on, lock_instance, release_instance
 from corral.store.plan_holds import held_for_others
 from corral.store.plan_result import ApplyResult, JobLease
 from corral.store.snapshot import host_blocks_used, host_gpus_held
-from corral.store.tables import fleets, instances, jobs, runs
+from corral.store.tables import fleets, instances, jobs
 
 
 class _Rejected(Exception):
@@ -142,46 +143,6 @@ async def _take_job(
     return taken
 
 
-async def _run_idle(conn: AsyncConnection, job_id: str) -> int | None:
-    """The ``idle_duration`` the job's run sets (None: none)."""
-    q = sa.select(runs.c.run_spec).select_from(jobs.join(runs, jobs.c.run_id == runs.c.id)).where(jobs.c.id == job_id)
-    text = (await conn.execute(q)).scalar_one_or_none()
-    return run_idle_duration(orjson.loads(text)) if text else None
-
-
-async def _count_counted(conn: AsyncConnection, fleet_id: str) -> int:
-    q = (
-        sa.select(sa.func.count())
-        .select_from(instances)
-        .where(
-            instances.c.fleet_id == fleet_id,
-            instances.c.status != "terminated",
-            instances.c.deleted == sa.false(),
-        )
-    )
-    return int((await conn.execute(q)).scalar_one())
-
-
-async def _next_instance_num(conn: AsyncConnection, fleet_id: str) -> int:
-    q = sa.select(instances.c.instance_num).where(
-        instances.c.fleet_id == fleet_id, instances.c.status != "terminated", instances.c.deleted == sa.false()
-    )
-    used = {r.instance_num for r in await conn.execute(q)}
-    n = 0
-    while n in used:
-        n += 1
-    return n
-
-
-async def _count_backend(conn: AsyncConnection, backend: str) -> int:
-    q = (
-        sa.select(sa.func.count())
-        .select_from(instances)
-        .where(instances.c.backend == backend, instances.c.status != "terminated", instances.c.deleted == sa.false())
-    )
-    return int((await conn.execute(q)).scalar_one())
-
-
 async def _reserve(
     db: Database, conn: AsyncConnection, d: Reserve, now: float, backend_limits: dict[str, int], pools: dict[str, int]
 ) -> str:
@@ -190,13 +151,13 @@ async def _reserve(
         raise _Rejected
     spec: dict[str, Any] = orjson.loads(fleet.spec)
     nodes_min, nodes_max = nodes_bounds(spec)
-    count = await _count_counted(conn, d.fleet_id)
+    count = await capacity_counts.fleet_instances(conn, d.fleet_id)
     if nodes_max is not None and count >= nodes_max:
         raise _Rejected
     if d.job_id is None and count >= nodes_min:
         raise _Rejected  # upkeep only fills up to nodes.min
     limit = backend_limits.get(d.offer.backend)
-    if limit is not None and await _count_backend(conn, d.offer.backend) >= limit:
+    if limit is not None and await capacity_counts.backend_instances(conn, d.offer.backend) >= limit:
         raise _Rejected
     pool = pools.get(d.offer.backend) if d.offer.host_blocks else None
     if pool is not None and await host_blocks_used(conn, d.offer.backend) + d.offer.host_blocks > pool:
@@ -210,13 +171,13 @@ async def _reserve(
         if owned is None:
             raise _Rejected
         offer_json[HOST_GPUS_KEY] = list(owned)
-    num = await _next_instance_num(conn, d.fleet_id)
+    num = await capacity_counts.next_instance_num(conn, d.fleet_id)
     instance_id = str(uuid.uuid4())
     conf = spec.get("configuration") or {}
     idle = conf.get("idle_duration")
     idle = float(idle) if isinstance(idle, (int, float)) else None
     if d.job_id is not None:  # an instance created for a run: the shorter of the fleet's and the run's
-        idle = shorter_idle(idle, await _run_idle(conn, d.job_id))
+        idle = shorter_idle(idle, await capacity_counts.run_idle(conn, d.job_id))
     await conn.execute(
         sa.insert(instances).values(
             id=instance_id,
