@@ -19,10 +19,8 @@ measures the gateway process alone, TLS included).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
-import json
 import os
 import subprocess
 import sys
@@ -32,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.in_process import InProcess, in_process_server
-from benchlib.ok_service import load, start_ok_service
+from benchlib.ok_service import load, main, run_client, start_ok_service
 from benchlib.servers import free_port
 
 SECRET = "gateway-hop-benchmark-secret"
@@ -41,15 +39,10 @@ HOST = "bench.gw.bench"
 
 
 # ---- the load client (a second process) ---------------------------------------------------------
-async def _load(port: int, host: str, path: str, token: str, requests: int, concurrency: int) -> dict[str, float]:
+async def _client(args: list[str]) -> dict[str, float]:
+    port, host, path, token, n, conc = args[:6]
     head = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nUser-Agent: bench\r\n\r\n".encode()
-    return await load(port, head, requests, concurrency)
-
-
-def run_client(port: int, host: str, path: str, token: str, requests: int, concurrency: int) -> dict[str, float]:
-    argv = [sys.executable, __file__, "--client", str(port), host, path, token, str(requests), str(concurrency)]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True)
-    return dict(json.loads(out.stdout))
+    return await load(int(port), head, int(n), int(conc))
 
 
 # ---- the server and the gateway (this process and its child) ----------------------------------------
@@ -119,7 +112,7 @@ async def bench(requests: int) -> None:
                 for name, (port, host, path) in paths.items():
                     for conc in (1, 16):
                         results[(name, conc)] = await asyncio.to_thread(
-                            run_client, port, host, path, srv.token, requests, conc
+                            run_client, __file__, port, host, path, srv.token, requests, conc
                         )
             finally:
                 proc.terminate()
@@ -136,16 +129,5 @@ async def bench(requests: int) -> None:
               f"p99 {g['p99_ms'] - p['p99_ms']:.3f} ms")  # fmt: skip
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--client":
-        port, host, path, token, n, conc = sys.argv[2:8]
-        print(json.dumps(asyncio.run(_load(int(port), host, path, token, int(n), int(conc)))))
-        return
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=3000)
-    args = parser.parse_args()
-    asyncio.run(bench(args.requests))
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__ or "", bench, _client)

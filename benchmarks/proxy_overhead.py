@@ -14,43 +14,26 @@ measured over a window of the same length). Figures, not assertions.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.in_process import InProcess, in_process_server
-from benchlib.ok_service import load, start_ok_service
+from benchlib.ok_service import load, main, run_client, start_ok_service
 
 
 # ---- the load client (a second process) ---------------------------------------------------------
-async def _load(url: str, token: str, requests: int, concurrency: int) -> dict[str, float]:
-    rest = url.removeprefix("http://")
-    hostport, _, path = rest.partition("/")
+async def _client(args: list[str]) -> dict[str, float]:
+    url, token, n, conc = args[:4]
+    hostport, _, path = url.removeprefix("http://").partition("/")
     host, port = hostport.split(":")
     head = (
         f"GET /{path} HTTP/1.1\r\nHost: {hostport}\r\nAuthorization: Bearer {token}\r\nUser-Agent: bench\r\n\r\n"
     ).encode()
-    return await load(int(port), head, requests, concurrency, ok=(200, 404), host=host)
-
-
-def client_main(url: str, token: str, requests: int, concurrency: int) -> None:
-    print(json.dumps(asyncio.run(_load(url, token, requests, concurrency))))
-
-
-def run_client(url: str, token: str, requests: int, concurrency: int) -> dict[str, float]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--client", url, token, str(requests), str(concurrency)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return dict(json.loads(out.stdout))
+    return await load(int(port), head, int(n), int(conc), ok=(200, 404), host=host)
 
 
 # ---- the server (this process) --------------------------------------------------------------------
@@ -86,7 +69,7 @@ async def _measure(srv: InProcess, requests: int) -> None:
             for conc in (1, 16):
                 before = statements
                 results[f"{name}@{conc}"] = res = await asyncio.to_thread(
-                    run_client, url, "bench-token", requests, conc
+                    run_client, __file__, url, "bench-token", requests, conc
                 )
                 res["statements"] = statements - before
         # the workers' own statements over a window as long as the proxied runs
@@ -115,15 +98,5 @@ async def _measure(srv: InProcess, requests: int) -> None:
     )
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--client":
-        client_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
-        return
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=3000)
-    args = parser.parse_args()
-    asyncio.run(bench(args.requests))
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__ or "", bench, _client)

@@ -1,15 +1,20 @@
 """The service the proxy benchmarks measure through (``proxy_overhead.py``, ``gateway_hop.py``): a one-replica
 service on a one-node fleet of the local backend whose app is a tiny asyncio HTTP/1.1 server answering ``ok``
 (:func:`start_ok_service` applies it and waits until it is ready), and the load client they run in a second
-process: GET requests over keep-alive connections, latencies and requests per second (:func:`load`)."""
+process: GET requests over keep-alive connections, latencies and requests per second (:func:`load`, started by
+:func:`run_client`), and their command line (:func:`main`)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
+import json
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 APP = b"""
@@ -98,3 +103,25 @@ async def load(
         "wall_s": wall,
         "requests": len(lat),
     }
+
+
+#: A benchmark's load client: its command-line words after ``--client`` -> its figures.
+Client = Callable[[list[str]], Awaitable[dict[str, float]]]
+
+
+def run_client(script: str, *args: object) -> dict[str, float]:
+    """``script --client ARGS...`` in a process of its own (the load apart from the server's); the figures it prints."""
+    argv = [sys.executable, script, "--client", *(str(a) for a in args)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout))
+
+
+def main(doc: str, bench: Callable[[int], Awaitable[None]], client: Client) -> None:
+    """A proxy benchmark's command line: ``--client ARGS...`` runs ``client`` and prints its figures (JSON), else
+    ``[--requests N]`` runs ``bench(N)``."""
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        print(json.dumps(asyncio.run(client(sys.argv[2:]))))
+        return
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=3000)
+    asyncio.run(bench(parser.parse_args().requests))
