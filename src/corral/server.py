@@ -87,12 +87,23 @@ class Prepared:
     #: decrypts nothing (and imports no cryptography).
     admin_stored_token: str
     admin_created: bool
+    admin_id: str = ""
 
     @property
     def admin_token(self) -> str:
         from corral.store.encryption import open_sealed
 
         return open_sealed(self.ctx.cipher, self.admin_stored_token)
+
+    async def is_admin_token(self, token: str) -> bool:
+        """Whether ``token`` is the admin's, told by its hash as every request's is (nothing decrypted)."""
+        from corral.services import accounts
+        from corral.services.errors import Forbidden
+
+        try:
+            return (await accounts.authenticate(self.ctx.db, token)).id == self.admin_id
+        except Forbidden:
+            return False
 
 
 def _check_encryption_key(settings: Settings) -> None:
@@ -243,7 +254,7 @@ async def prepare(settings: Settings) -> Prepared:
         ctx.preemption = settings_of(server_config.scheduling.preemption)
     ctx.policies = apply_policies
     ctx.ssh_endpoint, ctx.ssh_endpoint_close = _lazy_ssh_endpoint(ctx)
-    return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created)
+    return Prepared(create_app(ctx, Workers(ctx)), ctx, boot.admin.token, boot.created, boot.admin.id)
 
 
 async def _stored_backends(
@@ -383,10 +394,11 @@ def _lazy_ssh_endpoint(ctx: Any) -> tuple[Any, Any]:
     return ensure, close
 
 
-def _repoint_cli_config(url: str, token: str) -> str | None:
+async def _repoint_cli_config(url: str, prepared: Prepared) -> str | None:
     """The CLI's projects that hold this server's admin token but another URL (it was started on another
     port before) are pointed here; returns the file's path if it changed. Costs one file read when nothing
-    needs doing (the YAML parser is loaded only when the token is there and the URL is not)."""
+    needs doing (the YAML parser is loaded only when the file lacks the URL); a project's token is told to
+    be the admin's by its hash, so the stored token is not decrypted (and cryptography not imported)."""
     try:
         from corral.sdk import config_file
 
@@ -395,11 +407,13 @@ def _repoint_cli_config(url: str, token: str) -> str | None:
             text = path.read_text()
         except OSError:
             return None
-        if token not in text or f"url: {url}\n" in text:
+        if f"url: {url}\n" in text:
             return None
-        stale = [p for p in config_file.list_projects() if p["token"] == token and p["url"] != url]
+        stale = [
+            p for p in config_file.list_projects() if p["url"] != url and await prepared.is_admin_token(p["token"])
+        ]
         for p in stale:
-            config_file.add_project(p["name"], url, token, default=p["default"])
+            config_file.add_project(p["name"], url, p["token"], default=p["default"])
         return str(path) if stale else None
     except Exception as e:  # the server works without it; say why
         print(f"Could not update the CLI configuration: {e}", file=sys.stderr)
@@ -502,7 +516,7 @@ def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", acc
                 if path:
                     print(f"Configured the main project in {path}", flush=True)
         elif settings.write_cli_config:
-            path = _repoint_cli_config(url, prepared.admin_token)
+            path = await _repoint_cli_config(url, prepared)
             if path:
                 print(f"Pointed the CLI's projects of this server at {url} in {path}", flush=True)
         # Start-up made many long-lived objects (modules, models): keep them out of every collection (no

@@ -158,7 +158,9 @@ def test_an_unknown_log_format_is_refused_before_start(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def _start_and_stop(tmp: Path, port: int) -> str:
+def _start_and_stop(tmp: Path, port: int, maps: list[str] | None = None) -> str:
+    """The output of a server started and stopped; ``maps`` gets its memory map (``/proc/PID/maps``) once it
+    serves."""
     proc = subprocess.Popen(
         [*_corral_command(), "server", "--port", str(port)],
         env=_env(tmp, CORRAL_BACKGROUND_PROCESSING="0"),
@@ -176,6 +178,8 @@ def _start_and_stop(tmp: Path, port: int) -> str:
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
             time.sleep(0.1)
+        if maps is not None:
+            maps.append(Path(f"/proc/{proc.pid}/maps").read_text())
     finally:
         proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=30)[0]
@@ -188,9 +192,13 @@ def test_a_start_on_another_port_points_the_cli_there(tmp_path: Path) -> None:
     assert "Configured the main project" in out
     config = tmp_path / "cli" / "config.yml"
     assert f"url: http://127.0.0.1:{first}\n" in config.read_text()
-    out = _start_and_stop(tmp_path, second)
+    maps: list[str] = []
+    out = _start_and_stop(tmp_path, second, maps)
     assert f"Pointed the CLI's projects of this server at http://127.0.0.1:{second}" in out
     assert f"url: http://127.0.0.1:{second}\n" in config.read_text()
     assert f":{first}" not in config.read_text()
+    # the admin's token is told by its hash, not decrypted: a start over existing state loads no cryptography
+    # (its AES-GCM is about 7 MiB of an idle server's memory)
+    assert "cryptography/hazmat/bindings" not in maps[0]
     out = _start_and_stop(tmp_path, second)  # the same port again: nothing to do
     assert "Pointed" not in out and "Configured" not in out

@@ -33,14 +33,14 @@ WARM_UP_DELAY = 0.5
 
 def warm_up() -> None:
     """What start-up leaves for later, done now in a thread so that no request waits for it: build the
-    configuration and request models, import cryptography (repo credentials)."""
+    configuration and request models. cryptography is not imported here: its AES-GCM alone is about 7 MiB
+    of resident memory, which an idle server does not keep; the first seal or open imports it
+    (``store/encryption.py``)."""
     from corral.config.parsing import warm_up as configuration
     from corral.schemas.requests import warm_up as requests
-    from corral.store.encryption import warm_up as encryption
 
     configuration()
     requests()
-    encryption()
 
 
 class Workers:
