@@ -186,6 +186,11 @@ class SlurmTestCluster:
     def drain(self, node: str, reason: str = "maintenance") -> None:
         self.root(LOGIN, f"scontrol update nodename={node} state=drain reason={shlex.quote(reason)}")
 
+    def set_max_time(self, partition: str, max_time: str) -> None:
+        """A partition's ``MaxTime`` (Slurm's time format: ``1`` minute, ``60``, ``UNLIMITED``), as an administrator
+        sets it; the configuration's is ``60``."""
+        self.root(LOGIN, f"scontrol update partitionname={partition} maxtime={shlex.quote(max_time)}")
+
     def resume(self, node: str) -> None:
         self.root(LOGIN, f"scontrol update nodename={node} state=resume")
         self.wait_nodes((node,), "idle")

@@ -29,8 +29,11 @@ def slurm_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmTes
 
 @pytest.fixture
 def slurm(slurm_session: SlurmTestCluster) -> Iterator[SlurmTestCluster]:
-    """The cluster with every node idle and no job, before and after the test."""
+    """The cluster with every node idle, no job and the partitions' configured ``MaxTime``, before and after the
+    test."""
     slurm_session.cancel_all()
+    for partition in ("cpu", "gpu"):
+        slurm_session.set_max_time(partition, "60")
     for node, state in slurm_session.node_states().items():
         if state != "idle":
             slurm_session.resume(node)

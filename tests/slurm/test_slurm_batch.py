@@ -34,7 +34,6 @@ def test_cpu_allocation_directives() -> None:
         "--ntasks-per-node=1",
         "--cpus-per-task=2",
         "--mem=4096M",
-        "--signal=B:TERM@60",
     ]
 
 

@@ -323,3 +323,59 @@ async def test_an_image_is_refused_at_plan_time_with_the_reason(server: RunningS
             "/api/project/main/runs/apply", json={"force": True, "plan": {"run_spec": {"configuration": configuration}}}
         )
         assert r.status_code == 400 and "could only run on Slurm" in r.text, r.text
+
+
+async def instances_of(c: httpx.AsyncClient) -> list[dict[str, Any]]:
+    r = await c.post("/api/instances/list", json={})
+    assert r.status_code == 200, r.text
+    return [i for i in r.json() if i["status"] not in ("terminating", "terminated")]
+
+
+async def running_instance(c: httpx.AsyncClient, slurm: SlurmTestCluster, run: str) -> dict[str, Any]:
+    """The live instance of a running run (once the run is running and Slurm runs its allocation)."""
+
+    async def check() -> dict[str, Any] | None:
+        if (await get_run(c, run))["status"] != "running" or not corral_jobs(slurm, ("RUNNING",)):
+            return None
+        live = [i for i in await instances_of(c) if i["status"] == "busy"]
+        return live[0] if live else None
+
+    return dict(await wait_for(check, timeout=60, interval=0.2))
+
+
+async def test_max_duration_is_the_allocations_time_limit(slurm: SlurmTestCluster, server: RunningServer) -> None:
+    async with server.client() as c:
+        await apply_fleet(c)
+        await submit(c, "bounded", ["sleep 600"], max_duration="1m")
+        instance = await running_instance(c, slurm, "bounded")
+        (job,) = corral_jobs(slurm, ("RUNNING",))
+        shown = slurm.root("login", f"scontrol show -o job {job['id']}")
+        assert " TimeLimit=00:01:00 " in shown, shown
+        message = instance["status_message"]
+        assert message.startswith(f"Slurm job {job['id']} on {job['nodes']}; ends by "), message
+        assert message.endswith(" UTC (time limit 1:00, the run's max_duration)"), message
+        fleet = (await c.post("/api/project/main/fleets/get", json={"name": "hpc"})).json()
+        assert [i["status_message"] for i in fleet["instances"] if i["status"] == "busy"] == [message]
+
+
+async def test_the_partitions_time_limit_bounds_the_instance_visibly_and_ends_its_job(
+    slurm: SlurmTestCluster, server: RunningServer
+) -> None:
+    slurm.set_max_time("cpu", "1")  # a minute: the allocation is ended 30 s in, with the reason
+    async with server.client() as c:
+        await apply_fleet(c)
+        await submit(c, "endless", ["echo started; sleep 600"])
+        instance = await running_instance(c, slurm, "endless")
+        (job,) = corral_jobs(slurm, ("RUNNING",))
+        assert "TimeLimit=00:01:00" in slurm.root("login", f"scontrol show -o job {job['id']}")
+        message = instance["status_message"]
+        assert message.startswith(f"Slurm job {job['id']} on {job['nodes']}; ends by "), message
+        assert message.endswith(" UTC (time limit 1:00, partition cpu's time limit)"), message
+        run = await finished(c, "endless", timeout=60)
+        submission = run["jobs"][0]["job_submissions"][-1]
+        said = submission["termination_reason_message"] or ""
+        assert f"Slurm job {job['id']} reaches its time limit (1:00, partition cpu's time limit)" in said, submission
+        assert submission["termination_reason"] == "interrupted_by_no_capacity", submission
+        await no_corral_job(slurm, timeout=30)
+    gone = [j for j in slurm.squeue() if j["id"] == job["id"]]
+    assert gone and gone[0]["state"] == "CANCELLED", gone  # ended by corral, before Slurm's TIMEOUT

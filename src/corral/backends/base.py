@@ -80,6 +80,8 @@ class Provisioned:
     addresses: tuple[str, ...] = ()
     #: The offer launched when it is not the row's own (a cloud fell back on another type or region).
     offer: Offer | None = None
+    #: What the backend says of the instance (the instance's ``status_message``: a Slurm allocation's time limit).
+    status_message: str | None = None
 
 
 class Compute(Protocol):

@@ -77,6 +77,8 @@ class InstanceRec:
     job_name: str | None = None
     #: The gateway held on this instance (no job is placed on it meanwhile).
     gateway_id: str | None = None
+    #: What its backend says of it while it lives (a Slurm allocation's node and time limit, why it pends).
+    status_message: str | None = None
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,8 @@ def instance(i: InstanceRec) -> dict[str, Any]:
         "total_blocks": i.total_blocks,
         "busy_blocks": i.busy_blocks,
         "gpu_driver": None,
+        # corral's: what the backend says of a live instance (a Slurm allocation's time limit, why it pends)
+        "status_message": i.status_message if i.status not in ("terminating", "terminated") else None,
     }
 
 

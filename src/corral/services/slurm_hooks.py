@@ -1,7 +1,8 @@
 """What the Slurm backend asks of the server while it provisions (``backends.slurm.compute.Hooks``): this
 server's id (in every Slurm job's comment, for the reaper), the statuses of instance rows (an allocation whose
-rows are no longer wanted is cancelled while it pends), and a way to say on the waiting jobs why they wait
-(Slurm's pending reason, shown as the run's status message).
+rows are no longer wanted is cancelled while it pends), a way to say on the waiting jobs and their instances why
+they wait (Slurm's pending reason, shown as the run's and the instance's status message), and the shortest
+``max_duration`` of the jobs an allocation is for (its ``--time``).
 
 May import: what ``corral.services`` may.
 """
@@ -14,7 +15,7 @@ from corral.backends.slurm.compute import Hooks
 from corral.services import cloud_backends
 from corral.store import fleets as fleet_store
 from corral.store.db import Database
-from corral.store.gangs import note_waiting
+from corral.store.gangs import note_waiting, placed_max_duration
 
 
 def slurm_hooks(db: Database) -> Hooks:
@@ -27,6 +28,10 @@ def slurm_hooks(db: Database) -> Hooks:
 
     async def note(ids: list[str], message: str) -> None:
         async with db.write() as conn:
-            await note_waiting(conn, ids, message)
+            await note_waiting(conn, ids, message, on_instances=True)
 
-    return Hooks(server_id, row_statuses, note)
+    async def max_duration(ids: list[str]) -> float | None:
+        async with db.read() as conn:
+            return await placed_max_duration(conn, ids)
+
+    return Hooks(server_id, row_statuses, note, max_duration)

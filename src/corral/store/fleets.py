@@ -56,6 +56,7 @@ def instance_from_row(row: Any, project_name: str, fleet_name: str | None) -> In
         termination_reason=row.termination_reason,
         termination_reason_message=row.termination_reason_message,
         gateway_id=row.gateway_id,
+        status_message=row.status_message,
     )
 
 

@@ -62,10 +62,30 @@ async def pending_gangs(conn: AsyncConnection, instance_ids: Sequence[str]) -> l
     return [PendingGang(key, tuple(i for _, i in sorted(m)), *about[key]) for key, m in members.items()]
 
 
-async def note_waiting(conn: AsyncConnection, instance_ids: Sequence[str], message: str) -> None:
-    """Say on the jobs of a gang that waits for capacity why they wait (their instances stay reserved)."""
+async def note_waiting(
+    conn: AsyncConnection, instance_ids: Sequence[str], message: str, on_instances: bool = False
+) -> None:
+    """Say on the jobs of a gang that waits for capacity why they wait (their instances stay reserved); with
+    ``on_instances``, on the pending instances too (a Slurm allocation's pending reason)."""
     await conn.execute(
         sa.update(jobs)
         .where(jobs.c.instance_id.in_(list(instance_ids)), jobs.c.status == "provisioning")
         .values(status_message=message)
     )
+    if on_instances:
+        await conn.execute(
+            sa.update(instances)
+            .where(instances.c.id.in_(list(instance_ids)), instances.c.status == "pending")
+            .values(status_message=message)
+        )
+
+
+async def placed_max_duration(conn: AsyncConnection, instance_ids: Sequence[str]) -> float | None:
+    """The shortest ``max_duration`` (seconds) of the jobs reserved on these instances; None: none has one."""
+    q = sa.select(jobs.c.job_spec).where(jobs.c.instance_id.in_(list(instance_ids)), jobs.c.status == "provisioning")
+    limits = [
+        float(v)
+        for (spec,) in await conn.execute(q)
+        if spec and isinstance(v := orjson.loads(spec).get("max_duration"), (int, float)) and v > 0
+    ]
+    return min(limits) if limits else None

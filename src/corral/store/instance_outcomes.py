@@ -40,6 +40,8 @@ class ProvisionedInstance:
     #: What the jobs placed on it are charged now, when that is not what they were placed at (a cloud launched
     #: a fallback offer of another price); None: as placed.
     jobs_price: float | None = None
+    #: What the backend says of the instance (a Slurm allocation's node and time limit); None: nothing.
+    status_message: str | None = None
 
 
 async def record_provisioned(
@@ -66,6 +68,7 @@ async def record_provisioned(
             "total_blocks": found.total_blocks,
             "region": found.region,
             "price": found.price,
+            "status_message": found.status_message,
             **_NO_LEASE,
         },
     )

@@ -164,6 +164,8 @@ instances = sa.Table(
     sa.Column("deleted", sa.Boolean, nullable=False, default=False),
     sa.Column("last_processed_at", Time, nullable=False),
     *_lease_columns(),
+    #: What the backend says of the live instance (a Slurm allocation's node and time limit, or why it pends).
+    sa.Column("status_message", sa.Text, nullable=True),
     #: The gateway held on this instance (an SSH fleet's host): no job is placed on it while it is set
     #: (written by ``plan_apply``'s gateway hold, the one writer of capacity).
     sa.Column("gateway_id", sa.String(36), nullable=True),

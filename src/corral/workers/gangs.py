@@ -8,8 +8,8 @@ it is launched again every ``RETRY_INTERVAL`` seconds until ``retry.duration`` (
 passed. Otherwise every row and job of it ends alike: ``failed_to_start_due_to_no_capacity`` for
 capacity, ``terminated_by_server`` for any other refusal (the run fails).
 
-The instances worker lends :class:`Gangs` what it does for one instance too: claim its row's lease, record it
-provisioned, record it failed.
+The instances worker lends :class:`Gangs` what it does for one instance too: claim its row's lease, keep it
+renewed while the gang is launched, record it provisioned, record it failed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 
 from corral.backends.base import Compute, GangLauncher, Provisioned, ProvisioningError
 from corral.context import Context
@@ -40,6 +41,8 @@ Claim = Callable[[InstanceRec], Awaitable[str | None]]
 Record = Callable[[InstanceRec, str, Compute, Provisioned], Awaitable[None]]
 #: Record an instance that could not be provisioned (lease token, message, its jobs' termination reason).
 Failed = Callable[[InstanceRec, str, str, str, FailureKind], Awaitable[None]]
+#: Keep the leases (row id, token) renewed while the body runs.
+Keep = Callable[[Sequence[tuple[str, str]]], AbstractAsyncContextManager[None]]
 
 
 def waits(capacity: bool, reserved_at: float, wait: float | None, now: float) -> bool:
@@ -48,9 +51,10 @@ def waits(capacity: bool, reserved_at: float, wait: float | None, now: float) ->
 
 
 class Gangs:
-    def __init__(self, ctx: Context, claim: Claim, record: Record, failed: Failed) -> None:
+    def __init__(self, ctx: Context, claim: Claim, record: Record, failed: Failed, keep: Keep) -> None:
         self.ctx = ctx
         self._claim = claim
+        self._keep = keep
         self._record = record
         self._failed_one = failed
         #: Gang key -> when it may be launched again (it waits for capacity).
@@ -91,7 +95,8 @@ class Gangs:
         compute = self.ctx.computes[rows[0].backend]
         names = ", ".join(r.name for r in rows)
         try:
-            provisioned = await launchers[rows[0].backend].create_gang(rows, gang.cluster, gang.reservation)
+            async with self._keep([(r.id, t) for r, t in zip(rows, tokens, strict=True)]):
+                provisioned = await launchers[rows[0].backend].create_gang(rows, gang.cluster, gang.reservation)
         except ProvisioningError as e:
             capacity = bool(getattr(e, "capacity", False))
             if waits(capacity, min(r.created_at for r in rows), gang.wait, time.time()):

@@ -1,13 +1,18 @@
 """The instances worker: provision reserved instances, terminate the ones going away, retire idle ones,
 and finish deleted fleets. Every backend call happens with no transaction open, under a lease.
+
+A provisioning keeps its rows' leases (renewed every third of their time to live) for as long as the backend works
+on them, however long that is (a Slurm allocation may pend for many minutes): another replica takes a pending row
+over only once the replica that holds it has stopped renewing, i.e. has died.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from corral.backends.base import AgentEndpoint, Compute, Provisioned, ProvisioningError
 from corral.context import Context
@@ -44,7 +49,7 @@ class Instances:
         #: Instance id -> (failed tries to terminate it, when the first failed), while it is not confirmed.
         self._termination_tries: dict[str, tuple[int, float]] = {}
         self.orphans = OrphanReaper(ctx)
-        self.gangs = Gangs(ctx, self._claim, self.record, self._provisioning_failed)
+        self.gangs = Gangs(ctx, self._claim, self.record, self._provisioning_failed, self.keeping)
 
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
@@ -90,8 +95,36 @@ class Instances:
         if self._tasks:
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
 
+    def _lease_ttl(self) -> float:
+        return self.ctx.settings.provisioning_timeout + 5
+
+    @contextlib.asynccontextmanager
+    async def keeping(self, held: Sequence[tuple[str, str]]) -> AsyncIterator[None]:
+        """The leases ``held`` (row id, token) renewed while the body runs, so that no other replica takes the
+        rows over while this one still works on them (a lost one is said and left: ``record`` then finds it)."""
+        ttl = self._lease_ttl()
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(ttl / 3)
+                try:
+                    async with self.ctx.db.write() as conn:
+                        for row_id, token in held:
+                            if not await leases.extend(conn, instances, row_id, token, time.time(), ttl):
+                                log.warning("instance %s: its lease was lost while it was provisioned", row_id)
+                except Exception as e:  # the database away for a moment: the next renewal tries again
+                    log.warning("renewing provisioning leases failed: %s", e)
+
+        task = asyncio.create_task(renew())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     async def _claim(self, inst: InstanceRec) -> str | None:
-        ttl = self.ctx.settings.provisioning_timeout + 5
+        ttl = self._lease_ttl()
         async with self.ctx.db.write() as conn:
             return await leases.claim(
                 conn, instances, inst.id, self.ctx.replica_id, time.time(), ttl, expect_status=(inst.status,)
@@ -105,7 +138,8 @@ class Instances:
         try:
             if compute is None:
                 raise ProvisioningError(f"backend {inst.backend!r} is not configured")
-            provisioned = await compute.create_instance(inst)
+            async with self.keeping([(inst.id, token)]):
+                provisioned = await compute.create_instance(inst)
         except ProvisioningError as e:  # its kind says why: no capacity, a quota, no image...
             await self._provisioning_failed(inst, token, str(e), kind=e.kind)
             return
@@ -140,6 +174,7 @@ class Instances:
             region=offer.get("region") or inst.region,
             price=offer["price"],
             jobs_price=placed_price(inst.backend, offer["price"]) if launched is not None else None,
+            status_message=provisioned.status_message,
         )
         async with self.ctx.db.write() as conn:
             recorded_now = await instance_outcomes.record_provisioned(conn, inst.id, token, found, now)

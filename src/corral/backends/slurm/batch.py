@@ -7,19 +7,25 @@ address (``NodeAddr``) on a port it picks, works in a node-local directory (``$T
 ``{url, token}`` to ``~/.corral/slurm/<jobid>/<node>.json`` (:func:`endpoint_path`), where the server reads it
 through the login node.
 
+The allocation's time limit (:func:`time_bound`): the run's ``max_duration`` rounded up to whole minutes, else the
+cluster's ``time_limit``, never above the partition's limit (``MaxTime``, as ``sinfo %l`` prints it); with neither,
+no ``--time`` is sent and the partition's default applies.
+
 The job carries its identity for the reaper: ``--job-name=corral-<first row id>`` and
-``--comment=corral:<server id>:<row ids>``. ``--signal=B:TERM@60`` warns the batch shell a minute before the
-time limit; the shell passes TERM on to the agents (``srun`` forwards it to its tasks), which stop their jobs
-and exit. ``--no-requeue``: Slurm never restarts an allocation behind corral's back. The job's own output
+``--comment=corral:<server id>:<row ids>``. No ``--signal`` is asked for: the server ends an allocation itself
+shortly before its time limit (``states.ending``), with the reason; a TERM from ``scancel`` or from Slurm at the
+limit reaches the batch shell, which passes it on to the agents (``srun`` forwards it to its tasks), which stop
+their jobs and exit. ``--no-requeue``: Slurm never restarts an allocation behind corral's back. The job's own output
 goes to ``~/.corral/slurm/<jobid>.out`` so a job that dies before its agent starts says why.
 
 Site options (``account``, ``qos``, ``reservation``, ``time_limit`` and free ``sbatch_options``) come from the
 cluster's configuration; options corral sets itself are protected (:data:`PROTECTED`) and refused there.
 
 Sources: sbatch's options and the ``%j`` output pattern, https://slurm.schedmd.com/sbatch.html; ``#SBATCH``
-lines are not expanded by a shell, so paths in them are absolute (seen on Slurm 22.05.8).
+lines are not expanded by a shell, so paths in them are absolute (seen on Slurm 22.05.8). sbatch's ``--signal``
+"may be sent up to 60 seconds earlier than specified" (sbatch(1)): with a limit of a minute or two it came at once.
 
-May import: the standard library only.
+May import: the standard library and ``.parse`` (Slurm's time format).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from corral.backends.slurm.parse import format_slurm_time, slurm_seconds
 
 #: Where corral keeps its files in the cluster user's (shared) home.
 CORRAL_DIR = ".corral"
@@ -106,6 +114,54 @@ class BatchRequest:
     #: The run's ``max_duration`` in seconds, when it has one (``--time`` then, unless the site's is shorter).
     max_duration: float | None = None
     python: str = "python3"
+    #: The partition's time limit as ``sinfo %l`` prints it (``1:00:00``, ``infinite``); None: not known.
+    partition_limit: str | None = None
+
+
+@dataclass(frozen=True)
+class TimeBound:
+    """An allocation's time limit: in seconds (None: none known; the partition's default applies, or no limit),
+    sbatch's ``--time`` for it (None: not sent), and what set it (for the instance's message)."""
+
+    seconds: int | None
+    sbatch: str | None
+    source: str
+
+
+def time_bound(
+    max_duration: float | None, site_limit: str | None, partition: str, partition_limit: str | None
+) -> TimeBound:
+    """The smallest of the run's ``max_duration`` (rounded up to whole minutes), the cluster's ``time_limit`` and
+    the partition's limit; the cluster's applies only when the run has none. Without either, no ``--time``."""
+    limit = _seconds(partition_limit, printed=True)
+    own = f"partition {partition}'s time limit"
+    if max_duration is not None and max_duration > 0:
+        text = slurm_minutes(max_duration)
+        asked: int | None = int(text) * 60
+        source = "the run's max_duration"
+    elif site_limit:
+        text, asked, source = site_limit, _seconds(site_limit, printed=False), "the cluster's time_limit"
+    else:
+        return TimeBound(limit, None, own)
+    if limit is not None and (asked is None or asked > limit):
+        return TimeBound(limit, slurm_minutes(limit), own)
+    return TimeBound(asked, text, source)
+
+
+def _seconds(text: str | None, printed: bool) -> int | None:
+    if text is None:
+        return None
+    try:
+        return slurm_seconds(text, printed=printed)
+    except ValueError:
+        return None
+
+
+def describe(bound: TimeBound) -> str:
+    """``1:00:00, partition cpu's time limit``: the bound for a message."""
+    if bound.seconds is None:
+        return f"no time limit known: {bound.source}"
+    return f"{format_slurm_time(bound.seconds)}, {bound.source}"
 
 
 def job_name(row_ids: tuple[str, ...]) -> str:
@@ -143,9 +199,8 @@ def _gres(gpus: int, gpu_type: str | None) -> str:
 
 
 def _time(req: BatchRequest) -> str | None:
-    if req.max_duration is not None and req.max_duration > 0:
-        return slurm_minutes(req.max_duration)
-    return req.site.time_limit
+    partition = req.partitions[0] if req.partitions else ""
+    return time_bound(req.max_duration, req.site.time_limit, partition, req.partition_limit).sbatch
 
 
 def directives(req: BatchRequest) -> list[str]:
@@ -160,7 +215,6 @@ def directives(req: BatchRequest) -> list[str]:
         "--ntasks-per-node=1",
         f"--cpus-per-task={max(1, req.cpus)}",
         f"--mem={max(1, req.memory_mib)}M",
-        "--signal=B:TERM@60",
     ]
     if req.gpus > 0:
         opts.append(f"--gres={_gres(req.gpus, req.gpu_type)}")
@@ -204,7 +258,7 @@ def script(req: BatchRequest) -> str:
         "umask 077",
         f"srun --ntasks-per-node=1 --kill-on-bad-exit=0 sh -c {shlex.quote(node)} &",
         "step=$!",
-        # TERM before the time limit (--signal=B:TERM@60) or from scancel: the agents stop their jobs, then exit
+        # TERM from scancel or from Slurm at the time limit: the agents stop their jobs, then exit
         "trap 'kill -TERM \"$step\" 2>/dev/null' TERM",
         'wait "$step"; status=$?',
         # a trapped signal ends the first wait early: wait again for the agents to finish their shutdown

@@ -34,7 +34,7 @@ from corral.agent.zipapp import build_zipapp, content_hash
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
 from corral.backends.local_forward import LocalForward
-from corral.backends.slurm import batch, states
+from corral.backends.slurm import batch, parse, states
 from corral.domain.records import InstanceRec
 from corral.scheduler.codec import resources_from_json
 from corral.scheduler.types import Offer
@@ -45,6 +45,12 @@ log = logging.getLogger("corral.slurm")
 RowStatuses = Callable[[list[str]], Awaitable[Mapping[str, str]]]
 #: Say on the jobs of these rows why they wait (Slurm's pending reason).
 Note = Callable[[list[str], str], Awaitable[None]]
+#: The shortest ``max_duration`` (seconds) of the jobs these rows are for; None: none has one.
+MaxDuration = Callable[[list[str]], Awaitable[float | None]]
+
+
+async def _no_max_duration(ids: list[str]) -> float | None:
+    return None
 
 
 class Cluster(Protocol):
@@ -73,17 +79,38 @@ class Clusters(Protocol):
 @dataclass(frozen=True)
 class Hooks:
     """What the server lends the backend: its id (in every job's comment), the rows' statuses, a way to say
-    why rows wait."""
+    why rows wait, the rows' jobs' ``max_duration``."""
 
     server_id: Callable[[], Awaitable[str]]
     row_statuses: RowStatuses
     note: Note
+    max_duration: MaxDuration = _no_max_duration
 
 
 @dataclass(frozen=True)
 class Lost:
     row_id: str
     message: str
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """What the allocation's time limit is made of, and the limit."""
+
+    max_duration: float | None
+    partition_limit: str | None
+    bound: batch.TimeBound
+
+
+@dataclass(frozen=True)
+class _Limit:
+    """A running allocation's end (unix time; None: no limit), its limit in seconds, the limit described, and
+    whether the server ends it before Slurm does (not when the limit is the run's own ``max_duration``)."""
+
+    ends_at: float | None
+    seconds: int | None
+    said: str
+    ends_early: bool
 
 
 @dataclass
@@ -184,17 +211,45 @@ class SlurmCompute:
         conn, site = await self._clusters.get(lead.project_name, lead.region or "")
         home = await self._home(conn)
         ids = [r.id for r in rows]
-        job_id = await self._find(conn, tuple(ids)) or await self._submit(conn, site, home, rows)
+        bound = await self._bound(conn, site, rows)
+        job_id = await self._find(conn, tuple(ids)) or await self._submit(conn, site, home, rows, bound)
         try:
             await self._wait_running(conn, job_id, ids, home)
             nodes = await self._wait_endpoints(conn, job_id, len(rows), home)
+            limit = await self._limit(conn, job_id, bound)
             out = []
             for row, node in zip(rows, nodes, strict=True):
-                out.append(await self._provisioned(conn, lead.region or "", row, job_id, node))
+                out.append(await self._provisioned(conn, lead.region or "", row, job_id, node, limit))
             return out
+        except asyncio.CancelledError:
+            # not given back: the row stays pending, and whoever provisions it next (this server started again,
+            # or another replica once this one's lease has expired) adopts the job by its comment
+            raise
         except BaseException:
             await self._cancel(conn, job_id)
             raise
+
+    async def _bound(self, conn: Cluster, site: batch.SiteOptions, rows: list[InstanceRec]) -> _Bound:
+        """The time limit the allocation is asked with: the run's ``max_duration``, the cluster's ``time_limit``,
+        the partition's (``sinfo %l``), the smallest."""
+        partition = str((rows[0].offer or {}).get("zone") or "").split(",")[0]
+        snap = await conn.snapshot()
+        limit = next((p.time_limit for p in snap.partitions if p.name == partition), None)
+        max_duration = await self.hooks.max_duration([r.id for r in rows])
+        return _Bound(max_duration, limit, batch.time_bound(max_duration, site.time_limit, partition, limit))
+
+    async def _limit(self, conn: Cluster, job_id: str, bound: _Bound) -> _Limit:
+        """The running job's time limit as Slurm has it (``squeue %l``, ``%L``: the time left): when it ends."""
+        result = await conn.run(f"squeue -h -j {job_id} -o '{parse.TIME_LEFT_FORMAT}'")
+        try:
+            seen = parse.parse_time_left(_text(result.stdout))
+        except ValueError as e:
+            log.warning("Slurm job %s: its time limit is not known: %s", job_id, e)
+            return _Limit(None, bound.bound.seconds, batch.describe(bound.bound), False)
+        ends_at = time.time() + seen.left if seen.left is not None else None
+        source = bound.bound.source if bound.bound.sbatch is not None else f"partition {seen.partition}'s time limit"
+        said = batch.describe(batch.TimeBound(seen.limit, None, source))
+        return _Limit(ends_at, seen.limit, said, not source.startswith("the run's"))
 
     async def _find(self, conn: Cluster, ids: tuple[str, ...]) -> str | None:
         """The allocation this server submitted for ``ids`` before (a restart between sbatch and record)."""
@@ -205,7 +260,9 @@ class SlurmCompute:
                 return str(job.id)
         return None
 
-    async def _submit(self, conn: Cluster, site: batch.SiteOptions, home: _Home, rows: list[InstanceRec]) -> str:
+    async def _submit(
+        self, conn: Cluster, site: batch.SiteOptions, home: _Home, rows: list[InstanceRec], bound: _Bound
+    ) -> str:
         offer = rows[0].offer or {}
         res = resources_from_json(offer.get("resources") or {"cpus": 1, "memory_mib": 1024})
         zone = str(offer.get("zone") or "")
@@ -215,7 +272,8 @@ class SlurmCompute:
             row_ids=tuple(r.id for r in rows), server_id=await self.hooks.server_id(),
             partitions=tuple(zone.split(",")),
             cpus=res.cpus, memory_mib=res.memory_mib, gpus=len(res.gpus), gpu_type=None, home=home.home,
-            agent_hash=home.agent_hash, site=site, python=home.python,
+            agent_hash=home.agent_hash, site=site, python=home.python, max_duration=bound.max_duration,
+            partition_limit=bound.partition_limit,
         )  # fmt: skip
         result = await conn.run(
             f"mkdir -p {shlex.quote(batch.slurm_dir(home.home))} && sbatch --parsable", input=batch.script(req)
@@ -279,7 +337,7 @@ class SlurmCompute:
         return f"; its output: {said}" if said else ""
 
     async def _provisioned(
-        self, conn: Cluster, cluster_name: str, row: InstanceRec, job_id: str, node: states.NodeEndpoint
+        self, conn: Cluster, cluster_name: str, row: InstanceRec, job_id: str, node: states.NodeEndpoint, limit: _Limit
     ) -> Provisioned:
         assert node.url is not None and node.token is not None
         port = int(node.url.rsplit(":", 1)[1])
@@ -290,6 +348,10 @@ class SlurmCompute:
             "node": node.node,
             "host": node.addr,
             "port": port,
+            "ends_at": limit.ends_at,
+            "limit": limit.seconds,
+            "limit_said": limit.said,
+            "ends_early": limit.ends_early,
         }
         endpoint = AgentEndpoint(url=node.url, token=node.token, connection=connection)
         tunnel = self._tunnel(row.id, conn, node.addr, port)
@@ -308,6 +370,7 @@ class SlurmCompute:
             resources=resources,
             internal_ip=node.addr,
             addresses=(node.node, node.addr),
+            status_message=states.running_message(job_id, node.node, limit.ends_at, limit.said),
         )
 
     # ---- reaching agents ---------------------------------------------------------------------
@@ -425,8 +488,10 @@ class SlurmCompute:
 
     # ---- interruptions -----------------------------------------------------------------------
     async def lost_instances(self, live: list[InstanceRec]) -> Sequence[Lost]:
-        """Rows whose allocation ended without corral (or whose node failed under them)."""
+        """Rows whose allocation ended without corral (or whose node failed under them), and rows whose allocation
+        is about to reach its time limit (``states.ending``: cancelled here, ahead of Slurm)."""
         lost: list[Lost] = []
+        now = time.time()
         by_cluster: dict[tuple[str, str], list[InstanceRec]] = {}
         for inst in live:
             c = (inst.agent or {}).get("connection") or {}
@@ -439,10 +504,14 @@ class SlurmCompute:
                 c = (inst.agent or {}).get("connection") or {}
                 job_id, node = str(c.get("job_id") or ""), str(c.get("node") or "")
                 job = _job(snap, job_id)
+                ends_at, limit = c.get("ends_at"), c.get("limit")
                 if job is None or job.state not in states.ACTIVE:
-                    lost.append(Lost(inst.id, states.ended_message(job_id, job and job.state)))
+                    lost.append(Lost(inst.id, states.ended_message(job_id, job and job.state, c.get("limit_said"))))
                 elif states.node_lost(node_state.get(node, "")):
                     lost.append(Lost(inst.id, f"node {node} of Slurm job {job_id} is {node_state[node]}"))
+                elif c.get("ends_early") and isinstance(ends_at, (int, float)) and states.ending(now, ends_at, limit):
+                    await self._cancel(conn, job_id)  # its row ends lost: nobody else would cancel it
+                    lost.append(Lost(inst.id, states.ending_message(job_id, ends_at, str(c.get("limit_said")))))
         return lost
 
     async def aclose(self) -> None:

@@ -5,7 +5,12 @@ Slurm 22.05 (``tests/data/slurm/``). Nothing here runs a command.
 Formats (sinfo(1), squeue(1) "-o <output_format>"): sinfo ``%N`` node name, ``%o`` NodeAddr, ``%T`` extended state,
 ``%P`` partition (``*`` marks the default), ``%a`` partition up/down, ``%l`` its time limit, ``%c`` CPUs, ``%m``
 memory in MB, ``%G`` GRES; squeue ``%i`` id, ``%j`` name, ``%T`` state, ``%r`` reason, ``%N`` nodes, ``%P``
-partition, ``%l`` time limit, ``%k`` comment (last: it may hold anything).
+partition, ``%l`` time limit, ``%k`` comment (last: it may hold anything); for one job, ``%L`` its time left.
+
+Times as Slurm prints them (``%l``, ``%L``, ``MaxTime``): ``days-hours:minutes:seconds``, ``hours:minutes:seconds``
+or ``minutes:seconds``, and ``infinite``/``UNLIMITED``/``NOT_SET`` for none (squeue(1), "%l"; seen on 22.05: a
+1-minute ``MaxTime`` is ``1:00``, 2 days ``2-00:00:00``). What sbatch's ``--time`` takes is wider: a bare number is
+minutes, ``days-hours`` and ``days-hours:minutes`` are allowed too (sbatch(1), "--time").
 """
 
 from __future__ import annotations
@@ -216,6 +221,69 @@ def parse_scontrol_nodes(text: str) -> tuple[NodeDetail, ...]:
             )
         )
     return tuple(out)
+
+
+_NO_LIMIT = frozenset({"infinite", "unlimited", "not_set", "none", "n/a"})
+
+
+def slurm_seconds(text: str, printed: bool = True) -> int | None:
+    """A Slurm time in seconds; None for no limit (``infinite``, ``UNLIMITED``, ``NOT_SET``). ``printed``: as Slurm
+    prints one (``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``); else as ``--time`` takes one (a bare number is minutes,
+    ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``). Raises ``ValueError`` for anything else."""
+    t = text.strip()
+    if t.lower() in _NO_LIMIT:
+        return None
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+(?::\d+){0,2})", t)
+    if m is None:
+        raise ValueError(f"{text!r} is not a Slurm time")
+    days = int(m.group(1) or 0)
+    parts = [int(p) for p in m.group(2).split(":")]
+    if m.group(1) is not None:  # D-H, D-H:M, D-H:M:S
+        h, mi, s = [*parts, 0, 0][:3]
+    elif len(parts) == 3:
+        h, mi, s = parts
+    elif len(parts) == 2:
+        h, mi, s = 0, parts[0], parts[1]
+    elif printed:
+        raise ValueError(f"{text!r} is not a time as Slurm prints one")
+    else:
+        h, mi, s = 0, parts[0], 0
+    return ((days * 24 + h) * 60 + mi) * 60 + s
+
+
+def format_slurm_time(seconds: int) -> str:
+    """``seconds`` as Slurm prints a time (``1:00``, ``1:00:00``, ``2-00:00:00``)."""
+    days, rest = divmod(max(0, seconds), 86400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    if days:
+        return f"{days}-{h:02d}:{m:02d}:{s:02d}"
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+TIME_LEFT_FORMAT = "%P|%l|%L"
+
+
+@dataclass(frozen=True)
+class JobTime:
+    """A job's partition, time limit and time left (``squeue -h -j ID -o TIME_LEFT_FORMAT``), in seconds; None: no
+    limit."""
+
+    partition: str
+    limit: int | None
+    left: int | None
+    #: The limit as Slurm printed it.
+    limit_text: str
+
+
+def parse_time_left(text: str) -> JobTime:
+    """The first line of ``squeue -h -j ID -o TIME_LEFT_FORMAT``."""
+    line = next((x for x in text.splitlines() if x.strip()), "")
+    fields = line.split("|")
+    if len(fields) != 3:
+        raise ValueError(f"squeue printed {line!r}: expected 3 fields ({TIME_LEFT_FORMAT})")
+    partition, limit, left = fields
+    return JobTime(partition, slurm_seconds(limit), slurm_seconds(left), limit.strip())
 
 
 def parse_sbatch(text: str) -> str:

@@ -5,7 +5,10 @@
   (``CORRAL_SLURM_MAX_PENDING``). It is never resubmitted in a loop.
 * A running allocation's end that corral did not ask for: ``NODE_FAIL``, ``PREEMPTED``, ``TIMEOUT``,
   ``BOOT_FAIL``, ``DEADLINE`` are interruptions (the provider took the nodes); ``FAILED`` and ``OUT_OF_MEMORY``
-  errors; a node under it going ``down`` or ``fail`` is an interruption too.
+  errors; a node under it going ``down`` or ``fail`` is an interruption too. ``TIMEOUT`` names the time limit.
+* The time limit (:func:`ending`): an allocation whose limit is the partition's or the cluster's is ended by the
+  server shortly before it (:func:`end_margin`), so that its jobs end with that reason rather than killed by Slurm
+  mid-way; one whose limit is the run's own ``max_duration`` is left to the agent, which stops the job at it.
 
 Sources: the job state codes and reason codes of ``squeue`` (https://slurm.schedmd.com/squeue.html, "JOB STATE
 CODES"; https://slurm.schedmd.com/job_reason_codes.html); node states of ``sinfo``
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 #: States of a job that holds or waits for nodes (``squeue %T``).
 ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"})
@@ -54,10 +58,45 @@ def pending_verdict(reason: str, pending_for: float, max_pending: float, pinned:
     return None
 
 
-def ended_message(job_id: str, state: str | None) -> str:
-    """Why an allocation is gone, for its instances and their jobs."""
+#: How long before an allocation's time limit the server ends it (at most; half the limit for short ones).
+END_MARGIN = 60.0
+
+
+def end_margin(limit: float | None) -> float:
+    return END_MARGIN if limit is None else min(END_MARGIN, limit / 2)
+
+
+def ending(now: float, ends_at: float | None, limit: float | None) -> bool:
+    """Whether an allocation that ends at ``ends_at`` (unix time; None: no limit) is to be ended by the server now."""
+    return ends_at is not None and now >= ends_at - end_margin(limit)
+
+
+def utc_minute(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def running_message(job_id: str, node: str, ends_at: float | None, bound: str) -> str:
+    """The instance's status message while its allocation runs: where, and the time limit that bounds it."""
+    if ends_at is None:
+        return f"Slurm job {job_id} on {node}; no time limit ({bound})"
+    return f"Slurm job {job_id} on {node}; ends by {utc_minute(ends_at)} (time limit {bound})"
+
+
+def ending_message(job_id: str, ends_at: float, bound: str) -> str:
+    """Why the server ended an allocation about to reach its time limit (its instances' and jobs' message)."""
+    return (
+        f"Slurm job {job_id} reaches its time limit ({bound}) at {utc_minute(ends_at)}: "
+        "ended before Slurm kills it (an interruption)"
+    )
+
+
+def ended_message(job_id: str, state: str | None, bound: str | None = None) -> str:
+    """Why an allocation is gone, for its instances and their jobs (``bound``: its time limit, described)."""
     if state is None:
         return f"Slurm job {job_id} is gone (cancelled or ended outside corral)"
+    if state == "TIMEOUT":
+        limit = f" ({bound})" if bound else ""
+        return f"Slurm job {job_id} ended TIMEOUT: it reached its time limit{limit} (an interruption)"
     if state in INTERRUPTED:
         return f"Slurm job {job_id} ended {state}: the nodes were taken away (an interruption)"
     if state in ERRORS:
