@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from corral.backends.slurm.cluster import SlurmCluster
+from corral.backends.slurm.cluster import SlurmCluster, check_cluster
 from corral.backends.slurm.model import SlurmClusterConfig
 from corral.backends.slurm.parse import parse_sbatch
 from skip_policy import needs_root
@@ -84,5 +84,18 @@ async def test_a_channel_to_a_node_through_the_login_node(slurm: SlurmTestCluste
         writer.close()
         with pytest.raises(OSError, match="cannot be reached from the login node"):
             await cluster.open_connection(slurm.hosts.ip("n1"), 1)
+    finally:
+        await cluster.aclose()
+
+
+async def test_container_runtimes_are_looked_for_and_none_is_found(slurm: SlurmTestCluster) -> None:
+    """The test cluster has neither Pyxis (``srun --help`` lists no ``--container-image``) nor Apptainer or
+    Singularity: none is found, and that is said (``()``), not left unknown (``None``)."""
+    assert "--container-image" not in slurm.as_user("srun --help")
+    cluster = _cluster(slurm)
+    try:
+        assert cluster.runtimes is None
+        await check_cluster(cluster, "clusters[0]")
+        assert cluster.runtimes == ()
     finally:
         await cluster.aclose()

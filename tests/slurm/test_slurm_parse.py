@@ -143,3 +143,8 @@ def test_a_snapshot_finds_its_nodes_and_jobs() -> None:
     assert snap.node("x") is None
     assert snap.job("2") is not None and snap.job("2").comment == "corral:s1:r2"  # type: ignore[union-attr]
     assert snap.job("99") is None
+
+
+def test_container_runtimes_as_the_probe_prints_them() -> None:
+    assert parse.parse_runtimes("singularity\npyxis\n") == ("pyxis", "singularity")
+    assert parse.parse_runtimes("") == () and parse.parse_runtimes("docker\n") == ()

@@ -318,7 +318,9 @@ async def test_an_image_is_refused_at_plan_time_with_the_reason(server: RunningS
         plan = await c.post("/api/project/main/runs/get_plan", json={"run_spec": {"configuration": configuration}})
         assert plan.status_code == 200, plan.text
         said = str(plan.json())
-        assert "could only run on Slurm" in said and "remove `image`" in said, said
+        assert "could only run on Slurm" in said and "Remove `image`" in said, said
+        looked = "corral looked for Pyxis (`--container-image` in `srun --help`) and Apptainer or Singularity"
+        assert looked in said and f"cluster {CLUSTER_NAME} has neither." in said, said
         r = await c.post(
             "/api/project/main/runs/apply", json={"force": True, "plan": {"run_spec": {"configuration": configuration}}}
         )

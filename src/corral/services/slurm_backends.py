@@ -155,12 +155,13 @@ async def load_all(db: Database, cipher: Callable[[], Cipher], registry: SlurmRe
 
 
 async def first_pass(registry: SlurmRegistry, timeout: float = 15.0) -> None:
-    """A first ``sinfo`` pass of every cluster (at start, so that offers are there at once); a cluster that does
-    not answer within ``timeout`` is logged and offers nothing until it does."""
+    """A first ``sinfo`` pass of every cluster (at start, so that offers are there at once) and a look for its
+    container runtimes; a cluster that does not answer within ``timeout`` is logged and offers nothing until it
+    does."""
     clusters = registry.clusters()
     if not clusters:
         return
-    results = await asyncio.gather(*(asyncio.wait_for(c.snapshot(), timeout) for c in clusters), return_exceptions=True)
+    results = await asyncio.gather(*(asyncio.wait_for(_first(c), timeout) for c in clusters), return_exceptions=True)
     for cluster, result in zip(clusters, results, strict=True):
         if isinstance(result, BaseException):
             log.warning(
@@ -169,3 +170,8 @@ async def first_pass(registry: SlurmRegistry, timeout: float = 15.0) -> None:
                 result or type(result).__name__,
                 extra={"event": "slurm_unreachable", "cluster": cluster.name},
             )
+
+
+async def _first(cluster: SlurmCluster) -> None:
+    await cluster.snapshot()
+    await cluster.detect_runtimes()

@@ -8,7 +8,9 @@ asking while one runs share it, and ``scontrol show -o node`` runs at most once 
 :meth:`SlurmCluster.calls_per_minute` counts the commands run in the last minute, by name.
 
 :func:`check_cluster` is the check made when a backend is configured: the login node reached with the key,
-``scontrol ping`` answered, the partitions the configuration names present; each failure names its field.
+``scontrol ping`` answered, the partitions the configuration names present; each failure names its field. It also
+looks for the cluster's container runtimes (:meth:`SlurmCluster.detect_runtimes`: Pyxis, Apptainer, Singularity),
+which plans of runs with an ``image`` name.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ class SlurmCluster:
         self._details: tuple[float, tuple[parse.NodeDetail, ...]] | None = None
         self._calls: dict[str, deque[float]] = {}
         self._sessions = asyncio.Semaphore(MAX_SESSIONS)
+        #: The container runtimes found (``parse.RUNTIMES``); None: not looked for yet, or the login node did not say.
+        self.runtimes: tuple[str, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -173,6 +177,17 @@ class SlurmCluster:
         self._snapshot = snap
         return snap
 
+    async def detect_runtimes(self) -> tuple[str, ...] | None:
+        """Look for the cluster's container runtimes on the login node (``parse.RUNTIME_PROBE``); kept in
+        :attr:`runtimes`. None when the login node cannot be asked (it is asked again next time)."""
+        try:
+            res = await self.run(parse.RUNTIME_PROBE)
+        except SshError:
+            return self.runtimes
+        if res.exit_status == 0:
+            self.runtimes = parse.parse_runtimes(res.stdout)
+        return self.runtimes
+
     async def node_details(self, max_age: float = DETAILS_MAX_AGE) -> tuple[parse.NodeDetail, ...]:
         """``scontrol show -o node``, asked at most every ``max_age`` seconds."""
         if self._details is not None and self._clock() - self._details[0] <= max_age:
@@ -231,6 +246,7 @@ async def check_cluster(cluster: SlurmCluster, where: str) -> parse.ClusterSnaps
     for p in config.cpu_partitions or ():
         if p not in known:
             raise SlurmConfigError(_unknown(f"{where}.cpu_partitions", p, config.name, known))
+    await cluster.detect_runtimes()
     return snap
 
 

@@ -286,6 +286,28 @@ def parse_time_left(text: str) -> JobTime:
     return JobTime(partition, slurm_seconds(limit), slurm_seconds(left), limit.strip())
 
 
+#: The container runtimes a cluster may offer, as :data:`RUNTIME_PROBE` names them: Pyxis, the SPANK plugin that adds
+#: ``--container-image`` to ``srun`` (https://github.com/NVIDIA/pyxis, "srun --container-image"), and Apptainer or
+#: Singularity, its former name, as commands (https://apptainer.org/docs/user/latest/, "apptainer exec").
+RUNTIMES = ("pyxis", "apptainer", "singularity")
+#: Prints the runtimes found, one a line: ``srun --help`` listing ``--container-image``, the commands on the PATH.
+RUNTIME_PROBE = (
+    "srun --help 2>&1 | grep -q -e --container-image && echo pyxis; "
+    "for c in apptainer singularity; do command -v $c >/dev/null 2>&1 && echo $c; done; true"
+)
+#: What :data:`RUNTIME_PROBE` looks for, in words (a refusal says it).
+RUNTIME_LOOKED_FOR = (
+    "Pyxis (`--container-image` in `srun --help`) and Apptainer or Singularity (`apptainer`, `singularity` on the "
+    "login node's PATH)"
+)
+
+
+def parse_runtimes(text: str) -> tuple[str, ...]:
+    """The runtimes :data:`RUNTIME_PROBE` printed, in :data:`RUNTIMES` order."""
+    found = {line.strip() for line in text.splitlines()}
+    return tuple(r for r in RUNTIMES if r in found)
+
+
 def parse_sbatch(text: str) -> str:
     """``sbatch --parsable``: the job id (before ``;cluster`` on a federation)."""
     first = text.strip().splitlines()[0] if text.strip() else ""

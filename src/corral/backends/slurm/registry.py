@@ -71,6 +71,10 @@ class SlurmRegistry:
             )
         return found, found.config.site_options()
 
+    def of(self, project: str) -> list[SlurmCluster]:
+        """``project``'s clusters."""
+        return list(self._projects.get(project, {}).values())
+
     async def all(self) -> Sequence[SlurmCluster]:
         return self.clusters()
 
