@@ -2,7 +2,7 @@
 limit that bounds it, or why it still pends), shown in ``instances/list`` and ``fleets/get``
 
 Revision ID: 0041
-Revises: 0040
+Revises: 0043
 Create Date: 2026-12-06 14:30:00
 """
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0041"
-down_revision = "0040"
+down_revision = "0043"
 branch_labels = None
 depends_on = None
 
