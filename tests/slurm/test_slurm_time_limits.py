@@ -92,7 +92,7 @@ def test_the_time_bound() -> None:
     assert bound(None, None, "cpu", None) == batch.TimeBound(None, None, "partition cpu's time limit")
     assert bound(None, None, "cpu", "garbage") == batch.TimeBound(None, None, "partition cpu's time limit")
     assert batch.describe(bound(None, None, "cpu", "1:00:00")) == "1:00:00, partition cpu's time limit"
-    assert batch.describe(bound(None, None, "cpu", None)) == "no time limit known: partition cpu's time limit"
+    assert batch.describe(bound(None, None, "cpu", None)) == "partition cpu's time limit: none"
 
 
 def test_the_time_limit_in_the_batch_script() -> None:
@@ -117,8 +117,8 @@ def test_messages_name_the_limit_and_the_end() -> None:
     assert states.running_message("42", "n1", ends, said) == (
         "Slurm job 42 on n1; ends by 2026-12-06 15:04 UTC (time limit 1:00:00, partition cpu's time limit)"
     )
-    assert states.running_message("42", "n1", None, "no time limit known: x") == (
-        "Slurm job 42 on n1; no time limit (no time limit known: x)"
+    assert states.running_message("42", "n1", None, "partition cpu's time limit: none") == (
+        "Slurm job 42 on n1; no time limit (partition cpu's time limit: none)"
     )
     assert states.ending_message("42", ends, said) == (
         "Slurm job 42 reaches its time limit (1:00:00, partition cpu's time limit) at 2026-12-06 15:04 UTC: "

@@ -118,6 +118,10 @@ class BatchRequest:
     partition_limit: str | None = None
 
 
+#: What set an allocation's time limit when it is the run's own (the agent stops the job at it).
+RUN_SOURCE = "the run's max_duration"
+
+
 @dataclass(frozen=True)
 class TimeBound:
     """An allocation's time limit: in seconds (None: none known; the partition's default applies, or no limit),
@@ -138,7 +142,7 @@ def time_bound(
     if max_duration is not None and max_duration > 0:
         text = slurm_minutes(max_duration)
         asked: int | None = int(text) * 60
-        source = "the run's max_duration"
+        source = RUN_SOURCE
     elif site_limit:
         text, asked, source = site_limit, _seconds(site_limit, printed=False), "the cluster's time_limit"
     else:
@@ -158,9 +162,9 @@ def _seconds(text: str | None, printed: bool) -> int | None:
 
 
 def describe(bound: TimeBound) -> str:
-    """``1:00:00, partition cpu's time limit``: the bound for a message."""
+    """``1:00:00, partition cpu's time limit``: the bound for a message (``partition cpu's time limit: none``)."""
     if bound.seconds is None:
-        return f"no time limit known: {bound.source}"
+        return f"{bound.source}: none"
     return f"{format_slurm_time(bound.seconds)}, {bound.source}"
 
 

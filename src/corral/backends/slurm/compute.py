@@ -249,7 +249,7 @@ class SlurmCompute:
         ends_at = time.time() + seen.left if seen.left is not None else None
         source = bound.bound.source if bound.bound.sbatch is not None else f"partition {seen.partition}'s time limit"
         said = batch.describe(batch.TimeBound(seen.limit, None, source))
-        return _Limit(ends_at, seen.limit, said, not source.startswith("the run's"))
+        return _Limit(ends_at, seen.limit, said, source != batch.RUN_SOURCE)
 
     async def _find(self, conn: Cluster, ids: tuple[str, ...]) -> str | None:
         """The allocation this server submitted for ``ids`` before (a restart between sbatch and record)."""
