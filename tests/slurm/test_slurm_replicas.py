@@ -73,7 +73,7 @@ def test_a_long_pending_allocation_stays_with_the_replica_that_submitted_it(
             {"force": False, "plan": {"spec": {"configuration": fleet, "profile": {}}}},
         )
         assert r.status_code == 200, r.text
-        task = {"type": "task", "name": "patient", "commands": ["echo ran"], "fleets": ["hpc"]}
+        task: dict[str, Any] = {"type": "task", "name": "patient", "commands": ["echo ran"], "fleets": ["hpc"]}
         task["resources"] = {"cpu": "1..", "memory": "0.1GB.."}
         r = servers[1].api(
             "/api/project/main/runs/apply", {"force": True, "plan": {"run_spec": {"configuration": task}}}
