@@ -132,6 +132,31 @@ async def test_kept_counts_equal_a_recount_through_random_changes(db_url: str, e
     await db.dispose()
 
 
+async def test_a_count_change_is_compiled_once(db_url: str) -> None:
+    """The counts' statement is compiled once and served from SQLAlchemy's cache after (a dialect's
+    ``on_conflict_do_update`` has no cache key, and compiling it was most of a short transaction's CPU)."""
+    db = Database(db_url)
+    await upgrade(db)
+    await _people(db, time.time())
+    seen: list[tuple[str, str]] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, _params: Any, context: Any, _many: bool) -> None:
+        if "run_counts" in statement:
+            seen.append((statement, str(context.cache_hit)))
+
+    sa.event.listen(db.engine.sync_engine, "after_cursor_execute", record)
+    async with db.write() as conn:
+        await run_store.insert_run(conn, {**_run_values(random.Random(1), 0, time.time()), "status": "submitted"})
+    for new in ("provisioning", "running", "done"):
+        async with db.write() as conn:
+            await run_store.update_run(conn, "r0", {"status": new}, None)
+    sa.event.remove(db.engine.sync_engine, "after_cursor_execute", record)
+    # one statement; compiled for one row (the insert) and for several (a change: two counts), then cached
+    assert len(seen) == 4 and len({statement for statement, _ in seen}) == 1, seen
+    assert [hit for _, hit in seen[2:]] == ["CacheStats.CACHE_HIT"] * 2, seen
+    await db.dispose()
+
+
 async def test_0032_fills_the_counts_from_the_runs_there(db_url: str) -> None:
     from alembic import command
 

@@ -15,7 +15,6 @@ Imports sqlalchemy only.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import orjson
 import sqlalchemy as sa
@@ -25,37 +24,25 @@ from corral.store import deferred
 from corral.store.tables import projects, run_counts, run_pending_counts, runs, users
 
 
-def _insert(conn: AsyncConnection, table: sa.Table) -> Any:
-    """An INSERT with ON CONFLICT, in the connection's dialect (a SQLite server never loads the Postgres one)."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects import postgresql
-
-        return postgresql.insert(table)
-    from sqlalchemy.dialects import sqlite
-
-    return sqlite.insert(table)
-
-
-#: (dialect, table) -> its "add to the count" statement, built once: executed with the rows as parameters, it is
-#: compiled once per dialect (a statement built per transaction costs its cache key every time).
-_UPSERTS: dict[tuple[str, str], Any] = {}
-
-
-def _upsert(conn: AsyncConnection, table: sa.Table, keys: tuple[str, ...]) -> Any:
-    key = (conn.dialect.name, table.name)
-    stmt = _UPSERTS.get(key)
-    if stmt is None:
-        ins = _insert(conn, table)
-        stmt = _UPSERTS[key] = ins.on_conflict_do_update(
-            index_elements=list(keys), set_={"count": table.c.count + ins.excluded.count}
-        )
-    return stmt
+def _upsert(table: sa.Table, keys: tuple[str, ...]) -> sa.TextClause:
+    """The "add to the count" statement of ``table``, one for every dialect (SQLite and Postgres spell
+    ``INSERT ... ON CONFLICT ... DO UPDATE`` alike), built once from the table's definition. A text statement,
+    not the dialects' ``insert().on_conflict_do_update()``: SQLAlchemy (2.0.58) gives those no cache key, so
+    each execution compiled the statement anew, about half the CPU of a transaction changing one run's status."""
+    columns = ", ".join(table.c[name].name for name in (*keys, "count"))  # a name the table lacks: KeyError
+    values = ", ".join(f":{name}" for name in (*keys, "count"))
+    return sa.text(
+        f"INSERT INTO {table.name} ({columns}) VALUES ({values}) "
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET count = {table.name}.count + excluded.count"
+    )
 
 
 def _adder(table: sa.Table, keys: tuple[str, ...]) -> deferred.Counter:
+    upsert = _upsert(table, keys)
+
     async def write(conn: AsyncConnection, changes: Sequence[tuple[tuple[str, ...], int]]) -> None:
         rows = [{**dict(zip(keys, key, strict=True)), "count": delta} for key, delta in changes]
-        await conn.execute(_upsert(conn, table, keys), rows if len(rows) > 1 else rows[0])
+        await conn.execute(upsert, rows if len(rows) > 1 else rows[0])
 
     return deferred.Counter(table.name, write)
 
