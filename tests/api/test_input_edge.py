@@ -170,7 +170,8 @@ async def test_the_known_server_errors_are_4xx(server: RunningServer) -> None:
             if r.status_code == 422:
                 assert _loc(r) == ["body", "start_time"]
         # 3. a year-1 prev_created_at in fleets/list (and the other keyset pages)
-        for path, key in (("/api/fleets/list", "prev_created_at"), ("/api/runs/list", "prev_submitted_at")):
+        keysets = ("/api/fleets/list", "prev_created_at"), ("/api/instances/list", "prev_created_at")
+        for path, key in (*keysets, ("/api/runs/list", "prev_submitted_at")):
             for when in ("0001-01-01T00:00:00", "0001-01-01T00:00:00+05:00"):
                 r = await c.post(path, json={key: when})
                 assert r.status_code in (200, 422), (path, when, r.text)

@@ -39,6 +39,12 @@ async def test_instances_templates_and_auth_routes_answer_as_dstack(server: Runn
             return found[0] if found else None
 
         listed = await wait_for(instance)
+        # instances/list's keyset: the page after the only instance is empty, the page before it (ascending) too
+        for ascending in (False, True):
+            page = {"prev_created_at": listed["created"], "prev_id": listed["id"], "ascending": ascending}
+            assert (await admin.post("/api/instances/list", json=page)).json() == []
+        page = {"prev_created_at": listed["created"], "ascending": True}  # no id: strictly newer
+        assert (await admin.post("/api/instances/list", json=page)).json() == []
         got = await admin.post("/api/project/main/instances/get", json={"id": listed["id"]})
         assert got.status_code == 200, got.text
         assert {k: got.json()[k] for k in ("id", "name", "fleet_name", "instance_num", "project_name")} == {

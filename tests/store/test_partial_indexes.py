@@ -38,9 +38,9 @@ async def test_live_unique_indexes_have_the_predicate_the_migrations_built(db_ur
     db = Database(db_url)
     await upgrade(db)
     # projects, fleets, live instances, volumes, gateways' default, runs; the active runs; the queue, preempted and
-    # leased jobs
+    # leased jobs; the live fleets and instances of the lists
     assert sorted(i.name for i, _ in tables._POSTGRES_WHERE if i.name in POSTGRES_TERMS) == sorted(POSTGRES_TERMS)
-    assert len(tables._POSTGRES_WHERE) == 11
+    assert len(tables._POSTGRES_WHERE) == 14
     async with db.read() as conn:
         for index, where in tables._POSTGRES_WHERE:
             expected = str(index.dialect_options["sqlite"]["where"]) if db.is_sqlite else where

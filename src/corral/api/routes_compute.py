@@ -43,9 +43,8 @@ async def list_all_fleets(request: Request) -> FastJSON:
     b = await parse(rq.ListFleetsBody, request)
     ids = await _member_project_ids(request, user, [b.project_name] if b.project_name else None)
     after = (epoch_seconds(b.prev_created_at), str(b.prev_id or "")) if b.prev_created_at else None
+    # dstack's ``only_active`` leaves the deleted fleets out, which corral's lists never show
     found = await fleets.list_fleets(ctx_of(request), ids, limit=b.limit, ascending=b.ascending, after=after)
-    if b.only_active:
-        found = [f for f in found if f.status in ("submitted", "active")]
     return FastJSON([serialize.fleet(f) for f in found])
 
 
@@ -142,7 +141,8 @@ async def list_instances(request: Request) -> FastJSON:
     b = await parse(rq.ListInstancesBody, request)
     ids = await _member_project_ids(request, user, b.project_names)
     fleet_ids = [str(f) for f in b.fleet_ids] if b.fleet_ids is not None else None
-    found = await fleets.list_instances(ctx_of(request), ids, fleet_ids, b.only_active, b.limit)
+    after = (epoch_seconds(b.prev_created_at), str(b.prev_id) if b.prev_id else None) if b.prev_created_at else None
+    found = await fleets.list_instances(ctx_of(request), ids, fleet_ids, b.only_active, b.limit, after, b.ascending)
     return FastJSON([serialize.instance(i) for i in found])
 
 

@@ -364,12 +364,17 @@ async def delete_instances(
 
 
 async def list_instances(
-    ctx: Context, project_ids: list[str] | None, fleet_ids: list[str] | None, only_active: bool, limit: int
-) -> list[Any]:
+    ctx: Context,
+    project_ids: list[str] | None,
+    fleet_ids: list[str] | None,
+    only_active: bool,
+    limit: int,
+    after: tuple[float, str | None] | None = None,
+    ascending: bool = False,
+) -> list[InstanceRec]:
+    """dstack's ``instances/list``: a page of the live instances (``store.instance_page`` says which)."""
     async with ctx.db.read() as conn:
-        return await store.list_instances(
-            conn, project_ids=project_ids, fleet_ids=fleet_ids, only_active=only_active, limit=limit
-        )
+        return await store.instance_page(conn, project_ids, fleet_ids, only_active, after, ascending, limit)
 
 
 async def imported_fleets(ctx: Context, project: ProjectRec) -> list[FleetRec]:

@@ -77,12 +77,13 @@ def _num(value: Any) -> float:
 def _run_families(counts: dict[tuple[str, str], dict[str, int]], pending: dict[tuple[str, str], int]) -> list[Family]:
     """dstack's run counts by project and user, then its pending runs by project and run type."""
     run_f = _families(_RUN)
+    total, terminated, failed, done = (run_f[name] for name, _, _ in _RUN)
     for (project, user), statuses in counts.items():
-        labels = {"dstack_project_name": project, "dstack_user_name": user}
-        run_f["dstack_run_count_total"].add(labels, sum(statuses.values()))
-        run_f["dstack_run_count_terminated_total"].add(labels, statuses.get("terminated", 0))
-        run_f["dstack_run_count_failed_total"].add(labels, statuses.get("failed", 0))
-        run_f["dstack_run_count_done_total"].add(labels, statuses.get("done", 0))
+        labels = (("dstack_project_name", project), ("dstack_user_name", user))  # one tuple for the four series
+        total.add(labels, sum(statuses.values()))
+        terminated.add(labels, statuses.get("terminated", 0))
+        failed.add(labels, statuses.get("failed", 0))
+        done.add(labels, statuses.get("done", 0))
     pending_f = Family(*_PENDING)
     for (project, run_type), n in pending.items():
         pending_f.add({"project_name": project, "run_type": run_type}, n)
@@ -97,22 +98,23 @@ async def render_metrics(ctx: Context, now: float) -> str:
         live = await store.live_jobs(conn)
         queue = await store.queue_lengths(conn)
     inst_f = _families(_INSTANCE)
+    duration, price, gpu_count = inst_f.values()
     for i in insts:
         res = _resources(i.offer)
         gpus = _gpus(res)
-        labels = {
-            "dstack_project_name": i.project,
-            "dstack_fleet_name": i.fleet,
-            "dstack_fleet_id": i.fleet_id,
-            "dstack_instance_name": i.name,
-            "dstack_instance_id": i.id,
-            "dstack_instance_type": str(i.offer.get("instance_type") or ("local" if i.offer else "")),
-            "dstack_backend": "remote" if i.backend in ("local", "ssh") else i.backend,
-            "dstack_gpu": str(gpus[0].get("name") or "") if gpus else "",
-        }
-        inst_f["dstack_instance_duration_seconds_total"].add(labels, max(0.0, now - i.created_at))
-        inst_f["dstack_instance_price_dollars_per_hour"].add(labels, i.price)
-        inst_f["dstack_instance_gpu_count"].add(labels, len(gpus))
+        series = (
+            ("dstack_project_name", i.project),
+            ("dstack_fleet_name", i.fleet),
+            ("dstack_fleet_id", i.fleet_id),
+            ("dstack_instance_name", i.name),
+            ("dstack_instance_id", i.id),
+            ("dstack_instance_type", str(i.offer.get("instance_type") or ("local" if i.offer else ""))),
+            ("dstack_backend", "remote" if i.backend in ("local", "ssh") else i.backend),
+            ("dstack_gpu", str(gpus[0].get("name") or "") if gpus else ""),
+        )  # one tuple for the instance's three series
+        duration.add(series, max(0.0, now - i.created_at))
+        price.add(series, i.price)
+        gpu_count.add(series, len(gpus))
     run_f = _run_families(counts, pending)
     job_f = _families(_JOB)
     for j in live:

@@ -10,16 +10,17 @@ Imports ``domain`` and sqlalchemy only.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.metrics import LIVE_STATUSES, MetricsPoint
 from corral.domain.statuses import READY_INSTANCE, InstanceStatus
 from corral.store.metrics import latest_points
+from corral.store.run_counts import run_type
 from corral.store.tables import fleets, instances, jobs, projects, runs, users
 
 #: The instances the metrics count: neither pending nor terminated.
@@ -28,7 +29,7 @@ LIVE_INSTANCE_STATUSES = (InstanceStatus.PROVISIONING, *READY_INSTANCE, Instance
 
 def _doc(text: str | None) -> dict[str, Any]:
     try:
-        value = json.loads(text) if text else {}
+        value = orjson.loads(text) if text else {}
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
@@ -112,11 +113,20 @@ async def live_jobs(conn: AsyncConnection) -> list[LiveJob]:
     points = await latest_points(conn, [r[5] for r in rows])
     out = []
     for r in rows:
-        conf = _doc(r[8]).get("configuration") or {}
-        run_type = str(conf.get("type") or "") if isinstance(conf, dict) else ""
         out.append(
             LiveJob(
-                r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], run_type, float(r[9]), _doc(r[10]), points.get(r[5])
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                r[7],
+                run_type(r[8]),
+                float(r[9]),
+                _doc(r[10]),
+                points.get(r[5]),
             )
         )
     return out

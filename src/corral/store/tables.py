@@ -58,6 +58,14 @@ def _partial(name: str, *columns: str, where: str) -> sa.Index:
     return index
 
 
+def _live(name: str, *columns: str) -> sa.Index:
+    """An index of the rows not soft-deleted (``deleted = false``, the predicate the queries spell): a list of
+    the live fleets or instances reads those, not every row the history left deleted."""
+    index = sa.Index(name, *columns, sqlite_where=sa.text("deleted = 0"))
+    _POSTGRES_WHERE.append((index, "deleted = false"))
+    return index
+
+
 def _unique_where(name: str, *columns: str, where: str, pg_where: str) -> sa.Index:
     """Unique among the rows where ``where`` holds (``pg_where``: its Postgres spelling)."""
     index = sa.Index(name, *columns, unique=True, sqlite_where=sa.text(where))
@@ -134,6 +142,8 @@ fleets = sa.Table(
     sa.Column("deleted", sa.Boolean, nullable=False, default=False),
     *_lease_columns(),
     _live_unique("ux_fleets_project_name_live", "project_id", "name"),
+    #: The live fleets in ``fleets/list``'s keyset order (its pages read those, not the deleted ones).
+    _live("ix_fleets_live_created", "created_at", "id"),
 )
 
 instances = sa.Table(
@@ -182,6 +192,10 @@ instances = sa.Table(
     sa.Index("ix_instances_fleet_status", "fleet_id", "status"),
     sa.Index("ix_instances_status", "status"),
     _partial("ix_instances_live", "id", "fleet_id", "version", "status", "deleted", where=LIVE_INSTANCE_SQL),
+    #: The live instances in ``instances/list``'s keyset order, and a fleet's by number (``fleets/list``): the
+    #: lists read those, not the terminated instances the history left deleted.
+    _live("ix_instances_live_created", "created_at", "id"),
+    _live("ix_instances_live_fleet", "fleet_id", "instance_num"),
 )
 
 #: Network volumes (EBS on aws): what the project asked (``configuration``, dstack's document), what the

@@ -1,0 +1,117 @@
+"""``instances/list`` and ``fleets/list`` as the store reads them: the live rows alone (a deleted fleet or
+terminated instance is history), dstack's order and keyset pages, dstack's ``only_active``, and the query plans
+that read the live rows' own indexes rather than every row the history left deleted."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.store import fleets, tables
+from corral.store.db import Database
+from corral.store.migrate import upgrade
+from store_rows import admin_and_project
+
+#: Fleet ``f`` and its instances: ``(id, created_at, status, deleted)``; two share a ``created_at`` so that the
+#: keyset's tie on ``id`` is exercised.
+LIVE = [("i1", 10.0, "idle"), ("i2", 20.0, "busy"), ("i3", 20.0, "provisioning"), ("i4", 30.0, "terminating")]
+DELETED = [(f"d{k:04d}", float(k), "terminated") for k in range(1, 400)]
+
+
+async def _fleet(conn: AsyncConnection, fleet_id: str, created_at: float, deleted: bool) -> None:
+    await conn.execute(
+        sa.insert(tables.fleets).values(
+            id=fleet_id, project_id="p", name=fleet_id, created_at=created_at, last_processed_at=created_at,
+            status="terminated" if deleted else "active", spec="{}", deleted=deleted,
+        )
+    )  # fmt: skip
+
+
+async def _state(conn: AsyncConnection) -> None:
+    await admin_and_project(conn, 0.0)
+    await _fleet(conn, "f", 1.0, False)
+    for k in range(300):  # deleted fleets of the history
+        await _fleet(conn, f"old{k:03d}", 0.5, True)
+    rows = [(iid, at, status, False) for iid, at, status in LIVE] + [(iid, at, s, True) for iid, at, s in DELETED]
+    await conn.execute(
+        sa.insert(tables.instances),
+        [
+            {"id": iid, "project_id": "p", "fleet_id": "f", "name": iid, "instance_num": n, "status": status,
+             "unreachable": False, "backend": "ssh", "busy_blocks": 0, "created_at": at, "last_processed_at": at,
+             "deleted": deleted}
+            for n, (iid, at, status, deleted) in enumerate(rows)
+        ],
+    )  # fmt: skip
+    if conn.dialect.name == "postgresql":
+        await conn.exec_driver_sql("ANALYZE instances")
+        await conn.exec_driver_sql("ANALYZE fleets")
+
+
+async def test_instances_list_pages_the_live_instances_in_dstacks_order(db_url: str) -> None:
+    db = Database(db_url)
+    await upgrade(db)
+    async with db.write() as conn:
+        await _state(conn)
+    async with db.read() as conn:
+
+        async def ids(**kw: object) -> list[str]:
+            return [i.id for i in await fleets.instance_page(conn, ["p"], **kw)]  # type: ignore[arg-type]
+
+        # newest first, a tie by id ascending; nothing deleted
+        assert await ids() == ["i4", "i2", "i3", "i1"]
+        assert await ids(ascending=True) == ["i1", "i3", "i2", "i4"]
+        # keyset pages: the previous page's last (created_at, id), as dstack's prev_created_at and prev_id
+        assert await ids(limit=2) == ["i4", "i2"]
+        assert await ids(limit=2, after=(20.0, "i2")) == ["i3", "i1"]
+        assert await ids(after=(20.0, None)) == ["i1"]  # no id: strictly older
+        assert await ids(ascending=True, limit=2, after=(20.0, "i3")) == ["i2", "i4"]
+        # dstack's only_active: idle and busy alone
+        assert await ids(only_active=True) == ["i2", "i1"]
+        assert await ids(fleet_ids=["elsewhere"]) == []
+        assert [i.id for i in await fleets.instance_page(conn, [])] == []
+        assert len(await fleets.instance_page(conn, None)) == 4
+    await db.dispose()
+
+
+async def test_fleets_list_shows_live_fleets_with_their_live_instances(db_url: str) -> None:
+    db = Database(db_url)
+    await upgrade(db)
+    async with db.write() as conn:
+        await _state(conn)
+    async with db.read() as conn:
+        (listed,) = await fleets.list_fleets(conn, ["p"])
+        # the instances that count, by number: terminating ones still count, terminated ones are history
+        assert listed.id == "f" and [i.id for i in listed.instances] == ["i1", "i2", "i3", "i4"]
+        assert [f.id for f in await fleets.list_fleets(conn, None, limit=10)] == ["f"]
+    await db.dispose()
+
+
+async def _plan(conn: AsyncConnection, statement: sa.ClauseElement, sqlite: bool) -> str:
+    sql = str(statement.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+    explain = "EXPLAIN QUERY PLAN" if sqlite else "EXPLAIN"
+    return " | ".join(str(r[-1] if sqlite else r[0]) for r in (await conn.exec_driver_sql(f"{explain} {sql}")).all())
+
+
+async def test_the_lists_read_the_live_rows_own_indexes(db_url: str) -> None:
+    """A page of instances, a page of fleets and the fleets' instances are read from partial indexes of the rows
+    not deleted, whose size is the live state's, not from indexes (or a scan) of every row the history left."""
+    db = Database(db_url)
+    await upgrade(db)
+    async with db.write() as conn:
+        await _state(conn)
+    async with db.read() as conn:
+        if not db.is_sqlite:  # Postgres picks by cost: on a small table, with the cheaper ways off, the index it can
+            await conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
+            await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+        live = ("ix_instances_live_created", "ix_instances_live_fleet")  # Postgres may walk either to a page
+        cases = [
+            (fleets.instance_page_query(["p"]), live),
+            (fleets.instance_page_query(None, after=(20.0, "i2")), live),
+            (fleets.instance_page_query(None, after=(20.0, "i2"), ascending=True), live),
+            (fleets._LIVE_FLEETS, ("ix_fleets_live_created",)),
+            (fleets._INSTANCES_OF.params(ids=["f", "g"]), ("ix_instances_live_fleet",)),
+        ]
+        for statement, indexes in cases:
+            plan = await _plan(conn, statement, db.is_sqlite)
+            assert any(f" {index}" in plan for index in indexes), (indexes, plan.replace(" | ", "\n"))
+    await db.dispose()
