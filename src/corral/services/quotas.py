@@ -158,7 +158,8 @@ async def metric_families(ctx: Context) -> list[Any]:
 
     async with ctx.db.read() as conn:
         ids = list(await store.all_policies(conn))
-        names = {p.id: p.name for p in await account_store.list_projects(conn, None) if p.id in ids}
+        # the projects are read only when some has a policy (a scrape reads no list of every project otherwise)
+        names = {p.id: p.name for p in await account_store.list_projects(conn, None) if p.id in ids} if ids else {}
     families = {name: Family(name, typ, text) for name, typ, text in _SERIES}
     for pid, name in sorted(names.items(), key=lambda kv: kv[1]):
         u = await _usage(ctx, pid, name)

@@ -110,7 +110,7 @@ async def live_jobs(conn: AsyncConnection) -> list[LiveJob]:
         .order_by(projects.c.name, jobs.c.job_name)
     )
     rows = list(await conn.execute(q))
-    points = await latest_points(conn, [r[5] for r in rows])
+    points = await latest_points(conn, [r[5] for r in rows if r[10]])  # a job without provisioning data has no series
     out = []
     for r in rows:
         out.append(
