@@ -69,3 +69,24 @@ async def test_both_ways_record_the_same_event(db_url: str) -> None:
     (one, _), (two, _) = await _events(db)
     assert one == two, (one, two)
     await db.dispose()
+
+
+async def test_statements_of_one_row_go_as_compiled(db_url: str) -> None:
+    """A row's statements (its statuses expected bound one parameter each) are sent as SQLAlchemy compiled and
+    cached them: no statement text is rendered again at each execution, as an expanding ``IN`` parameter has it."""
+    sent: list[tuple[str, str]] = []
+
+    def record(_conn: object, _cursor: object, statement: str, _params: object, context: object, _many: bool) -> None:
+        compiled = getattr(context, "compiled", None)
+        if compiled is not None and statement.lstrip().upper().startswith(("UPDATE RUNS", "SELECT RUNS.ID")):
+            sent.append((statement, compiled.string))
+
+    db = await _db(db_url)
+    sa.event.listen(db.engine.sync_engine, "after_cursor_execute", record)
+    values = {"status": "terminating", "termination_reason": "stopped_by_user"}
+    async with db.write() as conn:
+        assert await event_store.tracked_update_by_id(conn, runs, "r1", values, expect_status=("running",))
+        assert await event_store.tracked_update_by_id(conn, runs, "r2", values, expect_status=("running", "pending"))
+        assert not await event_store.tracked_update_by_id(conn, runs, "r2", {"status": "failed"}, expect_status=())
+    assert len(sent) >= 3 and all(statement == compiled for statement, compiled in sent), sent
+    await db.dispose()

@@ -183,7 +183,7 @@ async def tracked_update_by_id(
     if checked and not transitions.expected_allowed(table.name, expect_status, values["status"]):
         return await tracked_update_row(conn, table, row_id, values, expect_status, actor_id) is not None
     if not _counted(table, values) and (not _watched(table, values) or ttl_of(conn) <= 0):
-        update = prebuilt.update_by_id(table, frozenset(values), expect_status is not None)
+        update = prebuilt.update_by_id(table, frozenset(values), prebuilt.expecting(expect_status))
         return int((await conn.execute(update, prebuilt.params(row_id, values, expect_status))).rowcount) > 0
     return await tracked_update_row(conn, table, row_id, values, expect_status, actor_id) is not None
 
@@ -255,7 +255,7 @@ async def _select_then_update(
 ) -> Any:
     """The row as it was (locked on Postgres), then updated; None if it is not (or not in ``expect_status``, or
     its status change is refused)."""
-    select = prebuilt.select_by_id(table, cols, expect_status is not None, lock=conn.dialect.name != "sqlite")
+    select = prebuilt.select_by_id(table, cols, prebuilt.expecting(expect_status), lock=conn.dialect.name != "sqlite")
     row = (await conn.execute(select, prebuilt.params(row_id, {}, expect_status))).first()
     if row is None:
         return None
@@ -263,7 +263,7 @@ async def _select_then_update(
         table.name, row_id, row.status, values["status"]
     ):
         return None
-    await conn.execute(prebuilt.update_by_id(table, frozenset(values), False), prebuilt.params(row_id, values))
+    await conn.execute(prebuilt.update_by_id(table, frozenset(values), None), prebuilt.params(row_id, values))
     return row
 
 

@@ -98,7 +98,7 @@ async def _assign(
     price = placed_price(inst.backend, inst.price)
     job = await _take_job(conn, d.job_id, d.instance_id, d.blocks, price, now, lease if leased else None)
     values = {"busy_blocks": busy + d.blocks, "status": status, "last_processed_at": now}
-    await conn.execute(prebuilt.update_by_id(instances, frozenset(values), False), prebuilt.params(inst.id, values))
+    await conn.execute(prebuilt.update_by_id(instances, frozenset(values), None), prebuilt.params(inst.id, values))
     target = instance_target(inst.project_id, inst.id, inst.name, inst.fleet_id)
     if status != inst.status:
         await emit(conn, status_change_message("instance", inst.status, status), None, [target])
