@@ -100,28 +100,42 @@ class Holding:
     instance_ids: frozenset[str]
 
 
+#: The holding jobs grouped by project, instance and blocks taken: a row per busy instance, not per job (with
+#: thousands of hosts a scheduling pass reads this on every pass while a quota or share is set).
+_HOLDING = (
+    sa.select(
+        jobs.c.project_id,
+        jobs.c.blocks,
+        sa.func.count().label("jobs"),
+        instances.c.id.label("instance_id"),
+        instances.c.offer,
+        instances.c.price,
+        instances.c.total_blocks,
+    )
+    .join(instances, instances.c.id == jobs.c.instance_id)
+    .where(jobs.c.status.in_(HOLDING_STATUSES))
+    # the instance's columns depend on its id (its primary key): Postgres takes them ungrouped, as SQLite does
+    .group_by(jobs.c.project_id, instances.c.id, jobs.c.blocks)
+)
+
+
 async def project_holdings(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> dict[str, Holding]:
     """project id -> what its holding jobs hold (``instances``: the number of instances they are on)."""
-    q = (
-        sa.select(
-            jobs.c.project_id,
-            jobs.c.blocks,
-            instances.c.id.label("instance_id"),
-            instances.c.offer,
-            instances.c.price,
-            instances.c.total_blocks,
-        )
-        .join(instances, instances.c.id == jobs.c.instance_id)
-        .where(jobs.c.status.in_(HOLDING_STATUSES))
-    )
-    if project_ids is not None:
-        q = q.where(jobs.c.project_id.in_(list(project_ids)))
+    q = _HOLDING if project_ids is None else _HOLDING.where(jobs.c.project_id.in_(list(project_ids)))
     out: dict[str, Usage] = {}
     on: dict[str, set[str]] = {}
+    charged: dict[tuple[Any, ...], Usage] = {}  # hosts alike are charged alike: each offer parsed once
     for r in await conn.execute(q):
-        gpus, cpus, mem = offer_parts(r.offer)
-        held = charge(gpus, cpus, mem, float(r.price or 0.0), int(r.blocks or 1), int(r.total_blocks or 1))
-        out[r.project_id] = add(out.get(r.project_id, {}), held)
+        key = (r.offer, r.price, r.blocks, r.total_blocks)
+        held = charged.get(key)
+        if held is None:
+            gpus, cpus, mem = offer_parts(r.offer)
+            held = charged[key] = charge(
+                gpus, cpus, mem, float(r.price or 0.0), int(r.blocks or 1), int(r.total_blocks or 1)
+            )
+        usage = out.setdefault(r.project_id, {})
+        for dim, amount in held.items():
+            usage[dim] = usage.get(dim, 0.0) + amount * r.jobs
         on.setdefault(r.project_id, set()).add(r.instance_id)
     for pid, ids in on.items():
         out[pid]["instances"] = float(len(ids))
