@@ -4,6 +4,8 @@ that read the live rows' own indexes rather than every row the history left dele
 
 from __future__ import annotations
 
+import re
+
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -12,10 +14,20 @@ from corral.store.db import Database
 from corral.store.migrate import upgrade
 from store_rows import admin_and_project
 
-#: Fleet ``f`` and its instances: ``(id, created_at, status, deleted)``; two share a ``created_at`` so that the
-#: keyset's tie on ``id`` is exercised.
-LIVE = [("i1", 10.0, "idle"), ("i2", 20.0, "busy"), ("i3", 20.0, "provisioning"), ("i4", 30.0, "terminating")]
-DELETED = [(f"d{k:04d}", float(k), "terminated") for k in range(1, 400)]
+#: Fleet ``f``'s instances: ``(id, created_at, status, backend, termination_reason)``. Two share a ``created_at``, so
+#: that the keyset's tie on ``id`` is exercised; ``t1`` is a cloud instance terminated and kept (not deleted, as
+#: corral leaves them), ``e1`` an SSH host that failed (listed by its fleet with its error).
+KEPT = [
+    ("i1", 10.0, "idle", "ssh", None),
+    ("i2", 20.0, "busy", "ssh", None),
+    ("i3", 20.0, "provisioning", "ssh", None),
+    ("i4", 30.0, "terminating", "ssh", None),
+    ("t1", 25.0, "terminated", "aws", "idle_timeout"),
+    ("e1", 5.0, "terminated", "ssh", "error"),
+]
+#: The history: terminated cloud instances kept (older than the rest) and deleted ones.
+OLD = [(f"k{k:03d}", k / 1000, "terminated", "aws", "idle_timeout") for k in range(1, 300)]
+DELETED = [(f"d{k:04d}", float(k), "terminated", "ssh", "terminated_by_user") for k in range(1, 3000)]
 
 
 async def _fleet(conn: AsyncConnection, fleet_id: str, created_at: float, deleted: bool) -> None:
@@ -32,14 +44,14 @@ async def _state(conn: AsyncConnection) -> None:
     await _fleet(conn, "f", 1.0, False)
     for k in range(300):  # deleted fleets of the history
         await _fleet(conn, f"old{k:03d}", 0.5, True)
-    rows = [(iid, at, status, False) for iid, at, status in LIVE] + [(iid, at, s, True) for iid, at, s in DELETED]
+    rows = [(*row, False) for row in KEPT + OLD] + [(*row, True) for row in DELETED]
     await conn.execute(
         sa.insert(tables.instances),
         [
             {"id": iid, "project_id": "p", "fleet_id": "f", "name": iid, "instance_num": n, "status": status,
-             "unreachable": False, "backend": "ssh", "busy_blocks": 0, "created_at": at, "last_processed_at": at,
-             "deleted": deleted}
-            for n, (iid, at, status, deleted) in enumerate(rows)
+             "unreachable": False, "backend": backend, "busy_blocks": 0, "created_at": at, "last_processed_at": at,
+             "termination_reason": reason, "deleted": deleted}
+            for n, (iid, at, status, backend, reason, deleted) in enumerate(rows)
         ],
     )  # fmt: skip
     if conn.dialect.name == "postgresql":
@@ -57,19 +69,20 @@ async def test_instances_list_pages_the_live_instances_in_dstacks_order(db_url: 
         async def ids(**kw: object) -> list[str]:
             return [i.id for i in await fleets.instance_page(conn, ["p"], **kw)]  # type: ignore[arg-type]
 
-        # newest first, a tie by id ascending; nothing deleted
-        assert await ids() == ["i4", "i2", "i3", "i1"]
-        assert await ids(ascending=True) == ["i1", "i3", "i2", "i4"]
+        # newest first, a tie by id ascending; the terminated instances kept, none deleted
+        listed = await ids()
+        assert listed[:6] == ["i4", "t1", "i2", "i3", "i1", "e1"] and len(listed) == len(KEPT) + len(OLD)
+        assert await ids(ascending=True, after=(5.0, None)) == ["i1", "i3", "i2", "t1", "i4"]
         # keyset pages: the previous page's last (created_at, id), as dstack's prev_created_at and prev_id
-        assert await ids(limit=2) == ["i4", "i2"]
+        assert await ids(limit=2) == ["i4", "t1"]
+        assert await ids(limit=2, after=(25.0, "t1")) == ["i2", "i3"]
         assert await ids(limit=2, after=(20.0, "i2")) == ["i3", "i1"]
-        assert await ids(after=(20.0, None)) == ["i1"]  # no id: strictly older
-        assert await ids(ascending=True, limit=2, after=(20.0, "i3")) == ["i2", "i4"]
+        assert await ids(limit=2, after=(20.0, None)) == ["i1", "e1"]  # no id: strictly older
+        assert await ids(ascending=True, limit=2, after=(20.0, "i3")) == ["i2", "t1"]
         # dstack's only_active: idle and busy alone
         assert await ids(only_active=True) == ["i2", "i1"]
         assert await ids(fleet_ids=["elsewhere"]) == []
         assert [i.id for i in await fleets.instance_page(conn, [])] == []
-        assert len(await fleets.instance_page(conn, None)) == 4
     await db.dispose()
 
 
@@ -80,8 +93,9 @@ async def test_fleets_list_shows_live_fleets_with_their_live_instances(db_url: s
         await _state(conn)
     async with db.read() as conn:
         (listed,) = await fleets.list_fleets(conn, ["p"])
-        # the instances that count, by number: terminating ones still count, terminated ones are history
-        assert listed.id == "f" and [i.id for i in listed.instances] == ["i1", "i2", "i3", "i4"]
+        # the instances that count, by number: terminating ones still count, an SSH host that failed is shown with
+        # its error, the terminated ones are history
+        assert listed.id == "f" and [i.id for i in listed.instances] == ["i1", "i2", "i3", "i4", "e1"]
         assert [f.id for f in await fleets.list_fleets(conn, None, limit=10)] == ["f"]
     await db.dispose()
 
@@ -93,8 +107,10 @@ async def _plan(conn: AsyncConnection, statement: sa.ClauseElement, sqlite: bool
 
 
 async def test_the_lists_read_the_live_rows_own_indexes(db_url: str) -> None:
-    """A page of instances, a page of fleets and the fleets' instances are read from partial indexes of the rows
-    not deleted, whose size is the live state's, not from indexes (or a scan) of every row the history left."""
+    """A page of instances, a page of fleets and the instances a fleet lists are read from partial indexes of those
+    rows, the idle and busy instances by their status, not from indexes (or a scan) of every row the history left:
+    a cloud fleet's terminated instances are kept, not deleted, and neither ``only_active`` nor a fleet's list
+    reads them."""
     db = Database(db_url)
     await upgrade(db)
     async with db.write() as conn:
@@ -108,10 +124,12 @@ async def test_the_lists_read_the_live_rows_own_indexes(db_url: str) -> None:
             (fleets.instance_page_query(["p"]), live),
             (fleets.instance_page_query(None, after=(20.0, "i2")), live),
             (fleets.instance_page_query(None, after=(20.0, "i2"), ascending=True), live),
+            # by status (SQLite), or by an index of the instances not terminated (Postgres)
+            (fleets.instance_page_query(["p"], only_active=True), ("ix_instances_status", "ix_instances_live_fleet")),
             (fleets._LIVE_FLEETS, ("ix_fleets_live_created",)),
-            (fleets._INSTANCES_OF.params(ids=["f", "g"]), ("ix_instances_live_fleet",)),
+            (fleets._ACTIVE_INSTANCES_OF.params(ids=["f", "g"]), ("ix_instances_live_fleet",)),
         ]
         for statement, indexes in cases:
             plan = await _plan(conn, statement, db.is_sqlite)
-            assert any(f" {index}" in plan for index in indexes), (indexes, plan.replace(" | ", "\n"))
+            assert any(re.search(rf"\b{index}\b", plan) for index in indexes), (indexes, plan.replace(" | ", "\n"))
     await db.dispose()

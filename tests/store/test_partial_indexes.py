@@ -31,6 +31,7 @@ POSTGRES_TERMS = {
     "ix_jobs_preempted": ("'preempted'",),
     "ix_jobs_leased": ("lock_owner IS NOT NULL",),
     "ix_instances_live": ("NOT deleted", "'terminated'"),
+    "ix_instances_live_fleet": ("NOT deleted", "'terminated'", "'ssh'", "'error'"),
 }
 
 

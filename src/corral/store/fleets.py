@@ -21,7 +21,7 @@ from corral.domain.records import FleetRec, InstanceRec
 from corral.domain.statuses import FLEET_STATUS, INSTANCE_STATUS, READY_INSTANCE, UNFINISHED_JOB
 from corral.store.errors import Conflict
 from corral.store.events import emit, tracked_update, tracked_update_by_id
-from corral.store.tables import fleets, instances, jobs, projects
+from corral.store.tables import COUNTED_INSTANCE_SQL, fleets, instances, jobs, projects
 
 LIVE_JOB_STATUSES = UNFINISHED_JOB
 
@@ -84,19 +84,19 @@ def _fleet(row: Any, project_name: str, insts: Sequence[InstanceRec]) -> FleetRe
 
 
 # built once (``store/prebuilt.py`` says why): the instances of the fleets ``:ids``, and those of them that count
-# (not terminated; and an SSH fleet's failed hosts, listed with their errors until the fleet is applied again);
-# in the order of ``ix_instances_live_fleet``, which SQLite then reads (by ``instance_num`` alone it would take
-# ``ix_instances_fleet_status`` and read every terminated instance of the fleets too)
+# (not terminated; and an SSH fleet's failed hosts, listed with their errors until the fleet is applied again:
+# ``COUNTED_INSTANCE_SQL``, the predicate of ``ix_instances_live_fleet``, which they are read from in its order, so
+# that a fleet's terminated instances are never read; ordered by ``instance_num`` alone, SQLite would take
+# ``ix_instances_fleet_status``)
 _INSTANCES_OF = (
     sa.select(instances)
     .where(instances.c.fleet_id.in_(sa.bindparam("ids", expanding=True)), instances.c.deleted == sa.false())
     .order_by(instances.c.fleet_id, instances.c.instance_num)
 )
-_ACTIVE_INSTANCES_OF = _INSTANCES_OF.where(
-    sa.or_(
-        instances.c.status != "terminated",
-        sa.and_(instances.c.backend == "ssh", instances.c.termination_reason == "error"),
-    )
+_ACTIVE_INSTANCES_OF = (
+    sa.select(instances)
+    .where(instances.c.fleet_id.in_(sa.bindparam("ids", expanding=True)), sa.text(COUNTED_INSTANCE_SQL))
+    .order_by(instances.c.fleet_id, instances.c.instance_num)
 )
 #: Every fleet not deleted, newest first, with its project's name (what the scheduler's pass reads).
 _LIVE_FLEETS = (
@@ -242,7 +242,7 @@ def instance_page_query(
         q = q.where(instances.c.project_id.in_(project_ids))
     if fleet_ids is not None:
         q = q.where(instances.c.fleet_id.in_(fleet_ids))
-    if only_active:  # dstack's: idle or busy
+    if only_active:  # dstack's: idle or busy (read by status: the instances in those, not the terminated ones)
         q = q.where(instances.c.status.in_(READY_INSTANCE))
     created, iid = instances.c.created_at, instances.c.id
     if after is not None:

@@ -49,6 +49,10 @@ LEASED_SQL = "lock_owner IS NOT NULL"
 #: An instance not deleted and not yet confirmed terminated, as SQL text: the predicate of ``ix_instances_live``,
 #: whose rows are what a scheduling pass reads of every instance (``store/fleet_reader.py``).
 LIVE_INSTANCE_SQL = "NOT deleted AND status != 'terminated'"
+#: An instance a fleet lists (``fleets/list``): not deleted, not terminated, or an SSH fleet's host that failed (listed
+#: with its error until the fleet is applied again), as SQL text: its partial index's predicate, so that a fleet's
+#: instances are read without the terminated ones a cloud fleet leaves behind, however many.
+COUNTED_INSTANCE_SQL = "NOT deleted AND (status != 'terminated' OR (backend = 'ssh' AND termination_reason = 'error'))"
 
 
 def _partial(name: str, *columns: str, where: str) -> sa.Index:
@@ -192,10 +196,11 @@ instances = sa.Table(
     sa.Index("ix_instances_fleet_status", "fleet_id", "status"),
     sa.Index("ix_instances_status", "status"),
     _partial("ix_instances_live", "id", "fleet_id", "version", "status", "deleted", where=LIVE_INSTANCE_SQL),
-    #: The live instances in ``instances/list``'s keyset order, and a fleet's by number (``fleets/list``): the
-    #: lists read those, not the terminated instances the history left deleted.
+    #: The instances not deleted in ``instances/list``'s keyset order (its ``only_active`` reads the idle and busy
+    #: ones by status), and those a fleet lists by number (``fleets/list``): the lists read those, not the
+    #: instances the history left deleted or terminated.
     _live("ix_instances_live_created", "created_at", "id"),
-    _live("ix_instances_live_fleet", "fleet_id", "instance_num"),
+    _partial("ix_instances_live_fleet", "fleet_id", "instance_num", where=COUNTED_INSTANCE_SQL),
 )
 
 #: Network volumes (EBS on aws): what the project asked (``configuration``, dstack's document), what the
