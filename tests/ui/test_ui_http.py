@@ -85,6 +85,8 @@ async def test_login_sets_an_httponly_strict_cookie_stored_hashed(server: Runnin
 async def test_every_page_renders_with_the_security_headers(server: RunningServer) -> None:
     async with browser(server) as c:
         await login(c, server.token)
+        runs = (await c.get("/runs")).text  # an admin's user filter: every user
+        assert "<option>admin</option>" in runs and "<option>bob</option>" in runs
         for path in [*PAGES, "/login", "/nope", "/ui/static/ui.js", "/ui/static/ui.css"]:
             r = await c.get(path)
             assert r.status_code == (404 if path == "/nope" else 303 if path == "/login" else 200), (path, r.text[:300])
@@ -157,6 +159,7 @@ async def test_a_member_sees_no_admin_page_and_gets_403(server: RunningServer) -
         await login(c, TOKENS["bob"])
         runs = await c.get("/runs")
         assert runs.status_code == 200 and 'href="/users"' not in runs.text
+        assert "<option>bob</option>" in runs.text and "<option>admin</option>" not in runs.text  # the user filter
         r = await c.get("/users")
         assert r.status_code == 403 and "Access denied" in r.text
         token = csrf_of(runs.text)

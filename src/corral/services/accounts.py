@@ -155,6 +155,14 @@ async def list_users(db: Database, user: UserRec) -> list[UserRec]:
         return await store.list_users(conn)
 
 
+async def user_names(db: Database, user: UserRec) -> list[str]:
+    """The names of the users ``user`` may see (``list_users``' rule), without their records."""
+    if user.global_role != "admin":
+        return [user.name]
+    async with db.read() as conn:
+        return await store.user_names(conn)
+
+
 async def get_user(db: Database, user: UserRec, username: str) -> UserRec:
     """A user with credentials: oneself, or anyone for a global admin; someone else's name is answered as
     dstack does, as if the user did not exist."""

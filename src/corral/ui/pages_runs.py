@@ -111,7 +111,7 @@ async def runs_list(request: Request) -> Response:
     project, status, username = q.get("project") or None, q.get("status") or None, q.get("user") or None
     found = await visible_runs(request, s.user, project, status, username)
     projects = await accounts.list_projects(ctx.db, s.user, include_not_joined=s.user.global_role == "admin")
-    users = await accounts.list_users(ctx.db, s.user)
+    users = await accounts.user_names(ctx.db, s.user)
     return page(
         request,
         "runs.html",
@@ -119,7 +119,7 @@ async def runs_list(request: Request) -> Response:
         nav="runs",
         rows=[run_row(r) for r in found],
         projects=[p.name for p in projects],
-        users=[u.name for u in users],
+        users=users,
         statuses=("active", *STATUSES),
         f_project=project or "",
         f_status=status or "",
