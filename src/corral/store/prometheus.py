@@ -10,6 +10,7 @@ Imports ``domain`` and sqlalchemy only.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from corral.domain.metrics import LIVE_STATUSES, MetricsPoint
 from corral.domain.statuses import READY_INSTANCE, InstanceStatus
 from corral.store.metrics import latest_points
 from corral.store.run_counts import run_type
-from corral.store.tables import fleets, instances, jobs, projects, runs, users
+from corral.store.tables import ACTIVE_RUN_SQL, QUEUED_SQL, fleets, instances, jobs, projects, runs, users
 
 #: The instances the metrics count: neither pending nor terminated.
 LIVE_INSTANCE_STATUSES = (InstanceStatus.PROVISIONING, *READY_INSTANCE, InstanceStatus.TERMINATING)
@@ -132,17 +133,27 @@ async def live_jobs(conn: AsyncConnection) -> list[LiveJob]:
     return out
 
 
+#: The queued jobs (their project and run) and the active runs bound to a fleet (from the active runs' index), matched
+#: in Python: joining each queued job to its run looked each run up by its random id in the index of every run ever
+#: (with 1,899 queued jobs beside a million finished runs: 7.8-11.6 ms in process, 5.2-9.2 ms so, at a load of 3).
+_QUEUED_JOBS = sa.text(f"SELECT project_id, run_id FROM jobs WHERE {QUEUED_SQL}")
+_BOUND_RUNS = sa.select(runs.c.id, runs.c.fleet_id).where(sa.text(ACTIVE_RUN_SQL), runs.c.fleet_id.is_not(None))
+
+
 async def queue_lengths(conn: AsyncConnection) -> dict[tuple[str, str], int]:
     """(project, fleet) -> jobs waiting in the queue; the fleet is the one the run is bound to (a later
     replica or node of a run placed before), "" for a run not bound to one yet."""
-    q = (
-        sa.select(projects.c.name, fleets.c.name, sa.func.count())
-        .select_from(jobs)
-        .join(runs, runs.c.id == jobs.c.run_id)
-        .join(projects, projects.c.id == jobs.c.project_id)
-        .outerjoin(fleets, fleets.c.id == runs.c.fleet_id)
-        .where(jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
-        .group_by(projects.c.name, fleets.c.name)
-        .order_by(projects.c.name, fleets.c.name)
-    )
-    return {(r[0], r[1] or ""): int(r[2]) for r in await conn.execute(q)}
+    queued = (await conn.execute(_QUEUED_JOBS)).all()
+    if not queued:
+        return {}
+    bound: dict[str, str] = {r[0]: r[1] for r in await conn.execute(_BOUND_RUNS)}
+    counts = Counter((project_id, bound.get(run_id)) for project_id, run_id in queued)
+    wanted = {f for _, f in counts if f is not None}
+    named = sa.select(fleets.c.id, fleets.c.name).where(fleets.c.id.in_(wanted))
+    fleet_names: dict[str, str] = {r[0]: r[1] for r in await conn.execute(named)}
+    project_names: dict[str, str] = {r[0]: r[1] for r in await conn.execute(sa.select(projects.c.id, projects.c.name))}
+    out: Counter[tuple[str, str]] = Counter()
+    for (project_id, fleet_id), n in counts.items():
+        if project_id in project_names:
+            out[(project_names[project_id], fleet_names.get(fleet_id, "") if fleet_id else "")] += n
+    return dict(sorted(out.items()))
