@@ -8,13 +8,14 @@ count rows they share in the same order, and only for the moment before their co
 (or, on a connection without one, they are written at once). A savepoint that rolls back drops what was added
 since it began (:func:`mark`, :func:`drop_since`), so a rejected gang of ``plan_apply`` leaves no row and counts
 nothing. Rows keep the order they were added in, and a table's rows are inserted before those of a table first
-added after it (events before their targets).
+added after it (events before their targets). On SQLite the rows go by the driver itself (``_driver_insert``).
 
 Imports sqlalchemy only.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -123,4 +124,33 @@ async def _flush_inserts(conn: AsyncConnection) -> None:
     for stmt, row in buffer:
         by_stmt.setdefault(id(stmt), (stmt, []))[1].append(row)
     for stmt, rows in by_stmt.values():
-        await conn.execute(stmt, rows if len(rows) > 1 else rows[0])
+        if conn.dialect.name == "sqlite":
+            await _driver_insert(conn, stmt.table, rows)
+        else:
+            await conn.execute(stmt, rows if len(rows) > 1 else rows[0])
+
+
+#: (table, columns) -> SQLite's INSERT of those columns (``_driver_insert``).
+_DRIVER_INSERTS: dict[tuple[str, tuple[str, ...]], str] = {}
+
+
+async def _driver_insert(conn: AsyncConnection, table: sa.TableClause, rows: Sequence[Mapping[str, Any]]) -> None:
+    """``rows`` inserted into ``table`` by SQLite's driver itself, in ``conn``'s transaction: the rows deferred
+    here are plain values (text, numbers, None: events and their targets) that need none of SQLAlchemy's
+    processing, and its execution path cost more than SQLite's insert (a transaction recording three events:
+    0.30 -> 0.21 ms of CPU). Rows naming other columns go in a statement of their own."""
+    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row), []).append(row)
+    driver: Any = (await conn.get_raw_connection()).driver_connection
+    for columns, group in groups.items():
+        sql = _DRIVER_INSERTS.get((table.name, columns))
+        if sql is None:
+            names = ", ".join(table.c[c].name for c in columns)  # a column the table lacks: KeyError
+            sql = _DRIVER_INSERTS[(table.name, columns)] = (
+                f"INSERT INTO {table.name} ({names}) VALUES ({', '.join('?' * len(columns))})"
+            )
+        try:
+            await driver.executemany(sql, [tuple(row[c] for c in columns) for row in group])
+        except sqlite3.IntegrityError as e:  # as SQLAlchemy raises it (``Database.write`` makes it a Conflict)
+            raise sa.exc.IntegrityError(sql, None, e) from e
