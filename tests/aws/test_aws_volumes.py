@@ -304,3 +304,57 @@ async def test_corral_and_dstack_clis_list_and_delete_volumes(
     async with server.client() as c:
         listed_now = (await c.post("/api/project/main/volumes/list", json={})).json()
     assert not {"clia", "clib"} & {v["name"] for v in listed_now}
+
+
+async def test_a_mount_point_with_alternatives_mounts_the_one_its_instance_can(
+    server: RunningServer, moto: MotoEC2, ebs: EBS
+) -> None:
+    """dstack's ``name: [a, b]``: the job runs where one alternative of each mount point is and mounts that
+    one (``job_runtime_data.volume_names`` says which); a run whose mount points share no zone is refused,
+    naming the volumes and where they are."""
+    made = (("altfar", "eu-west-1", "eu-west-1a"), ("altnear", REGION, ZONE))
+    async with server.client() as c:
+        for name, region, zone in made:
+            conf = {"type": "volume", "backend": "aws", "region": region, "availability_zone": zone, "name": name,
+                    "size": 1}  # fmt: skip
+            r = await c.post("/api/project/main/volumes/create", json={"configuration": conf})
+            assert r.status_code == 200, r.text
+        for name, _region, _zone in made:
+            await _volume(c, name)
+
+        apart = _task("altapart", ["true"], [{"name": ["altfar"], "path": "/a"}, {"name": "altnear", "path": "/b"}])
+        for path in ("runs/get_plan", "runs/apply"):
+            r = await c.post(f"/api/project/main/{path}", json=apart if path == "runs/apply" else apart["plan"])
+            assert r.status_code == 400, r.text
+            for words in ("altfar (eu-west-1 eu-west-1a)", f"altnear ({REGION} {ZONE})", "volumes"):
+                assert words in r.text, r.text
+
+        only_far = _task("altonly", ["true"], [{"name": ["altfar"], "path": "/d"}])["plan"]
+        r = await c.post("/api/project/main/runs/get_plan", json=only_far)
+        assert r.status_code == 200 and not r.json()["job_plans"][0]["offers"], r.text
+        assert "the volumes: altfar (eu-west-1 eu-west-1a)" in r.json()["corral_plan_error"], r.json()
+        either = [{"name": ["altfar", "altnear"], "path": "/data"}]
+        r = await c.post("/api/project/main/runs/get_plan", json=_task("altplan", ["true"], either)["plan"])
+        assert r.status_code == 200, r.text
+        offers = r.json()["job_plans"][0]["offers"]
+        assert offers and {o["region"] for o in offers} == {REGION}, offers  # the backend has no eu-west-1
+
+        check = ["mountpoint -q /data", "echo near > /data/which.txt"]
+        r = await c.post("/api/project/main/runs/apply", json=_task("altrun", check, either))
+        assert r.status_code == 200, r.text
+        run = await finished_run(c, "altrun", timeout=120)
+        sub = run["jobs"][0]["job_submissions"][-1]
+        assert run["status"] == "done", sub
+        assert sub["job_runtime_data"]["volume_names"] == ["altnear"], sub["job_runtime_data"]
+        far = (await _volume(c, "altfar"))["volume_id"]
+        assert not moto.client("eu-west-1").describe_volumes(VolumeIds=[far])["Volumes"][0]["Attachments"]
+        for name, _region, _zone in made:
+
+            async def detached(name: str = name) -> bool:
+                got = (await c.post("/api/project/main/volumes/get", json={"name": name})).json()
+                return not got["attachments"]
+
+            await wait_for(detached, timeout=60)
+        r = await c.post("/api/project/main/volumes/delete", json={"names": [n for n, _r, _z in made]})
+        assert r.status_code == 200, r.text
+    assert not ebs.errors, ebs.errors

@@ -47,7 +47,7 @@ def test_the_options_as_the_run_gives_them() -> None:
         Selector(hostname="10.0.0.1"),
         Selector(fleet=FleetRef("gpus", "team"), instance_num=1),
     )
-    assert facts.volumes == ("data",)
+    assert facts.volumes == (("data",),)
     assert facts.requirements.cpu_count == Range(2, 4) and facts.requirements.gpu is not None
     assert decode(encode(facts)) == facts
 

@@ -43,7 +43,7 @@ FULL = JobFacts(
     max_price=3.5,
     spot_policy="auto",
     reservation="cr-1",
-    volumes=("data",),
+    volumes=(("data",), ("near", "far")),
     has_image=True,
     run_type="task",
 )

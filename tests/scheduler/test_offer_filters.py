@@ -193,6 +193,10 @@ def test_an_offer_is_pinned_to_the_first_allowed_zone_only_when_it_names_none() 
     assert offer_filters.pinned(anywhere, f).zone == "us-east-1a"
     assert offer_filters.pinned(zoned, f) is zoned
     assert offer_filters.pinned(anywhere, offer_filters.OfferFilter()) is anywhere
+    # a job whose volume alternatives are in two regions: each region's offer goes to that region's zone
+    two = offer_filters.OfferFilter(zones=frozenset({"eu-west-1a", "us-east-1b"}))
+    assert offer_filters.pinned(anywhere, two).zone == "us-east-1b"
+    assert offer_filters.pinned(dataclasses.replace(anywhere, region="eu-west-1"), two).zone == "eu-west-1a"
 
 
 def test_a_fleets_availability_zones_narrow_its_offers_to_their_regions() -> None:

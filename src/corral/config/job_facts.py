@@ -14,7 +14,7 @@ from corral import config  # lazy: the models load on first use, not at start-up
 from corral.config.run_spec import RunSpec
 from corral.domain.job_facts import JobFacts, WaitRule
 from corral.domain.selectors import FleetRef, Selector
-from corral.domain.volumes import volume_names
+from corral.domain.volumes import mount_points
 
 #: How long ``retry: true`` (or a ``retry`` without a ``duration``) waits for capacity.
 DEFAULT_RETRY_DURATION = 3600.0
@@ -74,7 +74,7 @@ def derive(spec: RunSpec, job_spec: Mapping[str, Any]) -> JobFacts:
         max_price=None if profile.max_price is None else float(profile.max_price),
         spot_policy=None if spot is None else str(getattr(spot, "value", spot)),
         reservation=str(profile.reservation) if profile.reservation else None,
-        volumes=tuple(volume_names(spec.configuration)),
+        volumes=tuple(names for names, _path in mount_points(spec.configuration)),
         has_image=bool(spec.conf.image) or spec.conf.docker is True,  # docker: true runs in a container
         run_type=str(spec.conf.type),
     )

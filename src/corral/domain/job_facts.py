@@ -65,8 +65,8 @@ class JobFacts:
     max_price: float | None
     spot_policy: str | None
     reservation: str | None
-    #: The network volumes the run mounts, by name (placement follows them).
-    volumes: tuple[str, ...]
+    #: The network volumes the run mounts: per mount point, its alternatives by name (placement follows them).
+    volumes: tuple[tuple[str, ...], ...]
     #: Whether the run names an image of its own (a host-process job otherwise, unless the server has one).
     has_image: bool
     #: The run's type (``task``, ``service``, ``dev-environment``).
@@ -175,7 +175,7 @@ def encode(f: JobFacts) -> str:
         "price": f.max_price,
         "spot": f.spot_policy,
         "resv": f.reservation,
-        "vols": list(f.volumes),
+        "vols": [names[0] if len(names) == 1 else list(names) for names in f.volumes],
         "image": f.has_image,
         "type": f.run_type,
     }
@@ -205,7 +205,7 @@ def decode(text: str | None) -> JobFacts | None:
         max_price=d["price"],
         spot_policy=d["spot"],
         reservation=d["resv"],
-        volumes=tuple(d["vols"]),
+        volumes=tuple((v,) if isinstance(v, str) else tuple(v) for v in d["vols"]),
         has_image=bool(d["image"]),
         run_type=d["type"],
     )

@@ -55,23 +55,76 @@ class VolumeRec:
         return str(z) if z else None
 
 
-def network_mounts(conf: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """A run configuration's (as JSON) network volumes: (name, path) of each ``name:/path`` or ``{name,
-    path}`` entry (instance volumes, ``/host/path:/path``, left out). A list of names mounts the first."""
-    out = []
+def mount_points(conf: Mapping[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    """A run configuration's (as JSON) network volumes: (names, path) of each ``name:/path`` or ``{name,
+    path}`` entry, ``names`` the alternatives of a list (``name: [a, b]``: the job mounts the one its
+    instance can, as dstack does); instance volumes (``/host/path:/path``) are left out."""
+    out: list[tuple[tuple[str, ...], str]] = []
     for v in conf.get("volumes") or []:
         if isinstance(v, str):
             src, _, path = v.partition(":")
             if "/" not in src:
-                out.append((src, path))
+                out.append(((src,), path))
         elif isinstance(v, Mapping) and v.get("name") is not None and not v.get("instance_path"):
             name = v["name"]
-            out.append((str(name[0] if isinstance(name, list) else name), str(v.get("path") or "")))
+            names = tuple(str(n) for n in name) if isinstance(name, list) else (str(name),)
+            out.append((names, str(v.get("path") or "")))
     return out
 
 
 def volume_names(conf: Mapping[str, Any]) -> list[str]:
-    return [n for n, _p in network_mounts(conf)]
+    """Every network volume a run names, each alternative of each mount point, in order."""
+    return [n for names, _p in mount_points(conf) for n in names]
+
+
+#: Where a volume is, so where an instance that mounts it must be: (backend, region, zone).
+Place = tuple[str, str, str | None]
+
+
+def place(v: VolumeRec) -> Place:
+    return (str(v.configuration.get("backend") or ""), v.region.lower(), v.zone)
+
+
+def where_volumes(volumes: Iterable[VolumeRec]) -> str:
+    """``volumes`` named with where each is: ``data (us-east-1 us-east-1b), ...``."""
+    return ", ".join(f"{v.name} ({v.region} {v.zone or '?'})" for v in volumes)
+
+
+def placements(points: Sequence[Sequence[VolumeRec]]) -> frozenset[Place]:
+    """Where a job whose mount points have the alternatives ``points`` may run: the places where each mount
+    point has an alternative (EBS attaches only in its own zone). Raises ``ValueError`` naming the volumes
+    and where they are when there is none, or when one volume is named at two mount points."""
+    names = [v.name for alts in points for v in {v.name: v for v in alts}.values()]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"volume {', '.join(twice)} is named at more than one mount point")
+    common: frozenset[Place] | None = None
+    for alts in points:
+        here = frozenset(place(v) for v in alts)
+        common = here if common is None else common & here
+    if not common:
+        where = "; ".join(where_volumes(alts).replace(", ", " or ") for alts in points)
+        raise ValueError(f"no availability zone has a volume of every mount point: {where}")
+    return common
+
+
+def chosen(points: Sequence[Sequence[VolumeRec]], where: Place) -> list[VolumeRec]:
+    """The volume each mount point mounts on an instance at ``where`` (backend, region, zone): its first
+    alternative there (dstack's rule). Raises ``ValueError`` naming the mount point's volumes when none is."""
+    out = []
+    for alts in points:
+        v = next((v for v in alts if _mountable(place(v), where)), None)
+        if v is None:
+            raise ValueError(
+                f"none of the volumes {where_volumes(alts)} can be mounted in {where[1]} {where[2] or ''}".strip()
+            )
+        out.append(v)
+    return out
+
+
+def _mountable(p: Place, where: Place) -> bool:
+    backend, region, zone = where
+    return p[0] == backend and p[1] == region.lower() and (p[2] is None or zone is None or p[2] == zone)
 
 
 def next_step(v: VolumeRec) -> str | None:
@@ -98,16 +151,6 @@ def free_device(taken: Iterable[str]) -> str | None:
     """The first of :data:`DEVICE_NAMES` that ``taken`` (the instance's attached devices) leaves free."""
     used = set(taken)
     return next((d for d in DEVICE_NAMES if d not in used), None)
-
-
-def placement(volumes: Sequence[VolumeRec]) -> tuple[str, str, str | None]:
-    """Where a job that mounts ``volumes`` must run: (backend, region, zone). Raises ``ValueError`` naming
-    the volumes when they are not all in one place (EBS attaches only in its own zone)."""
-    places = {(str(v.configuration.get("backend") or ""), v.region, v.zone) for v in volumes}
-    if len(places) != 1:
-        where = ", ".join(f"{v.name} ({v.region} {v.zone or '?'})" for v in volumes)
-        raise ValueError(f"the volumes are not in one availability zone: {where}")
-    return next(iter(places))
 
 
 def price(size_gib: int, iops: int = 3000) -> float:

@@ -125,9 +125,11 @@ def passes(offer: Offer, f: OfferFilter) -> bool:
 
 
 def pinned(offer: Offer, f: OfferFilter) -> Offer:
-    """``offer`` in the first of ``f``'s zones when it names none (where the instance must be launched)."""
+    """``offer`` in the first of ``f``'s zones when it names none (where the instance must be launched): the
+    first of its own region's, when some are (an availability zone's name is its region's and a letter)."""
     if f.zones and not offer.zone:
-        return replace(offer, zone=min(f.zones))
+        own = [z for z in f.zones if z.startswith(offer.region)]
+        return replace(offer, zone=min(own or f.zones))
     return offer
 
 

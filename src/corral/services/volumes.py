@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.context import Context
 from corral.domain.records import ProjectRec, UserRec
-from corral.domain.volumes import ACTIVE, VolumeRec, placement, refuse_delete, volume_names
+from corral.domain.volumes import ACTIVE, VolumeRec, mount_points, placements, refuse_delete
 from corral.services import apply_policies, input_rules, serialize
 from corral.services.errors import ResourceExists, ResourceNotExists, ServiceError, validation_errors
 from corral.services.fleets import random_name
@@ -186,14 +186,15 @@ async def for_run(ctx: Context, project_id: str, names: list[str]) -> list[Volum
 
 
 async def check_run(ctx: Context, project_id: str, conf: dict[str, Any]) -> list[VolumeRec]:
-    """A run's network volumes (``volumes: [name:/path]``) exist, are active and are in one zone; they are
-    returned (none: the run names no network volume)."""
-    names = volume_names(conf)
-    if not names:
+    """A run's network volumes (``volumes: [name:/path]``, or ``name: [a, b]`` alternatives) exist, are
+    active, and some availability zone has one of each mount point; they are returned (none: the run names
+    no network volume)."""
+    points = [names for names, _path in mount_points(conf)]
+    if not points:
         return []
-    found = await for_run(ctx, project_id, names)
+    found = {v.name: v for v in await for_run(ctx, project_id, [n for names in points for n in names])}
     try:
-        placement(found)
+        placements([[found[n] for n in names] for names in points])
     except ValueError as e:
         raise ServiceError(f"{e}: a job mounts volumes of one availability zone (volumes)") from None
-    return found
+    return list(found.values())

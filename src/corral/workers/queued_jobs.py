@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from corral.config.job_facts import derive
 from corral.config.run_spec import read
 from corral.domain.job_facts import JobFacts
-from corral.domain.volumes import VolumeRec, placement
+from corral.domain.volumes import VolumeRec, placements
 from corral.scheduler import offer_filters
 from corral.scheduler.types import QueuedJob, WaitPolicy
 
@@ -58,14 +58,14 @@ def from_facts(
         facts.backends, facts.regions, facts.instance_types, facts.max_price, facts.spot_policy
     )
     backends, regions, zones = job_filter.backends, job_filter.regions, None
-    if facts.volumes:  # placement follows the volumes: their backend, region and zone
+    if facts.volumes:  # placement follows the volumes: their backend, region and zone (one of each mount point)
         places = volume_places or {}
-        missing = [n for n in facts.volumes if (project_id, n) not in places]
+        missing = [n for names in facts.volumes for n in names if (project_id, n) not in places]
         if missing:
             raise ValueError(f"volume {', '.join(missing)} not found (deleted since the run was submitted?)")
-        backend, region, zone = placement([places[(project_id, n)] for n in facts.volumes])
-        backends, regions = frozenset({backend}), frozenset({region.lower()})
-        zones = frozenset({zone}) if zone else None
+        where = placements([[places[(project_id, n)] for n in names] for names in facts.volumes])
+        backends, regions = frozenset(p[0] for p in where), frozenset(p[1] for p in where)
+        zones = None if any(p[2] is None for p in where) else frozenset(str(p[2]) for p in where)
     return QueuedJob(
         id=id,
         run_id=run_id,

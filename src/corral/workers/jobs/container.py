@@ -124,6 +124,8 @@ def runtime_data(sub: JobSubmission, working_dir: str | None) -> dict[str, Any]:
     }
     if spec is not None and spec.memory_mib is not None:  # a share of the instance: dstack records it
         data.update(cpu=spec.cpus, gpu=max(spec.gpus, 0), memory=round(spec.memory_mib / 1024, 3))
+    if sub.network_volumes:  # dstack's ``volume_names``: the alternative of each mount point it mounts
+        data["volume_names"] = [m.name for m in sub.network_volumes]
     return data
 
 

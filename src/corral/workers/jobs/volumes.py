@@ -17,7 +17,7 @@ from corral.backends.aws import ec2
 from corral.backends.aws import volumes as ebs
 from corral.context import Context
 from corral.domain.records import InstanceRec, JobRec
-from corral.domain.volumes import network_mounts
+from corral.domain.volumes import Place, VolumeRec, chosen, mount_points
 from corral.store import volumes as store
 from corral.workers.volumes import Volumes
 
@@ -35,22 +35,23 @@ class AttachError(Exception):
 async def attach(
     ctx: Context, job: JobRec, inst: InstanceRec, conf: dict[str, object], poll: float = 0.5
 ) -> list[NetworkMount]:
-    mounts = network_mounts(conf)
-    if not mounts:
+    points = mount_points(conf)
+    if not points:
         return []
     where = ((inst.agent or {}).get("connection") or {}).get("aws")
     if not where:
         raise AttachError(f"network volumes attach to aws instances only; {inst.name} is a {inst.backend} instance")
     ec2_id, region = str(where["instance_id"]), str(where["region"])
     async with ctx.db.read() as conn:
-        vols = {v.name: v for v in await store.by_names(conn, job.project_id, [n for n, _p in mounts])}
+        vols = {v.name: v for v in await store.by_names(conn, job.project_id, [n for ns, _p in points for n in ns])}
         here = await store.attached(conn, inst.id)
+    mounts = _chosen(points, vols, (inst.backend, region, str((inst.offer or {}).get("zone") or "") or None))
     taken = {str((v.attachment or {}).get("device_name")) for v in here}
     client = None
     out = []
-    for name, path in mounts:
-        v = vols.get(name)
-        if v is None or not v.volume_id:
+    for v, path in mounts:
+        name = v.name
+        if not v.volume_id:
             raise AttachError(f"volume {name} not found or not provisioned")
         a = v.attachment or {}
         if v.instance_id == inst.id and a.get("job_id") == job.id:
@@ -79,3 +80,18 @@ async def attach(
             await store.attach(conn, v.id, inst.id, attachment)
         out.append(NetworkMount(name, v.volume_id, device, path))
     return out
+
+
+def _chosen(
+    points: list[tuple[tuple[str, ...], str]], vols: dict[str, VolumeRec], where: Place
+) -> list[tuple[VolumeRec, str]]:
+    """The volume each mount point mounts on an instance at ``where`` (its first alternative there), with
+    its path."""
+    missing = [n for names, _p in points for n in names if n not in vols]
+    if missing:
+        raise AttachError(f"volume {', '.join(missing)} not found or not provisioned")
+    try:
+        picked = chosen([[vols[n] for n in names] for names, _p in points], where)
+    except ValueError as e:
+        raise AttachError(str(e)) from None
+    return [(v, path) for v, (_names, path) in zip(picked, points, strict=True)]
