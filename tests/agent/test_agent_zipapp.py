@@ -69,6 +69,7 @@ def test_zipapp_imports_only_the_standard_library(tmp_path: Path) -> None:
         "corral.agent.protocol_metrics",
         "corral.agent.netlink",  # a job's network namespace, made over rtnetlink
         "corral.agent.slot_owner",  # which agent process holds a sandbox slot
+        "corral.agent.privileged",  # whether the host's Docker can start privileged containers
     }
     if data["stdlib"]:
         stdlib = set(data["stdlib"])

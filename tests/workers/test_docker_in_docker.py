@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,4 +117,42 @@ async def test_docker_runs_inside_the_job(tmp_path: Path, docker_engine: DockerE
         out = await _logs(c, got)
         assert "dockerd started\n" in out and "hello from the inner container\n" in out, out
         assert "inner storage: vfs\n" in out, out
+    assert docker_engine.containers("corral.agent") == []
+
+
+def _created_since(engine: DockerEngine, since: float) -> list[str]:
+    """The names of the containers the engine created since ``since`` (its own event log)."""
+    out = engine.cli(
+        "events", "--since", str(int(since)), "--until", str(int(time.time()) + 1),
+        "--filter", "type=container", "--filter", "event=create", "--format", "{{.Actor.Attributes.name}}",
+    )  # fmt: skip
+    return out.stdout.split()
+
+
+async def test_privileged_containers_are_probed_once_per_host_and_refused_saying_why(
+    tmp_path: Path, docker_engine: DockerEngine, dind_image: str
+) -> None:
+    settings = make_settings(tmp_path, docker_host=docker_engine.host, dind_image=dind_image)
+    privileged, engine_error = _privileged_containers_start(docker_engine)
+    since = time.time() - 1
+    async with running_server(settings) as s, s.client() as c:
+        assert (await c.post("/api/project/main/fleets/apply", json=fleet_body())).status_code == 200
+        subs = []
+        for _ in range(2):
+            r = await c.post("/api/project/main/runs/apply", json=task_body(["true"], docker=True))
+            assert r.status_code == 200, r.text
+            got = await finished_run(c, r.json()["run_spec"]["run_name"], timeout=120)
+            subs.append((got["status"], got["latest_job_submission"]))
+    created = _created_since(docker_engine, since)
+    probes = [n for n in created if n.startswith("corral-privileged-probe-")]
+    assert len(probes) == 1, created  # once for the host, kept for the next job
+    if not privileged:  # this machine: the engine's root lacks CAP_SYS_RESOURCE and others
+        assert "unable to apply caps" in engine_error, engine_error
+        for status, sub in subs:
+            message = sub["termination_reason_message"]
+            assert status == "failed" and "This host cannot run a privileged container" in message, sub
+            assert "unable to apply caps" in message and "remove `docker`" in message, message
+        assert [n for n in created if n.startswith("corral-")] == probes  # no container of either job was made
+    else:
+        assert [status for status, _sub in subs] == ["done", "done"], subs
     assert docker_engine.containers("corral.agent") == []

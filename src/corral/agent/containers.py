@@ -41,6 +41,7 @@ from . import container_sessions, workdir
 from .docker import Docker, DockerError, DockerUnavailable, registry_auth_header
 from .images import PullTracker, pull_failure_message, registry_of, split_image
 from .job import NOTICE_FILE, Job, join_commands
+from .privileged import PrivilegedProbe
 from .protocol import JobSubmission
 from .protocol_containers import ContainerInfo, ContainerSpec
 
@@ -208,6 +209,7 @@ class ContainerRunner:
         self._gpu_lock = threading.Lock()
         self._gpus: dict[str, list[str]] = {}
         self._bridge: bool | None = None
+        self.privileged = PrivilegedProbe(docker, {LABEL_AGENT: work_dir})
 
     def start(self, job: Job) -> None:
         _thread(self._launch, job, name=f"container-{job.sub.job_id}")
@@ -283,6 +285,9 @@ class ContainerRunner:
             if self._stop_requested(job):
                 self._settle(job, None, None)
                 return
+            refusal = self.privileged.refusal(str(sub.image)) if spec.privileged else None
+            if refusal is not None:  # found once for this host: no container of the job is made
+                raise ContainerError(refusal)
             sub, files = self._lay_out(job, image)
             gpu_ids = self._take_gpus(job, spec.gpus)
             network = self._network_mode(spec.network_mode)
