@@ -132,9 +132,10 @@ async def test_kept_counts_equal_a_recount_through_random_changes(db_url: str, e
     await db.dispose()
 
 
-async def test_a_count_change_is_compiled_once(db_url: str) -> None:
-    """The counts' statement is compiled once and served from SQLAlchemy's cache after (a dialect's
-    ``on_conflict_do_update`` has no cache key, and compiling it was most of a short transaction's CPU)."""
+async def test_a_count_change_is_prepared_once(db_url: str) -> None:
+    """The counts' statement is never compiled per transaction (a dialect's ``on_conflict_do_update`` has no
+    cache key, and compiling it was most of a short transaction's CPU): on SQLite the driver runs it itself,
+    on Postgres SQLAlchemy compiles it once and serves it from its cache after."""
     db = Database(db_url)
     await upgrade(db)
     await _people(db, time.time())
@@ -151,9 +152,14 @@ async def test_a_count_change_is_compiled_once(db_url: str) -> None:
         async with db.write() as conn:
             await run_store.update_run(conn, "r0", {"status": new}, None)
     sa.event.remove(db.engine.sync_engine, "after_cursor_execute", record)
-    # one statement; compiled for one row (the insert) and for several (a change: two counts), then cached
-    assert len(seen) == 4 and len({statement for statement, _ in seen}) == 1, seen
-    assert [hit for _, hit in seen[2:]] == ["CacheStats.CACHE_HIT"] * 2, seen
+    kept, recount = await _both(db)
+    assert kept == recount and list(kept.values()) == [1] and next(iter(kept))[2] == "done", kept
+    if db.is_sqlite:
+        assert seen == []  # by the driver
+    else:
+        # one statement; compiled for one row (the insert) and for several (a change: two counts), then cached
+        assert len(seen) == 4 and len({statement for statement, _ in seen}) == 1, seen
+        assert [hit for _, hit in seen[2:]] == ["CacheStats.CACHE_HIT"] * 2, seen
     await db.dispose()
 
 

@@ -142,7 +142,6 @@ async def _driver_insert(conn: AsyncConnection, table: sa.TableClause, rows: Seq
     groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     for row in rows:
         groups.setdefault(tuple(row), []).append(row)
-    driver: Any = (await conn.get_raw_connection()).driver_connection
     for columns, group in groups.items():
         sql = _DRIVER_INSERTS.get((table.name, columns))
         if sql is None:
@@ -150,7 +149,14 @@ async def _driver_insert(conn: AsyncConnection, table: sa.TableClause, rows: Seq
             sql = _DRIVER_INSERTS[(table.name, columns)] = (
                 f"INSERT INTO {table.name} ({names}) VALUES ({', '.join('?' * len(columns))})"
             )
-        try:
-            await driver.executemany(sql, [tuple(row[c] for c in columns) for row in group])
-        except sqlite3.IntegrityError as e:  # as SQLAlchemy raises it (``Database.write`` makes it a Conflict)
-            raise sa.exc.IntegrityError(sql, None, e) from e
+        await driver_executemany(conn, sql, [tuple(row[c] for c in columns) for row in group])
+
+
+async def driver_executemany(conn: AsyncConnection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    """SQLite: ``sql`` (``?`` parameters) run for each of ``rows`` by the driver itself, in ``conn``'s
+    transaction; a broken constraint raises as SQLAlchemy raises it (``Database.write`` makes it a Conflict)."""
+    driver: Any = (await conn.get_raw_connection()).driver_connection
+    try:
+        await driver.executemany(sql, rows)
+    except sqlite3.IntegrityError as e:
+        raise sa.exc.IntegrityError(sql, None, e) from e

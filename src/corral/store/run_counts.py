@@ -24,25 +24,30 @@ from corral.store import deferred
 from corral.store.tables import projects, run_counts, run_pending_counts, runs, users
 
 
-def _upsert(table: sa.Table, keys: tuple[str, ...]) -> sa.TextClause:
+def _upsert(table: sa.Table, keys: tuple[str, ...], marks: Sequence[str]) -> str:
     """The "add to the count" statement of ``table``, one for every dialect (SQLite and Postgres spell
-    ``INSERT ... ON CONFLICT ... DO UPDATE`` alike), built once from the table's definition. A text statement,
-    not the dialects' ``insert().on_conflict_do_update()``: SQLAlchemy (2.0.58) gives those no cache key, so
-    each execution compiled the statement anew, about half the CPU of a transaction changing one run's status."""
+    ``INSERT ... ON CONFLICT ... DO UPDATE`` alike), built once from the table's definition, its parameters
+    ``marks``. A text statement, not the dialects' ``insert().on_conflict_do_update()``: SQLAlchemy (2.0.58)
+    gives those no cache key, so each execution compiled the statement anew, about half the CPU of a
+    transaction changing one run's status."""
     columns = ", ".join(table.c[name].name for name in (*keys, "count"))  # a name the table lacks: KeyError
-    values = ", ".join(f":{name}" for name in (*keys, "count"))
-    return sa.text(
-        f"INSERT INTO {table.name} ({columns}) VALUES ({values}) "
+    return (
+        f"INSERT INTO {table.name} ({columns}) VALUES ({', '.join(marks)}) "
         f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET count = {table.name}.count + excluded.count"
     )
 
 
 def _adder(table: sa.Table, keys: tuple[str, ...]) -> deferred.Counter:
-    upsert = _upsert(table, keys)
+    named = sa.text(_upsert(table, keys, [f":{name}" for name in (*keys, "count")]))
+    # on SQLite by the driver itself (plain values: SQLAlchemy's execution path cost more than the statement)
+    qmark = _upsert(table, keys, ["?"] * (len(keys) + 1))
 
     async def write(conn: AsyncConnection, changes: Sequence[tuple[tuple[str, ...], int]]) -> None:
+        if conn.dialect.name == "sqlite":
+            await deferred.driver_executemany(conn, qmark, [(*key, delta) for key, delta in changes])
+            return
         rows = [{**dict(zip(keys, key, strict=True)), "count": delta} for key, delta in changes]
-        await conn.execute(upsert, rows if len(rows) > 1 else rows[0])
+        await conn.execute(named, rows if len(rows) > 1 else rows[0])
 
     return deferred.Counter(table.name, write)
 
