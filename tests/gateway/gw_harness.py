@@ -184,6 +184,12 @@ class StandIn:
         elif h.path.endswith("/early"):  # an interim answer first (103 Early Hints), then the answer
             h.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
             self._send(h, 200, b"after hints")
+        elif h.path.endswith("/held"):  # as the server answers a request it held at zero replicas and counted
+            h.send_response(200)
+            h.send_header("X-Corral-Counted", "1")
+            h.send_header("Content-Length", "4")
+            h.end_headers()
+            h.wfile.write(b"held")
         elif h.path.endswith("/slow"):
             time.sleep(5)
             self._send(h, 200, b"late")

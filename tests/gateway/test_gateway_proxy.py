@@ -268,6 +268,10 @@ def test_stats_count_forwarded_requests_in_every_window(gateway: GatewayProc) ->
     stats = stats_of(gateway, "counted")
     assert {w: s["requests"] for w, s in stats.items()} == {"30": 3, "60": 3, "300": 3}
     assert 0 < stats["30"]["request_time"] < 1
+    # one the server counted itself (held at zero replicas, it says so): not counted twice, the header kept back
+    status, body, headers = request(gateway, host, "GET", "/held")
+    assert (status, body) == (200, b"held") and "x-corral-counted" not in headers, headers
+    assert stats_of(gateway, "counted")["30"]["requests"] == 3
     gateway.ok("DELETE", "/api/services/p/counted")
     assert all(s["run"] != "counted" for s in gateway.ok("GET", "/api/stats")["services"])
 

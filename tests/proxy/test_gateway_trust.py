@@ -1,7 +1,9 @@
 """The in-server proxy's trusted-gateway path: a request carrying a gateway's secret in ``X-Corral-Gateway``
 skips the token check, is not counted for the autoscaler (the gateway counts it) and its secret never reaches
-the replica; a wrong secret is an ordinary request (403 without a token, counted with one); the secrets are
-read once per cache period, not per request."""
+the replica; a wrong secret is an ordinary request (403 without a token, counted with one); a gateway's
+model-endpoint request is counted here (the gateway cannot tell its service), and one held at zero replicas
+is counted here and its answer says so (the gateway does not count it again); the secrets are read once per
+cache period, not per request."""
 
 from __future__ import annotations
 
@@ -36,10 +38,10 @@ async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Runn
 
     tmp = tmp_path_factory.mktemp("gwtrust")
     async with running_server(make_settings(tmp, sandbox="on")) as s, s.client() as c:
-        r = await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..1"))
+        r = await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes="0..2"))
         assert r.status_code == 200, r.text
         conf: dict[str, Any] = {
-            "type": "service", "name": "tsvc", "port": 8000,
+            "type": "service", "name": "tsvc", "port": 8000, "model": "org/m",
             "commands": [f"echo {APP} | base64 -d > app.py", "exec python3 app.py 8000"],
             "resources": {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."},
         }  # fmt: skip
@@ -111,3 +113,39 @@ async def test_secrets_are_read_once_per_cache_period(server: RunningServer) -> 
     assert not any([await trust.trusted(wrong) for _ in range(200)])
     assert trust.reads <= 2  # a secret not found reads again at most once a second
     assert not await trust.trusted([]) and not await trust.trusted([(b"authorization", b"Bearer x")])
+
+
+async def test_a_gateway_s_model_request_is_counted_here_once(server: RunningServer) -> None:
+    before = await counted(server)
+    chat = {"model": "org/m", "messages": [{"role": "user", "content": "hi"}]}
+    async with httpx.AsyncClient(base_url=server.url) as anon:
+        r = await anon.post("/proxy/models/main/chat/completions", json=chat, headers={"X-Corral-Gateway": SECRET})
+        assert r.status_code == 200, r.text
+        assert "x-corral-counted" not in r.headers  # served by a replica: not held
+
+    async def one_more() -> bool:
+        return await counted(server) == before + 1
+
+    await wait_for(one_more, timeout=5)
+    await asyncio.sleep(1.2)
+    assert await counted(server) == before + 1
+
+
+async def test_a_gateway_s_request_held_at_zero_replicas_is_counted_here_and_says_so(server: RunningServer) -> None:
+    conf: dict[str, Any] = {
+        "type": "service", "name": "zsvc", "port": 8000, "replicas": "0..1",
+        "scaling": {"metric": "rps", "target": 10, "scale_down_delay": "10m"},
+        "commands": [f"echo {APP} | base64 -d > app.py", "exec python3 app.py 8000"],
+        "resources": {"cpu": "1..", "memory": "0.1GB..", "disk": "1GB.."},
+    }  # fmt: skip
+    async with server.client() as c:
+        r = await c.post(
+            "/api/project/main/runs/apply", json={"force": False, "plan": {"run_spec": {"configuration": conf}}}
+        )
+        assert r.status_code == 200, r.text
+    async with httpx.AsyncClient(base_url=server.url, timeout=120) as anon:
+        r = await anon.get("/proxy/services/main/zsvc/whoami", headers={"X-Corral-Gateway": SECRET})
+        assert r.status_code == 200, r.text
+        assert r.headers.get("x-corral-counted") == "1", r.headers
+        r = await anon.get("/proxy/services/main/zsvc/whoami", headers={"X-Corral-Gateway": SECRET})
+        assert r.status_code == 200 and "x-corral-counted" not in r.headers, r.headers  # a replica now: not held

@@ -9,7 +9,9 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Optional
 
 from .core.model import Config
 from .httpio import (
@@ -30,6 +32,8 @@ CONNECT_TIMEOUT = 10.0
 AUTH_TIMEOUT = 10.0
 CLIENT_BODY_TIMEOUT = 60.0  # nginx's client_body_timeout default (nginx.org docs, ngx_http_core_module)
 GATEWAY_HEADER = "X-Corral-Gateway"
+#: The server's answer to a request it counted itself (held at a service's zero replicas): not counted here.
+COUNTED_HEADER = "X-Corral-Counted"
 
 
 class UpstreamError(Exception):
@@ -138,7 +142,8 @@ def _upstream_head(config: Config, ex: Exchange) -> bytes:
 
 
 def _client_head(resp: Head, framing: Framing, close: bool) -> bytes:
-    headers = [(k, v) for k, v in resp.headers if k.lower() not in ("connection", "keep-alive", "proxy-connection")]
+    dropped = ("connection", "keep-alive", "proxy-connection", COUNTED_HEADER.lower())
+    headers = [(k, v) for k, v in resp.headers if k.lower() not in dropped]
     if resp.status == 101:
         headers += [("Connection", "Upgrade")]
         upgrade = resp.get("upgrade")
@@ -248,10 +253,14 @@ async def forward(
     client_w: asyncio.StreamWriter,
     client_keepalive: bool,
     pool: UpstreamPool,
+    on_answer: Optional[Callable[[Head], None]] = None,
 ) -> bool:
-    """Forward ``ex``; returns whether the client connection can serve another request. Raises
-    :class:`UpstreamError` or :class:`HttpError` only before anything of the answer reached the client."""
+    """Forward ``ex``; returns whether the client connection can serve another request (``on_answer`` is given
+    the server's answer's head). Raises :class:`UpstreamError` or :class:`HttpError` only before anything of
+    the answer reached the client."""
     (up_r, up_w), resp = await _open_and_send(config, ex, client_r, pool)
+    if on_answer is not None:
+        on_answer(resp)
     reusable = False
     try:
         if resp.status == 101 and ex.websocket:

@@ -9,7 +9,7 @@ from typing import Optional
 
 from .core import ratelimit, routing
 from .core.model import Config
-from .forward import Exchange, UpstreamError, check_token, forward
+from .forward import COUNTED_HEADER, Exchange, UpstreamError, check_token, forward
 from .httpio import Head, HttpError, parse_request, read_head, request_framing, simple_response
 from .live import Gateway
 
@@ -91,15 +91,16 @@ async def _serve_one(
     websocket = "upgrade" in head.tokens("connection") and head.get("upgrade") is not None
     exchange = Exchange(head, decision.target, client_ip, body, limit, float(decision.read_timeout), websocket)
     stats = gw.stats_of(decision.service)
+    answers: list[Head] = []  # the server's answer: one it counted itself is not counted again
     try:
-        return await forward(config, exchange, reader, writer, _keepalive(head), gw.upstream)
+        return await forward(config, exchange, reader, writer, _keepalive(head), gw.upstream, answers.append)
     except UpstreamError as e:
         log.warning("%s %s%s: %s", head.method, host, head.target.split("?", 1)[0], e)
         return await _answer(writer, routing.Answer(e.status, f"{e}\n".encode()), False)
     except HttpError as e:  # a chunked body past client_max_body_size, or malformed
         return await _answer(writer, _too_large() if e.status == 413 else routing.Answer(e.status, b""), False)
     finally:
-        if stats is not None:
+        if stats is not None and not (answers and answers[0].get(COUNTED_HEADER.lower()) is not None):
             stats.record(gw.clock(), gw.clock() - started)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from corral.context import Context
 from corral.domain.telemetry import Telemetry
 from corral.proxy.asgi import Receive, Scope, Send, bearer_token, json_response
+from corral.proxy.stats import telling_counted
 from corral.proxy.upstream import PREFIX, Upstream
 
 
@@ -91,6 +92,8 @@ class ServiceProxy:
         if any(k == b"upgrade" for k, _ in headers):
             await json_response(send, 400, {"detail": "Upgrading connections is not supported"})
             return
+        if from_gateway and not route.replicas:  # held, so counted here at once: the gateway must not count it
+            send = telling_counted(send)
         served = await self.upstream.admit(send, (project, run), route, counted=not from_gateway)
         if served is not None:
             await self.upstream.forward(scope, receive, send, served, headers, f"{PREFIX}{project}/{run}")

@@ -40,7 +40,8 @@ async def handle(upstream: Upstream, scope: Scope, receive: Receive, send: Send)
         return
     headers: list[tuple[bytes, bytes]] = list(scope["headers"])
     token = bearer_token(headers)
-    from_gateway = await upstream.gateways.trusted(headers)  # it checked the caller, and counts the request
+    # a gateway checked the caller; it cannot count the request (the model names the service, in the body): here
+    from_gateway = await upstream.gateways.trusted(headers)
     allowed = from_gateway or (
         await upstream.members.get((token, project))
         if token is not None
@@ -73,7 +74,7 @@ async def handle(upstream: Upstream, scope: Scope, receive: Receive, send: Send)
     if run is None or route is None:
         await json_response(send, 404, {"detail": f"Model {name} not found in project {project}"})
         return
-    route = await upstream.admit(send, (project, run), route, counted=not from_gateway)
+    route = await upstream.admit(send, (project, run), route)
     if route is None:
         return
     target = f"/proxy/services/{project}/{run}{route.model_prefix.rstrip('/')}/chat/completions"

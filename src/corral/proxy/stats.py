@@ -9,11 +9,28 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Any
 
 from corral.context import Context
+from corral.proxy.asgi import Send
 from corral.services import service_stats
 
 log = logging.getLogger("corral.proxy")
+
+#: The answer's header that tells a gateway the request it forwarded was counted here (held at zero
+#: replicas, it is counted at once to wake the service), so that the gateway does not count it again.
+COUNTED_HEADER = b"x-corral-counted"
+
+
+def telling_counted(send: Send) -> Send:
+    """``send`` with :data:`COUNTED_HEADER` added to the answer's head."""
+
+    async def wrapped(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), (COUNTED_HEADER, b"1")]}
+        await send(message)
+
+    return wrapped
 
 
 class RequestCounter:

@@ -145,7 +145,8 @@ class Upstream:
     async def admit(self, send: Send, key: tuple[str, str], route: Route, counted: bool = True) -> Route | None:
         """Count the request for the autoscaler (unless a gateway counts it: ``counted`` false); at zero
         replicas hold it until one is ready (None: answered already, 503 or 404). A request held at zero
-        replicas is counted here in any case: it wakes the service now (a gateway counts it once answered)."""
+        replicas is counted here in any case: it wakes the service now (and its answer tells a gateway that
+        forwarded it not to count it again: ``stats.COUNTED_HEADER``)."""
         if counted or not route.replicas:
             self.counter.count(route.run_id)
         if route.replicas:

@@ -35,7 +35,7 @@ class Forward:
 
     target: str
     project: str
-    service: Optional[tuple[str, str]]  # (project, run), None for the model endpoint (not counted in stats)
+    service: Optional[tuple[str, str]]  # (project, run); None for the model endpoint (the server counts it)
     auth: bool
     rate_limits: tuple[RateLimit, ...]
     client_max_body_size: int
