@@ -2,7 +2,8 @@
 registers an existing one by ``volume_id``), a run with ``volumes: [name:/path]`` is placed in the
 volume's zone, the volume is attached to its instance, mounted in the job (formatted when new), detached
 when the job ends and attached again to the next job, which reads what the first wrote; a volume in use
-cannot be deleted; a deleted volume is gone from EC2; bad configurations get dstack's errors.
+cannot be deleted; a deleted volume is gone from EC2; bad configurations get dstack's errors; a mount point
+with alternatives (``name: [a, b]``, applied by the official client) mounts the one its instance's zone has.
 
 The test's watcher plays EBS: when moto records an attachment, the volume's file (one per volume id,
 made on first use) is set up as a loop device and linked, in the instance's fake host only, at the
@@ -307,7 +308,7 @@ async def test_corral_and_dstack_clis_list_and_delete_volumes(
 
 
 async def test_a_mount_point_with_alternatives_mounts_the_one_its_instance_can(
-    server: RunningServer, moto: MotoEC2, ebs: EBS
+    server: RunningServer, moto: MotoEC2, ebs: EBS, tmp_path: Path
 ) -> None:
     """dstack's ``name: [a, b]``: the job runs where one alternative of each mount point is and mounts that
     one (``job_runtime_data.volume_names`` says which); a run whose mount points share no zone is refused,
@@ -339,9 +340,21 @@ async def test_a_mount_point_with_alternatives_mounts_the_one_its_instance_can(
         offers = r.json()["job_plans"][0]["offers"]
         assert offers and {o["region"] for o in offers} == {REGION}, offers  # the backend has no eu-west-1
 
-        check = ["mountpoint -q /data", "echo near > /data/which.txt"]
-        r = await c.post("/api/project/main/runs/apply", json=_task("altrun", check, either))
-        assert r.status_code == 200, r.text
+        # applied by the official client, as dstack's docs write it
+        yml = (
+            "type: task\nname: altrun\nfleets: [volfl]\nresources:\n  cpu: 2..\ncommands:\n  - mountpoint -q /data\n"
+            "volumes:\n  - name: [altfar, altnear]\n    path: /data\n"
+        )
+        (tmp_path / "work").mkdir()
+        with short_home() as home:
+            stand_in = CorralServer(server.url, server.token, tmp_path, tmp_path / "no.log", None)  # type: ignore[arg-type]
+            cli = DstackCli(client_venv(), home, tmp_path / "work", stand_in)
+            (home / ".dstack").mkdir()
+            (home / ".dstack" / "config.yml").write_text(
+                f"projects:\n- name: main\n  url: {server.url}\n  token: {server.token}\n  default: true\n"
+            )
+            cli.write("alt.dstack.yml", yml)
+            await asyncio.to_thread(cli.ok, "apply", "-f", "alt.dstack.yml", "-y", "-d")
         run = await finished_run(c, "altrun", timeout=120)
         sub = run["jobs"][0]["job_submissions"][-1]
         assert run["status"] == "done", sub
