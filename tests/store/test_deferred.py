@@ -1,6 +1,7 @@
 """A write transaction's events are inserted together just before it commits: all of them, in the order they
 were recorded, with their targets; none when the transaction fails; at once on a connection that defers
-nothing."""
+nothing. On SQLite they, and a job's output lines, go by the driver itself, read back as written, and a clash is
+still a Conflict."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sqlalchemy as sa
 from corral.domain.events import user_target
 from corral.store import deferred
 from corral.store import events as event_store
+from corral.store import runs as run_store
 from corral.store.db import Database
 from corral.store.errors import Conflict
 from corral.store.migrate import upgrade
@@ -87,4 +89,20 @@ async def test_on_sqlite_the_rows_go_by_the_driver_itself(db_url: str) -> None:
     assert got == {"with a user": "u", "no user": None}
     inserts = [s for s in seen if s.lstrip().upper().startswith("INSERT INTO EVENT")]
     assert (inserts == []) if db.is_sqlite else (len(inserts) >= 2), seen  # Postgres: SQLAlchemy's, as before
+    await db.dispose()
+
+
+async def test_a_jobs_output_goes_by_the_driver_on_sqlite_and_reads_back_as_written(db_url: str) -> None:
+    db = Database(db_url)
+    await upgrade(db)
+    seen: list[str] = []
+    sa.event.listen(db.engine.sync_engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
+    lines = [(1.0000004, 1, b"out \xff\x00 bytes"), (2.5, 0, b""), (3.25, 1, "\u00e9t\u00e9\n".encode())]
+    async with db.write() as conn:
+        await run_store.append_logs(conn, "job-1", lines)
+    async with db.read() as conn:
+        got = await run_store.read_logs(conn, "job-1", None, 10)
+    assert [(r.timestamp, r.source, r.message) for r in got] == [(1.0, 1, lines[0][2]), *lines[1:]]
+    inserts = [s for s in seen if s.lstrip().upper().startswith("INSERT INTO LOGS")]
+    assert (inserts == []) if db.is_sqlite else (len(inserts) == 1), seen
     await db.dispose()

@@ -15,7 +15,7 @@ from corral.domain.documents import LazyJSON
 from corral.domain.gateways import Publication
 from corral.domain.records import AGENT_LOG_SOURCE, JobRec, LogRec, RunRec
 from corral.domain.statuses import FINISHED_JOB, FINISHED_RUN, JOB_STATUS, RUN_STATUS
-from corral.store import run_counts
+from corral.store import deferred, run_counts
 from corral.store.events import tracked_update_by_id
 from corral.store.tables import ACTIVE_RUN_WHERE, fleets, gateways, jobs, logs, projects, runs, users
 
@@ -339,12 +339,22 @@ async def mark_runs_deleted(conn: AsyncConnection, run_ids: Sequence[str]) -> No
 _INSERT_LOGS = sa.insert(logs)
 
 
+#: The same on SQLite, run by the driver itself (plain values: SQLAlchemy's execution path cost more than it).
+_LOG_COLUMNS = ("job_id", "timestamp", "source", "message")
+_INSERT_LOGS_SQLITE = f"INSERT INTO logs ({', '.join(logs.c[c].name for c in _LOG_COLUMNS)}) VALUES (?, ?, ?, ?)"
+
+
 async def append_logs(conn: AsyncConnection, job_id: str, entries: Sequence[tuple[float, int, bytes]]) -> None:
-    if entries:
-        await conn.execute(
-            _INSERT_LOGS,
-            [{"job_id": job_id, "timestamp": round(t, 6), "source": s, "message": m} for t, s, m in entries],
+    if not entries:
+        return
+    if conn.dialect.name == "sqlite":
+        await deferred.driver_executemany(
+            conn, _INSERT_LOGS_SQLITE, [(job_id, round(t, 6), s, m) for t, s, m in entries]
         )
+        return
+    await conn.execute(
+        _INSERT_LOGS, [{"job_id": job_id, "timestamp": round(t, 6), "source": s, "message": m} for t, s, m in entries]
+    )
 
 
 async def read_logs(
