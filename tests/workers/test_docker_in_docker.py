@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 from collections.abc import Iterator
@@ -134,7 +135,8 @@ async def test_privileged_containers_are_probed_once_per_host_and_refused_saying
 ) -> None:
     settings = make_settings(tmp_path, docker_host=docker_engine.host, dind_image=dind_image)
     privileged, engine_error = _privileged_containers_start(docker_engine)
-    since = time.time() - 1
+    since = int(time.time()) + 1  # a whole second after what earlier tests' agents made (events are in seconds)
+    await asyncio.sleep(since - time.time())
     async with running_server(settings) as s, s.client() as c:
         assert (await c.post("/api/project/main/fleets/apply", json=fleet_body())).status_code == 200
         subs = []
