@@ -203,6 +203,12 @@ def test_a_fleet_the_runs_options_leave_empty_is_named_with_those_options() -> N
     )
     spot = replace(job(1), spot=True)
     assert "the run's `spot_policy` leave(s) none" in (refusal(spot, Snapshot((f,), ())) or "")
+    # network volumes in another region: the message names them and where they are
+    vols = replace(in_us, zones=frozenset({"us-east-1b"}), volumes_where="data (us-east-1 us-east-1b)")
+    assert (refusal(vols, Snapshot((f,), ())) or "").endswith(
+        "`volumes` leave(s) none of its instances or offers (the volumes: data (us-east-1 us-east-1b))"
+    )
+    assert (refusal(replace(vols, volumes_where=""), Snapshot((f,), ())) or "").endswith("instances or offers")
 
 
 def test_a_fleet_with_no_instances_left_and_no_offers_can_never_run_anything() -> None:

@@ -114,7 +114,8 @@ def _never_fits_reason(fleet: FleetSlot, job: QueuedJob, reuse_only: bool) -> st
         return f"its offers cost ${fleet.priced_out:g}/h or more, above the run's `max_price` (${job.max_price:g}/h)"
     if not reasons and fleet.narrowed_by:
         names = " / ".join(f"`{n}`" for n in fleet.narrowed_by)
-        return f"the run's {names} leave(s) none of its instances or offers"
+        where = f" (the volumes: {job.volumes_where})" if "volumes" in fleet.narrowed_by and job.volumes_where else ""
+        return f"the run's {names} leave(s) none of its instances or offers{where}"
     if not reasons and fleet.unlisted_backends:
         names = ", ".join(sorted({WIRE_NAMES.get(b, b) for b in fleet.unlisted_backends if b}))
         return f"the run's `backends` does not list its backends ({names})"

@@ -128,6 +128,8 @@ class QueuedJob:
     spot: bool | None = None
     #: The availability zones its network volumes are in (None: no volumes, any zone).
     zones: frozenset[str] | None = None
+    #: Its network volumes and where each is (``data (us-east-1 us-east-1b), ...``), for its messages.
+    volumes_where: str = ""
     #: The job's replica: each replica of a service is a gang of its own (a task has replica 0 only).
     replica_num: int = 0
     #: The run's own ``reservation`` (an EC2 capacity reservation its new instances launch into), or None,

@@ -48,7 +48,6 @@ class PlanScreen:
 
 async def plan_screen(ctx: Context, project: ProjectRec, spec: RunSpec, job_spec: dict[str, Any]) -> PlanScreen:
     """The scheduler's view of the run whose first job is ``job_spec``, from the fleets as they are now."""
-    from corral.domain.volumes import where_volumes
     from corral.scheduler.plan_offers import fleet_offers
     from corral.scheduler.screening import screen
     from corral.scheduler.types import Snapshot
@@ -87,8 +86,6 @@ async def plan_screen(ctx: Context, project: ProjectRec, spec: RunSpec, job_spec
     screened = screen(head, snapshot)
     if isinstance(screened, str):  # the listing (``for_offers_only``) still shows what the reservation allows
         named = [f for f in snapshot.fleets if head.fleet_names is None or f.name in head.fleet_names]
-        if volumes:  # where the volumes are, so the user sees why no offer is where they could be mounted
-            screened = f"{screened} (the volumes: {where_volumes(volumes)})"
         return PlanScreen(screened, (), (), _reserved(head, named, head.reservation is not None))
     fleets, reuse_only = screened
     imported = [f for f in fleets if f.project_id != project.id]

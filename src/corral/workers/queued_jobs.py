@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from corral.config.job_facts import derive
 from corral.config.run_spec import read
 from corral.domain.job_facts import JobFacts
-from corral.domain.volumes import VolumeRec, placements
+from corral.domain.volumes import VolumeRec, placements, where_volumes
 from corral.scheduler import offer_filters
 from corral.scheduler.types import QueuedJob, WaitPolicy
 
@@ -57,13 +57,15 @@ def from_facts(
     job_filter = offer_filters.from_options(
         facts.backends, facts.regions, facts.instance_types, facts.max_price, facts.spot_policy
     )
-    backends, regions, zones = job_filter.backends, job_filter.regions, None
+    backends, regions, zones, volumes_where = job_filter.backends, job_filter.regions, None, ""
     if facts.volumes:  # placement follows the volumes: their backend, region and zone (one of each mount point)
         places = volume_places or {}
         missing = [n for names in facts.volumes for n in names if (project_id, n) not in places]
         if missing:
             raise ValueError(f"volume {', '.join(missing)} not found (deleted since the run was submitted?)")
-        where = placements([[places[(project_id, n)] for n in names] for names in facts.volumes])
+        points = [[places[(project_id, n)] for n in names] for names in facts.volumes]
+        where = placements(points)
+        volumes_where = where_volumes(v for alts in points for v in alts)
         backends, regions = frozenset(p[0] for p in where), frozenset(p[1] for p in where)
         zones = None if any(p[2] is None for p in where) else frozenset(str(p[2]) for p in where)
     return QueuedJob(
@@ -87,6 +89,7 @@ def from_facts(
         max_price=job_filter.max_price,
         regions=regions,
         zones=zones,
+        volumes_where=volumes_where,
         instance_types=job_filter.instance_types,
         spot=job_filter.spot,
         replica_num=replica_num,
