@@ -117,7 +117,8 @@ echo "== YAML corpus (plan endpoints of a running server)"
 python scripts/corpus_against_server.py
 echo "== branch coverage of the pure core (domain, scheduler, gateway.core, Slurm's parsers and offers: [tool.coverage])"
 coverage run -m pytest -q -p no:cacheprovider tests/domain tests/scheduler tests/gateway/core \
-  tests/slurm/test_slurm_parse.py tests/slurm/test_slurm_offer_rules.py >/dev/null
+  tests/slurm/test_slurm_parse.py tests/slurm/test_slurm_offer_rules.py \
+  tests/slurm/test_slurm_time_limits.py >/dev/null
 total=$(coverage report --format=total) \
   || { coverage report; echo "the pure core's coverage fell below the floor (fail_under)" >&2; rm -f .coverage; exit 1; }
 rm -f .coverage
