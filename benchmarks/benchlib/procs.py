@@ -65,6 +65,16 @@ def cmdline(pid: int) -> str:
     return (_read(f"/proc/{pid}/cmdline") or "").replace("\0", " ").strip()
 
 
+def naming(fragment: str) -> list[int]:
+    """Processes whose command line contains ``fragment`` (e.g. a state directory an agent was started with),
+    each followed by its descendants (the sandbox launchers and jobs an agent started)."""
+    found: list[int] = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid() and fragment in cmdline(int(entry)):
+            found += [int(entry), *descendants(int(entry))]
+    return found
+
+
 @dataclass
 class TreeRss:
     server_kib: int

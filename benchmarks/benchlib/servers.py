@@ -231,7 +231,7 @@ def stop(running: Running, timeout: float = 60.0) -> float:
     proc = running.proc
     if proc.poll() is not None:
         return 0.0
-    from benchlib.procs import descendants
+    from benchlib.procs import descendants, naming
 
     kids = descendants(proc.pid)
     t0 = time.perf_counter()
@@ -242,7 +242,10 @@ def stop(running: Running, timeout: float = 60.0) -> float:
         proc.kill()
         proc.wait()
     took = time.perf_counter() - t0
-    for pid in kids:  # only processes this run's server started (e.g. agents of a local fleet)
+    # only processes this run's server started: its children at the stop, and local agents it started after
+    # the snapshot (or while shutting down), found by the state directory their command line names
+    kids += naming(str(running.flavour.state))
+    for pid in kids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
