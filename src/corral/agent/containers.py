@@ -9,8 +9,9 @@ Owns what happens between ``POST /jobs`` and the container's removal:
   into the container before it starts; ``DSTACK_REPO_DIR``/``DSTACK_WORKING_DIR`` are the container paths;
 - **container** (:func:`container_config`): the commands under the job's shell (or ``entrypoint +
   commands``; neither: the image's own command), env with dstack's variables, user, working dir,
-  privileged, shm size, NVIDIA GPUs by device request (all of them, or free ones picked here for a
-  share), CPU and memory limits, instance volumes, host networking or a bridge with published ports;
+  privileged (as far as the host allows: :mod:`corral.agent.privileged`), shm size, NVIDIA GPUs by device
+  request (all of them, or free ones picked here for a share), CPU and memory limits, instance volumes, host
+  networking or a bridge with published ports;
   ``docker-init`` is PID 1, so a stop's SIGTERM reaches the shell;
 - **run**: logs streamed with Docker's timestamps, the exit status and OOM kill read from the engine,
   stops sent as signals through the engine (jobs.py arms the SIGKILL after ``stop_duration``);
@@ -41,7 +42,7 @@ from . import container_sessions, workdir
 from .docker import Docker, DockerError, DockerUnavailable, registry_auth_header
 from .images import PullTracker, pull_failure_message, registry_of, split_image
 from .job import NOTICE_FILE, Job, join_commands
-from .privileged import PrivilegedProbe
+from .privileged import CGROUP_MOUNT, Privilege, PrivilegedProbe, fallback_allowed, fallback_host_config
 from .protocol import JobSubmission
 from .protocol_containers import ContainerInfo, ContainerSpec
 
@@ -86,8 +87,9 @@ def container_config(
     network_mode: str,
     gpu_ids: list[str],
     path_exists: Callable[[str], bool] = os.path.exists,
+    privilege: Privilege | None = None,
 ) -> dict[str, Any]:
-    """The ``POST /containers/create`` body of a job."""
+    """The ``POST /containers/create`` body of a job (a privileged one as ``privilege`` says this host runs it)."""
     spec: ContainerSpec = sub.container or ContainerSpec()
     if sub.entrypoint:
         argv: list[str] = [*sub.entrypoint, *sub.commands]
@@ -105,6 +107,9 @@ def container_config(
             if not m.optional or path_exists(m.instance_path)
         ],
     }
+    if spec.privileged and privilege is not None and privilege.fallback:
+        host.update(fallback_host_config(privilege.missing))
+        host["Mounts"].append(dict(CGROUP_MOUNT))
     config: dict[str, Any] = {
         "Image": sub.image,
         "Env": [f"{k}={v}" for k, v in sub.env.items()],
@@ -209,7 +214,7 @@ class ContainerRunner:
         self._gpu_lock = threading.Lock()
         self._gpus: dict[str, list[str]] = {}
         self._bridge: bool | None = None
-        self.privileged = PrivilegedProbe(docker, {LABEL_AGENT: work_dir})
+        self.privileged = PrivilegedProbe(docker, {LABEL_AGENT: work_dir}, fallback_allowed(os.environ))
 
     def start(self, job: Job) -> None:
         _thread(self._launch, job, name=f"container-{job.sub.job_id}")
@@ -285,15 +290,17 @@ class ContainerRunner:
             if self._stop_requested(job):
                 self._settle(job, None, None)
                 return
-            refusal = self.privileged.refusal(str(sub.image)) if spec.privileged else None
-            if refusal is not None:  # found once for this host: no container of the job is made
-                raise ContainerError(refusal)
+            privilege = self.privileged.privilege(str(sub.image)) if spec.privileged else None
+            if privilege is not None and privilege.refusal is not None:  # found once for this host: no container
+                raise ContainerError(privilege.refusal)
+            if privilege is not None and privilege.fallback:
+                job.diag(privilege.notice())
             sub, files = self._lay_out(job, image)
             gpu_ids = self._take_gpus(job, spec.gpus)
             network = self._network_mode(spec.network_mode)
             labels = {LABEL_AGENT: self.work_dir, LABEL_JOB: sub.job_id, LABEL_RUN: sub.run_name}
             name = f"corral-{sub.job_id}"
-            cid = self._create(name, container_config(sub, labels, network, gpu_ids))
+            cid = self._create(name, container_config(sub, labels, network, gpu_ids, privilege=privilege))
             self._update(job, container=ContainerInfo(id=cid, name=name, network_mode=network, gpu_ids=gpu_ids))
             if files is not None:
                 self._copy_files(cid, files, sub.user)
