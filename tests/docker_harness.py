@@ -103,10 +103,11 @@ DIND_BINARIES = (
 #: The image's ``start-dockerd``, as dstack's dind image has one on its PATH (dstack's
 #: docker/dind/start-dockerd: it starts dockerd and waits for its API, printing its log and exiting 102 if it
 #: does not come up). This one starts it in the background with the vfs storage driver (overlayfs does not nest
-#: in the job's own overlay root) and no bridge or iptables.
+#: in the job's own overlay root), no bridge or iptables, and its containers' cgroups under ``@PARENT@`` (where
+#: the job's container sees the host's cgroup tree, the test engine's own parent, which its stop removes).
 START_DOCKERD = b"""#!/bin/sh
 dockerd --storage-driver=vfs --bridge=none --iptables=false --ip-forward=false --ip-masq=false \
-  >/var/log/dockerd.log 2>&1 &
+  --cgroup-parent=@PARENT@ >/var/log/dockerd.log 2>&1 &
 i=0
 until docker version >/dev/null 2>&1; do
   i=$((i + 1))
@@ -139,7 +140,9 @@ def dind_rootfs() -> bytes:
         raise RuntimeError(f"the docker-in-docker image needs {', '.join(missing)}: scripts/test.sh installs docker.io")
     extra: dict[str, bytes] = {
         "bin/bash": b'#!/bin/sh\nexec /bin/sh "$@"\n',
-        "usr/local/bin/start-dockerd": START_DOCKERD,
+        "usr/local/bin/start-dockerd": START_DOCKERD.replace(
+            b"@PARENT@", f"/{CGROUP_PREFIX}{os.getpid()}/dind".encode()
+        ),
         "images/tiny.tar": busybox_rootfs(),
         "var/log/.keep": b"",
         "var/lib/docker/.keep": b"",
