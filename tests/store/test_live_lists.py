@@ -133,3 +133,34 @@ async def test_the_lists_read_the_live_rows_own_indexes(db_url: str) -> None:
             plan = await _plan(conn, statement, db.is_sqlite)
             assert any(re.search(rf"\b{index}\b", plan) for index in indexes), (indexes, plan.replace(" | ", "\n"))
     await db.dispose()
+
+
+async def test_a_page_after_an_instance_never_holds_it_whatever_its_times_rounding(db_url: str) -> None:
+    """The wire gives a time to the microsecond; the stored one is a double, which steps by 0.24 µs today. This
+    stored time is 0.48 µs after its wire form (found by walking the doubles near it), and a half-microsecond
+    "same time" window computed in doubles left it out: the page after it, ascending, held it again."""
+    from datetime import datetime
+
+    from corral.domain.times import epoch_seconds
+    from corral.services.serialize import iso
+
+    stored = 1796572867.1462555
+    wire = iso(stored)
+    assert wire == "2026-12-06T16:01:07.146255Z"
+    at = epoch_seconds(datetime.fromisoformat(wire.replace("Z", "+00:00")))
+    db = Database(db_url)
+    await upgrade(db)
+    async with db.write() as conn:
+        await admin_and_project(conn, 0.0)
+        await _fleet(conn, "f", 1.0, False)
+        await conn.execute(
+            sa.insert(tables.instances).values(
+                id="only", project_id="p", fleet_id="f", name="only", instance_num=0, status="idle",
+                unreachable=False, backend="ssh", busy_blocks=0, created_at=stored, last_processed_at=stored,
+                deleted=False,
+            )
+        )  # fmt: skip
+    async with db.read() as conn:
+        for ascending in (False, True):
+            assert await fleets.instance_page(conn, ["p"], after=(at, "only"), ascending=ascending) == []
+    await db.dispose()

@@ -225,7 +225,12 @@ _INSTANCE_PAGE = (
 )
 
 
-_HALF_MICROSECOND = 0.5e-6
+#: How near a stored time must be to a keyset's wire time to be "the same time". The wire rounds to the
+#: microsecond, so a row's own time is up to 0.5 µs off, plus the float's own rounding: at today's epoch a double
+#: steps by 0.24 µs, so a half-microsecond window could leave a row's own time just outside it, and the row would
+#: come back on the page after itself. A whole microsecond holds it with room; rows of different wire times
+#: within it are ordered by id, as rows of the same time are.
+_SAME_INSTANT = 1e-6
 
 
 def instance_page_query(
@@ -246,10 +251,10 @@ def instance_page_query(
         q = q.where(instances.c.status.in_(READY_INSTANCE))
     created, iid = instances.c.created_at, instances.c.id
     if after is not None:
-        # dstack's keyset; "the same time" is the same microsecond, the wire's resolution (a stored time is finer,
-        # and its wire form rounded to the nearest microsecond); the first term bounds the index's range
+        # dstack's keyset; "the same time" is within :data:`_SAME_INSTANT` (the wire's resolution is the
+        # microsecond; a stored time is finer); the first term bounds the index's range
         at, prev_id = after
-        lo, hi = at - _HALF_MICROSECOND, at + _HALF_MICROSECOND
+        lo, hi = at - _SAME_INSTANT, at + _SAME_INSTANT
         if ascending:
             q = q.where(created >= lo, created >= hi if prev_id is None else sa.or_(created >= hi, iid < prev_id))
         else:
