@@ -53,6 +53,10 @@ async def _no_max_duration(ids: list[str]) -> float | None:
     return None
 
 
+#: Seconds after which a cancelled job's output file is removed once more (see ``terminate_instance``).
+_STRAGGLER_S = 3
+
+
 class Cluster(Protocol):
     """What this module asks of a cluster's connection (``backends.slurm.cluster.SlurmCluster``)."""
 
@@ -453,7 +457,12 @@ class SlurmCompute:
         await self._cancel(conn, job_id, wait=30.0)
         home = await self._home(conn)
         base = batch.slurm_dir(home.home)
-        await conn.run(f"rm -rf {shlex.quote(f'{base}/{job_id}')} {shlex.quote(f'{base}/{job_id}.out')}")
+        out = shlex.quote(f"{base}/{job_id}.out")
+        # a node's step daemon can append its cancellation line after Slurm stopped listing the job as completing,
+        # bringing the output file back: it is removed once more a few seconds on, by the login node alone
+        await conn.run(
+            f"rm -rf {shlex.quote(f'{base}/{job_id}')} {out}; (sleep {_STRAGGLER_S}; rm -f {out}) >/dev/null 2>&1 &"
+        )
 
     async def _forget(self, instance_id: str) -> None:
         tunnel = self._tunnels.pop(instance_id, None)
