@@ -137,10 +137,11 @@ async def test_an_instance_is_an_allocation_its_agent_runs_jobs_and_scancel_ends
     await backend.compute.terminate_instance(row.id, p.agent)
     assert not _corral_jobs(slurm) and time.monotonic() - t0 < 15
     # the job's endpoint dir and output removed (a cancellation line the node's step daemon appends late is
-    # removed once more a few seconds on)
+    # removed once more a few seconds on); other tests' jobs may have left theirs, which are not this one's
+    mine = {str(job["id"]), f"{job['id']}.out"}
     deadline = time.monotonic() + 10
-    while slurm.as_user(f"ls {HOME}/.corral/slurm").split():
-        assert time.monotonic() < deadline, slurm.as_user(f"ls -l {HOME}/.corral/slurm; cat {HOME}/.corral/slurm/*.out")
+    while left := mine & set(slurm.as_user(f"ls {HOME}/.corral/slurm").split()):
+        assert time.monotonic() < deadline, (left, slurm.as_user(f"ls -l {HOME}/.corral/slurm"))
         await asyncio.sleep(0.5)
 
 
