@@ -9,6 +9,7 @@ import re
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.records import InstanceQuery
 from corral.store import fleets, tables
 from corral.store.db import Database
 from corral.store.migrate import upgrade
@@ -67,7 +68,7 @@ async def test_instances_list_pages_the_live_instances_in_dstacks_order(db_url: 
     async with db.read() as conn:
 
         async def ids(**kw: object) -> list[str]:
-            return [i.id for i in await fleets.instance_page(conn, ["p"], **kw)]  # type: ignore[arg-type]
+            return [i.id for i in await fleets.instance_page(conn, InstanceQuery(["p"], **kw))]  # type: ignore[arg-type]
 
         # newest first, a tie by id ascending; the terminated instances kept, none deleted
         listed = await ids()
@@ -82,7 +83,7 @@ async def test_instances_list_pages_the_live_instances_in_dstacks_order(db_url: 
         # dstack's only_active: idle and busy alone
         assert await ids(only_active=True) == ["i2", "i1"]
         assert await ids(fleet_ids=["elsewhere"]) == []
-        assert [i.id for i in await fleets.instance_page(conn, [])] == []
+        assert [i.id for i in await fleets.instance_page(conn, InstanceQuery([]))] == []
     await db.dispose()
 
 
@@ -121,11 +122,14 @@ async def test_the_lists_read_the_live_rows_own_indexes(db_url: str) -> None:
             await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
         live = ("ix_instances_live_created", "ix_instances_live_fleet")  # Postgres may walk either to a page
         cases = [
-            (fleets.instance_page_query(["p"]), live),
-            (fleets.instance_page_query(None, after=(20.0, "i2")), live),
-            (fleets.instance_page_query(None, after=(20.0, "i2"), ascending=True), live),
+            (fleets.instance_page_query(InstanceQuery(["p"])), live),
+            (fleets.instance_page_query(InstanceQuery(None, after=(20.0, "i2"))), live),
+            (fleets.instance_page_query(InstanceQuery(None, after=(20.0, "i2"), ascending=True)), live),
             # by status (SQLite), or by an index of the instances not terminated (Postgres)
-            (fleets.instance_page_query(["p"], only_active=True), ("ix_instances_status", "ix_instances_live_fleet")),
+            (
+                fleets.instance_page_query(InstanceQuery(["p"], only_active=True)),
+                ("ix_instances_status", "ix_instances_live_fleet"),
+            ),
             (fleets._LIVE_FLEETS, ("ix_fleets_live_created",)),
             (fleets._ACTIVE_INSTANCES_OF.params(ids=["f", "g"]), ("ix_instances_live_fleet",)),
         ]
@@ -162,5 +166,5 @@ async def test_a_page_after_an_instance_never_holds_it_whatever_its_times_roundi
         )  # fmt: skip
     async with db.read() as conn:
         for ascending in (False, True):
-            assert await fleets.instance_page(conn, ["p"], after=(at, "only"), ascending=ascending) == []
+            assert await fleets.instance_page(conn, InstanceQuery(["p"], after=(at, "only"), ascending=ascending)) == []
     await db.dispose()

@@ -14,7 +14,7 @@ from corral import diskspace  # config lazy: the models load on first use, not a
 from corral.api.deps import FastJSON, ctx_of, current_user, member
 from corral.api.routes_accounts import parse
 from corral.api.routing import RequestValidationError, RouteTable
-from corral.domain.records import ProjectRec, UserRec
+from corral.domain.records import InstanceQuery, ProjectRec, UserRec
 from corral.domain.times import epoch_seconds
 from corral.schemas import requests as rq
 from corral.services import accounts, events, exports, fleets, logs, runs, serialize
@@ -142,7 +142,8 @@ async def list_instances(request: Request) -> FastJSON:
     ids = await _member_project_ids(request, user, b.project_names)
     fleet_ids = [str(f) for f in b.fleet_ids] if b.fleet_ids is not None else None
     after = (epoch_seconds(b.prev_created_at), str(b.prev_id) if b.prev_id else None) if b.prev_created_at else None
-    found = await fleets.list_instances(ctx_of(request), ids, fleet_ids, b.only_active, b.limit, after, b.ascending)
+    query = InstanceQuery(ids, fleet_ids, b.only_active, after, b.ascending, b.limit)
+    found = await fleets.list_instances(ctx_of(request), query)
     return FastJSON([serialize.instance(i) for i in found])
 
 

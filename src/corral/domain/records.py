@@ -7,7 +7,7 @@ compare equal to (and print as) their string values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +79,20 @@ class InstanceRec:
     gateway_id: str | None = None
     #: What its backend says of it while it lives (a Slurm allocation's node and time limit, why it pends).
     status_message: str | None = None
+
+
+@dataclass(frozen=True)
+class InstanceQuery:
+    """One ``instances/list`` request, resolved: the live instances of ``project_ids`` (None: all), of
+    ``fleet_ids`` if given, only the idle and busy ones if ``only_active``, after the keyset ``after``
+    (``(created_at, id)`` of the previous page's last; its id may be None), at most ``limit``."""
+
+    project_ids: Sequence[str] | None
+    fleet_ids: Sequence[str] | None = None
+    only_active: bool = False
+    after: tuple[float, str | None] | None = None
+    ascending: bool = False
+    limit: int = 1000
 
 
 @dataclass(frozen=True)

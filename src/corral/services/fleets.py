@@ -15,7 +15,7 @@ from corral.domain.access import backend_types, usable_computes
 from corral.domain.events import fleet_target
 from corral.domain.fleets import without_ssh_keys
 from corral.domain.names import random_words
-from corral.domain.records import FleetRec, InstanceRec, ProjectRec, UserRec
+from corral.domain.records import FleetRec, InstanceQuery, InstanceRec, ProjectRec, UserRec
 from corral.domain.resources import match_requirements
 from corral.domain.statuses import ENDING_FLEET, ENDING_INSTANCE
 from corral.scheduler import offer_filters
@@ -363,18 +363,10 @@ async def delete_instances(
     ctx.wakeups.wake("instances", "scheduler")
 
 
-async def list_instances(
-    ctx: Context,
-    project_ids: list[str] | None,
-    fleet_ids: list[str] | None,
-    only_active: bool,
-    limit: int,
-    after: tuple[float, str | None] | None = None,
-    ascending: bool = False,
-) -> list[InstanceRec]:
+async def list_instances(ctx: Context, query: InstanceQuery) -> list[InstanceRec]:
     """dstack's ``instances/list``: a page of the live instances (``store.instance_page`` says which)."""
     async with ctx.db.read() as conn:
-        return await store.instance_page(conn, project_ids, fleet_ids, only_active, after, ascending, limit)
+        return await store.instance_page(conn, query)
 
 
 async def imported_fleets(ctx: Context, project: ProjectRec) -> list[FleetRec]:

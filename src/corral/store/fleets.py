@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.documents import json_default
 from corral.domain.events import instance_target
-from corral.domain.records import FleetRec, InstanceRec
+from corral.domain.records import FleetRec, InstanceQuery, InstanceRec
 from corral.domain.statuses import FLEET_STATUS, INSTANCE_STATUS, READY_INSTANCE, UNFINISHED_JOB
 from corral.store.errors import Conflict
 from corral.store.events import emit, tracked_update, tracked_update_by_id
@@ -233,51 +233,36 @@ _INSTANCE_PAGE = (
 _SAME_INSTANT = 1e-6
 
 
-def instance_page_query(
-    project_ids: Sequence[str] | None,
-    fleet_ids: Sequence[str] | None = None,
-    only_active: bool = False,
-    after: tuple[float, str | None] | None = None,
-    ascending: bool = False,
-    limit: int = 1000,
-) -> sa.Select[Any]:
+def instance_page_query(query: InstanceQuery) -> sa.Select[Any]:
     """The statement of :func:`instance_page` (the tests read its plan)."""
     q = _INSTANCE_PAGE
-    if project_ids is not None:
-        q = q.where(instances.c.project_id.in_(project_ids))
-    if fleet_ids is not None:
-        q = q.where(instances.c.fleet_id.in_(fleet_ids))
-    if only_active:  # dstack's: idle or busy (read by status: the instances in those, not the terminated ones)
+    if query.project_ids is not None:
+        q = q.where(instances.c.project_id.in_(query.project_ids))
+    if query.fleet_ids is not None:
+        q = q.where(instances.c.fleet_id.in_(query.fleet_ids))
+    if query.only_active:  # dstack's: idle or busy (read by status: the instances in those, not the terminated ones)
         q = q.where(instances.c.status.in_(READY_INSTANCE))
     created, iid = instances.c.created_at, instances.c.id
-    if after is not None:
+    if query.after is not None:
         # dstack's keyset; "the same time" is within :data:`_SAME_INSTANT` (the wire's resolution is the
         # microsecond; a stored time is finer); the first term bounds the index's range
-        at, prev_id = after
+        at, prev_id = query.after
         lo, hi = at - _SAME_INSTANT, at + _SAME_INSTANT
-        if ascending:
+        if query.ascending:
             q = q.where(created >= lo, created >= hi if prev_id is None else sa.or_(created >= hi, iid < prev_id))
         else:
             q = q.where(created < hi, created < lo if prev_id is None else sa.or_(created < lo, iid > prev_id))
-    order = (created.asc(), iid.desc()) if ascending else (created.desc(), iid.asc())
-    return q.order_by(*order).limit(limit)
+    order = (created.asc(), iid.desc()) if query.ascending else (created.desc(), iid.asc())
+    return q.order_by(*order).limit(query.limit)
 
 
-async def instance_page(
-    conn: AsyncConnection,
-    project_ids: Sequence[str] | None,
-    fleet_ids: Sequence[str] | None = None,
-    only_active: bool = False,
-    after: tuple[float, str | None] | None = None,
-    ascending: bool = False,
-    limit: int = 1000,
-) -> list[InstanceRec]:
-    """A page of ``instances/list``: the live instances of ``project_ids`` (None: all), of ``fleet_ids`` if given,
-    only the idle and busy ones if ``only_active``, after the keyset ``after`` (``(created_at, id)`` of the
-    previous page's last; its id may be None), at most ``limit``. A deleted (terminated) instance is history
-    and never listed: its cost is never paid."""
-    q = instance_page_query(project_ids, fleet_ids, only_active, after, ascending, limit)
-    return [instance_from_row(r, r.project_name, r.fleet_name) for r in _plain(await conn.execute(q))]
+async def instance_page(conn: AsyncConnection, query: InstanceQuery) -> list[InstanceRec]:
+    """A page of ``instances/list`` (:class:`InstanceQuery` says which). A deleted (terminated) instance is
+    history and never listed: its cost is never paid."""
+    return [
+        instance_from_row(r, r.project_name, r.fleet_name)
+        for r in _plain(await conn.execute(instance_page_query(query)))
+    ]
 
 
 async def insert_instance(conn: AsyncConnection, values: dict[str, Any], actor_id: str | None = None) -> None:

@@ -13,6 +13,7 @@ from starlette.responses import RedirectResponse, Response
 
 from corral.api.deps import ctx_of
 from corral.domain.access import backend_types
+from corral.domain.records import InstanceQuery
 from corral.services import accounts, fleets, serialize
 from corral.ui import auth
 from corral.ui.pages_events import recent
@@ -99,7 +100,7 @@ async def instances_list(request: Request) -> Response:
     ctx = ctx_of(request)
     project = request.query_params.get("project") or None
     ids = await accounts.member_project_ids(ctx.db, s.user, [project] if project else None)
-    found = [instance_row(serialize.instance(i)) for i in await fleets.list_instances(ctx, ids, None, False, 1000)]
+    found = [instance_row(serialize.instance(i)) for i in await fleets.list_instances(ctx, InstanceQuery(ids))]
     return page(request, "instances.html", title="Instances", nav="instances", instances=found, f_project=project or "")
 
 
