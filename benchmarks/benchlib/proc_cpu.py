@@ -33,7 +33,7 @@ def corral_role(comm: str, cmdline: str) -> str | None:
         return "server"
     if "corral.agent serve" in cmdline or "corral.agent.pyz" in cmdline:
         return "agents"
-    if "-I -S -c" in cmdline and "sandbox" in cmdline:
+    if ("-I -S -c" in cmdline and "sandbox" in cmdline) or cmdline == "corral-init":  # a fork server, a job's init
         return "job launchers"
     if comm.startswith("kworker"):
         return "kernel workers"

@@ -101,6 +101,14 @@ def test_without_a_fork_server_the_launcher_runs_as_a_process_of_its_own(
     assert proc.wait(10) == 4
     assert proc.stdout is not None and proc.stdout.read() == b"from-fallback\n"
     sbs.close(sb)
+    # its init shows as `corral-init` in the job's `ps -ef`, not as the launcher's command line (which holds the spec)
+    proc, sb = _launch(sbs, tmp_path, "fallback-title", "cat /proc/1/cmdline; echo; ps -eo args=")
+    assert isinstance(proc, subprocess.Popen)
+    assert proc.wait(10) == 0
+    assert proc.stdout is not None
+    init, listed = proc.stdout.read().split(b"\n", 1)
+    assert init == b"corral-init\0" and listed.splitlines()[0] == b"corral-init", (init, listed)
+    sbs.close(sb)
 
 
 def test_a_job_that_cannot_start_fails_with_the_launchers_words(sbs: sandbox.Sandboxes, tmp_path: Path) -> None:

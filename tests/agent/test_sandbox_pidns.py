@@ -79,6 +79,35 @@ def test_a_job_sees_its_own_processes_only(sbs: sandbox.Sandboxes, tmp_path: Pat
     sbs.close(sb)
 
 
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_ps_shows_the_init_as_corral_init_and_the_fork_server_keeps_its_command_line(
+    sbs: sandbox.Sandboxes, tmp_path: Path
+) -> None:
+    # `ps -ef` reads each process's command line (/proc/<pid>/cmdline): the init's is its own name, not the
+    # fork server's `python3 -I -S -c <source>`; the job's own processes are listed as they are
+    script = "cat /proc/1/cmdline >/workflow/init-cmdline; ps -ef; echo ready; sleep 30"
+    launched, sb = _launch(sbs, tmp_path, "title", script)
+    assert launched.proc.stdout.readline().split()[-1] == b"CMD"
+    listed = {}
+    while (line := launched.proc.stdout.readline().decode()) != "ready\n":
+        assert line, "the job's ps ended its listing"
+        fields = line.split(None, 7)
+        listed[fields[1]] = fields[7].strip()
+    assert (tmp_path / "title/workdir/workflow/init-cmdline").read_bytes() == b"corral-init\0"
+    assert listed.pop("1") == "corral-init", listed
+    assert set(listed.values()) <= {f"/bin/sh -c {script}", "ps -ef"}, f"the job's processes only: {listed}"
+    # from the host too; and the fork server, the init's parent, keeps its own command line
+    assert Path(f"/proc/{launched.init_pid}/cmdline").read_bytes() == b"corral-init\0"
+    server = Path(f"/proc/{_ppid(launched.init_pid)}/cmdline").read_bytes().split(b"\0")
+    assert server[1:4] == [b"-I", b"-S", b"-c"] and server[5] == b"--serve", server[:4]
+    launched.proc.kill()
+    assert launched.proc.wait(10) == -signal.SIGKILL
+    sbs.close(sb)
+
+
 def test_the_init_reaps_orphans(sbs: sandbox.Sandboxes, tmp_path: Path) -> None:
     # a grandchild whose parent exits is the init's to reap: no zombie stays in the namespace
     script = "sh -c 'sleep 0.2 & exit 0'; sleep 1; ps -eo stat= | grep -c '^Z' || true"

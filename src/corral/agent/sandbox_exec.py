@@ -70,7 +70,6 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_NAME = 15
-PR_SET_MM, PR_SET_MM_ARG_START, PR_SET_MM_ARG_END = 35, 8, 9
 MNT_DETACH = 2
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}.get(os.uname().machine)
 
@@ -361,20 +360,37 @@ def _init(spec: dict[str, Any], report: Callable[[int], object], parent: int | N
     os._exit(0)
 
 
-_title: list[ctypes.Array[ctypes.c_char]] = []
-
-
 def _rename(name: bytes) -> None:
-    """What ``ps`` in the job shows for its PID 1: ``name``, not the launcher's source (its command line, or
-    in the fallback its spec). Best effort: it takes CAP_SYS_RESOURCE, which this process has until setup
-    drops to the job's uid."""
+    """What ``ps`` in the job shows for its PID 1: ``name``, not the launcher's command line (the fork server's
+    ``python3 -I -S -c <source> --serve FD``, or in the fallback its spec): its name (``ps -e``) and its command
+    line (``ps -ef``, ``/proc/1/cmdline``). The command line is this process's original argv area, rewritten
+    in place as ``setproctitle`` does, with no privilege (``PR_SET_MM`` would take CAP_SYS_RESOURCE). This
+    fork's own copy of that memory: the fork server's command line stays as it was. Best effort."""
     _libc.prctl(PR_SET_NAME, name, 0, 0, 0)
-    _title.append(ctypes.create_string_buffer(name))  # kept: the kernel reads it for /proc/1/cmdline
-    start = ctypes.addressof(_title[0])
-    end = ctypes.c_ulong(start + len(name) + 1)
-    # the kernel wants start <= end after each call: the end first when the new range lies above the old one
-    for field, value in ((PR_SET_MM_ARG_END, end), (PR_SET_MM_ARG_START, ctypes.c_ulong(start))) * 2:
-        _libc.prctl(PR_SET_MM, field, value, 0, 0)
+    try:
+        stat = os.open("/proc/self/stat", os.O_RDONLY)
+        try:
+            fields = os.read(stat, 4096).rsplit(b")", 1)[1].split()  # from field (3) on: the name may hold anything
+        finally:
+            os.close(stat)
+        # (48) arg_start and (49) arg_end: the addresses above and below which the command-line arguments (argv)
+        # are placed (proc_pid_stat(5), https://man7.org/linux/man-pages/man5/proc_pid_stat.5.html)
+        start, end = int(fields[48 - 3]), int(fields[49 - 3])
+        if end - start < len(name) + 2:
+            return
+        # the name, NUL, NULs, and a last byte that is not NUL: the kernel then reads the command line up to its
+        # first NUL, "the user has overwritten it with setproctitle(3)" (Linux's fs/proc/base.c, get_mm_cmdline,
+        # https://github.com/torvalds/linux/blob/master/fs/proc/base.c)
+        title = name + b"\0" * (end - start - len(name) - 1) + b" "
+        # /proc/self/mem takes a ptrace access check, which a process always passes for itself (proc_pid_mem(5),
+        # https://man7.org/linux/man-pages/man5/proc_pid_mem.5.html; ptrace(2), "Ptrace access mode checking")
+        mem = os.open("/proc/self/mem", os.O_WRONLY)
+        try:
+            os.pwrite(mem, title, start)
+        finally:
+            os.close(mem)
+    except (OSError, ValueError, IndexError):
+        pass
 
 
 def _reader_gone(fd: int) -> bool:
