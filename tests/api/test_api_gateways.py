@@ -48,6 +48,8 @@ async def test_what_corral_cannot_host_is_refused(server: RunningServer) -> None
             G + "/apply", json={"plan": {"spec": {"configuration": conf(public_ip=False)}}, "force": False}
         )
         assert refused(r).startswith("Private gateways are not supported for remote backend")
+        r = await c.post(G + "/get_plan", json={"spec": {"configuration": conf(domain="https://example.test/x")}})
+        assert refused(r).startswith("domain: 'https://example.test/x' is not a domain name. Give one like")
         r = await c.post(G + "/create", json={"configuration": conf(replicas=3)})
         assert refused(r) == "Cannot provision 3 gateway replicas. This server allows at most 1"
         r = await c.post(G + "/get_plan", json={"spec": {"configuration": conf()}})

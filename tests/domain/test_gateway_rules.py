@@ -49,6 +49,8 @@ def gateway(**kw: Any) -> GatewayRec:
 def test_a_remote_gateway_on_a_fleet_is_accepted() -> None:
     assert configuration_error(CONF) is None
     assert configuration_error({**CONF, "domain": None, "replicas": 1, "certificate": None}) is None
+    for domain in ("*.example.test", "*.${{ run.project_name }}.Example.TEST", "gw-1.example.test", "localhost"):
+        assert configuration_error({**CONF, "domain": domain}) is None, domain
     assert gateway().fleet_name == "edge" and gateway().has_certificate
 
 
@@ -69,6 +71,13 @@ def test_a_remote_gateway_on_a_fleet_is_accepted() -> None:
         ({"certificate": {"type": "acm", "arn": "x"}}, "The `acm` certificate type is not supported for remote"),
         ({"instance_type": "t3.micro"}, "`instance_type` does not apply"),
         ({"domain": "${{ run.nope }}.example.test"}, "Cannot interpolate gateway domain name"),
+        ({"domain": "https://example.test"}, "domain: 'https://example.test' is not a domain name. Give one like"),
+        ({"domain": "example.test:8443"}, "domain: 'example.test:8443' is not a domain name"),
+        ({"domain": "example.test."}, "domain: 'example.test.' is not a domain name"),
+        ({"domain": "my domain.test"}, "domain: 'my domain.test' is not a domain name"),
+        ({"domain": "-edge.example.test"}, "domain: '-edge.example.test' is not a domain name"),
+        ({"domain": "a." + "b" * 64 + ".test"}, "domain: 'a.bbbb"),
+        ({"domain": ""}, "domain: '' is not a domain name"),
     ],
 )
 def test_what_corral_cannot_host_is_refused_with_dstacks_words(change: dict[str, Any], message: str) -> None:

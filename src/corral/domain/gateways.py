@@ -12,6 +12,7 @@ Pure: imports the standard library and ``domain`` only.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -118,12 +119,27 @@ def configuration_error(conf: Mapping[str, Any]) -> str | None:
             "takes an idle instance of the fleet `region` names. Remove `instance_type`"
         )
     domain = conf.get("domain")
-    if domain is not None:
-        try:
-            project_domain(str(domain), "main")
-        except InterpolationError as e:
-            return f"Cannot interpolate gateway domain name: {e}"
-    return None
+    return None if domain is None else domain_error(str(domain))
+
+
+#: A DNS name as services' hosts ``<run>.<domain>`` need it (RFC 1123 §2.1: labels of letters, digits and ``-``,
+#: not starting or ending with ``-``, 63 characters at most; RFC 1035 §2.3.4: 253 characters in all).
+_DOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+
+
+def domain_error(domain: str) -> str | None:
+    """Why ``domain`` cannot be a gateway's domain (None when it can): it must interpolate (dstack's check) and
+    be a DNS name once a leading ``*.`` is stripped, else no service host under it can be served or certified."""
+    try:
+        name = project_domain(domain, "main")
+    except InterpolationError as e:
+        return f"Cannot interpolate gateway domain name: {e}"
+    if _DOMAIN.match(name.lower()):
+        return None
+    return (
+        f"domain: {domain!r} is not a domain name. Give one like example.com or *.example.com (letters, digits, "
+        "'-' and '.'; no scheme, port, path or trailing dot): services are published at <run>.<domain>"
+    )
 
 
 def _certificate_error(cert: Any, backend: str, private: bool) -> str | None:
