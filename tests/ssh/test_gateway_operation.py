@@ -1,8 +1,9 @@
 """A gateway run for real by the server: deployed on an SSH fleet's host, its certificate got from a private ACME
 CA (pebble) by HTTP-01, a service on the local fleet served at ``https://<run>.<domain>`` (verified against
 pebble's root only; the system store refuses it; 403 without a token), its process killed and started again by
-the next pass, the host gone ("Gateway unreachable") and back, a certificate refused when DNS points at a host
-with nothing on port 80, and deleting it closes ports 80/443 and gives the host back to jobs."""
+the next pass, the host gone ("Gateway unreachable"; the service still served by the in-server proxy) and back,
+a restarted server registering the service again, a certificate refused when DNS points at a host with nothing on
+port 80, and deleting it closes ports 80/443 and gives the host back to jobs."""
 
 from __future__ import annotations
 
@@ -190,6 +191,21 @@ async def _messages(c: httpx.AsyncClient, **target: list[str]) -> list[str]:
     return [e["message"] for e in r.json()]
 
 
+#: Run on the gateway's host: withdraw the service ``svc`` of project ``main`` from the gateway through its
+#: management API (its loopback port and token are in ``~/.corral-gateway``), and check it is gone.
+WITHDRAW_SVC = """python3 - <<'PY'
+import pathlib, urllib.request
+d = pathlib.Path.home() / ".corral-gateway"
+token, port = (d / "token").read_text().strip(), (d / "gateway.port").read_text().strip()
+auth = {"Authorization": "Bearer " + token}
+url = "http://127.0.0.1:" + port + "/api/services"
+urllib.request.urlopen(urllib.request.Request(url + "/main/svc", method="DELETE", headers=auth), timeout=5).read()
+assert b'"svc"' not in urllib.request.urlopen(urllib.request.Request(url, headers=auth), timeout=5).read()
+print("withdrawn")
+PY
+"""
+
+
 async def test_restart_unreachable_host_and_a_certificate_dns_cannot_get(
     hosts: FakeHosts, lab: PebbleLab, tmp_path: Path
 ) -> None:
@@ -243,6 +259,9 @@ async def test_restart_unreachable_host_and_a_certificate_dns_cannot_get(
 
             await wait_for(unreachable, timeout=60, interval=0.5)
             assert (await gateway(c, "gw") or {})["status"] == "running"
+            # meanwhile the service keeps its in-server proxy URL
+            r = await c.get("/proxy/services/main/svc/whoami")
+            assert r.status_code == 200, r.text
             hosts.revive("cpu1")
             await wait_for(lambda: _served(ip, host, root, token), timeout=60, interval=0.5)
 
@@ -254,8 +273,11 @@ async def test_restart_unreachable_host_and_a_certificate_dns_cannot_get(
             assert any(m.startswith("Gateway unreachable: ") for m in events), events
         # the server stops; the gateway goes on running (it reaches the services through the server) ...
         assert _open(ip, 443) and not await _served(ip, host, root, token)
+        # ... and forgets the service meanwhile (withdrawn through its management API, on the host)
+        withdrawn = await host_run(hosts, "cpu1", WITHDRAW_SVC)
+        assert withdrawn.exit_status == 0 and "withdrawn" in withdrawn.stdout, withdrawn
         async with running_server(settings) as s, s.client() as c:
-            # ... and a restarted server reaches it again through new forwards
+            # ... and a restarted server reaches it again through new forwards, and registers the service again
             await wait_for(lambda: _served(ip, host, root, token), timeout=30, interval=0.5)
             await stop_all_runs(c)
             assert (await c.post(G + "/delete", json={"names": ["gw"]})).status_code == 200
