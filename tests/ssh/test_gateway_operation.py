@@ -3,7 +3,8 @@ CA (pebble) by HTTP-01, a service on the local fleet served at ``https://<run>.<
 pebble's root only; the system store refuses it; 403 without a token), its process killed and started again by
 the next pass, the host gone ("Gateway unreachable"; the service still served by the in-server proxy) and back,
 a restarted server registering the service again, a certificate refused when DNS points at a host with nothing on
-port 80, and deleting it closes ports 80/443 and gives the host back to jobs."""
+port 80, a certificate due for renewal renewed from a CA that restarted with a new root, and deleting it closes
+ports 80/443 and gives the host back to jobs."""
 
 from __future__ import annotations
 
@@ -444,3 +445,81 @@ async def test_a_fleet_login_that_is_not_root_fails_the_gateway_with_the_reason(
             await delete_all_fleets(c)
     finally:
         await host_run(hosts, "cpu2", "pkill -u gwuser; userdel -r gwuser; true")
+
+
+def _short_lived_certificate(host: str) -> dict[str, str]:
+    """A self-signed certificate of ``host`` that expires within the hour (and its key), as management API bodies
+    take them: one due for renewal by any rule."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(minutes=50))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return {"fullchain_pem": cert.public_bytes(serialization.Encoding.PEM).decode(), "key_pem": key_pem.decode()}
+
+
+def _put_certificate_script(host: str, body: dict[str, str]) -> str:
+    """Run on the gateway's host: install ``body`` as the certificate of ``host`` through the management API."""
+    data = base64.b64encode(json.dumps(body).encode()).decode()
+    return f"""python3 - <<'PY'
+import base64, pathlib, urllib.request
+d = pathlib.Path.home() / ".corral-gateway"
+token, port = (d / "token").read_text().strip(), (d / "gateway.port").read_text().strip()
+req = urllib.request.Request(
+    "http://127.0.0.1:" + port + "/api/certificates/{host}", data=base64.b64decode("{data}"), method="PUT",
+    headers={{"Authorization": "Bearer " + token, "Content-Type": "application/json"}},
+)
+print(urllib.request.urlopen(req, timeout=5).read().decode())
+PY
+"""
+
+
+async def test_a_certificate_due_is_renewed_from_a_ca_that_restarted_with_a_new_root(
+    server: RunningServer, hosts: FakeHosts, lab: PebbleLab, tmp_path: Path
+) -> None:
+    ip = hosts.ip("cpu1")
+    lab.set_default_ipv4(ip)
+    host = f"svc.{DOMAIN}"
+    old_root, new_root = tmp_path / "old-root.pem", tmp_path / "new-root.pem"
+    old_root.write_text(lab.root_pem())
+    async with server.client() as c:
+        await apply_fleet(c, ssh_fleet(hosts, "edge", [ip]))
+        await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+        await start_service(c, "svc")
+        conf = {"type": "gateway", "name": "gw", "backend": "remote", "region": "edge", "domain": DOMAIN}
+        r = await c.post(G + "/apply", json={"plan": {"spec": {"configuration": conf}}, "force": False})
+        assert r.status_code == 200, r.text
+        gw = await wait_for(lambda: gateway_is(c, "gw", "running"), timeout=60)
+        await publish(server, "svc", gw["id"])
+        await wait_for(lambda: _served(ip, host, old_root, server.token), timeout=60, interval=0.5)
+
+        # the CA restarts (a new root; the server's ACME account and nonces forgotten), and the certificate the
+        # gateway serves is due (50 minutes left): the next pass gets a new one, from the restarted CA
+        lab.restart()
+        new_root.write_text(lab.root_pem())
+        assert new_root.read_text() != old_root.read_text()
+        put = await host_run(hosts, "cpu1", _put_certificate_script(host, _short_lived_certificate(host)))
+        assert put.exit_status == 0 and "not_after" in put.stdout, put
+        await wait_for(lambda: _served(ip, host, new_root, server.token), timeout=60, interval=0.5)
+        assert not await _served(ip, host, old_root, server.token)  # the old CA's chain is gone
+
+        issued = [m for m in await _messages(c, target_gateways=[gw["id"]]) if m == f"Certificate for {host} issued"]
+        assert len(issued) == 2, issued
+        await stop_all_runs(c)
+        assert (await c.post(G + "/delete", json={"names": ["gw"]})).status_code == 200
+        await wait_for(lambda: _gone(c, "gw"), timeout=30)
