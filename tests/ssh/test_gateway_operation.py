@@ -1,10 +1,10 @@
 """A gateway run for real by the server: deployed on an SSH fleet's host, its certificate got from a private ACME
 CA (pebble) by HTTP-01, a service on the local fleet served at ``https://<run>.<domain>`` (verified against
-pebble's root only; the system store refuses it; 403 without a token), its process killed and started again by
-the next pass, the host gone ("Gateway unreachable"; the service still served by the in-server proxy) and back,
-a restarted server registering the service again, a certificate refused when DNS points at a host with nothing on
-port 80, a certificate due for renewal renewed from a CA that restarted with a new root, and deleting it closes
-ports 80/443 and gives the host back to jobs."""
+pebble's root only; the system store refuses it; 403 without a token, with a bad one or a non-member's), its
+process killed and started again by the next pass, the host gone ("Gateway unreachable"; the service still served
+by the in-server proxy) and back, a restarted server registering the service again, a certificate refused when
+DNS points at a host with nothing on port 80, a certificate due for renewal renewed from a CA that restarted with
+a new root, and deleting it closes ports 80/443 and gives the host back to jobs."""
 
 from __future__ import annotations
 
@@ -144,6 +144,15 @@ async def test_a_gateway_serves_a_service_over_tls_and_is_removed(
         anon = await gateway_client.request(ip, host, "/whoami", cafile=str(root))
         assert anon.status == 403, anon
         assert b"Unauthenticated or unauthorized to access project main" in anon.body
+        # a token the server does not know, and a user of the server who is not a member of the project: 403 too
+        r = await c.post("/api/users/create", json={"username": "outsider", "global_role": "user"})
+        assert r.status_code == 200, r.text
+        outsider = (await c.post("/api/users/get_user", json={"username": "outsider"})).json()["creds"]["token"]
+        for bearer in ("not-a-token-of-this-server", outsider):
+            got = await gateway_client.request(
+                ip, host, "/whoami", cafile=str(root), headers={"Authorization": f"Bearer {bearer}"}
+            )
+            assert got.status == 403 and b"Unauthenticated or unauthorized" in got.body, got
         with pytest.raises(ssl.SSLCertVerificationError):
             await gateway_client.request(ip, host, "/whoami", cafile=None)  # the system store refuses pebble's root
         plain = await gateway_client.request(ip, host, "/whoami", cafile=None, port=80, tls=False)
