@@ -25,7 +25,7 @@ from corral.domain.statuses import GatewayStatus
 GATEWAY_BACKENDS = ("remote", "aws")
 #: The backends whose gateways may be private (``public_ip: false``; dstack's ``ComputeWithPrivateGatewaySupport``).
 PRIVATE_GATEWAY_BACKENDS = ("aws",)
-#: An aws gateway's instance type when the configuration names none (dstack's aws default, reference §1).
+#: An aws gateway's instance type when the configuration names none (dstack 0.22.5's aws default, core/backends/aws).
 AWS_INSTANCE_TYPE = "t3.micro"
 #: How many replicas a gateway may have: one host (dstack's default cap is 9, ``DSTACK_SERVER_GATEWAY_MAX_REPLICAS``,
 #: for cloud VMs behind a load balancer; corral's gateway is one fleet host).

@@ -12,8 +12,8 @@ the instances' path and reaped by the same reaper.
   instances' UserData script authorises;
 * adoption: a VM tagged with the gateway's id that a launch made before a restart is taken, not launched twice.
 
-No boto3 here: EC2 calls go through ``ec2`` in the session's threads. Imports ``backends.aws`` and
-``backends.base`` only.
+No boto3 here: EC2 calls go through ``ec2`` in the session's threads. Imports ``backends.aws``,
+``backends.base`` and ``domain`` only.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from corral.backends.aws import ec2, launch
 from corral.backends.aws.session import AWSProject, AWSSession
 from corral.backends.base import GatewayHost, GatewaySpec, ProvisioningError
 from corral.domain import aws_tags
+from corral.domain.gateways import AWS_INSTANCE_TYPE
 
 #: The gateway's tag: the gateway's id (beside ``corral_instance``, which holds the same id for the reaper).
 TAG_GATEWAY = aws_tags.TAG_GATEWAY
@@ -135,7 +136,7 @@ async def launch_vm(session: AWSSession, spec: GatewaySpec) -> tuple[Any, str]:
         raise ProvisioningError(f"aws {spec.region}: {e}", "image") from None
     tags = gateway_tags(await session.server_id(), project, spec)
     launch_spec = launch.LaunchSpec(
-        image=image.image_id, root_device=image.root_device, instance_type=spec.instance_type or "t3.micro",
+        image=image.image_id, root_device=image.root_device, instance_type=spec.instance_type or AWS_INSTANCE_TYPE,
         spot=False, security_group=where.group, tags=tags, public_key=spec.public_key, public_ip=spec.public_ip,
     )  # fmt: skip
     errors: list[str] = []
