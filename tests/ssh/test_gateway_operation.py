@@ -1,10 +1,11 @@
 """A gateway run for real by the server: deployed on an SSH fleet's host, its certificate got from a private ACME
 CA (pebble) by HTTP-01, a service on the local fleet served at ``https://<run>.<domain>`` (verified against
 pebble's root only; the system store refuses it; 403 without a token, with a bad one or a non-member's), its
-process killed and started again by the next pass, the host gone ("Gateway unreachable"; the service still served
-by the in-server proxy) and back, a restarted server registering the service again, a certificate refused when
-DNS points at a host with nothing on port 80, a certificate due for renewal renewed from a CA that restarted with
-a new root, and deleting it closes ports 80/443 and gives the host back to jobs."""
+process killed and started again by the next pass, a stopped service withdrawn, the host gone ("Gateway
+unreachable"; the service still served by the in-server proxy) and back, a restarted server registering the
+service again, a certificate refused when DNS points at a host with nothing on port 80, a certificate due for
+renewal renewed from a CA that restarted with a new root, and deleting it closes ports 80/443 and gives the host
+back to jobs."""
 
 from __future__ import annotations
 
@@ -175,6 +176,14 @@ async def test_a_gateway_serves_a_service_over_tls_and_is_removed(
         r = await c.post(G + "/delete", json={"names": ["gw"]})
         assert r.status_code == 400 and "publishes services svc" in r.text, r.text
         await stop_all_runs(c)
+
+        async def withdrawn() -> bool:  # the stopped service is withdrawn from the gateway: its own 404
+            got = await gateway_client.request(
+                ip, host, "/whoami", cafile=str(root), headers={"Authorization": f"Bearer {server.token}"}
+            )
+            return got.status == 404 and got.body == f"No service at {host}\n".encode()
+
+        await wait_for(withdrawn, timeout=30, interval=0.5)
         r = await c.post(G + "/delete", json={"names": ["gw"]})
         assert r.status_code == 200, r.text
         await wait_for(lambda: _gone(c, "gw"), timeout=30)
