@@ -273,6 +273,7 @@ def _new_values(
     """The values of the run named ``name`` and of its jobs (none yet for a scheduled run), to insert."""
     conf = spec.conf
     named = spec.named(name)
+    cipher = ctx.cipher()  # once per run, not once per job
     run_values: dict[str, Any] = {
         "id": str(uuid.uuid4()),
         "project_id": project.id,
@@ -284,7 +285,7 @@ def _new_values(
         "status": "submitted" if crons is None else "pending",
         "status_message": None,
         "termination_reason": None,
-        "run_spec": dump(run_secrets.sealed_run_spec(ctx.cipher(), named.as_dict())),
+        "run_spec": dump(run_secrets.sealed_run_spec(cipher, named.as_dict())),
         "priority": spec.priority,
         "fleet_id": None,
         "deployment_num": 0,
@@ -305,7 +306,7 @@ def _new_values(
             "submitted_at": now,
             "last_processed_at": now,
             "status": "submitted",
-            "job_spec": dump(run_secrets.sealed_job_spec(ctx.cipher(), js)),
+            "job_spec": dump(run_secrets.sealed_job_spec(cipher, js)),
             "scheduling_facts": job_facts.encode(derive_facts(named, js)),
             "priority": run_values["priority"],
             "blocks": 1,

@@ -8,14 +8,13 @@ count rows they share in the same order, and only for the moment before their co
 (or, on a connection without one, they are written at once). A savepoint that rolls back drops what was added
 since it began (:func:`mark`, :func:`drop_since`), so a rejected gang of ``plan_apply`` leaves no row and counts
 nothing. Rows keep the order they were added in, and a table's rows are inserted before those of a table first
-added after it (events before their targets). On SQLite the rows go by the driver itself (``_driver_insert``).
+added after it (events before their targets). On SQLite the rows go by the driver itself (``store/direct.py``).
 
-Imports sqlalchemy only.
+Imports sqlalchemy and ``store/direct.py`` only.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,8 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.store import direct
 
 #: Connection -> the (statement, row) pairs added to its open write transaction, in order.
 _BUFFERS: weakref.WeakKeyDictionary[AsyncConnection, list[tuple[sa.Insert, Mapping[str, Any]]]] = (
@@ -125,38 +126,15 @@ async def _flush_inserts(conn: AsyncConnection) -> None:
         by_stmt.setdefault(id(stmt), (stmt, []))[1].append(row)
     for stmt, rows in by_stmt.values():
         if conn.dialect.name == "sqlite":
-            await _driver_insert(conn, stmt.table, rows)
+            # plain values (text, numbers, None: events and their targets) that need none of SQLAlchemy's
+            # processing, whose execution path cost more than SQLite's insert (a transaction recording three
+            # events: 0.30 -> 0.21 ms of CPU); rows naming other columns go in a statement of their own
+            await direct.driver_insert(conn, stmt.table, rows)
         else:
             await conn.execute(stmt, rows if len(rows) > 1 else rows[0])
-
-
-#: (table, columns) -> SQLite's INSERT of those columns (``_driver_insert``).
-_DRIVER_INSERTS: dict[tuple[str, tuple[str, ...]], str] = {}
-
-
-async def _driver_insert(conn: AsyncConnection, table: sa.TableClause, rows: Sequence[Mapping[str, Any]]) -> None:
-    """``rows`` inserted into ``table`` by SQLite's driver itself, in ``conn``'s transaction: the rows deferred
-    here are plain values (text, numbers, None: events and their targets) that need none of SQLAlchemy's
-    processing, and its execution path cost more than SQLite's insert (a transaction recording three events:
-    0.30 -> 0.21 ms of CPU). Rows naming other columns go in a statement of their own."""
-    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(tuple(row), []).append(row)
-    for columns, group in groups.items():
-        sql = _DRIVER_INSERTS.get((table.name, columns))
-        if sql is None:
-            names = ", ".join(table.c[c].name for c in columns)  # a column the table lacks: KeyError
-            sql = _DRIVER_INSERTS[(table.name, columns)] = (
-                f"INSERT INTO {table.name} ({names}) VALUES ({', '.join('?' * len(columns))})"
-            )
-        await driver_executemany(conn, sql, [tuple(row[c] for c in columns) for row in group])
 
 
 async def driver_executemany(conn: AsyncConnection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
     """SQLite: ``sql`` (``?`` parameters) run for each of ``rows`` by the driver itself, in ``conn``'s
     transaction; a broken constraint raises as SQLAlchemy raises it (``Database.write`` makes it a Conflict)."""
-    driver: Any = (await conn.get_raw_connection()).driver_connection
-    try:
-        await driver.executemany(sql, rows)
-    except sqlite3.IntegrityError as e:
-        raise sa.exc.IntegrityError(sql, None, e) from e
+    await direct.executemany(conn, sql, rows)

@@ -19,6 +19,7 @@ from corral.domain.documents import json_default
 from corral.domain.events import instance_target
 from corral.domain.records import FleetRec, InstanceQuery, InstanceRec
 from corral.domain.statuses import FLEET_STATUS, INSTANCE_STATUS, READY_INSTANCE, UNFINISHED_JOB
+from corral.store import direct
 from corral.store.errors import Conflict
 from corral.store.events import emit, tracked_update, tracked_update_by_id
 from corral.store.tables import COUNTED_INSTANCE_SQL, fleets, instances, jobs, projects
@@ -320,7 +321,8 @@ async def update_instance(
 
 #: The blocks unfinished jobs hold on an instance (``:_id``), recounted from the job rows.
 _LIVE_BLOCKS = sa.select(sa.func.coalesce(sa.func.sum(jobs.c.blocks), 0)).where(
-    jobs.c.instance_id == sa.bindparam("_id"), jobs.c.status.in_(LIVE_JOB_STATUSES)
+    jobs.c.instance_id == sa.bindparam("_id"),
+    jobs.c.status.in_([sa.literal(s) for s in LIVE_JOB_STATUSES]),  # sent as compiled (``store/direct.py``)
 )
 
 
@@ -328,7 +330,7 @@ async def live_blocks_on(conn: AsyncConnection, instance_id: str) -> int:
     """Blocks held by unfinished jobs on an instance, recounted from the job rows. A writer that stores the count
     locks the instance's row first (:func:`lock_instance`), so that no job's end commits between its count and
     its write."""
-    return int((await conn.execute(_LIVE_BLOCKS, {"_id": instance_id})).scalar_one())
+    return int((await direct.execute(conn, _LIVE_BLOCKS, {"_id": instance_id})).scalar_one())
 
 
 _LOCK_INSTANCE = sa.select(instances.c.id).where(instances.c.id == sa.bindparam("_id")).with_for_update()
@@ -339,7 +341,8 @@ async def lock_instance(conn: AsyncConnection, instance_id: str) -> None:
     write transaction already excludes every other writer). Taken before a count of its blocks is written: a
     count read first and written after another transaction's job end committed would leave the instance ``busy``
     with no job on it, for good."""
-    await conn.execute(_LOCK_INSTANCE, {"_id": instance_id})
+    if conn.dialect.name != "sqlite":  # there it would be a read for nothing, one per placement and job's end
+        await conn.execute(_LOCK_INSTANCE, {"_id": instance_id})
 
 
 async def release_instance(conn: AsyncConnection, instance_id: str, now: float) -> None:

@@ -54,7 +54,7 @@ from corral.scheduler.blocks import HOST_GPUS_KEY, pick_host_gpus
 from corral.scheduler.codec import offer_to_json
 from corral.scheduler.fallbacks import FALLBACKS_KEY
 from corral.scheduler.types import Assign, Fail, Gang, Plan, Reclaim, Reserve, Wait
-from corral.store import capacity_counts, deferred, prebuilt, transitions
+from corral.store import capacity_counts, deferred, direct, prebuilt, transitions
 from corral.store import quotas as quota_store
 from corral.store.db import Database
 from corral.store.events import emit, tracked_update, tracked_update_by_id, tracked_update_row
@@ -78,7 +78,7 @@ async def _assign(
     db: Database, conn: AsyncConnection, d: Assign, now: float, held_for: str | None, lease: dict[str, Any] | None
 ) -> bool:
     """Place ``d``'s job on its instance; whether ``lease`` (the lease columns) was taken on it with the placement."""
-    inst = (await conn.execute(_INSTANCE if db.is_sqlite else _INSTANCE_LOCKED, {"_id": d.instance_id})).first()
+    inst = (await direct.execute(conn, _INSTANCE if db.is_sqlite else _INSTANCE_LOCKED, {"_id": d.instance_id})).first()
     if inst is None or inst.status not in USABLE_INSTANCE or inst.unreachable or inst.deleted:
         raise _Rejected
     if inst.termination_reason is not None:  # on its way out (a host removed from its SSH fleet while busy)
@@ -98,7 +98,9 @@ async def _assign(
     price = placed_price(inst.backend, inst.price)
     job = await _take_job(conn, d.job_id, d.instance_id, d.blocks, price, now, lease if leased else None)
     values = {"busy_blocks": busy + d.blocks, "status": status, "last_processed_at": now}
-    await conn.execute(prebuilt.update_by_id(instances, frozenset(values), None), prebuilt.params(inst.id, values))
+    await direct.execute(
+        conn, prebuilt.update_by_id(instances, frozenset(values), None), prebuilt.params(inst.id, values)
+    )
     target = instance_target(inst.project_id, inst.id, inst.name, inst.fleet_id)
     if status != inst.status:
         await emit(conn, status_change_message("instance", inst.status, status), None, [target])
@@ -262,7 +264,7 @@ _WAIT = (
 
 
 async def _wait(conn: AsyncConnection, d: Wait) -> None:
-    await conn.execute(_WAIT, {"_id": d.job_id, "_message": d.message})
+    await direct.execute(conn, _WAIT, {"_id": d.job_id, "_message": d.message})
 
 
 async def _apply_gang(  # noqa: C901

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.quotas import Limits, QuotaPolicy, Usage, add, charge, limits_from_doc, limits_to_doc
 from corral.domain.statuses import HOLDING_JOB
+from corral.store import direct
 from corral.store import exports as export_store
 from corral.store.tables import fleets, instances, jobs, project_quotas
 
@@ -53,7 +54,7 @@ _POLICY = sa.select(project_quotas.c.policy).where(project_quotas.c.project_id =
 
 
 async def get_policy(conn: AsyncConnection, project_id: str) -> QuotaPolicy | None:
-    row = (await conn.execute(_POLICY, {"_id": project_id})).first()
+    row = (await direct.execute(conn, _POLICY, {"_id": project_id})).first()
     return _policy(row.policy) if row is not None else None
 
 
@@ -64,7 +65,7 @@ _POLICIES_OF = _POLICIES.where(project_quotas.c.project_id.in_(sa.bindparam("ids
 
 async def all_policies(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> dict[str, QuotaPolicy]:
     if project_ids is None:
-        rows = await conn.execute(_POLICIES)
+        rows = await direct.execute(conn, _POLICIES)
     else:
         rows = await conn.execute(_POLICIES_OF, {"ids": list(project_ids)})
     return {r.project_id: _policy(r.policy) for r in rows}
@@ -148,8 +149,14 @@ async def project_usage(conn: AsyncConnection, project_ids: Collection[str] | No
 
 
 async def quota_maxes(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> dict[str, Limits]:
-    """project id -> its ``quota.max``, for the projects that have one."""
-    return {pid: p.max for pid, p in (await all_policies(conn, project_ids)).items() if not p.max.is_empty()}
+    """project id -> its ``quota.max``, for the projects that have one (of ``project_ids``, if given). Every
+    policy is read (a row per project with one: a short table), by a statement sent as compiled."""
+    wanted = None if project_ids is None else set(project_ids)
+    return {
+        pid: p.max
+        for pid, p in (await all_policies(conn)).items()
+        if not p.max.is_empty() and (wanted is None or pid in wanted)
+    }
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from corral.domain.documents import LazyJSON
 from corral.domain.gateways import Publication
 from corral.domain.records import AGENT_LOG_SOURCE, JobRec, LogRec, RunRec
 from corral.domain.statuses import FINISHED_JOB, FINISHED_RUN, JOB_STATUS, RUN_STATUS
-from corral.store import deferred, run_counts
+from corral.store import deferred, direct, run_counts
 from corral.store.events import tracked_update_by_id
 from corral.store.tables import ACTIVE_RUN_WHERE, fleets, gateways, jobs, logs, projects, runs, users
 
@@ -120,6 +120,18 @@ def _run_select() -> sa.Select[Any]:
 _JOBS_OF_RUNS = sa.select(jobs).where(jobs.c.run_id.in_(sa.bindparam("runs", expanding=True)))
 _RUN_BY_ID = _run_select().where(runs.c.id == sa.bindparam("_id"))
 _JOB_BY_ID = sa.select(jobs).where(jobs.c.id == sa.bindparam("_id"))
+_RUNS_BY_IDS = _run_select().where(runs.c.id.in_(sa.bindparam("ids", expanding=True)))
+#: The jobs in ``:statuses`` (of the run ``:run_id``, of ``:ids``), oldest first (``list_jobs``).
+_JOBS_IN = sa.select(jobs).where(jobs.c.status.in_(sa.bindparam("statuses", expanding=True)))
+_LISTED_JOBS = {
+    (by_ids, by_run): (
+        _JOBS_IN.where(*((jobs.c.id.in_(sa.bindparam("ids", expanding=True)),) if by_ids else ()))
+        .where(*((jobs.c.run_id == sa.bindparam("run_id"),) if by_run else ()))
+        .order_by(jobs.c.submitted_at)
+    )
+    for by_ids in (False, True)
+    for by_run in (False, True)
+}
 
 
 async def _jobs_for(
@@ -221,7 +233,7 @@ async def runs_by_ids(
 ) -> dict[str, RunRec]:
     if not ids:
         return {}
-    rows = (await conn.execute(_run_select().where(runs.c.id.in_(ids)))).all()
+    rows = (await conn.execute(_RUNS_BY_IDS, {"ids": list(ids)})).all()
     by_run = await _jobs_for(conn, [r.id for r in rows], submissions_limit) if include_jobs else {}
     return {r.id: _run(r, by_run.get(r.id, [])) for r in rows}
 
@@ -252,7 +264,7 @@ _INSERT_RUN = sa.insert(runs)  # parameters at execute time: one cached compiled
 
 async def insert_run(conn: AsyncConnection, values: dict[str, Any]) -> None:
     """Insert a run, counted by its status in the same transaction (``store/run_counts.py``)."""
-    await conn.execute(_INSERT_RUN, {"deleted": False, **values})
+    await direct.insert(conn, runs, _INSERT_RUN, [{"deleted": False, **values}])
     await run_counts.runs_inserted(conn, [(values["project_id"], values["user_id"], values["status"])])
 
 
@@ -272,7 +284,7 @@ _INSERT_JOBS = sa.insert(jobs)
 
 async def insert_jobs(conn: AsyncConnection, values: Sequence[dict[str, Any]]) -> None:
     """Several jobs in one statement (a multi-node run's)."""
-    await conn.execute(_INSERT_JOBS, [{"log_offset": 0, **v} for v in values])
+    await direct.insert(conn, jobs, _INSERT_JOBS, [{"log_offset": 0, **v} for v in values])
 
 
 def new_run_rec(
@@ -319,12 +331,13 @@ async def list_jobs(
     conn: AsyncConnection, statuses: Sequence[str], run_id: str | None = None, ids: Iterable[str] | None = None
 ) -> list[JobRec]:
     """The jobs in ``statuses`` (of run ``run_id``, of ``ids``), oldest first."""
-    q = sa.select(jobs).where(jobs.c.status.in_(statuses))
-    if ids is not None:
-        q = q.where(jobs.c.id.in_(list(ids)))
+    q = _LISTED_JOBS[(ids is not None, run_id is not None)]
+    params: dict[str, Any] = {"statuses": list(statuses)}
     if run_id is not None:
-        q = q.where(jobs.c.run_id == run_id)
-    return [job_from_row(r) for r in await conn.execute(q.order_by(jobs.c.submitted_at))]
+        params["run_id"] = run_id
+    if ids is not None:
+        params["ids"] = list(ids)
+    return [job_from_row(r) for r in await conn.execute(q, params)]
 
 
 async def get_job(conn: AsyncConnection, job_id: str) -> JobRec | None:

@@ -1,0 +1,116 @@
+"""Statements built once, run by SQLite's driver itself (``store/direct.py``): the same rows, rowcounts, defaults and
+errors as through SQLAlchemy, on SQLite and on Postgres; and on SQLite no SQLAlchemy execution at all."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from corral.store import direct, prebuilt
+from corral.store.db import Database
+from corral.store.errors import Conflict
+from corral.store.migrate import upgrade
+from corral.store.tables import jobs, runs
+from store_rows import a_run, admin_and_project
+
+#: Statements built once, as the store builds its hot ones.
+_RUN = sa.select(runs.c.id, runs.c.status, runs.c.deleted, runs.c.stop_on_master_done, runs.c.priority).where(
+    runs.c.id == sa.bindparam("_id")
+)
+_STATUSES = sa.select(runs.c.id).where(runs.c.status.in_([sa.literal("running"), sa.literal("pending")]))
+_COUNT = sa.select(sa.func.count()).select_from(runs).where(runs.c.project_id == sa.bindparam("_id"))
+_EXPANDING = sa.select(runs.c.id).where(runs.c.id.in_(sa.bindparam("ids", expanding=True))).order_by(runs.c.id)
+
+
+async def _db(url: str) -> Database:
+    db = Database(url)
+    await upgrade(db)
+    now = time.time()
+    async with db.write() as conn:
+        await admin_and_project(conn, now)
+        await a_run(conn, "r1", now, status="running")
+        await a_run(conn, "r2", now, status="done")
+    return db
+
+
+def _sqlalchemy_statements(db: Database) -> list[str]:
+    """Every statement SQLAlchemy executes on ``db`` from now on."""
+    seen: list[str] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_: Any) -> None:
+        seen.append(statement)
+
+    sa.event.listen(db.engine.sync_engine, "after_cursor_execute", record)
+    return seen
+
+
+async def test_rows_rowcounts_and_types_as_sqlalchemy_gives_them(db_url: str) -> None:
+    db = await _db(db_url)
+    seen = _sqlalchemy_statements(db)
+    update = prebuilt.update_returning(runs, frozenset({"status", "stop_on_master_done"}), ("run_name", "deleted"))
+    async with db.write() as conn:
+        got = (await direct.execute(conn, _RUN, {"_id": "r1"})).first()
+        assert (got.id, got.status, got.deleted, got.stop_on_master_done, got.priority) == (
+            "r1",
+            "running",
+            False,
+            None,
+            0,
+        )
+        assert got.deleted is False  # a Boolean column read back as a bool, not SQLite's 0
+        assert got._mapping["status"] == "running"
+        assert (await direct.execute(conn, _RUN, {"_id": "nope"})).first() is None
+        assert [r.id for r in (await direct.execute(conn, _STATUSES)).all()] == ["r1"]
+        assert (await direct.execute(conn, _COUNT, {"_id": "p"})).scalar_one() == 2
+        values = {"status": "terminating", "stop_on_master_done": True}
+        returned = await direct.execute(conn, update, prebuilt.params("r1", values, ("running",)))
+        row = returned.first()
+        assert (row.run_name, row.deleted) == ("r1", False) and returned.rowcount == 1
+        again = await direct.execute(conn, update, prebuilt.params("r1", values, ("running",)))
+        assert again.first() is None and again.rowcount == 0  # no longer running
+        plain = prebuilt.update_by_id(runs, frozenset({"priority"}), None)
+        assert (await direct.execute(conn, plain, prebuilt.params("r2", {"priority": 7}))).rowcount == 1
+        # an expanding IN is rendered at each execution: it goes through SQLAlchemy, and reads the same
+        assert [r.id for r in await direct.execute(conn, _EXPANDING, {"ids": ["r2", "r1"]})] == ["r1", "r2"]
+        at_commit = len(seen)
+    async with db.read() as conn:
+        stored = (
+            await conn.execute(sa.select(runs.c.status, runs.c.stop_on_master_done).where(runs.c.id == "r1"))
+        ).one()
+        assert tuple(stored) == ("terminating", True)
+    through_sqlalchemy = [s for s in seen[:at_commit] if "runs" in s.lower()]
+    if db.is_sqlite:  # every statement above but the expanding one went by the driver
+        assert len(through_sqlalchemy) == 1 and " IN (?, ?)" in through_sqlalchemy[0], through_sqlalchemy
+    else:
+        assert len(through_sqlalchemy) == 8, through_sqlalchemy  # all of them
+    await db.dispose()
+
+
+async def test_insert_gives_defaults_and_a_taken_key_is_a_conflict(db_url: str) -> None:
+    db = await _db(db_url)
+    now = time.time()
+    run = {
+        "id": "r3", "project_id": "p", "user_id": "u", "run_name": "three", "submitted_at": now,
+        "last_processed_at": now, "status": "submitted", "run_spec": "{}",
+    }  # fmt: skip
+    job = {
+        "id": "j1", "run_id": "r3", "project_id": "p", "run_name": "three", "job_num": 0, "job_name": "three-0",
+        "submitted_at": now, "last_processed_at": now, "status": "submitted", "job_spec": "{}", "ready": False,
+    }  # fmt: skip
+    async with db.write() as conn:
+        await direct.insert(conn, runs, sa.insert(runs), [run])
+        await direct.insert(conn, jobs, sa.insert(jobs), [job, {**job, "id": "j2", "job_num": 1, "ready": None}])
+    async with db.read() as conn:
+        got = (await conn.execute(sa.select(runs.c.priority, runs.c.deleted).where(runs.c.id == "r3"))).one()
+        assert tuple(got) == (0, False)  # the columns' defaults, as SQLAlchemy's insert gives them
+        q = sa.select(jobs.c.id, jobs.c.blocks, jobs.c.log_offset, jobs.c.ready).order_by(jobs.c.id)
+        assert [tuple(r) for r in await conn.execute(q)] == [("j1", 1, 0, False), ("j2", 1, 0, None)]
+    with pytest.raises(Conflict):
+        async with db.write() as conn:
+            await direct.insert(conn, runs, sa.insert(runs), [{**run, "id": "r4"}])  # the same live run name
+    async with db.read() as conn:
+        assert (await conn.execute(sa.select(sa.func.count()).select_from(runs))).scalar_one() == 3
+    await db.dispose()
