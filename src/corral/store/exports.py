@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.store import direct
 from corral.store.errors import Conflict
 from corral.store.tables import export_importers, exported_fleets, exports, fleets, projects
 
@@ -148,7 +149,7 @@ async def fleet_importers(
     ``owners`` narrows it to fleets of those projects, ``importer`` to whether that one project imports them
     (a plan needs no more): neither then costs a query over every project or export on the server."""
     if owners is None:
-        rows = (await conn.execute(_EXPORTED)).all()
+        rows = (await direct.execute(conn, _EXPORTED)).all()
     else:
         rows = (await conn.execute(_EXPORTED.where(exports.c.project_id.in_(list(owners))))).all()
     if not rows:

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.access import backend_types
 from corral.scheduler.offer_filters import project_regions
+from corral.store import direct
 from corral.store.tables import (
     ACTIVE_RUN_WHERE,
     export_importers,
@@ -31,7 +32,7 @@ _BACKENDS_OF = _BACKENDS.where(projects.c.id.in_(sa.bindparam("ids", expanding=T
 
 async def _stored_backends(conn: AsyncConnection, project_ids: Collection[str] | None) -> dict[str, Any]:
     if project_ids is None:
-        rows = await conn.execute(_BACKENDS)
+        rows = await direct.execute(conn, _BACKENDS)
     else:
         rows = await conn.execute(_BACKENDS_OF, {"ids": list(project_ids)})
     return {r.id: json.loads(r.backends or "[]") for r in rows}

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.job_facts import JobFacts
 from corral.domain.records import FleetRec
 from corral.scheduler.blocks import HOST_GPUS_KEY
+from corral.store import direct
 from corral.store.fleets import list_fleets
 from corral.store.tables import instances, jobs, projects
 
@@ -104,7 +105,7 @@ async def backend_usage_and_blocks(conn: AsyncConnection, backend: str) -> tuple
     """How many of ``backend``'s instances are not yet confirmed terminated, and the host's blocks they hold
     (:func:`host_blocks_used`), from one read."""
     count = used = 0
-    for (offer,) in await conn.execute(_LIVE_OFFERS, {"backend": backend}):
+    for (offer,) in await direct.execute(conn, _LIVE_OFFERS, {"backend": backend}):
         count += 1
         data = orjson.loads(offer) if isinstance(offer, (str, bytes)) else offer
         if isinstance(data, dict):
@@ -116,7 +117,7 @@ async def host_gpus_held(conn: AsyncConnection, backend: str) -> set[int]:
     """The GPUs (host indexes) of ``backend``'s host that its instances not yet confirmed terminated own
     (each instance's offer records the ones it was given when it was carved)."""
     held: set[int] = set()
-    for (offer,) in await conn.execute(_LIVE_OFFERS, {"backend": backend}):
+    for (offer,) in await direct.execute(conn, _LIVE_OFFERS, {"backend": backend}):
         data = orjson.loads(offer) if isinstance(offer, (str, bytes)) else offer
         gpus = data.get(HOST_GPUS_KEY) if isinstance(data, dict) else None
         if isinstance(gpus, list):
