@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import logging
 import sqlite3
+from pathlib import Path
 
 import pytest
 
-from corral.diskspace import is_disk_full
+from corral.diskspace import database_label, is_disk_full, refusal_for, where_full
+from corral.diskspace.episode import Episode, retry_delay
 from corral.settings import Settings, SettingsError
 
 
@@ -56,3 +60,48 @@ def test_a_full_disk_is_told_apart_from_other_errors_through_any_wrapping() -> N
     cyclic.__context__ = ValueError("b")
     cyclic.__context__.__context__ = cyclic
     assert not is_disk_full(cyclic)
+
+
+def test_a_retry_waits_half_a_second_doubling_up_to_five() -> None:
+    assert [retry_delay(n) for n in range(1, 7)] == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_a_postgres_database_is_named_without_its_password_and_sqlite_is_not() -> None:
+    assert database_label("postgresql+asyncpg://corral:s3cret@db.internal:5433/corral") == "corral on db.internal:5433"
+    assert database_label("postgresql+asyncpg://corral@db.internal/corral") == "corral on db.internal"
+    assert database_label("sqlite+aiosqlite:////var/lib/corral/data/corral.db") is None
+
+
+def test_a_full_postgres_disk_is_said_naming_the_database_not_the_state_directory(tmp_path: Path) -> None:
+    full = _Wrapped(_AsyncpgLike('could not extend file "base/16384/16420": No space left on device'))
+    where = where_full(tmp_path, full, "corral on db.internal:5433")
+    assert where.startswith("no space left in the database corral on db.internal:5433: Postgres answered 53100")
+    assert str(tmp_path) not in where
+    refused = refusal_for(tmp_path, full, "corral on db.internal:5433")
+    assert "database corral on db.internal:5433" in refused and "No space left on device" in refused
+    assert str(tmp_path) not in refused
+    sqlite_full = _Wrapped(sqlite3.OperationalError("database or disk is full"))
+    assert where_full(tmp_path, sqlite_full).startswith(f"no space left in the state directory {tmp_path}: ")
+    assert str(tmp_path) in refusal_for(tmp_path, sqlite_full)
+
+
+async def test_an_episode_is_said_once_and_ends_at_the_first_write_that_goes_through(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="corral.workers")
+    full = OSError(errno.ENOSPC, "No space left on device")
+    episode = Episode()
+    assert [episode.failed("the runs pass", full, tmp_path, None) for _ in range(3)] == [0.5, 1.0, 2.0]
+    assert episode.failed("the jobs pass", full, tmp_path, None) == 0.5
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and said[0].startswith("the runs pass could not write, no space left in the state"), said
+    assert not episode.succeeded("the scheduler pass"), "it had not failed: nothing returned"
+    waiting = asyncio.create_task(episode.back_off(60))
+    await asyncio.sleep(0)
+    assert episode.succeeded("the runs pass") and not episode.open
+    await asyncio.wait_for(waiting, timeout=5)  # what waited to try again tries now
+    assert "space returned: the runs pass went through after 3 failed tries" in caplog.records[-1].getMessage()
+    episode.failed("the runs pass", full, tmp_path, None)
+    assert len([r for r in caplog.records if "could not write" in r.getMessage()]) == 2, "a new episode is said"
+    episode.forget("the runs pass")
+    assert not episode.open

@@ -20,6 +20,8 @@ import orjson
 
 from corral.backends.base import Compute
 from corral.backends.slurm.registry import SlurmRegistry
+from corral.diskspace import database_label
+from corral.diskspace.episode import Episode
 from corral.domain.access import backend_types, usable_computes
 from corral.domain.records import InstanceRec
 from corral.domain.telemetry import Telemetry
@@ -107,6 +109,7 @@ class Wakeups:
 
 K = TypeVar("K")
 V = TypeVar("V")
+T = TypeVar("T")
 
 
 class LRU(Generic[K, V]):
@@ -152,6 +155,9 @@ class Context:
     ssh_endpoint_close: Callable[[], Awaitable[None]] | None = None
     #: This process's counters and histograms (``GET /metrics``).
     telemetry: Telemetry = field(default_factory=Telemetry)
+    #: The background work whose writes fail for lack of space now: said once per episode, retried until space
+    #: returns (``diskspace.episode``).
+    disk_full: Episode = field(default_factory=Episode)
     #: The Slurm clusters of the projects' ``slurm`` backends (``services.slurm_backends`` sets them).
     slurm: SlurmRegistry = field(default_factory=SlurmRegistry)
     #: The apply policies of ``config.yml``'s ``plugins``, asked in turn before a run, fleet or volume is applied
@@ -172,6 +178,13 @@ class Context:
         if leased:
             self.placed_leases.update((job_id, (token, until)) for job_id, token in leased.items())
             self.wakeups.wake_for("jobs", leased)
+
+    async def until_it_fits(self, who: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()`` (a write of ``who``: ``the follower of job-0``), tried again after a short backoff while it
+        fails for lack of space, said once per episode; every worker is woken when it goes through after such a
+        failure (space returned). See ``diskspace.episode``."""
+        where = self.settings.server_dir, database_label(self.db.url)
+        return await self.disk_full.until_it_fits(who, attempt, *where, on_return=self.wakeups.wake)
 
     def cipher(self) -> Cipher:
         """The server's cipher (tokens, private keys and credentials at rest)."""

@@ -1,18 +1,31 @@
 """A full disk under the server's state directory, as a real 64 MB tmpfs (no injected errors): a write that
 fails for lack of space answers 507 naming the directory and its free space, reads keep working, a new run is
-refused below the free-space watermark, everything heals by itself when space is freed, the server starts
-on a full disk, and a job's output is stored once."""
+refused below the free-space watermark, everything heals by itself when space is freed (the work a failed write
+held back within seconds, with no restart and no other wake-up), the server starts on a full disk, and a job's
+output is stored once."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
+from corral.context import Context
+from corral.store.db import Database
+from corral.store.migrate import upgrade
+from corral.store.tables import jobs, runs
+from corral.workers.runs import Runs
+from corral.workers.runtime import run_passes
 from server_harness import finished_run, fleet_body, get_run, make_settings, running_server, task_body, wait_for
 from skip_policy import needs_root
+from store_rows import admin_and_project
 from tmpfs_mount import MiB, fill, free, tmpfs
 
 pytestmark = needs_root("mounting a tmpfs needs root (CI runs as root)")
@@ -188,3 +201,136 @@ async def test_a_stop_and_a_delete_are_written_on_a_disk_full_to_the_last_byte(
             r = await c.post("/api/project/main/runs/delete", json={"runs_names": ["held"]})
             assert r.status_code == 200, r.text
             filler.unlink()
+
+
+def give_back_the_wal(database: Path) -> None:
+    """Checkpoint the server's SQLite database and truncate its write-ahead log, as SQLite does itself with
+    ``wal_checkpoint(TRUNCATE)`` (https://www.sqlite.org/pragma.html#pragma_wal_checkpoint): the next write must
+    take new blocks for the log, so that on a full disk it fails for sure (a log cycling in blocks it already holds
+    would let a few small writes through)."""
+    with sqlite3.connect(database, timeout=30) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def said_full(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "could not write" in r.getMessage()]
+
+
+async def test_a_run_whose_end_could_not_be_written_ends_within_seconds_of_space_returning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The disk fills to the last byte while a run is in flight: its job ends, and the write of that end fails.
+    Once space is freed, the run ends within seconds -- with no other wake-up (the safety net is a minute away)
+    and no restart -- and the server's log said so in one line naming the state directory and its free space, not
+    with a traceback per try."""
+    caplog.set_level(logging.INFO, logger="corral")
+    with tmpfs(tmp_path / "server", DISK) as state:
+        settings = make_settings(tmp_path, min_free_disk=WATERMARK)
+        assert settings.safety_net_interval >= 60
+        async with running_server(settings) as s, s.client() as c:
+            assert (await c.post("/api/project/main/fleets/apply", json=fleet_body(resources=SMALL))).status_code == 200
+            assert (await c.post("/api/project/main/runs/apply", json=task("ends", "sleep 4"))).status_code == 200
+
+            async def running() -> bool:
+                return str((await get_run(c, "ends"))["status"]) == "running"
+
+            await wait_for(running, timeout=60)
+            await asyncio.to_thread(give_back_the_wal, state / "data" / "corral.db")
+            filler = fill(state)  # to the last byte, before the job ends
+            await asyncio.sleep(8)  # the job ended meanwhile; its end was tried again, and failed, a few times
+            assert (await get_run(c, "ends"))["status"] == "running"
+
+            filler.unlink()
+            freed = time.monotonic()
+            ended = await finished_run(c, "ends", timeout=30)
+            took = time.monotonic() - freed
+            assert ended["status"] == "done", ended["jobs"][0]["job_submissions"][-1]
+            assert took < 6, f"the run ended {took:.1f} s after space returned"
+
+            (line,) = said_full(caplog)  # once for the whole episode, however many tries failed
+            msg = line.getMessage()
+            assert str(state) in msg and "MiB free" in msg, msg
+            assert line.exc_info is None, "a full disk is said in one line, without a traceback"
+            tracebacks = [r.getMessage() for r in caplog.records if r.exc_info is not None]
+            assert not tracebacks, tracebacks
+            assert any("every worker is woken" in r.getMessage() for r in caplog.records)
+
+
+async def _settling_runs(db: Database) -> None:
+    """Two runs still ``provisioning``: one whose job is done, one whose job is running."""
+    now = time.time()
+    async with db.write() as conn:
+        await admin_and_project(conn, now)
+        spec = json.dumps({"configuration": {"type": "task", "commands": ["true"]}})
+        for name, job_status in (("ran", "done"), ("started", "running")):
+            await conn.execute(
+                sa.insert(runs).values(
+                    id=name, project_id="p", user_id="u", run_name=name, submitted_at=now, last_processed_at=now,
+                    status="provisioning", run_spec=spec, priority=0, deployment_num=0, deleted=False,
+                )
+            )  # fmt: skip
+            await conn.execute(
+                sa.insert(jobs).values(
+                    id=f"{name}-0", run_id=name, project_id="p", run_name=name, job_num=0, replica_num=0,
+                    job_name=f"{name}-0", submission_num=0, deployment_num=0, submitted_at=now,
+                    last_processed_at=now, status=job_status, job_spec="{}", priority=0, blocks=1, log_offset=0,
+                    finished_at=now if job_status == "done" else None,
+                )
+            )  # fmt: skip
+
+
+async def _run_statuses(db: Database) -> dict[str, str]:
+    async with db.read() as conn:
+        return {r.id: r.status for r in await conn.execute(sa.select(runs.c.id, runs.c.status))}
+
+
+async def test_a_worker_pass_that_failed_for_lack_of_space_is_tried_again_whole_until_space_returns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The runs worker is woken for one run (``wake_for``) while the disk is full: its pass fails. It is tried
+    again, whole (what it was woken for is not lost, and the other run settles too), after a short backoff, and
+    goes through within seconds of space returning, with no other wake-up; the failures are said in one line, and
+    every worker is woken once space returned."""
+    caplog.set_level(logging.INFO, logger="corral")
+    with tmpfs(tmp_path / "server", 8 * MiB) as state:
+        db = Database(f"sqlite+aiosqlite:///{state / 'corral.db'}")
+        ctx = Context(make_settings(tmp_path, database_url=db.url, min_free_disk=0), db, {})
+        stopping = False
+        passes: asyncio.Task[None] | None = None
+        try:
+            await upgrade(db)
+            await _settling_runs(db)
+            ctx.wakeups.take("runs")  # as if the first (whole) pass had run before these jobs changed
+            for name in ("scheduler", "jobs"):
+                ctx.wakeups.event(name).clear()
+            await asyncio.to_thread(give_back_the_wal, state / "corral.db")
+            filler = fill(state)
+            ctx.wakeups.wake_for("runs", ["started"])
+            passes = asyncio.create_task(run_passes(ctx, "runs", Runs(ctx).pass_once, lambda: stopping))
+            await asyncio.sleep(3)  # the pass failed, was tried again and failed again
+            assert await _run_statuses(db) == {"ran": "provisioning", "started": "provisioning"}
+            assert not passes.done()
+
+            filler.unlink()
+            freed = time.monotonic()
+
+            async def settled() -> bool:
+                return await _run_statuses(db) == {"ran": "done", "started": "running"}
+
+            await wait_for(settled, timeout=30, interval=0.1)  # "ran" too: the pass tried again was a whole one
+            took = time.monotonic() - freed
+            assert took < 6, f"the pass went through {took:.1f} s after space returned"
+
+            (line,) = said_full(caplog)
+            msg = line.getMessage()
+            assert "the runs pass" in msg and str(state) in msg and "MiB free" in msg, msg
+            assert line.exc_info is None
+            assert not [r.getMessage() for r in caplog.records if r.exc_info is not None]
+            assert any("space returned" in r.getMessage() for r in caplog.records)
+            assert ctx.wakeups.event("scheduler").is_set() and ctx.wakeups.event("jobs").is_set(), "all woken"
+        finally:
+            stopping = True
+            if passes is not None:
+                passes.cancel()
+                await asyncio.gather(passes, return_exceptions=True)
+            await db.dispose()

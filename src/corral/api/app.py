@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from corral import diskspace
 from corral.api.deps import AccessCache, AccessLog, VersionCheck, error_handlers
 from corral.api.header_limit import HeaderLimit
 from corral.api.routes_accounts import router as accounts_router
@@ -151,7 +152,7 @@ def create_app(ctx: Context, workers: Background) -> Starlette:
             Middleware(HeaderLimit, limit=ctx.settings.max_header_bytes),
             Middleware(_ProxyFirst, proxy=proxy),
             Middleware(_UIRoutes, ui=_WebUI(ctx) if ctx.settings.ui else None),
-            Middleware(VersionCheck, state_dir=ctx.settings.server_dir),
+            Middleware(VersionCheck, state_dir=ctx.settings.server_dir, database=diskspace.database_label(ctx.db.url)),
         ],
         exception_handlers=error_handlers(),
         lifespan=lifespan,

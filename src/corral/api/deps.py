@@ -273,13 +273,15 @@ class VersionCheck:
     """ASGI middleware, outermost of the API's (after the access log and the services proxy): refuses API
     calls from an incompatible client (``X-API-Version``) before routing, answers dstack's 500 body (logging
     the traceback) for any unhandled error -- but 507, naming ``state_dir`` and its free space (or quoting
-    Postgres when the database's disk is the full one), for a write that failed for lack of space
+    Postgres and naming the database when its disk is the full one), for a write that failed for lack of space
     (:func:`corral.diskspace.is_disk_full`) -- and closes the connection after an
     answer given before the request's body was read (an anonymous or oversized body is never read to its end)."""
 
-    def __init__(self, app: ASGIApp, state_dir: Path | None = None) -> None:
+    def __init__(self, app: ASGIApp, state_dir: Path | None = None, database: str | None = None) -> None:
         self.app = app
         self.state_dir = state_dir
+        #: The Postgres database, named in a 507 when its disk is the full one (``diskspace.database_label``).
+        self.database = database
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -327,7 +329,7 @@ class VersionCheck:
     def _unhandled(self, e: Exception, method: str, path: str) -> JSONResponse:
         """The answer to an unhandled error: 507 for a full disk, else dstack's 500 (with the traceback logged)."""
         if self.state_dir is not None and diskspace.is_disk_full(e):
-            msg = diskspace.refusal_for(self.state_dir, e)
+            msg = diskspace.refusal_for(self.state_dir, e, self.database)
             log.warning("%s %s refused: 507 %s", method, path, msg, extra={"event": "disk_full"})
             return JSONResponse({"detail": [{"msg": msg, "code": "error"}]}, status_code=507)
         log.exception("unhandled error on %s", path)

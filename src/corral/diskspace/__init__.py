@@ -3,9 +3,11 @@ the message a refused write answers with.
 
 Owns: the free-space measure (``statvfs``), the classification of a failed write as a full disk (the
 operating system's ``ENOSPC``/``EDQUOT``, SQLite's ``SQLITE_FULL``, Postgres's ``53100 disk_full``), and the
-watermark check (:func:`below_watermark`) that workers and services ask before writing what can wait.
+watermark check (:func:`below_watermark`) that workers and services ask before writing what can wait, what is full
+in words (the state directory, or the Postgres database: :func:`where_full`, :func:`refusal_for`), and -- in
+:mod:`corral.diskspace.episode` -- the background work's writes that fail for lack of space: said once, tried again.
 
-May import: the standard library only (no corral package, no database driver), so that every layer may use it.
+May import: the standard library only (no other corral package, no database driver), so that every layer may use it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 #: SQLite's primary result code for "database or disk is full" (https://www.sqlite.org/rescode.html#full).
 SQLITE_FULL = 13
@@ -101,15 +104,59 @@ def refusal(state_dir: Path, watermark: int | None = None) -> str:
     )
 
 
-def refusal_for(state_dir: Path, exc: BaseException) -> str:
-    """Why a write that failed with ``exc`` (a full disk) was refused: Postgres's own words when the database's
-    disk is the full one (it is not the state directory's with Postgres), else :func:`refusal`."""
-    said = next((str(e) for e in _chain(exc) if _postgres_full(e) and str(e)), None)
+def database_label(url: str) -> str | None:
+    """The database a Postgres URL names, for messages (``corral on db.internal:5432``; never its password);
+    None for SQLite, whose file is in the state directory."""
+    if url.startswith("sqlite"):
+        return None
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/") or "(the default database)"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    where = f"{parts.hostname}:{port}" if port else (parts.hostname or "the local socket")
+    return f"{name} on {where}"
+
+
+def database_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is Postgres's ``53100 disk_full``: the database's disk is the full one, not the state
+    directory's (freeing room there does not help)."""
+    return any(_postgres_full(e) for e in _chain(exc))
+
+
+def _postgres_said(exc: BaseException) -> str | None:
+    """Postgres's primary message of a ``53100`` in ``exc``'s chain, on one line: the driver's own error's
+    ``message`` (asyncpg's; not its wrapper's text, which adds the class and a hint on lines of their own)."""
+    full = [e for e in _chain(exc) if _postgres_full(e)]
+    primary = [m for m in (getattr(e, "message", None) for e in full) if isinstance(m, str) and m]
+    said = primary[0] if primary else next((str(e) for e in full if str(e)), None)
+    return " ".join(said.split()) if said else None
+
+
+def where_full(state_dir: Path, exc: BaseException, database: str | None = None) -> str:
+    """What is full, in one line: the state directory and its free space, or -- when Postgres refused the write
+    with its ``53100 disk_full`` -- the database (``database``: :func:`database_label`) and Postgres's words (its
+    disk is not the state directory's then, and only Postgres's host can measure it)."""
+    said = _postgres_said(exc)
+    if said is None:
+        s = space(state_dir)
+        return f"no space left in the state directory {state_dir}: {mib(s.free)} free of {mib(s.total)}"
+    name = f" {database}" if database else ""
+    return f"no space left in the database{name}: Postgres answered {PG_DISK_FULL} disk_full ({said})"
+
+
+def refusal_for(state_dir: Path, exc: BaseException, database: str | None = None) -> str:
+    """Why a write that failed with ``exc`` (a full disk) was refused: Postgres's own words, naming the database
+    (``database``: :func:`database_label`), when the database's disk is the full one (it is not the state
+    directory's with Postgres), else :func:`refusal`."""
+    said = _postgres_said(exc)
     if said is None:
         return refusal(state_dir)
+    name = f" {database}" if database else ""
     return (
-        f"No space left in the database: Postgres answered {PG_DISK_FULL} disk_full ({said}). Free space on the "
-        "database's disk (or grow it) and try again; reads keep working, and writes resume by themselves."
+        f"No space left in the database{name}: Postgres answered {PG_DISK_FULL} disk_full ({said}). Free space on "
+        "the database's disk (or grow it) and try again; reads keep working, and writes resume by themselves."
     )
 
 

@@ -147,7 +147,10 @@ class Instances:
             log.exception("provisioning %s failed", inst.name)
             await self._provisioning_failed(inst, token, f"unexpected error: {e}")
             return
-        await self.record(inst, token, compute, provisioned)
+        # the instance runs: recorded once the database has room again (a lease lost meanwhile terminates it)
+        await self.ctx.until_it_fits(
+            f"the record of instance {inst.name}", lambda: self.record(inst, token, compute, provisioned)
+        )
 
     async def record(self, inst: InstanceRec, token: str, compute: Compute, provisioned: Provisioned) -> None:
         """Record a provisioned instance (under its lease ``token``); terminated again if the row moved on."""

@@ -1,13 +1,17 @@
-"""Starts and stops the workers. Each loop runs when woken and on the safety-net interval."""
+"""Starts and stops the workers. Each loop runs when woken and on the safety-net interval; a pass that failed is
+tried again, whole, after a short backoff, and every worker is woken when space returns after a full disk."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from corral import diskspace
 from corral.context import Context, WorkerName
+from corral.diskspace import episode
 from corral.store.notify import PgNotifier
 from corral.workers.gateways import Gateways
 from corral.workers.hosts import Hosts
@@ -29,6 +33,8 @@ log = logging.getLogger("corral.workers")
 #: Seconds after the workers start (the end of start-up) before their first passes, and before ``warm_up``.
 FIRST_PASS_DELAY = 0.2
 WARM_UP_DELAY = 0.5
+#: Seconds between two looks at the state directory's free space (``Workers._watch_space``).
+SPACE_CHECK = 1.0
 
 
 def warm_up() -> None:
@@ -41,6 +47,55 @@ def warm_up() -> None:
 
     configuration()
     requests()
+
+
+async def run_passes(
+    ctx: Context, name: WorkerName, fn: Callable[[], Awaitable[object]], stopping: Callable[[], bool]
+) -> None:
+    """Worker ``name``'s passes (``fn``), when woken and (whole) on the safety-net interval, until ``stopping()``. A
+    pass that failed is tried again, whole, so that what it was woken for (``Wakeups.wake_for``) is not lost, after
+    0.5 s doubling to 5 s (sooner when woken meanwhile) until one goes through."""
+    event = ctx.wakeups.event(name)
+    interval = ctx.settings.safety_net_interval
+    failures = 0
+    while not stopping():
+        if failures:
+            await _back_off(event, episode.retry_delay(failures))
+            ctx.wakeups.make_whole(name)
+        else:
+            try:
+                await asyncio.wait_for(event.wait(), timeout=interval)
+            except asyncio.TimeoutError:
+                ctx.wakeups.make_whole(name)  # the safety net's pass is a whole one
+        event.clear()
+        failures = 0 if await _pass(ctx, name, fn) else failures + 1
+
+
+async def _back_off(event: asyncio.Event, delay: float) -> None:
+    """Wait ``delay`` seconds after a failed pass, or less when the worker is woken (at least the first step)."""
+    await asyncio.sleep(episode.RETRY_FIRST)
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout=max(0.0, delay - episode.RETRY_FIRST))
+
+
+async def _pass(ctx: Context, name: WorkerName, fn: Callable[[], Awaitable[object]]) -> bool:
+    """One pass of worker ``name``: whether it went through. One that failed for lack of space is said once per
+    episode (``diskspace.episode``), in one line; any other failure with its traceback. The first pass to go
+    through after a lack of space wakes every worker: space returned."""
+    who = f"the {name} pass"
+    try:
+        await fn()
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        if diskspace.is_disk_full(e):
+            ctx.disk_full.failed(who, e, ctx.settings.server_dir, diskspace.database_label(ctx.db.url))
+        else:
+            log.exception("%s pass failed", name)
+        return False
+    if ctx.disk_full.succeeded(who):
+        ctx.wakeups.wake()
+    return True
 
 
 class Workers:
@@ -83,7 +138,9 @@ class Workers:
             "gateways": self.gateways.pass_once,
         }
         for name, fn in loops.items():
-            self._tasks.append(asyncio.create_task(self._loop(name, fn), name=f"corral-{name}"))
+            task = run_passes(self.ctx, name, fn, lambda: self._stopping)
+            self._tasks.append(asyncio.create_task(task, name=f"corral-{name}"))
+        self._tasks.append(asyncio.create_task(self._watch_space(), name="corral-disk-space"))
         self._tasks.append(asyncio.create_task(self.hosts.run(), name="corral-hosts"))  # on its own interval
         self._tasks.append(asyncio.create_task(self.probes.run(), name="corral-probes"))  # service replicas
         self._tasks.append(asyncio.create_task(self.service_scaling.run(), name="corral-service-scaling"))
@@ -109,22 +166,27 @@ class Workers:
         if self.aws_catalog is not None:
             await self.aws_catalog.run()
 
-    async def _loop(self, name: WorkerName, fn: Callable[[], Awaitable[object]]) -> None:
-        event = self.ctx.wakeups.event(name)
-        interval = self.ctx.settings.safety_net_interval
+    async def _watch_space(self) -> None:
+        """Every worker is woken when the state directory's free space rises back above the watermark
+        (``CORRAL_MIN_FREE_DISK_MB``): what waited for space (a job's output, a pass or a follower that failed to
+        write) resumes at once, not at its next retry or wake-up. A ``statvfs`` every second, a few microseconds."""
+        settings = self.ctx.settings
+        if not settings.min_free_disk:
+            return
+        low = False
         while not self._stopping:
-            try:
-                await asyncio.wait_for(event.wait(), timeout=interval)
-            except asyncio.TimeoutError:
-                self.ctx.wakeups.make_whole(name)  # the safety net's pass is a whole one
-            event.clear()
-            try:
-                await fn()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("%s pass failed", name)
-                await asyncio.sleep(0.5)
+            await asyncio.sleep(SPACE_CHECK)
+            was_low, low = low, diskspace.below_watermark(settings.server_dir, settings.min_free_disk) is not None
+            if was_low and not low:
+                log.info(
+                    "the state directory %s has %s free again (CORRAL_MIN_FREE_DISK_MB: %s): every worker is woken",
+                    settings.server_dir,
+                    diskspace.mib(diskspace.space(settings.server_dir).free),
+                    diskspace.mib(settings.min_free_disk),
+                    extra={"event": "disk_ok"},
+                )
+                self.ctx.disk_full.space_returned()
+                self.ctx.wakeups.wake_local()
 
     async def stop(self) -> None:
         self._stopping = True

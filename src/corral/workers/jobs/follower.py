@@ -283,6 +283,8 @@ class JobFollower:
         self.policies = Policies(poll_wait=self.ctx.settings.agent_poll_wait)
         self.disk = DiskGuard(self.ctx.settings.server_dir, self.ctx.settings.min_free_disk)
         self.log_limit = LogLimit(self.ctx.settings.job_log_limit)
+        #: Who this follower is when a write of it fails for lack of space (``Context.disk_full``).
+        self.who = f"the follower of {job.job_name}"
 
     async def run(self, conf: dict[str, Any] | None) -> None:
         try:
@@ -295,6 +297,7 @@ class JobFollower:
             finally:
                 await self.leases.release(self.job.id)
         finally:
+            self.ctx.disk_full.forget(self.who)  # ended: it tries nothing again
             if self.started is not None:
                 self.started.poll.cancel()  # when the follower ended before it read its first poll
 
@@ -309,21 +312,27 @@ class JobFollower:
             # the job's secret values never reach the stored output (``domain/log_masking.py``)
             self.masker = LogMasker(await self.followers.values_to_mask(job))
             while not self.followers.stopping:  # a stopping server releases the lease: another replica follows
-                self.poke.clear()  # whatever poked us is seen by the reload below
-                # the job as its submission just wrote it (a stop requested meanwhile pokes the first poll), else
-                # as stored now
-                current = self.started.current if self.started is not None else await self.outcomes.reload(job.id)
-                self.known = dataclasses.replace(self.known, job=current)
-                if current is None or current.status not in ACTIVE_JOB:
-                    return
-                if not await self.leases.keep(job.id):
-                    return  # another replica took the job over
-                if not await self._step(current, next_step(self.known, time.time(), policies)):
+                # a step that failed to write for lack of space is tried again (from the job as stored then: its
+                # agent still holds what was not stored) once space returns
+                if not await self.ctx.until_it_fits(self.who, lambda: self._next(policies)):
                     return
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("follower of %s failed", job.job_name)
+
+    async def _next(self, policies: Policies) -> bool:
+        """The job as stored now, and the next step on it; False when the follower ends."""
+        job = self.job
+        self.poke.clear()  # whatever poked us is seen by the reload below
+        # the job as its submission just wrote it (a stop requested meanwhile pokes the first poll), else as stored now
+        current = self.started.current if self.started is not None else await self.outcomes.reload(job.id)
+        self.known = dataclasses.replace(self.known, job=current)
+        if current is None or current.status not in ACTIVE_JOB:
+            return False
+        if not await self.leases.keep(job.id):
+            return False  # another replica took the job over
+        return await self._step(current, next_step(self.known, time.time(), policies))
 
     async def _step(self, current: JobRec, step: Step) -> bool:  # noqa: C901
         """Act on ``step``; False when the follower ends."""
