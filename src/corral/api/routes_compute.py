@@ -102,12 +102,15 @@ async def fleet_apply(request: Request, project_name: str) -> FastJSON:
 
 async def _freeing_space(request: Request, call: Callable[[], Awaitable[object]]) -> None:
     """A stop or a delete: what frees space. One that could not be written for lack of it is written again
-    once the state directory's emergency reserve (``diskspace.release_reserve``) has given its room back."""
+    once the state directory's emergency reserve (``diskspace.release_reserve``) has given its room back (not
+    when Postgres's disk is the full one: its 507 says so)."""
     try:
         await call()
     except Exception as e:
         settings = ctx_of(request).settings
-        if not diskspace.is_disk_full(e) or not diskspace.release_reserve(settings.server_dir):
+        if not diskspace.is_disk_full(e) or diskspace.database_full(e):
+            raise
+        if not diskspace.release_reserve(settings.server_dir):
             raise
         log.warning(
             "the disk of %s is full: its emergency reserve was released so that %s could be written (it is made "
