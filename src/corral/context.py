@@ -20,7 +20,7 @@ import orjson
 
 from corral.backends.base import Compute
 from corral.backends.slurm.registry import SlurmRegistry
-from corral.diskspace import database_label
+from corral.diskspace import database_label, is_disk_full
 from corral.diskspace.episode import Episode
 from corral.domain.access import backend_types, usable_computes
 from corral.domain.records import InstanceRec
@@ -178,6 +178,20 @@ class Context:
         if leased:
             self.placed_leases.update((job_id, (token, until)) for job_id, token in leased.items())
             self.wakeups.wake_for("jobs", leased)
+
+    def lacked_space(self, who: str, exc: BaseException) -> bool:
+        """Whether ``exc``, which ``who`` (``the probes pass``) failed with, is a write that failed for lack of
+        space: if so it is said once per episode (``diskspace.episode``), and the caller says nothing more (no
+        traceback); else the caller logs it as any other error."""
+        if not is_disk_full(exc):
+            return False
+        self.disk_full.failed(who, exc, self.settings.server_dir, database_label(self.db.url))
+        return True
+
+    def went_through(self, who: str) -> None:
+        """``who`` ran through: every worker is woken if it had failed for lack of space (space returned)."""
+        if self.disk_full.succeeded(who):
+            self.wakeups.wake()
 
     async def until_it_fits(self, who: str, attempt: Callable[[], Awaitable[T]]) -> T:
         """``attempt()`` (a write of ``who``: ``the follower of job-0``), tried again after a short backoff while it

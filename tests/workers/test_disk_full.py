@@ -18,9 +18,12 @@ import pytest
 import sqlalchemy as sa
 
 from corral.context import Context
+from corral.domain.metrics import MetricsPoint
+from corral.store import metrics as metrics_store
 from corral.store.db import Database
 from corral.store.migrate import upgrade
 from corral.store.tables import jobs, runs
+from corral.workers.metrics_retention import MetricsRetention
 from corral.workers.runs import Runs
 from corral.workers.runtime import run_passes
 from server_harness import finished_run, fleet_body, get_run, make_settings, running_server, task_body, wait_for
@@ -333,4 +336,40 @@ async def test_a_worker_pass_that_failed_for_lack_of_space_is_tried_again_whole_
             if passes is not None:
                 passes.cancel()
                 await asyncio.gather(passes, return_exceptions=True)
+            await db.dispose()
+
+
+async def test_a_periodic_worker_on_a_full_disk_says_so_in_one_line_and_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The workers that run on their own interval (here the metrics retention, whose deletes must write) say a lack
+    of space in the one line of the episode, without a traceback, and keep running."""
+    caplog.set_level(logging.INFO, logger="corral")
+    with tmpfs(tmp_path / "server", 8 * MiB) as state:
+        db = Database(f"sqlite+aiosqlite:///{state / 'corral.db'}")
+        ctx = Context(make_settings(tmp_path, database_url=db.url, min_free_disk=0), db, {})
+        worker = MetricsRetention(ctx, batch=2)
+        running: asyncio.Task[None] | None = None
+        try:
+            await upgrade(db)
+            old = int((time.time() - 10 * 86_400) * 1_000_000)  # past every retention
+            async with db.write() as conn:  # samples of a job gone since
+                await metrics_store.add_points(conn, "gone", [MetricsPoint(old + i, 0, 1, 1, (), ()) for i in range(5)])
+            await asyncio.to_thread(give_back_the_wal, state / "corral.db")
+            filler = fill(state)
+            running = asyncio.create_task(worker.run())
+
+            async def failed() -> bool:
+                return bool(said_full(caplog))
+
+            await wait_for(failed, timeout=10)
+            (line,) = said_full(caplog)
+            assert "the metrics retention pass" in line.getMessage() and str(state) in line.getMessage()
+            assert not [r.getMessage() for r in caplog.records if r.exc_info is not None]
+            assert not running.done(), "it goes on, at its next interval"
+            filler.unlink()
+        finally:
+            worker.stop()
+            if running is not None:
+                await asyncio.wait_for(running, timeout=5)
             await db.dispose()

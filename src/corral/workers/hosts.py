@@ -62,8 +62,11 @@ class Hosts:
                 await self.pass_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("host checks failed")
+            except Exception as e:
+                if not self.ctx.lacked_space("the host checks", e):
+                    log.exception("host checks failed")
+            else:
+                self.ctx.went_through("the host checks")
             await asyncio.sleep(self.ctx.settings.instance_check_interval)
 
     async def pass_once(self) -> None:

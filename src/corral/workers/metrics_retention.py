@@ -50,8 +50,11 @@ class MetricsRetention:
                 await self.pass_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("deleting expired job metrics failed")
+            except Exception as e:
+                if not self.ctx.lacked_space("the metrics retention pass", e):
+                    log.exception("deleting expired job metrics failed")
+            else:
+                self.ctx.went_through("the metrics retention pass")
             try:
                 await asyncio.wait_for(self._stopping.wait(), INTERVAL)
             except asyncio.TimeoutError:

@@ -90,8 +90,11 @@ class Probes:
                 await self.pass_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("probes pass failed")
+            except Exception as e:
+                if not self.ctx.lacked_space("the probes pass", e):
+                    log.exception("probes pass failed")
+            else:
+                self.ctx.went_through("the probes pass")
             await asyncio.sleep(self.ctx.settings.probe_tick)
 
     def stop(self) -> None:

@@ -88,13 +88,10 @@ async def _pass(ctx: Context, name: WorkerName, fn: Callable[[], Awaitable[objec
     except asyncio.CancelledError:
         raise
     except Exception as e:
-        if diskspace.is_disk_full(e):
-            ctx.disk_full.failed(who, e, ctx.settings.server_dir, diskspace.database_label(ctx.db.url))
-        else:
+        if not ctx.lacked_space(who, e):
             log.exception("%s pass failed", name)
         return False
-    if ctx.disk_full.succeeded(who):
-        ctx.wakeups.wake()
+    ctx.went_through(who)
     return True
 
 

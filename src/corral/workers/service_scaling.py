@@ -239,8 +239,11 @@ class ServiceScaling:
                 await self.pass_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("service scaling pass failed")
+            except Exception as e:
+                if not self.ctx.lacked_space("the service scaling pass", e):
+                    log.exception("service scaling pass failed")
+            else:
+                self.ctx.went_through("the service scaling pass")
             try:
                 await asyncio.wait_for(event.wait(), timeout=self.ctx.settings.service_scaling_tick)
             except asyncio.TimeoutError:
