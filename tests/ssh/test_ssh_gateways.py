@@ -1,6 +1,7 @@
 """Gateways on an SSH fleet's host: a gateway holds an idle host of the fleet its ``region`` names (the
-scheduler places no job there while it exists), a second gateway finds no idle host and fails, an apply updates
-in place or is refused as dstack 0.22.5 refuses it, and deleting the gateway gives the host back to jobs."""
+scheduler places no job there while it exists), a second gateway (by the deprecated ``create``) finds no idle host
+and fails, an apply (or the deprecated ``set_wildcard_domain``) updates in place or is refused as dstack 0.22.5
+refuses it, and deleting the gateway gives the host back to jobs."""
 
 from __future__ import annotations
 
@@ -87,8 +88,8 @@ async def test_a_gateway_holds_a_fleet_host_until_it_is_deleted(server: RunningS
         await asyncio.sleep(2)
         assert (await run_get(c, "waits"))["status"] == "submitted"
 
-        # a second gateway finds no idle host in the fleet
-        r = await apply(c, gateway_conf("gw2"))
+        # a second gateway (by the deprecated create) finds no idle host in the fleet
+        r = await c.post(G + "/create", json={"configuration": gateway_conf("gw2")})
         assert r.status_code == 200, r.text
         assert (r.json()["status"], r.json()["default"], r.json()["replicas"]) == ("failed", False, [])
         assert r.json()["status_message"] == "No idle instance in fleet edge to host the gateway"
@@ -117,6 +118,12 @@ async def test_a_gateway_holds_a_fleet_host_until_it_is_deleted(server: RunningS
         assert detail(r) == "Gateway 'gw' cannot be updated in-place. Delete it and re-apply."
         r = await apply(c, gateway_conf("gw", domain="other.test", replicas=1), None, force=True)
         assert r.status_code == 200 and r.json()["configuration"]["replicas"] == 1, r.text
+        # the deprecated set_wildcard_domain changes the domain in place, checked as an apply's
+        r = await c.post(G + "/set_wildcard_domain", json={"name": "gw", "wildcard_domain": "https://other.test"})
+        assert detail(r).startswith("domain: 'https://other.test' is not a domain name"), r.text
+        r = await c.post(G + "/set_wildcard_domain", json={"name": "gw", "wildcard_domain": "*.third.test"})
+        assert r.status_code == 200, r.text
+        assert (r.json()["wildcard_domain"], r.json()["configuration"]["domain"]) == ("*.third.test", "*.third.test")
 
         r = await c.post("/api/project/main/fleets/delete", json={"names": ["edge"]})
         assert r.status_code == 400 and "holds a gateway" in detail(r), r.text
