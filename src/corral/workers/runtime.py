@@ -173,7 +173,11 @@ class Workers:
         low = False
         while not self._stopping:
             await asyncio.sleep(SPACE_CHECK)
-            was_low, low = low, diskspace.below_watermark(settings.server_dir, settings.min_free_disk) is not None
+            try:
+                below = diskspace.below_watermark(settings.server_dir, settings.min_free_disk)
+            except OSError:  # the directory cannot be measured now (gone, or its disk gone): looked at again later
+                continue
+            was_low, low = low, below is not None
             if was_low and not low:
                 log.info(
                     "the state directory %s has %s free again (CORRAL_MIN_FREE_DISK_MB: %s): every worker is woken",
