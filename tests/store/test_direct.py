@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from corral.store import direct, prebuilt
+from corral.store import runs as run_store
 from corral.store.db import Database
 from corral.store.errors import Conflict
 from corral.store.migrate import upgrade
@@ -113,4 +114,38 @@ async def test_insert_gives_defaults_and_a_taken_key_is_a_conflict(db_url: str) 
             await direct.insert(conn, runs, sa.insert(runs), [{**run, "id": "r4"}])  # the same live run name
     async with db.read() as conn:
         assert (await conn.execute(sa.select(sa.func.count()).select_from(runs))).scalar_one() == 3
+    await db.dispose()
+
+
+async def test_a_few_ids_by_the_driver_read_as_many_ids_do(db_url: str) -> None:
+    """The jobs worker's reads of the few jobs a placement handed over (their runs, their jobs, their instances'
+    ids bound one parameter each) give the records a read of many ids gives (an expanding ``IN``)."""
+    db = await _db(db_url)
+    now = time.time()
+    many = [f"m{i:02}" for i in range(prebuilt.LISTED + 2)]
+    async with db.write() as conn:
+        for i, run_id in enumerate(many):
+            await a_run(conn, run_id, now + i)
+            job = {
+                "id": f"j-{run_id}", "run_id": run_id, "project_id": "p", "run_name": run_id, "job_num": 0,
+                "job_name": f"{run_id}-0", "submitted_at": now + i, "last_processed_at": now + i,
+                "status": "running" if i % 2 else "submitted", "job_spec": "{}", "ready": i == 3 if i < 10 else None,
+            }  # fmt: skip
+            await direct.insert(conn, jobs, sa.insert(jobs), [job])
+    few = [many[3], many[0]]
+    seen = _sqlalchemy_statements(db)  # the write engine's: read on it
+    async with db.write() as conn:
+        by_few = await run_store.runs_by_ids(conn, few)
+        jobs_few = await run_store.list_jobs(conn, ("running", "submitted"), ids=[f"j-{r}" for r in few])
+        through_sqlalchemy = len(seen)
+        by_many = await run_store.runs_by_ids(conn, many)
+        jobs_many = await run_store.list_jobs(conn, ("running", "submitted"), ids=[f"j-{r}" for r in many])
+        assert await run_store.list_jobs(conn, ("running",), ids=[]) == []
+    assert set(by_few) == set(few) and all(by_few[r] == by_many[r] for r in few)
+    assert [j.id for j in jobs_few] == ["j-m00", "j-m03"]  # oldest first
+    assert jobs_few == [j for j in jobs_many if j.run_id in few]
+    assert [j.ready for j in jobs_few] == [False, True]  # a Boolean column read back as SQLAlchemy reads it
+    if db.is_sqlite:
+        assert through_sqlalchemy == 0, seen
+    assert len(seen) > through_sqlalchemy  # many ids: through SQLAlchemy
     await db.dispose()

@@ -19,7 +19,7 @@ from corral.domain.documents import json_default
 from corral.domain.events import instance_target
 from corral.domain.records import FleetRec, InstanceQuery, InstanceRec
 from corral.domain.statuses import FLEET_STATUS, INSTANCE_STATUS, READY_INSTANCE, UNFINISHED_JOB
-from corral.store import direct
+from corral.store import direct, prebuilt
 from corral.store.errors import Conflict
 from corral.store.events import emit, tracked_update, tracked_update_by_id
 from corral.store.tables import COUNTED_INSTANCE_SQL, fleets, instances, jobs, projects
@@ -284,19 +284,33 @@ async def get_instance(conn: AsyncConnection, instance_id: str) -> InstanceRec |
 
 
 #: The instances ``:ids`` with their project's and fleet's names (built once: ``store/prebuilt.py`` says why).
-_INSTANCES_BY_IDS = (
+_INSTANCES_NAMED = (
     sa.select(instances, projects.c.name.label("project_name"), fleets.c.name.label("fleet_name"))
     .join(projects, projects.c.id == instances.c.project_id)
     .outerjoin(fleets, fleets.c.id == instances.c.fleet_id)
-    .where(instances.c.id.in_(sa.bindparam("ids", expanding=True)))
 )
+_INSTANCES_BY_IDS = _INSTANCES_NAMED.where(instances.c.id.in_(sa.bindparam("ids", expanding=True)))
 
 
 async def list_instances_by_ids(conn: AsyncConnection, ids: Sequence[str]) -> list[InstanceRec]:
     if not ids:
         return []
-    rows = await conn.execute(_INSTANCES_BY_IDS, {"ids": list(ids)})
+    if len(ids) <= prebuilt.LISTED:  # a pass over the jobs a placement just handed over: a few
+        rows = await direct.execute(conn, _instances_by_ids(len(ids)), prebuilt.ids_params(ids))
+    else:
+        rows = await conn.execute(_INSTANCES_BY_IDS, {"ids": list(ids)})
     return [instance_from_row(r, r.project_name, r.fleet_name) for r in rows]
+
+
+#: :data:`_INSTANCES_BY_IDS` for a few ids, one parameter each (``prebuilt.in_ids``), by their number.
+_INSTANCES_LISTED: dict[int, sa.Select[Any]] = {}
+
+
+def _instances_by_ids(n: int) -> sa.Select[Any]:
+    stmt = _INSTANCES_LISTED.get(n)
+    if stmt is None:
+        stmt = _INSTANCES_LISTED[n] = _INSTANCES_NAMED.where(prebuilt.in_ids(instances.c.id, n))
+    return stmt
 
 
 async def instance_statuses(conn: AsyncConnection, ids: Sequence[str]) -> dict[str, str]:
@@ -322,7 +336,9 @@ async def update_instance(
 #: The blocks unfinished jobs hold on an instance (``:_id``), recounted from the job rows.
 _LIVE_BLOCKS = sa.select(sa.func.coalesce(sa.func.sum(jobs.c.blocks), 0)).where(
     jobs.c.instance_id == sa.bindparam("_id"),
-    jobs.c.status.in_([sa.literal(s) for s in LIVE_JOB_STATUSES]),  # sent as compiled (``store/direct.py``)
+    jobs.c.status.in_(
+        [sa.literal(s, jobs.c.status.type) for s in LIVE_JOB_STATUSES]
+    ),  # sent as compiled (``store/direct.py``)
 )
 
 

@@ -81,3 +81,18 @@ def select_by_id(table: sa.Table, columns: tuple[str, ...], expect: int | None, 
         q = sa.select(*(table.c[c] for c in columns)).where(_where(table, expect))
         stmt = _SELECTS[key] = q.with_for_update(of=table) if lock else q
     return stmt
+
+
+#: Lists of ids up to this long are bound one parameter each, ``:_in_0``, ``:_in_1``, ... (a statement per length,
+#: sent as compiled, on SQLite by its driver: ``store/direct.py``); a longer one is an expanding parameter.
+LISTED = 16
+
+
+def in_ids(column: sa.ColumnElement[Any], n: int) -> sa.ColumnElement[bool]:
+    """``column IN (:_in_0, ..., :_in_<n-1>)`` (``n`` > 0)."""
+    return column.in_([sa.bindparam(f"_in_{i}") for i in range(n)])
+
+
+def ids_params(ids: Sequence[str]) -> dict[str, Any]:
+    """The parameters of :func:`in_ids`."""
+    return {f"_in_{i}": v for i, v in enumerate(ids)}

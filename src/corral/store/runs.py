@@ -15,7 +15,7 @@ from corral.domain.documents import LazyJSON
 from corral.domain.gateways import Publication
 from corral.domain.records import AGENT_LOG_SOURCE, JobRec, LogRec, RunRec
 from corral.domain.statuses import FINISHED_JOB, FINISHED_RUN, JOB_STATUS, RUN_STATUS
-from corral.store import deferred, direct, run_counts
+from corral.store import deferred, direct, prebuilt, run_counts
 from corral.store.events import tracked_update_by_id
 from corral.store.tables import ACTIVE_RUN_WHERE, fleets, gateways, jobs, logs, projects, runs, users
 
@@ -121,6 +121,25 @@ _JOBS_OF_RUNS = sa.select(jobs).where(jobs.c.run_id.in_(sa.bindparam("runs", exp
 _RUN_BY_ID = _run_select().where(runs.c.id == sa.bindparam("_id"))
 _JOB_BY_ID = sa.select(jobs).where(jobs.c.id == sa.bindparam("_id"))
 _RUNS_BY_IDS = _run_select().where(runs.c.id.in_(sa.bindparam("ids", expanding=True)))
+#: The same for a few ids, one parameter each (``prebuilt.in_ids``), by their number.
+_RUNS_OF: dict[int, sa.Select[Any]] = {}
+_JOBS_OF: dict[int, sa.Select[Any]] = {}
+
+
+def _runs_of(n: int) -> sa.Select[Any]:
+    stmt = _RUNS_OF.get(n)
+    if stmt is None:
+        stmt = _RUNS_OF[n] = _run_select().where(prebuilt.in_ids(runs.c.id, n))
+    return stmt
+
+
+def _jobs_of_runs(n: int) -> sa.Select[Any]:
+    stmt = _JOBS_OF.get(n)
+    if stmt is None:
+        stmt = _JOBS_OF[n] = sa.select(jobs).where(prebuilt.in_ids(jobs.c.run_id, n))
+    return stmt
+
+
 #: The jobs in ``:statuses`` (of the run ``:run_id``, of ``:ids``), oldest first (``list_jobs``).
 _JOBS_IN = sa.select(jobs).where(jobs.c.status.in_(sa.bindparam("statuses", expanding=True)))
 _LISTED_JOBS = {
@@ -153,6 +172,8 @@ async def _jobs_for(
         sub = sa.select(jobs, rank).where(jobs.c.run_id.in_(run_ids)).subquery()
         q = sa.select(*[sub.c[c.name] for c in jobs.c]).where(sub.c.rnk <= submissions_limit)
         rows = await conn.execute(q)
+    elif len(run_ids) <= prebuilt.LISTED:
+        rows = await direct.execute(conn, _jobs_of_runs(len(run_ids)), prebuilt.ids_params(run_ids))
     else:
         rows = await conn.execute(_JOBS_OF_RUNS, {"runs": list(run_ids)})
     for r in rows:
@@ -233,7 +254,10 @@ async def runs_by_ids(
 ) -> dict[str, RunRec]:
     if not ids:
         return {}
-    rows = (await conn.execute(_RUNS_BY_IDS, {"ids": list(ids)})).all()
+    if len(ids) <= prebuilt.LISTED:
+        rows = (await direct.execute(conn, _runs_of(len(ids)), prebuilt.ids_params(ids))).all()
+    else:
+        rows = (await conn.execute(_RUNS_BY_IDS, {"ids": list(ids)})).all()
     by_run = await _jobs_for(conn, [r.id for r in rows], submissions_limit) if include_jobs else {}
     return {r.id: _run(r, by_run.get(r.id, [])) for r in rows}
 
@@ -331,13 +355,35 @@ async def list_jobs(
     conn: AsyncConnection, statuses: Sequence[str], run_id: str | None = None, ids: Iterable[str] | None = None
 ) -> list[JobRec]:
     """The jobs in ``statuses`` (of run ``run_id``, of ``ids``), oldest first."""
-    q = _LISTED_JOBS[(ids is not None, run_id is not None)]
     params: dict[str, Any] = {"statuses": list(statuses)}
     if run_id is not None:
         params["run_id"] = run_id
     if ids is not None:
-        params["ids"] = list(ids)
+        params["ids"] = listed = list(ids)
+        if not listed:
+            return []
+        if len(listed) <= prebuilt.LISTED:  # a pass over the jobs a placement just handed over: a few
+            params = {**prebuilt.ids_params(listed), **({"run_id": run_id} if run_id is not None else {})}
+            q = _jobs_listed(tuple(statuses), len(listed), run_id is not None)
+            return [job_from_row(r) for r in await direct.execute(conn, q, params)]
+    q = _LISTED_JOBS[(ids is not None, run_id is not None)]
     return [job_from_row(r) for r in await conn.execute(q, params)]
+
+
+_JOBS_LISTED: dict[tuple[tuple[str, ...], int, bool], sa.Select[Any]] = {}
+
+
+def _jobs_listed(statuses: tuple[str, ...], n: int, by_run: bool) -> sa.Select[Any]:
+    """:func:`list_jobs`'s statement for ``n`` ids, its statuses literal values (sent as compiled)."""
+    key = (statuses, n, by_run)
+    stmt = _JOBS_LISTED.get(key)
+    if stmt is None:
+        literal = [sa.literal(s, jobs.c.status.type) for s in statuses]
+        q = sa.select(jobs).where(jobs.c.status.in_(literal), prebuilt.in_ids(jobs.c.id, n))
+        if by_run:
+            q = q.where(jobs.c.run_id == sa.bindparam("run_id"))
+        stmt = _JOBS_LISTED[key] = q.order_by(jobs.c.submitted_at)
+    return stmt
 
 
 async def get_job(conn: AsyncConnection, job_id: str) -> JobRec | None:
