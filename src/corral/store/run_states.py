@@ -1,14 +1,17 @@
-"""What the runs worker reads of active runs: their statuses and their jobs', in two narrow queries."""
+"""What the runs worker reads of active runs: their statuses and their jobs', in two narrow queries; and the same of
+one run, its row locked, in the transaction that has changed one of its jobs (:func:`lock_run`, :func:`with_jobs`)."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.store import direct
 from corral.store.tables import ACTIVE_RUN_WHERE, instances, jobs, runs
 
 
@@ -90,27 +93,24 @@ ACTIVE_RUNS = _RUNS.where(_ACTIVE)
 _SCOPED = _RUNS.where(_ACTIVE, runs.c.id.in_(sa.bindparam("ids", expanding=True)))
 _SCOPED_SETTLING = _SCOPED.where(runs.c.status != "pending")
 #: The jobs of the runs ``:runs``, with the fleet of the instance each is on.
-_RUN_JOBS = (
-    sa.select(
-        jobs.c.run_id,
-        jobs.c.replica_num,
-        jobs.c.job_num,
-        jobs.c.submission_num,
-        jobs.c.status,
-        jobs.c.status_message,
-        instances.c.fleet_id,
-        jobs.c.id,
-        jobs.c.termination_reason,
-        jobs.c.instance_id.is_not(None).label("provisioned"),
-        jobs.c.submitted_at,
-        jobs.c.finished_at,
-        jobs.c.ready,
-        jobs.c.ready_at,
-        jobs.c.stop_requested,
-    )
-    .outerjoin(instances, instances.c.id == jobs.c.instance_id)
-    .where(jobs.c.run_id.in_(sa.bindparam("runs", expanding=True)))
-)
+_JOB_COLUMNS = sa.select(
+    jobs.c.run_id,
+    jobs.c.replica_num,
+    jobs.c.job_num,
+    jobs.c.submission_num,
+    jobs.c.status,
+    jobs.c.status_message,
+    instances.c.fleet_id,
+    jobs.c.id,
+    jobs.c.termination_reason,
+    jobs.c.instance_id.is_not(None).label("provisioned"),
+    jobs.c.submitted_at,
+    jobs.c.finished_at,
+    jobs.c.ready,
+    jobs.c.ready_at,
+    jobs.c.stop_requested,
+).outerjoin(instances, instances.c.id == jobs.c.instance_id)
+_RUN_JOBS = _JOB_COLUMNS.where(jobs.c.run_id.in_(sa.bindparam("runs", expanding=True)))
 
 
 async def active_run_states(
@@ -133,37 +133,74 @@ async def active_run_states(
     for chunk_start in range(0, len(ids), 500):
         chunk = ids[chunk_start : chunk_start + 500]
         for r in await conn.execute(_RUN_JOBS, {"runs": chunk}):
-            by_run[r.run_id].append(
-                JobState(
-                    r.replica_num,
-                    r.job_num,
-                    r.submission_num,
-                    r.status,
-                    r.status_message,
-                    r.fleet_id,
-                    r.id,
-                    r.termination_reason,
-                    bool(r.provisioned),
-                    r.submitted_at,
-                    r.finished_at,
-                    r.ready,
-                    r.ready_at,
-                    r.stop_requested == "scaled_down",
-                    r.stop_requested == "preempted",
-                )
-            )
-    return [
-        RunState(
-            r.id,
-            r.status,
-            r.termination_reason,
-            r.fleet_id,
-            tuple(by_run[r.id]),
-            r.run_name,
-            r.submitted_at,
-            tuple(orjson.loads(r.schedule)) if r.schedule else None,
-            r.next_triggered_at,
-            bool(r.stop_on_master_done),
-        )
-        for r in run_rows
-    ]
+            by_run[r.run_id].append(_job_state(r))
+    return [_run_state(r, tuple(by_run[r.id])) for r in run_rows]
+
+
+def _job_state(r: Any) -> JobState:
+    """A job's state from its row (SQLAlchemy's, or ``store/direct.py``'s: its columns by name alike)."""
+    return JobState(
+        r.replica_num,
+        r.job_num,
+        r.submission_num,
+        r.status,
+        r.status_message,
+        r.fleet_id,
+        r.id,
+        r.termination_reason,
+        bool(r.provisioned),
+        r.submitted_at,
+        r.finished_at,
+        r.ready,
+        r.ready_at,
+        r.stop_requested == "scaled_down",
+        r.stop_requested == "preempted",
+    )
+
+
+def _run_state(r: Any, run_jobs: tuple[JobState, ...]) -> RunState:
+    return RunState(
+        r.id,
+        r.status,
+        r.termination_reason,
+        r.fleet_id,
+        run_jobs,
+        r.run_name,
+        r.submitted_at,
+        tuple(orjson.loads(r.schedule)) if r.schedule else None,
+        r.next_triggered_at,
+        bool(r.stop_on_master_done),
+    )
+
+
+# one run's statements, built once (run by SQLite's driver itself: ``store/direct.py``): its row by id (on
+# Postgres locked, ``FOR NO KEY UPDATE`` -- the lock its UPDATE takes, so a job inserted for it meanwhile, its foreign
+# key checked, does not wait -- unless another transaction holds it: ``SKIP LOCKED``), and its jobs
+_RUN_BY_ID = _RUNS.where(runs.c.id == sa.bindparam("_id"))
+_RUN_BY_ID_LOCKED = _RUN_BY_ID.with_for_update(key_share=True, skip_locked=True)
+_JOBS_OF_RUN_BY_ID = _JOB_COLUMNS.where(jobs.c.run_id == sa.bindparam("_run"))
+
+
+@dataclass(frozen=True)
+class LockedRun:
+    """A run's row as :func:`lock_run` read it, for :func:`with_jobs`."""
+
+    #: Its row (SQLAlchemy's, or ``store/direct.py``'s).
+    row: Any
+
+
+async def lock_run(conn: AsyncConnection, run_id: str) -> LockedRun | None:
+    """Read the run ``run_id``'s row, locked for the rest of the transaction (Postgres; SQLite's write transaction
+    already excludes every other writer); None if there is no such run, or if another transaction holds its row.
+    Called by a transaction that has written one of the run's jobs: it never waits for the run's row, since a
+    user's stop writes the run's row and then its jobs' (and a resubmission a job's, then its run's), and waiting
+    would deadlock with them. The caller leaves a run it could not lock to the runs worker."""
+    stmt = _RUN_BY_ID if conn.dialect.name == "sqlite" else _RUN_BY_ID_LOCKED
+    row = (await direct.execute(conn, stmt, {"_id": run_id})).first()
+    return LockedRun(row) if row is not None else None
+
+
+async def with_jobs(conn: AsyncConnection, run: LockedRun) -> RunState:
+    """The run :func:`lock_run` read, with its jobs as this transaction sees them now."""
+    rows = await direct.execute(conn, _JOBS_OF_RUN_BY_ID, {"_run": run.row.id})
+    return _run_state(run.row, tuple(_job_state(r) for r in rows))

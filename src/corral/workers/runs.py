@@ -2,7 +2,12 @@
 run gets its final status and termination reason; a replica whose job failed after it ran is submitted
 again when the job's ``retry`` says so (``corral.domain.retry``). A scheduled run (``schedule``) that
 ends other than by a user's stop goes back to ``pending`` for its next trigger, as in dstack 0.22.5
-(``workers/triggers.py`` fires it)."""
+(``workers/triggers.py`` fires it).
+
+The same decision (:func:`decide_one`) settles a run of one job in the transaction that changes its job
+(:func:`settle_with_job`, called by the jobs worker): the run goes ``running`` with its job's start and ends with
+its job's end, without a pass. A run it declines (:func:`decide_alone`: more than one job, a service, a schedule,
+a stop, a retry to make) is this worker's, woken for it as before."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from corral.context import Context
 from corral.domain.cron import next_trigger
 from corral.domain.retry import Submission, Verdict, needs_retry_evaluation, resubmit_at, retry_duration, verdict
 from corral.domain.statuses import (
+    ACTIVE_RUN,
     FINISHED_JOB,
     FINISHED_RUN,
     STOPPABLE_JOB,
@@ -28,6 +34,7 @@ from corral.domain.statuses import (
 from corral.store import resubmit as resubmit_store
 from corral.store import run_counts, run_states
 from corral.store import runs as run_store
+from corral.store.db import Connection
 from corral.store.errors import Conflict
 from corral.workers.service_health import is_service, plan_service
 
@@ -301,6 +308,96 @@ def _give_up_values(now: float) -> dict[str, object]:
     }
 
 
+async def load(conn: Connection, states: list[run_states.RunState]) -> Loaded:
+    """What a decision on ``states`` needs besides them, read in ``conn``: each run's latest jobs and histories,
+    the ``retry`` of the jobs whose retry is evaluated, and which preempted jobs are dev environments'."""
+    active = [run for run in states if run.status != RunStatus.TERMINATING.value]
+    latest_by_run = {run.id: _latest(run) for run in states}
+    histories = {run.id: _histories(run) for run in active}
+    # only the specs of failed jobs that ran are read (a job never placed is not resubmitted)
+    to_evaluate = [
+        j.id
+        for run in active
+        for key, j in latest_by_run[run.id].items()
+        if is_service(run.jobs)  # a service's retry.duration is its clock (service_health)
+        or (
+            needs_retry_evaluation(j.status, j.termination_reason)
+            and any(s.provisioned for s in histories[run.id].get(key, []))
+        )
+    ]
+    retries = await resubmit_store.retry_specs(conn, to_evaluate)
+    # a preempted dev environment is not requeued (``plan_retry``)
+    preempted = [
+        j.id
+        for run in active
+        for j in latest_by_run[run.id].values()
+        if j.preempted and j.status == JobStatus.FAILED.value
+    ]
+    interactive = await resubmit_store.dev_environment_jobs(conn, preempted)
+    return Loaded(states, latest_by_run, histories, retries, interactive)
+
+
+# --- a run settled in the transaction that changes its job ------------------------------------------------------
+
+
+def settles_alone(run: run_states.RunState) -> bool:
+    """Whether the transaction that changes a job of ``run`` may settle the run's status itself, with
+    :func:`decide_one` (the runs worker's own decision): a run of one job (every submission of one replica's one
+    job), neither scheduled nor a service, not stopping, and no job of it preempted or retired. Any other run is
+    the runs worker's: multi-job runs, services, scheduled runs, stops, preemptions. Pure."""
+    if run.status not in ACTIVE_RUN or run.schedule or is_service(run.jobs):
+        return False
+    if len({(j.replica_num, j.job_num) for j in run.jobs}) != 1:
+        return False
+    return not any(j.preempted or j.retired for j in run.jobs)
+
+
+def decide_alone(loaded: Loaded, now: float) -> tuple[bool, dict[str, object] | None]:
+    """For the one run of ``loaded`` (read in the transaction that changed its job): whether that transaction
+    settles it (False: the runs worker must decide, e.g. a retry to make or timers to arm), and the values it
+    writes then (None: its status stays). :func:`decide_one` decides, as for the runs worker's pass. Pure."""
+    (run,) = loaded.states
+    if not settles_alone(run):
+        return False, None
+    d = decide_one(run, loaded.latest[run.id], loaded.histories.get(run.id), loaded.retries, now, loaded.interactive)
+    if d is None:
+        return True, None
+    if d.wake_at or d.resubmit or d.stop_jobs is not None or d.give_up or d.values is None:
+        return False, None
+    return True, d.values
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What the transaction that changed a job did of its run's status (:func:`settle_with_job`)."""
+
+    #: The run is settled (its status written, or it stays): the runs worker need not be woken for it.
+    done: bool
+    #: The run's name and the values written when it finished (logged once the transaction commits).
+    finished: tuple[str, dict[str, object]] | None = None
+
+    def log(self) -> None:
+        """Log the run's end, as the runs worker logs it (call once the transaction committed)."""
+        if self.finished is not None:
+            _log_finished(*self.finished)
+
+
+async def settle_with_job(conn: Connection, locked: run_states.LockedRun, now: float) -> Settled:
+    """In the transaction that has just changed a job of ``locked``'s run (its row locked since:
+    ``run_states.lock_run``), settle the run as the runs worker would, from its jobs as this transaction sees them
+    (:func:`decide_alone`); a run it declines is left to the runs worker. The status is written through the
+    choke point, so its event follows the job's and the run counts move in the same transaction."""
+    state = await run_states.with_jobs(conn, locked)
+    ok, values = decide_alone(await load(conn, [state]), now)
+    if not ok or values is None:
+        return Settled(ok)
+    if not await run_store.update_run(conn, state.id, values, expect_status=(state.status,)):
+        return Settled(False)
+    if values.get("status") in FINISHED_RUN:
+        return Settled(True, (state.name or state.id, values))
+    return Settled(True)
+
+
 class Runs:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -318,31 +415,7 @@ class Runs:
         async with self.ctx.db.read() as conn:
             # a pending run waits for its trigger (workers/triggers.py), its jobs are an earlier trigger's; a run
             # only waiting in the queue changes when a job of it does: neither is read
-            states = await run_states.active_run_states(conn, settling=True, run_ids=scope)
-            active = [run for run in states if run.status != RunStatus.TERMINATING.value]
-            latest_by_run = {run.id: _latest(run) for run in states}
-            histories = {run.id: _histories(run) for run in active}
-            # only the specs of failed jobs that ran are read (a job never placed is not resubmitted)
-            to_evaluate = [
-                j.id
-                for run in active
-                for key, j in latest_by_run[run.id].items()
-                if is_service(run.jobs)  # a service's retry.duration is its clock (service_health)
-                or (
-                    needs_retry_evaluation(j.status, j.termination_reason)
-                    and any(s.provisioned for s in histories[run.id].get(key, []))
-                )
-            ]
-            retries = await resubmit_store.retry_specs(conn, to_evaluate)
-            # a preempted dev environment is not requeued (``plan_retry``)
-            preempted = [
-                j.id
-                for run in active
-                for j in latest_by_run[run.id].values()
-                if j.preempted and j.status == JobStatus.FAILED.value
-            ]
-            interactive = await resubmit_store.dev_environment_jobs(conn, preempted)
-        return Loaded(states, latest_by_run, histories, retries, interactive)
+            return await load(conn, await run_states.active_run_states(conn, settling=True, run_ids=scope))
 
     async def _act(self, loaded: Loaded, decisions: Sequence[RunDecision], now: float) -> None:
         """Arm the timers, resubmit the replicas and stop the failing runs' jobs, each in its own write."""

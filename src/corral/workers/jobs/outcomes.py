@@ -5,11 +5,13 @@ A job whose last reply holds its whole remaining output ends in one transaction:
 samples, its end and the release of this replica's lease (:class:`Tail`).
 
 What is recorded is decided by pure functions (:func:`started_values`, :func:`end_of`); :class:`JobOutcomes` is
-the component the jobs driver holds that writes it, and wakes what a job's end concerns.
+the component the jobs driver holds that writes it, and wakes what a job's end concerns. A job's change settles its
+run's status in the same transaction where the runs worker's own decision allows it (a run of one job, no retry to
+make: :func:`corral.workers.runs.settle_with_job`); the runs worker is woken for the run only where it declines.
 
 May import: corral.domain, corral.schemas.wire, corral.scheduler.fleet_view (the backends' names on the wire),
-corral.store, corral.context, corral.workers.job_metrics and the container side of this package
-(:mod:`corral.workers.jobs.container`).
+corral.store, corral.context, corral.workers.job_metrics, corral.workers.runs (its decision on a run, made in a job's
+transaction) and the container side of this package (:mod:`corral.workers.jobs.container`).
 """
 
 from __future__ import annotations
@@ -29,12 +31,17 @@ from corral.domain.statuses import ACTIVE_JOB, HOLDING_JOB
 from corral.scheduler.fleet_view import WIRE_NAMES
 from corral.schemas import wire
 from corral.store import fleets as fleet_store
-from corral.store import leases
+from corral.store import leases, run_states
 from corral.store import runs as run_store
+from corral.store.db import Connection
 from corral.store.fleets import dump
 from corral.store.tables import jobs as jobs_table
 from corral.workers import job_metrics
 from corral.workers.jobs.container import runtime_data, with_agent_state
+from corral.workers.runs import Settled, settle_with_job
+
+#: A run its job's transaction did not settle: the runs worker is woken for it.
+UNSETTLED = Settled(False)
 
 
 @dataclass(frozen=True)
@@ -188,11 +195,30 @@ class JobOutcomes:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    def ended(self, job: JobRec) -> None:
-        """Wake what a job's end concerns: its run's status (this process's runs pass, for that run), the
-        capacity it freed and its volumes (:func:`after_end`)."""
-        self.ctx.wakeups.wake_for("runs", (job.run_id,))
+    def ended(self, job: JobRec, settled: Settled = UNSETTLED) -> None:
+        """Wake what a job's end concerns: its run's status (:meth:`run_changed`), the capacity it freed and its
+        volumes (:func:`after_end`)."""
+        self.run_changed(job, settled)
         self.ctx.wakeups.wake(*after_end(job))
+
+    def run_changed(self, job: JobRec, settled: Settled) -> None:
+        """After the transaction that changed ``job`` committed: log its run's end where that transaction settled
+        it, else wake this process's runs pass for that run."""
+        if settled.done:
+            settled.log()
+        else:
+            self.ctx.wakeups.wake_for("runs", (job.run_id,))
+
+    async def settle_run(self, conn: Connection, job: JobRec, changed: bool) -> Settled:
+        """In the transaction that has changed ``job`` (``changed``: its update matched), settle its run's status
+        where the runs worker's decision allows it (:func:`~corral.workers.runs.settle_with_job`); a run whose row
+        another transaction holds is left to the runs worker (``run_states.lock_run`` says why)."""
+        if not changed:
+            return UNSETTLED
+        locked = await run_states.lock_run(conn, job.run_id)
+        if locked is None:
+            return UNSETTLED
+        return await settle_with_job(conn, locked, time.time())
 
     async def reload(self, job_id: str) -> JobRec | None:
         async with self.ctx.db.read() as conn:
@@ -207,10 +233,12 @@ class JobOutcomes:
             values.update(status="running", last_processed_at=time.time(), ssh_seen_at=time.time())
         elif data == job.job_runtime_data:
             return
+        running = state.state == "running"
         async with self.ctx.db.write() as conn:
             ok = await run_store.update_job(conn, job.id, values, expect_status=("pulling",))
-        if ok and state.state == "running":
-            self.ctx.wakeups.wake_for("runs", (job.run_id,))
+            settled = await self.settle_run(conn, job, ok and running)
+        if ok and running:
+            self.run_changed(job, settled)
 
     async def runtime(self, job: JobRec, state: JobState) -> None:
         """Record what the agent reports of a running job (its working dir once it started)."""
@@ -239,10 +267,11 @@ class JobOutcomes:
         async with self.ctx.db.write() as conn:
             if job.instance_id:  # the instance's row before the job's: see :meth:`finish`
                 await fleet_store.lock_instance(conn, job.instance_id)
-            await run_store.update_job(conn, job.id, values, expect_status=ACTIVE_JOB)
+            ok = await run_store.update_job(conn, job.id, values, expect_status=ACTIVE_JOB)
             if job.instance_id:
                 await fleet_store.release_instance(conn, job.instance_id, now)
-        self.ended(job)
+            settled = await self.settle_run(conn, job, ok)
+        self.ended(job, settled)
         return True
 
     async def finish(
@@ -284,5 +313,6 @@ class JobOutcomes:
                 await fleet_store.release_instance(conn, job.instance_id, now)
             if tail is not None and not ok:
                 await leases.release(conn, jobs_table, job.id, tail.token)
-        self.ended(job)
+            settled = await self.settle_run(conn, job, ok)
+        self.ended(job, settled)
         return True

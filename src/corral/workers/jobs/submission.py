@@ -342,12 +342,13 @@ class Submissions:
             dumped = {k: dump(v) if k.startswith("job_") else v for k, v in values.items()}
             async with self.ctx.db.write() as conn:
                 ok = await run_store.update_job(conn, job.id, dumped, expect_status=("provisioning",))
+                settled = await self.outcomes.settle_run(conn, job, ok)
         except BaseException:
             if first is not None:
                 first.cancel()
             raise
         if ok:
-            self.ctx.wakeups.wake_for("runs", (job.run_id,))
+            self.outcomes.run_changed(job, settled)
             if state.finished or not self.followers.following(job.id):
                 # the follower has the run's stored configuration, and the job as just written with its first poll
                 # (unless a stop was asked for meanwhile: then it reads the job afresh, and sends the stop at once)
