@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.records import FleetRec, InstanceRec
 from corral.domain.statuses import FLEET_STATUS
+from corral.store import direct, prebuilt
 from corral.store.fleets import instance_from_row
 from corral.store.tables import LIVE_INSTANCE_SQL, fleets, instances, projects
 
@@ -45,6 +46,18 @@ _FLEETS = (
 _WHOLE = sa.select(instances).where(instances.c.id.in_(sa.bindparam("ids", expanding=True)))
 #: How many ids one whole read binds at most.
 _CHUNK = 500
+#: :data:`_WHOLE` for a few ids (a pass after a placement or a job's end: one), one parameter each, by their number.
+_WHOLE_LISTED: dict[int, sa.Select[Any]] = {}
+
+
+async def _whole(conn: AsyncConnection, ids: list[str]) -> Any:
+    """The instances ``ids`` read whole: a few by a statement sent as compiled (``store/direct.py``)."""
+    if len(ids) > prebuilt.LISTED:
+        return await conn.execute(_WHOLE, {"ids": ids})
+    stmt = _WHOLE_LISTED.get(len(ids))
+    if stmt is None:
+        stmt = _WHOLE_LISTED[len(ids)] = sa.select(instances).where(prebuilt.in_ids(instances.c.id, len(ids)))
+    return await direct.execute(conn, stmt, prebuilt.ids_params(ids))
 
 
 async def _instance_state(conn: AsyncConnection) -> set[State]:
@@ -69,7 +82,7 @@ class FleetReader:
 
     async def read(self, conn: AsyncConnection) -> list[FleetRec]:
         """Active fleets, newest first, each with its live instances (by ``instance_num``)."""
-        rows = [r for r in (await conn.execute(_FLEETS)).all() if r.status == "active"]
+        rows = [r for r in (await direct.execute(conn, _FLEETS)).all() if r.status == "active"]
         names = {r.id: (r.project_name, r.name) for r in rows}
         state = {s for s in await _instance_state(conn) if s[1] in names}
         moved, gone = state - self._state, self._state - state
@@ -79,7 +92,7 @@ class FleetReader:
         self._state -= gone
         ids = [s[0] for s in moved]
         for start in range(0, len(ids), _CHUNK):
-            for row in await conn.execute(_WHOLE, {"ids": ids[start : start + _CHUNK]}):
+            for row in await _whole(conn, ids[start : start + _CHUNK]):
                 if row.fleet_id not in names or row.deleted or row.status == "terminated":  # went since the state
                     continue
                 project_name, fleet_name = names[row.fleet_id]
