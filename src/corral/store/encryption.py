@@ -134,7 +134,8 @@ def _decode_key(raw: str, where: str) -> bytes:
 
 def cipher_for(settings: Settings) -> Cipher:
     """The server's cipher (built once per key)."""
-    cache_key = (settings.encryption_key, str(settings.encryption_key_file))
+    # the key file is looked for (a stat, every apply) only where no key is given
+    cache_key = (settings.encryption_key, "" if settings.encryption_key else str(settings.encryption_key_file))
     with _lock:
         found = _cache.get(cache_key)
         if found is None:
