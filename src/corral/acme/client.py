@@ -4,8 +4,10 @@
 yet (again when the CA no longer knows it), orders, has the caller publish each token's key authorization where
 the CA fetches it (``http://<host>/.well-known/acme-challenge/<token>``), asks the CA to validate, polls (honouring
 ``Retry-After``), withdraws the token whatever happened, finalizes with a CSR for a fresh P-256 key and downloads
-the chain. A ``badNonce`` is retried with the nonce that came with it (RFC 8555 §6.5); every other problem
-document becomes an :class:`AcmeError`.
+the chain. ``register_if_forgotten()`` asks the CA whether it still knows the account (RFC 8555 §7.3.1's
+``onlyReturnExisting``) and registers it again when it does not: how a CA that lost its state is noticed.
+A ``badNonce`` is retried with the nonce that came with it (RFC 8555 §6.5); every other problem document becomes
+an :class:`AcmeError`.
 
 May import: ``corral.acme``'s own modules, ``corral.settings`` (a constant), httpx, cryptography and the standard
 library.
@@ -117,6 +119,20 @@ class AcmeClient:
         except asyncio.TimeoutError:
             raise timeout_error(host, address, self.timeout) from None
 
+    async def register_if_forgotten(self) -> bool:
+        """Whether the CA had forgotten the account (it is registered again then): ``newAccount`` with
+        ``onlyReturnExisting`` answers the account's URL when the CA knows the key, ``accountDoesNotExist`` when it
+        does not (RFC 8555 §7.3.1), and creates nothing. Raises :class:`AcmeError` when the CA cannot be asked."""
+        async with httpx.AsyncClient(verify=self._verify, timeout=REQUEST_TIMEOUT) as http:
+            s = _Session(self, http)
+            if await s.lookup():
+                return False
+            log.info(
+                "the ACME server %s no longer knows account %s; registering again", self.directory_url, self.account_url
+            )
+            await s.register()
+            return True
+
     async def _issue(self, host: str, publish: Publish, withdraw: Withdraw, address: str | None) -> Issued:
         async with httpx.AsyncClient(verify=self._verify, timeout=REQUEST_TIMEOUT) as http:
             s = _Session(self, http)
@@ -185,9 +201,17 @@ class _Session:
         return nonce
 
     async def post(
-        self, url: str, payload: object | None, *, doing: str, as_jwk: bool = False, accept: str = "application/json"
+        self,
+        url: str,
+        payload: object | None,
+        *,
+        doing: str,
+        as_jwk: bool = False,
+        accept: str = "application/json",
+        answered: str | None = None,
     ) -> httpx.Response:
-        """A signed POST (``payload`` None: POST-as-GET); ``badNonce`` retried, a forgotten account re-registered."""
+        """A signed POST (``payload`` None: POST-as-GET); ``badNonce`` retried, a forgotten account re-registered;
+        a problem of type ``answered`` handed back as the response rather than raised."""
         reregistered = False
         for _ in range(MAX_BAD_NONCE + 1):
             kid = None if as_jwk else self.client.account_url
@@ -197,6 +221,8 @@ class _Session:
             if resp.status_code < 400:
                 return resp
             problem = Problem.parse(_maybe_json(resp), resp.status_code)
+            if answered is not None and problem.type == answered:
+                return resp
             if problem.type == "badNonce":
                 log.debug("badNonce from %s; retrying with the fresh nonce", url)
                 continue
@@ -220,6 +246,17 @@ class _Session:
         doing = "registering the account"
         resp = await self.post(url, payload, doing=doing, as_jwk=True)
         self.client.account_url = _location(resp, doing)
+
+    async def lookup(self) -> bool:
+        """Whether the CA knows the account's key (RFC 8555 §7.3.1, ``onlyReturnExisting``); its URL kept if so."""
+        doing = "looking up the account"
+        url = (await self.directory()).new_account
+        payload = {"onlyReturnExisting": True}
+        resp = await self.post(url, payload, doing=doing, as_jwk=True, answered="accountDoesNotExist")
+        if resp.status_code >= 400:
+            return False
+        self.client.account_url = _location(resp, doing)
+        return True
 
     async def poll(self, url: str, parse: Callable[[object], _R | None], pending: set[str], *, doing: str) -> _R:
         """POST-as-GET ``url`` until its status leaves ``pending``, waiting as ``Retry-After`` says."""
