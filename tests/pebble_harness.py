@@ -12,7 +12,8 @@ share of requests answered ``badNonce``). ``eab_keys`` turns on ``externalAccoun
 keys (key id -> base64url key).
 
 Pebble makes a new issuing root at every start: :meth:`PebbleLab.root_pem` fetches it from the management API
-(``/roots/0``); :meth:`PebbleLab.restart` restarts pebble (new root, accounts and orders forgotten).
+(``/roots/0``); :meth:`PebbleLab.restart` restarts pebble (new root, accounts and orders forgotten);
+:meth:`PebbleLab.stop_ca` and :meth:`PebbleLab.start_ca` do the same in two steps, the CA unreachable between them.
 
 Hosts that answer the CA's HTTP-01 fetches are network namespaces on the bridge (:meth:`PebbleLab.add_host`),
 each with its own address; a test runs its server there with :meth:`PebbleLab.spawn_in`. A gateway on a fake
@@ -253,7 +254,15 @@ class PebbleLab:
 
     def restart(self) -> None:
         """Restart pebble: a new issuing root, and every account, order and nonce forgotten."""
+        self.stop_ca()
+        self.start_ca()
+
+    def stop_ca(self) -> None:
+        """Stop pebble alone: the CA is unreachable until :meth:`start_ca`."""
         self._stop_proc("pebble")
+
+    def start_ca(self) -> None:
+        """Start pebble again after :meth:`stop_ca`: as after :meth:`restart`, a new root and no account known."""
         self._start_pebble()
 
     def stop(self) -> None:

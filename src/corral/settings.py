@@ -227,6 +227,10 @@ class Settings:
     acme_eab_hmac_key: str | None = None
     #: The PEM file the ACME server's TLS is verified against (``CORRAL_ACME_CA_BUNDLE``; None: the system store).
     acme_ca_bundle: Path | None = None
+    #: How often, in seconds, the server asks the ACME server whether it still knows the server's account while
+    #: gateways hold its certificates (``CORRAL_ACME_ACCOUNT_CHECK_INTERVAL``; docs/gateways.md, "A CA that lost
+    #: its state").
+    acme_account_check_interval: float = 300.0
 
     def unreachable_timeout(self, backend: str) -> float:
         """How long an instance of ``backend`` may go without its agent answering before it is given up."""
@@ -555,8 +559,15 @@ def _acme(s: Settings, e: dict[str, str]) -> Settings:
             f"CORRAL_ACME_CA_BUNDLE={bundle!r} is not a file: point it at the PEM of the CA that the ACME server's "
             "TLS certificate chains to, or unset it to use the system store"
         )
+    check = _float_env(e, "CORRAL_ACME_ACCOUNT_CHECK_INTERVAL", Settings.acme_account_check_interval)
+    if check is None or check <= 0:
+        raise SettingsError(
+            f"CORRAL_ACME_ACCOUNT_CHECK_INTERVAL={e['CORRAL_ACME_ACCOUNT_CHECK_INTERVAL']!r} must be a number of "
+            f"seconds above 0 (default {Settings.acme_account_check_interval:g})"
+        )
     return replace(
         s,
+        acme_account_check_interval=check,
         acme_server=server or LETS_ENCRYPT_DIRECTORY,
         acme_eab_kid=kid,
         acme_eab_hmac_key=key,

@@ -17,6 +17,11 @@ def test_the_default_ca_is_lets_encrypt_and_the_system_store_checks_it() -> None
     assert (s.acme_server, s.acme_eab_kid, s.acme_eab_hmac_key, s.acme_ca_bundle) == (LETS_ENCRYPT, None, None, None)
 
 
+def test_the_account_is_checked_every_five_minutes_unless_set() -> None:
+    assert Settings.from_env({}).acme_account_check_interval == 300.0
+    assert Settings.from_env({"CORRAL_ACME_ACCOUNT_CHECK_INTERVAL": "30"}).acme_account_check_interval == 30.0
+
+
 def test_corral_names_win_over_dstacks(tmp_path: pathlib.Path) -> None:
     bundle = tmp_path / "ca.pem"
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
@@ -47,6 +52,9 @@ def test_corral_names_win_over_dstacks(tmp_path: pathlib.Path) -> None:
         ({"CORRAL_ACME_EAB_KID": "kid"}, ["CORRAL_ACME_EAB_KID", "CORRAL_ACME_EAB_HMAC_KEY"]),
         ({"DSTACK_ACME_EAB_HMAC_KEY": "key"}, ["DSTACK_ACME_EAB_HMAC_KEY", "CORRAL_ACME_EAB_KID"]),
         ({"CORRAL_ACME_CA_BUNDLE": "/nonexistent/ca.pem"}, ["CORRAL_ACME_CA_BUNDLE", "not a file"]),
+        ({"CORRAL_ACME_ACCOUNT_CHECK_INTERVAL": "0"}, ["CORRAL_ACME_ACCOUNT_CHECK_INTERVAL", "above 0"]),
+        ({"CORRAL_ACME_ACCOUNT_CHECK_INTERVAL": "off"}, ["CORRAL_ACME_ACCOUNT_CHECK_INTERVAL", "above 0"]),
+        ({"CORRAL_ACME_ACCOUNT_CHECK_INTERVAL": "5m"}, ["CORRAL_ACME_ACCOUNT_CHECK_INTERVAL", "seconds"]),
     ],
 )
 def test_unusable_values_are_refused_naming_the_setting(env: dict[str, str], names: list[str]) -> None:

@@ -120,6 +120,28 @@ def test_hosts_to_certify() -> None:
     assert ops.hosts_to_certify(["x"], {"x": NOW + 20 * DAY}, recorded_no_start, NOW) == ["x"]
 
 
+def test_certificates_issued_before_the_acme_servers_reset_are_due() -> None:
+    reset = NOW - 60.0
+    before = CertificateState("before", NOW - DAY, NOW + 5 * 365 * DAY, None, None, issued_at=NOW - DAY)
+    after = CertificateState("after", NOW - 30, NOW + 5 * 365 * DAY, None, None, issued_at=NOW - 30)
+    untimed = CertificateState("untimed", NOW - DAY, NOW + 5 * 365 * DAY, None, None)  # recorded before issued_at
+    failed_since = CertificateState("failed-since", NOW - DAY, NOW + 5 * 365 * DAY, NOW - 10, "rate limited", NOW - DAY)
+    unissued = CertificateState("unissued", None, None, NOW - 7200, "DNS points elsewhere")
+    assert [ops.issued_before_reset(s, reset) for s in (before, after, untimed, unissued, None)] == [
+        True, False, True, False, False,
+    ]  # fmt: skip
+    assert not ops.issued_before_reset(before, None)  # no reset found
+
+    known = {s.host: s for s in (before, after, untimed, failed_since)}
+    on_gateway = {h: s.not_after for h, s in known.items() if s.not_after is not None}
+    hosts = sorted(known)
+    assert ops.hosts_to_certify(hosts, on_gateway, known, NOW, reset) == ["before", "untimed"]
+    assert ops.hosts_to_certify(hosts, on_gateway, known, NOW) == []  # long-lived, and no reset
+    # a certificate the gateway serves that is not the one recorded (installed by hand): the renewal rule alone
+    by_hand = {"before": NOW + 80 * DAY}
+    assert ops.hosts_to_certify(["before"], by_hand, known, NOW, reset) == []
+
+
 def test_new_requests_and_status_message() -> None:
     assert ops.new_requests(10, 4) == 6
     assert ops.new_requests(3, 5) == 0  # a restarted gateway counts from zero again

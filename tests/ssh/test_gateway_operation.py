@@ -4,7 +4,8 @@ pebble's root only; the system store refuses it; 403 without a token, with a bad
 process killed and started again by the next pass, a stopped service withdrawn, the host gone ("Gateway
 unreachable"; the service still served by the in-server proxy) and back, a restarted server registering the
 service again, a certificate refused when DNS points at a host with nothing on port 80, a certificate due for
-renewal renewed from a CA that restarted with a new root, and deleting it closes ports 80/443 and gives the host
+renewal renewed from a CA that restarted with a new root, a certificate not due issued again once the server
+notices that the CA lost its state (its account forgotten), and deleting it closes ports 80/443 and gives the host
 back to jobs."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import socket
 import ssl
 from collections.abc import AsyncIterator, Iterator
@@ -51,16 +53,20 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PebbleLab]:
         pebble.stop()
 
 
-@pytest.fixture
-async def server(tmp_path: Path, hosts: FakeHosts, lab: PebbleLab) -> AsyncIterator[RunningServer]:
-    settings = make_settings(
+def _settings(tmp_path: Path, lab: PebbleLab, **extra: Any) -> Any:
+    return make_settings(
         tmp_path,
         **{**SSH_SETTINGS, "safety_net_interval": 1.0, "provisioning_timeout": 20.0},
         acme_server=lab.directory_url,
         acme_ca_bundle=lab.ca_bundle,
         sandbox="on",  # the replicas in their own network namespaces
+        **extra,
     )
-    async with running_server(settings) as s:
+
+
+@pytest.fixture
+async def server(tmp_path: Path, hosts: FakeHosts, lab: PebbleLab) -> AsyncIterator[RunningServer]:
+    async with running_server(_settings(tmp_path, lab)) as s:
         yield s
 
 
@@ -541,3 +547,59 @@ async def test_a_certificate_due_is_renewed_from_a_ca_that_restarted_with_a_new_
         await stop_all_runs(c)
         assert (await c.post(G + "/delete", json={"names": ["gw"]})).status_code == 200
         await wait_for(lambda: _gone(c, "gw"), timeout=30)
+
+
+#: The check interval of the next test: short, so that the CA's reset is noticed within seconds.
+CHECK_INTERVAL = 2.0
+
+
+async def test_a_ca_that_lost_its_state_is_noticed_and_a_certificate_not_due_is_issued_again(
+    hosts: FakeHosts, lab: PebbleLab, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="corral.gateways")
+    ip = hosts.ip("cpu1")
+    lab.set_default_ipv4(ip)
+    host = f"svc.{DOMAIN}"
+    old_root, new_root = tmp_path / "old-root.pem", tmp_path / "new-root.pem"
+    old_root.write_text(lab.root_pem())
+    settings = _settings(tmp_path, lab, acme_account_check_interval=CHECK_INTERVAL)
+    async with running_server(settings) as server, server.client() as c:
+        await apply_fleet(c, ssh_fleet(hosts, "edge", [ip]))
+        await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+        await start_service(c, "svc")
+        conf = {"type": "gateway", "name": "gw", "backend": "remote", "region": "edge", "domain": DOMAIN}
+        r = await c.post(G + "/apply", json={"plan": {"spec": {"configuration": conf}}, "force": False})
+        assert r.status_code == 200, r.text
+        gw = await wait_for(lambda: gateway_is(c, "gw", "running"), timeout=60)
+        await publish(server, "svc", gw["id"])
+        await wait_for(lambda: _served(ip, host, old_root, server.token), timeout=60, interval=0.5)
+        await asyncio.sleep(2 * CHECK_INTERVAL)  # checks while the CA still knows the account: nothing issued
+        assert await _served(ip, host, old_root, server.token)
+
+        # the CA goes away: the checks fail, and that is no reset (a log line each, nothing issued)
+        lab.stop_ca()
+        caplog.clear()
+        await asyncio.sleep(3 * CHECK_INTERVAL)
+        failed = [m for m in caplog.messages if "was not asked whether it still knows this server's account" in m]
+        assert 1 <= len(failed) <= 4 and all(lab.directory_url in m for m in failed), caplog.messages
+        assert not [m for m in caplog.messages if "no longer knows" in m or "certificate for" in m], caplog.messages
+
+        # it comes back restarted: a new root, the server's account forgotten. The certificate the gateway serves is
+        # pebble's (years left: not due), yet it chains to the old root, which clients of the CA's current one refuse
+        lab.start_ca()
+        new_root.write_text(lab.root_pem())
+        assert new_root.read_text() != old_root.read_text()
+        await wait_for(lambda: _served(ip, host, new_root, server.token), timeout=30, interval=0.5)
+        assert not await _served(ip, host, old_root, server.token)
+
+        events = await _messages(c, target_gateways=[gw["id"]])
+        reset = (
+            f"ACME server {lab.directory_url} no longer knows this server's account (it was reset): "
+            "its certificates are issued again"
+        )
+        assert events.count(reset) == 1, events
+        assert events.count(f"Certificate for {host} issued") == 2, events
+        await stop_all_runs(c)
+        assert (await c.post(G + "/delete", json={"names": ["gw"]})).status_code == 200
+        await wait_for(lambda: _gone(c, "gw"), timeout=30)
+        await delete_all_fleets(c)

@@ -162,14 +162,16 @@ def status_message(unreachable: str | None, certificate_errors: Mapping[str, str
 
 @dataclass(frozen=True)
 class CertificateState:
-    """What the server knows of a host's certificate on a gateway: its validity (as issued) and its last
-    failure (when and why)."""
+    """What the server knows of a host's certificate on a gateway: its validity (as issued), its last
+    failure (when and why), and when the server began the issuance of the certificate it recorded (None: not
+    recorded, as for certificates issued before the server kept it)."""
 
     host: str
     not_before: float | None
     not_after: float | None
     failed_at: float | None
     error: str | None
+    issued_at: float | None = None
 
 
 #: The lifetime assumed for a certificate whose start the server did not record (one the gateway had before):
@@ -177,20 +179,34 @@ class CertificateState:
 ASSUMED_LIFETIME = timedelta(days=90)
 
 
+def issued_before_reset(state: CertificateState | None, reset_at: float | None) -> bool:
+    """Whether the certificate recorded in ``state`` came from the ACME server before it lost its state (at
+    ``reset_at``: a new root, so that clients trusting its current root refuse the chain). A certificate recorded
+    without its issuance time was issued before the server kept it, so before any reset it found."""
+    if reset_at is None or state is None or state.not_after is None:
+        return False
+    return state.issued_at is None or state.issued_at < reset_at
+
+
 def hosts_to_certify(
-    hosts: Sequence[str], on_gateway: Mapping[str, float], known: Mapping[str, CertificateState], now: float
+    hosts: Sequence[str],
+    on_gateway: Mapping[str, float],
+    known: Mapping[str, CertificateState],
+    now: float,
+    reset_at: float | None = None,
 ) -> list[str]:
     """The hosts of ``hosts`` to get a certificate for now (``on_gateway``: host -> not_after of the certificate
     the gateway serves), by the renewal rule of ``domain.certificates``: none served, or a third of its lifetime
-    left, and no failed attempt for the host in the last hour."""
+    left, or the one served is the one recorded and it was issued before the ACME server's reset (``reset_at``,
+    :func:`issued_before_reset`); and no failed attempt for the host in the last hour."""
     out = []
     for host in hosts:
         state = known.get(host)
         not_after = on_gateway.get(host)
-        dates = None
-        if not_after is not None:
+        recorded = not_after is not None and _served_is_recorded(state, not_after)
+        dates = None  # none served, or the one served is as good as none: the CA's reset made its chain stale
+        if not_after is not None and not (recorded and issued_before_reset(state, reset_at)):
             end = datetime.fromtimestamp(not_after, timezone.utc)
-            recorded = state is not None and state.not_after is not None and abs(state.not_after - not_after) < 1.0
             start = (
                 datetime.fromtimestamp(state.not_before, timezone.utc)
                 if recorded and state is not None and state.not_before is not None
@@ -202,3 +218,8 @@ def hosts_to_certify(
         if attempt_due(dates, failed_at, datetime.fromtimestamp(now, timezone.utc)):
             out.append(host)
     return out
+
+
+def _served_is_recorded(state: CertificateState | None, not_after: float) -> bool:
+    """Whether the certificate the gateway serves (``not_after``) is the one the server recorded."""
+    return state is not None and state.not_after is not None and abs(state.not_after - not_after) < 1.0

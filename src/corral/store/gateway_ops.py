@@ -2,9 +2,10 @@
 pass (running ones too, which ``to_operate`` leaves out), every gateway's secret hash at once (what the
 in-server proxy trusts, read once per cache period rather than per request), the gateway's lease, and the
 status message of a running gateway (liveness, certificate errors) without a status change; the ACME account
-key (sealed) and each host's certificate validity and last failure; the requests recorded from a gateway's
-stats (``service_request_stats`` rows under the gateway's own name, which the autoscaler sums with the
-in-server proxy's).
+key (sealed) and when the ACME server was last found to have lost the account (its reset), each host's
+certificate validity, issuance time and last failure, and the gateways that hold certificates; the requests
+recorded from a gateway's stats (``service_request_stats`` rows under the gateway's own name, which the
+autoscaler sums with the in-server proxy's).
 
 Imports the store's tables, leases and ``domain``.
 """
@@ -103,10 +104,35 @@ async def save_acme_account(conn: AsyncConnection, directory_url: str, key_seale
         )
 
 
+async def acme_reset_at(conn: AsyncConnection, directory_url: str) -> float | None:
+    """When the ACME server at ``directory_url`` was last found to have lost this server's account (None: never)."""
+    q = sa.select(acme_accounts.c.reset_at).where(acme_accounts.c.directory_url == directory_url)
+    r = (await conn.execute(q)).first()
+    return float(r[0]) if r is not None and r[0] is not None else None
+
+
+async def record_acme_reset(conn: AsyncConnection, directory_url: str, at: float) -> None:
+    """The ACME server at ``directory_url`` no longer knew the account at ``at`` (kept if a replica recorded a
+    later one)."""
+    row = acme_accounts.c.directory_url == directory_url
+    later = sa.or_(acme_accounts.c.reset_at.is_(None), acme_accounts.c.reset_at < at)
+    await conn.execute(sa.update(acme_accounts).where(row, later).values(reset_at=at))
+
+
+async def certified_gateways(conn: AsyncConnection) -> list[GatewayRec]:
+    """The gateways that hold a certificate the server got (oldest first)."""
+    held = sa.select(gateway_certificates.c.gateway_id).where(gateway_certificates.c.not_after.is_not(None))
+    q = sa.select(gateways.c.id).where(gateways.c.id.in_(held)).order_by(gateways.c.created_at, gateways.c.id)
+    ids = [r[0] for r in await conn.execute(q)]
+    found = await store.by_ids(conn, ids)
+    return [found[i] for i in ids if i in found]
+
+
 async def certificates(conn: AsyncConnection, gateway_id: str) -> dict[str, CertificateState]:
     q = sa.select(gateway_certificates).where(gateway_certificates.c.gateway_id == gateway_id)
     return {
-        r.host: CertificateState(r.host, r.not_before, r.not_after, r.failed_at, r.error) for r in await conn.execute(q)
+        r.host: CertificateState(r.host, r.not_before, r.not_after, r.failed_at, r.error, r.issued_at)
+        for r in await conn.execute(q)
     }
 
 
@@ -118,9 +144,11 @@ async def _upsert_certificate(conn: AsyncConnection, gateway_id: str, host: str,
 
 
 async def certificate_issued(
-    conn: AsyncConnection, gateway_id: str, host: str, not_before: float, not_after: float
+    conn: AsyncConnection, gateway_id: str, host: str, not_before: float, not_after: float, issued_at: float
 ) -> None:
+    """The certificate of ``host`` got (``issued_at``: when its issuance began)."""
     values = {"not_before": not_before, "not_after": not_after, "failed_at": None, "error": None}
+    values["issued_at"] = issued_at
     await _upsert_certificate(conn, gateway_id, host, values)
 
 

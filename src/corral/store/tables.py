@@ -603,17 +603,19 @@ run_pending_counts = sa.Table(
 )
 
 #: ACME accounts (the gateways' certificates), one per directory URL: the account key sealed with the server's
-#: key (``store/gateway_ops.py``).
+#: key (``store/gateway_ops.py``), and when the ACME server was last found to have lost the account (a reset:
+#: every certificate issued before it is issued again).
 acme_accounts = sa.Table(
     "acme_accounts",
     metadata,
     sa.Column("directory_url", sa.String(500), primary_key=True),
     sa.Column("key_sealed", sa.Text, nullable=False),
     sa.Column("created_at", Time, nullable=False),
+    sa.Column("reset_at", Time, nullable=True),
 )
 
-#: Each gateway's certificates as the server got them (validity), and the last failure to get one (when and
-#: why: what the renewal rule waits on and what a user reads), per host.
+#: Each gateway's certificates as the server got them (validity, and when their issuance began), and the last
+#: failure to get one (when and why: what the renewal rule waits on and what a user reads), per host.
 gateway_certificates = sa.Table(
     "gateway_certificates",
     metadata,
@@ -623,4 +625,5 @@ gateway_certificates = sa.Table(
     sa.Column("not_after", Time, nullable=True),
     sa.Column("failed_at", Time, nullable=True),
     sa.Column("error", sa.Text, nullable=True),
+    sa.Column("issued_at", Time, nullable=True),
 )
