@@ -24,8 +24,11 @@ from corral.store import run_counts
 from corral.store import runs as run_store
 from corral.store.db import Database
 from corral.store.migrate import upgrade
+from corral.store.run_states import JobState as RunJobState
+from corral.store.run_states import RunState
 from corral.store.tables import event_targets, events, instances, jobs, runs
 from corral.workers.jobs.outcomes import JobOutcomes, Tail
+from corral.workers.run_settle import settles_alone
 from corral.workers.runs import Runs
 from store_rows import a_run, admin_and_project
 
@@ -195,3 +198,32 @@ def test_a_job_that_ends_while_its_run_is_being_stopped_does_not_wait_for_the_st
             await db.dispose()
 
     asyncio.run(run())
+
+
+def _state(
+    run_status: str = "running", jobs: int = 1, schedule: tuple[str, ...] | None = None, **job: bool
+) -> RunState:
+    """A run of ``jobs`` jobs of one replica, each running (``job``: the jobs' flags: ``ready``, ``preempted``)."""
+    states = tuple(
+        RunJobState(0, n, 0, "running", None, None, f"j{n}", None, True, 0.0, None, **job) for n in range(jobs)
+    )
+    return RunState("r", run_status, None, None, states, schedule=schedule)
+
+
+@pytest.mark.parametrize(
+    ("state", "alone"),
+    [
+        (_state(), True),
+        (_state("submitted"), True),
+        (_state(jobs=2), False),  # a multi-node run
+        (_state("terminating"), False),  # a stop
+        (_state("pending"), False),
+        (_state(schedule=("0 * * * *",)), False),
+        (_state(ready=True), False),  # a service replica
+        (_state(preempted=True), False),
+    ],
+)
+def test_only_a_run_of_one_job_not_stopping_scheduled_nor_a_service_settles_with_its_job(
+    state: RunState, alone: bool
+) -> None:
+    assert settles_alone(state) is alone

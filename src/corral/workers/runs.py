@@ -5,9 +5,8 @@ ends other than by a user's stop goes back to ``pending`` for its next trigger, 
 (``workers/triggers.py`` fires it).
 
 The same decision (:func:`decide_one`) settles a run of one job in the transaction that changes its job
-(:func:`settle_with_job`, called by the jobs worker): the run goes ``running`` with its job's start and ends with
-its job's end, without a pass. A run it declines (:func:`decide_alone`: more than one job, a service, a schedule,
-a stop, a retry to make) is this worker's, woken for it as before."""
+(:mod:`corral.workers.run_settle`, called by the jobs worker); a run that declines is this worker's, woken for it
+as before."""
 
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ from corral.context import Context
 from corral.domain.cron import next_trigger
 from corral.domain.retry import Submission, Verdict, needs_retry_evaluation, resubmit_at, retry_duration, verdict
 from corral.domain.statuses import (
-    ACTIVE_RUN,
     FINISHED_JOB,
     FINISHED_RUN,
     STOPPABLE_JOB,
@@ -337,67 +335,6 @@ async def load(conn: Connection, states: list[run_states.RunState]) -> Loaded:
     return Loaded(states, latest_by_run, histories, retries, interactive)
 
 
-# --- a run settled in the transaction that changes its job ------------------------------------------------------
-
-
-def settles_alone(run: run_states.RunState) -> bool:
-    """Whether the transaction that changes a job of ``run`` may settle the run's status itself, with
-    :func:`decide_one` (the runs worker's own decision): a run of one job (every submission of one replica's one
-    job), neither scheduled nor a service, not stopping, and no job of it preempted or retired. Any other run is
-    the runs worker's: multi-job runs, services, scheduled runs, stops, preemptions. Pure."""
-    if run.status not in ACTIVE_RUN or run.schedule or is_service(run.jobs):
-        return False
-    if len({(j.replica_num, j.job_num) for j in run.jobs}) != 1:
-        return False
-    return not any(j.preempted or j.retired for j in run.jobs)
-
-
-def decide_alone(loaded: Loaded, now: float) -> tuple[bool, dict[str, object] | None]:
-    """For the one run of ``loaded`` (read in the transaction that changed its job): whether that transaction
-    settles it (False: the runs worker must decide, e.g. a retry to make or timers to arm), and the values it
-    writes then (None: its status stays). :func:`decide_one` decides, as for the runs worker's pass. Pure."""
-    (run,) = loaded.states
-    if not settles_alone(run):
-        return False, None
-    d = decide_one(run, loaded.latest[run.id], loaded.histories.get(run.id), loaded.retries, now, loaded.interactive)
-    if d is None:
-        return True, None
-    if d.wake_at or d.resubmit or d.stop_jobs is not None or d.give_up or d.values is None:
-        return False, None
-    return True, d.values
-
-
-@dataclass(frozen=True)
-class Settled:
-    """What the transaction that changed a job did of its run's status (:func:`settle_with_job`)."""
-
-    #: The run is settled (its status written, or it stays): the runs worker need not be woken for it.
-    done: bool
-    #: The run's name and the values written when it finished (logged once the transaction commits).
-    finished: tuple[str, dict[str, object]] | None = None
-
-    def log(self) -> None:
-        """Log the run's end, as the runs worker logs it (call once the transaction committed)."""
-        if self.finished is not None:
-            _log_finished(*self.finished)
-
-
-async def settle_with_job(conn: Connection, locked: run_states.LockedRun, now: float) -> Settled:
-    """In the transaction that has just changed a job of ``locked``'s run (its row locked since:
-    ``run_states.lock_run``), settle the run as the runs worker would, from its jobs as this transaction sees them
-    (:func:`decide_alone`); a run it declines is left to the runs worker. The status is written through the
-    choke point, so its event follows the job's and the run counts move in the same transaction."""
-    state = await run_states.with_jobs(conn, locked)
-    ok, values = decide_alone(await load(conn, [state]), now)
-    if not ok or values is None:
-        return Settled(ok)
-    if not await run_store.update_run(conn, state.id, values, expect_status=(state.status,)):
-        return Settled(False)
-    if values.get("status") in FINISHED_RUN:
-        return Settled(True, (state.name or state.id, values))
-    return Settled(True)
-
-
 class Runs:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -444,7 +381,7 @@ class Runs:
                         log.info("run %s: waiting for its next trigger at %s", run.name, at)
                         self.ctx.wakeups.wake("triggers")
             for run, values in finished:
-                _log_finished(run.name or run.id, values)
+                log_finished(run.name or run.id, values)
         for d in decisions:
             if d.give_up:
                 await self._stop_jobs(d.run.id, "server")
@@ -508,7 +445,7 @@ def retried_whole(latest: Mapping[tuple[int, int], run_states.JobState], resubmi
     )
 
 
-def _log_finished(name: str, values: Mapping[str, object]) -> None:
+def log_finished(name: str, values: Mapping[str, object]) -> None:
     status, reason, message = values.get("status"), values.get("termination_reason"), values.get("status_message")
     log.info(
         "run %s finished: %s (%s)%s",

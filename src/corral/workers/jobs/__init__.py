@@ -13,6 +13,6 @@
 The parts are held, not inherited: each module says what it owns and may import, none reaches into another's
 private names, and the imports run one way (driver -> submission -> follower -> outcomes, leases). The package
 may import: corral.domain, corral.scheduler, corral.schemas.wire, corral.store, corral.backends, corral.context,
-corral.settings, corral.workers.job_metrics, corral.workers.volumes and corral.workers.runs (its decision on a
-run, made in the transaction that changes the run's job: :mod:`.outcomes`).
+corral.settings, corral.workers.job_metrics, corral.workers.volumes and corral.workers.run_settle (a run settled in
+the transaction that changes its job: :mod:`.outcomes`).
 """

@@ -7,10 +7,10 @@ samples, its end and the release of this replica's lease (:class:`Tail`).
 What is recorded is decided by pure functions (:func:`started_values`, :func:`end_of`); :class:`JobOutcomes` is
 the component the jobs driver holds that writes it, and wakes what a job's end concerns. A job's change settles its
 run's status in the same transaction where the runs worker's own decision allows it (a run of one job, no retry to
-make: :func:`corral.workers.runs.settle_with_job`); the runs worker is woken for the run only where it declines.
+make: :func:`corral.workers.run_settle.settle_with_job`); the runs worker is woken for the run only where it declines.
 
 May import: corral.domain, corral.schemas.wire, corral.scheduler.fleet_view (the backends' names on the wire),
-corral.store, corral.context, corral.workers.job_metrics, corral.workers.runs (its decision on a run, made in a job's
+corral.store, corral.context, corral.workers.job_metrics, corral.workers.run_settle (its run settled in a job's
 transaction) and the container side of this package (:mod:`corral.workers.jobs.container`).
 """
 
@@ -38,7 +38,7 @@ from corral.store.fleets import dump
 from corral.store.tables import jobs as jobs_table
 from corral.workers import job_metrics
 from corral.workers.jobs.container import runtime_data, with_agent_state
-from corral.workers.runs import Settled, settle_with_job
+from corral.workers.run_settle import Settled, settle_with_job
 
 #: A run its job's transaction did not settle: the runs worker is woken for it.
 UNSETTLED = Settled(False)
@@ -211,7 +211,7 @@ class JobOutcomes:
 
     async def settle_run(self, conn: Connection, job: JobRec, changed: bool) -> Settled:
         """In the transaction that has changed ``job`` (``changed``: its update matched), settle its run's status
-        where the runs worker's decision allows it (:func:`~corral.workers.runs.settle_with_job`); a run whose row
+        where the runs worker's decision allows it (:func:`~corral.workers.run_settle.settle_with_job`); a run whose row
         another transaction holds is left to the runs worker (``run_states.lock_run`` says why)."""
         if not changed:
             return UNSETTLED
