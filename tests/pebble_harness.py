@@ -17,7 +17,8 @@ Pebble makes a new issuing root at every start: :meth:`PebbleLab.root_pem` fetch
 
 Hosts that answer the CA's HTTP-01 fetches are network namespaces on the bridge (:meth:`PebbleLab.add_host`),
 each with its own address; a test runs its server there with :meth:`PebbleLab.spawn_in`. A gateway on a fake
-SSH host (``fakehosts``) is reachable from pebble too: its /24 is routed on this machine.
+SSH host (``fakehosts``) is reachable from pebble too: its /24 is routed on this machine. ``http_port`` moves the
+port pebble validates on (its ``httpPort``), for a gateway on this machine that must not take its real port 80.
 
 Needs root (namespaces, a bridge, port 80) and the Debian package ``pebble`` (``scripts/test.sh`` installs it).
 """
@@ -133,8 +134,12 @@ class PebbleLab:
         *,
         eab_keys: dict[str, str] | None = None,
         nonce_reject: int | None = 0,
+        http_port: int = 80,
     ) -> None:
         self.base = pathlib.Path(base)
+        #: The port pebble's HTTP-01 validation connects to (its ``httpPort``): 80, as a public CA's, unless a
+        #: test's gateway listens elsewhere on this machine (a forward from port 80 stood in for).
+        self.http_port = http_port
         self.eab_keys = eab_keys
         self.nonce_reject = nonce_reject
         self.n = -1
@@ -205,7 +210,7 @@ class PebbleLab:
             "managementListenAddress": f"{self.bridge_ip}:{MANAGEMENT_PORT}",
             "certificate": str(self.base / "api.pem"),
             "privateKey": str(self.base / "api.key"),
-            "httpPort": 80,
+            "httpPort": self.http_port,
             "tlsPort": 443,
             "ocspResponderURL": "",
             "externalAccountBindingRequired": self.eab_keys is not None,

@@ -231,6 +231,11 @@ class Settings:
     #: gateways hold its certificates (``CORRAL_ACME_ACCOUNT_CHECK_INTERVAL``; docs/gateways.md, "A CA that lost
     #: its state").
     acme_account_check_interval: float = 300.0
+    #: The ports of this machine a gateway on a local fleet's instance listens on (``CORRAL_LOCAL_GATEWAY_HTTP_PORT``,
+    #: ``CORRAL_LOCAL_GATEWAY_HTTPS_PORT``): 80 and 443, unless a forward from those reaches the gateway elsewhere
+    #: (an ACME CA validates HTTP-01 on port 80 only: RFC 8555 §8.3; docs/gateways.md#a-gateway-on-a-local-fleet).
+    local_gateway_http_port: int = 80
+    local_gateway_https_port: int = 443
 
     def unreachable_timeout(self, backend: str) -> float:
         """How long an instance of ``backend`` may go without its agent answering before it is given up."""
@@ -351,6 +356,7 @@ class Settings:
         s = _disk(s, e)
         s = _plugins(s, e)
         s = _acme(s, e)
+        s = _local_gateway(s, e)
         if overrides:
             s = replace(s, **overrides)  # type: ignore[arg-type]
         return s
@@ -573,3 +579,22 @@ def _acme(s: Settings, e: dict[str, str]) -> Settings:
         acme_eab_hmac_key=key,
         acme_ca_bundle=Path(bundle).expanduser() if bundle else None,
     )
+
+
+def _local_gateway(s: Settings, e: dict[str, str]) -> Settings:
+    """``CORRAL_LOCAL_GATEWAY_HTTP_PORT`` and ``CORRAL_LOCAL_GATEWAY_HTTPS_PORT``: ports of this machine, 1-65535."""
+    for var, attr in (
+        ("CORRAL_LOCAL_GATEWAY_HTTP_PORT", "local_gateway_http_port"),
+        ("CORRAL_LOCAL_GATEWAY_HTTPS_PORT", "local_gateway_https_port"),
+    ):
+        raw = e.get(var)
+        if raw:
+            if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+                raise SettingsError(f"{var}={raw!r} must be a port number from 1 to 65535")
+            s = replace(s, **{attr: int(raw)})  # type: ignore[arg-type]
+    if s.local_gateway_http_port == s.local_gateway_https_port:
+        raise SettingsError(
+            f"CORRAL_LOCAL_GATEWAY_HTTP_PORT and CORRAL_LOCAL_GATEWAY_HTTPS_PORT are both {s.local_gateway_http_port}: "
+            "give them different ports"
+        )
+    return s

@@ -14,6 +14,7 @@ from corral.domain.gateways import (
     apply_refusal,
     changed_fields,
     configuration_error,
+    host_fleet_refusal,
     https_refusal,
     model_base_url,
     project_domain,
@@ -86,6 +87,19 @@ def test_what_corral_cannot_host_is_refused_with_dstacks_words(change: dict[str,
 
 
 AWS = {**CONF, "backend": "aws", "region": "us-east-1"}
+
+
+def test_which_fleets_host_a_remote_gateway() -> None:
+    # an SSH fleet, whatever the project's backends; a local fleet of a project that has the local backend
+    assert host_fleet_refusal("edge", True, None, ()) is None
+    assert host_fleet_refusal("edge", False, None, {"local"}) is None
+    assert host_fleet_refusal("edge", False, ["remote"], {"local", "aws"}) is None  # `local` goes as `remote`
+    assert host_fleet_refusal("edge", False, ["local"], {"local"}) is None
+    # a cloud fleet, or a fleet of a project without the local backend: refused, naming the fleet and the fixes
+    for backends, project in ((["aws"], {"local", "aws"}), (None, {"aws"})):
+        message = host_fleet_refusal("edge", False, backends, project)
+        assert message is not None and message.startswith("Fleet edge is neither an SSH fleet nor a local fleet")
+        assert "Fix `region`" in message and "`backend: aws`" in message
 
 
 def test_an_aws_gateway_is_a_vm_of_its_own() -> None:

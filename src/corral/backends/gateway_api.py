@@ -49,6 +49,7 @@ def _stats(raw: Mapping[str, Any]) -> dict[int, WindowStats]:
 
 class GatewayApi:
     def __init__(self, url: str, token: str, timeout: float = TIMEOUT) -> None:
+        self.url = url
         self._client = httpx.AsyncClient(
             base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout, trust_env=False
         )

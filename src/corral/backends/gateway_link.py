@@ -34,7 +34,7 @@ import hashlib
 import logging
 import shlex
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from corral.backends.ssh_conn import HostLink, SshError, SshTarget
 from corral.backends.ssh_secrets import KeyOpener
@@ -73,6 +73,27 @@ class Deployed:
     pid: int | None
     adopted: bool
     uploaded: bool
+
+
+class GatewayChannel(Protocol):
+    """What the gateways' operation needs of a gateway's host, wherever it is: an SSH fleet's host or a VM
+    (:class:`GatewayLink`), or this server's own machine (``gateway_local.LocalGatewayLink``)."""
+
+    @property
+    def label(self) -> str: ...
+
+    #: Moves on each time the server's address as the gateway reaches it changes: configure the gateway again.
+    generation: int
+
+    async def deploy(self, build: GatewayBuild, token: str) -> Deployed: ...
+
+    async def remove(self) -> None: ...
+
+    def management_url(self) -> str: ...
+
+    async def server_url(self) -> str: ...
+
+    async def close(self) -> None: ...
 
 
 def _text(data: bytes | str | None) -> str:

@@ -19,7 +19,6 @@ import logging
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from typing import Any
 from corral.agent import leftovers, sandbox
 from corral.agent.protocol import HostInfo
 from corral.agent.resources import detect_host_info
+from corral.backends import local_process
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
 from corral.domain.records import InstanceRec
@@ -138,14 +138,14 @@ class LocalCompute:
             token = (work_dir / "agent.token").read_text().strip()
         except (OSError, ValueError):
             return None
-        if not _alive(pid):
+        if not local_process.alive(pid):
             return None
         endpoint = AgentEndpoint(url=f"http://127.0.0.1:{port}", token=token, pid=pid, work_dir=str(work_dir))
         client = AgentClient(endpoint.url, token, timeout=self.request_timeout)
         try:
             info = await client.info()
         except (AgentUnreachable, AgentError):
-            _kill_group(pid)
+            local_process.kill_group(pid)
             return None
         finally:
             await client.aclose()
@@ -173,34 +173,26 @@ class LocalCompute:
             f.write(token)
         port_file = work_dir / "agent.port"
         port_file.unlink(missing_ok=True)
-        log = open(work_dir / "agent.log", "ab")  # noqa: SIM115 - handed to the child
-        try:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "corral.agent",
-                    "serve",
-                    "--work-dir",
-                    str(work_dir),
-                    "--token-file",
-                    str(token_file),
-                    *(["--docker-host", self.docker_host] if self.docker_host else []),
-                    *(a for p in self.hide for a in ("--hide", str(p))),
-                    "--sandbox",
-                    self.sandbox_mode,
-                    *(["--uid-range", self.uid_range] if self.uid_range else []),
-                    *(["--keep-free", str(self.keep_free)] if self.keep_free else []),
-                    *_gpus_args(instance),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                close_fds=True,
-            )
-        finally:
-            log.close()
+        proc = local_process.spawn_detached(
+            [
+                sys.executable,
+                "-m",
+                "corral.agent",
+                "serve",
+                "--work-dir",
+                str(work_dir),
+                "--token-file",
+                str(token_file),
+                *(["--docker-host", self.docker_host] if self.docker_host else []),
+                *(a for p in self.hide for a in ("--hide", str(p))),
+                "--sandbox",
+                self.sandbox_mode,
+                *(["--uid-range", self.uid_range] if self.uid_range else []),
+                *(["--keep-free", str(self.keep_free)] if self.keep_free else []),
+                *_gpus_args(instance),
+            ],
+            work_dir / "agent.log",
+        )
         self._procs[instance_id] = proc
         deadline = time.monotonic() + self.provisioning_timeout
         while not port_file.exists():
@@ -208,7 +200,7 @@ class LocalCompute:
                 tail = (work_dir / "agent.log").read_text(errors="replace")[-800:]
                 raise ProvisioningError(f"The local agent exited with code {proc.returncode}: {tail.strip()}")
             if time.monotonic() > deadline:
-                _kill_group(proc.pid)
+                local_process.kill_group(proc.pid)
                 raise ProvisioningError(f"The local agent did not start within {self.provisioning_timeout:.0f}s")
             await asyncio.sleep(0.01)
         port = int(port_file.read_text().strip())
@@ -217,7 +209,7 @@ class LocalCompute:
         try:
             info = await client.info()
         except (AgentUnreachable, AgentError) as e:
-            _kill_group(proc.pid)
+            local_process.kill_group(proc.pid)
             raise ProvisioningError(f"The local agent does not answer: {e}") from None
         finally:
             await client.aclose()
@@ -249,8 +241,8 @@ class LocalCompute:
                 await client.aclose()
             if agent.pid is not None:
                 if asked:
-                    await _wait_gone(agent.pid, 15.0)
-                _kill_group(agent.pid)
+                    await local_process.wait_gone(agent.pid, 15.0)
+                local_process.kill_group(agent.pid)
         proc = self._procs.pop(instance_id, None)
         if proc is not None:
             try:
@@ -303,7 +295,7 @@ class LocalCompute:
             pid_file = d / "agent.pid"
             if pid_file.exists():
                 try:
-                    _kill_group(int(pid_file.read_text().strip()))
+                    local_process.kill_group(int(pid_file.read_text().strip()))
                 except ValueError:
                     pass
             await self._forget_work_dir(d)
@@ -318,42 +310,3 @@ def _gpus_args(instance: InstanceRec) -> list[str]:
     if not isinstance(owned, list):
         return []
     return ["--gpus", ",".join(str(int(i)) for i in owned) or "none"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-async def _wait_gone(pid: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        await asyncio.sleep(0.05)
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass

@@ -2,8 +2,9 @@
 apply does to an existing gateway, and what a service published on a gateway is (its host, URL, model URL,
 and the registration the gateway's operation sends to the gateway's process).
 
-Where a gateway runs in corral: ``backend: remote`` and ``region: <an SSH fleet of the project>``; the gateway
-is held on one idle instance of that fleet (dstack 0.22.5 has no such gateway: "You can create gateways with
+Where a gateway runs in corral: ``backend: remote`` and ``region: <an SSH or local fleet of the project>``; the
+gateway is held on one idle instance of that fleet (an SSH host, or this server's machine for a local fleet), or
+``backend: aws`` on a VM of its own (dstack 0.22.5 has no gateway on a fleet's instance: "You can create gateways with
 the aws, azure, gcp, or kubernetes backends", dstack's docs, concepts/gateways; an on-prem gateway was asked
 for in dstack issue #1402).
 
@@ -13,7 +14,7 @@ Pure: imports the standard library and ``domain`` only.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,6 +35,9 @@ MAX_REPLICAS = 1
 UPDATABLE_FIELDS = ("domain", "default", "replicas")
 #: dstack's effective default of a service's ``https`` (``SERVICE_HTTPS_DEFAULT``).
 HTTPS_DEFAULT = True
+#: The backends of the instances a ``backend: remote`` gateway may be held on: an SSH fleet's host, or this server's
+#: own machine (an instance of a local fleet); a cloud instance is not (a gateway gets a VM of its own there).
+HOST_BACKENDS = ("ssh", "local")
 #: The message of a gateway whose fleet has no idle instance to hold.
 NO_IDLE_HOST = "No idle instance in fleet {fleet} to host the gateway"
 
@@ -66,12 +70,12 @@ class GatewayRec:
 
     @property
     def fleet_name(self) -> str:
-        """The SSH fleet the gateway's host is taken from (its ``region``)."""
+        """The SSH or local fleet the gateway's host is taken from (its ``region``)."""
         return str(self.configuration.get("region") or "")
 
     @property
     def backend(self) -> str:
-        """Where the gateway runs: ``remote`` (an SSH fleet's host) or ``aws`` (a VM of its own)."""
+        """Where the gateway runs: ``remote`` (an SSH fleet's host or a local fleet's) or ``aws`` (a VM of its own)."""
         return str(self.configuration.get("backend") or "remote")
 
     @property
@@ -83,6 +87,25 @@ class GatewayRec:
     def has_certificate(self) -> bool:
         """Whether the gateway serves TLS (``certificate`` is not null)."""
         return self.configuration.get("certificate") is not None
+
+
+def host_fleet_refusal(
+    fleet: str, ssh: bool, fleet_backends: Sequence[str] | None, project_backends: Collection[str]
+) -> str | None:
+    """Why the fleet ``fleet`` cannot host a ``backend: remote`` gateway (None when it can): an SSH fleet
+    (``ssh``) can, and so can a local fleet (one whose ``backends``, if it names any, include the local backend,
+    ``remote`` on the wire, of a project that has it); a fleet of cloud instances cannot."""
+    if ssh:
+        return None
+    local = "local" in project_backends and (not fleet_backends or bool({"local", "remote"} & set(fleet_backends)))
+    if local:
+        return None
+    return (
+        f"Fleet {fleet} is neither an SSH fleet nor a local fleet: a gateway with `backend: remote` runs on a host "
+        "of an SSH fleet (`ssh_config`) or on this server's machine (a fleet of the local backend), taking its "
+        "ports 80 and 443; a cloud fleet's instance cannot host it. Fix `region`, or use `backend: aws` for a "
+        "gateway on a VM of its own"
+    )
 
 
 def configuration_error(conf: Mapping[str, Any]) -> str | None:
@@ -115,7 +138,7 @@ def configuration_error(conf: Mapping[str, Any]) -> str | None:
         return refusal
     if backend == "remote" and conf.get("instance_type") is not None:
         return (
-            "`instance_type` does not apply to a gateway on an SSH fleet's host (backend: remote): the gateway "
+            "`instance_type` does not apply to a gateway on a fleet's instance (backend: remote): the gateway "
             "takes an idle instance of the fleet `region` names. Remove `instance_type`"
         )
     domain = conf.get("domain")

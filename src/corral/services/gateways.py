@@ -2,8 +2,9 @@
 for a public project), get_plan, apply, create (deprecated), delete, set_default and set_wildcard_domain
 (project admins).
 
-A gateway runs on a host of an SSH fleet of its project: ``backend: remote``, ``region: <fleet name>``. It is
-created ``submitted`` and holds one idle instance of that fleet from then on (``plan_apply.hold_for_gateway``:
+A gateway runs on an instance of an SSH or local fleet of its project: ``backend: remote``, ``region: <fleet
+name>`` (an SSH host, or this server's own machine for a local fleet). It is created ``submitted`` and holds one
+idle instance of that fleet from then on (``plan_apply.hold_for_gateway``:
 the scheduler places no job there while the gateway exists); a fleet with no idle instance leaves it
 ``failed`` with a message naming the fleet. With ``backend: aws`` (the project has an aws backend) it runs on
 a VM of its own, which the gateways worker brings up (``backends.aws.gateway_vm``). Its deployment and
@@ -29,6 +30,7 @@ from pydantic import ValidationError
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.context import Context
 from corral.domain import aws_tags
+from corral.domain.access import backend_types
 from corral.domain.gateways import (
     NO_IDLE_HOST,
     GatewayRec,
@@ -36,6 +38,7 @@ from corral.domain.gateways import (
     apply_refusal,
     changed_fields,
     configuration_error,
+    host_fleet_refusal,
     https_refusal,
     publish_refusal,
     updatable_in_place,
@@ -133,7 +136,7 @@ def _aws_backend(project: ProjectRec, conf: Mapping[str, Any]) -> None:
     if doc is None:
         raise ServiceError(
             f"Project {project.name} has no aws backend: a gateway with `backend: aws` runs on a VM of the "
-            "project's aws backend; configure the backend first, or use `backend: remote` on an SSH fleet"
+            "project's aws backend; configure the backend first, or use `backend: remote` on an SSH or local fleet"
         )
     region, regions = str(conf.get("region")), doc.get("regions")
     if regions and region not in regions:
@@ -146,25 +149,29 @@ def _aws_backend(project: ProjectRec, conf: Mapping[str, Any]) -> None:
 
 
 async def _host_fleet(ctx: Context, project: ProjectRec, conf: Mapping[str, Any]) -> FleetRec | None:
-    """Where the gateway runs: the SSH fleet ``region`` names (a 400 saying what to fix when the project has none
-    of that name), or None for a gateway on a VM of its own (its backend checked)."""
+    """Where the gateway runs: the SSH or local fleet ``region`` names (a 400 saying what to fix when the project
+    has no such fleet of that name), or None for a gateway on a VM of its own (its backend checked)."""
     if conf.get("backend") == "aws":
         _aws_backend(project, conf)
         return None
-    """The SSH fleet ``region`` names (a 400 saying what to fix when the project has none of that name)."""
     region = str(conf.get("region"))
     async with ctx.db.read() as conn:
         fleet = await fleet_store.get_fleet(conn, project.id, name=region)
     if fleet is None or fleet.deleted or fleet.status not in ("active", "submitted"):
         raise ServiceError(
-            f"Fleet {region} not found in project {project.name}: a gateway with `backend: remote` runs on a host "
-            "of the SSH fleet `region` names; create the fleet first, or fix `region`"
+            f"Fleet {region} not found in project {project.name}: a gateway with `backend: remote` runs on an "
+            "instance of the SSH or local fleet `region` names; create the fleet first, or fix `region`"
         )
-    if not (fleet.spec.get(CONFIGURATION) or {}).get("ssh_config"):
-        raise ServiceError(
-            f"Fleet {region} is not an SSH fleet: a gateway with `backend: remote` runs on a host of an SSH fleet "
-            "(`ssh_config`), which has its own address and ports 80 and 443; fix `region`"
-        )
+    fleet_conf = fleet.spec.get(CONFIGURATION) or {}
+    backends = fleet_conf.get("backends")
+    refusal = host_fleet_refusal(
+        region,
+        bool(fleet_conf.get("ssh_config")),
+        [str(b) for b in backends] if isinstance(backends, list) else None,
+        backend_types(project.backends),
+    )
+    if refusal is not None:
+        raise ServiceError(refusal)
     return fleet
 
 

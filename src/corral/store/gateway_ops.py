@@ -89,6 +89,12 @@ async def instance_connection(conn: AsyncConnection, instance_id: str) -> dict[s
     return dict(connection) if isinstance(connection, dict) else None
 
 
+async def instance_backend(conn: AsyncConnection, instance_id: str) -> str | None:
+    """The backend of instance ``instance_id`` (``ssh``, ``local``, ...; None when it is gone)."""
+    r = (await conn.execute(sa.select(instances.c.backend).where(instances.c.id == instance_id))).first()
+    return str(r[0]) if r is not None and r[0] else None
+
+
 async def acme_account(conn: AsyncConnection, directory_url: str) -> str | None:
     """The sealed ACME account key for ``directory_url``, if the server has one."""
     q = sa.select(acme_accounts.c.key_sealed).where(acme_accounts.c.directory_url == directory_url)

@@ -24,8 +24,8 @@ an assignment takes only what is free beyond the blocks a preemption freed for a
 locked first (an advisory lock each, in id order, before the backend locks and any row lock), so that
 commits from several replicas for one project are counted one after the other.
 
-A gateway's host is capacity too: :func:`hold_for_gateway` takes an idle instance of an SSH fleet for a
-gateway (``busy`` with every block, ``gateway_id`` set: no assignment or reclaim takes it while it is held)
+A gateway's host is capacity too: :func:`hold_for_gateway` takes an idle instance of an SSH or local fleet for
+a gateway (``busy`` with every block, ``gateway_id`` set: no assignment or reclaim takes it while it is held)
 and :func:`release_gateway_hold` gives it back.
 
 No network call happens here. The events of what it commits (jobs placed or failed, instances created,
@@ -48,6 +48,7 @@ from corral.domain.costs import placed_price
 from corral.domain.durations import shorter_idle
 from corral.domain.events import instance_target, job_target, status_change_message
 from corral.domain.fleets import nodes_bounds
+from corral.domain.gateways import HOST_BACKENDS
 from corral.domain.quotas import Limits, Usage
 from corral.domain.statuses import READY_INSTANCE, USABLE_INSTANCE
 from corral.scheduler.blocks import HOST_GPUS_KEY, pick_host_gpus
@@ -444,12 +445,15 @@ async def hold_for_gateway(
 ) -> GatewayHost | None:
     """Hold an idle instance of the fleet ``fleet_id`` for the gateway ``gateway_id``, in ``conn``'s write
     transaction: ``busy`` with every block, ``gateway_id`` set, so that the scheduler sees it full and the commit
-    point refuses to place a job on it or reclaim it. An instance on its way out, unreachable, with a job on it,
-    or at an address in ``taken_hosts`` (another gateway's host) is not taken. None when no instance is left."""
+    point refuses to place a job on it or reclaim it. Only an SSH host or a local instance (this machine) is taken
+    (``HOST_BACKENDS``); an instance on its way out, unreachable, with a job on it, or at an address in
+    ``taken_hosts`` (another gateway's host: every local instance has this machine's) is not. None when no instance
+    is left."""
     q = (
         sa.select(instances)
         .where(
             instances.c.fleet_id == fleet_id,
+            instances.c.backend.in_(HOST_BACKENDS),
             instances.c.status == "idle",
             instances.c.deleted == sa.false(),
             instances.c.gateway_id.is_(None),

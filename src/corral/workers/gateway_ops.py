@@ -7,9 +7,11 @@ transactions).
 
 * a gateway on a VM of its own, until its VM has an address: the VM brought up (:mod:`.gateway_vms`).
 * ``submitted``/``provisioning`` (a restart in the middle of a deploy deploys again, never leaves it in
-  ``provisioning``: dstack #2677): the zipapp uploaded when the host's differs, the process started (or
-  adopted), the forwards opened, ``PUT /api/config`` -> ``running``. A failure trying again cannot help (the
-  login refused, no root for ports 80/443) -> ``failed`` with the reason; others are tried again until
+  ``provisioning``: dstack #2677), over SSH, or on this machine for a local fleet's instance
+  (``backends.gateway_local``, a port taken named in the failure): the zipapp uploaded when the host's differs,
+  the process started (or adopted), the forwards opened, ``PUT /api/config`` -> ``running``. A failure trying
+  again cannot help (the login refused, no root for ports 80/443, a port taken) -> ``failed`` with the reason;
+  others are tried again until
   ``provisioning_timeout`` has passed since the gateway was created.
 * ``running``: the gateway sent its configuration (this server's end of the reverse forward, which changes with
   a new SSH connection or a restarted server; the same configuration is a no-op for it); the registrations
@@ -35,7 +37,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from corral.backends.gateway_api import GatewayApi, GatewayRefused, GatewayUnreachable
-from corral.backends.gateway_link import GatewayBuild, GatewayLink
+from corral.backends.gateway_link import GatewayBuild, GatewayChannel, GatewayLink
+from corral.backends.gateway_local import LocalGatewayError, LocalGatewayLink
 from corral.backends.ssh_conn import SshError, SshTarget
 from corral.backends.ssh_secrets import KeyOpener
 from corral.context import Context
@@ -54,6 +57,8 @@ from corral.workers.gateway_certs import GatewayCertificates
 log = logging.getLogger("corral.gateways")
 
 _G = GatewayStatus
+#: What reaching a gateway's host raises: SSH to a fleet's host or a VM, or starting it on this machine.
+_HOST_ERRORS = (SshError, LocalGatewayError)
 
 
 class _Unreachable(Exception):
@@ -65,7 +70,7 @@ class GatewayOperator:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.links: dict[str, GatewayLink] = {}
+        self.links: dict[str, GatewayChannel] = {}
         self.apis: dict[str, GatewayApi] = {}
         #: Per gateway: the registration bodies sent since this server started (empty after a restart: all
         #: are sent again), the entry points sent, and the link generation it was configured for.
@@ -122,7 +127,7 @@ class GatewayOperator:
         self.configured.pop(gid, None)
 
     # ---- links -------------------------------------------------------------------------------
-    async def _link(self, g: GatewayRec) -> tuple[GatewayLink, GatewayApi, str]:
+    async def _link(self, g: GatewayRec) -> tuple[GatewayChannel, GatewayApi, str]:
         """The gateway's link and API client (made from what the rows store after a restart), and its
         management token (made and kept, sealed, at its first deploy)."""
         kept = dict(g.connection or {})
@@ -136,19 +141,40 @@ class GatewayOperator:
             mgmt = self._open.named("gateway token")(mgmt)
         link = self.links.get(g.id)
         if link is None:
-            if g.own_vm:  # its VM's login, kept with the gateway when the VM came up
-                ssh = gateway_vms.vm_login(g)
-            else:
-                async with self.ctx.db.read() as conn:
-                    ssh = await ops_store.instance_connection(conn, g.instance_id or "")
-            if ssh is None:
-                raise SshError(f"the gateway's host (instance {g.instance_id}) has no SSH connection details", True)
-            s = self.ctx.settings
-            host = "127.0.0.1" if s.host in ("0.0.0.0", "::", "") else s.host  # where this server listens
-            link = GatewayLink(SshTarget.from_json(ssh), s.ssh_connect_timeout, s.port, self._open, host)
+            link = await self._new_link(g)
             self.links[g.id] = link
-            self.apis[g.id] = GatewayApi(link.management_url(), mgmt)
-        return link, self.apis[g.id], mgmt
+        return link, await self._api(g, link, mgmt), mgmt
+
+    async def _api(self, g: GatewayRec, link: GatewayChannel, mgmt: str) -> GatewayApi:
+        """The client of the gateway's management API, made again when its address moved (a gateway on this
+        machine started again on another loopback port; an SSH link's local end never moves)."""
+        api = self.apis.get(g.id)
+        if api is None or api.url != link.management_url():
+            if api is not None:
+                await api.aclose()
+            api = self.apis[g.id] = GatewayApi(link.management_url(), mgmt)
+        return api
+
+    async def _new_link(self, g: GatewayRec) -> GatewayChannel:
+        """The channel to the gateway's host: this machine for an instance of a local fleet, else SSH to the
+        fleet's host or the gateway's own VM."""
+        s = self.ctx.settings
+        host = "127.0.0.1" if s.host in ("0.0.0.0", "::", "") else s.host  # where this server listens
+        if g.own_vm:  # its VM's login, kept with the gateway when the VM came up
+            ssh = gateway_vms.vm_login(g)
+        else:
+            async with self.ctx.db.read() as conn:
+                if await ops_store.instance_backend(conn, g.instance_id or "") == "local":
+                    return LocalGatewayLink(
+                        s.server_dir / "gateways" / g.id,
+                        f"http://{host}:{s.port}",
+                        s.local_gateway_http_port,
+                        s.local_gateway_https_port,
+                    )
+                ssh = await ops_store.instance_connection(conn, g.instance_id or "")
+        if ssh is None:
+            raise SshError(f"the gateway's host (instance {g.instance_id}) has no SSH connection details", True)
+        return GatewayLink(SshTarget.from_json(ssh), s.ssh_connect_timeout, s.port, self._open, host)
 
     def _gateway_build(self) -> GatewayBuild:
         if self._build is None:
@@ -158,7 +184,7 @@ class GatewayOperator:
             self._build = GatewayBuild.of(path.read_bytes())
         return self._build
 
-    async def _configure(self, g: GatewayRec, link: GatewayLink, api: GatewayApi) -> None:
+    async def _configure(self, g: GatewayRec, link: GatewayChannel, api: GatewayApi) -> None:
         """``PUT /api/config`` with this server's end of the reverse forward, every pass (the same body is a
         no-op for the gateway; another server replica may have configured its own forward since). A new forward,
         or this server's first pass, sends the services again too."""
@@ -178,12 +204,13 @@ class GatewayOperator:
         try:
             link, api, mgmt = await self._link(g)
             deployed = await link.deploy(self._gateway_build(), mgmt)
+            api = await self._api(g, link, mgmt)  # a local gateway's management port is known now
             self.configured.pop(g.id, None)
             await self._configure(g, link, api)
             version = await api.health()
-        except (SshError, GatewayUnreachable, GatewayRefused) as e:
+        except (*_HOST_ERRORS, GatewayUnreachable, GatewayRefused) as e:
             # a new VM's sshd may answer before cloud-init has authorised the gateway's key: tried again
-            refused_login = isinstance(e, SshError) and e.permanent and not g.own_vm
+            refused_login = isinstance(e, _HOST_ERRORS) and e.permanent and not g.own_vm
             permanent = isinstance(e, GatewayRefused) or refused_login
             late = now - g.created_at > self.ctx.settings.provisioning_timeout
             log.info("gateway %s: deploy failed: %s", g.name, e)
@@ -219,7 +246,7 @@ class GatewayOperator:
                 except (GatewayUnreachable, GatewayRefused) as e:
                     log.info("gateway %s: withdrawing its services failed: %s", g.name, e)
                 await link.remove()
-            except SshError as e:  # the host is gone: nothing is left there to serve
+            except _HOST_ERRORS as e:  # the host is gone: nothing is left there to serve
                 log.warning("gateway %s: removing it from its host failed: %s", g.name, e)
         await self._forget(g.id)
         async with self.ctx.db.write() as conn:
@@ -272,14 +299,15 @@ class GatewayOperator:
             try:
                 link, api, mgmt = await self._link(g)
                 deployed = await link.deploy(self._gateway_build(), mgmt)
+                api = await self._api(g, link, mgmt)
                 self.configured.pop(g.id, None)
                 await self._configure(g, link, api)
                 await api.health()
-            except (SshError, GatewayUnreachable, GatewayRefused) as e:
+            except (*_HOST_ERRORS, GatewayUnreachable, GatewayRefused) as e:
                 raise _Unreachable(str(e)) from None
             log.warning("gateway %s: its process did not answer (%s); %s", g.name, first, _how(deployed.adopted))
             return api
-        except SshError as e:
+        except _HOST_ERRORS as e:
             raise _Unreachable(str(e)) from None
 
     async def _register(self, g: GatewayRec, api: GatewayApi, desired: Sequence[GatewayService]) -> None:
