@@ -11,7 +11,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.store import direct
+from corral.store import direct, prebuilt
 from corral.store.tables import ACTIVE_RUN_WHERE, instances, jobs, runs
 
 
@@ -111,6 +111,26 @@ _JOB_COLUMNS = sa.select(
     jobs.c.stop_requested,
 ).outerjoin(instances, instances.c.id == jobs.c.instance_id)
 _RUN_JOBS = _JOB_COLUMNS.where(jobs.c.run_id.in_(sa.bindparam("runs", expanding=True)))
+#: The same two statements for a few ids, one parameter each (``prebuilt.in_ids``), by their number (and whether
+#: settling): sent as compiled, on SQLite by its driver (``store/direct.py``); an expanding ``IN`` is rendered again
+#: at every execution.
+_SCOPED_OF: dict[tuple[int, bool], sa.Select[Any]] = {}
+_JOBS_OF: dict[int, sa.Select[Any]] = {}
+
+
+def _scoped(n: int, settling: bool) -> sa.Select[Any]:
+    stmt = _SCOPED_OF.get((n, settling))
+    if stmt is None:
+        scoped = _RUNS.where(_ACTIVE, prebuilt.in_ids(runs.c.id, n))
+        stmt = _SCOPED_OF[(n, settling)] = scoped.where(runs.c.status != "pending") if settling else scoped
+    return stmt
+
+
+def _jobs_of_runs(n: int) -> sa.Select[Any]:
+    stmt = _JOBS_OF.get(n)
+    if stmt is None:
+        stmt = _JOBS_OF[n] = _JOB_COLUMNS.where(prebuilt.in_ids(jobs.c.run_id, n))
+    return stmt
 
 
 async def active_run_states(
@@ -122,8 +142,12 @@ async def active_run_states(
     if run_ids is not None:
         if not run_ids:
             return []
-        stmt = _SCOPED_SETTLING if settling else _SCOPED
-        run_rows = (await conn.execute(stmt, {"ids": list(run_ids)})).all()
+        scope = list(run_ids)
+        if len(scope) <= prebuilt.LISTED:  # a pass woken for the runs of a few jobs: one parameter each
+            run_rows = (await direct.execute(conn, _scoped(len(scope), settling), prebuilt.ids_params(scope))).all()
+        else:
+            stmt = _SCOPED_SETTLING if settling else _SCOPED
+            run_rows = (await conn.execute(stmt, {"ids": scope})).all()
     else:
         run_rows = (await conn.execute(ACTIVE_RUNS.where(_IN_FLIGHT) if settling else ACTIVE_RUNS)).all()
     if not run_rows:
@@ -132,7 +156,11 @@ async def active_run_states(
     by_run: dict[str, list[JobState]] = {i: [] for i in ids}
     for chunk_start in range(0, len(ids), 500):
         chunk = ids[chunk_start : chunk_start + 500]
-        for r in await conn.execute(_RUN_JOBS, {"runs": chunk}):
+        if len(chunk) <= prebuilt.LISTED:
+            rows = await direct.execute(conn, _jobs_of_runs(len(chunk)), prebuilt.ids_params(chunk))
+        else:
+            rows = await conn.execute(_RUN_JOBS, {"runs": chunk})
+        for r in rows:
             by_run[r.run_id].append(_job_state(r))
     return [_run_state(r, tuple(by_run[r.id])) for r in run_rows]
 
