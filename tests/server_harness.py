@@ -67,7 +67,9 @@ class RunningServer:
 
 
 @contextlib.asynccontextmanager
-async def running_server(settings: Settings) -> AsyncIterator[RunningServer]:
+async def running_server(settings: Settings, keep_agents: bool = False) -> AsyncIterator[RunningServer]:
+    """The server, stopped at the end with every local agent it left behind ended, unless ``keep_agents`` (a
+    test of a restart: a real server's exit leaves its agents and their jobs running)."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))  # held from now on: the server is told its own address before it starts
@@ -90,7 +92,7 @@ async def running_server(settings: Settings) -> AsyncIterator[RunningServer]:
         server.should_exit = True
         await asyncio.wait_for(task, 30)
         # Terminate every local instance the test left behind (agents are detached processes).
-        for compute in prepared.ctx.computes.values():
+        for compute in [] if keep_agents else prepared.ctx.computes.values():
             if hasattr(compute, "reap_grace"):
                 compute.reap_grace = 0.0  # the test owns every agent under its own directory
             await compute.reap_unknown(set())

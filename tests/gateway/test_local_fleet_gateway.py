@@ -3,7 +3,8 @@ gets its certificate from a private ACME CA (pebble, DNS by pebble-challtestsrv)
 (``gateway: gw``) at ``https://<run>.<domain>``, verified against pebble's root only. The held instance gets no job
 while the gateway exists; a restarted server finds the process again (the same pid) and registers the service
 again; a port already taken is the gateway's ``failed`` status and an event naming the port; deleting the gateway
-closes its ports and gives the instance back to jobs.
+closes its ports and gives the instance back to jobs. A process that died is started again by the next pass; a
+port this server's user may not bind is refused naming it.
 
 Which ports: in production the gateway takes ports 80 and 443 of the server's machine. Here the server runs
 in-process beside other tests on the same machine, so it must not take the machine's real 80/443. Two ways were
@@ -33,6 +34,7 @@ import httpx
 import pytest
 
 import gateway_client
+from corral.backends.gateway_local import port_problem
 from corral.settings import Settings, SettingsError
 from pebble_harness import PebbleLab
 from server_harness import fleet_body, get_run, make_settings, running_server, task_body, wait_for
@@ -164,7 +166,7 @@ async def test_a_gateway_on_a_local_fleet(
     root = tmp_path / "pebble-root.pem"
     root.write_text(lab.root_pem())
     host = f"svc.{DOMAIN}"
-    async with running_server(settings_) as s, s.client() as c:
+    async with running_server(settings_, keep_agents=True) as s, s.client() as c:
         token = s.token
         for body in (fleet_body(name="edge", nodes="1"), fleet_body(name="work", nodes="0..2")):
             r = await c.post("/api/project/main/fleets/apply", json=body)
@@ -203,13 +205,19 @@ async def test_a_gateway_on_a_local_fleet(
         await wait_for(lambda: _served(https, host, root, token), timeout=60, interval=0.5)
         assert (gw_dir / "gateway.pid").read_text() == pid
         assert (await get_run(c, "waiter"))["status"] == "submitted"
+        # the process dies: the next pass starts it again, and it serves what it kept
+        os.kill(int(pid), signal.SIGKILL)
+        await wait_for(lambda: _restarted(gw_dir, pid), timeout=30, interval=0.3)
+        await wait_for(lambda: _served(https, host, root, token), timeout=30, interval=0.5)
+        pid = (gw_dir / "gateway.pid").read_text()
 
         r = await c.post("/api/project/main/runs/stop", json={"runs_names": ["svc"], "abort": False})
         assert r.status_code == 200, r.text
         await wait_for(lambda: _deleted(c, "gw"), timeout=60, interval=0.5)
         await wait_for(lambda: _gone(c, "gw"), timeout=60, interval=0.3)
         assert not _open(http) and not _open(https)
-        assert not gw_dir.exists() and not os.path.exists(f"/proc/{pid}")
+        assert not gw_dir.exists(), gw_dir
+        assert not os.path.exists(f"/proc/{pid}"), Path(f"/proc/{pid}/stat").read_text()
         # the instance is the fleet's again: the waiting task runs there
         done = await wait_for(lambda: _finished(c, "waiter"), timeout=60, interval=0.3)
         assert done["status"] == "done", done
@@ -231,6 +239,12 @@ async def test_a_gateway_on_a_local_fleet(
         assert r.status_code == 200, r.text
         await wait_for(lambda: _gone(c, "gw2"), timeout=60, interval=0.3)
         await wait_for(lambda: _edge_is(c, "idle"), timeout=30, interval=0.3)
+
+
+async def _restarted(gw_dir: Path, old_pid: str) -> bool:
+    with contextlib.suppress(OSError):
+        return (gw_dir / "gateway.pid").read_text() != old_pid and (gw_dir / "gateway.port").exists()
+    return False
 
 
 async def _deleted(c: httpx.AsyncClient, name: str) -> bool:
@@ -256,3 +270,21 @@ def test_the_local_gateways_ports_are_settings() -> None:
         with pytest.raises(SettingsError) as e:
             Settings.from_env(env)
         assert words in str(e.value), e.value
+
+
+def test_a_port_the_servers_user_may_not_bind_is_named() -> None:
+    """Port 80 as an unprivileged user (nobody, in a forked child): the reason, the port and the fixes, in words."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to nobody, try the port, report, exit
+        try:
+            os.setuid(65534)
+            os.write(write, str(port_problem("0.0.0.0", 80, "SETTING")).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        said = f.read()
+    os.waitpid(pid, 0)
+    assert said.startswith("port 80 of this machine needs root (or CAP_NET_BIND_SERVICE)"), said
+    assert "(uid 65534)" in said and "move the gateway's port with SETTING" in said, said

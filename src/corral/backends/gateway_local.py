@@ -163,6 +163,8 @@ class LocalGatewayLink:
         pid = self._read_int("gateway.pid")
         if pid is not None and local_process.alive(pid):
             await local_process.stop(pid, 10.0)
+        elif pid is not None:  # it died (killed, crashed): its exit collected, if this server started it
+            local_process.reap(pid)
         for name in ("gateway.pid", "gateway.port"):
             with contextlib.suppress(FileNotFoundError):
                 (self.dir / name).unlink()

@@ -51,14 +51,21 @@ def alive(pid: int) -> bool:
         return True
 
 
+def reap(pid: int) -> bool:
+    """Collect ``pid``'s exit if it is this process's child and has ended; whether it is gone (reaped now, or not
+    this process's child and not running)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not this process's child, or reaped already
+        return not alive(pid)
+    return done == pid
+
+
 async def wait_gone(pid: int, timeout: float) -> None:
-    """Wait up to ``timeout`` seconds for ``pid`` to end (reaping it if it is this process's child)."""
+    """Wait up to ``timeout`` seconds for ``pid`` to end, reaped if it is this process's child (a process whose
+    main thread has exited shows as a zombie while its other threads still end: it is gone once reaped)."""
     deadline = time.monotonic() + timeout
-    while alive(pid) and time.monotonic() < deadline:
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
+    while not reap(pid) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
 
 
@@ -79,13 +86,14 @@ def kill_group(pid: int) -> None:
 
 
 async def stop(pid: int, grace: float) -> None:
-    """SIGTERM ``pid``, give it ``grace`` seconds to end, then kill its group."""
+    """SIGTERM ``pid``, give it ``grace`` seconds to end, then kill its group (and reap it)."""
     try:
         os.kill(pid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
         pass
     await wait_gone(pid, grace)
     kill_group(pid)
+    await wait_gone(pid, 5.0)
 
 
 def listening(port: int, host: str = "127.0.0.1") -> bool:
