@@ -1,6 +1,7 @@
 """A gateway's host at the commit point: ``hold_for_gateway`` takes an idle instance of the fleet (busy with
 every block), skips a host another gateway has, the commit point places no job on a held instance even though
-no job holds its blocks, and ``release_gateway_hold`` gives it back to jobs."""
+no job holds its blocks, and ``release_gateway_hold`` gives it back to jobs; a local instance is held as an SSH
+host is, a cloud instance never."""
 
 from __future__ import annotations
 
@@ -79,6 +80,22 @@ async def test_a_held_host_takes_no_job_until_it_is_released(db_url: str) -> Non
     assert await _instance(db, "h0") == ("idle", 0, None)
     placed = await apply_plan(db, Plan((Gang("r", (Assign("j", "h0", 1),)),)), time.time())
     assert placed.assigned == ["j"]
+    await db.dispose()
+
+
+async def test_a_local_instance_is_held_and_a_cloud_one_is_not(db_url: str) -> None:
+    """An instance of the local backend (this machine) hosts a gateway as an SSH host does; a cloud instance of
+    the same fleet is never taken (a gateway on a cloud gets a VM of its own)."""
+    db = await _db(db_url)
+    async with db.write() as conn:
+        await conn.execute(sa.update(instances).where(instances.c.id == "h0").values(backend="aws"))
+        await conn.execute(sa.update(instances).where(instances.c.id == "h1").values(backend="local"))
+        host = await hold_for_gateway(db, conn, "f", "gw-1", set(), time.time())
+    assert host is not None and host.instance_id == "h1", host
+    assert await _instance(db, "h0") == ("idle", 0, None)
+    assert await _instance(db, "h1") == ("busy", 2, "gw-1")
+    async with db.write() as conn:  # only the cloud instance is left idle: nothing to hold
+        assert await hold_for_gateway(db, conn, "f", "gw-2", set(), time.time()) is None
     await db.dispose()
 
 
