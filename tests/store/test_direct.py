@@ -4,6 +4,7 @@ errors as through SQLAlchemy, on SQLite and on Postgres; and on SQLite no SQLAlc
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -148,4 +149,15 @@ async def test_a_few_ids_by_the_driver_read_as_many_ids_do(db_url: str) -> None:
     if db.is_sqlite:
         assert through_sqlalchemy == 0, seen
     assert len(seen) > through_sqlalchemy  # many ids: through SQLAlchemy
+    await db.dispose()
+
+
+async def test_a_default_computed_at_execution_is_refused_by_name(tmp_path: Path) -> None:
+    """A column whose default SQLAlchemy computes at execution cannot be filled in by the driver's insert: it says
+    which, rather than inserting a row without it."""
+    db = await _db(f"sqlite+aiosqlite:///{tmp_path / 'c.db'}")
+    computed = sa.Table("computed", sa.MetaData(), sa.Column("id", sa.String, primary_key=True, default=lambda: "x"))
+    with pytest.raises(TypeError, match=r"computed\.id: its default is not a value"):
+        async with db.write() as conn:
+            await direct.insert(conn, computed, sa.insert(computed), [{}])
     await db.dispose()

@@ -161,8 +161,11 @@ def _defaults(table: sa.Table, row: Mapping[str, Any]) -> dict[str, Any]:
     """``row`` with the scalar defaults of the columns it leaves out (as SQLAlchemy's insert gives them)."""
     out = dict(row)
     for column in table.c:
-        if column.key not in out and column.default is not None and column.default.is_scalar:
-            out[column.key] = column.default.arg  # type: ignore[attr-defined]
+        if column.key in out or column.default is None:
+            continue
+        if not column.default.is_scalar:  # computed by SQLAlchemy at execution: a statement of its own is needed
+            raise TypeError(f"{table.name}.{column.key}: its default is not a value; give it in the row")
+        out[column.key] = column.default.arg  # type: ignore[attr-defined]
     return out
 
 
