@@ -38,6 +38,8 @@ PORT_TAKEN = (
     "port {port} of this machine is taken ({why}): another program listens there; stop it, or move the gateway's "
     "port with {setting}"
 )
+#: Linux lets only root or a process with CAP_NET_BIND_SERVICE bind a port below 1024 (capabilities(7), and
+#: ``net.ipv4.ip_unprivileged_port_start``, ip-sysctl.rst of the kernel's documentation).
 PORT_DENIED = (
     "port {port} of this machine needs root (or CAP_NET_BIND_SERVICE) to listen on, which this server's user "
     "(uid {uid}) does not have: run the server as root, or move the gateway's port with {setting}"
