@@ -93,26 +93,29 @@ class QueueReader:
 _WITHOUT_FACTS = sa.or_(jobs.c.scheduling_facts.is_(None), sa.not_(jobs.c.scheduling_facts.startswith(PREFIX)))
 
 
+#: Built once (``store/prebuilt.py`` says why): a pass reads the jobs first seen, after every apply.
+_WHOLE = (
+    waiting_query()
+    .add_columns(
+        jobs.c.replica_num,
+        jobs.c.scheduling_facts,
+        sa.case((_WITHOUT_FACTS, jobs.c.job_spec)).label("job_spec"),
+        sa.case((_WITHOUT_FACTS, runs.c.run_spec)).label("run_spec"),
+        users.c.global_role,
+    )
+    .join(runs, runs.c.id == jobs.c.run_id)
+    .join(users, users.c.id == runs.c.user_id)
+    .where(jobs.c.id.in_(sa.bindparam("ids", expanding=True)))
+    .order_by(None)
+)
+
+
 async def _read_whole(conn: AsyncConnection, ids: list[str]) -> list[QueueRow]:
     """The queue's rows of ``ids`` (those still waiting) with their scheduling facts, or their documents for a
     job stored without facts this code reads, 500 per query."""
     out: list[QueueRow] = []
     for start in range(0, len(ids), 500):
-        q = (
-            waiting_query()
-            .add_columns(
-                jobs.c.replica_num,
-                jobs.c.scheduling_facts,
-                sa.case((_WITHOUT_FACTS, jobs.c.job_spec)).label("job_spec"),
-                sa.case((_WITHOUT_FACTS, runs.c.run_spec)).label("run_spec"),
-                users.c.global_role,
-            )
-            .join(runs, runs.c.id == jobs.c.run_id)
-            .join(users, users.c.id == runs.c.user_id)
-            .where(jobs.c.id.in_(ids[start : start + 500]))
-            .order_by(None)
-        )
-        out.extend(_row(d) for d in await conn.execute(q))
+        out.extend(_row(d) for d in await conn.execute(_WHOLE, {"ids": ids[start : start + 500]}))
     return out
 
 
