@@ -121,6 +121,13 @@ _JOBS_OF_RUNS = sa.select(jobs).where(jobs.c.run_id.in_(sa.bindparam("runs", exp
 _RUN_BY_ID = _run_select().where(runs.c.id == sa.bindparam("_id"))
 _JOB_BY_ID = sa.select(jobs).where(jobs.c.id == sa.bindparam("_id"))
 _RUNS_BY_IDS = _run_select().where(runs.c.id.in_(sa.bindparam("ids", expanding=True)))
+#: A project's run by ``:_id``, and its live run named ``:run_name`` (every apply of a named run reads it).
+_RUN_OF_PROJECT = _run_select().where(runs.c.project_id == sa.bindparam("project_id"), runs.c.id == sa.bindparam("_id"))
+_RUN_NAMED = _run_select().where(
+    runs.c.project_id == sa.bindparam("project_id"),
+    runs.c.run_name == sa.bindparam("run_name"),
+    runs.c.deleted == sa.false(),
+)
 #: The same for a few ids, one parameter each (``prebuilt.in_ids``), by their number.
 _RUNS_OF: dict[int, sa.Select[Any]] = {}
 _JOBS_OF: dict[int, sa.Select[Any]] = {}
@@ -265,12 +272,10 @@ async def runs_by_ids(
 async def get_run(
     conn: AsyncConnection, project_id: str, run_name: str | None = None, run_id: str | None = None
 ) -> RunRec | None:
-    q = _run_select().where(runs.c.project_id == project_id)
     if run_id is not None:
-        q = q.where(runs.c.id == run_id)
+        row = (await conn.execute(_RUN_OF_PROJECT, {"project_id": project_id, "_id": run_id})).first()
     else:
-        q = q.where(runs.c.run_name == run_name, runs.c.deleted == sa.false())
-    row = (await conn.execute(q)).first()
+        row = (await conn.execute(_RUN_NAMED, {"project_id": project_id, "run_name": run_name})).first()
     if row is None:
         return None
     return _run(row, (await _jobs_for(conn, [row.id], None))[row.id])
