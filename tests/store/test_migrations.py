@@ -111,3 +111,59 @@ async def test_0043_adds_the_instances_version_to_a_database_whose_jobs_referenc
         ).all()
     assert [tuple(r) for r in got] == [(0,)]
     await db.dispose()
+
+
+async def test_0049_marks_the_terminated_instances_deleted_but_an_ssh_hosts_failure(db_url: str) -> None:
+    """A database from before: its terminated instances become deleted (as dstack marks them once terminated), an SSH
+    fleet's host that failed stays listed with its error, and the live ones are left as they were."""
+    from alembic import command
+
+    db = Database(db_url)
+
+    def to(rev: str) -> Any:
+        def run(sync_conn: sa.Connection) -> None:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = sync_conn
+            command.upgrade(cfg, rev)
+
+        return run
+
+    async with db.engine.connect() as conn:
+        await conn.run_sync(to("0048"))
+        await conn.execute(
+            sa.text(
+                "INSERT INTO users (id, name, token, token_hash, global_role, active, deleted, created_at) "
+                "VALUES ('u', 'admin', 't', 'h', 'admin', true, false, 0)"
+            )
+        )
+        await conn.execute(
+            sa.text(
+                "INSERT INTO projects (id, name, owner_id, created_at, is_public, deleted, backends) "
+                "VALUES ('p', 'main', 'u', 0, false, false, '[]')"
+            )
+        )
+        for iid, status, backend, reason in (
+            ("gone", "terminated", "aws", "idle_timeout"),
+            ("failed-host", "terminated", "ssh", "error"),
+            ("removed-host", "terminated", "ssh", "terminated_by_user"),
+            ("live", "idle", "local", None),
+        ):
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO instances (id, project_id, name, instance_num, status, unreachable, backend, "
+                    "busy_blocks, created_at, deleted, last_processed_at, termination_reason) "
+                    "VALUES (:id, 'p', :id, 0, :status, false, :backend, 0, 0, false, 0, :reason)"
+                ),
+                {"id": iid, "status": status, "backend": backend, "reason": reason},
+            )
+        await conn.commit()
+        await conn.run_sync(to("head"))
+        await conn.commit()
+        got = {str(r[0]): bool(r[1]) for r in (await conn.execute(sa.text("SELECT id, deleted FROM instances"))).all()}
+    assert got == {
+        "gone": True,
+        "failed-host": False,
+        "removed-host": True,
+        "live": False,
+    }
+    await db.dispose()

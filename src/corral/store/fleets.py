@@ -216,13 +216,14 @@ async def list_instances(
     return [instance_from_row(r, r.project_name, r.fleet_name) for r in await conn.execute(q)]
 
 
-#: ``instances/list``'s page: the live instances (not deleted), newest first as dstack orders them
-#: (``created_at`` descending, then ``id`` ascending; ``ascending`` reverses both), read from their own index.
+#: ``instances/list``'s page: every instance, deleted (terminated) ones included, as dstack 0.22.5 lists them
+#: (``list_projects_instance_models`` in ``server/services/instances.py`` leaves the deleted ones out only with
+#: ``only_active``), newest first as dstack orders them (``created_at`` descending, then ``id`` ascending;
+#: ``ascending`` reverses both), read from ``ix_instances_created``.
 _INSTANCE_PAGE = (
     sa.select(instances, projects.c.name.label("project_name"), fleets.c.name.label("fleet_name"))
     .join(projects, projects.c.id == instances.c.project_id)
     .outerjoin(fleets, fleets.c.id == instances.c.fleet_id)
-    .where(instances.c.deleted == sa.false())
 )
 
 
@@ -241,8 +242,8 @@ def instance_page_query(query: InstanceQuery) -> sa.Select[Any]:
         q = q.where(instances.c.project_id.in_(query.project_ids))
     if query.fleet_ids is not None:
         q = q.where(instances.c.fleet_id.in_(query.fleet_ids))
-    if query.only_active:  # dstack's: idle or busy (read by status: the instances in those, not the terminated ones)
-        q = q.where(instances.c.status.in_(READY_INSTANCE))
+    if query.only_active:  # dstack's: not deleted, idle or busy (read by status, not the history's rows)
+        q = q.where(instances.c.deleted == sa.false(), instances.c.status.in_(READY_INSTANCE))
     created, iid = instances.c.created_at, instances.c.id
     if query.after is not None:
         # dstack's keyset; "the same time" is within :data:`_SAME_INSTANT` (the wire's resolution is the
@@ -258,8 +259,8 @@ def instance_page_query(query: InstanceQuery) -> sa.Select[Any]:
 
 
 async def instance_page(conn: AsyncConnection, query: InstanceQuery) -> list[InstanceRec]:
-    """A page of ``instances/list`` (:class:`InstanceQuery` says which). A deleted (terminated) instance is
-    history and never listed: its cost is never paid."""
+    """A page of ``instances/list`` (:class:`InstanceQuery` says which), the deleted (terminated) instances of
+    the history included unless ``only_active``, as dstack lists them."""
     return [
         instance_from_row(r, r.project_name, r.fleet_name)
         for r in _plain(await conn.execute(instance_page_query(query)))

@@ -21,6 +21,8 @@ from corral.store.tables import LEASED_SQL, fleets, instances, jobs
 
 #: The lease columns cleared by a write that ends the lease.
 _NO_LEASE = {"lock_owner": None, "lock_token": None, "lock_expires_at": None}
+#: What an instance whose machine is gone is marked with its ``terminated`` (see :func:`record_terminated`).
+_GONE = {"deleted": True}
 #: Jobs on a lost instance that end ``interrupted_by_no_capacity`` (those already stopping just end).
 _INTERRUPTED = STOPPABLE_JOB
 
@@ -142,12 +144,15 @@ async def record_terminated(
     conn: AsyncConnection, instance_id: str, token: str, instance_name: str, now: float
 ) -> None:
     """The backend confirmed the instance (under its lease ``token``) terminated: so is it, holding no blocks, and
-    so are the jobs still bound to it (they cannot go on)."""
+    so are the jobs still bound to it (they cannot go on). It is marked ``deleted`` in the same write, as dstack
+    0.22.5 marks an instance when its ``terminate_instance`` returns (``deleted``, ``deleted_at`` and
+    ``finished_at`` with the status: ``server/background/pipeline_tasks/instances/termination.py``): history
+    from then on, listed by ``instances/list`` but no longer by its fleet, and out of the live instances' indexes."""
     await tracked_update(
         conn,
         instances,
         leases.guard(instances, instance_id, token),
-        {"status": "terminated", "finished_at": now, "last_processed_at": now, "busy_blocks": 0, **_NO_LEASE},
+        {"status": "terminated", **_GONE, "finished_at": now, "last_processed_at": now, "busy_blocks": 0, **_NO_LEASE},
     )
     await tracked_update(
         conn,
@@ -164,14 +169,16 @@ async def record_terminated(
 
 async def record_lost(conn: AsyncConnection, instance_id: str, message: str, now: float) -> bool:
     """The cloud took the instance away (a spot interruption): while it is ``idle`` or ``busy`` it is terminated
-    with ``message``, its running jobs fail ``interrupted_by_no_capacity`` and its stopping ones end. Whether it
-    was recorded (not: corral is terminating it meanwhile, or it is gone already)."""
+    with ``message`` and marked ``deleted`` (its machine is gone, as after :func:`record_terminated`), its running
+    jobs fail ``interrupted_by_no_capacity`` and its stopping ones end. Whether it was recorded (not: corral is
+    terminating it meanwhile, or it is gone already)."""
     changed = await tracked_update(
         conn,
         instances,
         sa.and_(instances.c.id == instance_id, instances.c.status.in_(READY_INSTANCE)),
         {
             "status": "terminated",
+            **_GONE,
             "termination_reason": "error",
             "termination_reason_message": message,
             "finished_at": now,

@@ -196,10 +196,10 @@ instances = sa.Table(
     sa.Index("ix_instances_fleet_status", "fleet_id", "status"),
     sa.Index("ix_instances_status", "status"),
     _partial("ix_instances_live", "id", "fleet_id", "version", "status", "deleted", where=LIVE_INSTANCE_SQL),
-    #: The instances not deleted in ``instances/list``'s keyset order (its ``only_active`` reads the idle and busy
-    #: ones by status), and those a fleet lists by number (``fleets/list``): the lists read those, not the
-    #: instances the history left deleted or terminated.
-    _live("ix_instances_live_created", "created_at", "id"),
+    #: Every instance in ``instances/list``'s keyset order (dstack lists the deleted ones too; its ``only_active``
+    #: reads the idle and busy ones by status), and those a fleet lists by number (``fleets/list``, not the
+    #: instances the history left deleted or terminated).
+    sa.Index("ix_instances_created", "created_at", "id"),
     _partial("ix_instances_live_fleet", "fleet_id", "instance_num", where=COUNTED_INSTANCE_SQL),
 )
 
