@@ -1,12 +1,14 @@
 """``SlurmCompute`` against the real test cluster: an allocation per instance (a gang: one allocation of N nodes),
 its agent reached through the login node, Slurm's pending reason said while it waits, a job Slurm can never start
-refused, termination by ``scancel``, the reaper, and allocations that end outside corral reported lost."""
+refused, termination by ``scancel``, the reaper, allocations that end outside corral reported lost, and the sweep of
+the files ended allocations leave on the login node."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import dataclasses
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -17,8 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
+from corral.agent.zipapp import content_hash
 from corral.backends.base import GangLauncher, InterruptionSource, PortOpener, ProvisioningError
-from corral.backends.slurm.batch import SiteOptions
+from corral.backends.slurm.batch import SiteOptions, agent_path
 from corral.backends.slurm.cluster import SlurmCluster
 from corral.backends.slurm.compute import Cluster, Hooks, SlurmCompute
 from corral.backends.slurm.model import SlurmClusterConfig
@@ -30,6 +33,8 @@ from slurm_harness import CLUSTER_NAME, CPU_NODES, HOME, USER, SlurmTestCluster
 pytestmark = needs_root("the Slurm cluster runs in network namespaces")
 
 SERVER = "srv-test"
+#: Seconds a file of an ended job is kept after its last write, in these tests.
+SWEEP_GRACE = 1.0
 CPU_OFFER = {"cpus": 1, "memory_mib": 1000, "gpus": []}
 
 
@@ -75,7 +80,7 @@ async def backend(slurm: SlurmTestCluster, tmp_path: Path) -> AsyncIterator[Back
     cluster = SlurmCluster(config, slurm.key_pem())
     rows = Rows()
     hooks = Hooks(rows.server_id, rows.row_statuses, rows.note)
-    compute = SlurmCompute(OneCluster(cluster), hooks, tmp_path, max_pending=60.0, poll=0.5)
+    compute = SlurmCompute(OneCluster(cluster), hooks, tmp_path, max_pending=60.0, poll=0.5, sweep_grace=SWEEP_GRACE)
     try:
         yield Backend(compute, rows, cluster)
     finally:
@@ -99,6 +104,11 @@ def _row(rows: Rows, partition: str = "cpu", resources: dict[str, Any] | None = 
 
 def _provisioned_row(row: InstanceRec, agent: dict[str, Any]) -> InstanceRec:
     return dataclasses.replace(row, status=InstanceStatus.BUSY, agent=agent)
+
+
+def _files(slurm: SlurmTestCluster) -> set[str]:
+    """The names in the cluster user's ``~/.corral/slurm``."""
+    return set(slurm.as_user(f"ls {HOME}/.corral/slurm").split())
 
 
 def _corral_jobs(slurm: SlurmTestCluster) -> list[dict[str, str]]:
@@ -137,12 +147,13 @@ async def test_an_instance_is_an_allocation_its_agent_runs_jobs_and_scancel_ends
     await backend.compute.terminate_instance(row.id, p.agent)
     assert not _corral_jobs(slurm) and time.monotonic() - t0 < 15
     # the job's endpoint dir and output removed (a cancellation line the node's step daemon appends late is
-    # removed once more a few seconds on); other tests' jobs may have left theirs, which are not this one's
+    # removed by the sweep); other tests' jobs may have left theirs, which are not this one's
     mine = {str(job["id"]), f"{job['id']}.out"}
     deadline = time.monotonic() + 10
-    while left := mine & set(slurm.as_user(f"ls {HOME}/.corral/slurm").split()):
+    while left := mine & _files(slurm):
         assert time.monotonic() < deadline, (left, slurm.as_user(f"ls -l {HOME}/.corral/slurm"))
         await asyncio.sleep(0.5)
+        await backend.compute.sweep_files([], force=True)
 
 
 async def test_a_gang_is_one_allocation_in_rank_order(slurm: SlurmTestCluster, backend: Backend) -> None:
@@ -215,3 +226,108 @@ async def test_the_capabilities_it_has(backend: Backend) -> None:
     assert isinstance(backend.compute, GangLauncher)  # a multi-node run is one allocation
     assert isinstance(backend.compute, InterruptionSource)  # allocations ended outside corral
     assert isinstance(backend.compute, PortOpener)  # services' replicas on the nodes
+
+
+async def _until_ended(slurm: SlurmTestCluster, *job_ids: str) -> None:
+    """Until Slurm lists none of ``job_ids`` as holding or waiting for nodes."""
+    deadline = time.monotonic() + 30
+    while any(j["id"] in job_ids and j["state"] in ("PENDING", "RUNNING", "COMPLETING") for j in slurm.squeue()):
+        assert time.monotonic() < deadline, slurm.squeue()
+        await asyncio.sleep(0.2)
+
+
+def _job_id(p: Any) -> str:
+    return str(p.agent.connection["job_id"])
+
+
+async def test_the_sweep_removes_the_files_of_jobs_the_reaper_and_the_time_limit_cancelled_never_a_live_ones(
+    slurm: SlurmTestCluster, backend: Backend
+) -> None:
+    kept, orphan, ending = _row(backend.rows), _row(backend.rows), _row(backend.rows)
+    p_kept, p_orphan, p_ending = [await backend.compute.create_instance(r) for r in (kept, orphan, ending)]
+    live_kept = _provisioned_row(kept, p_kept.agent.to_json())
+    ended = {_job_id(p_orphan), f"{_job_id(p_orphan)}.out", _job_id(p_ending), f"{_job_id(p_ending)}.out"}
+    assert ended <= _files(slurm)
+    assert await backend.compute.reap_unknown({kept.id, ending.id}) == [_job_id(p_orphan)]  # by the reaper
+    soon = {**(p_ending.agent.connection or {}), "ends_early": True, "ends_at": time.time() + 1, "limit": 60}
+    live_ending = _provisioned_row(ending, {**p_ending.agent.to_json(), "connection": soon})
+    [gone] = await backend.compute.lost_instances([live_kept, live_ending])  # ahead of its time limit
+    assert gone.row_id == ending.id
+    await _until_ended(slurm, _job_id(p_orphan), _job_id(p_ending))
+    await asyncio.sleep(SWEEP_GRACE)
+    removed = await backend.compute.sweep_files([live_kept], force=True)
+    assert not ended & _files(slurm) and set(removed) <= ended, (removed, _files(slurm))
+    # the running job's files are its agent's: never touched, and its agent still answers
+    assert {_job_id(p_kept), f"{_job_id(p_kept)}.out"} <= _files(slurm)
+    assert await backend.compute.lost_instances([live_kept]) == []
+    # a job that ended outside corral keeps its files while a live row records it
+    slurm.root("login", f"scancel {_job_id(p_kept)}")
+    await _until_ended(slurm, _job_id(p_kept))
+    await asyncio.sleep(SWEEP_GRACE)
+    await backend.compute.sweep_files([live_kept], force=True)
+    assert f"{_job_id(p_kept)}.out" in _files(slurm)
+    assert f"{_job_id(p_kept)}.out" in await backend.compute.sweep_files([], force=True)
+    assert not {_job_id(p_kept), f"{_job_id(p_kept)}.out"} & _files(slurm)
+
+
+async def test_the_sweep_removes_what_a_failed_provisioning_left(slurm: SlurmTestCluster, backend: Backend) -> None:
+    # an agent that cannot start (a broken zipapp in the shared home): the allocation runs, writes its output,
+    # and provisioning fails and cancels it
+    agent = agent_path(HOME, content_hash())
+    slurm.as_user(f"mkdir -p $(dirname {agent}) && echo broken > {agent}")
+    try:
+        with pytest.raises(ProvisioningError, match=r"Slurm job \d+ ended .*its output") as failed:
+            await backend.compute.create_instance(_row(backend.rows))
+    finally:
+        slurm.as_user(f"rm -f {agent}")
+    job_id = str(failed.value).split()[3]
+    await _until_ended(slurm, job_id)
+    assert f"{job_id}.out" in _files(slurm)
+    await asyncio.sleep(SWEEP_GRACE)
+    assert f"{job_id}.out" in await backend.compute.sweep_files([], force=True)
+    assert not {job_id, f"{job_id}.out"} & _files(slurm)
+
+
+async def test_a_late_write_is_swept_after_the_grace_in_one_command_and_nothing_to_do_is_quiet(
+    slurm: SlurmTestCluster, backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    row = _row(backend.rows)
+    p = await backend.compute.create_instance(row)
+    job_id, node = _job_id(p), p.addresses[0]
+    await backend.compute.terminate_instance(row.id, p.agent)
+    await _until_ended(slurm, job_id)
+    assert not {job_id, f"{job_id}.out"} & _files(slurm)
+    # the node's step daemon writing its cancellation line after Slurm stopped listing the job brings the file back
+    out = f"{HOME}/.corral/slurm/{job_id}.out"
+    slurm.as_user(f"echo 'slurmstepd: error: *** JOB {job_id} ON {node} CANCELLED ***' >> {out}", host=node)
+    assert await backend.compute.sweep_files([], force=True) == []  # written within the grace: kept
+    assert f"{job_id}.out" in _files(slurm)
+    await asyncio.sleep(SWEEP_GRACE)
+    before = sum(backend.cluster.calls_per_minute().values())
+    assert await backend.compute.sweep_files([], force=True) == [f"{job_id}.out"]
+    assert sum(backend.cluster.calls_per_minute().values()) == before + 1  # one command on the login node
+    assert not _files(slurm) & {job_id, f"{job_id}.out"}
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="corral.slurm"):
+        assert await backend.compute.sweep_files([], force=True) == []
+        assert await backend.compute.sweep_files([]) == []  # within sweep_every of the last: not run
+    assert not caplog.records
+    assert sum(backend.cluster.calls_per_minute().values()) == before + 2
+
+
+async def test_nothing_is_removed_while_slurm_cannot_say_which_jobs_live(
+    slurm: SlurmTestCluster, backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    d = f"{HOME}/.corral/slurm"
+    job_id = slurm.as_user(f"mkdir -p {d} && sbatch --parsable -p cpu -o {d}/%j.out --wrap 'echo done'").strip()
+    await _until_ended(slurm, job_id)
+    await asyncio.sleep(SWEEP_GRACE)
+    slurm.stop_controller()
+    try:
+        with caplog.at_level(logging.WARNING, logger="corral.slurm"):
+            assert await backend.compute.sweep_files([], force=True) == []
+    finally:
+        slurm.start_controller()
+    assert f"{job_id}.out" in _files(slurm)
+    assert any("squeue failed" in r.getMessage() for r in caplog.records), caplog.text
+    assert await backend.compute.sweep_files([], force=True) == [f"{job_id}.out"]

@@ -20,7 +20,7 @@ import yaml
 
 from server_harness import RunningServer, make_settings, running_server, wait_for
 from skip_policy import needs_root
-from slurm_harness import CLUSTER_NAME, CPU_NODES, GPU_NODES, USER, SlurmTestCluster
+from slurm_harness import CLUSTER_NAME, CPU_NODES, GPU_NODES, HOME, USER, SlurmTestCluster
 
 pytestmark = needs_root("the Slurm cluster runs in network namespaces")
 
@@ -381,3 +381,18 @@ async def test_the_partitions_time_limit_bounds_the_instance_visibly_and_ends_it
         await no_corral_job(slurm, timeout=30)
     gone = [j for j in slurm.squeue() if j["id"] == job["id"]]
     assert gone and gone[0]["state"] == "CANCELLED", gone  # ended by corral, before Slurm's TIMEOUT
+
+
+async def test_the_server_sweeps_an_ended_jobs_files_with_no_slurm_instance_live(
+    slurm: SlurmTestCluster, server: RunningServer
+) -> None:
+    compute = server.ctx.computes["slurm"]
+    compute.sweep_grace, compute.sweep_every = 0.5, 0.5  # a minute and half a minute by default
+    d = f"{HOME}/.corral/slurm"
+    job_id = slurm.as_user(f"mkdir -p {d}/x && sbatch --parsable -p cpu -o {d}/%j.out --wrap 'echo done'").strip()
+    slurm.as_user(f"mv {d}/x {d}/{job_id}")  # its endpoints' directory, as an allocation's agents leave it
+
+    async def swept() -> bool:
+        return not {job_id, f"{job_id}.out"} & set(slurm.as_user(f"ls {d}").split())
+
+    await wait_for(swept, timeout=30, interval=0.5)

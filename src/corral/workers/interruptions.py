@@ -3,7 +3,8 @@ each backend that can say (``lost_instances``: AWS, one DescribeInstances per pr
 about its idle and busy rows; an instance it reports going or gone that corral did not terminate (a spot
 interruption) is marked terminated and its jobs end ``interrupted_by_no_capacity`` -- in the same pass, not
 after the agent's unreachable timeout -- so that a run whose ``retry.on_events`` has ``interruption`` is
-resubmitted (``workers.runs``).
+resubmitted (``workers.runs``). A backend is asked even when none of its rows is live: Slurm's answer also
+sweeps the files ended allocations left on a cluster's login node.
 
 Load (live rows) → decide (the backend's rule, ``backends.aws.interruptions``) → act (the cloud's API, no
 transaction open) → apply (one short transaction per instance, guarded by its status).
@@ -44,9 +45,7 @@ class Interruptions:
         found = 0
         for name, compute in asking.items():
             mine = [i for i in live if i.backend == name]
-            if not mine:
-                continue
-            try:
+            try:  # asked with none too: a backend's upkeep goes on (Slurm's sweep of ended jobs' files)
                 gone = await compute.lost_instances(mine)
             except Exception as e:  # the cloud's API unreachable: the next pass asks again
                 log.warning("asking %s which instances it took away failed: %s", name, e)

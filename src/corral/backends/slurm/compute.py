@@ -13,7 +13,8 @@ login node); ``open_port`` reaches a replica's port on the node the same way. Te
 ``scancel``s its allocation (a run's graceful stop -- the agent's SIGTERM to the job and its ``stop_duration`` --
 happened before, when the jobs worker stopped the job) and waits until Slurm no longer runs it. The reaper
 cancels this server's jobs whose rows are gone; :meth:`lost_instances` reports rows whose allocation ended or
-whose node failed under them.
+whose node failed under them, and then sweeps (:meth:`sweep_files`, :mod:`.sweep`) the files that allocations
+ended by any way but termination left on the login node.
 
 May import: what ``corral.backends`` may, and the agent's zipapp builder (it ships the agent).
 """
@@ -34,7 +35,7 @@ from corral.agent.zipapp import build_zipapp, content_hash
 from corral.backends.agent_client import AgentClient, AgentError, AgentUnreachable
 from corral.backends.base import AgentEndpoint, Provisioned, ProvisioningError
 from corral.backends.local_forward import LocalForward
-from corral.backends.slurm import batch, parse, states
+from corral.backends.slurm import batch, parse, states, sweep
 from corral.domain.records import InstanceRec
 from corral.scheduler.codec import resources_from_json
 from corral.scheduler.types import Offer
@@ -51,10 +52,6 @@ MaxDuration = Callable[[list[str]], Awaitable[float | None]]
 
 async def _no_max_duration(ids: list[str]) -> float | None:
     return None
-
-
-#: Seconds after which a cancelled job's output file is removed once more (see ``terminate_instance``).
-_STRAGGLER_S = 3
 
 
 class Cluster(Protocol):
@@ -153,6 +150,8 @@ class SlurmCompute:
         start_timeout: float = 120.0,
         poll: float = 1.0,
         request_timeout: float = 5.0,
+        sweep_grace: float = sweep.GRACE_S,
+        sweep_every: float = sweep.EVERY_S,
     ) -> None:
         self._clusters = clusters
         self.hooks = hooks
@@ -165,6 +164,9 @@ class SlurmCompute:
         self._homes: dict[int, _Home] = {}
         self._uploading: dict[int, asyncio.Lock] = {}
         self._tunnels: dict[str, LocalForward] = {}
+        self.sweep_grace = sweep_grace
+        self.sweep_every = sweep_every
+        self._swept_at: dict[int, float] = {}
 
     def offers(self) -> list[Offer]:
         return self._offers()
@@ -457,12 +459,8 @@ class SlurmCompute:
         await self._cancel(conn, job_id, wait=30.0)
         home = await self._home(conn)
         base = batch.slurm_dir(home.home)
-        out = shlex.quote(f"{base}/{job_id}.out")
-        # a node's step daemon can append its cancellation line after Slurm stopped listing the job as completing,
-        # bringing the output file back: it is removed once more a few seconds on, by the login node alone
-        await conn.run(
-            f"rm -rf {shlex.quote(f'{base}/{job_id}')} {out}; (sleep {_STRAGGLER_S}; rm -f {out}) >/dev/null 2>&1 &"
-        )
+        # a line the node's step daemon writes late brings the output file back: the sweep removes it then
+        await conn.run(f"rm -rf {shlex.quote(f'{base}/{job_id}')} {shlex.quote(f'{base}/{job_id}.out')}")
 
     async def _forget(self, instance_id: str) -> None:
         tunnel = self._tunnels.pop(instance_id, None)
@@ -521,7 +519,32 @@ class SlurmCompute:
                 elif c.get("ends_early") and isinstance(ends_at, (int, float)) and states.ending(now, ends_at, limit):
                     await self._cancel(conn, job_id)  # its row ends lost: nobody else would cancel it
                     lost.append(Lost(inst.id, states.ending_message(job_id, ends_at, str(c.get("limit_said")))))
+        await self.sweep_files(live)
         return lost
+
+    async def sweep_files(self, live: Sequence[InstanceRec], force: bool = False) -> list[str]:
+        """Remove on each cluster's login node the files of the jobs that ended and that no row of ``live`` records
+        (:mod:`.sweep`), each cluster at most every ``sweep_every`` seconds unless ``force``; the names removed."""
+        keep = sweep.keep_input(str(((i.agent or {}).get("connection") or {}).get("job_id") or "") for i in live)
+        removed: list[str] = []
+        now = time.monotonic()
+        for conn in await self._all_clusters():
+            last = self._swept_at.get(id(conn))
+            if not force and last is not None and now - last < self.sweep_every:
+                continue
+            self._swept_at[id(conn)] = now
+            try:
+                result = await conn.run(sweep.command(self.sweep_grace), input=keep)
+            except Exception as e:  # the login node unreachable: the next pass sweeps
+                log.warning("sweeping corral's Slurm files failed: %s", e)
+                continue
+            swept = sweep.parse(result.exit_status, _text(result.stdout), _text(result.stderr))
+            if swept.error is not None:
+                log.warning("sweeping corral's Slurm files failed: %s", swept.error)
+            elif swept.removed:
+                log.info("removed the files of ended Slurm jobs: %s", ", ".join(swept.removed))
+            removed.extend(swept.removed)
+        return removed
 
     async def aclose(self) -> None:
         for instance_id in list(self._tunnels):
