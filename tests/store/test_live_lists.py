@@ -171,3 +171,47 @@ async def test_a_page_after_an_instance_never_holds_it_whatever_its_times_roundi
         for ascending in (False, True):
             assert await fleets.instance_page(conn, InstanceQuery(["p"], after=(at, "only"), ascending=ascending)) == []
     await db.dispose()
+
+
+async def test_include_imported_adds_the_fleets_exported_to_the_projects_and_their_instances(db_url: str) -> None:
+    """Fleet ``f`` of ``p`` exported to ``q`` (explicitly), fleet ``g`` of ``p`` to every project (a global export):
+    ``q``'s lists with ``include_imported`` hold both and their instances, without it neither; a caller in no
+    project imports nothing, not even a global export."""
+    db = Database(db_url)
+    await upgrade(db)
+    async with db.write() as conn:
+        await admin_and_project(conn, 0.0)
+        await conn.execute(
+            sa.insert(tables.projects).values(
+                id="q", name="other", owner_id="u", created_at=0.0, is_public=False, deleted=False, backends="[]"
+            )
+        )
+        for fid, at in (("f", 1.0), ("g", 2.0)):
+            await _fleet(conn, fid, at, False)
+            await conn.execute(
+                sa.insert(tables.instances).values(
+                    id=f"{fid}0", project_id="p", fleet_id=fid, name=f"{fid}0", instance_num=0, status="idle",
+                    unreachable=False, backend="local", busy_blocks=0, created_at=at, last_processed_at=at,
+                    deleted=False,
+                )
+            )  # fmt: skip
+        for eid, is_global, fid in (("e1", False, "f"), ("e2", True, "g")):
+            await conn.execute(
+                sa.insert(tables.exports).values(id=eid, project_id="p", name=eid, is_global=is_global, created_at=0.0)
+            )
+            await conn.execute(sa.insert(tables.exported_fleets).values(export_id=eid, fleet_id=fid))
+        await conn.execute(sa.insert(tables.export_importers).values(id="i1", export_id="e1", project_id="q"))
+    async with db.read() as conn:
+
+        async def fleet_ids(project_ids: list[str], imported: bool) -> list[str]:
+            return [f.id for f in await fleets.list_fleets(conn, project_ids, limit=10, include_imported=imported)]
+
+        async def instance_ids(project_ids: list[str], imported: bool) -> list[str]:
+            query = InstanceQuery(project_ids, include_imported=imported)
+            return [i.id for i in await fleets.instance_page(conn, query)]
+
+        assert await fleet_ids(["q"], False) == [] and await instance_ids(["q"], False) == []
+        assert await fleet_ids(["q"], True) == ["g", "f"] and await instance_ids(["q"], True) == ["g0", "f0"]
+        assert await fleet_ids([], True) == [] and await instance_ids([], True) == []
+        assert await fleet_ids(["p"], True) == ["g", "f"]  # its own, listed once
+    await db.dispose()

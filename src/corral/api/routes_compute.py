@@ -43,8 +43,11 @@ async def list_all_fleets(request: Request) -> FastJSON:
     b = await parse(rq.ListFleetsBody, request)
     ids = await _member_project_ids(request, user, [b.project_name] if b.project_name else None)
     after = (epoch_seconds(b.prev_created_at), str(b.prev_id or "")) if b.prev_created_at else None
-    # dstack's ``only_active`` leaves the deleted fleets out, which corral's lists never show
-    found = await fleets.list_fleets(ctx_of(request), ids, limit=b.limit, ascending=b.ascending, after=after)
+    # dstack's ``only_active`` leaves the deleted fleets out, which corral's lists never show; ``include_imported``
+    # adds the fleets exported to the caller's projects (a global admin's list has every project's already)
+    found = await fleets.list_fleets(
+        ctx_of(request), ids, limit=b.limit, ascending=b.ascending, after=after, include_imported=b.include_imported
+    )
     return FastJSON([serialize.fleet(f) for f in found])
 
 
@@ -145,7 +148,7 @@ async def list_instances(request: Request) -> FastJSON:
     ids = await _member_project_ids(request, user, b.project_names)
     fleet_ids = [str(f) for f in b.fleet_ids] if b.fleet_ids is not None else None
     after = (epoch_seconds(b.prev_created_at), str(b.prev_id) if b.prev_id else None) if b.prev_created_at else None
-    query = InstanceQuery(ids, fleet_ids, b.only_active, after, b.ascending, b.limit)
+    query = InstanceQuery(ids, fleet_ids, b.only_active, after, b.ascending, b.limit, b.include_imported)
     found = await fleets.list_instances(ctx_of(request), query)
     return FastJSON([serialize.instance(i) for i in found])
 

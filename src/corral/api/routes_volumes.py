@@ -28,6 +28,9 @@ async def project_volume_list(request: Request, project_name: str) -> FastJSON:
     return FastJSON(await volumes.list_volumes(ctx_of(request), [project.id]))
 
 
+# No ``include_imported`` here: dstack 0.22.5's ``ListVolumesRequest`` (``server/schemas/volumes.py``) has none (an
+# export holds fleets and gateways, never volumes) and its models forbid other fields, so a body with it is refused
+# there as here.
 @router.post("/api/volumes/list", body=rq.ListVolumesBody, response="VolumeList")
 async def volume_list(request: Request) -> FastJSON:
     user = await current_user(request)

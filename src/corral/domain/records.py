@@ -83,9 +83,10 @@ class InstanceRec:
 
 @dataclass(frozen=True)
 class InstanceQuery:
-    """One ``instances/list`` request, resolved: the live instances of ``project_ids`` (None: all), of
-    ``fleet_ids`` if given, only the idle and busy ones if ``only_active``, after the keyset ``after``
-    (``(created_at, id)`` of the previous page's last; its id may be None), at most ``limit``."""
+    """One ``instances/list`` request, resolved: the instances of ``project_ids`` (None: all) and, with
+    ``include_imported``, of the fleets exported to them, of ``fleet_ids`` if given, only the idle and busy ones
+    if ``only_active``, after the keyset ``after`` (``(created_at, id)`` of the previous page's last; its id may be
+    None), at most ``limit``."""
 
     project_ids: Sequence[str] | None
     fleet_ids: Sequence[str] | None = None
@@ -93,6 +94,7 @@ class InstanceQuery:
     after: tuple[float, str | None] | None = None
     ascending: bool = False
     limit: int = 1000
+    include_imported: bool = False
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,22 @@ async def exports_imported_by(conn: AsyncConnection, project_id: str) -> list[Ex
     return await _load(conn, (await conn.execute(q.order_by(exports.c.name))).all())
 
 
+def fleets_imported_by(project_ids: Sequence[str]) -> sa.Select[Any]:
+    """The ids of the fleets exported to any of ``project_ids`` (explicitly, or by a global export: to every
+    project), as a subquery: what the global lists add with ``include_imported``. A caller with no project imports
+    nothing (the lists do not ask then)."""
+    explicit = sa.select(export_importers.c.export_id).where(export_importers.c.project_id.in_(list(project_ids)))
+    return (
+        sa.select(exported_fleets.c.fleet_id)
+        .join(exports, exports.c.id == exported_fleets.c.export_id)
+        .join(projects, projects.c.id == exports.c.project_id)
+        .where(
+            projects.c.deleted == sa.false(),
+            sa.or_(exports.c.id.in_(explicit), exports.c.is_global.is_(True)),
+        )
+    )
+
+
 async def insert_export(conn: AsyncConnection, values: dict[str, Any]) -> None:
     """A new export; :class:`~corral.store.errors.Conflict` if the project has one of that name already."""
     try:

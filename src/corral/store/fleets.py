@@ -22,6 +22,7 @@ from corral.domain.statuses import FLEET_STATUS, INSTANCE_STATUS, READY_INSTANCE
 from corral.store import direct, prebuilt
 from corral.store.errors import Conflict
 from corral.store.events import emit, tracked_update, tracked_update_by_id
+from corral.store.exports import fleets_imported_by
 from corral.store.tables import COUNTED_INSTANCE_SQL, fleets, instances, jobs, projects
 
 LIVE_JOB_STATUSES = UNFINISHED_JOB
@@ -129,7 +130,10 @@ async def list_fleets(
     limit: int | None = None,
     ascending: bool = False,
     after: tuple[float, str] | None = None,
+    include_imported: bool = False,
 ) -> list[FleetRec]:
+    """The fleets of ``project_ids`` (None: every project's), and with ``include_imported`` those exported to
+    them, as dstack's global ``fleets/list`` adds them (``list_projects_fleet_models``)."""
     if project_ids is None and not include_deleted and after is None and not ascending and limit is None:
         rows = _plain(await conn.execute(_LIVE_FLEETS))
     else:
@@ -137,7 +141,9 @@ async def list_fleets(
             projects, projects.c.id == fleets.c.project_id
         )
         if project_ids is not None:
-            q = q.where(fleets.c.project_id.in_(project_ids))
+            own = fleets.c.project_id.in_(project_ids)
+            imported = include_imported and len(project_ids) > 0  # a caller in no project imports nothing
+            q = q.where(sa.or_(own, fleets.c.id.in_(fleets_imported_by(project_ids))) if imported else own)
         if not include_deleted:
             q = q.where(fleets.c.deleted == sa.false())
         if after is not None:
@@ -239,7 +245,10 @@ def instance_page_query(query: InstanceQuery) -> sa.Select[Any]:
     """The statement of :func:`instance_page` (the tests read its plan)."""
     q = _INSTANCE_PAGE
     if query.project_ids is not None:
-        q = q.where(instances.c.project_id.in_(query.project_ids))
+        own: sa.ColumnElement[bool] = instances.c.project_id.in_(query.project_ids)
+        if query.include_imported and query.project_ids:  # dstack's: the instances of fleets exported to them too
+            own = sa.or_(own, instances.c.fleet_id.in_(fleets_imported_by(query.project_ids)))
+        q = q.where(own)
     if query.fleet_ids is not None:
         q = q.where(instances.c.fleet_id.in_(query.fleet_ids))
     if query.only_active:  # dstack's: not deleted, idle or busy (read by status, not the history's rows)
