@@ -48,7 +48,7 @@ class Swept:
 
 def command(grace: float) -> str:
     """The sweep as one shell command of the cluster user on the login node; the job ids to keep on its input,
-    one a line. Prints each name it removed."""
+    one a line. Removes with one ``rm`` and prints each name it removed."""
     minutes = f"{max(grace, 0.0) / 60:.4f}"
     states = "|".join(sorted(ACTIVE))
     return (
@@ -59,7 +59,8 @@ def command(grace: float) -> str:
         f"listed=$(squeue -h -u \"$(id -un)\" -t all -o '%i %T') || exit {NO_SQUEUE}; "
         "active=$(printf '%s\\n' \"$listed\" | awk " + shlex.quote(f"$2 ~ /^({states})$/ {{print $1}}") + "); "
         'keep=" $rows $(printf "%s " $active) "; '
-        'for f in $old; do case "$keep" in *" ${f%.out} "*) ;; *) rm -rf -- "$f" && echo "$f";; esac; done'
+        'gone=""; for f in $old; do case "$keep" in *" ${f%.out} "*) ;; *) gone="$gone $f";; esac; done; '
+        '[ -n "$gone" ] || exit 0; rm -rf -- $gone; for f in $gone; do [ -e "$f" ] || echo "$f"; done'
     )
 
 
