@@ -161,3 +161,25 @@ async def test_a_default_computed_at_execution_is_refused_by_name(tmp_path: Path
         async with db.write() as conn:
             await direct.insert(conn, computed, sa.insert(computed), [{}])
     await db.dispose()
+
+
+async def test_an_onupdate_computed_at_execution_is_left_to_sqlalchemy(tmp_path: Path) -> None:
+    """An UPDATE whose column's ``onupdate`` SQLAlchemy computes at execution (a Python value, not SQL) is run by
+    SQLAlchemy, which sets it, rather than by the driver, which would write nothing there."""
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'c.db'}")
+    counted = sa.Table(
+        "counted",
+        sa.MetaData(),
+        sa.Column("id", sa.String, primary_key=True),
+        sa.Column("name", sa.String),
+        sa.Column("touched", sa.Integer, onupdate=lambda: 7),
+    )
+    update = counted.update().where(counted.c.id == sa.bindparam("_id")).values(name=sa.bindparam("_name"))
+    async with db.write() as conn:
+        await conn.run_sync(lambda sync: counted.create(sync))
+        await conn.execute(counted.insert().values(id="a", name="x", touched=0))
+        assert (await direct.execute(conn, update, {"_id": "a", "_name": "y"})).rowcount == 1
+    async with db.read() as conn:
+        got = (await conn.execute(sa.select(counted.c.name, counted.c.touched))).one()
+    assert tuple(got) == ("y", 7)
+    await db.dispose()

@@ -5,10 +5,14 @@ and nothing where the row is not in the status expected."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.store import direct
 from corral.store import events as event_store
 from corral.store.db import Database
 from corral.store.migrate import upgrade
@@ -71,22 +75,58 @@ async def test_both_ways_record_the_same_event(db_url: str) -> None:
     await db.dispose()
 
 
-async def test_statements_of_one_row_go_as_compiled(db_url: str) -> None:
+_ONE_RUN = ("UPDATE RUNS", "SELECT RUNS.ID")
+
+
+async def test_statements_of_one_row_go_as_compiled(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A row's statements (its statuses expected bound one parameter each) are sent as SQLAlchemy compiled and
-    cached them: no statement text is rendered again at each execution, as an expanding ``IN`` parameter has it."""
-    sent: list[tuple[str, str]] = []
+    cached them: no statement text is rendered again at each execution, as an expanding ``IN`` parameter has it.
+    On SQLite they go to its driver itself (``store/direct.py``), none through SQLAlchemy's execution."""
+    by_sqlalchemy: list[tuple[str, str]] = []  # (the text sent, the statement's compiled text)
+    by_driver: list[tuple[str, str]] = []
 
     def record(_conn: object, _cursor: object, statement: str, _params: object, context: object, _many: bool) -> None:
         compiled = getattr(context, "compiled", None)
-        if compiled is not None and statement.lstrip().upper().startswith(("UPDATE RUNS", "SELECT RUNS.ID")):
-            sent.append((statement, compiled.string))
+        if compiled is not None and statement.lstrip().upper().startswith(_ONE_RUN):
+            by_sqlalchemy.append((statement, compiled.string))
 
     db = await _db(db_url)
     sa.event.listen(db.engine.sync_engine, "after_cursor_execute", record)
+    given: list[sa.Executable] = []  # the statements handed to the driver's seam, latest last
+    execute = direct.execute
+
+    async def spied(conn: AsyncConnection, stmt: sa.Executable, params: Mapping[str, Any] | None = None) -> Any:
+        given.append(stmt)
+        return await execute(conn, stmt, params)
+
+    monkeypatch.setattr(direct, "execute", spied)
     values = {"status": "terminating", "termination_reason": "stopped_by_user"}
     async with db.write() as conn:
+        if db.is_sqlite:  # what reaches SQLite's driver, beside the compiled text of the statement it came from
+            _watch_driver(monkeypatch, conn, given, by_driver)
         assert await event_store.tracked_update_by_id(conn, runs, "r1", values, expect_status=("running",))
         assert await event_store.tracked_update_by_id(conn, runs, "r2", values, expect_status=("running", "pending"))
         assert not await event_store.tracked_update_by_id(conn, runs, "r2", {"status": "failed"}, expect_status=())
+    sent = by_sqlalchemy + by_driver
     assert len(sent) >= 3 and all(statement == compiled for statement, compiled in sent), sent
+    if db.is_sqlite:
+        assert by_sqlalchemy == [], by_sqlalchemy
     await db.dispose()
+
+
+def _watch_driver(
+    monkeypatch: pytest.MonkeyPatch, conn: AsyncConnection, given: list[sa.Executable], out: list[tuple[str, str]]
+) -> None:
+    """Record each statement of one run that ``conn``'s SQLite driver is given, with the compiled text of the
+    statement last handed to ``store/direct.py``."""
+    driver = direct.driver(conn)
+    for name in ("execute", "execute_fetchall"):
+        method = getattr(driver, name)
+
+        async def recording(sql: str, parameters: Any = None, *, _method: Any = method) -> Any:
+            if sql.lstrip().upper().startswith(_ONE_RUN):
+                compiled: Any = given[-1].compile(dialect=conn.dialect)  # type: ignore[attr-defined]
+                out.append((sql, compiled.string))
+            return await _method(sql, parameters)
+
+        monkeypatch.setattr(driver, name, recording)

@@ -6,9 +6,10 @@ the parameters, the result rows, a greenlet switch per driver call). :func:`exec
 for the connection's dialect, keeps its text, the order of its parameters and its columns' type processors,
 and on SQLite hands the text and values to aiosqlite's connection (made in place: ``store/sqlite_inline.py``);
 its answer (:class:`Rows`) has the rows as named tuples (attributes, ``_mapping``) and the rowcount. Postgres,
-and a statement this cannot run as compiled (an expanding ``IN``, a value rendered at execution), go through
-SQLAlchemy as before, so the caller reads either answer alike. A broken constraint or another database error
-raises as SQLAlchemy raises it (``Database.write`` makes a unique key taken meanwhile a ``Conflict``).
+and a statement this cannot run as compiled (an expanding ``IN``, a value rendered at execution, a default or
+``onupdate`` SQLAlchemy computes at execution), go through SQLAlchemy as before, so the caller reads either answer
+alike. A broken constraint or another database error raises as SQLAlchemy raises it (``Database.write`` makes a
+unique key taken meanwhile a ``Conflict``).
 
 :func:`insert` does the same for inserts of whole rows (a column left out takes its default, as SQLAlchemy
 gives it).
@@ -82,6 +83,8 @@ def _compile(stmt: sa.Executable, dialect: Dialect) -> _Compiled | None:
     names = compiled.positiontup
     if names is None or compiled.literal_execute_params or compiled.post_compile_params:
         return None  # rendered again at each execution: SQLAlchemy's
+    if compiled.insert_prefetch or compiled.update_prefetch:
+        return None  # a default or onupdate computed by SQLAlchemy at execution: SQLAlchemy's
     params = []
     for name in names:
         bind = compiled.binds[name]

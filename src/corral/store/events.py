@@ -11,7 +11,11 @@ change is illegal is not written. A run's status change moves the run between th
 Storage follows the database's ``events_ttl`` (``Database``): at most zero stores nothing; older events go
 in batches (``delete_expired``). Reading them is ``store/event_list.py``.
 
-Imports ``domain`` and sqlalchemy only.
+The choke point's statements of one row by its id are built once (``store/prebuilt.py``) and, on SQLite, run by
+its driver itself (``store/direct.py``); Postgres runs them through SQLAlchemy.
+
+Imports ``domain``, the store's ``deferred``, ``direct``, ``prebuilt``, ``run_counts`` and ``transitions``, and
+sqlalchemy.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from corral.domain.events import (
     run_target,
     status_change_message,
 )
-from corral.store import deferred, prebuilt, run_counts, transitions
+from corral.store import deferred, direct, prebuilt, run_counts, transitions
 from corral.store.db import EVENTS_TTL_OPTION
 from corral.store.tables import event_targets, events, instances, runs
 
@@ -177,14 +181,15 @@ async def tracked_update_by_id(
     actor_id: str | None = None,
 ) -> bool:
     """:func:`tracked_update` of the row ``row_id`` (while its status is one of ``expect_status``, if given) with
-    statements built once (``store/prebuilt.py``): ``values`` are plain values, bound as parameters; whether it
-    was updated. A status change needs no read of the row where every status expected may go to the new one."""
+    statements built once (``store/prebuilt.py``, on SQLite run by its driver: ``store/direct.py``): ``values`` are
+    plain values, bound as parameters; whether it was updated. A status change needs no read of the row where
+    every status expected may go to the new one."""
     checked = transitions.checked(table.name, values)
     if checked and not transitions.expected_allowed(table.name, expect_status, values["status"]):
         return await tracked_update_row(conn, table, row_id, values, expect_status, actor_id) is not None
     if not _counted(table, values) and (not _watched(table, values) or ttl_of(conn) <= 0):
         update = prebuilt.update_by_id(table, frozenset(values), prebuilt.expecting(expect_status))
-        return int((await conn.execute(update, prebuilt.params(row_id, values, expect_status))).rowcount) > 0
+        return int((await direct.execute(conn, update, prebuilt.params(row_id, values, expect_status))).rowcount) > 0
     return await tracked_update_row(conn, table, row_id, values, expect_status, actor_id) is not None
 
 
@@ -214,7 +219,7 @@ async def tracked_update_row(
         and _IDENTITY[table.name].isdisjoint(values)
     ):
         returning = prebuilt.update_returning(table, frozenset(values), cols[2:])
-        got = (await conn.execute(returning, prebuilt.params(row_id, values, expect_status))).first()
+        got = (await direct.execute(conn, returning, prebuilt.params(row_id, values, expect_status))).first()
         if got is None:
             return None
         row = _Was(row_id, expect_status[0], got)
@@ -256,14 +261,14 @@ async def _select_then_update(
     """The row as it was (locked on Postgres), then updated; None if it is not (or not in ``expect_status``, or
     its status change is refused)."""
     select = prebuilt.select_by_id(table, cols, prebuilt.expecting(expect_status), lock=conn.dialect.name != "sqlite")
-    row = (await conn.execute(select, prebuilt.params(row_id, {}, expect_status))).first()
+    row = (await direct.execute(conn, select, prebuilt.params(row_id, {}, expect_status))).first()
     if row is None:
         return None
     if transitions.checked(table.name, values) and not transitions.permit(
         table.name, row_id, row.status, values["status"]
     ):
         return None
-    await conn.execute(prebuilt.update_by_id(table, frozenset(values), None), prebuilt.params(row_id, values))
+    await direct.execute(conn, prebuilt.update_by_id(table, frozenset(values), None), prebuilt.params(row_id, values))
     return row
 
 
