@@ -15,7 +15,7 @@ from corral.store import runs as run_store
 from corral.store.db import Database
 from corral.store.errors import Conflict
 from corral.store.migrate import upgrade
-from corral.store.tables import jobs, runs
+from corral.store.tables import jobs, logs, runs
 from store_rows import a_run, admin_and_project
 
 #: Statements built once, as the store builds its hot ones.
@@ -182,4 +182,30 @@ async def test_an_onupdate_computed_at_execution_is_left_to_sqlalchemy(tmp_path:
     async with db.read() as conn:
         got = (await conn.execute(sa.select(counted.c.name, counted.c.touched))).one()
     assert tuple(got) == ("y", 7)
+    await db.dispose()
+
+
+async def test_a_followed_jobs_output_is_kept_only_under_its_lease(db_url: str) -> None:
+    """The follower's write of a job's output and offset: kept under the job's lease token, refused (nothing
+    written) under another; on SQLite by the driver, with no SQLAlchemy execution."""
+    db = await _db(db_url)
+    now = time.time()
+    job = {
+        "id": "j1", "run_id": "r1", "project_id": "p", "run_name": "r1", "job_num": 0, "job_name": "r1-0",
+        "submitted_at": now, "last_processed_at": now, "status": "running", "job_spec": "{}", "log_offset": 0,
+        "lock_token": "held", "disconnected_at": now,
+    }  # fmt: skip
+    async with db.write() as conn:
+        await direct.insert(conn, jobs, sa.insert(jobs), [job])
+    seen = _sqlalchemy_statements(db)
+    async with db.write() as conn:
+        assert await run_store.append_logs_guarded(conn, "j1", "held", [(now, 1, b"ok\n")], 3)
+        assert not await run_store.append_logs_guarded(conn, "j1", "lost", [(now, 1, b"again\n")], 9)
+        through_sqlalchemy = [s for s in seen if "jobs" in s.lower() or "logs" in s.lower()]
+    async with db.read() as conn:
+        got = (await conn.execute(sa.select(jobs.c.log_offset, jobs.c.disconnected_at).where(jobs.c.id == "j1"))).one()
+        kept = [r.message for r in await conn.execute(sa.select(logs.c.message).where(logs.c.job_id == "j1"))]
+    assert tuple(got) == (3, None) and kept == [b"ok\n"]
+    if db.is_sqlite:
+        assert through_sqlalchemy == [], through_sqlalchemy
     await db.dispose()

@@ -485,8 +485,8 @@ async def append_logs_guarded(
     conn: AsyncConnection, job_id: str, token: str, entries: Sequence[tuple[float, int, bytes]], next_offset: int
 ) -> bool:
     """Store output and the agent offset after it -- only while ``token`` still holds the job's lease,
-    so a replica that lost the lease never duplicates lines."""
-    res = await conn.execute(_LOG_OFFSET, {"_id": job_id, "_token": token, "_offset": next_offset})
+    so a replica that lost the lease never duplicates lines. On SQLite both go by its driver (``store/direct.py``)."""
+    res = await direct.execute(conn, _LOG_OFFSET, {"_id": job_id, "_token": token, "_offset": next_offset})
     if res.rowcount == 0:
         return False
     await append_logs(conn, job_id, entries)
