@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from dstack_client_env import (
     CorralServer,
     DstackCli,
     agent_pids_under,
+    cli_env,
     corral_server,
 )
 
@@ -265,7 +267,19 @@ def test_login_finds_no_sso_provider(cli: DstackCli, project: str) -> None:
     assert res.returncode != 0 and "No SSO providers configured on the server." in res.output, cli.explain(res)
 
 
+#: The official client's view of a deleted fleet read by id (its ``APIClient.fleets.get`` parses dstack's ``Fleet``).
+FLEET_BY_ID = """
+import sys, uuid
+from dstack.api.server import APIClient
+fleet = APIClient(sys.argv[1], sys.argv[2]).fleets.get("main", fleet_id=uuid.UUID(sys.argv[3]))
+print("fleet", fleet.status.value, len(fleet.instances))
+"""
+
+
 def test_fleet_delete(cli: DstackCli, fleet: str, e2e_tmp: Path) -> None:
+    fleet_id = cli.server.api("/api/project/main/fleets/get", {"name": fleet}).json()["id"]
+    instance_ids = [i["id"] for i in cli.server.api("/api/instances/list", {}).json() if i["fleet_name"] == fleet]
+    assert instance_ids, "the task ran on an instance of the fleet"
     res = cli.ok("fleet", "delete", fleet, "-y")
     assert f"Fleet {fleet} deleted" in res.output, cli.explain(res)
     # The safety net runs every 60 s: the fleet must go away on wake-ups alone.
@@ -280,6 +294,17 @@ def test_fleet_delete(cli: DstackCli, fleet: str, e2e_tmp: Path) -> None:
     while agent_pids_under(e2e_tmp):
         assert time.monotonic() < deadline, "the fleet's local agent is still running"
         time.sleep(0.2)
+    # its instances are terminated and deleted, as dstack's: the deleted fleet read by id holds none of them (dstack
+    # loads a fleet's instances not deleted), and instances/list still lists them, terminated
+    script = e2e_tmp / "fleet_by_id.py"
+    script.write_text(FLEET_BY_ID)
+    res = subprocess.run(
+        [str(cli.venv / "bin" / "python"), str(script), cli.server.url, TOKEN, fleet_id],
+        capture_output=True, text=True, timeout=60, env=cli_env(cli.home), cwd=cli.workdir, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert res.returncode == 0 and "fleet terminated 0" in res.stdout, res.stdout + res.stderr
+    listed = {i["id"]: i["status"] for i in cli.server.api("/api/instances/list", {}).json()}
+    assert all(listed[i] == "terminated" for i in instance_ids), listed
 
 
 def test_server_log_has_no_errors(cli: DstackCli) -> None:
