@@ -298,11 +298,11 @@ def test_fleet_delete(cli: DstackCli, fleet: str, e2e_tmp: Path) -> None:
     # loads a fleet's instances not deleted), and instances/list still lists them, terminated
     script = e2e_tmp / "fleet_by_id.py"
     script.write_text(FLEET_BY_ID)
-    res = subprocess.run(
+    proc = subprocess.run(
         [str(cli.venv / "bin" / "python"), str(script), cli.server.url, TOKEN, fleet_id],
         capture_output=True, text=True, timeout=60, env=cli_env(cli.home), cwd=cli.workdir, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    assert res.returncode == 0 and "fleet terminated 0" in res.stdout, res.stdout + res.stderr
+    assert proc.returncode == 0 and "fleet terminated 0" in proc.stdout, proc.stdout + proc.stderr
     listed = {i["id"]: i["status"] for i in cli.server.api("/api/instances/list", {}).json()}
     assert all(listed[i] == "terminated" for i in instance_ids), listed
 
