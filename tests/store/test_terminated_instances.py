@@ -64,9 +64,11 @@ async def test_an_autoscaled_local_instance_terminated_is_deleted_and_leaves_its
         assert r.status_code == 200 and r.json()["status"] == "terminated" and r.json()["price"] == inst["price"]
 
 
-async def test_an_instance_its_cloud_took_away_is_deleted_too(db_url: str) -> None:
-    """A spot interruption (``record_lost``): the machine is gone, as after a termination the backend confirmed;
-    an SSH fleet's host that failed is kept, listed with its error until the fleet is applied again."""
+async def test_an_instance_its_cloud_took_away_or_never_gave_is_deleted_too(db_url: str) -> None:
+    """A spot interruption (``record_lost``): the machine is gone, as after a termination the backend confirmed; a
+    cloud instance that could not be provisioned is deleted too, as dstack deletes it (its placeholder at once, a
+    fleet's at its next consolidation); an SSH fleet's host that failed is kept, listed with its error until the
+    fleet is applied again."""
     db = Database(db_url)
     await upgrade(db)
     async with db.write() as conn:
@@ -77,7 +79,7 @@ async def test_an_instance_its_cloud_took_away_is_deleted_too(db_url: str) -> No
                 deleted=False,
             )
         )  # fmt: skip
-        for iid, status, backend in (("spot", "busy", "aws"), ("host", "pending", "ssh")):
+        for iid, status, backend in (("spot", "busy", "aws"), ("host", "pending", "ssh"), ("vm", "pending", "aws")):
             await conn.execute(
                 sa.insert(tables.instances).values(
                     id=iid, project_id="p", fleet_id="f", name=iid, instance_num=0, status=status, unreachable=False,
@@ -86,11 +88,16 @@ async def test_an_instance_its_cloud_took_away_is_deleted_too(db_url: str) -> No
                 )
             )  # fmt: skip
         assert await instance_outcomes.record_lost(conn, "spot", "The spot instance was interrupted", 3.0)
+        no_capacity = ("failed_to_start_due_to_no_capacity", "no capacity")
         await instance_outcomes.record_provisioning_failed(
-            conn, "host", "tok", "host", "no route to host", ("failed_to_start_due_to_no_capacity", "no capacity"), 3.0
+            conn, "host", "tok", "host", "no route to host", no_capacity, 3.0
+        )
+        await instance_outcomes.record_provisioning_failed(
+            conn, "vm", "tok", "vm", "InsufficientInstanceCapacity", no_capacity, 3.0
         )
     async with db.read() as conn:
         rows = {r.id: r for r in await conn.execute(sa.select(tables.instances))}
     assert (rows["spot"].status, rows["spot"].deleted, rows["spot"].price) == ("terminated", True, None)
     assert (rows["host"].status, rows["host"].deleted) == ("terminated", False)
+    assert (rows["vm"].status, rows["vm"].deleted) == ("terminated", True)
     await db.dispose()

@@ -109,15 +109,23 @@ async def record_provisioning_failed(
     now: float,
 ) -> None:
     """The instance (under its lease ``token``) is terminated with ``message``, and the jobs waiting for it fail
-    with ``reason``: their termination reason and status message (``no capacity``, ``quota reached``...)."""
+    with ``reason``: their termination reason and status message (``no capacity``, ``quota reached``...).
+
+    A cloud's or the local backend's instance is marked ``deleted`` too: dstack 0.22.5 deletes a job's placeholder
+    instance that could not be provisioned, and a fleet's, left ``terminated``, at the fleet's next consolidation
+    (``_maintain_fleet_nodes_in_min_max_range``, ``server/background/pipeline_tasks/fleets.py``); why it failed
+    stays in the fleet's ``status_message``. An SSH fleet's host is kept, listed with its error until the fleet is
+    applied again (dstack consolidates no SSH fleet)."""
     termination_reason, status_message = reason
     await _fleet_message(conn, instance_id, f"Instance {instance_name} could not be provisioned: {message}")
+    backend = (await conn.execute(sa.select(instances.c.backend).where(instances.c.id == instance_id))).scalar()
     await tracked_update(
         conn,
         instances,
         leases.guard(instances, instance_id, token),
         {
             "status": "terminated",
+            "deleted": backend != "ssh",
             "termination_reason": "error",
             "termination_reason_message": message,
             "finished_at": now,
