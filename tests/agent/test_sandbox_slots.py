@@ -84,7 +84,9 @@ def test_a_jobs_end_never_removes_a_slot_given_back_meanwhile(
     """A job's slot given back while its end was on its way (the job forgotten at once, a reap) may be another
     agent's job's by the time the end releases the sandbox: that one keeps its namespace and its slot."""
     one, two = sandboxes
-    for attempt in range(5):
+    # a test beside this one may open and close sandboxes all the while: try until the freed slot is the next one
+    # taken (a try takes about 0.1 s; under such churn, five tries were seen to lose every time)
+    for attempt in range(100):
         ended = one.open(f"ended-{attempt}", [])
         one.release(f"ended-{attempt}")  # given back meanwhile: its namespace went, its slot is free
         taken = two.open("taken", [])
