@@ -311,7 +311,8 @@ async def test_a_late_write_is_swept_after_the_grace_in_one_command_and_nothing_
     with caplog.at_level(logging.INFO, logger="corral.slurm"):
         assert await backend.compute.sweep_files([], force=True) == []
         assert await backend.compute.sweep_files([]) == []  # within sweep_every of the last: not run
-    assert not caplog.records
+    # corral's own log says nothing (another component's lines, an HTTP server's in this process, may come meanwhile)
+    assert not [r for r in caplog.records if r.name.startswith("corral.")], caplog.text
     assert sum(backend.cluster.calls_per_minute().values()) == before + 2
 
 
