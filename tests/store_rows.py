@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.store.tables import projects, runs, users
+from corral.store.db import Database
+from corral.store.tables import jobs, projects, runs, users
 
 
 async def admin_and_project(conn: AsyncConnection, now: float) -> None:
@@ -32,3 +36,33 @@ async def a_run(conn: AsyncConnection, run_id: str, now: float, status: str = "s
             status=status, run_spec="{}", priority=0, deployment_num=0, deleted=False,
         )
     )  # fmt: skip
+
+
+async def two_runs_settling(db: Database) -> None:
+    """Two runs of one job still ``provisioning`` in project ``p``: ``ran``, whose job is done, and ``started``,
+    whose job is running (what the runs worker settles next)."""
+    now = time.time()
+    async with db.write() as conn:
+        await admin_and_project(conn, now)
+        spec = json.dumps({"configuration": {"type": "task", "commands": ["true"]}})
+        for name, job_status in (("ran", "done"), ("started", "running")):
+            await conn.execute(
+                sa.insert(runs).values(
+                    id=name, project_id="p", user_id="u", run_name=name, submitted_at=now, last_processed_at=now,
+                    status="provisioning", run_spec=spec, priority=0, deployment_num=0, deleted=False,
+                )
+            )  # fmt: skip
+            await conn.execute(
+                sa.insert(jobs).values(
+                    id=f"{name}-0", run_id=name, project_id="p", run_name=name, job_num=0, replica_num=0,
+                    job_name=f"{name}-0", submission_num=0, deployment_num=0, submitted_at=now,
+                    last_processed_at=now, status=job_status, job_spec="{}", priority=0, blocks=1, log_offset=0,
+                    finished_at=now if job_status == "done" else None,
+                )
+            )  # fmt: skip
+
+
+async def run_statuses(db: Database) -> dict[str, str]:
+    """Each run's status, by id."""
+    async with db.read() as conn:
+        return {r.id: r.status for r in await conn.execute(sa.select(runs.c.id, runs.c.status))}

@@ -7,7 +7,6 @@ output is stored once."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sqlite3
 import time
@@ -15,20 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from corral.context import Context
 from corral.domain.metrics import MetricsPoint
 from corral.store import metrics as metrics_store
 from corral.store.db import Database
 from corral.store.migrate import upgrade
-from corral.store.tables import jobs, runs
 from corral.workers.metrics_retention import MetricsRetention
 from corral.workers.runs import Runs
 from corral.workers.runtime import run_passes
 from server_harness import finished_run, fleet_body, get_run, make_settings, running_server, task_body, wait_for
 from skip_policy import needs_root
-from store_rows import admin_and_project
+from store_rows import run_statuses, two_runs_settling
 from tmpfs_mount import MiB, fill, free, tmpfs
 
 pytestmark = needs_root("mounting a tmpfs needs root (CI runs as root)")
@@ -259,34 +256,6 @@ async def test_a_run_whose_end_could_not_be_written_ends_within_seconds_of_space
             assert any("every worker is woken" in r.getMessage() for r in caplog.records)
 
 
-async def _settling_runs(db: Database) -> None:
-    """Two runs still ``provisioning``: one whose job is done, one whose job is running."""
-    now = time.time()
-    async with db.write() as conn:
-        await admin_and_project(conn, now)
-        spec = json.dumps({"configuration": {"type": "task", "commands": ["true"]}})
-        for name, job_status in (("ran", "done"), ("started", "running")):
-            await conn.execute(
-                sa.insert(runs).values(
-                    id=name, project_id="p", user_id="u", run_name=name, submitted_at=now, last_processed_at=now,
-                    status="provisioning", run_spec=spec, priority=0, deployment_num=0, deleted=False,
-                )
-            )  # fmt: skip
-            await conn.execute(
-                sa.insert(jobs).values(
-                    id=f"{name}-0", run_id=name, project_id="p", run_name=name, job_num=0, replica_num=0,
-                    job_name=f"{name}-0", submission_num=0, deployment_num=0, submitted_at=now,
-                    last_processed_at=now, status=job_status, job_spec="{}", priority=0, blocks=1, log_offset=0,
-                    finished_at=now if job_status == "done" else None,
-                )
-            )  # fmt: skip
-
-
-async def _run_statuses(db: Database) -> dict[str, str]:
-    async with db.read() as conn:
-        return {r.id: r.status for r in await conn.execute(sa.select(runs.c.id, runs.c.status))}
-
-
 async def test_a_worker_pass_that_failed_for_lack_of_space_is_tried_again_whole_until_space_returns(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -302,7 +271,7 @@ async def test_a_worker_pass_that_failed_for_lack_of_space_is_tried_again_whole_
         passes: asyncio.Task[None] | None = None
         try:
             await upgrade(db)
-            await _settling_runs(db)
+            await two_runs_settling(db)
             ctx.wakeups.take("runs")  # as if the first (whole) pass had run before these jobs changed
             for name in ("scheduler", "jobs"):
                 ctx.wakeups.event(name).clear()
@@ -311,14 +280,14 @@ async def test_a_worker_pass_that_failed_for_lack_of_space_is_tried_again_whole_
             ctx.wakeups.wake_for("runs", ["started"])
             passes = asyncio.create_task(run_passes(ctx, "runs", Runs(ctx).pass_once, lambda: stopping))
             await asyncio.sleep(3)  # the pass failed, was tried again and failed again
-            assert await _run_statuses(db) == {"ran": "provisioning", "started": "provisioning"}
+            assert await run_statuses(db) == {"ran": "provisioning", "started": "provisioning"}
             assert not passes.done()
 
             filler.unlink()
             freed = time.monotonic()
 
             async def settled() -> bool:
-                return await _run_statuses(db) == {"ran": "done", "started": "running"}
+                return await run_statuses(db) == {"ran": "done", "started": "running"}
 
             await wait_for(settled, timeout=30, interval=0.1)  # "ran" too: the pass tried again was a whole one
             took = time.monotonic() - freed

@@ -4,20 +4,15 @@ other wake-up, the first pass and the safety net's pass cover every run. Real SQ
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
-
-import sqlalchemy as sa
 
 from corral.context import Context, Wakeups
 from corral.settings import Settings
 from corral.store import run_states
 from corral.store.db import Database
 from corral.store.migrate import upgrade
-from corral.store.tables import jobs, runs
 from corral.workers.runs import Runs
-from store_rows import admin_and_project
+from store_rows import run_statuses, two_runs_settling
 
 
 async def test_a_pass_covers_everything_unless_it_was_woken_for_some_keys_only() -> None:
@@ -52,49 +47,22 @@ def test_names_another_replica_woke_wake_this_process_and_unknown_ones_are_ignor
     assert heard == ["access"]
 
 
-async def _seed(db: Database) -> None:
-    now = time.time()
-    async with db.write() as conn:
-        await admin_and_project(conn, now)
-        spec = json.dumps({"configuration": {"type": "task", "commands": ["true"]}})
-        for name, job_status in (("ran", "done"), ("started", "running")):
-            await conn.execute(
-                sa.insert(runs).values(
-                    id=name, project_id="p", user_id="u", run_name=name, submitted_at=now, last_processed_at=now,
-                    status="provisioning", run_spec=spec, priority=0, deployment_num=0, deleted=False,
-                )
-            )  # fmt: skip
-            await conn.execute(
-                sa.insert(jobs).values(
-                    id=f"{name}-0", run_id=name, project_id="p", run_name=name, job_num=0, replica_num=0,
-                    job_name=f"{name}-0", submission_num=0, deployment_num=0, submitted_at=now,
-                    last_processed_at=now, status=job_status, job_spec="{}", priority=0, blocks=1, log_offset=0,
-                    finished_at=now if job_status == "done" else None,
-                )
-            )  # fmt: skip
-
-
-async def _statuses(db: Database) -> dict[str, str]:
-    async with db.read() as conn:
-        return {r.id: r.status for r in await conn.execute(sa.select(runs.c.id, runs.c.status))}
-
-
 async def test_a_scoped_pass_settles_only_its_runs_and_a_whole_pass_the_rest(tmp_path: Path) -> None:
     db = Database(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
     await upgrade(db)
     ctx = Context(Settings(server_dir=tmp_path, database_url=db.url), db, {})
     try:
-        await _seed(db)
+        await two_runs_settling(db)
         worker = Runs(ctx)
         ctx.wakeups.take("runs")  # as if the first (whole) pass had run before these jobs changed
         ctx.wakeups.wake_for("runs", ["started"])
         await worker.pass_once()
-        assert await _statuses(db) == {"ran": "provisioning", "started": "running"}, "only the woken run is read"
+        assert await run_statuses(db) == {"ran": "provisioning", "started": "running"}, "only the woken run is read"
         async with db.read() as conn:
             assert [r.id for r in await run_states.active_run_states(conn, settling=True, run_ids=["ran"])] == ["ran"]
             assert await run_states.active_run_states(conn, settling=True, run_ids=[]) == []
         ctx.wakeups.wake_local("runs")
         await worker.pass_once()
-        assert await _statuses(db) == {"ran": "done", "started": "running"}
+        assert await run_statuses(db) == {"ran": "done", "started": "running"}
     finally:
         await db.dispose()
