@@ -129,13 +129,9 @@ async def test_a_gateway_serves_a_service_over_tls_and_is_removed(
     root.write_text(lab.root_pem())
     host = f"svc.{DOMAIN}"
     async with server.client() as c:
-        await apply_fleet(c, ssh_fleet(hosts, "edge", [ip]))
-        await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+        await _edge_fleet(c, hosts, ip)
         await start_service(c, "svc")
-        conf = {"type": "gateway", "name": "gw", "backend": "remote", "region": "edge", "domain": DOMAIN}
-        r = await c.post(G + "/apply", json={"plan": {"spec": {"configuration": conf}}, "force": False})
-        assert r.status_code == 200, r.text
-        gw = await wait_for(lambda: gateway_is(c, "gw", "running"), timeout=60)
+        gw = await _gateway_on_edge(c)
         assert _open(ip, 80) and _open(ip, 443)
         await publish(server, "svc", gw["id"])
 
@@ -198,6 +194,21 @@ async def test_a_gateway_serves_a_service_over_tls_and_is_removed(
         assert inst["status"] == "idle", inst
 
 
+async def _edge_fleet(c: httpx.AsyncClient, hosts: FakeHosts, ip: str) -> None:
+    """The SSH fleet ``edge`` of the one host at ``ip``, settled."""
+    await apply_fleet(c, ssh_fleet(hosts, "edge", [ip]))
+    await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+
+
+async def _gateway_on_edge(c: httpx.AsyncClient) -> dict[str, Any]:
+    """The gateway ``gw`` of :data:`DOMAIN` on the fleet ``edge``'s host, once running."""
+    conf = {"type": "gateway", "name": "gw", "backend": "remote", "region": "edge", "domain": DOMAIN}
+    r = await c.post(G + "/apply", json={"plan": {"spec": {"configuration": conf}}, "force": False})
+    assert r.status_code == 200, r.text
+    gw: dict[str, Any] = await wait_for(lambda: gateway_is(c, "gw", "running"), timeout=60)
+    return gw
+
+
 async def _gone(c: httpx.AsyncClient, name: str) -> bool:
     return await gateway(c, name) is None
 
@@ -251,14 +262,10 @@ async def test_restart_unreachable_host_and_a_certificate_dns_cannot_get(
     try:
         async with running_server(settings) as s, s.client() as c:
             token = s.token
-            await apply_fleet(c, ssh_fleet(hosts, "edge", [ip]))
-            await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+            await _edge_fleet(c, hosts, ip)
             await start_service(c, "svc")
             await start_service(c, "bad")
-            conf = {"type": "gateway", "name": "gw", "backend": "remote", "region": "edge", "domain": DOMAIN}
-            r = await c.post(G + "/apply", json={"plan": {"spec": {"configuration": conf}}, "force": False})
-            assert r.status_code == 200, r.text
-            gw = await wait_for(lambda: gateway_is(c, "gw", "running"), timeout=60)
+            gw = await _gateway_on_edge(c)
             await publish(s, "svc", gw["id"])
             await publish(s, "bad", gw["id"])
             await wait_for(lambda: _served(ip, host, root, token), timeout=60, interval=0.5)
@@ -332,8 +339,7 @@ async def test_model_endpoint_and_scaling_from_zero_on_the_gateways_counts(
     )
     async with running_server(settings) as s, s.client() as c:
         auth = {"Authorization": f"Bearer {s.token}"}
-        await apply_fleet(c, ssh_fleet(hosts, "edge", [ip]))
-        await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+        await _edge_fleet(c, hosts, ip)
         r = await c.post("/api/project/main/fleets/apply", json=fleet_body(name="local", nodes="0..2"))
         assert r.status_code == 200, r.text
         conf = {
@@ -522,13 +528,9 @@ async def test_a_certificate_due_is_renewed_from_a_ca_that_restarted_with_a_new_
     old_root, new_root = tmp_path / "old-root.pem", tmp_path / "new-root.pem"
     old_root.write_text(lab.root_pem())
     async with server.client() as c:
-        await apply_fleet(c, ssh_fleet(hosts, "edge", [ip]))
-        await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+        await _edge_fleet(c, hosts, ip)
         await start_service(c, "svc")
-        conf = {"type": "gateway", "name": "gw", "backend": "remote", "region": "edge", "domain": DOMAIN}
-        r = await c.post(G + "/apply", json={"plan": {"spec": {"configuration": conf}}, "force": False})
-        assert r.status_code == 200, r.text
-        gw = await wait_for(lambda: gateway_is(c, "gw", "running"), timeout=60)
+        gw = await _gateway_on_edge(c)
         await publish(server, "svc", gw["id"])
         await wait_for(lambda: _served(ip, host, old_root, server.token), timeout=60, interval=0.5)
 
@@ -564,13 +566,9 @@ async def test_a_ca_that_lost_its_state_is_noticed_and_a_certificate_not_due_is_
     old_root.write_text(lab.root_pem())
     settings = _settings(tmp_path, lab, acme_account_check_interval=CHECK_INTERVAL)
     async with running_server(settings) as server, server.client() as c:
-        await apply_fleet(c, ssh_fleet(hosts, "edge", [ip]))
-        await wait_for(lambda: fleet_settled(c, "edge", 1), timeout=40)
+        await _edge_fleet(c, hosts, ip)
         await start_service(c, "svc")
-        conf = {"type": "gateway", "name": "gw", "backend": "remote", "region": "edge", "domain": DOMAIN}
-        r = await c.post(G + "/apply", json={"plan": {"spec": {"configuration": conf}}, "force": False})
-        assert r.status_code == 200, r.text
-        gw = await wait_for(lambda: gateway_is(c, "gw", "running"), timeout=60)
+        gw = await _gateway_on_edge(c)
         await publish(server, "svc", gw["id"])
         await wait_for(lambda: _served(ip, host, old_root, server.token), timeout=60, interval=0.5)
         await asyncio.sleep(2 * CHECK_INTERVAL)  # checks while the CA still knows the account: nothing issued
