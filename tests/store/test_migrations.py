@@ -19,6 +19,19 @@ def test_fast_head_check_matches_alembic() -> None:
     assert head_revisions() == set(ScriptDirectory.from_config(alembic_config()).get_heads())
 
 
+def _upgrade_to(rev: str) -> Any:
+    """For ``run_sync``: Alembic's upgrade of that connection to ``rev``."""
+
+    from alembic import command
+
+    def run(sync_conn: sa.Connection) -> None:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = sync_conn
+        command.upgrade(cfg, rev)
+
+    return run
+
+
 async def test_upgrade_builds_the_metadata_and_is_idempotent(db_url: str) -> None:
     db = Database(db_url)
     await upgrade(db)
@@ -36,20 +49,10 @@ async def test_upgrade_builds_the_metadata_and_is_idempotent(db_url: str) -> Non
 async def test_0008_leaves_the_local_backend_to_main_only(db_url: str) -> None:
     """Projects made through the API used to get the local backend; after the upgrade only ``main`` keeps
     its backends (the server re-applies ``config.yml``'s at start)."""
-    from alembic import command
-
     db = Database(db_url)
 
-    def to(rev: str) -> Any:
-        def run(sync_conn: sa.Connection) -> None:
-            cfg = alembic_config()
-            cfg.attributes["connection"] = sync_conn
-            command.upgrade(cfg, rev)
-
-        return run
-
     async with db.engine.connect() as conn:
-        await conn.run_sync(to("0006"))
+        await conn.run_sync(_upgrade_to("0006"))
         await conn.execute(
             sa.text(
                 "INSERT INTO users (id, name, token, token_hash, global_role, active, deleted, created_at) "
@@ -65,7 +68,7 @@ async def test_0008_leaves_the_local_backend_to_main_only(db_url: str) -> None:
                 {"id": pid, "name": name, "b": '[{"type": "local"}]'},
             )
         await conn.commit()
-        await conn.run_sync(to("head"))
+        await conn.run_sync(_upgrade_to("head"))
         await conn.commit()
         rows = {r.name: r.backends for r in (await conn.execute(sa.text("SELECT name, backends FROM projects"))).all()}
     assert rows == {"main": '[{"type": "local"}]', "made-by-api": "[]"}
@@ -74,17 +77,7 @@ async def test_0008_leaves_the_local_backend_to_main_only(db_url: str) -> None:
 
 async def test_0043_adds_the_instances_version_to_a_database_whose_jobs_reference_its_instances(db_url: str) -> None:
     """The column is added in place: on SQLite a copy of the table could not replace one whose rows jobs reference."""
-    from alembic import command
-
     db = Database(db_url)
-
-    def to(rev: str) -> Any:
-        def run(sync_conn: sa.Connection) -> None:
-            cfg = alembic_config()
-            cfg.attributes["connection"] = sync_conn
-            command.upgrade(cfg, rev)
-
-        return run
 
     rows = {
         "users": "(id, name, token, token_hash, global_role, active, deleted, created_at) "
@@ -100,11 +93,11 @@ async def test_0043_adds_the_instances_version_to_a_database_whose_jobs_referenc
         "VALUES ('j', 'r', 'p', 'r', 0, 0, 'j', 0, 0, 0, 0, 'running', '{}', 0, 1, 0, 'i')",
     }
     async with db.engine.connect() as conn:
-        await conn.run_sync(to("0040"))
+        await conn.run_sync(_upgrade_to("0040"))
         for table, values in rows.items():
             await conn.execute(sa.text(f"INSERT INTO {table} {values}"))
         await conn.commit()
-        await conn.run_sync(to("head"))
+        await conn.run_sync(_upgrade_to("head"))
         await conn.commit()
         got = (
             await conn.execute(sa.text("SELECT i.version FROM instances i JOIN jobs j ON j.instance_id = i.id"))
@@ -116,20 +109,10 @@ async def test_0043_adds_the_instances_version_to_a_database_whose_jobs_referenc
 async def test_0049_marks_the_terminated_instances_deleted_but_an_ssh_hosts_failure(db_url: str) -> None:
     """A database from before: its terminated instances become deleted (as dstack marks them once terminated), an SSH
     fleet's host that failed stays listed with its error, and the live ones are left as they were."""
-    from alembic import command
-
     db = Database(db_url)
 
-    def to(rev: str) -> Any:
-        def run(sync_conn: sa.Connection) -> None:
-            cfg = alembic_config()
-            cfg.attributes["connection"] = sync_conn
-            command.upgrade(cfg, rev)
-
-        return run
-
     async with db.engine.connect() as conn:
-        await conn.run_sync(to("0048"))
+        await conn.run_sync(_upgrade_to("0048"))
         await conn.execute(
             sa.text(
                 "INSERT INTO users (id, name, token, token_hash, global_role, active, deleted, created_at) "
@@ -157,7 +140,7 @@ async def test_0049_marks_the_terminated_instances_deleted_but_an_ssh_hosts_fail
                 {"id": iid, "status": status, "backend": backend, "reason": reason},
             )
         await conn.commit()
-        await conn.run_sync(to("head"))
+        await conn.run_sync(_upgrade_to("head"))
         await conn.commit()
         got = {str(r[0]): bool(r[1]) for r in (await conn.execute(sa.text("SELECT id, deleted FROM instances"))).all()}
     assert got == {
