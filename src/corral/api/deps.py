@@ -57,7 +57,8 @@ def ctx_of(request: Request) -> Context:
 class AccessCache:
     """Who a token is and which projects they may use, remembered for ``ttl`` seconds.
 
-    Saves two to three queries on every request. A change to users, tokens, projects or members clears
+    Saves two to three queries on every request, and the read transaction of the projects a global list covers
+    (``dstack ps`` polls ``/api/runs/list``). A change to users, tokens, projects or members clears
     the cache of every replica at once (:func:`forget_access`: in process, and on Postgres through the
     replicas' ``NOTIFY`` channel); should a notification be lost, a revoked token or role stays valid for
     at most ``ttl`` (1 s) all the same.
@@ -67,11 +68,13 @@ class AccessCache:
         self.ttl = ttl
         self._users: dict[str, tuple[float, UserRec]] = {}
         self._projects: dict[tuple[str, str, str], tuple[float, ProjectRec]] = {}
+        self._project_ids: dict[tuple[str, tuple[str, ...] | None], tuple[float, list[str] | None]] = {}
 
     def clear(self) -> None:
         """Forget everything: called by this replica after it changes users, projects or members."""
         self._users.clear()
         self._projects.clear()
+        self._project_ids.clear()
 
     async def user(self, request: Request, token: str) -> UserRec:
         now = time.monotonic()
@@ -96,6 +99,19 @@ class AccessCache:
         self._projects[key] = (now + self.ttl, project)
         return project
 
+    async def project_ids(self, request: Request, user: UserRec, names: list[str] | None) -> list[str] | None:
+        """``accounts.member_project_ids``: the projects a global list covers for ``user`` (None: every one)."""
+        now = time.monotonic()
+        key = (user.id, None if names is None else tuple(names))
+        hit = self._project_ids.get(key)
+        if hit is not None and hit[0] > now:
+            return None if hit[1] is None else list(hit[1])
+        ids = await accounts.member_project_ids(ctx_of(request).db, user, names)
+        if len(self._project_ids) > 10_000:
+            self._project_ids.clear()
+        self._project_ids[key] = (now + self.ttl, None if ids is None else list(ids))
+        return ids
+
 
 def forget_access(request: Request) -> None:
     """Users, tokens, projects or members changed: every replica forgets what it cached (the cache listens
@@ -117,6 +133,13 @@ async def current_user(request: Request) -> UserRec:
     if scheme.lower() != "bearer" or not token.strip():
         raise NotAuthenticated
     return await _cache(request).user(request, token.strip())
+
+
+async def member_project_ids(request: Request, user: UserRec, names: list[str] | None) -> list[str] | None:
+    """The projects a global list (runs, fleets, instances, volumes) covers for the caller ``user``: member projects
+    only (every project for a global admin: None), narrowed to ``names`` (``accounts.member_project_ids``), as
+    :class:`AccessCache` remembers them."""
+    return await _cache(request).project_ids(request, user, names)
 
 
 async def member(request: Request, project_name: str, need: str = "member") -> tuple[UserRec, ProjectRec]:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 
 from corral import diskspace  # config lazy: the models load on first use, not at start-up
-from corral.api.deps import FastJSON, ctx_of, current_user, member
+from corral.api.deps import FastJSON, ctx_of, current_user, member, member_project_ids
 from corral.api.routes_accounts import parse
 from corral.api.routing import RequestValidationError, RouteTable
 from corral.domain.records import InstanceQuery, ProjectRec, UserRec
@@ -31,7 +31,7 @@ async def _member_project_ids(request: Request, user: UserRec, names: list[str] 
     """The projects a global list (``/api/runs/list``, fleets, instances) covers: member projects only (all
     for a global admin: None), narrowed to ``names``; a project the caller may not see just lists nothing.
     The caller is authenticated before the body is read (an anonymous body is never parsed)."""
-    return await accounts.member_project_ids(ctx_of(request).db, user, names)
+    return await member_project_ids(request, user, names)
 
 
 # --- fleets -----------------------------------------------------------------------------------------

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from corral.api.deps import FastJSON, ctx_of, current_user, member
+from corral.api.deps import FastJSON, ctx_of, current_user, member, member_project_ids
 from corral.api.routes_accounts import parse
 from corral.api.routing import RouteTable
 from corral.schemas import requests as rq
-from corral.services import accounts, volumes
+from corral.services import volumes
 
 router = RouteTable()
 P = "/api/project/{project_name}"
@@ -35,7 +35,7 @@ async def project_volume_list(request: Request, project_name: str) -> FastJSON:
 async def volume_list(request: Request) -> FastJSON:
     user = await current_user(request)
     b = await parse(rq.ListVolumesBody, request)
-    ids = await accounts.member_project_ids(ctx_of(request).db, user, [b.project_name] if b.project_name else None)
+    ids = await member_project_ids(request, user, [b.project_name] if b.project_name else None)
     found = await volumes.list_volumes(
         ctx_of(request), ids, only_active=b.only_active, ascending=b.ascending, limit=b.limit
     )

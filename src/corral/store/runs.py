@@ -97,10 +97,31 @@ def _publication(r: Any) -> Publication | None:
     return Publication(name, r.gateway_domain or "", certificate is not None)
 
 
+#: What a run's record holds of its row (``_run``) and a job's (``job_from_row``): a read of runs and jobs for their
+#: records reads these columns alone, not the documents and leases the workers keep beside them.
+_RUN_COLUMNS = tuple(
+    runs.c[name]
+    for name in (
+        "id", "project_id", "run_name", "submitted_at", "last_processed_at", "status", "status_message",
+        "termination_reason", "run_spec", "priority", "fleet_id", "deployment_num", "deleted", "next_triggered_at",
+    )
+)  # fmt: skip
+_JOB_COLUMNS = tuple(
+    jobs.c[name]
+    for name in (
+        "id", "run_id", "project_id", "run_name", "job_num", "replica_num", "job_name", "submission_num",
+        "deployment_num", "submitted_at", "last_processed_at", "finished_at", "status", "status_message",
+        "termination_reason", "termination_reason_message", "exit_status", "job_spec", "priority", "instance_id",
+        "job_provisioning_data", "job_runtime_data", "stop_requested", "disconnected_at", "log_offset",
+        "wait_deadline", "blocks", "ssh_seen_at", "ready", "probes", "price", "placed_at",
+    )
+)  # fmt: skip
+
+
 def _run_select() -> sa.Select[Any]:
     return (
         sa.select(
-            runs,
+            *_RUN_COLUMNS,
             projects.c.name.label("project_name"),
             users.c.name.label("user_name"),
             fleets.c.name.label("fleet_name"),
@@ -115,12 +136,9 @@ def _run_select() -> sa.Select[Any]:
     )
 
 
-#: Statements built once (``store/prebuilt.py`` says why): the jobs of the runs ``:runs``, a run and a job by
-#: ``:_id``.
-_JOBS_OF_RUNS = sa.select(jobs).where(jobs.c.run_id.in_(sa.bindparam("runs", expanding=True)))
+#: Statements built once (``store/prebuilt.py`` says why): a run and a job by ``:_id``.
 _RUN_BY_ID = _run_select().where(runs.c.id == sa.bindparam("_id"))
 _JOB_BY_ID = sa.select(jobs).where(jobs.c.id == sa.bindparam("_id"))
-_RUNS_BY_IDS = _run_select().where(runs.c.id.in_(sa.bindparam("ids", expanding=True)))
 #: A project's run by ``:_id``, and its live run named ``:run_name`` (every apply of a named run reads it).
 _RUN_OF_PROJECT = _run_select().where(runs.c.project_id == sa.bindparam("project_id"), runs.c.id == sa.bindparam("_id"))
 _RUN_NAMED = _run_select().where(
@@ -128,22 +146,79 @@ _RUN_NAMED = _run_select().where(
     runs.c.run_name == sa.bindparam("run_name"),
     runs.c.deleted == sa.false(),
 )
-#: The same for a few ids, one parameter each (``prebuilt.in_ids``), by their number.
+
+#: Lists of ids longer than ``prebuilt.LISTED`` (a page of runs: up to 100) are bound one parameter each too, padded
+#: with their last id to the next of these lengths (a statement per length, sent as compiled: an expanding ``IN`` is
+#: rendered again at every execution); the runs and jobs of more ids are read in chunks of the last.
+_PADDED = (32, 64, 128)
+
+
+def _listed(ids: Sequence[str]) -> tuple[int | None, dict[str, Any]]:
+    """``ids`` as the parameters of :func:`_in_ids`'s condition, and their number (None: more than ``_PADDED``
+    holds, an expanding parameter)."""
+    n = len(ids)
+    if n <= prebuilt.LISTED:
+        return n, prebuilt.ids_params(ids)
+    size = next((size for size in _PADDED if size >= n), None)
+    if size is None:
+        return None, {"_in": list(ids)}
+    return size, prebuilt.ids_params([*ids, *(ids[-1] for _ in range(size - n))])
+
+
+def _in_ids(column: sa.ColumnElement[Any], n: int | None) -> sa.ColumnElement[bool]:
+    """``column IN (...)`` of :func:`_listed`'s parameters (``prebuilt.in_ids``'s, typed as ``column``)."""
+    if n is None:
+        return column.in_(sa.bindparam("_in", expanding=True, type_=column.type))
+    return column.in_([sa.bindparam(f"_in_{i}", type_=column.type) for i in range(n)])
+
+
+def _chunks(ids: Sequence[str]) -> list[tuple[int, dict[str, Any]]]:
+    """``ids`` in chunks that :func:`_listed` binds one parameter each: (their number, the parameters)."""
+    out = []
+    for start in range(0, len(ids), _PADDED[-1]):
+        n, params = _listed(ids[start : start + _PADDED[-1]])
+        assert n is not None
+        out.append((n, params))
+    return out
+
+
+#: The same for ids by their number (:func:`_listed`): the runs, their jobs, and the latest ``:_subs`` submissions
+#: of each of their jobs (a window over the jobs of the runs).
 _RUNS_OF: dict[int, sa.Select[Any]] = {}
 _JOBS_OF: dict[int, sa.Select[Any]] = {}
+_LATEST_JOBS_OF: dict[int, sa.Select[Any]] = {}
 
 
 def _runs_of(n: int) -> sa.Select[Any]:
     stmt = _RUNS_OF.get(n)
     if stmt is None:
-        stmt = _RUNS_OF[n] = _run_select().where(prebuilt.in_ids(runs.c.id, n))
+        stmt = _RUNS_OF[n] = _run_select().where(_in_ids(runs.c.id, n))
     return stmt
 
 
 def _jobs_of_runs(n: int) -> sa.Select[Any]:
     stmt = _JOBS_OF.get(n)
     if stmt is None:
-        stmt = _JOBS_OF[n] = sa.select(jobs).where(prebuilt.in_ids(jobs.c.run_id, n))
+        stmt = _JOBS_OF[n] = sa.select(*_JOB_COLUMNS).where(_in_ids(jobs.c.run_id, n))
+    return stmt
+
+
+def _latest_jobs_of_runs(n: int) -> sa.Select[Any]:
+    stmt = _LATEST_JOBS_OF.get(n)
+    if stmt is None:
+        rank = (
+            sa.func.row_number()
+            .over(
+                partition_by=(jobs.c.run_id, jobs.c.replica_num, jobs.c.job_num),
+                order_by=jobs.c.submission_num.desc(),
+            )
+            .label("rnk")
+        )
+        sub = sa.select(*_JOB_COLUMNS, rank).where(_in_ids(jobs.c.run_id, n)).subquery()
+        stmt = sa.select(*(sub.c[c.name] for c in _JOB_COLUMNS)).where(
+            sub.c.rnk <= sa.bindparam("_subs", type_=sa.Integer)
+        )
+        _LATEST_JOBS_OF[n] = stmt
     return stmt
 
 
@@ -166,23 +241,12 @@ async def _jobs_for(
     out: dict[str, list[JobRec]] = {i: [] for i in run_ids}
     if not run_ids or submissions_limit == 0:
         return out
-    if submissions_limit is not None:
-        # Only the latest ``submissions_limit`` submissions of each (replica, job): a window over the index.
-        rank = (
-            sa.func.row_number()
-            .over(
-                partition_by=(jobs.c.run_id, jobs.c.replica_num, jobs.c.job_num),
-                order_by=jobs.c.submission_num.desc(),
-            )
-            .label("rnk")
-        )
-        sub = sa.select(jobs, rank).where(jobs.c.run_id.in_(run_ids)).subquery()
-        q = sa.select(*[sub.c[c.name] for c in jobs.c]).where(sub.c.rnk <= submissions_limit)
-        rows = await conn.execute(q)
-    elif len(run_ids) <= prebuilt.LISTED:
-        rows = await direct.execute(conn, _jobs_of_runs(len(run_ids)), prebuilt.ids_params(run_ids))
-    else:
-        rows = await conn.execute(_JOBS_OF_RUNS, {"runs": list(run_ids)})
+    rows: list[Any] = []
+    for n, params in _chunks(run_ids):
+        if submissions_limit is None:
+            rows += await direct.execute(conn, _jobs_of_runs(n), params)
+        else:  # only the latest ``submissions_limit`` submissions of each (replica, job): a window over the index
+            rows += await direct.execute(conn, _latest_jobs_of_runs(n), {**params, "_subs": submissions_limit})
     for r in rows:
         out[r.run_id].append(job_from_row(r))
     for lst in out.values():
@@ -190,32 +254,46 @@ async def _jobs_for(
     return out
 
 
-def _run_filters(
-    q: sa.Select[Any],
-    project_ids: Sequence[str] | None,
+#: The statements of a page of run keys, built once per shape (which filters, how many projects: ``_listed``), their
+#: values bound: ``_in_*`` (or ``_in``) the projects, ``_user``, ``_repo``, ``_limit``, ``_after_at``, ``_after_id``.
+_KEYS: dict[tuple[object, ...], sa.Select[Any]] = {}
+
+
+def _keys_statement(
+    projects: int | None,
     only_active: bool,
-    user_id: str | None,
-    repo_id: str | None,
-    limit: int | None,
+    by_user: bool,
+    by_repo: bool,
+    limited: bool,
     ascending: bool,
-    after: tuple[float, str] | None,
+    after: bool,
 ) -> sa.Select[Any]:
-    q = q.where(runs.c.deleted == sa.false())
-    if project_ids is not None:
-        q = q.where(runs.c.project_id.in_(project_ids))
+    """``projects``: -1 every project, else the number of their parameters (None: an expanding one)."""
+    shape = (projects, only_active, by_user, by_repo, limited, ascending, after)
+    q = _KEYS.get(shape)
+    if q is not None:
+        return q
+    q = sa.select(runs.c.id, runs.c.status, runs.c.last_processed_at).where(runs.c.deleted == sa.false())
+    if projects != -1:
+        q = q.where(_in_ids(runs.c.project_id, projects))
     if only_active:
         q = q.where(sa.text(ACTIVE_RUN_WHERE))  # the active runs' partial indexes
-    if user_id is not None:
-        q = q.where(runs.c.user_id == user_id)
-    if repo_id is not None:
-        q = q.where(runs.c.repo_id == repo_id)
-    if after is not None:
+    if by_user:
+        q = q.where(runs.c.user_id == sa.bindparam("_user", type_=runs.c.user_id.type))
+    if by_repo:
+        q = q.where(runs.c.repo_id == sa.bindparam("_repo", type_=runs.c.repo_id.type))
+    if after:
         cmp = sa.tuple_(runs.c.submitted_at, runs.c.id)
-        bound = sa.tuple_(*(sa.literal(v) for v in after))
+        bound = sa.tuple_(
+            sa.bindparam("_after_at", type_=runs.c.submitted_at.type), sa.bindparam("_after_id", type_=runs.c.id.type)
+        )
         q = q.where(cmp > bound if ascending else cmp < bound)
     order = (runs.c.submitted_at, runs.c.id)
     q = q.order_by(*(c.asc() if ascending else c.desc() for c in order))
-    return q.limit(limit) if limit is not None else q
+    if limited:
+        q = q.limit(sa.bindparam("_limit", type_=sa.Integer))
+    _KEYS[shape] = q
+    return q
 
 
 @dataclass(frozen=True)
@@ -237,9 +315,35 @@ async def list_run_keys(
     ascending: bool = False,
     after: tuple[float, str] | None = None,
 ) -> list[RunKey]:
-    """A page of runs (filters and keyset order as dstack's runs/list), as keys only (one narrow indexed query)."""
-    q = run_keys_query(project_ids, only_active, user_id, repo_id, limit, ascending, after)
-    return [RunKey(r.id, r.status, r.last_processed_at) for r in await conn.execute(q)]
+    """A page of runs (filters and keyset order as dstack's runs/list), as keys only (one narrow indexed query,
+    on SQLite run by its driver: ``store/direct.py``)."""
+    if project_ids is not None and not project_ids:
+        return []  # no project to list
+    q, values = _keys_query(project_ids, only_active, user_id, repo_id, limit, ascending, after)
+    return [RunKey(r.id, r.status, r.last_processed_at) for r in await direct.execute(conn, q, values)]
+
+
+def _keys_query(
+    project_ids: Sequence[str] | None,
+    only_active: bool,
+    user_id: str | None,
+    repo_id: str | None,
+    limit: int | None,
+    ascending: bool,
+    after: tuple[float, str] | None,
+) -> tuple[sa.Select[Any], dict[str, Any]]:
+    """:func:`list_run_keys`'s statement (built once per shape) and its values."""
+    projects, values = (-1, {}) if project_ids is None else _listed(project_ids)
+    if user_id is not None:
+        values["_user"] = user_id
+    if repo_id is not None:
+        values["_repo"] = repo_id
+    if after is not None:
+        values["_after_at"], values["_after_id"] = after
+    if limit is not None:
+        values["_limit"] = limit
+    shape = (projects, only_active, user_id is not None, repo_id is not None, limit is not None, ascending)
+    return _keys_statement(*shape, after is not None), values
 
 
 def run_keys_query(
@@ -251,9 +355,9 @@ def run_keys_query(
     ascending: bool = False,
     after: tuple[float, str] | None = None,
 ) -> sa.Select[Any]:
-    """The statement of :func:`list_run_keys`."""
-    q = sa.select(runs.c.id, runs.c.status, runs.c.last_processed_at)
-    return _run_filters(q, project_ids, only_active, user_id, repo_id, limit, ascending, after)
+    """The statement of :func:`list_run_keys`, its values bound."""
+    q, values = _keys_query(project_ids, only_active, user_id, repo_id, limit, ascending, after)
+    return q.params(values)
 
 
 async def runs_by_ids(
@@ -261,10 +365,9 @@ async def runs_by_ids(
 ) -> dict[str, RunRec]:
     if not ids:
         return {}
-    if len(ids) <= prebuilt.LISTED:
-        rows = (await direct.execute(conn, _runs_of(len(ids)), prebuilt.ids_params(ids))).all()
-    else:
-        rows = (await conn.execute(_RUNS_BY_IDS, {"ids": list(ids)})).all()
+    rows: list[Any] = []
+    for n, params in _chunks(ids):
+        rows += await direct.execute(conn, _runs_of(n), params)
     by_run = await _jobs_for(conn, [r.id for r in rows], submissions_limit) if include_jobs else {}
     return {r.id: _run(r, by_run.get(r.id, [])) for r in rows}
 
@@ -273,16 +376,16 @@ async def get_run(
     conn: AsyncConnection, project_id: str, run_name: str | None = None, run_id: str | None = None
 ) -> RunRec | None:
     if run_id is not None:
-        row = (await conn.execute(_RUN_OF_PROJECT, {"project_id": project_id, "_id": run_id})).first()
+        row = (await direct.execute(conn, _RUN_OF_PROJECT, {"project_id": project_id, "_id": run_id})).first()
     else:
-        row = (await conn.execute(_RUN_NAMED, {"project_id": project_id, "run_name": run_name})).first()
+        row = (await direct.execute(conn, _RUN_NAMED, {"project_id": project_id, "run_name": run_name})).first()
     if row is None:
         return None
     return _run(row, (await _jobs_for(conn, [row.id], None))[row.id])
 
 
 async def get_run_by_id(conn: AsyncConnection, run_id: str) -> RunRec | None:
-    row = (await conn.execute(_RUN_BY_ID, {"_id": run_id})).first()
+    row = (await direct.execute(conn, _RUN_BY_ID, {"_id": run_id})).first()
     if row is None:
         return None
     return _run(row, (await _jobs_for(conn, [row.id], None))[row.id])
