@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from corral.domain.telemetry import PROVISION_BUCKETS, Family, Telemetry, render
+from corral.domain.telemetry import PROVISION_BUCKETS, Family, LabelBlocks, Telemetry, label_block, render
 
 
 def test_counters_add_up_by_label_values() -> None:
@@ -80,4 +80,33 @@ def test_label_values_are_escaped_and_values_spelled_as_the_format_says() -> Non
         "corral_x -Inf",
         "corral_x NaN",
         "corral_x_sum 0.5",
+    ]
+
+
+def test_a_label_block_is_rendered_once_kept_by_its_values_and_dropped_beyond_the_limit() -> None:
+    blocks = LabelBlocks(("project", "user"), limit=2)
+    first = blocks(('q"x', "a\\b\nc"))
+    assert first == 'project="q\\"x",user="a\\\\b\\nc"'
+    assert blocks(('q"x', "a\\b\nc")) is first  # kept
+    blocks(("p", "u"))
+    assert blocks(("r", "v")) == 'project="r",user="v"'  # a third: the kept ones dropped, this one kept
+    assert blocks(('q"x', "a\\b\nc")) == first and blocks(('q"x', "a\\b\nc")) is not first
+    fam = Family("dstack_run_count_total", "counter", "Total runs count")
+    fam.add(first, 7)
+    fam.add(blocks(("r", "v")), 0.5)
+    assert render([fam]).splitlines()[2:] == [
+        'dstack_run_count_total{project="q\\"x",user="a\\\\b\\nc"} 7.0',
+        'dstack_run_count_total{project="r",user="v"} 0.5',
+    ]
+    assert label_block(()) == ""
+
+
+def test_counts_are_written_as_their_float_would_be() -> None:
+    fam = Family("corral_x", "gauge", "x")
+    for value in (0, -3, 2**53 - 1, 2**53, -(2**53), 2**60, True):
+        fam.add((), value)
+    assert [v for _, _, v in fam.samples][:2] == [0, -3]
+    assert render([fam]).splitlines()[2:] == [
+        f"corral_x {float(v):.1f}" if abs(v) < 2**53 else f"corral_x {float(v)!r}"
+        for v in (0, -3, 2**53 - 1, 2**53, -(2**53), 2**60, 1)
     ]

@@ -3,7 +3,8 @@
 :class:`Telemetry` holds counters and histograms by name and label values (one per server process, on the
 workers' context; a Prometheus server scrapes every replica). :func:`render` writes metric families as
 dstack's ``/metrics`` does: ``# HELP``, ``# TYPE``, then one ``name{label="value",...} value`` line per
-sample, label values escaped as the format says. Pure values: no I/O, no clocks.
+sample, label values escaped as the format says; a sample's labels may come as their block rendered once and
+kept (:class:`LabelBlocks`: a scrape's cost per series is mostly its labels). Pure values: no I/O, no clocks.
 """
 
 from __future__ import annotations
@@ -27,11 +28,37 @@ class Family:
     name: str
     type: str  # counter | gauge | histogram
     help: str
-    samples: list[tuple[str, Labels, float]] = field(default_factory=list)
+    #: (sample name, labels or their block rendered once (:class:`LabelBlocks`), value: an int kept as one)
+    samples: list[tuple[str, Labels | str, float]] = field(default_factory=list)
 
-    def add(self, labels: dict[str, str] | Labels, value: float, suffix: str = "") -> None:
-        items = labels if type(labels) is tuple else tuple(labels.items())  # type: ignore[union-attr]
-        self.samples.append((self.name + suffix if suffix else self.name, items, float(value)))
+    def add(self, labels: dict[str, str] | Labels | str, value: float, suffix: str = "") -> None:
+        items = labels if isinstance(labels, (str, tuple)) else tuple(labels.items())
+        number = value if type(value) is int else float(value)  # a count is written without going through a float
+        self.samples.append((self.name + suffix if suffix else self.name, items, number))
+
+
+def label_block(labels: Labels) -> str:
+    """What a sample's ``{...}`` holds: ``name="value"`` pairs, each value escaped as the format says."""
+    return ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+
+
+class LabelBlocks:
+    """The label blocks of one set of label names (:func:`label_block`), rendered once and kept by their values
+    while those values are seen (a series' labels rarely change: a run count's are a project and a user name).
+    At most ``limit`` are kept; beyond it the kept ones are dropped and rendered again as they come."""
+
+    def __init__(self, names: tuple[str, ...], limit: int = 100_000) -> None:
+        self._names = names
+        self._limit = limit
+        self._kept: dict[tuple[str, ...], str] = {}
+
+    def __call__(self, values: tuple[str, ...]) -> str:
+        block = self._kept.get(values)
+        if block is None:
+            if len(self._kept) >= self._limit:
+                self._kept.clear()
+            block = self._kept[values] = label_block(tuple(zip(self._names, values, strict=True)))
+        return block
 
 
 @dataclass
@@ -116,6 +143,10 @@ def _escape(value: str) -> str:
 
 
 def _number(value: float) -> str:
+    if type(value) is int:
+        if -(2**53) < value < 2**53:
+            return f"{value}.0"  # as a float's "{:.1f}" writes it
+        value = float(value)
     if value.is_integer() and abs(value) < 2**53:
         return f"{value:.1f}"
     if math.isinf(value):
@@ -133,9 +164,13 @@ def _lines(families: Iterable[Family]) -> Iterator[str]:
         yield f"# HELP {fam.name} {fam.help}"
         yield f"# TYPE {fam.name} {fam.type}"
         for name, labels, value in fam.samples:
-            inner = rendered.get(labels)
-            if inner is None:
-                inner = rendered[labels] = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+            if isinstance(labels, str):
+                inner = labels
+            else:
+                known = rendered.get(labels)
+                if known is None:
+                    known = rendered[labels] = label_block(labels)
+                inner = known
             yield f"{name}{{{inner}}} {_number(value)}" if inner else f"{name} {_number(value)}"
 
 

@@ -5,7 +5,8 @@ The instance, job and queue reads cover current state only (rows in a live statu
 indexes): their cost follows what runs now, not history. The run counts (dstack's series count every run ever
 submitted) are the counts kept with every run's writes (``store/run_counts.py``), not a count of the runs.
 
-Imports ``domain`` and sqlalchemy only.
+Imports ``domain``, sqlalchemy and the store's own modules only. On SQLite the reads go by the driver itself
+(``store/direct.py``): a scrape's rows as plain tuples.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.metrics import LIVE_STATUSES, MetricsPoint
 from corral.domain.statuses import READY_INSTANCE, InstanceStatus
+from corral.store import direct
 from corral.store.metrics import latest_points
 from corral.store.run_counts import run_type
 from corral.store.tables import ACTIVE_RUN_SQL, QUEUED_SQL, fleets, instances, jobs, projects, runs, users
@@ -65,72 +67,81 @@ class LiveJob:
     point: MetricsPoint | None
 
 
-async def live_instances(conn: AsyncConnection) -> list[LiveInstance]:
-    q = (
-        sa.select(
-            projects.c.name,
-            fleets.c.name,
-            instances.c.fleet_id,
-            instances.c.name,
-            instances.c.id,
-            instances.c.backend,
-            instances.c.created_at,
-            instances.c.price,
-            instances.c.offer,
-        )
-        .join(projects, projects.c.id == instances.c.project_id)
-        .outerjoin(fleets, fleets.c.id == instances.c.fleet_id)
-        .where(instances.c.status.in_(LIVE_INSTANCE_STATUSES), instances.c.deleted == sa.false())
-        .order_by(projects.c.name, instances.c.name)
+def _status_in(column: str, statuses: tuple[str, ...]) -> sa.TextClause:
+    """``column IN (...)`` with the statuses written into the text (our own constants, no input): a statement without
+    an expanding parameter runs on SQLite by its driver (``store/direct.py``)."""
+    return sa.text(f"{column} IN ({', '.join(repr(str(s)) for s in statuses)})")
+
+
+_LIVE_INSTANCES = (
+    sa.select(
+        projects.c.name,
+        fleets.c.name,
+        instances.c.fleet_id,
+        instances.c.name,
+        instances.c.id,
+        instances.c.backend,
+        instances.c.created_at,
+        instances.c.price,
+        instances.c.offer,
     )
+    .join(projects, projects.c.id == instances.c.project_id)
+    .outerjoin(fleets, fleets.c.id == instances.c.fleet_id)
+    .where(_status_in("instances.status", LIVE_INSTANCE_STATUSES), instances.c.deleted == sa.false())
+    .order_by(projects.c.name, instances.c.name)
+)
+
+
+async def live_instances(conn: AsyncConnection) -> list[LiveInstance]:
     return [
         LiveInstance(r[0], r[1] or "", r[2] or "", r[3], r[4], r[5], float(r[6]), float(r[7] or 0.0), _doc(r[8]))
-        for r in await conn.execute(q)
+        for r in await direct.execute(conn, _LIVE_INSTANCES)
     ]
 
 
-async def live_jobs(conn: AsyncConnection) -> list[LiveJob]:
-    q = (
-        sa.select(
-            projects.c.name,
-            users.c.name,
-            jobs.c.run_name,
-            jobs.c.run_id,
-            jobs.c.job_name,
-            jobs.c.id,
-            jobs.c.job_num,
-            jobs.c.replica_num,
-            runs.c.run_spec,
-            jobs.c.submitted_at,
-            jobs.c.job_provisioning_data,
-        )
-        .join(runs, runs.c.id == jobs.c.run_id)
-        .join(projects, projects.c.id == jobs.c.project_id)
-        .join(users, users.c.id == runs.c.user_id)
-        .where(jobs.c.status.in_(LIVE_STATUSES))
-        .order_by(projects.c.name, jobs.c.job_name)
+_LIVE_JOBS = (
+    sa.select(
+        projects.c.name,
+        users.c.name,
+        jobs.c.run_name,
+        jobs.c.run_id,
+        jobs.c.job_name,
+        jobs.c.id,
+        jobs.c.job_num,
+        jobs.c.replica_num,
+        runs.c.run_spec,
+        jobs.c.submitted_at,
+        jobs.c.job_provisioning_data,
     )
-    rows = list(await conn.execute(q))
-    points = await latest_points(conn, [r[5] for r in rows if r[10]])  # a job without provisioning data has no series
-    out = []
-    for r in rows:
-        out.append(
-            LiveJob(
-                r[0],
-                r[1],
-                r[2],
-                r[3],
-                r[4],
-                r[5],
-                r[6],
-                r[7],
-                run_type(r[8]),
-                float(r[9]),
-                _doc(r[10]),
-                points.get(r[5]),
-            )
+    .join(runs, runs.c.id == jobs.c.run_id)
+    .join(projects, projects.c.id == jobs.c.project_id)
+    .join(users, users.c.id == runs.c.user_id)
+    .where(_status_in("jobs.status", LIVE_STATUSES))
+    .order_by(projects.c.name, jobs.c.job_name)
+)
+
+
+async def live_jobs(conn: AsyncConnection) -> list[LiveJob]:
+    """The live jobs; those without provisioning data (no series yet) without their run's type or newest sample."""
+    rows = (await direct.execute(conn, _LIVE_JOBS)).all()
+    points = await latest_points(conn, [r[5] for r in rows if r[10]])
+    return [
+        LiveJob(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            r[6],
+            r[7],
+            run_type(r[8]) if r[10] else "",
+            float(r[9]),
+            _doc(r[10]),
+            points.get(r[5]),
         )
-    return out
+        for r in rows
+    ]
 
 
 #: The queued jobs (their project and run) and the active runs bound to a fleet (from the active runs' index), matched

@@ -20,7 +20,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.store import deferred
+from corral.store import deferred, direct
 from corral.store.tables import projects, run_counts, run_pending_counts, runs, users
 
 
@@ -115,6 +115,35 @@ async def by_status(conn: AsyncConnection) -> dict[tuple[str, str], dict[str, in
         statuses = out.setdefault((project, user), {})
         statuses[status] = statuses.get(status, 0) + int(n)
     return dict(sorted(out.items()))
+
+
+#: One row per project and user: every run, then the terminated, failed and done ones. SQLite sums them in C, so a
+#: scrape reads a row per series' labels rather than one per status (``GET /metrics`` serves one series per user and
+#: status for every user who ever ran: thousands a year in).
+_SERIES = (
+    sa.select(
+        projects.c.name,
+        users.c.name,
+        sa.func.sum(run_counts.c.count),
+        *(
+            sa.func.sum(sa.case((run_counts.c.status == status, run_counts.c.count), else_=0))
+            for status in ("terminated", "failed", "done")
+        ),
+    )
+    .select_from(run_counts)
+    .join(projects, projects.c.id == run_counts.c.project_id)
+    .join(users, users.c.id == run_counts.c.user_id)
+    .where(run_counts.c.count != 0)
+    .group_by(projects.c.name, users.c.name)
+    .order_by(projects.c.name, users.c.name)
+)
+
+
+async def series(conn: AsyncConnection) -> list[tuple[str, str, int, int, int, int]]:
+    """(project name, user name, runs, terminated, failed, done) for each project and user with a run counted,
+    ordered by the names (as Python orders them: Postgres' collation may not), read as plain tuples (on SQLite by
+    its driver, ``store/direct.py``)."""
+    return sorted(tuple(r) for r in await direct.execute(conn, _SERIES))
 
 
 async def pending(conn: AsyncConnection) -> dict[tuple[str, str], int]:
