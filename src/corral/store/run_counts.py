@@ -146,13 +146,15 @@ async def series(conn: AsyncConnection) -> list[tuple[str, str, int, int, int, i
     return sorted(tuple(r) for r in await direct.execute(conn, _SERIES))
 
 
+_PENDING_SERIES = (
+    sa.select(projects.c.name, run_pending_counts.c.run_type, run_pending_counts.c.count)
+    .select_from(run_pending_counts)
+    .join(projects, projects.c.id == run_pending_counts.c.project_id)
+    .where(run_pending_counts.c.count != 0)
+    .order_by(projects.c.name, run_pending_counts.c.run_type)
+)
+
+
 async def pending(conn: AsyncConnection) -> dict[tuple[str, str], int]:
     """(project name, run type) -> retries of whole runs, from the kept counts."""
-    q = (
-        sa.select(projects.c.name, run_pending_counts.c.run_type, run_pending_counts.c.count)
-        .select_from(run_pending_counts)
-        .join(projects, projects.c.id == run_pending_counts.c.project_id)
-        .where(run_pending_counts.c.count != 0)
-        .order_by(projects.c.name, run_pending_counts.c.run_type)
-    )
-    return {(r[0], r[1]): int(r[2]) for r in await conn.execute(q)}
+    return {(r[0], r[1]): int(r[2]) for r in await direct.execute(conn, _PENDING_SERIES)}
