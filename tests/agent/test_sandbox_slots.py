@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from corral.agent import sandbox, sandbox_net
+from corral.agent.jobs import JobRunner
+from corral.agent.protocol import JobState, JobSubmission
 from corral.agent.sandbox_spare import SPARE_JOB
 from skip_policy import needs_root
 
@@ -215,6 +217,65 @@ def test_an_ended_jobs_quiet_network_is_kept_as_the_spare_and_a_busy_one_is_not(
     assert one.spare.held is not None and not one.spare.keep(third)
     one.close(third, keep_bridge=True)
     assert not sandbox_net.netns_quiet("/run/netns/corral-no-such-namespace")
+
+
+def test_a_slots_record_is_rewritten_in_place_when_the_spare_is_kept_and_taken(
+    sandboxes: tuple[sandbox.Sandboxes, sandbox.Sandboxes],
+) -> None:
+    one, _two = sandboxes
+    first = one.open("in-place-first", [])
+    path = Path(sandbox.DEFAULT_STATE_DIR) / "slots" / f"{first.slot}.json"
+    inode = path.stat().st_ino
+    one.quiesce(first)
+    assert one.spare.keep(first)
+    assert _record(first.slot)["job_id"] == SPARE_JOB and path.stat().st_ino == inode, "no new file per change"
+    second = one.open("in-place-second", [])
+    assert second.slot == first.slot and _record(second.slot)["job_id"] == "in-place-second"
+    assert path.stat().st_ino == inode and not (path.parent / f".{first.slot}.json.tmp").exists(), "nor a temporary one"
+    # a record that outgrew a page (written whole, to a new file) is read back whole after a shorter rewrite
+    big = {**_record(second.slot), "note": "x" * 5000}
+    one.slots.rewrite(str(path.parent), second.slot, big)
+    assert _record(second.slot) == big
+    one.slots.rewrite(str(path.parent), second.slot, {**big, "note": ""})
+    assert _record(second.slot)["note"] == "" and _record(second.slot)["job_id"] == "in-place-second"
+    one.close(second, keep_bridge=True)
+    assert _record(second.slot) == {}
+
+
+def test_a_deleted_jobs_directory_and_slot_are_gone_whether_it_ran_in_its_slot_or_not(
+    sandboxes: tuple[sandbox.Sandboxes, sandbox.Sandboxes], tmp_path: Path
+) -> None:
+    one, _two = sandboxes
+    runner = JobRunner(str(tmp_path / "one"), sandboxes=one)  # no container runtime: a job with an image fails
+    try:
+        # a job that ran in its sandbox: its end hands its slot on as the agent's spare
+        runner.submit(JobSubmission("ran", "run", ["echo ok"]))
+        assert _finished(runner, "ran").state == "done"
+        job_dir = Path(runner.get("ran").dir)
+        assert job_dir.is_dir()
+        runner.forget("ran")
+        assert not job_dir.exists() and not _slots_naming("ran")
+        assert one.spare.held is not None and _record(one.spare.held[0])["job_id"] == SPARE_JOB
+        # a job whose slot was reserved ahead (its address given out) and that never ran in it: DELETE gives it back
+        assert runner.reserve_address("reserved") is not None and _slots_naming("reserved")
+        runner.submit(JobSubmission("reserved", "run", ["echo ok"], image="ubuntu"))
+        assert _finished(runner, "reserved").state == "failed"
+        runner.forget("reserved")
+        assert not _slots_naming("reserved") and not (tmp_path / "one" / "jobs" / "reserved").exists()
+    finally:
+        runner.shutdown()
+
+
+def _finished(runner: JobRunner, job_id: str) -> JobState:
+    deadline = time.monotonic() + 10
+    while not (st := runner.get(job_id).snapshot()).finished and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return st
+
+
+def _slots_naming(job_id: str) -> list[int]:
+    slots = Path(sandbox.DEFAULT_STATE_DIR) / "slots"
+    return [int(f.stem) for f in slots.glob("*.json") if json.loads(f.read_text() or "{}").get("job_id") == job_id]
 
 
 def test_the_bridges_marker_counts_only_in_the_network_namespace_that_wrote_it(

@@ -68,6 +68,9 @@ class Job:
         #: ``forget`` waits for it, so that it never gives back a slot that is being handed on.
         self.sandbox_given_back = threading.Event()
         self.sandbox_given_back.set()
+        #: Set once the job's end has handed its slot on (as the agent's spare) or given it back: no record of the
+        #: host's slots names the job any more, and its ``forget`` need not look for one.
+        self.slot_given_back = False
         #: How an SSH session joins the running job (see :mod:`corral.agent.sessions`): its main pid when
         #: sandboxed, its uid and gid, its user namespace's ids, its working dir, environment and shell.
         self.session: dict[str, Any] | None = None

@@ -351,6 +351,7 @@ class JobLifecycle:
                 # the network of this agent's next job: this one's, if the job left nothing in it, else made now
                 if not self.sandboxes.spare.keep(sb):
                     self.sandboxes.close(sb, keep_bridge=True, quiesced=True)
+                job.slot_given_back = True
             except OSError:
                 log.exception("job %s: cannot release its sandbox", job.sub.job_id)
         finally:

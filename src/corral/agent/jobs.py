@@ -213,7 +213,8 @@ class JobRunner(JobLifecycle):
         if self.on_forget is not None:
             self.on_forget(job_id)
         job.sandbox_given_back.wait(SANDBOX_GIVE_BACK_S)  # its end hands its slot on or gives it back first
-        self.sandboxes.release(job_id)
+        if not job.slot_given_back:  # a slot reserved for it and never used, or one its end could not give back
+            self.sandboxes.release(job_id)
         job.logs.close()
         shutil.rmtree(job.dir, ignore_errors=True)
 

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import sandbox_net, slot_owner
+from .job import write_page, write_whole
 from .sandbox_types import JobSandbox, SandboxConfig, SandboxError
 
 
@@ -83,10 +84,14 @@ class Slots:
 
     @staticmethod
     def rewrite(slots: str, slot: int, rec: dict[str, Any]) -> None:
-        tmp = os.path.join(slots, f".{slot}.json.tmp")
-        with open(tmp, "w") as f:
-            f.write(json.dumps(rec))
-        os.replace(tmp, os.path.join(slots, f"{slot}.json"))
+        """Replace ``slot``'s record: in place, one page written whole (:func:`corral.agent.job.write_page`;
+        every reader holds the host's lock), not a new file renamed over it -- twice per job (the spare kept and
+        taken), and a new file costs more than the write on a busy disk. A record larger than a page (never
+        seen: a work dir of thousands of characters) is written to a new file renamed over it."""
+        path = os.path.join(slots, f"{slot}.json")
+        data = json.dumps(rec).encode()
+        if not write_page(path, data, check_size=True):
+            write_whole(path, data)
 
     def mine(self, rec: dict[str, Any]) -> bool:
         """Whether a record is of this agent's work dir."""
