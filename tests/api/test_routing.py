@@ -4,7 +4,7 @@ before authentication), the version check and dstack's 500 body, and the lazily 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -12,10 +12,11 @@ import pytest
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
+from starlette.routing import BaseRoute, Match, Route
 
 from corral.api.app import TABLES
 from corral.api.deps import FastJSON, VersionCheck, error_handlers
-from corral.api.routing import RouteTable, starlette_routes
+from corral.api.routing import IndexedRouter, RouteTable, starlette_routes
 from server_harness import RunningServer, make_settings, running_server
 
 NOT_FOUND = {"detail": {"msg": "Not found", "code": None}}
@@ -90,6 +91,34 @@ async def test_handlers_get_path_and_query_parameters_by_name() -> None:
         r = await c.post("/api/things/main/x")
         assert r.status_code == 422
         assert r.json()["detail"][0]["loc"] == ["query", "color"]
+
+
+def _first_full(routes: Sequence[BaseRoute], method: str, path: str) -> BaseRoute | None:
+    scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+    return next((route for route in routes if route.matches(scope)[0] == Match.FULL), None)
+
+
+def test_the_indexed_router_takes_the_route_starlettes_scan_takes() -> None:
+    """Every route of the API, paths that only a route ending with a parameter matches, and paths no route matches:
+    the routes the indexed router tries for a path (by its last segment) hold the one Starlette's scan of them all
+    takes first, and few others."""
+    table = RouteTable()
+
+    @table.post("/api/things/{rest:path}")
+    async def anything() -> FastJSON:
+        return FastJSON("anything")
+
+    routes = [*starlette_routes(*TABLES), *starlette_routes(table)]
+    router = IndexedRouter(routes)
+    paths = [(spec.method, spec.path.replace("{project_name}", "main")) for t in TABLES for spec in t.routes]
+    paths += [("POST", "/api/things/a/get"), ("POST", "/api/things/list"), ("GET", "/api/runs/list"), ("POST", "/x")]
+    paths += [("POST", "/api/runs/list/"), ("POST", "/"), ("POST", "")]
+    for method, path in paths:
+        expected = _first_full(routes, method, path)
+        assert _first_full(router.candidates(path.rpartition("/")[2]), method, path) is expected, (method, path)
+    assert _first_full(routes, "POST", "/api/things/a/get") is routes[-1]
+    assert len(router.candidates("get")) < len(routes) / 4  # those ending in ``get``, and the one in a parameter
+    assert router.candidates("no-such-end") == [r for r in routes if isinstance(r, Route) and r.path.endswith("}")]
 
 
 async def test_an_unhandled_error_is_dstacks_500_body_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:

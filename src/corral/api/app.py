@@ -25,7 +25,7 @@ from corral.api.routes_quotas import router as quotas_router
 from corral.api.routes_repos import router as repos_router
 from corral.api.routes_secrets import router as secrets_router
 from corral.api.routes_volumes import router as volumes_router
-from corral.api.routing import RouteTable, starlette_routes
+from corral.api.routing import IndexedRouter, RouteTable, starlette_routes
 from corral.context import Context
 
 TABLES: tuple[RouteTable, ...] = (
@@ -146,7 +146,6 @@ def create_app(ctx: Context, workers: Background) -> Starlette:
         Route("/proxy/models/{rest:path}", proxy, include_in_schema=False),
     ]
     app = Starlette(
-        routes=[*starlette_routes(*TABLES), *docs],
         middleware=[
             *([Middleware(AccessLog)] if ctx.settings.access_log else []),
             Middleware(HeaderLimit, limit=ctx.settings.max_header_bytes),
@@ -155,8 +154,8 @@ def create_app(ctx: Context, workers: Background) -> Starlette:
             Middleware(VersionCheck, state_dir=ctx.settings.server_dir, database=diskspace.database_label(ctx.db.url)),
         ],
         exception_handlers=error_handlers(),
-        lifespan=lifespan,
     )
+    app.router = IndexedRouter([*starlette_routes(*TABLES), *docs], lifespan=lifespan)
     app.state.ctx = ctx
     app.state.access_cache = cache = AccessCache()
     ctx.wakeups.listen("access", cache.clear)  # another replica changed users, tokens or members

@@ -25,7 +25,8 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Match, Route, Router
+from starlette.types import Receive, Scope, Send
 
 Handler = Callable[..., Awaitable[Response]]
 H = TypeVar("H", bound=Handler)
@@ -184,3 +185,49 @@ def starlette_routes(*tables: RouteTable) -> list[Route]:
             route.methods = {spec.method}
             out.append(route)
     return out
+
+
+class IndexedRouter(Router):
+    """Starlette's router, which tries the routes in order with a regular expression each until one matches (about
+    45 of them for a ``runs/get``, some 30 µs of CPU per request), first narrowed by the path's last segment: only the
+    routes whose path ends with that segment, or with a parameter (and any route that is not a plain :class:`Route`),
+    are tried, in their order. A path a route ending with another literal segment cannot match, so the first full
+    match among them is the one Starlette's scan takes; with none (a 404, a 405, a redirect of a trailing slash, a
+    root path) Starlette's own scan answers."""
+
+    _index: dict[str, list[BaseRoute]]
+    _anywhere: list[BaseRoute]
+    _indexed = -1  # how many routes the index holds: rebuilt if routes are added
+
+    def candidates(self, last: str) -> list[BaseRoute]:
+        """The routes a path whose last segment is ``last`` may match, in order."""
+        if self._indexed != len(self.routes):
+            ends = [_literal_end(route) for route in self.routes]
+            self._anywhere = [route for route, end in zip(self.routes, ends, strict=True) if end is None]
+            self._index = {
+                key: [route for route, end in zip(self.routes, ends, strict=True) if end in (key, None)]
+                for key in {end for end in ends if end is not None}
+            }
+            self._indexed = len(self.routes)
+        return self._index.get(last, self._anywhere)
+
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not scope.get("root_path"):
+            for route in self.candidates(scope["path"].rpartition("/")[2]):
+                match, child_scope = route.matches(scope)
+                if match == Match.FULL:
+                    if "router" not in scope:
+                        scope["router"] = self
+                    scope["route"] = route
+                    scope.update(child_scope)
+                    await route.handle(scope, receive, send)
+                    return
+        await super().app(scope, receive, send)
+
+
+def _literal_end(route: BaseRoute) -> str | None:
+    """The last segment of a plain route's path when it is literal (None: a parameter, or not a plain route)."""
+    if type(route) is not Route:
+        return None
+    last = route.path.rpartition("/")[2]
+    return None if "{" in last else last
