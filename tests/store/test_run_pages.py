@@ -1,11 +1,12 @@
 """A page of runs (``runs/list``, ``dstack ps``) read by statements built once: the keys of a page and the runs and
 jobs of its ids, every id bound one parameter each (a page has up to 100; more are read in chunks), give the records
-that reading each run by itself gives, on SQLite and on Postgres; and on SQLite none of it goes through SQLAlchemy's
-execution."""
+that reading each run by itself gives (records whose every field is set, as their constructors set them), on SQLite
+and on Postgres; and on SQLite none of it goes through SQLAlchemy's execution."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import fields, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -72,6 +73,9 @@ async def test_a_page_of_any_length_reads_as_each_run_by_itself(db_url: str) -> 
     ids = [f"r{i:03}" for i in range(RUNS)]
     async with db.read() as conn:
         alone = {i: await run_store.get_run_by_id(conn, i) for i in ids}
+    for run in alone.values():  # the store's records are those their constructors make, every field set
+        assert run is not None and vars(run) == vars(replace(run)) and len(vars(run)) == len(fields(run))
+        assert all(vars(j) == vars(replace(j)) and len(vars(j)) == len(fields(j)) for j in run.jobs)
     seen = _sqlalchemy_statements(db)
     # each length of list: one parameter each (1, 16), padded (17, 32, 33, 100), in two chunks (140); and the ids
     # given in any order, some twice
