@@ -28,6 +28,13 @@ A gateway's host is capacity too: :func:`hold_for_gateway` takes an idle instanc
 a gateway (``busy`` with every block, ``gateway_id`` set: no assignment or reclaim takes it while it is held)
 and :func:`release_gateway_hold` gives it back.
 
+A run of one job it places may have its status settled in the same transaction (``settle``, a
+:class:`~corral.store.plan_result.RunSettler` the caller passes: the runs worker's own decision, so the run goes
+``provisioning`` with its job and its event follows the job's). Those runs' rows are taken last, once every gang is
+committed or rejected (a rejected gang settles nothing), in id order, and only where no other transaction holds them
+(``run_states.lock_run``: ``SKIP LOCKED``, since a user's stop holds the run's row and then asks for its jobs'): the
+commit never waits for a run's row, and a run it could not take is left to the runs worker.
+
 No network call happens here. The events of what it commits (jobs placed or failed, instances created,
 busy or reclaimed) are written in the same transaction and savepoint, so a rejected gang leaves none.
 """
@@ -61,7 +68,7 @@ from corral.store.db import Database
 from corral.store.events import emit, tracked_update, tracked_update_by_id, tracked_update_row
 from corral.store.fleets import live_blocks_on, lock_instance, release_instance
 from corral.store.plan_holds import held_for_others
-from corral.store.plan_result import ApplyResult, JobLease
+from corral.store.plan_result import ApplyResult, JobLease, RunSettler
 from corral.store.snapshot import host_blocks_used, host_gpus_held
 from corral.store.tables import fleets, instances, jobs
 
@@ -342,6 +349,7 @@ async def apply_plan(
     host_pools: dict[str, int] | None = None,
     holds: bool = False,
     lease: JobLease | None = None,
+    settle: RunSettler | None = None,
 ) -> ApplyResult:
     """Commit what still fits of ``plan``; gangs that no longer fit are listed in ``rejected_runs``.
 
@@ -349,7 +357,8 @@ async def apply_plan(
     instances are carved out of (the local machine), recounted from the live instances' offers. With
     ``holds`` (preemption is enabled), the blocks a preemption freed are left to the run that preempted
     (``store.plan_holds``). With ``lease``, the jobs placed on a ready instance are leased to its owner in the
-    same write (``ApplyResult.leased``)."""
+    same write (``ApplyResult.leased``). With ``settle``, the status of each run of one job placed is settled by it
+    in the same transaction, after every gang (``ApplyResult.settled_runs``: those it settled)."""
     result = ApplyResult()
     if plan.is_empty():
         return result
@@ -369,7 +378,23 @@ async def apply_plan(
         await _lock_rows(db, conn, plan)
         for gang in plan.gangs:
             await _apply_gang(db, conn, gang, now, limits, pools, result, quotas, holds, columns)
+        if settle is not None:
+            for run_id in _placed_alone(plan, result):
+                if await settle(conn, run_id, now):
+                    result.settled_runs.add(run_id)
     return result
+
+
+def _placed_alone(plan: Plan, result: ApplyResult) -> list[str]:
+    """The runs whose gang placed one job and was committed, sorted (the order their rows are taken in)."""
+    placed = set(result.assigned)
+    rejected = set(result.rejected_runs)
+    found: set[str] = set()
+    for gang in plan.gangs:
+        jobs_ = [d.job_id for d in gang.decisions if isinstance(d, (Assign, Reserve)) and d.job_id is not None]
+        if len(jobs_) == 1 and jobs_[0] in placed and gang.run_id not in rejected:
+            found.add(gang.run_id)
+    return sorted(found)
 
 
 async def _lock_rows(db: Database, conn: AsyncConnection, plan: Plan) -> None:

@@ -1,5 +1,5 @@
-"""What a commit of ``plan_apply`` did (:class:`ApplyResult`), and whom it leases the jobs it places on a ready
-instance to (:class:`JobLease`).
+"""What a commit of ``plan_apply`` did (:class:`ApplyResult`), whom it leases the jobs it places on a ready
+instance to (:class:`JobLease`), and who settles the run of a job it places (:class:`RunSettler`).
 
 Imports nothing of corral.
 """
@@ -7,6 +7,9 @@ Imports nothing of corral.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 
 @dataclass
@@ -20,6 +23,9 @@ class ApplyResult:
     #: Job id -> the token of the lease taken on it for ``apply_plan``'s ``lease`` owner (jobs placed on a ready
     #: instance: that replica starts them without claiming them again).
     leased: dict[str, str] = field(default_factory=dict)
+    #: The runs of placed jobs whose status the commit's ``settle`` settled in its transaction (the runs worker
+    #: need not be woken for them).
+    settled_runs: set[str] = field(default_factory=set)
 
     @property
     def changed(self) -> bool:
@@ -33,3 +39,11 @@ class JobLease:
 
     owner: str
     ttl: float
+
+
+class RunSettler(Protocol):
+    """Settles the status of the run of a job ``apply_plan`` has just placed, in the commit's own write transaction
+    (``conn``), as the runs worker would; whether it did (False: the run is left to the runs worker). It must never
+    wait for the run's row (another transaction holding it: False), and writes no capacity."""
+
+    async def __call__(self, conn: AsyncConnection, run_id: str, now: float) -> bool: ...

@@ -4,8 +4,9 @@ The jobs worker's start and end of a job (:mod:`corral.workers.jobs.outcomes`, :
 call :func:`settle_with_job` in their transaction: the run's row (locked where it is free: ``run_states.lock_run``)
 and its jobs are read there, :func:`corral.workers.runs.decide_one` decides on them as a pass of the runs worker
 would, and the run's values go through the choke point (``store/runs.update_run``), so the run's event follows the
-job's and the run counts move in the same transaction. The run goes ``running`` with its job's start and ends with
-its job's end, without a pass. A run this declines (:func:`decide_alone`: more than one job, a service, a schedule, a
+job's and the run counts move in the same transaction. The run goes ``provisioning`` with its job's placement (the
+commit point calls :func:`settle_placed` in its transaction), ``running`` with its job's start and ends with its
+job's end, without a pass. A run this declines (:func:`decide_alone`: more than one job, a service, a schedule, a
 stop, a preemption, a retry to make, timers to arm) is the runs worker's, woken for it as before; the runs worker
 stays the authority for everything else and its safety-net passes still cover every run.
 
@@ -81,3 +82,13 @@ async def settle_with_job(conn: Connection, locked: run_states.LockedRun, now: f
     if values.get("status") in FINISHED_RUN:
         return Settled(True, (state.name or state.id, values))
     return Settled(True)
+
+
+async def settle_placed(conn: Connection, run_id: str, now: float) -> bool:
+    """The commit point's :class:`~corral.store.plan_result.RunSettler`: in its transaction, which has just placed
+    the one job of run ``run_id``, settle the run as the runs worker would (:func:`settle_with_job`); whether it did
+    (False: another transaction holds the run's row, or the runs worker must decide)."""
+    locked = await run_states.lock_run(conn, run_id)
+    if locked is None:
+        return False
+    return (await settle_with_job(conn, locked, now)).done

@@ -41,6 +41,7 @@ from corral.store.plan_result import ApplyResult, JobLease
 from corral.store.queue_reader import QueueChange, QueueReader
 from corral.store.snapshot import QueueRow
 from corral.workers.queued_jobs import from_facts, stored_facts
+from corral.workers.run_settle import settle_placed
 from corral.workers.scheduling_passes import PassChoice
 from corral.workers.scheduling_preemption import Preempter
 from corral.workers.scheduling_quotas import load_policies, project_quotas, project_shares
@@ -182,7 +183,9 @@ class Scheduling:
         if upkeep_gangs or failed_parse:
             plan = Plan(plan.gangs + tuple(upkeep_gangs) + tuple(failed_parse))
         lease = JobLease(self.ctx.replica_id, self.ctx.settings.job_lease_ttl)
-        result = await apply_plan(self.ctx.db, plan, now, limits, pools, holds=self.ctx.preemption.enabled, lease=lease)
+        result = await apply_plan(
+            self.ctx.db, plan, now, limits, pools, holds=self.ctx.preemption.enabled, lease=lease, settle=settle_placed
+        )
         self.passes.planned(plan, live)
         count_outcomes(self.ctx.telemetry, result, self._queued, self._run_types, now)
         if result.assigned or result.failed:
@@ -194,9 +197,11 @@ class Scheduling:
             self.ctx.wakeups.wake("jobs")
         if result.failed:
             self.ctx.wakeups.wake("runs")
-        elif result.assigned:  # the placed jobs' runs go to provisioning: this process's runs pass, for those
+        elif result.assigned:  # the placed jobs' runs the commit did not settle: this process's runs pass, for those
             placed = (self._queued.get(job_id) for job_id in result.assigned)
-            self.ctx.wakeups.wake_for("runs", {q.run_id for q in placed if q is not None})
+            unsettled = {q.run_id for q in placed if q is not None} - result.settled_runs
+            if unsettled:
+                self.ctx.wakeups.wake_for("runs", unsettled)
         if result.rejected_runs:
             self.ctx.wakeups.wake("scheduler")
         await self.preempter.pass_once(snapshot, plan, policies, now)
