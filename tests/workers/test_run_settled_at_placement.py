@@ -2,7 +2,8 @@
 worker's settlement as the scheduling worker gives it) moves the run ``submitted -> provisioning`` in its own
 transaction, its event after the job's and the kept run counts moved alike, so that no runs pass is needed. A gang
 the commit rejects settles nothing; a run of several jobs and a service are left to the runs worker, as is (on
-Postgres) a run whose row another transaction holds: the commit does not wait for it. Real SQLite and Postgres."""
+Postgres) a run whose row another transaction holds: the commit does not wait for it. Real SQLite and Postgres,
+and a real server, whose scheduling worker gives the commit point the settlement."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from corral.store.plan_apply import apply_plan
 from corral.store.tables import event_targets, events, fleets, instances, jobs, runs
 from corral.workers.run_settle import settle_placed
 from corral.workers.runs import Runs
+from server_harness import finished_run, fleet_body, make_settings, running_server, task_body, wait_for
 from store_rows import a_run, admin_and_project
 
 OFFER = Offer("local", "local", "local", 0.0, InstanceResources(cpus=4, memory_mib=8192, disk_size_mib=100_000))
@@ -190,3 +192,20 @@ def test_a_run_whose_row_another_transaction_holds_is_left_to_the_runs_worker_on
             await db.dispose()
 
     asyncio.run(run())
+
+
+async def test_a_server_runs_a_task_of_one_job_without_waking_the_runs_worker(tmp_path: Path) -> None:
+    """The scheduling worker gives the commit point the settlement: the task's placement, start and end each settle
+    its run in their own transaction, so nothing wakes the runs worker for it."""
+    async with running_server(make_settings(tmp_path)) as s, s.client() as c:
+        await c.post("/api/project/main/fleets/apply", json=fleet_body(nodes=1))
+
+        async def idle() -> bool:
+            return any(i["status"] == "idle" for i in (await c.post("/api/instances/list", json={})).json())
+
+        await wait_for(idle)
+        heard: list[str] = []
+        s.ctx.wakeups.listen("runs", lambda: heard.append("runs"))
+        await c.post("/api/project/main/runs/apply", json=task_body(["true"], name="one"))
+        assert (await finished_run(c, "one"))["status"] == "done"
+        assert heard == [], "no runs pass was asked for"
