@@ -121,3 +121,31 @@ def test_a_job_that_cannot_start_fails_with_the_launchers_words(sbs: sandbox.San
         sbs.launcher.launch(sb, ["/bin/true"], "/no-such-dir", {}, str(job_dir / "root"), inside, {}, str(job_dir))
     assert time.monotonic() - t0 < 10
     sbs.close(sb)
+
+
+def test_a_jobs_command_has_its_own_environment_and_is_found_on_its_own_path(
+    sbs: sandbox.Sandboxes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CORRAL_TEST_AGENT_ONLY", "1")  # the agent's (and its fork server's), never a job's
+    job_dir = tmp_path / "envjob"
+    for d in ("workdir/workflow/bin", "workdir/tmp", "root"):
+        (job_dir / d).mkdir(parents=True)
+    tool = job_dir / "workdir/workflow/bin/job-only-tool"  # on the job's PATH, not on the agent's
+    tool.write_text("#!/bin/sh\nexec env\n")
+    tool.chmod(0o755)
+    binds = {"/workflow": str(job_dir / "workdir/workflow"), "/tmp": str(job_dir / "workdir/tmp")}
+    sb = sbs.open("envjob", [])
+    sandbox.chown_tree(str(job_dir / "workdir"), sb.uid)
+    env = {"PATH": "/workflow/bin:/usr/bin:/bin", "JOB_ONLY": "yes"}
+    inside = (0, 0) if sb.userns else None
+    launched = sbs.launcher.launch(
+        sb, ["job-only-tool"], "/workflow", binds, str(job_dir / "root"), inside, env, str(job_dir)
+    )
+    proc = launched.proc
+    assert proc.stdout is not None
+    out = proc.stdout.read().decode()
+    assert proc.wait(10) == 0, out
+    seen = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    assert seen.get("JOB_ONLY") == "yes" and seen.get("PATH") == env["PATH"]
+    assert "CORRAL_TEST_AGENT_ONLY" not in seen, "the agent's environment leaked into the job's"
+    sbs.close(sb)
