@@ -33,7 +33,7 @@ from . import procs, sandbox, sandbox_layout, volumes, workdir
 from .containers import ContainerRunner
 from .job import NOTICE_FILE, Job, Notice, join_commands
 from .launcher_server import Child
-from .logstore import pump
+from .logstore import pump_all
 from .protocol import JobSubmission
 from .protocol_containers import InstanceMount
 from .protocol_sandbox import SandboxInfo
@@ -268,16 +268,15 @@ class JobLifecycle:
             job.cond.notify_all()
         assert proc.stdout is not None and proc.stderr is not None
         stop = threading.Event()
-        readers = []
+        streams = []
         for stream, source in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
-            fd = os.dup(stream.fileno())
+            streams.append((os.dup(stream.fileno()), source))
             stream.close()
-            t = threading.Thread(
-                target=pump, args=(fd, source, job.logs, job.notify, stop), name=f"log-{sub.job_id}-{source}"
-            )
-            t.daemon = True
-            t.start()
-            readers.append(t)
+        # one thread reads both pipes (a thread each cost a job a thread's start, stack and wake-ups more)
+        t = threading.Thread(target=pump_all, args=(streams, job.logs, job.notify, stop), name=f"log-{sub.job_id}")
+        t.daemon = True
+        t.start()
+        readers = [t]
         waiter = threading.Thread(target=self._wait, args=(job, readers, stop), name=f"wait-{sub.job_id}")
         waiter.daemon = True
         waiter.start()

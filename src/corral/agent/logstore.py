@@ -3,7 +3,7 @@
 ``logs.dat`` holds the raw output bytes of every entry back to back; ``logs.idx`` holds one
 24-byte record per entry (timestamp, data offset, length, source). Entry *N* is found by seeking
 to ``N * 24`` in the index, so offset reads cost O(limit) and the agent's memory does not grow
-with the amount of output. :func:`pump` is the reader-thread body that turns a pipe into entries:
+with the amount of output. :func:`pump_all` is the reader-thread body that turns a job's pipes into entries:
 one per line (the newline kept, bytes untouched), a partial line flushed after 0.5 s without a
 newline, and pieces of at most 64 KiB.
 """
@@ -221,45 +221,85 @@ def split_lines(buf: bytearray) -> list[bytes]:
     return out
 
 
-def pump(fd: int, source: str, store: LogStore, notify: Callable[[], None], stop: threading.Event) -> None:  # noqa: C901
+def pump(fd: int, source: str, store: LogStore, notify: Callable[[], None], stop: threading.Event) -> None:
     """Read ``fd`` until EOF (or ``stop``), appending entries to ``store``; closes ``fd``."""
-    buf = bytearray()
-    partial_since = 0.0
+    pump_all([(fd, source)], store, notify, stop)
+
+
+class _Stream:
+    """One pipe :func:`pump_all` reads: its source, the partial line it holds and since when."""
+
+    def __init__(self, fd: int, source: str) -> None:
+        self.fd, self.source = fd, source
+        self.buf = bytearray()
+        self.partial_since = 0.0
+
+    def flush(self, store: LogStore) -> bool:
+        """The partial line, if any, as an entry of its own; whether there was one."""
+        if not self.buf:
+            return False
+        store.append(self.source, [bytes(self.buf)], time.time())
+        self.buf.clear()
+        return True
+
+    def read(self, store: LogStore) -> tuple[bool, bool]:
+        """One read: (still open, whether entries were added)."""
+        try:
+            chunk = os.read(self.fd, MAX_ENTRY)
+        except InterruptedError:
+            return True, False
+        if not chunk:
+            return False, False
+        had_partial = bool(self.buf)
+        self.buf += chunk
+        lines = split_lines(self.buf)
+        if lines:
+            store.append(self.source, lines, time.time())
+        if self.buf and (lines or not had_partial):
+            self.partial_since = time.monotonic()
+        return True, bool(lines)
+
+
+def pump_all(
+    streams: list[tuple[int, str]], store: LogStore, notify: Callable[[], None], stop: threading.Event
+) -> None:
+    """Read every ``(fd, source)`` until EOF (or ``stop``), in one thread, appending entries to ``store``: one
+    per line, a partial line after :data:`PARTIAL_FLUSH_S` without its newline; closes each ``fd``."""
+    open_streams = {fd: _Stream(fd, source) for fd, source in streams}
     try:
-        while True:
-            timeout = 0.5 if not buf else max(0.0, partial_since + PARTIAL_FLUSH_S - time.monotonic())
-            ready, _, _ = select.select([fd], [], [], timeout)
+        while open_streams and not stop.is_set():
+            now = time.monotonic()
+            waits = [s.partial_since + PARTIAL_FLUSH_S - now for s in open_streams.values() if s.buf]
+            ready, _, _ = select.select(list(open_streams), [], [], max(0.0, min(waits)) if waits else 0.5)
             if not ready:
-                if buf and time.monotonic() - partial_since >= PARTIAL_FLUSH_S:
-                    store.append(source, [bytes(buf)], time.time())
-                    buf.clear()
+                now = time.monotonic()
+                due = [s for s in open_streams.values() if s.buf and now - s.partial_since >= PARTIAL_FLUSH_S]
+                if [s.flush(store) for s in due]:
                     notify()
-                if stop.is_set():
-                    break
                 continue
             if stop.is_set():
                 break
-            try:
-                chunk = os.read(fd, MAX_ENTRY)
-            except InterruptedError:
-                continue
-            if not chunk:
-                break
-            had_partial = bool(buf)
-            buf += chunk
-            lines = split_lines(buf)
-            if lines:
-                store.append(source, lines, time.time())
+            added = False
+            for fd in ready:
+                still_open, lines = open_streams[fd].read(store)
+                added = added or lines
+                if not still_open:
+                    added = _close(open_streams.pop(fd), store) or added
+            if added:
                 notify()
-            if buf and (lines or not had_partial):
-                partial_since = time.monotonic()
     except OSError:
         pass
     finally:
-        if buf:
-            store.append(source, [bytes(buf)], time.time())
+        flushed = [_close(s, store) for s in open_streams.values()]
+        if any(flushed):
             notify()
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+
+
+def _close(stream: _Stream, store: LogStore) -> bool:
+    """The stream's partial line kept and its fd closed; whether there was such a line."""
+    flushed = stream.flush(store)
+    try:
+        os.close(stream.fd)
+    except OSError:
+        pass
+    return flushed
