@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from corral import config
 from corral.config import run_spec
-from corral.config.job_facts import derive
+from corral.config.job_facts import derive, requirements_of
 from corral.domain.job_facts import WaitRule, decode, encode
 from corral.domain.resources import Range
 from corral.domain.selectors import FleetRef, Selector
@@ -76,3 +78,19 @@ def test_how_long_it_may_wait_comes_from_its_retry(retry: Any, rule: WaitRule) -
 
 def test_a_profile_spot_policy_applies_when_the_configuration_sets_none() -> None:
     assert _facts({}, {"spot_policy": "auto"}).spot_policy == "auto"
+
+
+def test_jobs_with_the_same_resources_share_their_parsed_requirements() -> None:
+    spec = run_spec.read({"configuration": {"type": "task", "commands": ["true"]}, "profile": None})
+    first = derive(spec, {"requirements": {"resources": dict(RESOURCES)}})
+    # the same values in another order, in another dict: parsed once
+    again = derive(spec, {"requirements": {"resources": dict(reversed(list(RESOURCES.items())))}})
+    assert again.requirements is first.requirements
+    other = derive(spec, {"requirements": {"resources": {**RESOURCES, "cpu": "8.."}}})
+    assert other.requirements.cpu_count == Range(8, None) and first.requirements.cpu_count == Range(2, 4)
+    # values that are not plain JSON are still read, and a bad value is refused every time
+    parsed_cpu = config.ResourcesSpec.model_validate(RESOURCES).cpu
+    assert requirements_of({**RESOURCES, "cpu": parsed_cpu}) == first.requirements
+    for _ in range(2):
+        with pytest.raises(ValidationError, match="cpu"):
+            derive(spec, {"requirements": {"resources": {**RESOURCES, "cpu": "lots"}}})

@@ -180,7 +180,10 @@ class SharedHost(Protocol):
 
 def sandbox_reason(compute: Compute | None) -> str | None:
     """Why ``compute``'s jobs run without a sandbox: None when they have one, or when it is no shared host."""
-    return compute.sandbox_reason if isinstance(compute, SharedHost) else None
+    # what ``isinstance(compute, SharedHost)`` checks, without the protocol's own check (every apply asks)
+    if compute is None or not hasattr(compute, "host_blocks"):
+        return None
+    return getattr(compute, "sandbox_reason", None)
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,15 @@ May import: corral.domain, the configuration models.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
+
+import orjson
 
 from corral import config  # lazy: the models load on first use, not at start-up
 from corral.config.run_spec import RunSpec
 from corral.domain.job_facts import JobFacts, WaitRule
+from corral.domain.resources import Requirements
 from corral.domain.selectors import FleetRef, Selector
 from corral.domain.volumes import mount_points
 
@@ -52,17 +56,38 @@ def _words(values: Any) -> tuple[str, ...] | None:
     return None if values is None else tuple(str(getattr(v, "value", v)) for v in values)
 
 
+@lru_cache(maxsize=256)
+def _parsed_requirements(text: bytes) -> Requirements:
+    """The requirements of a job spec's resources, given as their JSON text (sorted keys): most jobs a server
+    writes share a few, and parsing them again costs more than the rest of the facts (an error is not kept)."""
+    return _requirements(orjson.loads(text))
+
+
+def _requirements(resources: Any) -> Requirements:
+    return config.ResourcesSpec.model_validate(resources).to_requirements()
+
+
+def requirements_of(resources: Any) -> Requirements:
+    """A job spec's ``requirements.resources`` as the scheduler's requirements (raises pydantic's
+    ``ValidationError`` where they cannot be read); parsed once per distinct value."""
+    try:
+        text = orjson.dumps(resources, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # not plain JSON values: parsed as they are, not kept
+        return _requirements(resources)
+    return _parsed_requirements(text)
+
+
 def derive(spec: RunSpec, job_spec: Mapping[str, Any]) -> JobFacts:
     """The job's scheduling facts (raises pydantic's ``ValidationError`` or ``KeyError`` for a job spec
     whose resources cannot be read)."""
     profile = spec.merged
-    resources = config.ResourcesSpec.model_validate(job_spec["requirements"]["resources"])
+    requirements = requirements_of(job_spec["requirements"]["resources"])
     fleets = None
     if profile.fleets is not None:
         fleets = tuple(f.format() if hasattr(f, "format") else str(f) for f in profile.fleets)
     spot = profile.spot_policy
     return JobFacts(
-        requirements=resources.to_requirements(),
+        requirements=requirements,
         fleet_names=fleets,
         creation_policy=str(getattr(profile.creation_policy, "value", profile.creation_policy)),
         wait=wait_rule(profile.retry),
@@ -80,4 +105,4 @@ def derive(spec: RunSpec, job_spec: Mapping[str, Any]) -> JobFacts:
     )
 
 
-__all__ = ["DEFAULT_RETRY_DURATION", "derive", "to_selector", "wait_rule"]
+__all__ = ["DEFAULT_RETRY_DURATION", "derive", "requirements_of", "to_selector", "wait_rule"]
