@@ -4,6 +4,9 @@ transaction's CPU): one that ended cleanly serves the next, one whose transactio
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
 
@@ -40,3 +43,46 @@ async def test_a_clean_transactions_connection_serves_the_next_and_a_failed_ones
     assert max(len(idle) for idle in db._idle.values()) == KEEP_IDLE
     await db.dispose()
     assert all(c.closed for c in conns) and all(not idle for idle in db._idle.values())
+
+
+async def test_a_sqlite_write_transaction_holds_the_write_lock_from_its_begin_and_a_read_its_snapshot(
+    tmp_path: Path,
+) -> None:
+    """``BEGIN IMMEDIATE`` (a write), ``BEGIN`` (a read) and the commit are made on SQLite's own connection where the
+    statements run on the loop's thread: a write holds SQLite's write lock before its first statement and what it
+    wrote is there for every connection once it ends; a read keeps the rows as they were when it first read."""
+    path = tmp_path / "corral.db"
+    db = Database(f"sqlite+aiosqlite:///{path}")
+    await upgrade(db)
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    count = "SELECT count(*) FROM projects"
+    try:
+        async with db.write() as conn:
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("BEGIN IMMEDIATE")
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO users (id, name, token, token_hash, global_role, active, deleted, created_at) "
+                    "VALUES ('u', 'u', 't', 'h', 'admin', 1, 0, 0)"
+                )
+            )
+            await conn.execute(sa.text(_project("p1")))
+        assert other.execute(count).fetchone() == (1,), "committed"
+        other.execute("BEGIN IMMEDIATE")  # the lock is free once the write ended
+        other.execute("ROLLBACK")
+        async with db.read() as conn:
+            assert (await conn.execute(sa.text(count))).scalar_one() == 1
+            other.execute(_project("p2"))
+            assert (await conn.execute(sa.text(count))).scalar_one() == 1, "the read's snapshot"
+        async with db.read() as conn:
+            assert (await conn.execute(sa.text(count))).scalar_one() == 2
+    finally:
+        other.close()
+        await db.dispose()
+
+
+def _project(name: str) -> str:
+    return (
+        "INSERT INTO projects (id, name, owner_id, created_at, is_public, deleted, backends) "
+        f"VALUES ('{name}', '{name}', 'u', 0, 0, 0, '[]')"
+    )

@@ -72,12 +72,19 @@ def _sqlite_engine(url: str, immediate: bool, options: dict[str, Any]) -> AsyncE
             cur.execute("PRAGMA query_only=ON")
         cur.close()
 
+    if extra:  # the commit made in place (``store/sqlite_inline.py``)
+        engine.sync_engine.dialect.do_commit = sqlite_inline.commit  # type: ignore[method-assign]
     begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
         # on the driver's cursor: a statement with no parameters and no result needs none of SQLAlchemy's
-        # execution steps (about a third of an empty transaction's CPU)
+        # execution steps (about a third of an empty transaction's CPU); on a connection used on the loop's thread
+        # (``store/sqlite_inline.py``), on SQLite's own connection, past the adapter's cursor and its greenlet
+        driver = conn.connection.dbapi_connection.driver_connection
+        if isinstance(driver, sqlite_inline.InlineConnection):
+            driver.execute_now(begin)
+            return
         cursor = conn.connection.dbapi_connection.cursor()
         try:
             cursor.execute(begin)

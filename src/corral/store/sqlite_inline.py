@@ -50,6 +50,20 @@ class InlineConnection(aiosqlite.Connection):
     def __await__(self) -> Generator[Any, None, InlineConnection]:
         return self._connect().__await__()
 
+    def execute_now(self, sql: str) -> None:
+        """``sql`` (no parameters, no result: ``BEGIN``) run on SQLite's connection at once, on this thread."""
+        self._open().execute(sql)
+
+    def commit_now(self) -> None:
+        """Commit on SQLite's connection at once, on this thread (not through an awaitable, which SQLAlchemy's
+        adapter would wait for with a greenlet switch to the loop and back)."""
+        self._open().commit()
+
+    def _open(self) -> sqlite3.Connection:
+        if not self._running or self._connection is None:
+            raise ValueError("Connection closed")
+        return self._connection
+
     def stop(self) -> None:
         self._running = False
         if self._connection is not None:
@@ -58,6 +72,16 @@ class InlineConnection(aiosqlite.Connection):
 
     async def close(self) -> None:
         self.stop()
+
+
+def commit(dbapi_connection: Any) -> None:
+    """A SQLite dialect's ``do_commit``: on a connection whose statements run on the loop's thread, SQLite's commit made
+    in place; on any other, the adapter's."""
+    driver = dbapi_connection.driver_connection
+    if isinstance(driver, InlineConnection):
+        driver.commit_now()
+    else:
+        dbapi_connection.commit()
 
 
 def creator(path: str, timeout: float) -> Callable[[], Any]:
