@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.context import Context
 from corral.services.prometheus import render_metrics
@@ -65,7 +66,7 @@ async def _state(db: Database) -> None:
         await _instances_and_jobs(conn)
 
 
-async def _instances_and_jobs(conn: sa.ext.asyncio.AsyncConnection) -> None:
+async def _instances_and_jobs(conn: AsyncConnection) -> None:
     await conn.execute(
         sa.insert(t.fleets).values(
             id="f", project_id="q", name="back\\slash", created_at=0.0, last_processed_at=0.0, status="active",
