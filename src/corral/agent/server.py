@@ -38,6 +38,8 @@ are served at once; one more waits up to a second for a free slot, then gets a 5
 from __future__ import annotations
 
 import hmac
+import http.client
+import io
 import json
 import logging
 import os
@@ -259,6 +261,64 @@ class _BoundedServer(ThreadingHTTPServer):
             self.shutdown_request(request)
 
 
+#: The limits ``http.client`` reads a request's head with: a line's length and the number of lines.
+MAX_HEAD_LINE = 65536
+MAX_HEAD_FIELDS = 100
+
+
+class RequestHead:
+    """The fields of a request's head, read without the email package: ``http.server`` parses them with
+    :mod:`email.parser` into an email message whose every ``get`` goes through a header policy, most of the CPU
+    of a small keep-alive request. ``get`` compares names without case and gives the first field of a name, as
+    the email message's does."""
+
+    def __init__(self, fields: list[tuple[str, str]]) -> None:
+        self._fields = fields
+        self._first: dict[str, str] = {}
+        for name, value in fields:
+            self._first.setdefault(name.lower(), value)
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self._first.get(name.lower(), default)
+
+    def __getitem__(self, name: str) -> str | None:
+        return self._first.get(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._first
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self._fields)
+
+    def __str__(self) -> str:
+        return "".join(f"{name}: {value}\n" for name, value in self._fields) + "\n"
+
+
+def read_head(rfile: io.BufferedIOBase) -> RequestHead:
+    """The head's fields, up to its empty line (or the end of the stream). ``http.client.LineTooLong`` for a
+    line over :data:`MAX_HEAD_LINE`, ``http.client.HTTPException`` past :data:`MAX_HEAD_FIELDS` lines, as
+    ``http.client`` does."""
+    fields: list[tuple[str, str]] = []
+    lines = 0
+    while True:
+        line = rfile.readline(MAX_HEAD_LINE + 1)
+        if len(line) > MAX_HEAD_LINE:
+            raise http.client.LineTooLong("header line")
+        lines += 1
+        if lines > MAX_HEAD_FIELDS:
+            raise http.client.HTTPException(f"got more than {MAX_HEAD_FIELDS} headers")
+        if line in (b"\r\n", b"\n", b""):
+            return RequestHead(fields)
+        text = line.decode("iso-8859-1").rstrip("\r\n")
+        if text[:1] in (" ", "\t") and fields:  # a folded line continues the field before it
+            name, value = fields[-1]
+            fields[-1] = (name, value + " " + text.strip())
+            continue
+        name, colon, value = text.partition(":")
+        if colon:
+            fields.append((name.strip(), value.strip()))
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "corral-agent"
@@ -270,6 +330,35 @@ class _Handler(BaseHTTPRequestHandler):
         # every read and write may wait this long; between requests the standard library's
         # handle_one_request closes a connection that times out, within one _dispatch does
         self.connection.settimeout(self.server.idle_timeout)  # type: ignore[attr-defined]
+
+    def parse_request(self) -> bool:
+        """An ``HTTP/1.1`` request's line read here and its head by :func:`read_head` (the standard
+        library's parse goes through the email package: most of a small request's CPU); any other request line
+        is the standard library's to parse or refuse."""
+        raw: bytes = self.raw_requestline  # type: ignore[attr-defined]  # set by handle_one_request
+        line = str(raw, "iso-8859-1").rstrip("\r\n")
+        words = line.split()
+        if len(words) != 3 or words[2] != "HTTP/1.1":
+            return super().parse_request()
+        self.requestline, self.request_version, self.close_connection = line, words[2], False
+        self.command, self.path = words[0], words[1]
+        if self.path.startswith("//"):  # as the standard library: never a scheme-less absolute URI
+            self.path = "/" + self.path.lstrip("/")
+        try:
+            head = read_head(self.rfile)
+        except http.client.LineTooLong as err:
+            self.send_error(431, "Line too long", str(err))
+            return False
+        except http.client.HTTPException as err:
+            self.send_error(431, "Too many headers", str(err))
+            return False
+        self.headers = head  # type: ignore[assignment]  # what the handler reads of it: get()
+        connection = (head.get("Connection") or "").lower()
+        if connection == "close":
+            self.close_connection = True
+        if (head.get("Expect") or "").lower() == "100-continue":
+            return self.handle_expect_100()
+        return True
 
     def version_string(self) -> str:
         return self.server_version  # no version of the agent or of Python to anyone who asks
