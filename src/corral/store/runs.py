@@ -471,7 +471,8 @@ def new_run_rec(
     }
     run_jobs = [job_from_row(SimpleNamespace(**{**defaults, **v})) for v in job_values]
     row = SimpleNamespace(**run_values, project_name=project_name, user_name=user_name, fleet_name=None, deleted=False)
-    return replace(_run(row, run_jobs), gateway=gateway)
+    rec = _run(row, run_jobs)  # its gateway None: the row names none
+    return rec if gateway is None else replace(rec, gateway=gateway)
 
 
 async def update_job(
