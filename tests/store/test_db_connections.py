@@ -48,9 +48,10 @@ async def test_a_clean_transactions_connection_serves_the_next_and_a_failed_ones
 async def test_a_sqlite_write_transaction_holds_the_write_lock_from_its_begin_and_a_read_its_snapshot(
     tmp_path: Path,
 ) -> None:
-    """``BEGIN IMMEDIATE`` (a write), ``BEGIN`` (a read) and the commit are made on SQLite's own connection where the
-    statements run on the loop's thread: a write holds SQLite's write lock before its first statement and what it
-    wrote is there for every connection once it ends; a read keeps the rows as they were when it first read."""
+    """``BEGIN IMMEDIATE`` (a write), ``BEGIN`` (a read), the commit and the rollback are made on SQLite's own
+    connection where the statements run on the loop's thread: a write holds SQLite's write lock before its first
+    statement and what it wrote is there for every connection once it ends, or nothing of it if it failed; a read
+    keeps the rows as they were when it first read."""
     path = tmp_path / "corral.db"
     db = Database(f"sqlite+aiosqlite:///{path}")
     await upgrade(db)
@@ -68,6 +69,11 @@ async def test_a_sqlite_write_transaction_holds_the_write_lock_from_its_begin_an
             )
             await conn.execute(sa.text(_project("p1")))
         assert other.execute(count).fetchone() == (1,), "committed"
+        with pytest.raises(RuntimeError):
+            async with db.write() as conn:
+                await conn.execute(sa.text(_project("p3")))
+                raise RuntimeError("the change fails")
+        assert other.execute(count).fetchone() == (1,), "rolled back"
         other.execute("BEGIN IMMEDIATE")  # the lock is free once the write ended
         other.execute("ROLLBACK")
         async with db.read() as conn:

@@ -72,8 +72,9 @@ def _sqlite_engine(url: str, immediate: bool, options: dict[str, Any]) -> AsyncE
             cur.execute("PRAGMA query_only=ON")
         cur.close()
 
-    if extra:  # the commit made in place (``store/sqlite_inline.py``)
+    if extra:  # the commit and the rollback made in place (``store/sqlite_inline.py``)
         engine.sync_engine.dialect.do_commit = sqlite_inline.commit  # type: ignore[method-assign]
+        engine.sync_engine.dialect.do_rollback = sqlite_inline.rollback  # type: ignore[method-assign]
     begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
 
     @event.listens_for(engine.sync_engine, "begin")
@@ -120,9 +121,13 @@ class Database:
         self.events_ttl = events_ttl
         options: dict[str, Any] = {EVENTS_TTL_OPTION: events_ttl}
         self.is_sqlite = url.startswith("sqlite")
+        #: SQLite's statements made on the loop's thread (``_sqlite_engine``): a transaction's begin, commit and
+        #: rollback need no greenlet (``_transaction``)
+        self._inline = False
         if self.is_sqlite:
             path = url.split("///", 1)[1] if "///" in url else ""
-            if path and path != ":memory:" and not path.startswith("file:"):
+            self._inline = bool(path and path != ":memory:" and not path.startswith("file:"))
+            if self._inline:
                 private_sqlite_file(Path(path))
             self._read = _sqlite_engine(url, immediate=False, options=options)
             self._write = _sqlite_engine(url, immediate=True, options=options)
@@ -165,8 +170,22 @@ class Database:
                 await conn.close()
 
     @asynccontextmanager
+    async def _transaction(self, conn: AsyncConnection) -> AsyncIterator[None]:
+        """A transaction on ``conn``, committed at the end, rolled back on an exception. Where SQLite's statements run
+        on the loop's thread, its begin, commit and rollback are plain calls there (``store/sqlite_inline.py``):
+        SQLAlchemy's own transaction, entered without the greenlet its asyncio wrapper would start for each (most of
+        an empty transaction's CPU)."""
+        if not self._inline:
+            async with conn.begin():
+                yield
+            return
+        assert conn.sync_connection is not None
+        with conn.sync_connection.begin():
+            yield
+
+    @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        async with self._connection(self._read) as conn, conn.begin():
+        async with self._connection(self._read) as conn, self._transaction(conn):
             yield conn
 
     @asynccontextmanager
@@ -180,7 +199,7 @@ class Database:
             async with (
                 self._connection(self._write) as conn,
                 self._write_lock or contextlib.nullcontext(),
-                conn.begin(),
+                self._transaction(conn),
             ):
                 deferred.open_buffer(conn)
                 try:

@@ -59,6 +59,10 @@ class InlineConnection(aiosqlite.Connection):
         adapter would wait for with a greenlet switch to the loop and back)."""
         self._open().commit()
 
+    def rollback_now(self) -> None:
+        """Roll back on SQLite's connection at once, on this thread."""
+        self._open().rollback()
+
     def _open(self) -> sqlite3.Connection:
         if not self._running or self._connection is None:
             raise ValueError("Connection closed")
@@ -82,6 +86,15 @@ def commit(dbapi_connection: Any) -> None:
         driver.commit_now()
     else:
         dbapi_connection.commit()
+
+
+def rollback(dbapi_connection: Any) -> None:
+    """A SQLite dialect's ``do_rollback``: :func:`commit`'s counterpart."""
+    driver = dbapi_connection.driver_connection
+    if isinstance(driver, InlineConnection):
+        driver.rollback_now()
+    else:
+        dbapi_connection.rollback()
 
 
 def creator(path: str, timeout: float) -> Callable[[], Any]:
