@@ -29,10 +29,11 @@ async def check_in(conn: Connection, project: ProjectRec, nodes: int, job_spec: 
     policy = await store.get_policy(conn, project.id)
     if policy is None or policy.max.is_empty():
         return
-    from corral import config
+    from corral.config.job_facts import requirements_of
     from corral.scheduler.quota_gate import request_exceeds
 
-    req = config.ResourcesSpec.model_validate(job_spec["requirements"]["resources"]).to_requirements()
+    # parsed once per distinct resources, as the job's facts derived for the same job spec
+    req = requirements_of(job_spec["requirements"]["resources"])
     over = request_exceeds(req, nodes, policy.max)
     if over is not None:
         raise ServiceError(f"The run exceeds the quota of project {project.name} on its own: it asks for {over}")
