@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.diskspace import database_label, is_disk_full, refusal_for, where_full
+from corral.diskspace import database_label, is_disk_full, refusal_for, space, where_full
 from corral.diskspace.episode import Episode, retry_delay
 from corral.settings import Settings, SettingsError
 
@@ -105,3 +105,12 @@ async def test_an_episode_is_said_once_and_ends_at_the_first_write_that_goes_thr
     assert len([r for r in caplog.records if "could not write" in r.getMessage()]) == 2, "a new episode is said"
     episode.forget("the runs pass")
     assert not episode.open
+
+
+def test_the_space_of_a_path_not_made_yet_is_its_nearest_existing_parents(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("x")
+    for path in (tmp_path, tmp_path / "not" / "yet", tmp_path / "a-file" / "below"):
+        s = space(path)
+        assert s.path == path and 0 < s.free <= s.total
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert space(tmp_path / "loop" / "x").total == space(tmp_path).total

@@ -39,10 +39,15 @@ class Space:
 def space(path: Path) -> Space:
     """The free and total space of the file system holding ``path`` (its nearest existing parent)."""
     probe = path
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    st = os.statvfs(probe)
-    return Space(path, st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize)
+    while True:  # one system call where the path exists (every apply asks, for the state directory)
+        try:
+            st = os.statvfs(probe)
+        except OSError as e:  # the errors ``Path.exists`` reads as "not there": its nearest existing parent
+            if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP) or probe == probe.parent:
+                raise
+            probe = probe.parent
+        else:
+            return Space(path, st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize)
 
 
 def below_watermark(path: Path, watermark: int) -> Space | None:
