@@ -160,15 +160,30 @@ def _wrapped(sql: str, values: Sequence[Any], e: sqlite3.Error) -> sa.exc.Statem
 _INSERTS: dict[tuple[str, tuple[str, ...]], str] = {}
 
 
+#: table -> its columns' scalar defaults (key, value), and the keys of those SQLAlchemy computes, in column order.
+_DEFAULTS: dict[sa.Table, tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]] = {}
+
+
+def _defaults_of(table: sa.Table) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
+    found = _DEFAULTS.get(table)
+    if found is None:
+        with_default = [c for c in table.c if c.default is not None]
+        scalars = tuple((c.key, c.default.arg) for c in with_default if c.default.is_scalar)  # type: ignore[union-attr]
+        computed = tuple(c.key for c in with_default if not c.default.is_scalar)  # type: ignore[union-attr]
+        found = _DEFAULTS[table] = (scalars, computed)
+    return found
+
+
 def _defaults(table: sa.Table, row: Mapping[str, Any]) -> dict[str, Any]:
     """``row`` with the scalar defaults of the columns it leaves out (as SQLAlchemy's insert gives them)."""
+    scalars, computed = _defaults_of(table)
+    for key in computed:
+        if key not in row:  # computed by SQLAlchemy at execution: a statement of its own is needed
+            raise TypeError(f"{table.name}.{key}: its default is not a value; give it in the row")
     out = dict(row)
-    for column in table.c:
-        if column.key in out or column.default is None:
-            continue
-        if not column.default.is_scalar:  # computed by SQLAlchemy at execution: a statement of its own is needed
-            raise TypeError(f"{table.name}.{column.key}: its default is not a value; give it in the row")
-        out[column.key] = column.default.arg  # type: ignore[attr-defined]
+    for key, value in scalars:
+        if key not in out:
+            out[key] = value
     return out
 
 
