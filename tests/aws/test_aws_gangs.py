@@ -7,6 +7,7 @@ finds no capacity fails whole. Plus the pure parts: names, which launch path, ad
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -322,13 +323,17 @@ async def test_a_gang_launched_before_a_crash_is_adopted_not_launched_again(
     ids, group = await gangs._launch(
         compute.session, project, rows, [offer, offer], client, (True, None), FleetOptions()
     )
-    # the reaper's sweep deletes this server's groups no live instance names (a launch that never came)
+    # the reaper's sweep deletes this server's groups no live instance names (a launch that never came); the group
+    # was made 30 s ago: past the 10 s grace these sweeps are given, within the server's own reaper's (60 s), which
+    # runs beside this test every second and would otherwise delete it between the two sweeps
     server_id = await compute.session.server_id()
-    await compute.session.ec2(placement.create, client, "dstack-main-adopt-unused0", server_id, "main", 0.0)
+    made = time.time() - 30.0
+    await compute.session.ec2(placement.create, client, "dstack-main-adopt-unused0", server_id, "main", made)
     session = compute.session
-    assert "dstack-main-adopt-unused0" in await gang_cleanup.sweep_groups(session, project, [REGION], 60.0, report=True)
+    assert server.ctx.settings.orphan_grace > 30.0
+    assert "dstack-main-adopt-unused0" in await gang_cleanup.sweep_groups(session, project, [REGION], 10.0, report=True)
     assert "dstack-main-adopt-unused0" in proxy.extras.groups  # "report": only logged
-    await gang_cleanup.sweep_groups(session, project, [REGION], 60.0, report=False)  # (or the server's own reaper did)
+    await gang_cleanup.sweep_groups(session, project, [REGION], 10.0, report=False)
     assert "dstack-main-adopt-unused0" in proxy.extras.deleted
     assert group in proxy.extras.groups  # its instances live
     before = len(proxy.launches)
