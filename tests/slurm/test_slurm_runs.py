@@ -83,7 +83,19 @@ async def _delete_fleets(c: httpx.AsyncClient) -> None:
     async def gone() -> bool:
         return not (await c.post("/api/project/main/fleets/list", json={})).json()
 
-    await wait_for(gone, timeout=60)
+    try:
+        await wait_for(gone, timeout=60)
+    except AssertionError:  # say which fleet stayed, and its instances' statuses and messages
+        left = (await c.post("/api/project/main/fleets/list", json={})).json()
+        said = [
+            (
+                f["name"],
+                f["status"],
+                [(i.get("name"), i.get("status"), i.get("status_message")) for i in f["instances"]],
+            )
+            for f in left
+        ]
+        raise AssertionError(f"fleets still listed 60 s after their deletion: {said}") from None
 
 
 async def apply_fleet(c: httpx.AsyncClient, name: str = "hpc", nodes: str = "0..3", **conf: Any) -> None:
