@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -32,22 +31,6 @@ from server_harness import finished_run, fleet_body, make_settings, running_serv
 from store_rows import a_run, admin_and_project
 
 OFFER = Offer("local", "local", "local", 0.0, InstanceResources(cpus=4, memory_mib=8192, disk_size_mib=100_000))
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    if request.param == "postgres":
-        from pg_harness import new_database_url
-
-        url = new_database_url()
-    else:
-        url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
-    database = Database(url)
-    await upgrade(database)
-    try:
-        yield database
-    finally:
-        await database.dispose()
 
 
 async def _seed(db: Database, jobs_: int = 1, ready: bool | None = None, blocks: int = 4) -> None:

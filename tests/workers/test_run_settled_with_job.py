@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -35,22 +35,6 @@ from store_rows import a_run, admin_and_project
 TOKEN = "follower-lease"
 #: A task whose failed job is submitted again (``retry.on_events: [error]``, dstack's names).
 RETRIED = {"retry": {"on_events": ["error"], "duration": 3600}}
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    if request.param == "postgres":
-        from pg_harness import new_database_url
-
-        url = new_database_url()
-    else:
-        url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
-    database = Database(url)
-    await upgrade(database)
-    try:
-        yield database
-    finally:
-        await database.dispose()
 
 
 async def _seed(db: Database, run_status: str, job_status: str, job_spec: Mapping[str, object] | None = None) -> None:
