@@ -1,5 +1,5 @@
-"""A request's head as the agent reads it (:func:`corral.agent.server.read_head`): fields without case, the first of a
-name, ``http.client``'s limits, and on the wire the same answers as the standard library's parse gave."""
+"""A request's head as the agent reads it (:func:`corral.agent.http_head.read_head`): fields without case, the
+first of a name, ``http.client``'s limits, and on the wire the same answers as the standard library's parse gave."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.agent.server import Agent, read_head
+from corral.agent.http_head import read_head
+from corral.agent.server import Agent
 
 TOKEN = "head-token"
 

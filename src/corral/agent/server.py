@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import hmac
 import http.client
-import io
 import json
 import logging
 import os
@@ -52,6 +51,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from . import gpus, metrics, resources, sandbox
+from .http_head import read_head
 from .job import Job, JobConflict, JobNotFound, Notice
 from .jobs import JobRunner
 from .protocol import AGENT_PROTOCOL_VERSION, AGENT_VERSION, HostInfo, JobSubmission, ProtocolError
@@ -259,64 +259,6 @@ class _BoundedServer(ThreadingHTTPServer):
             pass
         finally:
             self.shutdown_request(request)
-
-
-#: The limits ``http.client`` reads a request's head with: a line's length and the number of lines.
-MAX_HEAD_LINE = 65536
-MAX_HEAD_FIELDS = 100
-
-
-class RequestHead:
-    """The fields of a request's head, read without the email package: ``http.server`` parses them with
-    :mod:`email.parser` into an email message whose every ``get`` goes through a header policy, most of the CPU
-    of a small keep-alive request. ``get`` compares names without case and gives the first field of a name, as
-    the email message's does."""
-
-    def __init__(self, fields: list[tuple[str, str]]) -> None:
-        self._fields = fields
-        self._first: dict[str, str] = {}
-        for name, value in fields:
-            self._first.setdefault(name.lower(), value)
-
-    def get(self, name: str, default: str | None = None) -> str | None:
-        return self._first.get(name.lower(), default)
-
-    def __getitem__(self, name: str) -> str | None:
-        return self._first.get(name.lower())
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.lower() in self._first
-
-    def items(self) -> list[tuple[str, str]]:
-        return list(self._fields)
-
-    def __str__(self) -> str:
-        return "".join(f"{name}: {value}\n" for name, value in self._fields) + "\n"
-
-
-def read_head(rfile: io.BufferedIOBase) -> RequestHead:
-    """The head's fields, up to its empty line (or the end of the stream). ``http.client.LineTooLong`` for a
-    line over :data:`MAX_HEAD_LINE`, ``http.client.HTTPException`` past :data:`MAX_HEAD_FIELDS` lines, as
-    ``http.client`` does."""
-    fields: list[tuple[str, str]] = []
-    lines = 0
-    while True:
-        line = rfile.readline(MAX_HEAD_LINE + 1)
-        if len(line) > MAX_HEAD_LINE:
-            raise http.client.LineTooLong("header line")
-        lines += 1
-        if lines > MAX_HEAD_FIELDS:
-            raise http.client.HTTPException(f"got more than {MAX_HEAD_FIELDS} headers")
-        if line in (b"\r\n", b"\n", b""):
-            return RequestHead(fields)
-        text = line.decode("iso-8859-1").rstrip("\r\n")
-        if text[:1] in (" ", "\t") and fields:  # a folded line continues the field before it
-            name, value = fields[-1]
-            fields[-1] = (name, value + " " + text.strip())
-            continue
-        name, colon, value = text.partition(":")
-        if colon:
-            fields.append((name.strip(), value.strip()))
 
 
 class _Handler(BaseHTTPRequestHandler):
