@@ -1,20 +1,26 @@
 """The queue as a scheduling pass reads it: each read tells the jobs that came (read whole, once), the ones
-whose priority or status message changed, and the ones that left; on SQLite and Postgres."""
+whose priority or status message changed, and the ones that left; on SQLite and Postgres. On SQLite a read
+goes on from the last change it read (``queue_changes``, written by triggers) and agrees with a read of the
+whole state."""
 
 from __future__ import annotations
 
+import random
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import sqlalchemy as sa
 
 from corral.domain.job_facts import JobFacts, WaitRule, decode, encode
 from corral.domain.resources import Requirements
+from corral.store import queue_reader
 from corral.store.db import Database
 from corral.store.migrate import upgrade
 from corral.store.queue_reader import QueueChange, QueueReader
-from corral.store.tables import jobs
+from corral.store.tables import jobs, queue_changes
 from store_rows import a_run, admin_and_project
 
 #: A job's scheduling facts as ``runs/apply`` writes them.
@@ -141,4 +147,97 @@ async def test_a_job_with_facts_is_read_without_its_documents(db_url: str) -> No
     for num, job_id in ((1, "old"), (2, "newer")):
         assert rows[job_id].facts is None
         assert rows[job_id].job_spec == {"job_num": num} and rows[job_id].run_spec == {}
+    await db.dispose()
+
+
+def _sqlite(tmp_path: Path) -> str:
+    return f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+
+
+async def _logged(db: Database) -> list[str]:
+    async with db.read() as conn:
+        return [r.job_id for r in await conn.execute(sa.select(queue_changes).order_by(queue_changes.c.seq))]
+
+
+async def test_the_triggers_log_each_change_to_the_queue_and_nothing_else(tmp_path: Path) -> None:
+    """SQLite: a job that comes, changes its priority or message while it waits, leaves (placed, stopped or
+    deleted) is logged once per change; a write that changes nothing a pass reads, or a job out of the
+    queue, is not."""
+    db = await _db(_sqlite(tmp_path))
+    await _job(db, "a", 0, 100.0)
+    await _job(db, "b", 1, 100.0)
+    await _set(db, "b", status="provisioning")  # left the queue
+    assert await _logged(db) == ["a", "b", "b"]
+    await _set(db, "a", status_message="waiting", priority=2)
+    await _set(db, "a", status_message="waiting", log_offset=7)  # the same message, and a field a pass ignores
+    await _set(db, "b", status_message="pulling", status="running")  # out of the queue throughout
+    await _set(db, "b", status="submitted")  # back in the queue (a resubmission)
+    async with db.write() as conn:
+        await conn.execute(sa.delete(jobs).where(jobs.c.id == "b"))
+    assert await _logged(db) == ["a", "b", "b", "a", "b", "b"]
+    await db.dispose()
+
+
+async def test_reads_from_the_log_agree_with_reads_of_the_whole_state(db_url: str) -> None:
+    """After any mix of jobs coming, changing, leaving and coming back, a reader going on from its last read
+    (the log, on SQLite) knows what a new reader reading the whole state knows, and each read tells the
+    difference from the one before."""
+    db = await _db(db_url)
+    reader, rng, ids = QueueReader(), random.Random(7), [f"j{k}" for k in range(12)]
+    present: set[str] = set()
+    for step in range(60):
+        job_id = rng.choice(ids)
+        if job_id not in present:
+            await _job(db, job_id, ids.index(job_id), 100.0 + step)
+            present.add(job_id)
+        else:
+            values = rng.choice(
+                [
+                    {"priority": rng.randint(0, 2)},
+                    {"status_message": rng.choice([None, "waiting", "no capacity"])},
+                    {"status": rng.choice(["submitted", "provisioning", "terminated"])},
+                    {"log_offset": step},
+                ]
+            )
+            await _set(db, job_id, **values)
+        if step % 3 == 2:
+            before = dict(reader.known)
+            change = await _read(db, reader)
+            whole = QueueReader()
+            await _read(db, whole)
+            assert reader.known == whole.known, step
+            assert {r.id for r in change.fresh} == whole.known.keys() - before.keys()
+            assert set(change.gone) == before.keys() - whole.known.keys()
+            assert {s[0] for s in change.changed} == {
+                k for k in before.keys() & whole.known.keys() if before[k] != whole.known[k]
+            }
+    await db.dispose()
+
+
+async def test_a_reader_whose_last_change_was_pruned_reads_the_whole_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite: a reader prunes the log behind what it read, keeping its own last row; another reader whose
+    mark is older finds its row gone and reads the queue's state whole, missing nothing."""
+    monkeypatch.setattr(queue_reader, "PRUNE_AFTER", 4)
+    db = await _db(_sqlite(tmp_path))
+    ahead, behind = QueueReader(), QueueReader()
+    await _job(db, "a", 0, 100.0)
+    await _read(db, ahead)
+    await _read(db, behind)
+    assert ahead.prune_due() is None
+    for k in range(1, 6):
+        await _job(db, f"j{k}", k, 100.0 + k)
+    await _set(db, "a", status="terminated")
+    await _read(db, ahead)
+    upto = ahead.prune_due()
+    assert upto is not None and ahead.prune_due() is None
+    async with db.write() as conn:
+        await queue_reader.prune(conn, upto)
+    assert len(await _logged(db)) == 1  # the pruning reader's own last row
+    await _job(db, "late", 9, 200.0)
+    change = await _read(db, behind)
+    assert sorted(r.id for r in change.fresh) == ["j1", "j2", "j3", "j4", "j5", "late"] and change.gone == ["a"]
+    assert [r.id for r in (await _read(db, ahead)).fresh] == ["late"]
+    assert ahead.known == behind.known
     await db.dispose()

@@ -369,6 +369,19 @@ jobs = sa.Table(
     _partial("ix_jobs_leased", "id", where=LEASED_SQL),
 )
 
+#: Every change to the queue, one row each: a job that came into it, left it (placed, stopped, deleted), or whose
+#: priority or status message changed while it waited. Written by triggers on ``jobs`` on SQLite, where
+#: ``seq`` grows in commit order (``store/queue_reader.py``): a scheduling pass reads the rows after the last one
+#: it read instead of the whole queue's state. Pruned by the reader; Postgres reads the queue's state whole.
+queue_changes = sa.Table(
+    "queue_changes",
+    metadata,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(36), nullable=False),
+    sqlite_autoincrement=True,
+)
+
+
 logs = sa.Table(
     "logs",
     metadata,
