@@ -5,16 +5,19 @@ would fail now) it says so and the caller makes a whole pass."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pass_memo import busy_queues
+from test_quota_gate import quota_snapshots
 from test_schedule import fleet, inst, job
 
 from corral.domain.quotas import Limits
 from corral.scheduler.head_pass import no_room_left, schedule_head
 from corral.scheduler.ledger import initial_ledger
+from corral.scheduler.queue_order import QueueOrder
 from corral.scheduler.schedule import queue_gangs, schedule
 from corral.scheduler.types import (
     Assign,
@@ -35,6 +38,18 @@ from corral.scheduler.types import (
 NOW = 100.0
 
 
+def head_of(snapshot: Snapshot, settled: Collection[str]) -> Plan | None:
+    """``schedule_head`` at ``NOW`` with every queued job but the ``settled`` ones pending: the same plan with
+    the order it sorts itself and with one kept job by job (put in another order, some twice)."""
+    pending = {j.id for j in snapshot.queue}.difference(settled)
+    kept = QueueOrder(reversed(snapshot.queue))
+    for j in snapshot.queue[::2]:
+        kept.put(j)
+    plan = schedule_head(snapshot, NOW, pending)
+    assert schedule_head(snapshot, NOW, pending, kept) == plan
+    return plan
+
+
 def by_job(plan: Plan) -> dict[str, Decision]:
     return {d.job_id: d for g in plan.gangs for d in g.decisions if not isinstance(d, Reclaim) and d.job_id}
 
@@ -46,13 +61,33 @@ def not_waits(plan: Plan) -> list[Decision]:
 @settings(max_examples=200, deadline=None)
 @given(busy_queues(), st.data())
 def test_the_head_pass_gives_the_whole_pass_plan_less_skipped_waits(snapshot: Snapshot, data: st.DataObject) -> None:
+    _same_as_whole_less_skipped_waits(snapshot, data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(quota_snapshots(), st.data())
+def test_under_quotas_the_head_pass_gives_the_whole_pass_plan_less_skipped_waits(
+    snapshot: Snapshot, data: st.DataObject
+) -> None:
+    """Two projects, each with a quota or none: the gangs worked out charge them in the same order, and a
+    settled gang (worked out before under the same maxes) can only wait."""
+    _same_as_whole_less_skipped_waits(snapshot, data)
+
+
+def _same_as_whole_less_skipped_waits(snapshot: Snapshot, data: st.DataObject) -> None:
     snapshot = replace(snapshot, hold_after=data.draw(st.sampled_from([snapshot.hold_after, None, 1000.0])))
+    if data.draw(st.booleans()):  # every job may wait, none past its deadline: a head pass is made
+        patient = (
+            replace(j, wait=WaitPolicy(True, None if (j.wait.deadline or NOW + 1) <= NOW else j.wait.deadline))
+            for j in snapshot.queue
+        )
+        snapshot = replace(snapshot, queue=tuple(patient), hold_after=None)
     whole = schedule(snapshot, NOW)
     decided = by_job(whole)
     # settled: jobs an earlier pass over these fleets told to wait (never one this pass places or fails)
     waiting = sorted(j.id for j in snapshot.queue if not isinstance(decided.get(j.id), (Assign, Reserve, Fail)))
     settled = set(data.draw(st.lists(st.sampled_from(waiting), unique=True)) if waiting else [])
-    head = schedule_head(snapshot, NOW, settled)
+    head = head_of(snapshot, settled)
     if head is None:
         hold_after = snapshot.hold_after
         assert any(
@@ -68,7 +103,7 @@ def test_the_head_pass_gives_the_whole_pass_plan_less_skipped_waits(snapshot: Sn
         assert decided.get(job_id) == decision
     for job_id in decided.keys() - head_decided.keys():
         assert job_id in settled and isinstance(decided[job_id], Wait)
-    assert schedule_head(snapshot, NOW, set()) == whole  # nothing settled: the whole pass
+    assert head_of(snapshot, set()) == whole  # nothing settled: the whole pass
 
 
 @settings(max_examples=300, deadline=None)
@@ -81,14 +116,14 @@ def test_the_head_pass_gives_the_whole_pass_plan_less_skipped_waits(snapshot: Sn
 def test_queue_gangs_orders_and_groups_as_the_queue_order_says(
     specs: list[tuple[int, int, int, int, int]],
 ) -> None:
-    """Two stable sorts on attribute keys give ``(-priority, submitted_at, run_id, replica_num, job_num)``'s
+    """Two stable sorts on attribute keys give ``(-priority, submitted_at, run_id, replica_num, job_num, id)``'s
     order; jobs of one run's replica form one gang, in the order of its first job."""
     queue = [
         replace(job(t, priority=p, run=f"r{run}", num=num), replica_num=replica, id=f"{run}-{replica}-{num}-{k}")
         for k, (p, t, run, replica, num) in enumerate(specs)
     ]
     expected: dict[tuple[str, int], list[QueuedJob]] = {}
-    for j in sorted(queue, key=lambda j: (-j.priority, j.submitted_at, j.run_id, j.replica_num, j.job_num)):
+    for j in sorted(queue, key=lambda j: (-j.priority, j.submitted_at, j.run_id, j.replica_num, j.job_num, j.id)):
         expected.setdefault((j.run_id, j.replica_num), []).append(j)
     got = queue_gangs(queue)
     assert list(got.items()) == list(expected.items())
@@ -103,7 +138,7 @@ def drain_snapshot(queued: int, busy: int) -> Snapshot:
 def test_a_drain_places_the_next_job_and_skips_the_settled_rest() -> None:
     snapshot = drain_snapshot(1000, busy=3)
     settled = {j.id for j in snapshot.queue[1:]}
-    head = schedule_head(snapshot, NOW, settled)
+    head = head_of(snapshot, settled)
     assert head is not None
     assert [d for g in head.gangs for d in g.decisions] == [Assign("j0-0", "i3", 1)]
     assert not_waits(schedule(snapshot, NOW)) == not_waits(head)
@@ -111,7 +146,7 @@ def test_a_drain_places_the_next_job_and_skips_the_settled_rest() -> None:
 
 def test_jobs_not_yet_settled_are_worked_out_and_told_to_wait() -> None:
     snapshot = drain_snapshot(10, busy=3)
-    head = schedule_head(snapshot, NOW, {f"j{i}-0" for i in range(1, 8)})
+    head = head_of(snapshot, {f"j{i}-0" for i in range(1, 8)})
     assert head is not None
     decided = by_job(head)
     assert decided["j0-0"] == Assign("j0-0", "i3", 1)
@@ -122,29 +157,29 @@ def test_jobs_not_yet_settled_are_worked_out_and_told_to_wait() -> None:
 def test_capacity_left_means_nothing_is_skipped() -> None:
     snapshot = replace(drain_snapshot(3, busy=0), fleets=(fleet((inst(0),), nodes_max=None),))
     assert not no_room_left(snapshot, initial_ledger(snapshot))
-    assert schedule_head(snapshot, NOW, {"j1-0", "j2-0"}) == schedule(snapshot, NOW)
+    assert head_of(snapshot, {"j1-0", "j2-0"}) == schedule(snapshot, NOW)
 
 
 def test_a_settled_job_past_its_retry_deadline_needs_a_whole_pass() -> None:
     snapshot = drain_snapshot(5, busy=4)
     late = replace(snapshot.queue[3], wait=WaitPolicy(True, deadline=NOW - 1))
     snapshot = replace(snapshot, queue=(*snapshot.queue[:3], late, snapshot.queue[4]))
-    assert schedule_head(snapshot, NOW, {j.id for j in snapshot.queue}) is None
+    assert head_of(snapshot, {j.id for j in snapshot.queue}) is None
     assert isinstance(by_job(schedule(snapshot, NOW))[late.id], Fail)
 
 
 def test_a_job_past_the_starvation_guard_needs_a_whole_pass() -> None:
     snapshot = replace(drain_snapshot(5, busy=4), hold_after=50.0)
-    assert schedule_head(snapshot, NOW, {j.id for j in snapshot.queue}) is None
-    assert schedule_head(replace(snapshot, hold_after=500.0), NOW, {j.id for j in snapshot.queue}) == Plan(())
+    assert head_of(snapshot, {j.id for j in snapshot.queue}) is None
+    assert head_of(replace(snapshot, hold_after=500.0), {j.id for j in snapshot.queue}) == Plan(())
 
 
-def test_quotas_shares_or_holds_need_a_whole_pass() -> None:
+def test_shares_or_holds_need_a_whole_pass_and_quotas_do_not() -> None:
     snap = Snapshot((fleet(),), (job(1),))
-    assert schedule_head(snap, NOW, set()) is not None
-    assert schedule_head(replace(snap, quotas={"p": ProjectQuota(Limits({"gpu": 1.0}))}), NOW, set()) is None
-    assert schedule_head(replace(snap, shares={"p": FairShare()}), NOW, set()) is None
-    assert schedule_head(replace(snap, holds=(Hold("i0", "r1", 1, NOW + 60),)), NOW, set()) is None
+    assert head_of(snap, set()) is not None
+    assert head_of(replace(snap, quotas={"p": ProjectQuota(Limits({"gpu": 1.0}))}), set()) is not None
+    assert head_of(replace(snap, shares={"p": FairShare()}), set()) is None
+    assert head_of(replace(snap, holds=(Hold("i0", "r1", 1, NOW + 60),)), set()) is None
 
 
 def test_a_gang_already_told_the_same_wait_gets_no_decision() -> None:
@@ -152,11 +187,11 @@ def test_a_gang_already_told_the_same_wait_gets_no_decision() -> None:
     ((wait,),) = [g.decisions for g in schedule(full, NOW).gangs]
     assert isinstance(wait, Wait)
     told = replace(full, queue=(replace(job(1), status_message=wait.message),))
-    assert schedule_head(told, NOW, set()) == Plan(())
+    assert head_of(told, set()) == Plan(())
 
 
 def test_a_queued_job_that_may_not_wait_needs_a_whole_pass() -> None:
     snap = Snapshot((fleet((inst(0, status="busy", busy=1),), nodes_max=1),), (job(1),))
-    assert schedule_head(snap, NOW, set()) is not None
+    assert head_of(snap, set()) is not None
     impatient = replace(job(1), wait=WaitPolicy(False))
-    assert schedule_head(replace(snap, queue=(impatient,)), NOW, set()) is None
+    assert head_of(replace(snap, queue=(impatient,)), set()) is None

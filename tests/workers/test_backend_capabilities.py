@@ -16,6 +16,7 @@ from corral.backends.base import (
     InterruptionSource,
     PortOpener,
     SharedHost,
+    is_shared_host,
     sandbox_reason,
 )
 from corral.backends.local import LocalCompute
@@ -51,6 +52,9 @@ def test_a_shared_host_says_whether_its_jobs_have_a_sandbox() -> None:
     assert not isinstance(SimpleNamespace(sandbox_reason="x"), SharedHost)
     assert sandbox_reason(SimpleNamespace(sandbox_reason="x")) is None  # type: ignore[arg-type]
     assert sandbox_reason(None) is None
+    # the quick check agrees with the protocol's own
+    for compute in (_Host(None), _Host("x"), SimpleNamespace(sandbox_reason="x"), SimpleNamespace(), None):
+        assert is_shared_host(compute) == isinstance(compute, SharedHost)
 
 
 def test_a_replica_on_a_backend_without_ports_is_refused() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scheduler"))
 
 from test_head_pass import drain_snapshot
-from test_schedule import inst
+from test_schedule import inst, job
 
 from corral.scheduler.schedule import schedule
 from corral.scheduler.types import Assign, Plan, Snapshot, Wait
@@ -54,3 +54,21 @@ def test_new_fleets_the_safety_net_or_preemption_make_a_whole_pass() -> None:
         plan = choice.plan(snapshot, now, preemption=preemption)
         assert plan == schedule(snapshot, now), (snapshot is grown, now, preemption)
         assert "Wait" in _kinds(plan)
+
+
+def test_a_job_that_came_since_the_last_pass_is_worked_out_and_one_decided_stays_pending() -> None:
+    choice = PassChoice(INTERVAL)
+    first = drain_snapshot(50, busy=3)
+    _settled_after_first(choice, first, 100.0)
+    came = job(50)
+    later = replace(_next(first), queue=(*_next(first).queue, came))
+    choice.came([came.id])
+    plan = choice.plan(later, 101.0, preemption=False)
+    assert [(type(d).__name__, d.job_id) for g in plan.gangs for d in g.decisions] == [
+        ("Assign", "j1-0"),
+        ("Wait", came.id),
+    ]
+    # the commit refused the placement: the next pass works that job out again, the new one is settled
+    choice.planned(plan, [j.id for j in later.queue])
+    again = choice.plan(later, 102.0, preemption=False)
+    assert [(type(d).__name__, d.job_id) for g in again.gangs for d in g.decisions] == [("Assign", "j1-0")]

@@ -318,7 +318,7 @@ def _fleet_ids(job: QueuedJob, snapshot: Snapshot, memo: PassMemo) -> Callable[[
     return lambda: {f.id for f in candidate_fleets(job, snapshot.fleets, memo)}
 
 
-_ORDER_AFTER_PRIORITY = attrgetter("submitted_at", "run_id", "replica_num", "job_num")
+_ORDER_AFTER_PRIORITY = attrgetter("submitted_at", "run_id", "replica_num", "job_num", "id")
 _PRIORITY = attrgetter("priority")
 _GANG = attrgetter("run_id", "replica_num")
 
@@ -326,7 +326,8 @@ _GANG = attrgetter("run_id", "replica_num")
 def queue_gangs(queue: Iterable[QueuedJob]) -> dict[tuple[str, int], list[QueuedJob]]:
     """The queue's gangs (a run's replica: its jobs together), in the order a pass takes them: priority
     (higher first), then submission time. (Two stable sorts on attribute keys: the order of
-    ``(-priority, submitted_at, run_id, replica_num, job_num)``, compared in C rather than keyed in Python.)"""
+    ``(-priority, submitted_at, run_id, replica_num, job_num, id)``, ``queue_order.order_key``'s, compared in
+    C rather than keyed in Python.)"""
     order = sorted(queue, key=_ORDER_AFTER_PRIORITY)
     order.sort(key=_PRIORITY, reverse=True)
     keys = list(map(_GANG, order))

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from corral.backends.base import SharedHost, sandbox_reason
+from corral.backends.base import is_shared_host, sandbox_reason
 from corral.context import Context
 from corral.domain.documents import spec_configuration
 from corral.domain.job_facts import JobFacts
@@ -21,6 +21,7 @@ from corral.domain.resources import Requirements
 from corral.domain.telemetry import Telemetry
 from corral.domain.volumes import VolumeRec, volume_names
 from corral.scheduler.fleet_upkeep import upkeep
+from corral.scheduler.queue_order import QueueOrder
 from corral.scheduler.types import (
     Assign,
     Fail,
@@ -33,6 +34,7 @@ from corral.scheduler.types import (
     Snapshot,
     WaitPolicy,
 )
+from corral.store import queue_reader
 from corral.store import snapshot as snap
 from corral.store import volumes as volume_store
 from corral.store.fleet_reader import FleetReader
@@ -55,6 +57,10 @@ class Scheduling:
         self.ctx = ctx
         #: The queue as the last pass read it, as the scheduler takes it, by job id.
         self._queued: dict[str, QueuedJob] = {}
+        #: The same jobs in the order a pass takes them, kept as the queue changes (a pass sorts nothing).
+        self._order = QueueOrder()
+        #: The ids of those of a run with its own capacity ``reservation`` (usually none).
+        self._reserving: set[str] = set()
         #: The queue's rows the last pass read: the next pass handles only what changed.
         self._reader = QueueReader()
         #: The fleets and instances the last pass read: the next pass reads whole only the instances that changed.
@@ -107,20 +113,58 @@ class Scheduling:
         is failed (the gangs returned) and read whole again by the next pass, should it still wait."""
         for job_id in change.gone:
             self._queued.pop(job_id, None)
+            self._order.remove(job_id)
+            self._reserving.discard(job_id)
             self._run_types.pop(job_id, None)
         for job_id, priority, message in change.changed:
             cached = self._queued.get(job_id)
             if cached is not None:
-                self._queued[job_id] = dataclasses.replace(cached, priority=priority, status_message=message)
+                job = self._queued[job_id] = dataclasses.replace(cached, priority=priority, status_message=message)
+                self._order.put(job)
         failed: list[Gang] = []
         for row in change.fresh:
             try:
-                self._queued[row.id] = self._parsed(row)
+                job = self._queued[row.id] = self._parsed(row)
+                self._order.put(job)
+                if job.reservation is not None:
+                    self._reserving.add(job.id)
             except Exception as e:  # a stored spec we cannot read: fail the job, never the worker
                 log.exception("cannot schedule job %s", row.id)
                 self._reader.forget(row.id)
                 failed.append(Gang(row.run_id, (Fail(row.id, f"corral cannot read this job's stored spec: {e}"),)))
         return failed
+
+    def _wake_after(self, result: ApplyResult, lease_until: float) -> None:
+        """Hand the jobs this replica starts over, and wake the workers that act on what was committed."""
+        if result.reserved or result.reclaimed:
+            self.ctx.wakeups.wake("instances")
+        self.ctx.hand_over(result.leased, lease_until)  # placed on a ready instance: started by this replica
+        if len(result.assigned) > len(result.leased):  # placed on an instance still starting: whoever drives it
+            self.ctx.wakeups.wake("jobs")
+        if result.failed:
+            self.ctx.wakeups.wake("runs")
+        elif result.assigned:  # the placed jobs' runs the commit did not settle: this process's runs pass, for those
+            placed = (self._queued.get(job_id) for job_id in result.assigned)
+            unsettled = {q.run_id for q in placed if q is not None} - result.settled_runs
+            if unsettled:
+                self.ctx.wakeups.wake_for("runs", unsettled)
+        if result.rejected_runs:
+            self.ctx.wakeups.wake("scheduler")
+
+    async def _queue_now(self, change: QueueChange) -> tuple[list[Gang], list[QueuedJob], QueueOrder | None]:
+        """The queue brought to ``change`` (``_take``: the gangs of the jobs it fails), as this pass takes it,
+        with its kept order where the pass may use it (None: a run with its own reservation waits, and its
+        jobs are told where that is: they are not those of the order)."""
+        failed = self._take(change)
+        prune_to = self._reader.prune_due()
+        if prune_to is not None:  # the queue's changes read, and older ones: no longer needed
+            async with self.ctx.db.write() as conn:
+                await queue_reader.prune(conn, prune_to)
+        self.passes.came(r.id for r in change.fresh if r.id in self._queued)
+        waiting = list(self._queued.values())
+        if not self._reserving:
+            return failed, waiting, self._order
+        return failed, await self.snapshots.reserved.located(waiting), None  # where the runs' reservations are
 
     def _barred_backends(self, job: QueueRow, facts: JobFacts) -> frozenset[str]:
         """The local backend, for a host-process job of a run whose submitter is not a global admin, while
@@ -139,7 +183,7 @@ class Scheduling:
     def host_pools(self) -> dict[str, int]:
         """Backends whose instances are carved out of one host: backend -> the host's blocks."""
         local = self.ctx.computes.get("local")
-        return {"local": int(local.host_blocks())} if isinstance(local, SharedHost) else {}
+        return {"local": int(local.host_blocks())} if is_shared_host(local) else {}
 
     async def pass_once(self) -> ApplyResult:
         """One load -> decide -> commit pass. Returns what was committed."""
@@ -157,8 +201,7 @@ class Scheduling:
         await self.snapshots.reserved.resolve(fleets)  # capacity reservations EC2 was not asked about yet
         slots = tuple(self.snapshots.fleet_slot(f) for f in fleets)
         self.snapshots.keep_only({f.id for f in fleets})  # caches keep only fleets that still exist
-        failed_parse = self._take(change)
-        queued = await self.snapshots.reserved.located(list(self._queued.values()))  # where the runs' reservations are
+        failed_parse, queued, order = await self._queue_now(change)
         live = self._queued.keys()
         limits = self.backend_limits()
         holds = await self.preempter.holds(queued, now)
@@ -173,7 +216,7 @@ class Scheduling:
             shares=project_shares(policies, holdings, set(names)),
             holds=holds,
         )
-        plan = self.passes.plan(snapshot, now, self.ctx.preemption.enabled)
+        plan = self.passes.plan(snapshot, now, self.ctx.preemption.enabled, order)
         # what the plan leaves of each host, for nodes.min upkeep (never a reservation plan_apply must refuse)
         host_free = {b: total - used for b, (used, total) in snapshot.host_pools.items()}
         for d in (d for g in plan.gangs for d in g.decisions):
@@ -190,20 +233,7 @@ class Scheduling:
         count_outcomes(self.ctx.telemetry, result, self._queued, self._run_types, now)
         if result.assigned or result.failed:
             log_outcomes(plan, result, self._queued, slots)
-        if result.reserved or result.reclaimed:
-            self.ctx.wakeups.wake("instances")
-        self.ctx.hand_over(result.leased, now + lease.ttl)  # placed on a ready instance: started by this replica
-        if len(result.assigned) > len(result.leased):  # placed on an instance still starting: whoever drives it
-            self.ctx.wakeups.wake("jobs")
-        if result.failed:
-            self.ctx.wakeups.wake("runs")
-        elif result.assigned:  # the placed jobs' runs the commit did not settle: this process's runs pass, for those
-            placed = (self._queued.get(job_id) for job_id in result.assigned)
-            unsettled = {q.run_id for q in placed if q is not None} - result.settled_runs
-            if unsettled:
-                self.ctx.wakeups.wake_for("runs", unsettled)
-        if result.rejected_runs:
-            self.ctx.wakeups.wake("scheduler")
+        self._wake_after(result, now + lease.ttl)
         await self.preempter.pass_once(snapshot, plan, policies, now)
         return result
 

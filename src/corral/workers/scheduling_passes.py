@@ -1,17 +1,19 @@
 """Which pass the scheduling worker makes: a whole pass (``scheduler.schedule``) or one over the queue's head
 (``scheduler.head_pass``), and the bookkeeping that lets the head pass skip what an earlier pass told to wait.
 
-A pass over the head is made when the fleets are those the last pass saw (``fleets_key``), a whole pass was
-made within the safety-net interval and preemption is off; ``schedule_head`` itself asks for a whole pass
-where it cannot show the same plan (quotas, shares, holds, a job at its deadline or the starvation guard).
+A pass over the head is made when the fleets and the projects' quota maxes are those the last pass saw
+(``fleets_key``, ``quotas_key``), a whole pass was made within the safety-net interval and preemption is off;
+``schedule_head`` itself asks for a whole pass where it cannot show the same plan (fair shares, holds, a job at
+its deadline or the starvation guard).
 Imports the scheduler only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 from corral.scheduler.head_pass import schedule_head
+from corral.scheduler.queue_order import QueueOrder
 from corral.scheduler.schedule import schedule
 from corral.scheduler.types import Assign, Fail, FleetSlot, Plan, Reserve, Snapshot
 
@@ -19,23 +21,32 @@ from corral.scheduler.types import Assign, Fail, FleetSlot, Plan, Reserve, Snaps
 class PassChoice:
     def __init__(self, safety_net_interval: float) -> None:
         self.safety_net_interval = safety_net_interval
-        #: Queued jobs the last pass told to wait (or left waiting), over the fleets of ``_fleets_key``.
-        self._settled: set[str] = set()
+        #: Queued jobs no pass over the fleets of ``_fleets_key`` has told to wait yet: those that came since
+        #: the last pass, and those it placed, reserved for or failed (still queued if the commit refused).
+        #: Every other queued job is settled.
+        self._pending: set[str] = set()
+        #: Whether the last pass left queued jobs waiting (none: the next pass is whole).
+        self._waiting = False
         self._fleets_key: tuple[object, ...] = ()
         #: When the last pass over the whole queue was made (one at least every safety-net interval).
         self._whole_at = float("-inf")
 
-    def plan(self, snapshot: Snapshot, now: float, preemption: bool) -> Plan:
-        """The pass's plan: ``schedule``'s over the queue's head where that is the same, else a whole pass."""
-        key = fleets_key(snapshot.fleets)
+    def came(self, job_ids: Iterable[str]) -> None:
+        """Jobs first seen in the queue (or seen again after they were forgotten): no pass settled them."""
+        self._pending.update(job_ids)
+
+    def plan(self, snapshot: Snapshot, now: float, preemption: bool, order: QueueOrder | None = None) -> Plan:
+        """The pass's plan: ``schedule``'s over the queue's head where that is the same, else a whole pass.
+        ``order``: ``snapshot.queue`` in pass order, kept across passes (None: sorted when needed)."""
+        key = (fleets_key(snapshot.fleets), quotas_key(snapshot))
         plan = None
         if (
-            self._settled
+            self._waiting
             and key == self._fleets_key
             and now - self._whole_at < self.safety_net_interval
             and not preemption
         ):
-            plan = schedule_head(snapshot, now, self._settled)
+            plan = schedule_head(snapshot, now, self._pending, order)
         if plan is None:
             plan, self._whole_at = schedule(snapshot, now), now
         self._fleets_key = key
@@ -44,7 +55,8 @@ class PassChoice:
     def planned(self, plan: Plan, queued: Collection[str]) -> None:
         """After ``plan`` was applied: the ``queued`` jobs it did not place, reserve for or fail are settled."""
         decided = {d.job_id for g in plan.gangs for d in g.decisions if isinstance(d, (Assign, Reserve, Fail))}
-        self._settled = set(queued).difference(decided)
+        self._pending = {job_id for job_id in decided if job_id is not None and job_id in queued}
+        self._waiting = len(queued) > len(self._pending)
 
 
 def fleets_key(fleets: tuple[FleetSlot, ...]) -> tuple[object, ...]:
@@ -64,3 +76,9 @@ def fleets_key(fleets: tuple[FleetSlot, ...]) -> tuple[object, ...]:
         )
         for f in fleets
     )
+
+
+def quotas_key(snapshot: Snapshot) -> tuple[object, ...]:
+    """The projects' quota maxes: a gang a pass skipped was worked out under these (what each project holds
+    changes pass by pass; the head pass counts it from the snapshot)."""
+    return tuple(sorted((p, tuple(sorted(q.max.amounts.items()))) for p, q in snapshot.quotas.items()))

@@ -1,0 +1,115 @@
+"""The queue kept in the order a pass takes it, job by job as jobs come, change and leave.
+
+``schedule`` sorts the whole queue on every pass (``queue_gangs``). A pass over the queue's head
+(``head_pass``) looks at the first gangs only, and at the few jobs no pass has told to wait yet: with a
+``QueueOrder`` kept by the caller across passes, it neither sorts the queue again nor scans it for the
+earliest submission, retry deadline or a job that may not wait (``first_submitted``, ``first_deadline``,
+``all_may_wait``). Each change costs a binary search and a move of the list's tail (in C); a pass costs
+what it reads.
+
+The order is ``schedule``'s: priority (higher first), then submission time, run, replica, job number and
+id (``order_key``). A gang is a run's replica: its jobs in that order, taken where its first job stands.
+
+Pure; imports the scheduler's types only.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+from corral.scheduler.types import QueuedJob
+
+#: Where a job stands in the queue: ``(-priority, submitted_at, run_id, replica_num, job_num, id)``.
+OrderKey = tuple[int, float, str, int, int, str]
+#: A gang: a run's replica.
+GangKey = tuple[str, int]
+
+
+def order_key(job: QueuedJob) -> OrderKey:
+    return (-job.priority, job.submitted_at, job.run_id, job.replica_num, job.job_num, job.id)
+
+
+class QueueOrder:
+    """The queued jobs by id, their order, each gang's jobs, and the times a head pass checks."""
+
+    def __init__(self, jobs: Iterable[QueuedJob] = ()) -> None:
+        self._jobs: dict[str, QueuedJob] = {}
+        self._keys: list[OrderKey] = []
+        self._gangs: dict[GangKey, list[OrderKey]] = {}
+        self._submitted: list[tuple[float, str]] = []
+        self._deadlines: list[tuple[float, str]] = []
+        self._impatient: set[str] = set()
+        for job in jobs:
+            self.put(job)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def get(self, job_id: str) -> QueuedJob | None:
+        return self._jobs.get(job_id)
+
+    def put(self, job: QueuedJob) -> None:
+        """Add ``job``, or put it where its new priority or times place it."""
+        if job.id in self._jobs:
+            self.remove(job.id)
+        self._jobs[job.id] = job
+        key = order_key(job)
+        insort(self._keys, key)
+        insort(self._gangs.setdefault((job.run_id, job.replica_num), []), key)
+        insort(self._submitted, (job.submitted_at, job.id))
+        if job.wait.deadline is not None:
+            insort(self._deadlines, (job.wait.deadline, job.id))
+        if not job.wait.may_wait:
+            self._impatient.add(job.id)
+
+    def remove(self, job_id: str) -> None:
+        """Take the job out (one not in the queue: nothing)."""
+        job = self._jobs.pop(job_id, None)
+        if job is None:
+            return
+        key = order_key(job)
+        _drop(self._keys, key)
+        gang = (job.run_id, job.replica_num)
+        _drop(self._gangs[gang], key)
+        if not self._gangs[gang]:
+            del self._gangs[gang]
+        _drop(self._submitted, (job.submitted_at, job.id))
+        if job.wait.deadline is not None:
+            _drop(self._deadlines, (job.wait.deadline, job.id))
+        self._impatient.discard(job_id)
+
+    def gangs(self) -> Iterator[tuple[GangKey, list[QueuedJob]]]:
+        """The gangs in pass order, each with its jobs, made as they are asked for (``queue_gangs``'s)."""
+        seen: set[GangKey] = set()
+        for key in self._keys:
+            gang = (key[2], key[3])
+            if gang not in seen:
+                seen.add(gang)
+                yield gang, self.gang_jobs(gang)
+
+    def gang_jobs(self, gang: GangKey) -> list[QueuedJob]:
+        return [self._jobs[k[5]] for k in self._gangs.get(gang, ())]
+
+    def gang_place(self, gang: GangKey) -> OrderKey:
+        """Where the gang stands: its first job's place."""
+        return self._gangs[gang][0]
+
+    def first_submitted(self) -> float | None:
+        return self._submitted[0][0] if self._submitted else None
+
+    def first_deadline(self) -> float | None:
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def all_may_wait(self) -> bool:
+        return not self._impatient
+
+
+_Item = TypeVar("_Item", OrderKey, tuple[float, str])
+
+
+def _drop(items: list[_Item], item: _Item) -> None:
+    at = bisect_left(items, item)
+    if at < len(items) and items[at] == item:
+        del items[at]
