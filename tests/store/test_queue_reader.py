@@ -1,13 +1,12 @@
 """The queue as a scheduling pass reads it: each read tells the jobs that came (read whole, once), the ones
-whose priority or status message changed, and the ones that left; on SQLite and Postgres. On SQLite a read
-goes on from the last change it read (``queue_changes``, written by triggers) and agrees with a read of the
-whole state."""
+whose priority or status message changed, and the ones that left; on SQLite and Postgres. A read goes on from
+its mark in the log of the queue's changes (``queue_changes``, written by triggers) and agrees with a read of
+the whole state."""
 
 from __future__ import annotations
 
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -42,16 +41,17 @@ async def _db(url: str) -> Database:
     return db
 
 
+def _job_values(job_id: str, job_num: int, submitted_at: float) -> dict[str, object]:
+    return dict(
+        id=job_id, run_id="r", project_id="p", run_name="r", job_num=job_num, replica_num=0, job_name=job_id,
+        submission_num=0, deployment_num=0, submitted_at=submitted_at, last_processed_at=submitted_at,
+        status="submitted", job_spec=f'{{"job_num": {job_num}}}', priority=0, blocks=1, log_offset=0,
+    )  # fmt: skip
+
+
 async def _job(db: Database, job_id: str, job_num: int, submitted_at: float) -> None:
     async with db.write() as conn:
-        await conn.execute(
-            sa.insert(jobs).values(
-                id=job_id, run_id="r", project_id="p", run_name="r", job_num=job_num, replica_num=0,
-                job_name=job_id, submission_num=0, deployment_num=0, submitted_at=submitted_at,
-                last_processed_at=submitted_at, status="submitted", job_spec=f'{{"job_num": {job_num}}}',
-                priority=0, blocks=1, log_offset=0,
-            )
-        )  # fmt: skip
+        await conn.execute(sa.insert(jobs).values(**_job_values(job_id, job_num, submitted_at)))
 
 
 async def _set(db: Database, job_id: str, **values: object) -> None:
@@ -150,20 +150,15 @@ async def test_a_job_with_facts_is_read_without_its_documents(db_url: str) -> No
     await db.dispose()
 
 
-def _sqlite(tmp_path: Path) -> str:
-    return f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
-
-
 async def _logged(db: Database) -> list[str]:
     async with db.read() as conn:
         return [r.job_id for r in await conn.execute(sa.select(queue_changes).order_by(queue_changes.c.seq))]
 
 
-async def test_the_triggers_log_each_change_to_the_queue_and_nothing_else(tmp_path: Path) -> None:
-    """SQLite: a job that comes, changes its priority or message while it waits, leaves (placed, stopped or
-    deleted) is logged once per change; a write that changes nothing a pass reads, or a job out of the
-    queue, is not."""
-    db = await _db(_sqlite(tmp_path))
+async def test_the_triggers_log_each_change_to_the_queue_and_nothing_else(db_url: str) -> None:
+    """A job that comes, changes its priority or message while it waits, leaves (placed, stopped or deleted) is
+    logged once per change; a write that changes nothing a pass reads, or a job out of the queue, is not."""
+    db = await _db(db_url)
     await _job(db, "a", 0, 100.0)
     await _job(db, "b", 1, 100.0)
     await _set(db, "b", status="provisioning")  # left the queue
@@ -191,7 +186,7 @@ async def test_reads_from_the_log_agree_with_reads_of_the_whole_state(db_url: st
             await _job(db, job_id, ids.index(job_id), 100.0 + step)
             present.add(job_id)
         else:
-            values = rng.choice(
+            values: dict[str, object] = rng.choice(
                 [
                     {"priority": rng.randint(0, 2)},
                     {"status_message": rng.choice([None, "waiting", "no capacity"])},
@@ -214,30 +209,52 @@ async def test_reads_from_the_log_agree_with_reads_of_the_whole_state(db_url: st
     await db.dispose()
 
 
-async def test_a_reader_whose_last_change_was_pruned_reads_the_whole_state(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_a_reader_whose_mark_a_prune_passed_reads_the_whole_state(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SQLite: a reader prunes the log behind what it read, keeping its own last row; another reader whose
-    mark is older finds its row gone and reads the queue's state whole, missing nothing."""
+    """A reader prunes the log behind what it read (SQLite: up to its own last row, which stays; Postgres: up to
+    its mark of the round before, leaving a marker); another reader whose mark is older reads the queue's state
+    whole, missing nothing."""
     monkeypatch.setattr(queue_reader, "PRUNE_AFTER", 4)
-    db = await _db(_sqlite(tmp_path))
+    dialect = "sqlite" if db_url.startswith("sqlite") else "postgresql"
+    db = await _db(db_url)
     ahead, behind = QueueReader(), QueueReader()
     await _job(db, "a", 0, 100.0)
     await _read(db, ahead)
     await _read(db, behind)
-    assert ahead.prune_due() is None
-    for k in range(1, 6):
-        await _job(db, f"j{k}", k, 100.0 + k)
-    await _set(db, "a", status="terminated")
-    await _read(db, ahead)
-    upto = ahead.prune_due()
-    assert upto is not None and ahead.prune_due() is None
+    assert ahead.prune_due(dialect) is None
+    upto = None
+    for rnd in range(2):
+        for k in range(1, 6):
+            await _job(db, f"j{rnd}{k}", rnd * 10 + k, 100.0 + k)
+        await _set(db, "a", status="terminated", priority=rnd)
+        await _read(db, ahead)
+        upto = ahead.prune_due(dialect) or upto
+    assert upto is not None and ahead.prune_due(dialect) is None
+    logged = len(await _logged(db))
     async with db.write() as conn:
         await queue_reader.prune(conn, upto)
-    assert len(await _logged(db)) == 1  # the pruning reader's own last row
-    await _job(db, "late", 9, 200.0)
+    assert len(await _logged(db)) < logged
+    await _job(db, "late", 99, 200.0)
     change = await _read(db, behind)
-    assert sorted(r.id for r in change.fresh) == ["j1", "j2", "j3", "j4", "j5", "late"] and change.gone == ["a"]
+    assert len(change.fresh) == 11 and change.gone == ["a"]
     assert [r.id for r in (await _read(db, ahead)).fresh] == ["late"]
     assert ahead.known == behind.known
+    await db.dispose()
+
+
+async def test_postgres_a_change_committed_after_a_later_one_is_read() -> None:
+    """Postgres: a transaction that wrote to the queue before another, and commits after a read that saw the
+    other's change, is read by the next read (its log row's sequence value is below what was read)."""
+    from pg_harness import new_database_url
+
+    db = await _db(new_database_url())
+    reader = QueueReader()
+    await _read(db, reader)
+    async with db.write() as slow:
+        await slow.execute(sa.insert(jobs).values(**_job_values("slow", 0, 100.0)))
+        await _job(db, "fast", 1, 101.0)
+        assert [r.id for r in (await _read(db, reader)).fresh] == ["fast"]
+    assert [r.id for r in (await _read(db, reader)).fresh] == ["slow"]
+    assert await _read(db, reader) == QueueChange([], [], [])
     await db.dispose()

@@ -1,19 +1,25 @@
 """The queue as the scheduling worker reads it, pass after pass: what changed since the last read.
 
-On SQLite a pass reads the queue's changes since its last read: triggers on ``jobs`` write a row to
-``queue_changes`` for each job that comes into the queue, leaves it or whose priority or status message
-changes while it waits (migration 0050), and one write transaction at a time makes their ``seq`` grow in
-commit order. The pass reads the rows after the last one it read, then the state of the jobs they name: a
-pass over a queue of 100,000 jobs behind a full fleet costs what changed, not the queue's length. The reader
-prunes the log behind it; a reader that finds its last row pruned reads the queue's state whole.
+Triggers on ``jobs`` write a row to ``queue_changes`` for each job that comes into the queue, leaves it or
+whose priority or status message changes while it waits (migration 0050). A pass reads the log's
+rows after its mark, then the state of the jobs they name: a pass over a queue of 100,000 jobs behind a full
+fleet costs what changed, not the queue's length.
 
-On Postgres (and on a reader's first read) a pass reads the queue's state, ``(id, priority, status
-message)`` of each waiting job, from the queue's own index (``ix_jobs_queued``: no table rows, no sort, its
-size the queue's), and compares it with the state it read before as sets, in C. Concurrent transactions
-commit there in another order than their sequence values, so a mark in a log would miss changes.
+- **SQLite** runs one write transaction at a time, so the log's ``seq`` grows in commit order: the mark is
+  the last row read. The reader prunes the log behind it and keeps that row; a reader that finds its row
+  gone reads the queue's state whole.
+- **Postgres** commits concurrent transactions out of the order of their ids and sequence values. Each row
+  carries its transaction's id, and the mark is the oldest transaction still running at the last read:
+  every transaction below it had ended then, so reading the rows of transactions from the mark on misses
+  nothing (and reads some twice; a job's state is compared, so a change is told once). A prune deletes the
+  rows of transactions below a bound and leaves a marker with that bound: a reader whose mark is below it
+  reads the queue's state whole.
 
-Either way only the jobs that came, changed or went are handled one by one, and only the new ones are read
-whole (with their scheduling facts; their documents only where they have none).
+A first read, and one after a prune passed the mark, reads each waiting job's ``(id, priority, status
+message)`` from the queue's own index (``ix_jobs_queued``: no table rows, no sort, its size the queue's) and
+compares it with the state read before as sets, in C. Either way only the jobs that came, changed or went
+are handled one by one, and only the new ones are read whole (with their scheduling facts; their documents
+only where they have none).
 """
 
 from __future__ import annotations
@@ -38,27 +44,37 @@ _QUEUE_STATE = {
     "sqlite": f"SELECT id, priority, status_message FROM jobs INDEXED BY ix_jobs_queued WHERE {QUEUED_SQL}",
     "postgresql": f"SELECT id, priority, status_message FROM jobs WHERE {QUEUED_SQL}",
 }
-#: The state of the waiting jobs among some (a JSON list of ids), from the same index.
-_STATE_OF = f"{_QUEUE_STATE['sqlite']} AND id IN (SELECT value FROM json_each(?))"
-#: The queue's changes from a mark on (SQLite: ``queue_changes``, written by triggers on ``jobs``).
+#: The state of the waiting jobs among some, from the same index (SQLite: a JSON list of ids; Postgres: an array).
+_STATE_OF = {
+    "sqlite": f"{_QUEUE_STATE['sqlite']} AND id IN (SELECT value FROM json_each(?))",
+    "postgresql": f"{_QUEUE_STATE['postgresql']} AND id = ANY($1::text[])",
+}
+#: SQLite: the queue's changes from a mark (a ``seq``) on.
 _CHANGES_FROM = "SELECT seq, job_id FROM queue_changes WHERE seq >= ? ORDER BY seq"
 _LAST_CHANGE = "SELECT max(seq) FROM queue_changes"
+#: Postgres: the oldest transaction still running, as a number: every transaction below it has ended.
+_XMIN = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+#: Postgres: the jobs changed by transactions from a mark (an ``_XMIN``) on, and the prunes' markers there.
+_CHANGED_FROM = "SELECT DISTINCT job_id FROM queue_changes WHERE txid >= $1"
+#: Postgres: a prune's marker, whose ``txid`` is the transaction id below which it pruned.
+PRUNED = ""
 #: Changes read before the log's oldest rows are pruned (by the reader: ``prune_due``).
 PRUNE_AFTER = 20_000
 
 
 async def _driver(conn: AsyncConnection) -> Any:
-    """The driver's own connection: SQLAlchemy's result rows cost more than these narrow queries (2.4 ms against
-    1.2 for the state of 2,000 jobs on SQLite), made on every pass."""
+    """The driver's own connection (aiosqlite's, made in place by ``sqlite_inline``, or asyncpg's): SQLAlchemy's
+    result rows cost more than these narrow queries (2.4 ms against 1.2 for the state of 2,000 jobs on SQLite),
+    made on every pass."""
     return (await conn.get_raw_connection()).driver_connection
 
 
 async def _queue_state(conn: AsyncConnection) -> set[State]:
     """The queue's state, read by the driver itself in the caller's transaction."""
     driver = await _driver(conn)
-    if conn.dialect.name == "sqlite":  # aiosqlite's connection (made in place: ``sqlite_inline``)
+    if conn.dialect.name == "sqlite":
         return set(await driver.execute_fetchall(_QUEUE_STATE["sqlite"]))
-    return set(map(tuple, await driver.fetch(_QUEUE_STATE["postgresql"])))  # asyncpg's
+    return set(map(tuple, await driver.fetch(_QUEUE_STATE["postgresql"])))
 
 
 async def _changes_since(conn: AsyncConnection, mark: int) -> tuple[set[str], int] | None:
@@ -72,21 +88,50 @@ async def _changes_since(conn: AsyncConnection, mark: int) -> tuple[set[str], in
     return {r[1] for r in rows if r[0] > mark}, rows[-1][0] if rows else mark
 
 
+async def _changed_since(conn: AsyncConnection, mark: int) -> tuple[set[str], int] | None:
+    """Postgres: the jobs changed by the transactions from ``mark`` on (the oldest one running at the last
+    read), and the new mark; None where a prune passed the mark. Concurrent transactions commit out of the
+    order of their ids, but each one below the oldest still running has ended: read from the mark taken
+    before the last read, the log names every change committed since (some again: a job's state is
+    compared, so a change read twice is told once)."""
+    driver = await _driver(conn)
+    xmin = await driver.fetchval(_XMIN)  # before the log's read: a transaction ending in between is read again
+    ids = {r[0] for r in await driver.fetch(_CHANGED_FROM, mark)}
+    if PRUNED in ids:
+        return None
+    return ids, xmin
+
+
 async def _states_of(conn: AsyncConnection, ids: set[str]) -> dict[str, State]:
-    """SQLite: the state of those of ``ids`` that wait in the queue."""
-    rows = await (await _driver(conn)).execute_fetchall(_STATE_OF, (orjson.dumps(list(ids)).decode(),))
-    return {r[0]: tuple(r) for r in rows}
+    """The state of those of ``ids`` that wait in the queue."""
+    driver = await _driver(conn)
+    if conn.dialect.name == "sqlite":
+        rows = await driver.execute_fetchall(_STATE_OF["sqlite"], (orjson.dumps(list(ids)).decode(),))
+    else:
+        rows = await driver.fetch(_STATE_OF["postgresql"], list(ids))
+    return {r[0]: (r[0], r[1], r[2]) for r in rows}
 
 
-async def _last_change(conn: AsyncConnection) -> int:
-    (row,) = await (await _driver(conn)).execute_fetchall(_LAST_CHANGE)
-    return row[0] or 0
+async def _mark_now(conn: AsyncConnection) -> int:
+    """Where a read of the whole state starts the log from: SQLite's last change, Postgres' oldest transaction
+    running (taken before the state is read)."""
+    driver = await _driver(conn)
+    if conn.dialect.name == "sqlite":
+        (row,) = await driver.execute_fetchall(_LAST_CHANGE)
+        return int(row[0] or 0)
+    return int(await driver.fetchval(_XMIN))
 
 
 async def prune(conn: AsyncConnection, upto: int) -> None:
-    """Delete the queue's changes before ``upto`` (a reader's mark: its own row stays, so that it can tell
-    nothing it has not read was pruned; a reader whose mark is older reads the queue's state whole)."""
-    await conn.execute(sa.delete(queue_changes).where(queue_changes.c.seq < upto))
+    """Delete the queue's changes before ``upto`` (``prune_due``'s). SQLite: before that ``seq``, the pruning
+    reader's mark, whose own row stays: a reader whose row is gone reads the queue's state whole. Postgres:
+    those of transactions below that id, leaving a marker that tells a reader from an older mark to do the
+    same."""
+    if conn.dialect.name == "sqlite":
+        await conn.execute(sa.delete(queue_changes).where(queue_changes.c.seq < upto))
+        return
+    await conn.execute(sa.delete(queue_changes).where(queue_changes.c.txid < upto))
+    await conn.execute(sa.insert(queue_changes).values(job_id=PRUNED, txid=upto))
 
 
 @dataclass(frozen=True)
@@ -103,32 +148,35 @@ class QueueChange:
 
 @dataclass
 class QueueReader:
-    """The queue's state as last read: each waiting job's by id, and all of it as a set; on SQLite, the last
-    change to the queue read (``queue_changes``), from which the next read goes on."""
+    """The queue's state as last read: each waiting job's by id, and all of it as a set; and the mark in the
+    log of the queue's changes (``queue_changes``) the next read goes on from."""
 
     known: dict[str, State] = field(default_factory=dict)
     _state: set[State] = field(default_factory=set)
-    #: SQLite: the last ``queue_changes`` row read (None: the next read reads the queue's state whole).
+    #: Where the next read goes on from in the log (SQLite: the last ``queue_changes`` row read; Postgres: the
+    #: oldest transaction running at the last read); None: the next read reads the queue's state whole.
     _mark: int | None = None
-    #: The mark up to which this reader last pruned the log.
-    _pruned: int = 0
+    #: Changes read since this reader last pruned the log, and its mark then.
+    _read_since_prune: int = 0
+    _pruned_at: int = 0
     #: Jobs the next read looks at whatever the log says (forgotten, or gone between a read's two queries).
     _again: set[str] = field(default_factory=set)
 
     async def read(self, conn: AsyncConnection) -> QueueChange:
-        """What changed since the last read: on SQLite, of the jobs the log names since its mark (the queue's
-        state whole on the first read, after a prune past the mark, and on Postgres)."""
+        """What changed since the last read: of the jobs the log names since the mark (the queue's state
+        whole on the first read, and after a prune passed the mark)."""
         since = None
-        if conn.dialect.name == "sqlite":
-            since = None if self._mark is None else await _changes_since(conn, self._mark)
-            if since is None:
-                self._mark = await _last_change(conn)
+        if self._mark is not None:
+            read_log = _changes_since if conn.dialect.name == "sqlite" else _changed_since
+            since = await read_log(conn, self._mark)
         if since is None:
+            self._mark = await _mark_now(conn)
             state = await _queue_state(conn)
             came, went = state - self._state, self._state - state
             self._state = state
         else:
             ids, self._mark = since
+            self._read_since_prune += len(ids)
             came, went = set[State](), set[State]()
             ids |= self._again
             now = await _states_of(conn, ids) if ids else {}
@@ -170,13 +218,15 @@ class QueueReader:
             self._state.discard(seen)
         self._again.add(job_id)
 
-    def prune_due(self) -> int | None:
-        """The mark to prune the log up to (``prune``), when this reader has read ``PRUNE_AFTER`` changes
-        since it last did; None otherwise."""
-        if self._mark is None or self._mark - self._pruned < PRUNE_AFTER:
+    def prune_due(self, dialect: str) -> int | None:
+        """Where to prune the log up to (``prune``) once this reader has read ``PRUNE_AFTER`` changes since it
+        last did; None otherwise. SQLite: its own mark (one server reads the log). Postgres: its mark when it
+        last pruned, a round behind, so that the other replicas, which read as often, go on from theirs."""
+        if self._mark is None or self._read_since_prune < PRUNE_AFTER:
             return None
-        self._pruned = self._mark
-        return self._mark
+        upto = self._mark if dialect == "sqlite" else self._pruned_at
+        self._read_since_prune, self._pruned_at = 0, self._mark
+        return upto or None
 
 
 #: A job's documents, read only when its scheduling facts are missing or of another version (to derive them).

@@ -370,14 +370,17 @@ jobs = sa.Table(
 )
 
 #: Every change to the queue, one row each: a job that came into it, left it (placed, stopped, deleted), or whose
-#: priority or status message changed while it waited. Written by triggers on ``jobs`` on SQLite, where
-#: ``seq`` grows in commit order (``store/queue_reader.py``): a scheduling pass reads the rows after the last one
-#: it read instead of the whole queue's state. Pruned by the reader; Postgres reads the queue's state whole.
+#: priority or status message changed while it waited. Written by triggers on ``jobs`` (migration 0050)
+#: and read by the scheduling pass from its last mark on (``store/queue_reader.py``): on SQLite by ``seq``, which
+#: grows in commit order there; on Postgres by ``txid``, the writing transaction's id (a prune's marker row, with
+#: an empty ``job_id``: the id below which it pruned).
 queue_changes = sa.Table(
     "queue_changes",
     metadata,
-    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
     sa.Column("job_id", sa.String(36), nullable=False),
+    sa.Column("txid", sa.BigInteger, nullable=True),
+    sa.Index("ix_queue_changes_txid", "txid", "job_id"),
     sqlite_autoincrement=True,
 )
 

@@ -156,7 +156,7 @@ class Scheduling:
         with its kept order where the pass may use it (None: a run with its own reservation waits, and its
         jobs are told where that is: they are not those of the order)."""
         failed = self._take(change)
-        prune_to = self._reader.prune_due()
+        prune_to = self._reader.prune_due("sqlite" if self.ctx.db.is_sqlite else "postgresql")
         if prune_to is not None:  # the queue's changes read, and older ones: no longer needed
             async with self.ctx.db.write() as conn:
                 await queue_reader.prune(conn, prune_to)
