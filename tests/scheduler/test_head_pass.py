@@ -11,7 +11,6 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pass_memo import busy_queues
-from test_quota_gate import quota_snapshots
 from test_schedule import fleet, inst, job
 
 from corral.domain.quotas import Limits
@@ -61,16 +60,6 @@ def not_waits(plan: Plan) -> list[Decision]:
 @settings(max_examples=200, deadline=None)
 @given(busy_queues(), st.data())
 def test_the_head_pass_gives_the_whole_pass_plan_less_skipped_waits(snapshot: Snapshot, data: st.DataObject) -> None:
-    _same_as_whole_less_skipped_waits(snapshot, data)
-
-
-@settings(max_examples=200, deadline=None)
-@given(quota_snapshots(), st.data())
-def test_under_quotas_the_head_pass_gives_the_whole_pass_plan_less_skipped_waits(
-    snapshot: Snapshot, data: st.DataObject
-) -> None:
-    """Two projects, each with a quota or none: the gangs worked out charge them in the same order, and a
-    settled gang (worked out before under the same maxes) can only wait."""
     _same_as_whole_less_skipped_waits(snapshot, data)
 
 
@@ -174,10 +163,10 @@ def test_a_job_past_the_starvation_guard_needs_a_whole_pass() -> None:
     assert head_of(replace(snapshot, hold_after=500.0), {j.id for j in snapshot.queue}) == Plan(())
 
 
-def test_shares_or_holds_need_a_whole_pass_and_quotas_do_not() -> None:
+def test_quotas_shares_or_holds_need_a_whole_pass() -> None:
     snap = Snapshot((fleet(),), (job(1),))
     assert head_of(snap, set()) is not None
-    assert head_of(replace(snap, quotas={"p": ProjectQuota(Limits({"gpu": 1.0}))}), set()) is not None
+    assert head_of(replace(snap, quotas={"p": ProjectQuota(Limits({"gpu": 1.0}))}), set()) is None
     assert head_of(replace(snap, shares={"p": FairShare()}), set()) is None
     assert head_of(replace(snap, holds=(Hold("i0", "r1", 1, NOW + 60),)), set()) is None
 

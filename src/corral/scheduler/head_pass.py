@@ -13,15 +13,12 @@ the caller (``queue_order.QueueOrder``), a pass costs the gangs it works out, no
 
 The plan is ``schedule(snapshot, now)``'s, less the skipped gangs' decisions, which can only be a new
 wording of their wait (the counts a message names): the same placements, reservations, reclaims and
-failures, the same decisions for every gang not skipped. Projects' quotas (``Snapshot.quotas``) change
-nothing of that: the gangs it works out charge their projects in ``schedule``'s order, and a skipped gang
-takes nothing (its failure for a quota its gang alone exceeds was found when it was first worked out, under
-the same maxes: the caller makes a whole pass when a max changes). Where the plan cannot be shown the same
-it returns None and the caller makes a whole pass: the snapshot has fair shares or holds (they order or hold
-capacity across the whole queue); a queued job has waited past ``hold_after`` (it would hold fleets); a
-skipped gang's retry deadline has passed or it may not wait at all (it would fail).
+failures, the same decisions for every gang not skipped. Where that cannot be shown it returns None and the
+caller makes a whole pass: the snapshot has quotas, fair shares or holds (they order or hold capacity across
+the whole queue); a queued job has waited past ``hold_after`` (it would hold fleets); a skipped gang's
+retry deadline has passed or it may not wait at all (it would fail).
 
-Pure; imports the scheduler's types, ledger, queue order, quota book and ``schedule``'s gang step only.
+Pure; imports the scheduler's types, ledger, queue order and ``schedule``'s gang step only.
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ from collections.abc import Collection
 from corral.scheduler.ledger import Ledger, initial_ledger
 from corral.scheduler.pass_memo import PassMemo
 from corral.scheduler.queue_order import GangKey, QueueOrder
-from corral.scheduler.quota_gate import QuotaBook
 from corral.scheduler.schedule import schedule_gang
 from corral.scheduler.types import Gang, Plan, QueuedJob, Snapshot
 from corral.scheduler.wait_repeat import RepeatWait
@@ -55,7 +51,7 @@ def schedule_head(
     out; None where the caller must make a whole pass (see the module's docstring). ``pending``: the ids of
     the queued jobs that are not settled (every other queued job is). ``order``: ``snapshot.queue`` in pass
     order, kept by the caller across passes (None: made here, at the cost of a sort)."""
-    if snapshot.shares or snapshot.holds:
+    if snapshot.quotas or snapshot.shares or snapshot.holds:
         return None
     if order is None:
         order = QueueOrder(snapshot.queue)
@@ -63,11 +59,10 @@ def schedule_head(
         return None
     ledger = initial_ledger(snapshot)
     memo, repeat, held = PassMemo(), RepeatWait(), set[str]()
-    book = QuotaBook(snapshot) if snapshot.quotas else None
     out: list[Gang] = []
 
     def work_out(run_id: str, jobs: list[QueuedJob]) -> None:
-        decisions = schedule_gang(jobs, snapshot, ledger, now, held, memo, book, None, repeat, (0, 0))
+        decisions = schedule_gang(jobs, snapshot, ledger, now, held, memo, None, None, repeat, (0, 0))
         if decisions:
             out.append(Gang(run_id, tuple(decisions), jobs[0].project_id))
 

@@ -1,10 +1,9 @@
 """Which pass the scheduling worker makes: a whole pass (``scheduler.schedule``) or one over the queue's head
 (``scheduler.head_pass``), and the bookkeeping that lets the head pass skip what an earlier pass told to wait.
 
-A pass over the head is made when the fleets and the projects' quota maxes are those the last pass saw
-(``fleets_key``, ``quotas_key``), a whole pass was made within the safety-net interval and preemption is off;
-``schedule_head`` itself asks for a whole pass where it cannot show the same plan (fair shares, holds, a job at
-its deadline or the starvation guard).
+A pass over the head is made when the fleets are those the last pass saw (``fleets_key``), a whole pass was
+made within the safety-net interval and preemption is off; ``schedule_head`` itself asks for a whole pass
+where it cannot show the same plan (quotas, shares, holds, a job at its deadline or the starvation guard).
 Imports the scheduler only.
 """
 
@@ -38,7 +37,7 @@ class PassChoice:
     def plan(self, snapshot: Snapshot, now: float, preemption: bool, order: QueueOrder | None = None) -> Plan:
         """The pass's plan: ``schedule``'s over the queue's head where that is the same, else a whole pass.
         ``order``: ``snapshot.queue`` in pass order, kept across passes (None: sorted when needed)."""
-        key = (fleets_key(snapshot.fleets), quotas_key(snapshot))
+        key = fleets_key(snapshot.fleets)
         plan = None
         if (
             self._waiting
@@ -76,9 +75,3 @@ def fleets_key(fleets: tuple[FleetSlot, ...]) -> tuple[object, ...]:
         )
         for f in fleets
     )
-
-
-def quotas_key(snapshot: Snapshot) -> tuple[object, ...]:
-    """The projects' quota maxes: a gang a pass skipped was worked out under these (what each project holds
-    changes pass by pass; the head pass counts it from the snapshot)."""
-    return tuple(sorted((p, tuple(sorted(q.max.amounts.items()))) for p, q in snapshot.quotas.items()))
