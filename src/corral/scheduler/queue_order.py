@@ -110,6 +110,5 @@ _Item = TypeVar("_Item", OrderKey, tuple[float, str])
 
 
 def _drop(items: list[_Item], item: _Item) -> None:
-    at = bisect_left(items, item)
-    if at < len(items) and items[at] == item:
-        del items[at]
+    """Remove ``item``, which is there: it was made from the job the order holds, as when it was put."""
+    del items[bisect_left(items, item)]
