@@ -61,6 +61,7 @@ def test_a_kept_order_is_the_sorted_order_of_the_jobs_it_holds(steps: list[tuple
     assert kept.first_deadline() == min(deadlines, default=None)
     assert kept.all_may_wait() == all(j.wait.may_wait for j in jobs.values())
     assert all(kept.get(job_id) == j for job_id, j in jobs.items())
+    assert dict(kept.jobs) == jobs
 
 
 def test_a_gang_stands_where_its_first_job_does_and_a_priority_change_moves_it() -> None:

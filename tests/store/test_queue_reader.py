@@ -216,21 +216,20 @@ async def test_a_reader_whose_mark_a_prune_passed_reads_the_whole_state(
     its mark of the round before, leaving a marker); another reader whose mark is older reads the queue's state
     whole, missing nothing."""
     monkeypatch.setattr(queue_reader, "PRUNE_AFTER", 4)
-    dialect = "sqlite" if db_url.startswith("sqlite") else "postgresql"
     db = await _db(db_url)
     ahead, behind = QueueReader(), QueueReader()
     await _job(db, "a", 0, 100.0)
     await _read(db, ahead)
     await _read(db, behind)
-    assert ahead.prune_due(dialect) is None
+    assert ahead.prune_due() is None
     upto = None
     for rnd in range(2):
         for k in range(1, 6):
             await _job(db, f"j{rnd}{k}", rnd * 10 + k, 100.0 + k)
         await _set(db, "a", status="terminated", priority=rnd)
         await _read(db, ahead)
-        upto = ahead.prune_due(dialect) or upto
-    assert upto is not None and ahead.prune_due(dialect) is None
+        upto = ahead.prune_due() or upto
+    assert upto is not None and ahead.prune_due() is None
     logged = len(await _logged(db))
     async with db.write() as conn:
         await queue_reader.prune(conn, upto)

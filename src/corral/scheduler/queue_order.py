@@ -16,7 +16,7 @@ Pure; imports the scheduler's types only.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TypeVar
 
 from corral.scheduler.types import QueuedJob
@@ -46,6 +46,11 @@ class QueueOrder:
 
     def __len__(self) -> int:
         return len(self._jobs)
+
+    @property
+    def jobs(self) -> Mapping[str, QueuedJob]:
+        """The queued jobs by id."""
+        return self._jobs
 
     def get(self, job_id: str) -> QueuedJob | None:
         return self._jobs.get(job_id)

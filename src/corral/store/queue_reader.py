@@ -17,7 +17,7 @@ fleet costs what changed, not the queue's length.
 
 A first read, and one after a prune passed the mark, reads each waiting job's ``(id, priority, status
 message)`` from the queue's own index (``ix_jobs_queued``: no table rows, no sort, its size the queue's) and
-compares it with the state read before as sets, in C. Either way only the jobs that came, changed or went
+compares it with the state known. Either way only the jobs that came, changed or went
 are handled one by one, and only the new ones are read whole (with their scheduling facts; their documents
 only where they have none).
 """
@@ -69,12 +69,12 @@ async def _driver(conn: AsyncConnection) -> Any:
     return (await conn.get_raw_connection()).driver_connection
 
 
-async def _queue_state(conn: AsyncConnection) -> set[State]:
+async def _queue_state(conn: AsyncConnection) -> list[State]:
     """The queue's state, read by the driver itself in the caller's transaction."""
     driver = await _driver(conn)
     if conn.dialect.name == "sqlite":
-        return set(await driver.execute_fetchall(_QUEUE_STATE["sqlite"]))
-    return set(map(tuple, await driver.fetch(_QUEUE_STATE["postgresql"])))
+        return list(await driver.execute_fetchall(_QUEUE_STATE["sqlite"]))
+    return [(r[0], r[1], r[2]) for r in await driver.fetch(_QUEUE_STATE["postgresql"])]
 
 
 async def _changes_since(conn: AsyncConnection, mark: int) -> tuple[set[str], int] | None:
@@ -148,14 +148,15 @@ class QueueChange:
 
 @dataclass
 class QueueReader:
-    """The queue's state as last read: each waiting job's by id, and all of it as a set; and the mark in the
-    log of the queue's changes (``queue_changes``) the next read goes on from."""
+    """The queue's state as last read, each waiting job's by id, and the mark in the log of the queue's changes
+    (``queue_changes``) the next read goes on from."""
 
     known: dict[str, State] = field(default_factory=dict)
-    _state: set[State] = field(default_factory=set)
     #: Where the next read goes on from in the log (SQLite: the last ``queue_changes`` row read; Postgres: the
     #: oldest transaction running at the last read); None: the next read reads the queue's state whole.
     _mark: int | None = None
+    #: The database's dialect, as the last read saw it.
+    _dialect: str = "sqlite"
     #: Changes read since this reader last pruned the log, and its mark then.
     _read_since_prune: int = 0
     _pruned_at: int = 0
@@ -165,31 +166,28 @@ class QueueReader:
     async def read(self, conn: AsyncConnection) -> QueueChange:
         """What changed since the last read: of the jobs the log names since the mark (the queue's state
         whole on the first read, and after a prune passed the mark)."""
+        self._dialect = conn.dialect.name
         since = None
         if self._mark is not None:
-            read_log = _changes_since if conn.dialect.name == "sqlite" else _changed_since
-            since = await read_log(conn, self._mark)
-        if since is None:
+            since = await (_changes_since if self._dialect == "sqlite" else _changed_since)(conn, self._mark)
+        if since is None:  # every waiting job's state, against every one known
             self._mark = await _mark_now(conn)
-            state = await _queue_state(conn)
-            came, went = state - self._state, self._state - state
-            self._state = state
+            now = {s[0]: s for s in await _queue_state(conn)}
+            ids = now.keys() | self.known.keys()
         else:
             ids, self._mark = since
             self._read_since_prune += len(ids)
-            came, went = set[State](), set[State]()
             ids |= self._again
             now = await _states_of(conn, ids) if ids else {}
-            for job_id in ids:
-                old, new = self.known.get(job_id), now.get(job_id)
-                if old != new:
-                    if old is not None:
-                        went.add(old)
-                    if new is not None:
-                        came.add(new)
-            self._state -= went
-            self._state |= came
         self._again.clear()
+        came, went = set[State](), set[State]()
+        for job_id in ids:
+            old, new = self.known.get(job_id), now.get(job_id)
+            if old != new:
+                if old is not None:
+                    went.add(old)
+                if new is not None:
+                    came.add(new)
         return await self._take(conn, came, went)
 
     async def _take(self, conn: AsyncConnection, came: set[State], went: set[State]) -> QueueChange:
@@ -204,27 +202,23 @@ class QueueReader:
         fresh = await _read_whole(conn, unknown)
         known.update((r.id, (r.id, r.priority, r.status_message)) for r in fresh)
         missing = set(unknown).difference(r.id for r in fresh)
-        if missing:  # placed or removed between the two reads: the next read sees them as they are then
-            self._state.difference_update(s for s in came if s[0] in missing)
-            self._again |= missing
+        self._again |= missing  # placed or removed between the two reads: the next read sees them as they are then
         fresh.sort(key=lambda r: (r.submitted_at, r.id))
         return QueueChange(fresh, changed, gone)
 
     def forget(self, job_id: str) -> None:
         """Read ``job_id`` whole again on the next read, should it still wait (its documents could not be
         used: the pass failed it, and the failure may not have been committed)."""
-        seen = self.known.pop(job_id, None)
-        if seen is not None:
-            self._state.discard(seen)
+        self.known.pop(job_id, None)
         self._again.add(job_id)
 
-    def prune_due(self, dialect: str) -> int | None:
+    def prune_due(self) -> int | None:
         """Where to prune the log up to (``prune``) once this reader has read ``PRUNE_AFTER`` changes since it
         last did; None otherwise. SQLite: its own mark (one server reads the log). Postgres: its mark when it
         last pruned, a round behind, so that the other replicas, which read as often, go on from theirs."""
         if self._mark is None or self._read_since_prune < PRUNE_AFTER:
             return None
-        upto = self._mark if dialect == "sqlite" else self._pruned_at
+        upto = self._mark if self._dialect == "sqlite" else self._pruned_at
         self._read_since_prune, self._pruned_at = 0, self._mark
         return upto or None
 

@@ -55,9 +55,8 @@ log = logging.getLogger("corral.scheduler")
 class Scheduling:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        #: The queue as the last pass read it, as the scheduler takes it, by job id.
-        self._queued: dict[str, QueuedJob] = {}
-        #: The same jobs in the order a pass takes them, kept as the queue changes (a pass sorts nothing).
+        #: The queue as the last pass read it, as the scheduler takes it: by job id, and in the order a pass
+        #: takes it, kept as the queue changes (a pass sorts nothing).
         self._order = QueueOrder()
         #: The ids of those of a run with its own capacity ``reservation`` (usually none).
         self._reserving: set[str] = set()
@@ -108,23 +107,21 @@ class Scheduling:
         return dataclasses.replace(parsed, **changes)
 
     def _take(self, change: QueueChange) -> list[Gang]:
-        """Bring ``_queued`` to the queue just read: the jobs that left it go, the changed ones get their new
+        """Bring ``_order`` to the queue just read: the jobs that left it go, the changed ones get their new
         priority and status message, the fresh ones are parsed. A fresh job whose stored spec cannot be read
         is failed (the gangs returned) and read whole again by the next pass, should it still wait."""
         for job_id in change.gone:
-            self._queued.pop(job_id, None)
             self._order.remove(job_id)
             self._reserving.discard(job_id)
             self._run_types.pop(job_id, None)
         for job_id, priority, message in change.changed:
-            cached = self._queued.get(job_id)
+            cached = self._order.get(job_id)
             if cached is not None:
-                job = self._queued[job_id] = dataclasses.replace(cached, priority=priority, status_message=message)
-                self._order.put(job)
+                self._order.put(dataclasses.replace(cached, priority=priority, status_message=message))
         failed: list[Gang] = []
         for row in change.fresh:
             try:
-                job = self._queued[row.id] = self._parsed(row)
+                job = self._parsed(row)
                 self._order.put(job)
                 if job.reservation is not None:
                     self._reserving.add(job.id)
@@ -144,7 +141,7 @@ class Scheduling:
         if result.failed:
             self.ctx.wakeups.wake("runs")
         elif result.assigned:  # the placed jobs' runs the commit did not settle: this process's runs pass, for those
-            placed = (self._queued.get(job_id) for job_id in result.assigned)
+            placed = (self._order.get(job_id) for job_id in result.assigned)
             unsettled = {q.run_id for q in placed if q is not None} - result.settled_runs
             if unsettled:
                 self.ctx.wakeups.wake_for("runs", unsettled)
@@ -156,12 +153,12 @@ class Scheduling:
         with its kept order where the pass may use it (None: a run with its own reservation waits, and its
         jobs are told where that is: they are not those of the order)."""
         failed = self._take(change)
-        prune_to = self._reader.prune_due("sqlite" if self.ctx.db.is_sqlite else "postgresql")
+        prune_to = self._reader.prune_due()
         if prune_to is not None:  # the queue's changes read, and older ones: no longer needed
             async with self.ctx.db.write() as conn:
                 await queue_reader.prune(conn, prune_to)
-        self.passes.came(r.id for r in change.fresh if r.id in self._queued)
-        waiting = list(self._queued.values())
+        self.passes.came(r.id for r in change.fresh if r.id in self._order.jobs)
+        waiting = list(self._order.jobs.values())
         if not self._reserving:
             return failed, waiting, self._order
         return failed, await self.snapshots.reserved.located(waiting), None  # where the runs' reservations are
@@ -202,7 +199,7 @@ class Scheduling:
         slots = tuple(self.snapshots.fleet_slot(f) for f in fleets)
         self.snapshots.keep_only({f.id for f in fleets})  # caches keep only fleets that still exist
         failed_parse, queued, order = await self._queue_now(change)
-        live = self._queued.keys()
+        live = self._order.jobs.keys()
         limits = self.backend_limits()
         holds = await self.preempter.holds(queued, now)
         names = {q.project_id: q.project_name for q in queued} if policies else {}  # (a step per job: policies only)
@@ -230,9 +227,9 @@ class Scheduling:
             self.ctx.db, plan, now, limits, pools, holds=self.ctx.preemption.enabled, lease=lease, settle=settle_placed
         )
         self.passes.planned(plan, live)
-        count_outcomes(self.ctx.telemetry, result, self._queued, self._run_types, now)
+        count_outcomes(self.ctx.telemetry, result, self._order.jobs, self._run_types, now)
         if result.assigned or result.failed:
-            log_outcomes(plan, result, self._queued, slots)
+            log_outcomes(plan, result, self._order.jobs, slots)
         self._wake_after(result, now + lease.ttl)
         await self.preempter.pass_once(snapshot, plan, policies, now)
         return result
