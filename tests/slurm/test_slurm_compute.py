@@ -253,6 +253,10 @@ async def test_the_sweep_removes_the_files_of_jobs_the_reaper_and_the_time_limit
     live_ending = _provisioned_row(ending, {**p_ending.agent.to_json(), "connection": soon})
     [gone] = await backend.compute.lost_instances([live_kept, live_ending])  # ahead of its time limit
     assert gone.row_id == ending.id
+    # cancelled only once its row is recorded lost (the worker's ``forget``): its jobs end with the reason, not
+    # with what its agent, stopped by the cancellation, would report first
+    assert [j["state"] for j in slurm.squeue() if j["id"] == _job_id(p_ending)] == ["RUNNING"]
+    await backend.compute.forget(ending.id)
     await _until_ended(slurm, _job_id(p_orphan), _job_id(p_ending))
     await asyncio.sleep(SWEEP_GRACE)
     removed = await backend.compute.sweep_files([live_kept], force=True)

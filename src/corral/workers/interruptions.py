@@ -7,7 +7,9 @@ resubmitted (``workers.runs``). A backend is asked even when none of its rows is
 sweeps the files ended allocations left on a cluster's login node.
 
 Load (live rows) → decide (the backend's rule, ``backends.aws.interruptions``) → act (the cloud's API, no
-transaction open) → apply (one short transaction per instance, guarded by its status).
+transaction open) → apply (one short transaction per instance, guarded by its status) → ``forget`` (the backend
+drops its link to the row; Slurm cancels there an allocation it reported as reaching its time limit, so that its
+jobs end with that reason, recorded first, and not with what their agents, stopped, report meanwhile).
 """
 
 from __future__ import annotations

@@ -167,6 +167,10 @@ class SlurmCompute:
         self.sweep_grace = sweep_grace
         self.sweep_every = sweep_every
         self._swept_at: dict[int, float] = {}
+        #: Allocations about to reach their time limit, by the row reported lost for it: cancelled once that row
+        #: is recorded lost (:meth:`forget`), so that its jobs end with the reason and not with what the agents,
+        #: stopped by the cancellation, would report first.
+        self._ending: dict[str, tuple[Cluster, str]] = {}
 
     def offers(self) -> list[Offer]:
         return self._offers()
@@ -468,7 +472,12 @@ class SlurmCompute:
             await tunnel.close()
 
     async def forget(self, instance_id: str) -> None:
+        """Drop a lost row's tunnel; an allocation reported ending is cancelled now, its row recorded lost (one that
+        fails to be is cancelled by the reaper: no live row owns it)."""
         await self._forget(instance_id)
+        ending = self._ending.pop(instance_id, None)
+        if ending is not None:
+            await self._cancel(*ending)
 
     async def reap_unknown(self, known_instance_ids: set[str]) -> list[str]:
         """Cancel this server's Slurm jobs none of whose rows is live (the AWS reaper's rule)."""
@@ -496,9 +505,10 @@ class SlurmCompute:
     # ---- interruptions -----------------------------------------------------------------------
     async def lost_instances(self, live: list[InstanceRec]) -> Sequence[Lost]:
         """Rows whose allocation ended without corral (or whose node failed under them), and rows whose allocation
-        is about to reach its time limit (``states.ending``: cancelled here, ahead of Slurm)."""
+        is about to reach its time limit (``states.ending``: cancelled ahead of Slurm, by :meth:`forget`)."""
         lost: list[Lost] = []
         now = time.time()
+        self._ending = {}  # a row reported ending but not recorded lost (corral terminates it) is not cancelled here
         by_cluster: dict[tuple[str, str], list[InstanceRec]] = {}
         for inst in live:
             c = (inst.agent or {}).get("connection") or {}
@@ -517,7 +527,7 @@ class SlurmCompute:
                 elif states.node_lost(node_state.get(node, "")):
                     lost.append(Lost(inst.id, f"node {node} of Slurm job {job_id} is {node_state[node]}"))
                 elif c.get("ends_early") and isinstance(ends_at, (int, float)) and states.ending(now, ends_at, limit):
-                    await self._cancel(conn, job_id)  # its row ends lost: nobody else would cancel it
+                    self._ending[inst.id] = (conn, job_id)  # cancelled once its row is recorded lost: ``forget``
                     lost.append(Lost(inst.id, states.ending_message(job_id, ends_at, str(c.get("limit_said")))))
         await self.sweep_files(live)
         return lost
