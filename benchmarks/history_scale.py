@@ -1,22 +1,28 @@
 #!/usr/bin/env python3
 """The API, a scheduling pass, start-up and memory with a year of history, beside an empty database.
 
-Two states side by side, each a `corral server` process (SQLite, or one database each on a throwaway Postgres
+Three states side by side, each a `corral server` process (SQLite, or one database each on a throwaway Postgres
 cluster with ``--postgres``): ``empty`` (made by the server, with a project ``quiet``, a fleet and a run ``probe``
-applied through the API) and ``filled`` (the same, then a year of history written through the store's tables:
+applied through the API), ``filled`` (the same, then a year of history written through the store's tables:
 ``benchlib/history_fill.py``, ``--runs`` finished runs over 100 projects and 1,000 users, their jobs and
-resubmissions, events, 500 fleets with 10,500 instances, logs and metric samples). Every figure is taken from
-the two in turn (a request to one, then the same to the other), so that the machine's load weighs on both
-alike: start-up (to the first answer, background workers on; 3 starts each), idle RSS, ``runs/apply`` (8 clients
-at once, 1,000 runs each, in rounds), then with the workers off (their passes would be timed with each request)
-the median of ``--requests`` sequential calls of each case after a warm-up, the scheduling worker's own
-``pass_once`` in this process over the 1,000 queued jobs (a fresh worker each time) and the database's size.
+resubmissions, events, 500 fleets with 10,500 instances, 200 running runs, logs and metric samples) and ``live``
+(the same fill with no finished run: the accounts, fleets, instances and running runs alone; ``--no-live`` leaves
+it out). ``filled / empty`` is what a year of history and the fill's fleets, instances and users cost together;
+``filled / live`` is what the finished runs alone cost, the fleets, instances and users being the same on both
+sides. Every figure is taken from the states in turn (a request to one, then the same to the others), so that
+the machine's load weighs on all alike: start-up (to the first answer, background workers on; 3 starts each),
+idle RSS, ``runs/apply`` (8 clients at once, 1,000 runs each, in rounds), then with the workers off (their
+passes would be timed with each request) the median of ``--requests`` sequential calls of each case after a
+warm-up, the scheduling worker's own ``pass_once`` in this process over the 1,000 queued jobs (a fresh worker
+each time) and the database's size.
 
 Prints a table with the machine's load and, with ``--json FILE``, writes ``{"figures": {name: {"empty",
-"filled", "unit"}}}`` (and ``"other"``, the cases beyond the named ones). ``--keep`` keeps the states on
-SQLite and ``--reuse DIR`` measures a kept one again. Figures, not assertions.
+"filled", "unit"}}}`` (with ``"live"`` beside them when measured; and ``"other"``, the cases beyond the named
+ones). ``--keep`` keeps the states on SQLite and ``--reuse DIR`` measures a kept one again. Figures, not
+assertions.
 
     python benchmarks/history_scale.py [--runs 1000000] [--postgres] [--requests 50] [--json FILE] [--keep]
+                                       [--no-live]
 """
 
 from __future__ import annotations
@@ -60,9 +66,9 @@ TASK = {"type": "task", "commands": ["python train.py"], "resources": {"cpu": "2
 
 @dataclass
 class Side:
-    """One of the two servers measured side by side: its state, its server while it runs, its figures."""
+    """One of the servers measured side by side: its state, its server while it runs, its figures."""
 
-    name: str  # "empty" or "filled"
+    name: str  # "empty", "live" or "filled"
     flavour: Flavour
     srv: Running | None = None
     figures: dict[str, float] = field(default_factory=dict)
@@ -281,22 +287,35 @@ async def _fill(flavour: Flavour, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def report(empty: Side, filled: Side, runs: int, fill_s: float, backend: str, load: list[float]) -> dict[str, Any]:
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def report(sides: list[Side], runs: int, fill_s: float, backend: str, load: list[float]) -> dict[str, Any]:
+    by = {s.name: s for s in sides}
+    empty, filled, live = by["empty"], by["filled"], by.get("live")
     rate = runs / max(fill_s, 1e-9)
     print(f"\n{backend}, {runs:,} finished runs written in {fill_s:.0f} s ({rate:,.0f} runs/s with the rest)")
     print(f"load average (1 min) before and after measuring: {load[0]:.2f}, {load[1]:.2f}; {os.cpu_count()} CPUs")
-    print(f"{'figure':<22}{'empty':>12}{'filled':>13}{'filled/empty':>14}")
+    head = f"{'figure':<22}{'empty':>12}{'filled':>13}{'filled/empty':>14}"
+    print(head + (f"{'live':>13}{'filled/live':>13}" if live else ""))
     units = {k: FIGURES.get(k, "ms") for k in empty.figures}
     for name, unit in units.items():
         e, f = empty.figures[name], filled.figures[name]
-        print(f"{name:<22}{e:>9.2f} {unit:<5}{f:>8.2f} {unit:<5}{f / e if e else float('nan'):>9.2f}x")
+        line = f"{name:<22}{e:>9.2f} {unit:<5}{f:>8.2f} {unit:<5}{_ratio(f, e):>9.2f}x"
+        if live:
+            lv = live.figures[name]
+            line += f"{lv:>8.2f} {unit:<5}{_ratio(f, lv):>8.2f}x"
+        print(line)
+
+    def figure(k: str, u: str) -> dict[str, Any]:
+        return {"empty": empty.figures[k], "filled": filled.figures[k], "unit": u} | (
+            {"live": live.figures[k]} if live else {}
+        )
+
     return {
-        "figures": {k: {"empty": empty.figures[k], "filled": filled.figures[k], "unit": u} for k, u in FIGURES.items()},
-        "other": {
-            k: {"empty": empty.figures[k], "filled": filled.figures[k], "unit": u}
-            for k, u in units.items()
-            if k not in FIGURES
-        },
+        "figures": {k: figure(k, u) for k, u in FIGURES.items()},
+        "other": {k: figure(k, u) for k, u in units.items() if k not in FIGURES},
         "runs": runs,
         "fill_s": fill_s,
         "load": load,
@@ -304,11 +323,11 @@ def report(empty: Side, filled: Side, runs: int, fill_s: float, backend: str, lo
     }
 
 
-def _sides(root: Path, cluster: Any, reuse: bool) -> list[Side]:
+def _sides(root: Path, cluster: Any, reuse: bool, live: bool) -> list[Side]:
     sides = []
-    for name in ("empty", "filled"):
+    for name in ("empty", "live", "filled") if live else ("empty", "filled"):
         flavour = ApiOnly("corral", root / name, postgres=cluster)
-        if not (reuse and name == "filled"):
+        if not (reuse and name != "empty"):
             flavour.fresh()
         if cluster is not None:
             flavour.database_url = cluster.fresh_database(f"history_{name}")
@@ -337,7 +356,7 @@ async def _stop_queued(side: Side) -> None:
 
 
 async def main_async(
-    runs: int, postgres: bool, requests: int, json_path: Path | None, keep: bool, reuse: Path | None
+    runs: int, postgres: bool, requests: int, json_path: Path | None, keep: bool, reuse: Path | None, live: bool
 ) -> None:
     root = reuse or Path(tempfile.mkdtemp(prefix="corral-bench-history-"))
     cluster = None
@@ -346,18 +365,24 @@ async def main_async(
 
         cluster = Cluster()
     try:
-        empty, filled = sides = _sides(root, cluster, reuse is not None)
-        for side in sides if reuse is None else [empty]:
+        if reuse is not None:
+            live = live and (reuse / "live" / "state").is_dir()  # a state kept before the live side was measured
+        sides = _sides(root, cluster, reuse is not None, live)
+        for side in sides if reuse is None else sides[:1]:
             await _setup(side.flavour)
-        if reuse is None:
-            fill_s = await _fill(filled.flavour, runs)
-        else:
-            fill_s = float("nan")
-            await _stop_queued(filled)
+        fill_s = float("nan")
+        for side in sides[1:]:
+            if reuse is not None:
+                await _stop_queued(side)
+            elif side.name == "live":
+                print("the live state (the fill with no finished run):", file=sys.stderr, flush=True)
+                await _fill(side.flavour, 0)
+            else:
+                fill_s = await _fill(side.flavour, runs)
         load = [os.getloadavg()[0]]
         await measure(sides, requests)
         load.append(os.getloadavg()[0])
-        result = report(empty, filled, runs, fill_s, "Postgres" if postgres else "SQLite", load)
+        result = report(sides, runs, fill_s, "Postgres" if postgres else "SQLite", load)
         if reuse is not None:
             print("pass_ms: not comparable on a kept state (its earlier runs' jobs are still queued)")
         if json_path is not None:
@@ -387,12 +412,18 @@ def main() -> None:
         help="measure again the filled state a --keep run left in DIR (SQLite; --runs then only labels it)",
     )
     p.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures as JSON")
+    p.add_argument(
+        "--no-live",
+        dest="live",
+        action="store_false",
+        help="leave out the third state (the same fleets, instances, users and running runs, no finished run)",
+    )
     a = p.parse_args()
     if a.reuse is not None and (a.postgres or not (a.reuse / "filled" / "state").is_dir()):
         p.error("--reuse takes the directory a --keep run on SQLite printed")
     if a.runs < 0:
         p.error("--runs must be 0 (the fleets, instances, users and projects alone) or more")
-    asyncio.run(main_async(a.runs, a.postgres, a.requests, a.json, a.keep, a.reuse))
+    asyncio.run(main_async(a.runs, a.postgres, a.requests, a.json, a.keep, a.reuse, a.live))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """``benchmarks/history_scale.py`` runs end to end on SQLite with a small history and writes every figure its
-JSON promises, each with an empty and a filled value (figures only: nothing here is timed)."""
+JSON promises, each with an empty, a live and a filled value (figures only: nothing here is timed)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def test_history_scale_writes_every_figure(tmp_path: Path) -> None:
     figures = json.loads(out.read_text())["figures"]
     assert set(figures) == NAMES
     for name, figure in figures.items():
-        assert set(figure) == {"empty", "filled", "unit"}, name
-        assert figure["empty"] > 0 and figure["filled"] > 0, (name, figure)
-    assert figures["db_mb"]["filled"] > figures["db_mb"]["empty"]  # the history was written
-    assert "2,000 finished runs" in res.stdout
+        assert set(figure) == {"empty", "live", "filled", "unit"}, name
+        assert figure["empty"] > 0 and figure["live"] > 0 and figure["filled"] > 0, (name, figure)
+    db = figures["db_mb"]
+    assert db["filled"] > db["live"] > db["empty"]  # the live state, and the history beside it, were written
+    assert "2,000 finished runs" in res.stdout and "filled/live" in res.stdout
