@@ -122,6 +122,9 @@ def test_shutdown_stops_jobs_and_exits(agent_factory: Any) -> None:
     assert not (a.work_dir / "agent.port").exists() and not (a.work_dir / "agent.pid").exists()
     final = JobState.from_dict(__import__("json").loads((a.job_dir("s") / "state.json").read_text()))
     assert final.state == "terminated"
+    # the agent's own shutdown, never told as the server's request
+    assert final.termination_reason == "agent_shutdown", final
+    assert final.message is not None and final.message.startswith("stopped: its agent was shut down"), final
 
 
 def test_sigterm_is_a_shutdown(agent_factory: Any) -> None:

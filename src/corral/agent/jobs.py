@@ -33,6 +33,9 @@ JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_WAIT_S = 30.0
 #: How long a logs poll waits for the end of a job whose process exited (its output drained, its sandbox released).
 SETTLE_WAIT_S = 0.5
+#: The stop reason of the jobs an agent's shutdown stops (SIGTERM, SIGINT, ``POST /shutdown``): not the server's
+#: request, so never reported as one.
+SHUTDOWN = "agent_shutdown"
 #: How long a job's forget waits for its end to give its sandbox back (a quick step: it is never stuck).
 SANDBOX_GIVE_BACK_S = 5.0
 
@@ -226,10 +229,10 @@ class JobRunner(JobLifecycle):
         if jobs:
             grace = min(max_grace, max(j.sub.stop_duration for j in jobs))
             for j in jobs:
-                self._stop(j, abort=False, reason="stopped")
+                self._stop(j, abort=False, reason=SHUTDOWN)
             self._await(jobs, time.monotonic() + grace + 0.5)
             for j in jobs:
-                self._stop(j, abort=True, reason="stopped")
+                self._stop(j, abort=True, reason=SHUTDOWN)
             self._await(jobs, time.monotonic() + READER_DRAIN_S + 2.0)
         self.sandboxes.cancel_bridge_check()  # reap takes the bridge down now if no slot is left
         self.sandboxes.spare.stop()  # and gives back the spare network

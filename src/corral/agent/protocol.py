@@ -255,7 +255,8 @@ class JobSubmission:
 @dataclass
 class JobState:
     """A job as the agent sees it. ``termination_reason`` (extra) is one of ``stopped``,
-    ``aborted``, ``max_duration_exceeded``, ``agent_restarted`` or null. A job with an ``image`` is
+    ``aborted``, ``max_duration_exceeded``, ``agent_restarted``, ``agent_shutdown`` (stopped by the agent's own
+    shutdown, not by a request) or null. A job with an ``image`` is
     ``pending`` while its image is pulled (``image_pull_progress``) and its container created."""
 
     job_id: str
