@@ -473,17 +473,17 @@ def _current_user() -> str:
     return _USER[0]
 
 
-def _stop_message(reason: str, max_duration: float | None) -> str:
-    if reason == "max_duration_exceeded":
-        return f"max_duration ({max_duration or 0:g}s) exceeded"
-    return _STOP_MESSAGES.get(reason, reason)
-
-
 _STOP_MESSAGES = {
     "stopped": "stopped by request",
     "aborted": "aborted by request",
     "agent_shutdown": "stopped: its agent was shut down while it ran (SIGTERM, SIGINT or POST /shutdown)",
 }
+
+
+def _stop_message(reason: str, max_duration: float | None) -> str:
+    if reason == "max_duration_exceeded":
+        return f"max_duration ({max_duration or 0:g}s) exceeded"
+    return _STOP_MESSAGES.get(reason, reason)
 
 
 def _signame(sig: int) -> str:

@@ -151,7 +151,9 @@ class InterruptionSource(Protocol):
         ...
 
     async def forget(self, instance_id: str) -> None:
-        """Drop what the server holds of a lost instance (its connection)."""
+        """Drop what the server holds of a lost instance (its connection), once it is recorded lost; and end what
+        the backend reported as about to go (Slurm: an allocation ended ahead of its time limit), so that its jobs
+        end with the recorded reason."""
         ...
 
 
