@@ -12,9 +12,10 @@ one this script runs in. Before each run it waits until the machine's 1-minute l
 ``--quiet`` (at most ``--max-wait`` seconds) and prints the load it started at.
 
 It prints each run's figures (jobs per second, the machine's and the server's CPU per job), their medians,
-and the ratios of the medians (this tree / the baseline). With ``--json FILE`` it writes
-``{"baseline": REF, "this": COMMIT, "pairs": N, "runs": {"baseline": [...], "this": [...]},
-"median": {...}, "ratio": {...}}``. Figures, not assertions.
+the ratios of the medians (this tree / the baseline), and each pair's ratios with their median. The two
+ratios differ by as much as the machine's speed moves between pairs: read them together. With ``--json FILE``
+it writes ``{"baseline": REF, "this": COMMIT, "pairs": N, "runs": {"baseline": [...], "this": [...]},
+"median": {...}, "ratio": {...}, "pair_ratios": [...], "pair_ratio_median": {...}}``. Figures, not assertions.
 
 The default baseline, ``96c28e0``, is the tree the drain's targets were set against on 2026-12-06: 50.3
 jobs/s, the server's CPU 14-16 ms and the machine's 29-31 ms per job on that day's machine; the targets (80
@@ -84,6 +85,12 @@ def ratios(this: dict[str, float], base: dict[str, float]) -> dict[str, float]:
     return {name: this[name] / base[name] for name in FIGURES}
 
 
+def pair_ratios(this: list[Drain], base: list[Drain]) -> list[dict[str, float]]:
+    """Each pair's ratios (this run / the baseline run just before it): the two share the machine's speed of the
+    moment, which moves by more than a sixth over the pairs."""
+    return [ratios(asdict(t), asdict(b)) for t, b in zip(this, base, strict=True)]
+
+
 def _git(*args: str) -> str:
     return subprocess.run(["git", "-C", str(HERE), *args], check=True, capture_output=True, text=True).stdout.strip()
 
@@ -149,9 +156,14 @@ def main() -> None:
             _git("worktree", "remove", "--force", str(base_tree))
     base_m, this_m = medians(runs["baseline"]), medians(runs["this"])
     ratio = ratios(this_m, base_m)
-    print(f"machine: {os.cpu_count()} CPUs; medians of {args.pairs} runs each")
+    pairs = pair_ratios(runs["this"], runs["baseline"])
+    pair_m = {name: statistics.median(p[name] for p in pairs) for name in FIGURES}
+    print(f"machine: {os.cpu_count()} CPUs; medians of {args.pairs} runs each, and of the {args.pairs} pairs' ratios")
     for name in FIGURES:
-        print(f"  {name:<11} baseline {base_m[name]:7.2f}  this {this_m[name]:7.2f}  this/baseline {ratio[name]:.2f}")
+        print(
+            f"  {name:<11} baseline {base_m[name]:7.2f}  this {this_m[name]:7.2f}  this/baseline {ratio[name]:.2f}"
+            f"  (pairs: {', '.join(f'{p[name]:.2f}' for p in pairs)}; median {pair_m[name]:.2f})"
+        )
     if args.json:
         doc = {
             "baseline": base_commit,
@@ -160,6 +172,8 @@ def main() -> None:
             "runs": {k: [asdict(d) for d in v] for k, v in runs.items()},
             "median": {"baseline": base_m, "this": this_m},
             "ratio": ratio,
+            "pair_ratios": pairs,
+            "pair_ratio_median": pair_m,
         }
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
 

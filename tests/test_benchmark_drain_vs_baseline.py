@@ -65,6 +65,8 @@ def test_medians_and_ratios() -> None:
     assert ratio["jobs_per_s"] == pytest.approx(35 / 20)
     assert ratio["machine_ms"] == pytest.approx(46 / 70)
     assert ratio["server_ms"] == pytest.approx(18.5 / 40)
+    pairs = mod.pair_ratios(this, base)  # each run against the baseline run beside it
+    assert [p["jobs_per_s"] for p in pairs] == pytest.approx([35 / 20, 34 / 22, 36 / 18])
 
 
 def test_a_baseline_that_is_not_a_commit_is_refused() -> None:
@@ -88,6 +90,7 @@ def test_a_tiny_drain_of_both_trees_writes_its_figures(tmp_path: Path) -> None:
         run = doc["runs"][side][0]
         assert run["jobs_per_s"] > 0 and run["machine_ms"] > 0 and run["server_ms"] > 0, run
     assert set(doc["ratio"]) == {"jobs_per_s", "machine_ms", "server_ms", "agents_ms"}
+    assert len(doc["pair_ratios"]) == 1 and doc["pair_ratio_median"] == doc["pair_ratios"][0]
     assert "this/baseline" in res.stdout
     # The baseline's checkout is gone again.
     after = subprocess.run(["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True).stdout
