@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+import asyncssh
 import pytest
 from ssh_harness import (
     SSH_SETTINGS,
@@ -92,3 +93,32 @@ async def test_agent_outlives_the_server_and_is_reached_again(hosts: FakeHosts, 
 
         await wait_for(gone, timeout=30)
     assert (await host_run(hosts, "cpu1", "ls -d ~/.corral-agent")).exit_status != 0
+
+
+async def test_a_command_that_ends_before_its_input_is_written_is_answered_not_a_broken_link(
+    hosts: FakeHosts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A login shell that runs nothing (``nologin``) exits, and the host closes the channel, at once: on a busy
+    machine, before the command's input is written. That is the command's answer (its output and exit status),
+    not a broken connection to retry: the host probe says the login cannot run commands. The race is made certain
+    here: each session is handed over only once the host has closed it."""
+    opened = asyncssh.SSHClientConnection.create_session
+
+    async def closed_first(self: asyncssh.SSHClientConnection, *args: object, **kwargs: object) -> object:
+        chan, session = await opened(self, *args, **kwargs)  # type: ignore[arg-type]
+        await asyncio.wait_for(chan.wait_closed(), 10)
+        return chan, session
+
+    monkeypatch.setattr(asyncssh.SSHClientConnection, "create_session", closed_first)
+    target = SshTarget(hosts.ip("cpu2"), 22, "nologin", hosts.key.read_text())
+    link = HostLink(target, 10.0, ssh_bootstrap.read_agent_port)
+    try:
+        for _ in range(3):
+            result = await link.run("sh -s", input=ssh_bootstrap.PROBE, timeout=10)
+            assert result.exit_status != 0
+            assert b"This account is currently not available" in result.stdout + result.stderr
+        with pytest.raises(SshError, match="the login works but cannot run commands") as raised:
+            await ssh_bootstrap.probe(link)
+        assert raised.value.permanent
+    finally:
+        await link.close()

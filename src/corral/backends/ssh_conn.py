@@ -226,7 +226,18 @@ class HostLink:
         conn = await self.connection()
         data = input.encode() if isinstance(input, str) else input
         try:
-            return await conn.run(command, input=data, check=False, timeout=timeout, encoding=None)
+            if not data:
+                return await conn.run(command, check=False, timeout=timeout, encoding=None)
+            proc = await conn.create_process(command, encoding=None)
+            try:
+                proc.stdin.write(data)
+                proc.stdin.write_eof()
+            except BrokenPipeError:
+                # The command ended (and the host closed its channel) before its input was written: a login shell
+                # that runs nothing (nologin) does that at once. Its output and exit status say why; the
+                # connection is fine.
+                pass
+            return await proc.wait(check=False, timeout=timeout)
         except _asyncssh().TimeoutError:
             raise SshError(f"{self.target.label()}: a command did not finish within {timeout:.0f}s") from None
         except _asyncssh().ChannelOpenError as e:  # the host refused a session (sshd's MaxSessions): the link is fine
