@@ -198,8 +198,8 @@ class SlurmCompute:
         data = base64.b64encode(build_zipapp(self.cache_dir / "agent.pyz").read_bytes()).decode()
         q = shlex.quote(path)
         tmp = shlex.quote(f"{path}.tmp") + ".$$"  # another server may upload the same build at the same time
-        # An agent already there still reads its input to the end: a command that exits before taking all of it
-        # closes the channel under the writer ("Channel not open for sending"), which reads as a broken connection.
+        # An agent already there still reads its input to the end: the login node does not close the channel while
+        # the upload is still being written.
         command = (
             f"if test -s {q}; then cat > /dev/null; "
             f"else mkdir -p $(dirname {q}) && base64 -d > {tmp} && mv -f {tmp} {q}; fi"
