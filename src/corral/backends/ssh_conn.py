@@ -21,6 +21,7 @@ refused, the key cannot be read or opened) and transient otherwise (no route, re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -226,17 +227,14 @@ class HostLink:
         conn = await self.connection()
         data = input.encode() if isinstance(input, str) else input
         try:
-            if not data:
-                return await conn.run(command, check=False, timeout=timeout, encoding=None)
+            # asyncssh's conn.run, with the input written here: a command may end (and the host close its channel)
+            # before its input is written -- a login shell that runs nothing (nologin) does that at once. Its output
+            # and exit status say why; the connection is fine.
             proc = await conn.create_process(command, encoding=None)
-            try:
-                proc.stdin.write(data)
-                proc.stdin.write_eof()
-            except BrokenPipeError:
-                # The command ended (and the host closed its channel) before its input was written: a login shell
-                # that runs nothing (nologin) does that at once. Its output and exit status say why; the
-                # connection is fine.
-                pass
+            if data:
+                with contextlib.suppress(BrokenPipeError):
+                    proc.stdin.write(data)
+                    proc.stdin.write_eof()
             return await proc.wait(check=False, timeout=timeout)
         except _asyncssh().TimeoutError:
             raise SshError(f"{self.target.label()}: a command did not finish within {timeout:.0f}s") from None
