@@ -6,13 +6,15 @@ machines) and Q queued single-node jobs (a mix of CPU and GPU requests, a few pr
 ``schedule(snapshot, now)`` R times and prints the median pass, placements per second (jobs assigned or
 reserved per second of a pass) and the plan's shape. No database, no server: the decision only.
 
-Then, without ``--quotas``, the pass a drain makes most: the fleets full with what the first pass placed, the
-rest of the queue told to wait by it, and one block freed by a job's end. It times ``schedule()`` and
-``schedule_head()`` (the scheduling worker's pass over the queue's head, ``scheduler/head_pass.py``) on that.
+Then the pass a drain makes most: the fleets full with what the first pass placed, the rest of the queue told
+to wait by it (each job's status message that wait's), and one block freed by a job's end. It times
+``schedule()`` and ``schedule_head()`` (the scheduling worker's pass over the queue's head,
+``scheduler/head_pass.py``, given the queue's order as the worker keeps it) on that.
 
 With ``--quotas`` the jobs come from three projects weighted 1:2:3 that share the fleets (exported by the
 first), each with a ``quota.max`` of 40 % of the CPUs and GPUs: the pass orders them by fair share and
-charges every placement against its project's quota (admissions per second with quotas on).
+charges every placement against its project's quota (admissions per second with quotas on); in the drain's
+pass each project holds what the first pass placed for it.
 
     python benchmarks/schedule_pure.py [--jobs 10000] [--instances 1000] [--fleets 50] [--blocks 4] [--repeat 5]
     python benchmarks/schedule_pure.py --quotas
@@ -33,7 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from corral.domain.quotas import Limits, limits_from_doc
 from corral.domain.resources import Gpu, GpuSpec, InstanceResources, Range, Requirements
+from corral.scheduler.fair_share import ShareBook
 from corral.scheduler.head_pass import schedule_head
+from corral.scheduler.queue_order import QueueOrder
 from corral.scheduler.schedule import schedule
 from corral.scheduler.types import (
     Assign,
@@ -154,8 +158,7 @@ def main() -> None:
         print(f"  of queued per project {dict(by)}")
     print(f"placements per second: {placed / med:,.0f} ({placed} placed per pass)")
     print(f"jobs decided per second: {a.jobs / med:,.0f}")
-    if not a.quotas:
-        drain(snap, plan, a.repeat)
+    drain(snap, plan, a.repeat)
 
 
 def drain(snap: Snapshot, plan: Plan, repeat: int) -> None:
@@ -169,20 +172,37 @@ def drain(snap: Snapshot, plan: Plan, repeat: int) -> None:
     n = 1 if len(fleets) > 1 else 0  # a CPU fleet where there is one: an instance has a block free again
     freed = replace(fleets[n].instances[0], busy_blocks=fleets[n].instances[0].total_blocks - 1)
     fleets = (*fleets[:n], replace(fleets[n], instances=(freed, *fleets[n].instances[1:])), *fleets[n + 1 :])
-    after = Snapshot(fleets=fleets, queue=waiting)
-    settled = {j.id for j in waiting}
+    after = replace(snap, fleets=fleets, queue=waiting)
+    if snap.shares:  # each project holds what the first pass placed for it
+        book = ShareBook(snap)
+        on: dict[str, set[str]] = {}
+        for g in plan.gangs:
+            book.take(g.project_id, g.decisions)
+            on.setdefault(g.project_id, set()).update(d.instance_id for d in g.decisions if isinstance(d, Assign))
+        used = {p: dict(book.used.get(p, {})) for p in snap.shares}
+        after = replace(
+            after,
+            quotas={p: replace(q, used=used[p], instance_ids=frozenset(on.get(p, ()))) for p, q in snap.quotas.items()},
+            shares={p: replace(s, used=used[p], instance_ids=frozenset(on.get(p, ()))) for p, s in snap.shares.items()},
+        )
+    # every waiting job's status message is the wait the pass before this one gave it, as the commit writes it
+    said = {d.job_id: d.message for g in schedule(after, 0.0).gangs for d in g.decisions if isinstance(d, Wait)}
+    after = replace(after, queue=tuple(replace(j, status_message=said.get(j.id)) for j in waiting))
+    order = QueueOrder(after.queue)  # kept by the worker across passes, job by job
     whole, head = [], []
     for _ in range(repeat):
         t = time.perf_counter()
         schedule(after, 0.0)
         whole.append(time.perf_counter() - t)
         t = time.perf_counter()
-        took = schedule_head(after, 0.0, settled)
+        took = schedule_head(after, 0.0, set(), order)  # no job pending: every one was told to wait
         head.append(time.perf_counter() - t)
     assert took is not None
     got = [d for g in took.gangs for d in g.decisions if isinstance(d, Assign)]
     w, h = statistics.median(whole), statistics.median(head)
-    print(f"a drain's pass: {len(waiting)} queued behind full fleets, one block freed: schedule() {w * 1000:.1f} ms, "
+    policies = " (quotas and fair share on)" if snap.shares else ""
+    print(f"a drain's pass{policies}: {len(waiting)} queued behind full fleets, one block freed: "
+          f"schedule() {w * 1000:.1f} ms, "
           f"schedule_head() {h * 1000:.2f} ms ({w / h:.1f}x), placing {len(got)} job")  # fmt: skip
 
 

@@ -13,7 +13,10 @@ reached: each host's row is written as its bootstrap would leave it, 2 blocks, b
 for any of them, and before each timed pass one block of a random host is given back, as a job's end gives it
 back: each pass then places one job, as in a drain over that many hosts.
 
-    python benchmarks/scheduling_pass.py [--queued 400] [--passes 50] [--profile] [--hosts 2000]
+With ``--quotas`` (and ``--hosts``) the project has a scheduling policy, a ``quota.max`` of as many instances as
+there are hosts (never reached): fair sharing is then on, and each pass takes the queue in fair-share order.
+
+    python benchmarks/scheduling_pass.py [--queued 400] [--passes 50] [--profile] [--hosts 2000 [--quotas]]
 """
 
 from __future__ import annotations
@@ -102,13 +105,16 @@ async def _free_a_block(srv: InProcess, ids: list[str]) -> None:
         )
 
 
-async def main_hosts(hosts: int, queued: int, passes: int, profile: bool) -> None:
+async def main_hosts(hosts: int, queued: int, passes: int, profile: bool, quotas: bool) -> None:
     from corral.workers.scheduling import Scheduling
 
     async with in_process_server("corral-bench-pass-", background_processing=False) as srv:
         headers = {"Authorization": f"Bearer {srv.token}"}
         async with httpx.AsyncClient(base_url=srv.url, headers=headers, timeout=60) as c:
             ids = await _ssh_fleets(srv, c, hosts)
+            if quotas:  # a policy turns fair sharing on; a max of every host is never reached
+                body = {"quota": {"max": {"instances": hosts}}}
+                (await c.post("/api/projects/main/quotas/set", json=body)).raise_for_status()
             for _ in range(queued + passes):
                 body = _run_body(["echo ok"], HOST_FLEETS)
                 (await c.post("/api/project/main/runs/apply", json=body)).raise_for_status()
@@ -133,7 +139,8 @@ async def main_hosts(hosts: int, queued: int, passes: int, profile: bool) -> Non
             cpu.append(time.process_time() - c0)
             wall.append(time.perf_counter() - w0)
             placed += len(result.assigned)
-    report(f"{hosts} SSH hosts in 4 fleets, every block held, {queued} jobs queued", cpu, wall, first, prof)
+    policy = ", a quota (fair share on)" if quotas else ""
+    report(f"{hosts} SSH hosts in 4 fleets, every block held, {queued} jobs queued{policy}", cpu, wall, first, prof)
     print(f"  jobs placed: {placed} in {passes} passes (one block freed before each); load {os.getloadavg()}")
 
 
@@ -201,11 +208,14 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=50)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--hosts", type=int, default=0, help="SSH hosts in 4 fleets instead of 4 local instances")
+    parser.add_argument("--quotas", action="store_true", help="with --hosts: a project quota, so fair share is on")
     args = parser.parse_args()
     if args.hosts < 0:
         parser.error("--hosts must be 0 (4 local instances) or more")
+    if args.quotas and not args.hosts:
+        parser.error("--quotas needs --hosts")
     if args.hosts:
-        asyncio.run(main_hosts(args.hosts, args.queued, args.passes, args.profile))
+        asyncio.run(main_hosts(args.hosts, args.queued, args.passes, args.profile, args.quotas))
     else:
         asyncio.run(main_async(args.queued, args.passes, args.profile))
 

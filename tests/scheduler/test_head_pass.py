@@ -1,7 +1,8 @@
 """A pass over the queue's head (``schedule_head``) gives ``schedule``'s plan less only the waits of gangs it
 skipped: the same placements, reservations, reclaims and failures, and for every gang it did work out the
-same decisions; where it cannot show that (quotas, holds, a job past ``hold_after``, a skipped job that
-would fail now) it says so and the caller makes a whole pass."""
+same decisions, with or without quotas and fair shares; where it cannot show that (holds, quotas or shares
+on a shared host, a job past ``hold_after``, a skipped job that would fail now) it says so and the caller
+makes a whole pass."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pass_memo import busy_queues
+from test_quota_gate import quota_snapshots
 from test_schedule import fleet, inst, job
 
 from corral.domain.quotas import Limits
@@ -64,6 +66,8 @@ def test_the_head_pass_gives_the_whole_pass_plan_less_skipped_waits(snapshot: Sn
 
 
 def _same_as_whole_less_skipped_waits(snapshot: Snapshot, data: st.DataObject) -> None:
+    """With quotas or fair shares any queued job may be settled, also one this pass places: a pass over the
+    head skips only gangs of a kind it found no room for in this very pass, whatever an earlier pass said."""
     snapshot = replace(snapshot, hold_after=data.draw(st.sampled_from([snapshot.hold_after, None, 1000.0])))
     if data.draw(st.booleans()):  # every job may wait, none past its deadline: a head pass is made
         patient = (
@@ -73,13 +77,18 @@ def _same_as_whole_less_skipped_waits(snapshot: Snapshot, data: st.DataObject) -
         snapshot = replace(snapshot, queue=tuple(patient), hold_after=None)
     whole = schedule(snapshot, NOW)
     decided = by_job(whole)
-    # settled: jobs an earlier pass over these fleets told to wait (never one this pass places or fails)
-    waiting = sorted(j.id for j in snapshot.queue if not isinstance(decided.get(j.id), (Assign, Reserve, Fail)))
+    # settled: jobs an earlier pass over these fleets told to wait (without policies, never one this pass places
+    # or fails)
+    waiting = sorted(
+        j.id
+        for j in snapshot.queue
+        if snapshot.quotas or snapshot.shares or not isinstance(decided.get(j.id), (Assign, Reserve, Fail))
+    )
     settled = set(data.draw(st.lists(st.sampled_from(waiting), unique=True)) if waiting else [])
     head = head_of(snapshot, settled)
     if head is None:
         hold_after = snapshot.hold_after
-        assert any(
+        assert ((snapshot.quotas or snapshot.shares) and snapshot.host_pools) or any(
             (hold_after is not None and NOW - j.submitted_at >= hold_after)
             or not j.wait.may_wait
             or (j.wait.deadline is not None and j.wait.deadline <= NOW)
@@ -93,6 +102,46 @@ def _same_as_whole_less_skipped_waits(snapshot: Snapshot, data: st.DataObject) -
     for job_id in decided.keys() - head_decided.keys():
         assert job_id in settled and isinstance(decided[job_id], Wait)
     assert head_of(snapshot, set()) == whole  # nothing settled: the whole pass
+
+
+@st.composite
+def policy_snapshots(draw: st.DrawFn) -> Snapshot:
+    """Two projects sharing the fleets, with quotas or fair shares or both, mostly without a shared host."""
+    snapshot = draw(quota_snapshots())
+    shares = {}
+    if draw(st.booleans()):
+        for pid in ("p", "q"):
+            nominal = Limits({"cpu": float(draw(st.sampled_from([0, 2, 8])))})
+            used = {"cpu": float(draw(st.integers(0, 8))), "instances": float(draw(st.integers(0, 2)))}
+            shares[pid] = FairShare(weight=draw(st.sampled_from([1.0, 2.0, 3.0])), nominal=nominal, used=used)
+    pools = snapshot.host_pools if draw(st.integers(0, 4)) == 0 else {}
+    return replace(snapshot, shares=shares, host_pools=pools)
+
+
+@settings(max_examples=300, deadline=None)
+@given(policy_snapshots(), st.data())
+def test_under_quotas_and_fair_shares_too(snapshot: Snapshot, data: st.DataObject) -> None:
+    _same_as_whole_less_skipped_waits(snapshot, data)
+
+
+def test_a_settled_gang_of_a_kind_without_room_is_skipped_under_fair_shares() -> None:
+    """A full fleet shared by two projects: the settled jobs of the kind that found no room get no decision, the
+    new one the whole pass's wait, fair-share note and all."""
+    busy = tuple(inst(i, status="busy", busy=1) for i in range(2))
+    full = replace(fleet(busy, nodes_max=2), importer_project_ids=frozenset({"q"}))
+    queue = [replace(job(i), project_id="q", project_name="q") if i % 2 else job(i) for i in range(6)]
+    shares = {"p": FairShare(weight=1.0), "q": FairShare(weight=1.0, used={"cpu": 4.0}, nominal=Limits({"cpu": 1.0}))}
+    snapshot = Snapshot(fleets=(full,), queue=tuple(queue), shares=shares)
+    whole = by_job(schedule(snapshot, NOW))
+    assert all(isinstance(d, Wait) for d in whole.values()) and len(whole) == 6
+    head = head_of(snapshot, {j.id for j in queue[:5]})
+    assert head is not None
+    # the first settled gang of each project's kind is worked out (only then does the pass know it finds no room),
+    # the other settled ones are skipped, and the new one gets the whole pass's wait
+    assert by_job(head) == {k: whole[k] for k in ("j0-0", "j1-0", "j5-0")}
+    note = whole["j5-0"]
+    assert isinstance(note, Wait) and "fair share: project 'p'" in note.message
+    assert head_of(snapshot, set()) == schedule(snapshot, NOW)
 
 
 @settings(max_examples=300, deadline=None)
@@ -163,11 +212,18 @@ def test_a_job_past_the_starvation_guard_needs_a_whole_pass() -> None:
     assert head_of(replace(snapshot, hold_after=500.0), {j.id for j in snapshot.queue}) == Plan(())
 
 
-def test_quotas_shares_or_holds_need_a_whole_pass() -> None:
+def test_holds_or_policies_on_a_shared_host_need_a_whole_pass() -> None:
     snap = Snapshot((fleet(),), (job(1),))
     assert head_of(snap, set()) is not None
-    assert head_of(replace(snap, quotas={"p": ProjectQuota(Limits({"gpu": 1.0}))}), set()) is None
-    assert head_of(replace(snap, shares={"p": FairShare()}), set()) is None
+    quotas = {"p": ProjectQuota(Limits({"gpu": 1.0}))}
+    assert head_of(replace(snap, quotas=quotas), set()) == schedule(replace(snap, quotas=quotas), NOW)
+    assert head_of(replace(snap, shares={"p": FairShare()}), set()) == schedule(
+        replace(snap, shares={"p": FairShare()}), NOW
+    )
+    shared = replace(snap, host_pools={"local": (0, 4)})
+    assert head_of(shared, set()) is not None
+    assert head_of(replace(shared, quotas=quotas), set()) is None
+    assert head_of(replace(shared, shares={"p": FairShare()}), set()) is None
     assert head_of(replace(snap, holds=(Hold("i0", "r1", 1, NOW + 60),)), set()) is None
 
 
@@ -184,3 +240,35 @@ def test_a_queued_job_that_may_not_wait_needs_a_whole_pass() -> None:
     assert head_of(snap, set()) is not None
     impatient = replace(job(1), wait=WaitPolicy(False))
     assert head_of(replace(snap, queue=(impatient,)), set()) is None
+
+
+def test_a_gang_its_quota_kept_off_one_instance_is_worked_out_again() -> None:
+    """Only finding no room is for good within a pass: a gang the quota refused an idle instance (a new one for
+    its project) fits, once another project took that instance, beside its project's own job. The pass over
+    the head works the settled gang out, as the whole pass does, and places it."""
+    idle, own = inst(0), replace(inst(1, status="busy", busy=1, total=2), price=1.0)
+    shared = replace(fleet((idle, own), nodes_max=2, offers=()), importer_project_ids=frozenset({"q"}))
+    first, other, later = job(0, priority=2), replace(job(1, priority=1), project_id="q", project_name="q"), job(2)
+    quota = ProjectQuota(Limits({"instances": 1.0}), {"instances": 1.0}, frozenset({own.id}), "p")
+    snapshot = Snapshot(fleets=(shared,), queue=(first, other, later), quotas={"p": quota})
+    whole = by_job(schedule(snapshot, NOW))
+    refused = whole[first.id]
+    assert isinstance(refused, Wait) and "quota" in refused.message
+    assert whole[other.id] == Assign(other.id, idle.id, 1)
+    assert whole[later.id] == Assign(later.id, own.id, 1)
+    head = head_of(snapshot, {first.id, later.id})
+    assert head is not None and by_job(head) == whole
+
+
+def test_a_project_queue_is_cut_short_only_once_every_kind_in_it_found_no_room() -> None:
+    """Under fair shares a project's settled gangs are left out in one stretch only when no kind of gang it has
+    queued fits: a later settled gang of another kind that fits is still placed."""
+    full = fleet((inst(0, fleet="x", status="busy", busy=1),), nodes_max=1, name="x", fid="x", offers=())
+    free = fleet((inst(1, fleet="y"),), nodes_max=1, name="y", fid="y", offers=())
+    queue = (job(0, fleets=("x",)), job(1, fleets=("x",)), job(2, fleets=("y",)), job(3, fleets=("x",)))
+    snapshot = Snapshot(fleets=(full, free), queue=queue, shares={"p": FairShare()})
+    whole = by_job(schedule(snapshot, NOW))
+    assert whole["j2-0"] == Assign("j2-0", "i1", 1)
+    head = head_of(snapshot, {j.id for j in queue})
+    assert head is not None
+    assert by_job(head) == {"j0-0": whole["j0-0"], "j2-0": whole["j2-0"]}

@@ -1,6 +1,7 @@
 """A queue order kept job by job (``QueueOrder``) is, after any sequence of jobs put, changed and removed, the
-order ``queue_gangs`` sorts the same jobs into, with the same gangs, and its earliest submission, earliest
-retry deadline and jobs that may not wait are those of the jobs it holds."""
+order ``queue_gangs`` sorts the same jobs into, with the same gangs, each project's gangs in that order with
+the kinds they are, and its earliest submission, earliest retry deadline and jobs that may not wait are those
+of the jobs it holds."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_schedule import job
+from test_pass_memo import TWO_CPUS
+from test_schedule import SMALL, job
 
+from corral.scheduler.pass_memo import stable_kind
 from corral.scheduler.queue_order import QueueOrder
 from corral.scheduler.schedule import queue_gangs
 from corral.scheduler.types import QueuedJob, WaitPolicy
@@ -33,6 +36,8 @@ def _job(spec: Spec) -> QueuedJob:
     return replace(
         job(submitted, priority=priority, run=f"r{run}", num=num),
         id=f"job{k}",
+        project_id=f"p{run % 2}",
+        requirements=SMALL if k % 3 else TWO_CPUS,
         replica_num=replica,
         wait=WaitPolicy(may_wait, None if deadline is None else float(deadline)),
     )
@@ -56,6 +61,13 @@ def test_a_kept_order_is_the_sorted_order_of_the_jobs_it_holds(steps: list[tuple
     for gang, members in queue_gangs(jobs.values()).items():
         assert kept.gang_jobs(gang) == members
         assert kept.gang_place(gang)[-1] == members[0].id
+    gangs = queue_gangs(jobs.values())
+    projects = {j.project_id for j in jobs.values()}
+    assert set(kept.projects()) == projects
+    for pid in projects:
+        own = [(g, members) for g, members in gangs.items() if members[0].project_id == pid]
+        assert list(kept.project_gangs(pid)) == own
+        assert sorted(map(repr, kept.project_kinds(pid))) == sorted({repr(stable_kind(m)) for _, m in own})
     assert kept.first_submitted() == min((j.submitted_at for j in jobs.values()), default=None)
     deadlines = [j.wait.deadline for j in jobs.values() if j.wait.deadline is not None]
     assert kept.first_deadline() == min(deadlines, default=None)

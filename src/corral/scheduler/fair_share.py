@@ -100,26 +100,52 @@ class ShareBook:
         return self._instances.get(instance_id)
 
 
+class ProjectQueue:
+    """One project's gangs in queue order, read as the pass reaches them; the pass may narrow the rest of them
+    (``only``)."""
+
+    def __init__(self, gangs: Iterator[Gang]) -> None:
+        self._gangs = gangs
+        self.head: Gang | None = next(gangs, None)
+
+    def pop(self) -> Gang:
+        gang = self.head
+        assert gang is not None
+        self.head = next(self._gangs, None)
+        return gang
+
+    def only(self, gangs: Iterator[Gang]) -> None:
+        """From here on only ``gangs`` (some of those after the gang popped last, in the same order)."""
+        self._gangs = gangs
+        self.head = next(gangs, None)
+
+
 def fair_order(gangs: Sequence[Gang], book: ShareBook) -> Iterator[Gang]:
     """The gangs (given in queue order) in fair-share order; ``book.take`` between two steps moves the
     project that took capacity back."""
     queues: dict[str, deque[Gang]] = {}
     for gang in gangs:
         queues.setdefault(gang[1][0].project_id, deque()).append(gang)
+    return fair_order_of({pid: ProjectQueue(iter(q)) for pid, q in queues.items()}, book)
+
+
+def fair_order_of(queues: dict[str, ProjectQueue], book: ShareBook) -> Iterator[Gang]:
+    """``fair_order`` of the projects' queues: the next gang is the head of the project with the lowest key.
+    Between two steps the caller may narrow the queue of the project whose gang it was given."""
+    queues = {pid: q for pid, q in queues.items() if q.head is not None}
     lowest: str | None = None  # a project whose share is below every other's, at ``generation``
     generation = -1
     while queues:
         if lowest in queues and book.generation == generation:
             pid = lowest  # no share moved and it is still strictly lowest: its head comes next again
         else:
-            pid = min(queues, key=lambda p: _key(p, queues[p][0], book))
+            pid = min(queues, key=lambda p: _key(p, queues[p].head, book))  # type: ignore[arg-type]
             share = book.share(pid)
             strictly = all(book.share(p) > share for p in queues if p != pid)
             lowest, generation = (pid, book.generation) if strictly else (None, -1)
-        gang = queues[pid].popleft()
-        if not queues[pid]:
+        yield queues[pid].pop()
+        if queues[pid].head is None:
             del queues[pid]
-        yield gang
 
 
 def _key(project_id: str, gang: Gang, book: ShareBook) -> tuple[float, int, float, str, int]:

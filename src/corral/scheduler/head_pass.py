@@ -11,12 +11,19 @@ fleets: every queued job but the ``pending`` ones, the caller's bookkeeping) is 
 is still worked out, at the same capacity ``schedule`` would have left it. With the queue's order kept by
 the caller (``queue_order.QueueOrder``), a pass costs the gangs it works out, not the queue's length.
 
+Under quotas or fair shares capacity is rarely all taken (a project at its ``quota.max`` leaves its fleet's
+hosts free), and fair sharing orders the gangs by what each project holds as the pass places them, so the
+pass goes through the whole queue in ``schedule``'s order (``schedule.schedule_skipping``), but a settled
+gang of a kind that already found no room earlier in the pass is skipped: capacity only goes down within a
+pass, so it finds none either. On a shared host (the local machine, where a waiting gang may free idle
+instances) that pass is a whole one.
+
 The plan is ``schedule(snapshot, now)``'s, less the skipped gangs' decisions, which can only be a new
 wording of their wait (the counts a message names): the same placements, reservations, reclaims and
 failures, the same decisions for every gang not skipped. Where that cannot be shown it returns None and the
-caller makes a whole pass: the snapshot has quotas, fair shares or holds (they order or hold capacity across
-the whole queue); a queued job has waited past ``hold_after`` (it would hold fleets); a skipped gang's
-retry deadline has passed or it may not wait at all (it would fail).
+caller makes a whole pass: the snapshot has holds (capacity held for a preempting run goes back to it first);
+it has quotas or fair shares and a shared host; a queued job has waited past ``hold_after`` (it would hold
+fleets); a skipped gang's retry deadline has passed or it may not wait at all (it would fail).
 
 Pure; imports the scheduler's types, ledger, queue order and ``schedule``'s gang step only.
 """
@@ -28,7 +35,8 @@ from collections.abc import Collection
 from corral.scheduler.ledger import Ledger, initial_ledger
 from corral.scheduler.pass_memo import PassMemo
 from corral.scheduler.queue_order import GangKey, QueueOrder
-from corral.scheduler.schedule import schedule_gang
+from corral.scheduler.schedule import schedule_gang, schedule_skipping
+from corral.scheduler.settled_skip import SettledSkip
 from corral.scheduler.types import Gang, Plan, QueuedJob, Snapshot
 from corral.scheduler.wait_repeat import RepeatWait
 
@@ -51,12 +59,20 @@ def schedule_head(
     out; None where the caller must make a whole pass (see the module's docstring). ``pending``: the ids of
     the queued jobs that are not settled (every other queued job is). ``order``: ``snapshot.queue`` in pass
     order, kept by the caller across passes (None: made here, at the cost of a sort)."""
-    if snapshot.quotas or snapshot.shares or snapshot.holds:
+    policies = bool(snapshot.quotas or snapshot.shares)
+    if snapshot.holds or (policies and snapshot.host_pools):
         return None
     if order is None:
         order = QueueOrder(snapshot.queue)
     if _must_pass_whole(order, now, snapshot.hold_after):
         return None
+    if policies:
+        return schedule_skipping(snapshot, now, SettledSkip(order, pending))
+    return _head_until_full(snapshot, now, pending, order)
+
+
+def _head_until_full(snapshot: Snapshot, now: float, pending: Collection[str], order: QueueOrder) -> Plan:
+    """The gangs in order until no capacity is left anywhere, then those with a job not settled."""
     ledger = initial_ledger(snapshot)
     memo, repeat, held = PassMemo(), RepeatWait(), set[str]()
     out: list[Gang] = []

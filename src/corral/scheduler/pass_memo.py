@@ -8,7 +8,9 @@ the pass remembers, for the snapshot it decides on:
 - why a shape can never fit a fleet, and a kind of gang's screening (these depend on the snapshot only);
 - why a kind of gang does not fit a fleet *now*, until the ledger's version for that fleet moves, and the
   blockers of a kind of gang that fitted no fleet, until any version moves (capacity only goes down within
-  a pass, but the messages name counts, so they are worked out again after a change).
+  a pass, but the messages name counts, so they are worked out again after a change);
+- the kinds of gang that found no room and waited: every later gang of such a kind finds none either
+  (capacity only goes down), which lets a pass over the head skip the ones already told to wait.
 Every answer is the one the uncached function gives. Entries keep the fleet they were computed for and are
 used only for that same object. A gang with ``instances`` selectors (its own view of each fleet) is never
 cached as a kind. Pure; imports the scheduler's types and fleet views only.
@@ -24,6 +26,9 @@ from corral.scheduler.fleet_view import as_job_sees_it, view_key
 from corral.scheduler.types import FleetSlot, InstanceSlot, QueuedJob
 
 T = TypeVar("T")
+#: A kind of gang as :func:`stable_kind` gives it: the project's id and name, the run's ``fleets``, how its jobs
+#: see a fleet (``view_key``), its creation policy, and each job's requirements, multinode flag, nodes and number.
+StableKind = tuple[object, object, object, object, object, tuple[tuple[Requirements, bool, int, int], ...]]
 
 
 class _Keyed(Generic[T]):
@@ -57,6 +62,8 @@ class PassMemo:
         self._no_room: dict[Hashable, tuple[FleetSlot, tuple[int, ...], str]] = {}
         self._blockers: dict[Hashable, tuple[int, int, list[str]]] = {}
         self._full: dict[Hashable, set[str]] = {}
+        self._roomless: set[Hashable] = set()
+        self._kinds: dict[StableKind, Hashable] = {}
 
     # ---- keys --------------------------------------------------------------------------------------
     def shape(self, req: Requirements) -> int:
@@ -80,6 +87,16 @@ class PassMemo:
         else:
             shapes = tuple((self.shape(j.requirements), j.multinode, j.nodes, j.job_num) for j in jobs)
         return (head.project_id, head.project_name, head.fleet_names, view_key(head), head.creation_policy, shapes)
+
+    def kind_of(self, stable: StableKind | None) -> Hashable | None:
+        """The :meth:`gang_kind` of a gang whose :func:`stable_kind` is ``stable``."""
+        if stable is None:
+            return None
+        kind = self._kinds.get(stable)
+        if kind is None:
+            own = tuple((self.shape(req), multinode, nodes, num) for req, multinode, nodes, num in stable[5])
+            kind = self._kinds[stable] = (*stable[:5], own)
+        return kind
 
     # ---- what depends on the snapshot only ---------------------------------------------------------
     def view(self, job: QueuedJob, fleet: FleetSlot) -> FleetSlot:
@@ -155,3 +172,29 @@ class PassMemo:
     def remember_blockers(self, kind: Hashable | None, version: int, held: int, blockers: list[str]) -> None:
         if kind is not None:
             self._blockers[kind] = (version, held, blockers)
+
+    def waited_without_room(self, kind: Hashable | None) -> None:
+        """A gang of ``kind`` fitted no fleet and was told to wait (freeing nothing for itself)."""
+        if kind is not None:
+            self._roomless.add(kind)
+
+    @property
+    def kinds_without_room(self) -> int:
+        """How many kinds of gang found no room so far in the pass (it only grows)."""
+        return len(self._roomless)
+
+    def found_no_room(self, kind: Hashable) -> bool:
+        """Whether a gang of ``kind`` fitted no fleet and waited earlier in the pass: capacity only goes down
+        within a pass, so every later gang of the kind fits none either."""
+        return kind in self._roomless
+
+
+def stable_kind(jobs: Sequence[QueuedJob]) -> StableKind | None:
+    """:meth:`PassMemo.gang_kind` with each job's requirements themselves instead of a pass's numbers for them:
+    the same for two gangs in any pass, so a queue kept across passes can count its kinds
+    (``queue_order.QueueOrder``); None for a gang with ``instances`` selectors."""
+    head = jobs[0]
+    if head.selectors is not None:
+        return None
+    shapes = tuple((j.requirements, j.multinode, j.nodes, j.job_num) for j in jobs)
+    return (head.project_id, head.project_name, head.fleet_names, view_key(head), head.creation_policy, shapes)

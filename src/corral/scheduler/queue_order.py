@@ -9,16 +9,21 @@ what it reads.
 
 The order is ``schedule``'s: priority (higher first), then submission time, run, replica, job number and
 id (``order_key``). A gang is a run's replica: its jobs in that order, taken where its first job stands.
+Each project's gangs are kept in that order too, with how many of each kind it has
+(``pass_memo.stable_kind``): a pass in fair-share order takes the projects' queues side by side, and drops
+the rest of a project's queue once every kind in it found no room.
 
-Pure; imports the scheduler's types only.
+Pure; imports the scheduler's types and ``pass_memo.stable_kind`` only.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TypeVar
 
+from corral.scheduler.pass_memo import StableKind, stable_kind
 from corral.scheduler.types import QueuedJob
 
 #: Where a job stands in the queue: ``(-priority, submitted_at, run_id, replica_num, job_num, id)``.
@@ -41,6 +46,11 @@ class QueueOrder:
         self._submitted: list[tuple[float, str]] = []
         self._deadlines: list[tuple[float, str]] = []
         self._impatient: set[str] = set()
+        #: project id -> the first keys of its gangs, in order
+        self._project_gangs: dict[str, list[OrderKey]] = {}
+        #: project id -> how many of its gangs are of each kind; gang -> its kind there
+        self._project_kinds: dict[str, Counter[StableKind | None]] = {}
+        self._gang_kind: dict[GangKey, StableKind | None] = {}
         for job in jobs:
             self.put(job)
 
@@ -62,7 +72,10 @@ class QueueOrder:
         self._jobs[job.id] = job
         key = order_key(job)
         insort(self._keys, key)
-        insort(self._gangs.setdefault((job.run_id, job.replica_num), []), key)
+        gang = (job.run_id, job.replica_num)
+        self._forget_gang(gang, job.project_id)
+        insort(self._gangs.setdefault(gang, []), key)
+        self._count_gang(gang, job.project_id)
         insort(self._submitted, (job.submitted_at, job.id))
         if job.wait.deadline is not None:
             insort(self._deadlines, (job.wait.deadline, job.id))
@@ -77,9 +90,12 @@ class QueueOrder:
         key = order_key(job)
         _drop(self._keys, key)
         gang = (job.run_id, job.replica_num)
+        self._forget_gang(gang, job.project_id)
         _drop(self._gangs[gang], key)
         if not self._gangs[gang]:
             del self._gangs[gang]
+        else:
+            self._count_gang(gang, job.project_id)
         _drop(self._submitted, (job.submitted_at, job.id))
         if job.wait.deadline is not None:
             _drop(self._deadlines, (job.wait.deadline, job.id))
@@ -93,6 +109,39 @@ class QueueOrder:
             if gang not in seen:
                 seen.add(gang)
                 yield gang, self.gang_jobs(gang)
+
+    def _forget_gang(self, gang: GangKey, project_id: str) -> None:
+        """Take the gang out of its project's order and kind counts (a gang not there: nothing)."""
+        keys = self._gangs.get(gang)
+        if not keys:
+            return
+        _drop(self._project_gangs[project_id], keys[0])
+        kinds = self._project_kinds[project_id]
+        kind = self._gang_kind.pop(gang)
+        kinds[kind] -= 1
+        if not kinds[kind]:
+            del kinds[kind]
+        if not self._project_gangs[project_id]:
+            del self._project_gangs[project_id], self._project_kinds[project_id]
+
+    def _count_gang(self, gang: GangKey, project_id: str) -> None:
+        insort(self._project_gangs.setdefault(project_id, []), self._gangs[gang][0])
+        kind = self._gang_kind[gang] = stable_kind(self.gang_jobs(gang))
+        self._project_kinds.setdefault(project_id, Counter())[kind] += 1
+
+    def projects(self) -> Iterable[str]:
+        """The projects with queued jobs."""
+        return self._project_gangs.keys()
+
+    def project_gangs(self, project_id: str) -> Iterator[tuple[GangKey, list[QueuedJob]]]:
+        """The project's gangs in pass order, each with its jobs."""
+        for key in self._project_gangs.get(project_id, []):
+            gang = (key[2], key[3])
+            yield gang, self.gang_jobs(gang)
+
+    def project_kinds(self, project_id: str) -> Iterable[StableKind | None]:
+        """The kinds (``pass_memo.stable_kind``) of the project's gangs, None for one with ``instances`` selectors."""
+        return self._project_kinds.get(project_id, {}).keys()
 
     def gang_jobs(self, gang: GangKey) -> list[QueuedJob]:
         return [self._jobs[k[5]] for k in self._gangs.get(gang, ())]

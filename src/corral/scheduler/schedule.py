@@ -32,7 +32,7 @@ from collections.abc import Callable, Hashable, Iterable
 from operator import attrgetter
 
 from corral.scheduler.blocks import blocks_needed, takes_job, total_blocks_for
-from corral.scheduler.fair_share import FairNote, ShareBook, fair_order
+from corral.scheduler.fair_share import FairNote, ProjectQueue, ShareBook, fair_order, fair_order_of
 from corral.scheduler.fallbacks import fallbacks
 from corral.scheduler.fleet_upkeep import reclaim_for
 from corral.scheduler.holds import Reserved, by_instance
@@ -51,6 +51,7 @@ from corral.scheduler.screening import (
     screen,
     screen_gang,
 )
+from corral.scheduler.settled_skip import SettledSkip
 from corral.scheduler.types import (
     Assign,
     Decision,
@@ -275,6 +276,7 @@ def schedule_gang(  # noqa: C901, PLR0915
     if book is not None:  # at its quota.max, more capacity would not start it: it waits for the quota
         capped = at_max(jobs, kind, feasible, book, memo)
         if capped is not None:
+            memo.waited_without_room(kind)
             return [Wait(j.id, capped.message) for j in jobs if j.status_message != capped.message]
 
     if not head.wait.may_wait:
@@ -297,8 +299,10 @@ def schedule_gang(  # noqa: C901, PLR0915
     reclaims = reclaim_for(jobs, feasible, snapshot, ledger)
     if reclaims:
         message = f"{WAITING_FOR_CAPACITY}: freeing idle instances of this machine for this job"
-    elif repeat is not None:
-        repeat.remember(kind, key, message, capacity=True)
+    else:
+        memo.waited_without_room(kind)
+        if repeat is not None:
+            repeat.remember(kind, key, message, capacity=True)
     waits: list[Decision] = [Wait(j.id, message) for j in jobs if j.status_message != message]
     return [*reclaims, *waits]
 
@@ -347,8 +351,47 @@ def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
     """The plan for ``snapshot`` at ``now``. ``reuse=False`` works every gang out afresh instead of reusing
     what earlier gangs of the same kind found (see :mod:`corral.scheduler.pass_memo`): the same plan, slower;
     the tests compare the two."""
+    return _schedule(snapshot, now, queue_gangs(snapshot.queue), reuse, None)
+
+
+def schedule_skipping(snapshot: Snapshot, now: float, skip: SettledSkip) -> Plan:
+    """``schedule(snapshot, now)`` over the queue in ``skip``'s kept order that leaves out each settled gang
+    (told to wait by an earlier pass) that ``schedule`` would tell to wait again, at most in new words
+    (``_waits_again``; in fair-share order whole stretches of a project's queue, ``settled_skip``). Leaving
+    it out changes nothing for the gangs after it, with the caller's guarantees (``head_pass``): no holds and
+    no shared host (a waiting gang may free idle instances of one), and no job that may not wait, is past its
+    retry deadline or past the starvation guard. Its fair-share record is one its kind already made at a share
+    no higher (a project's share only rises within a pass). The plan is ``schedule``'s less the skipped
+    gangs' waits."""
+    return _schedule(snapshot, now, skip.gangs() if not snapshot.shares else {}, True, skip)
+
+
+def _waits_again(jobs: list[QueuedJob], memo: PassMemo, ledger: Ledger, held: set[str], book: QuotaBook | None) -> bool:
+    """Whether a gang of this gang's kind waited earlier in the pass where this one would wait too: it found no
+    room (capacity only goes down within a pass, so none is found later), or its project's ``quota.max``
+    refused the placement it found on the same capacity (the ledger's and the held fleets' versions) with the
+    project holding the same (its quota version). Only the second holds for the same capacity alone: once
+    another project takes an instance, the gang's best placement may be one beside its project's own jobs,
+    which adds no instance to its holding."""
+    kind = memo.gang_kind(jobs)
+    if kind is None:
+        return False
+    if memo.found_no_room(kind):
+        return True
+    if book is None:
+        return False
+    verdict = memo.quota_refused.get((kind, ledger.version, len(held), book.version(jobs[0].project_id)))
+    return isinstance(verdict, QuotaVerdict) and not verdict.never
+
+
+def _schedule(  # noqa: C901
+    snapshot: Snapshot,
+    now: float,
+    gangs: dict[tuple[str, int], list[QueuedJob]],
+    reuse: bool,
+    skip: SettledSkip | None,
+) -> Plan:
     ledger = initial_ledger(snapshot)
-    gangs = queue_gangs(snapshot.queue)
     out: list[Gang] = []
     held: set[str] = set()
     book = QuotaBook(snapshot) if snapshot.quotas else None
@@ -370,11 +413,20 @@ def schedule(snapshot: Snapshot, now: float, *, reuse: bool = True) -> Plan:
             if not placed:  # still waiting: the hold stands for the rest of the pass
                 ledger.changed(reserved.take(run_id, by_instance(holding[run_id])))
     memo = PassMemo()
-    ordered = fair_order(list(gangs.items()), shares) if shares is not None else iter(gangs.items())
+    queues: dict[str, ProjectQueue] | None = None
+    if shares is not None and skip is not None:
+        queues = skip.queues()
+        ordered = fair_order_of(queues, shares)
+    else:
+        ordered = fair_order(list(gangs.items()), shares) if shares is not None else iter(gangs.items())
     earlier: dict[str, tuple[str, float, set[str]]] = {}
     repeat = RepeatWait() if reuse else None
     notes_version = 0  # moves each time a gang's record changes ``earlier``
     for (run_id, _replica), jobs in ordered:
+        if skip is not None and skip.settled(jobs) and _waits_again(jobs, memo, ledger, held, book):
+            if queues is not None:
+                skip.after_skipping(((run_id, _replica), jobs), queues, memo)
+            continue
         note = FairNote(jobs[0], shares, earlier, _fleet_ids(jobs[0], snapshot, memo)) if shares is not None else None
         context = (shares.generation if shares is not None else 0, notes_version)
         decisions = schedule_gang(
