@@ -1,5 +1,5 @@
 """The worker's choice of pass: over the queue's head while the fleets are those the last pass saw and a
-whole pass was made within the safety-net interval, else a whole pass."""
+whole pass was made within the safety-net interval (with or without projects' policies), else a whole pass."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from test_head_pass import drain_snapshot
 from test_schedule import inst, job
 
 from corral.scheduler.schedule import schedule
-from corral.scheduler.types import Assign, Plan, Snapshot, Wait
+from corral.scheduler.types import Assign, FairShare, Plan, Snapshot, Wait
 from corral.workers.scheduling_passes import PassChoice
 
 INTERVAL = 5.0
@@ -46,6 +46,25 @@ def test_a_pass_over_the_same_fleets_works_out_the_head_only() -> None:
     head = choice.plan(_next(first), 101.0, preemption=False)
     assert [d for g in head.gangs for d in g.decisions] == [Assign("j1-0", "i3", 1)]  # the waits are skipped
     assert isinstance(schedule(_next(first), 101.0).gangs[-1].decisions[0], Wait)
+
+
+def test_under_fair_share_too_a_pass_over_the_same_fleets_skips_the_waits() -> None:
+    choice = PassChoice(INTERVAL)
+    first = replace(drain_snapshot(50, busy=3), shares={"p": FairShare(weight=2.0)})
+    whole = _settled_after_first(choice, first, 100.0)
+    assert _kinds(whole) == ["Assign"] + ["Wait"] * 49
+    said = {d.job_id: d.message for g in whole.gangs for d in g.decisions if isinstance(d, Wait)}
+    later = _next(first)
+    later = replace(later, queue=tuple(replace(j, status_message=said[j.id]) for j in later.queue))
+    head = choice.plan(later, 101.0, preemption=False)
+    # the next job is placed; the first settled gang after it is worked out (its kind finds no room, and it was
+    # told so already), and the rest of the project's queue is left out
+    assert [d for g in head.gangs for d in g.decisions] == [Assign("j1-0", "i3", 1)]
+    assert head == schedule(later, 101.0)  # the same plan as the whole pass's
+    # without their messages the whole pass would tell all 48 again; the head pass only the one it worked out
+    untold = choice.plan(_next(first), 101.0, preemption=False)
+    assert _told(untold) == [("Assign", "j1-0"), ("Wait", "j2-0")]
+    assert len(schedule(_next(first), 101.0).gangs) == 49
 
 
 def test_new_fleets_the_safety_net_or_preemption_make_a_whole_pass() -> None:
