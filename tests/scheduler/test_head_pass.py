@@ -272,3 +272,12 @@ def test_a_project_queue_is_cut_short_only_once_every_kind_in_it_found_no_room()
     head = head_of(snapshot, {j.id for j in queue})
     assert head is not None
     assert by_job(head) == {"j0-0": whole["j0-0"], "j2-0": whole["j2-0"]}
+
+
+def test_a_pending_gang_read_ahead_when_its_kind_is_cut_short_is_worked_out_once() -> None:
+    full = fleet((inst(0, status="busy", busy=1),), nodes_max=1, offers=())
+    queue = (job(0), job(1), job(2), job(3))
+    snapshot = Snapshot(fleets=(full,), queue=queue, shares={"p": FairShare()})
+    head = head_of(snapshot, {"j0-0", "j1-0", "j3-0"})
+    assert head is not None
+    assert [d.job_id for g in head.gangs for d in g.decisions] == ["j0-0", "j2-0"]

@@ -13,8 +13,9 @@ order is unchanged. Pure: imports only ``corral.domain`` and the scheduler's typ
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from corral.domain.quotas import QuotaPolicy, Usage, add, charge, weighted_share
 from corral.domain.statuses import ENDING_INSTANCE
@@ -129,9 +130,18 @@ def fair_order(gangs: Sequence[Gang], book: ShareBook) -> Iterator[Gang]:
     return fair_order_of({pid: ProjectQueue(iter(q)) for pid, q in queues.items()}, book)
 
 
-def fair_order_of(queues: dict[str, ProjectQueue], book: ShareBook) -> Iterator[Gang]:
+class GangQueue(Protocol):
+    """A project's gangs in queue order: ``head`` the next (None: none left), ``pop`` takes it."""
+
+    head: Gang | None
+
+    def pop(self) -> Gang: ...
+
+
+def fair_order_of(queues: Mapping[str, GangQueue], book: ShareBook) -> Iterator[Gang]:
     """``fair_order`` of the projects' queues: the next gang is the head of the project with the lowest key.
-    Between two steps the caller may narrow the queue of the project whose gang it was given."""
+    Between two steps the caller may narrow the queue of the project whose gang it was given (a queue it
+    narrows must keep its gangs' order)."""
     queues = {pid: q for pid, q in queues.items() if q.head is not None}
     lowest: str | None = None  # a project whose share is below every other's, at ``generation``
     generation = -1

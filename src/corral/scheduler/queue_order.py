@@ -9,17 +9,17 @@ what it reads.
 
 The order is ``schedule``'s: priority (higher first), then submission time, run, replica, job number and
 id (``order_key``). A gang is a run's replica: its jobs in that order, taken where its first job stands.
-Each project's gangs are kept in that order too, with how many of each kind it has
-(``pass_memo.stable_kind``): a pass in fair-share order takes the projects' queues side by side, and drops
-the rest of a project's queue once every kind in it found no room.
+Each project's gangs are kept in that order too, kind by kind (``pass_memo.stable_kind``): a pass in fair-share
+order takes the projects' queues side by side, and reads no more of a kind's settled gangs once that kind found
+no room (``settled_skip``).
 
 Pure; imports the scheduler's types and ``pass_memo.stable_kind`` only.
 """
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, insort
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TypeVar
 
@@ -46,10 +46,9 @@ class QueueOrder:
         self._submitted: list[tuple[float, str]] = []
         self._deadlines: list[tuple[float, str]] = []
         self._impatient: set[str] = set()
-        #: project id -> the first keys of its gangs, in order
-        self._project_gangs: dict[str, list[OrderKey]] = {}
-        #: project id -> how many of its gangs are of each kind; gang -> its kind there
-        self._project_kinds: dict[str, Counter[StableKind | None]] = {}
+        #: project id -> kind of gang (``pass_memo.stable_kind``) -> the places of its gangs of that kind, in order
+        self._kind_places: dict[str, dict[StableKind | None, list[OrderKey]]] = {}
+        #: gang -> its kind
         self._gang_kind: dict[GangKey, StableKind | None] = {}
         for job in jobs:
             self.put(job)
@@ -111,37 +110,39 @@ class QueueOrder:
                 yield gang, self.gang_jobs(gang)
 
     def _forget_gang(self, gang: GangKey, project_id: str) -> None:
-        """Take the gang out of its project's order and kind counts (a gang not there: nothing)."""
+        """Take the gang out of its project's places by kind (a gang not there: nothing)."""
         keys = self._gangs.get(gang)
         if not keys:
             return
-        _drop(self._project_gangs[project_id], keys[0])
-        kinds = self._project_kinds[project_id]
+        kinds = self._kind_places[project_id]
         kind = self._gang_kind.pop(gang)
-        kinds[kind] -= 1
+        _drop(kinds[kind], keys[0])
         if not kinds[kind]:
             del kinds[kind]
-        if not self._project_gangs[project_id]:
-            del self._project_gangs[project_id], self._project_kinds[project_id]
+            if not kinds:
+                del self._kind_places[project_id]
 
     def _count_gang(self, gang: GangKey, project_id: str) -> None:
-        insort(self._project_gangs.setdefault(project_id, []), self._gangs[gang][0])
         kind = self._gang_kind[gang] = stable_kind(self.gang_jobs(gang))
-        self._project_kinds.setdefault(project_id, Counter())[kind] += 1
+        insort(self._kind_places.setdefault(project_id, {}).setdefault(kind, []), self._gangs[gang][0])
 
     def projects(self) -> Iterable[str]:
         """The projects with queued jobs."""
-        return self._project_gangs.keys()
+        return self._kind_places.keys()
+
+    def kind_places(self, project_id: str) -> Mapping[StableKind | None, list[OrderKey]]:
+        """The kinds of the project's gangs (``pass_memo.stable_kind``; None for a gang with ``instances``
+        selectors), each with the places of its gangs in order (read only)."""
+        return self._kind_places.get(project_id, {})
+
+    def gang_kind(self, gang: GangKey) -> StableKind | None:
+        return self._gang_kind[gang]
 
     def project_gangs(self, project_id: str) -> Iterator[tuple[GangKey, list[QueuedJob]]]:
         """The project's gangs in pass order, each with its jobs."""
-        for key in self._project_gangs.get(project_id, []):
+        for key in heapq.merge(*self.kind_places(project_id).values()):
             gang = (key[2], key[3])
             yield gang, self.gang_jobs(gang)
-
-    def project_kinds(self, project_id: str) -> Iterable[StableKind | None]:
-        """The kinds (``pass_memo.stable_kind``) of the project's gangs, None for one with ``instances`` selectors."""
-        return self._project_kinds.get(project_id, {}).keys()
 
     def gang_jobs(self, gang: GangKey) -> list[QueuedJob]:
         return [self._jobs[k[5]] for k in self._gangs.get(gang, ())]

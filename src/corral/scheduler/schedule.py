@@ -32,7 +32,7 @@ from collections.abc import Callable, Hashable, Iterable
 from operator import attrgetter
 
 from corral.scheduler.blocks import blocks_needed, takes_job, total_blocks_for
-from corral.scheduler.fair_share import FairNote, ProjectQueue, ShareBook, fair_order, fair_order_of
+from corral.scheduler.fair_share import FairNote, ShareBook, fair_order, fair_order_of
 from corral.scheduler.fallbacks import fallbacks
 from corral.scheduler.fleet_upkeep import reclaim_for
 from corral.scheduler.holds import Reserved, by_instance
@@ -51,7 +51,7 @@ from corral.scheduler.screening import (
     screen,
     screen_gang,
 )
-from corral.scheduler.settled_skip import SettledSkip
+from corral.scheduler.settled_skip import KindQueues, SettledSkip
 from corral.scheduler.types import (
     Assign,
     Decision,
@@ -413,7 +413,7 @@ def _schedule(  # noqa: C901
             if not placed:  # still waiting: the hold stands for the rest of the pass
                 ledger.changed(reserved.take(run_id, by_instance(holding[run_id])))
     memo = PassMemo()
-    queues: dict[str, ProjectQueue] | None = None
+    queues: dict[str, KindQueues] | None = None
     if shares is not None and skip is not None:
         queues = skip.queues()
         ordered = fair_order_of(queues, shares)
