@@ -1,8 +1,7 @@
 """A pass over the queue's head (``schedule_head``) gives ``schedule``'s plan less only the waits of gangs it
 skipped: the same placements, reservations, reclaims and failures, and for every gang it did work out the
-same decisions, with or without quotas and fair shares; where it cannot show that (holds, quotas or shares
-on a shared host, a job past ``hold_after``, a skipped job that would fail now) it says so and the caller
-makes a whole pass."""
+same decisions, with or without quotas and fair shares; where it cannot show that (holds, a job past
+``hold_after``, a skipped job that would fail now) it says so and the caller makes a whole pass."""
 
 from __future__ import annotations
 
@@ -13,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pass_memo import busy_queues
 from test_quota_gate import quota_snapshots
-from test_schedule import fleet, inst, job
+from test_schedule import MACHINE, fleet, inst, job
 
 from corral.domain.quotas import Limits
+from corral.scheduler.blocks import carved_offers
 from corral.scheduler.head_pass import no_room_left, schedule_head
 from corral.scheduler.ledger import initial_ledger
 from corral.scheduler.queue_order import QueueOrder
@@ -88,7 +88,7 @@ def _same_as_whole_less_skipped_waits(snapshot: Snapshot, data: st.DataObject) -
     head = head_of(snapshot, settled)
     if head is None:
         hold_after = snapshot.hold_after
-        assert ((snapshot.quotas or snapshot.shares) and snapshot.host_pools) or any(
+        assert any(
             (hold_after is not None and NOW - j.submitted_at >= hold_after)
             or not j.wait.may_wait
             or (j.wait.deadline is not None and j.wait.deadline <= NOW)
@@ -106,7 +106,7 @@ def _same_as_whole_less_skipped_waits(snapshot: Snapshot, data: st.DataObject) -
 
 @st.composite
 def policy_snapshots(draw: st.DrawFn) -> Snapshot:
-    """Two projects sharing the fleets, with quotas or fair shares or both, mostly without a shared host."""
+    """Two projects sharing the fleets, with quotas or fair shares or both, with or without a shared host."""
     snapshot = draw(quota_snapshots())
     shares = {}
     if draw(st.booleans()):
@@ -114,7 +114,7 @@ def policy_snapshots(draw: st.DrawFn) -> Snapshot:
             nominal = Limits({"cpu": float(draw(st.sampled_from([0, 2, 8])))})
             used = {"cpu": float(draw(st.integers(0, 8))), "instances": float(draw(st.integers(0, 2)))}
             shares[pid] = FairShare(weight=draw(st.sampled_from([1.0, 2.0, 3.0])), nominal=nominal, used=used)
-    pools = snapshot.host_pools if draw(st.integers(0, 4)) == 0 else {}
+    pools = snapshot.host_pools if draw(st.booleans()) else {}
     return replace(snapshot, shares=shares, host_pools=pools)
 
 
@@ -212,7 +212,7 @@ def test_a_job_past_the_starvation_guard_needs_a_whole_pass() -> None:
     assert head_of(replace(snapshot, hold_after=500.0), {j.id for j in snapshot.queue}) == Plan(())
 
 
-def test_holds_or_policies_on_a_shared_host_need_a_whole_pass() -> None:
+def test_holds_need_a_whole_pass() -> None:
     snap = Snapshot((fleet(),), (job(1),))
     assert head_of(snap, set()) is not None
     quotas = {"p": ProjectQuota(Limits({"gpu": 1.0}))}
@@ -220,10 +220,8 @@ def test_holds_or_policies_on_a_shared_host_need_a_whole_pass() -> None:
     assert head_of(replace(snap, shares={"p": FairShare()}), set()) == schedule(
         replace(snap, shares={"p": FairShare()}), NOW
     )
-    shared = replace(snap, host_pools={"local": (0, 4)})
-    assert head_of(shared, set()) is not None
-    assert head_of(replace(shared, quotas=quotas), set()) is None
-    assert head_of(replace(shared, shares={"p": FairShare()}), set()) is None
+    shared = replace(snap, host_pools={"local": (0, 4)}, shares={"p": FairShare()})
+    assert head_of(shared, set()) == schedule(shared, NOW)
     assert head_of(replace(snap, holds=(Hold("i0", "r1", 1, NOW + 60),)), set()) is None
 
 
@@ -281,3 +279,23 @@ def test_a_pending_gang_read_ahead_when_its_kind_is_cut_short_is_worked_out_once
     head = head_of(snapshot, {"j0-0", "j1-0", "j3-0"})
     assert head is not None
     assert [getattr(d, "job_id", None) for g in head.gangs for d in g.decisions] == ["j0-0", "j2-0"]
+
+
+def test_a_gang_that_freed_idle_instances_of_the_shared_host_is_no_kind_without_room() -> None:
+    """Two gangs of one kind each need a new instance of the local machine, whose blocks idle instances hold: the
+    whole pass frees one for each. The first is not taken for a kind that found no room, so the second, settled,
+    is worked out and frees the other."""
+    carved = carved_offers("local", MACHINE, 4)
+    idle = tuple(
+        replace(inst(n, fleet="g", total=1), backend="local", host_blocks=2, offer=carved[1]) for n in range(2)
+    )
+    holder = fleet(idle, name="g", fid="g", offers=())
+    grows = fleet((), nodes_max=None, offers=(carved[1],))
+    queue = (job(1, fleets=("f",)), job(2, fleets=("f",)))
+    snapshot = Snapshot((grows, holder), queue, host_pools={"local": (4, 4)}, shares={"p": FairShare()})
+    whole = schedule(snapshot, NOW)
+    assert [d for g in whole.gangs for d in g.decisions if isinstance(d, Reclaim)] == [
+        Reclaim("i0", "Terminated to free this machine for run run-1"),
+        Reclaim("i1", "Terminated to free this machine for run run-2"),
+    ]
+    assert head_of(snapshot, {j.id for j in queue}) == whole

@@ -14,16 +14,16 @@ the caller (``queue_order.QueueOrder``), a pass costs the gangs it works out, no
 Under quotas or fair shares capacity is rarely all taken (a project at its ``quota.max`` leaves its fleet's
 hosts free), and fair sharing orders the gangs by what each project holds as the pass places them, so the
 pass goes through the whole queue in ``schedule``'s order (``schedule.schedule_skipping``), but a settled
-gang of a kind that already found no room earlier in the pass is skipped: capacity only goes down within a
-pass, so it finds none either. On a shared host (the local machine, where a waiting gang may free idle
-instances) that pass is a whole one.
+gang of a kind that already found no room earlier in the pass (and freed no idle instance of a shared host
+for itself) is skipped: capacity only goes down within a pass, so it finds none either, and what a waiting gang
+could free of a shared host only shrinks.
 
 The plan is ``schedule(snapshot, now)``'s, less the skipped gangs' decisions, which can only be a new
 wording of their wait (the counts a message names): the same placements, reservations, reclaims and
 failures, the same decisions for every gang not skipped. Where that cannot be shown it returns None and the
 caller makes a whole pass: the snapshot has holds (capacity held for a preempting run goes back to it first);
-it has quotas or fair shares and a shared host; a queued job has waited past ``hold_after`` (it would hold
-fleets); a skipped gang's retry deadline has passed or it may not wait at all (it would fail).
+a queued job has waited past ``hold_after`` (it would hold fleets); a skipped gang's retry deadline has passed
+or it may not wait at all (it would fail).
 
 Pure; imports the scheduler's types, ledger, queue order and ``schedule``'s gang step only.
 """
@@ -59,14 +59,13 @@ def schedule_head(
     out; None where the caller must make a whole pass (see the module's docstring). ``pending``: the ids of
     the queued jobs that are not settled (every other queued job is). ``order``: ``snapshot.queue`` in pass
     order, kept by the caller across passes (None: made here, at the cost of a sort)."""
-    policies = bool(snapshot.quotas or snapshot.shares)
-    if snapshot.holds or (policies and snapshot.host_pools):
+    if snapshot.holds:
         return None
     if order is None:
         order = QueueOrder(snapshot.queue)
     if _must_pass_whole(order, now, snapshot.hold_after):
         return None
-    if policies:
+    if snapshot.quotas or snapshot.shares:
         return schedule_skipping(snapshot, now, SettledSkip(order, pending))
     return _head_until_full(snapshot, now, pending, order)
 

@@ -358,11 +358,12 @@ def schedule_skipping(snapshot: Snapshot, now: float, skip: SettledSkip) -> Plan
     """``schedule(snapshot, now)`` over the queue in ``skip``'s kept order that leaves out each settled gang
     (told to wait by an earlier pass) that ``schedule`` would tell to wait again, at most in new words
     (``_waits_again``; in fair-share order whole stretches of a project's queue, ``settled_skip``). Leaving
-    it out changes nothing for the gangs after it, with the caller's guarantees (``head_pass``): no holds and
-    no shared host (a waiting gang may free idle instances of one), and no job that may not wait, is past its
-    retry deadline or past the starvation guard. Its fair-share record is one its kind already made at a share
-    no higher (a project's share only rises within a pass). The plan is ``schedule``'s less the skipped
-    gangs' waits."""
+    it out changes nothing for the gangs after it, with the caller's guarantees (``head_pass``): no holds, and
+    no job that may not wait, is past its retry deadline or past the starvation guard (a kind is taken for one
+    without room only when its gang freed no idle instance of a shared host: what one could free only shrinks
+    within a pass, as ``fleet_upkeep.reclaim_for`` reads the ledger). Its fair-share record is one its kind
+    already made at a share no higher (a project's share only rises within a pass). The plan is ``schedule``'s
+    less the skipped gangs' waits."""
     return _schedule(snapshot, now, skip.gangs() if not snapshot.shares else {}, True, skip)
 
 
