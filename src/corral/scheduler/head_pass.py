@@ -25,7 +25,8 @@ caller makes a whole pass: the snapshot has holds (capacity held for a preemptin
 a queued job has waited past ``hold_after`` (it would hold fleets); a skipped gang's retry deadline has passed
 or it may not wait at all (it would fail).
 
-Pure; imports the scheduler's types, ledger, queue order and ``schedule``'s gang step only.
+Pure; imports the scheduler's types, ledger, queue order, ``schedule``'s gang step and skipping pass, and
+``settled_skip`` only.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 
 A pass over the head is made when the fleets are those the last pass saw (``fleets_key``), a whole pass was
 made within the safety-net interval and preemption is off; ``schedule_head`` itself asks for a whole pass
-where it cannot show the same plan (holds, quotas or shares on a shared host, a job at its deadline or the
-starvation guard).
+where it cannot show the same plan (holds, a job at its deadline or the starvation guard, one that may not
+wait).
 Imports the scheduler only.
 """
 
