@@ -15,6 +15,7 @@ from test_quota_gate import quota_snapshots
 from test_schedule import MACHINE, fleet, inst, job
 
 from corral.domain.quotas import Limits
+from corral.domain.selectors import Selector
 from corral.scheduler.blocks import carved_offers
 from corral.scheduler.head_pass import no_room_left, schedule_head
 from corral.scheduler.ledger import initial_ledger
@@ -299,3 +300,44 @@ def test_a_gang_that_freed_idle_instances_of_the_shared_host_is_no_kind_without_
         Reclaim("i1", "Terminated to free this machine for run run-2"),
     ]
     assert head_of(snapshot, {j.id for j in queue}) == whole
+
+
+def _two_fleets_and_a_quota(shares: bool) -> Snapshot:
+    """Fleet ``x`` full; fleet ``z`` with one block free beside the project's own job; fleet ``y`` with an idle
+    host the project's quota (two instances, both held) keeps it off; and a run pinned to an instance."""
+    x = fleet((inst(0, fleet="x", status="busy", busy=1),), nodes_max=1, name="x", fid="x", offers=())
+    held = inst(1, fleet="z", status="busy", busy=1, total=2)
+    z = fleet((held,), nodes_max=1, name="z", fid="z", offers=())
+    own = replace(inst(3, fleet="y", status="busy", busy=1, total=2), price=1.0)
+    y = fleet((inst(2, fleet="y"), own), nodes_max=2, name="y", fid="y", offers=())
+    pinned = replace(job(9), selectors=(Selector(name="x-0"),), project_name="p")
+    queue = (
+        *(job(i, fleets=("x",)) for i in range(2)),
+        *(job(i, fleets=("z",)) for i in range(2, 5)),
+        *(job(i, fleets=("y",)) for i in range(5, 8)),
+        pinned,
+    )
+    quota = ProjectQuota(Limits({"instances": 2.0}), {"instances": 2.0}, frozenset({own.id, held.id}), "p")
+    return Snapshot(fleets=(x, z, y), queue=queue, quotas={"p": quota}, shares={"p": FairShare()} if shares else {})
+
+
+def test_every_way_a_settled_gang_is_left_out_or_worked_out() -> None:
+    """Kinds without room are left out (and with fair share read no further), those the quota refused on the
+    same capacity left out one by one, and a gang pinned to instances always worked out: the plan is the whole
+    pass's, with and without fair share."""
+    for shares in (True, False):
+        snapshot = _two_fleets_and_a_quota(shares)
+        whole = by_job(schedule(snapshot, NOW))
+        assert whole["j2-0"] == Assign("j2-0", "i1", 1)
+        assert all(isinstance(whole[f"j{i}-0"], Wait) for i in (0, 1, 3, 4, 5, 6, 7, 9))
+        told = replace(
+            snapshot,
+            queue=tuple(
+                replace(j, status_message=d.message) if isinstance(d := whole[j.id], Wait) else j
+                for j in snapshot.queue
+            ),
+        )
+        head = head_of(told, {j.id for j in told.queue})
+        assert head is not None
+        assert not_waits(head) == not_waits(schedule(told, NOW))
+        assert by_job(head) == {"j2-0": whole["j2-0"]}

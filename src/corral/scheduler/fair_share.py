@@ -102,8 +102,7 @@ class ShareBook:
 
 
 class ProjectQueue:
-    """One project's gangs in queue order, read as the pass reaches them; the pass may narrow the rest of them
-    (``only``)."""
+    """One project's gangs in queue order, read as the pass reaches them."""
 
     def __init__(self, gangs: Iterator[Gang]) -> None:
         self._gangs = gangs
@@ -114,11 +113,6 @@ class ProjectQueue:
         assert gang is not None
         self.head = next(self._gangs, None)
         return gang
-
-    def only(self, gangs: Iterator[Gang]) -> None:
-        """From here on only ``gangs`` (some of those after the gang popped last, in the same order)."""
-        self._gangs = gangs
-        self.head = next(gangs, None)
 
 
 def fair_order(gangs: Sequence[Gang], book: ShareBook) -> Iterator[Gang]:

@@ -96,11 +96,11 @@ class SettledSkip:
         """``gang`` was left out: narrow each kind of its project that found no room to its pending gangs after
         this one."""
         pid = gang[1][0].project_id
-        queue = queues.get(pid)
-        if queue is None or self._checked.get(pid) == memo.kinds_without_room:
+        if self._checked.get(pid) == memo.kinds_without_room:
             return
         self._checked[pid] = memo.kinds_without_room  # nothing new to narrow before another kind finds no room
         place = self.order.gang_place(gang[0])
+        queue = queues[pid]
         for k, stable in enumerate(queue.kinds):
             if (pid, k) in self._narrowed:
                 continue
