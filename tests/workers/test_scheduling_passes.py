@@ -95,3 +95,16 @@ def test_a_job_that_came_since_the_last_pass_is_worked_out_and_one_decided_stays
     choice.planned(plan, [j.id for j in later.queue])
     again = choice.plan(later, 102.0, preemption=False)
     assert _told(again) == [("Assign", "j1-0")]
+
+
+def test_a_project_that_comes_into_the_queue_makes_a_whole_pass() -> None:
+    """Its jobs change the fair-share notes of the others' waits: the whole pass tells them again."""
+    choice = PassChoice(INTERVAL)
+    first = replace(drain_snapshot(10, busy=4), shares={"p": FairShare(used={"cpu": 4.0}), "q": FairShare()})
+    _settled_after_first(choice, first, 100.0)
+    other = replace(job(20), project_id="q", project_name="q")
+    later = replace(first, queue=(*first.queue, other))
+    choice.came([other.id])
+    whole = schedule(later, 101.0)
+    assert len(whole.gangs) == 11  # every wait told again, naming the project that came
+    assert choice.plan(later, 101.0, preemption=False) == whole

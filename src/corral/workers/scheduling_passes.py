@@ -1,8 +1,10 @@
 """Which pass the scheduling worker makes: a whole pass (``scheduler.schedule``) or one over the queue's head
 (``scheduler.head_pass``), and the bookkeeping that lets the head pass skip what an earlier pass told to wait.
 
-A pass over the head is made when the fleets are those the last pass saw (``fleets_key``), a whole pass was
-made within the safety-net interval and preemption is off; ``schedule_head`` itself asks for a whole pass
+A pass over the head is made when the fleets are those the last pass saw (``fleets_key``), so are the projects
+with queued jobs (one that comes or goes changes the fair-share notes of every other project's waits, which
+the head pass would leave as they were), a whole pass was made within the safety-net interval and preemption
+is off; ``schedule_head`` itself asks for a whole pass
 where it cannot show the same plan (holds, a job at its deadline or the starvation guard, one that may not
 wait).
 Imports the scheduler only.
@@ -28,6 +30,7 @@ class PassChoice:
         #: Whether the last pass left queued jobs waiting (none: the next pass is whole).
         self._waiting = False
         self._fleets_key: tuple[object, ...] = ()
+        self._projects: frozenset[str] = frozenset()
         #: When the last pass over the whole queue was made (one at least every safety-net interval).
         self._whole_at = float("-inf")
 
@@ -39,17 +42,19 @@ class PassChoice:
         """The pass's plan: ``schedule``'s over the queue's head where that is the same, else a whole pass.
         ``order``: ``snapshot.queue`` in pass order, kept across passes (None: sorted when needed)."""
         key = fleets_key(snapshot.fleets)
+        projects = frozenset(order.projects()) if order is not None else frozenset(j.project_id for j in snapshot.queue)
         plan = None
         if (
             self._waiting
             and key == self._fleets_key
+            and projects == self._projects
             and now - self._whole_at < self.safety_net_interval
             and not preemption
         ):
             plan = schedule_head(snapshot, now, self._pending, order)
         if plan is None:
             plan, self._whole_at = schedule(snapshot, now), now
-        self._fleets_key = key
+        self._fleets_key, self._projects = key, projects
         return plan
 
     def planned(self, plan: Plan, queued: Collection[str]) -> None:
