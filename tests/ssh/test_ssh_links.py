@@ -23,7 +23,7 @@ from ssh_harness import (
 
 from corral.backends import ssh_bootstrap
 from corral.backends.ssh_conn import HostLink, SshError, SshTarget
-from fakehosts import FakeHosts
+from fakehosts import FakeHosts, HostSpec
 from server_harness import make_settings, running_server, wait_for
 
 
@@ -122,3 +122,29 @@ async def test_a_command_that_ends_before_its_input_is_written_is_answered_not_a
         assert raised.value.permanent
     finally:
         await link.close()
+
+
+async def test_the_link_asks_for_aes_gcm_first_and_reaches_a_host_without_it(hosts: FakeHosts) -> None:
+    """Every byte to an agent crosses the host's SSH connection: the link asks for AES-GCM (one AEAD call a
+    packet in ``cryptography``) ahead of asyncssh's first choice, chacha20-poly1305 (several). OpenSSH's sshd
+    offers AES-GCM by default; a host whose sshd allows only chacha20-poly1305 is reached with that."""
+    key = hosts.key.read_text()
+    link = HostLink(SshTarget(hosts.ip("cpu1"), 22, "root", key), 10.0, ssh_bootstrap.read_agent_port)
+    try:
+        conn = await link.connection()
+        assert (conn.get_extra_info("send_cipher"), conn.get_extra_info("recv_cipher")) == (
+            "aes128-gcm@openssh.com",
+            "aes128-gcm@openssh.com",
+        )
+    finally:
+        await link.close()
+    hosts.add("chac", hosts.unused_ip(), HostSpec(sshd_extra="Ciphers chacha20-poly1305@openssh.com"))
+    try:
+        link = HostLink(SshTarget(hosts.ip("chac"), 22, "root", key), 10.0, ssh_bootstrap.read_agent_port)
+        try:
+            assert (await link.run("hostname")).stdout.strip() == b"chac"
+            assert (await link.connection()).get_extra_info("send_cipher") == "chacha20-poly1305@openssh.com"
+        finally:
+            await link.close()
+    finally:
+        hosts.remove("chac")

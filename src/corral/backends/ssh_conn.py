@@ -37,6 +37,15 @@ log = logging.getLogger("corral.ssh")
 
 KEEPALIVE_INTERVAL = 15.0
 
+#: The ciphers asked for first, ahead of asyncssh's own list (``^``: put at the head of the default set, as in
+#: OpenSSH's ``ssh_config(5)`` ``Ciphers``; asyncssh reads the same syntax: its docs, "Specifying algorithms").
+#: Every byte between the server and a host's agent (submissions, logs, health checks, metrics) crosses the SSH
+#: connection, and asyncssh makes ``chacha20-poly1305@openssh.com``, its first choice, of several calls into
+#: ``cryptography`` per packet: 33 µs a packet of 300 bytes here, against 5 µs for ``aes128-gcm@openssh.com``
+#: (one AEAD call). OpenSSH's sshd offers both AES-GCM ciphers by default since 6.2 (its ``sshd_config(5)``
+#: ``Ciphers`` default); a host that does not is reached with the rest of the default set, as before.
+CIPHERS = "^aes128-gcm@openssh.com,aes256-gcm@openssh.com"
+
 
 def _asyncssh() -> Any:
     """asyncssh, imported on first use: a server without SSH fleets never pays for it (16 MB, 0.16 s)."""
@@ -136,6 +145,7 @@ async def _open(
                 connect_timeout=timeout,
                 keepalive_interval=KEEPALIVE_INTERVAL,
                 keepalive_count_max=3,
+                encryption_algs=CIPHERS,
             ),
             timeout + 1.0,
         )

@@ -82,6 +82,22 @@ class InstanceRec:
 
 
 @dataclass(frozen=True)
+class IdleClock:
+    """What the instances worker reads of an idle instance to tell whether it has been idle too long: a few
+    columns, no documents, since every idle instance is read on each of its passes."""
+
+    id: str
+    project_id: str
+    fleet_id: str | None
+    backend: str
+    idle_duration: float | None
+    #: When it last finished a job (None: never).
+    last_job_finished_at: float | None
+    #: Since when it has been idle: its last job's end, else its start, else its creation.
+    since: float
+
+
+@dataclass(frozen=True)
 class InstanceQuery:
     """One ``instances/list`` request, resolved: the instances of ``project_ids`` (None: all) and, with
     ``include_imported``, of the fleets exported to them, of ``fleet_ids`` if given, only the idle and busy ones

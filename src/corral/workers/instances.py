@@ -21,7 +21,7 @@ from corral.domain.durations import idle_limit
 from corral.domain.events import instance_target
 from corral.domain.fleets import nodes_bounds, stuck_message
 from corral.domain.provisioning import STATUS_WORDS, FailureKind
-from corral.domain.records import InstanceRec
+from corral.domain.records import IdleClock, InstanceRec
 from corral.domain.statuses import ENDING_INSTANCE, UNFINISHED_INSTANCE
 from corral.scheduler.codec import offer_to_json, resources_to_json
 from corral.scheduler.fallbacks import FALLBACKS_KEY
@@ -54,7 +54,7 @@ class Instances:
     async def pass_once(self) -> None:
         async with self.ctx.db.read() as conn:
             todo = await fleet_store.list_instances(conn, statuses=("pending", "terminating"))
-            idle = await fleet_store.list_instances(conn, statuses=("idle",))
+            idle = await fleet_store.idle_clocks(conn)
         fresh = [i for i in todo if i.status == "pending" and i.id not in self._tasks]
         for ids, gang in await self.gangs.start(fresh):  # a multi-node run's instances: all together
             for iid in ids:
@@ -265,15 +265,12 @@ class Instances:
         # "instances" too: a deleted fleet whose last instance this was is finished by the next pass.
         self.ctx.wakeups.wake("scheduler", "runs", "jobs", "instances")
 
-    async def _retire_idle(self, idle: list[InstanceRec]) -> None:
+    async def _retire_idle(self, idle: list[IdleClock]) -> None:
         now = time.time()
         due = []
         for inst in idle:
             limit = idle_limit(inst.idle_duration, inst.backend, self.ctx.settings.default_fleet_idle_duration)
-            if limit < 0:
-                continue
-            since = inst.last_job_finished_at or inst.started_at or inst.created_at
-            if now - since >= limit:
+            if limit >= 0 and now - inst.since >= limit:
                 due.append(inst)
         if not due:
             return
@@ -302,9 +299,7 @@ class Instances:
 
     async def _finish_fleets(self) -> None:
         async with self.ctx.db.write() as conn:
-            for fleet in await fleet_store.list_fleets(conn, None):
-                if fleet.status != "terminating":
-                    continue
+            for fleet in await fleet_store.list_fleets(conn, None, statuses=("terminating",)):
                 if all(i.status == "terminated" for i in fleet.instances):
                     await fleet_store.update_fleet(conn, fleet.id, {"status": "terminated", "deleted": True})
 

@@ -39,11 +39,8 @@ class Interruptions:
         if not asking:
             return 0
         async with self.ctx.db.read() as conn:
-            live = [
-                i
-                for i in await fleet_store.list_instances(conn, statuses=READY_INSTANCE)
-                if i.backend in asking and i.agent
-            ]
+            ready = await fleet_store.list_instances(conn, statuses=READY_INSTANCE, backends=tuple(asking))
+            live = [i for i in ready if i.agent]
         found = 0
         for name, compute in asking.items():
             mine = [i for i in live if i.backend == name]
