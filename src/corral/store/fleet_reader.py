@@ -79,12 +79,16 @@ class FleetReader:
     _members: dict[str, dict[str, InstanceRec]] = field(default_factory=dict)
     #: fleet id -> its row as last read, and the record made of it.
     _fleets: dict[str, tuple[Any, FleetRec]] = field(default_factory=dict)
+    #: Every live instance's state as the last read took it, of any fleet or none (``HoldingsReader`` reads the
+    #: projects' holdings from it in the same transaction).
+    live: set[State] = field(default_factory=set)
 
     async def read(self, conn: AsyncConnection) -> list[FleetRec]:
         """Active fleets, newest first, each with its live instances (by ``instance_num``)."""
         rows = [r for r in (await direct.execute(conn, _FLEETS)).all() if r.status == "active"]
         names = {r.id: (r.project_name, r.name) for r in rows}
-        state = {s for s in await _instance_state(conn) if s[1] in names}
+        self.live = await _instance_state(conn)
+        state = {s for s in self.live if s[1] in names}
         moved, gone = state - self._state, self._state - state
         touched = {s[1] for s in moved} | {s[1] for s in gone}
         for instance_id, fleet_id, _ in gone:

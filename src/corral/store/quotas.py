@@ -8,7 +8,7 @@ Imports only SQLAlchemy, the tables, the exports store and ``corral.domain``.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,13 +120,16 @@ _HOLDING = (
 )
 
 
-async def project_holdings(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> dict[str, Holding]:
-    """project id -> what its holding jobs hold (``instances``: the number of instances they are on)."""
-    q = _HOLDING if project_ids is None else _HOLDING.where(jobs.c.project_id.in_(list(project_ids)))
-    out: dict[str, Usage] = {}
-    on: dict[str, set[str]] = {}
+#: What the holding jobs of one project hold on one instance: (instance id, project id, usage).
+HeldOn = tuple[str, str, Usage]
+
+
+async def held_on_instances(conn: AsyncConnection, where: Any = None) -> list[HeldOn]:
+    """What each project's holding jobs hold on each instance (``where``: a condition the rows must also meet),
+    no instance count."""
+    out: dict[tuple[str, str], Usage] = {}
     charged: dict[tuple[Any, ...], Usage] = {}  # hosts alike are charged alike: each offer parsed once
-    for r in await conn.execute(q):
+    for r in await conn.execute(_HOLDING if where is None else _HOLDING.where(where)):
         key = (r.offer, r.price, r.blocks, r.total_blocks)
         held = charged.get(key)
         if held is None:
@@ -134,13 +137,30 @@ async def project_holdings(conn: AsyncConnection, project_ids: Collection[str] |
             held = charged[key] = charge(
                 gpus, cpus, mem, float(r.price or 0.0), int(r.blocks or 1), int(r.total_blocks or 1)
             )
-        usage = out.setdefault(r.project_id, {})
+        usage = out.setdefault((r.instance_id, r.project_id), {})
         for dim, amount in held.items():
             usage[dim] = usage.get(dim, 0.0) + amount * r.jobs
-        on.setdefault(r.project_id, set()).add(r.instance_id)
+    return [(iid, pid, usage) for (iid, pid), usage in out.items()]
+
+
+def holdings_of(held: Iterable[HeldOn]) -> dict[str, Holding]:
+    """project id -> what it holds in all (``instances``: the number of instances it holds jobs on)."""
+    out: dict[str, Usage] = {}
+    on: dict[str, set[str]] = {}
+    for instance_id, project_id, usage in held:
+        total = out.setdefault(project_id, {})
+        for dim, amount in usage.items():
+            total[dim] = total.get(dim, 0.0) + amount
+        on.setdefault(project_id, set()).add(instance_id)
     for pid, ids in on.items():
         out[pid]["instances"] = float(len(ids))
-    return {pid: Holding(usage, frozenset(on.get(pid, ()))) for pid, usage in out.items()}
+    return {pid: Holding(usage, frozenset(on[pid])) for pid, usage in out.items()}
+
+
+async def project_holdings(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> dict[str, Holding]:
+    """project id -> what its holding jobs hold (``instances``: the number of instances they are on)."""
+    where = None if project_ids is None else jobs.c.project_id.in_(list(project_ids))
+    return holdings_of(await held_on_instances(conn, where))
 
 
 async def project_usage(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> dict[str, Usage]:

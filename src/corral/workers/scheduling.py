@@ -38,6 +38,7 @@ from corral.store import queue_reader
 from corral.store import snapshot as snap
 from corral.store import volumes as volume_store
 from corral.store.fleet_reader import FleetReader
+from corral.store.holdings_reader import HoldingsReader
 from corral.store.plan_apply import apply_plan
 from corral.store.plan_result import ApplyResult, JobLease
 from corral.store.queue_reader import QueueChange, QueueReader
@@ -64,6 +65,10 @@ class Scheduling:
         self._reader = QueueReader()
         #: The fleets and instances the last pass read: the next pass reads whole only the instances that changed.
         self._fleets = FleetReader()
+        #: The projects' holdings the last pass read (while a policy is set): read again where an instance moved,
+        #: and whole when ``_holdings_whole_at`` is a safety-net interval old.
+        self._holdings = HoldingsReader()
+        self._holdings_whole_at = float("-inf")
         #: The requirements of the queued jobs, each distinct one once (entries go with the last job using them).
         self._requirements: weakref.WeakValueDictionary[Requirements, Requirements] = weakref.WeakValueDictionary()
         #: job id -> its run's configuration type (``task``, ``service``, ...), for ``GET /metrics``.
@@ -194,7 +199,10 @@ class Scheduling:
             local_used, local_blocks = await snap.backend_usage_and_blocks(conn, "local")
             pool_used = {b: local_blocks if b == "local" else await snap.host_blocks_used(conn, b) for b in pools}
             await self.snapshots.refresh(conn)
-            policies, holdings = await load_policies(conn)
+            whole = now - self._holdings_whole_at >= self.ctx.settings.safety_net_interval
+            policies, holdings = await load_policies(conn, self._holdings, self._fleets.live, whole)
+            if whole and policies:
+                self._holdings_whole_at = now
         await self.snapshots.reserved.resolve(fleets)  # capacity reservations EC2 was not asked about yet
         slots = tuple(self.snapshots.fleet_slot(f) for f in fleets)
         self.snapshots.keep_only({f.id for f in fleets})  # caches keep only fleets that still exist

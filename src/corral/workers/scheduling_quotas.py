@@ -4,17 +4,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from corral.domain.quotas import Limits, QuotaPolicy
 from corral.scheduler.types import FairShare, ProjectQuota
 from corral.store import quotas as quota_store
+from corral.store.fleet_reader import State
+from corral.store.holdings_reader import HoldingsReader
 
 
-async def load_policies(conn: Any) -> tuple[dict[str, QuotaPolicy], dict[str, quota_store.Holding]]:
-    """Every stored policy and, once there is one, every project's holding (fair sharing counts them all)."""
+async def load_policies(
+    conn: Any, holdings_reader: HoldingsReader, live: Iterable[State], whole: bool
+) -> tuple[dict[str, QuotaPolicy], dict[str, quota_store.Holding]]:
+    """Every stored policy and, once there is one, every project's holding (fair sharing counts them all), read
+    again only where an instance of ``live`` (the live instances' state read in this transaction) moved, or every
+    instance with ``whole``."""
     policies = await quota_store.all_policies(conn)
-    holdings = await quota_store.project_holdings(conn) if policies else {}
+    holdings = await holdings_reader.read(conn, live, whole) if policies else {}
     return policies, holdings
 
 
