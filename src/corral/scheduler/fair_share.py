@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from corral.domain.quotas import QuotaPolicy, Usage, add, charge, weighted_share
+from corral.domain.resources import InstanceResources
 from corral.domain.statuses import ENDING_INSTANCE
 from corral.scheduler.types import Assign, Decision, InstanceSlot, QueuedJob, Reserve, Snapshot
 
@@ -44,14 +45,19 @@ class ShareBook:
         """What the instances of the fleets the project can use (its own and those exported to it) have."""
         if project_id not in self._capacity:
             total: Usage = {}
+            each: dict[InstanceResources, Usage] = {}  # hosts alike have the same resources: each charged once
             for f in self.snapshot.fleets:
                 if f.project_id != project_id and project_id not in f.importer_project_ids:
                     continue
                 for i in f.instances:
-                    if i.resources is None or i.status in ENDING_INSTANCE:
-                        continue
                     r = i.resources
-                    total = add(total, charge([g.name for g in r.gpus], r.cpus, r.memory_mib, 0.0, 1, 1))
+                    if r is None or i.status in ENDING_INSTANCE:
+                        continue
+                    whole = each.get(r)
+                    if whole is None:
+                        whole = each[r] = charge([g.name for g in r.gpus], r.cpus, r.memory_mib, 0.0, 1, 1)
+                    for dim, amount in whole.items():
+                        total[dim] = total.get(dim, 0.0) + amount
                     total["instances"] = total.get("instances", 0.0) + 1
             total.pop("price_per_hour", None)
             self._capacity[project_id] = total
