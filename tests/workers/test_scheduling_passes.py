@@ -108,3 +108,20 @@ def test_a_project_that_comes_into_the_queue_makes_a_whole_pass() -> None:
     whole = schedule(later, 101.0)
     assert len(whole.gangs) == 11  # every wait told again, naming the project that came
     assert choice.plan(later, 101.0, preemption=False) == whole
+
+
+def test_a_costly_whole_pass_is_made_again_only_after_twenty_times_its_cost() -> None:
+    """The safety net's whole pass over a long queue costs what the queue is long: it is spaced by its own cost,
+    so that it takes at most a twentieth of the worker's time."""
+    ticks = iter([0.0, 0.5, 10.0, 10.01])  # the first whole pass takes 0.5 s, the second 10 ms
+    choice = PassChoice(INTERVAL, clock=lambda: next(ticks))
+    first = drain_snapshot(50, busy=3)
+    _settled_after_first(choice, first, 100.0)
+    assert choice.whole_interval() == 10.0  # 20 x 0.5 s, above the 5 s interval
+    later = _next(first)
+    head = choice.plan(later, 100.0 + INTERVAL, preemption=False)
+    assert _kinds(head) == ["Assign"], "past the interval but within 20 times the cost: a head pass"
+    choice.planned(head, [j.id for j in later.queue])
+    whole = choice.plan(later, 110.0, preemption=False)
+    assert whole == schedule(later, 110.0) and "Wait" in _kinds(whole)
+    assert choice.whole_interval() == INTERVAL  # a cheap whole pass: the interval again
