@@ -126,3 +126,23 @@ async def test_a_lowered_max_lets_nothing_grow_and_no_quota_means_no_limit(db_ur
     late = await apply_plan(db, Plan((Gang("late", (Assign("j3", "i1", 1),), "p"),)), time.time())
     assert late.rejected_runs == ["late"]
     await db.dispose()
+
+
+async def test_gangs_of_one_plan_fill_the_max_exactly(db_url: str) -> None:
+    """The project's holding is counted once per commit and carried from gang to gang: every gang that fits
+    is placed, up to the max exactly, on instances the project already holds jobs on or not, and the next one
+    is refused; a refused gang leaves the count as it was."""
+    db = await _db(db_url)
+    await _setup(db, 2, 6, QuotaPolicy(max=limits_from_doc({"gpu": {"H100": 3}, "instances": 2})))
+    placed = [("j0", "i0"), ("j1", "i0"), ("j2", "i1"), ("j3", "i1"), ("j4", "i0")]
+    gangs = [Gang(f"g{j}", (Assign(j, i, 1),), "p") for j, i in placed]
+    result = await apply_plan(
+        db, Plan((*gangs[:2], Gang("new", (Reserve("f", OFFER, 1, 2, job_id="j5"),), "p"), *gangs[2:])), time.time()
+    )
+    # j0 and j1 on i0, j5 on a new instance: 3 H100s on 2 instances, the max; j2 on a third instance, j3 likewise,
+    # and j4, on i0 again, a fourth H100: each above it
+    assert (result.assigned, result.rejected_runs) == (["j0", "j1", "j5"], ["gj2", "gj3", "gj4"])
+    async with db.read() as conn:
+        held = (await project_holdings(conn, ["p"]))["p"].usage
+    assert (held["gpu:H100"], held["instances"]) == (3.0, 2.0)
+    await db.dispose()

@@ -18,7 +18,11 @@ transaction (:mod:`corral.store.capacity_counts` reads what a reservation counts
 instance are recounted from the unfinished jobs assigned to it, never taken from a stale counter.
 A gang of a project with a ``quota.max`` is committed only while what the project's provisioning,
 pulling, running and stopping jobs hold, recounted from their rows after the gang's writes, stays within
-it (a dimension already above the max, e.g. after the max was lowered, may not grow). With preemption on,
+it (a dimension already above the max, e.g. after the max was lowered, may not grow). The project's holding is
+counted whole once per transaction; each gang then recounts only the instances it writes, before and after its
+writes (what it adds is the difference), and the total is carried to the project's next gang. Nothing else adds
+to a project's holding meanwhile: only commits do, under the project's lock (below); a job's end elsewhere can
+only make the carried total high, never low. With preemption on,
 an assignment takes only what is free beyond the blocks a preemption freed for another waiting run
 (``store.plan_holds``). Such projects are
 locked first (an advisory lock each, in id order, before the backend locks and any row lock), so that
@@ -44,7 +48,7 @@ from __future__ import annotations
 import json
 import uuid
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -284,9 +288,12 @@ async def _apply_gang(  # noqa: C901
     pools: dict[str, int],
     result: ApplyResult,
     quotas: dict[str, Limits],
+    held: dict[str, Usage],
     holds: bool,
     lease: dict[str, Any] | None,
 ) -> None:
+    """Commit ``gang`` if it still fits (``held``: the holdings of the projects with a quota counted so far in this
+    transaction, carried from gang to gang)."""
     assigned: list[str] = []
     leased: list[str] = []
     reserved: list[str] = []
@@ -309,7 +316,7 @@ async def _apply_gang(  # noqa: C901
     savepoint = None if lone else await conn.begin_nested()
     events_at = deferred.mark(conn)  # the gang's events go with it if it is rejected
     try:
-        before = await _holding(conn, gang.project_id) if limits is not None else {}
+        count = await _QuotaCount.start(conn, gang, limits, held)
         for d in gang.decisions:
             if isinstance(d, Assign):
                 if await _assign(db, conn, d, now, gang.run_id if holds else None, lease):
@@ -324,7 +331,7 @@ async def _apply_gang(  # noqa: C901
                     failed.append(d.job_id)
             elif isinstance(d, Wait):
                 await _wait(conn, d)
-        if limits is not None and _grows_above(before, await _holding(conn, gang.project_id), limits):
+        if count is not None and not await count.still_within(conn, held, reserved):
             raise _Rejected  # another commit took the project's quota meanwhile
     except _Rejected:
         if savepoint is not None:
@@ -334,6 +341,8 @@ async def _apply_gang(  # noqa: C901
         return
     if savepoint is not None:
         await savepoint.commit()
+    if count is not None:
+        held[count.project_id] = count.after
     result.assigned += assigned
     if lease is not None:
         result.leased.update(dict.fromkeys(leased, lease["lock_token"]))
@@ -376,8 +385,9 @@ async def apply_plan(
         for backend in _capped_backends(plan, limits, pools):
             await db.serialize(conn, backend_lock_key(backend))
         await _lock_rows(db, conn, plan)
+        held: dict[str, Usage] = {}
         for gang in plan.gangs:
-            await _apply_gang(db, conn, gang, now, limits, pools, result, quotas, holds, columns)
+            await _apply_gang(db, conn, gang, now, limits, pools, result, quotas, held, holds, columns)
         if settle is not None:
             for run_id in _placed_alone(plan, result):
                 if await settle(conn, run_id, now):
@@ -417,9 +427,54 @@ def _takes_capacity(gang: Gang) -> bool:
     return any(isinstance(d, (Assign, Reserve)) for d in gang.decisions)
 
 
-async def _holding(conn: AsyncConnection, project_id: str) -> Usage:
-    held = (await quota_store.project_holdings(conn, [project_id])).get(project_id)
+@dataclass
+class _QuotaCount:
+    """One gang counted against its project's ``quota.max``: what the project held on the instances the gang
+    assigns to before its writes (``there``), and the project's holding after them (``after``)."""
+
+    project_id: str
+    limits: Limits
+    touched: list[str]
+    there: Usage
+    after: Usage = field(default_factory=dict)
+
+    @staticmethod
+    async def start(
+        conn: AsyncConnection, gang: Gang, limits: Limits | None, held: dict[str, Usage]
+    ) -> _QuotaCount | None:
+        """Before the gang's writes (None: its project has no ``quota.max``)."""
+        if limits is None or gang.project_id is None:
+            return None
+        if gang.project_id not in held:
+            held[gang.project_id] = await _holding(conn, gang.project_id)
+        touched = sorted({d.instance_id for d in gang.decisions if isinstance(d, Assign)})
+        there = await _holding(conn, gang.project_id, touched) if touched else {}
+        return _QuotaCount(gang.project_id, limits, touched, there)
+
+    async def still_within(self, conn: AsyncConnection, held: dict[str, Usage], reserved: list[str]) -> bool:
+        """After the gang's writes (``reserved``: the instances it made): whether no dimension of the max is above
+        it and grew with them."""
+        before = held[self.project_id]
+        self.after = _moved(before, self.there, await _holding(conn, self.project_id, self.touched + reserved))
+        return not _grows_above(before, self.after, self.limits)
+
+
+async def _holding(conn: AsyncConnection, project_id: str, instance_ids: list[str] | None = None) -> Usage:
+    """What the project's holding jobs hold (on ``instance_ids`` only, if given), from their rows."""
+    where = jobs.c.project_id == project_id
+    if instance_ids is not None:
+        where = sa.and_(where, instances.c.id.in_(instance_ids))
+    held = quota_store.holdings_of(await quota_store.held_on_instances(conn, where)).get(project_id)
     return dict(held.usage) if held is not None else {}
+
+
+def _moved(total: Usage, was: Usage, now: Usage) -> Usage:
+    """``total`` with a part of it that was ``was`` now ``now`` (the instances' count alike: the parts are counted
+    over the same instances, which the rest of the total does not hold jobs on)."""
+    out = dict(total)
+    for dim in {*was, *now}:
+        out[dim] = out.get(dim, 0.0) - was.get(dim, 0.0) + now.get(dim, 0.0)
+    return out
 
 
 def _grows_above(before: Usage, after: Usage, limits: Limits) -> bool:
