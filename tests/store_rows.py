@@ -28,6 +28,15 @@ async def admin_and_project(conn: AsyncConnection, now: float) -> None:
     )
 
 
+async def another_project(conn: AsyncConnection, now: float, project_id: str, name: str) -> None:
+    """Project ``project_id`` (``name``, owned by ``u``, no backends) beside ``p``."""
+    await conn.execute(
+        sa.insert(projects).values(
+            id=project_id, name=name, owner_id="u", created_at=now, is_public=False, deleted=False, backends="[]"
+        )
+    )
+
+
 async def a_run(conn: AsyncConnection, run_id: str, now: float, status: str = "submitted", name: str = "") -> None:
     """Run ``run_id`` of project ``p`` by user ``u`` (named ``name``, else its id), with an empty spec."""
     await conn.execute(

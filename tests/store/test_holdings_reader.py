@@ -20,7 +20,8 @@ from corral.store.fleet_reader import FleetReader
 from corral.store.holdings_reader import HoldingsReader
 from corral.store.plan_apply import apply_plan
 from corral.store.quotas import Holding, held_on_instances, holdings_of
-from corral.store.tables import instances, jobs, projects, runs
+from corral.store.tables import instances, jobs, runs
+from store_rows import another_project
 
 #: The hosts' offers: (CPUs, memory in MiB, GPU models, price an hour, blocks).
 OFFERS = [(8, 32768, [], 0.4, 2), (16, 65536, ["A100", "A100"], 3.1, 2), (4, 16384, [], 0.0, 1)]
@@ -30,11 +31,7 @@ async def _setting(db: Database, hosts: int) -> None:
     """A second project ``q`` with run ``rq`` beside ``p``'s run ``r``, and ``hosts`` idle hosts in fleet ``f``."""
     now = time.time()
     async with db.write() as conn:
-        await conn.execute(
-            sa.insert(projects).values(
-                id="q", name="other", owner_id="u", created_at=now, is_public=False, deleted=False, backends="[]"
-            )
-        )
+        await another_project(conn, now, "q", "other")
         await conn.execute(
             sa.insert(runs).values(
                 id="rq", project_id="q", user_id="u", run_name="rq", submitted_at=now, last_processed_at=now,

@@ -18,7 +18,8 @@ from corral.scheduler.holds import HOLD_FOR
 from corral.scheduler.types import Assign, Gang, Plan
 from corral.store.db import Database
 from corral.store.plan_apply import apply_plan
-from corral.store.tables import instances, jobs, projects, runs
+from corral.store.tables import instances, jobs, runs
+from store_rows import another_project
 
 
 async def _setup(db: Database, message: str, ended_ago: float, preemptor_project: str = "p") -> None:
@@ -27,11 +28,7 @@ async def _setup(db: Database, message: str, ended_ago: float, preemptor_project
     run ``other`` wait with a job each."""
     now = time.time()
     async with db.write() as conn:
-        await conn.execute(
-            sa.insert(projects).values(
-                id="q", name="team-b", owner_id="u", created_at=now, is_public=False, deleted=False, backends="[]"
-            )
-        )
+        await another_project(conn, now, "q", "team-b")
         await conn.execute(
             sa.insert(instances).values(
                 id="i", project_id="p", fleet_id="f", name="f-0", instance_num=0, status="busy",

@@ -18,11 +18,8 @@ transaction (:mod:`corral.store.capacity_counts` reads what a reservation counts
 instance are recounted from the unfinished jobs assigned to it, never taken from a stale counter.
 A gang of a project with a ``quota.max`` is committed only while what the project's provisioning,
 pulling, running and stopping jobs hold, recounted from their rows after the gang's writes, stays within
-it (a dimension already above the max, e.g. after the max was lowered, may not grow). The project's holding is
-counted whole once per transaction; each gang then recounts only the instances it writes, before and after its
-writes (what it adds is the difference), and the total is carried to the project's next gang. Nothing else adds
-to a project's holding meanwhile: only commits do, under the project's lock (below); a job's end elsewhere can
-only make the carried total high, never low. With preemption on,
+it (a dimension already above the max, e.g. after the max was lowered, may not grow; how it is counted:
+:mod:`corral.store.quota_count`). With preemption on,
 an assignment takes only what is free beyond the blocks a preemption freed for another waiting run
 (``store.plan_holds``). Such projects are
 locked first (an advisory lock each, in id order, before the backend locks and any row lock), so that
@@ -48,7 +45,7 @@ from __future__ import annotations
 import json
 import uuid
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -73,6 +70,7 @@ from corral.store.events import emit, tracked_update, tracked_update_by_id, trac
 from corral.store.fleets import live_blocks_on, lock_instance, release_instance
 from corral.store.plan_holds import held_for_others
 from corral.store.plan_result import ApplyResult, JobLease, RunSettler
+from corral.store.quota_count import QuotaCount
 from corral.store.snapshot import host_blocks_used, host_gpus_held
 from corral.store.tables import fleets, instances, jobs
 
@@ -316,7 +314,7 @@ async def _apply_gang(  # noqa: C901
     savepoint = None if lone else await conn.begin_nested()
     events_at = deferred.mark(conn)  # the gang's events go with it if it is rejected
     try:
-        count = await _QuotaCount.start(conn, gang, limits, held)
+        count = await QuotaCount.start(conn, gang, limits, held)
         for d in gang.decisions:
             if isinstance(d, Assign):
                 if await _assign(db, conn, d, now, gang.run_id if holds else None, lease):
@@ -425,65 +423,6 @@ async def _lock_rows(db: Database, conn: AsyncConnection, plan: Plan) -> None:
 
 def _takes_capacity(gang: Gang) -> bool:
     return any(isinstance(d, (Assign, Reserve)) for d in gang.decisions)
-
-
-@dataclass
-class _QuotaCount:
-    """One gang counted against its project's ``quota.max``: what the project held on the instances the gang
-    assigns to before its writes (``there``), and the project's holding after them (``after``)."""
-
-    project_id: str
-    limits: Limits
-    touched: list[str]
-    there: Usage
-    after: Usage = field(default_factory=dict)
-
-    @staticmethod
-    async def start(
-        conn: AsyncConnection, gang: Gang, limits: Limits | None, held: dict[str, Usage]
-    ) -> _QuotaCount | None:
-        """Before the gang's writes (None: its project has no ``quota.max``)."""
-        if limits is None or gang.project_id is None:
-            return None
-        if gang.project_id not in held:
-            held[gang.project_id] = await _holding(conn, gang.project_id)
-        touched = sorted({d.instance_id for d in gang.decisions if isinstance(d, Assign)})
-        there = await _holding(conn, gang.project_id, touched) if touched else {}
-        return _QuotaCount(gang.project_id, limits, touched, there)
-
-    async def still_within(self, conn: AsyncConnection, held: dict[str, Usage], reserved: list[str]) -> bool:
-        """After the gang's writes (``reserved``: the instances it made): whether no dimension of the max is above
-        it and grew with them."""
-        before = held[self.project_id]
-        self.after = _moved(before, self.there, await _holding(conn, self.project_id, self.touched + reserved))
-        return not _grows_above(before, self.after, self.limits)
-
-
-async def _holding(conn: AsyncConnection, project_id: str, instance_ids: list[str] | None = None) -> Usage:
-    """What the project's holding jobs hold (on ``instance_ids`` only, if given), from their rows."""
-    where = jobs.c.project_id == project_id
-    if instance_ids is not None:
-        where = sa.and_(where, instances.c.id.in_(instance_ids))
-    held = quota_store.holdings_of(await quota_store.held_on_instances(conn, where)).get(project_id)
-    return dict(held.usage) if held is not None else {}
-
-
-def _moved(total: Usage, was: Usage, now: Usage) -> Usage:
-    """``total`` with a part of it that was ``was`` now ``now`` (the instances' count alike: the parts are counted
-    over the same instances, which the rest of the total does not hold jobs on)."""
-    out = dict(total)
-    for dim in {*was, *now}:
-        out[dim] = out.get(dim, 0.0) - was.get(dim, 0.0) + now.get(dim, 0.0)
-    return out
-
-
-def _grows_above(before: Usage, after: Usage, limits: Limits) -> bool:
-    """Whether a dimension of ``limits`` is above its max after the gang's writes and grew with them."""
-    eps = 1e-9
-    return any(
-        after.get(dim, 0.0) > cap + eps and after.get(dim, 0.0) > before.get(dim, 0.0) + eps
-        for dim, cap in limits.amounts.items()
-    )
 
 
 def project_lock_key(project_id: str) -> int:
