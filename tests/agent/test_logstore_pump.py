@@ -24,12 +24,23 @@ def _until(check: Callable[[], bool], timeout: float = 5.0) -> None:
         time.sleep(0.01)
 
 
+def _identity(fd: int) -> tuple[int, int] | None:
+    """What ``fd`` names, or None once closed. Another thread of the test process may reuse a closed fd's number
+    at once, so the number alone does not tell that the reader closed its pipe: the pipe's inode does."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def test_one_thread_reads_both_pipes_each_line_under_its_source(tmp_path: Path) -> None:
     store = LogStore(str(tmp_path))
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     notified = threading.Event()
     stop = threading.Event()
+    pipes = {fd: _identity(fd) for fd in (out_r, err_r)}
     reader = threading.Thread(target=pump_all, args=([(out_r, "stdout"), (err_r, "stderr")], store, notified.set, stop))
     reader.start()
     os.write(out_w, b"one\n")
@@ -53,12 +64,8 @@ def test_one_thread_reads_both_pipes_each_line_under_its_source(tmp_path: Path) 
     os.close(err_w)
     reader.join(5)
     assert not reader.is_alive()
-    for fd in (out_r, err_r):  # both closed by the reader
-        try:
-            os.fstat(fd)
-            raise AssertionError(f"fd {fd} left open")
-        except OSError:
-            pass
+    for fd, pipe in pipes.items():  # both closed by the reader
+        assert _identity(fd) != pipe, f"fd {fd} left open"
     store.close()
 
 
