@@ -16,7 +16,12 @@ back: each pass then places one job, as in a drain over that many hosts.
 With ``--quotas`` (and ``--hosts``) the project has a scheduling policy, a ``quota.max`` of as many instances as
 there are hosts (never reached): fair sharing is then on, and each pass takes the queue in fair-share order.
 
+With ``--guard SECONDS`` the server's starvation guard (``CORRAL_STARVATION_GUARD``, 300 s by default) is that
+long; ``--guard 0`` puts every queued job past it at once, as a backlog is once its oldest jobs have waited five
+minutes: each waiting job past it holds the fleets it could use for itself.
+
     python benchmarks/scheduling_pass.py [--queued 400] [--passes 50] [--profile] [--hosts 2000 [--quotas]]
+                                         [--guard SECONDS]
 """
 
 from __future__ import annotations
@@ -105,10 +110,10 @@ async def _free_a_block(srv: InProcess, ids: list[str]) -> None:
         )
 
 
-async def main_hosts(hosts: int, queued: int, passes: int, profile: bool, quotas: bool) -> None:
+async def main_hosts(hosts: int, queued: int, passes: int, profile: bool, quotas: bool, guard: float) -> None:
     from corral.workers.scheduling import Scheduling
 
-    async with in_process_server("corral-bench-pass-", background_processing=False) as srv:
+    async with in_process_server("corral-bench-pass-", background_processing=False, starvation_guard=guard) as srv:
         headers = {"Authorization": f"Bearer {srv.token}"}
         async with httpx.AsyncClient(base_url=srv.url, headers=headers, timeout=60) as c:
             ids = await _ssh_fleets(srv, c, hosts)
@@ -139,7 +144,7 @@ async def main_hosts(hosts: int, queued: int, passes: int, profile: bool, quotas
             cpu.append(time.process_time() - c0)
             wall.append(time.perf_counter() - w0)
             placed += len(result.assigned)
-    policy = ", a quota (fair share on)" if quotas else ""
+    policy = (", a quota (fair share on)" if quotas else "") + f", starvation guard {guard:g} s"
     report(f"{hosts} SSH hosts in 4 fleets, every block held, {queued} jobs queued{policy}", cpu, wall, first, prof)
     print(f"  jobs placed: {placed} in {passes} passes (one block freed before each); load {os.getloadavg()}")
 
@@ -161,10 +166,11 @@ def report(what: str, cpu: list[float], wall: list[float], first: list[float], p
         print(out.getvalue())
 
 
-async def main_async(queued: int, passes: int, profile: bool) -> None:
+async def main_async(queued: int, passes: int, profile: bool, guard: float) -> None:
     from corral.workers.scheduling import Scheduling
 
-    overrides = {"local_max_instances": 8, "local_cpus": 16, "local_memory_mib": 128 * 1024}  # room for 4 instances
+    # room for 4 instances
+    overrides = {"local_max_instances": 8, "local_cpus": 16, "local_memory_mib": 128 * 1024, "starvation_guard": guard}
     async with in_process_server("corral-bench-pass-", **overrides) as srv:
         headers = {"Authorization": f"Bearer {srv.token}"}
         async with httpx.AsyncClient(base_url=srv.url, headers=headers, timeout=60) as c:
@@ -199,7 +205,7 @@ async def main_async(queued: int, passes: int, profile: bool) -> None:
                 cpu.append(time.process_time() - c0)
                 wall.append(time.perf_counter() - w0)
             await c.post("/api/project/main/runs/stop", json={"runs_names": [], "abort": True})
-    report(f"{queued} jobs queued behind a busy fleet of 4", cpu, wall, first, prof)
+    report(f"{queued} jobs queued behind a busy fleet of 4, starvation guard {guard:g} s", cpu, wall, first, prof)
 
 
 def main() -> None:
@@ -209,15 +215,20 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--hosts", type=int, default=0, help="SSH hosts in 4 fleets instead of 4 local instances")
     parser.add_argument("--quotas", action="store_true", help="with --hosts: a project quota, so fair share is on")
+    parser.add_argument(
+        "--guard", type=float, default=300.0, help="the starvation guard in seconds (0: every queued job is past it)"
+    )
     args = parser.parse_args()
+    if args.guard < 0:
+        parser.error("--guard must be 0 or more seconds")
     if args.hosts < 0:
         parser.error("--hosts must be 0 (4 local instances) or more")
     if args.quotas and not args.hosts:
         parser.error("--quotas needs --hosts")
     if args.hosts:
-        asyncio.run(main_hosts(args.hosts, args.queued, args.passes, args.profile, args.quotas))
+        asyncio.run(main_hosts(args.hosts, args.queued, args.passes, args.profile, args.quotas, args.guard))
     else:
-        asyncio.run(main_async(args.queued, args.passes, args.profile))
+        asyncio.run(main_async(args.queued, args.passes, args.profile, args.guard))
 
 
 if __name__ == "__main__":

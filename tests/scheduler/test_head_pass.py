@@ -1,7 +1,7 @@
 """A pass over the queue's head (``schedule_head``) gives ``schedule``'s plan less only the waits of gangs it
 skipped: the same placements, reservations, reclaims and failures, and for every gang it did work out the
-same decisions, with or without quotas and fair shares; where it cannot show that (holds, a job past
-``hold_after``, a skipped job that would fail now) it says so and the caller makes a whole pass."""
+same decisions, with or without quotas and fair shares, and with jobs past the starvation guard; where it cannot
+show that (holds, a skipped job that would fail now) it says so and the caller makes a whole pass."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_pass_memo import busy_queues
+from test_pass_memo import TWO_CPUS, busy_queues
 from test_quota_gate import quota_snapshots
-from test_schedule import MACHINE, fleet, inst, job
+from test_schedule import GPU_MACHINE, MACHINE, SMALL, fleet, inst, job
+from test_wait_reasons import ONE_GPU
 
 from corral.domain.quotas import Limits
+from corral.domain.resources import GpuSpec, Range, Requirements
 from corral.domain.selectors import Selector
 from corral.scheduler.blocks import carved_offers
 from corral.scheduler.head_pass import no_room_left, schedule_head
@@ -27,6 +29,7 @@ from corral.scheduler.types import (
     Fail,
     FairShare,
     Hold,
+    Offer,
     Plan,
     ProjectQuota,
     QueuedJob,
@@ -38,6 +41,9 @@ from corral.scheduler.types import (
 )
 
 NOW = 100.0
+#: Three blocks of a four-block host of ``MACHINE`` (8 CPUs): a gang that waits where smaller ones still fit.
+BIG_BLOCKS = replace(SMALL, cpu_count=Range(5, None))
+TWO_GPUS = replace(ONE_GPU, gpu=GpuSpec(count=Range(2, 2)))
 
 
 def head_of(snapshot: Snapshot, settled: Collection[str]) -> Plan | None:
@@ -69,13 +75,15 @@ def test_the_head_pass_gives_the_whole_pass_plan_less_skipped_waits(snapshot: Sn
 def _same_as_whole_less_skipped_waits(snapshot: Snapshot, data: st.DataObject) -> None:
     """With quotas or fair shares any queued job may be settled, also one this pass places: a pass over the
     head skips only gangs of a kind it found no room for in this very pass, whatever an earlier pass said."""
-    snapshot = replace(snapshot, hold_after=data.draw(st.sampled_from([snapshot.hold_after, None, 1000.0])))
+    # the starvation guard: none, every job past it, none past it, or the oldest jobs past it (at any priority)
+    guard = data.draw(st.sampled_from([snapshot.hold_after, None, 1000.0, 85.0, 95.0]))
+    snapshot = replace(snapshot, hold_after=guard)
     if data.draw(st.booleans()):  # every job may wait, none past its deadline: a head pass is made
         patient = (
             replace(j, wait=WaitPolicy(True, None if (j.wait.deadline or NOW + 1) <= NOW else j.wait.deadline))
             for j in snapshot.queue
         )
-        snapshot = replace(snapshot, queue=tuple(patient), hold_after=None)
+        snapshot = replace(snapshot, queue=tuple(patient))
     whole = schedule(snapshot, NOW)
     decided = by_job(whole)
     # settled: jobs an earlier pass over these fleets told to wait (without policies, never one this pass places
@@ -88,12 +96,8 @@ def _same_as_whole_less_skipped_waits(snapshot: Snapshot, data: st.DataObject) -
     settled = set(data.draw(st.lists(st.sampled_from(waiting), unique=True)) if waiting else [])
     head = head_of(snapshot, settled)
     if head is None:
-        hold_after = snapshot.hold_after
         assert any(
-            (hold_after is not None and NOW - j.submitted_at >= hold_after)
-            or not j.wait.may_wait
-            or (j.wait.deadline is not None and j.wait.deadline <= NOW)
-            for j in snapshot.queue
+            not j.wait.may_wait or (j.wait.deadline is not None and j.wait.deadline <= NOW) for j in snapshot.queue
         )
         return
     assert not_waits(head) == not_waits(whole)
@@ -103,6 +107,86 @@ def _same_as_whole_less_skipped_waits(snapshot: Snapshot, data: st.DataObject) -
     for job_id in decided.keys() - head_decided.keys():
         assert job_id in settled and isinstance(decided[job_id], Wait)
     assert head_of(snapshot, set()) == whole  # nothing settled: the whole pass
+
+
+@st.composite
+def guarded_backlogs(draw: st.DrawFn) -> Snapshot:
+    """Backlogs of two projects behind fleets with little or no room left, the oldest jobs (at any priority) past
+    the starvation guard: a gang too big for what is left waits and holds the fleets it could use, so a smaller
+    one behind it may not take what is left, and a new job behind it is told the fleets are held."""
+    fleets = []
+    for fi in range(draw(st.integers(1, 3))):
+        name, total, res = f"f{fi}", draw(st.sampled_from([2, 4])), draw(st.sampled_from([MACHINE, GPU_MACHINE]))
+        busy = [draw(st.integers(max(0, total - 2), total)) for _ in range(draw(st.integers(1, 3)))]
+        insts = tuple(inst(fi * 10 + k, fleet=name, status="busy" if b else "idle", busy=b, total=total, res=res)
+                      for k, b in enumerate(busy))  # fmt: skip
+        grows = draw(st.integers(0, 4)) == 0  # now and then a fleet that may still take an instance
+        slot = fleet(insts, nodes_max=len(insts) + grows, name=name, fid=name, blocks=total,
+                     offers=(Offer("ssh", "ssh", "remote", 1.0, res),) if grows else ())  # fmt: skip
+        fleets.append(replace(slot, importer_project_ids=frozenset({"q"})))
+    queue: list[QueuedJob] = []
+    for i in range(draw(st.integers(1, 24))):
+        req = draw(st.sampled_from([SMALL, SMALL, TWO_CPUS, BIG_BLOCKS, ONE_GPU, TWO_GPUS]))
+        pid = draw(st.sampled_from(["p", "q"]))
+        at = float(draw(st.integers(0, 99))) + i / 1000
+        for n in range(draw(st.sampled_from([1, 1, 1, 2]))):
+            j = job(i, priority=draw(st.integers(0, 2)) if n == 0 else queue[-1].priority, req=req, num=n)
+            queue.append(replace(j, project_id=pid, project_name=pid, submitted_at=at))
+    shares, quotas = {}, {}
+    if draw(st.booleans()):
+        shares = {pid: FairShare(weight=draw(st.sampled_from([1.0, 2.0]))) for pid in ("p", "q")}
+    for pid in ("p", "q"):  # a cap on CPUs, or on GPUs some of it held already (a gang above it waits for it)
+        if draw(st.booleans()):
+            dim = draw(st.sampled_from(["cpu", "gpu"]))
+            used = {dim: float(draw(st.integers(0, 2)))}
+            quotas[pid] = ProjectQuota(Limits({dim: float(draw(st.integers(1, 4)))}), used, frozenset(), pid)
+    return Snapshot(
+        fleets=tuple(fleets),
+        queue=tuple(queue),
+        hold_after=draw(st.sampled_from([None, 10.0, 40.0, 70.0])),
+        shares=shares,
+        quotas=quotas,
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(guarded_backlogs(), st.data())
+def test_a_backlog_past_the_starvation_guard_keeps_its_head_passes(snapshot: Snapshot, data: st.DataObject) -> None:
+    """Every job may wait and none has a deadline: whatever has waited past the guard, the head pass is made, and
+    it is the whole pass less the waits of gangs it skipped."""
+    whole = schedule(snapshot, NOW)
+    waiting = sorted(j.id for j in snapshot.queue)
+    settled = set(data.draw(st.lists(st.sampled_from(waiting), unique=True)))
+    if not (snapshot.quotas or snapshot.shares):  # without policies an earlier pass placed none of the settled
+        settled -= {job_id for job_id, d in by_job(whole).items() if not isinstance(d, Wait)}
+    head = head_of(snapshot, settled)
+    assert head is not None
+    assert not_waits(head) == not_waits(whole)
+    decided, head_decided = by_job(whole), by_job(head)
+    for job_id, decision in head_decided.items():
+        assert decided.get(job_id) == decision
+    for job_id in decided.keys() - head_decided.keys():
+        assert job_id in settled and isinstance(decided[job_id], Wait)
+
+
+def test_under_fair_shares_an_old_gang_of_a_kind_cut_short_still_holds_its_fleets() -> None:
+    """In fair-share order a kind that found no room is read on only at its pending gangs, and at its first gang
+    past the starvation guard: an old gang of lower priority, behind a settled one of the kind that has not waited
+    long, holds the fleet, so a small job behind it may not take the block that is left."""
+    host = fleet((inst(0, status="busy", busy=3, total=4),), nodes_max=1, offers=(), blocks=4)
+
+    def queued(i: int, req: Requirements, priority: int, at: float) -> QueuedJob:
+        return replace(job(i, priority=priority, req=req), submitted_at=at)
+
+    queue = (queued(0, BIG_BLOCKS, 2, 90.0), queued(1, BIG_BLOCKS, 2, 91.0), queued(2, BIG_BLOCKS, 0, 10.0),
+             queued(3, SMALL, 0, 20.0))  # fmt: skip
+    snapshot = Snapshot(fleets=(host,), queue=queue, hold_after=50.0, shares={"p": FairShare()})
+    whole = by_job(schedule(snapshot, NOW))
+    held = whole["j3-0"]
+    assert isinstance(held, Wait) and "holds the fleets" in held.message
+    head = head_of(snapshot, {j.id for j in queue})
+    assert head is not None
+    assert by_job(head) == {job_id: whole[job_id] for job_id in ("j0-0", "j2-0", "j3-0")}
 
 
 @st.composite
@@ -207,9 +291,18 @@ def test_a_settled_job_past_its_retry_deadline_needs_a_whole_pass() -> None:
     assert isinstance(by_job(schedule(snapshot, NOW))[late.id], Fail)
 
 
-def test_a_job_past_the_starvation_guard_needs_a_whole_pass() -> None:
-    snapshot = replace(drain_snapshot(5, busy=4), hold_after=50.0)
-    assert head_of(snapshot, {j.id for j in snapshot.queue}) is None
+def test_past_the_starvation_guard_the_first_settled_gang_holds_the_fleets_and_the_rest_are_skipped() -> None:
+    """A backlog past the starvation guard (most of a long queue) keeps its passes over the head: the first
+    settled gang past the guard is worked out, which holds the fleet for it, and a new job behind the settled
+    ones is told what the whole pass tells it (the fleet is held)."""
+    snapshot = replace(drain_snapshot(6, busy=4), hold_after=50.0)
+    assert all(NOW - j.submitted_at >= 50.0 for j in snapshot.queue)
+    whole = by_job(schedule(snapshot, NOW))
+    head = head_of(snapshot, {j.id for j in snapshot.queue[:5]})
+    assert head is not None
+    assert by_job(head) == {"j0-0": whole["j0-0"], "j5-0": whole["j5-0"]}
+    held = whole["j5-0"]
+    assert isinstance(held, Wait) and "an earlier job that has waited long holds the fleets" in held.message
     assert head_of(replace(snapshot, hold_after=500.0), {j.id for j in snapshot.queue}) == Plan(())
 
 

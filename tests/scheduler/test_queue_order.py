@@ -1,17 +1,20 @@
 """A queue order kept job by job (``QueueOrder``) is, after any sequence of jobs put, changed and removed, the
 order ``queue_gangs`` sorts the same jobs into, with the same gangs, each project's gangs in that order with
-the kinds they are, and its earliest submission, earliest retry deadline and jobs that may not wait are those
-of the jobs it holds."""
+the kinds they are (and of each kind the first gang past the starvation guard after a place), and its earliest
+submission, earliest retry deadline and jobs that may not wait are those of the jobs it holds."""
 
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
+from functools import partial
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pass_memo import TWO_CPUS
 from test_schedule import SMALL, job
 
+from corral.domain.selectors import Selector
 from corral.scheduler.pass_memo import stable_kind
 from corral.scheduler.queue_order import QueueOrder
 from corral.scheduler.schedule import queue_gangs
@@ -37,7 +40,9 @@ def _job(spec: Spec) -> QueuedJob:
         job(submitted, priority=priority, run=f"r{run}", num=num),
         id=f"job{k}",
         project_id=f"p{run % 2}",
+        project_name=f"project {run % 2}",
         requirements=SMALL if k % 3 else TWO_CPUS,
+        selectors=(Selector(name="x-0"),) if k % 5 == 0 else None,  # a gang of no kind
         replica_num=replica,
         wait=WaitPolicy(may_wait, None if deadline is None else float(deadline)),
     )
@@ -64,6 +69,7 @@ def test_a_kept_order_is_the_sorted_order_of_the_jobs_it_holds(steps: list[tuple
     gangs = queue_gangs(jobs.values())
     projects = {j.project_id for j in jobs.values()}
     assert set(kept.projects()) == projects
+    assert kept.project_names() == {j.project_id: j.project_name for j in jobs.values()}
     for pid in projects:
         own = [(g, members) for g, members in gangs.items() if members[0].project_id == pid]
         assert list(kept.project_gangs(pid)) == own
@@ -71,6 +77,14 @@ def test_a_kept_order_is_the_sorted_order_of_the_jobs_it_holds(steps: list[tuple
         for _, members in own:
             by_kind.setdefault(stable_kind(members), []).append(members[0].id)
         assert {k: [p[-1] for p in places] for k, places in kept.kind_places(pid).items()} == by_kind
+    # of each kind the first gang after a place that waited past the guard, of no kind every one
+    for cutoff in (0, 2, 4):
+        for pid in projects:
+            for kind, places in kept.kind_places(pid).items():
+                for after in [None, *places]:
+                    later = [p for p in places if (after is None or p > after) and p[1] <= cutoff]
+                    found = kept.waited_places(pid, kind, after, partial(operator.ge, cutoff))
+                    assert found == (later[:1] if kind is not None else later)
     assert kept.first_submitted() == min((j.submitted_at for j in jobs.values()), default=None)
     deadlines = [j.wait.deadline for j in jobs.values() if j.wait.deadline is not None]
     assert kept.first_deadline() == min(deadlines, default=None)

@@ -63,6 +63,8 @@ class PassMemo:
         self._blockers: dict[Hashable, tuple[int, int, list[str]]] = {}
         self._full: dict[Hashable, set[str]] = {}
         self._roomless: set[Hashable] = set()
+        #: gang kind -> the ids of the fleets it could ever run in, for a kind that waited for capacity
+        self._reach: dict[Hashable, frozenset[str]] = {}
         self._kinds: dict[StableKind, Hashable] = {}
 
     # ---- keys --------------------------------------------------------------------------------------
@@ -173,10 +175,18 @@ class PassMemo:
         if kind is not None:
             self._blockers[kind] = (version, held, blockers)
 
-    def waited_without_room(self, kind: Hashable | None) -> None:
-        """A gang of ``kind`` fitted no fleet and was told to wait (freeing nothing for itself)."""
+    def waited_without_room(self, kind: Hashable | None, reach: Sequence[FleetSlot] | None = None) -> None:
+        """A gang of ``kind`` fitted no fleet and was told to wait (freeing nothing for itself); ``reach``: the
+        fleets it could ever run in, where it waited for capacity (not for its quota)."""
         if kind is not None:
             self._roomless.add(kind)
+            if reach is not None and kind not in self._reach:
+                self._reach[kind] = frozenset(f.id for f in reach)
+
+    def reach(self, kind: Hashable) -> frozenset[str] | None:
+        """The ids of the fleets a gang of ``kind`` could ever run in, once one waited for capacity in the pass
+        (None: none did)."""
+        return self._reach.get(kind)
 
     @property
     def kinds_without_room(self) -> int:

@@ -19,8 +19,8 @@ Pure; imports the scheduler's types and ``pass_memo.stable_kind`` only.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator, Mapping
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TypeVar
 
 from corral.scheduler.pass_memo import StableKind, stable_kind
@@ -130,10 +130,40 @@ class QueueOrder:
         """The projects with queued jobs."""
         return self._kind_places.keys()
 
+    def project_names(self) -> dict[str, str]:
+        """The projects with queued jobs, each with its name: a step per project, not per job."""
+        names = {}
+        for project_id, kinds in self._kind_places.items():
+            place = next(iter(kinds.values()))[0]
+            names[project_id] = self._jobs[place[5]].project_name
+        return names
+
     def kind_places(self, project_id: str) -> Mapping[StableKind | None, list[OrderKey]]:
         """The kinds of the project's gangs (``pass_memo.stable_kind``; None for a gang with ``instances``
         selectors), each with the places of its gangs in order (read only)."""
         return self._kind_places.get(project_id, {})
+
+    def waited_places(
+        self, project_id: str, kind: StableKind | None, after: OrderKey | None, waited: Callable[[float], bool]
+    ) -> list[OrderKey]:
+        """The places after ``after`` (None: from the first) of the project's gangs of ``kind`` submitted at a
+        time ``waited`` says yes to (one that is true of every time before one it is true of: they have waited
+        past the starvation guard): the first only for a kind, since its fleets are the same for each; every one
+        for gangs of no kind (``None``). A step per priority the kind's gangs have: at each priority those that
+        waited come first."""
+        places = self.kind_places(project_id).get(kind, [])
+        i = 0 if after is None else bisect_right(places, after)
+        out: list[OrderKey] = []
+        while i < len(places):
+            priority = places[i][0]
+            end = bisect_right(places, priority, lo=i, key=_priority_of)
+            while i < end and waited(places[i][1]):
+                if kind is not None:
+                    return [places[i]]
+                out.append(places[i])
+                i += 1
+            i = end
+        return out
 
     def gang_kind(self, gang: GangKey) -> StableKind | None:
         return self._gang_kind[gang]
@@ -159,6 +189,10 @@ class QueueOrder:
 
     def all_may_wait(self) -> bool:
         return not self._impatient
+
+
+def _priority_of(key: OrderKey) -> int:
+    return key[0]
 
 
 _Item = TypeVar("_Item", OrderKey, tuple[float, str])

@@ -129,6 +129,18 @@ def at_max(
     return verdict
 
 
+def known_at_max(jobs: Sequence[QueuedJob], kind: Hashable, book: QuotaBook, memo: PassMemo) -> bool | None:
+    """Whether ``at_max`` told a gang of ``kind`` to wait for its project's quota at what the project holds now
+    (None: it was not asked at that holding in this pass)."""
+    quota = book.quota(jobs[0].project_id)
+    if quota is None or quota.max.is_empty():
+        return False
+    seen = memo.quota_refused.get(("at max", kind, book.version(jobs[0].project_id)), False)
+    if seen is False:
+        return None
+    return isinstance(seen, QuotaVerdict)
+
+
 def gpu_models(fleets: Sequence[FleetSlot]) -> frozenset[str]:
     """The GPU models of the instances and offers of ``fleets``."""
     return frozenset(

@@ -39,7 +39,7 @@ from corral.scheduler.holds import Reserved, by_instance
 from corral.scheduler.holds import active as active_holds
 from corral.scheduler.ledger import Ledger, initial_ledger
 from corral.scheduler.pass_memo import PassMemo
-from corral.scheduler.quota_gate import QuotaBook, QuotaVerdict, at_max
+from corral.scheduler.quota_gate import QuotaBook, QuotaVerdict, at_max, known_at_max
 from corral.scheduler.quota_gate import check as quota_check
 from corral.scheduler.screening import (
     NO_FLEETS_MESSAGE,
@@ -300,9 +300,9 @@ def schedule_gang(  # noqa: C901, PLR0915
     if reclaims:
         message = f"{WAITING_FOR_CAPACITY}: freeing idle instances of this machine for this job"
     else:
-        memo.waited_without_room(kind)
+        memo.waited_without_room(kind, feasible)
         if repeat is not None:
-            repeat.remember(kind, key, message, capacity=True)
+            repeat.remember(kind, key, message, capacity=True, all_held=all(f.id in held for f in feasible))
     waits: list[Decision] = [Wait(j.id, message) for j in jobs if j.status_message != message]
     return [*reclaims, *waits]
 
@@ -359,30 +359,65 @@ def schedule_skipping(snapshot: Snapshot, now: float, skip: SettledSkip) -> Plan
     (told to wait by an earlier pass) that ``schedule`` would tell to wait again, at most in new words
     (``_waits_again``; in fair-share order whole stretches of a project's queue, ``settled_skip``). Leaving
     it out changes nothing for the gangs after it, with the caller's guarantees (``head_pass``): no holds, and
-    no job that may not wait, is past its retry deadline or past the starvation guard (a kind is taken for one
-    without room only when its gang freed no idle instance of a shared host: what one could free only shrinks
-    within a pass, as ``fleet_upkeep.reclaim_for`` reads the ledger). Its fair-share record is one its kind
+    no job that may not wait or is past its retry deadline (a kind is taken for one without room only when its
+    gang freed no idle instance of a shared host: what one could free only shrinks within a pass, as
+    ``fleet_upkeep.reclaim_for`` reads the ledger); a gang past the starvation guard is left out only where it
+    would hold no fleet not held already (``holds_nothing_new``). Its fair-share record is one its kind
     already made at a share no higher (a project's share only rises within a pass). The plan is ``schedule``'s
     less the skipped gangs' waits."""
     return _schedule(snapshot, now, skip.gangs() if not snapshot.shares else {}, True, skip)
 
 
-def _waits_again(jobs: list[QueuedJob], memo: PassMemo, ledger: Ledger, held: set[str], book: QuotaBook | None) -> bool:
-    """Whether a gang of this gang's kind waited earlier in the pass where this one would wait too: it found no
-    room (capacity only goes down within a pass, so none is found later), or its project's ``quota.max``
-    refused the placement it found on the same capacity (the ledger's and the held fleets' versions) with the
-    project holding the same (its quota version). Only the second holds for the same capacity alone: once
-    another project takes an instance, the gang's best placement may be one beside its project's own jobs,
-    which adds no instance to its holding."""
+def _waits_again(
+    jobs: list[QueuedJob],
+    memo: PassMemo,
+    ledger: Ledger,
+    held: set[str],
+    book: QuotaBook | None,
+    snapshot: Snapshot,
+    now: float,
+) -> bool:
+    """Whether a gang of this gang's kind waited earlier in the pass where this one would wait too, and the same
+    way: it found no room (capacity only goes down within a pass, so none is found later) and this gang would
+    hold no fleet that is not held already (``holds_nothing_new``), or its project's ``quota.max`` refused the
+    placement it found on the same capacity (the ledger's and the held fleets' versions) with the project
+    holding the same (its quota version). Only the second holds for the same capacity alone: once another
+    project takes an instance, the gang's best placement may be one beside its project's own jobs, which adds
+    no instance to its holding. A wait for the quota holds nothing."""
     kind = memo.gang_kind(jobs)
     if kind is None:
         return False
     if memo.found_no_room(kind):
-        return True
+        return holds_nothing_new(jobs, kind, memo, held, book, snapshot, now)
     if book is None:
         return False
     verdict = memo.quota_refused.get((kind, ledger.version, len(held), book.version(jobs[0].project_id)))
     return isinstance(verdict, QuotaVerdict) and not verdict.never
+
+
+def holds_nothing_new(
+    jobs: list[QueuedJob],
+    kind: Hashable,
+    memo: PassMemo,
+    held: set[str],
+    book: QuotaBook | None,
+    snapshot: Snapshot,
+    now: float,
+) -> bool:
+    """Whether this gang, of a kind that found no room in the pass, would add no fleet to those ``held`` for
+    earlier jobs where ``schedule_gang`` told it to wait: it has not waited past the starvation guard, its
+    project is at its ``quota.max`` for this kind (it waits for the quota; the holding only grows within a
+    pass), or every fleet its kind could ever run in is held already. False where the pass cannot tell yet."""
+    head = jobs[0]
+    if snapshot.hold_after is None or now - head.submitted_at < snapshot.hold_after:
+        return True
+    capped = known_at_max(jobs, kind, book, memo) if book is not None else False
+    if capped is None:
+        return False  # not asked at this holding yet
+    if capped:
+        return True
+    reach = memo.reach(kind)
+    return reach is not None and reach <= held
 
 
 def _schedule(  # noqa: C901
@@ -424,7 +459,7 @@ def _schedule(  # noqa: C901
     repeat = RepeatWait() if reuse else None
     notes_version = 0  # moves each time a gang's record changes ``earlier``
     for (run_id, _replica), jobs in ordered:
-        if skip is not None and skip.settled(jobs) and _waits_again(jobs, memo, ledger, held, book):
+        if skip is not None and skip.settled(jobs) and _waits_again(jobs, memo, ledger, held, book, snapshot, now):
             if queues is not None:
                 skip.after_skipping(((run_id, _replica), jobs), queues, memo)
             continue

@@ -14,7 +14,7 @@ Pure; imports the scheduler's types, queue order and pass memo only.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from corral.scheduler.pass_memo import PassMemo, StableKind
 from corral.scheduler.queue_order import GangKey, OrderKey, QueueOrder
@@ -72,9 +72,13 @@ class KindQueues:
 
 
 class SettledSkip:
-    def __init__(self, order: QueueOrder, pending: Collection[str]) -> None:
+    def __init__(
+        self, order: QueueOrder, pending: Collection[str], waited: Callable[[float], bool] | None = None
+    ) -> None:
         self.order = order
         self.pending = pending
+        #: whether a gang submitted at a time has waited past the starvation guard (None: there is none)
+        self.waited = waited
         #: project id -> how many kinds had found no room when its kinds were last looked at
         self._checked: dict[str, int] = {}
         self._narrowed: set[tuple[str, int]] = set()
@@ -94,7 +98,9 @@ class SettledSkip:
 
     def after_skipping(self, gang: Gang, queues: dict[str, KindQueues], memo: PassMemo) -> None:
         """``gang`` was left out: narrow each kind of its project that found no room to its pending gangs after
-        this one."""
+        this one, and its first gang after this one past the starvation guard (which would hold the fleets the
+        kind could use, if they are not held yet: ``schedule.holds_nothing_new``; every later one would hold
+        nothing new)."""
         pid = gang[1][0].project_id
         if self._checked.get(pid) == memo.kinds_without_room:
             return
@@ -107,7 +113,10 @@ class SettledSkip:
             kind = memo.kind_of(stable)
             if kind is not None and memo.found_no_room(kind):
                 self._narrowed.add((pid, k))
-                queue.narrow(k, (p for p in self._pending_of(pid, stable) if p > place))
+                later: Iterator[OrderKey] = (p for p in self._pending_of(pid, stable) if p > place)
+                if self.waited is not None:
+                    later = _merged(later, self.order.waited_places(pid, stable, place, self.waited))
+                queue.narrow(k, later)
 
     def _pending_of(self, project_id: str, kind: StableKind | None) -> list[OrderKey]:
         """The places of the project's gangs of ``kind`` with a pending job, in order."""
@@ -119,3 +128,12 @@ class SettledSkip:
                 places.setdefault(key, set()).add(self.order.gang_place(gang))
             self._pending_places = {key: sorted(p) for key, p in places.items()}
         return self._pending_places.get((project_id, kind), [])
+
+
+def _merged(places: Iterator[OrderKey], more: list[OrderKey]) -> Iterator[OrderKey]:
+    """Two runs of places in order, merged, each place once."""
+    last: OrderKey | None = None
+    for place in heapq.merge(places, more):
+        if place != last:
+            yield place
+            last = place

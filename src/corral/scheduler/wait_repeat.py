@@ -9,7 +9,8 @@ taken earlier recorded, ``fair_share.FairNote``). A gang whose ``context`` (thos
 kind last waited at gets that wait: its jobs whose status message differs, exactly what
 ``schedule.schedule_gang`` would decide. What depends on the gang itself is checked here (whether it may
 wait at all, its retry deadline, the starvation guard); a gang that differs in any of them is worked out
-in full.
+in full. A gang past the starvation guard holds the fleets it could use for itself from then on; once they are
+all held (by an earlier gang of its kind), its hold changes nothing, and it gets its kind's wait like any other.
 
 Pure; imports the scheduler's types only.
 """
@@ -23,16 +24,20 @@ from corral.scheduler.types import Decision, QueuedJob, Snapshot, Wait
 
 class RepeatWait:
     def __init__(self) -> None:
-        #: kind -> (the context it waited at, its message, whether a capacity wait rather than a quota one)
-        self._seen: dict[Hashable, tuple[Hashable, str, bool]] = {}
+        #: kind -> (the context it waited at, its message, whether a capacity wait rather than a quota one, whether
+        #: every fleet it could use was held after it waited)
+        self._seen: dict[Hashable, tuple[Hashable, str, bool, bool]] = {}
         #: the last ``reuse`` answered: the caller skips the bookkeeping the worked-out gang already did
         self.hit = False
 
-    def remember(self, kind: Hashable | None, context: Hashable, message: str, *, capacity: bool) -> None:
+    def remember(
+        self, kind: Hashable | None, context: Hashable, message: str, *, capacity: bool, all_held: bool = False
+    ) -> None:
         """A gang of ``kind`` waits at ``context`` with ``message`` (``capacity``: for capacity, not for
-        its quota, so that the gang's own waiting policy matters)."""
+        its quota, so that the gang's own waiting policy matters; ``all_held``: every fleet it could use was held
+        once it waited, so a gang past the starvation guard at the same context would hold nothing new)."""
         if kind is not None:
-            self._seen[kind] = (context, message, capacity)
+            self._seen[kind] = (context, message, capacity, all_held)
 
     def reuse(
         self, kind: Hashable | None, context: Hashable, jobs: Sequence[QueuedJob], snapshot: Snapshot, now: float
@@ -42,12 +47,12 @@ class RepeatWait:
         seen = self._seen.get(kind) if kind is not None else None
         if seen is None or seen[0] != context:
             return None
-        _, message, capacity = seen
+        _, message, capacity, all_held = seen
         head = jobs[0]
         if capacity:
             if not head.wait.may_wait or (head.wait.deadline is not None and now >= head.wait.deadline):
                 return None
-            if snapshot.hold_after is not None and now - head.submitted_at >= snapshot.hold_after:
+            if not all_held and snapshot.hold_after is not None and now - head.submitted_at >= snapshot.hold_after:
                 return None  # it holds its fleets for itself from now on
         self.hit = True
         return [Wait(j.id, message) for j in jobs if j.status_message != message]

@@ -210,7 +210,7 @@ class Scheduling:
         live = self._order.jobs.keys()
         limits = self.backend_limits()
         holds = await self.preempter.holds(queued, now)
-        names = {q.project_id: q.project_name for q in queued} if policies else {}  # (a step per job: policies only)
+        names = self._order.project_names() if policies else {}
         snapshot = Snapshot(
             fleets=slots,
             queue=tuple(queued),

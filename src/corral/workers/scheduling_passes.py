@@ -5,8 +5,7 @@ A pass over the head is made when the fleets are those the last pass saw (``flee
 with queued jobs (one that comes or goes changes the fair-share notes of every other project's waits, which
 the head pass would leave as they were), a whole pass was made within the safety-net interval and preemption
 is off; ``schedule_head`` itself asks for a whole pass
-where it cannot show the same plan (holds, a job at its deadline or the starvation guard, one that may not
-wait).
+where it cannot show the same plan (holds, a job at its deadline, one that may not wait).
 
 The whole pass made on the safety-net interval is what tells the waits a head pass left out what changed for them
 (another project's share, a quota freed). Its cost grows with the queue (about 1.1 s of CPU at 96,000 queued jobs
