@@ -189,6 +189,37 @@ def test_under_fair_shares_an_old_gang_of_a_kind_cut_short_still_holds_its_fleet
     assert by_job(head) == {job_id: whole[job_id] for job_id in ("j0-0", "j2-0", "j3-0")}
 
 
+def _gpu_host_queue(busy: int, quota: ProjectQuota, queue: list[tuple[Requirements, int, float]]) -> Snapshot:
+    """One two-GPU host of two blocks (``busy`` of them held) and the queue of (requirements, priority, submitted
+    at) of project p, capped by ``quota``, the oldest past a starvation guard of 50 s."""
+    host = fleet((inst(0, status="busy", busy=busy, total=2, res=GPU_MACHINE),), nodes_max=1, offers=(), blocks=2)
+    jobs = tuple(replace(job(i, priority=p, req=req), submitted_at=at) for i, (req, p, at) in enumerate(queue))
+    return Snapshot(fleets=(host,), queue=jobs, hold_after=50.0, quotas={"p": quota})
+
+
+def test_an_old_gang_waiting_for_its_quota_holds_nothing_and_is_left_out() -> None:
+    """A project at its ``quota.max`` of GPUs with no room anyway: its gangs wait for the quota, which holds no
+    fleet, so an old one past the guard behind the first is left out like any other."""
+    snapshot = _gpu_host_queue(
+        2, ProjectQuota(Limits({"gpu": 1.0}), {"gpu": 1.0}), [(ONE_GPU, 0, t) for t in (10, 11, 12)]
+    )
+    whole = by_job(schedule(snapshot, NOW))
+    assert all(isinstance(d, Wait) and "quota" in d.message for d in whole.values())
+    head = head_of(snapshot, {j.id for j in snapshot.queue})
+    assert head is not None and by_job(head) == {"j0-0": whole["j0-0"]}
+
+
+def test_an_old_gang_is_worked_out_again_once_its_project_took_more_in_the_pass() -> None:
+    """Whether a gang waits for its quota (holding nothing) or for room (holding its fleets) was asked at what its
+    project held then: once the project took a GPU in the pass, an old gang of that kind is worked out again."""
+    queue = [(TWO_GPUS, 2, 90.0), (ONE_GPU, 1, 91.0), (TWO_GPUS, 0, 10.0)]
+    snapshot = _gpu_host_queue(1, ProjectQuota(Limits({"gpu": 4.0}), {"gpu": 0.0}), queue)
+    whole = by_job(schedule(snapshot, NOW))
+    assert isinstance(whole["j1-0"], Assign)
+    head = head_of(snapshot, {j.id for j in snapshot.queue})
+    assert head is not None and by_job(head) == whole
+
+
 @st.composite
 def policy_snapshots(draw: st.DrawFn) -> Snapshot:
     """Two projects sharing the fleets, with quotas or fair shares or both, with or without a shared host."""
