@@ -16,6 +16,7 @@ from corral.store import (
     run_states,
     runs,
     service_drains,
+    service_scaling,
     tables,
 )
 from corral.store.db import Database
@@ -32,17 +33,18 @@ POSTGRES_TERMS = {
     "ix_jobs_leased": ("lock_owner IS NOT NULL",),
     "ix_instances_live": ("NOT deleted", "'terminated'"),
     "ix_instances_live_fleet": ("NOT deleted", "'terminated'", "'ssh'", "'error'"),
+    "ix_runs_services": ("service_templates IS NOT NULL",),
 }
 
 
 async def test_live_unique_indexes_have_the_predicate_the_migrations_built(db_url: str) -> None:
     db = Database(db_url)
     await upgrade(db)
-    # projects, fleets, live instances, volumes, gateways' default, runs; the active runs; the queue, preempted and
-    # leased jobs; the live fleets of their list and the instances a fleet lists (``instances/list`` reads every
-    # instance, the deleted ones too, as dstack's does: a full index)
+    # projects, fleets, live instances, volumes, gateways' default, runs; the active runs, the services; the queue,
+    # preempted and leased jobs; the live fleets of their list and the instances a fleet lists (``instances/list``
+    # reads every instance, the deleted ones too, as dstack's does: a full index)
     assert sorted(i.name for i, _ in tables._POSTGRES_WHERE if i.name in POSTGRES_TERMS) == sorted(POSTGRES_TERMS)
-    assert len(tables._POSTGRES_WHERE) == 13
+    assert len(tables._POSTGRES_WHERE) == 14
     async with db.read() as conn:
         for index, where in tables._POSTGRES_WHERE:
             expected = str(index.dialect_options["sqlite"]["where"]) if db.is_sqlite else where
@@ -150,7 +152,8 @@ async def _history(conn: AsyncConnection, finished: int) -> None:
 async def test_active_runs_and_preempted_jobs_are_read_from_their_own_indexes(db_url: str) -> None:
     """With a history of finished runs, a project's active runs (``dstack ps``), every active run (the runs
     worker's pass), the active runs of every project (an admin's list), the recent preemption victims and the
-    leased jobs (dropped at a SQLite server's start) are read from partial indexes whose size is the live
+    leased jobs (dropped at a SQLite server's start) and the live services (the service scaling worker's pass) are
+    read from partial indexes whose size is the live
     workload's, not from indexes of the whole history; a user's runs from their own index."""
     db = Database(db_url)
     await upgrade(db)
@@ -162,6 +165,7 @@ async def test_active_runs_and_preempted_jobs_are_read_from_their_own_indexes(db
         (preemption.ENDED_VICTIMS.params(since=0.0), ("ix_jobs_preempted",)),
         (instance_outcomes.DROP_JOB_LEASES, ("ix_jobs_leased",)),
         (runs.run_keys_query(None, user_id="v"), ("ix_runs_user_submitted",)),  # a user with 2 runs of 3,002
+        (service_scaling.LIVE_SERVICES, ("ix_runs_services",)),  # no service among the live runs
     ]
     async with db.write() as conn:
         await _history(conn, 3000)

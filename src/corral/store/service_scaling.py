@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.events import job_target
 from corral.domain.statuses import ACTIVE_RUN, FINISHED_JOB
 from corral.store.events import emit, tracked_update
-from corral.store.tables import jobs, runs, service_request_stats
+from corral.store.tables import SERVICE_RUN_SQL, jobs, runs, service_request_stats
 
 #: The statuses of a service whose replica counts are kept (a stopping one is left to its stop).
 LIVE = ACTIVE_RUN
@@ -62,22 +62,22 @@ class ServiceState:
     jobs: tuple[JobView, ...]
 
 
+#: The live services' runs, read from their own index (``ix_runs_services``), whatever the backlog of tasks.
+LIVE_SERVICES = sa.select(
+    runs.c.id,
+    runs.c.project_id,
+    runs.c.run_name,
+    runs.c.status,
+    runs.c.status_message,
+    runs.c.deployment_num,
+    runs.c.priority,
+    runs.c.run_spec,
+    runs.c.service_templates,
+).where(sa.text(SERVICE_RUN_SQL), runs.c.status.in_(LIVE), runs.c.deleted == sa.false())
+
+
 async def live_services(conn: AsyncConnection) -> list[ServiceState]:
-    rows = (
-        await conn.execute(
-            sa.select(
-                runs.c.id,
-                runs.c.project_id,
-                runs.c.run_name,
-                runs.c.status,
-                runs.c.status_message,
-                runs.c.deployment_num,
-                runs.c.priority,
-                runs.c.run_spec,
-                runs.c.service_templates,
-            ).where(runs.c.service_templates.is_not(None), runs.c.status.in_(LIVE), runs.c.deleted == sa.false())
-        )
-    ).all()
+    rows = (await conn.execute(LIVE_SERVICES)).all()
     if not rows:
         return []
     by_run: dict[str, list[JobView]] = {r.id: [] for r in rows}

@@ -49,6 +49,9 @@ LEASED_SQL = "lock_owner IS NOT NULL"
 #: An instance not deleted and not yet confirmed terminated, as SQL text: the predicate of ``ix_instances_live``,
 #: whose rows are what a scheduling pass reads of every instance (``store/fleet_reader.py``).
 LIVE_INSTANCE_SQL = "NOT deleted AND status != 'terminated'"
+#: A service's run (its replicas' templates stored), as SQL text: the predicate of ``ix_runs_services``, so that the
+#: service scaling worker's pass reads the services, not every live run of a backlog of tasks.
+SERVICE_RUN_SQL = "service_templates IS NOT NULL"
 #: An instance a fleet lists (``fleets/list``): not deleted, not terminated, or an SSH fleet's host that failed (listed
 #: with its error until the fleet is applied again), as SQL text: its partial index's predicate, so that a fleet's
 #: instances are read without the terminated ones a cloud fleet leaves behind, however many.
@@ -305,6 +308,8 @@ runs = sa.Table(
     #: The active runs alone, newest last (all of them; a project's): their size is the live workload's.
     _partial("ix_runs_active", "submitted_at", "id", where=ACTIVE_RUN_SQL),
     _partial("ix_runs_project_active", "project_id", "submitted_at", "id", where=ACTIVE_RUN_SQL),
+    #: The services alone, by status (``store/service_scaling.live_services``).
+    _partial("ix_runs_services", "status", where=SERVICE_RUN_SQL),
 )
 
 jobs = sa.Table(
