@@ -118,7 +118,7 @@ def at_max(
     quota = book.quota(jobs[0].project_id)
     if quota is None or quota.max.is_empty():
         return None
-    key = ("at max", kind, book.version(jobs[0].project_id)) if kind is not None else None
+    key = _at_max_key(jobs, kind, book) if kind is not None else None
     if key is not None and key in memo.quota_refused:
         seen = memo.quota_refused[key]
         assert seen is None or isinstance(seen, QuotaVerdict)
@@ -135,10 +135,15 @@ def known_at_max(jobs: Sequence[QueuedJob], kind: Hashable, book: QuotaBook, mem
     quota = book.quota(jobs[0].project_id)
     if quota is None or quota.max.is_empty():
         return False
-    seen = memo.quota_refused.get(("at max", kind, book.version(jobs[0].project_id)), False)
+    seen = memo.quota_refused.get(_at_max_key(jobs, kind, book), False)
     if seen is False:
         return None
     return isinstance(seen, QuotaVerdict)
+
+
+def _at_max_key(jobs: Sequence[QueuedJob], kind: Hashable, book: QuotaBook) -> Hashable:
+    """Where ``at_max``'s verdict for a gang of ``kind`` is kept in the pass's memo: at what its project holds now."""
+    return ("at max", kind, book.version(jobs[0].project_id))
 
 
 def gpu_models(fleets: Sequence[FleetSlot]) -> frozenset[str]:

@@ -72,9 +72,7 @@ class KindQueues:
 
 
 class SettledSkip:
-    def __init__(
-        self, order: QueueOrder, pending: Collection[str], waited: Callable[[float], bool] | None = None
-    ) -> None:
+    def __init__(self, order: QueueOrder, pending: Collection[str], waited: Callable[[float], bool] | None) -> None:
         self.order = order
         self.pending = pending
         #: whether a gang submitted at a time has waited past the starvation guard (None: there is none)
