@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.job_facts import PREFIX, decode
-from corral.store.snapshot import QueueRow, waiting_query
+from corral.store.snapshot import QueueRow, is_waiting, waiting_columns
 from corral.store.tables import QUEUED_SQL, jobs, queue_changes, runs, users
 
 #: A waiting job's state: what may change while it waits.
@@ -227,20 +227,23 @@ class QueueReader:
 _WITHOUT_FACTS = sa.or_(jobs.c.scheduling_facts.is_(None), sa.not_(jobs.c.scheduling_facts.startswith(PREFIX)))
 
 
-#: Built once (``store/prebuilt.py`` says why): a pass reads the jobs first seen, after every apply.
+#: Built once (``store/prebuilt.py`` says why): a pass reads the jobs first seen, after every apply. The jobs are
+#: looked up by their ids alone and told waiting here: with the queue's own terms in the query, SQLite's planner
+#: (which has no statistics) reads ``ix_jobs_instance_status`` for them, every waiting job, to find a few.
 _WHOLE = (
-    waiting_query()
+    waiting_columns()
     .add_columns(
         jobs.c.replica_num,
         jobs.c.scheduling_facts,
         sa.case((_WITHOUT_FACTS, jobs.c.job_spec)).label("job_spec"),
         sa.case((_WITHOUT_FACTS, runs.c.run_spec)).label("run_spec"),
         users.c.global_role,
+        jobs.c.status,
+        jobs.c.instance_id,
     )
     .join(runs, runs.c.id == jobs.c.run_id)
     .join(users, users.c.id == runs.c.user_id)
     .where(jobs.c.id.in_(sa.bindparam("ids", expanding=True)))
-    .order_by(None)
 )
 
 
@@ -249,7 +252,8 @@ async def _read_whole(conn: AsyncConnection, ids: list[str]) -> list[QueueRow]:
     job stored without facts this code reads, 500 per query."""
     out: list[QueueRow] = []
     for start in range(0, len(ids), 500):
-        out.extend(_row(d) for d in await conn.execute(_WHOLE, {"ids": ids[start : start + 500]}))
+        rows = await conn.execute(_WHOLE, {"ids": ids[start : start + 500]})
+        out.extend(_row(d) for d in rows if is_waiting(d.status, d.instance_id))
     return out
 
 

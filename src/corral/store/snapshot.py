@@ -49,25 +49,30 @@ _QUEUED = (jobs.c.status == "submitted", jobs.c.instance_id.is_(None))
 _ORDER = (jobs.c.priority.desc(), sa.func.coalesce(jobs.c.queued_at, jobs.c.submitted_at), jobs.c.id)
 
 
+def waiting_columns() -> sa.Select[Any]:
+    """What names a job of the queue, with its project's name, for any jobs (no filter, no order)."""
+    return sa.select(
+        jobs.c.id,
+        jobs.c.run_id,
+        jobs.c.project_id,
+        jobs.c.run_name,
+        jobs.c.job_num,
+        jobs.c.priority,
+        jobs.c.submitted_at,
+        jobs.c.status_message,
+        jobs.c.queued_at,
+        projects.c.name.label("project_name"),
+    ).join(projects, projects.c.id == jobs.c.project_id)
+
+
 def waiting_query() -> sa.Select[Any]:
     """Jobs waiting to be placed, in the scheduler's order, with what names them."""
-    return (
-        sa.select(
-            jobs.c.id,
-            jobs.c.run_id,
-            jobs.c.project_id,
-            jobs.c.run_name,
-            jobs.c.job_num,
-            jobs.c.priority,
-            jobs.c.submitted_at,
-            jobs.c.status_message,
-            jobs.c.queued_at,
-            projects.c.name.label("project_name"),
-        )
-        .join(projects, projects.c.id == jobs.c.project_id)
-        .where(*_QUEUED)
-        .order_by(*_ORDER)
-    )
+    return waiting_columns().where(*_QUEUED).order_by(*_ORDER)
+
+
+def is_waiting(status: str, instance_id: str | None) -> bool:
+    """Whether a job of this status and instance waits in the queue (``_QUEUED``, told of a row already read)."""
+    return status == "submitted" and instance_id is None
 
 
 async def waiting_jobs(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> list[Any]:
