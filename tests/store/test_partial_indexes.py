@@ -11,6 +11,7 @@ from sqlalchemy.schema import CreateIndex
 from corral.store import (
     fleet_reader,
     instance_outcomes,
+    prebuilt,
     preemption,
     queue_reader,
     run_states,
@@ -207,4 +208,35 @@ async def test_the_jobs_that_joined_the_queue_are_looked_up_by_their_ids(db_url:
     async with db.read() as conn:
         rows = await queue_reader._read_whole(conn, ["j7", "j8", "j9", "gone"])
         assert [r.id for r in rows] == ["j9"]
+    await db.dispose()
+
+
+async def test_the_jobs_of_a_scoped_jobs_pass_are_looked_up_by_their_ids(db_url: str) -> None:
+    """The jobs worker's pass over the jobs a placement handed over (``runs.list_jobs`` with ``ids``) reads them
+    through the primary key, a few ids or many, never the active jobs' status index for them; and it returns
+    only those of the statuses asked for."""
+    db = Database(db_url)
+    await upgrade(db)
+    async with db.write() as conn:
+        await _history(conn, 3000)
+        await conn.execute(sa.update(tables.jobs).values(status="running", finished_at=None))
+        await conn.execute(sa.update(tables.jobs).where(tables.jobs.c.id == "j5").values(status="done"))
+        if conn.dialect.name == "postgresql":
+            await conn.exec_driver_sql("ANALYZE jobs")
+    active = ["provisioning", "pulling", "running"]
+    async with db.read() as conn:
+        if not db.is_sqlite:
+            await conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
+            await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+        few, many = [f"j{i}" for i in range(3, 13)], [f"j{i}" for i in range(0, 3000, 75)]
+        for statement in (
+            runs._jobs_listed(len(few), False).params(prebuilt.ids_params(few)),
+            runs._LISTED_JOBS[(True, False)].params(ids=many),
+        ):
+            plan = await _plan(conn, statement, db.is_sqlite)
+            assert "ix_jobs_status_queue" not in plan and "ix_jobs_instance_status" not in plan, plan
+            assert ("(id=?)" in plan) if db.is_sqlite else ("jobs_pkey" in plan), plan
+        assert [j.id for j in await runs.list_jobs(conn, active, ids=few)] == [f"j{i}" for i in range(3, 13) if i != 5]
+        listed = await runs.list_jobs(conn, active, ids=[*many, "j5", "gone"])
+        assert sorted(j.id for j in listed) == sorted(many)
     await db.dispose()
