@@ -11,6 +11,7 @@ from sqlalchemy.schema import CreateIndex
 from corral.store import (
     fleet_reader,
     instance_outcomes,
+    leases,
     prebuilt,
     preemption,
     queue_reader,
@@ -239,4 +240,30 @@ async def test_the_jobs_of_a_scoped_jobs_pass_are_looked_up_by_their_ids(db_url:
         assert [j.id for j in await runs.list_jobs(conn, active, ids=few)] == [f"j{i}" for i in range(3, 13) if i != 5]
         listed = await runs.list_jobs(conn, active, ids=[*many, "j5", "gone"])
         assert sorted(j.id for j in listed) == sorted(many)
+    await db.dispose()
+
+
+async def test_a_batch_of_job_leases_is_claimed_by_the_jobs_ids(db_url: str) -> None:
+    """``leases.claim_many`` (the jobs worker's claim of the jobs it starts) finds them by their ids, with their
+    status checked on each row (``store/unindexed.py``), never by the status's index (every job of that status)."""
+    db = Database(db_url)
+    await upgrade(db)
+    async with db.write() as conn:
+        await _history(conn, 3000)
+        await conn.execute(sa.update(tables.jobs).values(status="provisioning", finished_at=None, lock_owner=None))
+        if conn.dialect.name == "postgresql":
+            await conn.exec_driver_sql("ANALYZE jobs")
+    many = [f"j{i}" for i in range(0, 3000, 75)]
+    async with db.read() as conn:
+        if not db.is_sqlite:
+            await conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
+            await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+        statement = leases.claim_many_statement(tables.jobs, many, 10.0, ("provisioning",)).values(lock_owner="s")
+        plan = await _plan(conn, statement, db.is_sqlite)
+        assert "ix_jobs_status_queue" not in plan, plan
+        assert ("(id=?)" in plan) if db.is_sqlite else ("jobs_pkey" in plan), plan
+    async with db.write() as conn:
+        await conn.execute(sa.update(tables.jobs).where(tables.jobs.c.id == "j75").values(status="running"))
+        claimed = await leases.claim_many(conn, tables.jobs, many, "s", 10.0, 30.0, ("provisioning",))
+    assert sorted(claimed) == sorted(j for j in many if j != "j75")
     await db.dispose()

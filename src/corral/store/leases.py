@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.store.unindexed import unindexed
+
 
 async def claim(
     conn: AsyncConnection,
@@ -50,18 +52,27 @@ async def claim_many(
     if not row_ids:
         return {}
     token = str(uuid.uuid4())
+    q = claim_many_statement(table, row_ids, now, expect_status)
+    res = await conn.execute(q.values(lock_owner=owner, lock_token=token, lock_expires_at=now + ttl))
+    if res.rowcount == 0:
+        return {}
+    rows = await conn.execute(sa.select(table.c.id).where(table.c.id.in_(list(row_ids)), table.c.lock_token == token))
+    return {row_id: token for (row_id,) in rows}
+
+
+def claim_many_statement(
+    table: sa.Table, row_ids: Sequence[str], now: float, expect_status: tuple[str, ...] | None
+) -> sa.Update:
+    """:func:`claim_many`'s UPDATE, without its values: the rows of ``row_ids`` found by their ids (their status
+    checked, ``unindexed``: not read from the status's index, every row of that status)."""
     q = (
         sa.update(table)
         .where(table.c.id.in_(list(row_ids)))
         .where(sa.or_(table.c.lock_expires_at.is_(None), table.c.lock_expires_at < now))
     )
     if expect_status is not None:
-        q = q.where(table.c.status.in_(expect_status))
-    res = await conn.execute(q.values(lock_owner=owner, lock_token=token, lock_expires_at=now + ttl))
-    if res.rowcount == 0:
-        return {}
-    rows = await conn.execute(sa.select(table.c.id).where(table.c.id.in_(list(row_ids)), table.c.lock_token == token))
-    return {row_id: token for (row_id,) in rows}
+        q = q.where(unindexed(table.c.status).in_(expect_status))
+    return q
 
 
 _EXTENDS: dict[str, sa.Update] = {}
