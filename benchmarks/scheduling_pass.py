@@ -20,8 +20,11 @@ With ``--guard SECONDS`` the server's starvation guard (``CORRAL_STARVATION_GUAR
 long; ``--guard 0`` puts every queued job past it at once, as a backlog is once its oldest jobs have waited five
 minutes: each waiting job past it holds the fleets it could use for itself.
 
+With ``--arrivals K`` (and ``--hosts``) K runs are applied before each timed pass, as clients keep applying
+while a backlog drains: the pass reads those K jobs first (their rows, with their scheduling facts).
+
     python benchmarks/scheduling_pass.py [--queued 400] [--passes 50] [--profile] [--hosts 2000 [--quotas]]
-                                         [--guard SECONDS]
+                                         [--guard SECONDS] [--arrivals K]
 """
 
 from __future__ import annotations
@@ -110,7 +113,9 @@ async def _free_a_block(srv: InProcess, ids: list[str]) -> None:
         )
 
 
-async def main_hosts(hosts: int, queued: int, passes: int, profile: bool, quotas: bool, guard: float) -> None:
+async def main_hosts(
+    hosts: int, queued: int, passes: int, profile: bool, quotas: bool, guard: float, arrivals: int
+) -> None:
     from corral.workers.scheduling import Scheduling
 
     async with in_process_server("corral-bench-pass-", background_processing=False, starvation_guard=guard) as srv:
@@ -123,28 +128,32 @@ async def main_hosts(hosts: int, queued: int, passes: int, profile: bool, quotas
             for _ in range(queued + passes):
                 body = _run_body(["echo ok"], HOST_FLEETS)
                 (await c.post("/api/project/main/runs/apply", json=body)).raise_for_status()
-        worker = Scheduling(srv.prepared.ctx)
-        for _ in range(3):
-            await worker.pass_once()
-        first = []
-        for _ in range(3):
-            c0 = time.process_time()
-            await Scheduling(srv.prepared.ctx).pass_once()
-            first.append(time.process_time() - c0)
-        cpu, wall, placed = [], [], 0
-        prof = cProfile.Profile() if profile else None
-        for _ in range(passes):
-            await _free_a_block(srv, ids)
-            c0, w0 = time.process_time(), time.perf_counter()
-            if prof is not None:
-                prof.enable()
-            result = await worker.pass_once()
-            if prof is not None:
-                prof.disable()
-            cpu.append(time.process_time() - c0)
-            wall.append(time.perf_counter() - w0)
-            placed += len(result.assigned)
+            worker = Scheduling(srv.prepared.ctx)
+            for _ in range(3):
+                await worker.pass_once()
+            first = []
+            for _ in range(3):
+                c0 = time.process_time()
+                await Scheduling(srv.prepared.ctx).pass_once()
+                first.append(time.process_time() - c0)
+            cpu, wall, placed = [], [], 0
+            prof = cProfile.Profile() if profile else None
+            for _ in range(passes):
+                await _free_a_block(srv, ids)
+                for _ in range(arrivals):  # runs applied since the last pass: the pass reads them first
+                    body = _run_body(["echo ok"], HOST_FLEETS)
+                    (await c.post("/api/project/main/runs/apply", json=body)).raise_for_status()
+                c0, w0 = time.process_time(), time.perf_counter()
+                if prof is not None:
+                    prof.enable()
+                result = await worker.pass_once()
+                if prof is not None:
+                    prof.disable()
+                cpu.append(time.process_time() - c0)
+                wall.append(time.perf_counter() - w0)
+                placed += len(result.assigned)
     policy = (", a quota (fair share on)" if quotas else "") + f", starvation guard {guard:g} s"
+    policy += f", {arrivals} runs applied before each pass" if arrivals else ""
     report(f"{hosts} SSH hosts in 4 fleets, every block held, {queued} jobs queued{policy}", cpu, wall, first, prof)
     print(f"  jobs placed: {placed} in {passes} passes (one block freed before each); load {os.getloadavg()}")
 
@@ -218,7 +227,12 @@ def main() -> None:
     parser.add_argument(
         "--guard", type=float, default=300.0, help="the starvation guard in seconds (0: every queued job is past it)"
     )
+    parser.add_argument("--arrivals", type=int, default=0, help="with --hosts: runs applied before each timed pass")
     args = parser.parse_args()
+    if args.arrivals < 0:
+        parser.error("--arrivals must be 0 or more")
+    if args.arrivals and not args.hosts:
+        parser.error("--arrivals needs --hosts")
     if args.guard < 0:
         parser.error("--guard must be 0 or more seconds")
     if args.hosts < 0:
@@ -226,7 +240,9 @@ def main() -> None:
     if args.quotas and not args.hosts:
         parser.error("--quotas needs --hosts")
     if args.hosts:
-        asyncio.run(main_hosts(args.hosts, args.queued, args.passes, args.profile, args.quotas, args.guard))
+        asyncio.run(
+            main_hosts(args.hosts, args.queued, args.passes, args.profile, args.quotas, args.guard, args.arrivals)
+        )
     else:
         asyncio.run(main_async(args.queued, args.passes, args.profile, args.guard))
 
