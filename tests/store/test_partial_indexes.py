@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateIndex
 
 from corral.store import (
+    capacity_counts,
     fleet_reader,
     instance_outcomes,
     leases,
@@ -19,6 +20,7 @@ from corral.store import (
     runs,
     service_drains,
     service_scaling,
+    snapshot,
     tables,
 )
 from corral.store.db import Database
@@ -34,6 +36,7 @@ POSTGRES_TERMS = {
     "ix_jobs_preempted": ("'preempted'",),
     "ix_jobs_leased": ("lock_owner IS NOT NULL",),
     "ix_instances_live": ("NOT deleted", "'terminated'"),
+    "ix_instances_live_backend": ("NOT deleted", "'terminated'"),
     "ix_instances_live_fleet": ("NOT deleted", "'terminated'", "'ssh'", "'error'"),
     "ix_runs_services": ("service_templates IS NOT NULL",),
 }
@@ -46,7 +49,7 @@ async def test_live_unique_indexes_have_the_predicate_the_migrations_built(db_ur
     # preempted and leased jobs; the live fleets of their list and the instances a fleet lists (``instances/list``
     # reads every instance, the deleted ones too, as dstack's does: a full index)
     assert sorted(i.name for i, _ in tables._POSTGRES_WHERE if i.name in POSTGRES_TERMS) == sorted(POSTGRES_TERMS)
-    assert len(tables._POSTGRES_WHERE) == 14
+    assert len(tables._POSTGRES_WHERE) == 15
     async with db.read() as conn:
         for index, where in tables._POSTGRES_WHERE:
             expected = str(index.dialect_options["sqlite"]["where"]) if db.is_sqlite else where
@@ -102,8 +105,22 @@ async def test_the_live_instances_state_is_read_from_its_own_index_alone(db_url:
             await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
             query = fleet_reader.STATE_SQL["postgresql"]
             plan = [row[0] for row in (await conn.execute(sa.text(f"EXPLAIN {query}"))).all()]
-            assert plan[0].startswith("Index Only Scan using ix_instances_live"), plan
+            # by cost: the live instances' own index alone, or the smaller one of their backends and their rows
+            assert plan[0].startswith(
+                ("Index Only Scan using ix_instances_live ", "Index Scan using ix_instances_live")
+            ), plan
     await db.dispose()
+
+
+def _instances(n: int, live: int) -> list[dict[str, object]]:
+    """``n`` instances of project ``p`` on ssh and aws, the first ``live`` of them idle, the rest terminated (a
+    third of those deleted)."""
+    return [
+        {"id": f"i{k}", "project_id": "p", "name": f"i{k}", "instance_num": k, "backend": "ssh" if k % 2 else "aws",
+         "status": "terminated" if k >= live else "idle", "deleted": k >= live and k % 3 == 0,
+         "created_at": float(k), "last_processed_at": float(k)}
+        for k in range(n)
+    ]  # fmt: skip
 
 
 async def _plan(conn: AsyncConnection, statement: sa.ClauseElement, sqlite: bool) -> str:
@@ -266,4 +283,34 @@ async def test_a_batch_of_job_leases_is_claimed_by_the_jobs_ids(db_url: str) -> 
         await conn.execute(sa.update(tables.jobs).where(tables.jobs.c.id == "j75").values(status="running"))
         claimed = await leases.claim_many(conn, tables.jobs, many, "s", 10.0, 30.0, ("provisioning",))
     assert sorted(claimed) == sorted(j for j in many if j != "j75")
+    await db.dispose()
+
+
+async def test_a_backends_live_instances_are_counted_from_their_own_index(db_url: str) -> None:
+    """A scheduling pass's count of the local backend's instances (``snapshot.backend_usage_and_blocks``) and
+    the commit point's recount of a backend's limit read ``ix_instances_live_backend``: that backend's live
+    instances, not the instances of every backend, nor the thousands the history left terminated."""
+    db = Database(db_url)
+    await upgrade(db)
+    async with db.write() as conn:
+        await admin_and_project(conn, 0.0)
+        await conn.execute(sa.insert(tables.instances), _instances(3000, live=20))
+        local = [
+            {"id": f"l{n}", "project_id": "p", "name": f"l{n}", "instance_num": n, "backend": "local",
+             "status": "busy", "offer": '{"host_blocks": 2}', "deleted": False, "created_at": 0.0,
+             "last_processed_at": 0.0}
+            for n in range(3)
+        ]  # fmt: skip
+        await conn.execute(sa.insert(tables.instances), local)
+        if conn.dialect.name == "postgresql":
+            await conn.exec_driver_sql("ANALYZE instances")
+    async with db.read() as conn:
+        for statement in (
+            snapshot._LIVE_OFFERS.params(backend="local"),
+            capacity_counts.backend_instances_query("local"),
+        ):
+            plan = await _plan(conn, statement, db.is_sqlite)
+            assert "ix_instances_live_backend" in plan, plan
+        assert await snapshot.backend_usage_and_blocks(conn, "local") == (3, 6)
+        assert await capacity_counts.backend_instances(conn, "ssh") == 10
     await db.dispose()

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.durations import run_idle_duration
-from corral.store.tables import instances, jobs, runs
+from corral.store.tables import LIVE_INSTANCE_SQL, instances, jobs, runs
 
 
 def _live(*where: sa.ColumnElement[bool]) -> sa.ColumnElement[bool]:
@@ -27,10 +27,16 @@ async def fleet_instances(conn: AsyncConnection, fleet_id: str) -> int:
     return int((await conn.execute(q)).scalar_one())
 
 
+def backend_instances_query(backend: str) -> sa.Select[tuple[int]]:
+    """:func:`backend_instances`'s count, from ``ix_instances_live_backend`` (its predicate spelled as the index's:
+    the backend's live instances, not every instance the history left terminated)."""
+    where = (instances.c.backend == backend, sa.text(LIVE_INSTANCE_SQL))
+    return sa.select(sa.func.count()).select_from(instances).where(*where)
+
+
 async def backend_instances(conn: AsyncConnection, backend: str) -> int:
     """The backend's instances not yet confirmed terminated, in every fleet."""
-    q = sa.select(sa.func.count()).select_from(instances).where(_live(instances.c.backend == backend))
-    return int((await conn.execute(q)).scalar_one())
+    return int((await conn.execute(backend_instances_query(backend))).scalar_one())
 
 
 async def next_instance_num(conn: AsyncConnection, fleet_id: str) -> int:

@@ -15,7 +15,7 @@ from corral.domain.records import FleetRec
 from corral.scheduler.blocks import HOST_GPUS_KEY
 from corral.store import direct
 from corral.store.fleets import list_fleets
-from corral.store.tables import instances, jobs, projects
+from corral.store.tables import LIVE_INSTANCE_SQL, instances, jobs, projects
 
 
 @dataclass(frozen=True)
@@ -89,10 +89,9 @@ async def load_fleets(conn: AsyncConnection, project_ids: list[str] | None = Non
 
 
 #: The offers of ``:backend``'s instances not yet confirmed terminated (built once: ``store/prebuilt.py``).
+#: A backend's live instances' offers, from ``ix_instances_live_backend`` (its predicate spelled as the index's).
 _LIVE_OFFERS = sa.select(instances.c.offer).where(
-    instances.c.backend == sa.bindparam("backend"),
-    instances.c.status != "terminated",
-    instances.c.deleted == sa.false(),
+    instances.c.backend == sa.bindparam("backend"), sa.text(LIVE_INSTANCE_SQL)
 )
 
 

@@ -199,6 +199,8 @@ instances = sa.Table(
     sa.Index("ix_instances_fleet_status", "fleet_id", "status"),
     sa.Index("ix_instances_status", "status"),
     _partial("ix_instances_live", "id", "fleet_id", "version", "status", "deleted", where=LIVE_INSTANCE_SQL),
+    #: A backend's live instances (a scheduling pass counts the local backend's; a reservation recounts its limit).
+    _partial("ix_instances_live_backend", "backend", where=LIVE_INSTANCE_SQL),
     #: Every instance in ``instances/list``'s keyset order (dstack lists the deleted ones too; its ``only_active``
     #: reads the idle and busy ones by status), and those a fleet lists by number (``fleets/list``, not the
     #: instances the history left deleted or terminated).
