@@ -88,8 +88,8 @@ async def load_fleets(conn: AsyncConnection, project_ids: list[str] | None = Non
     return [f for f in await list_fleets(conn, project_ids) if f.status == "active"]
 
 
-#: The offers of ``:backend``'s instances not yet confirmed terminated (built once: ``store/prebuilt.py``).
-#: A backend's live instances' offers, from ``ix_instances_live_backend`` (its predicate spelled as the index's).
+#: The offers of ``:backend``'s instances not yet confirmed terminated (built once: ``store/prebuilt.py``), from
+#: ``ix_instances_live_backend`` (its predicate spelled as the index's), not every instance of the history.
 _LIVE_OFFERS = sa.select(instances.c.offer).where(
     instances.c.backend == sa.bindparam("backend"), sa.text(LIVE_INSTANCE_SQL)
 )
