@@ -17,7 +17,7 @@ from corral.domain.records import AGENT_LOG_SOURCE, JobRec, LogRec, RunRec
 from corral.domain.statuses import FINISHED_JOB, FINISHED_RUN, JOB_STATUS, RUN_STATUS
 from corral.store import deferred, direct, prebuilt, run_counts
 from corral.store.events import tracked_update_by_id
-from corral.store.tables import ACTIVE_RUN_WHERE, fleets, gateways, jobs, logs, projects, runs, users
+from corral.store.tables import ACTIVE_RUN_WHERE, QUEUED_SQL, fleets, gateways, jobs, logs, projects, runs, users
 
 FINISHED_RUN_STATUSES = FINISHED_RUN
 FINISHED_JOB_STATUSES = FINISHED_JOB
@@ -581,14 +581,14 @@ async def read_logs(
 
 
 #: How many waiting jobs of project ``:project`` come before one of priority ``:priority`` submitted at ``:at`` with id
-#: ``:_id`` (``queue_position``; built once).
+#: ``:_id`` (``queue_position``; built once), counted from ``ix_jobs_queue_ahead`` alone (the queue's terms spelled
+#: as its predicate): a step per job ahead, in the index, not a read of each one's row.
 _AHEAD = (
     sa.select(sa.func.count())
     .select_from(jobs)
     .where(
         jobs.c.project_id == sa.bindparam("project", type_=jobs.c.project_id.type),
-        jobs.c.status == sa.bindparam("status", "submitted", type_=jobs.c.status.type),
-        jobs.c.instance_id.is_(None),
+        sa.text(QUEUED_SQL),
         sa.or_(
             jobs.c.priority > sa.bindparam("priority", type_=jobs.c.priority.type),
             sa.and_(

@@ -371,6 +371,12 @@ jobs = sa.Table(
     #: The queue alone, and all a scheduling pass reads of a job it has seen (``queue_reader``): the
     #: pass reads this index, never the table's rows, and its size is the queue's, whatever the history.
     _partial("ix_jobs_queued", "id", "priority", "status_message", where=QUEUED_SQL),
+    #: A waiting job's place in its project's queue (``runs.queue_position``, on every ``runs/get`` of a queued
+    #: run): the waiting jobs ahead of it are counted from this index alone, never the table's rows (SQLite reads
+    #: an index alone only where it holds every column the query names, its predicate's too).
+    _partial(
+        "ix_jobs_queue_ahead", "project_id", "priority", "submitted_at", "id", "status", "instance_id", where=QUEUED_SQL
+    ),
     sa.Index("ix_jobs_instance_status", "instance_id", "status"),
     _partial("ix_jobs_preempted", "finished_at", where=PREEMPTED_SQL),
     _partial("ix_jobs_leased", "id", where=LEASED_SQL),
