@@ -83,8 +83,7 @@ async def test_the_queue_is_read_from_its_own_index_alone(db_url: str) -> None:
             plan = [row[-1] for row in (await conn.execute(sa.text(f"EXPLAIN QUERY PLAN {query}"))).all()]
             assert plan == ["SCAN jobs USING INDEX ix_jobs_queued"], plan
         else:  # Postgres picks by cost: on an empty table, with the cheaper ways off, that it can
-            await conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
-            await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+            await _cheaper_scans_off(conn)
             query = queue_reader._QUEUE_STATE["postgresql"]
             plan = [row[0] for row in (await conn.execute(sa.text(f"EXPLAIN {query}"))).all()]
             # by cost: the queue's own index alone, or on a table this small another index of the queue alone
@@ -103,8 +102,7 @@ async def test_the_live_instances_state_is_read_from_its_own_index_alone(db_url:
             plan = [row[-1] for row in (await conn.execute(sa.text(f"EXPLAIN QUERY PLAN {query}"))).all()]
             assert plan == ["SCAN instances USING COVERING INDEX ix_instances_live"], plan
         else:
-            await conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
-            await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+            await _cheaper_scans_off(conn)
             query = fleet_reader.STATE_SQL["postgresql"]
             plan = [row[0] for row in (await conn.execute(sa.text(f"EXPLAIN {query}"))).all()]
             # by cost: the live instances' own index alone, or the smaller one of their backends and their rows
@@ -123,6 +121,12 @@ def _instances(n: int, live: int) -> list[dict[str, object]]:
          "created_at": float(k), "last_processed_at": float(k)}
         for k in range(n)
     ]  # fmt: skip
+
+
+async def _cheaper_scans_off(conn: AsyncConnection) -> None:
+    """Postgres picks by cost: on a table this small, with the cheaper scans off, the index it can use."""
+    await conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
+    await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
 
 
 async def _plan(conn: AsyncConnection, statement: sa.ClauseElement, sqlite: bool) -> str:
@@ -213,8 +217,7 @@ async def test_the_jobs_that_joined_the_queue_are_looked_up_by_their_ids(db_url:
             await conn.exec_driver_sql("ANALYZE jobs")
     async with db.read() as conn:
         if not db.is_sqlite:  # Postgres picks by cost: on a table this small, with the cheaper ways off, that it can
-            await conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
-            await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+            await _cheaper_scans_off(conn)
         # a pass's worth of applies since the last one
         plan = await _plan(conn, queue_reader._WHOLE.params(ids=[f"j{i}" for i in range(0, 3000, 75)]), db.is_sqlite)
         assert "ix_jobs_instance_status" not in plan and "ix_jobs_status_queue" not in plan, plan
@@ -246,12 +249,11 @@ async def test_the_jobs_of_a_scoped_jobs_pass_are_looked_up_by_their_ids(db_url:
     active = ["provisioning", "pulling", "running"]
     async with db.read() as conn:
         if not db.is_sqlite:
-            await conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
-            await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+            await _cheaper_scans_off(conn)
         few, many = [f"j{i}" for i in range(3, 13)], [f"j{i}" for i in range(0, 3000, 75)]
         for statement in (
-            runs._jobs_listed(len(few), False).params(prebuilt.ids_params(few)),
-            runs._LISTED_JOBS[(True, False)].params(ids=many),
+            runs._jobs_listed(tuple(active), len(few), False).params(prebuilt.ids_params(few)),
+            runs._LISTED_JOBS[(True, False)].params(ids=many, statuses=active),
         ):
             plan = await _plan(conn, statement, db.is_sqlite)
             assert "ix_jobs_status_queue" not in plan and "ix_jobs_instance_status" not in plan, plan
@@ -275,8 +277,7 @@ async def test_a_batch_of_job_leases_is_claimed_by_the_jobs_ids(db_url: str) -> 
     many = [f"j{i}" for i in range(0, 3000, 75)]
     async with db.read() as conn:
         if not db.is_sqlite:
-            await conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
-            await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+            await _cheaper_scans_off(conn)
         statement = leases.claim_many_statement(tables.jobs, many, 10.0, ("provisioning",)).values(lock_owner="s")
         plan = await _plan(conn, statement, db.is_sqlite)
         assert "ix_jobs_status_queue" not in plan, plan
@@ -338,8 +339,7 @@ async def test_a_waiting_runs_place_is_counted_from_the_queues_own_index(db_url:
             await conn.exec_driver_sql("ANALYZE jobs")
     async with db.read() as conn:
         if not db.is_sqlite:
-            await conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
-            await conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+            await _cheaper_scans_off(conn)
         statement = runs._AHEAD.params(project="p", priority=1, at=1500.0, _id="j1500")
         if db.is_sqlite:  # as it runs: its values bound (a partial index serves a literal term, not a parameter)
             compiled = statement.compile(dialect=conn.dialect)

@@ -32,8 +32,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.job_facts import PREFIX, decode
-from corral.store.snapshot import QueueRow, is_waiting, waiting_columns
+from corral.store.snapshot import QueueRow, waiting_columns
 from corral.store.tables import QUEUED_SQL, jobs, queue_changes, runs, users
+from corral.store.unindexed import unindexed
 
 #: A waiting job's state: what may change while it waits.
 State = tuple[str, int, "str | None"]
@@ -228,8 +229,8 @@ _WITHOUT_FACTS = sa.or_(jobs.c.scheduling_facts.is_(None), sa.not_(jobs.c.schedu
 
 
 #: Built once (``store/prebuilt.py`` says why): a pass reads the jobs first seen, after every apply. The jobs are
-#: looked up by their ids alone and told waiting here: with the queue's own terms in the query, SQLite's planner
-#: (which has no statistics) reads ``ix_jobs_instance_status`` for them, every waiting job, to find a few.
+#: found by their ids, the queue's terms checked on each row (``unindexed``): SQLite's planner, which has no
+#: statistics, would read ``ix_jobs_instance_status`` for them, every waiting job, to find a few.
 _WHOLE = (
     waiting_columns()
     .add_columns(
@@ -238,12 +239,14 @@ _WHOLE = (
         sa.case((_WITHOUT_FACTS, jobs.c.job_spec)).label("job_spec"),
         sa.case((_WITHOUT_FACTS, runs.c.run_spec)).label("run_spec"),
         users.c.global_role,
-        jobs.c.status,
-        jobs.c.instance_id,
     )
     .join(runs, runs.c.id == jobs.c.run_id)
     .join(users, users.c.id == runs.c.user_id)
-    .where(jobs.c.id.in_(sa.bindparam("ids", expanding=True)))
+    .where(
+        jobs.c.id.in_(sa.bindparam("ids", expanding=True)),
+        unindexed(jobs.c.status) == "submitted",
+        unindexed(jobs.c.instance_id).is_(None),
+    )
 )
 
 
@@ -252,8 +255,7 @@ async def _read_whole(conn: AsyncConnection, ids: list[str]) -> list[QueueRow]:
     job stored without facts this code reads, 500 per query."""
     out: list[QueueRow] = []
     for start in range(0, len(ids), 500):
-        rows = await conn.execute(_WHOLE, {"ids": ids[start : start + 500]})
-        out.extend(_row(d) for d in rows if is_waiting(d.status, d.instance_id))
+        out.extend(_row(d) for d in await conn.execute(_WHOLE, {"ids": ids[start : start + 500]}))
     return out
 
 

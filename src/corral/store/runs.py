@@ -18,6 +18,7 @@ from corral.domain.statuses import FINISHED_JOB, FINISHED_RUN, JOB_STATUS, RUN_S
 from corral.store import deferred, direct, prebuilt, run_counts
 from corral.store.events import tracked_update_by_id
 from corral.store.tables import ACTIVE_RUN_WHERE, QUEUED_SQL, fleets, gateways, jobs, logs, projects, runs, users
+from corral.store.unindexed import unindexed
 
 FINISHED_RUN_STATUSES = FINISHED_RUN
 FINISHED_JOB_STATUSES = FINISHED_JOB
@@ -248,12 +249,17 @@ def _latest_jobs_of_runs(n: int) -> sa.Select[Any]:
     return stmt
 
 
-#: The jobs in ``:statuses`` (of the run ``:run_id``), oldest first (``list_jobs``); of ``:ids``, whatever their
-#: status (told by ``list_jobs``).
+#: The jobs in ``:statuses`` (of the run ``:run_id``, of ``:ids``), oldest first (``list_jobs``). Jobs of ``:ids``
+#: are found by their ids, the status checked on each row (``unindexed``): SQLite's planner, which has no statistics,
+#: would read ``ix_jobs_status_queue`` for them, every active job, to find a few.
 _JOBS_IN = sa.select(jobs).where(jobs.c.status.in_(sa.bindparam("statuses", expanding=True)))
+_JOBS_OF_IDS = sa.select(jobs).where(
+    jobs.c.id.in_(sa.bindparam("ids", expanding=True)),
+    unindexed(jobs.c.status).in_(sa.bindparam("statuses", expanding=True)),
+)
 _LISTED_JOBS = {
     (by_ids, by_run): (
-        (sa.select(jobs).where(jobs.c.id.in_(sa.bindparam("ids", expanding=True))) if by_ids else _JOBS_IN)
+        (_JOBS_OF_IDS if by_ids else _JOBS_IN)
         .where(*((jobs.c.run_id == sa.bindparam("run_id"),) if by_run else ()))
         .order_by(jobs.c.submitted_at)
     )
@@ -490,34 +496,33 @@ async def update_job(
 async def list_jobs(
     conn: AsyncConnection, statuses: Sequence[str], run_id: str | None = None, ids: Iterable[str] | None = None
 ) -> list[JobRec]:
-    """The jobs in ``statuses`` (of run ``run_id``, of ``ids``), oldest first. Jobs of ``ids`` are looked up by
-    their ids alone and told by status here: with the statuses in the statement, SQLite's planner (which has no
-    statistics) reads ``ix_jobs_status_queue`` for them, every active job, to find a few."""
-    if ids is None:
-        params: dict[str, Any] = {"statuses": list(statuses), **({"run_id": run_id} if run_id is not None else {})}
-        return [job_from_row(r) for r in await conn.execute(_LISTED_JOBS[(False, run_id is not None)], params)]
-    listed = list(ids)
-    if not listed:
-        return []
-    by_run = {"run_id": run_id} if run_id is not None else {}
-    if len(listed) <= prebuilt.LISTED:  # a pass over the jobs a placement just handed over: a few
-        q = _jobs_listed(len(listed), run_id is not None)
-        rows: Iterable[Any] = await direct.execute(conn, q, {**prebuilt.ids_params(listed), **by_run})
-    else:
-        rows = await conn.execute(_LISTED_JOBS[(True, run_id is not None)], {"ids": listed, **by_run})
-    wanted = frozenset(statuses)
-    return [job_from_row(r) for r in rows if r.status in wanted]
+    """The jobs in ``statuses`` (of run ``run_id``, of ``ids``), oldest first."""
+    params: dict[str, Any] = {"statuses": list(statuses)}
+    if run_id is not None:
+        params["run_id"] = run_id
+    if ids is not None:
+        params["ids"] = listed = list(ids)
+        if not listed:
+            return []
+        if len(listed) <= prebuilt.LISTED:  # a pass over the jobs a placement just handed over: a few
+            params = {**prebuilt.ids_params(listed), **({"run_id": run_id} if run_id is not None else {})}
+            q = _jobs_listed(tuple(statuses), len(listed), run_id is not None)
+            return [job_from_row(r) for r in await direct.execute(conn, q, params)]
+    q = _LISTED_JOBS[(ids is not None, run_id is not None)]
+    return [job_from_row(r) for r in await conn.execute(q, params)]
 
 
-_JOBS_LISTED: dict[tuple[int, bool], sa.Select[Any]] = {}
+_JOBS_LISTED: dict[tuple[tuple[str, ...], int, bool], sa.Select[Any]] = {}
 
 
-def _jobs_listed(n: int, by_run: bool) -> sa.Select[Any]:
-    """:func:`list_jobs`'s statement for ``n`` ids (sent as compiled)."""
-    key = (n, by_run)
+def _jobs_listed(statuses: tuple[str, ...], n: int, by_run: bool) -> sa.Select[Any]:
+    """:func:`list_jobs`'s statement for ``n`` ids, its statuses literal values (sent as compiled), checked on each
+    row as in ``_JOBS_OF_IDS``."""
+    key = (statuses, n, by_run)
     stmt = _JOBS_LISTED.get(key)
     if stmt is None:
-        q = sa.select(jobs).where(_in_ids(jobs.c.id, n))
+        literal = [sa.literal(s, jobs.c.status.type) for s in statuses]
+        q = sa.select(jobs).where(unindexed(jobs.c.status).in_(literal), _in_ids(jobs.c.id, n))
         if by_run:
             q = q.where(jobs.c.run_id == sa.bindparam("run_id"))
         stmt = _JOBS_LISTED[key] = q.order_by(jobs.c.submitted_at)

@@ -70,11 +70,6 @@ def waiting_query() -> sa.Select[Any]:
     return waiting_columns().where(*_QUEUED).order_by(*_ORDER)
 
 
-def is_waiting(status: str, instance_id: str | None) -> bool:
-    """Whether a job of this status and instance waits in the queue (``_QUEUED``, told of a row already read)."""
-    return status == "submitted" and instance_id is None
-
-
 async def waiting_jobs(conn: AsyncConnection, project_ids: Collection[str] | None = None) -> list[Any]:
     """The queue's rows without their documents (``scheduling/queue``), of ``project_ids`` only if given."""
     q = waiting_query().where(projects.c.deleted == sa.false())
