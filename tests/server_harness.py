@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from corral.server import prepare
+from corral.server import KEEP_ALIVE_S, prepare
 from corral.settings import Settings
 
 ADMIN_TOKEN = "test-admin-token"
@@ -76,7 +76,14 @@ async def running_server(settings: Settings, keep_agents: bool = False) -> Async
     port = int(sock.getsockname()[1])
     settings = replace(settings, host="127.0.0.1", port=port)
     prepared = await prepare(settings)
-    config = uvicorn.Config(prepared.app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        prepared.app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_keep_alive=KEEP_ALIVE_S,  # as `corral server`: a client's idle connection is never closed under it
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     deadline = time.monotonic() + 10

@@ -31,7 +31,7 @@ class InProcess:
 async def in_process_server(prefix: str, **overrides: Any) -> AsyncIterator[InProcess]:
     import uvicorn
 
-    from corral.server import prepare
+    from corral.server import KEEP_ALIVE_S, prepare
     from corral.settings import Settings
 
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
@@ -47,7 +47,10 @@ async def in_process_server(prefix: str, **overrides: Any) -> AsyncIterator[InPr
     )
     prepared = await prepare(settings)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(prepared.app, host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn.Config(
+        prepared.app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S
+    )
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)

@@ -28,6 +28,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("corral.server")
 
+# How long an idle kept-alive connection stays open. uvicorn's default is 5 s
+# (https://www.uvicorn.org/settings/#timeouts, ``--timeout-keep-alive``), the same as httpx's idle expiry
+# (https://www.python-httpx.org/advanced/resource-limits/, ``keepalive_expiry``): a client that comes back
+# after about 5 s raced the server's close and got a reset instead of an answer. A server should close idle
+# connections later than its clients and any load balancer in front of it do, so that they always close
+# first; AWS's Application Load Balancer keeps idle connections for 60 s by default and asks targets for
+# more (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/application-load-balancers.html,
+# "Connection idle timeout"). An idle connection costs the server a socket and no task.
+KEEP_ALIVE_S = 75
+
 
 class StateDirLocked(RuntimeError):
     pass
@@ -536,6 +546,7 @@ def main(host: str = "127.0.0.1", port: int = 3000, log_level: str = "info", acc
             log_level="warning",
             lifespan="on",
             access_log=False,
+            timeout_keep_alive=KEEP_ALIVE_S,
             ws=_lazy_websocket_protocol,  # type: ignore[arg-type]
         )
         server = uvicorn.Server(config)

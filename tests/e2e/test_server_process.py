@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -158,9 +159,8 @@ def test_an_unknown_log_format_is_refused_before_start(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def _start_and_stop(tmp: Path, port: int, maps: list[str] | None = None) -> str:
-    """The output of a server started and stopped; ``maps`` gets its memory map (``/proc/PID/maps``) once it
-    serves."""
+def _start_and_stop(tmp: Path, port: int, while_serving: Callable[[int], None] | None = None) -> str:
+    """The output of a server started and stopped; ``while_serving(pid)`` is called once it serves."""
     proc = subprocess.Popen(
         [*_corral_command(), "server", "--port", str(port)],
         env=_env(tmp, CORRAL_BACKGROUND_PROCESSING="0"),
@@ -178,8 +178,8 @@ def _start_and_stop(tmp: Path, port: int, maps: list[str] | None = None) -> str:
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
             time.sleep(0.1)
-        if maps is not None:
-            maps.append(Path(f"/proc/{proc.pid}/maps").read_text())
+        if while_serving is not None:
+            while_serving(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=30)[0]
@@ -193,7 +193,7 @@ def test_a_start_on_another_port_points_the_cli_there(tmp_path: Path) -> None:
     config = tmp_path / "cli" / "config.yml"
     assert f"url: http://127.0.0.1:{first}\n" in config.read_text()
     maps: list[str] = []
-    out = _start_and_stop(tmp_path, second, maps)
+    out = _start_and_stop(tmp_path, second, lambda pid: maps.append(Path(f"/proc/{pid}/maps").read_text()))
     assert f"Pointed the CLI's projects of this server at http://127.0.0.1:{second}" in out
     assert f"url: http://127.0.0.1:{second}\n" in config.read_text()
     assert f":{first}" not in config.read_text()
@@ -202,3 +202,31 @@ def test_a_start_on_another_port_points_the_cli_there(tmp_path: Path) -> None:
     assert "cryptography/hazmat/bindings" not in maps[0]
     out = _start_and_stop(tmp_path, second)  # the same port again: nothing to do
     assert "Pointed" not in out and "Configured" not in out
+
+
+def _healthcheck(conn: socket.socket) -> bytes:
+    """One kept-alive ``GET /healthcheck`` on ``conn``: the reply's status line, or ``b""`` where the server
+    had closed the connection."""
+    try:
+        conn.sendall(b"GET /healthcheck HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        reply = conn.recv(65536)
+    except (BrokenPipeError, ConnectionResetError):
+        return b""
+    return reply.split(b"\r\n", 1)[0]
+
+
+def test_an_idle_kept_alive_connection_outlives_a_clients_own_expiry(tmp_path: Path) -> None:
+    """A client that comes back to its kept-alive connection after 6 s (past httpx's 5 s idle expiry and
+    uvicorn's default 5 s keep-alive) is answered on it: the server does not close under a client that could
+    be sending at that moment."""
+    port = free_port()
+    replies: list[bytes] = []
+
+    def idle_then_ask(_pid: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            replies.append(_healthcheck(conn))
+            time.sleep(6.0)
+            replies.append(_healthcheck(conn))
+
+    _start_and_stop(tmp_path, port, idle_then_ask)
+    assert replies == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK"]
