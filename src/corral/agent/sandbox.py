@@ -30,10 +30,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
 import time
 
 from . import sandbox_net, slot_owner
+from .latest_call import LatestCall
 from .portfwd import Forwarder
 from .sandbox_launch import Launcher
 from .sandbox_launch import Pipes as Pipes  # named here too, where the agent has always found them
@@ -96,8 +96,7 @@ class Sandboxes:
         self.slots = Slots(self.work_dir, config)
         self.spare = SpareNetwork(self.slots, enabled=self.reason is None)
         self.launcher = Launcher(config, self.work_dir)
-        self._timer_lock = threading.Lock()
-        self._bridge_timer: threading.Timer | None = None
+        self._bridge_check_later = LatestCall(self._bridge_check, "bridge-check")
 
     @property
     def available(self) -> bool:
@@ -123,14 +122,8 @@ class Sandboxes:
 
     def bridge_down_later(self, delay: float = BRIDGE_LINGER_S) -> None:
         """:meth:`bridge_down_if_idle` in ``delay`` seconds (one pending check per agent: a later call moves it)."""
-        if not self.available:
-            return
-        with self._timer_lock:
-            if self._bridge_timer is not None:
-                self._bridge_timer.cancel()
-            timer = self._bridge_timer = threading.Timer(delay, self._bridge_check)
-            timer.daemon = True
-            timer.start()
+        if self.available:
+            self._bridge_check_later.after(delay)
 
     def _bridge_check(self) -> None:
         try:
@@ -141,10 +134,7 @@ class Sandboxes:
 
     def cancel_bridge_check(self) -> None:
         """Forget a pending :meth:`bridge_down_later` (the agent's shutdown does the check itself: ``reap``)."""
-        with self._timer_lock:
-            if self._bridge_timer is not None:
-                self._bridge_timer.cancel()
-                self._bridge_timer = None
+        self._bridge_check_later.cancel()
 
     def release(self, job_id: str) -> None:
         """Give back the slot reserved for a job that never ran in it (it is forgotten)."""

@@ -503,8 +503,14 @@ def _fork_into_namespace(own: int, status: int) -> int:
 
 
 def serve(sock: int) -> None:
+    import gc
     import socket
 
+    # No collection in this server or in the inits it forks: a collection walks every object, and in a fork
+    # each object it walks is a page copied from this server's memory. This loop makes no cyclic garbage (one
+    # message, one fork, one reply), and an init lives on only to reap its job.
+    gc.disable()
+    gc.freeze()
     os.set_inheritable(sock, False)
     own = os.open("/proc/self/ns/pid", os.O_RDONLY)  # this server's PID namespace, which each job's is made in
     conn = socket.socket(fileno=sock)

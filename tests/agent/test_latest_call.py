@@ -1,0 +1,46 @@
+"""The bridge check's one timer thread: a call a delay after the latest request, moved by each later one."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from corral.agent.latest_call import LatestCall
+
+
+def _recorder() -> tuple[list[float], threading.Event, LatestCall]:
+    calls: list[float] = []
+    called = threading.Event()
+
+    def fn() -> None:
+        calls.append(time.monotonic())
+        called.set()
+
+    return calls, called, LatestCall(fn, "test-latest-call")
+
+
+def test_one_call_after_the_latest_request_on_one_thread() -> None:
+    calls, called, later = _recorder()
+    start = time.monotonic()
+    threads_before = {t.ident for t in threading.enumerate()}
+    for _ in range(20):  # each request moves the call on; none starts a thread of its own
+        later.after(0.3)
+        time.sleep(0.01)
+    last = time.monotonic()
+    new = [t for t in threading.enumerate() if t.ident not in threads_before]
+    assert [t.name for t in new] == ["test-latest-call"]
+    assert called.wait(5)
+    time.sleep(0.4)
+    assert len(calls) == 1
+    assert calls[0] >= last + 0.3 - 0.05 > start + 0.3
+
+
+def test_a_cancelled_call_is_not_made_and_a_later_request_is() -> None:
+    calls, called, later = _recorder()
+    later.after(0.1)
+    later.cancel()
+    time.sleep(0.3)
+    assert calls == []
+    later.after(0.05)
+    assert called.wait(5)
+    assert len(calls) == 1
