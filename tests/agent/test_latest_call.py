@@ -44,3 +44,20 @@ def test_a_cancelled_call_is_not_made_and_a_later_request_is() -> None:
     later.after(0.05)
     assert called.wait(5)
     assert len(calls) == 1
+
+
+def test_a_call_that_fails_leaves_the_next_one_to_be_made() -> None:
+    made = threading.Event()
+    failures = iter([RuntimeError("the first check fails")])
+
+    def fn() -> None:
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        made.set()
+
+    later = LatestCall(fn, "test-latest-call-fails")
+    later.after(0.01)
+    time.sleep(0.2)
+    later.after(0.01)
+    assert made.wait(5)

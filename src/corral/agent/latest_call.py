@@ -7,9 +7,12 @@ first request, that sleeps until the latest deadline.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
+
+log = logging.getLogger("corral.agent")
 
 
 class LatestCall:
@@ -43,4 +46,7 @@ class LatestCall:
                 while self._due is None or self._due > time.monotonic():
                     self._cond.wait(None if self._due is None else self._due - time.monotonic())
                 self._due = None
-            self._fn()
+            try:
+                self._fn()
+            except Exception:  # the thread serves every later request too
+                log.exception("%s failed", self._name)
