@@ -58,6 +58,7 @@ def test_zipapp_imports_only_the_standard_library(tmp_path: Path) -> None:
         *(f"corral.agent.{m}" for m in ("job", "portfwd", "protocol_sandbox", "sandbox", "sandbox_exec")),
         "corral.agent.launcher_server",
         "corral.agent.sandbox_spare",
+        "corral.agent.latest_call",  # the bridge check a second after a job's end
         "corral.agent.sandbox_launch",
         "corral.agent.sandbox_slots",
         "corral.agent.sandbox_types",

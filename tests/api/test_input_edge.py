@@ -32,9 +32,10 @@ async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Runn
 
 
 async def _raw(
-    s: RunningServer, method: str, path: str, head: dict[str, str], chunks: list[bytes]
+    s: RunningServer, method: str, path: str, head: dict[str, str], chunks: list[bytes], closing: bool = True
 ) -> tuple[int, bytes, bool]:
-    """Send a request's head and ``chunks`` of its body, then read the answer: (status, body, closed after)."""
+    """Send a request's head and ``chunks`` of its body, then read the answer: (status, body, closed after).
+    Without ``closing`` the connection is not waited on (the server keeps an answered one open)."""
     url = urlsplit(s.url)
     reader, writer = await asyncio.open_connection(url.hostname, url.port)
     try:
@@ -49,7 +50,7 @@ async def _raw(
             k, _, v = line.decode().partition(":")
             headers[k.strip().lower()] = v.strip()
         body = await asyncio.wait_for(reader.readexactly(int(headers.get("content-length", "0"))), 10)
-        closed = await asyncio.wait_for(reader.read(1), 10) == b""
+        closed = closing and await asyncio.wait_for(reader.read(1), 10) == b""
         return int(status_line.split()[1]), body, closed
     finally:
         writer.close()
@@ -249,11 +250,15 @@ async def test_an_oversized_header_is_a_431_naming_it_and_the_body_is_never_read
         status, body, closed = await _raw(server, "POST", path, {**head, name: at_limit + "v"}, [])
         assert status == 431 and closed, (path, status, body)
         assert "'x-padding' is 8193 bytes long" in body.decode() and "CORRAL_MAX_HEADER_BYTES" in body.decode()
-    status, body, _ = await _raw(server, "POST", "/api/runs/list", {name: at_limit, "Content-Length": "2"}, [b"{}"])
+    status, body, _ = await _raw(
+        server, "POST", "/api/runs/list", {name: at_limit, "Content-Length": "2"}, [b"{}"], closing=False
+    )
     assert status != 431, body
     upgrade = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13"}
     upgrade["Sec-WebSocket-Key"] = "dGhlIHNhbXBsZSBub25jZQ=="
-    status, _, _ = await _raw(server, "GET", "/proxy/services/main/some-run/ws", {**upgrade, name: at_limit + "v"}, [])
+    status, _, _ = await _raw(
+        server, "GET", "/proxy/services/main/some-run/ws", {**upgrade, name: at_limit + "v"}, [], closing=False
+    )
     assert status == 403
 
 
