@@ -33,8 +33,9 @@ log = logging.getLogger("corral.server")
 # (https://www.python-httpx.org/advanced/resource-limits/, ``keepalive_expiry``): a client that comes back
 # after about 5 s raced the server's close and got a reset instead of an answer. A server should close idle
 # connections later than its clients and any load balancer in front of it do, so that they always close
-# first; AWS's Application Load Balancer keeps idle connections for 60 s by default and asks targets for
-# more (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/application-load-balancers.html,
+# first. AWS's Application Load Balancer keeps idle connections 60 s by default and recommends an application
+# idle timeout larger than that, or the balancer may send a request on a connection being closed and answer 502
+# (https://docs.aws.amazon.com/elasticloadbalancing/latest/application/edit-load-balancer-attributes.html,
 # "Connection idle timeout"). An idle connection costs the server a socket and no task.
 KEEP_ALIVE_S = 75
 
