@@ -22,13 +22,12 @@ def _recorder() -> tuple[list[float], threading.Event, LatestCall]:
 def test_one_call_after_the_latest_request_on_one_thread() -> None:
     calls, called, later = _recorder()
     start = time.monotonic()
-    threads_before = {t.ident for t in threading.enumerate()}
     for _ in range(20):  # each request moves the call on; none starts a thread of its own
         later.after(0.3)
         time.sleep(0.01)
     last = time.monotonic()
-    new = [t for t in threading.enumerate() if t.ident not in threads_before]
-    assert [t.name for t in new] == ["test-latest-call"]
+    # counted by name: other tests' threads (an agent's handlers) may come and go meanwhile
+    assert [t.name for t in threading.enumerate()].count("test-latest-call") == 1
     assert called.wait(5)
     time.sleep(0.4)
     assert len(calls) == 1
