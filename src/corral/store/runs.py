@@ -497,19 +497,20 @@ async def list_jobs(
     conn: AsyncConnection, statuses: Sequence[str], run_id: str | None = None, ids: Iterable[str] | None = None
 ) -> list[JobRec]:
     """The jobs in ``statuses`` (of run ``run_id``, of ``ids``), oldest first."""
-    params: dict[str, Any] = {"statuses": list(statuses)}
-    if run_id is not None:
-        params["run_id"] = run_id
-    if ids is not None:
-        params["ids"] = listed = list(ids)
-        if not listed:
-            return []
-        if len(listed) <= prebuilt.LISTED:  # a pass over the jobs a placement just handed over: a few
-            params = {**prebuilt.ids_params(listed), **({"run_id": run_id} if run_id is not None else {})}
-            q = _jobs_listed(tuple(statuses), len(listed), run_id is not None)
-            return [job_from_row(r) for r in await direct.execute(conn, q, params)]
-    q = _LISTED_JOBS[(ids is not None, run_id is not None)]
-    return [job_from_row(r) for r in await conn.execute(q, params)]
+    by_run = {"run_id": run_id} if run_id is not None else {}
+    if ids is None:
+        q = _LISTED_JOBS[(False, run_id is not None)]
+        return [job_from_row(r) for r in await conn.execute(q, {"statuses": list(statuses), **by_run})]
+    listed = list(ids)
+    if not listed:
+        return []
+    if len(listed) <= prebuilt.LISTED:  # a pass over the jobs a placement just handed over: a few
+        q = _jobs_listed(tuple(statuses), len(listed), run_id is not None)
+        rows: Iterable[Any] = await direct.execute(conn, q, {**prebuilt.ids_params(listed), **by_run})
+    else:
+        q = _LISTED_JOBS[(True, run_id is not None)]
+        rows = await conn.execute(q, {"ids": listed, "statuses": list(statuses), **by_run})
+    return [job_from_row(r) for r in rows]
 
 
 _JOBS_LISTED: dict[tuple[tuple[str, ...], int, bool], sa.Select[Any]] = {}
